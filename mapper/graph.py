@@ -1,0 +1,116 @@
+"""The operator graph the importer produces and every later stage reads.
+
+Frozen dataclasses only: a `Graph` holds nodes with concrete shapes at the
+user's bindings, so fusion, tiling and cost never see a symbolic dim.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+# Bytes per element of the ONNX element types we model (onnx.TensorProto enum names, lower case).
+DTYPE_BYTES: dict[str, float] = {
+    "float": 4, "float32": 4, "double": 8, "float16": 2, "bfloat16": 2,
+    "float8e4m3fn": 1, "float8e4m3fnuz": 1, "float8e5m2": 1, "float8e5m2fnuz": 1,
+    "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "int32": 4, "uint32": 4,
+    "int64": 8, "uint64": 8, "bool": 1, "int4": 0.5, "uint4": 0.5, "string": 8,
+    "complex64": 8, "complex128": 16, "undefined": 4,
+}
+
+
+class OpClass(StrEnum):
+    """What kind of work an operator is (the work model's first column)."""
+
+    MATRIX = "matrix"
+    ELEMENTWISE = "elementwise"
+    TRANSCENDENTAL = "transcendental"
+    REDUCTION = "reduction/normalization"
+    DATA_MOVEMENT = "data movement"
+    VIEW = "view"
+    SHAPE_ONLY = "shape-only"
+    CONTROL = "control/host"
+    UNMODELED = "unmodeled"
+
+
+class LayerType(StrEnum):
+    """Roll-up buckets for the layer-type views."""
+
+    CONV = "Conv"
+    LINEAR = "Linear/GEMM"
+    ATTENTION = "Attention"
+    NORMALIZATION = "Normalization"
+    ELEMENTWISE = "Activation/Elementwise"
+    POOLING = "Pooling"
+    EMBEDDING = "Embedding/Gather"
+    DATA_MOVEMENT = "Data movement"
+    OTHER = "Other"
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+
+    @property
+    def elements(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def bytes(self) -> float:
+        return self.elements * DTYPE_BYTES.get(self.dtype, 4)
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One ONNX node with its attributes as plain Python values."""
+
+    name: str
+    op_type: str
+    domain: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    attrs: tuple[tuple[str, Any], ...] = ()
+
+    def attr(self, key: str, default: Any = None) -> Any:
+        for k, v in self.attrs:
+            if k == key:
+                return v
+        return default
+
+
+@dataclass(frozen=True, slots=True)
+class Graph:
+    """A model at concrete shapes.
+
+    `tensors` maps every tensor name to its spec; `weights` names the tensors
+    that are parameters (initializers, Constant outputs and ConstantOfShape
+    results of constant shapes); `folded` names the nodes whose outputs were
+    computed at import (shape arithmetic): they are not kernels.
+    """
+
+    name: str
+    nodes: tuple[Node, ...]
+    tensors: dict[str, TensorSpec]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    weights: frozenset[str]
+    folded: frozenset[str]
+    opset: int
+    sha256: str
+    dims: tuple[tuple[str, int], ...] = ()
+    producers: dict[str, int] = field(default_factory=dict)
+    consumers: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    unresolved: tuple[tuple[str, str], ...] = ()   # (node name, why its shapes are unknown)
+
+    def spec(self, name: str) -> TensorSpec | None:
+        return self.tensors.get(name) if name else None
+
+    def producer(self, tensor: str) -> Node | None:
+        k = self.producers.get(tensor)
+        return None if k is None else self.nodes[k]
+
+    def users(self, tensor: str) -> tuple[Node, ...]:
+        return tuple(self.nodes[k] for k in self.consumers.get(tensor, ()))

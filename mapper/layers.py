@@ -1,0 +1,147 @@
+"""Layer types for roll-ups, and recognition of attention and normalization blocks.
+
+Stage three (after the work model). Exporters decompose attention into
+MatMul -> scale -> mask -> Softmax -> MatMul (with GQA's K/V Expand) and
+RMSNorm/LayerNorm into ReduceMean chains; this module finds those subgraphs so
+their nodes roll up as one Attention or Normalization layer.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from mapper.graph import Graph, LayerType, Node, OpClass
+from mapper.ops import NORMALIZATION, POOLING, NodeWork
+
+# op type -> layer type, where the op alone decides it
+LAYER_OF_OP: dict[str, LayerType] = {
+    **{op: LayerType.CONV for op in ("Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "FusedConv")},
+    **{op: LayerType.LINEAR for op in ("MatMul", "Gemm", "MatMulInteger", "QLinearMatMul", "FusedMatMul",
+                                       "MatMulNBits", "Einsum")},
+    **{op: LayerType.ATTENTION for op in ("Attention", "MultiHeadAttention", "GroupQueryAttention")},
+    **{op: LayerType.NORMALIZATION for op in (*NORMALIZATION, "LRN")},
+    **{op: LayerType.POOLING for op in POOLING},
+    **{op: LayerType.EMBEDDING for op in ("Gather", "GatherElements", "GatherND", "EmbedLayerNormalization")},
+}
+LAYER_OF_CLASS: dict[OpClass, LayerType] = {
+    OpClass.ELEMENTWISE: LayerType.ELEMENTWISE, OpClass.TRANSCENDENTAL: LayerType.ELEMENTWISE,
+    OpClass.DATA_MOVEMENT: LayerType.DATA_MOVEMENT, OpClass.VIEW: LayerType.DATA_MOVEMENT,
+    OpClass.REDUCTION: LayerType.NORMALIZATION,
+}
+
+# Between QK^T and Softmax: scale, mask, casts. After Softmax: casts, dropout.
+SCORE_OPS = frozenset({"Add", "Mul", "Div", "Sub", "Where", "Cast", "Max", "Min", "Clip"})
+PROB_OPS = frozenset({"Cast", "Dropout", "Identity"})
+# How K and V reach the attention MatMuls: head split, transposes, GQA's repeat_kv, scaling.
+KV_PATH_OPS = frozenset({"Transpose", "Reshape", "Expand", "Unsqueeze", "Squeeze", "Tile", "Cast", "Mul", "Div",
+                         "Identity"})
+NORM_CHAIN_OPS = frozenset({"Pow", "ReduceMean", "ReduceSumSquare", "Add", "Sub", "Sqrt", "Reciprocal", "Div",
+                            "Mul", "Cast"})
+
+
+def _is_activation(graph: Graph, tensor: str) -> bool:
+    return tensor not in graph.weights and tensor in graph.producers or tensor in graph.inputs
+
+
+def _walk_back(graph: Graph, tensor: str, allowed: frozenset[str], limit: int = 8) -> tuple[list[Node], Node | None]:
+    """Follow single producers through `allowed` ops; return the path and the first other producer."""
+    path: list[Node] = []
+    node = graph.producer(tensor)
+    while node is not None and node.op_type in allowed and len(path) < limit:
+        path.append(node)
+        nxt = next((i for i in node.inputs if i and _is_activation(graph, i)), None)
+        node = graph.producer(nxt) if nxt else None
+    return path, node
+
+
+def find_attention(graph: Graph) -> list[list[Node]]:
+    """Each recognized attention block as its nodes: QK^T MatMul .. Softmax .. PV MatMul + K/V paths."""
+    blocks = []
+    for softmax in graph.nodes:
+        if softmax.op_type != "Softmax":
+            continue
+        score_path, qk = _walk_back(graph, softmax.inputs[0], SCORE_OPS)
+        if qk is None or qk.op_type != "MatMul" or not all(_is_activation(graph, i) for i in qk.inputs[:2]):
+            continue
+        pv, tensor, prob_path = None, softmax.outputs[0], []
+        for _ in range(4):
+            users = graph.users(tensor)
+            if len(users) != 1:
+                break
+            if users[0].op_type == "MatMul" and users[0].inputs[0] == tensor:
+                pv = users[0]
+                break
+            if users[0].op_type not in PROB_OPS:
+                break
+            prob_path.append(users[0])
+            tensor = users[0].outputs[0]
+        if pv is None:
+            continue
+        block = [qk, *score_path, softmax, *prob_path, pv]
+        for operand in (qk.inputs[0], qk.inputs[1], pv.inputs[1]):
+            path, _ = _walk_back(graph, operand, KV_PATH_OPS, limit=6)
+            block.extend(n for n in path if all(u in block or u in path for u in _users_of(graph, n)))
+        blocks.append(block)
+    return blocks
+
+
+def _users_of(graph: Graph, node: Node) -> list[Node]:
+    return [u for o in node.outputs for u in graph.users(o)]
+
+
+def find_norms(graph: Graph, taken: set[str]) -> list[list[Node]]:
+    """Decomposed LayerNorm/RMSNorm: a ReduceMean and the elementwise chain it feeds, up to the affine."""
+    blocks = []
+    for start in graph.nodes:
+        if start.op_type not in ("ReduceMean", "ReduceSumSquare") or start.name in taken:
+            continue
+        x = start.inputs[0]
+        block = {start.name: start}
+        # the square (RMSNorm) or centring (LayerNorm) that feeds the reduction
+        feeder = graph.producer(x)
+        if feeder is not None and feeder.op_type in ("Pow", "Mul", "Sub") and feeder.name not in taken:
+            block[feeder.name] = feeder
+            root = next((i for i in feeder.inputs if i and _is_activation(graph, i)), x)
+        else:
+            root = x
+        frontier = [start]
+        while frontier and len(block) < 14:
+            node = frontier.pop()
+            for user in _users_of(graph, node):
+                if user.name in block or user.name in taken or user.op_type not in NORM_CHAIN_OPS:
+                    continue
+                if not all(i in graph.weights or i == root or graph.producer(i) is None
+                           or graph.producer(i).name in block for i in user.inputs if i):
+                    continue  # an outside activation joins here (a residual): the norm ended before
+                block[user.name] = user
+                frontier.append(user)
+        if len(block) >= 3:
+            blocks.append(list(block.values()))
+    return blocks
+
+
+def assign_layer_types(graph: Graph, work: tuple[NodeWork, ...]) -> tuple[NodeWork, ...]:
+    """Give every node its layer type and, for recognized blocks, a shared group id."""
+    layer: dict[str, tuple[LayerType, int]] = {}
+    for gid, block in enumerate(find_attention(graph)):
+        for n in block:
+            layer.setdefault(n.name, (LayerType.ATTENTION, gid))
+    offset = len(layer) + 1_000_000  # norm group ids never collide with attention ids
+    for gid, block in enumerate(find_norms(graph, set(layer))):
+        for n in block:
+            layer.setdefault(n.name, (LayerType.NORMALIZATION, offset + gid))
+    out = []
+    for w in work:
+        if w.name in layer:
+            lt, gid = layer[w.name]
+        else:
+            lt, gid = _plain_layer(w), -1
+        out.append(replace(w, layer_type=lt, layer_group=gid))
+    return tuple(out)
+
+
+def _plain_layer(w: NodeWork) -> LayerType:
+    if w.op_type in LAYER_OF_OP:
+        return LAYER_OF_OP[w.op_type]
+    if w.op_type in ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ArgMax", "ArgMin", "TopK"):
+        return LayerType.OTHER
+    return LAYER_OF_CLASS.get(w.op_class, LayerType.OTHER)

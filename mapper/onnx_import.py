@@ -1,0 +1,378 @@
+"""Import: ONNX bytes -> `Graph` with concrete shapes at the user's bindings.
+
+Stage one of the pipeline. Reads exactly the file (or bytes) it is given, never
+external data, binds symbolic dims by name, folds shape arithmetic with numpy,
+and infers every tensor's shape with our own rules (`shape_rules`), falling
+back to onnx's inference, then to the model's own value_info.
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+import math
+import operator
+import os
+from collections import deque
+from pathlib import Path
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+
+from mapper import limits
+from mapper.errors import MapperError
+from mapper.graph import Graph, Node, TensorSpec
+from mapper.onnx_values import attr_value, constant_node_value, dtype_name, evaluate, small_value, tensor_dtype
+from mapper.shape_rules import Ctx, NoRule, infer_node
+
+CONTROL_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+BATCH_NAMES = ("batch", "batch_size", "n", "b", "bs", "batchsize")
+SEQ_NAMES = ("seq", "sequence", "seq_len", "sequence_length", "seqlen", "s", "tokens", "num_tokens")
+
+
+def read_model_bytes(source: str | os.PathLike | bytes) -> tuple[bytes, str]:
+    """Bytes and a display name. A path is opened once, as given; nothing beside it is read."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        data = bytes(source)
+        name = "upload"
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise MapperError(f"model file {str(path)!r} not found; give the path of an .onnx file or a built-in name")
+        size = path.stat().st_size
+        if size > limits.MAX_MODEL_BYTES:
+            raise MapperError(f"model file {path.name} is {size} bytes, over {limits.limit_text('MAX_MODEL_BYTES')};"
+                              " export it with external_data=True so the graph file stays small")
+        data = path.read_bytes()
+        name = path.stem
+    if len(data) > limits.MAX_MODEL_BYTES:
+        raise MapperError(f"model is {len(data)} bytes, over {limits.limit_text('MAX_MODEL_BYTES')};"
+                          " export it with external_data=True so the graph file stays small")
+    return data, name
+
+
+def parse_model(data: bytes, name: str) -> onnx.ModelProto:
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except (DecodeError, ValueError, RuntimeError) as exc:
+        raise MapperError(f"{name} is not a valid ONNX model (protobuf parse failed: {str(exc)[:80]});"
+                          " upload the .onnx file itself") from exc
+    if not model.HasField("graph") or len(model.graph.node) == 0:
+        raise MapperError(f"{name} is not an ONNX model (no graph nodes found); upload an .onnx file")
+    if len(model.graph.node) > limits.MAX_NODES:
+        raise MapperError(f"{name} has {len(model.graph.node)} nodes, over {limits.limit_text('MAX_NODES')}")
+    return model
+
+
+def default_opset(model: onnx.ModelProto) -> int:
+    versions = [int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")]
+    if not versions:
+        raise MapperError("the model declares no default-domain opset; re-export it with opset 7 or newer")
+    if versions[0] < 7:
+        raise MapperError(f"opset {versions[0]} is older than 7, which this tool reads; re-export with a newer opset")
+    return versions[0]
+
+
+# --- symbolic dims ------------------------------------------------------------------------------
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
+        ast.Div: operator.floordiv, ast.Mod: operator.mod}
+
+
+def eval_dim(expr: str, bound: dict[str, int]) -> int | None:
+    """Value of a dim_param: a name ('batch') or an exporter's expression ('s0 + s1', '2*s1')."""
+    if expr in bound:
+        return bound[expr]
+    try:
+        tree = ast.parse(expr, mode="eval").body
+    except SyntaxError:
+        return None
+
+    def walk(n):
+        if isinstance(n, ast.Constant) and isinstance(n.value, int):
+            return n.value
+        if isinstance(n, ast.Name):
+            return bound[n.id]
+        if isinstance(n, ast.BinOp) and type(n.op) in _OPS:
+            return _OPS[type(n.op)](walk(n.left), walk(n.right))
+        raise KeyError(expr)
+    try:
+        return int(walk(tree))
+    except (KeyError, ZeroDivisionError, RecursionError):
+        return None
+
+
+def expression_names(expr: str) -> list[str]:
+    try:
+        return sorted({n.id for n in ast.walk(ast.parse(expr, mode="eval")) if isinstance(n, ast.Name)})
+    except (SyntaxError, RecursionError):
+        return [expr]
+
+
+def graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    inits = {t.name for t in model.graph.initializer}
+    return [i for i in model.graph.input if i.name not in inits]
+
+
+def symbolic_dims(model: onnx.ModelProto) -> dict[str, tuple[str, int]]:
+    """Every free dim name on the graph inputs -> (input name, axis) where it first appears."""
+    found: dict[str, tuple[str, int]] = {}
+    for vi in graph_inputs(model):
+        for axis, d in enumerate(vi.type.tensor_type.shape.dim):
+            if d.HasField("dim_value") and d.dim_value > 0:
+                continue
+            names = expression_names(d.dim_param) if d.dim_param else [f"{vi.name}:{axis}"]
+            for n in names:
+                found.setdefault(n, (vi.name, axis))
+    return found
+
+
+def resolve_bindings(model: onnx.ModelProto, dims: dict[str, int] | None,
+                     batch: int | None, seq: int | None) -> dict[str, int]:
+    """Map the user's bindings (by name, and the --batch/--seq shortcuts) onto the model's dim names."""
+    free = symbolic_dims(model)
+    bound = dict(dims or {})
+    for key, value in bound.items():
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or not 0 <= value <= limits.MAX_DIM:
+            raise MapperError(f"dim {key}={value!r} must be an integer from 0 to {limits.limit_text('MAX_DIM')}")
+    for shortcut, value, names, axis in (("batch", batch, BATCH_NAMES, 0), ("seq", seq, SEQ_NAMES, 1)):
+        if value is None:
+            continue
+        if not isinstance(value, (int, np.integer)) or not 0 < value <= limits.MAX_DIM:
+            raise MapperError(f"--{shortcut} {value!r} must be an integer from 1 to {limits.MAX_DIM}")
+        matches = [n for n in free if n.lower() in names] or \
+                  [n for n in free if shortcut in n.lower() and "past" not in n.lower() and "total" not in n.lower()]
+        if not matches:  # exporters that name dims s0, s1...: batch is axis 0, sequence axis 1 of the ids
+            matches = [n for n, (_, ax) in free.items() if ax == axis and n not in bound and ":" not in n][:1]
+        for n in matches:
+            bound.setdefault(n, int(value))
+    missing = [n for n in free if n not in bound]
+    if missing:
+        raise MapperError(f"unbound dims: {', '.join(missing)}; bind each with --dim NAME=VALUE"
+                          " (or --batch/--seq for the batch and sequence dims)")
+    return {n: bound[n] for n in free} | {k: v for k, v in bound.items() if k not in free}
+
+
+def value_info_shape(vi: onnx.ValueInfoProto, bound: dict[str, int]) -> TensorSpec | None:
+    tt = vi.type.tensor_type
+    if not tt.HasField("shape"):
+        return None
+    shape = []
+    for d in tt.shape.dim:
+        if d.HasField("dim_value"):
+            shape.append(int(d.dim_value))
+        elif d.dim_param:
+            v = eval_dim(d.dim_param, bound)
+            if v is None:
+                return None
+            shape.append(v)
+        else:
+            return None
+    return TensorSpec(vi.name, tuple(shape), dtype_name(tt.elem_type))
+
+
+# --- the graph walk --------------------------------------------------------------------------------
+def to_nodes(model: onnx.ModelProto) -> list[Node]:
+    nodes = []
+    for i, n in enumerate(model.graph.node):
+        attrs = tuple((a.name, attr_value(a)) for a in n.attribute)
+        nodes.append(Node(n.name or f"{n.op_type}_{i}", n.op_type, n.domain, tuple(n.input), tuple(n.output), attrs))
+    seen: dict[str, int] = {}
+    unique = []
+    for node in nodes:  # duplicate node names (hostile or sloppy exporters) get a suffix
+        count = seen.get(node.name, 0)
+        seen[node.name] = count + 1
+        unique.append(node if count == 0 else Node(f"{node.name}#{count}", node.op_type, node.domain,
+                                                   node.inputs, node.outputs, node.attrs))
+    return unique
+
+
+def topological_order(nodes: list[Node], available: set[str]) -> list[Node]:
+    """Kahn's algorithm; inputs produced by no node are taken as given (dangling ones are caught later)."""
+    producer = {}
+    for i, n in enumerate(nodes):
+        for o in n.outputs:
+            if o:
+                producer[o] = i
+    indeg = [0] * len(nodes)
+    users: dict[int, list[int]] = {}
+    for i, n in enumerate(nodes):
+        for name in set(n.inputs):
+            j = producer.get(name)
+            if name and j is not None and name not in available:
+                indeg[i] += 1
+                users.setdefault(j, []).append(i)
+    ready = deque(i for i, d in enumerate(indeg) if d == 0)
+    order = []
+    while ready:
+        i = ready.popleft()
+        order.append(i)
+        for u in users.get(i, ()):
+            indeg[u] -= 1
+            if indeg[u] == 0:
+                ready.append(u)
+    if len(order) != len(nodes):
+        stuck = next(nodes[i].name for i, d in enumerate(indeg) if d > 0)
+        raise MapperError(f"the graph has a cycle through node {stuck!r}; an ONNX graph must be acyclic")
+    return [nodes[i] for i in order]
+
+
+class _Walk:
+    """Mutable state of one import (kept out of the frozen result)."""
+
+    def __init__(self, model: onnx.ModelProto, bound: dict[str, int]):
+        self.model = model
+        self.bound = bound
+        self.specs: dict[str, TensorSpec] = {}
+        self.values: dict[str, np.ndarray] = {}
+        self.const: set[str] = set()
+        self.folded: set[str] = set()
+        self.unresolved: dict[str, str] = {}
+        self._declared: dict[str, TensorSpec] | None = None
+        self._onnx_inferred: dict[str, TensorSpec] | None = None
+
+    def declared(self) -> dict[str, TensorSpec]:
+        """Shapes the model itself declares (value_info, outputs), at the bindings."""
+        if self._declared is None:
+            self._declared = {}
+            for vi in list(self.model.graph.value_info) + list(self.model.graph.output):
+                spec = value_info_shape(vi, self.bound)
+                if spec is not None:
+                    self._declared[vi.name] = spec
+        return self._declared
+
+    def onnx_inferred(self) -> dict[str, TensorSpec]:
+        """onnx's own shape inference at the bound input shapes (run once, only if our rules fail)."""
+        if self._onnx_inferred is None:
+            self._onnx_inferred = {}
+            m = onnx.ModelProto()
+            m.CopyFrom(self.model)
+            for vi in graph_inputs(m):
+                for d in vi.type.tensor_type.shape.dim:
+                    if d.dim_param:
+                        v = eval_dim(d.dim_param, self.bound)
+                        if v is not None:
+                            d.dim_value = v
+            try:
+                inferred = onnx.shape_inference.infer_shapes(m, data_prop=True)
+            except Exception:  # noqa: BLE001 - onnx's inference is a fallback; its failure leaves ours standing
+                return self._onnx_inferred
+            for vi in inferred.graph.value_info:
+                spec = value_info_shape(vi, self.bound)
+                if spec is not None:
+                    self._onnx_inferred[vi.name] = spec
+        return self._onnx_inferred
+
+    def fallback(self, node: Node) -> list[TensorSpec] | None:
+        for source in (self.declared, self.onnx_inferred):
+            table = source()
+            if all(o in table for o in node.outputs if o):
+                return [table[o] for o in node.outputs if o]
+        return None
+
+    def visit(self, node: Node) -> None:
+        if node.op_type == "Constant":
+            value, shape, dtype = constant_node_value(node)
+            self.set(node.outputs[0], TensorSpec(node.outputs[0], shape, dtype), value)
+            self.const.add(node.outputs[0])
+            self.folded.add(node.name)
+            return
+        specs = tuple(self.specs.get(i) if i else None for i in node.inputs)
+        missing = [i for i, s in zip(node.inputs, specs) if i and s is None]
+        if missing:
+            self.unresolved[node.name] = f"input {missing[0]!r} has no known shape"
+            return
+        values = tuple(self.values.get(i) if i else None for i in node.inputs)
+        out = self.infer(node, specs, values)
+        if out is None:
+            return
+        present = [i for i in node.inputs if i]
+        all_const = bool(present) and all(i in self.const for i in present) and node.op_type not in CONTROL_OPS
+        folded_values = None
+        if node.op_type in ("Shape", "Size") or (all(v is not None for i, v in zip(node.inputs, values) if i)
+                                                 and present):
+            folded_values = evaluate(node, [v for v in values if v is not None], [s.shape for s in specs if s])
+        for k, spec in enumerate(out):
+            value = folded_values[k] if folded_values is not None and k < len(folded_values) else None
+            self.set(spec.name, spec, value)
+        if folded_values is not None or all_const:
+            self.folded.add(node.name)
+            self.const.update(o for o in node.outputs if o)
+
+    def infer(self, node: Node, specs, values) -> list[TensorSpec] | None:
+        try:
+            shapes = infer_node(Ctx(node, specs, values))
+            out = [TensorSpec(o, tuple(int(d) for d in shp), dt)
+                   for o, (shp, dt) in zip(node.outputs, shapes) if o]
+        except NoRule as exc:
+            out = self.fallback(node)
+            if out is None:
+                self.unresolved[node.name] = str(exc)
+                return None
+        except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError, OverflowError) as exc:
+            self.unresolved[node.name] = f"attributes or inputs are inconsistent ({type(exc).__name__}: {str(exc)[:60]})"
+            return None
+        for spec in out:
+            if any(d < 0 for d in spec.shape):
+                self.unresolved[node.name] = f"output {spec.name!r} has a negative dim {spec.shape}"
+                return None
+            if math.prod(spec.shape) > limits.MAX_TENSOR_ELEMENTS:
+                raise MapperError(f"tensor {spec.name!r} of node {node.name!r} would hold {math.prod(spec.shape)}"
+                                  f" elements, over {limits.limit_text('MAX_TENSOR_ELEMENTS')}; bind smaller dims")
+        return out
+
+    def set(self, name: str, spec: TensorSpec, value: np.ndarray | None) -> None:
+        self.specs[name] = spec
+        if value is not None:
+            self.values[name] = value
+
+
+def load_model(source: str | os.PathLike | bytes, dims: dict[str, int] | None = None, *,
+               batch: int | None = None, seq: int | None = None, name: str | None = None) -> Graph:
+    """Read an ONNX model and give its graph at concrete shapes.
+
+    `dims` binds symbolic dims by name; `batch`/`seq` bind the dims that mean
+    batch and sequence. An unbound dim raises MapperError listing the names.
+    """
+    data, default_name = read_model_bytes(source)
+    model = parse_model(data, name or default_name)
+    return build_graph(model, hashlib.sha256(data).hexdigest(), name or model.graph.name or default_name,
+                       dims, batch, seq)
+
+
+def build_graph(model: onnx.ModelProto, sha256: str, name: str, dims: dict[str, int] | None = None,
+                batch: int | None = None, seq: int | None = None) -> Graph:
+    opset = default_opset(model)
+    bound = resolve_bindings(model, dims, batch, seq)
+    walk = _Walk(model, bound)
+    for t in model.graph.initializer:
+        if math.prod(t.dims) > limits.MAX_TENSOR_ELEMENTS:
+            raise MapperError(f"initializer {t.name!r} has {math.prod(t.dims)} elements, over"
+                              f" {limits.limit_text('MAX_TENSOR_ELEMENTS')}")
+        walk.set(t.name, TensorSpec(t.name, tuple(int(d) for d in t.dims), tensor_dtype(t)), small_value(t))
+        walk.const.add(t.name)
+    for vi in graph_inputs(model):
+        spec = value_info_shape(vi, bound)
+        if spec is None:
+            raise MapperError(f"graph input {vi.name!r} has no tensor shape; re-export with static ranks")
+        walk.set(vi.name, spec, None)
+    nodes = to_nodes(model)
+    ordered = topological_order(nodes, set(walk.specs))
+    for node in ordered:
+        walk.visit(node)
+    live = [n for n in ordered if n.name not in walk.folded]
+    weights = {i for n in live for i in n.inputs if i in walk.const}
+    producers = {o: k for k, n in enumerate(live) for o in n.outputs if o}
+    consumers: dict[str, list[int]] = {}
+    for k, n in enumerate(live):
+        for i in n.inputs:
+            if i:
+                consumers.setdefault(i, []).append(k)
+    return Graph(
+        name=name, nodes=tuple(live), tensors=walk.specs,
+        inputs=tuple(vi.name for vi in graph_inputs(model)), outputs=tuple(o.name for o in model.graph.output),
+        weights=frozenset(weights), folded=frozenset(walk.folded), opset=opset, sha256=sha256,
+        dims=tuple(sorted(bound.items())), producers=producers,
+        consumers={k: tuple(v) for k, v in consumers.items()},
+        unresolved=tuple(sorted(walk.unresolved.items())),
+    )

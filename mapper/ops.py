@@ -1,0 +1,290 @@
+"""The work model: per node FLOPs (2 x MACs), bytes and op class, from one table.
+
+Stage two of the pipeline (after import). `OP_TABLE` maps every ONNX op type we
+model to its class and its rule; `estimate_work` applies it node by node. An op
+not in the table is `unmodeled` with a reason: never a silent zero.
+Conventions: FLOPs count multiply and add separately (FLOPs = 2 x MACs); bytes
+are the compulsory traffic of the op alone (inputs read once, outputs written
+once); fusion and tiling adjust traffic later.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mapper.graph import Graph, LayerType, Node, OpClass, TensorSpec
+
+# FLOPs per output element of elementwise ops, and how many of them run on the
+# special-function unit (exp, log, tanh, erf, rsqrt...). After onnx-tool's
+# node.py constants: a transcendental is one SFU op plus its arithmetic.
+ADD = 1                      # add, sub, mul, div, max, min, compare, select: one op
+EXP = 1                      # one SFU op (MUFU.EX2 on NVIDIA)
+SIGMOID = EXP + 2            # 1 / (1 + exp(-x)): exp, add, div
+TANH = EXP + 4               # (e^2x - 1) / (e^2x + 1)
+GELU_ERF = EXP + 4           # 0.5 * x * (1 + erf(x / sqrt 2)): erf, div, add, mul, mul
+GELU_TANH = TANH + 6         # 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715 x^3)))
+SOFTMAX = 5                  # max, subtract, exp, sum, divide per element (PRIMER section 2)
+LAYERNORM = 8                # mean, subtract, square, mean, normalize, scale, shift
+RMSNORM = 4                  # square, mean, normalize, scale
+BATCHNORM = 2                # inference: folded scale and shift
+
+# op type -> (flops per element, SFU ops per element)
+ELEMENTWISE: dict[str, tuple[float, float]] = {
+    **{op: (ADD, 0) for op in (
+        "Add", "Sub", "Mul", "Div", "Max", "Min", "Sum", "Mean", "Neg", "Abs", "Relu", "LeakyRelu", "PRelu",
+        "Clip", "Where", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Not",
+        "Sign", "Floor", "Ceil", "Round", "Mod", "Pow", "Cast", "CastLike", "HardSigmoid", "HardSwish",
+        "ThresholdedRelu", "Shrink", "IsNaN", "IsInf", "BitShift", "QuantizeLinear", "DequantizeLinear",
+        "Trilu", "CumSum", "DynamicQuantizeLinear")},
+}
+TRANSCENDENTAL: dict[str, tuple[float, float]] = {
+    **{op: (EXP, 1) for op in ("Exp", "Log", "Sqrt", "Reciprocal", "Sin", "Cos", "Tan", "Erf", "Asin", "Acos",
+                               "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh")},
+    "Sigmoid": (SIGMOID, 1), "Tanh": (TANH, 1), "Elu": (SIGMOID, 1), "Selu": (SIGMOID, 1), "Celu": (SIGMOID, 1),
+    "Softplus": (SIGMOID, 2), "Softsign": (3, 0), "Mish": (TANH + 3, 2), "Gelu": (GELU_ERF, 1),
+    "BiasGelu": (GELU_ERF + 1, 1), "FastGelu": (GELU_TANH, 1), "QuickGelu": (SIGMOID + 1, 1),
+    "Softmax": (SOFTMAX, 1), "LogSoftmax": (SOFTMAX + 1, 2), "Hardmax": (2, 0),
+}
+NORMALIZATION: dict[str, tuple[float, float]] = {
+    "LayerNormalization": (LAYERNORM, 0), "SkipLayerNormalization": (LAYERNORM + 1, 0),
+    "SimplifiedLayerNormalization": (RMSNORM, 0), "SkipSimplifiedLayerNormalization": (RMSNORM + 1, 0),
+    "RMSNormalization": (RMSNORM, 0), "BatchNormalization": (BATCHNORM, 0), "InstanceNormalization": (LAYERNORM, 0),
+    "GroupNormalization": (LAYERNORM, 0), "MeanVarianceNormalization": (LAYERNORM, 0),
+    "LpNormalization": (3, 0), "EmbedLayerNormalization": (LAYERNORM + 2, 0),
+}
+REDUCTIONS = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+              "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "ArgMax", "ArgMin", "TopK")
+POOLING = ("MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool")
+DATA_MOVEMENT = ("Transpose", "Concat", "Split", "Slice", "Gather", "GatherElements", "GatherND", "ScatterND",
+                 "ScatterElements", "Scatter", "Pad", "Resize", "Upsample", "Tile", "Expand", "DepthToSpace",
+                 "SpaceToDepth", "OneHot", "ConstantOfShape", "Range", "NonZero", "RotaryEmbedding")
+VIEWS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "BiasDropout")
+SHAPE_ONLY = ("Shape", "Size", "Constant")
+CONTROL = ("If", "Loop", "Scan", "SequenceMap", "SequenceConstruct", "SequenceAt", "SequenceInsert",
+           "SplitToSequence", "ConcatFromSequence", "NonMaxSuppression", "Unique", "RandomNormal",
+           "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "StringNormalizer")
+MATRIX = ("MatMul", "Gemm", "Conv", "ConvTranspose", "MatMulInteger", "ConvInteger", "QLinearConv",
+          "QLinearMatMul", "FusedMatMul", "MatMulNBits", "Einsum", "Attention", "MultiHeadAttention",
+          "GroupQueryAttention", "FusedConv")
+
+
+@dataclass(frozen=True, slots=True)
+class MatrixShape:
+    """A matrix op as (batch of) GEMMs: C[m, n] += A[m, k] B[k, n], `batch` times."""
+
+    batch: int
+    m: int
+    n: int
+    k: int
+    kind: str = "gemm"          # gemm | conv | attention
+    depthwise: bool = False     # K = Kh*Kw only: too little reuse for a matrix engine
+
+
+@dataclass(frozen=True, slots=True)
+class NodeWork:
+    name: str
+    op_type: str
+    op_class: OpClass
+    flops: float                # all arithmetic, 2 x MACs for matrix work
+    matrix_flops: float         # the part a matrix engine can run
+    sfu_ops: float              # special-function (exp, tanh, erf, rsqrt) operations
+    bytes_read: float           # activations + weights, each once
+    bytes_written: float
+    weight_bytes: float         # parameters this node reads
+    matrix: MatrixShape | None = None
+    reason: str = ""            # why the node is unmodeled (empty otherwise)
+    layer_type: LayerType = LayerType.OTHER
+    layer_group: int = -1       # nodes of one recognized attention or norm block share an id
+
+    @property
+    def bytes(self) -> float:
+        return self.bytes_read + self.bytes_written
+
+
+WorkRule = Callable[[Node, list[TensorSpec | None], list[TensorSpec]], tuple[float, float, float, MatrixShape | None]]
+
+
+def _matmul(node, ins, outs):
+    a, b = ins[0].shape, ins[1].shape
+    k = a[-1]
+    out = outs[0].shape
+    m = out[-2] if len(out) >= 2 else 1
+    n = out[-1] if len(b) >= 2 else 1
+    batch = math.prod(out[:-2]) if len(out) > 2 else 1
+    flops = 2.0 * batch * m * n * k
+    return flops, flops, 0.0, MatrixShape(batch, m, n, k)
+
+
+def _gemm(node, ins, outs):
+    a = ins[0].shape
+    k = a[0] if node.attr("transA", 0) else a[1]
+    m, n = outs[0].shape
+    matrix = 2.0 * m * n * k
+    bias = m * n if len(ins) > 2 and ins[2] is not None else 0
+    return matrix + bias, matrix, 0.0, MatrixShape(1, m, n, k)
+
+
+def _conv(node, ins, outs):
+    wi = 3 if node.op_type == "QLinearConv" else 1
+    x, w, y = ins[0].shape, ins[wi].shape, outs[0].shape
+    groups = int(node.attr("group", 1))
+    k = w[1] * math.prod(w[2:])          # Cin/groups * Kh * Kw
+    spatial = math.prod(y[2:])
+    matrix = 2.0 * y[0] * y[1] * spatial * k
+    bias = math.prod(y) if len(ins) > 2 and ins[2] is not None and node.op_type == "Conv" else 0
+    depthwise = groups > 1 and groups == x[1] and w[1] == 1
+    shape = MatrixShape(groups, y[0] * spatial, y[1] // groups, k, "conv", depthwise)
+    return matrix + bias, matrix, 0.0, shape
+
+
+def _conv_transpose(node, ins, outs):
+    x, w = ins[0].shape, ins[1].shape
+    groups = int(node.attr("group", 1))
+    k = x[1] // groups
+    m = x[0] * math.prod(x[2:])
+    n = w[1] * math.prod(w[2:])
+    matrix = 2.0 * groups * m * n * k
+    return matrix, matrix, 0.0, MatrixShape(groups, m, n, k, "conv")
+
+
+def _einsum(node, ins, outs):
+    eq = str(node.attr("equation", "")).replace(" ", "")
+    sizes: dict[str, int] = {}
+    for term, spec in zip(eq.split("->")[0].split(","), ins):
+        for ch, d in zip(term, spec.shape):
+            sizes[ch] = max(sizes.get(ch, 1), d)
+    flops = 2.0 * math.prod(sizes.values())
+    return flops, flops, 0.0, None
+
+
+def _ms_attention(node, ins, outs):
+    """com.microsoft / opset-23 attention: 2 GEMMs of 2*B*H*Sq*Skv*d plus softmax (PRIMER section 2)."""
+    q = outs[0].shape
+    if node.op_type == "Attention" and node.domain == "com.microsoft":
+        b, s, hidden = ins[0].shape
+        heads = int(node.attr("num_heads", 1))
+        proj = 2.0 * b * s * hidden * ins[1].shape[-1]
+        skv, d = s, q[-1] // heads
+    else:
+        heads = int(node.attr("num_heads", node.attr("q_num_heads", 1)))
+        if len(q) == 4:
+            b, heads, s, d = q
+            skv = ins[1].shape[-2]
+        else:
+            b, s, hidden = q
+            d = hidden // max(heads, 1)
+            skv = ins[1].shape[1] if len(ins) > 1 and ins[1] is not None else s
+        proj = 0.0
+    attn = 2 * 2.0 * b * heads * s * skv * d
+    softmax = SOFTMAX * b * heads * s * skv
+    return proj + attn + softmax, proj + attn, b * heads * s * skv, MatrixShape(b * heads, s, skv, d, "attention")
+
+
+def _matmul_nbits(node, ins, outs):
+    m = math.prod(outs[0].shape[:-1])
+    n, k = int(node.attr("N")), int(node.attr("K"))
+    flops = 2.0 * m * n * k
+    return flops, flops, 0.0, MatrixShape(1, m, n, k)
+
+
+MATRIX_RULES: dict[str, WorkRule] = {
+    "MatMul": _matmul, "MatMulInteger": _matmul, "FusedMatMul": _matmul, "QLinearMatMul": _matmul,
+    "Gemm": _gemm, "Conv": _conv, "ConvInteger": _conv, "QLinearConv": _conv, "FusedConv": _conv,
+    "ConvTranspose": _conv_transpose, "Einsum": _einsum, "MatMulNBits": _matmul_nbits,
+    "Attention": _ms_attention, "MultiHeadAttention": _ms_attention, "GroupQueryAttention": _ms_attention,
+}
+
+
+def _elements(specs: list[TensorSpec | None]) -> int:
+    return sum(s.elements for s in specs if s is not None)
+
+
+def classify_op(op_type: str) -> OpClass:
+    if op_type in MATRIX_RULES:
+        return OpClass.MATRIX
+    if op_type in ELEMENTWISE:
+        return OpClass.ELEMENTWISE
+    if op_type in TRANSCENDENTAL:
+        return OpClass.TRANSCENDENTAL
+    if op_type in NORMALIZATION or op_type in REDUCTIONS or op_type in POOLING or op_type == "LRN":
+        return OpClass.REDUCTION
+    if op_type in DATA_MOVEMENT:
+        return OpClass.DATA_MOVEMENT
+    if op_type in VIEWS:
+        return OpClass.VIEW
+    if op_type in SHAPE_ONLY:
+        return OpClass.SHAPE_ONLY
+    if op_type in CONTROL:
+        return OpClass.CONTROL
+    return OpClass.UNMODELED
+
+
+def _vector_work(node: Node, op_class: OpClass, ins, outs) -> tuple[float, float]:
+    """(flops, sfu ops) of a non-matrix op."""
+    out_elems = _elements(outs[:1])
+    in_elems = ins[0].elements if ins and ins[0] is not None else 0
+    if node.op_type in ELEMENTWISE:
+        per, sfu = ELEMENTWISE[node.op_type]
+        n = out_elems * max(len([i for i in ins if i is not None]) - 1, 1) if node.op_type in ("Sum", "Mean") else out_elems
+        return per * n, sfu * n
+    if node.op_type in TRANSCENDENTAL:
+        per, sfu = TRANSCENDENTAL[node.op_type]
+        return per * out_elems, sfu * out_elems
+    if node.op_type in NORMALIZATION:
+        per, _ = NORMALIZATION[node.op_type]
+        rows = out_elems // max(outs[0].shape[-1], 1) if outs[0].shape else 1
+        return per * out_elems, rows  # one rsqrt per normalized row
+    if node.op_type == "LRN":
+        size = int(node.attr("size", 5))
+        return (2 * size + 3) * out_elems, out_elems  # window sum of squares, then a pow per element
+    if node.op_type in POOLING:
+        kernel = math.prod(node.attr("kernel_shape") or (1,))
+        return (in_elems if node.op_type.startswith("Global") else out_elems * kernel), 0.0
+    if node.op_type in REDUCTIONS:
+        return float(in_elems), 0.0
+    return 0.0, 0.0
+
+
+def _traffic(node: Node, op_class: OpClass, ins, outs, weights: frozenset[str]) -> tuple[float, float, float]:
+    """(bytes read, bytes written, weight bytes) of one op on its own."""
+    weight_bytes = sum(s.bytes for i, s in zip(node.inputs, ins) if s is not None and i in weights)
+    written = sum(s.bytes for s in outs)
+    if op_class in (OpClass.VIEW, OpClass.SHAPE_ONLY):
+        return 0.0, 0.0, weight_bytes
+    if node.op_type in ("Gather", "GatherElements", "GatherND", "Slice", "Expand", "Tile", "Pad"):
+        # only the gathered/kept elements are read; indices are read too
+        extra = sum(s.bytes for s in ins[1:] if s is not None and s.elements < 1 << 20)
+        return min(ins[0].bytes, outs[0].bytes) + extra, written, weight_bytes
+    read = sum(s.bytes for s in ins if s is not None)
+    return read, written, weight_bytes
+
+
+def estimate_node_work(node: Node, graph: Graph) -> NodeWork:
+    op_class = classify_op(node.op_type)
+    ins = [graph.spec(i) for i in node.inputs]
+    outs = [graph.spec(o) for o in node.outputs if o]
+    if any(o is None for o in outs) or any(s is None for i, s in zip(node.inputs, ins) if i):
+        why = dict(graph.unresolved).get(node.name, "shapes unknown")
+        return NodeWork(node.name, node.op_type, OpClass.UNMODELED, 0, 0, 0, 0, 0, 0,
+                        reason=f"shape unknown: {why}")
+    if op_class is OpClass.UNMODELED:
+        domain = f" (domain {node.domain})" if node.domain not in ("", "ai.onnx") else ""
+        read, written, weight = _traffic(node, op_class, ins, outs, graph.weights)
+        return NodeWork(node.name, node.op_type, op_class, 0, 0, 0, read, written, weight,
+                        reason=f"no work rule for {node.op_type}{domain}: its time is not estimated")
+    matrix = None
+    if op_class is OpClass.MATRIX:
+        flops, matrix_flops, sfu, matrix = MATRIX_RULES[node.op_type](node, ins, outs)
+    else:
+        flops, sfu = _vector_work(node, op_class, ins, outs)
+        matrix_flops = 0.0
+    read, written, weight = _traffic(node, op_class, ins, outs, graph.weights)
+    reason = "control flow runs on the host; its body is not modeled" if op_class is OpClass.CONTROL else ""
+    return NodeWork(node.name, node.op_type, op_class, float(flops), float(matrix_flops), float(sfu),
+                    float(read), float(written), float(weight), matrix, reason)
+
+
+def estimate_work(graph: Graph) -> tuple[NodeWork, ...]:
+    """Work of every live (not folded) node, in graph order, layer types not yet assigned."""
+    return tuple(estimate_node_work(n, graph) for n in graph.nodes)

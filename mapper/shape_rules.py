@@ -1,0 +1,553 @@
+"""Shape inference rules: op type -> output shapes, one small function per family.
+
+The importer calls `infer_node` for every node in topological order. A rule sees
+the input specs (concrete shapes) and, where the importer knows them, the input
+values (small constants: shape arithmetic), and returns the output shapes and
+element types. An op without a rule raises `NoRule`; the importer then falls
+back to onnx's own inference and finally marks the node unmodeled.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from mapper.graph import Node, TensorSpec
+
+Shape = tuple[int, ...]
+
+
+class NoRule(Exception):
+    """This op (or this use of it) has no shape rule here."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ctx:
+    node: Node
+    specs: tuple[TensorSpec | None, ...]      # one per node input ('' inputs are None)
+    values: tuple[np.ndarray | None, ...]     # known constant values, else None
+
+    def shape(self, i: int) -> Shape:
+        spec = self.specs[i] if i < len(self.specs) else None
+        if spec is None:
+            raise NoRule(f"input {i} of {self.node.op_type} has no known shape")
+        return spec.shape
+
+    def dtype(self, i: int = 0) -> str:
+        spec = self.specs[i] if i < len(self.specs) else None
+        return spec.dtype if spec is not None else "float32"
+
+    def value(self, i: int) -> np.ndarray:
+        v = self.values[i] if i < len(self.values) else None
+        if v is None:
+            raise NoRule(f"{self.node.op_type} needs the value of input {i}, which is computed at run time")
+        return v
+
+    def has(self, i: int) -> bool:
+        return i < len(self.node.inputs) and bool(self.node.inputs[i])
+
+    def ints(self, key: str, default: Sequence[int] | None = None) -> list[int] | None:
+        v = self.node.attr(key)
+        return list(v) if v is not None else (list(default) if default is not None else None)
+
+    def axes(self, input_index: int, rank: int) -> list[int] | None:
+        """Axes given as attribute (old opsets) or as an input (newer opsets), normalized."""
+        axes = self.ints("axes")
+        if axes is None and self.has(input_index):
+            axes = [int(a) for a in self.value(input_index).reshape(-1)]
+        return None if axes is None else [a + rank if a < 0 else a for a in axes]
+
+
+Out = list[tuple[Shape, str]]
+RULES: dict[str, Callable[[Ctx], Out]] = {}
+
+
+def rule(*op_types: str):
+    def register(fn: Callable[[Ctx], Out]) -> Callable[[Ctx], Out]:
+        for op in op_types:
+            RULES[op] = fn
+        return fn
+    return register
+
+
+def infer_node(ctx: Ctx) -> Out:
+    fn = RULES.get(ctx.node.op_type)
+    if fn is None:
+        raise NoRule(f"no shape rule for {ctx.node.op_type}")
+    return fn(ctx)
+
+
+def broadcast(*shapes: Shape) -> Shape:
+    try:
+        return tuple(int(d) for d in np.broadcast_shapes(*shapes))
+    except ValueError as exc:
+        raise NoRule(f"shapes {list(shapes)} do not broadcast") from exc
+
+
+# --- same shape as input 0 ---------------------------------------------------------------
+SAME_SHAPE = (
+    "Relu", "LeakyRelu", "PRelu", "Elu", "Selu", "Celu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh",
+    "Erf", "Gelu", "FastGelu", "QuickGelu", "BiasGelu", "Softplus", "Softsign", "Mish", "Exp", "Log",
+    "Sqrt", "Reciprocal", "Neg", "Abs", "Sign", "Floor", "Ceil", "Round", "Sin", "Cos", "Tan", "Asin",
+    "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Not", "IsNaN", "IsInf", "Clip",
+    "Softmax", "LogSoftmax", "Hardmax", "LRN", "Identity", "Trilu", "CumSum", "InstanceNormalization",
+    "GroupNormalization", "MeanVarianceNormalization", "LpNormalization", "Shrink", "ThresholdedRelu",
+    "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "ScatterND", "ScatterElements", "Scatter",
+    "RotaryEmbedding", "BiasDropout", "SimplifiedLayerNormalization", "RMSNormalization", "BiasSplitGelu",
+)
+
+
+@rule(*SAME_SHAPE)
+def _same(c: Ctx) -> Out:
+    return [(c.shape(0), c.dtype(0))] * max(1, len(c.node.outputs))
+
+
+@rule("Dropout", "BatchNormalization", "LayerNormalization", "SkipLayerNormalization",
+      "SkipSimplifiedLayerNormalization")
+def _norm_like(c: Ctx) -> Out:
+    out: Out = [(c.shape(0), c.dtype(0))]
+    # Extra outputs: Dropout mask (same shape), LayerNorm mean/inv_std (reduced), BN running stats.
+    for _ in c.node.outputs[1:]:
+        out.append((c.shape(0), c.dtype(0)))
+    return out
+
+
+# --- broadcasting elementwise -----------------------------------------------------------------
+BINARY = ("Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Sum", "Mean", "BitShift",
+          "And", "Or", "Xor", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual")
+COMPARE = {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Not"}
+
+
+@rule(*BINARY)
+def _broadcast(c: Ctx) -> Out:
+    shapes = [c.shape(i) for i in range(len(c.node.inputs)) if c.has(i)]
+    dtype = "bool" if c.node.op_type in COMPARE else c.dtype(0)
+    return [(broadcast(*shapes), dtype)]
+
+
+@rule("Where")
+def _where(c: Ctx) -> Out:
+    return [(broadcast(c.shape(0), c.shape(1), c.shape(2)), c.dtype(1))]
+
+
+@rule("Cast")
+def _cast(c: Ctx) -> Out:
+    from mapper.onnx_values import dtype_name  # local: avoids an import cycle at module load
+    return [(c.shape(0), dtype_name(int(c.node.attr("to", 1))))]
+
+
+@rule("CastLike")
+def _cast_like(c: Ctx) -> Out:
+    return [(c.shape(0), c.dtype(1))]
+
+
+# --- matrix ops ----------------------------------------------------------------------------
+def matmul_shape(a: Shape, b: Shape) -> Shape:
+    if len(a) == 0 or len(b) == 0:
+        raise NoRule("MatMul of a scalar")
+    a2 = (1,) + a if len(a) == 1 else a
+    b2 = b + (1,) if len(b) == 1 else b
+    if a2[-1] != b2[-2]:
+        raise NoRule(f"MatMul inner dims differ: {a} x {b}")
+    out = broadcast(a2[:-2], b2[:-2]) + (a2[-2], b2[-1])
+    if len(a) == 1:
+        out = out[:-2] + out[-1:]
+    if len(b) == 1:
+        out = out[:-1]
+    return out
+
+
+@rule("MatMul", "MatMulInteger", "FusedMatMul")
+def _matmul(c: Ctx) -> Out:
+    a, b = c.shape(0), c.shape(1)
+    if c.node.op_type == "FusedMatMul":
+        if c.node.attr("transA", 0) and len(a) >= 2:
+            a = a[:-2] + (a[-1], a[-2])
+        if c.node.attr("transB", 0) and len(b) >= 2:
+            b = b[:-2] + (b[-1], b[-2])
+    dtype = "int32" if c.node.op_type == "MatMulInteger" else c.dtype(0)
+    return [(matmul_shape(a, b), dtype)]
+
+
+@rule("MatMulNBits")
+def _matmul_nbits(c: Ctx) -> Out:
+    return [(c.shape(0)[:-1] + (int(c.node.attr("N")),), c.dtype(0))]
+
+
+@rule("Gemm")
+def _gemm(c: Ctx) -> Out:
+    a, b = c.shape(0), c.shape(1)
+    m = a[1] if c.node.attr("transA", 0) else a[0]
+    n = b[0] if c.node.attr("transB", 0) else b[1]
+    return [((m, n), c.dtype(0))]
+
+
+def _pool_out(size: int, k: int, s: int, pad: int, d: int, ceil: bool) -> int:
+    eff = d * (k - 1) + 1
+    span = size + pad - eff
+    out = (math.ceil(span / s) if ceil else span // s) + 1
+    if ceil and (out - 1) * s >= size + pad - (pad // 2 if pad else 0):
+        out -= 1  # the last window must start inside the padded input (onnx semantics)
+    return max(out, 0)
+
+
+def spatial_out(c: Ctx, x: Shape, kernel: Sequence[int], ceil: bool = False) -> tuple[int, ...]:
+    n = len(kernel)
+    strides = c.ints("strides", [1] * n)
+    dil = c.ints("dilations", [1] * n)
+    pads = c.ints("pads", [0] * (2 * n))
+    auto = c.node.attr("auto_pad", "NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    dims = []
+    for i in range(n):
+        size = x[2 + i]
+        if auto in ("SAME_UPPER", "SAME_LOWER"):
+            dims.append(math.ceil(size / strides[i]))
+        elif auto == "VALID":
+            dims.append((size - dil[i] * (kernel[i] - 1) - 1) // strides[i] + 1)
+        else:
+            dims.append(_pool_out(size, kernel[i], strides[i], pads[i] + pads[i + n], dil[i], ceil))
+    return tuple(dims)
+
+
+@rule("Conv", "ConvInteger", "QLinearConv", "FusedConv")
+def _conv(c: Ctx) -> Out:
+    wi = 3 if c.node.op_type == "QLinearConv" else 1
+    x, w = c.shape(0), c.shape(wi)
+    kernel = c.ints("kernel_shape") or list(w[2:])
+    return [((x[0], w[0]) + spatial_out(c, x, kernel), c.dtype(0))]
+
+
+@rule("ConvTranspose")
+def _conv_transpose(c: Ctx) -> Out:
+    x, w = c.shape(0), c.shape(1)
+    n = len(x) - 2
+    kernel = c.ints("kernel_shape") or list(w[2:])
+    group = int(c.node.attr("group", 1))
+    out_shape = c.ints("output_shape")
+    if out_shape:
+        return [((x[0], w[1] * group) + tuple(out_shape[-n:]), c.dtype(0))]
+    s = c.ints("strides", [1] * n)
+    d = c.ints("dilations", [1] * n)
+    p = c.ints("pads", [0] * (2 * n))
+    op = c.ints("output_padding", [0] * n)
+    dims = tuple(s[i] * (x[2 + i] - 1) + op[i] + ((kernel[i] - 1) * d[i] + 1) - p[i] - p[i + n] for i in range(n))
+    return [((x[0], w[1] * group) + dims, c.dtype(0))]
+
+
+@rule("MaxPool", "AveragePool", "LpPool")
+def _pool(c: Ctx) -> Out:
+    x = c.shape(0)
+    out = (x[0], x[1]) + spatial_out(c, x, c.ints("kernel_shape"), ceil=bool(c.node.attr("ceil_mode", 0)))
+    res: Out = [(out, c.dtype(0))]
+    if len(c.node.outputs) > 1:
+        res.append((out, "int64"))
+    return res
+
+
+@rule("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool")
+def _global_pool(c: Ctx) -> Out:
+    x = c.shape(0)
+    return [(x[:2] + (1,) * (len(x) - 2), c.dtype(0))]
+
+
+# --- reductions ----------------------------------------------------------------------------
+REDUCE = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+          "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")
+
+
+@rule(*REDUCE)
+def _reduce(c: Ctx) -> Out:
+    x = c.shape(0)
+    axes = c.axes(1, len(x))
+    keep = bool(c.node.attr("keepdims", 1))
+    if axes is None or (not axes and not c.node.attr("noop_with_empty_axes", 0)):
+        axes = list(range(len(x)))
+    out = tuple((1 if i in axes else d) for i, d in enumerate(x) if keep or i not in axes)
+    return [(out, c.dtype(0))]
+
+
+@rule("ArgMax", "ArgMin")
+def _arg(c: Ctx) -> Out:
+    x = c.shape(0)
+    axis = int(c.node.attr("axis", 0)) % max(len(x), 1)
+    keep = bool(c.node.attr("keepdims", 1))
+    out = tuple((1 if i == axis else d) for i, d in enumerate(x) if keep or i != axis)
+    return [(out, "int64")]
+
+
+@rule("TopK")
+def _topk(c: Ctx) -> Out:
+    x = list(c.shape(0))
+    axis = int(c.node.attr("axis", -1)) % len(x)
+    k = int(c.value(1).reshape(-1)[0]) if c.has(1) else int(c.node.attr("k"))
+    x[axis] = k
+    return [(tuple(x), c.dtype(0)), (tuple(x), "int64")]
+
+
+# --- data movement and views -------------------------------------------------------------------
+@rule("Transpose")
+def _transpose(c: Ctx) -> Out:
+    x = c.shape(0)
+    perm = c.ints("perm") or list(range(len(x)))[::-1]
+    return [(tuple(x[p] for p in perm), c.dtype(0))]
+
+
+def reshape_target(x: Shape, target: Sequence[int], allowzero: bool) -> Shape:
+    out = [int(t) for t in target]
+    for i, t in enumerate(out):
+        if t == 0 and not allowzero:
+            if i >= len(x):
+                raise NoRule("Reshape copies a dim that the input does not have")
+            out[i] = x[i]
+    if out.count(-1) > 1:
+        raise NoRule("Reshape has more than one -1")
+    if -1 in out:
+        known = math.prod(d for d in out if d != -1)
+        total = math.prod(x)
+        if known == 0 or total % known:
+            raise NoRule(f"Reshape cannot split {total} elements into {target}")
+        out[out.index(-1)] = total // known
+    if math.prod(out) != math.prod(x):
+        raise NoRule(f"Reshape of {x} into {tuple(out)} changes the element count")
+    return tuple(out)
+
+
+@rule("Reshape")
+def _reshape(c: Ctx) -> Out:
+    target = c.value(1).reshape(-1) if c.has(1) else c.ints("shape")
+    return [(reshape_target(c.shape(0), target, bool(c.node.attr("allowzero", 0))), c.dtype(0))]
+
+
+@rule("Flatten")
+def _flatten(c: Ctx) -> Out:
+    x = c.shape(0)
+    axis = int(c.node.attr("axis", 1))
+    axis = axis + len(x) if axis < 0 else axis
+    return [((math.prod(x[:axis]), math.prod(x[axis:])), c.dtype(0))]
+
+
+@rule("Squeeze")
+def _squeeze(c: Ctx) -> Out:
+    x = c.shape(0)
+    axes = c.axes(1, len(x))
+    if axes is None:
+        axes = [i for i, d in enumerate(x) if d == 1]
+    return [(tuple(d for i, d in enumerate(x) if i not in axes), c.dtype(0))]
+
+
+@rule("Unsqueeze")
+def _unsqueeze(c: Ctx) -> Out:
+    x = list(c.shape(0))
+    raw = c.ints("axes")
+    count = len(raw) if raw is not None else c.value(1).size
+    axes = c.axes(1, len(x) + count)
+    for a in sorted(axes):
+        x.insert(a, 1)
+    return [(tuple(x), c.dtype(0))]
+
+
+@rule("Concat")
+def _concat(c: Ctx) -> Out:
+    shapes = [c.shape(i) for i in range(len(c.node.inputs)) if c.has(i)]
+    rank = len(shapes[0])
+    axis = int(c.node.attr("axis", 0)) % max(rank, 1)
+    out = list(shapes[0])
+    out[axis] = sum(s[axis] for s in shapes)
+    return [(tuple(out), c.dtype(0))]
+
+
+@rule("Split")
+def _split(c: Ctx) -> Out:
+    x = list(c.shape(0))
+    axis = int(c.node.attr("axis", 0)) % len(x)
+    parts = c.ints("split")
+    if parts is None and c.has(1):
+        parts = [int(v) for v in c.value(1).reshape(-1)]
+    if parts is None:
+        n = int(c.node.attr("num_outputs", len(c.node.outputs)))
+        size = math.ceil(x[axis] / n)
+        parts = [min(size, x[axis] - i * size) for i in range(n)]
+    return [(tuple(x[:axis] + [p] + x[axis + 1:]), c.dtype(0)) for p in parts]
+
+
+@rule("Slice")
+def _slice(c: Ctx) -> Out:
+    x = list(c.shape(0))
+    if c.node.attr("starts") is not None:  # opset < 10: attributes
+        starts, ends = c.ints("starts"), c.ints("ends")
+        axes = c.ints("axes", list(range(len(starts))))
+        steps = [1] * len(starts)
+    else:
+        starts = [int(v) for v in c.value(1).reshape(-1)]
+        ends = [int(v) for v in c.value(2).reshape(-1)]
+        axes = [int(v) for v in c.value(3).reshape(-1)] if c.has(3) else list(range(len(starts)))
+        steps = [int(v) for v in c.value(4).reshape(-1)] if c.has(4) else [1] * len(starts)
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        a = a % len(x)
+        x[a] = len(range(*slice(s, e, st).indices(x[a])))
+    return [(tuple(x), c.dtype(0))]
+
+
+@rule("Gather")
+def _gather(c: Ctx) -> Out:
+    x, idx = c.shape(0), c.shape(1)
+    axis = int(c.node.attr("axis", 0)) % len(x)
+    return [(x[:axis] + idx + x[axis + 1:], c.dtype(0))]
+
+
+@rule("GatherElements")
+def _gather_elements(c: Ctx) -> Out:
+    return [(c.shape(1), c.dtype(0))]
+
+
+@rule("GatherND")
+def _gather_nd(c: Ctx) -> Out:
+    x, idx = c.shape(0), c.shape(1)
+    b = int(c.node.attr("batch_dims", 0))
+    return [(idx[:-1] + x[b + idx[-1]:], c.dtype(0))]
+
+
+@rule("Expand")
+def _expand(c: Ctx) -> Out:
+    return [(broadcast(c.shape(0), tuple(int(v) for v in c.value(1).reshape(-1))), c.dtype(0))]
+
+
+@rule("Tile")
+def _tile(c: Ctx) -> Out:
+    reps = c.value(1).reshape(-1)
+    return [(tuple(int(d * r) for d, r in zip(c.shape(0), reps)), c.dtype(0))]
+
+
+@rule("Pad")
+def _pad(c: Ctx) -> Out:
+    x = c.shape(0)
+    pads = c.ints("pads") or [int(v) for v in c.value(1).reshape(-1)]
+    n = len(pads) // 2
+    axes = list(range(len(x))) if not c.has(3) else [int(a) % len(x) for a in c.value(3).reshape(-1)]
+    out = list(x)
+    for j, a in enumerate(axes[:n]):
+        out[a] += pads[j] + pads[j + n]
+    return [(tuple(out), c.dtype(0))]
+
+
+@rule("Resize", "Upsample")
+def _resize(c: Ctx) -> Out:
+    x = c.shape(0)
+    if c.node.op_type == "Resize" and c.has(3):
+        sizes = [int(v) for v in c.value(3).reshape(-1)]
+        return [(tuple(sizes), c.dtype(0))]
+    scales_index = 2 if c.node.op_type == "Resize" else 1
+    scales = c.node.attr("scales") or [float(v) for v in c.value(scales_index).reshape(-1)]
+    return [(tuple(int(math.floor(d * s)) for d, s in zip(x, scales)), c.dtype(0))]
+
+
+@rule("DepthToSpace")
+def _d2s(c: Ctx) -> Out:
+    n, ch, h, w = c.shape(0)
+    b = int(c.node.attr("blocksize"))
+    return [((n, ch // (b * b), h * b, w * b), c.dtype(0))]
+
+
+@rule("SpaceToDepth")
+def _s2d(c: Ctx) -> Out:
+    n, ch, h, w = c.shape(0)
+    b = int(c.node.attr("blocksize"))
+    return [((n, ch * b * b, h // b, w // b), c.dtype(0))]
+
+
+@rule("OneHot")
+def _one_hot(c: Ctx) -> Out:
+    idx = list(c.shape(0))
+    depth = int(c.value(1).reshape(-1)[0])
+    axis = int(c.node.attr("axis", -1))
+    axis = axis + len(idx) + 1 if axis < 0 else axis
+    idx.insert(axis, depth)
+    return [(tuple(idx), c.dtype(2))]
+
+
+@rule("Einsum")
+def _einsum(c: Ctx) -> Out:
+    eq = c.node.attr("equation")
+    eq = (eq.decode() if isinstance(eq, bytes) else eq).replace(" ", "")
+    lhs, _, rhs = eq.partition("->")
+    sizes: dict[str, int] = {}
+    for term, i in zip(lhs.split(","), range(len(c.node.inputs))):
+        if "..." in term:
+            raise NoRule("Einsum with ellipsis")
+        for ch, d in zip(term, c.shape(i)):
+            sizes[ch] = max(sizes.get(ch, 1), d)
+    if not rhs:
+        rhs = "".join(sorted(ch for ch in sizes if lhs.count(ch) == 1))
+    return [(tuple(sizes[ch] for ch in rhs), c.dtype(0))]
+
+
+# --- shape producers ---------------------------------------------------------------------------
+@rule("Shape")
+def _shape(c: Ctx) -> Out:
+    rank = len(c.shape(0))
+    start = int(c.node.attr("start", 0))
+    end = c.node.attr("end")
+    return [((len(range(*slice(start, end).indices(rank))),), "int64")]
+
+
+@rule("Size")
+def _size(c: Ctx) -> Out:
+    return [((), "int64")]
+
+
+@rule("ConstantOfShape")
+def _const_of_shape(c: Ctx) -> Out:
+    from mapper.onnx_values import tensor_dtype  # local: avoids an import cycle at module load
+    value = c.node.attr("value")
+    dtype = tensor_dtype(value) if value is not None else "float32"
+    return [(tuple(int(v) for v in c.value(0).reshape(-1)), dtype)]
+
+
+@rule("Range")
+def _range(c: Ctx) -> Out:
+    start, limit, delta = (c.value(i).reshape(-1)[0] for i in range(3))
+    return [((max(int(math.ceil((limit - start) / delta)), 0),), c.dtype(0))]
+
+
+@rule("NonZero")
+def _nonzero(c: Ctx) -> Out:
+    v = c.value(0)
+    return [((v.ndim, int(np.count_nonzero(v))), "int64")]
+
+
+# --- contrib (com.microsoft) fused ops exporters emit --------------------------------------------
+@rule("Attention")
+def _ms_attention(c: Ctx) -> Out:
+    x = c.shape(0)
+    if c.node.domain in ("", "ai.onnx"):  # opset-23 Attention(Q, K, V, ...)
+        q, v = c.shape(0), c.shape(2)
+        if len(q) == 4:  # [B, heads, S, head_dim]
+            out = q[:-1] + (v[-1],)
+        else:  # [B, S, hidden]: V's head size times Q's head count
+            kv_heads = max(int(c.node.attr("kv_num_heads", 1)), 1)
+            out = q[:-1] + (v[-1] // kv_heads * max(int(c.node.attr("q_num_heads", 1)), 1),)
+        return [(out, c.dtype(0))] + [(c.shape(1), c.dtype(1))] * (len(c.node.outputs) - 1)
+    w = c.shape(1)
+    sizes = c.ints("qkv_hidden_sizes")
+    hidden = sizes[2] if sizes else w[-1] // 3
+    return [(x[:-1] + (hidden,), c.dtype(0))] * max(1, len(c.node.outputs))
+
+
+@rule("MultiHeadAttention", "GroupQueryAttention", "PackedAttention")
+def _ms_mha(c: Ctx) -> Out:
+    q = c.shape(0)
+    out: Out = [(q, c.dtype(0))]
+    for i in range(1, len(c.node.outputs)):
+        src = 3 + i if c.has(3 + i) else None  # present K/V follow past K/V's shape where given
+        out.append((c.shape(src) if src is not None else q, c.dtype(0)))
+    return out
+
+
+@rule("EmbedLayerNormalization")
+def _embed_ln(c: Ctx) -> Out:
+    ids = c.shape(0)
+    hidden = c.shape(2)[-1]
+    return [(ids + (hidden,), "float32"), ((ids[0],), "int32")][: max(1, len(c.node.outputs))]
