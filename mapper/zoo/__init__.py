@@ -1,0 +1,75 @@
+"""The built-in model zoo: real-size ONNX graphs generated here with onnx.helper, never downloaded.
+
+Weights are external data pointing at "<name>.weights.bin", a file that does not exist: the graphs
+carry dims only (Llama-2-70B serializes to well under 5 MB) and the importer never opens it.
+Graph input names: CNNs and ViT "pixel_values"; BERT "input_ids", "attention_mask"; decoders
+"input_ids" plus "past_key_values.{i}.key"/".value" (outputs "logits", "present.{i}.key"/".value").
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import onnx
+
+from mapper.errors import MapperError
+from mapper.zoo import cnn, llama, transformers
+
+BATCH = "images per batch"
+TOKENS_BATCH = "sequences per batch"
+ENCODER_SEQ = "tokens per sequence"
+DECODER_SEQ = "new tokens this step (prompt length at prefill, 1 per decode step)"
+DECODER_PAST = "tokens already in the KV cache (0 at prefill, context length at decode)"
+
+
+@dataclass(frozen=True, slots=True)
+class ZooEntry:
+    description: str
+    build: Callable[[], onnx.ModelProto]
+    dims: dict[str, str] = field(default_factory=dict)
+
+
+_ZOO: dict[str, ZooEntry] = {
+    "resnet50": ZooEntry("ResNet-50 v1.5 (torchvision), 224x224, Conv+BN+Relu, 25.6M params",
+                         cnn.build_resnet50, {"batch": BATCH}),
+    "mobilenetv2": ZooEntry("MobileNetV2 1.0 (torchvision), 224x224, depthwise convs, ReLU6, 3.5M params",
+                            cnn.build_mobilenetv2, {"batch": BATCH}),
+    "bert-base": ZooEntry("BERT-base uncased encoder with pooler (HF), 12 layers x 768, 109.5M params",
+                          transformers.build_bert, {"batch": TOKENS_BATCH, "seq": ENCODER_SEQ}),
+    "gpt2-small": ZooEntry("GPT-2 small decoder with KV cache (HF), 12 layers x 768, tied LM head, 124.4M params",
+                           transformers.build_gpt2,
+                           {"batch": TOKENS_BATCH, "seq": DECODER_SEQ, "past": DECODER_PAST + "; past + seq <= 1024"}),
+    "vit-b16": ZooEntry("ViT-B/16 (torchvision), 224x224, 197 tokens, 12 layers x 768, 86.6M params",
+                        transformers.build_vit, {"batch": BATCH}),
+    "llama2-7b": ZooEntry("Llama-2-7B decoder with KV cache (HF), 32 layers x 4096, 6.74B params",
+                          llama.build_llama2_7b, {"batch": TOKENS_BATCH, "seq": DECODER_SEQ, "past": DECODER_PAST}),
+    "llama2-70b": ZooEntry("Llama-2-70B decoder with KV cache and GQA (64 heads, 8 KV heads), 80 layers x 8192, "
+                           "68.98B params", llama.build_llama2_70b,
+                           {"batch": TOKENS_BATCH, "seq": DECODER_SEQ, "past": DECODER_PAST}),
+}
+ZOO_NAMES = tuple(_ZOO)
+SOURCE = "architecture reference"
+
+
+def list_zoo() -> list[dict]:
+    """One dict per built-in model: name, description, symbolic dims with their meaning, source."""
+    return [{"name": name, "description": entry.description, "dims": dict(entry.dims), "source": SOURCE}
+            for name, entry in _ZOO.items()]
+
+
+def build_zoo_model(name: str) -> onnx.ModelProto:
+    """A fresh ModelProto of the built-in model `name` (external-data weights, dims only)."""
+    entry = _ZOO.get(name)
+    if entry is None:
+        raise MapperError(f"unknown built-in model {name!r}; choose one of: {', '.join(ZOO_NAMES)}")
+    return entry.build()
+
+
+@functools.lru_cache(maxsize=None)
+def zoo_model_bytes(name: str) -> bytes:
+    """The serialized model, built once per process (the importer reads these bytes)."""
+    return build_zoo_model(name).SerializeToString()
+
+
+__all__ = ["ZOO_NAMES", "build_zoo_model", "list_zoo", "zoo_model_bytes"]

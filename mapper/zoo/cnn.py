@@ -1,0 +1,116 @@
+"""Built-in CNNs: torchvision ResNet-50 and MobileNetV2, exported with BatchNorm kept as nodes.
+
+Input "pixel_values" [batch, 3, 224, 224] NCHW float32, output "logits" [batch, 1000].
+Names follow torchvision's module paths (layer1.0.conv1.weight, features.3.conv.1.0.weight).
+"""
+from __future__ import annotations
+
+import onnx
+
+from mapper.zoo.blocks import gemm
+from mapper.zoo.builder import FLOAT, GraphBuilder
+
+BN_EPS = 1e-5  # torch.nn.BatchNorm2d default, used by both torchvision models
+
+
+def conv_bn(b: GraphBuilder, x: str, cin: int, cout: int, kernel: int, stride: int, conv: str, bn: str,
+            act: str | None, groups: int = 1) -> str:
+    """Conv (no bias) -> BatchNormalization -> optional Relu or ReLU6 (Clip 0..6)."""
+    pad = kernel // 2
+    with b.scope(conv):
+        w = b.weight("weight", [cout, cin // groups, kernel, kernel])
+        y = b.op("Conv", x, w, kernel_shape=[kernel, kernel], strides=[stride, stride],
+                 pads=[pad] * 4, group=groups, dilations=[1, 1])
+    with b.scope(bn):
+        y = b.op("BatchNormalization", y, *(b.weight(leaf, [cout]) for leaf in
+                                            ("weight", "bias", "running_mean", "running_var")), epsilon=BN_EPS)
+    if act == "relu":
+        return b.op("Relu", y)
+    if act == "relu6":
+        return b.op("Clip", y, b.scalar(0.0), b.scalar(6.0))
+    return y
+
+
+def classifier(b: GraphBuilder, x: str, channels: int, name: str) -> None:
+    """GlobalAveragePool -> Flatten -> Gemm to 1000 ImageNet classes, output "logits"."""
+    flat = b.op("Flatten", b.op("GlobalAveragePool", x), axis=1)
+    b.output(gemm(b, flat, channels, 1000, name), "logits", ["batch", 1000])
+
+
+def image_input(b: GraphBuilder) -> str:
+    return b.input("pixel_values", ["batch", 3, 224, 224], FLOAT)
+
+
+# -- ResNet-50 ----------------------------------------------------------------------------------
+RESNET50_BLOCKS = (3, 4, 6, 3)  # torchvision resnet50: Bottleneck, layers=[3, 4, 6, 3]
+BOTTLENECK_EXPANSION = 4
+
+
+def build_resnet50(inline_weights: bool = False) -> onnx.ModelProto:
+    """ResNet-50 v1.5 (torchvision.models.resnet50; stride on the 3x3 conv, 25,557,032 params).
+
+    Reference: torchvision/models/resnet.py (Bottleneck, _resnet(Bottleneck, [3, 4, 6, 3])),
+    He et al. 2016 "Deep Residual Learning for Image Recognition".
+    """
+    b = GraphBuilder("resnet50", inline_weights=inline_weights)
+    x = conv_bn(b, image_input(b), 3, 64, 7, 2, "conv1", "bn1", "relu")
+    x = b.op("MaxPool", x, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    cin = 64
+    for stage, blocks in enumerate(RESNET50_BLOCKS):
+        width = 64 * 2 ** stage
+        for index in range(blocks):
+            stride = 2 if stage > 0 and index == 0 else 1
+            with b.scope(f"layer{stage + 1}.{index}"):
+                x = _bottleneck(b, x, cin, width, stride)
+            cin = width * BOTTLENECK_EXPANSION
+    classifier(b, x, cin, "fc")
+    return b.build(build_resnet50.__doc__)
+
+
+def _bottleneck(b: GraphBuilder, x: str, cin: int, width: int, stride: int) -> str:
+    cout = width * BOTTLENECK_EXPANSION
+    y = conv_bn(b, x, cin, width, 1, 1, "conv1", "bn1", "relu")
+    y = conv_bn(b, y, width, width, 3, stride, "conv2", "bn2", "relu")
+    y = conv_bn(b, y, width, cout, 1, 1, "conv3", "bn3", None)
+    identity = x
+    if stride != 1 or cin != cout:
+        identity = conv_bn(b, x, cin, cout, 1, stride, "downsample.0", "downsample.1", None)
+    return b.op("Relu", b.op("Add", y, identity))
+
+
+# -- MobileNetV2 --------------------------------------------------------------------------------
+# torchvision mobilenetv2.py inverted_residual_setting: expand ratio t, channels c, repeats n, stride s
+MOBILENETV2_SETTING = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
+                       (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1))
+MOBILENETV2_STEM, MOBILENETV2_LAST = 32, 1280
+
+
+def build_mobilenetv2(inline_weights: bool = False) -> onnx.ModelProto:
+    """MobileNetV2 1.0 (torchvision.models.mobilenet_v2; 3,504,872 params).
+
+    Reference: torchvision/models/mobilenetv2.py (InvertedResidual, width_mult=1.0, last_channel
+    1280), Sandler et al. 2018 "MobileNetV2: Inverted Residuals and Linear Bottlenecks".
+    ReLU6 exports as Clip(0, 6); depthwise convs are Conv with group = channels.
+    """
+    b = GraphBuilder("mobilenetv2", inline_weights=inline_weights)
+    x = conv_bn(b, image_input(b), 3, MOBILENETV2_STEM, 3, 2, "features.0.0", "features.0.1", "relu6")
+    cin, feature = MOBILENETV2_STEM, 1
+    for expand, cout, repeats, first_stride in MOBILENETV2_SETTING:
+        for index in range(repeats):
+            with b.scope(f"features.{feature}.conv"):
+                x = _inverted_residual(b, x, cin, cout, first_stride if index == 0 else 1, expand)
+            cin, feature = cout, feature + 1
+    x = conv_bn(b, x, cin, MOBILENETV2_LAST, 1, 1, f"features.{feature}.0", f"features.{feature}.1", "relu6")
+    classifier(b, x, MOBILENETV2_LAST, "classifier.1")  # classifier.0 is Dropout: absent at inference
+    return b.build(build_mobilenetv2.__doc__)
+
+
+def _inverted_residual(b: GraphBuilder, x: str, cin: int, cout: int, stride: int, expand: int) -> str:
+    hidden = cin * expand
+    y, layer = x, 0
+    if expand != 1:
+        y = conv_bn(b, y, cin, hidden, 1, 1, "0.0", "0.1", "relu6")
+        layer = 1
+    y = conv_bn(b, y, hidden, hidden, 3, stride, f"{layer}.0", f"{layer}.1", "relu6", groups=hidden)
+    y = conv_bn(b, y, hidden, cout, 1, 1, f"{layer + 1}", f"{layer + 2}", None)
+    return b.op("Add", x, y) if stride == 1 and cin == cout else y
