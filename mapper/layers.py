@@ -30,7 +30,7 @@ LAYER_OF_CLASS: dict[OpClass, LayerType] = {
 
 # Between QK^T and Softmax: scale, mask, casts. After Softmax: casts, dropout.
 SCORE_OPS = frozenset({"Add", "Mul", "Div", "Sub", "Where", "Cast", "Max", "Min", "Clip"})
-PROB_OPS = frozenset({"Cast", "Dropout", "Identity"})
+PROB_OPS = frozenset({"Cast", "Dropout", "Identity", "IsNaN", "Where"})  # SDPA exports zero NaN rows
 # How K and V reach the attention MatMuls: head split, transposes, GQA's repeat_kv, scaling.
 KV_PATH_OPS = frozenset({"Transpose", "Reshape", "Expand", "Unsqueeze", "Squeeze", "Tile", "Cast", "Mul", "Div",
                          "Identity"})
@@ -62,18 +62,7 @@ def find_attention(graph: Graph) -> list[list[Node]]:
         score_path, qk = _walk_back(graph, softmax.inputs[0], SCORE_OPS)
         if qk is None or qk.op_type != "MatMul" or not all(_is_activation(graph, i) for i in qk.inputs[:2]):
             continue
-        pv, tensor, prob_path = None, softmax.outputs[0], []
-        for _ in range(4):
-            users = graph.users(tensor)
-            if len(users) != 1:
-                break
-            if users[0].op_type == "MatMul" and users[0].inputs[0] == tensor:
-                pv = users[0]
-                break
-            if users[0].op_type not in PROB_OPS:
-                break
-            prob_path.append(users[0])
-            tensor = users[0].outputs[0]
+        pv, prob_path = _find_pv(graph, softmax)
         if pv is None:
             continue
         block = [qk, *score_path, softmax, *prob_path, pv]
@@ -82,6 +71,23 @@ def find_attention(graph: Graph) -> list[list[Node]]:
             block.extend(n for n in path if all(u in block or u in path for u in _users_of(graph, n)))
         blocks.append(block)
     return blocks
+
+
+def _find_pv(graph: Graph, softmax: Node) -> tuple[Node | None, list[Node]]:
+    """The MatMul that multiplies the probabilities by V, and the casts/dropout/NaN guards before it."""
+    path: list[Node] = []
+    frontier = [softmax.outputs[0]]
+    for _ in range(4):
+        nxt = []
+        for tensor in frontier:
+            for user in graph.users(tensor):
+                if user.op_type == "MatMul" and user.inputs[0] == tensor:
+                    return user, path
+                if user.op_type in PROB_OPS and user not in path:
+                    path.append(user)
+                    nxt.extend(o for o in user.outputs if o)
+        frontier = nxt
+    return None, []
 
 
 def _users_of(graph: Graph, node: Node) -> list[Node]:

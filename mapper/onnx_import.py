@@ -144,13 +144,33 @@ def resolve_bindings(model: onnx.ModelProto, dims: dict[str, int] | None,
                   [n for n in free if shortcut in n.lower() and "past" not in n.lower() and "total" not in n.lower()]
         if not matches:  # exporters that name dims s0, s1...: batch is axis 0, sequence axis 1 of the ids
             matches = [n for n, (_, ax) in free.items() if ax == axis and n not in bound and ":" not in n][:1]
+        if not matches and not _fixed_axis_is(model, axis, int(value)):
+            raise MapperError(f"--{shortcut} {value}: this model has no free {shortcut} dim (its inputs are"
+                              f" {_input_shapes(model)}); bind its dims by name with --dim NAME=VALUE")
         for n in matches:
             bound.setdefault(n, int(value))
+    unknown = [k for k in dims or {} if k not in free]
+    if unknown:
+        raise MapperError(f"dim {unknown[0]!r} is not a symbolic dim of this model; its dims are:"
+                          f" {', '.join(free) or 'none (all input shapes are fixed)'}")
     missing = [n for n in free if n not in bound]
     if missing:
         raise MapperError(f"unbound dims: {', '.join(missing)}; bind each with --dim NAME=VALUE"
                           " (or --batch/--seq for the batch and sequence dims)")
     return {n: bound[n] for n in free} | {k: v for k, v in bound.items() if k not in free}
+
+
+def _input_shapes(model: onnx.ModelProto) -> str:
+    return "; ".join(f"{vi.name} [{', '.join(d.dim_param or str(d.dim_value) for d in vi.type.tensor_type.shape.dim)}]"
+                     for vi in graph_inputs(model))
+
+
+def _fixed_axis_is(model: onnx.ModelProto, axis: int, value: int) -> bool:
+    for vi in graph_inputs(model):
+        dims = vi.type.tensor_type.shape.dim
+        if len(dims) > axis and dims[axis].HasField("dim_value") and dims[axis].dim_value == value:
+            return True
+    return False
 
 
 def value_info_shape(vi: onnx.ValueInfoProto, bound: dict[str, int]) -> TensorSpec | None:

@@ -79,6 +79,7 @@ class MatrixShape:
     k: int
     kind: str = "gemm"          # gemm | conv | attention
     depthwise: bool = False     # K = Kh*Kw only: too little reuse for a matrix engine
+    a_elements: int = 0         # distinct elements of A when it is not m*k (conv: the input, not its im2col)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +135,7 @@ def _conv(node, ins, outs):
     matrix = 2.0 * y[0] * y[1] * spatial * k
     bias = math.prod(y) if len(ins) > 2 and ins[2] is not None and node.op_type == "Conv" else 0
     depthwise = groups > 1 and groups == x[1] and w[1] == 1
-    shape = MatrixShape(groups, y[0] * spatial, y[1] // groups, k, "conv", depthwise)
+    shape = MatrixShape(groups, y[0] * spatial, y[1] // groups, k, "conv", depthwise, math.prod(x) // groups)
     return matrix + bias, matrix, 0.0, shape
 
 

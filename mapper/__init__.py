@@ -1,0 +1,24 @@
+"""mapper: map an ONNX model onto an accelerator and say what limits it.
+
+The public API. The dashboard and the CLI use only these names.
+
+    workload = load_workload("resnet50", {"batch": 8})          # or a path, or uploaded bytes
+    result = map_workload(workload, load_hardware("h100-sxm"), PlanOptions(dtype="bf16"))
+    document = mapping_document(result)                          # what --json prints
+"""
+from mapper.errors import MapperError
+from mapper.graph import Graph, LayerType, OpClass
+from mapper.hardware import HardwareProfile, list_hardware, load_hardware
+from mapper.onnx_import import load_model
+from mapper.pipeline import BUILTIN_DEFAULT_DIMS, Workload, analyze_graph, load_workload, map_workload
+from mapper.report import mapping_document
+from mapper.result import KernelEstimate, MappingResult, PlanOptions
+from mapper.version import __version__
+from mapper.zoo import ZOO_NAMES, build_zoo_model, list_zoo, zoo_model_bytes
+
+__all__ = [
+    "MapperError", "Graph", "LayerType", "OpClass", "HardwareProfile", "list_hardware", "load_hardware",
+    "load_model", "BUILTIN_DEFAULT_DIMS", "Workload", "analyze_graph", "load_workload", "map_workload",
+    "mapping_document", "KernelEstimate", "MappingResult", "PlanOptions", "__version__", "ZOO_NAMES",
+    "build_zoo_model", "list_zoo", "zoo_model_bytes",
+]

@@ -1,0 +1,5 @@
+import sys
+
+from mapper.cli import main
+
+sys.exit(main())

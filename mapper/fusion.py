@@ -1,0 +1,161 @@
+"""Fusion planning: nodes -> kernels, by an ordered table of rules (first match wins).
+
+Stage four. Each rule names the ops it may start from, the ops it may absorb,
+how far it may grow and under which policies it applies. A group is legal only
+when at most one of its tensors is consumed outside it (the kernel's output) and
+its working set fits on chip; every kernel records its nodes and its rule.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mapper.graph import Graph, LayerType, OpClass
+from mapper.ops import NodeWork
+
+EPILOGUE_OPS = frozenset({"Add", "Sub", "Mul", "Div", "Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "Erf", "Gelu",
+                          "FastGelu", "BiasGelu", "QuickGelu", "HardSwish", "HardSigmoid", "Cast", "Where",
+                          "BatchNormalization", "Pow", "Softplus", "Mish", "Elu", "Selu", "Max", "Min"})
+ELEMENTWISE_CLASSES = frozenset({OpClass.ELEMENTWISE, OpClass.TRANSCENDENTAL})
+
+
+@dataclass(frozen=True, slots=True)
+class FusionRule:
+    name: str
+    policies: frozenset[str]        # fusion policies under which the rule applies
+    starts: str                     # "attention" | "norm" | "matrix" | "elementwise"
+    absorbs: frozenset[str]         # op types the group may grow into
+    max_ops: int                    # nodes in one kernel, the start included
+
+
+# Ordered: the first rule whose start matches a node claims it.
+FUSION_RULES: tuple[FusionRule, ...] = (
+    FusionRule("flash-attention", frozenset({"aggressive"}), "attention", frozenset(), 64),
+    FusionRule("norm", frozenset({"default", "aggressive"}), "norm", frozenset(), 16),
+    FusionRule("gemm-epilogue", frozenset({"aggressive"}), "matrix", EPILOGUE_OPS, 10),
+    FusionRule("gemm-epilogue", frozenset({"default"}), "matrix", EPILOGUE_OPS, 4),
+    FusionRule("elementwise-chain", frozenset({"default", "aggressive"}), "elementwise", EPILOGUE_OPS | {
+        "Exp", "Log", "Sqrt", "Reciprocal", "Neg", "Abs", "Sin", "Cos", "Not", "Equal", "Less", "Greater",
+        "And", "Or", "Softsign", "Sign"}, 12),
+)
+MATRIX_STARTS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "FusedMatMul", "MatMulNBits", "MatMulInteger",
+                           "QLinearConv", "QLinearMatMul", "ConvInteger", "FusedConv"})
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """A fusion group before costing: node names in graph order and its rule."""
+
+    nodes: tuple[str, ...]
+    rule: str
+
+
+def _start_kinds(w: NodeWork) -> tuple[str, ...]:
+    """The rule starts a node can open, most specific first (attention nodes fall back to plain rules)."""
+    kinds = []
+    if w.layer_type is LayerType.ATTENTION and w.layer_group >= 0:
+        kinds.append("attention")
+    if w.layer_type is LayerType.NORMALIZATION and (w.layer_group >= 0 or w.op_class is OpClass.REDUCTION):
+        kinds.append("norm")
+    elif w.op_type in MATRIX_STARTS:
+        kinds.append("matrix")
+    elif w.op_class in ELEMENTWISE_CLASSES and w.op_type != "Softmax":
+        kinds.append("elementwise")
+    return tuple(kinds)
+
+
+class _Planner:
+    def __init__(self, graph: Graph, work: tuple[NodeWork, ...]):
+        self.graph = graph
+        self.work = {w.name: w for w in work}
+        self.order = [n.name for n in graph.nodes]
+        self.taken: set[str] = set()
+        self.node = {n.name: n for n in graph.nodes}
+
+    def escaping(self, group: list[str]) -> set[str]:
+        """Tensors made inside the group that someone outside it (or the graph output) reads."""
+        inside = set(group)
+        out = set()
+        for name in group:
+            for t in self.node[name].outputs:
+                if not t:
+                    continue
+                if t in self.graph.outputs or any(self._kernel_users_outside(t, inside)):
+                    out.add(t)
+        return out
+
+    def _kernel_users_outside(self, tensor: str, inside: set[str]):
+        for user in self.graph.users(tensor):
+            if user.name in inside:
+                continue
+            if self.work[user.name].op_class is OpClass.VIEW:  # look through free views
+                yield from self._kernel_users_outside(user.outputs[0], inside) if user.outputs else ()
+                if any(o in self.graph.outputs for o in user.outputs):
+                    yield user
+            else:
+                yield user
+
+    def _users_through_views(self, tensor: str):
+        for user in self.graph.users(tensor):
+            if self.work[user.name].op_class is OpClass.VIEW and user.outputs:
+                yield from self._users_through_views(user.outputs[0])
+            else:
+                yield user
+
+    def grow(self, start: str, rule: FusionRule) -> list[str]:
+        """Greedy closure over absorbable users, then trimmed back until the group is legal."""
+        group = [start]
+        frontier = [start]
+        group_id = self.work[start].layer_group
+        while frontier and len(group) < rule.max_ops:
+            name = frontier.pop(0)
+            for t in self.node[name].outputs:
+                for user in self._users_through_views(t):
+                    u = user.name
+                    if u in group or u in self.taken or user.op_type not in rule.absorbs or len(group) >= rule.max_ops:
+                        continue
+                    if self.work[u].op_class is OpClass.UNMODELED or self.work[u].layer_group not in (-1, group_id):
+                        continue  # never pull a node out of another recognized block
+                    group.append(u)
+                    frontier.append(u)
+        while len(group) > 1 and len(self.escaping(group)) > 1:
+            group.pop()
+        return group
+
+    def block(self, w: NodeWork) -> list[str]:
+        return [n for n in self.order if n not in self.taken and self.work[n].layer_group == w.layer_group]
+
+    def plan(self, policy: str, attention_fusion: bool) -> list[Group]:
+        groups: list[Group] = []
+        for name in self.order:
+            if name in self.taken:
+                continue
+            w = self.work[name]
+            if w.op_class in (OpClass.VIEW, OpClass.SHAPE_ONLY):
+                self.taken.add(name)
+                continue
+            kinds = _start_kinds(w)
+            chosen: list[str] = [name]
+            rule_name = "single"
+            for rule in FUSION_RULES:
+                applies = policy in rule.policies or (rule.starts == "attention" and attention_fusion)
+                if not applies or rule.starts not in kinds or policy == "none" and rule.starts != "attention":
+                    continue
+                if rule.starts in ("attention", "norm"):
+                    members = self.block(w) if w.layer_group >= 0 else [name]
+                    candidate = [m for m in members if self.work[m].op_class not in (OpClass.VIEW,)]
+                else:
+                    candidate = self.grow(name, rule)
+                if len(candidate) > 1 or rule.starts == "norm":
+                    chosen, rule_name = candidate, rule.name
+                    break
+            self.taken.update(chosen)
+            if rule_name in ("flash-attention", "norm") and w.layer_group >= 0:
+                # the views inside the block are free and belong to it
+                self.taken.update(n for n in self.block(w))
+            groups.append(Group(tuple(chosen), rule_name))
+        return groups
+
+
+def plan_fusion(graph: Graph, work: tuple[NodeWork, ...], policy: str, attention_fusion: bool) -> list[Group]:
+    """Fusion groups in graph order. `policy` is none | default | aggressive."""
+    return _Planner(graph, work).plan(policy, attention_fusion)

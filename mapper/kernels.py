@@ -1,0 +1,158 @@
+"""Fusion groups -> `Kernel` records: boundary traffic at the plan's precision, engine, layer type.
+
+Stage five. A tensor made and used inside one kernel never reaches DRAM; what
+crosses the boundary is read or written once. Precision scales the bytes of
+floating-point tensors (activations at the plan dtype, weights at the weight
+dtype); integer tensors (token ids, indices) keep their own size.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from mapper.errors import MapperError
+from mapper.fusion import Group
+from mapper.graph import Graph, LayerType, OpClass, TensorSpec
+from mapper.hardware import HardwareProfile
+from mapper.ops import MatrixShape, NodeWork
+from mapper.result import Kernel
+
+PLAN_DTYPE_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+MODEL_DTYPES = {"float32": "fp32", "float": "fp32", "float16": "fp16", "bfloat16": "bf16", "double": "fp32",
+                "float8e4m3fn": "fp8", "int8": "int8", "uint8": "int8"}
+FLOAT_TYPES = frozenset({"float32", "float", "float16", "bfloat16", "double", "float8e4m3fn", "float8e5m2"})
+PRECISION_RANK = {"fp32": 5, "tf32": 4, "bf16": 3, "fp16": 3, "fp8": 1, "int8": 1, "int4": 0}
+# Ops whose DRAM reads are only the elements they select (the work model's partial-read rule).
+PARTIAL_READ_OPS = frozenset({"Gather", "GatherElements", "GatherND", "Slice", "Expand", "Tile", "Pad"})
+LOW_REUSE_K = 16        # a matrix op with K below this has too little reuse for a matrix engine (PRIMER s2)
+
+
+def model_dtype(graph: Graph) -> str:
+    """The model's own precision: the float type that holds most weight elements."""
+    counts: dict[str, int] = {}
+    for w in graph.weights:
+        spec = graph.tensors[w]
+        if spec.dtype in FLOAT_TYPES:
+            counts[spec.dtype] = counts.get(spec.dtype, 0) + spec.elements
+    if not counts:
+        return "fp32"
+    return MODEL_DTYPES.get(max(counts, key=counts.get), "fp32")
+
+
+class Sizer:
+    """Bytes of a tensor under the plan's precision."""
+
+    def __init__(self, graph: Graph, dtype: str, weight_dtype: str):
+        if dtype not in PLAN_DTYPE_BYTES:
+            raise MapperError(f"dtype {dtype!r} is not one of {', '.join(PLAN_DTYPE_BYTES)}")
+        self.graph = graph
+        self.act = PLAN_DTYPE_BYTES[dtype]
+        self.weight = PLAN_DTYPE_BYTES[dtype if weight_dtype == "same" else weight_dtype]
+
+    def bytes(self, spec: TensorSpec) -> float:
+        if spec.dtype not in FLOAT_TYPES:
+            return spec.bytes
+        per = self.weight if spec.name in self.graph.weights else self.act
+        return spec.elements * per
+
+
+def _layer_type(members: list[NodeWork]) -> LayerType:
+    if any(w.layer_type is LayerType.ATTENTION for w in members):
+        return LayerType.ATTENTION
+    for w in members:
+        if w.matrix is not None:
+            return w.layer_type
+    return members[0].layer_type
+
+
+def _matrix_shape(members: list[NodeWork], rule: str) -> MatrixShape | None:
+    shapes = [w.matrix for w in members if w.matrix is not None]
+    if not shapes:
+        return None
+    if rule == "flash-attention":  # QK^T: (B*H) x Sq x Skv x d; PV has the same extents
+        qk = shapes[0]
+        return MatrixShape(qk.batch, qk.m, qk.n, qk.k, "attention")
+    return shapes[0]
+
+
+def _engine(members: list[NodeWork], matrix: MatrixShape | None) -> str:
+    if any(w.op_class in (OpClass.CONTROL, OpClass.UNMODELED) for w in members):
+        return "host"
+    if matrix is not None:
+        return "vector" if matrix.depthwise or matrix.k < LOW_REUSE_K else "matrix"
+    return "vector"
+
+
+def build_kernel(graph: Graph, group: Group, work: dict[str, NodeWork], sizer: Sizer) -> Kernel:
+    members = [work[n] for n in group.nodes]
+    inside = set(group.nodes)
+    node_of = {n.name: n for n in graph.nodes if n.name in inside}
+    made = {t for n in node_of.values() for t in n.outputs if t}
+    read: dict[str, float] = {}
+    for name in group.nodes:
+        node, w = node_of[name], work[name]
+        for t in node.inputs:
+            if not t or t in made or t in read:
+                continue
+            spec = graph.tensors.get(t)
+            if spec is None:
+                continue
+            full = sizer.bytes(spec)
+            if node.op_type in PARTIAL_READ_OPS and t == node.inputs[0] and spec.bytes > 0:
+                full = full * min(1.0, w.bytes_read / spec.bytes)
+            read[t] = full
+    written = 0.0
+    for name in group.nodes:
+        for t in node_of[name].outputs:
+            if t and t in graph.tensors and (t in graph.outputs or any(u.name not in inside for u in graph.users(t))):
+                written += sizer.bytes(graph.tensors[t])
+    weight = sum(sizer.bytes(graph.tensors[t]) for t in read if t in graph.weights)
+    matrix = _matrix_shape(members, group.rule)
+    rows = length = 0
+    for w in members:
+        if w.op_type in ("Softmax", "LogSoftmax", "LayerNormalization", "SimplifiedLayerNormalization",
+                         "RMSNormalization", "ReduceMean", "SkipLayerNormalization", "GroupNormalization",
+                         "InstanceNormalization", "ReduceSum", "ReduceMax"):
+            spec = graph.tensors.get(node_of[w.name].inputs[0])
+            if spec is not None and spec.shape:
+                length = spec.shape[-1]
+                rows = spec.elements // max(length, 1)
+                break
+    first = members[0]
+    name = first.name if len(members) == 1 else f"{first.name}+{len(members) - 1}"
+    return Kernel(
+        name=name, nodes=tuple(group.nodes), op_types=tuple(w.op_type for w in members), rule=group.rule,
+        engine=_engine(members, matrix), layer_type=_layer_type(members),
+        flops=sum(w.flops for w in members), matrix_flops=sum(w.matrix_flops for w in members),
+        sfu_ops=sum(w.sfu_ops for w in members), dram_bytes=sum(read.values()) + written, weight_bytes=weight,
+        matrix=matrix, reduction_rows=rows, reduction_length=length,
+    )
+
+
+def build_kernels(graph: Graph, groups: list[Group], work: tuple[NodeWork, ...], sizer: Sizer,
+                  hw: HardwareProfile, attention_fits) -> list:
+    """Kernels for the groups; a flash-attention group whose tiles do not fit SRAM is split back."""
+    by_name = {w.name: w for w in work}
+    kernels = []
+    for group in groups:
+        if group.rule == "flash-attention":
+            members = [by_name[n] for n in group.nodes]
+            shape = _matrix_shape(members, group.rule)
+            if shape is None or not attention_fits(shape, sizer.act, hw):
+                for n in group.nodes:
+                    k = build_kernel(graph, Group((n,), "single"), by_name, sizer)
+                    kernels.append(replace(k, note="flash-attention rejected: its tiles do not fit on-chip SRAM"))
+                continue
+        kernels.append(build_kernel(graph, group, by_name, sizer))
+    return kernels
+
+
+def precision_caveats(model_precision: str, dtype: str, weight_dtype: str) -> list[str]:
+    caveats = []
+    if PRECISION_RANK.get(dtype, 5) < PRECISION_RANK.get(model_precision, 5):
+        caveats.append(f"Runs at {dtype}, below the model's own {model_precision}: accept it only with accuracy"
+                       f" evidence on production data and a fallback plan at {model_precision}.")
+    if weight_dtype != "same":
+        caveats.append(f"Weight-only {weight_dtype} quantization: needs quality evidence (perplexity/accuracy)"
+                       " and a fallback to unquantized weights.")
+    return caveats
+

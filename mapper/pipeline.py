@@ -1,0 +1,192 @@
+"""The pipeline, top to bottom: one function per question a reviewer asks.
+
+    load_model        ONNX -> Graph at bound shapes                      (onnx_import)
+    analyze_graph     Graph -> per-node work and layer types             (ops, layers)
+    map_workload      + hardware + options:
+        plan_fusion       nodes -> fusion groups (ordered rule table)     (fusion)
+        build_kernels     groups -> kernels with boundary traffic, engine (kernels)
+        plan_layout       conv layout, transposes inserted                (layout)
+        estimate_kernels  tiling search, cost, power cap, bottleneck     (tiling, cost, bottleneck)
+        roll_up           totals and layer-type figures                   (rollup)
+
+Follow one model through here to see every stage in order.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+
+from mapper.bottleneck import Facts, classify
+from mapper.cost import estimate_cost
+from mapper.errors import MapperError
+from mapper.fusion import plan_fusion
+from mapper.graph import Graph, OpClass
+from mapper.hardware import HardwareProfile
+from mapper.kernels import PLAN_DTYPE_BYTES, Sizer, build_kernels, model_dtype, precision_caveats
+from mapper.layers import assign_layer_types
+from mapper.layout import LAYOUTS, plan_layout
+from mapper.onnx_import import load_model
+from mapper.ops import NodeWork, estimate_work
+from mapper.result import Kernel, KernelEstimate, MappingResult, PlanOptions
+from mapper.rollup import STALL_DEFINITION, roll_up
+from mapper.tiling import attention_fits
+from mapper.version import __version__
+
+FUSION_POLICIES = ("none", "default", "aggressive")
+
+# Bindings a built-in model starts from when the user gives none (the dashboard's
+# default view; files get no defaults: an unbound dim there is an error).
+BUILTIN_DEFAULT_DIMS = {"batch": 1, "seq": 128, "past": 0}
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A model's graph at concrete shapes and the work of each of its nodes."""
+
+    graph: Graph
+    nodes: tuple[NodeWork, ...]
+
+    @property
+    def flops(self) -> float:
+        return sum(n.flops for n in self.nodes)
+
+    @property
+    def matrix_flops(self) -> float:
+        return sum(n.matrix_flops for n in self.nodes)
+
+    @property
+    def bytes(self) -> float:
+        return sum(n.bytes for n in self.nodes)
+
+    @property
+    def weight_bytes(self) -> float:
+        return float(sum(self.graph.tensors[w].bytes for w in self.graph.weights))
+
+    @property
+    def unmodeled(self) -> tuple[NodeWork, ...]:
+        return tuple(n for n in self.nodes if n.op_class is OpClass.UNMODELED or n.reason)
+
+
+def analyze_graph(graph: Graph) -> Workload:
+    return Workload(graph, assign_layer_types(graph, estimate_work(graph)))
+
+
+def is_builtin(source) -> bool:
+    from mapper.zoo import ZOO_NAMES
+    return isinstance(source, str) and source in ZOO_NAMES
+
+
+def load_workload(source: str | os.PathLike | bytes, dims: dict[str, int] | None = None, *,
+                  batch: int | None = None, seq: int | None = None) -> Workload:
+    """A built-in name, a path or uploaded bytes -> its workload at the bindings."""
+    if is_builtin(source):
+        from mapper.zoo import zoo_model_bytes
+        dims = dict(dims or {})
+        for key, value in BUILTIN_DEFAULT_DIMS.items():
+            shortcut = {"batch": batch, "seq": seq}.get(key)
+            dims.setdefault(key, shortcut if shortcut is not None else value)
+        graph = load_model(zoo_model_bytes(source), dims=_only_model_dims(source, dims), name=source)
+        return analyze_graph(graph)
+    if isinstance(source, str) and not os.path.exists(source) and not source.endswith(".onnx"):
+        from mapper.zoo import ZOO_NAMES
+        raise MapperError(f"model {source!r} is neither a file nor a built-in; built-ins: {', '.join(ZOO_NAMES)}")
+    return analyze_graph(load_model(source, dims=dims, batch=batch, seq=seq))
+
+
+def _only_model_dims(name: str, dims: dict[str, int]) -> dict[str, int]:
+    """Defaults cover batch/seq/past; keep only the dims this built-in has (ViT has no seq)."""
+    from mapper.zoo import list_zoo
+    names = next(entry["dims"] for entry in list_zoo() if entry["name"] == name)
+    return {k: v for k, v in dims.items() if k in names or k not in BUILTIN_DEFAULT_DIMS}
+
+
+def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOptions = PlanOptions()) -> MappingResult:
+    """Map a workload onto a device: fusion -> layout -> tiling + cost -> classes -> roll-up."""
+    graph = workload.graph
+    options = validate_options(options)
+    own = model_dtype(graph)
+    dtype = own if options.dtype == "auto" else options.dtype
+    if dtype != "fp32":
+        hardware.matrix_peak(dtype)  # an unsupported dtype is an error naming the dtypes the device has
+    sizer = Sizer(graph, dtype, options.weight_dtype)
+    attention_fusion = options.fusion == "aggressive" if options.attention_fusion is None else options.attention_fusion
+    groups = plan_fusion(graph, workload.nodes, options.fusion, attention_fusion)
+    kernels = build_kernels(graph, groups, workload.nodes, sizer, hardware, attention_fits)
+    kernels, layout = plan_layout(graph, kernels, options.layout, hardware.preferred_conv_layout, sizer)
+    estimates = estimate_kernels(kernels, hardware, dtype, sizer, options.power_cap_w)
+    peak = hardware.matrix_peak(dtype)
+    layers, totals = roll_up(estimates, graph, workload.flops, workload.matrix_flops,
+                             sum(sizer.bytes(graph.tensors[w]) for w in graph.weights), peak, dtype)
+    return MappingResult(
+        model_name=graph.name, model_sha256=graph.sha256, dims=graph.dims, hardware_name=hardware.name,
+        hardware_sha256=hardware.sha256, options=options, nodes=workload.nodes, kernels=tuple(estimates),
+        layers=layers, totals=totals,
+        unmodeled=tuple((n.name, n.op_type, n.reason) for n in workload.unmodeled),
+        caveats=tuple(precision_caveats(own, dtype, options.weight_dtype)),
+        assumptions=assumptions_used(hardware, dtype, layout), engine_version=__version__,
+        created_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"), node_count=len(graph.nodes),
+    )
+
+
+def estimate_kernels(kernels: list[Kernel], hw: HardwareProfile, dtype: str, sizer: Sizer,
+                     power_cap_w: float | None) -> list[KernelEstimate]:
+    """Tile, cost and classify each kernel, placing it on the one-stream timeline."""
+    out, start = [], 0.0
+    ridge = hw.ridge_point(dtype) if dtype != "fp32" or "fp32" in hw.matrix_peak_flops_per_s else \
+        hw.vector_peak("fp32") / hw.dram_bandwidth_bytes_per_s
+    for k in kernels:
+        c = estimate_cost(k, hw, dtype, sizer.act, sizer.weight, power_cap_w)
+        chosen = c.tiling.chosen
+        facts = Facts(c.engine, c.time_s, c.compute_time_s, c.memory_time_s, c.overhead_s, c.sync_s,
+                      k.flops / c.dram_bytes if c.dram_bytes else float("inf"), ridge,
+                      chosen.waves if chosen else 0, chosen.wave_efficiency if chosen else 1.0,
+                      chosen.padding_efficiency if chosen else 1.0)
+        bottleneck, evidence, owner = classify(facts)
+        stall = max(0.0, c.memory_time_s - c.compute_time_s) / c.time_s if c.time_s else 0.0
+        out.append(KernelEstimate(
+            kernel=replace(k, engine=c.engine), tiling=c.tiling, dtype=dtype, time_s=c.time_s,
+            compute_time_s=c.compute_time_s, memory_time_s=c.memory_time_s, overhead_s=c.overhead_s,
+            sync_s=c.sync_s, dram_bytes=c.dram_bytes, l2_bytes=c.l2_bytes,
+            intensity_flop_per_byte=facts.intensity, achieved_flops_per_s=k.flops / c.time_s if c.time_s else 0.0,
+            stall_fraction=min(stall, 1.0), energy_j=c.energy_j, avg_power_w=c.avg_power_w, throttled=c.throttled,
+            bottleneck=bottleneck, evidence=evidence, owner=owner, start_s=start))
+        start += c.time_s
+    return out
+
+
+def validate_options(options: PlanOptions) -> PlanOptions:
+    checks = (("dtype", options.dtype, ("auto", *PLAN_DTYPE_BYTES)), ("fusion", options.fusion, FUSION_POLICIES),
+              ("weight_dtype", options.weight_dtype, ("same", "int8", "int4")), ("layout", options.layout, LAYOUTS))
+    for field, value, allowed in checks:
+        if value not in allowed:
+            raise MapperError(f"option {field}={value!r} is not one of {', '.join(allowed)}")
+    if options.power_cap_w is not None and not (options.power_cap_w > 0 and options.power_cap_w < 1e5):
+        raise MapperError(f"option power_cap_w={options.power_cap_w!r} must be a positive number of watts")
+    return options
+
+
+def assumptions_used(hw: HardwareProfile, dtype: str, layout: str) -> tuple[tuple[str, str, str], ...]:
+    """Every profile value (with its source) and every modeling constant the estimate used."""
+    from mapper import bottleneck, tiling
+    rows = [(key, str(value), hw.sources.get(key, "")) for key, value in flatten_profile(hw)]
+    rows.append(("plan.dtype", dtype, "plan option (auto = the model's own precision)"))
+    rows.append(("plan.conv_layout", layout, "plan option (auto = the profile's preferred layout)"))
+    for mod, names in ((tiling, ("SRAM_BYTES_PER_CLOCK", "OVERLAP_EXPONENT", "L2_REUSE_FRACTION", "ACCUMULATOR_BYTES")),
+                       (bottleneck, ("LAUNCH_SHARE", "SYNC_SHARE", "OCCUPANCY_LIMIT"))):
+        for name in names:
+            rows.append((f"{mod.__name__}.{name}", str(getattr(mod, name)), "modeling constant (see the module)"))
+    rows.append(("definition.memory_stall_fraction", STALL_DEFINITION, "mapper/rollup.py"))
+    return tuple(rows)
+
+
+def flatten_profile(hw: HardwareProfile) -> list[tuple[str, object]]:
+    def walk(prefix, value):
+        if isinstance(value, dict) and "value" in value:
+            yield prefix, value["value"]
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                yield from walk(f"{prefix}.{k}" if prefix else k, v)
+        else:
+            yield prefix, value
+    return list(walk("", hw.to_dict()))

@@ -1,0 +1,2 @@
+"""The engine version recorded on every sheet."""
+__version__ = "0.1.0"
