@@ -24,6 +24,9 @@ PRECISION_RANK = {"fp32": 5, "tf32": 4, "bf16": 3, "fp16": 3, "fp8": 1, "int8": 
 # Ops whose DRAM reads are only the elements they select (the work model's partial-read rule).
 PARTIAL_READ_OPS = frozenset({"Gather", "GatherElements", "GatherND", "Slice", "Expand", "Tile", "Pad"})
 LOW_REUSE_K = 16        # a matrix op with K below this has too little reuse for a matrix engine (PRIMER s2)
+# Skinny products (decode-step GEMV, M of a few rows) run as GEMV kernels on the vector units: padding
+# them to a 64-row MMA tile would waste most of the matrix engine, and their weights stream once anyway.
+LOW_REUSE_M = 8
 
 
 def model_dtype(graph: Graph) -> str:
@@ -78,7 +81,10 @@ def _engine(members: list[NodeWork], matrix: MatrixShape | None) -> str:
     if any(w.op_class in (OpClass.CONTROL, OpClass.UNMODELED) for w in members):
         return "host"
     if matrix is not None:
-        return "vector" if matrix.depthwise or matrix.k < LOW_REUSE_K else "matrix"
+        if min(matrix.m, matrix.n, matrix.k, matrix.batch) == 0:
+            return "vector"  # an empty product (a dim bound to 0): nothing for the matrix engine to do
+        low_reuse = matrix.depthwise or matrix.k < LOW_REUSE_K or (matrix.m < LOW_REUSE_M and matrix.kind != "attention")
+        return "vector" if low_reuse else "matrix"
     return "vector"
 
 

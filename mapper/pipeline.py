@@ -83,10 +83,11 @@ def load_workload(source: str | os.PathLike | bytes, dims: dict[str, int] | None
     if is_builtin(source):
         from mapper.zoo import zoo_model_bytes
         dims = dict(dims or {})
-        for key, value in BUILTIN_DEFAULT_DIMS.items():
-            shortcut = {"batch": batch, "seq": seq}.get(key)
-            dims.setdefault(key, shortcut if shortcut is not None else value)
-        graph = load_model(zoo_model_bytes(source), dims=_only_model_dims(source, dims), name=source)
+        shortcuts = {"batch": batch, "seq": seq}
+        for key in _builtin_dims(source):  # defaults only for the dims this built-in has and the user left free
+            if shortcuts.get(key) is None and key not in dims:
+                dims[key] = BUILTIN_DEFAULT_DIMS[key]
+        graph = load_model(zoo_model_bytes(source), name=source, dims=dims, batch=batch, seq=seq)
         return analyze_graph(graph)
     if isinstance(source, str) and not os.path.exists(source) and not source.endswith(".onnx"):
         from mapper.zoo import ZOO_NAMES
@@ -94,11 +95,9 @@ def load_workload(source: str | os.PathLike | bytes, dims: dict[str, int] | None
     return analyze_graph(load_model(source, dims=dims, batch=batch, seq=seq))
 
 
-def _only_model_dims(name: str, dims: dict[str, int]) -> dict[str, int]:
-    """Defaults cover batch/seq/past; keep only the dims this built-in has (ViT has no seq)."""
+def _builtin_dims(name: str) -> dict[str, str]:
     from mapper.zoo import list_zoo
-    names = next(entry["dims"] for entry in list_zoo() if entry["name"] == name)
-    return {k: v for k, v in dims.items() if k in names or k not in BUILTIN_DEFAULT_DIMS}
+    return next(entry["dims"] for entry in list_zoo() if entry["name"] == name)
 
 
 def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOptions = PlanOptions()) -> MappingResult:

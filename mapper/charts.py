@@ -1,0 +1,119 @@
+"""Plotly figures of a mapping document, shared by the HTML sheet and the dashboard.
+
+Each builder takes the plain-data document (`mapping_document(result)`) and
+returns a `plotly.graph_objects.Figure`; none formats numbers into the data.
+Text from the model (kernel and node names) is html-escaped here, because
+plotly renders hover text as a subset of HTML.
+"""
+from __future__ import annotations
+
+import html
+
+import plotly.graph_objects as go
+
+# One colour per bottleneck class (PRIMER s6), stable across every chart and page.
+CLASS_COLORS = {
+    "compute-bound (matrix)": "#1f77b4",
+    "compute-bound (vector/SFU)": "#17becf",
+    "memory-bound": "#d62728",
+    "occupancy / wave quantization": "#ff7f0e",
+    "launch / latency-bound": "#9467bd",
+    "synchronization": "#8c564b",
+    "interconnect": "#e377c2",
+    "host / unsupported": "#7f7f7f",
+}
+OTHER_COLOR = "#bcbd22"
+DRAM_BANDWIDTH_KEY = "memory.dram_bandwidth_bytes_per_s"
+LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=50, b=50), legend=dict(orientation="h", y=-0.2))
+
+
+def class_color(bottleneck: str) -> str:
+    return CLASS_COLORS.get(bottleneck, OTHER_COLOR)
+
+
+def _classes(kernels: list[dict]) -> list[str]:
+    """Classes present, in the table's order (unknown ones last), so legends read the same everywhere."""
+    present = {k["bottleneck"] for k in kernels}
+    return [c for c in CLASS_COLORS if c in present] + sorted(present - CLASS_COLORS.keys())
+
+
+def dram_bandwidth(doc: dict) -> float | None:
+    """The profile's DRAM bandwidth from the document's assumptions rows, if recorded."""
+    for row in doc.get("assumptions", ()):
+        if row.get("name") == DRAM_BANDWIDTH_KEY:
+            try:
+                return float(row["value"])
+            except (TypeError, ValueError):
+                return None
+    return None
+
+
+def layer_share_figure(doc: dict) -> go.Figure:
+    """Share of the model's time per layer type (horizontal bars, largest on top)."""
+    layers = sorted(doc.get("layer_types", ()), key=lambda r: r["share"])
+    fig = go.Figure(go.Bar(
+        x=[r["share"] for r in layers], y=[html.escape(r["layer_type"]) for r in layers], orientation="h",
+        customdata=[[r["time_s"] * 1e6, r["kernels"], r["mfu"], r["stall_fraction"]] for r in layers],
+        hovertemplate="%{y}: %{x:.1%} of time<br>%{customdata[0]:.1f} us in %{customdata[1]} kernels"
+                      "<br>MFU %{customdata[2]:.1%}, memory stall %{customdata[3]:.1%}<extra></extra>",
+        marker_color="#1f77b4"))
+    fig.update_layout(title="Time share by layer type", xaxis=dict(title="share of latency", tickformat=".0%"),
+                      height=max(260, 40 + 28 * len(layers)), **LAYOUT)
+    return fig
+
+
+def roofline_figure(doc: dict, hw_peak: float | None = None, dram_bw: float | None = None) -> go.Figure:
+    """Log-log roofline: each kernel at (FLOP/B, achieved FLOP/s), coloured by class, sized by time.
+
+    The roofs come from the document (totals peak, the DRAM bandwidth assumption) unless passed in.
+    Kernels with no FLOPs or no DRAM traffic have no place on log axes; the title counts them.
+    """
+    peak = hw_peak if hw_peak is not None else doc.get("totals", {}).get("peak_flops_per_s")
+    bandwidth = dram_bw if dram_bw is not None else dram_bandwidth(doc)
+    kernels = doc.get("kernels", [])
+    plotted = [k for k in kernels if (k.get("intensity_flop_per_byte") or 0) > 0 and k["achieved_flops_per_s"] > 0]
+    longest = max((k["time_s"] for k in plotted), default=1.0) or 1.0
+    fig = go.Figure()
+    for cls in _classes(plotted):
+        ks = [k for k in plotted if k["bottleneck"] == cls]
+        fig.add_trace(go.Scatter(
+            x=[k["intensity_flop_per_byte"] for k in ks], y=[k["achieved_flops_per_s"] for k in ks],
+            mode="markers", name=html.escape(cls),
+            marker=dict(color=class_color(cls), size=[6 + 30 * (k["time_s"] / longest) ** 0.5 for k in ks],
+                        line=dict(width=0.5, color="#333"), opacity=0.8),
+            text=[html.escape(k["name"]) for k in ks], customdata=[k["time_s"] * 1e6 for k in ks],
+            hovertemplate="%{text}<br>%{x:.3g} FLOP/B, %{y:.3g} FLOP/s<br>%{customdata:.1f} us<extra></extra>"))
+    xs = [k["intensity_flop_per_byte"] for k in plotted]
+    ridge = peak / bandwidth if peak and bandwidth else None
+    x_lo = min(xs + ([ridge] if ridge else []), default=1.0) / 3
+    x_hi = max(xs + ([ridge] if ridge else []), default=1.0) * 3
+    if ridge:
+        fig.add_trace(go.Scatter(x=[x_lo, ridge], y=[bandwidth * x_lo, peak], mode="lines", name="DRAM roof",
+                                 line=dict(color="#444", dash="dash"), hoverinfo="skip"))
+    if peak:
+        fig.add_trace(go.Scatter(x=[ridge or x_lo, x_hi], y=[peak, peak], mode="lines", name="matrix peak",
+                                 line=dict(color="#444"), hoverinfo="skip"))
+    skipped = len(kernels) - len(plotted)
+    title = "Roofline" + (f" (ridge {ridge:.0f} FLOP/B)" if ridge else "")
+    title += f"; {skipped} kernel{'s' if skipped != 1 else ''} without FLOPs or DRAM traffic not shown" if skipped else ""
+    fig.update_layout(title=title, xaxis=dict(type="log", title="arithmetic intensity (FLOP/B of DRAM traffic)"),
+                      yaxis=dict(type="log", title="achieved FLOP/s"), height=480, **LAYOUT)
+    return fig
+
+
+def timeline_figure(doc: dict) -> go.Figure:
+    """Kernels on the device timeline (one stream): a bar per kernel from start_s, lanes by layer type."""
+    kernels = doc.get("kernels", [])
+    fig = go.Figure()
+    for cls in _classes(kernels):
+        ks = [k for k in kernels if k["bottleneck"] == cls]
+        fig.add_trace(go.Bar(
+            base=[k["start_s"] * 1e6 for k in ks], x=[k["time_s"] * 1e6 for k in ks],
+            y=[html.escape(k["layer_type"]) for k in ks], orientation="h", name=html.escape(cls),
+            marker=dict(color=class_color(cls), line=dict(width=0)),
+            text=[html.escape(k["name"]) for k in ks], textposition="none",
+            hovertemplate="%{text}<br>start %{base:.1f} us, %{x:.1f} us<extra></extra>"))
+    lanes = len({k["layer_type"] for k in kernels})
+    fig.update_layout(title="Kernel timeline (one stream)", barmode="overlay", bargap=0.3,
+                      xaxis=dict(title="time (us)"), height=max(260, 120 + 40 * lanes), **LAYOUT)
+    return fig
