@@ -1,0 +1,42 @@
+"""The dashboard's router: pages via st.navigation, the shared sidebar, and the cached mapping
+of the current selection (app_pages/cache.py). No math here; pages format units at the edge.
+
+    streamlit run app.py
+"""
+import streamlit as st
+
+import mapper
+from app_pages import cache, state
+
+st.set_page_config(page_title="mapper: workload mapping", page_icon=":material/memory:", layout="wide")
+
+PAGES = [
+    st.Page("app_pages/overview.py", title="Overview", icon=":material/dashboard:", default=True),
+    st.Page("app_pages/layers.py", title="Layers", icon=":material/stacked_bar_chart:"),
+    st.Page("app_pages/kernels.py", title="Kernels", icon=":material/table_rows:"),
+    st.Page("app_pages/roofline.py", title="Roofline", icon=":material/show_chart:"),
+    st.Page("app_pages/timeline.py", title="Timeline", icon=":material/view_timeline:"),
+    st.Page("app_pages/serving.py", title="Serving", icon=":material/speed:"),
+    st.Page("app_pages/power.py", title="Power", icon=":material/bolt:"),
+    st.Page("app_pages/hardware.py", title="Hardware", icon=":material/developer_board:"),
+    st.Page("app_pages/export.py", title="Export", icon=":material/download:"),
+]
+page = st.navigation(PAGES)
+first_run = not st.session_state.get("_initialised")
+selection = state.sidebar()  # reads the link's query params into the widgets on the first run
+wanted = st.query_params.get("page")
+if first_run and wanted and wanted != page.url_path:
+    target = next((p for p in PAGES if p.url_path == wanted), None)
+    if target is not None:
+        st.switch_page(target)
+state.apply_css()
+if selection is not None:
+    st.session_state["selection"] = selection
+    try:
+        with st.spinner(f"Mapping {selection.model_label} onto {selection.hw.display_name} ..."):
+            result, doc = cache.mapping(*selection.key, selection.source, selection.hw)
+        st.session_state.update(result=result, doc=doc, map_error=None)
+    except mapper.MapperError as e:
+        st.session_state["map_error"] = f"Cannot map this selection: {e}"
+    state.write_query_params(selection, page.url_path)
+page.run()

@@ -1,0 +1,42 @@
+"""Cached calls into the engine's public API: the only place the dashboard runs the engine.
+
+Keys are content hashes (model sha / zoo name, profile sha, options), never the raw bytes,
+so a rerun that changes nothing costs a dictionary lookup.
+"""
+from __future__ import annotations
+
+import importlib
+
+import streamlit as st
+
+import mapper
+
+
+def optional(module: str):
+    """A colleague's engine module that may not have landed yet: the module, or None."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        return None
+
+
+@st.cache_resource(max_entries=32, show_spinner=False)
+def hardware(name: str) -> mapper.HardwareProfile:
+    return mapper.load_hardware(name)
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def workload(model_key: str, dims: tuple, _source) -> mapper.Workload:
+    return mapper.load_workload(_source, dict(dims))
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def mapping(model_key: str, dims: tuple, hw_key: str, options: tuple, _source, _hw) -> tuple:
+    """(MappingResult, mapping document) for one (model, bindings, profile, options)."""
+    result = mapper.map_workload(workload(model_key, dims, _source), _hw, mapper.PlanOptions(**dict(options)))
+    return result, mapper.mapping_document(result)
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def sheet(key: tuple, fmt: str, _result) -> bytes:
+    return optional("mapper.sheet").sheet_bytes(_result, fmt)

@@ -1,0 +1,44 @@
+"""Hardware: the profile's values with their sources and ridge points; two profiles side by side."""
+import pandas as pd
+import streamlit as st
+
+import mapper
+from app_pages import cache, hwform, ui
+
+doc, result, sel = ui.current()
+ui.header("Hardware", doc)
+hw = sel.hw
+st.markdown(f"**{hw.display_name}** ({hw.vendor}, {hw.kind}) · profile sha `{hw.sha256[:12]}`")
+
+
+def ridge_table(profile) -> pd.DataFrame:
+    rows = [{"dtype": d, "matrix peak (TFLOP/s)": peak / 1e12,
+             "ridge (FLOP/B)": profile.ridge_point(d)} for d, peak in profile.matrix_peak_flops_per_s.items()]
+    return pd.DataFrame(rows)
+
+
+c = st.columns(4)
+c[0].metric("DRAM bandwidth", ui.gbps(hw.dram_bandwidth_bytes_per_s), border=True)
+c[1].metric("Compute units", f"{hw.compute_units}", border=True)
+c[2].metric("TDP", f"{hw.tdp_w:,.0f} W", border=True)
+c[3].metric(f"Ridge ({doc['totals']['dtype']})",
+            f"{doc['totals']['peak_flops_per_s'] / hw.dram_bandwidth_bytes_per_s:,.0f} FLOP/B", border=True)
+st.subheader("Matrix peaks and ridge points")
+st.dataframe(ridge_table(hw), hide_index=True, width="stretch",
+             column_config={"matrix peak (TFLOP/s)": st.column_config.NumberColumn(format="%.1f"),
+                            "ridge (FLOP/B)": st.column_config.NumberColumn(format="%.0f")})
+st.subheader("Every value and its source")
+st.dataframe(hwform.flatten(hw.to_dict()), hide_index=True, width="stretch", height=420,
+             column_config={"value": st.column_config.NumberColumn(format="%.4g"),
+                            "source": st.column_config.TextColumn(width="large")})
+
+st.subheader("Side by side")
+others = [n for n in mapper.list_hardware() if n != hw.name]
+other_name = st.selectbox("Compare with", others, index=others.index("h200-sxm") if "h200-sxm" in others else 0)
+other = cache.hardware(other_name)
+left = hwform.flatten(hw.to_dict())[["field", "value"]].rename(columns={"value": hw.display_name})
+right = hwform.flatten(other.to_dict())[["field", "value"]].rename(columns={"value": other.display_name})
+both = left.merge(right, on="field", how="outer", suffixes=(" (this)", " (other)"))
+both["other / this"] = both.iloc[:, 2] / both.iloc[:, 1]
+st.dataframe(both, hide_index=True, width="stretch", height=420,
+             column_config={c: st.column_config.NumberColumn(format="%.4g") for c in both.columns[1:]})

@@ -1,0 +1,35 @@
+"""Overview: the verdict, the KPI tiles and the top bottlenecks with their owners."""
+import pandas as pd
+import streamlit as st
+
+from app_pages import serving_model, ui
+
+doc, result, sel = ui.current()
+t = doc["totals"]
+ui.header("Overview", doc)
+st.markdown(f"<div class='verdict'><b>Verdict.</b> {ui.verdict(doc)}</div>", unsafe_allow_html=True)
+
+percentiles = serving_model.percentiles(sel, result)
+row1 = st.columns(4)
+row1[0].metric("Throughput", f"{t['throughput_per_s']:,.0f} /s", help=f"batch {t['batch']} per {ui.ms(t['latency_s'])}", border=True)
+row1[1].metric("Batch latency", ui.ms(t["latency_s"]), help="one batch, end to end on the device", border=True)
+row1[2].metric("MFU", ui.pct(t["mfu"]), help=f"model FLOPs / (latency × {ui.tflops(t['peak_flops_per_s'])} {t['dtype']} peak)", border=True)
+row1[3].metric("Memory stall", ui.pct(t["memory_stall_fraction"]), help="share of time the engines wait on DRAM", border=True)
+row2 = st.columns(4)
+if percentiles is None:
+    row2[0].metric("p50 / p95 / p99", "—", help="serving simulation not available yet", border=True)
+else:
+    p50, p95, p99 = percentiles
+    row2[0].metric("p50 / p95 / p99", f"{ui.ms(p99)}", help=f"request latency at the sidebar's load: "
+                   f"p50 {ui.ms(p50)}, p95 {ui.ms(p95)}, p99 {ui.ms(p99)}", border=True)
+    row2[0].caption(f"p50 {ui.ms(p50)} · p95 {ui.ms(p95)} · **p99 {ui.ms(p99)}**")
+row2[1].metric("Perf per watt", f"{t['perf_per_watt']:,.2f} inf/s/W", border=True)
+row2[2].metric("Energy / inference", f"{t['energy_per_inference_j'] * 1e3:,.2f} mJ", border=True)
+row2[3].metric("Average power", f"{t['avg_power_w']:,.0f} W", border=True)
+
+st.subheader("Top bottlenecks")
+top = sorted(doc["kernels"], key=lambda k: -k["time_s"])[:5]
+st.dataframe(pd.DataFrame([{"kernel": k["name"], "share": k["time_s"] / (t["latency_s"] or 1),
+                            "class": k["bottleneck"], "evidence": k["evidence"], "owner": k["owner"]} for k in top]),
+             hide_index=True, width="stretch", column_config={"share": ui.TABLE_FORMAT["share"]})
+ui.notices(doc)

@@ -1,0 +1,28 @@
+"""Power: board power over one batch's timeline, and perf-per-watt against batch size."""
+import plotly.graph_objects as go
+import streamlit as st
+
+import mapper
+from app_pages import ui
+
+doc, result, sel = ui.current()
+ui.header("Power", doc)
+t = doc["totals"]
+c = st.columns(3)
+c[0].metric("Average power", f"{t['avg_power_w']:,.0f} W", border=True)
+c[1].metric("Energy / inference", f"{t['energy_per_inference_j'] * 1e3:,.2f} mJ", border=True)
+c[2].metric("Perf per watt", f"{t['perf_per_watt']:,.2f} inf/s/W", border=True)
+
+steps_x, steps_y = [], []
+for k in doc["kernels"]:
+    steps_x += [k["start_s"] * 1e6, (k["start_s"] + k["time_s"]) * 1e6]
+    steps_y += [k["avg_power_w"], k["avg_power_w"]]
+fig = go.Figure(go.Scatter(x=steps_x, y=steps_y, mode="lines", line=dict(color="#d62728"), name="power",
+                           hovertemplate="%{x:.1f} µs: %{y:.0f} W<extra></extra>"))
+fig.add_hline(y=sel.hw.tdp_w, line_dash="dash", annotation_text=f"TDP {sel.hw.tdp_w:,.0f} W")
+fig.update_layout(title="Board power over one batch", xaxis_title="time (µs)", yaxis_title="power (W)",
+                  template="plotly_white", height=380, margin=dict(l=60, r=20, t=50, b=50))
+st.plotly_chart(fig, key="power_timeline")
+
+if not hasattr(mapper, "power_curve"):
+    st.info("Perf-per-watt against batch (mapper.power_curve) is not available yet.")

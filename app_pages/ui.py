@@ -1,0 +1,158 @@
+"""Shared page helpers: units formatted at the edge, the current result, KPI tiles, notices,
+the verdict sentence and the one kernel drill-down (used by Kernels and Roofline).
+"""
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from app_pages import cache
+
+def color_of(bottleneck: str) -> str:
+    """The class colour the engine's charts use, so a class looks the same on every page."""
+    charts = cache.optional("mapper.charts")
+    return charts.class_color(bottleneck) if charts else "#555555"
+
+
+def verdict(doc: dict) -> str:
+    """One sentence: what limits this model and who should act (the sheet's own wording)."""
+    sheet = cache.optional("mapper.sheet")
+    if sheet is not None:
+        return sheet.limiting_sentence(doc)
+    top = max(doc["kernels"], key=lambda k: k["time_s"], default=None)
+    return "No kernels were planned." if top is None else \
+        f"The longest kernel is {top['bottleneck']}; the {top['owner']} should act first."
+
+
+def roofline(doc: dict, hw, highlight: str | None = None, height: int = 480):
+    """The engine's roofline figure at this profile's roofs, with one kernel ringed; None if not landed."""
+    charts = cache.optional("mapper.charts")
+    if charts is None:
+        return None
+    fig = charts.roofline_figure(doc, hw_peak=doc["totals"]["peak_flops_per_s"], dram_bw=hw.dram_bandwidth_bytes_per_s)
+    k = next((k for k in doc["kernels"] if k["name"] == highlight), None)
+    if k and (k["intensity_flop_per_byte"] or 0) > 0 and k["achieved_flops_per_s"] > 0:
+        fig.add_scatter(x=[k["intensity_flop_per_byte"]], y=[k["achieved_flops_per_s"]], mode="markers",
+                        name="selected kernel", hoverinfo="skip",
+                        marker=dict(symbol="circle-open", size=34, color="#000", line=dict(width=3)))
+    fig.update_layout(height=height)
+    return fig
+
+
+def ms(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.1f} µs"
+    return f"{seconds * 1e3:.3g} ms" if seconds < 10 else f"{seconds:.3g} s"
+
+
+def tflops(flops_per_s: float | None) -> str:
+    return "—" if flops_per_s is None else f"{flops_per_s / 1e12:,.1f} TFLOP/s"
+
+
+def gbps(bytes_per_s: float | None) -> str:
+    return "—" if bytes_per_s is None else f"{bytes_per_s / 1e9:,.0f} GB/s"
+
+
+def pct(x: float | None) -> str:
+    return "—" if x is None else f"{x * 100:.1f}%"
+
+
+def num(x: float | None, unit: str = "") -> str:
+    return "—" if x is None else f"{x:,.3g}{(' ' + unit) if unit else ''}"
+
+
+def current() -> tuple[dict, object, object]:
+    """(mapping document, MappingResult, Selection) of this run; stops the page if there is none."""
+    ss = st.session_state
+    if ss.get("map_error"):
+        st.error(ss["map_error"])
+    if "doc" not in ss:
+        st.info("No mapping yet: choose a model and a valid hardware profile in the sidebar.")
+        st.stop()
+    if ss.get("map_error"):
+        st.warning("Showing the last mapping that succeeded.")
+    return ss["doc"], ss["result"], ss["selection"]
+
+
+def header(title: str, doc: dict) -> None:
+    dims = ", ".join(f"{k}={v}" for k, v in doc["model"]["dims"].items())
+    st.title(title)
+    st.caption(f"{doc['model']['name']} ({dims}) on {doc['hardware']['name']} · {doc['totals']['dtype']} · "
+               f"fusion {doc['options']['fusion']} · model sha {doc['model']['sha256'][:12]} · "
+               f"profile sha {doc['hardware']['sha256'][:12]} · engine {doc.get('engine_version', '')}")
+
+
+def notices(doc: dict) -> None:
+    """Unmodeled ops and precision caveats, always visible where they matter."""
+    if doc["unmodeled"]:
+        ops = sorted({u["op_type"] for u in doc["unmodeled"]})
+        st.warning(f"**{len(doc['unmodeled'])} unmodeled op(s)** ({', '.join(ops)}): their time is not in the totals.")
+        with st.expander("Unmodeled ops"):
+            st.dataframe(pd.DataFrame(doc["unmodeled"]), hide_index=True, width="stretch")
+    for caveat in doc["caveats"]:
+        st.warning(f"**Precision caveat:** {caveat}")
+
+
+def kernel_table(doc: dict) -> pd.DataFrame:
+    """One row per kernel, numbers kept numeric (the dataframe formats them)."""
+    total = doc["totals"]["latency_s"] or 1.0
+    rows = [{"kernel": k["name"], "class": k["bottleneck"], "owner": k["owner"], "layer type": k["layer_type"],
+             "ops": " + ".join(k["ops"]), "time (µs)": k["time_s"] * 1e6, "share": k["time_s"] / total,
+             "stall": k["stall_fraction"], "TFLOP/s": k["achieved_flops_per_s"] / 1e12,
+             "FLOP/B": k["intensity_flop_per_byte"], "engine": k["engine"], "tile": k["tile"],
+             "evidence": k["evidence"]} for k in doc["kernels"]]
+    return pd.DataFrame(rows)
+
+
+TABLE_FORMAT = {
+    "time (µs)": st.column_config.NumberColumn(format="%.1f"),
+    "share": st.column_config.ProgressColumn(format="percent", min_value=0.0, max_value=1.0),
+    "stall": st.column_config.NumberColumn(format="percent"),
+    "TFLOP/s": st.column_config.NumberColumn(format="%.1f"),
+    "FLOP/B": st.column_config.NumberColumn(format="%.1f"),
+}
+
+
+def drilldown(doc: dict, hw, name: str) -> None:
+    """Everything the engine says about one kernel: fusion, placement, tiling, roofline point, owner."""
+    k = next((k for k in doc["kernels"] if k["name"] == name), None)
+    if k is None:
+        return
+    st.subheader(f"Kernel `{k['name']}`")
+    st.markdown(f"<span style='color:{color_of(k['bottleneck'])};font-weight:700'>{k['bottleneck']}</span>"
+                f" — {k['evidence']}  \n**Owner:** {k['owner']}", unsafe_allow_html=True)
+    c = st.columns(4)
+    c[0].metric("time", ms(k["time_s"]))
+    c[1].metric("achieved", tflops(k["achieved_flops_per_s"]))
+    c[2].metric("intensity", num(k["intensity_flop_per_byte"], "FLOP/B"))
+    c[3].metric("stall fraction", pct(k["stall_fraction"]))
+    left, right = st.columns(2)
+    with left:
+        st.markdown("**Fusion and placement**")
+        st.table(pd.DataFrame({"": ["fused ops", "rule", "engine", "layout", "dtype", "nodes", "note"],
+                               "value": [" + ".join(k["ops"]), k["rule"], k["engine"], k["layout"] or "—",
+                                         k["dtype"], ", ".join(k["nodes"][:8]) + (" …" if len(k["nodes"]) > 8 else ""),
+                                         k["note"] or "—"]}).set_index(""))
+    with right:
+        st.markdown("**Tiling assumptions**")
+        sram = k["sram_bytes"]
+        st.table(pd.DataFrame({"": ["tile (m×n×k)", "stages", "split-K", "tiles", "waves", "wave efficiency",
+                                    "padding efficiency", "SRAM per unit", "block size", "passes"],
+                               "value": [k["tile"] or "—", num(k["stages"]), num(k["split_k"]), num(k["tiles"]),
+                                         num(k["waves"]), pct(k["wave_efficiency"]), pct(k["padding_efficiency"]),
+                                         "—" if sram is None else f"{sram / 1024:,.0f} KiB", num(k["block_size"]),
+                                         num(k["passes"])]}).set_index(""))
+    st.markdown("**Time split**: compute " + ms(k["compute_time_s"]) + " · memory " + ms(k["memory_time_s"])
+                + " · overhead " + ms(k["overhead_s"]) + f" · DRAM {k['dram_bytes'] / 1e6:,.2f} MB"
+                + f" · {k['flops'] / 1e9:,.3g} GFLOP")
+    if k["alternatives"]:
+        st.markdown("**Alternatives considered** (the tile search's runners-up)")
+        alt = pd.DataFrame(k["alternatives"]).assign(time_us=lambda d: d["time_s"] * 1e6).drop(columns="time_s")
+        st.dataframe(alt, hide_index=True, width="stretch",
+                     column_config={"wave_efficiency": st.column_config.NumberColumn(format="percent"),
+                                    "time_us": st.column_config.NumberColumn("time (µs)", format="%.2f")})
+    fig = roofline(doc, hw, highlight=k["name"], height=380)
+    if fig is not None:
+        st.plotly_chart(fig, key=f"drill_roof_{k['name']}")
