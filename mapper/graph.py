@@ -72,13 +72,10 @@ class Node:
     domain: str
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
-    attrs: tuple[tuple[str, Any], ...] = ()
+    attrs: dict[str, Any] = field(default_factory=dict)
 
     def attr(self, key: str, default: Any = None) -> Any:
-        for k, v in self.attrs:
-            if k == key:
-                return v
-        return default
+        return self.attrs.get(key, default)
 
 
 @dataclass(frozen=True, slots=True)

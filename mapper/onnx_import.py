@@ -119,7 +119,7 @@ def symbolic_dims(model: onnx.ModelProto) -> dict[str, tuple[str, int]]:
     found: dict[str, tuple[str, int]] = {}
     for vi in graph_inputs(model):
         for axis, d in enumerate(vi.type.tensor_type.shape.dim):
-            if d.HasField("dim_value") and d.dim_value > 0:
+            if d.HasField("dim_value"):  # a fixed size (0 is a legal, empty dim)
                 continue
             names = expression_names(d.dim_param) if d.dim_param else [f"{vi.name}:{axis}"]
             for n in names:
@@ -155,7 +155,8 @@ def resolve_bindings(model: onnx.ModelProto, dims: dict[str, int] | None,
                           f" {', '.join(free) or 'none (all input shapes are fixed)'}")
     missing = [n for n in free if n not in bound]
     if missing:
-        raise MapperError(f"unbound dims: {', '.join(missing)}; bind each with --dim NAME=VALUE"
+        listed = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+        raise MapperError(f"unbound dims: {listed}; bind each with --dim NAME=VALUE"
                           " (or --batch/--seq for the batch and sequence dims)")
     return {n: bound[n] for n in free} | {k: v for k, v in bound.items() if k not in free}
 
@@ -195,7 +196,7 @@ def value_info_shape(vi: onnx.ValueInfoProto, bound: dict[str, int]) -> TensorSp
 def to_nodes(model: onnx.ModelProto) -> list[Node]:
     nodes = []
     for i, n in enumerate(model.graph.node):
-        attrs = tuple((a.name, attr_value(a)) for a in n.attribute)
+        attrs = {a.name: attr_value(a) for a in n.attribute}
         nodes.append(Node(n.name or f"{n.op_type}_{i}", n.op_type, n.domain, tuple(n.input), tuple(n.output), attrs))
     seen: dict[str, int] = {}
     unique = []

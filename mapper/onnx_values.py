@@ -6,6 +6,7 @@ constant. Only small tensors are ever materialized, and external data is never r
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -34,7 +35,7 @@ def is_external(t: onnx.TensorProto) -> bool:
 
 def small_value(t: onnx.TensorProto) -> np.ndarray | None:
     """The tensor's value if it is small and stored inline; never touches external data."""
-    if is_external(t) or len(t.dims) and int(np.prod(t.dims)) > FOLD_MAX_ELEMENTS:
+    if is_external(t) or math.prod(t.dims) > FOLD_MAX_ELEMENTS:
         return None
     if t.data_type in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED):
         return None
@@ -70,7 +71,7 @@ def attr_value(a: onnx.AttributeProto):
 
 def constant_node_value(node: Node) -> tuple[np.ndarray | None, tuple[int, ...], str]:
     """(value if small, shape, dtype) of a Constant node."""
-    for key, value in node.attrs:
+    for key, value in node.attrs.items():
         if key == "value" and isinstance(value, onnx.TensorProto):
             return small_value(value), tuple(int(d) for d in value.dims), tensor_dtype(value)
         if key == "value_int":
@@ -91,7 +92,7 @@ EVALUATORS: dict[str, Evaluator] = {}
 
 def _check_size(shape) -> tuple[int, ...]:
     shape = tuple(int(d) for d in shape)
-    if any(d < 0 for d in shape) or int(np.prod(shape, dtype=np.float64)) > FOLD_MAX_ELEMENTS:
+    if any(d < 0 for d in shape) or math.prod(shape) > FOLD_MAX_ELEMENTS:
         raise ValueError("too large to fold")
     return shape
 
@@ -213,9 +214,10 @@ def _range(node, v, shapes):
 
 @evaluator("ConstantOfShape")
 def _const_of_shape(node, v, shapes):
+    shape = _check_size(v[0].reshape(-1))  # before anything is allocated
     value = node.attr("value")
     fill = numpy_helper.to_array(value).reshape(-1)[0] if value is not None else np.float32(0)
-    return [np.full(_check_size(v[0].reshape(-1)), fill, dtype=np.asarray(fill).dtype)]
+    return [np.full(shape, fill, dtype=np.asarray(fill).dtype)]
 
 
 @evaluator("Expand")

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Sets everything up and runs the whole test suite; CI (.ci/run) calls exactly this.
+# Needs only Python 3.11+ and the package registries; as root it also installs Debian's
+# chromium for the real-browser test (elsewhere that test is skipped with its reason).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e ".[test]"
+if [ -f scripts/install_browser.sh ]; then bash scripts/install_browser.sh || echo "note: chromium not installed; the browser test will be skipped"; fi
+exec .venv/bin/python -m pytest "$@"
