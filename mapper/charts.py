@@ -95,7 +95,8 @@ def roofline_figure(doc: dict, hw_peak: float | None = None, dram_bw: float | No
                                  line=dict(color="#444"), hoverinfo="skip"))
     skipped = len(kernels) - len(plotted)
     title = "Roofline" + (f" (ridge {ridge:.0f} FLOP/B)" if ridge else "")
-    title += f"; {skipped} kernel{'s' if skipped != 1 else ''} without FLOPs or DRAM traffic not shown" if skipped else ""
+    if skipped:
+        title += f"; {skipped} kernel{'s' if skipped != 1 else ''} without FLOPs or DRAM traffic not shown"
     fig.update_layout(title=title, xaxis=dict(type="log", title="arithmetic intensity (FLOP/B of DRAM traffic)"),
                       yaxis=dict(type="log", title="achieved FLOP/s"), height=480, **LAYOUT)
     return fig

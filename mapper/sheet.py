@@ -177,7 +177,7 @@ def frames_from_document(doc: dict) -> dict[str, pd.DataFrame]:
     for key, value in doc.items():
         if key not in CORE_KEYS:
             for name, frame in section_frames(key, value).items():
-                frames.setdefault(name, frame)
+                frames[name if name not in frames else f"{name} (extra)"] = frame
     return frames
 
 
@@ -212,6 +212,10 @@ def xlsx_bytes(frames: dict[str, pd.DataFrame]) -> bytes:
             frame.to_excel(writer, sheet_name=sheet, index=False)
             ws = writer.sheets[sheet]
             ws.freeze_panes = "A2"
+            for row in ws.iter_rows(min_row=2):
+                for cell in row:
+                    if cell.data_type == "f":   # a name like "=HYPERLINK(...)" from an upload stays text
+                        cell.data_type = "s"
             if len(frame.columns) and len(frame):
                 ws.auto_filter.ref = ws.dimensions
             for i, column in enumerate(frame.columns, 1):
