@@ -184,7 +184,7 @@ def _squeeze(node, v, shapes):
 
 @evaluator("Reshape")
 def _reshape(node, v, shapes):
-    from mapper.shape_rules import reshape_target
+    from mapper.shape_rules_movement import reshape_target
     return [v[0].reshape(reshape_target(v[0].shape, v[1].reshape(-1), bool(node.attr("allowzero", 0))))]
 
 

@@ -36,7 +36,7 @@ def onnx_tool_matrix_macs(path) -> float:
     g.shape_infer()
     g.profile()
     total = 0.0
-    for name, node in g.nodemap.items():
+    for node in g.nodemap.values():
         if node.op_type in ("Conv", "Gemm", "MatMul"):
             macs = float(node.macs[0])
             if len(node.input) > 2:  # bias: one add per output element

@@ -8,7 +8,7 @@ from collections import defaultdict
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from onnx import TensorProto, helper
+from onnx import helper
 
 import mapper
 from mapper import PlanOptions
