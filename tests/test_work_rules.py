@@ -1,0 +1,130 @@
+"""Per-rule tests with hand-computed figures: work model rows, contrib ops, bottleneck rules."""
+from __future__ import annotations
+
+import pytest
+from onnx import TensorProto, helper
+
+import mapper
+from mapper.bottleneck import LAUNCH_SHARE, OCCUPANCY_LIMIT, Facts, classify
+from mapper.graph import OpClass
+from tests.conftest import make_model, tensor, weight
+
+
+def _one(node, inputs, outputs, inits=(), opset=17, domains=()):
+    data = make_model([node], inputs, outputs, inits, opset=opset)
+    if domains:
+        import onnx
+        m = onnx.load_from_string(data)
+        m.opset_import.extend(helper.make_opsetid(d, 1) for d in domains)
+        data = m.SerializeToString()
+    (w,) = mapper.load_workload(data).nodes
+    return w
+
+
+def test_conv_flops_and_bytes_by_hand():
+    # 2 * N * Cout * Hout * Wout * (Cin/groups) * Kh * Kw, + one bias add per output element
+    w = _one(helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             [tensor("x", [2, 16, 32, 32])], [tensor("y", [2, 8, 16, 16])], [weight("w", (8, 16, 3, 3)), weight("b", (8,))])
+    out = 2 * 8 * 16 * 16
+    assert w.matrix_flops == 2 * out * 16 * 9
+    assert w.flops == 2 * out * 16 * 9 + out
+    assert w.bytes_read == 4 * (2 * 16 * 32 * 32 + 8 * 16 * 9 + 8) and w.bytes_written == 4 * out
+    assert w.weight_bytes == 4 * (8 * 16 * 9 + 8)
+    assert w.matrix.m == out // 8 and w.matrix.n == 8 and w.matrix.k == 144
+
+
+def test_depthwise_conv_is_flagged():
+    w = _one(helper.make_node("Conv", ["x", "w"], ["y"], group=16, pads=[1, 1, 1, 1]),
+             [tensor("x", [1, 16, 8, 8])], [tensor("y", [1, 16, 8, 8])], [weight("w", (16, 1, 3, 3))])
+    assert w.matrix.depthwise and w.matrix.k == 9 and w.matrix_flops == 2 * 16 * 64 * 9
+
+
+def test_batched_matmul_broadcasts_batch_dims():
+    w = _one(helper.make_node("MatMul", ["a", "b"], ["c"]), [tensor("a", [3, 4, 5, 6]), tensor("b", [6, 7])],
+             [tensor("c", [3, 4, 5, 7])])
+    assert w.matrix_flops == 2 * 12 * 5 * 7 * 6 and w.op_class is OpClass.MATRIX
+
+
+def test_gemm_with_transposes_and_bias():
+    w = _one(helper.make_node("Gemm", ["a", "b", "c"], ["y"], transA=1, transB=1),
+             [tensor("a", [6, 4])], [tensor("y", [4, 5])], [weight("b", (5, 6)), weight("c", (5,))])
+    assert w.matrix_flops == 2 * 4 * 5 * 6 and w.flops == 2 * 4 * 5 * 6 + 4 * 5
+
+
+@pytest.mark.parametrize("op,per_element,sfu", [("Relu", 1, 0), ("Add", 1, 0), ("Exp", 1, 1), ("Sigmoid", 3, 1),
+                                                ("Tanh", 5, 1), ("Erf", 1, 1)])
+def test_elementwise_rows(op, per_element, sfu):
+    inputs = [tensor("x", [4, 10])] + ([tensor("y", [4, 10])] if op == "Add" else [])
+    w = _one(helper.make_node(op, [i.name for i in inputs], ["z"]), inputs, [tensor("z", [4, 10])])
+    assert w.flops == 40 * per_element and w.sfu_ops == 40 * sfu
+    assert w.bytes_written == 160 and w.bytes_read == 160 * len(inputs)
+
+
+def test_softmax_and_layernorm_are_counted_per_element():
+    sm = _one(helper.make_node("Softmax", ["x"], ["y"], axis=-1), [tensor("x", [8, 128])], [tensor("y", [8, 128])])
+    assert sm.flops == 5 * 1024 and sm.sfu_ops == 1024 and sm.op_class is OpClass.TRANSCENDENTAL
+    ln = _one(helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], axis=-1), [tensor("x", [8, 128])],
+              [tensor("y", [8, 128])], [weight("g", (128,)), weight("b", (128,))])
+    assert ln.flops == 8 * 1024 and ln.op_class is OpClass.REDUCTION and ln.layer_type is mapper.LayerType.NORMALIZATION
+
+
+def test_views_move_no_bytes_and_gather_reads_only_its_rows():
+    view = _one(helper.make_node("Reshape", ["x", "s"], ["y"]), [tensor("x", [4, 6])], [tensor("y", [24])],
+                [helper.make_tensor("s", TensorProto.INT64, [1], [24])])
+    assert view.op_class is OpClass.VIEW and view.bytes == 0
+    gather = _one(helper.make_node("Gather", ["table", "ids"], ["e"]), [tensor("ids", [2, 3], TensorProto.INT64)],
+                  [tensor("e", [2, 3, 64])], [weight("table", (50000, 64))])
+    assert gather.bytes_read == 4 * 6 * 64 + 8 * 6  # the six rows and the ids, not the 12.8 MB table
+    assert gather.layer_type is mapper.LayerType.EMBEDDING
+
+
+def test_contrib_ops_from_exporters_are_modeled():
+    fg = _one(helper.make_node("FastGelu", ["x"], ["y"], domain="com.microsoft"), [tensor("x", [2, 8])],
+              [tensor("y", [2, 8])], domains=("com.microsoft",))
+    assert fg.op_class is OpClass.TRANSCENDENTAL and fg.flops > 0 and not fg.reason
+    mha = _one(helper.make_node("MultiHeadAttention", ["q", "k", "v"], ["o"], domain="com.microsoft", num_heads=4),
+               [tensor("q", [2, 16, 64]), tensor("k", [2, 16, 64]), tensor("v", [2, 16, 64])], [tensor("o", [2, 16, 64])],
+               domains=("com.microsoft",))
+    assert mha.matrix_flops == 2 * 2 * 2 * 4 * 16 * 16 * 16 and mha.layer_type is mapper.LayerType.ATTENTION
+
+
+def test_opset_7_attribute_forms_are_read():
+    data = make_model([helper.make_node("Unsqueeze", ["x"], ["u"], axes=[0]),
+                       helper.make_node("Slice", ["u"], ["s"], starts=[1], ends=[3], axes=[2])],
+                      [tensor("x", [4, 5])], [tensor("s", [1, 4, 2])], opset=7)
+    w = mapper.load_workload(data)
+    assert w.graph.tensors["s"].shape == (1, 4, 2)
+
+
+def test_opset_below_7_is_refused():
+    with pytest.raises(mapper.MapperError, match="opset 6"):
+        mapper.load_workload(make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor("x", [2])],
+                                        [tensor("y", [2])], opset=6))
+
+
+# --- bottleneck rules: hand-made facts, first match wins --------------------------------------------
+def _facts(**kw):
+    base = dict(engine="matrix", time_s=10e-6, compute_s=8e-6, memory_s=2e-6, overhead_s=1e-6, sync_s=0.0,
+                intensity=500.0, ridge=295.0, waves=4, wave_efficiency=0.95, padding_efficiency=1.0)
+    return Facts(**{**base, **kw})
+
+
+@pytest.mark.parametrize("facts,cls,evidence", [
+    (_facts(), "compute-bound (matrix)", "intensity 500 FLOP/B above ridge 295"),
+    (_facts(memory_s=9e-6, compute_s=3e-6, intensity=12.0), "memory-bound", "intensity 12 FLOP/B below ridge 295"),
+    (_facts(overhead_s=LAUNCH_SHARE * 10e-6), "launch / latency-bound", "launch 5.0 us of 10.0 us"),
+    (_facts(waves=2, wave_efficiency=0.51, padding_efficiency=1.0), "occupancy / wave quantization", "2 waves at 51%"),
+    (_facts(engine="host"), "host / unsupported", "runs on the host"),
+    (_facts(engine="sfu", intensity=5.0), "compute-bound (vector/SFU)", "sfu units busy"),
+    (_facts(sync_s=4e-6), "synchronization", "grid sync 4.0 us"),
+])
+def test_bottleneck_rules(facts, cls, evidence):
+    got, text, owner = classify(facts)
+    assert got == cls and evidence in text and owner
+
+
+def test_occupancy_threshold_is_the_named_one():
+    just_above = _facts(wave_efficiency=OCCUPANCY_LIMIT + 0.01)
+    just_below = _facts(wave_efficiency=OCCUPANCY_LIMIT - 0.01)
+    assert classify(just_above)[0] == "compute-bound (matrix)"
+    assert classify(just_below)[0] == "occupancy / wave quantization"
