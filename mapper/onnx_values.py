@@ -15,7 +15,7 @@ from onnx import numpy_helper
 
 from mapper.graph import Node
 
-FOLD_MAX_ELEMENTS = 1 << 16  # the largest tensor we evaluate at import (shape arithmetic is tiny)
+FOLD_MAX_ELEMENTS = 1024  # the largest tensor we evaluate at import: shape arithmetic is tiny; masks and weights need no value
 
 _DTYPE_NAMES = {v: k.lower() for k, v in onnx.TensorProto.DataType.items()}
 _DTYPE_NAMES[onnx.TensorProto.FLOAT] = "float32"
