@@ -70,6 +70,11 @@ class _Planner:
         self.order = [n.name for n in graph.nodes]
         self.taken: set[str] = set()
         self.node = {n.name: n for n in graph.nodes}
+        self.members: dict[int, list[str]] = {}
+        for name in self.order:
+            gid = self.work[name].layer_group
+            if gid >= 0:
+                self.members.setdefault(gid, []).append(name)
 
     def escaping(self, group: list[str]) -> set[str]:
         """Tensors made inside the group that someone outside it (or the graph output) reads."""
@@ -122,7 +127,7 @@ class _Planner:
         return group
 
     def block(self, w: NodeWork) -> list[str]:
-        return [n for n in self.order if n not in self.taken and self.work[n].layer_group == w.layer_group]
+        return [n for n in self.members.get(w.layer_group, ()) if n not in self.taken]
 
     def plan(self, policy: str, attention_fusion: bool) -> list[Group]:
         groups: list[Group] = []

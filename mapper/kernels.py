@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from mapper.errors import MapperError
 from mapper.fusion import Group
-from mapper.graph import Graph, LayerType, OpClass, TensorSpec
+from mapper.graph import Graph, LayerType, Node, OpClass, TensorSpec
 from mapper.hardware import HardwareProfile
 from mapper.ops import MatrixShape, NodeWork
 from mapper.result import Kernel
@@ -88,10 +88,11 @@ def _engine(members: list[NodeWork], matrix: MatrixShape | None) -> str:
     return "vector"
 
 
-def build_kernel(graph: Graph, group: Group, work: dict[str, NodeWork], sizer: Sizer) -> Kernel:
+def build_kernel(graph: Graph, group: Group, work: dict[str, NodeWork], sizer: Sizer,
+                 nodes_by_name: dict[str, Node]) -> Kernel:
     members = [work[n] for n in group.nodes]
     inside = set(group.nodes)
-    node_of = {n.name: n for n in graph.nodes if n.name in inside}
+    node_of = {name: nodes_by_name[name] for name in group.nodes}
     made = {t for n in node_of.values() for t in n.outputs if t}
     read: dict[str, float] = {}
     for name in group.nodes:
@@ -138,6 +139,7 @@ def build_kernels(graph: Graph, groups: list[Group], work: tuple[NodeWork, ...],
                   hw: HardwareProfile, attention_fits) -> list:
     """Kernels for the groups; a flash-attention group whose tiles do not fit SRAM is split back."""
     by_name = {w.name: w for w in work}
+    nodes_by_name = {n.name: n for n in graph.nodes}
     kernels = []
     for group in groups:
         if group.rule == "flash-attention":
@@ -145,10 +147,10 @@ def build_kernels(graph: Graph, groups: list[Group], work: tuple[NodeWork, ...],
             shape = _matrix_shape(members, group.rule)
             if shape is None or not attention_fits(shape, sizer.act, hw):
                 for n in group.nodes:
-                    k = build_kernel(graph, Group((n,), "single"), by_name, sizer)
+                    k = build_kernel(graph, Group((n,), "single"), by_name, sizer, nodes_by_name)
                     kernels.append(replace(k, note="flash-attention rejected: its tiles do not fit on-chip SRAM"))
                 continue
-        kernels.append(build_kernel(graph, group, by_name, sizer))
+        kernels.append(build_kernel(graph, group, by_name, sizer, nodes_by_name))
     return kernels
 
 

@@ -134,8 +134,13 @@ def estimate_kernels(kernels: list[Kernel], hw: HardwareProfile, dtype: str, siz
     out, start = [], 0.0
     ridge = hw.ridge_point(dtype) if dtype != "fp32" or "fp32" in hw.matrix_peak_flops_per_s else \
         hw.vector_peak("fp32") / hw.dram_bandwidth_bytes_per_s
+    seen: dict[tuple, object] = {}  # repeated layers (80 identical decoder blocks) are tiled and costed once
     for k in kernels:
-        c = estimate_cost(k, hw, dtype, sizer.act, sizer.weight, power_cap_w)
+        key = (k.matrix, k.rule, k.engine, k.flops, k.matrix_flops, k.sfu_ops, k.dram_bytes, k.weight_bytes,
+               k.reduction_rows, k.reduction_length)
+        c = seen.get(key)
+        if c is None:
+            c = seen[key] = estimate_cost(k, hw, dtype, sizer.act, sizer.weight, power_cap_w)
         chosen = c.tiling.chosen
         facts = Facts(c.engine, c.time_s, c.compute_time_s, c.memory_time_s, c.overhead_s, c.sync_s,
                       k.flops / c.dram_bytes if c.dram_bytes else float("inf"), ridge,
