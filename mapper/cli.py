@@ -108,10 +108,78 @@ def cmd_zoo(args) -> int:
     return 0
 
 
+def add_serve_args(p: argparse.ArgumentParser) -> None:
+    add_model_args(p)
+    p.add_argument("--batch-policy", choices=("static", "dynamic"), default="dynamic",
+                   help="static: full batches only; dynamic: full or the oldest has waited --max-wait-ms")
+    p.add_argument("--max-batch", type=int, default=1, help="requests per batch at most (LLMs: running sequences)")
+    p.add_argument("--max-wait-ms", type=float, default=0.0, help="dynamic batching: longest wait for a batch to fill")
+    p.add_argument("--rate", type=float, default=100.0, help="Poisson arrival rate, requests per second")
+    p.add_argument("--requests", type=int, default=100_000, help="requests to simulate")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--trace", help="CSV of arrivals: arrival_s[, prompt_tokens, output_tokens] (replaces --rate)")
+    p.add_argument("--jitter-cv", type=float, help="run-to-run coefficient of variation (default: the profile's)")
+    p.add_argument("--jitter-dist", choices=("none", "lognormal", "exponential"), help="default: the profile's")
+    p.add_argument("--service-time-s", type=float, help="a fixed batch time instead of the engine's (what-if)")
+    p.add_argument("--load-curve", action="store_true", help="also sweep offered load up to saturation")
+    p.add_argument("--p99-target-ms", type=float, help="with --load-curve: the highest rate meeting this p99")
+    p.add_argument("--llm", action="store_true", help="prefill/decode serving (default for built-in decoders)")
+    p.add_argument("--prompt-tokens", type=int, default=512, help="LLM: prompt length (where the trace gives none)")
+    p.add_argument("--output-tokens", type=int, default=128, help="LLM: output length (where the trace gives none)")
+
+
+def cmd_serve(args) -> int:
+    from mapper.llm_serving import LLMServingConfig, llm_section, simulate_model_llm_serving
+    from mapper.serving import ServingConfig, engine_batch_time, load_curve, load_trace, serving_section
+
+    if args.batch is not None:
+        raise MapperError("serve forms its own batches: use --max-batch (and --batch-policy), not --batch")
+    hw, options = mapper.load_hardware(args.hw), options_from(args)
+    dims = dict(_dim(d) for d in args.dim) | ({"seq": args.seq} if args.seq is not None else {})
+    trace = load_trace(args.trace) if args.trace else None
+    decoder = args.llm or "past" in next((e["dims"] for e in mapper.list_zoo() if e["name"] == args.model), {})
+    jitter_cv = hw.jitter_cv if args.jitter_cv is None else args.jitter_cv    # the profile's unless given
+    jitter_dist = args.jitter_dist or hw.jitter_dist
+    if decoder and args.service_time_s is None:
+        config = LLMServingConfig(args.max_batch, args.rate, args.requests, args.seed, args.prompt_tokens,
+                                  args.output_tokens, None, jitter_cv, jitter_dist, trace)
+        section = llm_section(simulate_model_llm_serving(args.model, hw, options, config), config)
+    else:
+        config = ServingConfig(args.batch_policy, args.max_batch, args.max_wait_ms / 1e3, args.rate, args.requests,
+                               args.seed, jitter_cv, jitter_dist, trace)
+        service = args.service_time_s if args.service_time_s is not None else \
+            engine_batch_time(args.model, dims, hw, options)
+        result = mapper.simulate_serving(service, config)
+        target = args.p99_target_ms / 1e3 if args.p99_target_ms is not None else None
+        curve = load_curve(service, config, p99_target_s=target) if args.load_curve else None
+        section = serving_section(result, config, curve)
+    if args.json:
+        print(json.dumps(section, indent=1, allow_nan=False))
+    else:
+        for key, value in section.items():
+            if key not in ("assumptions", "load_curve"):
+                print(f"{key:28s} {value:.6g}" if isinstance(value, float) else f"{key:28s} {value}")
+        for point in section.get("load_curve", {}).get("points", []):
+            print(f"load {point['load']:5.2f}  {point['offered_rate_per_s']:12.1f}/s  p50 {point['p50_s'] * 1e3:9.3f} ms"
+                  f"  p99 {point['p99_s'] * 1e3:9.3f} ms  utilization {point['utilization']:.1%}")
+        if "load_curve" in section:
+            curve = section["load_curve"]
+            knee = curve["knee_index"]
+            print(f"knee: {'none' if knee is None else curve['points'][knee]['offered_rate_per_s']:,}/s"
+                  f" (saturation {curve['saturation_rate_per_s']:,.1f}/s)")
+            if curve["p99_target_s"] is not None:
+                print(f"highest rate meeting p99 {curve['p99_target_s'] * 1e3:g} ms:"
+                      f" {curve['max_rate_meeting_target_per_s'] or 0:,.1f}/s")
+        for line in section["assumptions"]:
+            print(f"assumption: {line}")
+    return 0
+
+
 COMMANDS: dict[str, tuple[Callable, str]] = {
     "map": (cmd_map, "map a model onto a device: kernels, timing, bottlenecks"),
     "hw": (cmd_hw, "list the built-in hardware profiles"),
     "zoo": (cmd_zoo, "list the built-in models"),
+    "serve": (cmd_serve, "simulate serving requests: latency percentiles, throughput, utilization"),
 }
 
 
@@ -125,6 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "map":
             add_model_args(p)
             p.add_argument("--out", help="write the mapping sheet: .xlsx, .csv, .json or .html")
+        elif name == "serve":
+            add_serve_args(p)
         p.add_argument("--json", action="store_true", help="print one JSON document")
     return parser
 

@@ -1,0 +1,220 @@
+"""The serving simulator against queueing theory, a per-request reference, and its own properties."""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import mapper
+from mapper.cli import main
+from mapper.errors import MapperError
+from mapper.llm_serving import LLMServingConfig, simulate_llm_serving
+from mapper.serving import ServingConfig, load_curve, load_trace, serving_section, simulate_serving
+
+D = 1e-3   # a fixed batch-1 service time: the queue itself, checked against closed forms
+
+
+@pytest.mark.parametrize("rho", [0.5, 0.8])
+def test_md1_mean_wait_matches_pollaczek_khinchine(rho):
+    """M/D/1: mean wait rho*D / (2(1-rho)) (PRIMER s8)."""
+    r = simulate_serving(D, ServingConfig(max_batch=1, rate_per_s=rho / D, requests=400_000, seed=1))
+    expected = rho * D / (2 * (1 - rho))
+    assert r.mean_wait_s == pytest.approx(expected, rel=0.02)
+    assert r.utilization == pytest.approx(rho, rel=0.01)
+    assert r.mean_queue_length == pytest.approx(rho / D * expected, rel=0.03)   # Little's law
+
+
+def test_mm1_p99_sojourn():
+    """M/M/1: the sojourn time is exponential with rate mu - lambda, so p99 = ln(100)/(mu - lambda)."""
+    mu, lam = 1 / D, 0.5 / D
+    r = simulate_serving(D, ServingConfig(max_batch=1, rate_per_s=lam, requests=400_000, seed=2,
+                                          jitter_cv=1.0, jitter_dist="exponential"))
+    assert r.p99_s == pytest.approx(math.log(100) / (mu - lam), rel=0.03)
+    assert r.mean_s == pytest.approx(1 / (mu - lam), rel=0.03)
+
+
+def reference_dynamic(arrival, service, max_batch, max_wait_s):
+    """A plain per-request simulation of the same dynamic-batching rule (the vectorized one's oracle)."""
+    end = np.empty(len(arrival))
+    free, i, n = -math.inf, 0, len(arrival)
+    while i < n:
+        leave = arrival[i] + max_wait_s
+        if i + max_batch - 1 < n:
+            leave = min(leave, arrival[i + max_batch - 1])
+        leave = max(leave, free)
+        j = i
+        while j < n and j - i < max_batch and arrival[j] <= leave:
+            j += 1
+        free = leave + service(j - i)
+        end[i:j] = free
+        i = j
+    return end - arrival
+
+
+@pytest.mark.parametrize("rate,max_batch,max_wait_s", [(300, 8, 2e-3), (2000, 8, 1e-3), (5000, 16, 5e-3),
+                                                       (900, 4, 0.0)])
+def test_dynamic_batching_matches_a_per_request_reference(rate, max_batch, max_wait_s):
+    service = lambda b: 1e-3 + 2e-4 * b
+    config = ServingConfig(max_batch=max_batch, max_wait_s=max_wait_s, rate_per_s=rate, requests=5_000, seed=3)
+    r = simulate_serving(service, config)
+    arrival = np.cumsum(np.random.default_rng(np.random.SeedSequence(3).spawn(2)[0]).standard_exponential(5_000)) / rate
+    sojourn = reference_dynamic(arrival, service, max_batch, max_wait_s)
+    assert r.mean_s == pytest.approx(sojourn.mean(), rel=1e-9)
+    assert r.p99_s == pytest.approx(np.percentile(sojourn, 99), rel=1e-9)
+
+
+def test_dynamic_batching_trades_latency_for_throughput():
+    service = lambda b: 1e-3 + 1e-4 * b
+    one = ServingConfig(max_batch=1, requests=50_000, seed=4)
+    dyn = ServingConfig(max_batch=16, max_wait_s=2e-3, requests=50_000, seed=4)
+    high, low = 3_000.0, 50.0
+    assert simulate_serving(service, replace(dyn, rate_per_s=high)).throughput_per_s > \
+        1.5 * simulate_serving(service, replace(one, rate_per_s=high)).throughput_per_s
+    assert simulate_serving(service, replace(dyn, rate_per_s=high)).p99_s < 0.05
+    assert simulate_serving(service, replace(dyn, rate_per_s=low)).p50_s > \
+        simulate_serving(service, replace(one, rate_per_s=low)).p50_s + 0.5e-3   # it waits for company
+
+
+@pytest.mark.parametrize("config", [ServingConfig(max_batch=1, jitter_cv=0.1, jitter_dist="lognormal"),
+                                    ServingConfig(max_batch=4, jitter_cv=0.3, jitter_dist="exponential"),
+                                    ServingConfig(max_batch=8, max_wait_s=1e-3, jitter_cv=0.05)])
+def test_percentiles_ordered_and_rising_with_load(config):
+    service = lambda b: 1e-3 + 1e-4 * b
+    curve = load_curve(service, replace(config, requests=20_000, seed=5), loads=(0.2, 0.5, 0.8, 0.95))
+    for p in curve.points:
+        assert p.p50_s <= p.p95_s <= p.p99_s
+    for key in ("p50_s", "p95_s", "p99_s", "mean_s"):
+        values = [getattr(p, key) for p in curve.points]
+        assert values == sorted(values), key
+    assert curve.points[-1].p99_s > 2 * curve.points[0].p99_s
+
+
+def test_static_batching_waits_to_fill_at_low_load():
+    """Static batches leave only when full: at light load the wait to fill dominates (latency falls as load rises)."""
+    config = ServingConfig(policy="static", max_batch=8, requests=20_000, seed=5)
+    light, busy = (simulate_serving(D, replace(config, rate_per_s=rate)) for rate in (100, 4_000))
+    assert light.mean_wait_s == pytest.approx(3.5 / 100, rel=0.05)   # (8 - 1) / 2 interarrival times to fill
+    assert busy.p50_s < 0.01 < light.p50_s
+    assert light.mean_batch == pytest.approx(8, rel=1e-3)
+
+
+def test_load_curve_knee_and_target():
+    curve = load_curve(D, ServingConfig(max_batch=1, requests=50_000, seed=6), p99_target_s=5e-3)
+    assert curve.saturation_rate_per_s == pytest.approx(1 / D)
+    assert curve.knee_index is not None and 0 < curve.knee_index < len(curve.points)
+    best = curve.max_rate_meeting_target_per_s
+    assert best is not None and 300 < best < 900
+    assert simulate_serving(D, ServingConfig(max_batch=1, rate_per_s=best, requests=50_000, seed=6)).p99_s <= 5e-3
+
+
+def test_seeded_and_reproducible():
+    config = ServingConfig(max_batch=8, max_wait_s=1e-3, rate_per_s=2_000, requests=10_000, seed=7, jitter_cv=0.1)
+    a, b = simulate_serving(D, config), simulate_serving(D, config)
+    assert a == b
+    assert simulate_serving(D, replace(config, seed=8)).p99_s != a.p99_s
+
+
+def test_engine_service_time_called_once_per_batch_size():
+    calls = []
+
+    def service(b):
+        calls.append(b)
+        return 1e-3 + 1e-4 * b
+
+    simulate_serving(service, ServingConfig(max_batch=16, max_wait_s=2e-3, rate_per_s=3_000, requests=20_000))
+    assert len(calls) == len(set(calls)) and set(calls) <= set(range(1, 17))
+
+
+@pytest.mark.parametrize("config,message", [
+    (ServingConfig(rate_per_s=0), "arrival rate"), (ServingConfig(requests=0), "requests"),
+    (ServingConfig(requests=10**8 + 1), "requests"), (ServingConfig(max_batch=0), "max batch"),
+    (ServingConfig(jitter_cv=-0.1), "coefficient"), (ServingConfig(jitter_cv=0.1, jitter_dist="gamma"), "gamma"),
+    (ServingConfig(policy="greedy"), "greedy"), (ServingConfig(max_wait_s=-1), "max wait"),
+])
+def test_bad_config_is_a_mapper_error(config, message):
+    with pytest.raises(MapperError, match=message):
+        simulate_serving(D, config)
+
+
+def test_trace_file(tmp_path):
+    path = tmp_path / "trace.csv"
+    path.write_text("arrival_s,prompt_tokens,output_tokens\n0.0,10,5\n0.0005,20,5\n0.002,30,6\n")
+    trace = load_trace(path)
+    r = simulate_serving(D, ServingConfig(max_batch=1, trace=trace))
+    assert r.requests == 3 and r.mean_wait_s == pytest.approx(0.5e-3 / 3)
+    assert list(trace.prompt_tokens) == [10, 20, 30]
+
+
+@pytest.mark.parametrize("text,message", [
+    ("arrival_s\n0.1\n0.05\n", "row 2 .*arrival_s"), ("arrival_s\n0.1\nnan\n", "row 2 .*arrival_s"),
+    ("arrival_s\n-1\n", "row 1"), ("arrival_s\n0.1\nabc\n", "'abc'"), ("time\n0.1\n", "columns"),
+    ("arrival_s,output_tokens\n0.1,2.5\n", "output_tokens"), ("arrival_s\n", "no rows"),
+])
+def test_bad_trace_names_row_and_column(tmp_path, text, message):
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
+    with pytest.raises(MapperError, match=message):
+        load_trace(path)
+
+
+def test_serving_section_is_json_ready():
+    config = ServingConfig(max_batch=4, max_wait_s=1e-3, rate_per_s=500, requests=2_000)
+    section = serving_section(simulate_serving(D, config), config, load_curve(D, config, loads=(0.2, 0.6)))
+    text = json.dumps(section, allow_nan=False)
+    assert {"p50_s", "p99_s", "p999_s", "assumptions", "load_curve"} <= set(json.loads(text))
+
+
+def test_cli_serve_json(capsys):
+    assert main(["serve", "bert-base", "--hw", "h100-sxm", "--batch-policy", "dynamic", "--max-batch", "8",
+                 "--max-wait-ms", "2", "--rate", "500", "--requests", "2000", "--seed", "1",
+                 "--jitter-cv", "0.05", "--jitter-dist", "lognormal", "--service-time-s", "0.002", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    for key in ("p50_s", "p90_s", "p95_s", "p99_s", "p999_s", "mean_s", "mean_wait_s", "throughput_per_s",
+                "utilization", "assumptions"):
+        assert key in doc
+    assert doc["p50_s"] <= doc["p99_s"] and any("fixed 0.002 s" in a for a in doc["assumptions"])
+    assert main(["serve", "bert-base", "--rate", "-5"]) == 2
+
+
+def test_engine_batch_time_drives_the_queue():
+    hw = mapper.load_hardware("h100-sxm")
+    options = mapper.PlanOptions(dtype="bf16")
+    batch8 = mapper.map_workload(mapper.load_workload("bert-base", {"batch": 8, "seq": 128}), hw, options)
+    config = ServingConfig(policy="static", max_batch=8, rate_per_s=100, requests=800, jitter_cv=0.0)
+    r = mapper.simulate_model_serving("bert-base", {"seq": 128}, hw, options, config)
+    assert r.p50_s >= batch8.totals.latency_s and r.mean_batch == 8
+
+
+# ---- decoder LLMs: prefill, decode, continuous batching, KV capacity -------------------------------
+
+PREFILL = lambda b, t: 2e-3 + 1e-5 * b * t
+DECODE = lambda b, c: 5e-3 + 1e-4 * b + 1e-8 * b * c
+
+
+def test_llm_single_request_ttft_and_tpot():
+    config = LLMServingConfig(max_batch=4, rate_per_s=0.01, requests=3, prompt_tokens=100, output_tokens=11,
+                              kv_capacity_tokens=10_000)
+    r = simulate_llm_serving(PREFILL, DECODE, config)
+    assert r.ttft_p50_s == pytest.approx(PREFILL(1, 100))
+    assert r.tpot_p50_s == pytest.approx(np.mean([DECODE(1, 101 + k) for k in range(10)]))
+
+
+def test_llm_kv_capacity_limits_concurrency_and_raises_ttft():
+    base = LLMServingConfig(max_batch=32, rate_per_s=40, requests=400, prompt_tokens=200, output_tokens=50, seed=9)
+    roomy = simulate_llm_serving(PREFILL, DECODE, replace(base, kv_capacity_tokens=100_000))
+    tight = simulate_llm_serving(PREFILL, DECODE, replace(base, kv_capacity_tokens=750))   # three at a time
+    assert tight.mean_running <= 3 + 1e-9 < roomy.mean_running
+    assert tight.ttft_p99_s > roomy.ttft_p99_s
+    assert roomy.ttft_p50_s <= roomy.ttft_p90_s <= roomy.ttft_p99_s
+    with pytest.raises(MapperError, match="KV"):
+        simulate_llm_serving(PREFILL, DECODE, replace(base, kv_capacity_tokens=100))
+
+
+def test_llm_cli_with_built_in_decoder(capsys):
+    assert main(["serve", "gpt2-small", "--max-batch", "4", "--rate", "5", "--requests", "20",
+                 "--prompt-tokens", "64", "--output-tokens", "8", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["ttft_p50_s"] > 0 and doc["tpot_p50_s"] > 0 and doc["kv_capacity_tokens"] > 10_000
