@@ -5,7 +5,7 @@ from app_pages import ui
 
 doc, result, sel = ui.current()
 ui.header("Kernels", doc)
-table = ui.kernel_table(doc)
+table = ui.kernel_table(doc).sort_values("time (µs)", ascending=False)
 c1, c2, c3 = st.columns([2, 2, 2])
 text = c1.text_input("Filter by name or op", placeholder="e.g. MatMul, attention, conv")
 classes = c2.multiselect("Bottleneck class", sorted(table["class"].unique()))

@@ -31,5 +31,7 @@ st.subheader("Top bottlenecks")
 top = sorted(doc["kernels"], key=lambda k: -k["time_s"])[:5]
 st.dataframe(pd.DataFrame([{"kernel": k["name"], "share": k["time_s"] / (t["latency_s"] or 1),
                             "class": k["bottleneck"], "evidence": k["evidence"], "owner": k["owner"]} for k in top]),
-             hide_index=True, width="stretch", column_config={"share": ui.TABLE_FORMAT["share"]})
+             hide_index=True, width="stretch", column_config={"share": ui.TABLE_FORMAT["share"], "kernel": st.column_config.TextColumn(width="medium"),
+                            "evidence": st.column_config.TextColumn(width="large"),
+                            "owner": st.column_config.TextColumn(width="medium")})
 ui.notices(doc)

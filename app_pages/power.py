@@ -3,7 +3,9 @@ import plotly.graph_objects as go
 import streamlit as st
 
 import mapper
-from app_pages import ui
+from app_pages import serving_model, ui
+
+BATCHES = (1, 2, 4, 8, 16, 32, 64)
 
 doc, result, sel = ui.current()
 ui.header("Power", doc)
@@ -26,3 +28,20 @@ st.plotly_chart(fig, key="power_timeline")
 
 if not hasattr(mapper, "power_curve"):
     st.info("Perf-per-watt against batch (mapper.power_curve) is not available yet.")
+    st.stop()
+if not any(k == "batch" for k, _ in sel.dims):
+    st.info("This model has no batch dim, so there is no perf-per-watt curve against batch.")
+    st.stop()
+with st.spinner("Mapping the model at each batch size ..."):
+    points = serving_model.power(sel.key, BATCHES, sel)
+current = dict(sel.dims)["batch"]
+fig = go.Figure(go.Scatter(x=[p.batch for p in points], y=[p.perf_per_watt for p in points], mode="lines+markers",
+                           name="perf per watt", line_color="#2ca02c",
+                           customdata=[[p.avg_power_w, p.throughput_per_s, p.throttled_share] for p in points],
+                           hovertemplate="batch %{x}: %{y:.3g} inf/s/W<br>%{customdata[0]:.0f} W, "
+                                         "%{customdata[1]:,.0f} inf/s, %{customdata[2]:.0%} throttled<extra></extra>"))
+fig.add_vline(x=current, line_dash="dot", annotation_text=f"batch {current}")
+fig.update_layout(title="Perf per watt against batch", xaxis=dict(title="batch", type="log"),
+                  yaxis_title="inferences per second per watt", template="plotly_white", height=380,
+                  margin=dict(l=60, r=20, t=50, b=50))
+st.plotly_chart(fig, key="perf_per_watt")

@@ -3,8 +3,6 @@ table from cached mappings, and the engine's serving simulation when it has land
 """
 from __future__ import annotations
 
-import dataclasses
-
 import streamlit as st
 
 import mapper
@@ -12,7 +10,7 @@ from app_pages import cache
 
 
 def available() -> bool:
-    return hasattr(mapper, "simulate_serving")
+    return hasattr(mapper, "simulate_serving") and hasattr(mapper, "load_curve")
 
 
 def with_batch(sel, batch: int) -> tuple:
@@ -21,30 +19,41 @@ def with_batch(sel, batch: int) -> tuple:
     return sel.model_key, dims, sel.hw.sha256, sel.options
 
 
-def service_times(sel, max_batch: int) -> dict[int, float]:
-    """Batch size -> one batch's latency in seconds, for 1..max_batch (cached per batch)."""
+def service_time(sel):
+    """Batch size -> one batch's latency in seconds from the cached mappings (a constant without a batch dim)."""
     if not any(k == "batch" for k, _ in sel.dims):
-        max_batch = 1
-    out = {}
-    for b in range(1, max_batch + 1):
-        _, doc = cache.mapping(*with_batch(sel, b), sel.source, sel.hw)
-        out[b] = doc["totals"]["latency_s"]
-    return out
+        return cache.mapping(*sel.key, sel.source, sel.hw)[1]["totals"]["latency_s"]
+    return lambda b: cache.mapping(*with_batch(sel, int(b)), sel.source, sel.hw)[1]["totals"]["latency_s"]
 
 
-def config(sel, **overrides):
-    """The engine's ServingConfig from the sidebar's serving options."""
-    cls = getattr(mapper, "ServingConfig")
-    values = dict(sel.serving) | overrides
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in values.items() if k in names})
+def config(sel):
+    """The engine's ServingConfig from the sidebar (the profile's run-to-run jitter)."""
+    s = dict(sel.serving)
+    return mapper.ServingConfig(policy="dynamic", max_batch=s["max_batch"], max_wait_s=s["max_wait_s"],
+                                rate_per_s=s["rate_per_s"], requests=REQUESTS, jitter_cv=sel.hw.jitter_cv,
+                                jitter_dist=sel.hw.jitter_dist)
+
+
+REQUESTS = 20_000  # per simulated load point: p99 from 200 tail samples, fast enough to re-run on a click
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def simulate(key: tuple, serving: tuple, _sel):
-    """The serving simulation at the sidebar's load: the engine's report object."""
-    times = service_times(_sel, dict(serving)["max_batch"])
-    return mapper.simulate_serving(times, config(_sel))
+    """The serving simulation at the sidebar's load (mapper.ServingResult)."""
+    return mapper.simulate_serving(service_time(_sel), config(_sel))
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def curve(key: tuple, serving: tuple, _sel):
+    """p50/p95/p99 against offered load, the knee and the highest rate meeting the p99 target."""
+    return mapper.load_curve(service_time(_sel), config(_sel), p99_target_s=dict(serving)["p99_target_s"])
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def power(key: tuple, batches: tuple, _sel):
+    """Power figures against batch size (mapper.power_curve)."""
+    dims = {k: v for k, v in _sel.dims if k != "batch"}
+    return mapper.power_curve(_sel.source, _sel.hw, mapper.PlanOptions(**dict(_sel.options)), batches, dims)
 
 
 def percentiles(sel, result) -> tuple[float, float, float] | None:
@@ -52,7 +61,8 @@ def percentiles(sel, result) -> tuple[float, float, float] | None:
     if not available():
         return None
     try:
-        report = simulate(sel.key, sel.serving, sel)
+        with st.spinner("Simulating requests ..."):
+            report = simulate(sel.key, sel.serving, sel)
     except mapper.MapperError as e:
         st.error(f"Serving simulation: {e}")
         return None

@@ -1,0 +1,143 @@
+"""One real-browser pass over the dashboard: upload a real model through the file uploader, switch the
+profile, open a kernel's drill-down, download the XLSX and read it back, screenshot every page.
+
+Needs /usr/bin/chromium (scripts/install_browser.sh) and the playwright package; skipped otherwise.
+Screenshots go to a tmp folder, and to $SCREENSHOT_DIR when it is set.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+BERT_TINY = ROOT / "tests" / "models" / "hf_bert_tiny.onnx"
+PAGES = ["Overview", "Layers", "Kernels", "Roofline", "Timeline", "Serving", "Power", "Hardware", "Export"]
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+if not Path(CHROMIUM).exists():
+    pytest.skip(f"{CHROMIUM} missing: run scripts/install_browser.sh", allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright package missing: pip install playwright")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server():
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
+                             "--server.port", str(port), "--server.address", "127.0.0.1"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=1).status == 200:
+                break
+        except OSError:
+            time.sleep(0.3)
+    else:
+        proc.kill()
+        pytest.fail(f"streamlit did not start: {proc.stdout.read().decode()[-2000:]}")
+    yield url
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def page(server):
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        pg = browser.new_page(viewport={"width": 1600, "height": 1000}, accept_downloads=True)
+        pg.set_default_timeout(60_000)
+        pg.goto(server)
+        yield pg
+        browser.close()
+
+
+def settle(page) -> None:
+    """Wait until the script run finishes (the status widget's running indicator is gone)."""
+    page.wait_for_timeout(400)
+    page.wait_for_function("!document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=60_000)
+    page.wait_for_timeout(300)
+
+
+def no_exception(page, where: str) -> None:
+    boxes = page.locator("[data-testid='stException']")
+    assert boxes.count() == 0, f"{where}: {boxes.first.inner_text()[:500]}"
+
+
+def open_page(page, name: str) -> None:
+    page.locator("[data-testid='stSidebarNav'] a", has_text=name).first.click()
+    page.get_by_role("heading", name=name, level=1).wait_for()
+    settle(page)
+
+
+def pick(page, index: int, option: str) -> None:
+    """Choose an option in the sidebar's index-th selectbox."""
+    page.locator("[data-testid='stSidebar'] [data-testid='stSelectbox']").nth(index).click()
+    page.get_by_role("option", name=option, exact=True).click()
+    settle(page)
+
+
+def shots() -> list[Path]:
+    dirs = [Path(os.environ.get("PYTEST_TMP_SHOTS", "/tmp")) / f"mapper_shots_{os.getpid()}"]
+    if os.environ.get("SCREENSHOT_DIR"):
+        dirs.append(Path(os.environ["SCREENSHOT_DIR"]))
+    for d in dirs:
+        d.mkdir(parents=True, exist_ok=True)
+    return dirs
+
+
+def test_dashboard_in_a_real_browser(page, tmp_path):
+    page.get_by_text("Verdict.").wait_for()
+    settle(page)
+    no_exception(page, "opening view")
+
+    page.locator("[data-testid='stSidebar'] input[type='file']").first.set_input_files(str(BERT_TINY))
+    page.locator("[data-testid='stSidebar']").get_by_label("seq").wait_for()  # its symbolic dims appear
+    settle(page)
+    assert "seq=128" in page.locator("[data-testid='stMain'] [data-testid='stCaptionContainer']").first.inner_text()
+
+    pick(page, 1, "h200-sxm")
+    page.locator("[data-testid='stMain'] [data-testid='stCaptionContainer']", has_text="on h200-sxm").first.wait_for()
+    no_exception(page, "after upload and profile switch")
+
+    open_page(page, "Kernels")
+    grid = page.locator("[data-testid='stMain'] [data-testid='stDataFrame']").first
+    box = grid.bounding_box()
+    page.mouse.click(box["x"] + 18, box["y"] + 35 + 17)  # the first row's selection cell
+    page.get_by_text("Tiling assumptions").wait_for()
+    settle(page)
+    no_exception(page, "drill-down")
+
+    open_page(page, "Export")
+    with page.expect_download() as info:
+        page.get_by_role("button", name="Excel workbook (.xlsx)").click()
+    xlsx = tmp_path / "sheet.xlsx"
+    info.value.save_as(xlsx)
+    sheets = pd.read_excel(xlsx, sheet_name=None)
+    assert "Kernels" in sheets and len(sheets["Kernels"]) > 0
+
+    dirs = shots()
+    for name in PAGES:
+        open_page(page, name)
+        no_exception(page, name)
+        path = tmp_path / f"{name.lower()}.png"
+        page.screenshot(path=str(path), full_page=True)
+        for d in dirs:
+            shutil.copy(path, d / path.name)
