@@ -5,6 +5,7 @@ Bad input of any kind: exit code 2 and one line on stderr beginning `error:`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Callable
@@ -53,7 +54,10 @@ def workload_from(args) -> mapper.Workload:
 
 
 def cmd_map(args) -> int:
-    result = mapper.map_workload(workload_from(args), mapper.load_hardware(args.hw), options_from(args))
+    hw = mapper.load_hardware(args.hw)
+    result = mapper.map_workload(workload_from(args), hw, options_from(args))
+    from mapper.serving import serving_for_result
+    result = dataclasses.replace(result, extras={**result.extras, "serving": serving_for_result(result, hw)})
     if args.out:
         from mapper.sheet import write_sheet
         write_sheet(result, args.out)

@@ -454,3 +454,22 @@ def simulate_model_serving(source, dims: dict[str, int] | None, hw, options, con
         config = replace(config, jitter_cv=hw.jitter_cv, jitter_dist=config.jitter_dist or hw.jitter_dist)
     service = service_time_s if service_time_s is not None else engine_batch_time(source, dims, hw, options)
     return simulate_serving(service, config)
+
+
+# ---- the sheet's Serving section for one mapping ------------------------------------------------
+
+SHEET_LOAD_FRACTION = 0.7       # offered load for the sheet's default serving run, of the batch's capacity
+SHEET_REQUESTS = 20_000
+
+
+def serving_for_result(result, hw, load_fraction: float = SHEET_LOAD_FRACTION, requests: int = SHEET_REQUESTS,
+                       seed: int = 0) -> dict:
+    """Serve the mapped batch as a static batch at `load_fraction` of its capacity, with the profile's
+    jitter: the percentiles a review asks for next to the batch latency (Serving sheet, `--json`)."""
+    batch, latency = result.totals.batch, result.totals.latency_s
+    config = ServingConfig(policy="static", max_batch=batch, rate_per_s=load_fraction * batch / latency,
+                           requests=requests, seed=seed, jitter_cv=hw.jitter_cv, jitter_dist=hw.jitter_dist)
+    section = serving_section(simulate_serving(lambda _size: latency, config), config)
+    section["assumptions"].append(f"service time: this mapping's batch latency {latency:.6g} s (the final short"
+                                  " batch is charged a full batch's time)")
+    return section

@@ -1,0 +1,47 @@
+"""The command line as CI jobs use it: the JSON document's stable keys, sheets, listings."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mapper.cli import main
+
+
+def _json(capsys, *argv):
+    assert main(list(argv)) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_map_json_has_the_stable_keys(capsys):
+    doc = _json(capsys, "map", "bert-base", "--hw", "h100-sxm", "--batch", "2", "--seq", "64", "--dtype", "bf16", "--json")
+    assert {"name", "sha256", "nodes"} <= set(doc["model"]) and doc["hardware"]["name"] == "h100-sxm"
+    assert {"flops", "matrix_flops", "dram_bytes", "weight_bytes", "latency_s", "throughput_per_s", "mfu",
+            "memory_stall_fraction", "energy_j", "avg_power_w", "perf_per_watt"} <= set(doc["totals"])
+    node = doc["nodes"][0]
+    assert {"name", "op_type", "op_class", "layer_type", "flops", "bytes"} <= set(node)
+    kernel = doc["kernels"][0]
+    assert {"name", "ops", "layer_type", "engine", "tile", "waves", "flops", "dram_bytes", "time_s", "compute_time_s",
+            "memory_time_s", "overhead_s", "stall_fraction", "bottleneck", "evidence", "owner"} <= set(kernel)
+    assert {"layer_type", "time_s", "flops", "mfu", "stall_fraction"} <= set(doc["layer_types"][0])
+    assert doc["options"]["dtype"] == "bf16" and doc["unmodeled"] == []
+    serving = doc["serving"]
+    assert serving["p50_s"] <= serving["p95_s"] <= serving["p99_s"] and serving["assumptions"]
+    assert sum(k["time_s"] for k in doc["kernels"]) == pytest.approx(doc["totals"]["latency_s"])
+
+
+def test_hw_and_zoo_listings(capsys):
+    hw = _json(capsys, "hw", "--json")
+    assert {r["name"] for r in hw} >= {"h100-sxm", "h200-sxm", "a100-sxm-80gb", "l4", "b200", "mi300x", "tpu-v5e",
+                                       "gaudi2", "cpu-x86"}
+    zoo = _json(capsys, "zoo", "--json")
+    assert [z["name"] for z in zoo] == ["resnet50", "mobilenetv2", "bert-base", "gpt2-small", "vit-b16", "llama2-7b",
+                                        "llama2-70b"]
+
+
+def test_map_writes_a_sheet(tmp_path, capsys):
+    out = tmp_path / "sheet.xlsx"
+    assert main(["map", "resnet50", "--batch", "4", "--out", str(out)]) == 0
+    import pandas as pd
+    sheets = pd.read_excel(out, sheet_name=None)
+    assert {"Summary", "Kernels", "Serving", "Assumptions", "Provenance"} <= set(sheets)
