@@ -29,7 +29,7 @@ st.dataframe(ridge_table(hw), hide_index=True, width="stretch",
                             "ridge (FLOP/B)": st.column_config.NumberColumn(format="%.0f")})
 st.subheader("Every value and its source")
 st.dataframe(hwform.flatten(hw.to_dict()), hide_index=True, width="stretch", height=420,
-             column_config={"value": st.column_config.NumberColumn(format="%.4g"),
+             column_config={"value": st.column_config.NumberColumn(format="engineering"),
                             "source": st.column_config.TextColumn(width="large")})
 
 st.subheader("Side by side")
@@ -41,4 +41,4 @@ right = hwform.flatten(other.to_dict())[["field", "value"]].rename(columns={"val
 both = left.merge(right, on="field", how="outer", suffixes=(" (this)", " (other)"))
 both["other / this"] = both.iloc[:, 2] / both.iloc[:, 1]
 st.dataframe(both, hide_index=True, width="stretch", height=420,
-             column_config={c: st.column_config.NumberColumn(format="%.4g") for c in both.columns[1:]})
+             column_config={c: st.column_config.NumberColumn(format="engineering") for c in both.columns[1:]})

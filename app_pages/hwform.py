@@ -79,7 +79,7 @@ def _edit_form(base: mapper.HardwareProfile) -> None:
         st.caption(f"Values of {base.display_name}; edit, then apply. Units are in the field names.")
         st.data_editor(flatten(base.to_dict()), key="hw_editor", hide_index=True, height=260,
                        disabled=["field", "source"], width="stretch",
-                       column_config={"value": st.column_config.NumberColumn(format="%.4g")})
+                       column_config={"value": st.column_config.NumberColumn(format="engineering")})
         st.form_submit_button("Apply edited profile", on_click=_on_apply, args=(base,))
 
 

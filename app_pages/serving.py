@@ -32,10 +32,14 @@ with left:
     samples = [q * 1e3 for q in report.latency_quantiles_s]
     fig = go.Figure(go.Histogram(x=samples, nbinsx=60, histnorm="probability", marker_color="#1f77b4",
                                  name="requests", hovertemplate="%{x} ms: %{y:.1%}<extra></extra>"))
-    for name, value, dash in (("p50", report.p50_s, "dot"), ("p95", report.p95_s, "dash"), ("p99", report.p99_s, "solid")):
-        fig.add_vline(x=value * 1e3, line_dash=dash, annotation_text=name, line_color="#333")
-    fig.add_vline(x=target_ms, line_color="#d62728", annotation_text="p99 target", annotation_position="top left")
-    fig.update_layout(title="Request latency distribution", xaxis_title="latency (ms)",
+    for name, value, dash, where in (("p50", report.p50_s, "dot", "top left"), ("p95", report.p95_s, "dash", "top"),
+                                     ("p99", report.p99_s, "solid", "top right")):
+        fig.add_vline(x=value * 1e3, line_dash=dash, annotation_text=name, line_color="#333", annotation_position=where)
+    x_max = max(samples) * 1.15
+    if target_ms <= x_max:
+        fig.add_vline(x=target_ms, line_color="#d62728", annotation_text="p99 target", annotation_position="top left")
+    fig.update_layout(title="Request latency distribution" + ("" if target_ms <= x_max else f" (p99 target {target_ms:g} ms is off the right)"),
+                      xaxis=dict(title="latency (ms)", range=[0, x_max]),
                       yaxis=dict(title="share of requests", tickformat=".0%"), **LAYOUT)
     st.plotly_chart(fig, key="latency_hist")
 with right:
@@ -49,7 +53,7 @@ with right:
         fig.add_vline(x=rates[load.knee_index], line_dash="dot", annotation_text="knee")
     fig.add_vline(x=s["rate_per_s"], line_color="#1f6feb", annotation_text="your load", annotation_position="bottom right")
     fig.update_layout(title="Latency against load", xaxis_title="offered load (req/s)",
-                      yaxis=dict(title="latency (ms)", type="log"), **LAYOUT)
+                      yaxis=dict(title="latency (ms)", rangemode="tozero"), **LAYOUT)
     st.plotly_chart(fig, key="load_curve")
 best = load.max_rate_meeting_target_per_s
 st.markdown(f"Saturation at **{load.saturation_rate_per_s:,.0f} req/s**; "

@@ -89,8 +89,11 @@ def open_page(page, name: str) -> None:
 
 def pick(page, index: int, option: str) -> None:
     """Choose an option in the sidebar's index-th selectbox."""
-    page.locator("[data-testid='stSidebar'] [data-testid='stSelectbox']").nth(index).click()
-    page.get_by_role("option", name=option, exact=True).click()
+    box = page.locator("[data-testid='stSidebar'] [data-testid='stSelectbox']").nth(index)
+    box.scroll_into_view_if_needed()
+    box.click()
+    page.keyboard.type(option)
+    page.keyboard.press("Enter")
     settle(page)
 
 
