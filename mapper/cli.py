@@ -40,12 +40,33 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="FlashAttention-style fusion: auto follows --fusion (on in aggressive)")
     p.add_argument("--layout", default="auto", help="auto (the profile's preferred), nchw or nhwc")
     p.add_argument("--power-cap-w", type=float, help="cap the board power below the profile's TDP")
+    p.add_argument("--devices", type=int, help="devices in all (= tp x pp x dp; the rest of tp x pp becomes dp)")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (Megatron column/row GEMMs)")
+    p.add_argument("--pp", type=int, default=1, help="pipeline stages, balanced by time")
+    p.add_argument("--dp", type=int, help="data-parallel replicas")
+    p.add_argument("--overlap-collectives", action="store_true", help="hide collectives behind the next compute")
+
+
+def parallel_degrees(devices: int | None, tp: int, pp: int, dp: int | None) -> tuple[int, int, int]:
+    """--devices with --tp/--pp/--dp: the devices left over by tp x pp become data-parallel replicas."""
+    for name, value in (("tp", tp), ("pp", pp), ("dp", dp), ("devices", devices)):
+        if value is not None and value < 1:
+            raise MapperError(f"--{name} {value} must be at least 1")
+    if devices is None:
+        return tp, pp, dp or 1
+    if devices % (tp * pp):
+        raise MapperError(f"--devices {devices} is not a multiple of tp x pp = {tp * pp}")
+    if dp is not None and dp * tp * pp != devices:
+        raise MapperError(f"--devices {devices} != tp x pp x dp = {tp * pp * dp}; drop one of them")
+    return tp, pp, devices // (tp * pp)
 
 
 def options_from(args) -> mapper.PlanOptions:
+    tp, pp, dp = parallel_degrees(args.devices, args.tp, args.pp, args.dp)
     return mapper.PlanOptions(dtype=args.dtype, weight_dtype=args.weight_dtype, fusion=args.fusion,
                               attention_fusion={"auto": None, "on": True, "off": False}[args.attention_fusion],
-                              layout=args.layout, power_cap_w=args.power_cap_w)
+                              layout=args.layout, power_cap_w=args.power_cap_w, tp=tp, pp=pp, dp=dp,
+                              overlap_collectives=args.overlap_collectives)
 
 
 def workload_from(args) -> mapper.Workload:
@@ -79,6 +100,17 @@ def print_summary(result: mapper.MappingResult) -> None:
     print("top kernels:")
     for e in sorted(result.kernels, key=lambda e: -e.time_s)[:5]:
         print(f"  {e.time_s * 1e6:9.1f} us  {e.bottleneck:30s} {e.kernel.name[:40]:40s} {e.evidence} -> {e.owner}")
+    memory, parallel = result.extras.get("memory"), result.extras.get("parallel")
+    if memory:
+        fit = "fits" if memory["fits"] else f"DOES NOT FIT: short by {memory['shortfall_bytes'] / 1e9:.1f} GB"
+        smallest = memory["smallest_fit"]
+        hint = f"; smallest plan that fits: tp={smallest['tp']} pp={smallest['pp']}" if smallest else \
+            "; no tp x pp within the interconnect fits"
+        print(f"memory per device {memory['per_device_bytes'] / 1e9:.1f} GB of {memory['capacity_bytes'] / 1e9:.0f} GB:"
+              f" {fit}{hint if not memory['fits'] else ''}")
+    if parallel and parallel["devices"] > 1:
+        print(f"parallel: tp={parallel['tp']} pp={parallel['pp']} dp={parallel['dp']} over {parallel['topology']},"
+              f" {len(parallel['collectives'])} collectives, interconnect {parallel['interconnect_share']:.1%} of the time")
     for c in result.caveats:
         print(f"caveat: {c}")
     if result.unmodeled:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mapper.hardware import HardwareProfile
+from mapper.parallel.collectives import collective_time
 from mapper.result import Kernel, TilePlan
 from mapper.tiling import plan_attention, plan_matrix, plan_vector, smooth_max
 
@@ -32,6 +33,7 @@ class Cost:
     avg_power_w: float
     throttled: bool
     engine: str
+    interconnect_s: float = 0.0
 
 
 def kernel_time(compute_s: float, memory_s: float, overhead_s: float, sync_s: float) -> float:
@@ -58,6 +60,12 @@ def estimate_cost(kernel: Kernel, hw: HardwareProfile, dtype: str, act_bytes: fl
     engine = kernel.engine
     sync_s = 0.0
     overhead_s = hw.kernel_launch_s
+    if engine == "interconnect":
+        wire = collective_time(kernel.collective, kernel.devices, kernel.dram_bytes, hw.interconnect)
+        time_s = wire.time_s + overhead_s
+        energy_j = hw.energy_per_dram_byte_j * wire.wire_bytes + hw.idle_w * time_s
+        return Cost(TilePlan("interconnect", None), time_s, 0.0, 0.0, overhead_s, 0.0, 0.0, 0.0, energy_j,
+                    energy_j / time_s if time_s else 0.0, False, engine, wire.time_s)
     if engine == "host":
         tiling = TilePlan("host", None)
         link = max(hw.interconnect.link_bandwidth_bytes_per_s, 1.0)

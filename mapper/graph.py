@@ -46,6 +46,7 @@ class LayerType(StrEnum):
     EMBEDDING = "Embedding/Gather"
     DATA_MOVEMENT = "Data movement"
     OTHER = "Other"
+    COLLECTIVE = "Collective (interconnect)"
 
 
 @dataclass(frozen=True, slots=True)

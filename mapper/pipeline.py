@@ -27,6 +27,9 @@ from mapper.kernels import PLAN_DTYPE_BYTES, Sizer, build_kernels, model_dtype, 
 from mapper.layers import assign_layer_types
 from mapper.layout import LAYOUTS, plan_layout
 from mapper.onnx_import import load_model
+from mapper.parallel.memory import memory_section, plan_memory
+from mapper.parallel.placement import place_on_devices
+from mapper.parallel.sharding import assign_roles, shard_kernels
 from mapper.ops import NodeWork, estimate_work
 from mapper.result import Kernel, KernelEstimate, MappingResult, PlanOptions
 from mapper.rollup import STALL_DEFINITION, roll_up
@@ -113,10 +116,18 @@ def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOpt
     groups = plan_fusion(graph, workload.nodes, options.fusion, attention_fusion)
     kernels = build_kernels(graph, groups, workload.nodes, sizer, hardware, attention_fits)
     kernels, layout = plan_layout(graph, kernels, options.layout, hardware.preferred_conv_layout, sizer)
+    full = assign_roles(graph, kernels)
+    kernels = shard_kernels(graph, kernels, options.tp, sizer)
     estimates = estimate_kernels(kernels, hardware, dtype, sizer, options.power_cap_w)
+    estimates, parallel = place_on_devices(graph, estimates, options, hardware, dtype, sizer)
+    memory = plan_memory(graph, full, sizer, hardware.dram_bytes, options.tp, options.pp,
+                         max(hardware.interconnect.max_devices, 1))
     peak = hardware.matrix_peak(dtype)
     layers, totals = roll_up(estimates, graph, workload.flops, workload.matrix_flops,
-                             sum(sizer.bytes(graph.tensors[w]) for w in graph.weights), peak, dtype)
+                             sum(sizer.bytes(graph.tensors[w]) for w in graph.weights), peak, dtype,
+                             devices=options.tp * options.pp, replicas=options.dp,
+                             steady_state_s=parallel["slowest_stage_s"], ranks=options.tp,
+                             idle_others_w=hardware.idle_w * options.tp * (options.pp - 1))
     return MappingResult(
         model_name=graph.name, model_sha256=graph.sha256, dims=graph.dims, hardware_name=hardware.name,
         hardware_sha256=hardware.sha256, options=options, nodes=workload.nodes, kernels=tuple(estimates),
@@ -125,6 +136,7 @@ def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOpt
         caveats=tuple(precision_caveats(own, dtype, options.weight_dtype)),
         assumptions=assumptions_used(hardware, dtype, layout), engine_version=__version__,
         created_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"), node_count=len(graph.nodes),
+        extras={"memory": memory_section(memory), "parallel": parallel},
     )
 
 
@@ -145,7 +157,7 @@ def estimate_kernels(kernels: list[Kernel], hw: HardwareProfile, dtype: str, siz
         facts = Facts(c.engine, c.time_s, c.compute_time_s, c.memory_time_s, c.overhead_s, c.sync_s,
                       k.flops / c.dram_bytes if c.dram_bytes else float("inf"), ridge,
                       chosen.waves if chosen else 0, chosen.wave_efficiency if chosen else 1.0,
-                      chosen.padding_efficiency if chosen else 1.0)
+                      chosen.padding_efficiency if chosen else 1.0, c.interconnect_s)
         bottleneck, evidence, owner = classify(facts)
         stall = max(0.0, c.memory_time_s - c.compute_time_s) / c.time_s if c.time_s else 0.0
         out.append(KernelEstimate(
@@ -167,6 +179,10 @@ def validate_options(options: PlanOptions) -> PlanOptions:
             raise MapperError(f"option {field}={value!r} is not one of {', '.join(allowed)}")
     if options.power_cap_w is not None and not (options.power_cap_w > 0 and options.power_cap_w < 1e5):
         raise MapperError(f"option power_cap_w={options.power_cap_w!r} must be a positive number of watts")
+    for field in ("tp", "pp", "dp"):
+        value = getattr(options, field)
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 4096:
+            raise MapperError(f"option {field}={value!r} must be an integer from 1 to 4096")
     return options
 
 

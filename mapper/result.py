@@ -22,6 +22,10 @@ class PlanOptions:
     attention_fusion: bool | None = None  # None: as the fusion policy says (on in aggressive)
     layout: str = "auto"                # auto | nchw | nhwc
     power_cap_w: float | None = None    # None: the profile's TDP
+    tp: int = 1                         # tensor-parallel degree (Megatron-style column/row GEMMs, heads split)
+    pp: int = 1                         # pipeline stages, balanced by time
+    dp: int = 1                         # data-parallel replicas
+    overlap_collectives: bool = False   # hide a collective behind the next kernel's compute
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +48,10 @@ class Kernel:
     reduction_length: int = 0       # elements per reduced row
     layout: str = ""                # conv layout the kernel runs in (nchw | nhwc), "" if not a conv
     note: str = ""                  # e.g. "inserted: NCHW->NHWC at the conv region boundary"
+    collective: str = ""            # all-reduce | all-gather | reduce-scatter | p2p (interconnect kernels)
+    devices: int = 1                # devices taking part in the collective
+    shard: str = ""                 # tensor-parallel role: column | row | sharded | replicated
+    stage: int = 0                  # pipeline stage (device group) the kernel runs on
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,8 @@ from tests.conftest import make_model, tensor
 
 HOSTILE = "<script>alert(1)</script>"
 CORE_SHEETS = ["Summary", "Kernels", "Layer types", "Fusion plan", "Assumptions", "Provenance", "Unmodeled"]
+# every mapping also carries its memory-capacity and device-placement sections
+MAPPING_SHEETS = CORE_SHEETS + ["Memory", "Parallel"]
 EXTERNAL_SCRIPT = re.compile(r"<script[^>]*\bsrc\s*=\s*[\"']?(https?:)?//", re.I)
 
 
@@ -51,7 +53,7 @@ def xlsx(result, tmp_path_factory):
 
 def test_xlsx_has_every_sheet_and_freezes_the_header(xlsx):
     path, sheets = xlsx
-    assert list(sheets) == CORE_SHEETS
+    assert list(sheets) == MAPPING_SHEETS
     book = openpyxl.load_workbook(path)
     for ws in book.worksheets:
         assert ws.freeze_panes == "A2"
@@ -191,7 +193,7 @@ def test_unwritable_path_is_a_mapper_error(result, tmp_path):
 
 def test_xlsx_bytes_open_in_openpyxl(result):
     book = openpyxl.load_workbook(io.BytesIO(sheet_bytes(result, "xlsx")))
-    assert book.sheetnames == CORE_SHEETS
+    assert book.sheetnames == MAPPING_SHEETS
     ws = book["Kernels"]
     header = [c.value for c in ws[1]]
     time_cells = [row[header.index("time_s")].value for row in ws.iter_rows(min_row=2)]
