@@ -1,0 +1,129 @@
+"""Plan comparison: fused attention wins at long sequence, every verdict follows its threshold and the
+metric's direction, regressed slices keep the baseline, and the sheet/JSON carry every table."""
+from __future__ import annotations
+
+import json
+
+import openpyxl
+import pytest
+
+from mapper.compare import (METRICS, comparison_document, compare_plans, overall_verdict, parse_thresholds,
+                            plan_spec, verdict_of, write_comparison)
+from mapper.errors import MapperError
+from mapper.result import PlanOptions
+
+SEQS = (128, 512, 2048, 4096)
+BASE = PlanOptions(dtype="bf16")
+
+
+def bert(text: str):
+    return plan_spec(text, "bert-base", "h100-sxm", BASE)
+
+
+@pytest.fixture(scope="module")
+def fused():
+    # p99 threshold 0.9: the p99 gain must exceed 90 % to count, which only long sequences reach
+    return compare_plans(bert("fusion=none"), bert("fusion=aggressive"), (1,), SEQS, {"p99": 0.9})
+
+
+def cell(c, seq, metric):
+    m = c.matrix
+    return m[(m.seq == seq) & (m.metric == metric)].iloc[0]
+
+
+def test_fused_attention_wins_more_as_sequence_grows(fused):
+    gains = [-cell(fused, s, "p99_latency_s").change for s in SEQS]
+    assert gains == sorted(gains) and gains[-1] > 0.9
+    footprint = [-cell(fused, s, "memory_footprint_bytes").change for s in SEQS]
+    assert footprint == sorted(footprint)
+    assert cell(fused, 128, "memory_footprint_bytes").verdict == "neutral"    # scores are small at 128
+    assert cell(fused, 4096, "memory_footprint_bytes").verdict == "improved"  # the S x S scores never reach DRAM
+    # the p99 verdict follows the 0.9 threshold: neutral at 128, improved at 4096
+    assert cell(fused, 128, "p99_latency_s").verdict == "neutral"
+    assert cell(fused, 4096, "p99_latency_s").verdict == "improved"
+
+
+def test_every_cell_follows_its_threshold_and_direction(fused):
+    lower = {m.name: not m.higher_is_better for m in METRICS}
+    for row in fused.matrix.itertuples():
+        assert row.threshold == (0.9 if row.metric == "p99_latency_s" else parse_thresholds([])[row.metric])
+        assert row.change == pytest.approx((row.candidate - row.baseline) / row.baseline)
+        better = -row.change if lower[row.metric] else row.change
+        expected = "improved" if better > row.threshold else "regressed" if better < -row.threshold else "neutral"
+        assert row.verdict == expected, row
+
+
+def test_candidate_kept_where_nothing_regresses(fused):
+    assert (fused.verdicts["verdict"] == "improved").all()
+    assert (fused.boundary["plan_kept"] == "candidate").all()
+    assert fused.overall == "improved"
+
+
+def test_swapped_plans_regress_and_keep_the_baseline_everywhere():
+    c = compare_plans(bert("fusion=aggressive"), bert("fusion=none"), (1,), (128, 4096))
+    assert (c.verdicts["verdict"] == "regressed").all()
+    assert (c.boundary["plan_kept"] == "baseline").all()
+    assert c.overall == "regressed" and "keep the baseline" in c.summary
+
+
+def test_mixed_result_draws_the_rollback_boundary():
+    verdicts = [{"batch": 1, "seq": 128, "verdict": "regressed"}, {"batch": 1, "seq": 4096, "verdict": "improved"}]
+    boundary = [{"batch": 1, "seq": 128, "plan_kept": "baseline"}, {"batch": 1, "seq": 4096, "plan_kept": "candidate"}]
+    overall, summary = overall_verdict(verdicts, boundary)
+    assert overall == "mixed" and "baseline stays at batch 1 seq 128" in summary
+
+
+def test_attention_kernels_change_class_at_long_sequence(fused):
+    long = fused.kernel_changes[fused.kernel_changes.seq == 4096]
+    assert len(long) > 0
+    assert long["candidate_kernel"].str.contains("attention").any()
+    assert (long["baseline_class"] != long["candidate_class"]).all()
+
+
+def test_profile_comparison_h100_to_h200():
+    c = compare_plans(bert("hw=h100-sxm"), bert("hw=h200-sxm"), (8,), (4096,))
+    assert c.provenance["baseline"]["hardware"] == "h100-sxm" and c.provenance["candidate"]["hardware"] == "h200-sxm"
+    assert cell(c, 4096, "throughput_per_s").candidate >= cell(c, 4096, "throughput_per_s").baseline
+
+
+@pytest.mark.parametrize("metric, base, cand, verdict", [
+    ("p99_latency_s", 1.0, 0.97, "improved"), ("p99_latency_s", 1.0, 1.03, "regressed"),
+    ("p99_latency_s", 1.0, 1.01, "neutral"), ("throughput_per_s", 1.0, 1.03, "improved"),
+    ("throughput_per_s", 1.0, 0.97, "regressed"), ("memory_footprint_bytes", 100.0, 102.0, "regressed"),
+])
+def test_verdict_direction(metric, base, cand, verdict):
+    m = next(m for m in METRICS if m.name == metric)
+    assert verdict_of(m, base, cand, m.default_threshold)[1] == verdict
+
+
+@pytest.mark.parametrize("bad", [["p99"], ["p42=0.1"], ["p99=-1"], ["mfu=abc"]])
+def test_bad_thresholds(bad):
+    with pytest.raises(MapperError, match="threshold"):
+        parse_thresholds(bad)
+
+
+@pytest.mark.parametrize("bad", ["fusion", "speed=fast", "fusion=max", "hw=no-such-profile"])
+def test_bad_plan_settings(bad):
+    with pytest.raises(MapperError):
+        bert(bad)
+
+
+def test_sheet_and_json_carry_every_table(fused, tmp_path):
+    path = str(tmp_path / "c.xlsx")
+    write_comparison(fused, path)
+    book = openpyxl.load_workbook(path)
+    assert book.sheetnames == ["Matrix", "Verdicts", "Rollback boundary", "Kernel class changes", "Provenance"]
+    assert book["Matrix"].max_row == len(fused.matrix) + 1
+    provenance = {row[0].value: (row[1].value, row[2].value) for row in book["Provenance"].iter_rows(min_row=2)}
+    assert provenance["option.fusion"] == ("none", "aggressive")
+    assert len(provenance["model_sha256"][0]) == 64
+    doc = comparison_document(fused)
+    json.dumps(doc, allow_nan=False)
+    assert doc["overall"] == "improved" and len(doc["matrix"]) == len(SEQS) * len(METRICS)
+    write_comparison(fused, str(tmp_path / "c.json"))
+    assert json.loads((tmp_path / "c.json").read_text())["rollback_boundary"][0]["plan_kept"] == "candidate"
+
+
+def test_same_seed_same_matrix(fused):
+    again = compare_plans(bert("fusion=none"), bert("fusion=aggressive"), (1,), SEQS, {"p99": 0.9})
+    assert again.matrix.equals(fused.matrix)
