@@ -37,15 +37,27 @@ def _classes(kernels: list[dict]) -> list[str]:
     return [c for c in CLASS_COLORS if c in present] + sorted(present - CLASS_COLORS.keys())
 
 
-def dram_bandwidth(doc: dict) -> float | None:
-    """The profile's DRAM bandwidth from the document's assumptions rows, if recorded."""
+def assumption_value(doc: dict, key: str) -> float | None:
+    """A numeric profile value from the document's assumptions rows, if recorded."""
     for row in doc.get("assumptions", ()):
-        if row.get("name") == DRAM_BANDWIDTH_KEY:
+        if row.get("name") == key:
             try:
                 return float(row["value"])
             except (TypeError, ValueError):
                 return None
     return None
+
+
+def dram_bandwidth(doc: dict) -> float | None:
+    """The profile's DRAM bandwidth from the document's assumptions rows, if recorded."""
+    return assumption_value(doc, DRAM_BANDWIDTH_KEY)
+
+
+def vector_peak(doc: dict) -> float | None:
+    """The vector units' peak at the plan dtype (fp32's where the dtype has none, as the engine does)."""
+    dtype = doc.get("totals", {}).get("dtype", "fp32")
+    return assumption_value(doc, f"compute.vector_peak_flops_per_s.{dtype}") or \
+        assumption_value(doc, "compute.vector_peak_flops_per_s.fp32")
 
 
 def layer_share_figure(doc: dict) -> go.Figure:
@@ -93,6 +105,14 @@ def roofline_figure(doc: dict, hw_peak: float | None = None, dram_bw: float | No
     if peak:
         fig.add_trace(go.Scatter(x=[ridge or x_lo, x_hi], y=[peak, peak], mode="lines", name="matrix peak",
                                  line=dict(color="#444"), hoverinfo="skip"))
+    l2 = assumption_value(doc, "memory.l2_bandwidth_bytes_per_s")
+    if l2 and peak:  # the L2 ceiling: what a kernel whose re-reads all hit L2 could reach
+        fig.add_trace(go.Scatter(x=[x_lo, peak / l2], y=[l2 * x_lo, peak], mode="lines", name="L2 roof",
+                                 line=dict(color="#999", dash="dot"), hoverinfo="skip"))
+    vector = vector_peak(doc)
+    if vector and bandwidth and (not peak or vector < peak):
+        fig.add_trace(go.Scatter(x=[vector / bandwidth, x_hi], y=[vector, vector], mode="lines", name="vector peak",
+                                 line=dict(color="#999"), hoverinfo="skip"))
     skipped = len(kernels) - len(plotted)
     title = "Roofline" + (f" (ridge {ridge:.0f} FLOP/B)" if ridge else "")
     if skipped:
