@@ -49,8 +49,11 @@ class NonNegative(_Sourced):
     value: Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
+MAX_COUNT = 1 << 53  # counts (units, bytes) stay exact as floats; 2^53 bytes is 9 PB, no device is near it
+
+
 class Count(_Sourced):
-    value: Annotated[int, BeforeValidator(_integral), Field(gt=0)]
+    value: Annotated[int, BeforeValidator(_integral), Field(gt=0, le=MAX_COUNT)]
 
 
 class Ratio(_Sourced):
