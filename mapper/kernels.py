@@ -119,7 +119,7 @@ def build_kernel(graph: Graph, group: Group, work: dict[str, NodeWork], sizer: S
         if w.op_type in ("Softmax", "LogSoftmax", "LayerNormalization", "SimplifiedLayerNormalization",
                          "RMSNormalization", "ReduceMean", "SkipLayerNormalization", "GroupNormalization",
                          "InstanceNormalization", "ReduceSum", "ReduceMax"):
-            spec = graph.tensors.get(node_of[w.name].inputs[0])
+            spec = graph.tensors.get(next(iter(node_of[w.name].inputs), ""))
             if spec is not None and spec.shape:
                 length = spec.shape[-1]
                 rows = spec.elements // max(length, 1)

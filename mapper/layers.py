@@ -57,7 +57,7 @@ def find_attention(graph: Graph) -> list[list[Node]]:
     """Each recognized attention block as its nodes: QK^T MatMul .. Softmax .. PV MatMul + K/V paths."""
     blocks = []
     for softmax in graph.nodes:
-        if softmax.op_type != "Softmax":
+        if softmax.op_type != "Softmax" or not softmax.inputs:  # a hostile file's node may lack its inputs
             continue
         score_path, qk = _walk_back(graph, softmax.inputs[0], SCORE_OPS)
         if qk is None or qk.op_type != "MatMul" or not all(_is_activation(graph, i) for i in qk.inputs[:2]):
@@ -81,7 +81,7 @@ def _find_pv(graph: Graph, softmax: Node) -> tuple[Node | None, list[Node]]:
         nxt = []
         for tensor in frontier:
             for user in graph.users(tensor):
-                if user.op_type == "MatMul" and user.inputs[0] == tensor:
+                if user.op_type == "MatMul" and user.inputs[0] == tensor and len(user.inputs) > 1:
                     return user, path
                 if user.op_type in PROB_OPS and user not in path:
                     path.append(user)
@@ -98,7 +98,7 @@ def find_norms(graph: Graph, taken: set[str]) -> list[list[Node]]:
     """Decomposed LayerNorm/RMSNorm: a ReduceMean and the elementwise chain it feeds, up to the affine."""
     blocks = []
     for start in graph.nodes:
-        if start.op_type not in ("ReduceMean", "ReduceSumSquare") or start.name in taken:
+        if start.op_type not in ("ReduceMean", "ReduceSumSquare") or start.name in taken or not start.inputs:
             continue
         x = start.inputs[0]
         block = {start.name: start}

@@ -31,8 +31,8 @@ class Ctx:
 
     def shape(self, i: int) -> Shape:
         spec = self.specs[i] if i < len(self.specs) else None
-        if spec is None:
-            raise NoRule(f"input {i} of {self.node.op_type} has no known shape")
+        if spec is None:  # the importer resolves every present input first: this one is absent
+            raise ValueError(f"input {i} of {self.node.op_type} is missing")
         return spec.shape
 
     def dtype(self, i: int = 0) -> str:
@@ -72,7 +72,29 @@ def rule(*op_types: str):
     return register
 
 
+# The inputs an op's shape and work rules index, and the least rank of each (ONNX requires these; a
+# hostile file need not honour them). Checked before the rule and before any fallback to declared shapes.
+MIN_RANKS: dict[str, tuple[int, ...]] = {  # required inputs, in order
+    "MatMul": (1, 1), "MatMulInteger": (1, 1), "FusedMatMul": (1, 1), "QLinearMatMul": (1, 0, 0, 1),
+    "MatMulNBits": (1,), "Gemm": (2, 2), "Conv": (3, 3), "ConvInteger": (3, 3), "FusedConv": (3, 3),
+    "QLinearConv": (3, 0, 0, 3), "ConvTranspose": (3, 3), "Attention": (3, 2), "MultiHeadAttention": (3,),
+    "GroupQueryAttention": (3,), "PackedAttention": (3,),
+}
+OPTIONAL_MIN_RANKS: dict[str, dict[int, int]] = {  # optional inputs: input index -> least rank where present
+    "MultiHeadAttention": {1: 2}, "GroupQueryAttention": {1: 2},
+}
+
+
+def check_ranks(ctx: Ctx) -> None:
+    op = ctx.node.op_type
+    required = dict(enumerate(MIN_RANKS.get(op, ())))
+    for i, least in (required | OPTIONAL_MIN_RANKS.get(op, {})).items():
+        if (i in required or ctx.has(i)) and len(ctx.shape(i)) < least:
+            raise ValueError(f"input {i} of {op} has rank {len(ctx.shape(i))}, below {least}")
+
+
 def infer_node(ctx: Ctx) -> Out:
+    check_ranks(ctx)
     fn = RULES.get(ctx.node.op_type)
     if fn is None:
         raise NoRule(f"no shape rule for {ctx.node.op_type}")

@@ -196,7 +196,9 @@ def _one_hot(c: Ctx) -> Out:
 @rule("Einsum")
 def _einsum(c: Ctx) -> Out:
     eq = c.node.attr("equation")
-    eq = (eq.decode() if isinstance(eq, bytes) else eq).replace(" ", "")
+    if not isinstance(eq, str):
+        raise ValueError("Einsum has no equation attribute")
+    eq = eq.replace(" ", "")
     lhs, _, rhs = eq.partition("->")
     sizes: dict[str, int] = {}
     for term, i in zip(lhs.split(","), range(len(c.node.inputs))):
@@ -247,6 +249,8 @@ def _nonzero(c: Ctx) -> Out:
 @rule("Attention")
 def _ms_attention(c: Ctx) -> Out:
     x = c.shape(0)
+    if len(x) not in (3, 4) or (len(x) == 4 and c.node.domain not in ("", "ai.onnx")):
+        raise ValueError(f"{c.node.op_type} input 0 has rank {len(x)}; it must be [B, S, hidden] or [B, heads, S, d]")
     if c.node.domain in ("", "ai.onnx"):  # opset-23 Attention(Q, K, V, ...)
         q, v = c.shape(0), c.shape(2)
         if len(q) == 4:  # [B, heads, S, head_dim]
@@ -264,6 +268,8 @@ def _ms_attention(c: Ctx) -> Out:
 @rule("MultiHeadAttention", "GroupQueryAttention", "PackedAttention")
 def _ms_mha(c: Ctx) -> Out:
     q = c.shape(0)
+    if len(q) not in (3, 4):
+        raise ValueError(f"{c.node.op_type} query has rank {len(q)}; it must be [B, S, hidden] or [B, heads, S, d]")
     out: Out = [(q, c.dtype(0))]
     for i in range(1, len(c.node.outputs)):
         src = 3 + i if c.has(3 + i) else None  # present K/V follow past K/V's shape where given
