@@ -193,10 +193,34 @@ def value_info_shape(vi: onnx.ValueInfoProto, bound: dict[str, int]) -> TensorSp
 
 
 # --- the graph walk --------------------------------------------------------------------------------
+# Attributes the shape and work rules read, by the type ONNX gives them; another type is a malformed file.
+ATTR_TYPES = {
+    int: ("axis", "group", "transA", "transB", "keepdims", "to", "start", "end", "num_heads", "q_num_heads",
+          "kv_num_heads", "blocksize", "allowzero", "upper", "size", "num_outputs", "noop_with_empty_axes", "k",
+          "fmod", "ceil_mode", "batch_dims", "N", "K", "value_int"),
+    tuple: ("axes", "pads", "kernel_shape", "strides", "dilations", "starts", "ends", "split", "shape", "perm",
+            "qkv_hidden_sizes", "output_shape", "output_padding", "value_ints"),
+    str: ("equation", "auto_pad"),
+    onnx.TensorProto: ("value",),
+}
+_ATTR_TYPE = {name: kind for kind, names in ATTR_TYPES.items() for name in names}
+
+
+def _check_attrs(node_name: str, op_type: str, attrs: dict) -> None:
+    for key, value in attrs.items():
+        kind = _ATTR_TYPE.get(key)
+        if kind is not None and not (isinstance(value, kind) and
+                                     (kind is not tuple or all(isinstance(v, int) for v in value))):
+            want = {int: "an integer", tuple: "a list of integers", str: "a string", onnx.TensorProto: "a tensor"}[kind]
+            raise MapperError(f"node {node_name!r} ({op_type}): attribute {key!r} must be {want}, got"
+                              f" {type(value).__name__}; the file is malformed, re-export the model")
+
+
 def to_nodes(model: onnx.ModelProto) -> list[Node]:
     nodes = []
     for i, n in enumerate(model.graph.node):
         attrs = {a.name: attr_value(a) for a in n.attribute}
+        _check_attrs(n.name or f"{n.op_type}_{i}", n.op_type, attrs)
         nodes.append(Node(n.name or f"{n.op_type}_{i}", n.op_type, n.domain, tuple(n.input), tuple(n.output), attrs))
     seen: dict[str, int] = {}
     unique = []
@@ -213,6 +237,10 @@ def topological_order(nodes: list[Node], available: set[str]) -> list[Node]:
     producer = {}
     for i, n in enumerate(nodes):
         for o in n.outputs:
+            if o in producer or o in available:
+                first = nodes[producer[o]].name if o in producer else "a graph input or initializer"
+                raise MapperError(f"tensor {o!r} is produced by both {first!r} and node {n.name!r};"
+                                  " an ONNX graph assigns each tensor once")
             if o:
                 producer[o] = i
     indeg = [0] * len(nodes)
@@ -318,7 +346,7 @@ class _Walk:
             self.set(spec.name, spec, value)
         if folded_values is not None or all_const:
             self.folded.add(node.name)
-            self.const.update(o for o in node.outputs if o)
+            self.const.update(o for o in node.outputs if o and o in self.specs)
 
     def infer(self, node: Node, specs, values) -> list[TensorSpec] | None:
         try:

@@ -184,8 +184,13 @@ def _squeeze(node, v, shapes):
 
 @evaluator("Reshape")
 def _reshape(node, v, shapes):
+    from mapper.shape_rules import NoRule
     from mapper.shape_rules_movement import reshape_target
-    return [v[0].reshape(reshape_target(v[0].shape, v[1].reshape(-1), bool(node.attr("allowzero", 0))))]
+    try:
+        target = reshape_target(v[0].shape, v[1].reshape(-1), bool(node.attr("allowzero", 0)))
+    except NoRule as exc:  # a target that does not fit the data: nothing to fold
+        raise ValueError(str(exc)) from exc
+    return [v[0].reshape(target)]
 
 
 @evaluator("Slice")
