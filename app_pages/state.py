@@ -22,7 +22,7 @@ LAYOUTS = ("auto", "nchw", "nhwc")
 ATTENTION = {"as the fusion policy says": None, "on": True, "off": False}
 TEST_UPLOAD_KEY = "test_upload"  # test hook: (filename, bytes) is handled like a sidebar upload
 DEFAULTS = {"model": "resnet50", "hw": "h100-sxm", "dtype": "auto", "weight_dtype": "same", "fusion": "default",
-            "layout": "auto", "attention": "as the fusion policy says", "power_cap_w": 0.0,
+            "layout": "auto", "attention": "as the fusion policy says", "power_cap_w": 0.0, "tp": 1, "pp": 1, "dp": 1,
             "rate_per_s": 500.0, "max_batch": 8, "max_wait_ms": 2.0, "p99_target_ms": 20.0, "presentation": False}
 
 
@@ -147,10 +147,16 @@ def _options_section() -> tuple:
     with st.expander("More plan options"):
         st.selectbox("attention fusion", list(ATTENTION), key="attention")
         st.number_input("power cap (W, 0 = profile TDP)", min_value=0.0, step=50.0, key="power_cap_w")
+    with st.expander("Devices (tensor / pipeline / data parallel)"):
+        d1, d2, d3 = st.columns(3)
+        d1.number_input("TP", min_value=1, max_value=64, step=1, key="tp", help="tensor-parallel degree")
+        d2.number_input("PP", min_value=1, max_value=64, step=1, key="pp", help="pipeline stages")
+        d3.number_input("DP", min_value=1, max_value=1024, step=1, key="dp", help="data-parallel replicas")
     ss = st.session_state
     return (("dtype", ss["dtype"]), ("weight_dtype", ss["weight_dtype"]), ("fusion", ss["fusion"]),
             ("attention_fusion", ATTENTION[ss["attention"]]), ("layout", ss["layout"]),
-            ("power_cap_w", float(ss["power_cap_w"]) or None))
+            ("power_cap_w", float(ss["power_cap_w"]) or None), ("tp", int(ss["tp"])), ("pp", int(ss["pp"])),
+            ("dp", int(ss["dp"])))
 
 
 def _serving_section() -> tuple:

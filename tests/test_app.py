@@ -9,7 +9,7 @@ import mapper
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 BERT_TINY = Path(__file__).parent / "models" / "hf_bert_tiny.onnx"
-PAGES = ["overview", "layers", "kernels", "roofline", "timeline", "serving", "power", "hardware", "export"]
+PAGES = ["overview", "layers", "kernels", "roofline", "timeline", "serving", "power", "devices", "hardware", "export"]
 TIMEOUT = 120  # llama2-70b maps in seconds on a slow CI machine; resnet50 in ~50 ms
 
 
@@ -118,3 +118,18 @@ def test_presentation_mode_enlarges_type():
     at.toggle(key="presentation").set_value(True).run()
     assert_clean(at, "presentation")
     assert any("3.2rem" in h.proto.body for h in at.get("html"))
+
+
+def test_tensor_parallel_degree_changes_the_device_plan():
+    at = start()
+    at.session_state["model"] = "llama2-70b"
+    at.session_state["dtype"] = "bf16"
+    at.run()
+    at.switch_page("app_pages/devices.py").run()
+    assert_clean(at, "devices tp=1")
+    assert any("Does not fit" in w.value for w in at.warning)
+    at.session_state["tp"] = 8
+    at.run()
+    assert_clean(at, "devices tp=8")
+    assert any("Fits" in s.value for s in at.success)
+    assert metric(at, "Collectives per batch") != "0"

@@ -1,0 +1,52 @@
+"""Devices: memory per device against capacity, pipeline stages, and what the interconnect costs."""
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from app_pages import ui
+
+doc, result, sel = ui.current()
+ui.header("Devices", doc)
+memory, parallel = doc.get("memory"), doc.get("parallel")
+if not memory or not parallel:
+    st.info("This mapping carries no device plan.")
+    st.stop()
+
+plan = f"TP {parallel['tp']} x PP {parallel['pp']} x DP {parallel['dp']} = {parallel['devices']} devices"
+c1, c2, c3, c4 = st.columns(4)
+c1.metric("Plan", plan.split(" = ")[0], help=f"{plan} over {parallel['topology']}")
+c2.metric("Memory per device", f"{memory['per_device_bytes'] / 1e9:,.1f} GB",
+          help=f"capacity {memory['capacity_bytes'] / 1e9:,.0f} GB")
+c3.metric("Interconnect share", ui.pct(parallel["interconnect_share"]),
+          help="time in collectives over one batch's time")
+c4.metric("Collectives per batch", f"{len(parallel['collectives'])}")
+if memory["fits"]:
+    st.success(f"Fits: {memory['per_device_bytes'] / 1e9:,.1f} GB of {memory['capacity_bytes'] / 1e9:,.0f} GB per device.")
+else:
+    smallest = memory.get("smallest_fit")
+    hint = (f" The smallest plan that fits: TP {smallest['tp']} x PP {smallest['pp']}"
+            f" ({smallest['per_device_bytes'] / 1e9:,.1f} GB per device)." if smallest else
+            " No TP x PP within this interconnect fits.")
+    st.warning(f"Does not fit: short by {memory['shortfall_bytes'] / 1e9:,.1f} GB per device.{hint}")
+
+parts = {"weights": memory["weight_bytes"], "KV cache": memory["kv_cache_bytes"], "activations": memory["activation_bytes"]}
+fig = go.Figure([go.Bar(y=["per device"], x=[v / 1e9], name=k, orientation="h") for k, v in parts.items()])
+fig.add_vline(x=memory["capacity_bytes"] / 1e9, line_dash="dash", annotation_text="capacity")
+fig.update_layout(barmode="stack", height=200, xaxis_title="GB", margin=dict(l=10, r=10, t=30, b=10))
+st.plotly_chart(fig, key="memory_chart")
+
+if parallel["pp"] > 1:
+    st.subheader("Pipeline stages")
+    stages = pd.DataFrame({"stage": range(len(parallel["stage_times_s"])),
+                           "time (ms)": [t * 1e3 for t in parallel["stage_times_s"]]})
+    st.bar_chart(stages, x="stage", y="time (ms)", height=220)
+    st.caption("One batch visits every stage in turn; back-to-back batches overlap, so the slowest stage sets"
+               " the throughput.")
+if parallel["collectives"]:
+    st.subheader("Collectives")
+    table = pd.DataFrame(parallel["collectives"])
+    table["message (MB)"] = table.pop("message_bytes") / 1e6
+    table["time (µs)"] = table.pop("time_s") * 1e6
+    st.dataframe(table, hide_index=True, width="stretch")
+for line in parallel["assumptions"]:
+    st.caption(line)
