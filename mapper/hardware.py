@@ -17,12 +17,13 @@ from typing import Any
 
 import numpy as np
 
+from mapper import limits
 from mapper.errors import MapperError
 from mapper.hardware_schema import DTYPES, validate_profile_dict
 
 __all__ = ["EfficiencyCurve", "Interconnect", "HardwareProfile", "list_hardware", "load_hardware", "hardware_dir"]
 
-MAX_PROFILE_BYTES = 1 << 20  # 1 MiB: a profile is ~10 KiB; anything larger is not a profile
+MAX_PROFILE_BYTES = limits.MAX_PROFILE_BYTES  # the one value lives in mapper/limits.py
 _SUFFIXES = (".toml", ".json", ".yaml", ".yml")
 
 # ONNX element-type names (mapper.graph.DTYPE_BYTES keys) and common spellings -> profile dtype keys.
@@ -234,7 +235,7 @@ def list_hardware() -> list[str]:
 
 def _parse(raw: bytes, fmt: str, label: str) -> Any:
     if len(raw) > MAX_PROFILE_BYTES:
-        raise MapperError(f"{label}: {len(raw)} bytes is larger than the {MAX_PROFILE_BYTES} byte (1 MiB) limit "
+        raise MapperError(f"{label}: {len(raw)} bytes is over {limits.limit_text('MAX_PROFILE_BYTES')} (1 MiB) "
                           f"for a hardware profile; upload the profile itself")
     try:
         text = raw.decode("utf-8")
@@ -267,7 +268,7 @@ def _read_file(path: Path) -> HardwareProfile:
     try:
         size = path.stat().st_size
         if size > MAX_PROFILE_BYTES:
-            raise MapperError(f"{label}: {size} bytes is larger than the {MAX_PROFILE_BYTES} byte (1 MiB) limit "
+            raise MapperError(f"{label}: {size} bytes is over {limits.limit_text('MAX_PROFILE_BYTES')} (1 MiB) "
                               f"for a hardware profile; point at the profile itself")
         with path.open("rb") as handle:
             raw = handle.read(MAX_PROFILE_BYTES + 1)
