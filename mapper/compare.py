@@ -45,14 +45,15 @@ DEFAULT_REQUESTS = 20_000
 
 @dataclass(frozen=True, slots=True)
 class PlanSpec:
-    model: str
+    model: str | bytes            # a built-in name, a path, or uploaded bytes
     hardware: HardwareProfile
     options: PlanOptions
 
     def describe(self) -> str:
         changed = [f"{f.name}={getattr(self.options, f.name)}" for f in fields(PlanOptions)
                    if getattr(self.options, f.name) != getattr(PlanOptions(), f.name)]
-        return f"{self.model} on {self.hardware.name}" + (f" ({', '.join(changed)})" if changed else "")
+        name = self.model if isinstance(self.model, str) else "uploaded model"
+        return f"{name} on {self.hardware.name}" + (f" ({', '.join(changed)})" if changed else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +71,7 @@ class Comparison:
 
 # ---- inputs ------------------------------------------------------------------------------------------
 
-def plan_spec(text: str, model: str, hw: str, base: PlanOptions) -> PlanSpec:
+def plan_spec(text: str, model: str | bytes, hw: str | HardwareProfile, base: PlanOptions) -> PlanSpec:
     """"fusion=aggressive,dtype=bf16" or "hw=h200-sxm" or "model=..." on top of the shared options."""
     values: dict[str, object] = {"model": model, "hw": hw}
     option_values = asdict(base)
@@ -91,7 +92,9 @@ def plan_spec(text: str, model: str, hw: str, base: PlanOptions) -> PlanSpec:
         else:
             option_values[key] = value
     options = validate_options(PlanOptions(**option_values))
-    return PlanSpec(str(values["model"]), load_hardware(values["hw"]), options)
+    hw_value = values["hw"]
+    hardware = hw_value if isinstance(hw_value, HardwareProfile) else load_hardware(hw_value)
+    return PlanSpec(values["model"], hardware, options)
 
 
 def parse_thresholds(items: list[str] | dict | None) -> dict[str, float]:
@@ -253,7 +256,7 @@ def overall_verdict(verdicts: list[dict], boundary: list[dict]) -> tuple[str, st
 
 
 def plan_provenance(plan: PlanSpec, shapes: ModelShapes) -> dict:
-    return {"model": plan.model, "model_sha256": shapes.model.sha256, "hardware": plan.hardware.name,
+    return {"model": shapes.model.name, "model_sha256": shapes.model.sha256, "hardware": plan.hardware.name,
             "hardware_sha256": plan.hardware.sha256, "options": asdict(plan.options), "describe": plan.describe()}
 
 

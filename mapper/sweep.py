@@ -36,8 +36,8 @@ Progress = Callable[[int, int], None]         # (slices done, slices in all)
 class SweepSpec:
     """The grid: every combination of these is one slice (per model, seq only where it has one)."""
 
-    models: tuple[str, ...]
-    hardware: tuple[str, ...]
+    models: tuple[str | bytes, ...]                  # built-in names, paths, or uploaded bytes
+    hardware: tuple[str | HardwareProfile, ...]      # profile names/files, or profiles already loaded
     batches: tuple[int, ...] = (1,)
     seqs: tuple[int, ...] = (128,)
     dtypes: tuple[str, ...] = ("auto",)
@@ -76,16 +76,16 @@ class SweepResult:
 
 # ---- models: parse once, build each shape once ---------------------------------------------------
 
-def model_source(model: str) -> ModelSource:
-    """A built-in name or a path -> what a task needs; decides once whether the model has a seq dim."""
+def model_source(model: str | bytes, name: str | None = None) -> ModelSource:
+    """A built-in name, a path or uploaded bytes -> what a task needs; decides once whether it has a seq dim."""
     if is_builtin(model):
         from mapper.zoo import list_zoo, zoo_model_bytes
         data, name, source = zoo_model_bytes(model), model, model
         dims = next(e["dims"] for e in list_zoo() if e["name"] == model)
         fixed = tuple((k, BUILTIN_DEFAULT_DIMS[k]) for k in dims if k not in ("batch", "seq"))
     else:
-        data, name = read_model_bytes(model)
-        source, fixed = data, ()
+        data, default_name = read_model_bytes(model)
+        name, source, fixed = name or default_name, data, ()
     proto = parse_model(data, name)
     try:
         resolve_bindings(proto, dict(fixed), 1, 1)
@@ -194,7 +194,7 @@ def plan_tasks(spec: SweepSpec) -> tuple[list[SweepTask], int]:
         raise MapperError("a sweep needs at least one dtype and one fusion policy")
     for dtype, fusion in itertools.zip_longest(spec.dtypes, spec.fusions, fillvalue=None):
         validate_options(PlanOptions(dtype=dtype or "auto", fusion=fusion or "default"))
-    hardware = tuple(load_hardware(h) for h in dict.fromkeys(spec.hardware))
+    hardware = tuple(h if isinstance(h, HardwareProfile) else load_hardware(h) for h in dict.fromkeys(spec.hardware))
     options = tuple(itertools.product(dict.fromkeys(spec.dtypes), dict.fromkeys(spec.fusions)))
     per_shape = len(hardware) * len(options)
     batches, seqs = sorted(set(spec.batches)), sorted(set(spec.seqs))
@@ -229,7 +229,8 @@ def run_sweep(spec: SweepSpec, executor: ExecutorSpec = ExecutorSpec(), progress
     best = best_plans(table)
     provenance = {"engine_version": __version__, "executor": executor.describe(), "slices": total,
                   "tasks": len(tasks), "created_utc": started.isoformat(timespec="seconds"),
-                  "grid": {"models": list(spec.models), "hardware": list(spec.hardware), "batches": list(spec.batches),
+                  "grid": {"models": list(dict.fromkeys(t.model.name for t in tasks)),
+                           "hardware": [h.name for h in tasks[0].hardware], "batches": list(spec.batches),
                            "seqs": list(spec.seqs), "dtypes": list(spec.dtypes), "fusions": list(spec.fusions)},
                   "models": {t.model.name: t.model.sha256 for t in tasks},
                   "hardware": {h.name: h.sha256 for h in tasks[0].hardware}}

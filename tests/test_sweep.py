@@ -126,3 +126,18 @@ def test_dask_local_cluster_table_equals_inprocess(inprocess):
     assert "dask" in dasked.provenance["executor"]
     pd.testing.assert_frame_equal(dasked.table, inprocess[0].table)
     pd.testing.assert_frame_equal(dasked.best, inprocess[0].best)
+
+
+def test_sweep_page_runs_a_small_sweep_with_heatmaps():
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+    page = str(Path(__file__).resolve().parents[1] / "app_pages" / "sweep.py")
+    at = AppTest.from_file(page, default_timeout=120).run()
+    assert not at.exception and at.info      # asks for a run first
+    at.multiselect(key="sweep_batches").set_value([1, 8]).run()
+    at.button[0].click().run()
+    assert not at.exception and not at.error, [e.value for e in at.exception]
+    assert len(at.get("plotly_chart")) == 3  # MFU, latency, bottleneck class
+    at.radio(key="sweep_plan").set_value("bf16 · fusion none").run()
+    assert not at.exception and len(at.get("plotly_chart")) == 3

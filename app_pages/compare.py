@@ -1,0 +1,102 @@
+"""Compare: a baseline plan against a candidate over a validation matrix (slices x metrics), each cell
+colored by its verdict, the rollback boundary, and the kernels whose bottleneck class changed."""
+import json
+
+import streamlit as st
+
+import mapper
+from mapper.compare import METRICS, compare_plans, comparison_document, plan_spec
+
+BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)
+SEQS = (64, 128, 256, 512, 1024, 2048, 4096)
+FIELDS = {"fusion": ("none", "default", "aggressive"), "dtype": ("auto", "fp32", "tf32", "bf16", "fp16", "fp8", "int8"),
+          "hw": tuple(mapper.list_hardware())}
+COLORS = {"improved": "background-color: #c6efce", "neutral": "background-color: #ededed",
+          "regressed": "background-color: #ffc7ce", "error": "background-color: #ffeb9c",
+          "candidate": "background-color: #c6efce", "baseline": "background-color: #ffc7ce"}
+DEFAULT_PAIR = {"fusion": ("none", "aggressive"), "dtype": ("bf16", "fp8"), "hw": ("h100-sxm", "h200-sxm")}
+
+
+def selection():
+    """The sidebar's model, profile and options (bert-base on h100-sxm when the page runs alone)."""
+    sel = st.session_state.get("selection")
+    if sel is None:
+        return "bert-base", "bert-base", mapper.load_hardware("h100-sxm"), mapper.PlanOptions(dtype="bf16")
+    return sel.model_label, sel.source, sel.hw, mapper.PlanOptions(**dict(sel.options))
+
+
+label, source, hw, options = selection()
+st.title("Compare")
+st.caption(f"{label} · baseline against candidate, every (batch, seq) slice; a slice that regresses on any"
+           " metric keeps the baseline (the rollback boundary)")
+c = st.columns(3)
+field = c[0].selectbox("what differs", list(FIELDS), key="compare_field")
+low, high = DEFAULT_PAIR[field]
+choices = FIELDS[field]
+base_value = c[1].selectbox("baseline", choices, index=choices.index(low) if low in choices else 0,
+                            key=f"compare_base_{field}")
+cand_value = c[2].selectbox("candidate", choices, index=choices.index(high) if high in choices else 0,
+                            key=f"compare_cand_{field}")
+c = st.columns(2)
+batches = c[0].multiselect("batch", BATCHES, default=[1], key="compare_batches")
+seqs = c[1].multiselect("seq", SEQS, default=[128, 512, 4096], key="compare_seqs")
+with st.expander("Thresholds (relative change that counts)"):
+    cols = st.columns(len(METRICS))
+    thresholds = {m.name: cols[i].number_input(m.name, min_value=0.0, max_value=9.99, value=m.default_threshold,
+                                               step=0.01, format="%.3f", key=f"compare_thr_{m.name}")
+                  for i, m in enumerate(METRICS)}
+
+key = (label, hw.sha256, field, base_value, cand_value, tuple(sorted(batches)), tuple(sorted(seqs)),
+       tuple(sorted(thresholds.items())), options)
+if st.button("Compare", type="primary", disabled=not (batches and seqs)):
+    bar = st.progress(0.0, text="mapping both plans ...")
+    try:
+        profile = hw if field != "hw" else None
+        baseline = plan_spec(f"{field}={base_value}", source, profile or base_value, options)
+        candidate = plan_spec(f"{field}={cand_value}", source, profile or cand_value, options)
+        result = compare_plans(baseline, candidate, tuple(batches), tuple(seqs), thresholds,
+                               progress=lambda d, t: bar.progress(d / max(t, 1), text=f"{d}/{t} slices"))
+        st.session_state["compare_result"] = (key, result)
+    except mapper.MapperError as e:
+        st.error(f"Cannot compare these plans: {e}")
+    bar.empty()
+
+stored = st.session_state.get("compare_result")
+if stored is None or stored[0] != key:
+    st.info("Choose the two plans and the slices, then press **Compare**.")
+    st.stop()
+result = stored[1]
+tone = {"improved": st.success, "neutral": st.info, "mixed": st.warning, "regressed": st.error}[result.overall]
+tone(f"**{result.summary}**")
+st.caption(f"baseline: {result.baseline.describe()} · candidate: {result.candidate.describe()}")
+
+st.subheader("Validation matrix")
+m = result.matrix
+slices = m["batch"].astype(str) + " / " + m["seq"].astype("string").fillna("-")
+change = m.assign(slice=slices).pivot_table(index="slice", columns="metric", values="change", aggfunc="first", sort=False)
+verdict = m.assign(slice=slices).pivot_table(index="slice", columns="metric", values="verdict", aggfunc="first",
+                                             sort=False)
+order = [x.name for x in METRICS]
+change, verdict = change[order], verdict[order]
+styled = change.style.format("{:+.1%}").apply(lambda _: verdict.map(lambda v: COLORS.get(v, "")), axis=None)
+st.caption("relative change of the candidate (lower is better for p99 latency and footprint); rows: batch / seq")
+st.dataframe(styled, width="stretch")
+
+st.subheader("Rollback boundary")
+st.dataframe(result.boundary.style.map(lambda v: COLORS.get(v, ""), subset=["plan_kept"]), hide_index=True,
+             width="stretch")
+
+st.subheader("Kernels whose bottleneck class changed")
+changes = result.kernel_changes
+if changes.empty:
+    st.write("No kernel changed class.")
+else:
+    counts = changes.groupby(["baseline_class", "candidate_class"]).size().rename("kernels").reset_index()
+    st.dataframe(counts.sort_values("kernels", ascending=False), hide_index=True, width="stretch")
+    with st.expander(f"All {len(changes)} kernels"):
+        st.dataframe(changes, hide_index=True, width="stretch")
+with st.expander("Provenance and assumptions"):
+    st.json(result.provenance, expanded=False)
+doc = comparison_document(result)
+st.download_button("Download the comparison (JSON)", json.dumps(doc, indent=1).encode(), "comparison.json",
+                   "application/json")

@@ -1,0 +1,91 @@
+"""Sweep throughput: slices per second in-process, per core, and on a 2-worker Dask LocalCluster.
+
+    .venv/bin/python bench/bench_sweep.py            # the acceptance grid, then BERT-base alone
+    .venv/bin/python bench/bench_sweep.py --profile  # where one BERT-base slice's time goes
+
+The acceptance grid: ResNet-50 and BERT-base x 6 batches x 5 sequence lengths x 2 dtypes x 2 fusion
+policies x 2 profiles (ResNet-50 has no sequence dim: 6 shapes, BERT-base 30). CPU seconds are
+reported beside wall seconds: on a shared machine wall time counts other people's work too.
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import sys
+import time
+
+import pandas as pd
+
+from mapper.executors import executor_spec
+from mapper.sweep import SweepSpec, run_sweep
+
+GRID = dict(hardware=("h100-sxm", "a100-sxm-80gb"), batches=(1, 2, 4, 8, 16, 32), seqs=(128, 256, 512, 1024, 2048),
+            dtypes=("bf16", "fp16"), fusions=("none", "aggressive"))
+
+
+def timed(spec: SweepSpec, executor, label: str, bar: bool = False):
+    cpu, wall = time.process_time(), time.perf_counter()
+    progress = None
+    if bar:
+        from rich.progress import Progress
+        with Progress() as p:
+            task = p.add_task(label, total=None)
+            result = run_sweep(spec, executor, lambda d, t: p.update(task, completed=d, total=t))
+    else:
+        result = run_sweep(spec, executor, progress)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    n = len(result.table)
+    print(f"{label:44s} {n:5d} slices  wall {wall:6.2f} s  {n / wall:7.1f} slices/s"
+          + (f"  driver CPU {cpu:6.2f} s  {n / cpu:7.1f} slices per CPU-second" if executor.kind == "inprocess" else ""))
+    return result
+
+
+def profile_one() -> None:
+    import mapper
+    from mapper.pipeline import map_workload
+    from mapper.sweep import ModelShapes, model_source
+    shapes = ModelShapes(model_source("bert-base"))
+    hw = mapper.load_hardware("h100-sxm")
+    workload = shapes.workload(8, 512)
+    for _ in range(3):
+        map_workload(workload, hw, mapper.PlanOptions(dtype="bf16", fusion="aggressive"))
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(20):
+        map_workload(workload, hw, mapper.PlanOptions(dtype="bf16", fusion="aggressive"))
+    prof.disable()
+    pstats.Stats(prof).sort_stats("tottime").print_stats(15)
+    t = time.process_time()
+    for _ in range(5):
+        ModelShapes(shapes.model).workload(8, 512)
+    print(f"build + analyze one shape: {(time.process_time() - t) / 5 * 1e3:.1f} ms CPU")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--skip-dask", action="store_true")
+    args = ap.parse_args()
+    if args.profile:
+        profile_one()
+        return 0
+    print(f"CPUs available: {len(os.sched_getaffinity(0))}; load average {os.getloadavg()[0]:.2f}")
+    from mapper.zoo import zoo_model_bytes
+    for name in ("resnet50", "bert-base"):
+        zoo_model_bytes(name)                      # built once per process; not part of a slice's cost
+    full = SweepSpec(("resnet50", "bert-base"), **GRID)
+    inproc = timed(full, executor_spec("inprocess"), "acceptance grid, in-process", bar=True)
+    bert = SweepSpec(("bert-base",), **GRID)
+    timed(bert, executor_spec("inprocess"), "BERT-base grid, in-process (1 core)")
+    if not args.skip_dask:
+        dasked = timed(full, executor_spec("dask", workers=2), "acceptance grid, Dask LocalCluster 2x1")
+        pd.testing.assert_frame_equal(dasked.table, inproc.table)
+        print("Dask table == in-process table")
+        timed(bert, executor_spec("dask", workers=2), "BERT-base grid, Dask LocalCluster 2x1")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
