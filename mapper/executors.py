@@ -86,7 +86,7 @@ def _run_dask(fn: Callable, tasks: Sequence, spec: ExecutorSpec) -> Iterator[tup
             client = Client(spec.scheduler, timeout="10s")
         else:
             cluster = LocalCluster(n_workers=spec.workers or default_workers(), threads_per_worker=1,
-                                   processes=spec.dask_processes, dashboard_address=None)
+                                   processes=spec.dask_processes, dashboard_address=":0")  # any free port
             client = Client(cluster)
     except OSError as exc:
         raise MapperError(f"cannot reach the Dask scheduler {spec.scheduler}: {exc}") from exc
