@@ -1,0 +1,181 @@
+"""Fuzzing the untrusted-input boundary (CI size; bench/fuzz.py runs 100,000 cases).
+
+Every input either maps or is rejected with a one-line MapperError, within a time bound. The
+regression tests rebuild, with onnx.helper, each crash the fuzzer found (docs/fuzzing.md).
+"""
+from __future__ import annotations
+
+import resource
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
+
+import mapper
+from tests.conftest import make_model, tensor, weight
+from tests.fuzz_cases import BAD_NUMBERS, CaseTimeout, base_profile, make_case, real_models, run_case, time_bound
+
+CASE_BOUND_S = 10.0
+FUZZ = settings(max_examples=120, deadline=None, derandomize=True,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def outcome(case) -> str:
+    try:
+        with time_bound(CASE_BOUND_S):
+            return run_case(case)
+    except CaseTimeout:
+        pytest.fail(f"hang: {case.describe()[:300]}")
+
+
+@FUZZ
+@given(st.integers(min_value=0, max_value=2**32))
+def test_generated_cases_map_or_are_rejected(seed):
+    """Mutated real models, random graphs and protobufs, hostile profiles and traces (tests/fuzz_cases.py)."""
+    assert outcome(make_case(seed)) in ("mapped", "rejected")
+
+
+@FUZZ
+@given(st.sampled_from([name for name, _ in real_models()[:12]]), st.data())
+def test_truncated_and_flipped_real_models(name, data):
+    raw = bytearray(dict(real_models())[name])
+    cut = data.draw(st.integers(0, len(raw)))
+    flips = data.draw(st.lists(st.tuples(st.integers(0, len(raw) - 1), st.integers(0, 7)), max_size=4))
+    for at, bit in flips:
+        raw[at] ^= 1 << bit
+    try:
+        with time_bound(CASE_BOUND_S):
+            mapper.map_workload(mapper.load_workload(bytes(raw[:cut])), mapper.load_hardware("h100-sxm"))
+    except mapper.MapperError as exc:
+        assert "\n" not in str(exc)
+
+
+@FUZZ
+@given(st.binary(max_size=2048))
+def test_random_bytes_are_rejected(data):
+    with pytest.raises(mapper.MapperError):
+        mapper.load_workload(data)
+
+
+@FUZZ
+@given(st.data())
+def test_profile_fields_with_hostile_values(data):
+    """Any one number of a real profile set to 0, negative, NaN, inf, a string, a list... or removed."""
+    import copy
+    tree = copy.deepcopy(base_profile())
+    section = data.draw(st.sampled_from(sorted(tree)))
+    if not isinstance(tree[section], dict):
+        return
+    key = data.draw(st.sampled_from(sorted(tree[section])))
+    value = data.draw(st.sampled_from(BAD_NUMBERS + ("missing",)))
+    if value == "missing":
+        del tree[section][key]
+    elif isinstance(tree[section][key], dict) and "value" in tree[section][key]:
+        tree[section][key]["value"] = value
+    else:
+        tree[section][key] = value
+    try:
+        hw = mapper.load_hardware(tree)
+    except mapper.MapperError as exc:
+        assert "\n" not in str(exc) and (section in str(exc) or "top level" in str(exc))
+        return
+    mapper.map_workload(mapper.load_workload("resnet50", {"batch": 1}), hw)
+
+
+def test_memory_stays_bounded_over_many_cases():
+    """200 cases: the process's peak RSS grows by under 1 GiB (caps on elements and folding hold)."""
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    for seed in range(10_000, 10_200):
+        outcome(make_case(seed))
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 1 << 20  # KiB
+
+
+# ---- the crashes the fuzzer found, rebuilt by hand ---------------------------------------------
+
+def _mapped_or_rejected(data: bytes, dims=None) -> str:
+    try:
+        mapper.map_workload(mapper.load_workload(data, dims or {}), mapper.load_hardware("h100-sxm"))
+    except mapper.MapperError as exc:
+        return str(exc)
+    return "mapped"
+
+
+def _relu_then(node, inputs, inits=()):
+    return make_model([helper.make_node("Relu", ["x"], ["r"]), node], inputs, [tensor(node.output[0], None)], inits)
+
+
+@pytest.mark.parametrize("node,inits", [
+    (helper.make_node("Gemm", ["r", "w"], ["y"]), [weight("w", (4,))]),                  # rank-1 operands
+    (helper.make_node("Conv", ["r", "w"], ["y"]), [weight("w", (4, 4))]),                # rank-2 weight
+    (helper.make_node("ConvTranspose", ["r"], ["y"]), []),                                # missing weight
+    (helper.make_node("MatMul", ["r"], ["y"]), []),                                       # missing operand
+    (helper.make_node("ReduceMean", [], ["y"]), []),                                      # no inputs at all
+    (helper.make_node("Softmax", [], ["y"]), []),
+    (helper.make_node("Attention", ["r", "w"], ["y"], domain="com.microsoft"), [weight("w", (4, 12))]),  # rank 2
+    (helper.make_node("MultiHeadAttention", ["r"], ["y"], domain="com.microsoft"), []),
+    (helper.make_node("Einsum", ["r", "r"], ["y"]), []),                                  # no equation
+])
+def test_nodes_missing_inputs_or_rank_are_unmodeled_not_crashes(node, inits):
+    assert _mapped_or_rejected(_relu_then(node, [tensor("x", [2, 4])], inits)) == "mapped"
+
+
+@pytest.mark.parametrize("attr,value,inputs", [
+    ("num_heads", "constant", ["r"]),
+    ("axis", [1, 2], ["r"]),
+    ("kernel_shape", 3, ["r"]),
+    ("value", "text", []),
+])
+def test_attributes_of_the_wrong_type_are_rejected(attr, value, inputs):
+    op = {"num_heads": "MultiHeadAttention", "axis": "Softmax", "kernel_shape": "MaxPool", "value": "ConstantOfShape"}
+    node = helper.make_node(op[attr], inputs or ["shape"], ["y"], domain="com.microsoft" if attr == "num_heads" else "")
+    node.attribute.append(helper.make_attribute(attr, value))
+    inits = [numpy_helper.from_array(np.array([2, 4], np.int64), "shape")]
+    message = _mapped_or_rejected(_relu_then(node, [tensor("x", [2, 4, 8])], inits))
+    assert f"attribute {attr!r} must be" in message
+
+
+def test_a_tensor_produced_twice_is_rejected():
+    nodes = [helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Sigmoid", ["x"], ["y"])]
+    message = _mapped_or_rejected(make_model(nodes, [tensor("x", [2, 4])], [tensor("y", [2, 4])]))
+    assert "'y' is produced by both" in message
+    shadow = [helper.make_node("Relu", ["x"], ["w"])]
+    assert "produced by both" in _mapped_or_rejected(make_model(shadow, [tensor("x", [4])], [tensor("w", [4])],
+                                                               [weight("w", (4,))]))
+
+
+def test_a_reshape_whose_target_does_not_fit_folds_to_nothing():
+    nodes = [helper.make_node("Reshape", ["c", "t"], ["y"]), helper.make_node("Add", ["x", "y"], ["z"])]
+    inits = [numpy_helper.from_array(np.arange(6, dtype=np.int64), "c"),
+             numpy_helper.from_array(np.array([4, -1], np.int64), "t")]
+    graph = helper.make_graph(nodes, "g", [tensor("x", [4, 2])], [tensor("z", [4, 2])], initializer=inits,
+                              value_info=[tensor("y", [4, 2])])  # a declared shape the fallback would take
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    assert _mapped_or_rejected(data) == "mapped"
+
+
+def test_a_profile_count_beyond_2_to_the_53_is_rejected():
+    import copy
+    tree = copy.deepcopy(base_profile())
+    tree["compute"]["compute_units"]["value"] = 1 << 70
+    with pytest.raises(mapper.MapperError, match="compute.compute_units must be <="):
+        mapper.load_hardware(tree)
+
+
+def test_the_time_bound_fires():
+    with pytest.raises(CaseTimeout):
+        with time_bound(0.2):
+            while True:
+                pass
+
+
+def test_mutated_model_dims_of_zero_negative_and_2_to_the_62():
+    base = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [tensor("x", ["batch", 8])],
+                      [tensor("y", ["batch", 4])], [weight("w", (8, 4))])
+    assert _mapped_or_rejected(base, {"batch": 0}) == "mapped"
+    assert "MAX_DIM" in _mapped_or_rejected(base, {"batch": -1})
+    assert "MAX_DIM" in _mapped_or_rejected(base, {"batch": 1 << 62})
+    huge = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [tensor("x", [1 << 62, 8])],
+                      [tensor("y", [1 << 62, 4])], [weight("w", (8, 4))])
+    assert "MAX_TENSOR_ELEMENTS" in _mapped_or_rejected(huge)
