@@ -1,0 +1,179 @@
+"""Calibrate a hardware profile's size-dependent efficiencies to measurements of real runs.
+
+Evidence stage four. Fits, per engine, [efficiency] matrix_by_flops, vector_by_bytes, dram_by_bytes and
+overhead.kernel_launch_s to measured per-kernel times (least squares on relative time, i.e. first-order
+log time, with a ridge toward the current curve where data is thin), re-mapping the training models after
+each pass. Every changed value's source says which models, when, and the error before and after.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date
+
+import numpy as np
+
+from mapper.errors import MapperError
+from mapper.hardware import load_hardware
+
+WEIGHT_POWER = 0.5        # sample weight = (share of its model's measured time) ** this: big kernels count more, not all
+PASSES = 4                # fit -> re-map rounds (the dominant term can switch after a fit)
+RIDGE = 0.05              # pull of each curve knot toward its current value (share of the data's weight)
+HUBER_LOG = float(np.log(2.0))  # residuals beyond 2x (in log time) get Huber weights
+HUBER_PASSES = 4
+SMOOTH = 0.2              # second-difference penalty on log efficiency between decade knots
+MIN_EFFICIENCY = 1e-3     # curve floor: a profile's efficiencies must stay in (0, 1]
+MIN_LAUNCH_S = 1e-7
+CURVE_KEYS = {"matrix": "matrix_by_flops", "vector": "vector_by_bytes", "dram": "dram_by_bytes"}
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One measured kernel group: which curve its dominant term reads, where, and the efficiency it needed."""
+
+    curve: str
+    log_x: float
+    needed: float
+    weight: float
+
+
+def measured_latency(measurement, statistic: str = "p50") -> float:
+    return min(measurement.latencies_s) if statistic == "min" and measurement.latencies_s else measurement.p50_s
+
+
+def _curve_of(e) -> tuple[str, float, float]:
+    """(curve name, size, current efficiency) read by the dominant term of a kernel's predicted time."""
+    if e.memory_time_s > e.compute_time_s:
+        return "dram", e.dram_bytes, 0.0
+    if e.kernel.engine == "matrix":
+        return "matrix", e.kernel.flops, 0.0
+    return "vector", e.kernel.dram_bytes, 0.0
+
+
+def _samples(result, measurement, hw) -> list[Sample]:
+    from mapper.evidence.measure import kernel_groups
+    groups, _, _ = kernel_groups(result, measurement)
+    by_name = {e.kernel.name: e for e in result.kernels}
+    curves = {"matrix": hw.matrix_efficiency, "vector": hw.vector_efficiency, "dram": hw.dram_efficiency}
+    total = sum(g["measured_s"] for g in groups) or 1.0
+    out = []
+    for g in groups:
+        if g["measured_s"] <= 0:
+            continue
+        members = [by_name[name] for name in g["kernels"]]
+        work_s = sum(e.time_s - e.overhead_s - e.sync_s for e in members)
+        if work_s <= 0:
+            continue
+        lead = max(members, key=lambda e: e.time_s)
+        curve, size, _ = _curve_of(lead)
+        scale = g["measured_s"] / work_s  # >1: the machine was slower than predicted -> lower efficiency needed
+        current = curves[curve].at(max(size, 1.0))
+        out.append(Sample(curve, float(np.log10(max(size, 1.0))), current / scale, (g["measured_s"] / total) ** WEIGHT_POWER))
+    return out
+
+
+def fit_curve(points: list[list[float]], samples: list[Sample], ridge: float = RIDGE) -> list[list[float]]:
+    """Weighted least squares on log efficiency with knots at whole decades (hat basis in log10 x), a
+    smoothness penalty (second difference) and a ridge toward the current curve where data is thin."""
+    lo = min([np.log10(points[0][0])] + [np.floor(s.log_x) for s in samples])
+    hi = max([np.log10(points[-1][0])] + [np.ceil(s.log_x) for s in samples])
+    xs = np.arange(np.floor(lo), np.ceil(hi) + 1.0)
+    current = np.log(np.interp(xs, np.log10([p[0] for p in points]), [p[1] for p in points]))
+    if not samples:
+        return [[float(10 ** x), float(np.exp(u))] for x, u in zip(xs, current)]
+    eye = np.eye(len(xs))
+    rows = [np.sqrt(s.weight) * np.array([np.interp(s.log_x, xs, col) for col in eye]) for s in samples]
+    rhs = [np.sqrt(s.weight) * np.log(max(s.needed, MIN_EFFICIENCY)) for s in samples]
+    total = sum(s.weight for s in samples)
+    for j in range(len(xs)):  # ridge: each knot leans on the current curve with RIDGE of the data's weight
+        rows.append(np.sqrt(ridge * total / len(xs)) * eye[j])
+        rhs.append(np.sqrt(ridge * total / len(xs)) * current[j])
+    for j in range(1, len(xs) - 1):  # smoothness: efficiency curves bend gently from decade to decade
+        rows.append(np.sqrt(SMOOTH * total) * (eye[j - 1] - 2 * eye[j] + eye[j + 1]))
+        rhs.append(0.0)
+    rows, rhs = np.asarray(rows), np.asarray(rhs)
+    n = len(samples)
+    for _ in range(HUBER_PASSES):  # robust: an op the runtime implements badly (ORT's LRN) must not bend the curve
+        solution, *_ = np.linalg.lstsq(rows, rhs, rcond=None)
+        residual = np.abs(rows[:n] @ solution - rhs[:n]) / np.sqrt([max(s.weight, 1e-30) for s in samples])
+        factor = np.sqrt(np.minimum(1.0, HUBER_LOG / np.maximum(residual, 1e-12)))
+        rows[:n] *= factor[:, None]
+        rhs[:n] *= factor
+    solution = np.clip(np.exp(solution), MIN_EFFICIENCY, 1.0)
+    return [[float(10 ** x), float(e)] for x, e in zip(xs, solution)]
+
+
+def fit_launch(results, measurements, statistic: str) -> float:
+    """Per-kernel fixed cost: median over models of (measured wall - measured node time) / engine kernels.
+
+    The median, not a pooled ratio: one long model run slowed by another process would otherwise set it."""
+    from mapper.evidence.measure import kernel_groups
+    per_model = []
+    for result, m in zip(results, measurements):
+        groups, unmatched_s, _ = kernel_groups(result, m)
+        gap = measured_latency(m, statistic) - sum(g["measured_s"] for g in groups)
+        per_model.append(gap / max(len(result.kernels), 1))
+    return max(float(np.median(per_model)), MIN_LAUNCH_S)
+
+
+def model_errors(hw, workloads, measurements, statistic: str = "p50") -> list[float]:
+    from mapper.pipeline import map_workload
+    return [map_workload(w, hw).totals.latency_s / measured_latency(m, statistic) - 1.0
+            for w, m in zip(workloads, measurements)]
+
+
+def _workloads(measurements):
+    from mapper.pipeline import load_workload
+    out = []
+    for m in measurements:
+        if not m.source:
+            raise MapperError(f"calibrate: measurement of {m.model_name} has no source to re-map (measured from bytes?)")
+        out.append(load_workload(m.source, dict(m.dims) or None))
+    return out
+
+
+def calibrate(profile, measurements, statistic: str = "p50", name: str | None = None) -> dict:
+    """Fit the profile's efficiency curves and kernel_launch_s to `measurements`; returns the calibrated profile dict.
+
+    The dict's ["calibration"] is NOT part of the profile: pop it before writing (cmd_calibrate does)."""
+    if not measurements:
+        raise MapperError("calibrate: give at least one measurement to fit")
+    from mapper.pipeline import map_workload
+    hw = load_hardware(profile)
+    workloads = _workloads(measurements)
+    before = model_errors(hw, workloads, measurements, statistic)
+    tree = hw.to_dict()
+    for _ in range(PASSES):
+        results = [map_workload(w, hw) for w in workloads]
+        samples = [s for r, m in zip(results, measurements) for s in _samples(r, m, hw)]
+        for curve, key in CURVE_KEYS.items():
+            mine = [s for s in samples if s.curve == curve]
+            if mine:
+                tree["efficiency"][key]["value"] = fit_curve(tree["efficiency"][key]["value"], mine)
+        tree["overhead"]["kernel_launch_s"]["value"] = fit_launch(results, measurements, statistic)
+        hw = load_hardware(tree)
+    after = model_errors(hw, workloads, measurements, statistic)
+    models = ", ".join(sorted({m.model_name for m in measurements}))
+    med = lambda errs: float(np.median(np.abs(errs)))  # noqa: E731
+    note = (f"calibrated: mapper calibrate {date.today().isoformat()} on {len(measurements)} measured models ({models}), "
+            f"{statistic} latency, median |error| {med(before):.1%} before -> {med(after):.1%} after")
+    for key in CURVE_KEYS.values():
+        tree["efficiency"][key]["source"] = f"{note}; was: {tree['efficiency'][key]['source']}"[:1990]
+    tree["overhead"]["kernel_launch_s"]["source"] = (f"{note}; per-kernel share of measured wall time outside matched "
+                                                     f"ORT nodes; was: {tree['overhead']['kernel_launch_s']['source']}")[:1990]
+    if name:
+        tree["meta"]["name"] = name
+    load_hardware(tree)
+    tree["calibration"] = {"models": [m.model_name for m in measurements], "date": date.today().isoformat(),
+                           "statistic": statistic, "errors_before": before, "errors_after": after,
+                           "median_abs_error_before": med(before), "median_abs_error_after": med(after)}
+    return tree
+
+
+def holdout_report(original, calibrated: dict, measurements, statistic: str = "p50") -> list[dict]:
+    """Error on held-out models with the original and the calibrated profile."""
+    profile = {k: v for k, v in calibrated.items() if k != "calibration"}
+    workloads = _workloads(measurements)
+    before = model_errors(load_hardware(original), workloads, measurements, statistic)
+    after = model_errors(load_hardware(profile), workloads, measurements, statistic)
+    return [{"model": m.model_name, "measured_s": measured_latency(m, statistic), "error_before": b, "error_after": a}
+            for m, b, a in zip(measurements, before, after)]

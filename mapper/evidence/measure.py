@@ -1,0 +1,312 @@
+"""Measure a model on ONNX Runtime (CPU) and set the measurement beside the engine's prediction.
+
+Evidence stage three. `measure_model` runs the real graph at the bound shapes: shape-only models
+(zoo weights are external data that does not exist) get deterministic synthesized weights in memory,
+index inputs get in-range ids. Whole-run p50/p95/p99 come from wall time; per-node times from ORT's
+profiler, matched to ONNX nodes (profiles.match_nodes). `compare_measured` turns a MappingResult and a
+Measurement into the JSON-ready "Measured" section: per kernel, per layer type, per model.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+import zlib
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+import numpy as np
+
+from mapper.errors import MapperError
+from mapper.evidence.profiles import NodeMatch, ProfileTimes, load_profile, match_nodes
+
+WARMUP_RUNS = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    model_name: str
+    dims: tuple[tuple[str, int], ...]
+    threads: int
+    latencies_s: tuple[float, ...]      # wall time of each timed run (empty for an imported profile)
+    nodes: tuple[NodeMatch, ...]        # measured nodes, per run, with the ONNX nodes they ran
+    provider: str
+    ort_version: str
+    created_utc: str
+    notes: tuple[str, ...] = field(default=())
+    source: str = ""                    # what calibrate re-maps: a built-in name or a path ("" for bytes)
+
+    def percentile_s(self, q: float) -> float:
+        if not self.latencies_s:
+            return sum(n.time_s for n in self.nodes)  # imported profile: the sum of node times
+        return float(np.percentile(np.asarray(self.latencies_s), q))
+
+    @property
+    def p50_s(self) -> float:
+        return self.percentile_s(50)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Measurement":
+        """Back from to_dict() plus "latencies_s" (what bench/validate_cpu.py caches)."""
+        try:
+            nodes = tuple(NodeMatch(n["name"], n["op_type"], float(n["time_s"]), tuple(n["onnx_nodes"]), n["match"])
+                          for n in data["nodes"])
+            return cls(data["model"], tuple((k, int(v)) for k, v in data["dims"].items()), int(data["threads"]),
+                       tuple(float(t) for t in data["latencies_s"]), nodes, data["provider"], data["onnxruntime"],
+                       data["created_utc"], tuple(data.get("notes", ())), data.get("source", ""))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise MapperError(f"measurement: missing or bad field ({exc}); write it with Measurement.to_dict") from None
+
+    def to_dict(self) -> dict:
+        return {"model": self.model_name, "source": self.source, "dims": dict(self.dims), "threads": self.threads,
+                "runs": len(self.latencies_s), "min_s": min(self.latencies_s, default=self.p50_s), "p50_s": self.p50_s, "p95_s": self.percentile_s(95), "p99_s": self.percentile_s(99),
+                "provider": self.provider, "onnxruntime": self.ort_version, "created_utc": self.created_utc,
+                "notes": list(self.notes), "latencies_s": list(self.latencies_s),
+                "nodes": [{"name": n.name, "op_type": n.op_type, "time_s": n.time_s, "onnx_nodes": list(n.onnx_nodes),
+                           "match": n.how} for n in self.nodes]}
+
+
+def _onnx_model(source):
+    """A built-in name, a path or bytes -> ModelProto without opening external data."""
+    import onnx
+    from mapper.pipeline import is_builtin
+    if is_builtin(source):
+        from mapper.zoo import build_zoo_model
+        return build_zoo_model(source)
+    try:
+        if isinstance(source, (bytes, bytearray)):
+            return onnx.load_from_string(bytes(source))
+        return onnx.load(os.fspath(source), load_external_data=False)
+    except (OSError, onnx.onnx_cpp2py_export.checker.ValidationError, Exception) as exc:  # protobuf DecodeError and friends
+        if isinstance(exc, MapperError):
+            raise
+        raise MapperError(f"model {str(source)[:80]!r}: cannot read it as ONNX ({type(exc).__name__}); check the file") from None
+
+
+def _rng(name: str) -> np.random.Generator:
+    return np.random.default_rng(zlib.crc32(name.encode()))
+
+
+def synthesize_weights(model) -> int:
+    """Replace every external-data initializer by a deterministic random tensor of its dims/dtype, in place.
+
+    Matrices get U(-1,1)/sqrt(fan-in) (activations stay O(1), no denormals); 1-D tensors (biases, norm scales,
+    BatchNorm variances) get U(0.5, 1.5), positive so that variances are valid. Integer tensors get zeros.
+    Returns how many were replaced. Initializers with data (ConstantOfShape-made or inline) stay as they are.
+    """
+    from onnx import TensorProto, helper, numpy_helper
+    count = 0
+    for init in model.graph.initializer:
+        if init.data_location != TensorProto.EXTERNAL:
+            continue
+        dims = tuple(int(d) for d in init.dims)
+        np_dtype = helper.tensor_dtype_to_np_dtype(init.data_type)
+        rng = _rng(init.name)
+        if np.issubdtype(np_dtype, np.floating):
+            if len(dims) <= 1:
+                values = rng.uniform(0.5, 1.5, dims)
+            else:
+                fan_in = int(np.prod(dims[1:])) if len(dims) > 2 else dims[0]
+                values = rng.uniform(-1.0, 1.0, dims) / np.sqrt(max(fan_in, 1))
+        else:
+            values = np.zeros(dims)
+        tensor = numpy_helper.from_array(values.astype(np_dtype), init.name)
+        init.Clear()
+        init.CopyFrom(tensor)
+        count += 1
+    return count
+
+
+def synthesize_inputs(model, graph) -> dict[str, np.ndarray]:
+    """Feeds at the engine's bound shapes: floats U(0,1); integer inputs feeding a Gather get ids below that table's
+    row count (deterministic), other integer inputs (attention masks) ones."""
+    from onnx import helper
+    table_rows = {}
+    inits = {i.name: tuple(i.dims) for i in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == "Gather" and len(node.input) > 1 and node.input[0] in inits and inits[node.input[0]]:
+            table_rows[node.input[1]] = int(inits[node.input[0]][0])
+    declared = {i.name: i.type.tensor_type.elem_type for i in model.graph.input}
+    feeds = {}
+    for name in graph.inputs:
+        shape = graph.tensors[name].shape
+        np_dtype = helper.tensor_dtype_to_np_dtype(declared[name])
+        rng = _rng(name)
+        if np.issubdtype(np_dtype, np.floating):
+            feeds[name] = rng.uniform(0.0, 1.0, shape).astype(np_dtype)
+        elif name in table_rows or "ids" in name:
+            feeds[name] = rng.integers(0, table_rows.get(name, 2), shape).astype(np_dtype)
+        else:
+            feeds[name] = np.ones(shape, np_dtype)
+    return feeds
+
+
+def _session(model_bytes: bytes, threads: int, profile_prefix: str | None, optimized_path: str, providers=None):
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    if profile_prefix is None:  # the timed session: no profiler overhead in the wall times
+        so.log_severity_level = 3
+        return ort.InferenceSession(model_bytes, so, providers=providers or ["CPUExecutionProvider"])
+    so.enable_profiling = True
+    so.profile_file_prefix = profile_prefix
+    so.optimized_model_filepath = optimized_path
+    so.log_severity_level = 3
+    # keep big weights out of the saved optimized graph: only its node names and tensor names are read back
+    so.add_session_config_entry("session.optimized_model_external_initializers_file_name", "weights.bin")
+    so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
+    return ort.InferenceSession(model_bytes, so, providers=providers or ["CPUExecutionProvider"])
+
+
+def measure_model(source, dims: dict[str, int] | None = None, threads: int = 1, runs: int = 10,
+                  providers: list[str] | None = None, profiled_runs: int = 3) -> Measurement:
+    """Run the model on ONNX Runtime: `runs` timed runs (after warm-up) for wall-time percentiles, then
+    `profiled_runs` in a second, profiled session for per-node times (min per node: best-of on a shared machine)."""
+    import onnx
+    import onnxruntime as ort
+    from mapper.pipeline import load_workload
+    if runs < 1 or threads < 1:
+        raise MapperError(f"measure: runs={runs} and threads={threads} must both be at least 1")
+    workload = load_workload(source, dims)
+    model = _onnx_model(source)
+    replaced = synthesize_weights(model)
+    feeds = synthesize_inputs(model, workload.graph)
+    with tempfile.TemporaryDirectory(prefix="mapper-measure-") as tmp:
+        optimized_path = os.path.join(tmp, "optimized.onnx")
+        try:
+            model_bytes = model.SerializeToString()
+            sess = _session(model_bytes, threads, None, optimized_path, providers)
+            for _ in range(WARMUP_RUNS):
+                sess.run(None, feeds)
+            latencies = []
+            for _ in range(runs):
+                t0 = time.perf_counter()
+                sess.run(None, feeds)
+                latencies.append(time.perf_counter() - t0)
+            del sess
+            sess = _session(model_bytes, threads, os.path.join(tmp, "ort"), optimized_path, providers)
+            for _ in range(WARMUP_RUNS + profiled_runs):
+                sess.run(None, feeds)
+            profile_path = sess.end_profiling()
+        except Exception as exc:  # ORT raises its own exception types (Fail, InvalidArgument, ...)
+            raise MapperError(f"measure {workload.graph.name}: ONNX Runtime could not run it ({str(exc).splitlines()[0][:160]})") from None
+        times = load_profile(profile_path, statistic="min")
+        optimized = onnx.load(optimized_path, load_external_data=False) if os.path.exists(optimized_path) else None
+        nodes = match_nodes(times, model, optimized)
+    notes = [f"{replaced} external-data initializers replaced by deterministic random tensors"] if replaced else []
+    notes.append(f"wall times: {runs} runs of an unprofiled session after {WARMUP_RUNS} warm-up; per-node times: "
+                 f"best of {times.runs} runs of a profiled session per ORT node")
+    return Measurement(workload.graph.name, workload.graph.dims, threads, tuple(latencies), nodes,
+                       ",".join(providers or ["CPUExecutionProvider"]), ort.__version__,
+                       datetime.now(timezone.utc).isoformat(timespec="seconds"), tuple(notes),
+                       source if isinstance(source, str) else os.fspath(source) if isinstance(source, os.PathLike) else "")
+
+
+def measurement_from_profile(profile: str | os.PathLike | bytes | ProfileTimes, source, name: str = "") -> Measurement:
+    """An imported profile (made elsewhere, any EP) matched to the model `source` by node and tensor names."""
+    times = profile if isinstance(profile, ProfileTimes) else load_profile(profile)
+    nodes = match_nodes(times, _onnx_model(source))
+    provider = ",".join(sorted({n.provider for n in times.nodes if n.provider})) or times.kind
+    return Measurement(name or str(source), (), 0, times.run_times_s, nodes, provider, "",
+                       datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                       (f"imported {times.kind} profile, {times.runs} runs",),
+                       source if isinstance(source, str) else "")
+
+
+# ---- predicted against measured ------------------------------------------------------------------
+
+def _assumed(result, key: str, default: float) -> float:
+    for name, value, _src in result.assumptions:
+        if name == key:
+            return float(value)
+    return default
+
+
+def measured_class(flops: float, dram_bytes: float, time_s: float, peak: float, bandwidth: float, launch_s: float) -> str:
+    """The bottleneck a measured time implies: the resource it used the largest share of (or the fixed cost)."""
+    if time_s <= 0:
+        return "not measured"
+    if time_s < 2 * launch_s:
+        return "launch / latency-bound"
+    compute, memory = flops / time_s / peak, dram_bytes / time_s / bandwidth
+    return "compute-bound" if compute >= memory else "memory-bound"
+
+
+def kernel_groups(result, measurement: Measurement) -> tuple[list[dict], float, list[dict]]:
+    """Measured time per engine kernel; kernels ORT ran inside another node's time join the next measured kernel."""
+    kernel_of = {node: i for i, e in enumerate(result.kernels) for node in e.kernel.nodes}
+    measured = [0.0] * len(result.kernels)
+    unmatched, unmatched_s = [], 0.0
+    for n in measurement.nodes:
+        hits = [kernel_of[o] for o in n.onnx_nodes if o in kernel_of]
+        if hits:
+            measured[max(hits)] += n.time_s
+        else:
+            why = n.how if n.onnx_nodes == () else "unmatched: the engine has no kernel for it (folded shape op or view)"
+            unmatched.append({"name": n.name, "op_type": n.op_type, "time_s": n.time_s, "why": why})
+            unmatched_s += n.time_s
+    groups, pending = [], []
+    for i, e in enumerate(result.kernels):
+        pending.append(i)
+        if measured[i] > 0 or i == len(result.kernels) - 1:
+            groups.append(pending)
+            pending = []
+    out = []
+    for members in groups:
+        kernels = [result.kernels[i] for i in members]
+        lead = max(kernels, key=lambda e: e.time_s)
+        out.append({"kernels": [e.kernel.name for e in kernels], "layer_type": str(lead.kernel.layer_type),
+                    "engine": lead.kernel.engine, "predicted_class": lead.bottleneck,
+                    "flops": sum(e.kernel.flops for e in kernels), "dram_bytes": sum(e.dram_bytes for e in kernels),
+                    "predicted_s": sum(e.time_s for e in kernels), "measured_s": sum(measured[i] for i in members)})
+    return out, unmatched_s, unmatched
+
+
+def _error(predicted: float, measured: float) -> float | None:
+    return (predicted - measured) / measured if measured > 0 else None
+
+
+def compare_measured(result, measurement: Measurement) -> dict:
+    """Predicted against measured (JSON-ready; attach as result.extras["measured"]): per kernel group, layer, model.
+
+    error = (predicted - measured) / measured. Kernel groups: ORT often fuses more than the engine, so a kernel
+    with no measured node of its own is scored together with the next kernel that has one."""
+    peak = result.totals.peak_flops_per_s
+    bandwidth = _assumed(result, "memory.dram_bandwidth_bytes_per_s", 1.0)
+    launch = _assumed(result, "overhead.kernel_launch_s", 0.0)
+    groups, unmatched_s, unmatched = kernel_groups(result, measurement)
+    for g in groups:
+        g["error"] = _error(g["predicted_s"], g["measured_s"])
+        g["measured_mfu"] = g["flops"] / (g["measured_s"] * peak) if g["measured_s"] > 0 else None
+        g["measured_class"] = measured_class(g["flops"], g["dram_bytes"], g["measured_s"], peak, bandwidth, launch)
+    layers: dict[str, dict] = {}
+    for g in groups:
+        row = layers.setdefault(g["layer_type"], {"layer_type": g["layer_type"], "predicted_s": 0.0, "measured_s": 0.0,
+                                                  "flops": 0.0, "class_time": {}})
+        row["predicted_s"] += g["predicted_s"]
+        row["measured_s"] += g["measured_s"]
+        row["flops"] += g["flops"]
+        row["class_time"][g["measured_class"]] = row["class_time"].get(g["measured_class"], 0.0) + g["measured_s"]
+    for row in layers.values():
+        row["error"] = _error(row["predicted_s"], row["measured_s"])
+        row["measured_mfu"] = row["flops"] / (row["measured_s"] * peak) if row["measured_s"] > 0 else None
+        row["measured_class"] = max(row.pop("class_time").items(), key=lambda kv: kv[1])[0]
+    measured_p50 = measurement.p50_s
+    node_sum = sum(n.time_s for n in measurement.nodes)
+    model = {"model": result.model_name, "hardware": result.hardware_name, "predicted_s": result.totals.latency_s,
+             "measured_p50_s": measured_p50, "measured_p95_s": measurement.percentile_s(95),
+             "measured_p99_s": measurement.percentile_s(99), "error": _error(result.totals.latency_s, measured_p50),
+             "measured_mfu": result.totals.flops / (measured_p50 * peak) if measured_p50 > 0 else None,
+             "predicted_mfu": result.totals.mfu, "node_time_s": node_sum, "unmatched_s": unmatched_s,
+             "framework_overhead_s": max(measured_p50 - node_sum, 0.0) if measurement.latencies_s else 0.0,
+             "kernels": len(result.kernels), "measured_nodes": len(measurement.nodes)}
+    by_miss = sorted(groups, key=lambda g: -abs(g["predicted_s"] - g["measured_s"]))
+    return {"model": model, "layers": sorted(layers.values(), key=lambda r: -abs(r["predicted_s"] - r["measured_s"])),
+            "kernels": by_miss, "unmatched": sorted(unmatched, key=lambda u: -u["time_s"]),
+            "measurement": {k: v for k, v in measurement.to_dict().items() if k != "nodes"},
+            "definitions": {"error": "(predicted - measured) / measured",
+                            "measured_mfu": "FLOPs / (measured time x the plan dtype's matrix peak)",
+                            "measured_class": "launch-bound under 2x kernel_launch_s, else the larger of FLOP/s/peak "
+                                              "and DRAM B/s/bandwidth at the measured time"}}

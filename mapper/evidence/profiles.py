@@ -1,0 +1,197 @@
+"""Import measured per-node times (ONNX Runtime profile JSON, PyTorch/Chrome trace) and match them to ONNX nodes.
+
+Evidence stage two. `load_profile` reads one file (or bytes) and validates it; `match_nodes` ties each
+measured node to the original ONNX nodes it ran: by node name, by the tensor it writes (ORT keeps the
+original output name of a fused chain), by the name with ORT's suffixes stripped ("r2_nchwc" -> tensor r2),
+and through ORT's optimized graph. What matches nothing is kept, with the reason, never dropped.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from mapper.errors import MapperError
+
+MAX_PROFILE_BYTES = 512 << 20  # a long ORT profile of a big model is tens of MiB; refuse anything absurd
+# Suffixes ORT adds to the names of nodes it creates or rewrites (NCHWc transformer, fusions, name dedup).
+_ORT_SUFFIXES = re.compile(r"(_kernel_time|_nchwc|_fusion|_fused|_token_\d+|_\d+)$")
+_CHROME_CATEGORIES = ("user_annotation", "gpu_user_annotation", "cpu_op", "kernel", "python_function")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeTime:
+    """One measured node: its time per model run (median call x calls per run)."""
+
+    name: str
+    op_type: str
+    time_s: float
+    calls_per_run: int
+    provider: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileTimes:
+    kind: str                          # onnxruntime | chrome-trace
+    runs: int
+    nodes: tuple[NodeTime, ...]
+    run_times_s: tuple[float, ...] = ()  # whole-run durations where the profile has them (ORT model_run)
+
+    @property
+    def total_s(self) -> float:
+        return sum(n.time_s for n in self.nodes)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeMatch:
+    """A measured node and the original ONNX nodes it ran (empty with a reason when unmatched)."""
+
+    name: str
+    op_type: str
+    time_s: float
+    onnx_nodes: tuple[str, ...]
+    how: str  # name | output | stripped-name | optimized-graph | unmatched: <why>
+
+
+def _read(source: str | os.PathLike | bytes) -> object:
+    if isinstance(source, (bytes, bytearray)):
+        raw, label = bytes(source), "uploaded profile"
+    else:
+        path = Path(source)
+        label = f"profile {path.name}"
+        try:
+            if path.stat().st_size > MAX_PROFILE_BYTES:
+                raise MapperError(f"{label}: larger than {MAX_PROFILE_BYTES >> 20} MiB; profile fewer runs")
+            raw = path.read_bytes()
+        except OSError as exc:
+            raise MapperError(f"{label}: cannot read it ({exc.strerror}); check the path") from None
+    if len(raw) > MAX_PROFILE_BYTES:
+        raise MapperError(f"{label}: larger than {MAX_PROFILE_BYTES >> 20} MiB; profile fewer runs")
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise MapperError(f"{label}: not JSON ({str(exc).splitlines()[0][:80]}); give an ORT profile or a "
+                          f"Chrome trace (PyTorch profiler export_chrome_trace)") from None
+
+
+def _events(data: object) -> list[dict]:
+    events = data.get("traceEvents") if isinstance(data, dict) else data
+    if not isinstance(events, list):
+        raise MapperError("profile: expected a JSON list of trace events or an object with 'traceEvents'")
+    good = [e for e in events if isinstance(e, dict) and e.get("ph") == "X"
+            and isinstance(e.get("dur"), (int, float)) and isinstance(e.get("name"), str) and e["dur"] >= 0]
+    if not good:
+        raise MapperError("profile: no complete ('ph': 'X') events with a name and a duration; is it a trace?")
+    return good
+
+
+def _per_run(groups: dict[str, list[dict]], runs: int, op_of, provider_of, statistic: str) -> tuple[NodeTime, ...]:
+    out, reduce = [], {"median": np.median, "min": np.min}[statistic]
+    for name, evs in groups.items():
+        durs = np.asarray([e["dur"] for e in evs], dtype=float) * 1e-6  # trace durations are microseconds
+        calls = max(1, round(len(evs) / runs))
+        out.append(NodeTime(name, op_of(evs[0]), float(reduce(durs)) * calls, calls, provider_of(evs[0])))
+    return tuple(out)
+
+
+def _load_ort(events: list[dict], statistic: str) -> ProfileTimes:
+    runs = [e["dur"] * 1e-6 for e in events if e.get("cat") == "Session" and e["name"] == "model_run"]
+    groups: dict[str, list[dict]] = {}
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            groups.setdefault(e["name"][: -len("_kernel_time")], []).append(e)
+    if not groups:
+        raise MapperError("ORT profile: no '<node>_kernel_time' node events; was enable_profiling on during a run?")
+    count = len(runs) or max(len(v) for v in groups.values())
+    args = lambda e: e.get("args") if isinstance(e.get("args"), dict) else {}  # noqa: E731
+    nodes = _per_run(groups, count, lambda e: str(args(e).get("op_name", "")), lambda e: str(args(e).get("provider", "")), statistic)
+    return ProfileTimes("onnxruntime", count, nodes, tuple(runs))
+
+
+def _load_chrome(events: list[dict], statistic: str) -> ProfileTimes:
+    steps = [e for e in events if e["name"].startswith("ProfilerStep#")]
+    chosen = sorted((e for e in events if e.get("cat") in _CHROME_CATEGORIES and not e["name"].startswith("ProfilerStep#")),
+                    key=lambda e: (str(e.get("tid")), e.get("ts", 0), -e["dur"]))
+    groups: dict[str, list[dict]] = {}
+    open_until: dict[str, float] = {}
+    for e in chosen:  # keep outermost events only: nested aten calls would count their parent's time twice
+        tid, ts = str(e.get("tid")), float(e.get("ts", 0))
+        if ts < open_until.get(tid, -1.0):
+            continue
+        open_until[tid] = ts + e["dur"]
+        groups.setdefault(e["name"], []).append(e)
+    if not groups:
+        raise MapperError(f"Chrome trace: no events of categories {', '.join(_CHROME_CATEGORIES)}; "
+                          f"record with torch.profiler and export_chrome_trace")
+    runs = len(steps) or 1
+    nodes = _per_run(groups, runs, lambda e: str(e.get("cat", "")), lambda e: "pytorch", statistic)
+    return ProfileTimes("chrome-trace", runs, nodes, tuple(e["dur"] * 1e-6 for e in steps))
+
+
+def load_profile(source: str | os.PathLike | bytes, statistic: str = "median") -> ProfileTimes:
+    """An ORT profile (any EP) or a PyTorch profiler Chrome trace -> per-node times per run.
+
+    statistic: "median" of a node's calls (default) or "min" (best-of: on a shared machine, other
+    processes only ever add time)."""
+    if statistic not in ("median", "min"):
+        raise MapperError(f"profile statistic {statistic!r} is not one of median, min")
+    events = _events(_read(source))
+    if any(e.get("cat") == "Node" for e in events):
+        return _load_ort(events, statistic)
+    return _load_chrome(events, statistic)
+
+
+def candidate_names(name: str) -> list[str]:
+    """The name, then the name with ORT's suffixes stripped one by one ('r2_nchwc' -> 'r2')."""
+    out = [name]
+    while True:
+        stripped = _ORT_SUFFIXES.sub("", out[-1])
+        if stripped == out[-1] or not stripped:
+            return out
+        out.append(stripped)
+
+
+def match_nodes(times: ProfileTimes, model, optimized=None) -> tuple[NodeMatch, ...]:
+    """Tie each measured node to original nodes of `model` (an onnx.ModelProto), optionally via ORT's optimized one."""
+    producer = {out: n.name for n in model.graph.node for out in n.output if out}
+    names = {n.name for n in model.graph.node if n.name}
+    ort_outputs = {n.name: [o for o in n.output if o] for n in optimized.graph.node} if optimized is not None else {}
+    ort_inputs = {n.name: [i for i in n.input if i] for n in optimized.graph.node} if optimized is not None else {}
+    found = {node.name: _match_one(node.name, names, producer, ort_outputs, ort_inputs) for node in times.nodes}
+    ort_producer = {o: n for n, outs in ort_outputs.items() for o in outs}
+    for name, (hits, how) in list(found.items()):  # ORT-made nodes: follow inputs to a matched ORT node
+        frontier, seen = list(ort_inputs.get(name, ())) if not hits else [], set()
+        while frontier and len(seen) < 8:
+            upstream = ort_producer.get(frontier.pop(0))
+            if upstream is None or upstream in seen:
+                continue
+            seen.add(upstream)
+            up_hits = found.get(upstream, _match_one(upstream, names, producer, ort_outputs, ort_inputs))[0]
+            if up_hits:
+                found[name] = (up_hits[:1], f"optimized-graph (after {upstream})")
+                break
+            frontier.extend(ort_inputs.get(upstream, ()))
+    return tuple(NodeMatch(n.name, n.op_type, n.time_s, *found[n.name]) for n in times.nodes)
+
+
+def _match_one(name: str, names: set, producer: dict, ort_outputs: dict, ort_inputs: dict) -> tuple[tuple[str, ...], str]:
+    if name in names:
+        return (name,), "name"
+    hits = tuple(producer[o] for o in ort_outputs.get(name, ()) if o in producer)
+    if hits:
+        return hits, "output"
+    for cand in candidate_names(name)[1:]:
+        if cand in names:
+            return (cand,), "stripped-name"
+        if cand in producer:
+            return (producer[cand],), "stripped-name"
+    if name in ort_outputs:  # an ORT-created node (layout reorder, cast): charge it to what produced its input
+        hits = tuple(producer[i] for i in ort_inputs.get(name, ()) if i in producer)
+        if hits:
+            return hits[:1], "optimized-graph"
+        return (), "unmatched: node created by ONNX Runtime (e.g. a layout reorder) with no original tensor"
+    return (), "unmatched: no original node or tensor of that name"
