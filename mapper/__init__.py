@@ -18,10 +18,27 @@ from mapper.serving import ServingConfig, ServingResult, load_curve, simulate_mo
 from mapper.version import __version__
 from mapper.zoo import ZOO_NAMES, build_zoo_model, list_zoo, zoo_model_bytes
 
+# Sweeps and comparisons load pandas: imported on first use, so `import mapper` stays light.
+_LAZY = {
+    "SweepSpec": "mapper.sweep", "SweepResult": "mapper.sweep", "run_sweep": "mapper.sweep",
+    "write_table": "mapper.sweep", "ExecutorSpec": "mapper.executors", "executor_spec": "mapper.executors",
+    "Comparison": "mapper.compare", "compare_plans": "mapper.compare", "comparison_document": "mapper.compare",
+    "plan_spec": "mapper.compare", "write_comparison": "mapper.compare",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'mapper' has no attribute {name!r}")
+
+
 __all__ = [
     "MapperError", "Graph", "LayerType", "OpClass", "HardwareProfile", "list_hardware", "load_hardware",
     "load_model", "BUILTIN_DEFAULT_DIMS", "Workload", "analyze_graph", "load_workload", "map_workload",
     "mapping_document", "KernelEstimate", "MappingResult", "PlanOptions", "__version__", "ZOO_NAMES",
     "build_zoo_model", "list_zoo", "zoo_model_bytes",
     "ServingConfig", "ServingResult", "simulate_serving", "simulate_model_serving", "load_curve", "power_curve",
+    *_LAZY,
 ]

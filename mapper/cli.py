@@ -232,7 +232,14 @@ def build_parser() -> argparse.ArgumentParser:
         elif name == "serve":
             add_serve_args(p)
         p.add_argument("--json", action="store_true", help="print one JSON document")
+    register_extra_commands(sub)
     return parser
+
+
+def register_extra_commands(sub) -> None:
+    """Commands that live in their own modules (each adds its parsers to `sub`)."""
+    from mapper import sweep_cli
+    sweep_cli.add_arguments(sub)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -116,8 +116,8 @@ def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOpt
     groups = plan_fusion(graph, workload.nodes, options.fusion, attention_fusion)
     kernels = build_kernels(graph, groups, workload.nodes, sizer, hardware, attention_fits)
     kernels, layout = plan_layout(graph, kernels, options.layout, hardware.preferred_conv_layout, sizer)
-    full = assign_roles(graph, kernels)
-    kernels = shard_kernels(graph, kernels, options.tp, sizer)
+    full = assign_roles(graph, kernels)  # roles at full size: memory planning needs them whatever tp is
+    kernels = shard_kernels(graph, full, options.tp, sizer)
     estimates = estimate_kernels(kernels, hardware, dtype, sizer, options.power_cap_w)
     estimates, parallel = place_on_devices(graph, estimates, options, hardware, dtype, sizer)
     memory = plan_memory(graph, full, sizer, hardware.dram_bytes, options.tp, options.pp,
@@ -161,7 +161,7 @@ def estimate_kernels(kernels: list[Kernel], hw: HardwareProfile, dtype: str, siz
         bottleneck, evidence, owner = classify(facts)
         stall = max(0.0, c.memory_time_s - c.compute_time_s) / c.time_s if c.time_s else 0.0
         out.append(KernelEstimate(
-            kernel=replace(k, engine=c.engine), tiling=c.tiling, dtype=dtype, time_s=c.time_s,
+            kernel=k if k.engine == c.engine else replace(k, engine=c.engine), tiling=c.tiling, dtype=dtype, time_s=c.time_s,
             compute_time_s=c.compute_time_s, memory_time_s=c.memory_time_s, overhead_s=c.overhead_s,
             sync_s=c.sync_s, dram_bytes=c.dram_bytes, l2_bytes=c.l2_bytes,
             intensity_flop_per_byte=facts.intensity, achieved_flops_per_s=k.flops / c.time_s if c.time_s else 0.0,

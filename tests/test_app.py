@@ -9,7 +9,8 @@ import mapper
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 BERT_TINY = Path(__file__).parent / "models" / "hf_bert_tiny.onnx"
-PAGES = ["overview", "layers", "kernels", "roofline", "timeline", "serving", "power", "devices", "hardware", "export"]
+PAGES = ["overview", "layers", "kernels", "roofline", "timeline", "serving", "power", "devices", "sweep", "compare", "hardware",
+         "export"]
 TIMEOUT = 120  # llama2-70b maps in seconds on a slow CI machine; resnet50 in ~50 ms
 
 

@@ -63,20 +63,10 @@ def place_on_devices(graph: Graph, estimates: list[KernelEstimate], options: Pla
                           f" {hw.name}'s interconnect ({hw.interconnect.topology}) connects; lower --tp/--pp")
     if options.overlap_collectives:
         estimates = _overlap(estimates)
-    stage_of = balance_stages([e.time_s for e in estimates], pp)
-    timeline: list[KernelEstimate] = []
-    sends = _stage_sends(graph, estimates, stage_of, sizer) if pp > 1 else {}
-    for i, (e, s) in enumerate(zip(estimates, stage_of, strict=True)):
-        timeline.append(replace(e, kernel=replace(e.kernel, stage=s)))
-        last_of_stage = i + 1 < len(estimates) and stage_of[i + 1] != s
-        if last_of_stage:
-            send = collective_kernel(f"stage{s}->stage{s + 1}:send", "p2p", sends.get(s, 0.0), 2, stage=s)
-            timeline.append(_estimate_collective(send, hw, dtype, sizer))
-    start = 0.0
-    placed = []
-    for e in timeline:
-        placed.append(replace(e, start_s=start))
-        start += e.time_s
+    if pp == 1 and not options.overlap_collectives:
+        placed, start = estimates, sum(e.time_s for e in estimates)  # one stage: the timeline stands as costed
+    else:
+        placed, start = _pipeline(graph, estimates, pp, hw, dtype, sizer)
     per_stage = stage_times([e.time_s for e in placed], [e.kernel.stage for e in placed], max(pp, 1))
     collectives = [e for e in placed if e.kernel.collective]
     comm = sum(e.time_s for e in collectives)
@@ -96,6 +86,24 @@ def place_on_devices(graph: Graph, estimates: list[KernelEstimate], options: Pla
                            "; not overlapped with compute")],
     }
     return placed, section
+
+
+def _pipeline(graph: Graph, estimates: list[KernelEstimate], pp: int, hw: HardwareProfile, dtype: str,
+              sizer: Sizer) -> tuple[list[KernelEstimate], float]:
+    """Stages balanced by time, the sends between them, and the timeline re-laid from zero."""
+    stage_of = balance_stages([e.time_s for e in estimates], pp)
+    timeline: list[KernelEstimate] = []
+    sends = _stage_sends(graph, estimates, stage_of, sizer) if pp > 1 else {}
+    for i, (e, s) in enumerate(zip(estimates, stage_of, strict=True)):
+        timeline.append(replace(e, kernel=replace(e.kernel, stage=s)) if s else e)
+        if i + 1 < len(estimates) and stage_of[i + 1] != s:
+            send = collective_kernel(f"stage{s}->stage{s + 1}:send", "p2p", sends.get(s, 0.0), 2, stage=s)
+            timeline.append(_estimate_collective(send, hw, dtype, sizer))
+    start, placed = 0.0, []
+    for e in timeline:
+        placed.append(replace(e, start_s=start))
+        start += e.time_s
+    return placed, start
 
 
 def _overlap(estimates: list[KernelEstimate]) -> list[KernelEstimate]:

@@ -89,8 +89,8 @@ def collective_kernel(name: str, kind: str, message_bytes: float, devices: int, 
 
 
 def shard_kernels(graph: Graph, kernels: list[Kernel], tp: int, sizer: Sizer) -> list[Kernel]:
-    """Per-device kernels at tensor-parallel degree `tp`, with the collectives each split implies."""
-    kernels = assign_roles(graph, kernels)
+    """Per-device kernels at tensor-parallel degree `tp`, with the collectives each split implies.
+    `kernels` carry their roles (assign_roles)."""
     if tp <= 1:
         return kernels
     nodes_by_name = {n.name: n for n in graph.nodes}
