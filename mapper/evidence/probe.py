@@ -232,7 +232,10 @@ def probe_machine(out_path: str | os.PathLike | None = None, quick: bool = False
     if out_path is not None:
         header = (f"# {meta['display_name']}: measured by `mapper probe` in {elapsed:.1f} s on {today}.\n"
                   f"# Format: data/hardware/README.md. Unmeasured values keep cpu-x86's figures (their sources say so).\n\n")
-        Path(out_path).write_text(header + write_toml(profile))
+        try:
+            Path(out_path).write_text(header + write_toml(profile))
+        except OSError as exc:
+            raise MapperError(f"probe: cannot write {out_path} ({exc.strerror}); check the folder exists") from None
     return profile
 
 
