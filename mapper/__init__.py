@@ -18,12 +18,14 @@ from mapper.serving import ServingConfig, ServingResult, load_curve, simulate_mo
 from mapper.version import __version__
 from mapper.zoo import ZOO_NAMES, build_zoo_model, list_zoo, zoo_model_bytes
 
-# Sweeps and comparisons load pandas: imported on first use, so `import mapper` stays light.
+# Sweeps, comparisons and measurements load pandas/onnxruntime: imported on first use, so `import mapper` stays light.
 _LAZY = {
     "SweepSpec": "mapper.sweep", "SweepResult": "mapper.sweep", "run_sweep": "mapper.sweep",
     "write_table": "mapper.sweep", "ExecutorSpec": "mapper.executors", "executor_spec": "mapper.executors",
     "Comparison": "mapper.compare", "compare_plans": "mapper.compare", "comparison_document": "mapper.compare",
     "plan_spec": "mapper.compare", "write_comparison": "mapper.compare",
+    "probe_machine": "mapper.evidence", "measure_model": "mapper.evidence", "Measurement": "mapper.evidence",
+    "compare_measured": "mapper.evidence", "load_profile": "mapper.evidence", "calibrate": "mapper.evidence",
 }
 
 

@@ -239,7 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
 def register_extra_commands(sub) -> None:
     """Commands that live in their own modules (each adds its parsers to `sub`)."""
     from mapper import sweep_cli
+    from mapper.evidence.cli import add_arguments as add_evidence_commands
     sweep_cli.add_arguments(sub)
+    add_evidence_commands(sub)  # probe, measure, calibrate
 
 
 def main(argv: list[str] | None = None) -> int:
