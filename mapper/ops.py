@@ -171,7 +171,7 @@ def _ms_attention(node, ins, outs):
         heads = int(node.attr("num_heads", node.attr("q_num_heads", 1)))
         if len(q) == 4:
             b, heads, s, d = q
-            skv = ins[1].shape[-2]
+            skv = ins[1].shape[-2] if len(ins) > 1 and ins[1] is not None else s  # packed QKV: no separate K
         else:
             b, s, hidden = q
             d = hidden // max(heads, 1)
