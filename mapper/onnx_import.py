@@ -219,6 +219,9 @@ def _check_attrs(node_name: str, op_type: str, attrs: dict) -> None:
 def to_nodes(model: onnx.ModelProto) -> list[Node]:
     nodes = []
     for i, n in enumerate(model.graph.node):
+        texts = (n.name, n.op_type, n.domain, *n.input, *n.output)
+        if not all(isinstance(t, str) for t in texts):  # protobuf hands back invalid UTF-8 as bytes
+            raise MapperError(f"node {i} ({n.op_type!r}) has a name that is not UTF-8 text; the file is corrupt")
         attrs = {a.name: attr_value(a) for a in n.attribute}
         _check_attrs(n.name or f"{n.op_type}_{i}", n.op_type, attrs)
         nodes.append(Node(n.name or f"{n.op_type}_{i}", n.op_type, n.domain, tuple(n.input), tuple(n.output), attrs))
