@@ -19,6 +19,7 @@ PAGES = [
     st.Page("app_pages/serving.py", title="Serving", icon=":material/speed:"),
     st.Page("app_pages/power.py", title="Power", icon=":material/bolt:"),
     st.Page("app_pages/devices.py", title="Devices", icon=":material/lan:"),
+    st.Page("app_pages/validation.py", title="Validation", icon=":material/fact_check:"),
     st.Page("app_pages/sweep.py", title="Sweep", icon=":material/grid_on:"),
     st.Page("app_pages/compare.py", title="Compare", icon=":material/compare_arrows:"),
     st.Page("app_pages/hardware.py", title="Hardware", icon=":material/developer_board:"),

@@ -5,19 +5,11 @@ so a rerun that changes nothing costs a dictionary lookup.
 """
 from __future__ import annotations
 
-import importlib
 
 import streamlit as st
 
 import mapper
-
-
-def optional(module: str):
-    """A colleague's engine module that may not have landed yet: the module, or None."""
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        return None
+from mapper.sheet import sheet_bytes
 
 
 @st.cache_resource(max_entries=32, show_spinner=False)
@@ -39,4 +31,4 @@ def mapping(model_key: str, dims: tuple, hw_key: str, options: tuple, _source, _
 
 @st.cache_data(max_entries=32, show_spinner=False)
 def sheet(key: tuple, fmt: str, _result) -> bytes:
-    return optional("mapper.sheet").sheet_bytes(_result, fmt)
+    return sheet_bytes(_result, fmt)

@@ -5,6 +5,7 @@ import json
 import streamlit as st
 
 import mapper
+from app_pages import ui
 from mapper.compare import METRICS, compare_plans, comparison_document, plan_spec
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -48,24 +49,17 @@ with st.expander("Thresholds (relative change that counts)"):
 
 key = (label, hw.sha256, field, base_value, cand_value, tuple(sorted(batches)), tuple(sorted(seqs)),
        tuple(sorted(thresholds.items())), options)
-if st.button("Compare", type="primary", disabled=not (batches and seqs)):
-    bar = st.progress(0.0, text="mapping both plans ...")
-    try:
-        profile = hw if field != "hw" else None
-        baseline = plan_spec(f"{field}={base_value}", source, profile or base_value, options)
-        candidate = plan_spec(f"{field}={cand_value}", source, profile or cand_value, options)
-        result = compare_plans(baseline, candidate, tuple(batches), tuple(seqs), thresholds,
-                               progress=lambda d, t: bar.progress(d / max(t, 1), text=f"{d}/{t} slices"))
-        st.session_state["compare_result"] = (key, result)
-    except mapper.MapperError as e:
-        st.error(f"Cannot compare these plans: {e}")
-    bar.empty()
 
-stored = st.session_state.get("compare_result")
-if stored is None or stored[0] != key:
-    st.info("Choose the two plans and the slices, then press **Compare**.")
-    st.stop()
-result = stored[1]
+
+def _compare(progress):
+    profile = hw if field != "hw" else None
+    baseline = plan_spec(f"{field}={base_value}", source, profile or base_value, options)
+    candidate = plan_spec(f"{field}={cand_value}", source, profile or cand_value, options)
+    return compare_plans(baseline, candidate, tuple(batches), tuple(seqs), thresholds, progress=progress)
+
+
+result = ui.run_stored("compare_result", key, "Compare", not (batches and seqs), _compare,
+                       "Cannot compare these plans", "Choose the two plans and the slices, then press **Compare**.")
 tone = {"improved": st.success, "neutral": st.info, "mixed": st.warning, "regressed": st.error}[result.overall]
 tone(f"**{result.summary}**")
 st.caption(f"baseline: {result.baseline.describe()} · candidate: {result.candidate.describe()}")

@@ -5,20 +5,24 @@ from app_pages import cache, ui
 
 doc, result, sel = ui.current()
 ui.header("Export", doc)
-if cache.optional("mapper.sheet") is None:
-    st.info("The mapping sheet writer (mapper.sheet) is not available yet.")
-    st.stop()
 FORMATS = {"xlsx": ("Excel workbook (.xlsx)", "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"),
            "csv": ("Kernels table (.csv)", "text/csv"), "json": ("Mapping document (.json)", "application/json"),
            "html": ("Standalone report (.html)", "text/html")}
 st.write("The mapping sheet: summary and verdict, every kernel with its fusion rule, tiling and bottleneck class, "
          "layer types, assumptions with sources, and the model and profile hashes that reproduce it.")
 stem = f"{doc['model']['name']}_{doc['hardware']['name']}_{doc['totals']['dtype']}".replace("/", "_").replace(" ", "_")
+# a comparison with a measured run (Validation page) for this selection rides along as the Measured sheet
+sheet_result = st.session_state.get("result_with_measured") if \
+    st.session_state.get("measured_section", (None,))[0] == sel.key else result
+if sheet_result is None:
+    sheet_result = result
+if "measured" in sheet_result.extras:
+    st.caption("Includes the Measured sheet from the Validation page.")
 cols = st.columns(len(FORMATS))
 for col, (fmt, (label, mime)) in zip(cols, FORMATS.items()):
     with col:
         with st.spinner(f"Writing {fmt} ..."):
-            data = cache.sheet(sel.key, fmt, result)
+            data = cache.sheet((*sel.key, "measured" in sheet_result.extras), fmt, sheet_result)
         st.download_button(label, data, file_name=f"{stem}.{fmt}", mime=mime, key=f"download_{fmt}",
                            icon=":material/download:", width="stretch")
         st.caption(f"{len(data) / 1024:,.0f} KiB")

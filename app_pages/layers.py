@@ -2,15 +2,11 @@
 import pandas as pd
 import streamlit as st
 
-from app_pages import cache, ui
+from app_pages import ui
 
 doc, result, sel = ui.current()
 ui.header("Layers", doc)
-charts = cache.optional("mapper.charts")
-if charts is None:
-    st.info("The layer-share chart (mapper.charts) is not available yet.")
-else:
-    st.plotly_chart(charts.layer_share_figure(doc), key="layer_share")
+ui.chart("layer_share", doc, key="layer_share")
 table = pd.DataFrame(doc["layer_types"]).sort_values("share", ascending=False)
 table = table.assign(time_us=table["time_s"] * 1e6, gflop=table["flops"] / 1e9)
 st.dataframe(table[["layer_type", "kernels", "time_us", "share", "mfu", "stall_fraction", "gflop"]],

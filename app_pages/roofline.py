@@ -12,9 +12,6 @@ st.caption(f"Matrix peak {ui.tflops(t['peak_flops_per_s'])} ({t['dtype']}), DRAM
            f"ridge {t['peak_flops_per_s'] / sel.hw.dram_bandwidth_bytes_per_s:,.0f} FLOP/B. "
            "Marker size is kernel time; click a point to drill down.")
 fig = ui.roofline(doc, sel.hw, highlight=st.session_state.get("picked_kernel"), height=560)
-if fig is None:
-    st.info("The roofline chart (mapper.charts) is not available yet.")
-    st.stop()
 event = st.plotly_chart(fig, key="roofline_chart", on_select="rerun", selection_mode=("points",))
 points = event.selection.points if event is not None else []
 if points:

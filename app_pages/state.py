@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import streamlit as st
 
 import mapper
-from app_pages import cache, hwform
+from app_pages import hwform
 
 UPLOADED = "(uploaded model)"
 CUSTOM_HW = "(custom profile)"

@@ -37,21 +37,11 @@ st.caption(f"{n} slices at most" + (f" (over the page limit of {MAX_PAGE_SLICES}
                                     if n > MAX_PAGE_SLICES else ""))
 
 key = (label, hw.sha256, tuple(sorted(batches)), tuple(sorted(seqs)), tuple(dtypes), tuple(fusions))
-if st.button("Run sweep", type="primary", disabled=not (batches and seqs and dtypes and fusions) or n > MAX_PAGE_SLICES):
-    bar = st.progress(0.0, text="mapping slices ...")
-    try:
-        result = run_sweep(SweepSpec((source,), (hw,), tuple(batches), tuple(seqs), tuple(dtypes), tuple(fusions)),
-                           progress=lambda done, total: bar.progress(done / max(total, 1), text=f"{done}/{total} slices"))
-        st.session_state["sweep_result"] = (key, result)
-    except mapper.MapperError as e:
-        st.error(f"Cannot sweep this selection: {e}")
-    bar.empty()
-
-stored = st.session_state.get("sweep_result")
-if stored is None or stored[0] != key:
-    st.info("Choose the grid and press **Run sweep**.")
-    st.stop()
-result = stored[1]
+result = ui.run_stored(
+    "sweep_result", key, "Run sweep", not (batches and seqs and dtypes and fusions) or n > MAX_PAGE_SLICES,
+    lambda progress: run_sweep(SweepSpec((source,), (hw,), tuple(batches), tuple(seqs), tuple(dtypes),
+                                         tuple(fusions)), progress=progress),
+    "Cannot sweep this selection", "Choose the grid and press **Run sweep**.")
 table = result.table
 failed = table[table["status"] != "ok"]
 if len(failed):

@@ -6,29 +6,47 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app_pages import cache
+import mapper
+
+from mapper import charts
+from mapper.sheet import limiting_sentence
+
 
 def color_of(bottleneck: str) -> str:
     """The class colour the engine's charts use, so a class looks the same on every page."""
-    charts = cache.optional("mapper.charts")
-    return charts.class_color(bottleneck) if charts else "#555555"
+    return charts.class_color(bottleneck)
 
 
 def verdict(doc: dict) -> str:
     """One sentence: what limits this model and who should act (the sheet's own wording)."""
-    sheet = cache.optional("mapper.sheet")
-    if sheet is not None:
-        return sheet.limiting_sentence(doc)
-    top = max(doc["kernels"], key=lambda k: k["time_s"], default=None)
-    return "No kernels were planned." if top is None else \
-        f"The longest kernel is {top['bottleneck']}; the {top['owner']} should act first."
+    return limiting_sentence(doc)
+
+
+def chart(name: str, doc: dict, key: str) -> None:
+    """One of the engine's document charts (mapper.charts.<name>_figure) in the page."""
+    st.plotly_chart(getattr(charts, f"{name}_figure")(doc), key=key)
+
+
+def run_stored(state_key: str, key: tuple, label: str, disabled: bool, work, failure: str, hint: str):
+    """A button that runs `work(progress)` with a progress bar and keeps the result for `key`;
+    the stored result, or the hint and a stop when there is none for this key."""
+    if st.button(label, type="primary", disabled=disabled):
+        bar = st.progress(0.0, text="mapping ...")
+        try:
+            st.session_state[state_key] = (key, work(
+                lambda done, total: bar.progress(done / max(total, 1), text=f"{done}/{total} slices")))
+        except mapper.MapperError as e:
+            st.error(f"{failure}: {e}")
+        bar.empty()
+    stored = st.session_state.get(state_key)
+    if stored is None or stored[0] != key:
+        st.info(hint)
+        st.stop()
+    return stored[1]
 
 
 def roofline(doc: dict, hw, highlight: str | None = None, height: int = 480):
-    """The engine's roofline figure at this profile's roofs, with one kernel ringed; None if not landed."""
-    charts = cache.optional("mapper.charts")
-    if charts is None:
-        return None
+    """The engine's roofline figure at this profile's roofs, with one kernel ringed."""
     fig = charts.roofline_figure(doc, hw_peak=doc["totals"]["peak_flops_per_s"], dram_bw=hw.dram_bandwidth_bytes_per_s)
     k = next((k for k in doc["kernels"] if k["name"] == highlight), None)
     if k and (k["intensity_flop_per_byte"] or 0) > 0 and k["achieved_flops_per_s"] > 0:
@@ -153,6 +171,4 @@ def drilldown(doc: dict, hw, name: str) -> None:
         st.dataframe(alt, hide_index=True, width="stretch",
                      column_config={"wave_efficiency": st.column_config.NumberColumn(format="percent"),
                                     "time_us": st.column_config.NumberColumn("time (µs)", format="%.2f")})
-    fig = roofline(doc, hw, highlight=k["name"], height=380)
-    if fig is not None:
-        st.plotly_chart(fig, key=f"drill_roof_{k['name']}")
+    st.plotly_chart(roofline(doc, hw, highlight=k["name"], height=380), key=f"drill_roof_{k['name']}")

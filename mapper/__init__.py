@@ -26,6 +26,7 @@ _LAZY = {
     "plan_spec": "mapper.compare", "write_comparison": "mapper.compare",
     "probe_machine": "mapper.evidence", "measure_model": "mapper.evidence", "Measurement": "mapper.evidence",
     "compare_measured": "mapper.evidence", "load_profile": "mapper.evidence", "calibrate": "mapper.evidence",
+    "measurement_from_profile": "mapper.evidence",
 }
 
 

@@ -9,7 +9,7 @@ import mapper
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 BERT_TINY = Path(__file__).parent / "models" / "hf_bert_tiny.onnx"
-PAGES = ["overview", "layers", "kernels", "roofline", "timeline", "serving", "power", "devices", "sweep", "compare", "hardware",
+PAGES = ["overview", "layers", "kernels", "roofline", "timeline", "serving", "power", "devices", "validation", "sweep", "compare", "hardware",
          "export"]
 TIMEOUT = 120  # llama2-70b maps in seconds on a slow CI machine; resnet50 in ~50 ms
 
@@ -134,3 +134,18 @@ def test_tensor_parallel_degree_changes_the_device_plan():
     assert_clean(at, "devices tp=8")
     assert any("Fits" in s.value for s in at.success)
     assert metric(at, "Collectives per batch") != "0"
+
+
+def test_validation_page_measures_and_calibrates_a_small_model():
+    at = start()
+    at.session_state["model"] = "mobilenetv2"
+    at.run()
+    at.switch_page("app_pages/validation.py").run()
+    assert_clean(at, "validation before")
+    at.button[0].click().run(timeout=300)
+    assert_clean(at, "validation after measuring")
+    assert metric(at, "Measured p50") not in ("", "—")
+    assert any("Calibration" in h.value for h in at.subheader)
+    at.switch_page("app_pages/export.py").run()
+    assert_clean(at, "export with measured")
+    assert any("Measured sheet" in c.value for c in at.caption)

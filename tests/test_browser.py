@@ -21,7 +21,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
 BERT_TINY = ROOT / "tests" / "models" / "hf_bert_tiny.onnx"
-PAGES = ["Overview", "Layers", "Kernels", "Roofline", "Timeline", "Serving", "Power", "Devices", "Hardware", "Export"]
+PAGES = ["Overview", "Layers", "Kernels", "Roofline", "Timeline", "Serving", "Power", "Devices", "Validation", "Hardware", "Export"]
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run"]
 

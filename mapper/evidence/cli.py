@@ -40,6 +40,7 @@ def add_arguments(subparsers) -> None:
     m.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE")
     m.add_argument("--hw", default=None, help="profile to predict with (default: probe this machine quickly)")
     m.add_argument("--profile", default=None, help="score an ORT profile JSON / Chrome trace made elsewhere instead")
+    m.add_argument("--out", default=None, help="write the mapping sheet with a Measured section (.xlsx .csv .json .html)")
     m.add_argument("--json", action="store_true")
     m.set_defaults(func=cmd_measure)
     c = subparsers.add_parser("calibrate", help="fit a profile's efficiency curves to measured models")
@@ -82,6 +83,10 @@ def cmd_measure(args) -> int:
         measurement = measure_model(args.model, dims, threads=args.threads, runs=args.runs)
     result = mapper.map_workload(mapper.load_workload(args.model, dims), _hardware(args.hw))
     comparison = compare_measured(result, measurement)
+    if args.out:  # the mapping sheet with its Measured section
+        import dataclasses
+        from mapper.sheet import write_sheet
+        write_sheet(dataclasses.replace(result, extras={**result.extras, "measured": comparison}), args.out)
     if args.json:
         doc = {**{k: v for k, v in measurement.to_dict().items() if k != "latencies_s"}, "comparison": comparison}
         print(json.dumps(doc, indent=1, allow_nan=False))

@@ -1,0 +1,120 @@
+"""Validation: predicted against measured. Measure the model on this machine (ONNX Runtime CPU) with a
+probed profile, or score an ORT profile / PyTorch trace made elsewhere against the selected profile;
+calibrate the probed profile and see the error before and after."""
+import dataclasses
+import tempfile
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+import mapper
+from app_pages import ui
+from mapper.charts import LAYOUT
+
+MAX_LOCAL_FLOPS = 50e9      # run on this machine only what finishes in a few seconds per run
+MAX_LOCAL_WEIGHT_BYTES = 1e9
+
+doc, result, sel = ui.current()
+ui.header("Validation", doc)
+st.write("An analytical model that is never checked against a real run is a guess. Measure this model here, or "
+         "upload a profile of a real run elsewhere (any ONNX Runtime execution provider, or a PyTorch Chrome trace).")
+
+
+@st.cache_resource(show_spinner=False)
+def probed_profile() -> mapper.HardwareProfile:
+    with tempfile.TemporaryDirectory() as tmp:
+        mapper.probe_machine(f"{tmp}/probed.toml")
+        return mapper.load_hardware(f"{tmp}/probed.toml")
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def measured(model_key: str, dims: tuple, _source, runs: int):
+    return mapper.measure_model(_source, dict(dims), threads=1, runs=runs)
+
+
+def show(comparison: dict, label: str) -> None:
+    row = comparison["model"]
+    c1, c2, c3, c4 = st.columns(4)
+    c1.metric("Predicted", ui.ms(row["predicted_s"]))
+    c2.metric("Measured p50", ui.ms(row["measured_p50_s"]), help=f"p95 {ui.ms(row['measured_p95_s'])}, "
+              f"p99 {ui.ms(row['measured_p99_s'])}")
+    c3.metric("Error", "—" if row["error"] is None else f"{row['error']:+.0%}", help=comparison["definitions"]["error"])
+    c4.metric("Measured MFU", ui.pct(row["measured_mfu"]))
+    kernels = pd.DataFrame([k for k in comparison["kernels"] if k["measured_s"] > 0 and k["predicted_s"] > 0])
+    if not kernels.empty:
+        fig = go.Figure()
+        for layer, group in kernels.groupby("layer_type"):
+            fig.add_scatter(x=group["measured_s"] * 1e6, y=group["predicted_s"] * 1e6, mode="markers", name=layer,
+                            text=[k[0] for k in group["kernels"]], hovertemplate="%{text}<br>measured %{x:.1f} us,"
+                            " predicted %{y:.1f} us<extra></extra>")
+        lo, hi = kernels[["measured_s", "predicted_s"]].min().min() * 1e6, kernels[["measured_s", "predicted_s"]].max().max() * 1e6
+        fig.add_scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="predicted = measured", line=dict(dash="dash", color="#444"))
+        fig.update_layout(title=f"Kernels: predicted against measured ({label})", height=460, **LAYOUT,
+                          xaxis=dict(type="log", title="measured (us)"), yaxis=dict(type="log", title="predicted (us)"))
+        st.plotly_chart(fig, key=f"scatter_{label}")
+    layers = pd.DataFrame(comparison["layers"])
+    st.subheader("Error by layer type")
+    st.dataframe(layers[["layer_type", "predicted_s", "measured_s", "error", "measured_mfu", "measured_class"]],
+                 hide_index=True, width="stretch",
+                 column_config={"error": st.column_config.NumberColumn(format="percent"),
+                                "measured_mfu": st.column_config.NumberColumn("measured MFU", format="percent")})
+    st.subheader("Largest mispredictions")
+    top = pd.DataFrame(comparison["kernels"][:10])
+    if not top.empty:
+        top = top.assign(kernel=top["kernels"].map(lambda ks: ks[0]))
+        st.dataframe(top[["kernel", "layer_type", "predicted_s", "measured_s", "error", "measured_class"]],
+                     hide_index=True, width="stretch")
+    if comparison["unmatched"]:
+        st.caption(f"Measured time not matched to any kernel: {ui.ms(row['unmatched_s'])} in "
+                   f"{len(comparison['unmatched'])} nodes.")
+
+
+local, imported = st.tabs(["Measure on this machine", "Upload a profile from a real run"])
+with local:
+    small = doc["totals"]["flops"] <= MAX_LOCAL_FLOPS and doc["totals"]["weight_bytes"] <= MAX_LOCAL_WEIGHT_BYTES
+    if not small:
+        st.info("This model is too large to run on this machine's CPU in the page; use `mapper measure` on a "
+                "machine that can, and upload its profile in the next tab.")
+    else:
+        runs = st.slider("timed runs", 3, 30, 5, key="validation_runs")
+        if st.button("Probe this machine and measure", type="primary"):
+            with st.spinner("Probing this machine (a few seconds) and running the model on ONNX Runtime ..."):
+                try:
+                    hw = probed_profile()
+                    m = measured(sel.model_key, sel.dims, sel.source, runs)
+                    options = mapper.PlanOptions(**{**dict(sel.options), "dtype": "fp32", "tp": 1, "pp": 1, "dp": 1})
+                    workload = mapper.load_workload(sel.source, dict(sel.dims))
+                    before = mapper.compare_measured(mapper.map_workload(workload, hw, options), m)
+                    tuned = mapper.load_hardware({k: v for k, v in mapper.calibrate(hw.to_dict(), [m]).items()
+                                                  if k != "calibration"})
+                    after = mapper.compare_measured(mapper.map_workload(workload, tuned, options), m)
+                    st.session_state["validation"] = (sel.key, before, after)
+                except mapper.MapperError as e:
+                    st.error(f"Cannot measure this model: {e}")
+        stored = st.session_state.get("validation")
+        if stored and stored[0] == sel.key:
+            _, before, after = stored
+            show(before, "probed profile")
+            st.subheader("Calibration: before and after")
+            st.dataframe(pd.DataFrame([{"profile": "probed", **{k: before["model"][k] for k in ("predicted_s", "error")}},
+                                       {"profile": "calibrated on this run", **{k: after["model"][k]
+                                                                                for k in ("predicted_s", "error")}}]),
+                         hide_index=True, column_config={"error": st.column_config.NumberColumn(format="percent")})
+            st.caption("Calibrated on this very run (in-sample): the held-out errors over twelve models are in "
+                       "docs/validation.md (`bench/validate_cpu.py`).")
+            st.session_state["measured_section"] = (sel.key, before)
+with imported:
+    upload = st.file_uploader("ONNX Runtime profile JSON or PyTorch Chrome trace", type=["json"], key="profile_upload")
+    if upload is not None:
+        try:
+            m = mapper.measurement_from_profile(upload.getvalue(), sel.source)
+            comparison = mapper.compare_measured(result, m)
+            show(comparison, f"{upload.name} against {sel.hw.display_name}")
+            st.session_state["measured_section"] = (sel.key, comparison)
+        except mapper.MapperError as e:
+            st.error(f"Cannot use this profile: {e}")
+if st.session_state.get("measured_section", (None,))[0] == sel.key:
+    st.caption("The Export page's sheet now carries a Measured section for this comparison.")
+    st.session_state["result_with_measured"] = dataclasses.replace(
+        result, extras={**result.extras, "measured": st.session_state["measured_section"][1]})
