@@ -170,7 +170,6 @@ def probe_machine(out_path: str | os.PathLike | None = None, quick: bool = False
         np.dot(np.ones((256, 256), np.float32), np.ones((256, 256), np.float32))
     rates = {n: measure_gemm(n, repeats=3 if quick else 5) for n in sizes}
     peak = max(rates.values())
-    big = max(sizes)
     int8 = measure_gemm(512 if quick else 1024, integer=True, repeats=3)
     dispatch = measure_dispatch_s(40 if quick else DISPATCH_CHAIN)
     dram = measure_stream(STREAM_BYTES_QUICK if quick else STREAM_BYTES)
