@@ -41,8 +41,18 @@ class _Sourced(_Strict):
         return text
 
 
+MIN_POSITIVE = 1e-30  # below any physical figure in SI units (J/FLOP ~1e-12); a subnormal times an efficiency is 0
+
+
 class Positive(_Sourced):
     value: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+
+    @field_validator("value")
+    @classmethod
+    def _not_vanishing(cls, value: float) -> float:
+        if value < MIN_POSITIVE:
+            raise ValueError(f"{value!r} is > 0 but below {MIN_POSITIVE:g}, too small for a physical figure in SI units")
+        return value
 
 
 class NonNegative(_Sourced):
