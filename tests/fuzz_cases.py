@@ -416,7 +416,8 @@ def hardware_case(rng: random.Random) -> Case:
             pts = [[1.0 + i, 0.5] for i in range(rng.choice((1, 2, 257, 257, 100_000)))]
             if pts and rng.random() < 0.5:
                 pts[rng.randrange(len(pts))] = [rng.choice(BAD_NUMBERS), rng.choice(BAD_NUMBERS)]
-            tree["efficiency"][key]["value"] = pts
+            if isinstance(tree.get("efficiency"), dict) and isinstance(tree["efficiency"].get(key), dict):
+                tree["efficiency"][key]["value"] = pts  # (an earlier mutation may have removed the table)
         else:
             parent[path[-1]] = rng.choice(([1, 2], "str", 3, None, [[1, 0.5]]))
     fmt = rng.choice(("dict", "dict", "json", "toml", "bytes"))

@@ -179,3 +179,13 @@ def test_mutated_model_dims_of_zero_negative_and_2_to_the_62():
     huge = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [tensor("x", [1 << 62, 8])],
                       [tensor("y", [1 << 62, 4])], [weight("w", (8, 4))])
     assert "MAX_TENSOR_ELEMENTS" in _mapped_or_rejected(huge)
+
+
+def test_a_4d_attention_without_a_separate_key_maps():
+    node = helper.make_node("GroupQueryAttention", ["r"], ["y"])
+    assert _mapped_or_rejected(_relu_then(node, [tensor("x", [1, 2, 8, 4])])) == "mapped"
+
+
+def test_a_node_name_that_is_not_utf8_is_rejected():
+    data = make_model([helper.make_node("Relu", ["x"], ["y"], name="QQQQ")], [tensor("x", [2])], [tensor("y", [2])])
+    assert "not UTF-8" in _mapped_or_rejected(data.replace(b"QQQQ", b"Q\xecQQ"))
