@@ -83,6 +83,9 @@ def estimate_cost(kernel: Kernel, hw: HardwareProfile, dtype: str, act_bytes: fl
         tiling = plan_vector(kernel, hw, act_bytes)
         compute_s, memory_s, dram, l2, engine = _vector_cost(kernel, tiling, hw, dtype, act_bytes)
         sync_s = tiling.grid_syncs * hw.grid_sync_s
+    scale = max((hw.op_time_scale.get(op, 1.0) for op in kernel.op_types), default=1.0)
+    if scale != 1.0:  # the device's software runs this op slower (or faster) than the model's roofline says
+        compute_s, memory_s = compute_s * scale, memory_s * scale
     time_s = kernel_time(compute_s, memory_s, overhead_s, sync_s)
     dynamic_j = _energy_per_flop(hw, dtype) * kernel.flops + hw.energy_per_dram_byte_j * dram + \
         hw.energy_per_l2_byte_j * max(l2 - dram, 0.0)

@@ -95,6 +95,7 @@ class HardwareProfile:
     matrix_efficiency: EfficiencyCurve
     vector_efficiency: EfficiencyCurve
     dram_efficiency: EfficiencyCurve
+    op_time_scale: dict[str, float]   # op type -> time multiplier on its kernels' work (fitted by calibrate)
     preferred_conv_layout: str
     jitter_cv: float
     jitter_dist: str
@@ -197,6 +198,9 @@ def _build(tree: dict[str, Any]) -> HardwareProfile:
         entry = _get(tree, key)
         fields[attr] = EfficiencyCurve(tuple((float(x), float(e)) for x, e in entry["value"]))
         sources[key] = entry["source"]
+    scales = _get(tree, "efficiency").get("op_time_scale", {})
+    fields["op_time_scale"] = {op: float(entry["value"]) for op, entry in scales.items()}
+    sources.update({f"efficiency.op_time_scale.{op}": entry["source"] for op, entry in scales.items()})
     fields["matrix_instruction_mnk"] = tuple(fields.pop(f"matrix_instruction_mnk.{i}") for i in range(3))
     fields["interconnect"] = Interconnect(**{name: fields.pop(f"interconnect.{name}") for name in
                                              ("link_bandwidth_bytes_per_s", "latency_s", "topology", "max_devices")})
@@ -217,6 +221,9 @@ def _to_dict(profile: HardwareProfile) -> dict[str, Any]:
     for key, attr in _CURVES:
         points = [[x, e] for x, e in getattr(profile, attr).points]
         _put(tree, key, {"value": points, "source": profile.sources[key]})
+    if profile.op_time_scale:  # optional: absent from a profile until calibration finds an op that needs it
+        _put(tree, "efficiency.op_time_scale", {op: {"value": value, "source": profile.sources[f"efficiency.op_time_scale.{op}"]}
+                                                 for op, value in profile.op_time_scale.items()})
     return tree
 
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, ValidationError, field_validator,
+                      model_validator)
 
 from mapper.errors import MapperError
 
@@ -157,10 +158,20 @@ class Interconnect(_Strict):
         return self
 
 
+OpType = Annotated[str, StringConstraints(pattern=r"^[A-Za-z][A-Za-z0-9_]{0,63}$")]
+
+
+class OpScale(_Sourced):
+    """How much slower (> 1) or faster (< 1) than the roofline model an op runs on this device's
+    software stack (e.g. a runtime's naive LRN); fitted by `mapper calibrate`."""
+    value: Annotated[float, Field(ge=0.01, le=1000.0, allow_inf_nan=False)]
+
+
 class Efficiency(_Strict):
     matrix_by_flops: Curve
     vector_by_bytes: Curve
     dram_by_bytes: Curve
+    op_time_scale: Annotated[dict[OpType, OpScale], Field(max_length=256)] = {}
 
 
 class Layout(_Strict):

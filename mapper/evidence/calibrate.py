@@ -1,7 +1,8 @@
 """Calibrate a hardware profile's size-dependent efficiencies to measurements of real runs.
 
 Evidence stage four. Fits, per engine, [efficiency] matrix_by_flops, vector_by_bytes, dram_by_bytes and
-overhead.kernel_launch_s to measured per-kernel times (least squares on relative time, i.e. first-order
+overhead.kernel_launch_s, and per op type [efficiency] op_time_scale for ops the runtime runs far off the
+roofline (ONNX Runtime's LRN), to measured per-kernel times (least squares on relative time, i.e. first-order
 log time, with a ridge toward the current curve where data is thin), re-mapping the training models after
 each pass. Every changed value's source says which models, when, and the error before and after.
 """
@@ -24,6 +25,8 @@ SMOOTH = 0.2              # second-difference penalty on log efficiency between 
 MIN_EFFICIENCY = 1e-3     # curve floor: a profile's efficiencies must stay in (0, 1]
 MIN_LAUNCH_S = 1e-7
 CURVE_KEYS = {"matrix": "matrix_by_flops", "vector": "vector_by_bytes", "dram": "dram_by_bytes"}
+OP_SCALE_TRIGGER = 3.0    # an op whose single-op kernels run 3x off the prediction (median) gets its own scale
+OP_SCALE_MIN_SAMPLES = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +105,37 @@ def fit_curve(points: list[list[float]], samples: list[Sample], ridge: float = R
     return [[float(10 ** x), float(e)] for x, e in zip(xs, solution)]
 
 
+def fit_op_scales(results, measurements, hw) -> dict[str, tuple[float, int]]:
+    """Op types the runtime runs consistently far from their engine's other kernels: op -> (new scale, samples).
+
+    Only clean samples count: a measured node that ran exactly one ONNX node, of the same op type, which the
+    engine also planned as a kernel of its own (a runtime fusion would otherwise charge one op for another's
+    time). An op qualifies when its median measured/predicted ratio is OP_SCALE_TRIGGER times off its engine's
+    median (either way) over at least OP_SCALE_MIN_SAMPLES kernels; what all of an engine's kernels share (a
+    wrong peak, a wrong curve) is left to the curve fit."""
+    ratios: dict[str, list[float]] = {}
+    engine_of: dict[str, str] = {}
+    for result, m in zip(results, measurements):
+        alone = {e.kernel.nodes[0]: e for e in result.kernels if len(e.kernel.nodes) == 1}
+        for n in m.nodes:
+            e = alone.get(n.onnx_nodes[0]) if len(n.onnx_nodes) == 1 else None
+            work_s = e.time_s - e.overhead_s - e.sync_s if e is not None else 0.0
+            if e is None or n.op_type != e.kernel.op_types[0] or work_s <= 0 or n.time_s <= 0:
+                continue
+            op = n.op_type
+            engine_of[op] = "vector" if e.kernel.engine == "sfu" else e.kernel.engine  # one curve for both
+            ratios.setdefault(op, []).append(n.time_s / work_s)  # node times exclude dispatch
+    engine_ratio = {eng: float(np.median([r for op, values in ratios.items() if engine_of[op] == eng for r in values]))
+                    for eng in set(engine_of.values())}
+    out = {}
+    for op, values in ratios.items():
+        ratio = float(np.median(values)) / max(engine_ratio[engine_of[op]], 1e-12)
+        if len(values) >= OP_SCALE_MIN_SAMPLES and ratio > 0 and abs(np.log(ratio)) > np.log(OP_SCALE_TRIGGER):
+            scale = float(np.clip(hw.op_time_scale.get(op, 1.0) * ratio, 0.01, 1000.0))
+            out[op] = (scale, len(values))
+    return out
+
+
 def fit_launch(results, measurements, statistic: str) -> float:
     """Per-kernel fixed cost: median over models of (measured wall - measured node time) / engine kernels.
 
@@ -144,6 +178,14 @@ def calibrate(profile, measurements, statistic: str = "p50", name: str | None = 
     tree = hw.to_dict()
     for _ in range(PASSES):
         results = [map_workload(w, hw) for w in workloads]
+        scales = fit_op_scales(results, measurements, hw)
+        if scales:  # ops the runtime runs far off the roofline get their own multiplier, not a bent curve
+            table = tree["efficiency"].setdefault("op_time_scale", {})
+            for op, (scale, count) in scales.items():
+                table[op] = {"value": scale, "source": f"calibrated: median measured/predicted time of {count}"
+                                                       f" single-op {op} kernels, mapper calibrate {date.today().isoformat()}"}
+            hw = load_hardware(tree)
+            results = [map_workload(w, hw) for w in workloads]
         samples = [s for r, m in zip(results, measurements) for s in _samples(r, m, hw)]
         for curve, key in CURVE_KEYS.items():
             mine = [s for s in samples if s.curve == curve]
