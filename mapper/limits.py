@@ -9,7 +9,13 @@ MAX_PROFILE_BYTES = 1024 * 1024         # a hardware profile file
 MAX_NODES = 200_000                     # nodes in one graph (Llama-2-70B exports ~7,000)
 MAX_DIM = 1 << 31                       # one bound dimension
 MAX_TENSOR_ELEMENTS = 1 << 52           # elements in one tensor at the bound shapes
-MAX_GRAPH_DEPTH = 8                     # nesting of If/Loop/Scan subgraphs we look into
+MAX_TRACE_BYTES = 512 * 1024 * 1024     # an imported ORT profile / PyTorch trace file
+MAX_TRACE_ROWS = 10_000_000             # rows of a serving trace CSV
+MAX_REQUESTS = 10**8                    # requests in one serving simulation (~50 bytes each)
+MAX_BATCH = 65_536                      # a batching policy's max batch
+MAX_TOKENS = 1 << 20                    # one LLM request's prompt or output length
+MAX_SLICES = 1_000_000                  # slices in one sweep (rows are ~1 kB in memory)
+MAX_POWER_POINTS = 64                   # batch sizes in one power curve
 
 
 def limit_text(name: str) -> str:

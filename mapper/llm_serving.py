@@ -12,12 +12,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from mapper import limits
 from mapper.errors import MapperError
 from mapper.serving import ServingConfig, Trace, draw_jitter, validate_config
 
 KV_MEMORY_FRACTION = 0.9      # of device memory left after the weights (runtime, activations and fragmentation take the rest)
 GRID_POINTS = 4               # context lengths per interpolation grid (times are near-affine in length)
-MAX_TOKENS = 1 << 20          # one request's prompt or output length
+MAX_TOKENS = limits.MAX_TOKENS
 
 StepTime = Callable[[int, float], float]   # (batch, tokens) -> seconds
 
@@ -64,7 +65,7 @@ def validate_llm_config(config: LLMServingConfig) -> LLMServingConfig:
     for name in ("prompt_tokens", "output_tokens"):
         value = getattr(config, name)
         if not (isinstance(value, int) and 1 <= value <= MAX_TOKENS):
-            raise MapperError(f"{name.replace('_', ' ')} {value!r} must be an integer from 1 to {MAX_TOKENS}")
+            raise MapperError(f"{name.replace('_', ' ')} {value!r} must be an integer from 1 to {limits.limit_text('MAX_TOKENS')}")
     if config.kv_capacity_tokens is not None and not (isinstance(config.kv_capacity_tokens, int)
                                                       and config.kv_capacity_tokens >= 1):
         raise MapperError(f"KV-cache capacity {config.kv_capacity_tokens!r} tokens must be an integer >= 1")

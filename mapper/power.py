@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mapper import limits
 from mapper.errors import MapperError
 from mapper.hardware import HardwareProfile
 from mapper.result import PlanOptions
 
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64)
-MAX_POINTS = 64
+MAX_POINTS = limits.MAX_POWER_POINTS
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +35,7 @@ def power_curve(source, hw: HardwareProfile, options: PlanOptions = PlanOptions(
 
     batches = tuple(batches)
     if not batches or len(batches) > MAX_POINTS or any(not isinstance(b, int) or b < 1 for b in batches):
-        raise MapperError(f"batches must be 1 to {MAX_POINTS} integers >= 1 (got {batches!r})")
+        raise MapperError(f"batches must be 1 to {limits.limit_text('MAX_POWER_POINTS')} integers >= 1 (got {batches!r})")
     fixed = {k: v for k, v in (dims or {}).items() if k != "batch"} or None
     points = []
     for batch in sorted(set(batches)):

@@ -16,13 +16,12 @@ from pathlib import Path
 
 import numpy as np
 
+from mapper import limits
 from mapper.errors import MapperError
 
 POLICIES = ("static", "dynamic")
 JITTER_DISTS = ("none", "lognormal", "exponential")
-MAX_REQUESTS = 10**8                 # one simulation (memory: ~50 bytes per request)
-MAX_TRACE_ROWS = 10_000_000          # one trace file
-MAX_BATCH = 65_536
+MAX_REQUESTS, MAX_TRACE_ROWS, MAX_BATCH = limits.MAX_REQUESTS, limits.MAX_TRACE_ROWS, limits.MAX_BATCH
 PERCENTILES = (("p50_s", 50.0), ("p90_s", 90.0), ("p95_s", 95.0), ("p99_s", 99.0), ("p999_s", 99.9))
 SAMPLE_POINTS = 1001                 # quantiles kept for plotting a latency CDF (0%, 0.1%, ..., 100%)
 QUANTILE_SAMPLE = 100_000            # requests (strided) those plotting quantiles are taken from
@@ -93,7 +92,7 @@ def validate_config(config: ServingConfig) -> ServingConfig:
         if not (math.isfinite(config.rate_per_s) and config.rate_per_s > 0):
             raise MapperError(f"arrival rate {config.rate_per_s!r}/s must be finite and > 0")
         if not (isinstance(config.requests, int) and 1 <= config.requests <= MAX_REQUESTS):
-            raise MapperError(f"requests {config.requests!r} must be an integer from 1 to {MAX_REQUESTS:,}")
+            raise MapperError(f"requests {config.requests!r} must be an integer from 1 to {limits.limit_text('MAX_REQUESTS')}")
     dist = config.jitter_dist or ("lognormal" if config.jitter_cv else "none")
     cv = 0.0 if config.jitter_cv is None or dist == "none" else float(config.jitter_cv)
     if dist not in JITTER_DISTS:
@@ -382,7 +381,7 @@ def load_trace(path: str | Path) -> Trace:
         raise MapperError(f"trace {path.name}: columns must be arrival_s and optionally prompt_tokens,"
                           f" output_tokens (found {', '.join(columns) or 'none'})")
     if len(frame) > MAX_TRACE_ROWS:
-        raise MapperError(f"trace {path.name}: more than MAX_TRACE_ROWS={MAX_TRACE_ROWS:,} rows (mapper/serving.py)")
+        raise MapperError(f"trace {path.name}: more than {limits.limit_text('MAX_TRACE_ROWS')} rows")
     if len(frame) == 0:
         raise MapperError(f"trace {path.name}: no rows")
     arrays = {}

@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 
 import pandas as pd
 
+from mapper import limits
 from mapper.errors import MapperError
 from mapper.executors import ExecutorSpec, run_tasks
 from mapper.hardware import HardwareProfile, load_hardware
@@ -26,7 +27,7 @@ from mapper.result import MappingResult, PlanOptions
 from mapper.version import __version__
 
 DEFAULT_CHUNK_SLICES = 64          # slices per task: big enough that a task reuses its parse, small for balance
-MAX_SLICES = 1_000_000             # one sweep (rows are ~1 kB in memory)
+MAX_SLICES = limits.MAX_SLICES
 NO_SEQ_NOTE = "model has no sequence dim: --seq values ignored (one slice per batch)"
 PLAN_KEYS = ("fusion", "plan_dtype", "tile")   # what a best plan flips on
 Progress = Callable[[int, int], None]         # (slices done, slices in all)
@@ -208,7 +209,7 @@ def plan_tasks(spec: SweepSpec) -> tuple[list[SweepTask], int]:
             tasks.append(SweepTask(source, hardware, part, options))
         next_id += len(shapes) * per_shape
     if next_id > MAX_SLICES:
-        raise MapperError(f"the sweep has {next_id:,} slices, over the limit of {MAX_SLICES:,}; narrow the grid")
+        raise MapperError(f"the sweep has {next_id:,} slices, over {limits.limit_text('MAX_SLICES')}; narrow the grid")
     return tasks, next_id
 
 
