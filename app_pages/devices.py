@@ -15,19 +15,18 @@ if not memory or not parallel:
 plan = f"TP {parallel['tp']} x PP {parallel['pp']} x DP {parallel['dp']} = {parallel['devices']} devices"
 c1, c2, c3, c4 = st.columns(4)
 c1.metric("Plan", plan.split(" = ")[0], help=f"{plan} over {parallel['topology']}")
-c2.metric("Memory per device", f"{memory['per_device_bytes'] / 1e9:,.1f} GB",
-          help=f"capacity {memory['capacity_bytes'] / 1e9:,.0f} GB")
+c2.metric("Memory per device", ui.size(memory["per_device_bytes"]), help=f"capacity {ui.size(memory['capacity_bytes'])}")
 c3.metric("Interconnect share", ui.pct(parallel["interconnect_share"]),
           help="time in collectives over one batch's time")
 c4.metric("Collectives per batch", f"{len(parallel['collectives'])}")
 if memory["fits"]:
-    st.success(f"Fits: {memory['per_device_bytes'] / 1e9:,.1f} GB of {memory['capacity_bytes'] / 1e9:,.0f} GB per device.")
+    st.success(f"Fits: {ui.size(memory['per_device_bytes'])} of {ui.size(memory['capacity_bytes'])} per device.")
 else:
     smallest = memory.get("smallest_fit")
     hint = (f" The smallest plan that fits: TP {smallest['tp']} x PP {smallest['pp']}"
-            f" ({smallest['per_device_bytes'] / 1e9:,.1f} GB per device)." if smallest else
+            f" ({ui.size(smallest['per_device_bytes'])} per device)." if smallest else
             " No TP x PP within this interconnect fits.")
-    st.warning(f"Does not fit: short by {memory['shortfall_bytes'] / 1e9:,.1f} GB per device.{hint}")
+    st.warning(f"Does not fit: short by {ui.size(memory['shortfall_bytes'])} per device.{hint}")
 
 parts = {"weights": memory["weight_bytes"], "KV cache": memory["kv_cache_bytes"], "activations": memory["activation_bytes"]}
 fig = go.Figure([go.Bar(y=["per device"], x=[v / 1e9], name=k, orientation="h") for k, v in parts.items()])

@@ -73,6 +73,16 @@ def gbps(bytes_per_s: float | None) -> str:
     return "—" if bytes_per_s is None else f"{bytes_per_s / 1e9:,.0f} GB/s"
 
 
+def size(n_bytes: float | None) -> str:
+    """Bytes in the unit that keeps a few significant digits (KB, MB, GB, TB; decimal, as datasheets)."""
+    if n_bytes is None:
+        return "—"
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n_bytes >= scale:
+            return f"{n_bytes / scale:,.3g} {unit}"
+    return f"{n_bytes:,.0f} B"
+
+
 def pct(x: float | None) -> str:
     return "—" if x is None else f"{x * 100:.1f}%"
 

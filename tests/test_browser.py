@@ -21,7 +21,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
 BERT_TINY = ROOT / "tests" / "models" / "hf_bert_tiny.onnx"
-PAGES = ["Overview", "Layers", "Kernels", "Roofline", "Timeline", "Serving", "Power", "Devices", "Validation", "Hardware", "Export"]
+PAGES = ["Overview", "Layers", "Kernels", "Roofline", "Timeline", "Serving", "Power", "Devices", "Validation", "Sweep", "Compare", "Hardware", "Export"]
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run"]
 
@@ -82,7 +82,11 @@ def no_exception(page, where: str) -> None:
 
 
 def open_page(page, name: str) -> None:
-    page.locator("[data-testid='stSidebarNav'] a", has_text=name).first.click()
+    link = page.locator("[data-testid='stSidebarNav'] a", has_text=name).first
+    more = page.locator("[data-testid='stSidebarNavViewButton']")
+    if not link.is_visible() and more.count() and "more" in more.first.inner_text().lower():
+        more.first.click()  # Streamlit folds a long page list behind "View more"
+    link.click()
     page.get_by_role("heading", name=name, level=1).wait_for()
     settle(page)
 
