@@ -56,3 +56,14 @@ def light_models():
 
 
 os.environ.setdefault("MAPPER_TEST", "1")
+
+
+@pytest.fixture(autouse=True)
+def _restore_main_module():
+    """Streamlit's AppTest installs the page script as sys.modules['__main__'] and leaves it there; a later
+    test that spawns worker processes (Dask, process pools) would re-run that page in every worker."""
+    import sys
+    main = sys.modules.get("__main__")
+    yield
+    if main is not None:
+        sys.modules["__main__"] = main
