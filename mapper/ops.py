@@ -201,24 +201,19 @@ def _elements(specs: list[TensorSpec | None]) -> int:
     return sum(s.elements for s in specs if s is not None)
 
 
+# op type -> op class, one table built from the families above (first family wins on overlap)
+OP_CLASS: dict[str, OpClass] = {}
+for _family, _op_class in ((MATRIX_RULES, OpClass.MATRIX), (ELEMENTWISE, OpClass.ELEMENTWISE),
+                           (TRANSCENDENTAL, OpClass.TRANSCENDENTAL), (NORMALIZATION, OpClass.REDUCTION),
+                           (REDUCTIONS, OpClass.REDUCTION), (POOLING, OpClass.REDUCTION), (("LRN",), OpClass.REDUCTION),
+                           (DATA_MOVEMENT, OpClass.DATA_MOVEMENT), (VIEWS, OpClass.VIEW),
+                           (SHAPE_ONLY, OpClass.SHAPE_ONLY), (CONTROL, OpClass.CONTROL)):
+    for _op in _family:
+        OP_CLASS.setdefault(_op, _op_class)
+
+
 def classify_op(op_type: str) -> OpClass:
-    if op_type in MATRIX_RULES:
-        return OpClass.MATRIX
-    if op_type in ELEMENTWISE:
-        return OpClass.ELEMENTWISE
-    if op_type in TRANSCENDENTAL:
-        return OpClass.TRANSCENDENTAL
-    if op_type in NORMALIZATION or op_type in REDUCTIONS or op_type in POOLING or op_type == "LRN":
-        return OpClass.REDUCTION
-    if op_type in DATA_MOVEMENT:
-        return OpClass.DATA_MOVEMENT
-    if op_type in VIEWS:
-        return OpClass.VIEW
-    if op_type in SHAPE_ONLY:
-        return OpClass.SHAPE_ONLY
-    if op_type in CONTROL:
-        return OpClass.CONTROL
-    return OpClass.UNMODELED
+    return OP_CLASS.get(op_type, OpClass.UNMODELED)
 
 
 def _vector_work(node: Node, op_class: OpClass, ins, outs) -> tuple[float, float]:
