@@ -161,6 +161,21 @@ class _Planner:
         return groups
 
 
+_PLANS: dict[tuple, list[Group]] = {}
+PLAN_CACHE_SIZE = 64
+
+
 def plan_fusion(graph: Graph, work: tuple[NodeWork, ...], policy: str, attention_fusion: bool) -> list[Group]:
-    """Fusion groups in graph order. `policy` is none | default | aggressive."""
-    return _Planner(graph, work).plan(policy, attention_fusion)
+    """Fusion groups in graph order. `policy` is none | default | aggressive.
+
+    The groups depend on the graph's structure, not its sizes: a sweep over batch and sequence length
+    plans each (model, policy) once. The key holds every node's name, op class and block, so a binding
+    that leaves some node unmodeled plans afresh."""
+    key = (graph.sha256, policy, attention_fusion,
+           hash(tuple((w.name, w.op_class, w.layer_type, w.layer_group) for w in work)))
+    groups = _PLANS.get(key)
+    if groups is None:
+        if len(_PLANS) >= PLAN_CACHE_SIZE:
+            _PLANS.pop(next(iter(_PLANS)))
+        groups = _PLANS[key] = _Planner(graph, work).plan(policy, attention_fusion)
+    return list(groups)

@@ -88,10 +88,15 @@ def _engine(members: list[NodeWork], matrix: MatrixShape | None) -> str:
     return "vector"
 
 
+REDUCING_OPS = frozenset({"Softmax", "LogSoftmax", "LayerNormalization", "SimplifiedLayerNormalization",
+                          "RMSNormalization", "ReduceMean", "SkipLayerNormalization", "GroupNormalization",
+                          "InstanceNormalization", "ReduceSum", "ReduceMax"})
+
+
 def build_kernel(graph: Graph, group: Group, work: dict[str, NodeWork], sizer: Sizer,
-                 nodes_by_name: dict[str, Node]) -> Kernel:
+                 nodes_by_name: dict[str, Node], index_of: dict[str, int]) -> Kernel:
     members = [work[n] for n in group.nodes]
-    inside = set(group.nodes)
+    inside = {index_of[n] for n in group.nodes}
     node_of = {name: nodes_by_name[name] for name in group.nodes}
     made = {t for n in node_of.values() for t in n.outputs if t}
     read: dict[str, float] = {}
@@ -110,15 +115,14 @@ def build_kernel(graph: Graph, group: Group, work: dict[str, NodeWork], sizer: S
     written = 0.0
     for name in group.nodes:
         for t in node_of[name].outputs:
-            if t and t in graph.tensors and (t in graph.outputs or any(u.name not in inside for u in graph.users(t))):
+            if t and t in graph.tensors and (t in graph.outputs or
+                                             any(c not in inside for c in graph.consumers.get(t, ()))):
                 written += sizer.bytes(graph.tensors[t])
     weight = sum(sizer.bytes(graph.tensors[t]) for t in read if t in graph.weights)
     matrix = _matrix_shape(members, group.rule)
     rows = length = 0
     for w in members:
-        if w.op_type in ("Softmax", "LogSoftmax", "LayerNormalization", "SimplifiedLayerNormalization",
-                         "RMSNormalization", "ReduceMean", "SkipLayerNormalization", "GroupNormalization",
-                         "InstanceNormalization", "ReduceSum", "ReduceMax"):
+        if w.op_type in REDUCING_OPS:
             spec = graph.tensors.get(next(iter(node_of[w.name].inputs), ""))
             if spec is not None and spec.shape:
                 length = spec.shape[-1]
@@ -135,11 +139,32 @@ def build_kernel(graph: Graph, group: Group, work: dict[str, NodeWork], sizer: S
     )
 
 
+_BUILT: dict[tuple, list[Kernel]] = {}
+BUILD_CACHE_SIZE = 64
+
+
 def build_kernels(graph: Graph, groups: list[Group], work: tuple[NodeWork, ...], sizer: Sizer,
                   hw: HardwareProfile, attention_fits) -> list:
-    """Kernels for the groups; a flash-attention group whose tiles do not fit SRAM is split back."""
+    """Kernels for the groups; a flash-attention group whose tiles do not fit SRAM is split back.
+
+    Kernels depend on the model, its bindings, the groups, the element sizes and (for attention) the
+    SRAM size: a sweep that varies only the profile or between dtypes of one width builds them once."""
+    flash = any(g.rule == "flash-attention" for g in groups)  # only fused attention asks the SRAM size
+    key = (graph.sha256, graph.dims, tuple(groups), sizer.act, sizer.weight, hw.sram_per_unit_bytes if flash else None,
+           hash(tuple((w.name, w.op_class, w.flops, w.bytes_read) for w in work)))
+    kernels = _BUILT.get(key)
+    if kernels is None:
+        if len(_BUILT) >= BUILD_CACHE_SIZE:
+            _BUILT.pop(next(iter(_BUILT)))
+        kernels = _BUILT[key] = _build_kernels(graph, groups, work, sizer, hw, attention_fits)
+    return list(kernels)
+
+
+def _build_kernels(graph: Graph, groups: list[Group], work: tuple[NodeWork, ...], sizer: Sizer,
+                   hw: HardwareProfile, attention_fits) -> list:
     by_name = {w.name: w for w in work}
     nodes_by_name = {n.name: n for n in graph.nodes}
+    index_of = {n.name: i for i, n in enumerate(graph.nodes)}
     kernels = []
     for group in groups:
         if group.rule == "flash-attention":
@@ -147,10 +172,10 @@ def build_kernels(graph: Graph, groups: list[Group], work: tuple[NodeWork, ...],
             shape = _matrix_shape(members, group.rule)
             if shape is None or not attention_fits(shape, sizer.act, hw):
                 for n in group.nodes:
-                    k = build_kernel(graph, Group((n,), "single"), by_name, sizer, nodes_by_name)
+                    k = build_kernel(graph, Group((n,), "single"), by_name, sizer, nodes_by_name, index_of)
                     kernels.append(replace(k, note="flash-attention rejected: its tiles do not fit on-chip SRAM"))
                 continue
-        kernels.append(build_kernel(graph, group, by_name, sizer, nodes_by_name))
+        kernels.append(build_kernel(graph, group, by_name, sizer, nodes_by_name, index_of))
     return kernels
 
 
