@@ -7,8 +7,6 @@ their nodes roll up as one Attention or Normalization layer.
 """
 from __future__ import annotations
 
-from dataclasses import replace
-
 from mapper.graph import Graph, LayerType, Node, OpClass
 from mapper.ops import NORMALIZATION, POOLING, NodeWork
 
@@ -141,7 +139,9 @@ def assign_layer_types(graph: Graph, work: tuple[NodeWork, ...]) -> tuple[NodeWo
             lt, gid = layer[w.name]
         else:
             lt, gid = _plain_layer(w), -1
-        out.append(replace(w, layer_type=lt, layer_group=gid))
+        out.append(w if (lt, gid) == (w.layer_type, w.layer_group) else
+                   NodeWork(w.name, w.op_type, w.op_class, w.flops, w.matrix_flops, w.sfu_ops, w.bytes_read,
+                            w.bytes_written, w.weight_bytes, w.matrix, w.reason, lt, gid))
     return tuple(out)
 
 

@@ -219,12 +219,16 @@ def _check_attrs(node_name: str, op_type: str, attrs: dict) -> None:
 def to_nodes(model: onnx.ModelProto) -> list[Node]:
     nodes = []
     for i, n in enumerate(model.graph.node):
-        texts = (n.name, n.op_type, n.domain, *n.input, *n.output)
-        if not all(isinstance(t, str) for t in texts):  # protobuf hands back invalid UTF-8 as bytes
-            raise MapperError(f"node {i} ({n.op_type!r}) has a name that is not UTF-8 text; the file is corrupt")
+        inputs, outputs = tuple(n.input), tuple(n.output)
+        try:  # protobuf hands back invalid UTF-8 as bytes, which cannot join text
+            "".join((n.name, n.op_type, n.domain, *inputs, *outputs))
+        except TypeError:
+            raise MapperError(f"node {i} ({n.op_type!r}) has a name that is not UTF-8 text; the file is corrupt") from None
         attrs = {a.name: attr_value(a) for a in n.attribute}
         _check_attrs(n.name or f"{n.op_type}_{i}", n.op_type, attrs)
-        nodes.append(Node(n.name or f"{n.op_type}_{i}", n.op_type, n.domain, tuple(n.input), tuple(n.output), attrs))
+        nodes.append(Node(n.name or f"{n.op_type}_{i}", n.op_type, n.domain, inputs, outputs, attrs))
+    if len({node.name for node in nodes}) == len(nodes):
+        return nodes
     seen: dict[str, int] = {}
     unique = []
     for node in nodes:  # duplicate node names (hostile or sloppy exporters) get a suffix
@@ -246,6 +250,13 @@ def topological_order(nodes: list[Node], available: set[str]) -> list[Node]:
                                   " an ONNX graph assigns each tensor once")
             if o:
                 producer[o] = i
+    done: set[str] = set()
+    for n in nodes:  # exporters write nodes in order: check that first, in one pass
+        if any(name in producer and name not in done and name not in available for name in n.inputs):
+            break
+        done.update(n.outputs)
+    else:
+        return nodes
     indeg = [0] * len(nodes)
     users: dict[int, list[int]] = {}
     for i, n in enumerate(nodes):
