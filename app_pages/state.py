@@ -61,7 +61,7 @@ def _init_state() -> None:
         if q.get(name) in allowed:
             ss[name] = q[name]
     for dim in ("batch", "seq", "past"):
-        if str(q.get(dim, "")).isdigit() and int(q[dim]) > 0:
+        if str(q.get(dim, "")).isdigit() and int(q[dim]) >= (0 if dim == "past" else 1):
             ss[f"dim_{dim}"] = int(q[dim])
     ss["_initialised"] = True
 
@@ -131,8 +131,9 @@ def _dims_section(dims: list[tuple[str, str]]) -> tuple:
     out = []
     for name, help_text in dims:
         key = f"dim_{name}"
-        st.session_state.setdefault(key, mapper.BUILTIN_DEFAULT_DIMS.get(name, 1) or 1)
-        out.append((name, int(st.number_input(name, min_value=1, max_value=1 << 20, step=1, key=key,
+        least = 0 if "past" in name.lower() else 1  # an empty KV cache is a prefill; other dims need one
+        st.session_state.setdefault(key, max(mapper.BUILTIN_DEFAULT_DIMS.get(name, 1), least))
+        out.append((name, int(st.number_input(name, min_value=least, max_value=1 << 20, step=1, key=key,
                                               help=help_text or None))))
     return tuple(out)
 
