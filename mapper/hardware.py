@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import tomllib
 from dataclasses import dataclass
@@ -48,7 +49,17 @@ class EfficiencyCurve:
     points: tuple[tuple[float, float], ...]  # ascending x, efficiency in (0, 1]
 
     def at(self, x: float) -> float:
-        return float(self.at_array(np.asarray([x], dtype=float))[0])
+        """One size: the same interpolation as at_array, without numpy's per-call overhead."""
+        lx = math.log10(max(float(x), 1e-300))
+        points = self.points
+        if lx <= math.log10(points[0][0]):
+            return float(points[0][1])
+        for (x0, e0), (x1, e1) in zip(points, points[1:]):
+            l1 = math.log10(x1)
+            if lx <= l1:
+                l0 = math.log10(x0)
+                return float(e0 + (e1 - e0) * (lx - l0) / (l1 - l0))
+        return float(points[-1][1])
 
     def at_array(self, x: np.ndarray) -> np.ndarray:
         xs = np.log10(np.asarray([p[0] for p in self.points], dtype=float))

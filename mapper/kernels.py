@@ -29,13 +29,31 @@ LOW_REUSE_K = 16        # a matrix op with K below this has too little reuse for
 LOW_REUSE_M = 8
 
 
+_WEIGHT_TALLIES: dict[tuple, tuple[dict[str, int], float]] = {}
+
+
+def weight_tally(graph: Graph) -> tuple[dict[str, int], float]:
+    """(float weight elements per element type, bytes of the other weights), once per model and binding."""
+    key = (graph.sha256, graph.dims, len(graph.weights))
+    tally = _WEIGHT_TALLIES.get(key)
+    if tally is None:
+        counts: dict[str, int] = {}
+        other = 0.0
+        for w in graph.weights:
+            spec = graph.tensors[w]
+            if spec.dtype in FLOAT_TYPES:
+                counts[spec.dtype] = counts.get(spec.dtype, 0) + spec.elements
+            else:
+                other += spec.bytes
+        if len(_WEIGHT_TALLIES) >= 256:
+            _WEIGHT_TALLIES.pop(next(iter(_WEIGHT_TALLIES)))
+        tally = _WEIGHT_TALLIES[key] = (counts, other)
+    return tally
+
+
 def model_dtype(graph: Graph) -> str:
     """The model's own precision: the float type that holds most weight elements."""
-    counts: dict[str, int] = {}
-    for w in graph.weights:
-        spec = graph.tensors[w]
-        if spec.dtype in FLOAT_TYPES:
-            counts[spec.dtype] = counts.get(spec.dtype, 0) + spec.elements
+    counts, _ = weight_tally(graph)
     if not counts:
         return "fp32"
     return MODEL_DTYPES.get(max(counts, key=counts.get), "fp32")
@@ -50,6 +68,11 @@ class Sizer:
         self.graph = graph
         self.act = PLAN_DTYPE_BYTES[dtype]
         self.weight = PLAN_DTYPE_BYTES[dtype if weight_dtype == "same" else weight_dtype]
+
+    def weight_bytes(self) -> float:
+        """All of the model's weights at the plan's weight precision."""
+        counts, other = weight_tally(self.graph)
+        return sum(counts.values()) * self.weight + other
 
     def bytes(self, spec: TensorSpec) -> float:
         if spec.dtype not in FLOAT_TYPES:

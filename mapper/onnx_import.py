@@ -280,6 +280,21 @@ def topological_order(nodes: list[Node], available: set[str]) -> list[Node]:
     return [nodes[i] for i in order]
 
 
+_ORDERED: dict[tuple, list[Node]] = {}
+
+
+def ordered_nodes(model: onnx.ModelProto, sha256: str, available: set[str]) -> list[Node]:
+    """The model's nodes in execution order. Nodes are plain data, the same at every binding: a sweep
+    re-binds one model many times and converts them once (keyed by the model's hash and its inputs)."""
+    key = (sha256, len(model.graph.node), frozenset(available))
+    nodes = _ORDERED.get(key)
+    if nodes is None:
+        if len(_ORDERED) >= 16:
+            _ORDERED.pop(next(iter(_ORDERED)))
+        nodes = _ORDERED[key] = topological_order(to_nodes(model), available)
+    return nodes
+
+
 class _Walk:
     """Mutable state of one import (kept out of the frozen result)."""
 
@@ -419,8 +434,7 @@ def build_graph(model: onnx.ModelProto, sha256: str, name: str, dims: dict[str, 
         if spec is None:
             raise MapperError(f"graph input {vi.name!r} has no tensor shape; re-export with static ranks")
         walk.set(vi.name, spec, None)
-    nodes = to_nodes(model)
-    ordered = topological_order(nodes, set(walk.specs))
+    ordered = ordered_nodes(model, sha256, set(walk.specs))
     for node in ordered:
         walk.visit(node)
     live = [n for n in ordered if n.name not in walk.folded]

@@ -127,7 +127,7 @@ def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOpt
     estimates, parallel = place_on_devices(graph, estimates, options, hardware, dtype, sizer)
     peak = hardware.matrix_peak(dtype)
     layers, totals = roll_up(estimates, graph, workload.flops, workload.matrix_flops,
-                             sum(sizer.bytes(graph.tensors[w]) for w in graph.weights), peak, dtype,
+                             sizer.weight_bytes(), peak, dtype,
                              devices=options.tp * options.pp, replicas=options.dp,
                              steady_state_s=parallel["slowest_stage_s"], ranks=options.tp,
                              idle_others_w=hardware.idle_w * options.tp * (options.pp - 1))

@@ -9,6 +9,7 @@ Vector kernels get a block size, a pass count and their grid synchronizations.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -58,14 +59,25 @@ def _macs_per_clock_per_unit(hw: HardwareProfile, peak: float) -> float:
     return peak / 2 / max(hw.compute_units, 1) / max(hw.clock_hz, 1.0)
 
 
+@functools.lru_cache(maxsize=64)
+def _candidates(instruction: tuple[int, int, int], act_bytes: float) -> tuple[np.ndarray, ...]:
+    """Every (tile m, n, k, stages, split-K) for an instruction shape, with its SRAM working set
+    (PRIMER s4); the same for every kernel on a device, so built once. Read-only arrays."""
+    im, in_, ik = instruction
+    tm, tn, tk, st, sk = _grid(_edges(im), _edges(in_), np.array([k for k in TILE_K if k % max(ik, 1) == 0] or [ik], float),
+                               np.array(STAGES, float), np.array(SPLIT_K, float))
+    sram = st * (tm * tk + tk * tn) * act_bytes + tm * tn * ACCUMULATOR_BYTES
+    out = (tm, tn, tk, st, sk, sram)
+    for a in out:
+        a.setflags(write=False)
+    return out
+
+
 def plan_matrix(kernel: Kernel, hw: HardwareProfile, peak: float, act_bytes: float, weight_bytes_per: float) -> TilePlan:
     s = kernel.matrix
     M, N, K, B = float(s.m), float(s.n), float(s.k), float(s.batch)
     P = hw.compute_units
-    im, in_, ik = hw.matrix_instruction_mnk
-    tm, tn, tk, st, sk = _grid(_edges(im), _edges(in_), np.array([k for k in TILE_K if k % max(ik, 1) == 0] or [ik], float),
-                               np.array(STAGES, float), np.array(SPLIT_K, float))
-    sram = st * (tm * tk + tk * tn) * act_bytes + tm * tn * ACCUMULATOR_BYTES
+    tm, tn, tk, st, sk, sram = _candidates(hw.matrix_instruction_mnk, act_bytes)
     tiles_m, tiles_n = np.ceil(M / tm), np.ceil(N / tn)
     base_tiles = B * tiles_m * tiles_n
     ok = (sram <= hw.sram_per_unit_bytes) & ((sk == 1) | ((base_tiles < P) & (sk <= np.ceil(K / tk))))
