@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from mapper.graph import Graph, LayerType, OpClass
 from mapper.ops import NodeWork
+from mapper.reuse import BoundedCache
 
 EPILOGUE_OPS = frozenset({"Add", "Sub", "Mul", "Div", "Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "Erf", "Gelu",
                           "FastGelu", "BiasGelu", "QuickGelu", "HardSwish", "HardSigmoid", "Cast", "Where",
@@ -161,8 +162,7 @@ class _Planner:
         return groups
 
 
-_PLANS: dict[tuple, list[Group]] = {}
-PLAN_CACHE_SIZE = 64
+_PLANS = BoundedCache(64)
 
 
 def plan_fusion(graph: Graph, work: tuple[NodeWork, ...], policy: str, attention_fusion: bool) -> list[Group]:
@@ -173,9 +173,4 @@ def plan_fusion(graph: Graph, work: tuple[NodeWork, ...], policy: str, attention
     that leaves some node unmodeled plans afresh."""
     key = (graph.sha256, policy, attention_fusion,
            hash(tuple((w.name, w.op_class, w.layer_type, w.layer_group) for w in work)))
-    groups = _PLANS.get(key)
-    if groups is None:
-        if len(_PLANS) >= PLAN_CACHE_SIZE:
-            _PLANS.pop(next(iter(_PLANS)))
-        groups = _PLANS[key] = _Planner(graph, work).plan(policy, attention_fusion)
-    return list(groups)
+    return list(_PLANS.get(key, lambda: _Planner(graph, work).plan(policy, attention_fusion)))

@@ -15,6 +15,7 @@ from mapper.graph import Graph, LayerType, Node, OpClass, TensorSpec
 from mapper.hardware import HardwareProfile
 from mapper.ops import MatrixShape, NodeWork
 from mapper.result import Kernel
+from mapper.reuse import BoundedCache
 
 PLAN_DTYPE_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 MODEL_DTYPES = {"float32": "fp32", "float": "fp32", "float16": "fp16", "bfloat16": "bf16", "double": "fp32",
@@ -29,14 +30,12 @@ LOW_REUSE_K = 16        # a matrix op with K below this has too little reuse for
 LOW_REUSE_M = 8
 
 
-_WEIGHT_TALLIES: dict[tuple, tuple[dict[str, int], float]] = {}
+_WEIGHT_TALLIES = BoundedCache(256)
 
 
 def weight_tally(graph: Graph) -> tuple[dict[str, int], float]:
     """(float weight elements per element type, bytes of the other weights), once per model and binding."""
-    key = (graph.sha256, graph.dims, len(graph.weights))
-    tally = _WEIGHT_TALLIES.get(key)
-    if tally is None:
+    def tally() -> tuple[dict[str, int], float]:
         counts: dict[str, int] = {}
         other = 0.0
         for w in graph.weights:
@@ -45,10 +44,8 @@ def weight_tally(graph: Graph) -> tuple[dict[str, int], float]:
                 counts[spec.dtype] = counts.get(spec.dtype, 0) + spec.elements
             else:
                 other += spec.bytes
-        if len(_WEIGHT_TALLIES) >= 256:
-            _WEIGHT_TALLIES.pop(next(iter(_WEIGHT_TALLIES)))
-        tally = _WEIGHT_TALLIES[key] = (counts, other)
-    return tally
+        return counts, other
+    return _WEIGHT_TALLIES.get((graph.sha256, graph.dims, len(graph.weights)), tally)
 
 
 def model_dtype(graph: Graph) -> str:
@@ -162,8 +159,7 @@ def build_kernel(graph: Graph, group: Group, work: dict[str, NodeWork], sizer: S
     )
 
 
-_BUILT: dict[tuple, list[Kernel]] = {}
-BUILD_CACHE_SIZE = 64
+_BUILT = BoundedCache(64)
 
 
 def build_kernels(graph: Graph, groups: list[Group], work: tuple[NodeWork, ...], sizer: Sizer,
@@ -175,12 +171,7 @@ def build_kernels(graph: Graph, groups: list[Group], work: tuple[NodeWork, ...],
     flash = any(g.rule == "flash-attention" for g in groups)  # only fused attention asks the SRAM size
     key = (graph.sha256, graph.dims, tuple(groups), sizer.act, sizer.weight, hw.sram_per_unit_bytes if flash else None,
            hash(tuple((w.name, w.op_class, w.flops, w.bytes_read) for w in work)))
-    kernels = _BUILT.get(key)
-    if kernels is None:
-        if len(_BUILT) >= BUILD_CACHE_SIZE:
-            _BUILT.pop(next(iter(_BUILT)))
-        kernels = _BUILT[key] = _build_kernels(graph, groups, work, sizer, hw, attention_fits)
-    return list(kernels)
+    return list(_BUILT.get(key, lambda: _build_kernels(graph, groups, work, sizer, hw, attention_fits)))
 
 
 def _build_kernels(graph: Graph, groups: list[Group], work: tuple[NodeWork, ...], sizer: Sizer,

@@ -23,6 +23,7 @@ from mapper import limits
 from mapper.errors import MapperError
 from mapper.graph import Graph, Node, TensorSpec
 from mapper.onnx_values import attr_value, constant_node_value, dtype_name, evaluate, small_value, tensor_dtype
+from mapper.reuse import BoundedCache
 from mapper.shape_rules import Ctx, NoRule, infer_node
 
 CONTROL_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
@@ -280,19 +281,14 @@ def topological_order(nodes: list[Node], available: set[str]) -> list[Node]:
     return [nodes[i] for i in order]
 
 
-_ORDERED: dict[tuple, list[Node]] = {}
+_ORDERED = BoundedCache(16)
 
 
 def ordered_nodes(model: onnx.ModelProto, sha256: str, available: set[str]) -> list[Node]:
     """The model's nodes in execution order. Nodes are plain data, the same at every binding: a sweep
     re-binds one model many times and converts them once (keyed by the model's hash and its inputs)."""
     key = (sha256, len(model.graph.node), frozenset(available))
-    nodes = _ORDERED.get(key)
-    if nodes is None:
-        if len(_ORDERED) >= 16:
-            _ORDERED.pop(next(iter(_ORDERED)))
-        nodes = _ORDERED[key] = topological_order(to_nodes(model), available)
-    return nodes
+    return _ORDERED.get(key, lambda: topological_order(to_nodes(model), available))
 
 
 class _Walk:

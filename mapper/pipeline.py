@@ -27,10 +27,10 @@ from mapper.kernels import PLAN_DTYPE_BYTES, Sizer, build_kernels, model_dtype, 
 from mapper.layers import assign_layer_types
 from mapper.layout import LAYOUTS, plan_layout
 from mapper.onnx_import import load_model
+from mapper.ops import NodeWork, estimate_work
 from mapper.parallel.memory import memory_section, plan_memory
 from mapper.parallel.placement import place_on_devices
 from mapper.parallel.sharding import assign_roles, shard_kernels
-from mapper.ops import NodeWork, estimate_work
 from mapper.result import Kernel, KernelEstimate, MappingResult, PlanOptions
 from mapper.rollup import STALL_DEFINITION, roll_up
 from mapper.tiling import attention_fits
@@ -144,11 +144,10 @@ def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOpt
 
 
 def clear_plan_caches() -> None:
-    """Forget the fusion plans and kernels kept for reuse across bindings and profiles (benchmarks
-    that time a cold mapping call this between runs)."""
-    from mapper import fusion, kernels
-    fusion._PLANS.clear()
-    kernels._BUILT.clear()
+    """Forget the nodes, fusion plans and kernels kept for reuse across bindings and profiles
+    (benchmarks that time a cold mapping call this between runs)."""
+    from mapper.reuse import clear_all
+    clear_all()
 
 
 def estimate_kernels(kernels: list[Kernel], hw: HardwareProfile, dtype: str, sizer: Sizer,
