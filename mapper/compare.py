@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 
 import pandas as pd
 
@@ -314,8 +314,3 @@ def _color_verdicts(sheet, df: pd.DataFrame) -> None:
         for row, value in enumerate(df[col_name], start=2):
             if value in FILL:
                 sheet.cell(row=row, column=col).fill = PatternFill("solid", fgColor=FILL[value])
-
-
-def with_options(spec: PlanSpec, **changes) -> PlanSpec:
-    """A what-if variant of a plan (dataclasses.replace on its options)."""
-    return replace(spec, options=validate_options(replace(spec.options, **changes)))

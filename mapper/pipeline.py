@@ -161,33 +161,23 @@ def estimate_kernels(kernels: list[Kernel], hw: HardwareProfile, dtype: str, siz
         key = (k.matrix, k.rule, k.engine, k.flops, k.matrix_flops, k.sfu_ops, k.dram_bytes, k.weight_bytes,
                k.reduction_rows, k.reduction_length, k.op_types)
         known = seen.get(key)
-        if known is not None:
-            c, facts, bottleneck, evidence, owner, stall = known
-            out.append(KernelEstimate(
-                kernel=k if k.engine == c.engine else replace(k, engine=c.engine), tiling=c.tiling, dtype=dtype,
-                time_s=c.time_s, compute_time_s=c.compute_time_s, memory_time_s=c.memory_time_s,
-                overhead_s=c.overhead_s, sync_s=c.sync_s, dram_bytes=c.dram_bytes, l2_bytes=c.l2_bytes,
-                intensity_flop_per_byte=facts.intensity, achieved_flops_per_s=k.flops / c.time_s if c.time_s else 0.0,
-                stall_fraction=stall, energy_j=c.energy_j, avg_power_w=c.avg_power_w, throttled=c.throttled,
-                bottleneck=bottleneck, evidence=evidence, owner=owner, start_s=start))
-            start += c.time_s
-            continue
-        c = estimate_cost(k, hw, dtype, sizer.act, sizer.weight, power_cap_w)
-        chosen = c.tiling.chosen
-        facts = Facts(c.engine, c.time_s, c.compute_time_s, c.memory_time_s, c.overhead_s, c.sync_s,
-                      k.flops / c.dram_bytes if c.dram_bytes else float("inf"), ridge,
-                      chosen.waves if chosen else 0, chosen.wave_efficiency if chosen else 1.0,
-                      chosen.padding_efficiency if chosen else 1.0, c.interconnect_s)
-        bottleneck, evidence, owner = classify(facts)
-        stall = min(max(0.0, c.memory_time_s - c.compute_time_s) / c.time_s if c.time_s else 0.0, 1.0)
-        seen[key] = (c, facts, bottleneck, evidence, owner, stall)
+        if known is None:
+            c = estimate_cost(k, hw, dtype, sizer.act, sizer.weight, power_cap_w)
+            chosen = c.tiling.chosen
+            facts = Facts(c.engine, c.time_s, c.compute_time_s, c.memory_time_s, c.overhead_s, c.sync_s,
+                          k.flops / c.dram_bytes if c.dram_bytes else float("inf"), ridge,
+                          chosen.waves if chosen else 0, chosen.wave_efficiency if chosen else 1.0,
+                          chosen.padding_efficiency if chosen else 1.0, c.interconnect_s)
+            stall = min(max(0.0, c.memory_time_s - c.compute_time_s) / c.time_s if c.time_s else 0.0, 1.0)
+            known = seen[key] = (c, facts.intensity, *classify(facts), stall)
+        c, intensity, bottleneck, evidence, owner, stall = known
         out.append(KernelEstimate(
-            kernel=k if k.engine == c.engine else replace(k, engine=c.engine), tiling=c.tiling, dtype=dtype, time_s=c.time_s,
-            compute_time_s=c.compute_time_s, memory_time_s=c.memory_time_s, overhead_s=c.overhead_s,
-            sync_s=c.sync_s, dram_bytes=c.dram_bytes, l2_bytes=c.l2_bytes,
-            intensity_flop_per_byte=facts.intensity, achieved_flops_per_s=k.flops / c.time_s if c.time_s else 0.0,
-            stall_fraction=stall, energy_j=c.energy_j, avg_power_w=c.avg_power_w, throttled=c.throttled,
-            bottleneck=bottleneck, evidence=evidence, owner=owner, start_s=start))
+            kernel=k if k.engine == c.engine else replace(k, engine=c.engine), tiling=c.tiling, dtype=dtype,
+            time_s=c.time_s, compute_time_s=c.compute_time_s, memory_time_s=c.memory_time_s, overhead_s=c.overhead_s,
+            sync_s=c.sync_s, dram_bytes=c.dram_bytes, l2_bytes=c.l2_bytes, intensity_flop_per_byte=intensity,
+            achieved_flops_per_s=k.flops / c.time_s if c.time_s else 0.0, stall_fraction=stall, energy_j=c.energy_j,
+            avg_power_w=c.avg_power_w, throttled=c.throttled, bottleneck=bottleneck, evidence=evidence, owner=owner,
+            start_s=start))
         start += c.time_s
     return out
 

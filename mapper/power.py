@@ -45,8 +45,3 @@ def power_curve(source, hw: HardwareProfile, options: PlanOptions = PlanOptions(
         points.append(PowerPoint(batch, t.latency_s, t.throughput_per_s, t.avg_power_w, t.energy_per_inference_j,
                                  t.perf_per_watt, throttled / t.latency_s if t.latency_s else 0.0))
     return tuple(points)
-
-
-def power_rows(points: tuple[PowerPoint, ...]) -> list[dict]:
-    """JSON-ready rows (the sheet's power-against-batch table)."""
-    return [{k: getattr(p, k) for k in PowerPoint.__slots__} for p in points]

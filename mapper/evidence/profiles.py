@@ -18,7 +18,6 @@ import numpy as np
 from mapper import limits
 from mapper.errors import MapperError
 
-MAX_PROFILE_BYTES = limits.MAX_TRACE_BYTES  # a long ORT profile of a big model is tens of MiB
 # Suffixes ORT adds to the names of nodes it creates or rewrites (NCHWc transformer, fusions, name dedup).
 _ORT_SUFFIXES = re.compile(r"(_kernel_time|_nchwc|_fusion|_fused|_token_\d+|_\d+)$")
 _CHROME_CATEGORIES = ("user_annotation", "gpu_user_annotation", "cpu_op", "kernel", "python_function")
@@ -65,13 +64,13 @@ def _read(source: str | os.PathLike | bytes) -> object:
         path = Path(source)
         label = f"profile {path.name}"
         try:
-            if path.stat().st_size > MAX_PROFILE_BYTES:
+            if path.stat().st_size > limits.MAX_TRACE_BYTES:
                 raise MapperError(f"{label}: larger than {limits.limit_text('MAX_TRACE_BYTES')}; profile fewer runs")
             raw = path.read_bytes()
         except OSError as exc:
             raise MapperError(f"{label}: cannot read it ({exc.strerror}); check the path") from None
-    if len(raw) > MAX_PROFILE_BYTES:
-        raise MapperError(f"{label}: larger than {MAX_PROFILE_BYTES >> 20} MiB; profile fewer runs")
+    if len(raw) > limits.MAX_TRACE_BYTES:
+        raise MapperError(f"{label}: larger than {limits.limit_text('MAX_TRACE_BYTES')}; profile fewer runs")
     try:
         return json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
