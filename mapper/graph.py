@@ -74,9 +74,27 @@ class Node:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     attrs: dict[str, Any] = field(default_factory=dict)
+    # `node_signature`, or None where an attribute is a tensor or a graph:
+    # nodes of one signature at the same input shapes have the same output shapes and work (the
+    # importer infers and costs each such combination once; 80 identical decoder layers are one).
+    signature: int | None = field(default=None, compare=False, repr=False)
 
     def attr(self, key: str, default: Any = None) -> Any:
         return self.attrs.get(key, default)
+
+
+def node_signature(op_type: str, domain: str, attrs: dict[str, Any], inputs: tuple[str, ...],
+                   outputs: tuple[str, ...], interned: dict[tuple, int]) -> int | None:
+    """What, besides input shapes, decides a node's output shapes and work: the op, its attributes
+    and which of its optional inputs and outputs are present, as a small integer (one per distinct
+    combination in `interned`, shared by the nodes of one model)."""
+    items = tuple(attrs.items())
+    try:
+        hash(items)
+    except TypeError:  # a TensorProto or GraphProto attribute
+        return None
+    return interned.setdefault((op_type, domain, items, tuple(map(bool, inputs)), tuple(map(bool, outputs))),
+                               len(interned))
 
 
 @dataclass(frozen=True, slots=True)

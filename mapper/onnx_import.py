@@ -21,7 +21,7 @@ from google.protobuf.message import DecodeError
 
 from mapper import limits
 from mapper.errors import MapperError
-from mapper.graph import Graph, Node, TensorSpec
+from mapper.graph import Graph, Node, TensorSpec, node_signature
 from mapper.onnx_values import attr_value, constant_node_value, dtype_name, evaluate, small_value, tensor_dtype
 from mapper.reuse import BoundedCache
 from mapper.shape_rules import Ctx, NoRule, infer_node
@@ -218,16 +218,21 @@ def _check_attrs(node_name: str, op_type: str, attrs: dict) -> None:
 
 
 def to_nodes(model: onnx.ModelProto) -> list[Node]:
-    nodes = []
+    nodes, interned = [], {}
     for i, n in enumerate(model.graph.node):
         inputs, outputs = tuple(n.input), tuple(n.output)
         try:  # protobuf hands back invalid UTF-8 as bytes, which cannot join text
             "".join((n.name, n.op_type, n.domain, *inputs, *outputs))
         except TypeError:
             raise MapperError(f"node {i} ({n.op_type!r}) has a name that is not UTF-8 text; the file is corrupt") from None
-        attrs = {a.name: attr_value(a) for a in n.attribute}
-        _check_attrs(n.name or f"{n.op_type}_{i}", n.op_type, attrs)
-        nodes.append(Node(n.name or f"{n.op_type}_{i}", n.op_type, n.domain, inputs, outputs, attrs))
+        op_type, domain = n.op_type, n.domain
+        name = n.name or f"{op_type}_{i}"
+        attrs = {}
+        if n.attribute:
+            attrs = {a.name: attr_value(a) for a in n.attribute}
+            _check_attrs(name, op_type, attrs)
+        signature = node_signature(op_type, domain, attrs, inputs, outputs, interned)
+        nodes.append(Node(name, op_type, domain, inputs, outputs, attrs, signature))
     if len({node.name for node in nodes}) == len(nodes):
         return nodes
     seen: dict[str, int] = {}
@@ -236,7 +241,7 @@ def to_nodes(model: onnx.ModelProto) -> list[Node]:
         count = seen.get(node.name, 0)
         seen[node.name] = count + 1
         unique.append(node if count == 0 else Node(f"{node.name}#{count}", node.op_type, node.domain,
-                                                   node.inputs, node.outputs, node.attrs))
+                                                   node.inputs, node.outputs, node.attrs, node.signature))
     return unique
 
 
@@ -304,6 +309,7 @@ class _Walk:
         self.unresolved: dict[str, str] = {}
         self._declared: dict[str, TensorSpec] | None = None
         self._onnx_inferred: dict[str, TensorSpec] | None = None
+        self.memo: dict[tuple, tuple] = {}  # (signature, input shapes, constants) -> (output shapes, values)
 
     def declared(self) -> dict[str, TensorSpec]:
         """Shapes the model itself declares (value_info, outputs), at the bindings."""
@@ -351,49 +357,71 @@ class _Walk:
             self.const.add(node.outputs[0])
             self.folded.add(node.name)
             return
-        specs = tuple(self.specs.get(i) if i else None for i in node.inputs)
-        missing = [i for i, s in zip(node.inputs, specs) if i and s is None]
-        if missing:
-            self.unresolved[node.name] = f"input {missing[0]!r} has no known shape"
-            return
-        values = tuple(self.values.get(i) if i else None for i in node.inputs)
-        out = self.infer(node, specs, values)
-        if out is None:
-            return
-        present = [i for i in node.inputs if i]
-        all_const = bool(present) and all(i in self.const for i in present) and node.op_type not in CONTROL_OPS
-        folded_values = None
-        if node.op_type in ("Shape", "Size") or (all(v is not None for i, v in zip(node.inputs, values) if i)
-                                                 and present):
-            folded_values = evaluate(node, [v for v in values if v is not None], [s.shape for s in specs if s])
+        specs, values, parts, known = [], [], [], 0
+        for i in node.inputs:
+            if not i:
+                specs.append(None)
+                values.append(None)
+                parts.append(None)
+                continue
+            spec = self.specs.get(i)
+            if spec is None:
+                self.unresolved[node.name] = f"input {i!r} has no known shape"
+                return
+            value = self.values.get(i)
+            specs.append(spec)
+            values.append(value)
+            parts += spec.shape, spec.dtype
+            if value is not None:  # small constants (shape arithmetic) are part of what the outputs depend on
+                known += 1
+                parts += value.shape, value.dtype.str, value.tobytes()
+        # A node of a signature seen before, at the same input shapes and constants, has the outputs
+        # found then: the layers of a transformer repeat, shape subgraphs and all.
+        key = (node.signature, *parts) if node.signature is not None else None
+        found = self.memo.get(key) if key is not None else None
+        if found is not None:
+            shapes, folded_values = found
+            out = [TensorSpec(o, shp, dt) for o, (shp, dt) in zip([o for o in node.outputs if o], shapes)]
+        else:
+            out, from_rule = self.infer(node, tuple(specs), tuple(values))
+            if out is None:
+                return
+            present = len(specs) - specs.count(None)
+            folded_values = None
+            if present and (known == present or node.op_type in ("Shape", "Size")):
+                folded_values = evaluate(node, [v for v in values if v is not None], [s.shape for s in specs if s])
+            if key is not None and from_rule:  # declared shapes belong to these output names only
+                self.memo[key] = ([(spec.shape, spec.dtype) for spec in out], folded_values)
         for k, spec in enumerate(out):
             value = folded_values[k] if folded_values is not None and k < len(folded_values) else None
             self.set(spec.name, spec, value)
-        if folded_values is not None or all_const:
+        if folded_values is not None or (node.op_type not in CONTROL_OPS and any(node.inputs)
+                                         and all(i in self.const for i in node.inputs if i)):
             self.folded.add(node.name)
             self.const.update(o for o in node.outputs if o and o in self.specs)
 
-    def infer(self, node: Node, specs, values) -> list[TensorSpec] | None:
+    def infer(self, node: Node, specs: tuple, values: tuple) -> tuple[list[TensorSpec] | None, bool]:
+        """Output specs, and whether the shape rules gave them (not the model's declared shapes)."""
         try:
             shapes = infer_node(Ctx(node, specs, values))
-            out = [TensorSpec(o, tuple(int(d) for d in shp), dt)
-                   for o, (shp, dt) in zip(node.outputs, shapes) if o]
+            out = [TensorSpec(o, tuple(int(d) for d in shp), dt) for o, (shp, dt) in zip(node.outputs, shapes) if o]
+            from_rule = True
         except NoRule as exc:
-            out = self.fallback(node)
+            out, from_rule = self.fallback(node), False
             if out is None:
                 self.unresolved[node.name] = str(exc)
-                return None
+                return None, False
         except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError, OverflowError) as exc:
             self.unresolved[node.name] = f"attributes or inputs are inconsistent ({type(exc).__name__}: {str(exc)[:60]})"
-            return None
+            return None, False
         for spec in out:
             if any(d < 0 for d in spec.shape):
                 self.unresolved[node.name] = f"output {spec.name!r} has a negative dim {spec.shape}"
-                return None
+                return None, False
             if math.prod(spec.shape) > limits.MAX_TENSOR_ELEMENTS:
                 raise MapperError(f"tensor {spec.name!r} of node {node.name!r} would hold {math.prod(spec.shape)}"
                                   f" elements, over {limits.limit_text('MAX_TENSOR_ELEMENTS')}; bind smaller dims")
-        return out
+        return out, from_rule
 
     def set(self, name: str, spec: TensorSpec, value: np.ndarray | None) -> None:
         self.specs[name] = spec

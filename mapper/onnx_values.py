@@ -40,9 +40,28 @@ def small_value(t: onnx.TensorProto) -> np.ndarray | None:
     if t.data_type in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED):
         return None
     try:
-        return numpy_helper.to_array(t)
+        return tensor_array(t)
     except Exception:  # noqa: BLE001 - a malformed tensor is simply not a known constant
         return None
+
+
+# Element types whose raw_data numpy reads directly (little-endian, as ONNX stores it).
+_RAW_DTYPES = {onnx.TensorProto.FLOAT: "<f4", onnx.TensorProto.DOUBLE: "<f8", onnx.TensorProto.INT64: "<i8",
+               onnx.TensorProto.INT32: "<i4", onnx.TensorProto.INT8: "i1", onnx.TensorProto.UINT8: "u1",
+               onnx.TensorProto.FLOAT16: "<f2", onnx.TensorProto.BOOL: "?"}
+
+
+def tensor_array(t: onnx.TensorProto) -> np.ndarray:
+    """An inline tensor's value: raw bytes of common types read directly (the usual case), the rest
+    through onnx's converter. Raises on a malformed tensor."""
+    raw = _RAW_DTYPES.get(t.data_type)
+    if raw is not None and t.raw_data:
+        shape = tuple(t.dims)
+        data = np.frombuffer(t.raw_data, dtype=raw)
+        if data.size != math.prod(shape):
+            raise ValueError(f"tensor {t.name!r}: raw data holds {data.size} elements, dims say {math.prod(shape)}")
+        return data.reshape(shape).astype(raw[-2:] if raw[0] == "<" else raw)  # a native, writable copy
+    return numpy_helper.to_array(t)
 
 
 def attr_value(a: onnx.AttributeProto):
@@ -221,7 +240,7 @@ def _range(node, v, shapes):
 def _const_of_shape(node, v, shapes):
     shape = _check_size(v[0].reshape(-1))  # before anything is allocated
     value = node.attr("value")
-    fill = numpy_helper.to_array(value).reshape(-1)[0] if value is not None else np.float32(0)
+    fill = tensor_array(value).reshape(-1)[0] if value is not None else np.float32(0)
     return [np.full(shape, fill, dtype=np.asarray(fill).dtype)]
 
 

@@ -282,5 +282,29 @@ def estimate_node_work(node: Node, graph: Graph) -> NodeWork:
 
 
 def estimate_work(graph: Graph) -> tuple[NodeWork, ...]:
-    """Work of every live (not folded) node, in graph order, layer types not yet assigned."""
-    return tuple(estimate_node_work(n, graph) for n in graph.nodes)
+    """Work of every live (not folded) node, in graph order, layer types not yet assigned.
+
+    Nodes of one signature whose inputs and outputs have the same shapes, types and weight roles do
+    the same work: each such combination is estimated once (a transformer's layers repeat)."""
+    tensors, weights = graph.tensors, graph.weights
+    seen: dict[tuple, NodeWork] = {}
+    out = []
+    for node in graph.nodes:
+        key = None
+        if node.signature is not None:
+            try:
+                key = (node.signature,
+                       tuple(i and ((s := tensors[i]).shape, s.dtype, i in weights) for i in node.inputs),
+                       tuple(o and ((s := tensors[o]).shape, s.dtype) for o in node.outputs))
+            except KeyError:  # a shape is unknown: the node is estimated (and explained) on its own
+                key = None
+            w = seen.get(key) if key is not None else None
+            if w is not None:
+                out.append(NodeWork(node.name, w.op_type, w.op_class, w.flops, w.matrix_flops, w.sfu_ops,
+                                    w.bytes_read, w.bytes_written, w.weight_bytes, w.matrix, w.reason))
+                continue
+        w = estimate_node_work(node, graph)
+        if key is not None:
+            seen[key] = w
+        out.append(w)
+    return tuple(out)

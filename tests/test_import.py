@@ -201,3 +201,29 @@ def test_unknown_op_is_unmodeled_not_zero():
     w = mapper.load_workload(model.SerializeToString())
     (node,) = w.unmodeled
     assert node.op_type == "FancyOp" and node.reason
+
+
+@pytest.mark.parametrize("source, dims", [
+    (str(LIGHT_DIR / "light_resnet50.onnx"), None),
+    (str(MODELS_DIR / "hf_llama_tiny.onnx"), {"batch": 2, "seq": 16}),
+    (str(MODELS_DIR / "hf_bert_tiny.onnx"), {"batch": 2, "seq": 16}),
+    ("llama2-7b", {"batch": 2, "seq": 16, "past": 8}),
+])
+def test_repeated_nodes_take_the_shapes_and_work_found_once(source, dims, monkeypatch):
+    """The importer infers and costs a node like one seen before (same signature, input shapes and
+    constants) once; the graph and work must equal those of a walk that infers every node itself."""
+    from mapper import onnx_import
+    from mapper.pipeline import clear_plan_caches
+
+    def load():
+        clear_plan_caches()
+        return mapper.load_workload(source, dims)
+    memoized = load()
+    monkeypatch.setattr(onnx_import, "node_signature", lambda *args: None)
+    plain = load()
+    assert all(n.signature is None for n in plain.graph.nodes)
+    assert any(n.signature is not None for n in memoized.graph.nodes)
+    assert memoized.graph.tensors == plain.graph.tensors
+    assert memoized.graph.folded == plain.graph.folded and memoized.graph.weights == plain.graph.weights
+    assert memoized.graph.unresolved == plain.graph.unresolved
+    assert memoized.nodes == plain.nodes
