@@ -7,7 +7,7 @@ dtype); integer tensors (token ids, indices) keep their own size.
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from mapper.errors import MapperError
 from mapper.fusion import Group
@@ -113,53 +113,74 @@ REDUCING_OPS = frozenset({"Softmax", "LogSoftmax", "LayerNormalization", "Simpli
                           "InstanceNormalization", "ReduceSum", "ReduceMax"})
 
 
-def build_kernel(graph: Graph, group: Group, work: dict[str, NodeWork], sizer: Sizer,
-                 nodes_by_name: dict[str, Node], index_of: dict[str, int]) -> Kernel:
-    members = [work[n] for n in group.nodes]
+@dataclass(frozen=True, slots=True)
+class Boundary:
+    """What crosses a group's kernel boundary. Structural: the same at every binding of the model."""
+
+    reads: tuple[tuple[str, str], ...]   # (tensor read from DRAM, the partial-read node reading it, or "")
+    writes: tuple[str, ...]              # tensors written to DRAM: graph outputs or used outside the group
+    reduce_inputs: tuple[str, ...]       # first inputs of the reducing members, in order
+
+
+def group_boundary(graph: Graph, group: Group, nodes_by_name: dict[str, Node], index_of: dict[str, int]) -> Boundary:
     inside = {index_of[n] for n in group.nodes}
-    node_of = {name: nodes_by_name[name] for name in group.nodes}
-    made = {t for n in node_of.values() for t in n.outputs if t}
-    read: dict[str, float] = {}
-    for name in group.nodes:
-        node, w = node_of[name], work[name]
+    members = [nodes_by_name[name] for name in group.nodes]
+    made = {t for n in members for t in n.outputs if t}
+    reads: dict[str, str] = {}
+    for node in members:
         for t in node.inputs:
-            if not t or t in made or t in read:
-                continue
-            spec = graph.tensors.get(t)
-            if spec is None:
-                continue
-            full = sizer.bytes(spec)
-            if node.op_type in PARTIAL_READ_OPS and t == node.inputs[0] and spec.bytes > 0:
-                full = full * min(1.0, w.bytes_read / spec.bytes)
-            read[t] = full
+            if t and t not in made and t not in reads:
+                reads[t] = node.name if node.op_type in PARTIAL_READ_OPS and t == node.inputs[0] else ""
+    writes = tuple(t for n in members for t in n.outputs
+                   if t and (t in graph.outputs or any(c not in inside for c in graph.consumers.get(t, ()))))
+    reduce_inputs = tuple(n.inputs[0] for n in members if n.op_type in REDUCING_OPS and n.inputs)
+    return Boundary(tuple(reads.items()), writes, reduce_inputs)
+
+
+def build_kernel(graph: Graph, group: Group, boundary: Boundary, work: dict[str, NodeWork], sizer: Sizer) -> Kernel:
+    members = [work[n] for n in group.nodes]
+    tensors, weights, size = graph.tensors, graph.weights, sizer.bytes
+    read = weight = 0.0
+    for t, partial in boundary.reads:
+        spec = tensors.get(t)
+        if spec is None:
+            continue
+        full = size(spec)
+        if t in weights:
+            weight += full
+        if partial and spec.bytes > 0:  # only the gathered/kept elements are read
+            full = full * min(1.0, work[partial].bytes_read / spec.bytes)
+        read += full
     written = 0.0
-    for name in group.nodes:
-        for t in node_of[name].outputs:
-            if t and t in graph.tensors and (t in graph.outputs or
-                                             any(c not in inside for c in graph.consumers.get(t, ()))):
-                written += sizer.bytes(graph.tensors[t])
-    weight = sum(sizer.bytes(graph.tensors[t]) for t in read if t in graph.weights)
-    matrix = _matrix_shape(members, group.rule)
+    for t in boundary.writes:
+        spec = tensors.get(t)
+        if spec is not None:
+            written += size(spec)
     rows = length = 0
-    for w in members:
-        if w.op_type in REDUCING_OPS:
-            spec = graph.tensors.get(next(iter(node_of[w.name].inputs), ""))
-            if spec is not None and spec.shape:
-                length = spec.shape[-1]
-                rows = spec.elements // max(length, 1)
-                break
+    for t in boundary.reduce_inputs:
+        spec = tensors.get(t)
+        if spec is not None and spec.shape:
+            length = spec.shape[-1]
+            rows = spec.elements // max(length, 1)
+            break
     first = members[0]
-    name = first.name if len(members) == 1 else f"{first.name}+{len(members) - 1}"
-    return Kernel(
-        name=name, nodes=tuple(group.nodes), op_types=tuple(w.op_type for w in members), rule=group.rule,
-        engine=_engine(members, matrix), layer_type=_layer_type(members),
-        flops=sum(w.flops for w in members), matrix_flops=sum(w.matrix_flops for w in members),
-        sfu_ops=sum(w.sfu_ops for w in members), dram_bytes=sum(read.values()) + written, weight_bytes=weight,
-        matrix=matrix, reduction_rows=rows, reduction_length=length,
-    )
+    if len(members) == 1:
+        name, flops, matrix_flops, sfu = first.name, first.flops, first.matrix_flops, first.sfu_ops
+    else:
+        name, flops, matrix_flops, sfu = f"{first.name}+{len(members) - 1}", 0.0, 0.0, 0.0
+        for w in members:
+            flops += w.flops
+            matrix_flops += w.matrix_flops
+            sfu += w.sfu_ops
+    matrix = _matrix_shape(members, group.rule)
+    return Kernel(name=name, nodes=group.nodes, op_types=tuple(w.op_type for w in members), rule=group.rule,
+                  engine=_engine(members, matrix), layer_type=_layer_type(members), flops=flops,
+                  matrix_flops=matrix_flops, sfu_ops=sfu, dram_bytes=read + written, weight_bytes=weight, matrix=matrix,
+                  reduction_rows=rows, reduction_length=length)
 
 
 _BUILT = BoundedCache(64)
+_BOUNDARIES = BoundedCache(64)
 
 
 def build_kernels(graph: Graph, groups: list[Group], work: tuple[NodeWork, ...], sizer: Sizer,
@@ -167,18 +188,32 @@ def build_kernels(graph: Graph, groups: list[Group], work: tuple[NodeWork, ...],
     """Kernels for the groups; a flash-attention group whose tiles do not fit SRAM is split back.
 
     Kernels depend on the model, its bindings, the groups, the element sizes and (for attention) the
-    SRAM size: a sweep that varies only the profile or between dtypes of one width builds them once."""
+    SRAM size: a sweep that varies only the profile or between dtypes of one width builds them once.
+    Group boundaries depend on the structure alone (the groups and which nodes were folded away):
+    every binding of a sweep shares them."""
     flash = any(g.rule == "flash-attention" for g in groups)  # only fused attention asks the SRAM size
-    key = (graph.sha256, graph.dims, tuple(groups), sizer.act, sizer.weight, hw.sram_per_unit_bytes if flash else None,
+    groups_key = tuple(groups)
+    key = (graph.sha256, graph.dims, groups_key, sizer.act, sizer.weight, hw.sram_per_unit_bytes if flash else None,
            hash(tuple((w.name, w.op_class, w.flops, w.bytes_read) for w in work)))
-    return list(_BUILT.get(key, lambda: _build_kernels(graph, groups, work, sizer, hw, attention_fits)))
+    boundaries = _BOUNDARIES.get((graph.sha256, graph.folded, len(graph.nodes), groups_key), dict)
+    return list(_BUILT.get(key, lambda: _build_kernels(graph, groups, work, sizer, hw, attention_fits, boundaries)))
 
 
 def _build_kernels(graph: Graph, groups: list[Group], work: tuple[NodeWork, ...], sizer: Sizer,
-                   hw: HardwareProfile, attention_fits) -> list:
+                   hw: HardwareProfile, attention_fits, boundaries: dict[Group, Boundary]) -> list:
     by_name = {w.name: w for w in work}
-    nodes_by_name = {n.name: n for n in graph.nodes}
-    index_of = {n.name: i for i, n in enumerate(graph.nodes)}
+    nodes_by_name = index_of = None
+
+    def kernel(group: Group) -> Kernel:
+        nonlocal nodes_by_name, index_of
+        boundary = boundaries.get(group)
+        if boundary is None:
+            if nodes_by_name is None:
+                nodes_by_name = {n.name: n for n in graph.nodes}
+                index_of = {n.name: i for i, n in enumerate(graph.nodes)}
+            boundary = boundaries[group] = group_boundary(graph, group, nodes_by_name, index_of)
+        return build_kernel(graph, group, boundary, by_name, sizer)
+
     kernels = []
     for group in groups:
         if group.rule == "flash-attention":
@@ -186,10 +221,10 @@ def _build_kernels(graph: Graph, groups: list[Group], work: tuple[NodeWork, ...]
             shape = _matrix_shape(members, group.rule)
             if shape is None or not attention_fits(shape, sizer.act, hw):
                 for n in group.nodes:
-                    k = build_kernel(graph, Group((n,), "single"), by_name, sizer, nodes_by_name, index_of)
+                    k = kernel(Group((n,), "single"))
                     kernels.append(replace(k, note="flash-attention rejected: its tiles do not fit on-chip SRAM"))
                 continue
-        kernels.append(build_kernel(graph, group, by_name, sizer, nodes_by_name, index_of))
+        kernels.append(kernel(group))
     return kernels
 
 

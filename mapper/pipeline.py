@@ -32,6 +32,7 @@ from mapper.parallel.memory import memory_section, plan_memory
 from mapper.parallel.placement import place_on_devices
 from mapper.parallel.sharding import assign_roles, shard_kernels
 from mapper.result import Kernel, KernelEstimate, MappingResult, PlanOptions
+from mapper.reuse import BoundedCache
 from mapper.rollup import STALL_DEFINITION, roll_up
 from mapper.tiling import attention_fits
 from mapper.version import __version__
@@ -197,8 +198,17 @@ def validate_options(options: PlanOptions) -> PlanOptions:
     return options
 
 
+_ASSUMPTIONS = BoundedCache(32)
+
+
 def assumptions_used(hw: HardwareProfile, dtype: str, layout: str) -> tuple[tuple[str, str, str], ...]:
-    """Every profile value (with its source) and every modeling constant the estimate used."""
+    """Every profile value (with its source) and every modeling constant the estimate used; listed once
+    per profile object (the entry holds the profile, so its id is not reused while cached)."""
+    held, rows = _ASSUMPTIONS.get((id(hw), dtype, layout), lambda: (hw, _assumptions(hw, dtype, layout)))
+    return rows if held is hw else _assumptions(hw, dtype, layout)
+
+
+def _assumptions(hw: HardwareProfile, dtype: str, layout: str) -> tuple[tuple[str, str, str], ...]:
     from mapper import bottleneck, tiling
     rows = [(key, str(value), hw.sources.get(key, "")) for key, value in flatten_profile(hw)]
     rows.append(("plan.dtype", dtype, "plan option (auto = the model's own precision)"))
