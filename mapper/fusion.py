@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from mapper.graph import Graph, LayerType, OpClass
 from mapper.ops import NodeWork
-from mapper.reuse import BoundedCache
+from mapper.reuse import BoundedCache, per_object
 
 EPILOGUE_OPS = frozenset({"Add", "Sub", "Mul", "Div", "Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "Erf", "Gelu",
                           "FastGelu", "BiasGelu", "QuickGelu", "HardSwish", "HardSigmoid", "Cast", "Where",
@@ -163,6 +163,7 @@ class _Planner:
 
 
 _PLANS = BoundedCache(64)
+_FINGERPRINTS = BoundedCache(64)
 
 
 def plan_fusion(graph: Graph, work: tuple[NodeWork, ...], policy: str, attention_fusion: bool) -> list[Group]:
@@ -172,5 +173,6 @@ def plan_fusion(graph: Graph, work: tuple[NodeWork, ...], policy: str, attention
     plans each (model, policy) once. The key holds every node's name, op class and block, so a binding
     that leaves some node unmodeled plans afresh."""
     key = (graph.sha256, policy, attention_fusion,
-           hash(tuple((w.name, w.op_class, w.layer_type, w.layer_group) for w in work)))
+           per_object(_FINGERPRINTS, work, "fusion",
+                      lambda: hash(tuple((w.name, w.op_class, w.layer_type, w.layer_group) for w in work))))
     return list(_PLANS.get(key, lambda: _Planner(graph, work).plan(policy, attention_fusion)))

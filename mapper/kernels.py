@@ -15,7 +15,7 @@ from mapper.graph import Graph, LayerType, Node, OpClass, TensorSpec
 from mapper.hardware import HardwareProfile
 from mapper.ops import MatrixShape, NodeWork
 from mapper.result import Kernel
-from mapper.reuse import BoundedCache
+from mapper.reuse import BoundedCache, per_object
 
 PLAN_DTYPE_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 MODEL_DTYPES = {"float32": "fp32", "float": "fp32", "float16": "fp16", "bfloat16": "bf16", "double": "fp32",
@@ -97,9 +97,13 @@ def _matrix_shape(members: list[NodeWork], rule: str) -> MatrixShape | None:
     return shapes[0]
 
 
+HOST_CLASSES = (OpClass.CONTROL, OpClass.UNMODELED)
+
+
 def _engine(members: list[NodeWork], matrix: MatrixShape | None) -> str:
-    if any(w.op_class in (OpClass.CONTROL, OpClass.UNMODELED) for w in members):
-        return "host"
+    for w in members:
+        if w.op_class in HOST_CLASSES:
+            return "host"
     if matrix is not None:
         if min(matrix.m, matrix.n, matrix.k, matrix.batch) == 0:
             return "vector"  # an empty product (a dim bound to 0): nothing for the matrix engine to do
@@ -181,6 +185,7 @@ def build_kernel(graph: Graph, group: Group, boundary: Boundary, work: dict[str,
 
 _BUILT = BoundedCache(64)
 _BOUNDARIES = BoundedCache(64)
+_FINGERPRINTS = BoundedCache(64)
 
 
 def build_kernels(graph: Graph, groups: list[Group], work: tuple[NodeWork, ...], sizer: Sizer,
@@ -194,7 +199,8 @@ def build_kernels(graph: Graph, groups: list[Group], work: tuple[NodeWork, ...],
     flash = any(g.rule == "flash-attention" for g in groups)  # only fused attention asks the SRAM size
     groups_key = tuple(groups)
     key = (graph.sha256, graph.dims, groups_key, sizer.act, sizer.weight, hw.sram_per_unit_bytes if flash else None,
-           hash(tuple((w.name, w.op_class, w.flops, w.bytes_read) for w in work)))
+           per_object(_FINGERPRINTS, work, "kernels",
+                      lambda: hash(tuple((w.name, w.op_class, w.flops, w.bytes_read) for w in work))))
     boundaries = _BOUNDARIES.get((graph.sha256, graph.folded, len(graph.nodes), groups_key), dict)
     return list(_BUILT.get(key, lambda: _build_kernels(graph, groups, work, sizer, hw, attention_fits, boundaries)))
 

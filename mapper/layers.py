@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from mapper.graph import Graph, LayerType, Node, OpClass
 from mapper.ops import NORMALIZATION, POOLING, NodeWork
+from mapper.reuse import BoundedCache
 
 # op type -> layer type, where the op alone decides it
 LAYER_OF_OP: dict[str, LayerType] = {
@@ -123,16 +124,28 @@ def find_norms(graph: Graph, taken: set[str]) -> list[list[Node]]:
     return blocks
 
 
+_BLOCKS = BoundedCache(64)
+
+
+def recognized_blocks(graph: Graph) -> dict[str, tuple[LayerType, int]]:
+    """Node name -> (Attention or Normalization, block id) for the nodes of recognized blocks.
+    Found from the graph's structure alone (op types and dataflow), so kept per model structure."""
+    def find() -> dict[str, tuple[LayerType, int]]:
+        layer: dict[str, tuple[LayerType, int]] = {}
+        for gid, block in enumerate(find_attention(graph)):
+            for n in block:
+                layer.setdefault(n.name, (LayerType.ATTENTION, gid))
+        offset = len(layer) + 1_000_000  # norm group ids never collide with attention ids
+        for gid, block in enumerate(find_norms(graph, set(layer))):
+            for n in block:
+                layer.setdefault(n.name, (LayerType.NORMALIZATION, offset + gid))
+        return layer
+    return _BLOCKS.get((graph.sha256, len(graph.nodes), graph.folded), find)
+
+
 def assign_layer_types(graph: Graph, work: tuple[NodeWork, ...]) -> tuple[NodeWork, ...]:
     """Give every node its layer type and, for recognized blocks, a shared group id."""
-    layer: dict[str, tuple[LayerType, int]] = {}
-    for gid, block in enumerate(find_attention(graph)):
-        for n in block:
-            layer.setdefault(n.name, (LayerType.ATTENTION, gid))
-    offset = len(layer) + 1_000_000  # norm group ids never collide with attention ids
-    for gid, block in enumerate(find_norms(graph, set(layer))):
-        for n in block:
-            layer.setdefault(n.name, (LayerType.NORMALIZATION, offset + gid))
+    layer = recognized_blocks(graph)
     out = []
     for w in work:
         if w.name in layer:

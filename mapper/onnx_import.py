@@ -461,19 +461,31 @@ def build_graph(model: onnx.ModelProto, sha256: str, name: str, dims: dict[str, 
     ordered = ordered_nodes(model, sha256, set(walk.specs))
     for node in ordered:
         walk.visit(node)
-    live = [n for n in ordered if n.name not in walk.folded]
-    weights = {i for n in live for i in n.inputs if i in walk.const}
+    folded = frozenset(walk.folded)
+    live, weights, producers, consumers = _STRUCTURE.get((sha256, len(ordered), folded),
+                                                         lambda: live_structure(ordered, folded, walk.const))
+    return Graph(
+        name=name, nodes=live, tensors=walk.specs,
+        inputs=tuple(vi.name for vi in graph_inputs(model)), outputs=tuple(o.name for o in model.graph.output),
+        weights=weights, folded=folded, opset=opset, sha256=sha256,
+        dims=tuple(sorted(bound.items())), producers=producers, consumers=consumers,
+        unresolved=tuple(sorted(walk.unresolved.items())),
+    )
+
+
+_STRUCTURE = BoundedCache(16)
+
+
+def live_structure(ordered: list[Node], folded: frozenset[str], const: set[str]):
+    """The nodes left after folding, the weights they read, and who makes and uses each tensor.
+    Decided by which nodes folded (and so which tensors are constants), not by sizes: every binding
+    that folds the same nodes shares one (read-only) structure."""
+    live = tuple(n for n in ordered if n.name not in folded)
+    weights = frozenset(i for n in live for i in n.inputs if i in const)
     producers = {o: k for k, n in enumerate(live) for o in n.outputs if o}
     consumers: dict[str, list[int]] = {}
     for k, n in enumerate(live):
         for i in n.inputs:
             if i:
                 consumers.setdefault(i, []).append(k)
-    return Graph(
-        name=name, nodes=tuple(live), tensors=walk.specs,
-        inputs=tuple(vi.name for vi in graph_inputs(model)), outputs=tuple(o.name for o in model.graph.output),
-        weights=frozenset(weights), folded=frozenset(walk.folded), opset=opset, sha256=sha256,
-        dims=tuple(sorted(bound.items())), producers=producers,
-        consumers={k: tuple(v) for k, v in consumers.items()},
-        unresolved=tuple(sorted(walk.unresolved.items())),
-    )
+    return live, weights, producers, {k: tuple(v) for k, v in consumers.items()}

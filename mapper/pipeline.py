@@ -31,8 +31,8 @@ from mapper.ops import NodeWork, estimate_work
 from mapper.parallel.memory import memory_section, plan_memory
 from mapper.parallel.placement import place_on_devices
 from mapper.parallel.sharding import assign_roles, shard_kernels
-from mapper.result import Kernel, KernelEstimate, MappingResult, PlanOptions
-from mapper.reuse import BoundedCache
+from mapper.result import Kernel, KernelAssessment, KernelEstimate, MappingResult, PlanOptions
+from mapper.reuse import BoundedCache, per_object
 from mapper.rollup import STALL_DEFINITION, roll_up
 from mapper.tiling import attention_fits
 from mapper.version import __version__
@@ -170,16 +170,17 @@ def estimate_kernels(kernels: list[Kernel], hw: HardwareProfile, dtype: str, siz
                           chosen.waves if chosen else 0, chosen.wave_efficiency if chosen else 1.0,
                           chosen.padding_efficiency if chosen else 1.0, c.interconnect_s)
             stall = min(max(0.0, c.memory_time_s - c.compute_time_s) / c.time_s if c.time_s else 0.0, 1.0)
-            known = seen[key] = (c, facts.intensity, *classify(facts), stall)
-        c, intensity, bottleneck, evidence, owner, stall = known
-        out.append(KernelEstimate(
-            kernel=k if k.engine == c.engine else replace(k, engine=c.engine), tiling=c.tiling, dtype=dtype,
-            time_s=c.time_s, compute_time_s=c.compute_time_s, memory_time_s=c.memory_time_s, overhead_s=c.overhead_s,
-            sync_s=c.sync_s, dram_bytes=c.dram_bytes, l2_bytes=c.l2_bytes, intensity_flop_per_byte=intensity,
-            achieved_flops_per_s=k.flops / c.time_s if c.time_s else 0.0, stall_fraction=stall, energy_j=c.energy_j,
-            avg_power_w=c.avg_power_w, throttled=c.throttled, bottleneck=bottleneck, evidence=evidence, owner=owner,
-            start_s=start))
-        start += c.time_s
+            bottleneck, evidence, owner = classify(facts)
+            known = seen[key] = (c.engine, KernelAssessment(
+                tiling=c.tiling, dtype=dtype, time_s=c.time_s, compute_time_s=c.compute_time_s,
+                memory_time_s=c.memory_time_s, overhead_s=c.overhead_s, sync_s=c.sync_s, dram_bytes=c.dram_bytes,
+                l2_bytes=c.l2_bytes, intensity_flop_per_byte=facts.intensity,
+                achieved_flops_per_s=k.flops / c.time_s if c.time_s else 0.0, stall_fraction=stall,
+                energy_j=c.energy_j, avg_power_w=c.avg_power_w, throttled=c.throttled, bottleneck=bottleneck,
+                evidence=evidence, owner=owner))
+        engine, assessment = known
+        out.append(KernelEstimate(k if k.engine == engine else replace(k, engine=engine), assessment, start))
+        start += assessment.time_s
     return out
 
 
@@ -202,10 +203,9 @@ _ASSUMPTIONS = BoundedCache(32)
 
 
 def assumptions_used(hw: HardwareProfile, dtype: str, layout: str) -> tuple[tuple[str, str, str], ...]:
-    """Every profile value (with its source) and every modeling constant the estimate used; listed once
-    per profile object (the entry holds the profile, so its id is not reused while cached)."""
-    held, rows = _ASSUMPTIONS.get((id(hw), dtype, layout), lambda: (hw, _assumptions(hw, dtype, layout)))
-    return rows if held is hw else _assumptions(hw, dtype, layout)
+    """Every profile value (with its source) and every modeling constant the estimate used (listed once
+    per profile object)."""
+    return per_object(_ASSUMPTIONS, hw, (dtype, layout), lambda: _assumptions(hw, dtype, layout))
 
 
 def _assumptions(hw: HardwareProfile, dtype: str, layout: str) -> tuple[tuple[str, str, str], ...]:

@@ -7,6 +7,7 @@ Units are in field names (SI: seconds, bytes, FLOPs, joules, watts).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from mapper.graph import LayerType
 from mapper.ops import MatrixShape, NodeWork
@@ -88,10 +89,10 @@ class TilePlan:
 
 
 @dataclass(frozen=True, slots=True)
-class KernelEstimate:
-    """Cost, class and evidence of one kernel (cost + classify stages)."""
+class KernelAssessment:
+    """Cost, class and evidence of a kernel (cost + classify stages). Identical kernels of one mapping
+    (a model's repeated layers) share one: each is tiled, costed and classed once."""
 
-    kernel: Kernel
     tiling: TilePlan
     dtype: str
     time_s: float
@@ -110,7 +111,39 @@ class KernelEstimate:
     bottleneck: str
     evidence: str
     owner: str
-    start_s: float = 0.0                     # on the device timeline (one stream)
+
+
+def _assessed(name: str) -> property:
+    return property(attrgetter(f"assessment.{name}"), doc=f"`KernelAssessment.{name}` of this kernel")
+
+
+@dataclass(frozen=True, slots=True)
+class KernelEstimate:
+    """One kernel on the timeline: what runs, its assessment, and when it starts (one stream).
+    The assessment's fields read through (`e.time_s` is `e.assessment.time_s`)."""
+
+    kernel: Kernel
+    assessment: KernelAssessment
+    start_s: float = 0.0
+
+    tiling = _assessed("tiling")
+    dtype = _assessed("dtype")
+    time_s = _assessed("time_s")
+    compute_time_s = _assessed("compute_time_s")
+    memory_time_s = _assessed("memory_time_s")
+    overhead_s = _assessed("overhead_s")
+    sync_s = _assessed("sync_s")
+    dram_bytes = _assessed("dram_bytes")
+    l2_bytes = _assessed("l2_bytes")
+    intensity_flop_per_byte = _assessed("intensity_flop_per_byte")
+    achieved_flops_per_s = _assessed("achieved_flops_per_s")
+    stall_fraction = _assessed("stall_fraction")
+    energy_j = _assessed("energy_j")
+    avg_power_w = _assessed("avg_power_w")
+    throttled = _assessed("throttled")
+    bottleneck = _assessed("bottleneck")
+    evidence = _assessed("evidence")
+    owner = _assessed("owner")
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,13 @@ class BoundedCache:
         return value
 
 
+def per_object(cache: BoundedCache, obj: Any, key: Hashable, make: Callable[[], Any]) -> Any:
+    """`make()` once per live object (and key): the entry holds the object, so its id cannot be reused
+    by another while the entry is kept; a stale id (a different object) is computed afresh."""
+    held, value = cache.get((id(obj), key), lambda: (obj, make()))
+    return value if held is obj else make()
+
+
 def clear_all() -> None:
     """Forget everything kept (benchmarks that time a cold mapping call this between runs)."""
     for cache in _CACHES:

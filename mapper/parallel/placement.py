@@ -16,18 +16,18 @@ from mapper.hardware import HardwareProfile
 from mapper.kernels import Sizer
 from mapper.parallel.sharding import collective_kernel
 from mapper.parallel.stages import balance_stages, stage_times
-from mapper.result import KernelEstimate, PlanOptions
+from mapper.result import KernelAssessment, KernelEstimate, PlanOptions
 
 
 def _estimate_collective(kernel, hw: HardwareProfile, dtype: str, sizer: Sizer) -> KernelEstimate:
     c = estimate_cost(kernel, hw, dtype, sizer.act, sizer.weight)
     cls, evidence, owner = classify(Facts("interconnect", c.time_s, 0.0, 0.0, c.overhead_s, 0.0, 0.0, 1.0, 0, 1.0,
                                           1.0, c.interconnect_s))
-    return KernelEstimate(kernel=kernel, tiling=c.tiling, dtype=dtype, time_s=c.time_s, compute_time_s=0.0,
-                          memory_time_s=0.0, overhead_s=c.overhead_s, sync_s=0.0, dram_bytes=0.0, l2_bytes=0.0,
-                          intensity_flop_per_byte=0.0, achieved_flops_per_s=0.0, stall_fraction=0.0,
-                          energy_j=c.energy_j, avg_power_w=c.avg_power_w, throttled=False, bottleneck=cls,
-                          evidence=evidence, owner=owner)
+    return KernelEstimate(kernel, KernelAssessment(
+        tiling=c.tiling, dtype=dtype, time_s=c.time_s, compute_time_s=0.0, memory_time_s=0.0, overhead_s=c.overhead_s,
+        sync_s=0.0, dram_bytes=0.0, l2_bytes=0.0, intensity_flop_per_byte=0.0, achieved_flops_per_s=0.0,
+        stall_fraction=0.0, energy_j=c.energy_j, avg_power_w=c.avg_power_w, throttled=False, bottleneck=cls,
+        evidence=evidence, owner=owner))
 
 
 def _stage_sends(graph: Graph, estimates: list[KernelEstimate], stage_of: list[int], sizer: Sizer) -> dict[int, float]:
@@ -113,6 +113,7 @@ def _overlap(estimates: list[KernelEstimate]) -> list[KernelEstimate]:
         if not e.kernel.collective or i + 1 >= len(out):
             continue
         hidden = min(e.time_s - e.overhead_s, out[i + 1].compute_time_s)
-        out[i] = replace(e, time_s=e.time_s - hidden, evidence=f"{e.evidence}; {hidden * 1e6:.1f} us hidden behind"
-                         f" {out[i + 1].kernel.name}")
+        out[i] = replace(e, assessment=replace(e.assessment, time_s=e.time_s - hidden,
+                                               evidence=f"{e.evidence}; {hidden * 1e6:.1f} us hidden behind"
+                                                        f" {out[i + 1].kernel.name}"))
     return out
