@@ -79,8 +79,9 @@ class Sizer:
 
 
 def _layer_type(members: list[NodeWork]) -> LayerType:
-    if any(w.layer_type is LayerType.ATTENTION for w in members):
-        return LayerType.ATTENTION
+    for w in members:
+        if w.layer_type is LayerType.ATTENTION:
+            return LayerType.ATTENTION
     for w in members:
         if w.matrix is not None:
             return w.layer_type

@@ -8,7 +8,7 @@ their nodes roll up as one Attention or Normalization layer.
 from __future__ import annotations
 
 from mapper.graph import Graph, LayerType, Node, OpClass
-from mapper.ops import NORMALIZATION, POOLING, NodeWork
+from mapper.ops import NORMALIZATION, POOLING, LayerPlacer
 from mapper.reuse import BoundedCache
 
 # op type -> layer type, where the op alone decides it
@@ -143,24 +143,19 @@ def recognized_blocks(graph: Graph) -> dict[str, tuple[LayerType, int]]:
     return _BLOCKS.get((graph.sha256, len(graph.nodes), graph.folded), find)
 
 
-def assign_layer_types(graph: Graph, work: tuple[NodeWork, ...]) -> tuple[NodeWork, ...]:
-    """Give every node its layer type and, for recognized blocks, a shared group id."""
-    layer = recognized_blocks(graph)
-    out = []
-    for w in work:
-        if w.name in layer:
-            lt, gid = layer[w.name]
-        else:
-            lt, gid = _plain_layer(w), -1
-        out.append(w if (lt, gid) == (w.layer_type, w.layer_group) else
-                   NodeWork(w.name, w.op_type, w.op_class, w.flops, w.matrix_flops, w.sfu_ops, w.bytes_read,
-                            w.bytes_written, w.weight_bytes, w.matrix, w.reason, lt, gid))
-    return tuple(out)
+def layer_placer(graph: Graph) -> LayerPlacer:
+    """(node name, op type, op class) -> (layer type, block id): a recognized block's type and id,
+    else the op's own layer type and no block (-1)."""
+    blocks = recognized_blocks(graph)
+
+    def place(name: str, op_type: str, op_class: OpClass) -> tuple[LayerType, int]:
+        return blocks.get(name) or (plain_layer(op_type, op_class), -1)
+    return place
 
 
-def _plain_layer(w: NodeWork) -> LayerType:
-    if w.op_type in LAYER_OF_OP:
-        return LAYER_OF_OP[w.op_type]
-    if w.op_type in ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ArgMax", "ArgMin", "TopK"):
+def plain_layer(op_type: str, op_class: OpClass) -> LayerType:
+    if op_type in LAYER_OF_OP:
+        return LAYER_OF_OP[op_type]
+    if op_type in ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ArgMax", "ArgMin", "TopK"):
         return LayerType.OTHER
-    return LAYER_OF_CLASS.get(w.op_class, LayerType.OTHER)
+    return LAYER_OF_CLASS.get(op_class, LayerType.OTHER)

@@ -281,8 +281,12 @@ def estimate_node_work(node: Node, graph: Graph) -> NodeWork:
                     float(read), float(written), float(weight), matrix, reason)
 
 
-def estimate_work(graph: Graph) -> tuple[NodeWork, ...]:
-    """Work of every live (not folded) node, in graph order, layer types not yet assigned.
+LayerPlacer = Callable[[str, str, OpClass], tuple[LayerType, int]]  # (name, op type, class) -> (layer, group)
+
+
+def estimate_work(graph: Graph, place: LayerPlacer | None = None) -> tuple[NodeWork, ...]:
+    """Work of every live (not folded) node, in graph order, with the layer type and block `place`
+    gives it (none given: every node Other).
 
     Nodes of one signature whose inputs and outputs have the same shapes, types and weight roles do
     the same work: each such combination is estimated once (a transformer's layers repeat)."""
@@ -290,7 +294,7 @@ def estimate_work(graph: Graph) -> tuple[NodeWork, ...]:
     seen: dict[tuple, NodeWork] = {}
     out = []
     for node in graph.nodes:
-        key = None
+        key = w = None
         if node.signature is not None:
             try:
                 key = (node.signature,
@@ -299,12 +303,12 @@ def estimate_work(graph: Graph) -> tuple[NodeWork, ...]:
             except KeyError:  # a shape is unknown: the node is estimated (and explained) on its own
                 key = None
             w = seen.get(key) if key is not None else None
-            if w is not None:
-                out.append(NodeWork(node.name, w.op_type, w.op_class, w.flops, w.matrix_flops, w.sfu_ops,
-                                    w.bytes_read, w.bytes_written, w.weight_bytes, w.matrix, w.reason))
-                continue
-        w = estimate_node_work(node, graph)
-        if key is not None:
-            seen[key] = w
-        out.append(w)
+        if w is None:
+            w = estimate_node_work(node, graph)
+            if key is not None:
+                seen[key] = w
+        layer, group = place(node.name, w.op_type, w.op_class) if place else (w.layer_type, w.layer_group)
+        out.append(w if w.name == node.name and (layer, group) == (w.layer_type, w.layer_group) else
+                   NodeWork(node.name, w.op_type, w.op_class, w.flops, w.matrix_flops, w.sfu_ops, w.bytes_read,
+                            w.bytes_written, w.weight_bytes, w.matrix, w.reason, layer, group))
     return tuple(out)

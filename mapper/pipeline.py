@@ -14,7 +14,7 @@ Follow one model through here to see every stage in order.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
 from mapper.bottleneck import Facts, classify
@@ -24,7 +24,7 @@ from mapper.fusion import plan_fusion
 from mapper.graph import Graph, OpClass
 from mapper.hardware import HardwareProfile
 from mapper.kernels import PLAN_DTYPE_BYTES, Sizer, build_kernels, model_dtype, precision_caveats
-from mapper.layers import assign_layer_types
+from mapper.layers import layer_placer
 from mapper.layout import LAYOUTS, plan_layout
 from mapper.onnx_import import load_model
 from mapper.ops import NodeWork, estimate_work
@@ -50,14 +50,15 @@ class Workload:
 
     graph: Graph
     nodes: tuple[NodeWork, ...]
+    flops: float = field(init=False)            # totals over the nodes, summed once (every mapping reads them)
+    matrix_flops: float = field(init=False)
+    unmodeled: tuple[NodeWork, ...] = field(init=False)
 
-    @property
-    def flops(self) -> float:
-        return sum(n.flops for n in self.nodes)
-
-    @property
-    def matrix_flops(self) -> float:
-        return sum(n.matrix_flops for n in self.nodes)
+    def __post_init__(self):
+        object.__setattr__(self, "flops", sum(n.flops for n in self.nodes))
+        object.__setattr__(self, "matrix_flops", sum(n.matrix_flops for n in self.nodes))
+        object.__setattr__(self, "unmodeled",
+                           tuple(n for n in self.nodes if n.op_class is OpClass.UNMODELED or n.reason))
 
     @property
     def bytes(self) -> float:
@@ -67,13 +68,10 @@ class Workload:
     def weight_bytes(self) -> float:
         return float(sum(self.graph.tensors[w].bytes for w in self.graph.weights))
 
-    @property
-    def unmodeled(self) -> tuple[NodeWork, ...]:
-        return tuple(n for n in self.nodes if n.op_class is OpClass.UNMODELED or n.reason)
 
 
 def analyze_graph(graph: Graph) -> Workload:
-    return Workload(graph, assign_layer_types(graph, estimate_work(graph)))
+    return Workload(graph, estimate_work(graph, layer_placer(graph)))
 
 
 def is_builtin(source) -> bool:
@@ -187,15 +185,15 @@ def estimate_kernels(kernels: list[Kernel], hw: HardwareProfile, dtype: str, siz
 def validate_options(options: PlanOptions) -> PlanOptions:
     checks = (("dtype", options.dtype, ("auto", *PLAN_DTYPE_BYTES)), ("fusion", options.fusion, FUSION_POLICIES),
               ("weight_dtype", options.weight_dtype, ("same", "int8", "int4")), ("layout", options.layout, LAYOUTS))
-    for field, value, allowed in checks:
+    for name, value, allowed in checks:
         if value not in allowed:
-            raise MapperError(f"option {field}={value!r} is not one of {', '.join(allowed)}")
+            raise MapperError(f"option {name}={value!r} is not one of {', '.join(allowed)}")
     if options.power_cap_w is not None and not (options.power_cap_w > 0 and options.power_cap_w < 1e5):
         raise MapperError(f"option power_cap_w={options.power_cap_w!r} must be a positive number of watts")
-    for field in ("tp", "pp", "dp"):
-        value = getattr(options, field)
+    for name in ("tp", "pp", "dp"):
+        value = getattr(options, name)
         if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 4096:
-            raise MapperError(f"option {field}={value!r} must be an integer from 1 to 4096")
+            raise MapperError(f"option {name}={value!r} must be an integer from 1 to 4096")
     return options
 
 
