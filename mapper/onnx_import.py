@@ -334,7 +334,7 @@ class _Walk:
                         if v is not None:
                             d.dim_value = v
             try:
-                inferred = onnx.shape_inference.infer_shapes(m, data_prop=True)
+                inferred = onnx.shape_inference.infer_shapes(m, data_prop=False)
             except Exception:  # noqa: BLE001 - onnx's inference is a fallback; its failure leaves ours standing
                 return self._onnx_inferred
             for vi in inferred.graph.value_info:

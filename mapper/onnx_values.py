@@ -236,9 +236,16 @@ def _range(node, v, shapes):
     return [np.arange(start, limit, delta, dtype=v[0].dtype)]
 
 
+# ConstantOfShape makes shape vectors (a few elements) and weights (light models' parameters): only the
+# former feed shape arithmetic, so larger outputs stay unevaluated (they are constants all the same).
+CONST_OF_SHAPE_FOLD_MAX = 64
+
+
 @evaluator("ConstantOfShape")
 def _const_of_shape(node, v, shapes):
     shape = _check_size(v[0].reshape(-1))  # before anything is allocated
+    if math.prod(shape) > CONST_OF_SHAPE_FOLD_MAX:
+        raise ValueError("a weight, not shape arithmetic")
     value = node.attr("value")
     fill = tensor_array(value).reshape(-1)[0] if value is not None else np.float32(0)
     return [np.full(shape, fill, dtype=np.asarray(fill).dtype)]

@@ -6,6 +6,7 @@ regression tests rebuild, with onnx.helper, each crash the fuzzer found (docs/fu
 from __future__ import annotations
 
 import resource
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -189,3 +190,28 @@ def test_a_4d_attention_without_a_separate_key_maps():
 def test_a_node_name_that_is_not_utf8_is_rejected():
     data = make_model([helper.make_node("Relu", ["x"], ["y"], name="QQQQ")], [tensor("x", [2])], [tensor("y", [2])])
     assert "not UTF-8" in _mapped_or_rejected(data.replace(b"QQQQ", b"Q\xecQQ"))
+
+
+def test_onnx_fallback_inference_does_not_materialize_hostile_shapes():
+    """Fuzz seed 503541 (a ViT with mutated initializer dims and a subgraph): onnx's shape inference with
+    data propagation allocated ~24 GB for it. The fallback now infers shapes without propagating data.
+    Run under a 4 GiB address-space cap so a regression fails here (bad_alloc) instead of exhausting RAM."""
+    import subprocess
+    import sys
+    script = (
+        "import resource, onnx, mapper\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))\n"
+        "from tests.fuzz_cases import make_case, run_case\n"
+        "real = onnx.shape_inference.infer_shapes\n"
+        "def spy(*a, **k):\n"
+        "    try:\n"
+        "        return real(*a, **k)\n"
+        "    except MemoryError:\n"
+        "        print('BLOWUP')\n"
+        "        raise\n"
+        "onnx.shape_inference.infer_shapes = spy\n"
+        "print(run_case(make_case(503541)))\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          cwd=str(Path(__file__).parent.parent))
+    assert proc.returncode == 0, proc.stderr[-500:]
+    assert "BLOWUP" not in proc.stdout and proc.stdout.strip().splitlines()[-1] in ("mapped", "rejected")
