@@ -331,7 +331,7 @@ class _Walk:
                 for d in vi.type.tensor_type.shape.dim:
                     if d.dim_param:
                         v = eval_dim(d.dim_param, self.bound)
-                        if v is not None:
+                        if v is not None and 0 <= v < 2**63:  # a dim_param may be any literal: int64 only
                             d.dim_value = v
             try:
                 inferred = onnx.shape_inference.infer_shapes(m, data_prop=False)

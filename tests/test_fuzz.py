@@ -215,3 +215,13 @@ def test_onnx_fallback_inference_does_not_materialize_hostile_shapes():
                           cwd=str(Path(__file__).parent.parent))
     assert proc.returncode == 0, proc.stderr[-500:]
     assert "BLOWUP" not in proc.stdout and proc.stdout.strip().splitlines()[-1] in ("mapped", "rejected")
+
+
+def test_a_dim_param_literal_beyond_int64_is_not_written_into_onnx_inference():
+    """Fuzz seed 609657: a graph input's dim_param '9' * 50 (an expression that is a number) reached
+    protobuf's int64 dim_value in the fallback to onnx's inference: ValueError. Now it maps or is rejected."""
+    nodes = [helper.make_node("Unique", ["x"], ["u"])]  # no shape rule: the fallback runs
+    data = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["9" * 50, 4])],
+                      [helper.make_tensor_value_info("u", TensorProto.FLOAT, None)])
+    assert _mapped_or_rejected(data) in ("mapped", "rejected")
+    assert outcome(make_case(609657)) in ("mapped", "rejected")
