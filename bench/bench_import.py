@@ -25,12 +25,12 @@ import json, resource, sys, time, io, contextlib
 path, tool, dims = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 times = []
 for _ in range(int(sys.argv[4])):
+    if tool == "mapper":
+        from mapper.pipeline import clear_plan_caches
+        clear_plan_caches()  # cold every run: nothing kept from the previous import of the same file
     t = time.perf_counter()
     if tool == "mapper":
         import mapper
-        from mapper.pipeline import clear_plan_caches
-        clear_plan_caches()  # cold every run: nothing kept from the previous import of the same file
-        t = time.perf_counter()
         w = mapper.load_workload(path, dims or None)
         flops = w.flops
     else:

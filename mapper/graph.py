@@ -121,6 +121,12 @@ class Graph:
     consumers: dict[str, tuple[int, ...]] = field(default_factory=dict)
     unresolved: tuple[tuple[str, str], ...] = ()   # (node name, why its shapes are unknown)
 
+    @property
+    def structure(self) -> tuple[str, frozenset[str]]:
+        """What the graph's structure (live nodes, weights, dataflow) depends on: the model and which of
+        its nodes folded away. Bindings that fold the same nodes share it; so do caches keyed by it."""
+        return self.sha256, self.folded
+
     def spec(self, name: str) -> TensorSpec | None:
         return self.tensors.get(name) if name else None
 

@@ -202,7 +202,7 @@ def build_kernels(graph: Graph, groups: list[Group], work: tuple[NodeWork, ...],
     key = (graph.sha256, graph.dims, groups_key, sizer.act, sizer.weight, hw.sram_per_unit_bytes if flash else None,
            per_object(_FINGERPRINTS, work, "kernels",
                       lambda: hash(tuple((w.name, w.op_class, w.flops, w.bytes_read) for w in work))))
-    boundaries = _BOUNDARIES.get((graph.sha256, graph.folded, len(graph.nodes), groups_key), dict)
+    boundaries = _BOUNDARIES.get((graph.structure, groups_key), dict)
     return list(_BUILT.get(key, lambda: _build_kernels(graph, groups, work, sizer, hw, attention_fits, boundaries)))
 
 

@@ -140,7 +140,7 @@ def recognized_blocks(graph: Graph) -> dict[str, tuple[LayerType, int]]:
             for n in block:
                 layer.setdefault(n.name, (LayerType.NORMALIZATION, offset + gid))
         return layer
-    return _BLOCKS.get((graph.sha256, len(graph.nodes), graph.folded), find)
+    return _BLOCKS.get(graph.structure, find)
 
 
 def layer_placer(graph: Graph) -> LayerPlacer:

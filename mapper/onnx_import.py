@@ -462,7 +462,7 @@ def build_graph(model: onnx.ModelProto, sha256: str, name: str, dims: dict[str, 
     for node in ordered:
         walk.visit(node)
     folded = frozenset(walk.folded)
-    live, weights, producers, consumers = _STRUCTURE.get((sha256, len(ordered), folded),
+    live, weights, producers, consumers = _STRUCTURE.get((sha256, folded),  # = the Graph's `structure`
                                                          lambda: live_structure(ordered, folded, walk.const))
     return Graph(
         name=name, nodes=live, tensors=walk.specs,

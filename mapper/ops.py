@@ -301,7 +301,7 @@ def estimate_work(graph: Graph, place: LayerPlacer | None = None) -> tuple[NodeW
                        tuple(i and ((s := tensors[i]).shape, s.dtype, i in weights) for i in node.inputs),
                        tuple(o and ((s := tensors[o]).shape, s.dtype) for o in node.outputs))
             except KeyError:  # a shape is unknown: the node is estimated (and explained) on its own
-                key = None
+                pass
             w = seen.get(key) if key is not None else None
         if w is None:
             w = estimate_node_work(node, graph)

@@ -69,7 +69,6 @@ class Workload:
         return float(sum(self.graph.tensors[w].bytes for w in self.graph.weights))
 
 
-
 def analyze_graph(graph: Graph) -> Workload:
     return Workload(graph, estimate_work(graph, layer_placer(graph)))
 
