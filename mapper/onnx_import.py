@@ -12,7 +12,6 @@ import hashlib
 import math
 import operator
 import os
-from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -21,8 +20,9 @@ from google.protobuf.message import DecodeError
 
 from mapper import limits
 from mapper.errors import MapperError
-from mapper.graph import Graph, Node, TensorSpec, node_signature
-from mapper.onnx_values import attr_value, constant_node_value, dtype_name, evaluate, small_value, tensor_dtype
+from mapper.graph import Graph, Node, TensorSpec
+from mapper.onnx_nodes import ordered_nodes
+from mapper.onnx_values import constant_node_value, dtype_name, evaluate, small_value, tensor_dtype
 from mapper.reuse import BoundedCache
 from mapper.shape_rules import Ctx, NoRule, infer_node
 
@@ -194,108 +194,6 @@ def value_info_shape(vi: onnx.ValueInfoProto, bound: dict[str, int]) -> TensorSp
 
 
 # --- the graph walk --------------------------------------------------------------------------------
-# Attributes the shape and work rules read, by the type ONNX gives them; another type is a malformed file.
-ATTR_TYPES = {
-    int: ("axis", "group", "transA", "transB", "keepdims", "to", "start", "end", "num_heads", "q_num_heads",
-          "kv_num_heads", "blocksize", "allowzero", "upper", "size", "num_outputs", "noop_with_empty_axes", "k",
-          "fmod", "ceil_mode", "batch_dims", "N", "K", "value_int"),
-    tuple: ("axes", "pads", "kernel_shape", "strides", "dilations", "starts", "ends", "split", "shape", "perm",
-            "qkv_hidden_sizes", "output_shape", "output_padding", "value_ints"),
-    str: ("equation", "auto_pad"),
-    onnx.TensorProto: ("value",),
-}
-_ATTR_TYPE = {name: kind for kind, names in ATTR_TYPES.items() for name in names}
-
-
-def _check_attrs(node_name: str, op_type: str, attrs: dict) -> None:
-    for key, value in attrs.items():
-        kind = _ATTR_TYPE.get(key)
-        if kind is not None and not (isinstance(value, kind) and
-                                     (kind is not tuple or all(isinstance(v, int) for v in value))):
-            want = {int: "an integer", tuple: "a list of integers", str: "a string", onnx.TensorProto: "a tensor"}[kind]
-            raise MapperError(f"node {node_name!r} ({op_type}): attribute {key!r} must be {want}, got"
-                              f" {type(value).__name__}; the file is malformed, re-export the model")
-
-
-def to_nodes(model: onnx.ModelProto) -> list[Node]:
-    nodes, interned = [], {}
-    for i, n in enumerate(model.graph.node):
-        inputs, outputs = tuple(n.input), tuple(n.output)
-        try:  # protobuf hands back invalid UTF-8 as bytes, which cannot join text
-            "".join((n.name, n.op_type, n.domain, *inputs, *outputs))
-        except TypeError:
-            raise MapperError(f"node {i} ({n.op_type!r}) has a name that is not UTF-8 text; the file is corrupt") from None
-        op_type, domain = n.op_type, n.domain
-        name = n.name or f"{op_type}_{i}"
-        attrs = {}
-        if n.attribute:
-            attrs = {a.name: attr_value(a) for a in n.attribute}
-            _check_attrs(name, op_type, attrs)
-        signature = node_signature(op_type, domain, attrs, inputs, outputs, interned)
-        nodes.append(Node(name, op_type, domain, inputs, outputs, attrs, signature))
-    if len({node.name for node in nodes}) == len(nodes):
-        return nodes
-    seen: dict[str, int] = {}
-    unique = []
-    for node in nodes:  # duplicate node names (hostile or sloppy exporters) get a suffix
-        count = seen.get(node.name, 0)
-        seen[node.name] = count + 1
-        unique.append(node if count == 0 else Node(f"{node.name}#{count}", node.op_type, node.domain,
-                                                   node.inputs, node.outputs, node.attrs, node.signature))
-    return unique
-
-
-def topological_order(nodes: list[Node], available: set[str]) -> list[Node]:
-    """Kahn's algorithm; inputs produced by no node are taken as given (dangling ones are caught later)."""
-    producer = {}
-    for i, n in enumerate(nodes):
-        for o in n.outputs:
-            if o in producer or o in available:
-                first = nodes[producer[o]].name if o in producer else "a graph input or initializer"
-                raise MapperError(f"tensor {o!r} is produced by both {first!r} and node {n.name!r};"
-                                  " an ONNX graph assigns each tensor once")
-            if o:
-                producer[o] = i
-    done: set[str] = set()
-    for n in nodes:  # exporters write nodes in order: check that first, in one pass
-        if any(name in producer and name not in done and name not in available for name in n.inputs):
-            break
-        done.update(n.outputs)
-    else:
-        return nodes
-    indeg = [0] * len(nodes)
-    users: dict[int, list[int]] = {}
-    for i, n in enumerate(nodes):
-        for name in set(n.inputs):
-            j = producer.get(name)
-            if name and j is not None and name not in available:
-                indeg[i] += 1
-                users.setdefault(j, []).append(i)
-    ready = deque(i for i, d in enumerate(indeg) if d == 0)
-    order = []
-    while ready:
-        i = ready.popleft()
-        order.append(i)
-        for u in users.get(i, ()):
-            indeg[u] -= 1
-            if indeg[u] == 0:
-                ready.append(u)
-    if len(order) != len(nodes):
-        stuck = next(nodes[i].name for i, d in enumerate(indeg) if d > 0)
-        raise MapperError(f"the graph has a cycle through node {stuck!r}; an ONNX graph must be acyclic")
-    return [nodes[i] for i in order]
-
-
-_ORDERED = BoundedCache(16)
-
-
-def ordered_nodes(model: onnx.ModelProto, sha256: str, available: set[str]) -> list[Node]:
-    """The model's nodes in execution order. Nodes are plain data, the same at every binding: a sweep
-    re-binds one model many times and converts them once (keyed by the model's hash and its inputs)."""
-    key = (sha256, len(model.graph.node), frozenset(available))
-    return _ORDERED.get(key, lambda: topological_order(to_nodes(model), available))
-
-
 class _Walk:
     """Mutable state of one import (kept out of the frozen result)."""
 
@@ -389,7 +287,8 @@ class _Walk:
             present = len(specs) - specs.count(None)
             folded_values = None
             if present and (known == present or node.op_type in ("Shape", "Size")):
-                folded_values = evaluate(node, [v for v in values if v is not None], [s.shape for s in specs if s])
+                folded_values = evaluate(node, [v for v in values if v is not None], [s.shape for s in specs if s],
+                                         [spec.shape for spec in out])
             if key is not None and from_rule:  # declared shapes belong to these output names only
                 self.memo[key] = ([(spec.shape, spec.dtype) for spec in out], folded_values)
         for k, spec in enumerate(out):
@@ -451,9 +350,10 @@ def build_graph(model: onnx.ModelProto, sha256: str, name: str, dims: dict[str, 
         if math.prod(t.dims) > limits.MAX_TENSOR_ELEMENTS:
             raise MapperError(f"initializer {t.name!r} has {math.prod(t.dims)} elements, over"
                               f" {limits.limit_text('MAX_TENSOR_ELEMENTS')}")
-        walk.set(t.name, TensorSpec(t.name, tuple(int(d) for d in t.dims), tensor_dtype(t)), small_value(t))
+        walk.set(t.name, TensorSpec(t.name, tuple(t.dims), tensor_dtype(t)), small_value(t))
         walk.const.add(t.name)
-    for vi in graph_inputs(model):
+    inputs = graph_inputs(model)
+    for vi in inputs:
         spec = value_info_shape(vi, bound)
         if spec is None:
             raise MapperError(f"graph input {vi.name!r} has no tensor shape; re-export with static ranks")
@@ -466,7 +366,7 @@ def build_graph(model: onnx.ModelProto, sha256: str, name: str, dims: dict[str, 
                                                          lambda: live_structure(ordered, folded, walk.const))
     return Graph(
         name=name, nodes=live, tensors=walk.specs,
-        inputs=tuple(vi.name for vi in graph_inputs(model)), outputs=tuple(o.name for o in model.graph.output),
+        inputs=tuple(vi.name for vi in inputs), outputs=tuple(o.name for o in model.graph.output),
         weights=weights, folded=folded, opset=opset, sha256=sha256,
         dims=tuple(sorted(bound.items())), producers=producers, consumers=consumers,
         unresolved=tuple(sorted(walk.unresolved.items())),

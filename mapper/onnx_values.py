@@ -30,7 +30,8 @@ def tensor_dtype(t: onnx.TensorProto) -> str:
 
 
 def is_external(t: onnx.TensorProto) -> bool:
-    return t.data_location == onnx.TensorProto.EXTERNAL or any(e.key == "location" for e in t.external_data)
+    return t.data_location == onnx.TensorProto.EXTERNAL or (len(t.external_data) > 0 and
+                                                            any(e.key == "location" for e in t.external_data))
 
 
 def small_value(t: onnx.TensorProto) -> np.ndarray | None:
@@ -287,11 +288,22 @@ def _trilu(node, v, shapes):
     return [np.triu(v[0], k) if node.attr("upper", 1) else np.tril(v[0], k)]
 
 
-def evaluate(node: Node, values: list[np.ndarray], shapes: list[tuple[int, ...]]) -> list[np.ndarray] | None:
-    """Fold a node whose inputs are known; None when it cannot (or should not) be folded."""
+# The largest output worth evaluating, by op type (default FOLD_MAX_ELEMENTS).
+FOLD_LIMITS = {"ConstantOfShape": CONST_OF_SHAPE_FOLD_MAX}
+
+
+def evaluate(node: Node, values: list[np.ndarray], shapes: list[tuple[int, ...]],
+             out_shapes: list[tuple[int, ...]] | None = None) -> list[np.ndarray] | None:
+    """Fold a node whose inputs are known; None when it cannot (or should not) be folded. With the
+    output shapes already inferred, a node whose outputs are over the fold limit is not even tried
+    (a light model's 239 ConstantOfShape weights)."""
     fn = EVALUATORS.get(node.op_type)
     if fn is None:
         return None
+    if out_shapes is not None:
+        limit = FOLD_LIMITS.get(node.op_type, FOLD_MAX_ELEMENTS)
+        if any(math.prod(shape) > limit for shape in out_shapes):
+            return None
     with np.errstate(all="ignore"):
         try:
             out = fn(node, values, shapes)

@@ -134,6 +134,21 @@ def test_shape_subgraphs_fold_to_constants():
     assert w.matrix_flops == 2 * 3 * 48 * 5
 
 
+def test_constant_of_shape_fill_values_are_told_apart():
+    """Two ConstantOfShape nodes alike but for their fill value (a tensor attribute) make different shape
+    vectors: the importer's memo of repeated nodes must not hand the second the first one's value."""
+    fill = lambda v: helper.make_tensor("fill", TensorProto.INT64, [1], [v])  # noqa: E731
+    nodes = [helper.make_node("ConstantOfShape", ["two"], ["six_six"], value=fill(6)),
+             helper.make_node("ConstantOfShape", ["two"], ["four_four"], value=fill(4)),
+             helper.make_node("Reshape", ["x", "six_six"], ["y"]),
+             helper.make_node("Reshape", ["z", "four_four"], ["t"])]
+    data = make_model(nodes, [tensor("x", [36]), tensor("z", [16])], [tensor("y", None), tensor("t", None)],
+                      [onnx.numpy_helper.from_array(np.array([2], np.int64), "two")])
+    w = mapper.load_workload(data)
+    assert (w.graph.tensors["y"].shape, w.graph.tensors["t"].shape) == ((6, 6), (4, 4))
+    assert not w.graph.unresolved
+
+
 def test_constant_of_shape_weights_are_weights():
     path = LIGHT_DIR / "light_bvlc_alexnet.onnx"
     w = mapper.load_workload(str(path))
@@ -212,14 +227,14 @@ def test_unknown_op_is_unmodeled_not_zero():
 def test_repeated_nodes_take_the_shapes_and_work_found_once(source, dims, monkeypatch):
     """The importer infers and costs a node like one seen before (same signature, input shapes and
     constants) once; the graph and work must equal those of a walk that infers every node itself."""
-    from mapper import onnx_import
+    from mapper import onnx_nodes
     from mapper.pipeline import clear_plan_caches
 
     def load():
         clear_plan_caches()
         return mapper.load_workload(source, dims)
     memoized = load()
-    monkeypatch.setattr(onnx_import, "node_signature", lambda *args: None)
+    monkeypatch.setattr(onnx_nodes, "node_signature", lambda *args: None)
     plain = load()
     assert all(n.signature is None for n in plain.graph.nodes)
     assert any(n.signature is not None for n in memoized.graph.nodes)
