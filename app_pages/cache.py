@@ -5,7 +5,6 @@ so a rerun that changes nothing costs a dictionary lookup.
 """
 from __future__ import annotations
 
-
 import streamlit as st
 
 import mapper

@@ -79,7 +79,7 @@ if which == "best plan":
 else:
     d, f = which.split(" · fusion ")
     view = ok[(ok["dtype"] == d) & (ok["fusion"] == f)]
-grid = lambda col: view.pivot_table(index="batch", columns="seq_label", values=col, aggfunc="first",  # noqa: E731
+grid = lambda col: view.pivot_table(index="batch", columns="seq_label", values=col, aggfunc="first",
                                      sort=False).reindex(sorted(view["batch"].unique()))
 c1, c2 = st.columns(2)
 mfu = grid("mfu")

@@ -7,7 +7,6 @@ import pandas as pd
 import streamlit as st
 
 import mapper
-
 from mapper import charts
 from mapper.sheet import limiting_sentence
 

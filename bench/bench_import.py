@@ -51,7 +51,7 @@ print(json.dumps({"best_s": min(times), "peak_rss_mb": resource.getrusage(resour
 
 
 def run(tool: str, path: Path, dims: dict) -> dict:
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(path), tool, json.dumps(dims), str(RUNS)],
+    proc = subprocess.run([sys.executable, "-c", CHILD, str(path), tool, json.dumps(dims), str(RUNS)], check=False,
                           capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or ["failed"])[-1][:90]}

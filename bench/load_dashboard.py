@@ -119,7 +119,7 @@ async def drive(url: str, sessions: int, rounds: int, deadline_s: float) -> tupl
                  for i in range(sessions)]
         try:
             await asyncio.wait_for(asyncio.gather(*tasks), timeout=deadline_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             problems.append(f"deadline of {deadline_s:.0f} s reached")
         await browser.close()
     return latencies, problems

@@ -19,9 +19,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mapper.evidence.calibrate import calibrate, holdout_report, measured_latency, model_errors  # noqa: E402
-from mapper.evidence.measure import Measurement, measure_model  # noqa: E402
-from mapper.evidence.probe import probe_machine  # noqa: E402
+from mapper.evidence.calibrate import calibrate, holdout_report, measured_latency, model_errors
+from mapper.evidence.measure import Measurement, measure_model
+from mapper.evidence.probe import probe_machine
 
 
 def light_models() -> list[tuple[str, dict | None]]:

@@ -217,13 +217,13 @@ def compare_plans(baseline: PlanSpec, candidate: PlanSpec, batches: tuple[int, .
     columns = ["batch", "seq"]
     provenance = {"engine_version": __version__, "thresholds": thresholds, "load_fraction": load_fraction,
                   "seed": seed, "requests": requests, "assumptions": sorted(notes) + [
-                      f"offered load: {load_fraction:g} x the baseline's throughput at each slice, the same rate for"
-                      " both plans; static batches of the slice's batch size; jitter from each plan's profile"],
+                      (f"offered load: {load_fraction:g} x the baseline's throughput at each slice, the same rate for"
+                      " both plans; static batches of the slice's batch size; jitter from each plan's profile")],
                   "baseline": plan_provenance(baseline, shapes[baseline.model]),
                   "candidate": plan_provenance(candidate, shapes[candidate.model])}
     kernel_cols = columns + ["candidate_kernel", "candidate_class", "baseline_kernels", "baseline_class",
                              "baseline_time_s", "candidate_time_s"]
-    frame = lambda rows: _with_seq(pd.DataFrame(rows))  # noqa: E731
+    frame = lambda rows: _with_seq(pd.DataFrame(rows))
     return Comparison(baseline, candidate, frame(matrix), frame(verdicts), frame(boundary),
                       _with_seq(pd.DataFrame(changes, columns=kernel_cols)), overall, summary, provenance)
 
@@ -251,8 +251,8 @@ def overall_verdict(verdicts: list[dict], boundary: list[dict]) -> tuple[str, st
             "neutral": "no metric moves past its threshold on any slice: either plan will do",
             "mixed": f"adopt the candidate inside the rollback boundary; the baseline stays at {where}",
             "regressed": f"keep the baseline: the candidate improves nowhere and regresses at {where}"}[overall]
-    return overall, f"{overall}: {text} ({counts['improved']} improved, {counts['neutral']} neutral, " \
-                    f"{counts['regressed']} regressed, {counts['error']} failed of {len(verdicts)} slices)"
+    return overall, (f"{overall}: {text} ({counts['improved']} improved, {counts['neutral']} neutral, " \
+                    f"{counts['regressed']} regressed, {counts['error']} failed of {len(verdicts)} slices)")
 
 
 def plan_provenance(plan: PlanSpec, shapes: ModelShapes) -> dict:

@@ -77,7 +77,8 @@ def _run_pool(fn: Callable, tasks: Sequence, workers: int) -> Iterator[tuple[int
 
 def _run_dask(fn: Callable, tasks: Sequence, spec: ExecutorSpec) -> Iterator[tuple[int, object]]:
     try:
-        from distributed import Client, LocalCluster, as_completed as dask_completed
+        from distributed import Client, LocalCluster
+        from distributed import as_completed as dask_completed
     except ImportError as exc:
         raise MapperError(f"the dask executor needs dask.distributed; {DASK_HINT}") from exc
     cluster = None

@@ -7,12 +7,13 @@ SI-unit dataclasses that tiling, cost and power read. Nothing downstream re-pars
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import os
 import tomllib
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,7 @@ class EfficiencyCurve:
         points = self.points
         if lx <= math.log10(points[0][0]):
             return float(points[0][1])
-        for (x0, e0), (x1, e1) in zip(points, points[1:]):
+        for (x0, e0), (x1, e1) in itertools.pairwise(points):
             l1 = math.log10(x1)
             if lx <= l1:
                 l0 = math.log10(x0)
@@ -299,7 +300,7 @@ def _build_checked(data: Any, label: str) -> HardwareProfile:
     return _build(validate_profile_dict(data, label).model_dump())
 
 
-@lru_cache(maxsize=None)
+@cache
 def _load_builtin(name: str) -> HardwareProfile:
     return _read_file(hardware_dir() / f"{name}.toml")
 

@@ -8,8 +8,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, ValidationError, field_validator,
-                      model_validator)
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from mapper.errors import MapperError
 
@@ -110,7 +118,7 @@ class Compute(_Strict):
     sfu_peak_ops_per_s: Positive
 
     @model_validator(mode="after")
-    def _vector_has_fp32(self) -> "Compute":
+    def _vector_has_fp32(self) -> Compute:
         if "fp32" not in self.vector_peak_flops_per_s:
             raise ValueError("vector_peak_flops_per_s needs an fp32 entry (the fallback for other dtypes)")
         return self
@@ -130,7 +138,7 @@ class Overhead(_Strict):
     host_op_s: NonNegative
 
     @model_validator(mode="after")
-    def _below_a_second(self) -> "Overhead":
+    def _below_a_second(self) -> Overhead:
         for key in ("kernel_launch_s", "grid_sync_s", "host_op_s"):
             if getattr(self, key).value >= 1.0:
                 raise ValueError(f"{key} = {getattr(self, key).value} s is not a per-kernel overhead; give seconds (e.g. 3e-6)")
@@ -152,7 +160,7 @@ class Interconnect(_Strict):
     max_devices: Count
 
     @model_validator(mode="after")
-    def _consistent(self) -> "Interconnect":
+    def _consistent(self) -> Interconnect:
         if self.max_devices.value > 1 and (self.topology == "none" or self.link_bandwidth_bytes_per_s.value == 0):
             raise ValueError("max_devices > 1 needs a topology other than 'none' and a link bandwidth > 0")
         return self
@@ -195,7 +203,7 @@ class ProfileModel(_Strict):
     serving: Serving
 
     @model_validator(mode="after")
-    def _cross_checks(self) -> "ProfileModel":
+    def _cross_checks(self) -> ProfileModel:
         if self.power.idle_w.value >= self.power.tdp_w.value:
             raise ValueError("power.idle_w must be below power.tdp_w")
         needed = set(self.compute.matrix_peak_flops_per_s) | set(self.compute.vector_peak_flops_per_s)

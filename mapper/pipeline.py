@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from mapper.bottleneck import Facts, classify
 from mapper.cost import estimate_cost
@@ -136,7 +136,7 @@ def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOpt
         unmodeled=tuple((n.name, n.op_type, n.reason) for n in workload.unmodeled),
         caveats=tuple(precision_caveats(own, dtype, options.weight_dtype)),
         assumptions=assumptions_used(hardware, dtype, layout), engine_version=__version__,
-        created_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"), node_count=len(graph.nodes),
+        created_utc=datetime.now(UTC).isoformat(timespec="seconds"), node_count=len(graph.nodes),
         extras={"memory": memory_section(memory), "parallel": parallel},
     )
 

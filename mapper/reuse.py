@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import Any
 
-_CACHES: list["BoundedCache"] = []
+_CACHES: list[BoundedCache] = []
 
 
 class BoundedCache:

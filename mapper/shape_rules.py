@@ -310,4 +310,4 @@ def _topk(c: Ctx) -> Out:
 
 
 # Data movement, views, shape producers and contrib ops register themselves from their own module.
-from mapper import shape_rules_movement  # noqa: E402,F401  (imported for its @rule registrations)
+from mapper import shape_rules_movement  # noqa: F401  (imported for its @rule registrations)

@@ -166,7 +166,7 @@ def _resize(c: Ctx) -> Out:
         return [(tuple(sizes), c.dtype(0))]
     scales_index = 2 if c.node.op_type == "Resize" else 1
     scales = c.node.attr("scales") or [float(v) for v in c.value(scales_index).reshape(-1)]
-    return [(tuple(int(math.floor(d * s)) for d, s in zip(x, scales)), c.dtype(0))]
+    return [(tuple(math.floor(d * s) for d, s in zip(x, scales)), c.dtype(0))]
 
 
 @rule("DepthToSpace")
@@ -197,7 +197,7 @@ def _one_hot(c: Ctx) -> Out:
 def _einsum(c: Ctx) -> Out:
     eq = c.node.attr("equation")
     if not isinstance(eq, str):
-        raise ValueError("Einsum has no equation attribute")
+        raise TypeError("Einsum has no equation attribute")
     eq = eq.replace(" ", "")
     lhs, _, rhs = eq.partition("->")
     sizes: dict[str, int] = {}
@@ -236,7 +236,7 @@ def _const_of_shape(c: Ctx) -> Out:
 @rule("Range")
 def _range(c: Ctx) -> Out:
     start, limit, delta = (c.value(i).reshape(-1)[0] for i in range(3))
-    return [((max(int(math.ceil((limit - start) / delta)), 0),), c.dtype(0))]
+    return [((max(math.ceil((limit - start) / delta), 0),), c.dtype(0))]
 
 
 @rule("NonZero")

@@ -11,7 +11,6 @@ import numbers
 from html import escape
 
 import numpy as np
-
 import pandas as pd
 
 from mapper.charts import class_color, layer_share_figure, roofline_figure, timeline_figure
@@ -111,8 +110,8 @@ def render_html(doc: dict, frames: dict[str, pd.DataFrame], verdict: str) -> str
     unmodeled = frames["Unmodeled"]
     parts = [
         f"<h1>Mapping sheet: {escape(title)}</h1>",
-        f'<p class="sub">{len(doc["kernels"])} kernels from {escape(str(model.get("nodes", "?")))} nodes;'
-        f" engine {escape(str(doc['engine_version']))}; created {escape(str(doc['created_utc']))}</p>",
+        (f'<p class="sub">{len(doc["kernels"])} kernels from {escape(str(model.get("nodes", "?")))} nodes;'
+        f" engine {escape(str(doc['engine_version']))}; created {escape(str(doc['created_utc']))}</p>"),
         _tiles(t),
         f'<p class="verdict">{escape(verdict)}</p>',
         *_figure_divs(doc),

@@ -12,7 +12,7 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pandas as pd
 
@@ -21,8 +21,7 @@ from mapper.errors import MapperError
 from mapper.executors import ExecutorSpec, run_tasks
 from mapper.hardware import HardwareProfile, load_hardware
 from mapper.onnx_import import build_graph, parse_model, read_model_bytes, resolve_bindings
-from mapper.pipeline import (BUILTIN_DEFAULT_DIMS, Workload, analyze_graph, is_builtin, map_workload,
-                             validate_options)
+from mapper.pipeline import BUILTIN_DEFAULT_DIMS, Workload, analyze_graph, is_builtin, map_workload, validate_options
 from mapper.result import MappingResult, PlanOptions
 from mapper.version import __version__
 
@@ -216,7 +215,7 @@ def plan_tasks(spec: SweepSpec) -> tuple[list[SweepTask], int]:
 def run_sweep(spec: SweepSpec, executor: ExecutorSpec = ExecutorSpec(), progress: Progress | None = None) -> SweepResult:
     """Map every slice of the grid; the table is sorted by slice id (identical on every executor)."""
     tasks, total = plan_tasks(spec)
-    started = datetime.now(timezone.utc)
+    started = datetime.now(UTC)
     rows, done = [], 0
     if progress:
         progress(0, total)

@@ -81,7 +81,7 @@ class Case:
 
 # ---- seed corpora ------------------------------------------------------------------------------
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def real_models() -> tuple[tuple[str, bytes], ...]:
     """(name, bytes) of every real model: onnx's light models, the HF fixtures, the built-ins (but the 70B)."""
     out = [(p.stem, p.read_bytes()) for p in sorted(LIGHT_DIR.glob("*.onnx"))]
@@ -90,7 +90,7 @@ def real_models() -> tuple[tuple[str, bytes], ...]:
     return tuple(out)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def parsed(name: str) -> onnx.ModelProto:
     data = dict(real_models())[name]
     m = onnx.ModelProto()
@@ -98,18 +98,18 @@ def parsed(name: str) -> onnx.ModelProto:
     return m
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def free_dims(name: str) -> tuple[str, ...]:
     from mapper.onnx_import import symbolic_dims
     return tuple(symbolic_dims(parsed(name)))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def base_profile() -> dict:
     return mapper.load_hardware("h100-sxm").to_dict()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def small_workload():
     return mapper.load_workload("resnet50", {"batch": 1})
 

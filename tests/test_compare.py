@@ -7,8 +7,16 @@ import json
 import openpyxl
 import pytest
 
-from mapper.compare import (METRICS, comparison_document, compare_plans, overall_verdict, parse_thresholds,
-                            plan_spec, verdict_of, write_comparison)
+from mapper.compare import (
+    METRICS,
+    compare_plans,
+    comparison_document,
+    overall_verdict,
+    parse_thresholds,
+    plan_spec,
+    verdict_of,
+    write_comparison,
+)
 from mapper.errors import MapperError
 from mapper.result import PlanOptions
 

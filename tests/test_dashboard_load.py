@@ -16,7 +16,7 @@ if not Path("/usr/bin/chromium").exists():
     pytest.skip("/usr/bin/chromium missing: run scripts/install_browser.sh", allow_module_level=True)
 pytest.importorskip("playwright.async_api", reason="playwright package missing: pip install playwright")
 sys.path.insert(0, str(ROOT / "bench"))
-import load_dashboard  # noqa: E402
+import load_dashboard
 
 
 def test_concurrent_sessions_keep_their_own_upload_and_the_server_stays_up():

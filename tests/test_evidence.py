@@ -16,8 +16,16 @@ from onnx import TensorProto, helper, numpy_helper
 
 import mapper
 from mapper.errors import MapperError
-from mapper.evidence import (Measurement, calibrate, compare_measured, load_profile, match_nodes, measure_model,
-                             measurement_from_profile, probe_machine)
+from mapper.evidence import (
+    Measurement,
+    calibrate,
+    compare_measured,
+    load_profile,
+    match_nodes,
+    measure_model,
+    measurement_from_profile,
+    probe_machine,
+)
 from mapper.evidence.calibrate import Sample, fit_curve
 from mapper.evidence.profiles import NodeMatch, candidate_names
 
@@ -28,7 +36,7 @@ PROFILE = DATA / "ort_profile_small.json"
 def small_cnn():
     """Conv -> BatchNormalization -> Relu -> MaxPool -> Flatten -> Gemm, named nodes, inline weights."""
     rng = np.random.default_rng(0)
-    w = lambda name, *shape: numpy_helper.from_array(rng.uniform(0.5, 1.5, shape).astype(np.float32), name)  # noqa: E731
+    w = lambda name, *shape: numpy_helper.from_array(rng.uniform(0.5, 1.5, shape).astype(np.float32), name)
     inits = [w("conv_w", 16, 3, 3, 3), w("conv_b", 16), w("bn_s", 16), w("bn_b", 16), w("bn_m", 16), w("bn_v", 16),
              w("fc_w", 16 * 16 * 16, 10), w("fc_b", 10)]
     nodes = [helper.make_node("Conv", ["x", "conv_w", "conv_b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
@@ -121,7 +129,7 @@ def test_measure_runs_a_model_and_matches_it(tmp_path):
 
 
 def test_fit_curve_recovers_a_known_curve():
-    truth = lambda lx: 0.2 * 4 ** ((lx - 4) / 6)  # noqa: E731 log-linear in log10 x: 0.2 at 1e4 to 0.8 at 1e10
+    truth = lambda lx: 0.2 * 4 ** ((lx - 4) / 6)
     samples = [Sample("matrix", lx, truth(lx), 1.0) for lx in np.linspace(4, 10, 25)]
     fitted = fit_curve([[1e4, 0.9], [1e10, 0.9]], samples, ridge=1e-4)
     for x, e in fitted:
@@ -152,6 +160,7 @@ def test_calibrate_recovers_known_launch_and_efficiency():
 
 def _regenerate() -> None:  # pragma: no cover - run by hand to refresh the committed profile
     import tempfile
+
     import onnxruntime as ort
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.enable_profiling = 1, True

@@ -165,10 +165,9 @@ def test_a_profile_count_beyond_2_to_the_53_is_rejected():
 
 
 def test_the_time_bound_fires():
-    with pytest.raises(CaseTimeout):
-        with time_bound(0.2):
-            while True:
-                pass
+    with pytest.raises(CaseTimeout), time_bound(0.2):
+        while True:
+            pass
 
 
 def test_mutated_model_dims_of_zero_negative_and_2_to_the_62():
@@ -211,7 +210,7 @@ def test_onnx_fallback_inference_does_not_materialize_hostile_shapes():
         "        raise\n"
         "onnx.shape_inference.infer_shapes = spy\n"
         "print(run_case(make_case(503541)))\n")
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False,
                           cwd=str(Path(__file__).parent.parent))
     assert proc.returncode == 0, proc.stderr[-500:]
     assert "BLOWUP" not in proc.stdout and proc.stdout.strip().splitlines()[-1] in ("mapped", "rejected")

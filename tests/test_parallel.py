@@ -102,6 +102,7 @@ def test_too_many_devices_for_the_interconnect_is_an_error(h100):
 
 def test_cli_json_has_memory_and_collectives(capsys):
     import json
+
     from mapper.cli import main
     assert main(["map", "llama2-7b", "--seq", "1", "--dim", "past=1024", "--dtype", "bf16", "--devices", "8",
                  "--tp", "4", "--json"]) == 0

@@ -22,7 +22,7 @@ HOSTILE = "<script>alert(1)</script>"
 CORE_SHEETS = ["Summary", "Kernels", "Layer types", "Fusion plan", "Assumptions", "Provenance", "Unmodeled"]
 # every mapping also carries its memory-capacity and device-placement sections
 MAPPING_SHEETS = CORE_SHEETS + ["Memory", "Parallel"]
-EXTERNAL_SCRIPT = re.compile(r"<script[^>]*\bsrc\s*=\s*[\"']?(https?:)?//", re.I)
+EXTERNAL_SCRIPT = re.compile(r"<script[^>]*\bsrc\s*=\s*[\"']?(https?:)?//", re.IGNORECASE)
 
 
 def _numeric(column: pd.Series) -> bool:

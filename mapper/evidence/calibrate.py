@@ -143,7 +143,7 @@ def fit_launch(results, measurements, statistic: str) -> float:
     from mapper.evidence.measure import kernel_groups
     per_model = []
     for result, m in zip(results, measurements):
-        groups, unmatched_s, _ = kernel_groups(result, m)
+        groups, _unmatched_s, _ = kernel_groups(result, m)
         gap = measured_latency(m, statistic) - sum(g["measured_s"] for g in groups)
         per_model.append(gap / max(len(result.kernels), 1))
     return max(float(np.median(per_model)), MIN_LAUNCH_S)
@@ -195,7 +195,7 @@ def calibrate(profile, measurements, statistic: str = "p50", name: str | None = 
         hw = load_hardware(tree)
     after = model_errors(hw, workloads, measurements, statistic)
     models = ", ".join(sorted({m.model_name for m in measurements}))
-    med = lambda errs: float(np.median(np.abs(errs)))  # noqa: E731
+    med = lambda errs: float(np.median(np.abs(errs)))
     note = (f"calibrated: mapper calibrate {date.today().isoformat()} on {len(measurements)} measured models ({models}), "
             f"{statistic} latency, median |error| {med(before):.1%} before -> {med(after):.1%} after")
     for key in CURVE_KEYS.values():

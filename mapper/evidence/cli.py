@@ -85,6 +85,7 @@ def cmd_measure(args) -> int:
     comparison = compare_measured(result, measurement)
     if args.out:  # the mapping sheet with its Measured section
         import dataclasses
+
         from mapper.sheet import write_sheet
         write_sheet(dataclasses.replace(result, extras={**result.extras, "measured": comparison}), args.out)
     if args.json:

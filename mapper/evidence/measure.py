@@ -13,7 +13,7 @@ import tempfile
 import time
 import zlib
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 
@@ -46,7 +46,7 @@ class Measurement:
         return self.percentile_s(50)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Measurement":
+    def from_dict(cls, data: dict) -> Measurement:
         """Back from to_dict() plus "latencies_s" (what bench/validate_cpu.py caches)."""
         try:
             nodes = tuple(NodeMatch(n["name"], n["op_type"], float(n["time_s"]), tuple(n["onnx_nodes"]), n["match"])
@@ -69,6 +69,7 @@ class Measurement:
 def _onnx_model(source):
     """A built-in name, a path or bytes -> ModelProto without opening external data."""
     import onnx
+
     from mapper.pipeline import is_builtin
     if is_builtin(source):
         from mapper.zoo import build_zoo_model
@@ -166,6 +167,7 @@ def measure_model(source, dims: dict[str, int] | None = None, threads: int = 1, 
     `profiled_runs` in a second, profiled session for per-node times (min per node: best-of on a shared machine)."""
     import onnx
     import onnxruntime as ort
+
     from mapper.pipeline import load_workload
     if runs < 1 or threads < 1:
         raise MapperError(f"measure: runs={runs} and threads={threads} must both be at least 1")
@@ -190,7 +192,7 @@ def measure_model(source, dims: dict[str, int] | None = None, threads: int = 1, 
             for _ in range(WARMUP_RUNS + profiled_runs):
                 sess.run(None, feeds)
             profile_path = sess.end_profiling()
-        except Exception as exc:  # ORT raises its own exception types (Fail, InvalidArgument, ...)
+        except Exception as exc:  # noqa: BLE001 - ORT raises its own exception types (Fail, InvalidArgument, ...)
             raise MapperError(f"measure {workload.graph.name}: ONNX Runtime could not run it ({str(exc).splitlines()[0][:160]})") from None
         times = load_profile(profile_path, statistic="min")
         optimized = onnx.load(optimized_path, load_external_data=False) if os.path.exists(optimized_path) else None
@@ -200,7 +202,7 @@ def measure_model(source, dims: dict[str, int] | None = None, threads: int = 1, 
                  f"best of {times.runs} runs of a profiled session per ORT node")
     return Measurement(workload.graph.name, workload.graph.dims, threads, tuple(latencies), nodes,
                        ",".join(providers or ["CPUExecutionProvider"]), ort.__version__,
-                       datetime.now(timezone.utc).isoformat(timespec="seconds"), tuple(notes),
+                       datetime.now(UTC).isoformat(timespec="seconds"), tuple(notes),
                        source if isinstance(source, str) else os.fspath(source) if isinstance(source, os.PathLike) else "")
 
 
@@ -210,7 +212,7 @@ def measurement_from_profile(profile: str | os.PathLike | bytes | ProfileTimes, 
     nodes = match_nodes(times, _onnx_model(source))
     provider = ",".join(sorted({n.provider for n in times.nodes if n.provider})) or times.kind
     return Measurement(name or str(source), (), 0, times.run_times_s, nodes, provider, "",
-                       datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                       datetime.now(UTC).isoformat(timespec="seconds"),
                        (f"imported {times.kind} profile, {times.runs} runs",),
                        source if isinstance(source, str) else "")
 

@@ -29,7 +29,7 @@ def _model(nodes, inputs, outputs, inits=()) -> bytes:
 
 def kernel_model(kind: str, shape: tuple[int, ...], elem: int) -> bytes:
     """The ONNX graph that does what the measured kernel did."""
-    t = lambda name, dims: helper.make_tensor_value_info(name, elem, list(dims))  # noqa: E731
+    t = lambda name, dims: helper.make_tensor_value_info(name, elem, list(dims))
     if kind == "gemm":
         m, n, k = shape
         return _model([helper.make_node("MatMul", ["a", "b"], ["c"])], [t("a", (m, k)), t("b", (k, n))], [t("c", (m, n))])

@@ -94,7 +94,7 @@ def measure_dispatch_s(chain: int = DISPATCH_CHAIN) -> float:
     times = []
     for count in (1, chain):
         sess = _ort_session(_add_chain_model(count, 16), optimize=False)
-        times.append(_best_of(lambda: sess.run(None, feeds), 20, min_time_s=0.1))
+        times.append(_best_of(lambda sess=sess: sess.run(None, feeds), 20, min_time_s=0.1))
     return max((times[1] - times[0]) / (chain - 1), 1e-8)
 
 
@@ -180,7 +180,7 @@ def probe_machine(out_path: str | os.PathLike | None = None, quick: bool = False
     dram_points = []
     for nbytes in ((4 << 10, 64 << 10, 1 << 20, 16 << 20) if not quick else (64 << 10, 1 << 20)):
         a, c = np.ones(nbytes // 4, np.float32), np.empty(nbytes // 4, np.float32)
-        best = _best_of(lambda: np.copyto(c, a), 20, min_time_s=0.02)
+        best = _best_of(lambda c=c, a=a: np.copyto(c, a), 20, min_time_s=0.02)
         dram_points.append((2 * nbytes, 2 * nbytes / (best + dispatch) / dram))
     dram_points.append((2.0 * (STREAM_BYTES_QUICK if quick else STREAM_BYTES), 1.0))
     profile = base

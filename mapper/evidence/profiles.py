@@ -107,7 +107,7 @@ def _load_ort(events: list[dict], statistic: str) -> ProfileTimes:
     if not groups:
         raise MapperError("ORT profile: no '<node>_kernel_time' node events; was enable_profiling on during a run?")
     count = len(runs) or max(len(v) for v in groups.values())
-    args = lambda e: e.get("args") if isinstance(e.get("args"), dict) else {}  # noqa: E731
+    args = lambda e: e.get("args") if isinstance(e.get("args"), dict) else {}
     nodes = _per_run(groups, count, lambda e: str(args(e).get("op_name", "")), lambda e: str(args(e).get("provider", "")), statistic)
     return ProfileTimes("onnxruntime", count, nodes, tuple(runs))
 

@@ -76,10 +76,10 @@ def place_on_devices(graph: Graph, estimates: list[KernelEstimate], options: Pla
         "interconnect_time_s": comm, "interconnect_share": comm / start if start else 0.0,
         "collectives": [{"name": e.kernel.name, "kind": e.kernel.collective, "devices": e.kernel.devices,
                          "message_bytes": e.kernel.dram_bytes, "time_s": e.time_s} for e in collectives],
-        "assumptions": ["tensor parallelism: Megatron-style column/row GEMMs, heads split, one all-reduce per"
-                        " row-parallel GEMM; norms, residuals and embeddings replicated",
-                        "pipeline: contiguous stages balanced by time; one batch visits every stage (latency),"
-                        " back-to-back batches overlap (throughput = batch / slowest stage)",
+        "assumptions": [("tensor parallelism: Megatron-style column/row GEMMs, heads split, one all-reduce per"
+                        " row-parallel GEMM; norms, residuals and embeddings replicated"),
+                        ("pipeline: contiguous stages balanced by time; one batch visits every stage (latency),"
+                        " back-to-back batches overlap (throughput = batch / slowest stage)"),
                         "data parallelism: independent replicas, no collectives at inference",
                         "collectives: alpha-beta, the faster of ring and tree for the topology"
                         + (" and hidden behind the next kernel's compute" if options.overlap_collectives else

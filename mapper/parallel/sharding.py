@@ -18,6 +18,7 @@ from mapper.kernels import Sizer
 from mapper.ops import MatrixShape, classify_op
 from mapper.result import Kernel
 
+
 def _boundary(graph: Graph, kernel: Kernel, nodes_by_name) -> tuple[list[str], list[str]]:
     """(activation tensors read from outside, tensors written for outside) of a kernel."""
     inside = set(kernel.nodes)

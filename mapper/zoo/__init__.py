@@ -66,7 +66,7 @@ def build_zoo_model(name: str) -> onnx.ModelProto:
     return entry.build()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def zoo_model_bytes(name: str) -> bytes:
     """The serialized model, built once per process (the importer reads these bytes)."""
     return build_zoo_model(name).SerializeToString()

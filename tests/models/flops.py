@@ -172,10 +172,10 @@ def graph_matrix_flops(path: str, binds: dict, *, source: str = "onnx") -> dict:
         # strict: raises if a concrete exporter shape contradicts ONNX's own
         m = shape_inference.infer_shapes(m, strict_mode=True, data_prop=True)
         table = _shape_table(m.graph)
-        conc = lambda dims: dims  # noqa: E731
+        conc = lambda dims: dims
     elif source == "exporter":
         table = _shape_table(m.graph)
-        conc = lambda dims: [eval_dim(d, binds) if isinstance(d, str) else d  # noqa: E731
+        conc = lambda dims: [eval_dim(d, binds) if isinstance(d, str) else d
                              for d in dims]
     else:
         raise ValueError(source)
