@@ -11,11 +11,17 @@ from dataclasses import dataclass
 
 from mapper.graph import Graph, LayerType, OpClass
 from mapper.ops import NodeWork
+from mapper.quantized import QUANTIZED_OPS
 from mapper.reuse import BoundedCache, per_object
 
-EPILOGUE_OPS = frozenset({"Add", "Sub", "Mul", "Div", "Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "Erf", "Gelu",
-                          "FastGelu", "BiasGelu", "QuickGelu", "HardSwish", "HardSigmoid", "Cast", "Where",
-                          "BatchNormalization", "Pow", "Softplus", "Mish", "Elu", "Selu", "Max", "Min"})
+# A QDQ model marks each int8 tensor with a QuantizeLinear -> DequantizeLinear pair; an int8 kernel
+# requantizes its result in the epilogue, so the pair rides along without counting toward max_ops.
+QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
+_FLOAT_EPILOGUE_OPS = {"Add", "Sub", "Mul", "Div", "Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "Erf", "Gelu",
+                       "FastGelu", "BiasGelu", "QuickGelu", "HardSwish", "HardSigmoid", "Cast", "Where",
+                       "BatchNormalization", "Pow", "Softplus", "Mish", "Elu", "Selu", "Max", "Min",
+                       *QDQ_OPS}
+EPILOGUE_OPS = frozenset(_FLOAT_EPILOGUE_OPS | {op for op, q in QUANTIZED_OPS.items() if q.twin in _FLOAT_EPILOGUE_OPS})
 ELEMENTWISE_CLASSES = frozenset({OpClass.ELEMENTWISE, OpClass.TRANSCENDENTAL})
 
 
@@ -38,8 +44,9 @@ FUSION_RULES: tuple[FusionRule, ...] = (
         "Exp", "Log", "Sqrt", "Reciprocal", "Neg", "Abs", "Sin", "Cos", "Not", "Equal", "Less", "Greater",
         "And", "Or", "Softsign", "Sign"}, 12),
 )
-MATRIX_STARTS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "FusedMatMul", "MatMulNBits", "MatMulInteger",
-                           "QLinearConv", "QLinearMatMul", "ConvInteger", "FusedConv"})
+_FLOAT_MATRIX_STARTS = {"MatMul", "Gemm", "Conv", "ConvTranspose", "FusedMatMul", "MatMulNBits", "MatMulInteger",
+                        "ConvInteger", "FusedConv"}
+MATRIX_STARTS = frozenset(_FLOAT_MATRIX_STARTS | {op for op, q in QUANTIZED_OPS.items() if q.twin in _FLOAT_MATRIX_STARTS})
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,17 +119,19 @@ class _Planner:
         group = [start]
         frontier = [start]
         group_id = self.work[start].layer_group
-        while frontier and len(group) < rule.max_ops:
+        size = 1  # ops counted toward max_ops (QDQ pairs are not)
+        while frontier and size < rule.max_ops:
             name = frontier.pop(0)
             for t in self.node[name].outputs:
                 for user in self._users_through_views(t):
                     u = user.name
-                    if u in group or u in self.taken or user.op_type not in rule.absorbs or len(group) >= rule.max_ops:
+                    if u in group or u in self.taken or user.op_type not in rule.absorbs or size >= rule.max_ops:
                         continue
                     if self.work[u].op_class is OpClass.UNMODELED or self.work[u].layer_group not in (-1, group_id):
                         continue  # never pull a node out of another recognized block
                     group.append(u)
                     frontier.append(u)
+                    size += user.op_type not in QDQ_OPS
         while len(group) > 1 and len(self.escaping(group)) > 1:
             group.pop()
         return group

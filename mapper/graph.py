@@ -120,12 +120,20 @@ class Graph:
     producers: dict[str, int] = field(default_factory=dict)
     consumers: dict[str, tuple[int, ...]] = field(default_factory=dict)
     unresolved: tuple[tuple[str, str], ...] = ()   # (node name, why its shapes are unknown)
+    # Weights stored narrower than their tensor type: in a QDQ-quantized model a Conv reads
+    # DequantizeLinear(int8 constant), folded at import to a float weight that memory holds as int8.
+    stored_dtypes: dict[str, str] = field(default_factory=dict)
 
     @property
     def structure(self) -> tuple[str, frozenset[str]]:
         """What the graph's structure (live nodes, weights, dataflow) depends on: the model and which of
         its nodes folded away. Bindings that fold the same nodes share it; so do caches keyed by it."""
         return self.sha256, self.folded
+
+    def stored_bytes(self, spec: TensorSpec) -> float:
+        """Bytes the tensor takes in memory: its own type's, or the narrower type a weight is stored in."""
+        stored = self.stored_dtypes.get(spec.name)
+        return spec.bytes if stored is None else spec.elements * DTYPE_BYTES.get(stored, 4)
 
     def spec(self, name: str) -> TensorSpec | None:
         return self.tensors.get(name) if name else None

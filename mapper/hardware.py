@@ -117,6 +117,11 @@ class HardwareProfile:
     def __hash__(self) -> int:  # dict fields are unhashable; the content hash identifies a profile
         return hash((self.name, self.sha256))
 
+    def has_matrix_peak(self, dtype: str) -> bool:
+        """Whether `matrix_peak(dtype)` has a figure (fp32 always does: the vector units')."""
+        key = canonical_dtype(dtype)
+        return key == "fp32" or key in self.matrix_peak_flops_per_s
+
     def matrix_peak(self, dtype: str) -> float:
         """Dense matrix-engine peak in FLOP/s. fp32 without a matrix entry runs on the vector units (vector fp32 peak)."""
         key = canonical_dtype(dtype)

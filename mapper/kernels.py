@@ -33,24 +33,31 @@ LOW_REUSE_M = 8
 _WEIGHT_TALLIES = BoundedCache(256)
 
 
-def weight_tally(graph: Graph) -> tuple[dict[str, int], float]:
-    """(float weight elements per element type, bytes of the other weights), once per model and binding."""
-    def tally() -> tuple[dict[str, int], float]:
+def weight_tally(graph: Graph) -> tuple[dict[str, int], float, int]:
+    """(float weight elements per element type, bytes of the other weights, elements of the 8-bit integer
+    weights among those), once per model and binding."""
+    def tally() -> tuple[dict[str, int], float, int]:
         counts: dict[str, int] = {}
-        other = 0.0
+        other, eight_bit = 0.0, 0
         for w in graph.weights:
             spec = graph.tensors[w]
-            if spec.dtype in FLOAT_TYPES:
+            if w in graph.stored_dtypes:  # a QDQ model's dequantized int8 weight
+                other += graph.stored_bytes(spec)
+                eight_bit += spec.elements
+            elif spec.dtype in FLOAT_TYPES:
                 counts[spec.dtype] = counts.get(spec.dtype, 0) + spec.elements
             else:
                 other += spec.bytes
-        return counts, other
+                eight_bit += spec.elements if spec.dtype in ("int8", "uint8") else 0
+        return counts, other, eight_bit
     return _WEIGHT_TALLIES.get((graph.sha256, graph.dims, len(graph.weights)), tally)
 
 
 def model_dtype(graph: Graph) -> str:
-    """The model's own precision: the float type that holds most weight elements."""
-    counts, _ = weight_tally(graph)
+    """The model's own precision: the type that holds most weight elements, 8-bit integer weights (a
+    QOperator-quantized model's) counted as int8 beside the float types."""
+    counts, _, eight_bit = weight_tally(graph)
+    counts = counts | ({"int8": eight_bit} if eight_bit else {})
     if not counts:
         return "fp32"
     return MODEL_DTYPES.get(max(counts, key=counts.get), "fp32")
@@ -68,12 +75,12 @@ class Sizer:
 
     def weight_bytes(self) -> float:
         """All of the model's weights at the plan's weight precision."""
-        counts, other = weight_tally(self.graph)
+        counts, other, _ = weight_tally(self.graph)
         return sum(counts.values()) * self.weight + other
 
     def bytes(self, spec: TensorSpec) -> float:
-        if spec.dtype not in FLOAT_TYPES:
-            return spec.bytes
+        if spec.dtype not in FLOAT_TYPES or spec.name in self.graph.stored_dtypes:
+            return self.graph.stored_bytes(spec)
         per = self.weight if spec.name in self.graph.weights else self.act
         return spec.elements * per
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from mapper.graph import Graph, LayerType, Node, OpClass
 from mapper.ops import NORMALIZATION, POOLING, LayerPlacer
+from mapper.quantized import twin_of
 from mapper.reuse import BoundedCache
 
 # op type -> layer type, where the op alone decides it
 LAYER_OF_OP: dict[str, LayerType] = {
-    **{op: LayerType.CONV for op in ("Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "FusedConv")},
-    **{op: LayerType.LINEAR for op in ("MatMul", "Gemm", "MatMulInteger", "QLinearMatMul", "FusedMatMul",
-                                       "MatMulNBits", "Einsum")},
+    **{op: LayerType.CONV for op in ("Conv", "ConvTranspose", "ConvInteger", "FusedConv")},
+    **{op: LayerType.LINEAR for op in ("MatMul", "Gemm", "MatMulInteger", "FusedMatMul", "MatMulNBits", "Einsum")},
     **{op: LayerType.ATTENTION for op in ("Attention", "MultiHeadAttention", "GroupQueryAttention")},
     **{op: LayerType.NORMALIZATION for op in (*NORMALIZATION, "LRN")},
     **{op: LayerType.POOLING for op in POOLING},
@@ -154,6 +154,7 @@ def layer_placer(graph: Graph) -> LayerPlacer:
 
 
 def plain_layer(op_type: str, op_class: OpClass) -> LayerType:
+    op_type = twin_of(op_type)  # a QOperator op's layer is its float twin's
     if op_type in LAYER_OF_OP:
         return LAYER_OF_OP[op_type]
     if op_type in ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ArgMax", "ArgMin", "TopK"):

@@ -21,7 +21,7 @@ from mapper.reuse import BoundedCache
 ATTR_TYPES = {
     int: ("axis", "group", "transA", "transB", "keepdims", "to", "start", "end", "num_heads", "q_num_heads",
           "kv_num_heads", "blocksize", "allowzero", "upper", "size", "num_outputs", "noop_with_empty_axes", "k",
-          "fmod", "ceil_mode", "batch_dims", "N", "K", "value_int"),
+          "fmod", "ceil_mode", "batch_dims", "N", "K", "value_int", "output_dtype", "channels_last"),
     tuple: ("axes", "pads", "kernel_shape", "strides", "dilations", "starts", "ends", "split", "shape", "perm",
             "qkv_hidden_sizes", "output_shape", "output_padding", "value_ints"),
     str: ("equation", "auto_pad"),

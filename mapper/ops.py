@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mapper.graph import Graph, LayerType, Node, OpClass, TensorSpec
+from mapper.quantized import QUANTIZED_OPS, twin_node
 
 # FLOPs per output element of elementwise ops, and how many of them run on the
 # special-function unit (exp, log, tanh, erf, rsqrt...). After onnx-tool's
@@ -28,6 +29,7 @@ SOFTMAX = 5                  # max, subtract, exp, sum, divide per element (PRIM
 LAYERNORM = 8                # mean, subtract, square, mean, normalize, scale, shift
 RMSNORM = 4                  # square, mean, normalize, scale
 BATCHNORM = 2                # inference: folded scale and shift
+REQUANTIZE = 2               # QLinear elementwise/pooling ops rescale each result: multiply, add zero point
 
 # op type -> (flops per element, SFU ops per element)
 ELEMENTWISE: dict[str, tuple[float, float]] = {
@@ -64,9 +66,6 @@ SHAPE_ONLY = ("Shape", "Size", "Constant")
 CONTROL = ("If", "Loop", "Scan", "SequenceMap", "SequenceConstruct", "SequenceAt", "SequenceInsert",
            "SplitToSequence", "ConcatFromSequence", "NonMaxSuppression", "Unique", "RandomNormal",
            "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "StringNormalizer")
-MATRIX = ("MatMul", "Gemm", "Conv", "ConvTranspose", "MatMulInteger", "ConvInteger", "QLinearConv",
-          "QLinearMatMul", "FusedMatMul", "MatMulNBits", "Einsum", "Attention", "MultiHeadAttention",
-          "GroupQueryAttention", "FusedConv")
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,8 +126,7 @@ def _gemm(node, ins, outs):
 
 
 def _conv(node, ins, outs):
-    wi = 3 if node.op_type == "QLinearConv" else 1
-    x, w, y = ins[0].shape, ins[wi].shape, outs[0].shape
+    x, w, y = ins[0].shape, ins[1].shape, outs[0].shape
     groups = int(node.attr("group", 1))
     k = w[1] * math.prod(w[2:])          # Cin/groups * Kh * Kw
     spatial = math.prod(y[2:])
@@ -190,8 +188,8 @@ def _matmul_nbits(node, ins, outs):
 
 
 MATRIX_RULES: dict[str, WorkRule] = {
-    "MatMul": _matmul, "MatMulInteger": _matmul, "FusedMatMul": _matmul, "QLinearMatMul": _matmul,
-    "Gemm": _gemm, "Conv": _conv, "ConvInteger": _conv, "QLinearConv": _conv, "FusedConv": _conv,
+    "MatMul": _matmul, "MatMulInteger": _matmul, "FusedMatMul": _matmul,
+    "Gemm": _gemm, "Conv": _conv, "ConvInteger": _conv, "FusedConv": _conv,
     "ConvTranspose": _conv_transpose, "Einsum": _einsum, "MatMulNBits": _matmul_nbits,
     "Attention": _ms_attention, "MultiHeadAttention": _ms_attention, "GroupQueryAttention": _ms_attention,
 }
@@ -210,6 +208,8 @@ for _family, _op_class in ((MATRIX_RULES, OpClass.MATRIX), (ELEMENTWISE, OpClass
                            (SHAPE_ONLY, OpClass.SHAPE_ONLY), (CONTROL, OpClass.CONTROL)):
     for _op in _family:
         OP_CLASS.setdefault(_op, _op_class)
+for _op, _quantized in QUANTIZED_OPS.items():  # QLinearConv is a Conv, QLinearAdd an Add (at int8 sizes)
+    OP_CLASS[_op] = OP_CLASS[_quantized.twin]
 
 
 def classify_op(op_type: str) -> OpClass:
@@ -242,8 +242,12 @@ def _vector_work(node: Node, op_class: OpClass, ins, outs) -> tuple[float, float
     return 0.0, 0.0
 
 
-def _traffic(node: Node, op_class: OpClass, ins, outs, weights: frozenset[str]) -> tuple[float, float, float]:
-    """(bytes read, bytes written, weight bytes) of one op on its own."""
+def _traffic(node: Node, op_class: OpClass, ins, outs, graph: Graph) -> tuple[float, float, float]:
+    """(bytes read, bytes written, weight bytes) of one op on its own; weights at the type memory holds."""
+    weights = graph.weights
+    if graph.stored_dtypes:
+        ins = [s if s is None or s.name not in graph.stored_dtypes else
+               TensorSpec(s.name, s.shape, graph.stored_dtypes[s.name]) for s in ins]
     weight_bytes = sum(s.bytes for i, s in zip(node.inputs, ins) if s is not None and i in weights)
     written = sum(s.bytes for s in outs)
     if op_class in (OpClass.VIEW, OpClass.SHAPE_ONLY):
@@ -266,16 +270,21 @@ def estimate_node_work(node: Node, graph: Graph) -> NodeWork:
                         reason=f"shape unknown: {why}")
     if op_class is OpClass.UNMODELED:
         domain = f" (domain {node.domain})" if node.domain not in ("", "ai.onnx") else ""
-        read, written, weight = _traffic(node, op_class, ins, outs, graph.weights)
+        read, written, weight = _traffic(node, op_class, ins, outs, graph)
         return NodeWork(node.name, node.op_type, op_class, 0, 0, 0, read, written, weight,
                         reason=f"no work rule for {node.op_type}{domain}: its time is not estimated")
     matrix = None
+    rule_node, rule_ins, requantize = node, ins, 0.0
+    if node.op_type in QUANTIZED_OPS:  # the float twin's rule over the data operands
+        rule_node, positions = twin_node(node)
+        rule_ins = [ins[p] for p in positions]
+        requantize = REQUANTIZE * outs[0].elements if op_class is not OpClass.MATRIX else 0.0
     if op_class is OpClass.MATRIX:
-        flops, matrix_flops, sfu, matrix = MATRIX_RULES[node.op_type](node, ins, outs)
+        flops, matrix_flops, sfu, matrix = MATRIX_RULES[rule_node.op_type](rule_node, rule_ins, outs)
     else:
-        flops, sfu = _vector_work(node, op_class, ins, outs)
-        matrix_flops = 0.0
-    read, written, weight = _traffic(node, op_class, ins, outs, graph.weights)
+        flops, sfu = _vector_work(rule_node, op_class, rule_ins, outs)
+        flops, matrix_flops = flops + requantize, 0.0
+    read, written, weight = _traffic(node, op_class, ins, outs, graph)
     reason = "control flow runs on the host; its body is not modeled" if op_class is OpClass.CONTROL else ""
     return NodeWork(node.name, node.op_type, op_class, float(flops), float(matrix_flops), float(sfu),
                     float(read), float(written), float(weight), matrix, reason)
@@ -290,7 +299,7 @@ def estimate_work(graph: Graph, place: LayerPlacer | None = None) -> tuple[NodeW
 
     Nodes of one signature whose inputs and outputs have the same shapes, types and weight roles do
     the same work: each such combination is estimated once (a transformer's layers repeat)."""
-    tensors, weights = graph.tensors, graph.weights
+    tensors, weights, stored = graph.tensors, graph.weights, graph.stored_dtypes
     seen: dict[tuple, NodeWork] = {}
     out = []
     for node in graph.nodes:
@@ -298,7 +307,7 @@ def estimate_work(graph: Graph, place: LayerPlacer | None = None) -> tuple[NodeW
         if node.signature is not None:
             try:
                 key = (node.signature,
-                       tuple(i and ((s := tensors[i]).shape, s.dtype, i in weights) for i in node.inputs),
+                       tuple(i and ((s := tensors[i]).shape, stored.get(i, s.dtype), i in weights) for i in node.inputs),
                        tuple(o and ((s := tensors[o]).shape, s.dtype) for o in node.outputs))
             except KeyError:  # a shape is unknown: the node is estimated (and explained) on its own
                 pass

@@ -107,6 +107,11 @@ def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOpt
     options = validate_options(options)
     own = model_dtype(graph)
     dtype = own if options.dtype == "auto" else options.dtype
+    caveats = precision_caveats(own, dtype, options.weight_dtype)
+    if options.dtype == "auto" and not hardware.has_matrix_peak(own):
+        dtype = "fp32"  # an int8 model on a device without an int8 matrix peak: mapped at fp32, and said so
+        caveats.append(f"{hardware.name} has no {own} matrix peak: the {own} model is mapped at fp32;"
+                       " choose a dtype the device has (--dtype) to see another.")
     if dtype != "fp32":
         hardware.matrix_peak(dtype)  # an unsupported dtype is an error naming the dtypes the device has
     sizer = Sizer(graph, dtype, options.weight_dtype)
@@ -134,7 +139,7 @@ def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOpt
         hardware_sha256=hardware.sha256, options=options, nodes=workload.nodes, kernels=tuple(estimates),
         layers=layers, totals=totals,
         unmodeled=tuple((n.name, n.op_type, n.reason) for n in workload.unmodeled),
-        caveats=tuple(precision_caveats(own, dtype, options.weight_dtype)),
+        caveats=tuple(caveats),
         assumptions=assumptions_used(hardware, dtype, layout), engine_version=__version__,
         created_utc=datetime.now(UTC).isoformat(timespec="seconds"), node_count=len(graph.nodes),
         extras={"memory": memory_section(memory), "parallel": parallel},

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mapper.graph import Node, TensorSpec
+from mapper.quantized import QUANTIZED_OPS, operand_positions
 
 Shape = tuple[int, ...]
 
@@ -75,9 +76,8 @@ def rule(*op_types: str):
 # The inputs an op's shape and work rules index, and the least rank of each (ONNX requires these; a
 # hostile file need not honour them). Checked before the rule and before any fallback to declared shapes.
 MIN_RANKS: dict[str, tuple[int, ...]] = {  # required inputs, in order
-    "MatMul": (1, 1), "MatMulInteger": (1, 1), "FusedMatMul": (1, 1), "QLinearMatMul": (1, 0, 0, 1),
-    "MatMulNBits": (1,), "Gemm": (2, 2), "Conv": (3, 3), "ConvInteger": (3, 3), "FusedConv": (3, 3),
-    "QLinearConv": (3, 0, 0, 3), "ConvTranspose": (3, 3), "Attention": (3, 2), "MultiHeadAttention": (3,),
+    "MatMul": (1, 1), "MatMulInteger": (1, 1), "FusedMatMul": (1, 1), "MatMulNBits": (1,), "Gemm": (2, 2),
+    "Conv": (3, 3), "ConvInteger": (3, 3), "FusedConv": (3, 3), "ConvTranspose": (3, 3), "Attention": (3, 2), "MultiHeadAttention": (3,),
     "GroupQueryAttention": (3,), "PackedAttention": (3,),
 }
 OPTIONAL_MIN_RANKS: dict[str, dict[int, int]] = {  # optional inputs: input index -> least rank where present
@@ -87,7 +87,11 @@ OPTIONAL_MIN_RANKS: dict[str, dict[int, int]] = {  # optional inputs: input inde
 
 def check_ranks(ctx: Ctx) -> None:
     op = ctx.node.op_type
-    required = dict(enumerate(MIN_RANKS.get(op, ())))
+    if op in QUANTIZED_OPS:  # the float twin's ranks, at the data operands' positions
+        positions = operand_positions(op, len(ctx.node.inputs))
+        required = dict(zip(positions, MIN_RANKS.get(QUANTIZED_OPS[op].twin, ())))
+    else:
+        required = dict(enumerate(MIN_RANKS.get(op, ())))
     for i, least in (required | OPTIONAL_MIN_RANKS.get(op, {})).items():
         if (i in required or ctx.has(i)) and len(ctx.shape(i)) < least:
             raise ValueError(f"input {i} of {op} has rank {len(ctx.shape(i))}, below {least}")
@@ -116,7 +120,7 @@ SAME_SHAPE = (
     "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Not", "IsNaN", "IsInf", "Clip",
     "Softmax", "LogSoftmax", "Hardmax", "LRN", "Identity", "Trilu", "CumSum", "InstanceNormalization",
     "GroupNormalization", "MeanVarianceNormalization", "LpNormalization", "Shrink", "ThresholdedRelu",
-    "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "ScatterND", "ScatterElements", "Scatter",
+    "ScatterND", "ScatterElements", "Scatter",
     "RotaryEmbedding", "BiasDropout", "SimplifiedLayerNormalization", "RMSNormalization", "BiasSplitGelu",
 )
 
@@ -152,6 +156,26 @@ def _broadcast(c: Ctx) -> Out:
 @rule("Where")
 def _where(c: Ctx) -> Out:
     return [(broadcast(c.shape(0), c.shape(1), c.shape(2)), c.dtype(1))]
+
+
+@rule("QuantizeLinear")
+def _quantize(c: Ctx) -> Out:
+    """The zero point's type; without one, opset 21's output_dtype, else uint8 (the ONNX default)."""
+    from mapper.onnx_values import dtype_name  # local: avoids an import cycle at module load
+    if c.has(2):
+        return [(c.shape(0), c.dtype(2))]
+    to = int(c.node.attr("output_dtype", 0))
+    return [(c.shape(0), dtype_name(to) if to else "uint8")]
+
+
+@rule("DequantizeLinear")
+def _dequantize(c: Ctx) -> Out:
+    return [(c.shape(0), c.dtype(1))]  # the scale's float type
+
+
+@rule("DynamicQuantizeLinear")
+def _dynamic_quantize(c: Ctx) -> Out:
+    return [(c.shape(0), "uint8"), ((), "float32"), ((), "uint8")][: max(1, len(c.node.outputs))]
 
 
 @rule("Cast")
@@ -234,10 +258,9 @@ def spatial_out(c: Ctx, x: Shape, kernel: Sequence[int], ceil: bool = False) -> 
     return tuple(dims)
 
 
-@rule("Conv", "ConvInteger", "QLinearConv", "FusedConv")
+@rule("Conv", "ConvInteger", "FusedConv")
 def _conv(c: Ctx) -> Out:
-    wi = 3 if c.node.op_type == "QLinearConv" else 1
-    x, w = c.shape(0), c.shape(wi)
+    x, w = c.shape(0), c.shape(1)
     kernel = c.ints("kernel_shape") or list(w[2:])
     return [((x[0], w[0]) + spatial_out(c, x, kernel), c.dtype(0))]
 

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from mapper.shape_rules import Ctx, NoRule, Out, Shape, broadcast, rule
+from mapper.quantized import CHANNELS_LAST_UNSUPPORTED, QUANTIZED_OPS, twin_node
+from mapper.shape_rules import RULES, Ctx, NoRule, Out, Shape, broadcast, rule
 
 
 # --- data movement and views -------------------------------------------------------------------
@@ -282,3 +283,15 @@ def _embed_ln(c: Ctx) -> Out:
     ids = c.shape(0)
     hidden = c.shape(2)[-1]
     return [(ids + (hidden,), "float32"), ((ids[0],), "int32")][: max(1, len(c.node.outputs))]
+
+
+@rule(*QUANTIZED_OPS)
+def _quantized(c: Ctx) -> Out:
+    """A QOperator-format op: its float twin's rule over its data operands (`quantized.QUANTIZED_OPS`)."""
+    op = QUANTIZED_OPS[c.node.op_type]
+    if c.node.op_type in CHANNELS_LAST_UNSUPPORTED and c.node.attr("channels_last", 0):
+        raise NoRule(f"{c.node.op_type} with channels_last=1 (NHWC data) has no shape rule here")
+    twin, positions = twin_node(c.node)  # (infer_node checked the operands' ranks against the twin's)
+    inner = Ctx(twin, tuple(c.specs[p] for p in positions), tuple(c.values[p] for p in positions))
+    quantized = not op.float_output and (op.output_scale is None or c.has(op.output_scale))
+    return [(shape, dtype if quantized else "float32") for shape, dtype in RULES[op.twin](inner)]

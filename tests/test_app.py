@@ -64,6 +64,17 @@ def test_uploaded_real_model_renders_every_page():
     visit_every_page(at, "hf_bert_tiny upload")
 
 
+def test_uploaded_int8_model_renders_every_page_at_int8():
+    """ONNX Runtime's QDQ-quantized ResNet-50 (tests/models/export_quantized.py)."""
+    path = BERT_TINY.parent / "resnet50_int8_qdq.onnx"
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.session_state["test_upload"] = (path.name, path.read_bytes())
+    at.run()
+    assert_clean(at, "int8 upload")
+    assert at.session_state["doc"]["totals"]["dtype"] == "int8" and not at.session_state["doc"]["unmodeled"]
+    visit_every_page(at, "resnet50_int8_qdq upload")
+
+
 @pytest.mark.parametrize("payload", [b"not an onnx file", b"\x08\x07" + b"\xff" * 64, b""])
 def test_bad_upload_shows_error_and_keeps_previous_model(payload):
     at = start()
