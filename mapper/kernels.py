@@ -30,6 +30,9 @@ LOW_REUSE_K = 16        # a matrix op with K below this has too little reuse for
 LOW_REUSE_M = 8
 
 
+# Ops that unpack low-bit weights and compute at the activations' float type (int4 LLM weights):
+# their packed uint8 weights do not make the model an int8 one.
+WEIGHT_ONLY_QUANTIZED_OPS = frozenset({"MatMulNBits", "GatherBlockQuantized"})
 _WEIGHT_TALLIES = BoundedCache(256)
 
 
@@ -48,7 +51,9 @@ def weight_tally(graph: Graph) -> tuple[dict[str, int], float, int]:
                 counts[spec.dtype] = counts.get(spec.dtype, 0) + spec.elements
             else:
                 other += spec.bytes
-                eight_bit += spec.elements if spec.dtype in ("int8", "uint8") else 0
+                if spec.dtype in ("int8", "uint8") and not all(graph.nodes[k].op_type in WEIGHT_ONLY_QUANTIZED_OPS
+                                                               for k in graph.consumers.get(w, ())):
+                    eight_bit += spec.elements
         return counts, other, eight_bit
     return _WEIGHT_TALLIES.get((graph.sha256, graph.dims, len(graph.weights)), tally)
 

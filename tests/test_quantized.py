@@ -150,3 +150,18 @@ def test_int8_formats_agree_and_a_device_without_int8_says_so():
     # at fp32 the weights still stream as the int8 memory holds them, in either format
     weight_traffic = [sum(k.kernel.weight_bytes for k in g.kernels) for g in gaudi]
     assert weight_traffic[1] == pytest.approx(weight_traffic[0], rel=0.01)
+
+
+def test_int4_weight_only_model_stays_at_its_float_precision():
+    """MatMulNBits (ONNX Runtime's int4 LLM weights) unpacks its packed uint8 weight and computes in the
+    activations' float type: the plan stays fp32 and the weight streams packed (half a byte a weight)."""
+    n, k, block = 64, 128, 32
+    node = helper.make_node("MatMulNBits", ["a", "b", "scales"], ["y"], domain="com.microsoft", K=k, N=n, bits=4,
+                            block_size=block)
+    packed = numpy_helper.from_array(np.zeros((n, k // block, block // 2), np.uint8), "b")
+    scales = numpy_helper.from_array(np.ones(n * k // block, np.float32), "scales")
+    w = _map([node], [tensor("a", [16, k])], [tensor("y", [16, n])], [packed, scales])
+    assert w.nodes[0].matrix_flops == 2 * 16 * n * k
+    result = mapper.map_workload(w, mapper.load_hardware("h100-sxm"))
+    assert result.totals.dtype == "fp32"
+    assert result.totals.weight_bytes == n * k // 2 + 4 * n * k // block
