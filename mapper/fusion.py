@@ -45,7 +45,7 @@ FUSION_RULES: tuple[FusionRule, ...] = (
         "And", "Or", "Softsign", "Sign"}, 12),
 )
 _FLOAT_MATRIX_STARTS = {"MatMul", "Gemm", "Conv", "ConvTranspose", "FusedMatMul", "MatMulNBits", "MatMulInteger",
-                        "ConvInteger", "FusedConv"}
+                        "ConvInteger", "FusedConv", "GemmFastGelu"}
 MATRIX_STARTS = frozenset(_FLOAT_MATRIX_STARTS | {op for op, q in QUANTIZED_OPS.items() if q.twin in _FLOAT_MATRIX_STARTS})
 
 

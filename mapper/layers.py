@@ -15,7 +15,8 @@ from mapper.reuse import BoundedCache
 # op type -> layer type, where the op alone decides it
 LAYER_OF_OP: dict[str, LayerType] = {
     **{op: LayerType.CONV for op in ("Conv", "ConvTranspose", "ConvInteger", "FusedConv")},
-    **{op: LayerType.LINEAR for op in ("MatMul", "Gemm", "MatMulInteger", "FusedMatMul", "MatMulNBits", "Einsum")},
+    **{op: LayerType.LINEAR for op in ("MatMul", "Gemm", "MatMulInteger", "FusedMatMul", "MatMulNBits", "Einsum",
+                                       "GemmFastGelu")},
     **{op: LayerType.ATTENTION for op in ("Attention", "MultiHeadAttention", "GroupQueryAttention")},
     **{op: LayerType.NORMALIZATION for op in (*NORMALIZATION, "LRN")},
     **{op: LayerType.POOLING for op in POOLING},

@@ -16,6 +16,8 @@ MAX_BATCH = 65_536                      # a batching policy's max batch
 MAX_TOKENS = 1 << 20                    # one LLM request's prompt or output length
 MAX_SLICES = 1_000_000                  # slices in one sweep (rows are ~1 kB in memory)
 MAX_POWER_POINTS = 64                   # batch sizes in one power curve
+ORT_SHAPES_MEMORY_BYTES = 4 << 30       # address space of the child running ONNX Runtime's shape inference
+ORT_SHAPES_SECONDS = 60                 # and its time (an 80-layer decoder takes seconds)
 
 
 def limit_text(name: str) -> str:

@@ -3,7 +3,8 @@
 Stage one of the pipeline. Reads exactly the file (or bytes) it is given, never
 external data, binds symbolic dims by name, folds shape arithmetic with numpy,
 and infers every tensor's shape with our own rules (`shape_rules`), falling
-back to onnx's inference, then to the model's own value_info.
+back to the model's own value_info, then onnx's inference, then (com.microsoft
+ops) ONNX Runtime's in a capped child process (`ort_shapes`).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from mapper.errors import MapperError
 from mapper.graph import Graph, Node, TensorSpec
 from mapper.onnx_nodes import ordered_nodes
 from mapper.onnx_values import constant_node_value, dtype_name, evaluate, small_value, tensor_dtype
+from mapper.ort_shapes import ort_inferred_value_info
 from mapper.reuse import BoundedCache
 from mapper.shape_rules import Ctx, NoRule, infer_node
 
@@ -194,12 +196,16 @@ def value_info_shape(vi: onnx.ValueInfoProto, bound: dict[str, int]) -> TensorSp
 
 
 # --- the graph walk --------------------------------------------------------------------------------
+_ORT_INFERRED = BoundedCache(32)
+
+
 class _Walk:
     """Mutable state of one import (kept out of the frozen result)."""
 
-    def __init__(self, model: onnx.ModelProto, bound: dict[str, int]):
+    def __init__(self, model: onnx.ModelProto, bound: dict[str, int], sha256: str):
         self.model = model
         self.bound = bound
+        self.sha256 = sha256
         self.specs: dict[str, TensorSpec] = {}
         self.values: dict[str, np.ndarray] = {}
         self.const: set[str] = set()
@@ -207,6 +213,7 @@ class _Walk:
         self.unresolved: dict[str, str] = {}
         self._declared: dict[str, TensorSpec] | None = None
         self._onnx_inferred: dict[str, TensorSpec] | None = None
+        self._ort_inferred: dict[str, TensorSpec] | None = None
         self.memo: dict[tuple, tuple] = {}  # (signature, input shapes, constants) -> (output shapes, values)
 
     def declared(self) -> dict[str, TensorSpec]:
@@ -219,30 +226,48 @@ class _Walk:
                     self._declared[vi.name] = spec
         return self._declared
 
+    def bound_copy(self) -> onnx.ModelProto:
+        """A copy of the model with the bound dims written into its inputs (for onnx's and ORT's inference)."""
+        m = onnx.ModelProto()
+        m.CopyFrom(self.model)
+        for vi in graph_inputs(m):
+            for d in vi.type.tensor_type.shape.dim:
+                if d.dim_param:
+                    v = eval_dim(d.dim_param, self.bound)
+                    if v is not None and 0 <= v < 2**63:  # a dim_param may be any literal: int64 only
+                        d.dim_value = v
+        return m
+
+    def _specs(self, value_info) -> dict[str, TensorSpec]:
+        found = {}
+        for vi in value_info:
+            spec = value_info_shape(vi, self.bound)
+            if spec is not None:
+                found[vi.name] = spec
+        return found
+
     def onnx_inferred(self) -> dict[str, TensorSpec]:
         """onnx's own shape inference at the bound input shapes (run once, only if our rules fail)."""
         if self._onnx_inferred is None:
-            self._onnx_inferred = {}
-            m = onnx.ModelProto()
-            m.CopyFrom(self.model)
-            for vi in graph_inputs(m):
-                for d in vi.type.tensor_type.shape.dim:
-                    if d.dim_param:
-                        v = eval_dim(d.dim_param, self.bound)
-                        if v is not None and 0 <= v < 2**63:  # a dim_param may be any literal: int64 only
-                            d.dim_value = v
             try:
-                inferred = onnx.shape_inference.infer_shapes(m, data_prop=False)
+                inferred = onnx.shape_inference.infer_shapes(self.bound_copy(), data_prop=False).graph.value_info
             except Exception:  # noqa: BLE001 - onnx's inference is a fallback; its failure leaves ours standing
-                return self._onnx_inferred
-            for vi in inferred.graph.value_info:
-                spec = value_info_shape(vi, self.bound)
-                if spec is not None:
-                    self._onnx_inferred[vi.name] = spec
+                inferred = []
+            self._onnx_inferred = self._specs(inferred)
         return self._onnx_inferred
 
+    def ort_inferred(self) -> dict[str, TensorSpec]:
+        """ONNX Runtime's symbolic shape inference (run once, in a child process under limits, only for a
+        com.microsoft node that neither our rules nor onnx's inference resolve)."""
+        if self._ort_inferred is None:  # a child process costs ~0.4 s: kept per model and binding
+            self._ort_inferred = _ORT_INFERRED.get((self.sha256, tuple(sorted(self.bound.items()))),
+                                                   lambda: self._specs(ort_inferred_value_info(self.bound_copy())))
+        return self._ort_inferred
+
     def fallback(self, node: Node) -> list[TensorSpec] | None:
-        for source in (self.declared, self.onnx_inferred):
+        sources = (self.declared, self.onnx_inferred, self.ort_inferred) if node.domain == "com.microsoft" else \
+            (self.declared, self.onnx_inferred)
+        for source in sources:
             table = source()
             if all(o in table for o in node.outputs if o):
                 return [table[o] for o in node.outputs if o]
@@ -345,7 +370,7 @@ def build_graph(model: onnx.ModelProto, sha256: str, name: str, dims: dict[str, 
                 batch: int | None = None, seq: int | None = None) -> Graph:
     opset = default_opset(model)
     bound = resolve_bindings(model, dims, batch, seq)
-    walk = _Walk(model, bound)
+    walk = _Walk(model, bound, sha256)
     for t in model.graph.initializer:
         if math.prod(t.dims) > limits.MAX_TENSOR_ELEMENTS:
             raise MapperError(f"initializer {t.name!r} has {math.prod(t.dims)} elements, over"

@@ -39,6 +39,7 @@ ELEMENTWISE: dict[str, tuple[float, float]] = {
         "Sign", "Floor", "Ceil", "Round", "Mod", "Pow", "Cast", "CastLike", "HardSigmoid", "HardSwish",
         "ThresholdedRelu", "Shrink", "IsNaN", "IsInf", "BitShift", "QuantizeLinear", "DequantizeLinear",
         "Trilu", "CumSum", "DynamicQuantizeLinear")},
+    "BiasAdd": (2 * ADD, 0),  # X + bias + skip
 }
 TRANSCENDENTAL: dict[str, tuple[float, float]] = {
     **{op: (EXP, 1) for op in ("Exp", "Log", "Sqrt", "Reciprocal", "Sin", "Cos", "Tan", "Erf", "Asin", "Acos",
@@ -47,6 +48,7 @@ TRANSCENDENTAL: dict[str, tuple[float, float]] = {
     "Softplus": (SIGMOID, 2), "Softsign": (3, 0), "Mish": (TANH + 3, 2), "Gelu": (GELU_ERF, 1),
     "BiasGelu": (GELU_ERF + 1, 1), "FastGelu": (GELU_TANH, 1), "QuickGelu": (SIGMOID + 1, 1),
     "Softmax": (SOFTMAX, 1), "LogSoftmax": (SOFTMAX + 1, 2), "Hardmax": (2, 0),
+    "BiasSplitGelu": (GELU_ERF + 3, 1),  # per output element: two bias adds, the GELU, the product
 }
 NORMALIZATION: dict[str, tuple[float, float]] = {
     "LayerNormalization": (LAYERNORM, 0), "SkipLayerNormalization": (LAYERNORM + 1, 0),
@@ -54,6 +56,7 @@ NORMALIZATION: dict[str, tuple[float, float]] = {
     "RMSNormalization": (RMSNORM, 0), "BatchNormalization": (BATCHNORM, 0), "InstanceNormalization": (LAYERNORM, 0),
     "GroupNormalization": (LAYERNORM, 0), "MeanVarianceNormalization": (LAYERNORM, 0),
     "LpNormalization": (3, 0), "EmbedLayerNormalization": (LAYERNORM + 2, 0),
+    "GroupNorm": (LAYERNORM + 1, 0), "SkipGroupNorm": (LAYERNORM + 3, 0),  # + optional SiLU; + skip and bias adds
 }
 REDUCTIONS = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
               "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "ArgMax", "ArgMin", "TopK")
@@ -180,6 +183,13 @@ def _ms_attention(node, ins, outs):
     return proj + attn + softmax, proj + attn, b * heads * s * skv, MatrixShape(b * heads, s, skv, d, "attention")
 
 
+def _gemm_fast_gelu(node, ins, outs):
+    """MatMul with bias and FastGelu fused in its epilogue (ONNX Runtime's transformer optimizer)."""
+    flops, matrix_flops, _, shape = _matmul(node, ins, outs)
+    out = outs[0].elements
+    return flops + (GELU_TANH + 1) * out, matrix_flops, float(out), shape
+
+
 def _matmul_nbits(node, ins, outs):
     m = math.prod(outs[0].shape[:-1])
     n, k = int(node.attr("N")), int(node.attr("K"))
@@ -190,7 +200,7 @@ def _matmul_nbits(node, ins, outs):
 MATRIX_RULES: dict[str, WorkRule] = {
     "MatMul": _matmul, "MatMulInteger": _matmul, "FusedMatMul": _matmul,
     "Gemm": _gemm, "Conv": _conv, "ConvInteger": _conv, "FusedConv": _conv,
-    "ConvTranspose": _conv_transpose, "Einsum": _einsum, "MatMulNBits": _matmul_nbits,
+    "ConvTranspose": _conv_transpose, "Einsum": _einsum, "MatMulNBits": _matmul_nbits, "GemmFastGelu": _gemm_fast_gelu,
     "Attention": _ms_attention, "MultiHeadAttention": _ms_attention, "GroupQueryAttention": _ms_attention,
 }
 

@@ -4,7 +4,8 @@ The importer calls `infer_node` for every node in topological order. A rule sees
 the input specs (concrete shapes) and, where the importer knows them, the input
 values (small constants: shape arithmetic), and returns the output shapes and
 element types. An op without a rule raises `NoRule`; the importer then falls
-back to onnx's own inference and finally marks the node unmodeled.
+back to the model's value_info, onnx's inference and, for com.microsoft ops,
+ONNX Runtime's (`ort_shapes`), and finally marks the node unmodeled.
 """
 from __future__ import annotations
 
@@ -78,7 +79,7 @@ def rule(*op_types: str):
 MIN_RANKS: dict[str, tuple[int, ...]] = {  # required inputs, in order
     "MatMul": (1, 1), "MatMulInteger": (1, 1), "FusedMatMul": (1, 1), "MatMulNBits": (1,), "Gemm": (2, 2),
     "Conv": (3, 3), "ConvInteger": (3, 3), "FusedConv": (3, 3), "ConvTranspose": (3, 3), "Attention": (3, 2), "MultiHeadAttention": (3,),
-    "GroupQueryAttention": (3,), "PackedAttention": (3,),
+    "GroupQueryAttention": (3,), "PackedAttention": (3,), "GemmFastGelu": (1, 1), "BiasSplitGelu": (1,),
 }
 OPTIONAL_MIN_RANKS: dict[str, dict[int, int]] = {  # optional inputs: input index -> least rank where present
     "MultiHeadAttention": {1: 2}, "GroupQueryAttention": {1: 2},
@@ -121,7 +122,7 @@ SAME_SHAPE = (
     "Softmax", "LogSoftmax", "Hardmax", "LRN", "Identity", "Trilu", "CumSum", "InstanceNormalization",
     "GroupNormalization", "MeanVarianceNormalization", "LpNormalization", "Shrink", "ThresholdedRelu",
     "ScatterND", "ScatterElements", "Scatter",
-    "RotaryEmbedding", "BiasDropout", "SimplifiedLayerNormalization", "RMSNormalization", "BiasSplitGelu",
+    "RotaryEmbedding", "BiasDropout", "SimplifiedLayerNormalization", "RMSNormalization", "BiasAdd",
 )
 
 
@@ -131,7 +132,7 @@ def _same(c: Ctx) -> Out:
 
 
 @rule("Dropout", "BatchNormalization", "LayerNormalization", "SkipLayerNormalization",
-      "SkipSimplifiedLayerNormalization")
+      "SkipSimplifiedLayerNormalization", "GroupNorm", "SkipGroupNorm")
 def _norm_like(c: Ctx) -> Out:
     out: Out = [(c.shape(0), c.dtype(0))]
     # Extra outputs: Dropout mask (same shape), LayerNorm mean/inv_std (reduced), BN running stats.
@@ -205,7 +206,14 @@ def matmul_shape(a: Shape, b: Shape) -> Shape:
     return out
 
 
-@rule("MatMul", "MatMulInteger", "FusedMatMul")
+@rule("BiasSplitGelu")
+def _bias_split_gelu(c: Ctx) -> Out:
+    """(X + bias) split in half along the last axis, one half times GELU of the other: half the width."""
+    x = c.shape(0)
+    return [(x[:-1] + (x[-1] // 2,), c.dtype(0))]
+
+
+@rule("MatMul", "MatMulInteger", "FusedMatMul", "GemmFastGelu")
 def _matmul(c: Ctx) -> Out:
     a, b = c.shape(0), c.shape(1)
     if c.node.op_type == "FusedMatMul":

@@ -88,6 +88,73 @@ def test_contrib_ops_from_exporters_are_modeled():
     assert mha.matrix_flops == 2 * 2 * 2 * 4 * 16 * 16 * 16 and mha.layer_type is mapper.LayerType.ATTENTION
 
 
+def _contrib_workload(nodes, inputs, outputs, inits=(), dims=None):
+    import onnx
+    m = onnx.load_from_string(make_model(nodes, inputs, outputs, inits))
+    m.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    return mapper.load_workload(m.SerializeToString(), dims)
+
+
+def test_diffusion_contrib_ops_by_hand():
+    """ONNX Runtime's transformer optimizer on a UNet: BiasAdd, GroupNorm, BiasSplitGelu (half the width
+    out), GemmFastGelu (a MatMul with a FastGelu epilogue)."""
+    nodes = [helper.make_node("BiasAdd", ["x", "b", "s"], ["y"], domain="com.microsoft"),
+             helper.make_node("GroupNorm", ["y", "g", "be"], ["z"], domain="com.microsoft", groups=4, activation=1),
+             helper.make_node("BiasSplitGelu", ["z", "b2"], ["h"], domain="com.microsoft"),
+             helper.make_node("GemmFastGelu", ["h", "w"], ["o"], domain="com.microsoft")]
+    w = _contrib_workload(nodes, [tensor("x", [2, 64, 32]), tensor("s", [2, 64, 32])], [tensor("o", None)],
+                          [weight("b", (32,)), weight("g", (32,)), weight("be", (32,)), weight("b2", (32,)),
+                           weight("w", (16, 8))])
+    by_op = {n.op_type: n for n in w.nodes}
+    assert w.graph.tensors["h"].shape == (2, 64, 16) and w.graph.tensors["o"].shape == (2, 64, 8)
+    assert by_op["BiasAdd"].flops == 2 * 2 * 64 * 32
+    assert by_op["GroupNorm"].layer_type is mapper.LayerType.NORMALIZATION
+    gemm = by_op["GemmFastGelu"]
+    assert gemm.matrix_flops == 2 * 2 * 64 * 8 * 16 and gemm.layer_type is mapper.LayerType.LINEAR
+    assert gemm.flops > gemm.matrix_flops and gemm.sfu_ops == 2 * 64 * 8
+
+
+def test_onnxruntime_shape_inference_resolves_a_contrib_op_without_a_rule():
+    """DecoderMaskedMultiHeadAttention has no rule here and onnx does not know it: ONNX Runtime's symbolic
+    inference (child process) gives its shape, so the nodes after it map; it stays unmodeled, with why."""
+    nodes = [helper.make_node("DecoderMaskedMultiHeadAttention", ["q", "k", "v"], ["y"], domain="com.microsoft",
+                              num_heads=4),
+             helper.make_node("Relu", ["y"], ["z"]), helper.make_node("MatMul", ["z", "m"], ["o"])]
+    w = _contrib_workload(nodes, [tensor("q", ["batch", 1, 64]), tensor("k", ["batch", 1, 64]),
+                                  tensor("v", ["batch", 1, 64])], [tensor("o", None)], [weight("m", (64, 4))],
+                          {"batch": 2})
+    dmmha, relu, matmul = w.nodes
+    assert w.graph.tensors["y"].shape == (2, 1, 64)
+    assert dmmha.op_class is OpClass.UNMODELED and "no work rule" in dmmha.reason
+    assert relu.flops == 2 * 64 and matmul.matrix_flops == 2 * 2 * 4 * 64
+
+
+def test_onnxruntime_shape_inference_runs_capped_and_names_no_file(tmp_path):
+    """ONNX Runtime's inference evaluates a ConstantOfShape of 5 GiB of int64s beside the contrib op: the
+    child process hits its 4 GiB cap, and the import goes on with the op unresolved (uncapped, the
+    child would allocate it and resolve the op). The copy it is handed names no external file."""
+    import numpy as np
+    import onnx
+    from mapper.ort_shapes import without_external_data
+    big = onnx.numpy_helper.from_array(np.array([5 << 14, 1 << 13], np.int64), "shape")  # 5 GiB of int64
+    nodes = [helper.make_node("ConstantOfShape", ["shape"], ["huge"],
+                              value=helper.make_tensor("v", onnx.TensorProto.INT64, [1], [1])),
+             helper.make_node("DecoderMaskedMultiHeadAttention", ["q", "q", "q"], ["y"], domain="com.microsoft",
+                              num_heads=4),
+             helper.make_node("Relu", ["y"], ["z"])]
+    w = _contrib_workload(nodes, [tensor("q", [2, 1, 64])], [tensor("z", None), tensor("huge", None, onnx.TensorProto.INT64)],
+                          [big])
+    assert "z" not in w.graph.tensors and "has no known shape" in w.nodes[-1].reason
+    m = onnx.load_from_string(make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor("x", [4])], [tensor("y", [4])],
+                                         [weight("w", (4,))]))
+    ext = m.graph.initializer[0]
+    ext.data_location = onnx.TensorProto.EXTERNAL
+    ext.external_data.add(key="location", value=str(tmp_path / "secret"))
+    stripped = without_external_data(m)
+    assert not stripped.graph.initializer and "w" in {i.name for i in stripped.graph.input}
+    assert b"secret" not in stripped.SerializeToString()
+
+
 def test_opset_7_attribute_forms_are_read():
     data = make_model([helper.make_node("Unsqueeze", ["x"], ["u"], axes=[0]),
                        helper.make_node("Slice", ["u"], ["s"], starts=[1], ends=[3], axes=[2])],

@@ -1,0 +1,83 @@
+"""ONNX Runtime's symbolic shape inference: the importer's last fallback, run in a child process.
+
+ONNX Runtime knows the output shapes of about a hundred com.microsoft ops (MoE, SparseAttention,
+NhwcConv, PagedAttention...) that neither our rules nor onnx's inference cover; without them one
+such node would leave every node after it without shapes. Its inference evaluates constant
+subgraphs with numpy and sympy, so a hostile model could make it allocate or loop without bound:
+it runs in a child process under `ORT_SHAPES_MEMORY_BYTES` and `ORT_SHAPES_SECONDS`, on a copy of
+the model whose external-data references are gone (an external initializer becomes a graph input of
+its dims), so it can read no file. Any failure leaves the nodes as they were: unresolved.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import onnx
+
+from mapper import limits
+
+CHILD = r"""
+import resource, sys
+cap = int(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+import onnx
+from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+model = onnx.ModelProto()
+model.ParseFromString(sys.stdin.buffer.read())
+inferred = SymbolicShapeInference.infer_shapes(model, auto_merge=True, guess_output_rank=False)
+out = onnx.GraphProto()
+out.value_info.extend(inferred.graph.value_info)
+sys.stdout.buffer.write(out.SerializeToString())
+"""
+
+
+def _strip_tensor(t: onnx.TensorProto) -> None:
+    if t.data_location == onnx.TensorProto.EXTERNAL or len(t.external_data):
+        t.data_location = onnx.TensorProto.DEFAULT
+        del t.external_data[:]
+
+
+def without_external_data(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy that names no file: external initializers of the main graph become inputs of their dims;
+    elsewhere (subgraphs, tensor attributes) external references are dropped, leaving dims only."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    external = [t for t in m.graph.initializer
+                if t.data_location == onnx.TensorProto.EXTERNAL or len(t.external_data)]
+    for t in external:
+        m.graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+        m.graph.initializer.remove(t)
+    graphs = [m.graph]
+    while graphs:
+        g = graphs.pop()
+        for t in g.initializer:
+            _strip_tensor(t)
+        for n in g.node:
+            for a in n.attribute:
+                if a.HasField("t"):
+                    _strip_tensor(a.t)
+                for t in a.tensors:
+                    _strip_tensor(t)
+                if a.HasField("g"):
+                    graphs.append(a.g)
+                graphs.extend(a.graphs)
+    return m
+
+
+def ort_inferred_value_info(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """ONNX Runtime's inferred value_info for the model (dims bound by the caller); [] on any failure."""
+    data = without_external_data(model).SerializeToString()
+    try:
+        proc = subprocess.run([sys.executable, "-I", "-c", CHILD, str(limits.ORT_SHAPES_MEMORY_BYTES)], input=data,
+                              capture_output=True, timeout=limits.ORT_SHAPES_SECONDS, check=False)
+    except (subprocess.TimeoutExpired, OSError):
+        return []
+    if proc.returncode != 0:
+        return []
+    graph = onnx.GraphProto()
+    try:
+        graph.ParseFromString(proc.stdout)
+    except Exception:  # noqa: BLE001 - a garbled answer is no answer
+        return []
+    return list(graph.value_info)
