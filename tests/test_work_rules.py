@@ -135,6 +135,7 @@ def test_onnxruntime_shape_inference_runs_capped_and_names_no_file(tmp_path):
     child would allocate it and resolve the op). The copy it is handed names no external file."""
     import numpy as np
     import onnx
+
     from mapper.ort_shapes import without_external_data
     big = onnx.numpy_helper.from_array(np.array([5 << 14, 1 << 13], np.int64), "shape")  # 5 GiB of int64
     nodes = [helper.make_node("ConstantOfShape", ["shape"], ["huge"],
