@@ -22,6 +22,10 @@ MODEL_DTYPES = {"float32": "fp32", "float": "fp32", "float16": "fp16", "bfloat16
                 "float8e4m3fn": "fp8", "int8": "int8", "uint8": "int8"}
 FLOAT_TYPES = frozenset({"float32", "float", "float16", "bfloat16", "double", "float8e4m3fn", "float8e5m2"})
 PRECISION_RANK = {"fp32": 5, "tf32": 4, "bf16": 3, "fp16": 3, "fp8": 1, "int8": 1, "int4": 0}
+# Where a device has no matrix peak at the model's own precision, `--dtype auto` takes the first of these
+# it has (fp32 always: the vector units'): the same width first, then wider.
+WIDER_PRECISIONS = {"fp16": ("bf16", "fp32"), "bf16": ("fp16", "fp32"), "int8": ("fp16", "bf16", "fp32"),
+                    "fp8": ("fp16", "bf16", "fp32")}
 # Ops whose DRAM reads are only the elements they select (the work model's partial-read rule).
 PARTIAL_READ_OPS = frozenset({"Gather", "GatherElements", "GatherND", "Slice", "Expand", "Tile", "Pad"})
 LOW_REUSE_K = 16        # a matrix op with K below this has too little reuse for a matrix engine (PRIMER s2)

@@ -23,7 +23,7 @@ from mapper.errors import MapperError
 from mapper.fusion import plan_fusion
 from mapper.graph import Graph, OpClass
 from mapper.hardware import HardwareProfile
-from mapper.kernels import PLAN_DTYPE_BYTES, Sizer, build_kernels, model_dtype, precision_caveats
+from mapper.kernels import PLAN_DTYPE_BYTES, WIDER_PRECISIONS, Sizer, build_kernels, model_dtype, precision_caveats
 from mapper.layers import layer_placer
 from mapper.layout import LAYOUTS, plan_layout
 from mapper.onnx_import import load_model
@@ -109,8 +109,9 @@ def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOpt
     dtype = own if options.dtype == "auto" else options.dtype
     caveats = precision_caveats(own, dtype, options.weight_dtype)
     if options.dtype == "auto" and not hardware.has_matrix_peak(own):
-        dtype = "fp32"  # an int8 model on a device without an int8 matrix peak: mapped at fp32, and said so
-        caveats.append(f"{hardware.name} has no {own} matrix peak: the {own} model is mapped at fp32;"
+        # e.g. an int8 model on Gaudi 2, an fp16 one on a TPU: the nearest wider precision the device has
+        dtype = next(d for d in WIDER_PRECISIONS.get(own, ("fp32",)) if hardware.has_matrix_peak(d))
+        caveats.append(f"{hardware.name} has no {own} matrix peak: the {own} model is mapped at {dtype};"
                        " choose a dtype the device has (--dtype) to see another.")
     if dtype != "fp32":
         hardware.matrix_peak(dtype)  # an unsupported dtype is an error naming the dtypes the device has

@@ -139,15 +139,15 @@ def test_int8_resnet50_maps_like_the_float_one(stem, batch):
 def test_int8_formats_agree_and_a_device_without_int8_says_so():
     """QDQ and QOperator exports of one model are one int8 workload: their latencies agree within 5% (QDQ's
     Quantize/Dequantize pairs ride in the kernels' epilogues). On Gaudi 2 (no int8 matrix peak) the plan
-    falls back to fp32 and says why."""
+    falls back to the nearest wider precision it has (fp16) and says why."""
     hw = mapper.load_hardware("h100-sxm")
     times = [mapper.map_workload(mapper.load_workload(str(MODELS_DIR / f"{s}.onnx"), {"batch": 8}), hw).totals.latency_s
              for s in FIXTURES]
     assert times[1] == pytest.approx(times[0], rel=0.05)
     gaudi = [mapper.map_workload(mapper.load_workload(str(MODELS_DIR / f"{s}.onnx"), {"batch": 8}),
                                  mapper.load_hardware("gaudi2")) for s in FIXTURES]
-    assert all(g.totals.dtype == "fp32" and "no int8 matrix peak" in g.caveats[-1] for g in gaudi)
-    # at fp32 the weights still stream as the int8 memory holds them, in either format
+    assert all(g.totals.dtype == "fp16" and "no int8 matrix peak" in g.caveats[-1] for g in gaudi)
+    # at fp16 the weights still stream as the int8 memory holds them, in either format
     weight_traffic = [sum(k.kernel.weight_bytes for k in g.kernels) for g in gaudi]
     assert weight_traffic[1] == pytest.approx(weight_traffic[0], rel=0.01)
 
@@ -165,3 +165,15 @@ def test_int4_weight_only_model_stays_at_its_float_precision():
     result = mapper.map_workload(w, mapper.load_hardware("h100-sxm"))
     assert result.totals.dtype == "fp32"
     assert result.totals.weight_bytes == n * k // 2 + 4 * n * k // block
+
+
+def test_auto_dtype_takes_the_nearest_precision_a_device_has():
+    """An fp16 model on a TPU v5e (bf16, int8 matrix peaks; no fp16) maps at bf16; on the CPU profile
+    (fp32, int8) at fp32; on H100 at its own fp16. Each fallback is a caveat on the sheet."""
+    node = helper.make_node("MatMul", ["a", "w"], ["y"])
+    w = _map([node], [tensor("a", [64, 256], TensorProto.FLOAT16)], [tensor("y", [64, 128], TensorProto.FLOAT16)],
+             [numpy_helper.from_array(np.zeros((256, 128), np.float16), "w")])
+    for hw, dtype in (("h100-sxm", "fp16"), ("tpu-v5e", "bf16"), ("cpu-x86", "fp32")):
+        result = mapper.map_workload(w, mapper.load_hardware(hw))
+        assert result.totals.dtype == dtype
+        assert bool(result.caveats) == (dtype != "fp16")
