@@ -21,6 +21,7 @@ CHILD = r"""
 import resource, sys
 cap = int(sys.argv[1])
 resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+answer, sys.stdout = sys.stdout.buffer, sys.stderr  # anything printed on the way goes to stderr
 import onnx
 from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 model = onnx.ModelProto()
@@ -28,7 +29,7 @@ model.ParseFromString(sys.stdin.buffer.read())
 inferred = SymbolicShapeInference.infer_shapes(model, auto_merge=True, guess_output_rank=False)
 out = onnx.GraphProto()
 out.value_info.extend(inferred.graph.value_info)
-sys.stdout.buffer.write(out.SerializeToString())
+answer.write(out.SerializeToString())
 """
 
 
