@@ -46,11 +46,14 @@ def weight_tally(graph: Graph) -> tuple[dict[str, int], float, int]:
     def tally() -> tuple[dict[str, int], float, int]:
         counts: dict[str, int] = {}
         other, eight_bit = 0.0, 0
+        # QDQ int8 weights make an int8 model only beside quantized activations; alone they are
+        # weight-only quantization, computed at the activations' float type
+        int8_compute = any(n.op_type in ("QuantizeLinear", "DynamicQuantizeLinear") for n in graph.nodes)
         for w in graph.weights:
             spec = graph.tensors[w]
-            if w in graph.stored_dtypes:  # a QDQ model's dequantized int8 weight
+            if w in graph.stored_dtypes:  # a QDQ model's dequantized integer weight
                 other += graph.stored_bytes(spec)
-                eight_bit += spec.elements
+                eight_bit += spec.elements if int8_compute and graph.stored_dtypes[w] in ("int8", "uint8") else 0
             elif spec.dtype in FLOAT_TYPES:
                 counts[spec.dtype] = counts.get(spec.dtype, 0) + spec.elements
             else:

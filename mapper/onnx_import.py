@@ -400,13 +400,13 @@ def build_graph(model: onnx.ModelProto, sha256: str, name: str, dims: dict[str, 
 
 
 def _dequantized_weights(ordered: list[Node], folded: frozenset[str], specs: dict[str, TensorSpec]) -> dict[str, str]:
-    """Float weights that a folded DequantizeLinear makes from an 8-bit integer constant (QDQ models):
-    weight name -> the integer type memory holds them in."""
+    """Float weights that a folded DequantizeLinear makes from an 8- or 4-bit integer constant (QDQ
+    models): weight name -> the integer type memory holds them in."""
     stored = {}
     for n in ordered:
         if n.op_type == "DequantizeLinear" and n.name in folded and n.inputs and n.outputs[0] in specs:
             source = specs.get(n.inputs[0])
-            if source is not None and source.dtype in ("int8", "uint8"):
+            if source is not None and source.dtype in ("int8", "uint8", "int4", "uint4"):
                 stored[n.outputs[0]] = source.dtype
     return stored
 

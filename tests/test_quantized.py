@@ -177,3 +177,19 @@ def test_auto_dtype_takes_the_nearest_precision_a_device_has():
         result = mapper.map_workload(w, mapper.load_hardware(hw))
         assert result.totals.dtype == dtype
         assert bool(result.caveats) == (dtype != "fp16")
+
+
+@pytest.mark.parametrize("weight_type,name,bytes_per_weight", [(TensorProto.INT8, "int8", 1), (TensorProto.INT4, "int4", 0.5)])
+def test_qdq_weight_only_quantization_stays_float(weight_type, name, bytes_per_weight):
+    """DequantizeLinear(int8 or int4 constant) -> MatMul with float activations (no QuantizeLinear on
+    them): weight-only quantization. The plan stays at the activations' fp32, and the weight streams at
+    its stored width."""
+    k, n = 256, 128
+    packed = helper.make_tensor("w_q", weight_type, [k, n], [0] * (k * n))
+    nodes = [helper.make_node("DequantizeLinear", ["w_q", "w_scale"], ["w"]), helper.make_node("MatMul", ["a", "w"], ["y"])]
+    data = make_model(nodes, [tensor("a", [32, k])], [tensor("y", [32, n])], [packed, _scalar("w_scale", 0.1)], opset=21)
+    w = mapper.load_workload(data)
+    assert w.graph.stored_dtypes == {"w": name}
+    result = mapper.map_workload(w, mapper.load_hardware("h100-sxm"))
+    assert result.totals.dtype == "fp32"
+    assert sum(k_.kernel.weight_bytes for k_ in result.kernels) == pytest.approx(k * n * bytes_per_weight)
