@@ -9,6 +9,7 @@ import streamlit as st
 import mapper
 from mapper import charts
 from mapper.sheet import limiting_sentence
+from mapper.units import format_bytes
 
 
 def color_of(bottleneck: str) -> str:
@@ -73,13 +74,7 @@ def gbps(bytes_per_s: float | None) -> str:
 
 
 def size(n_bytes: float | None) -> str:
-    """Bytes in the unit that keeps a few significant digits (KB, MB, GB, TB; decimal, as datasheets)."""
-    if n_bytes is None:
-        return "—"
-    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if n_bytes >= scale:
-            return f"{n_bytes / scale:,.3g} {unit}"
-    return f"{n_bytes:,.0f} B"
+    return format_bytes(n_bytes)
 
 
 def pct(x: float | None) -> str:

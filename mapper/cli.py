@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import mapper
 from mapper.errors import MapperError
+from mapper.units import format_bytes
 
 
 class _Parser(argparse.ArgumentParser):
@@ -102,11 +103,11 @@ def print_summary(result: mapper.MappingResult) -> None:
         print(f"  {e.time_s * 1e6:9.1f} us  {e.bottleneck:30s} {e.kernel.name[:40]:40s} {e.evidence} -> {e.owner}")
     memory, parallel = result.extras.get("memory"), result.extras.get("parallel")
     if memory:
-        fit = "fits" if memory["fits"] else f"DOES NOT FIT: short by {memory['shortfall_bytes'] / 1e9:.1f} GB"
+        fit = "fits" if memory["fits"] else f"DOES NOT FIT: short by {format_bytes(memory['shortfall_bytes'])}"
         smallest = memory["smallest_fit"]
         hint = f"; smallest plan that fits: tp={smallest['tp']} pp={smallest['pp']}" if smallest else \
             "; no tp x pp within the interconnect fits"
-        print(f"memory per device {memory['per_device_bytes'] / 1e9:.1f} GB of {memory['capacity_bytes'] / 1e9:.0f} GB:"
+        print(f"memory per device {format_bytes(memory['per_device_bytes'])} of {format_bytes(memory['capacity_bytes'])}:"
               f" {fit}{hint if not memory['fits'] else ''}")
     if parallel and parallel["devices"] > 1:
         print(f"parallel: tp={parallel['tp']} pp={parallel['pp']} dp={parallel['dp']} over {parallel['topology']},"
