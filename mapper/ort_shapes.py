@@ -4,14 +4,16 @@ ONNX Runtime knows the output shapes of about a hundred com.microsoft ops (MoE, 
 NhwcConv, PagedAttention...) that neither our rules nor onnx's inference cover; without them one
 such node would leave every node after it without shapes. Its inference evaluates constant
 subgraphs with numpy and sympy, so a hostile model could make it allocate or loop without bound:
-it runs in a child process under `ORT_SHAPES_MEMORY_BYTES` and `ORT_SHAPES_SECONDS`, on a copy of
-the model whose external-data references are gone (an external initializer becomes a graph input of
-its dims), so it can read no file. Any failure leaves the nodes as they were: unresolved.
+it runs in a child process under `ORT_SHAPES_MEMORY_BYTES` and `ORT_SHAPES_SECONDS`, in a scratch
+folder (where ONNX Runtime writes a model it could not fully infer), on a copy of the model whose
+external-data references are gone (an external initializer becomes a graph input of its dims), so
+it can read no file. Any failure leaves the nodes as they were: unresolved.
 """
 from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 
 import onnx
 
@@ -69,9 +71,10 @@ def without_external_data(model: onnx.ModelProto) -> onnx.ModelProto:
 def ort_inferred_value_info(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     """ONNX Runtime's inferred value_info for the model (dims bound by the caller); [] on any failure."""
     data = without_external_data(model).SerializeToString()
-    try:
-        proc = subprocess.run([sys.executable, "-I", "-c", CHILD, str(limits.ORT_SHAPES_MEMORY_BYTES)], input=data,
-                              capture_output=True, timeout=limits.ORT_SHAPES_SECONDS, check=False)
+    try:  # in a scratch folder: where it cannot infer every shape, ONNX Runtime saves the model into its cwd
+        with tempfile.TemporaryDirectory(prefix="mapper-ort-shapes-") as scratch:
+            proc = subprocess.run([sys.executable, "-I", "-c", CHILD, str(limits.ORT_SHAPES_MEMORY_BYTES)], input=data,
+                                  capture_output=True, timeout=limits.ORT_SHAPES_SECONDS, check=False, cwd=scratch)
     except (subprocess.TimeoutExpired, OSError):
         return []
     if proc.returncode != 0:

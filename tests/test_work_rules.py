@@ -196,3 +196,15 @@ def test_occupancy_threshold_is_the_named_one():
     just_below = _facts(wave_efficiency=OCCUPANCY_LIMIT - 0.01)
     assert classify(just_above)[0] == "compute-bound (matrix)"
     assert classify(just_below)[0] == "occupancy / wave quantization"
+
+
+def test_onnxruntime_shape_inference_leaves_the_working_folder_alone(tmp_path, monkeypatch):
+    """Where it cannot infer every shape (here: QLinearConv), ONNX Runtime saves the model as
+    sym_shape_infer_temp.onnx in its working folder; the child runs in a scratch folder instead."""
+    import onnx
+
+    from mapper.ort_shapes import ort_inferred_value_info
+    from tests.conftest import MODELS_DIR
+    monkeypatch.chdir(tmp_path)
+    assert ort_inferred_value_info(onnx.load(MODELS_DIR / "resnet50_int8_qoperator.onnx", load_external_data=False)) == []
+    assert list(tmp_path.iterdir()) == []
