@@ -404,7 +404,7 @@ def _dequantized_weights(ordered: list[Node], folded: frozenset[str], specs: dic
     models): weight name -> the integer type memory holds them in."""
     stored = {}
     for n in ordered:
-        if n.op_type == "DequantizeLinear" and n.name in folded and n.inputs and n.outputs[0] in specs:
+        if n.op_type == "DequantizeLinear" and n.name in folded and n.inputs and n.outputs and n.outputs[0] in specs:
             source = specs.get(n.inputs[0])
             if source is not None and source.dtype in ("int8", "uint8", "int4", "uint4"):
                 stored[n.outputs[0]] = source.dtype

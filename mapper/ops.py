@@ -274,6 +274,9 @@ def estimate_node_work(node: Node, graph: Graph) -> NodeWork:
     op_class = classify_op(node.op_type)
     ins = [graph.spec(i) for i in node.inputs]
     outs = [graph.spec(o) for o in node.outputs if o]
+    if not outs:  # ONNX nodes write at least one tensor; a mutated or hand-edited file may not
+        return NodeWork(node.name, node.op_type, OpClass.UNMODELED, 0, 0, 0, 0, 0, 0,
+                        reason="the node has no outputs: the file is malformed, nothing can use it")
     if any(o is None for o in outs) or any(s is None for i, s in zip(node.inputs, ins) if i):
         why = dict(graph.unresolved).get(node.name, "shapes unknown")
         return NodeWork(node.name, node.op_type, OpClass.UNMODELED, 0, 0, 0, 0, 0, 0,

@@ -224,3 +224,27 @@ def test_a_dim_param_literal_beyond_int64_is_not_written_into_onnx_inference():
                       [helper.make_tensor_value_info("u", TensorProto.FLOAT, None)])
     assert _mapped_or_rejected(data) in ("mapped", "rejected")
     assert outcome(make_case(609657)) in ("mapped", "rejected")
+
+
+def test_a_dequantize_node_without_outputs_is_not_a_crash():
+    """Fuzz seed 1032683 (a byte flip in the int8 QDQ ResNet-50): a DequantizeLinear of a constant with
+    its output list gone folded away, and the QDQ weight bookkeeping read its first output: IndexError."""
+    nodes = [helper.make_node("DequantizeLinear", ["w_q", "w_scale"], []),
+             helper.make_node("Relu", ["x"], ["y"])]
+    inits = [numpy_helper.from_array(np.zeros((4, 4), np.int8), "w_q"),
+             numpy_helper.from_array(np.array(0.1, np.float32), "w_scale")]
+    data = make_model(nodes, [tensor("x", [4])], [tensor("y", [4])], inits)
+    assert _mapped_or_rejected(data) == "mapped"  # raised IndexError before
+    assert outcome(make_case(1032683)) in ("mapped", "rejected")
+
+
+@pytest.mark.parametrize("op", ["MatMul", "Softmax", "Gemm"])
+def test_a_node_without_outputs_is_unmodeled_not_a_crash(op):
+    """Found looking for the seed above's relatives: a live node whose output list is empty reached the
+    work rules, which index its first output (IndexError). It is unmodeled now, with the reason."""
+    node = helper.make_node(op, ["m", "m"] if op != "Softmax" else ["m"], [])
+    data = make_model([node, helper.make_node("Relu", ["x"], ["y"])], [tensor("m", [4, 4]), tensor("x", [4])],
+                      [tensor("y", [4])])
+    w = mapper.load_workload(data)
+    assert "no outputs" in w.nodes[0].reason and w.nodes[0].op_class is mapper.OpClass.UNMODELED
+    assert _mapped_or_rejected(data) == "mapped"
