@@ -1,8 +1,8 @@
 """ONNX Runtime's symbolic shape inference: the importer's last fallback, run in a child process.
 
 ONNX Runtime knows the output shapes of about a hundred com.microsoft ops (MoE, SparseAttention,
-NhwcConv, PagedAttention...) that neither our rules nor onnx's inference cover; without them one
-such node would leave every node after it without shapes. Its inference evaluates constant
+DecoderMaskedMultiHeadAttention, PagedAttention...) that neither our rules nor onnx's inference
+cover; without them one such node would leave every node after it without shapes. Its inference evaluates constant
 subgraphs with numpy and sympy, so a hostile model could make it allocate or loop without bound:
 it runs in a child process under `ORT_SHAPES_MEMORY_BYTES` and `ORT_SHAPES_SECONDS`, in a scratch
 folder (where ONNX Runtime writes a model it could not fully infer), on a copy of the model whose
