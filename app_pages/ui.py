@@ -73,8 +73,7 @@ def gbps(bytes_per_s: float | None) -> str:
     return "—" if bytes_per_s is None else f"{bytes_per_s / 1e9:,.0f} GB/s"
 
 
-def size(n_bytes: float | None) -> str:
-    return format_bytes(n_bytes)
+size = format_bytes  # bytes in KB/MB/GB/TB, shared with the CLI
 
 
 def pct(x: float | None) -> str:

@@ -251,8 +251,8 @@ def overall_verdict(verdicts: list[dict], boundary: list[dict]) -> tuple[str, st
             "neutral": "no metric moves past its threshold on any slice: either plan will do",
             "mixed": f"adopt the candidate inside the rollback boundary; the baseline stays at {where}",
             "regressed": f"keep the baseline: the candidate improves nowhere and regresses at {where}"}[overall]
-    return overall, (f"{overall}: {text} ({counts['improved']} improved, {counts['neutral']} neutral, " \
-                    f"{counts['regressed']} regressed, {counts['error']} failed of {len(verdicts)} slices)")
+    return overall, (f"{overall}: {text} ({counts['improved']} improved, {counts['neutral']} neutral, "
+                     f"{counts['regressed']} regressed, {counts['error']} failed of {len(verdicts)} slices)")
 
 
 def plan_provenance(plan: PlanSpec, shapes: ModelShapes) -> dict:

@@ -130,10 +130,13 @@ class Graph:
         its nodes folded away. Bindings that fold the same nodes share it; so do caches keyed by it."""
         return self.sha256, self.folded
 
-    def stored_bytes(self, spec: TensorSpec) -> float:
-        """Bytes the tensor takes in memory: its own type's, or the narrower type a weight is stored in."""
+    def stored_spec(self, spec: TensorSpec) -> TensorSpec:
+        """The tensor as memory holds it: itself, or a weight at the narrower type it is stored in."""
         stored = self.stored_dtypes.get(spec.name)
-        return spec.bytes if stored is None else spec.elements * DTYPE_BYTES.get(stored, 4)
+        return spec if stored is None else TensorSpec(spec.name, spec.shape, stored)
+
+    def stored_bytes(self, spec: TensorSpec) -> float:
+        return self.stored_spec(spec).bytes
 
     def spec(self, name: str) -> TensorSpec | None:
         return self.tensors.get(name) if name else None

@@ -37,6 +37,7 @@ LOW_REUSE_M = 8
 # Ops that unpack low-bit weights and compute at the activations' float type (int4 LLM weights):
 # their packed uint8 weights do not make the model an int8 one.
 WEIGHT_ONLY_QUANTIZED_OPS = frozenset({"MatMulNBits", "GatherBlockQuantized"})
+EIGHT_BIT_INTS = frozenset({"int8", "uint8"})
 _WEIGHT_TALLIES = BoundedCache(256)
 
 
@@ -53,12 +54,12 @@ def weight_tally(graph: Graph) -> tuple[dict[str, int], float, int]:
             spec = graph.tensors[w]
             if w in graph.stored_dtypes:  # a QDQ model's dequantized integer weight
                 other += graph.stored_bytes(spec)
-                eight_bit += spec.elements if int8_compute and graph.stored_dtypes[w] in ("int8", "uint8") else 0
+                eight_bit += spec.elements if int8_compute and graph.stored_dtypes[w] in EIGHT_BIT_INTS else 0
             elif spec.dtype in FLOAT_TYPES:
                 counts[spec.dtype] = counts.get(spec.dtype, 0) + spec.elements
             else:
                 other += spec.bytes
-                if spec.dtype in ("int8", "uint8") and not all(graph.nodes[k].op_type in WEIGHT_ONLY_QUANTIZED_OPS
+                if spec.dtype in EIGHT_BIT_INTS and not all(graph.nodes[k].op_type in WEIGHT_ONLY_QUANTIZED_OPS
                                                                for k in graph.consumers.get(w, ())):
                     eight_bit += spec.elements
         return counts, other, eight_bit

@@ -387,15 +387,15 @@ def build_graph(model: onnx.ModelProto, sha256: str, name: str, dims: dict[str, 
     for node in ordered:
         walk.visit(node)
     folded = frozenset(walk.folded)
-    live, weights, producers, consumers = _STRUCTURE.get((sha256, folded),  # = the Graph's `structure`
-                                                         lambda: live_structure(ordered, folded, walk.const))
+    live, weights, producers, consumers, stored = _STRUCTURE.get(  # keyed as the Graph's `structure`
+        (sha256, folded), lambda: live_structure(ordered, folded, walk.const, walk.specs))
     return Graph(
         name=name, nodes=live, tensors=walk.specs,
         inputs=tuple(vi.name for vi in inputs), outputs=tuple(o.name for o in model.graph.output),
         weights=weights, folded=folded, opset=opset, sha256=sha256,
         dims=tuple(sorted(bound.items())), producers=producers, consumers=consumers,
         unresolved=tuple(sorted(walk.unresolved.items())),
-        stored_dtypes=_dequantized_weights(ordered, folded, walk.specs),
+        stored_dtypes=stored,
     )
 
 
@@ -414,10 +414,11 @@ def _dequantized_weights(ordered: list[Node], folded: frozenset[str], specs: dic
 _STRUCTURE = BoundedCache(16)
 
 
-def live_structure(ordered: list[Node], folded: frozenset[str], const: set[str]):
-    """The nodes left after folding, the weights they read, and who makes and uses each tensor.
-    Decided by which nodes folded (and so which tensors are constants), not by sizes: every binding
-    that folds the same nodes shares one (read-only) structure."""
+def live_structure(ordered: list[Node], folded: frozenset[str], const: set[str], specs: dict[str, TensorSpec]):
+    """The nodes left after folding, the weights they read, who makes and uses each tensor, and the
+    storage types of QDQ weights. Decided by which nodes folded (and so which tensors are constants)
+    and the initializers' types, not by sizes: every binding that folds the same nodes shares one
+    (read-only) structure."""
     live = tuple(n for n in ordered if n.name not in folded)
     weights = frozenset(i for n in live for i in n.inputs if i in const)
     producers = {o: k for k, n in enumerate(live) for o in n.outputs if o}
@@ -426,4 +427,5 @@ def live_structure(ordered: list[Node], folded: frozenset[str], const: set[str])
         for i in n.inputs:
             if i:
                 consumers.setdefault(i, []).append(k)
-    return live, weights, producers, {k: tuple(v) for k, v in consumers.items()}
+    return (live, weights, producers, {k: tuple(v) for k, v in consumers.items()},
+            _dequantized_weights(ordered, folded, specs))

@@ -6,7 +6,6 @@ topological order. Nodes are the same at every binding, so a model's are convert
 """
 from __future__ import annotations
 
-import math
 from collections import deque
 from itertools import chain
 
@@ -14,7 +13,7 @@ import onnx
 
 from mapper.errors import MapperError
 from mapper.graph import Node, node_signature
-from mapper.onnx_values import FOLD_MAX_ELEMENTS, attr_value, is_external
+from mapper.onnx_values import attr_value, is_small_inline
 from mapper.reuse import BoundedCache
 
 # Attributes the shape and work rules read, by the type ONNX gives them; another type is a malformed file.
@@ -56,8 +55,8 @@ def _check_text(nodes: list[Node]) -> None:
 def _tensors_as_bytes(attrs: dict) -> dict:
     """Attributes with each small inline tensor replaced by its serialized bytes (hashable, and equal
     exactly when the tensors are); large or external tensors and graphs stay as they are."""
-    return {key: value.SerializeToString() if isinstance(value, onnx.TensorProto) and not is_external(value)
-            and math.prod(value.dims) <= FOLD_MAX_ELEMENTS else value for key, value in attrs.items()}
+    return {key: value.SerializeToString() if isinstance(value, onnx.TensorProto) and is_small_inline(value) else value
+            for key, value in attrs.items()}
 
 
 def to_nodes(model: onnx.ModelProto) -> list[Node]:

@@ -34,9 +34,14 @@ def is_external(t: onnx.TensorProto) -> bool:
                                                             any(e.key == "location" for e in t.external_data))
 
 
+def is_small_inline(t: onnx.TensorProto) -> bool:
+    """Stored in the file and small enough to evaluate (FOLD_MAX_ELEMENTS)."""
+    return not is_external(t) and math.prod(t.dims) <= FOLD_MAX_ELEMENTS
+
+
 def small_value(t: onnx.TensorProto) -> np.ndarray | None:
     """The tensor's value if it is small and stored inline; never touches external data."""
-    if is_external(t) or math.prod(t.dims) > FOLD_MAX_ELEMENTS:
+    if not is_small_inline(t):
         return None
     if t.data_type in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED):
         return None
@@ -293,17 +298,16 @@ FOLD_LIMITS = {"ConstantOfShape": CONST_OF_SHAPE_FOLD_MAX}
 
 
 def evaluate(node: Node, values: list[np.ndarray], shapes: list[tuple[int, ...]],
-             out_shapes: list[tuple[int, ...]] | None = None) -> list[np.ndarray] | None:
-    """Fold a node whose inputs are known; None when it cannot (or should not) be folded. With the
-    output shapes already inferred, a node whose outputs are over the fold limit is not even tried
-    (a light model's 239 ConstantOfShape weights)."""
+             out_shapes: list[tuple[int, ...]]) -> list[np.ndarray] | None:
+    """Fold a node whose inputs are known; None when it cannot (or should not) be folded. A node whose
+    inferred outputs are over the fold limit is not even tried (a light model's 239 ConstantOfShape
+    weights)."""
     fn = EVALUATORS.get(node.op_type)
     if fn is None:
         return None
-    if out_shapes is not None:
-        limit = FOLD_LIMITS.get(node.op_type, FOLD_MAX_ELEMENTS)
-        if any(math.prod(shape) > limit for shape in out_shapes):
-            return None
+    limit = FOLD_LIMITS.get(node.op_type, FOLD_MAX_ELEMENTS)
+    if any(math.prod(shape) > limit for shape in out_shapes):
+        return None
     with np.errstate(all="ignore"):
         try:
             out = fn(node, values, shapes)

@@ -256,8 +256,7 @@ def _traffic(node: Node, op_class: OpClass, ins, outs, graph: Graph) -> tuple[fl
     """(bytes read, bytes written, weight bytes) of one op on its own; weights at the type memory holds."""
     weights = graph.weights
     if graph.stored_dtypes:
-        ins = [s if s is None or s.name not in graph.stored_dtypes else
-               TensorSpec(s.name, s.shape, graph.stored_dtypes[s.name]) for s in ins]
+        ins = [s and graph.stored_spec(s) for s in ins]
     weight_bytes = sum(s.bytes for i, s in zip(node.inputs, ins) if s is not None and i in weights)
     written = sum(s.bytes for s in outs)
     if op_class in (OpClass.VIEW, OpClass.SHAPE_ONLY):
@@ -287,16 +286,15 @@ def estimate_node_work(node: Node, graph: Graph) -> NodeWork:
         return NodeWork(node.name, node.op_type, op_class, 0, 0, 0, read, written, weight,
                         reason=f"no work rule for {node.op_type}{domain}: its time is not estimated")
     matrix = None
-    rule_node, rule_ins, requantize = node, ins, 0.0
-    if node.op_type in QUANTIZED_OPS:  # the float twin's rule over the data operands
+    rule_node, rule_ins, quantized = node, ins, node.op_type in QUANTIZED_OPS
+    if quantized:  # the float twin's rule over the data operands
         rule_node, positions = twin_node(node)
         rule_ins = [ins[p] for p in positions]
-        requantize = REQUANTIZE * outs[0].elements if op_class is not OpClass.MATRIX else 0.0
     if op_class is OpClass.MATRIX:
         flops, matrix_flops, sfu, matrix = MATRIX_RULES[rule_node.op_type](rule_node, rule_ins, outs)
     else:
         flops, sfu = _vector_work(rule_node, op_class, rule_ins, outs)
-        flops, matrix_flops = flops + requantize, 0.0
+        flops, matrix_flops = flops + (REQUANTIZE * outs[0].elements if quantized else 0.0), 0.0
     read, written, weight = _traffic(node, op_class, ins, outs, graph)
     reason = "control flow runs on the host; its body is not modeled" if op_class is OpClass.CONTROL else ""
     return NodeWork(node.name, node.op_type, op_class, float(flops), float(matrix_flops), float(sfu),

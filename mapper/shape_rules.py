@@ -78,8 +78,9 @@ def rule(*op_types: str):
 # hostile file need not honour them). Checked before the rule and before any fallback to declared shapes.
 MIN_RANKS: dict[str, tuple[int, ...]] = {  # required inputs, in order
     "MatMul": (1, 1), "MatMulInteger": (1, 1), "FusedMatMul": (1, 1), "MatMulNBits": (1,), "Gemm": (2, 2),
-    "Conv": (3, 3), "ConvInteger": (3, 3), "FusedConv": (3, 3), "ConvTranspose": (3, 3), "Attention": (3, 2), "MultiHeadAttention": (3,),
-    "GroupQueryAttention": (3,), "PackedAttention": (3,), "GemmFastGelu": (1, 1), "BiasSplitGelu": (1,),
+    "GemmFastGelu": (1, 1), "Conv": (3, 3), "ConvInteger": (3, 3), "FusedConv": (3, 3), "ConvTranspose": (3, 3),
+    "Attention": (3, 2), "MultiHeadAttention": (3,), "GroupQueryAttention": (3,), "PackedAttention": (3,),
+    "BiasSplitGelu": (1,),
 }
 OPTIONAL_MIN_RANKS: dict[str, dict[int, int]] = {  # optional inputs: input index -> least rank where present
     "MultiHeadAttention": {1: 2}, "GroupQueryAttention": {1: 2},
