@@ -4,9 +4,12 @@
 
 Models: the onnx package's light ResNet-50, and the built-in BERT-base and Llama-2-70B-shaped
 graphs saved to a temporary folder (graph only; their external weights file does not exist).
-A third column times the floor under any Python importer: parsing the file and reading each node's
-fields into tuples, with no analysis at all. Each tool runs in its own child process so peak memory (ru_maxrss) is that tool's alone; each
-figure is the best of five runs, the mapper's with its caches cleared before each (a cold import).
+Beside them, three floors (bench/import_floors.py) that do strictly less than any real importer: reading
+each node's fields; + attributes and a per-signature memo of shapes (no records, no rules); + the engine's
+frozen per-node records (still no rules). onnx-tool's time over a floor is the most any Python importer
+doing that much could reach. Each tool runs in its own child process so peak memory (ru_maxrss) is that
+tool's alone; each figure is the best of five runs, the mapper's with its caches cleared before each (a
+cold import).
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import onnx
 import mapper
 
 RUNS = 5
+FLOORS = ("read", "columnar", "records")  # bench/import_floors.py
 CHILD = r"""
 import json, resource, sys, time, io, contextlib
 path, tool, dims = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
@@ -34,10 +38,10 @@ for _ in range(int(sys.argv[4])):
         import mapper
         w = mapper.load_workload(path, dims or None)
         flops = w.flops
-    elif tool == "floor":  # parse and read every node's fields into tuples, nothing else
-        import onnx
-        m = onnx.load(path, load_external_data=False)
-        rows = [(n.name, n.op_type, n.domain, tuple(n.input), tuple(n.output), list(n.attribute)) for n in m.graph.node]
+    elif tool in ("read", "columnar", "records"):  # lower bounds under any Python importer (import_floors.py)
+        sys.path.insert(0, sys.argv[5])
+        from import_floors import FLOORS
+        FLOORS[tool](path)
     else:
         import onnx_tool
         with contextlib.redirect_stdout(io.StringIO()):
@@ -51,7 +55,8 @@ print(json.dumps({"best_s": min(times), "peak_rss_mb": resource.getrusage(resour
 
 
 def run(tool: str, path: Path, dims: dict) -> dict:
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(path), tool, json.dumps(dims), str(RUNS)], check=False,
+    proc = subprocess.run([sys.executable, "-c", CHILD, str(path), tool, json.dumps(dims), str(RUNS),
+                           str(Path(__file__).parent)], check=False,
                           capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or ["failed"])[-1][:90]}
@@ -85,22 +90,25 @@ def main() -> None:
                  ("BERT-base (seq 128)", concrete_copy("bert-base", {"batch": 1, "seq": 128}, Path(tmp)), {}),
                  ("Llama-2-70B (80 layers, seq 128)",
                   concrete_copy("llama2-70b", {"batch": 1, "seq": 128, "past": 0}, Path(tmp)), {})]
-        print(f"{'model':34s} {'mapper s':>9s} {'MB':>6s} {'onnx-tool s':>12s} {'MB':>6s} {'ratio':>7s}"
-              f" {'read floor s':>13s} {'ratio':>7s}")
+        print(f"{'model':34s} {'mapper s':>9s} {'MB':>6s} {'onnx-tool s':>12s} {'MB':>6s} {'ratio':>7s}   floors:"
+              + "".join(f" {floor + ' s':>11s} {'ratio':>6s}" for floor in FLOORS))
         for label, (path, peer_path), dims in cases:
             ours, peer = run("mapper", path, dims), run("onnx_tool", peer_path, dims)
-            floor = run("floor", path, dims)
-            ratio = f"{peer['best_s'] / ours['best_s']:.1f}x" if "best_s" in peer and "best_s" in ours else "n/a"
-            floor_ratio = f"{peer['best_s'] / floor['best_s']:.1f}x" if "best_s" in peer else "n/a"
-            peer_s = f"{peer['best_s']:.3f}" if "best_s" in peer else peer.get("error", "")[:12]
-            peer_mb = f"{peer['peak_rss_mb']:.0f}" if "peak_rss_mb" in peer else ""
-            print(f"{label:34s} {ours['best_s']:9.3f} {ours['peak_rss_mb']:6.0f} {peer_s:>12s} {peer_mb:>6s} {ratio:>7s}"
-                  f" {floor['best_s']:13.4f} {floor_ratio:>7s}")
+            peer_s = peer.get("best_s")
+            ratio = f"{peer_s / ours['best_s']:.1f}x" if peer_s else "n/a"
+            row = f"{label:34s} {ours['best_s']:9.3f} {ours['peak_rss_mb']:6.0f}"
+            row += f" {peer_s:12.3f} {peer['peak_rss_mb']:6.0f}" if peer_s else f" {peer['error'][:12]:>12s} {'':>6s}"
+            row += f" {ratio:>7s}          "
+            for floor in FLOORS:
+                floor_s = run(floor, path, dims)["best_s"]
+                row += f" {floor_s:11.4f} {f'{peer_s / floor_s:.1f}x' if peer_s else 'n/a':>6s}"
+            print(row)
             if "error" in peer:
                 print(f"  onnx-tool: {peer['error']}")
-        print("read floor: parsing the file and reading every node's fields into Python tuples, no analysis;"
-              " 'ratio' beside it is onnx-tool's time over it, the most any Python importer could reach")
-
+        print("floors (bench/import_floors.py), each doing less than any real importer, the ratio beside each being"
+              " onnx-tool's time over it:\n  read: parse the file, read every node's fields into tuples;"
+              "\n  columnar: + attributes and a per-signature memo of output shapes, no records, no rules;"
+              "\n  records: + one frozen Node, TensorSpec and NodeWork per node (the engine's data model), no rules.")
 
 if __name__ == "__main__":
     main()
