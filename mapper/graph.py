@@ -19,6 +19,9 @@ DTYPE_BYTES: dict[str, float] = {
     "complex64": 8, "complex128": 16, "undefined": 4,
 }
 
+# Control-flow ops, whose bodies are subgraphs: never folded at import, and not entered by the work model.
+SUBGRAPH_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+
 
 class OpClass(StrEnum):
     """What kind of work an operator is (the work model's first column)."""

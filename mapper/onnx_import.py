@@ -21,14 +21,13 @@ from google.protobuf.message import DecodeError
 
 from mapper import limits
 from mapper.errors import MapperError
-from mapper.graph import Graph, Node, TensorSpec
+from mapper.graph import SUBGRAPH_OPS, Graph, Node, TensorSpec
 from mapper.onnx_nodes import ordered_nodes
 from mapper.onnx_values import constant_node_value, dtype_name, evaluate, small_value, tensor_dtype
 from mapper.ort_shapes import ort_inferred_value_info
 from mapper.reuse import BoundedCache
 from mapper.shape_rules import Ctx, NoRule, infer_node
 
-CONTROL_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
 BATCH_NAMES = ("batch", "batch_size", "n", "b", "bs", "batchsize")
 SEQ_NAMES = ("seq", "sequence", "seq_len", "sequence_length", "seqlen", "s", "tokens", "num_tokens")
 
@@ -319,7 +318,7 @@ class _Walk:
         for k, spec in enumerate(out):
             value = folded_values[k] if folded_values is not None and k < len(folded_values) else None
             self.set(spec.name, spec, value)
-        if folded_values is not None or (node.op_type not in CONTROL_OPS and any(node.inputs)
+        if folded_values is not None or (node.op_type not in SUBGRAPH_OPS and any(node.inputs)
                                          and all(i in self.const for i in node.inputs if i)):
             self.folded.add(node.name)
             self.const.update(o for o in node.outputs if o and o in self.specs)

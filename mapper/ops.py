@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mapper.graph import Graph, LayerType, Node, OpClass, TensorSpec
+from mapper.graph import SUBGRAPH_OPS, Graph, LayerType, Node, OpClass, TensorSpec
 from mapper.quantized import QUANTIZED_OPS, twin_node
 
 # FLOPs per output element of elementwise ops, and how many of them run on the
@@ -66,9 +66,12 @@ DATA_MOVEMENT = ("Transpose", "Concat", "Split", "Slice", "Gather", "GatherEleme
                  "SpaceToDepth", "OneHot", "ConstantOfShape", "Range", "NonZero", "RotaryEmbedding")
 VIEWS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "BiasDropout")
 SHAPE_ONLY = ("Shape", "Size", "Constant")
-CONTROL = ("If", "Loop", "Scan", "SequenceMap", "SequenceConstruct", "SequenceAt", "SequenceInsert",
+CONTROL = (*sorted(SUBGRAPH_OPS), "SequenceConstruct", "SequenceAt", "SequenceInsert",
            "SplitToSequence", "ConcatFromSequence", "NonMaxSuppression", "Unique", "RandomNormal",
            "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "StringNormalizer")
+# Why a control/host node carries no time: keyed by whether it has subgraph bodies.
+HOST_REASONS = {True: "control flow runs on the host; its body is not modeled",
+                False: "a host-side op (sequences, sampling, data-dependent sizes, strings): its time is not modeled"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,7 +299,7 @@ def estimate_node_work(node: Node, graph: Graph) -> NodeWork:
         flops, sfu = _vector_work(rule_node, op_class, rule_ins, outs)
         flops, matrix_flops = flops + (REQUANTIZE * outs[0].elements if quantized else 0.0), 0.0
     read, written, weight = _traffic(node, op_class, ins, outs, graph)
-    reason = "control flow runs on the host; its body is not modeled" if op_class is OpClass.CONTROL else ""
+    reason = HOST_REASONS[node.op_type in SUBGRAPH_OPS] if op_class is OpClass.CONTROL else ""
     return NodeWork(node.name, node.op_type, op_class, float(flops), float(matrix_flops), float(sfu),
                     float(read), float(written), float(weight), matrix, reason)
 

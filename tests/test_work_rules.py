@@ -88,6 +88,17 @@ def test_contrib_ops_from_exporters_are_modeled():
     assert mha.matrix_flops == 2 * 2 * 2 * 4 * 16 * 16 * 16 and mha.layer_type is mapper.LayerType.ATTENTION
 
 
+def test_host_ops_say_why_they_carry_no_time():
+    """Control flow and host-side ops (sequences, sampling, data-dependent sizes) are one class with two
+    reasons: only the ops with bodies are control flow."""
+    unique = _one(helper.make_node("Unique", ["x"], ["u"], sorted=1), [tensor("x", [16])], [tensor("u", [16])])
+    assert unique.op_class is OpClass.CONTROL and unique.reason.startswith("a host-side op")
+    body = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "body", [], [tensor("y", [4])])
+    branch = _one(helper.make_node("If", ["c"], ["out"], then_branch=body, else_branch=body),
+                  [tensor("c", [], TensorProto.BOOL)], [tensor("out", [4])])
+    assert branch.op_class is OpClass.CONTROL and branch.reason.startswith("control flow runs on the host")
+
+
 def _contrib_workload(nodes, inputs, outputs, inits=(), dims=None):
     import onnx
     m = onnx.load_from_string(make_model(nodes, inputs, outputs, inits))
