@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mapper.graph import Graph, LayerType, OpClass
+from mapper.graph import Graph, LayerType, Node, OpClass
 from mapper.ops import NodeWork
 from mapper.quantized import QUANTIZED_OPS
 from mapper.reuse import BoundedCache, per_object
@@ -23,6 +23,9 @@ _FLOAT_EPILOGUE_OPS = {"Add", "Sub", "Mul", "Div", "Relu", "LeakyRelu", "Clip", 
                        *QDQ_OPS}
 EPILOGUE_OPS = frozenset(_FLOAT_EPILOGUE_OPS | {op for op, q in QUANTIZED_OPS.items() if q.twin in _FLOAT_EPILOGUE_OPS})
 ELEMENTWISE_CLASSES = frozenset({OpClass.ELEMENTWISE, OpClass.TRANSCENDENTAL})
+# An elementwise result this small (a per-tensor or per-channel scale) is cheaper to recompute in the
+# epilogue of the kernel that reads it than to launch on its own: the planner lets it wait for that kernel.
+EPILOGUE_OPERAND_ELEMENTS = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,8 +117,31 @@ class _Planner:
             else:
                 yield user
 
+    def waiting_on(self, name: str, group: list[str]) -> list[Node]:
+        """Producers of the node's inputs that run neither in the group nor in a kernel already planned
+        (looking through free views); weights and graph inputs have none. A node absorbed while one is
+        pending would run its kernel before that producer."""
+        pending = []
+        for tensor in self.node[name].inputs:
+            producer = self.graph.producer(tensor) if tensor else None
+            while producer is not None and producer.name not in group and producer.name not in self.taken:
+                if self.work[producer.name].op_class is not OpClass.VIEW or not producer.inputs:
+                    if producer not in pending:
+                        pending.append(producer)
+                    break
+                producer = self.graph.producer(producer.inputs[0])
+        return pending
+
+    def absorbable(self, node: Node, group: list[str], rule: FusionRule, group_id: int) -> bool:
+        w = self.work[node.name]
+        return (node.name not in group and node.name not in self.taken and node.op_type in rule.absorbs
+                and w.op_class is not OpClass.UNMODELED
+                and w.layer_group in (-1, group_id))  # never pull a node out of another recognized block
+
     def grow(self, start: str, rule: FusionRule) -> list[str]:
-        """Greedy closure over absorbable users, then trimmed back until the group is legal."""
+        """Greedy closure over absorbable users, then trimmed back until the group is legal. A user that
+        also reads a sibling not yet planned (GELU's x * 0.5 beside erf(x / sqrt 2) + 1) takes that
+        sibling in with it when the sibling can run now; otherwise it is left for a later kernel."""
         group = [start]
         frontier = [start]
         group_id = self.work[start].layer_group
@@ -124,14 +150,20 @@ class _Planner:
             name = frontier.pop(0)
             for t in self.node[name].outputs:
                 for user in self._users_through_views(t):
-                    u = user.name
-                    if u in group or u in self.taken or user.op_type not in rule.absorbs or size >= rule.max_ops:
+                    if size >= rule.max_ops or not self.absorbable(user, group, rule, group_id):
                         continue
-                    if self.work[u].op_class is OpClass.UNMODELED or self.work[u].layer_group not in (-1, group_id):
-                        continue  # never pull a node out of another recognized block
-                    group.append(u)
-                    frontier.append(u)
-                    size += user.op_type not in QDQ_OPS
+                    pending = self.waiting_on(user.name, group)
+                    if not all(self.absorbable(p, group, rule, group_id) and not self.waiting_on(p.name, group)
+                               for p in pending):
+                        continue
+                    joining = [*pending, user]  # a tiny pulled-in operand (a scale product) costs no op slot
+                    added = sum(n.op_type not in QDQ_OPS for n in joining if n is user or not self.tiny(n.name))
+                    if size + added > rule.max_ops:
+                        continue
+                    for n in joining:  # producers before their user: trimming pops users first
+                        group.append(n.name)
+                        frontier.append(n.name)
+                    size += added
         while len(group) > 1 and len(self.escaping(group)) > 1:
             group.pop()
         return group
@@ -139,8 +171,29 @@ class _Planner:
     def block(self, w: NodeWork) -> list[str]:
         return [n for n in self.members.get(w.layer_group, ()) if n not in self.taken]
 
+    def deferrable(self, w: NodeWork) -> bool:
+        """A tiny elementwise node left alone (dynamic quantization's activation-scale x weight-scale
+        product) waits, so that the kernel reading it can compute it in its epilogue, as ONNX Runtime's
+        MatMulIntegerToFloat does, instead of paying a launch for a scalar."""
+        return w.op_class in ELEMENTWISE_CLASSES and w.op_type in EPILOGUE_OPS and self.tiny(w.name)
+
+    def tiny(self, name: str) -> bool:
+        return sum(spec.elements for o in self.node[name].outputs
+                   if (spec := self.graph.spec(o)) is not None) <= EPILOGUE_OPERAND_ELEMENTS
+
+    def due(self, deferred: dict[str, None], group: list[str]) -> list[str]:
+        """The deferred nodes the group reads, directly or through other deferred nodes, in graph order."""
+        needed, stack = set(), list(group)
+        while stack:
+            for producer in self.waiting_on(stack.pop(), group):
+                if producer.name in deferred and producer.name not in needed:
+                    needed.add(producer.name)
+                    stack.append(producer.name)
+        return [d for d in deferred if d in needed]
+
     def plan(self, policy: str, attention_fusion: bool) -> list[Group]:
         groups: list[Group] = []
+        deferred: dict[str, None] = {}  # waiting tiny nodes, in graph order
         for name in self.order:
             if name in self.taken:
                 continue
@@ -150,7 +203,7 @@ class _Planner:
                 continue
             kinds = _start_kinds(w)
             chosen: list[str] = [name]
-            rule_name = "single"
+            rule_name, postponed = "single", False
             for rule in FUSION_RULES:
                 applies = policy in rule.policies or (rule.starts == "attention" and attention_fusion)
                 if not applies or rule.starts not in kinds or policy == "none" and rule.starts != "attention":
@@ -158,16 +211,30 @@ class _Planner:
                 if rule.starts in ("attention", "norm"):
                     members = self.block(w) if w.layer_group >= 0 else [name]
                     candidate = [m for m in members if self.work[m].op_class not in (OpClass.VIEW,)]
+                    if name != candidate[-1] and any(self.waiting_on(m, candidate) for m in candidate):
+                        postponed = True  # a member reads what a later node makes (GQA's Expand of roped K):
+                        break             # the block is claimed at a later member, once that is planned
                 else:
                     candidate = self.grow(name, rule)
                 if len(candidate) > 1 or rule.starts == "norm":
                     chosen, rule_name = candidate, rule.name
                     break
+            if postponed:
+                continue
+            if rule_name == "single" and policy != "none" and self.deferrable(w):
+                deferred[name] = None
+                continue
+            for d in self.due(deferred, chosen):  # what the group reads and no kernel has made yet runs first
+                groups.append(Group((d,), "single"))
+                self.taken.add(d)
             self.taken.update(chosen)
+            for d in [d for d in deferred if d in self.taken]:
+                del deferred[d]
             if rule_name in ("flash-attention", "norm") and w.layer_group >= 0:
                 # the views inside the block are free and belong to it
                 self.taken.update(n for n in self.block(w))
             groups.append(Group(tuple(chosen), rule_name))
+        groups.extend(Group((d,), "single") for d in deferred)  # read by no later kernel
         return groups
 
 

@@ -13,6 +13,7 @@ from onnx import helper
 import mapper
 from mapper import PlanOptions
 from mapper.cost import kernel_time
+from mapper.graph import OpClass
 from mapper.tiling import ACCUMULATOR_BYTES
 from tests.conftest import attention_model, gemm_model, make_model, tensor, weight
 
@@ -77,6 +78,42 @@ def test_fusion_never_adds_dram_bytes(name, h100):
               layout="nchw" if name in ("resnet50", "mobilenetv2") else "auto")).kernels)
               for p in ("none", "default", "aggressive")}
     assert totals["aggressive"] <= totals["default"] <= totals["none"]
+
+
+def _producing_kernel(result, nodes):
+    """tensor -> index of the kernel that makes it; a free view's output is made where its input is."""
+    where = {o: i for i, k in enumerate(result.kernels) for n in k.kernel.nodes if n in nodes
+             for o in nodes[n].outputs if o}
+    in_kernels = {n for k in result.kernels for n in k.kernel.nodes}
+    for node in nodes.values():  # views run in no kernel (graph order: a view's input is placed first)
+        if node.name not in in_kernels and node.inputs and node.inputs[0] in where:
+            where.update((o, where[node.inputs[0]]) for o in node.outputs if o)
+    return where
+
+
+@pytest.mark.parametrize("source,dims", [("resnet50", {"batch": 2}), ("bert-base", {}), ("llama2-7b", {}),
+                                         ("vit-b16", {}), ("hf_llama_tiny.onnx", {"batch": 2, "seq": 8}),
+                                         ("bert_base_int8_dynamic.onnx", {"batch": 1, "seq": 64})])
+def test_kernels_run_after_the_kernels_they_read(source, dims, h100):
+    """Every node that does work runs in exactly one kernel, and every kernel reads only tensors made by earlier kernels (or weights and graph inputs). A greedy chain
+    that absorbs a node whose other operand a later kernel makes breaks this; so would a plan whose
+    fused group needs its own output back (ResNet's residual Add, SwiGLU's gate x up, RoPE, GELU's
+    x * 0.5 beside erf, dynamic quantization's scale product)."""
+    from tests.conftest import MODELS_DIR
+    w = mapper.load_workload(str(MODELS_DIR / source) if source.endswith(".onnx") else source, dims or None)
+    for policy in ("none", "default", "aggressive"):
+        result = mapper.map_workload(w, h100, PlanOptions(fusion=policy))
+        nodes = {n.name: n for n in w.graph.nodes}
+        placed = [n for k in result.kernels for n in k.kernel.nodes if n in nodes]
+        free = {x.name for x in w.nodes if x.op_class in (OpClass.VIEW, OpClass.SHAPE_ONLY)}
+        assert sorted(placed) == sorted(set(nodes) - free), f"{policy}: a node is in no kernel or in two"
+        where = _producing_kernel(result, nodes)
+        for i, k in enumerate(result.kernels):
+            for n in k.kernel.nodes:
+                if n not in nodes:  # an inserted layout transpose
+                    continue
+                late = [t for t in nodes[n].inputs if where.get(t, -1) > i]
+                assert not late, f"{policy}: kernel {i} {k.kernel.name!r} reads {late} made by a later kernel"
 
 
 # --- engines, layout, precision ---------------------------------------------------------------------

@@ -193,3 +193,30 @@ def test_qdq_weight_only_quantization_stays_float(weight_type, name, bytes_per_w
     result = mapper.map_workload(w, mapper.load_hardware("h100-sxm"))
     assert result.totals.dtype == "fp32"
     assert sum(k_.kernel.weight_bytes for k_ in result.kernels) == pytest.approx(k * n * bytes_per_weight)
+
+
+# --- BERT-base, dynamically quantized (ONNX Runtime quantize_dynamic, graph-only) --------------------
+DYNAMIC = MODELS_DIR / "bert_base_int8_dynamic.onnx"
+
+
+def test_dynamic_int8_bert_maps_like_the_float_one():
+    """DynamicQuantizeLinear -> MatMulInteger (int8 weights) -> Cast -> Mul by the scale product: every node
+    modeled, the float BERT-base's matrix FLOPs exactly, an int8 plan."""
+    w = mapper.load_workload(str(DYNAMIC), {"batch": 2, "seq": 128})
+    assert not w.unmodeled
+    assert w.matrix_flops == mapper.load_workload("bert-base", {"batch": 2, "seq": 128}).matrix_flops
+    assert mapper.map_workload(w, mapper.load_hardware("cpu-x86")).totals.dtype == "int8"
+
+
+def test_dynamic_int8_gemm_dequantizes_in_its_epilogue():
+    """ONNX Runtime runs each MatMulInteger -> Cast -> Mul(scale product) as one MatMulIntegerToFloat. The
+    plan does the same: the Cast, the dequantizing Mul and the scalar scale product (which comes before
+    the GEMM in graph order) ride in the GEMM's epilogue; no kernel is a lone scalar Mul."""
+    w = mapper.load_workload(str(DYNAMIC), {"batch": 1, "seq": 128})
+    result = mapper.map_workload(w, mapper.load_hardware("h100-sxm"))
+    gemms = [k.kernel for k in result.kernels if k.kernel.op_types[0] == "MatMulInteger"]
+    assert len(gemms) == 73  # 12 layers x 6 Linear + the pooler
+    for kernel in gemms:
+        assert kernel.op_types[:4] == ("MatMulInteger", "Cast", "Mul", "Mul"), kernel.name
+        assert any(n.endswith("_quant_scales_mul") for n in kernel.nodes)
+    assert not any(k.kernel.op_types == ("Mul",) and k.kernel.flops <= 4096 for k in result.kernels)

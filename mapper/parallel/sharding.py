@@ -52,8 +52,12 @@ def assign_roles(graph: Graph, kernels: list[Kernel]) -> list[Kernel]:
         reads_sharded = any(_through_views(graph, t) in sharded for t in ins)
         weight_gemm = (k.matrix is not None and k.weight_bytes > 0 and k.rule != "flash-attention"
                        and k.layer_type in (LayerType.LINEAR, LayerType.CONV) and not k.matrix.depthwise)
-        if weight_gemm:
-            role = "row" if reads_sharded else "column"
+        if weight_gemm:  # split by what the GEMM itself reads: its epilogue may read a sharded tensor
+            # (SwiGLU's up projection multiplies by the column-parallel gate) and stay column-parallel
+            gemm = nodes_by_name[k.nodes[0]]
+            gemm_reads_sharded = any(_through_views(graph, t) in sharded for t in gemm.inputs
+                                     if t and t not in graph.weights and t in graph.tensors)
+            role = "row" if gemm_reads_sharded else "column"
         else:
             role = "sharded" if reads_sharded else "replicated"
         if role in ("column", "sharded"):
