@@ -124,12 +124,13 @@ class _Planner:
         pending = []
         for tensor in self.node[name].inputs:
             producer = self.graph.producer(tensor) if tensor else None
-            while producer is not None and producer.name not in group and producer.name not in self.taken:
-                if self.work[producer.name].op_class is not OpClass.VIEW or not producer.inputs:
-                    if producer not in pending:
-                        pending.append(producer)
-                    break
-                producer = self.graph.producer(producer.inputs[0])
+            while producer is not None and producer.name not in group:
+                if self.work[producer.name].op_class is OpClass.VIEW and producer.inputs:
+                    producer = self.graph.producer(producer.inputs[0])  # planned or not, a view is free
+                    continue
+                if producer.name not in self.taken and producer not in pending:
+                    pending.append(producer)
+                break
         return pending
 
     def absorbable(self, node: Node, group: list[str], rule: FusionRule, group_id: int) -> bool:

@@ -55,12 +55,13 @@ def test_light_models_matrix_macs_match_published_or_peer(stem):
     assert macs == pytest.approx(onnx_tool_matrix_macs(LIGHT_DIR / f"{stem}.onnx"), rel=0.01)
 
 
-HF = ["hf_bert_tiny", "hf_bert_tiny_sdpa", "hf_gpt2_tiny", "hf_llama_tiny", "hf_llama_tiny_sdpa"]
+HF = ["hf_bert_tiny", "hf_bert_tiny_sdpa", "hf_gpt2_tiny", "hf_llama_tiny", "hf_llama_tiny_sdpa",
+      "hf_bert_tiny_ts", "hf_gpt2_tiny_ts", "hf_llama_tiny_ts"]  # _ts: the TorchScript exporter (dynamo=False)
 
 
 @pytest.mark.parametrize("stem", HF)
 @pytest.mark.parametrize("batch,seq", [(1, 1), (1, 64), (2, 16), (3, 100)])
-def test_hf_dynamo_exports_map_with_closed_form_matrix_flops(stem, batch, seq):
+def test_hf_exports_map_with_closed_form_matrix_flops(stem, batch, seq):
     path = MODELS_DIR / f"{stem}.onnx"
     assert not path.with_suffix(".onnx.data").exists()  # graph-only: the external data is absent
     w = mapper.load_workload(str(path), {DIM_NAMES[stem]["batch"]: batch, DIM_NAMES[stem]["seq"]: seq})
@@ -251,6 +252,8 @@ def test_repeated_nodes_take_the_shapes_and_work_found_once(source, dims, monkey
     (str(MODELS_DIR / "hf_llama_tiny_sdpa.onnx"), {"batch": 1, "seq": 7}),
     (str(MODELS_DIR / "hf_llama_tiny_decode.onnx"), {"batch": 2, "seq": 1, "past_seq": 8, "total_seq": 9}),
     (str(MODELS_DIR / "resnet50_int8_qdq.onnx"), {"batch": 3}),
+    (str(MODELS_DIR / "hf_bert_tiny_ts.onnx"), {"batch": 1, "seq": 9}),
+    (str(MODELS_DIR / "hf_llama_tiny_ts.onnx"), {"batch": 2, "seq": 5}),
 ])
 def test_shapes_agree_with_onnxruntime_symbolic_inference(source, dims):
     """A peer check of our shape rules: ONNX Runtime's symbolic shape inference, run on the same model

@@ -93,7 +93,8 @@ def _producing_kernel(result, nodes):
 
 @pytest.mark.parametrize("source,dims", [("resnet50", {"batch": 2}), ("bert-base", {}), ("llama2-7b", {}),
                                          ("vit-b16", {}), ("hf_llama_tiny.onnx", {"batch": 2, "seq": 8}),
-                                         ("bert_base_int8_dynamic.onnx", {"batch": 1, "seq": 64})])
+                                         ("bert_base_int8_dynamic.onnx", {"batch": 1, "seq": 64}),
+                                         ("hf_bert_tiny_ts.onnx", {"batch": 2, "seq": 8})])
 def test_kernels_run_after_the_kernels_they_read(source, dims, h100):
     """Every node that does work runs in exactly one kernel, and every kernel reads only tensors made by earlier kernels (or weights and graph inputs). A greedy chain
     that absorbs a node whose other operand a later kernel makes breaks this; so would a plan whose

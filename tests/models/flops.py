@@ -31,6 +31,9 @@ CONFIGS = {
     "hf_llama_tiny": _LLAMA,
     "hf_llama_tiny_sdpa": _LLAMA,
     "hf_llama_tiny_decode": _LLAMA,
+    "hf_bert_tiny_ts": _BERT,        # the TorchScript exporter (dynamo=False)
+    "hf_gpt2_tiny_ts": _GPT2,
+    "hf_llama_tiny_ts": _LLAMA,
 }
 
 # Symbolic dim names exactly as they appear on the graph inputs.
@@ -41,6 +44,9 @@ DIM_NAMES = {
     "hf_gpt2_tiny": _BS,
     "hf_llama_tiny": _BS,
     "hf_llama_tiny_sdpa": _BS,
+    "hf_bert_tiny_ts": _BS,
+    "hf_gpt2_tiny_ts": _BS,
+    "hf_llama_tiny_ts": _BS,
     # input_ids [batch, seq]; attention_mask [batch, total_seq] where
     # total_seq must be bound to past_seq + seq; past_kv_i [batch, 2, past_seq, 32]
     "hf_llama_tiny_decode": {"batch": "batch", "seq": "seq",
