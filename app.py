@@ -38,7 +38,7 @@ if selection is not None:
     st.session_state["selection"] = selection
     try:
         with st.spinner(f"Mapping {selection.model_label} onto {selection.hw.display_name} ..."):
-            result, doc = cache.mapping(*selection.key, selection.source, selection.hw)
+            result, doc = cache.mapping(*selection.key, selection.source, selection.hw, selection.model_label)
         st.session_state.update(result=result, doc=doc, map_error=None)
     except mapper.MapperError as e:
         st.session_state["map_error"] = f"Cannot map this selection: {e}"

@@ -5,6 +5,8 @@ so a rerun that changes nothing costs a dictionary lookup.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import streamlit as st
 
 import mapper
@@ -17,14 +19,15 @@ def hardware(name: str) -> mapper.HardwareProfile:
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
-def workload(model_key: str, dims: tuple, _source) -> mapper.Workload:
-    return mapper.load_workload(_source, dict(dims))
+def workload(model_key: str, dims: tuple, _source, label: str = "") -> mapper.Workload:
+    """`label`: the upload's file name, which names the model on the sheet."""
+    return mapper.load_workload(_source, dict(dims), name=Path(label).stem or None)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def mapping(model_key: str, dims: tuple, hw_key: str, options: tuple, _source, _hw) -> tuple:
+def mapping(model_key: str, dims: tuple, hw_key: str, options: tuple, _source, _hw, label: str = "") -> tuple:
     """(MappingResult, mapping document) for one (model, bindings, profile, options)."""
-    result = mapper.map_workload(workload(model_key, dims, _source), _hw, mapper.PlanOptions(**dict(options)))
+    result = mapper.map_workload(workload(model_key, dims, _source, label), _hw, mapper.PlanOptions(**dict(options)))
     return result, mapper.mapping_document(result)
 
 

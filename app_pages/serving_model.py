@@ -22,8 +22,8 @@ def with_batch(sel, batch: int) -> tuple:
 def service_time(sel):
     """Batch size -> one batch's latency in seconds from the cached mappings (a constant without a batch dim)."""
     if not any(k == "batch" for k, _ in sel.dims):
-        return cache.mapping(*sel.key, sel.source, sel.hw)[1]["totals"]["latency_s"]
-    return lambda b: cache.mapping(*with_batch(sel, int(b)), sel.source, sel.hw)[1]["totals"]["latency_s"]
+        return cache.mapping(*sel.key, sel.source, sel.hw, sel.model_label)[1]["totals"]["latency_s"]
+    return lambda b: cache.mapping(*with_batch(sel, int(b)), sel.source, sel.hw, sel.model_label)[1]["totals"]["latency_s"]
 
 
 def config(sel):

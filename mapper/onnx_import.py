@@ -28,6 +28,9 @@ from mapper.ort_shapes import ort_inferred_value_info
 from mapper.reuse import BoundedCache
 from mapper.shape_rules import Ctx, NoRule, infer_node
 
+# Graph names exporters give every model (PyTorch's exporters: "main_graph", "torch_jit"): the file's
+# name says more on a sheet and in the dashboard.
+GENERIC_GRAPH_NAMES = frozenset({"", "main_graph", "torch_jit", "torch-jit-export", "tf2onnx", "graph"})
 BATCH_NAMES = ("batch", "batch_size", "n", "b", "bs", "batchsize")
 SEQ_NAMES = ("seq", "sequence", "seq_len", "sequence_length", "seqlen", "s", "tokens", "num_tokens")
 
@@ -358,11 +361,13 @@ def load_model(source: str | os.PathLike | bytes, dims: dict[str, int] | None = 
 
     `dims` binds symbolic dims by name; `batch`/`seq` bind the dims that mean
     batch and sequence. An unbound dim raises MapperError listing the names.
+    The graph is named `name`, else the model's own graph name unless an exporter's generic one,
+    else the file's stem ("upload" for bytes).
     """
     data, default_name = read_model_bytes(source)
     model = parse_model(data, name or default_name)
-    return build_graph(model, hashlib.sha256(data).hexdigest(), name or model.graph.name or default_name,
-                       dims, batch, seq)
+    own = model.graph.name if model.graph.name not in GENERIC_GRAPH_NAMES else ""
+    return build_graph(model, hashlib.sha256(data).hexdigest(), name or own or default_name, dims, batch, seq)
 
 
 def build_graph(model: onnx.ModelProto, sha256: str, name: str, dims: dict[str, int] | None = None,

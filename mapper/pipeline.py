@@ -79,8 +79,9 @@ def is_builtin(source) -> bool:
 
 
 def load_workload(source: str | os.PathLike | bytes, dims: dict[str, int] | None = None, *,
-                  batch: int | None = None, seq: int | None = None) -> Workload:
-    """A built-in name, a path or uploaded bytes -> its workload at the bindings."""
+                  batch: int | None = None, seq: int | None = None, name: str | None = None) -> Workload:
+    """A built-in name, a path or uploaded bytes -> its workload at the bindings. `name` names a file or
+    upload on the sheet (an upload's file name; default: see `load_model`)."""
     if is_builtin(source):
         from mapper.zoo import zoo_model_bytes
         dims = dict(dims or {})
@@ -93,7 +94,7 @@ def load_workload(source: str | os.PathLike | bytes, dims: dict[str, int] | None
     if isinstance(source, str) and not os.path.exists(source) and not source.endswith(".onnx"):
         from mapper.zoo import ZOO_NAMES
         raise MapperError(f"model {source!r} is neither a file nor a built-in; built-ins: {', '.join(ZOO_NAMES)}")
-    return analyze_graph(load_model(source, dims=dims, batch=batch, seq=seq))
+    return analyze_graph(load_model(source, dims=dims, batch=batch, seq=seq, name=name))
 
 
 def _builtin_dims(name: str) -> dict[str, str]:

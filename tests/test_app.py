@@ -61,6 +61,7 @@ def test_uploaded_real_model_renders_every_page():
     assert at.session_state["model"] == "(uploaded model)"
     assert {n.label for n in at.number_input} >= {"batch", "seq"}  # its symbolic dims are bound in the sidebar
     assert at.session_state["doc"]["model"]["dims"]["seq"] == 128
+    assert at.session_state["doc"]["model"]["name"] == "hf_bert_tiny"  # the file's name, not "main_graph"
     visit_every_page(at, "hf_bert_tiny upload")
 
 
