@@ -34,6 +34,7 @@ CONFIGS = {
     "hf_bert_tiny_ts": _BERT,        # the TorchScript exporter (dynamo=False)
     "hf_gpt2_tiny_ts": _GPT2,
     "hf_llama_tiny_ts": _LLAMA,
+    "optimum_gpt2_tiny_with_past": _GPT2,  # Optimum's text-generation-with-past export (export_optimum.py)
 }
 
 # Symbolic dim names exactly as they appear on the graph inputs.
@@ -47,6 +48,8 @@ DIM_NAMES = {
     "hf_bert_tiny_ts": _BS,
     "hf_gpt2_tiny_ts": _BS,
     "hf_llama_tiny_ts": _BS,
+    "optimum_gpt2_tiny_with_past": {"batch": "batch_size", "seq": "sequence_length",
+                                    "past": "past_sequence_length"},
     # input_ids [batch, seq]; attention_mask [batch, total_seq] where
     # total_seq must be bound to past_seq + seq; past_kv_i [batch, 2, past_seq, 32]
     "hf_llama_tiny_decode": {"batch": "batch", "seq": "seq",
@@ -57,11 +60,11 @@ DIM_NAMES = {
 def matrix_flops(model_file_stem: str, batch: int, seq: int, past: int = 0) -> int:
     """2*MACs of all MatMul/Gemm work for one forward pass of the fixture.
 
-    seq is the number of new tokens; past (only hf_llama_tiny_decode) is the
+    seq is the number of new tokens; past (hf_llama_tiny_decode, optimum_gpt2_tiny_with_past) is the
     KV-cache length already held, so attention spans T = past + seq keys.
     """
     c = CONFIGS[model_file_stem]
-    if past and model_file_stem != "hf_llama_tiny_decode":
+    if past and model_file_stem not in ("hf_llama_tiny_decode", "optimum_gpt2_tiny_with_past"):
         raise ValueError(f"{model_file_stem} has no past KV input")
     B, S, T = batch, seq, past + seq
     L, H, nh, kvh, hd, I, V = (c[k] for k in ("L", "H", "nh", "kvh", "hd", "I", "V"))

@@ -1,0 +1,51 @@
+"""Make the Optimum fixture: a tiny GPT-2 exported by Hugging Face Optimum's ONNX exporter for
+text generation with a KV cache, the form most LLM ONNX files on the hub take.
+
+    python3 -m venv /tmp/optimum-venv
+    /tmp/optimum-venv/bin/pip install torch==2.13.0 optimum-onnx==0.1.0 onnx==1.23.2 onnxruntime==1.32.0
+    # (pulls optimum 2.1.0 and transformers 4.57.6; reruns write byte-identical files)
+    /tmp/optimum-venv/bin/python tests/models/export_optimum.py
+
+The model is built from a config (the same GPT-2 config as export_hf.py) with seeded random weights and
+saved to a temporary folder (no hub download); `optimum.exporters.onnx.main_export(...,
+task="text-generation-with-past")` writes one `model.onnx` (the TorchScript exporter underneath) whose
+inputs are `input_ids [batch_size, sequence_length]`, `past_key_values.{i}.key/value [batch_size, 4,
+past_sequence_length, 32]`, `attention_mask [batch_size, past_sequence_length + sequence_length]` and
+`position_ids`; outputs `logits` and `present.{i}.key/value`. A prefill is past_sequence_length = 0, a
+decode step sequence_length = 1. Saved graph-only: tensors over 1 KiB to external data, that file deleted.
+"""
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+import onnx
+
+HERE = Path(__file__).parent
+NAME = "optimum_gpt2_tiny_with_past"
+
+
+def main() -> None:
+    import torch
+    from optimum.exporters.onnx import main_export
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    sys.path.insert(0, str(HERE))
+    from export_hf import GPT2
+
+    torch.manual_seed(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        GPT2LMHeadModel(GPT2Config(**GPT2)).save_pretrained(f"{tmp}/model")
+        main_export(f"{tmp}/model", output=f"{tmp}/onnx", task="text-generation-with-past",
+                    library_name="transformers")
+        model = onnx.load(f"{tmp}/onnx/model.onnx")
+    out = HERE / f"{NAME}.onnx"
+    onnx.save_model(model, out, save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=f"{NAME}.onnx.data", size_threshold=1024)
+    (HERE / f"{NAME}.onnx.data").unlink()
+    print(f"{out}: {out.stat().st_size} bytes, external data deleted")
+
+
+if __name__ == "__main__":
+    main()
