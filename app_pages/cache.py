@@ -5,8 +5,6 @@ so a rerun that changes nothing costs a dictionary lookup.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import streamlit as st
 
 import mapper
@@ -20,8 +18,8 @@ def hardware(name: str) -> mapper.HardwareProfile:
 
 @st.cache_resource(max_entries=16, show_spinner=False)
 def workload(model_key: str, dims: tuple, _source, label: str = "") -> mapper.Workload:
-    """`label`: the upload's file name, which names the model on the sheet."""
-    return mapper.load_workload(_source, dict(dims), name=Path(label).stem or None)
+    """`label`: an upload's file name (it names a model whose graph name is an exporter's default)."""
+    return mapper.load_workload(_source, dict(dims), file_name=label or None)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)

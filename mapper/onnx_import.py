@@ -356,15 +356,19 @@ class _Walk:
 
 
 def load_model(source: str | os.PathLike | bytes, dims: dict[str, int] | None = None, *,
-               batch: int | None = None, seq: int | None = None, name: str | None = None) -> Graph:
+               batch: int | None = None, seq: int | None = None, name: str | None = None,
+               file_name: str | None = None) -> Graph:
     """Read an ONNX model and give its graph at concrete shapes.
 
     `dims` binds symbolic dims by name; `batch`/`seq` bind the dims that mean
     batch and sequence. An unbound dim raises MapperError listing the names.
     The graph is named `name`, else the model's own graph name unless an exporter's generic one,
-    else the file's stem ("upload" for bytes).
+    else the file's stem: the path's, or `file_name`'s for bytes that came from a file (an upload),
+    else "upload".
     """
     data, default_name = read_model_bytes(source)
+    if file_name and isinstance(source, (bytes, bytearray, memoryview)):
+        default_name = Path(file_name).stem or default_name
     model = parse_model(data, name or default_name)
     own = model.graph.name if model.graph.name not in GENERIC_GRAPH_NAMES else ""
     return build_graph(model, hashlib.sha256(data).hexdigest(), name or own or default_name, dims, batch, seq)

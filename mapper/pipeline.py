@@ -79,9 +79,10 @@ def is_builtin(source) -> bool:
 
 
 def load_workload(source: str | os.PathLike | bytes, dims: dict[str, int] | None = None, *,
-                  batch: int | None = None, seq: int | None = None, name: str | None = None) -> Workload:
-    """A built-in name, a path or uploaded bytes -> its workload at the bindings. `name` names a file or
-    upload on the sheet (an upload's file name; default: see `load_model`)."""
+                  batch: int | None = None, seq: int | None = None, file_name: str | None = None) -> Workload:
+    """A built-in name, a path or uploaded bytes -> its workload at the bindings. `file_name`: the name
+    of the file uploaded bytes came from, which names the model when its graph name is an exporter's
+    generic one (see `load_model`)."""
     if is_builtin(source):
         from mapper.zoo import zoo_model_bytes
         dims = dict(dims or {})
@@ -94,7 +95,7 @@ def load_workload(source: str | os.PathLike | bytes, dims: dict[str, int] | None
     if isinstance(source, str) and not os.path.exists(source) and not source.endswith(".onnx"):
         from mapper.zoo import ZOO_NAMES
         raise MapperError(f"model {source!r} is neither a file nor a built-in; built-ins: {', '.join(ZOO_NAMES)}")
-    return analyze_graph(load_model(source, dims=dims, batch=batch, seq=seq, name=name))
+    return analyze_graph(load_model(source, dims=dims, batch=batch, seq=seq, file_name=file_name))
 
 
 def _builtin_dims(name: str) -> dict[str, str]:

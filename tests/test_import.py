@@ -291,13 +291,15 @@ def test_shapes_agree_with_onnxruntime_symbolic_inference(source, dims):
 
 def test_generic_exporter_graph_names_give_way_to_the_file_name(tmp_path):
     """PyTorch's exporters name every graph "main_graph": a sheet or a comparison of two such models would
-    show that name twice. The file's name (or the name an upload came with) is used instead; a graph with
-    a name of its own keeps it."""
+    show that name twice. The file's name (an upload's too) is used instead; a graph with a name of its
+    own keeps it, from a path or an upload alike (the CLI and the dashboard say the same)."""
     path = tmp_path / "my_gpt2.onnx"
     path.write_bytes((MODELS_DIR / "hf_gpt2_tiny.onnx").read_bytes())
     assert onnx.load(path, load_external_data=False).graph.name == "main_graph"
     assert mapper.load_workload(str(path), {"batch": 1, "seq": 4}).graph.name == "my_gpt2"
     data = path.read_bytes()
     assert mapper.load_workload(data, {"batch": 1, "seq": 4}).graph.name == "upload"
-    assert mapper.load_workload(data, {"batch": 1, "seq": 4}, name="from_browser").graph.name == "from_browser"
+    assert mapper.load_workload(data, {"batch": 1, "seq": 4}, file_name="from_browser.onnx").graph.name == "from_browser"
     assert mapper.load_workload(str(LIGHT_DIR / "light_densenet121.onnx")).graph.name == "densenet121"
+    own = (LIGHT_DIR / "light_densenet121.onnx").read_bytes()
+    assert mapper.load_workload(own, file_name="light_densenet121.onnx").graph.name == "densenet121"
