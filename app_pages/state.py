@@ -131,7 +131,8 @@ def _dims_section(dims: list[tuple[str, str]]) -> tuple:
     out = []
     for name, help_text in dims:
         key = f"dim_{name}"
-        least = 0 if "past" in name.lower() else 1  # an empty KV cache is a prefill; other dims need one
+        # an empty KV cache is a prefill; a branch input (use_cache_branch) is 0 or 1; other dims need one
+        least = 0 if "past" in name.lower() or "branch" in name.lower() else 1
         st.session_state.setdefault(key, max(mapper.BUILTIN_DEFAULT_DIMS.get(name, 1), least))
         out.append((name, int(st.number_input(name, min_value=least, max_value=1 << 20, step=1, key=key,
                                               help=help_text or None))))

@@ -20,6 +20,7 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from mapper import limits
+from mapper.branches import branch_inputs, inline_bound_branches
 from mapper.errors import MapperError
 from mapper.graph import SUBGRAPH_OPS, Graph, Node, TensorSpec
 from mapper.onnx_nodes import ordered_nodes
@@ -28,9 +29,9 @@ from mapper.ort_shapes import ort_inferred_value_info
 from mapper.reuse import BoundedCache
 from mapper.shape_rules import Ctx, NoRule, infer_node
 
-# Graph names exporters give every model (PyTorch's exporters: "main_graph", "torch_jit"): the file's
+# Graph names exporters give every model (PyTorch's "main_graph", Optimum's merged decoders "merged"): the file's
 # name says more on a sheet and in the dashboard.
-GENERIC_GRAPH_NAMES = frozenset({"", "main_graph", "torch_jit", "torch-jit-export", "tf2onnx", "graph"})
+GENERIC_GRAPH_NAMES = frozenset({"", "main_graph", "torch_jit", "torch-jit-export", "tf2onnx", "graph", "merged"})
 BATCH_NAMES = ("batch", "batch_size", "n", "b", "bs", "batchsize")
 SEQ_NAMES = ("seq", "sequence", "seq_len", "sequence_length", "seqlen", "s", "tokens", "num_tokens")
 
@@ -120,8 +121,9 @@ def graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
 
 
 def symbolic_dims(model: onnx.ModelProto) -> dict[str, tuple[str, int]]:
-    """Every free dim name on the graph inputs -> (input name, axis) where it first appears."""
-    found: dict[str, tuple[str, int]] = {}
+    """Every free dim name on the graph inputs -> (input name, axis) where it first appears; a boolean
+    input an If branches on is bound like a dim (axis -1: its value, 0 or 1, not a size)."""
+    found: dict[str, tuple[str, int]] = {name: (name, -1) for name in branch_inputs(model)}
     for vi in graph_inputs(model):
         for axis, d in enumerate(vi.type.tensor_type.shape.dim):
             if d.HasField("dim_value"):  # a fixed size (0 is a legal, empty dim)
@@ -161,8 +163,10 @@ def resolve_bindings(model: onnx.ModelProto, dims: dict[str, int] | None,
     missing = [n for n in free if n not in bound]
     if missing:
         listed = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+        branches = [n for n in missing if free[n][1] == -1]
+        hint = f"; {', '.join(branches)} chooses the branch of an If (0 or 1)" if branches else ""
         raise MapperError(f"unbound dims: {listed}; bind each with --dim NAME=VALUE"
-                          " (or --batch/--seq for the batch and sequence dims)")
+                          f" (or --batch/--seq for the batch and sequence dims){hint}")
     return {n: bound[n] for n in free} | {k: v for k, v in bound.items() if k not in free}
 
 
@@ -378,6 +382,10 @@ def build_graph(model: onnx.ModelProto, sha256: str, name: str, dims: dict[str, 
                 batch: int | None = None, seq: int | None = None) -> Graph:
     opset = default_opset(model)
     bound = resolve_bindings(model, dims, batch, seq)
+    branches = {n: bound[n] for n in branch_inputs(model)}
+    if branches:  # the graph depends on the branch taken: so do the caches keyed by the model's hash
+        model = inline_bound_branches(model, branches)
+        sha256 = hashlib.sha256(f"{sha256} {sorted(branches.items())}".encode()).hexdigest()
     walk = _Walk(model, bound, sha256)
     for t in model.graph.initializer:
         if math.prod(t.dims) > limits.MAX_TENSOR_ELEMENTS:

@@ -65,6 +65,24 @@ def test_uploaded_real_model_renders_every_page():
     visit_every_page(at, "hf_bert_tiny upload")
 
 
+def test_uploaded_optimum_merged_decoder_binds_its_branch_in_the_sidebar():
+    """Optimum's merged decoder (one If on use_cache_branch): the branch input is offered beside the dims,
+    the with-past branch maps by default, and switching it to 0 maps the other branch."""
+    path = BERT_TINY.parent / "optimum_gpt2_tiny_merged.onnx"
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.session_state["test_upload"] = (path.name, path.read_bytes())
+    at.run()
+    assert_clean(at, "merged decoder upload")
+    assert {n.label for n in at.number_input} >= {"use_cache_branch", "past_sequence_length", "batch_size"}
+    doc = at.session_state["doc"]
+    assert doc["model"]["name"] == "optimum_gpt2_tiny_merged" and not doc["unmodeled"]
+    assert doc["model"]["dims"]["use_cache_branch"] == 1
+    at.number_input(key="dim_use_cache_branch").set_value(0).run()
+    assert_clean(at, "merged decoder, branch 0")
+    assert at.session_state["doc"]["model"]["dims"]["use_cache_branch"] == 0
+    assert at.session_state["doc"]["model"]["sha256"] != doc["model"]["sha256"]
+
+
 def test_uploaded_int8_model_renders_every_page_at_int8():
     """ONNX Runtime's QDQ-quantized ResNet-50 (tests/models/export_quantized.py)."""
     path = BERT_TINY.parent / "resnet50_int8_qdq.onnx"

@@ -303,3 +303,62 @@ def test_generic_exporter_graph_names_give_way_to_the_file_name(tmp_path):
     assert mapper.load_workload(str(LIGHT_DIR / "light_densenet121.onnx")).graph.name == "densenet121"
     own = (LIGHT_DIR / "light_densenet121.onnx").read_bytes()
     assert mapper.load_workload(own, file_name="light_densenet121.onnx").graph.name == "densenet121"
+
+
+MERGED = MODELS_DIR / "optimum_gpt2_tiny_merged.onnx"
+
+
+@pytest.mark.parametrize("branch,batch,seq,past", [(0, 1, 7, 0), (1, 1, 7, 0), (1, 2, 1, 31), (1, 4, 1, 2048)])
+def test_optimum_merged_decoder_maps_the_bound_branch(branch, batch, seq, past):
+    """Optimum's decoder_model_merged form: one If on the input use_cache_branch holds both decoders. Bound
+    like a dim, the input picks the branch, whose nodes replace the If: the closed-form FLOPs, every node
+    modeled (unbound, the whole model would be one host-side node)."""
+    w = mapper.load_workload(str(MERGED), {"past_sequence_length": past, "use_cache_branch": branch},
+                             batch=batch, seq=seq)
+    assert w.matrix_flops == matrix_flops("optimum_gpt2_tiny_with_past", batch, seq, past)
+    assert not w.unmodeled and "If" not in {n.op_type for n in w.graph.nodes}
+    assert w.graph.name == "optimum_gpt2_tiny_merged"  # "merged" is Optimum's name for every such graph
+
+
+def test_optimum_merged_decoder_branches_do_not_share_cached_structure():
+    """The graph depends on the branch: the two branches at the same dims are different graphs (the
+    structure caches are keyed by the model's hash and the branch), and either order gives the same."""
+    dims = {"past_sequence_length": 0, "batch_size": 1, "sequence_length": 5}
+    first = [mapper.load_workload(str(MERGED), dims | {"use_cache_branch": b}) for b in (0, 1)]
+    second = [mapper.load_workload(str(MERGED), dims | {"use_cache_branch": b}) for b in (1, 0)][::-1]
+    assert len(first[0].graph.nodes) != len(first[1].graph.nodes)
+    assert first[0].graph.sha256 != first[1].graph.sha256
+    assert [len(w.graph.nodes) for w in first] == [len(w.graph.nodes) for w in second]
+
+
+def test_optimum_merged_decoder_needs_its_branch_bound_and_says_how():
+    with pytest.raises(mapper.MapperError, match=r"unbound dims: use_cache_branch.*chooses the branch of an If"):
+        mapper.load_workload(str(MERGED), {"past_sequence_length": 0}, batch=1, seq=4)
+    with pytest.raises(mapper.MapperError, match=r"branch input 'use_cache_branch'=2 must be 0 or 1"):
+        mapper.load_workload(str(MERGED), {"past_sequence_length": 0, "use_cache_branch": 2}, batch=1, seq=4)
+
+
+def test_branch_inlining_is_bounded_and_malformed_branches_are_errors(monkeypatch):
+    """A hostile file can nest Ifs on the bound input: the inlined graph is held to MAX_NODES like any
+    other, and a branch whose outputs do not match the If's is a one-line error."""
+    from onnx import TensorProto, helper
+
+    from mapper import limits
+    flag = helper.make_tensor_value_info("flag", TensorProto.BOOL, [1])
+    body = helper.make_graph([helper.make_node("Relu", ["x"], [f"r{i}"]) for i in range(5)] +
+                             [helper.make_node("Identity", ["r0"], ["y_inner"])], "body", [],
+                             [helper.make_tensor_value_info("y_inner", TensorProto.FLOAT, [4])])
+    node = helper.make_node("If", ["flag"], ["y"], then_branch=body, else_branch=body)
+    graph = helper.make_graph([node], "g", [flag, tensor("x", [4])], [tensor("y", [4])])
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    assert {n.op_type for n in mapper.load_workload(data, {"flag": 1}).graph.nodes} == {"Relu", "Identity"}
+    monkeypatch.setattr(limits, "MAX_NODES", 4)
+    with pytest.raises(mapper.MapperError, match="with its If branches in place the graph has 7 nodes, over MAX_NODES"):
+        mapper.load_workload(data, {"flag": 0})
+    monkeypatch.undo()
+    bad = helper.make_graph([helper.make_node("Relu", ["x"], ["z"])], "bad", [], [])
+    node = helper.make_node("If", ["flag"], ["y"], then_branch=bad, else_branch=bad)
+    graph = helper.make_graph([node], "g", [flag, tensor("x", [4])], [tensor("y", [4])])
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    with pytest.raises(mapper.MapperError, match="branch has 0 outputs for 1"):
+        mapper.load_workload(data, {"flag": 1})
