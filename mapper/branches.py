@@ -25,6 +25,8 @@ def branch_inputs(model: onnx.ModelProto) -> list[str]:
     flags = {vi.name for vi in model.graph.input if vi.name not in inits
              and vi.type.tensor_type.elem_type == onnx.TensorProto.BOOL
              and all(d.HasField("dim_value") and d.dim_value == 1 for d in vi.type.tensor_type.shape.dim)}
+    if not flags:  # most models: no node scan
+        return []
     return sorted({n.input[0] for n in model.graph.node if n.op_type == "If" and n.input and n.input[0] in flags})
 
 
