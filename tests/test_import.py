@@ -78,12 +78,13 @@ def test_hf_llama_decode_step_with_kv_cache(batch, seq, past):
     assert w.matrix_flops == matrix_flops("hf_llama_tiny_decode", batch, seq, past)
 
 
+@pytest.mark.parametrize("stem", ["optimum_gpt2_tiny_with_past", "optimum_llama_tiny_with_past"])
 @pytest.mark.parametrize("batch,seq,past", [(1, 7, 0), (2, 1, 31), (4, 1, 2048), (3, 5, 40)])
-def test_optimum_export_with_kv_cache_prefill_and_decode(batch, seq, past):
+def test_optimum_export_with_kv_cache_prefill_and_decode(stem, batch, seq, past):
     """Hugging Face Optimum's text-generation-with-past export (one graph for prefill and decode; the mask's
-    dim is the expression past_sequence_length + sequence_length): closed-form FLOPs at each binding, bound
-    with the --batch/--seq shortcuts (batch_size, sequence_length) and the past dim by name."""
-    stem = "optimum_gpt2_tiny_with_past"
+    dim is the expression past_sequence_length + sequence_length), GPT-2 and Llama (GQA): closed-form FLOPs
+    at each binding, bound with the --batch/--seq shortcuts (batch_size, sequence_length) and the past dim
+    by name."""
     w = mapper.load_workload(str(MODELS_DIR / f"{stem}.onnx"), {DIM_NAMES[stem]["past"]: past}, batch=batch, seq=seq)
     assert w.matrix_flops == matrix_flops(stem, batch, seq, past)
     assert not w.unmodeled and w.graph.name == stem
@@ -268,6 +269,8 @@ def test_repeated_nodes_take_the_shapes_and_work_found_once(source, dims, monkey
     (str(MODELS_DIR / "hf_llama_tiny_ts.onnx"), {"batch": 2, "seq": 5}),
     (str(MODELS_DIR / "optimum_gpt2_tiny_with_past.onnx"),
      {"batch_size": 2, "sequence_length": 1, "past_sequence_length": 17}),
+    (str(MODELS_DIR / "optimum_llama_tiny_with_past.onnx"),
+     {"batch_size": 1, "sequence_length": 3, "past_sequence_length": 9}),
 ])
 def test_shapes_agree_with_onnxruntime_symbolic_inference(source, dims):
     """A peer check of our shape rules: ONNX Runtime's symbolic shape inference, run on the same model

@@ -12,7 +12,8 @@ task="text-generation-with-past")` writes one `model.onnx` (the TorchScript expo
 inputs are `input_ids [batch_size, sequence_length]`, `past_key_values.{i}.key/value [batch_size, 4,
 past_sequence_length, 32]`, `attention_mask [batch_size, past_sequence_length + sequence_length]` and
 `position_ids`; outputs `logits` and `present.{i}.key/value`. A prefill is past_sequence_length = 0, a
-decode step sequence_length = 1. That is `optimum_gpt2_tiny_with_past.onnx`.
+decode step sequence_length = 1. That is `optimum_gpt2_tiny_with_past.onnx`; the same export of the tiny
+Llama config (GQA, RoPE, SwiGLU) is `optimum_llama_tiny_with_past.onnx`.
 
 The older form, `decoder_model_merged.onnx` (still what many hub repositories ship): Optimum exported a
 decoder without past inputs (but with present outputs) and one with, then joined them with
@@ -44,10 +45,10 @@ def main() -> None:
     from optimum.exporters.onnx import main_export
     from optimum.exporters.onnx.model_configs import GPT2OnnxConfig
     from optimum.onnx import merge_decoders
-    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
     sys.path.insert(0, str(HERE))
-    from export_hf import GPT2
+    from export_hf import GPT2, LLAMA
 
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp:
@@ -61,6 +62,12 @@ def main() -> None:
         graph_only(onnx.load(f"{tmp}/past/model.onnx"), "optimum_gpt2_tiny_with_past")
         merge_decoders(f"{tmp}/no_past/model.onnx", f"{tmp}/past/model.onnx", save_path=f"{tmp}/merged.onnx")
         graph_only(onnx.load(f"{tmp}/merged.onnx"), "optimum_gpt2_tiny_merged")
+
+        torch.manual_seed(0)
+        LlamaForCausalLM(LlamaConfig(**LLAMA)).save_pretrained(f"{tmp}/llama")
+        main_export(f"{tmp}/llama", output=f"{tmp}/llama_past", task="text-generation-with-past",
+                    library_name="transformers")
+        graph_only(onnx.load(f"{tmp}/llama_past/model.onnx"), "optimum_llama_tiny_with_past")
 
 
 if __name__ == "__main__":

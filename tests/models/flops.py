@@ -35,6 +35,9 @@ CONFIGS = {
     "hf_gpt2_tiny_ts": _GPT2,
     "hf_llama_tiny_ts": _LLAMA,
     "optimum_gpt2_tiny_with_past": _GPT2,  # Optimum's text-generation-with-past export (export_optimum.py)
+    # transformers 4.57's rotary embedding (inv_freq @ position_ids, [hd/2, 1] x [1, S]) stays a MatMul in
+    # Optimum's TorchScript graph; the dynamo and transformers-5 exports compute it without one
+    "optimum_llama_tiny_with_past": dict(_LLAMA, rope_matmul=True),
 }
 
 # Symbolic dim names exactly as they appear on the graph inputs.
@@ -50,6 +53,8 @@ DIM_NAMES = {
     "hf_llama_tiny_ts": _BS,
     "optimum_gpt2_tiny_with_past": {"batch": "batch_size", "seq": "sequence_length",
                                     "past": "past_sequence_length"},
+    "optimum_llama_tiny_with_past": {"batch": "batch_size", "seq": "sequence_length",
+                                     "past": "past_sequence_length"},
     # input_ids [batch, seq]; attention_mask [batch, total_seq] where
     # total_seq must be bound to past_seq + seq; past_kv_i [batch, 2, past_seq, 32]
     "hf_llama_tiny_decode": {"batch": "batch", "seq": "seq",
@@ -64,7 +69,8 @@ def matrix_flops(model_file_stem: str, batch: int, seq: int, past: int = 0) -> i
     KV-cache length already held, so attention spans T = past + seq keys.
     """
     c = CONFIGS[model_file_stem]
-    if past and model_file_stem not in ("hf_llama_tiny_decode", "optimum_gpt2_tiny_with_past"):
+    if past and model_file_stem not in ("hf_llama_tiny_decode", "optimum_gpt2_tiny_with_past",
+                                        "optimum_llama_tiny_with_past"):
         raise ValueError(f"{model_file_stem} has no past KV input")
     B, S, T = batch, seq, past + seq
     L, H, nh, kvh, hd, I, V = (c[k] for k in ("L", "H", "nh", "kvh", "hd", "I", "V"))
@@ -82,7 +88,8 @@ def matrix_flops(model_file_stem: str, batch: int, seq: int, past: int = 0) -> i
         q_o = 2 * 2 * BS * H * nh * hd
         k_v = 2 * 2 * BS * H * kvh * hd
         mlp = 3 * 2 * BS * H * I                # gate, up, down
-        return L * (q_o + k_v + mlp + attn) + 2 * BS * H * V
+        rope = 2 * BS * (hd // 2) if c.get("rope_matmul") else 0
+        return L * (q_o + k_v + mlp + attn) + 2 * BS * H * V + rope
     raise KeyError(fam)
 
 
