@@ -19,14 +19,15 @@ DEFAULT_PAIR = {"fusion": ("none", "aggressive"), "dtype": ("bf16", "fp8"), "hw"
 
 
 def selection():
-    """The sidebar's model, profile and options (bert-base on h100-sxm when the page runs alone)."""
+    """The sidebar's model, profile, options and bindings (bert-base on h100-sxm when the page runs alone);
+    the matrix sweeps batch and seq and holds the model's other dims at the sidebar's values."""
     sel = st.session_state.get("selection")
     if sel is None:
-        return "bert-base", "bert-base", mapper.load_hardware("h100-sxm"), mapper.PlanOptions(dtype="bf16")
-    return sel.model_label, sel.source, sel.hw, mapper.PlanOptions(**dict(sel.options))
+        return "bert-base", "bert-base", mapper.load_hardware("h100-sxm"), mapper.PlanOptions(dtype="bf16"), ()
+    return sel.model_label, sel.source, sel.hw, mapper.PlanOptions(**dict(sel.options)), sel.dims
 
 
-label, source, hw, options = selection()
+label, source, hw, options, held = selection()
 st.title("Compare")
 st.caption(f"{label} · baseline against candidate, every (batch, seq) slice; a slice that regresses on any"
            " metric keeps the baseline (the rollback boundary)")
@@ -48,14 +49,14 @@ with st.expander("Thresholds (relative change that counts)"):
                   for i, m in enumerate(METRICS)}
 
 key = (label, hw.sha256, field, base_value, cand_value, tuple(sorted(batches)), tuple(sorted(seqs)),
-       tuple(sorted(thresholds.items())), options)
+       tuple(sorted(thresholds.items())), options, held)
 
 
 def _compare(progress):
     profile = hw if field != "hw" else None
     baseline = plan_spec(f"{field}={base_value}", source, profile or base_value, options)
     candidate = plan_spec(f"{field}={cand_value}", source, profile or cand_value, options)
-    return compare_plans(baseline, candidate, tuple(batches), tuple(seqs), thresholds, progress=progress)
+    return compare_plans(baseline, candidate, tuple(batches), tuple(seqs), thresholds, progress=progress, dims=held)
 
 
 result = ui.run_stored("compare_result", key, "Compare", not (batches and seqs), _compare,

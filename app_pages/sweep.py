@@ -15,14 +15,15 @@ MAX_PAGE_SLICES = 400          # a dashboard sweep stays interactive; bigger gri
 
 
 def selection():
-    """The sidebar's model and profile (resnet50 on h100-sxm when the page runs alone)."""
+    """The sidebar's model, profile and bindings (resnet50 on h100-sxm when the page runs alone); the grid
+    sweeps batch and seq and holds the model's other dims (a KV-cache length...) where the sidebar has them."""
     sel = st.session_state.get("selection")
     if sel is None:
-        return "resnet50", "resnet50", mapper.load_hardware("h100-sxm")
-    return sel.model_label, sel.source, sel.hw
+        return "resnet50", "resnet50", mapper.load_hardware("h100-sxm"), ()
+    return sel.model_label, sel.source, sel.hw, sel.dims
 
 
-label, source, hw = selection()
+label, source, hw, held = selection()
 st.title("Sweep")
 st.caption(f"{label} on {hw.name} · every (batch, seq, dtype, fusion) slice mapped in-process;"
            " the best plan is the lowest latency")
@@ -36,11 +37,11 @@ n = len(batches) * max(len(seqs), 1) * len(dtypes) * len(fusions)
 st.caption(f"{n} slices at most" + (f" (over the page limit of {MAX_PAGE_SLICES}: use `mapper sweep`)"
                                     if n > MAX_PAGE_SLICES else ""))
 
-key = (label, hw.sha256, tuple(sorted(batches)), tuple(sorted(seqs)), tuple(dtypes), tuple(fusions))
+key = (label, hw.sha256, tuple(sorted(batches)), tuple(sorted(seqs)), tuple(dtypes), tuple(fusions), held)
 result = ui.run_stored(
     "sweep_result", key, "Run sweep", not (batches and seqs and dtypes and fusions) or n > MAX_PAGE_SLICES,
     lambda progress: run_sweep(SweepSpec((source,), (hw,), tuple(batches), tuple(seqs), tuple(dtypes),
-                                         tuple(fusions)), progress=progress),
+                                         tuple(fusions), dims=held), progress=progress),
     "Cannot sweep this selection", "Choose the grid and press **Run sweep**.")
 table = result.table
 failed = table[table["status"] != "ok"]

@@ -21,7 +21,7 @@ class _Parser(argparse.ArgumentParser):
                           else f"{message} (see `mapper --help`)")
 
 
-def _dim(text: str) -> tuple[str, int]:
+def parse_dim(text: str) -> tuple[str, int]:
     name, sep, value = text.partition("=")
     if not sep or not name or not value.strip().lstrip("-").isdigit():
         raise MapperError(f"--dim {text!r} must look like NAME=INTEGER, e.g. --dim seq=512")
@@ -71,7 +71,7 @@ def options_from(args) -> mapper.PlanOptions:
 
 
 def workload_from(args) -> mapper.Workload:
-    dims = dict(_dim(d) for d in args.dim)
+    dims = dict(parse_dim(d) for d in args.dim)
     return mapper.load_workload(args.model, dims or None, batch=args.batch, seq=args.seq)
 
 
@@ -172,7 +172,7 @@ def cmd_serve(args) -> int:
     if args.batch is not None:
         raise MapperError("serve forms its own batches: use --max-batch (and --batch-policy), not --batch")
     hw, options = mapper.load_hardware(args.hw), options_from(args)
-    dims = dict(_dim(d) for d in args.dim) | ({"seq": args.seq} if args.seq is not None else {})
+    dims = dict(parse_dim(d) for d in args.dim) | ({"seq": args.seq} if args.seq is not None else {})
     trace = load_trace(args.trace) if args.trace else None
     decoder = args.llm or "past" in next((e["dims"] for e in mapper.list_zoo() if e["name"] == args.model), {})
     jitter_cv = hw.jitter_cv if args.jitter_cv is None else args.jitter_cv    # the profile's unless given

@@ -165,12 +165,15 @@ def kernel_class_changes(base: MappingResult, cand: MappingResult) -> list[dict]
 
 def compare_plans(baseline: PlanSpec, candidate: PlanSpec, batches: tuple[int, ...], seqs: tuple[int, ...],
                   thresholds: dict[str, float] | None = None, load_fraction: float = DEFAULT_LOAD_FRACTION,
-                  seed: int = 0, requests: int = DEFAULT_REQUESTS, progress=None) -> Comparison:
-    """Map both plans on every slice, judge every metric, and draw the rollback boundary."""
+                  seed: int = 0, requests: int = DEFAULT_REQUESTS, progress=None,
+                  dims: tuple[tuple[str, int], ...] = ()) -> Comparison:
+    """Map both plans on every slice, judge every metric, and draw the rollback boundary. `dims` holds
+    the models' other dims (a KV-cache length) for every slice, as a sweep's do."""
     thresholds = parse_thresholds(thresholds)
     if not 0 < load_fraction < 1:
         raise MapperError(f"load fraction {load_fraction!r} must be between 0 and 1 (exclusive)")
-    shapes = {model: ModelShapes(model_source(model)) for model in dict.fromkeys((baseline.model, candidate.model))}
+    shapes = {model: ModelShapes(model_source(model, dims=dims))
+              for model in dict.fromkeys((baseline.model, candidate.model))}
     any_seq = any(s.model.has_seq for s in shapes.values())
     slices = [(b, s) for b in sorted(set(batches)) for s in (sorted(set(seqs)) if any_seq else [None])]
     matrix, verdicts, boundary, changes, notes = [], [], [], [], set()

@@ -134,6 +134,20 @@ def symbolic_dims(model: onnx.ModelProto) -> dict[str, tuple[str, int]]:
     return found
 
 
+SHORTCUT_NAMES = {"batch": BATCH_NAMES, "seq": SEQ_NAMES}
+SHORTCUT_AXES = {"batch": 0, "seq": 1}  # where exporters that name dims s0, s1... put them on the ids
+
+
+def shortcut_targets(free: dict[str, tuple[str, int]], bound: dict[str, int], shortcut: str) -> list[str]:
+    """The free dims that --batch or --seq binds: by name (batch_size, sequence_length...), else by a name
+    containing the word (not a past or total length), else the first unbound dim at the shortcut's axis."""
+    matches = [n for n in free if n.lower() in SHORTCUT_NAMES[shortcut]] or \
+              [n for n in free if shortcut in n.lower() and "past" not in n.lower() and "total" not in n.lower()]
+    if not matches:
+        matches = [n for n, (_, ax) in free.items() if ax == SHORTCUT_AXES[shortcut] and n not in bound and ":" not in n][:1]
+    return matches
+
+
 def resolve_bindings(model: onnx.ModelProto, dims: dict[str, int] | None,
                      batch: int | None, seq: int | None) -> dict[str, int]:
     """Map the user's bindings (by name, and the --batch/--seq shortcuts) onto the model's dim names."""
@@ -142,16 +156,13 @@ def resolve_bindings(model: onnx.ModelProto, dims: dict[str, int] | None,
     for key, value in bound.items():
         if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or not 0 <= value <= limits.MAX_DIM:
             raise MapperError(f"dim {key}={value!r} must be an integer from 0 to {limits.limit_text('MAX_DIM')}")
-    for shortcut, value, names, axis in (("batch", batch, BATCH_NAMES, 0), ("seq", seq, SEQ_NAMES, 1)):
+    for shortcut, value in (("batch", batch), ("seq", seq)):
         if value is None:
             continue
         if not isinstance(value, (int, np.integer)) or not 0 < value <= limits.MAX_DIM:
             raise MapperError(f"--{shortcut} {value!r} must be an integer from 1 to {limits.MAX_DIM}")
-        matches = [n for n in free if n.lower() in names] or \
-                  [n for n in free if shortcut in n.lower() and "past" not in n.lower() and "total" not in n.lower()]
-        if not matches:  # exporters that name dims s0, s1...: batch is axis 0, sequence axis 1 of the ids
-            matches = [n for n, (_, ax) in free.items() if ax == axis and n not in bound and ":" not in n][:1]
-        if not matches and not _fixed_axis_is(model, axis, int(value)):
+        matches = shortcut_targets(free, bound, shortcut)
+        if not matches and not _fixed_axis_is(model, SHORTCUT_AXES[shortcut], int(value)):
             raise MapperError(f"--{shortcut} {value}: this model has no free {shortcut} dim (its inputs are"
                               f" {_input_shapes(model)}); bind its dims by name with --dim NAME=VALUE")
         for n in matches:

@@ -20,7 +20,14 @@ from mapper import limits
 from mapper.errors import MapperError
 from mapper.executors import ExecutorSpec, run_tasks
 from mapper.hardware import HardwareProfile, load_hardware
-from mapper.onnx_import import build_graph, parse_model, read_model_bytes, resolve_bindings
+from mapper.onnx_import import (
+    build_graph,
+    parse_model,
+    read_model_bytes,
+    resolve_bindings,
+    shortcut_targets,
+    symbolic_dims,
+)
 from mapper.pipeline import BUILTIN_DEFAULT_DIMS, Workload, analyze_graph, is_builtin, map_workload, validate_options
 from mapper.result import MappingResult, PlanOptions
 from mapper.version import __version__
@@ -43,6 +50,9 @@ class SweepSpec:
     dtypes: tuple[str, ...] = ("auto",)
     fusions: tuple[str, ...] = ("default",)
     chunk_slices: int = DEFAULT_CHUNK_SLICES
+    # the model's other dims, held for every slice: a KV-cache length, a merged decoder's
+    # use_cache_branch ((name, value) pairs; each model takes those it has, built-ins default the rest)
+    dims: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,17 +86,23 @@ class SweepResult:
 
 # ---- models: parse once, build each shape once ---------------------------------------------------
 
-def model_source(model: str | bytes, name: str | None = None) -> ModelSource:
-    """A built-in name, a path or uploaded bytes -> what a task needs; decides once whether it has a seq dim."""
+def model_source(model: str | bytes, name: str | None = None, dims: tuple[tuple[str, int], ...] = ()) -> ModelSource:
+    """A built-in name, a path or uploaded bytes -> what a task needs; decides once whether it has a seq dim.
+    `dims` holds the model's dims other than batch and seq (those it does not have are ignored)."""
+    held = dict(dims)
     if is_builtin(model):
         from mapper.zoo import list_zoo, zoo_model_bytes
         data, name, source = zoo_model_bytes(model), model, model
-        dims = next(e["dims"] for e in list_zoo() if e["name"] == model)
-        fixed = tuple((k, BUILTIN_DEFAULT_DIMS[k]) for k in dims if k not in ("batch", "seq"))
+        names = next(e["dims"] for e in list_zoo() if e["name"] == model)
+        fixed = tuple((k, held.get(k, BUILTIN_DEFAULT_DIMS[k])) for k in names if k not in ("batch", "seq"))
+        proto = parse_model(data, name)
     else:
         data, default_name = read_model_bytes(model)
-        name, source, fixed = name or default_name, data, ()
-    proto = parse_model(data, name)
+        name, source = name or default_name, data
+        proto = parse_model(data, name)
+        free = symbolic_dims(proto)
+        swept = {n for shortcut in ("batch", "seq") for n in shortcut_targets(free, {}, shortcut)}
+        fixed = tuple((k, v) for k, v in held.items() if k in free and k not in swept)
     try:
         resolve_bindings(proto, dict(fixed), 1, 1)
         has_seq = True
@@ -201,7 +217,7 @@ def plan_tasks(spec: SweepSpec) -> tuple[list[SweepTask], int]:
     chunk = max(1, spec.chunk_slices // per_shape)
     tasks, next_id = [], 0
     for model in dict.fromkeys(spec.models):
-        source = model_source(model)
+        source = model_source(model, dims=spec.dims)
         shapes = [(b, s) for b in batches for s in (seqs if source.has_seq else [None])]
         for start in range(0, len(shapes), chunk):
             part = tuple((b, s, next_id + (start + i) * per_shape) for i, (b, s) in enumerate(shapes[start:start + chunk]))

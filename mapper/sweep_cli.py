@@ -26,6 +26,8 @@ def add_arguments(subparsers) -> None:
     p.add_argument("--seq", default="128", help="sequence lengths (ignored by models without one): 128,512,2048")
     p.add_argument("--dtype", default="auto", help="plan dtypes, comma-separated: bf16,fp8")
     p.add_argument("--fusion", default="default", help="fusion policies, comma-separated: none,aggressive")
+    p.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE",
+                   help="holds another dim for every slice, e.g. past_sequence_length=2048 (a model takes those it has)")
     p.add_argument("--out", help="write the table: .parquet or .csv")
     p.add_argument("--executor", choices=("inprocess", "processes", "dask"),
                    help="where slices run (default in-process; dask when --scheduler or --workers is given)")
@@ -51,6 +53,8 @@ def add_arguments(subparsers) -> None:
     p.add_argument("--load-fraction", type=float, default=0.7, help="offered load for p99, x the baseline's capacity")
     p.add_argument("--seed", type=int, default=0, help="seed of the p99 simulation")
     p.add_argument("--requests", type=int, default=20_000, help="requests simulated per slice and plan")
+    p.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE",
+                   help="holds another dim for every slice, e.g. past_sequence_length=2048")
     p.add_argument("--out", help="write the comparison: .xlsx or .json")
     p.add_argument("--json", action="store_true", help="print the comparison as one JSON document")
     p.set_defaults(func=cmd_compare)
@@ -87,11 +91,13 @@ class _Bar:
 def cmd_sweep(args: argparse.Namespace) -> int:
     import time
 
+    from mapper.cli import parse_dim
     from mapper.executors import executor_spec
     from mapper.sweep import SweepSpec, parse_int_list, run_sweep, write_table
 
     spec = SweepSpec(tuple(args.models), _names(args.hw), parse_int_list(args.batch, "batch"),
-                     parse_int_list(args.seq, "seq"), _names(args.dtype), _names(args.fusion), args.chunk)
+                     parse_int_list(args.seq, "seq"), _names(args.dtype), _names(args.fusion), args.chunk,
+                     tuple(parse_dim(d) for d in args.dim))
     if not 1 <= spec.chunk_slices <= 100_000:
         raise MapperError(f"--chunk {args.chunk} must be from 1 to 100000 slices")
     executor = executor_spec(args.executor, args.workers, args.scheduler)
@@ -127,6 +133,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from mapper.cli import parse_dim
     from mapper.compare import compare_plans, comparison_document, plan_spec, write_comparison
     from mapper.result import PlanOptions
     from mapper.sweep import parse_int_list
@@ -136,7 +143,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     candidate = plan_spec(args.candidate, args.model, args.hw, base)
     with _Bar("compare", not args.json) as bar:
         c = compare_plans(baseline, candidate, parse_int_list(args.batch, "batch"), parse_int_list(args.seq, "seq"),
-                          args.threshold, args.load_fraction, args.seed, args.requests, bar)
+                          args.threshold, args.load_fraction, args.seed, args.requests, bar,
+                          tuple(parse_dim(d) for d in args.dim))
     if args.out:
         write_comparison(c, args.out)
     if args.json:

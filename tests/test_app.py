@@ -179,3 +179,18 @@ def test_validation_page_measures_and_calibrates_a_small_model():
     at.switch_page("app_pages/export.py").run()
     assert_clean(at, "export with measured")
     assert any("Measured sheet" in c.value for c in at.caption)
+
+
+def test_sweep_page_holds_an_uploaded_llm_exports_past_length():
+    """The Sweep page sweeps batch and seq for an Optimum upload and holds its KV-cache length at the
+    sidebar's value (without it every slice would be unbound)."""
+    path = BERT_TINY.parent / "optimum_gpt2_tiny_with_past.onnx"
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.session_state["test_upload"] = (path.name, path.read_bytes())
+    at.run()
+    at.number_input(key="dim_past_sequence_length").set_value(256).run()
+    at.switch_page("app_pages/sweep.py").run()
+    at.multiselect(key="sweep_seqs").set_value([1, 64]).run()
+    at.button[0].click().run()
+    assert_clean(at, "sweep of an upload")
+    assert len(at.get("plotly_chart")) == 3 and not at.warning

@@ -45,3 +45,11 @@ def test_map_writes_a_sheet(tmp_path, capsys):
     import pandas as pd
     sheets = pd.read_excel(out, sheet_name=None)
     assert {"Summary", "Kernels", "Serving", "Assumptions", "Provenance"} <= set(sheets)
+
+
+def test_sweep_holds_a_dim_given_with_dim(capsys):
+    """`mapper sweep --dim NAME=VALUE` holds a dim the grid does not sweep (an Optimum export's past length)."""
+    from tests.conftest import MODELS_DIR
+    doc = _json(capsys, "sweep", str(MODELS_DIR / "optimum_gpt2_tiny_with_past.onnx"), "--batch", "1,2", "--seq", "1",
+                "--dim", "past_sequence_length=64", "--json", "--no-progress")
+    assert doc["slices"] == 2 and doc["failed"] == 0

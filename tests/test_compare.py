@@ -151,3 +151,19 @@ def test_compare_page_shows_matrix_boundary_and_class_changes():
     at.number_input(key="compare_thr_throughput_per_s").set_value(9.0).run()
     at.button[0].click().run()
     assert not at.exception and at.success      # still improved on p99/MFU; the page follows the new threshold
+
+
+def test_compare_holds_an_llm_exports_past_length():
+    """An Optimum export has a KV-cache dim the matrix does not sweep: `dims` holds it for every slice, and a
+    longer cache makes the decode step slower in both plans."""
+    from tests.conftest import MODELS_DIR
+    model = str(MODELS_DIR / "optimum_gpt2_tiny_with_past.onnx")
+    spec = [plan_spec(f"fusion={f}", model, "h100-sxm", BASE) for f in ("none", "aggressive")]
+    runs = [compare_plans(*spec, (1, 4), (1,), requests=2000, dims=(("past_sequence_length", past),))
+            for past in (16, 4096)]
+    assert all(c.verdicts["verdict"].ne("error").all() for c in runs)
+    throughput = [c.matrix[(c.matrix.metric == "throughput_per_s") & (c.matrix.batch == 4)][["baseline", "candidate"]]
+                  .iloc[0] for c in runs]
+    assert (throughput[1] < throughput[0]).all()
+    with pytest.raises(MapperError, match="unbound dims: past_sequence_length"):
+        compare_plans(*spec, (1,), (1,), requests=2000)

@@ -50,6 +50,26 @@ def test_row_equals_a_direct_mapping(inprocess):
     assert row.tile == f"{largest.tiling.chosen.tile_m}x{largest.tiling.chosen.tile_n}x{largest.tiling.chosen.tile_k}"
 
 
+def test_other_dims_are_held_for_every_slice():
+    """A file with a KV-cache dim (Optimum's export) sweeps batch and seq with its past length held; one
+    sweep holds a dim for every model that has it (a built-in's past too) and leaves the rest alone. Rows
+    equal direct mappings at the same bindings; without the held dim the sweep says which one to bind."""
+    from tests.conftest import MODELS_DIR
+    optimum = str(MODELS_DIR / "optimum_gpt2_tiny_with_past.onnx")
+    spec = SweepSpec((optimum, "llama2-7b", "resnet50"), ("h100-sxm",), (1, 4), (1,), ("bf16",), ("default",),
+                     dims=(("past_sequence_length", 512), ("past", 2048)))
+    table = run_sweep(spec).table
+    assert (table["status"] == "ok").all() and len(table) == 2 + 2 + 2
+    for model, dims in ((optimum, {"past_sequence_length": 512}), ("llama2-7b", {"past": 2048})):
+        name = "optimum_gpt2_tiny_with_past" if model == optimum else model
+        row = table[(table.model == name) & (table.batch == 4)].iloc[0]
+        direct = mapper.map_workload(mapper.load_workload(model, dims, batch=4, seq=1), mapper.load_hardware("h100-sxm"),
+                                     mapper.PlanOptions(dtype="bf16"))
+        assert row.latency_s == direct.totals.latency_s
+    with pytest.raises(MapperError, match="unbound dims: past_sequence_length"):
+        run_sweep(SweepSpec((optimum,), ("h100-sxm",), (1,), (1,)))
+
+
 def test_progress_reaches_total(inprocess):
     calls = inprocess[1]
     assert calls[0] == (0, 24) and calls[-1] == (24, 24)
