@@ -78,6 +78,12 @@ def symbolic_dims(data: bytes) -> list[str]:
         return [n.strip() for n in text[len("unbound dims:"):].split(";")[0].split(",") if n.strip()]
 
 
+def upload_default(dim: str) -> int:
+    """Where an uploaded model's dim starts: an empty KV cache (a prefill) for a past length, else the
+    built-ins' default for the name, else 1."""
+    return 0 if "past" in dim.lower() else mapper.BUILTIN_DEFAULT_DIMS.get(dim, 1) or 1
+
+
 def accept_upload(name: str, data: bytes) -> None:
     """Validate an uploaded model; on success it becomes the model, on failure the old one stays."""
     ss = st.session_state
@@ -88,14 +94,14 @@ def accept_upload(name: str, data: bytes) -> None:
         return
     try:
         dims = symbolic_dims(data)
-        bind = {d: mapper.BUILTIN_DEFAULT_DIMS.get(d, 1) or 1 for d in dims}
+        bind = {d: upload_default(d) for d in dims}
         mapper.load_workload(data, bind)
     except mapper.MapperError as e:
         ss["upload_error"] = f"{name}: {e} (the previous model stays selected; upload limit {limit} MB)"
         return
     ss["uploaded"] = {"name": name, "bytes": data, "sha256": hashlib.sha256(data).hexdigest(), "dims": dims}
     for d in dims:
-        ss.setdefault(f"dim_{d}", mapper.BUILTIN_DEFAULT_DIMS.get(d, 1) or 1)
+        ss.setdefault(f"dim_{d}", upload_default(d))
     ss["model"] = UPLOADED
 
 

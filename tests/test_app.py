@@ -77,6 +77,7 @@ def test_uploaded_optimum_merged_decoder_binds_its_branch_in_the_sidebar():
     doc = at.session_state["doc"]
     assert doc["model"]["name"] == "optimum_gpt2_tiny_merged" and not doc["unmodeled"]
     assert doc["model"]["dims"]["use_cache_branch"] == 1
+    assert doc["model"]["dims"]["past_sequence_length"] == 0  # an uploaded cache length starts empty (a prefill)
     at.number_input(key="dim_use_cache_branch").set_value(0).run()
     assert_clean(at, "merged decoder, branch 0")
     assert at.session_state["doc"]["model"]["dims"]["use_cache_branch"] == 0
