@@ -132,6 +132,18 @@ def test_measure_runs_a_model_and_matches_it(tmp_path):
     assert Measurement.from_dict(json.loads(json.dumps(m.to_dict()))) == m
 
 
+def test_measure_cli_binds_batch_and_seq_by_the_models_own_names(capsys):
+    """`mapper measure --batch/--seq` resolves the shortcuts as `mapper map` does (an Optimum export's dims
+    are batch_size and sequence_length): the run and the prediction bind the same dims."""
+    from mapper.cli import main
+    from tests.conftest import MODELS_DIR
+    model = str(MODELS_DIR / "optimum_llama_tiny_with_past.onnx")
+    assert main(["measure", model, "--batch", "2", "--seq", "3", "--dim", "past_sequence_length=5", "--runs", "1",
+                 "--hw", "cpu-x86", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["dims"] == {"batch_size": 2, "past_sequence_length": 5, "sequence_length": 3}
+
+
 def test_fit_curve_recovers_a_known_curve():
     truth = lambda lx: 0.2 * 4 ** ((lx - 4) / 6)
     samples = [Sample("matrix", lx, truth(lx), 1.0) for lx in np.linspace(4, 10, 25)]

@@ -8,20 +8,17 @@ import json
 import sys
 from pathlib import Path
 
-from mapper.errors import MapperError
 
-
-def _dims(args) -> dict[str, int] | None:
-    dims = {}
-    for text in args.dim:
-        name, sep, value = text.partition("=")
-        if not sep or not name or not value.strip().lstrip("-").isdigit():
-            raise MapperError(f"--dim {text!r} must look like NAME=INTEGER, e.g. --dim seq=128")
-        dims[name.strip()] = int(value)
-    for key in ("batch", "seq"):
-        if getattr(args, key, None) is not None:
-            dims[key] = getattr(args, key)
-    return dims or None
+def _dims(args, model=None) -> dict[str, int] | None:
+    """--dim bindings; with a model, --batch/--seq are resolved onto its own dim names (batch_size,
+    sequence_length...) as `mapper map` does, so the run and the prediction bind the same dims."""
+    from mapper.cli import parse_dim
+    dims = dict(parse_dim(d) for d in args.dim)
+    batch, seq = getattr(args, "batch", None), getattr(args, "seq", None)
+    if model is None or (batch is None and seq is None):
+        return dims or None
+    import mapper
+    return dict(mapper.load_workload(model, dims or None, batch=batch, seq=seq).graph.dims)
 
 
 def add_arguments(subparsers) -> None:
@@ -76,7 +73,7 @@ def _hardware(spec):
 def cmd_measure(args) -> int:
     import mapper
     from mapper.evidence.measure import compare_measured, measure_model, measurement_from_profile
-    dims = _dims(args)
+    dims = _dims(args, args.model)
     if args.profile:
         measurement = measurement_from_profile(args.profile, args.model)
     else:
