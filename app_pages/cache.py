@@ -22,6 +22,11 @@ def workload(model_key: str, dims: tuple, _source, label: str = "") -> mapper.Wo
     return mapper.load_workload(_source, dict(dims), file_name=label or None)
 
 
+@st.cache_data(max_entries=32, show_spinner=False)
+def dim_roles(model_key: str, _source) -> dict[str, str]:
+    return mapper.dim_roles(_source)
+
+
 @st.cache_data(max_entries=64, show_spinner=False)
 def mapping(model_key: str, dims: tuple, hw_key: str, options: tuple, _source, _hw, label: str = "") -> tuple:
     """(MappingResult, mapping document) for one (model, bindings, profile, options)."""

@@ -29,12 +29,13 @@ st.plotly_chart(fig, key="power_timeline")
 if not hasattr(mapper, "power_curve"):
     st.info("Perf-per-watt against batch (mapper.power_curve) is not available yet.")
     st.stop()
-if not any(k == "batch" for k, _ in sel.dims):
+batch_dim = next((k for k, _ in sel.dims if k in serving_model.batch_dims(sel)), None)
+if batch_dim is None:
     st.info("This model has no batch dim, so there is no perf-per-watt curve against batch.")
     st.stop()
 with st.spinner("Mapping the model at each batch size ..."):
     points = serving_model.power(sel.key, BATCHES, sel)
-current = dict(sel.dims)["batch"]
+current = dict(sel.dims)[batch_dim]
 fig = go.Figure(go.Scatter(x=[p.batch for p in points], y=[p.perf_per_watt for p in points], mode="lines+markers",
                            name="perf per watt", line_color="#2ca02c",
                            customdata=[[p.avg_power_w, p.throughput_per_s, p.throttled_share] for p in points],

@@ -13,15 +13,21 @@ def available() -> bool:
     return hasattr(mapper, "simulate_serving") and hasattr(mapper, "load_curve")
 
 
+def batch_dims(sel) -> set[str]:
+    """The model's batch dims by the engine's reading (batch, batch_size...)."""
+    return {name for name, role in cache.dim_roles(sel.model_key, sel.source).items() if role == "batch"}
+
+
 def with_batch(sel, batch: int) -> tuple:
     """The selection's cache key with the batch dim set (a model without one keeps its dims)."""
-    dims = tuple((k, batch if k == "batch" else v) for k, v in sel.dims)
+    names = batch_dims(sel)
+    dims = tuple((k, batch if k in names else v) for k, v in sel.dims)
     return sel.model_key, dims, sel.hw.sha256, sel.options
 
 
 def service_time(sel):
     """Batch size -> one batch's latency in seconds from the cached mappings (a constant without a batch dim)."""
-    if not any(k == "batch" for k, _ in sel.dims):
+    if not batch_dims(sel) & {k for k, _ in sel.dims}:
         return cache.mapping(*sel.key, sel.source, sel.hw, sel.model_label)[1]["totals"]["latency_s"]
     return lambda b: cache.mapping(*with_batch(sel, int(b)), sel.source, sel.hw, sel.model_label)[1]["totals"]["latency_s"]
 
@@ -52,8 +58,7 @@ def curve(key: tuple, serving: tuple, _sel):
 @st.cache_data(max_entries=32, show_spinner=False)
 def power(key: tuple, batches: tuple, _sel):
     """Power figures against batch size (mapper.power_curve)."""
-    dims = {k: v for k, v in _sel.dims if k != "batch"}
-    return mapper.power_curve(_sel.source, _sel.hw, mapper.PlanOptions(**dict(_sel.options)), batches, dims)
+    return mapper.power_curve(_sel.source, _sel.hw, mapper.PlanOptions(**dict(_sel.options)), batches, dict(_sel.dims))
 
 
 def percentiles(sel, result) -> tuple[float, float, float] | None:

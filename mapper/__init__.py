@@ -10,7 +10,7 @@ from mapper.errors import MapperError
 from mapper.graph import Graph, LayerType, OpClass
 from mapper.hardware import HardwareProfile, list_hardware, load_hardware
 from mapper.onnx_import import load_model
-from mapper.pipeline import BUILTIN_DEFAULT_DIMS, Workload, analyze_graph, load_workload, map_workload
+from mapper.pipeline import BUILTIN_DEFAULT_DIMS, Workload, analyze_graph, dim_roles, load_workload, map_workload
 from mapper.power import power_curve
 from mapper.report import mapping_document
 from mapper.result import KernelAssessment, KernelEstimate, MappingResult, PlanOptions
@@ -39,7 +39,7 @@ def __getattr__(name: str):
 
 __all__ = [
     "MapperError", "Graph", "LayerType", "OpClass", "HardwareProfile", "list_hardware", "load_hardware",
-    "load_model", "BUILTIN_DEFAULT_DIMS", "Workload", "analyze_graph", "load_workload", "map_workload",
+    "load_model", "BUILTIN_DEFAULT_DIMS", "Workload", "analyze_graph", "dim_roles", "load_workload", "map_workload",
     "mapping_document", "KernelAssessment", "KernelEstimate", "MappingResult", "PlanOptions", "__version__", "ZOO_NAMES",
     "build_zoo_model", "list_zoo", "zoo_model_bytes",
     "ServingConfig", "ServingResult", "simulate_serving", "simulate_model_serving", "load_curve", "power_curve",

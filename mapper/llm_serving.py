@@ -184,12 +184,27 @@ class GridTime:
         return float(np.interp(batch, self.batches, by_batch))
 
 
+def decoder_dims(source) -> Callable[[int, int], dict[str, int]]:
+    """(new tokens, cached tokens) -> a decoder's bindings besides batch and seq (which go by the
+    shortcuts): every past length (`past`, `past_sequence_length`...) the cached tokens, a total length the
+    export declares apart (`total_seq`) their sum, and a merged decoder's branch input the decoder that
+    reads the cache. Built-ins and exported files alike (`pipeline.dim_roles`)."""
+    from mapper.pipeline import dim_roles
+    roles = dim_roles(source)
+
+    def dims(seq: int, past: int) -> dict[str, int]:
+        values = {"past": past, "total": past + seq, "branch": 1}
+        return {name: values[role] for name, role in roles.items() if role in values}
+    return dims
+
+
 def engine_step_times(source, hw, options, max_batch: int, max_prompt: int, max_context: int):
     """Prefill(batch, prompt length) and decode(batch, context) from the engine on coarse grids."""
     from mapper.pipeline import load_workload, map_workload
+    step_dims = decoder_dims(source)
 
     def latency(batch: int, seq: int, past: int) -> float:
-        workload = load_workload(source, {"seq": seq, "past": past}, batch=batch)
+        workload = load_workload(source, step_dims(seq, past), batch=batch, seq=seq)
         return map_workload(workload, hw, options).totals.latency_s
 
     batches = sorted({1, max(1, max_batch // 4), max(1, max_batch // 2), max_batch})  # step time is near-affine in batch
@@ -205,7 +220,7 @@ def kv_capacity_tokens(source, hw, options) -> int:
     from mapper.pipeline import load_workload
 
     past = 16
-    graph = load_workload(source, {"seq": 1, "past": past}, batch=1).graph
+    graph = load_workload(source, decoder_dims(source)(1, past), batch=1, seq=1).graph
     dtype = model_dtype(graph) if options.dtype == "auto" else options.dtype
     sizer = Sizer(graph, dtype, options.weight_dtype)
     kv = sum(sizer.bytes(graph.tensors[name]) for name in graph.inputs if "past" in name) / past

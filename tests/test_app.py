@@ -195,3 +195,22 @@ def test_sweep_page_holds_an_uploaded_llm_exports_past_length():
     at.button[0].click().run()
     assert_clean(at, "sweep of an upload")
     assert len(at.get("plotly_chart")) == 3 and not at.warning
+
+
+def test_serving_and_power_vary_an_uploads_batch_dim_whatever_its_name():
+    """An Optimum export calls its batch dim batch_size: the Serving page's batch -> service time table and
+    the Power page's curve vary it (they varied only a dim named batch, so an upload's batches all cost one
+    batch-1 step and batching looked free)."""
+    from app_pages import serving_model
+    path = BERT_TINY.parent / "optimum_gpt2_tiny_with_past.onnx"
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.session_state["test_upload"] = (path.name, path.read_bytes())
+    at.run()
+    sel = at.session_state["selection"]
+    assert serving_model.with_batch(sel, 32)[1] != sel.key[1]  # batch_size is set in the cache key
+    at.switch_page("app_pages/power.py").run()
+    assert_clean(at, "power of an upload")
+    assert not [i for i in at.info if "no batch dim" in i.value] and at.get("plotly_chart")
+    points = mapper.power_curve(path.read_bytes(), mapper.load_hardware("h100-sxm"), mapper.PlanOptions(),
+                                (1, 64), dict(sel.dims))
+    assert points[1].latency_s > points[0].latency_s  # batch 64 is not the batch-1 step

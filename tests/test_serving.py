@@ -218,3 +218,21 @@ def test_llm_cli_with_built_in_decoder(capsys):
                  "--prompt-tokens", "64", "--output-tokens", "8", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["ttft_p50_s"] > 0 and doc["tpot_p50_s"] > 0 and doc["kv_capacity_tokens"] > 10_000
+
+
+@pytest.mark.parametrize("stem", ["optimum_gpt2_tiny_with_past", "optimum_llama_tiny_with_past",
+                                  "optimum_gpt2_tiny_merged", "hf_llama_tiny_decode"])
+def test_llm_serving_of_exported_decoders(stem):
+    """Exported decoders name their dims their own way (past_sequence_length, past_seq with a separate
+    total_seq, a merged decoder's use_cache_branch): each step binds them, the decode step slows as the
+    cache grows, and the KV capacity comes from the past inputs."""
+    from mapper.llm_serving import decoder_dims, engine_step_times, kv_capacity_tokens
+    from tests.conftest import MODELS_DIR
+    source = str(MODELS_DIR / f"{stem}.onnx")
+    hw, options = mapper.load_hardware("h100-sxm"), mapper.PlanOptions()
+    dims = decoder_dims(source)(1, 100)
+    assert 100 in dims.values() and all(v in (1, 100, 101) for v in dims.values())
+    prefill, decode = engine_step_times(source, hw, options, 4, 64, 2048)
+    assert decode(1, 2048) > decode(1, 16) > 0 and prefill(4, 64) > prefill(1, 64) > 0
+    assert kv_capacity_tokens(source, hw, options) > 1_000_000  # a tiny model's cache fills 80 GB slowly
+
