@@ -160,7 +160,7 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--service-time-s", type=float, help="a fixed batch time instead of the engine's (what-if)")
     p.add_argument("--load-curve", action="store_true", help="also sweep offered load up to saturation")
     p.add_argument("--p99-target-ms", type=float, help="with --load-curve: the highest rate meeting this p99")
-    p.add_argument("--llm", action="store_true", help="prefill/decode serving (default for built-in decoders)")
+    p.add_argument("--llm", action="store_true", help="prefill/decode serving (default for a model with a KV-cache input)")
     p.add_argument("--prompt-tokens", type=int, default=512, help="LLM: prompt length (where the trace gives none)")
     p.add_argument("--output-tokens", type=int, default=128, help="LLM: output length (where the trace gives none)")
 
@@ -174,7 +174,7 @@ def cmd_serve(args) -> int:
     hw, options = mapper.load_hardware(args.hw), options_from(args)
     dims = dict(parse_dim(d) for d in args.dim) | ({"seq": args.seq} if args.seq is not None else {})
     trace = load_trace(args.trace) if args.trace else None
-    decoder = args.llm or "past" in next((e["dims"] for e in mapper.list_zoo() if e["name"] == args.model), {})
+    decoder = args.llm or "past" in mapper.dim_roles(args.model).values()  # a KV-cache input: continuous batching
     jitter_cv = hw.jitter_cv if args.jitter_cv is None else args.jitter_cv    # the profile's unless given
     jitter_dist = args.jitter_dist or hw.jitter_dist
     if decoder and args.service_time_s is None:

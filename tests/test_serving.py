@@ -236,3 +236,12 @@ def test_llm_serving_of_exported_decoders(stem):
     assert decode(1, 2048) > decode(1, 16) > 0 and prefill(4, 64) > prefill(1, 64) > 0
     assert kv_capacity_tokens(source, hw, options) > 1_000_000  # a tiny model's cache fills 80 GB slowly
 
+
+def test_serve_cli_serves_an_exported_decoder_as_an_llm(capsys):
+    """A file with a KV-cache input gets prefill/decode serving without --llm, as a built-in decoder does."""
+    from tests.conftest import MODELS_DIR
+    assert main(["serve", str(MODELS_DIR / "optimum_llama_tiny_with_past.onnx"), "--max-batch", "4", "--rate", "5",
+                 "--requests", "20", "--prompt-tokens", "32", "--output-tokens", "8", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["policy"] == "continuous" and doc["tpot_p50_s"] > 0
+
