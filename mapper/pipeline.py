@@ -118,6 +118,13 @@ def dim_roles(source: str | os.PathLike | bytes) -> dict[str, str]:
     return {n: roles[n] for n in free}
 
 
+def dims_without_batch(source, dims: dict[str, int] | None) -> dict[str, int] | None:
+    """The bindings with the model's batch dim(s) left out, whatever the model calls them, so that a
+    caller varying the batch through the --batch shortcut is not overridden by a bound batch_size."""
+    roles = dim_roles(source)
+    return {k: v for k, v in (dims or {}).items() if k != "batch" and roles.get(k) != "batch"} or None
+
+
 def _builtin_dims(name: str) -> dict[str, str]:
     from mapper.zoo import list_zoo
     return next(entry["dims"] for entry in list_zoo() if entry["name"] == name)

@@ -31,13 +31,12 @@ class PowerPoint:
 def power_curve(source, hw: HardwareProfile, options: PlanOptions = PlanOptions(),
                 batches: tuple[int, ...] = DEFAULT_BATCHES, dims: dict[str, int] | None = None) -> tuple[PowerPoint, ...]:
     """Map the model (built-in name, path or bytes) at each batch size and report its power figures."""
-    from mapper.pipeline import dim_roles, load_workload, map_workload
+    from mapper.pipeline import dims_without_batch, load_workload, map_workload
 
     batches = tuple(batches)
     if not batches or len(batches) > MAX_POINTS or any(not isinstance(b, int) or b < 1 for b in batches):
         raise MapperError(f"batches must be 1 to {limits.limit_text('MAX_POWER_POINTS')} integers >= 1 (got {batches!r})")
-    roles = dim_roles(source)  # the batch goes by the shortcut, whatever the model calls it (batch_size...)
-    fixed = {k: v for k, v in (dims or {}).items() if k != "batch" and roles.get(k) != "batch"} or None
+    fixed = dims_without_batch(source, dims)
     points = []
     for batch in sorted(set(batches)):
         result = map_workload(load_workload(source, fixed, batch=batch), hw, options)

@@ -431,14 +431,14 @@ def serving_section(result: ServingResult, config: ServingConfig, curve: LoadCur
 
 def engine_batch_time(source, dims: dict[str, int] | None, hw, options) -> Callable[[int], float]:
     """Batch size -> the engine's latency for the model at that batch (each size mapped once)."""
-    from mapper.pipeline import load_workload, map_workload
+    from mapper.pipeline import dims_without_batch, load_workload, map_workload
 
     cache: dict[int, float] = {}
-    fixed = {k: v for k, v in (dims or {}).items() if k != "batch"}
+    fixed = dims_without_batch(source, dims)
 
     def batch_time(batch: int) -> float:
         if batch not in cache:
-            workload = load_workload(source, fixed or None, batch=batch)
+            workload = load_workload(source, fixed, batch=batch)
             cache[batch] = map_workload(workload, hw, options).totals.latency_s
         return cache[batch]
 

@@ -245,3 +245,13 @@ def test_serve_cli_serves_an_exported_decoder_as_an_llm(capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["policy"] == "continuous" and doc["tpot_p50_s"] > 0
 
+
+def test_engine_batch_time_varies_a_batch_dim_named_batch_size():
+    """`mapper serve FILE --dim batch_size=1` must not pin every batch the simulation forms to batch 1."""
+    from mapper.serving import engine_batch_time
+    from tests.conftest import MODELS_DIR
+    time_of = engine_batch_time(str(MODELS_DIR / "optimum_gpt2_tiny_with_past.onnx"),
+                                {"batch_size": 1, "sequence_length": 64, "past_sequence_length": 0},
+                                mapper.load_hardware("h100-sxm"), mapper.PlanOptions())
+    assert time_of(64) > time_of(1)
+
