@@ -65,6 +65,19 @@ def test_uploaded_real_model_renders_every_page():
     visit_every_page(at, "hf_bert_tiny upload")
 
 
+def test_uploaded_optimum_llm_export_renders_every_page():
+    """An Optimum LLM export (dims batch_size, sequence_length, past_sequence_length; KV-cache inputs) on
+    every page: the dims its own names, a decode step's cache length, serving by its batch dim."""
+    path = BERT_TINY.parent / "optimum_llama_tiny_with_past.onnx"
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.session_state["test_upload"] = (path.name, path.read_bytes())
+    at.run()
+    assert_clean(at, "optimum upload")
+    at.number_input(key="dim_past_sequence_length").set_value(1024).run()
+    assert at.session_state["doc"]["model"]["dims"]["past_sequence_length"] == 1024
+    visit_every_page(at, "optimum_llama_tiny_with_past upload")
+
+
 def test_uploaded_optimum_merged_decoder_binds_its_branch_in_the_sidebar():
     """Optimum's merged decoder (one If on use_cache_branch): the branch input is offered beside the dims,
     the with-past branch maps by default, and switching it to 0 maps the other branch."""
