@@ -18,6 +18,7 @@ MAX_SLICES = 1_000_000                  # slices in one sweep (rows are ~1 kB in
 MAX_POWER_POINTS = 64                   # batch sizes in one power curve
 ORT_SHAPES_MEMORY_BYTES = 4 << 30       # address space of the child running ONNX Runtime's shape inference
 ORT_SHAPES_SECONDS = 60                 # and its time (an 80-layer decoder takes seconds)
+ORT_NODE_QUERIES = 4                    # single-node ONNX Runtime inferences one import may start (~0.4 s each)
 
 
 def limit_text(name: str) -> str:

@@ -25,7 +25,7 @@ from mapper.errors import MapperError
 from mapper.graph import SUBGRAPH_OPS, Graph, Node, TensorSpec
 from mapper.onnx_nodes import ordered_nodes
 from mapper.onnx_values import constant_node_value, dtype_name, evaluate, small_value, tensor_dtype
-from mapper.ort_shapes import ort_inferred_value_info
+from mapper.ort_shapes import ort_inferred_value_info, ort_node_value_info
 from mapper.reuse import BoundedCache
 from mapper.shape_rules import Ctx, NoRule, infer_node
 
@@ -214,6 +214,7 @@ def value_info_shape(vi: onnx.ValueInfoProto, bound: dict[str, int]) -> TensorSp
 
 # --- the graph walk --------------------------------------------------------------------------------
 _ORT_INFERRED = BoundedCache(32)
+_ORT_NODE_INFERRED = BoundedCache(256)
 
 
 class _Walk:
@@ -232,6 +233,7 @@ class _Walk:
         self._onnx_inferred: dict[str, TensorSpec] | None = None
         self._ort_inferred: dict[str, TensorSpec] | None = None
         self.memo: dict[tuple, tuple] = {}  # (signature, input shapes, constants) -> (output shapes, values)
+        self.ort_node_queries = 0
 
     def declared(self) -> dict[str, TensorSpec]:
         """Shapes the model itself declares (value_info, outputs), at the bindings."""
@@ -281,14 +283,35 @@ class _Walk:
                                                    lambda: self._specs(ort_inferred_value_info(self.bound_copy())))
         return self._ort_inferred
 
-    def fallback(self, node: Node) -> list[TensorSpec] | None:
+    def fallback(self, node: Node, specs: tuple, values: tuple) -> list[TensorSpec] | None:
         sources = (self.declared, self.onnx_inferred, self.ort_inferred) if node.domain == "com.microsoft" else \
             (self.declared, self.onnx_inferred)
         for source in sources:
             table = source()
             if all(o in table for o in node.outputs if o):
                 return [table[o] for o in node.outputs if o]
+        if node.domain == "com.microsoft":  # ORT gave up on the whole model (another node's handler raised)
+            table = self.ort_node_inferred(node, specs, values)
+            if all(o in table for o in node.outputs if o):
+                return [table[o] for o in node.outputs if o]
         return None
+
+    def ort_node_inferred(self, node: Node, specs: tuple, values: tuple) -> dict[str, TensorSpec]:
+        """ONNX Runtime's inference for this node alone at its known input shapes, kept per (signature,
+        input shapes, constant inputs) like the walk's memo: a repeated layer asks once, and one import
+        starts at most ORT_NODE_QUERIES child processes (a hostile file could hold thousands of such nodes)."""
+        key = None if node.signature is None else (self.sha256, node.signature, tuple(
+            None if s is None else (s.shape, s.dtype, None if v is None else v.tobytes()) for s, v in zip(specs, values)))
+        found = _ORT_NODE_INFERRED.entries.get(key) if key is not None else None
+        if found is None and self.ort_node_queries < limits.ORT_NODE_QUERIES:
+            self.ort_node_queries += 1
+            found = self._ort_node(node, specs, values)
+            if key is not None:
+                _ORT_NODE_INFERRED.get(key, lambda: found)
+        return found or {}
+
+    def _ort_node(self, node: Node, specs: tuple, values: tuple) -> dict[str, TensorSpec]:
+        return self._specs(ort_node_value_info(node, specs, values, self.model.opset_import))
 
     def visit(self, node: Node) -> None:
         if node.op_type == "Constant":
@@ -348,7 +371,7 @@ class _Walk:
             out = [TensorSpec(o, tuple(int(d) for d in shp), dt) for o, (shp, dt) in zip(node.outputs, shapes) if o]
             from_rule = True
         except NoRule as exc:
-            out, from_rule = self.fallback(node), False
+            out, from_rule = self.fallback(node, specs, values), False
             if out is None:
                 self.unresolved[node.name] = str(exc)
                 return None, False

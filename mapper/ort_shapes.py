@@ -16,8 +16,11 @@ import sys
 import tempfile
 
 import onnx
+from onnx import numpy_helper
 
 from mapper import limits
+from mapper.graph import Node
+from mapper.onnx_values import dtype_code
 
 CHILD = r"""
 import resource, sys
@@ -85,3 +88,24 @@ def ort_inferred_value_info(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]
     except Exception:  # noqa: BLE001 - a garbled answer is no answer
         return []
     return list(graph.value_info)
+
+
+def ort_node_value_info(node: Node, specs: tuple, values: tuple, opset_import) -> list[onnx.ValueInfoProto]:
+    """ONNX Runtime's inference for one node alone, its inputs at their known shapes (small constant inputs
+    as initializers): the fallback when inference over the whole model gives up on another node's handler.
+    [] when the node cannot be written back (an attribute onnx's helper does not take) or ORT fails."""
+    try:
+        proto = onnx.helper.make_node(node.op_type, list(node.inputs), list(node.outputs), domain=node.domain,
+                                      **node.attrs)
+    except (TypeError, ValueError):
+        return []
+    inputs, constants = [], []
+    for name, spec, value in zip(node.inputs, specs, values):
+        if not name or spec is None:
+            continue
+        if value is not None:
+            constants.append(numpy_helper.from_array(value, name))
+        inputs.append(onnx.helper.make_tensor_value_info(name, dtype_code(spec.dtype), list(spec.shape)))
+    graph = onnx.helper.make_graph([proto], "node", inputs, [onnx.ValueInfoProto(name=o) for o in node.outputs if o],
+                                   initializer=constants)
+    return ort_inferred_value_info(onnx.helper.make_model(graph, opset_imports=list(opset_import)))

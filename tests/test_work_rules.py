@@ -143,13 +143,52 @@ def test_onnxruntime_shape_inference_resolves_a_contrib_op_without_a_rule():
     assert relu.flops == 2 * 64 and matmul.matrix_flops == 2 * 2 * 4 * 64
 
 
-def test_onnxruntime_shape_inference_runs_capped_and_names_no_file(tmp_path):
+def _nhwc_and_attention(heads_per_node):
+    """A model whose NhwcConv makes ONNX Runtime's whole-model inference give up, and DecoderMaskedMHA nodes
+    (no rule here, onnx does not know them) each followed by a Relu."""
+    nodes = [helper.make_node("NhwcConv", ["xi", "wc"], ["yc"], domain="com.microsoft", kernel_shape=[3, 3],
+                              pads=[1, 1, 1, 1])]
+    outputs = [tensor("yc", None)]
+    for i, heads in enumerate(heads_per_node):
+        nodes += [helper.make_node("DecoderMaskedMultiHeadAttention", ["q", "k", "v"], [f"y{i}"],
+                                   domain="com.microsoft", num_heads=heads),
+                  helper.make_node("Relu", [f"y{i}"], [f"z{i}"])]
+        outputs.append(tensor(f"z{i}", None))
+    inputs = [tensor("xi", [1, 8, 8, 4])] + [tensor(n, ["batch", 1, 64]) for n in "qkv"]
+    return _contrib_workload(nodes, inputs, outputs, [weight("wc", (4, 3, 3, 4))], {"batch": 2})
+
+
+def test_onnxruntime_inference_of_one_node_when_the_whole_model_fails():
+    """ORT's inference over the whole model gives up when any node's handler raises (here NhwcConv): the
+    contrib node is then inferred alone at its known input shapes, so the nodes after it map."""
+    w = _nhwc_and_attention([4])
+    assert w.graph.tensors["y0"].shape == (2, 1, 64)
+    relu = next(n for n in w.nodes if n.op_type == "Relu")
+    assert relu.op_class is OpClass.ELEMENTWISE and relu.flops == 2 * 64
+
+
+def test_single_node_onnxruntime_queries_are_capped_per_import(monkeypatch):
+    """Each single-node query is a child process: one import starts at most ORT_NODE_QUERIES of them, and
+    nodes past the cap stay unresolved (said so) instead of costing a process each."""
+    from mapper import limits
+    from mapper.pipeline import clear_plan_caches
+    clear_plan_caches()
+    monkeypatch.setattr(limits, "ORT_NODE_QUERIES", 2)
+    w = _nhwc_and_attention([4, 2])  # NhwcConv and two attention signatures: three queries wanted, two allowed
+    resolved = [name for name in ("y0", "y1") if name in w.graph.tensors]
+    assert len(resolved) == 1
+    assert sum(n.reason.startswith("shape unknown") for n in w.nodes if n.op_type == "Relu") == 1
+
+
+def test_onnxruntime_shape_inference_runs_capped_and_names_no_file(tmp_path, monkeypatch):
     """ONNX Runtime's inference evaluates a ConstantOfShape of 5 GiB of int64s beside the contrib op: the
     child process hits its 4 GiB cap, and the import goes on with the op unresolved (uncapped, the
-    child would allocate it and resolve the op). The copy it is handed names no external file."""
+    child would allocate it and resolve the op); asked about the op alone, ORT then resolves it. The copy
+    it is handed names no external file."""
     import numpy as np
     import onnx
 
+    from mapper import limits
     from mapper.ort_shapes import without_external_data
     big = onnx.numpy_helper.from_array(np.array([5 << 14, 1 << 13], np.int64), "shape")  # 5 GiB of int64
     nodes = [helper.make_node("ConstantOfShape", ["shape"], ["huge"],
@@ -157,9 +196,12 @@ def test_onnxruntime_shape_inference_runs_capped_and_names_no_file(tmp_path):
              helper.make_node("DecoderMaskedMultiHeadAttention", ["q", "q", "q"], ["y"], domain="com.microsoft",
                               num_heads=4),
              helper.make_node("Relu", ["y"], ["z"])]
-    w = _contrib_workload(nodes, [tensor("q", [2, 1, 64])], [tensor("z", None), tensor("huge", None, onnx.TensorProto.INT64)],
-                          [big])
+    args = (nodes, [tensor("q", [2, 1, 64])], [tensor("z", None), tensor("huge", None, onnx.TensorProto.INT64)], [big])
+    monkeypatch.setattr(limits, "ORT_NODE_QUERIES", 0)  # the whole-model child alone
+    w = _contrib_workload(*args)
     assert "z" not in w.graph.tensors and "has no known shape" in w.nodes[-1].reason
+    monkeypatch.undo()
+    assert _contrib_workload(*args).graph.tensors["z"].shape == (2, 1, 64)
     m = onnx.load_from_string(make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor("x", [4])], [tensor("y", [4])],
                                          [weight("w", (4,))]))
     ext = m.graph.initializer[0]
