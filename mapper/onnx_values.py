@@ -319,8 +319,8 @@ def evaluate(node: Node, values: list[np.ndarray], shapes: list[tuple[int, ...]]
     with np.errstate(all="ignore"):
         try:
             out = fn(node, values, shapes)
-        except (ValueError, TypeError, IndexError, ZeroDivisionError, OverflowError, MemoryError):
-            return None
+        except (ValueError, TypeError, IndexError, ZeroDivisionError, OverflowError, MemoryError, RuntimeError):
+            return None  # RuntimeError: numpy's own limits (64 dims), reached by a hostile file's shapes
     if any(o.size > FOLD_MAX_ELEMENTS for o in out):
         return None
     return out

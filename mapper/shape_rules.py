@@ -108,10 +108,16 @@ def infer_node(ctx: Ctx) -> Out:
 
 
 def broadcast(*shapes: Shape) -> Shape:
-    try:
-        return tuple(int(d) for d in np.broadcast_shapes(*shapes))
-    except ValueError as exc:
-        raise NoRule(f"shapes {list(shapes)} do not broadcast") from exc
+    """numpy's broadcasting rule at any rank (np.broadcast_shapes stops at 64 dims with a RuntimeError;
+    a hostile file's initializer can have more)."""
+    rank = max((len(s) for s in shapes), default=0)
+    out = []
+    for axis in range(rank):
+        sizes = {int(s[axis - rank + len(s)]) for s in shapes if axis - rank + len(s) >= 0} - {1}
+        if len(sizes) > 1:
+            raise NoRule(f"shapes {list(shapes)} do not broadcast")
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)
 
 
 # --- same shape as input 0 ---------------------------------------------------------------

@@ -238,6 +238,29 @@ def test_a_dequantize_node_without_outputs_is_not_a_crash():
     assert outcome(make_case(1032683)) in ("mapped", "rejected")
 
 
+def test_broadcasting_beyond_numpys_64_dims_is_not_a_crash():
+    """Fuzz seed 1531391 (ResNet-50 with an initializer mutated to 64 dims feeding an Expand):
+    np.broadcast_shapes raised RuntimeError past its dims limit. Broadcasting is our own rule now, at any
+    rank, and agrees with numpy's where numpy answers (checked on random shape sets below)."""
+    from mapper.shape_rules import NoRule, broadcast
+    nodes = [helper.make_node("Add", ["a", "b"], ["y"])]
+    data = make_model(nodes, [tensor("a", [1] * 70), tensor("b", [1] * 69 + [3])], [tensor("y", [1] * 69 + [3])])
+    assert _mapped_or_rejected(data) == "mapped"  # raised RuntimeError before
+    assert outcome(make_case(1531391)) in ("mapped", "rejected")
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        shapes = [tuple(int(d) for d in rng.choice([0, 1, 1, 2, 3], rng.integers(0, 5))) for _ in range(rng.integers(1, 4))]
+        try:
+            want = tuple(np.broadcast_shapes(*shapes))
+        except ValueError:
+            want = None
+        try:
+            got = broadcast(*shapes)
+        except NoRule:
+            got = None
+        assert got == want, shapes
+
+
 @pytest.mark.parametrize("op", ["MatMul", "Softmax", "Gemm"])
 def test_a_node_without_outputs_is_unmodeled_not_a_crash(op):
     """Found looking for the seed above's relatives: a live node whose output list is empty reached the
