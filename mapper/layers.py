@@ -57,10 +57,11 @@ def find_attention(graph: Graph) -> list[list[Node]]:
     """Each recognized attention block as its nodes: QK^T MatMul .. Softmax .. PV MatMul + K/V paths."""
     blocks = []
     for softmax in graph.nodes:
-        if softmax.op_type != "Softmax" or not softmax.inputs:  # a hostile file's node may lack its inputs
-            continue
+        if softmax.op_type != "Softmax" or not softmax.inputs or not softmax.outputs:  # a hostile file's node
+            continue                                                                    # may lack either
         score_path, qk = _walk_back(graph, softmax.inputs[0], SCORE_OPS)
-        if qk is None or qk.op_type != "MatMul" or not all(_is_activation(graph, i) for i in qk.inputs[:2]):
+        if qk is None or qk.op_type != "MatMul" or len(qk.inputs) < 2 or not all(_is_activation(graph, i)
+                                                                               for i in qk.inputs[:2]):
             continue
         pv, prob_path = _find_pv(graph, softmax)
         if pv is None:

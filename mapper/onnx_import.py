@@ -315,9 +315,10 @@ class _Walk:
 
     def visit(self, node: Node) -> None:
         if node.op_type == "Constant":
-            value, shape, dtype = constant_node_value(node)
-            self.set(node.outputs[0], TensorSpec(node.outputs[0], shape, dtype), value)
-            self.const.add(node.outputs[0])
+            if node.outputs and node.outputs[0]:  # a Constant without an output (a damaged file) makes nothing
+                value, shape, dtype = constant_node_value(node)
+                self.set(node.outputs[0], TensorSpec(node.outputs[0], shape, dtype), value)
+                self.const.add(node.outputs[0])
             self.folded.add(node.name)
             return
         specs, values, parts, known = [], [], [], 0

@@ -238,6 +238,31 @@ def test_a_dequantize_node_without_outputs_is_not_a_crash():
     assert outcome(make_case(1032683)) in ("mapped", "rejected")
 
 
+def test_a_constant_without_outputs_is_not_a_crash():
+    """Fuzz seed 1624208 (a byte flip in the TorchScript GPT-2, full of Constant nodes): a Constant whose
+    output list was gone was read at its first output (IndexError). It makes nothing, and folds away."""
+    nodes = [helper.make_node("Constant", [], [], value=numpy_helper.from_array(np.array([1.0], np.float32))),
+             helper.make_node("Relu", ["x"], ["y"])]
+    data = make_model(nodes, [tensor("x", [4])], [tensor("y", [4])])
+    assert _mapped_or_rejected(data) == "mapped"
+    assert outcome(make_case(1624208)) in ("mapped", "rejected")
+
+
+def test_attention_nodes_without_outputs_or_inputs_are_not_a_crash():
+    """Found looking for seed 1624208's relatives (each real model with one node's outputs, then inputs,
+    cleared): a Softmax with no outputs and a QK^T MatMul with no inputs reached the attention finder,
+    which indexes them (IndexError)."""
+    nodes = [helper.make_node("MatMul", ["q", "k"], ["s"]), helper.make_node("Softmax", ["s"], []),
+             helper.make_node("Relu", ["q"], ["y"])]
+    data = make_model(nodes, [tensor("q", [4, 4]), tensor("k", [4, 4])], [tensor("y", [4, 4])])
+    assert _mapped_or_rejected(data) == "mapped"
+    # and a QK^T MatMul whose inputs are gone (every attention built-in, its inputs cleared one node at a time)
+    nodes = [helper.make_node("MatMul", [], ["s"]), helper.make_node("Softmax", ["s"], ["p"]),
+             helper.make_node("MatMul", ["p", "v"], ["y"])]
+    data = make_model(nodes, [tensor("v", [4, 4])], [tensor("y", [4, 4])])
+    assert _mapped_or_rejected(data) != "crash"
+
+
 def test_broadcasting_beyond_numpys_64_dims_is_not_a_crash():
     """Fuzz seed 1531391 (ResNet-50 with an initializer mutated to 64 dims feeding an Expand):
     np.broadcast_shapes raised RuntimeError past its dims limit. Broadcasting is our own rule now, at any
