@@ -263,6 +263,25 @@ def test_attention_nodes_without_outputs_or_inputs_are_not_a_crash():
     assert _mapped_or_rejected(data) != "crash"
 
 
+@pytest.mark.parametrize("model", ["bert-base", "hf_gpt2_tiny_ts", "optimum_gpt2_tiny_merged"])
+def test_each_node_without_its_outputs_or_inputs_maps_or_is_rejected(model):
+    """The systematic form of the two seeds above: a real model with one node's outputs (then its inputs)
+    cleared, for a sample of its nodes, maps or is a one-line error; never an exception."""
+    import random
+
+    import onnx
+    base = onnx.ModelProto()
+    base.ParseFromString(dict(real_models())[model])
+    dims = {d.dim_param: 2 for vi in base.graph.input for d in vi.type.tensor_type.shape.dim
+            if d.dim_param and "+" not in d.dim_param} | ({"use_cache_branch": 1} if "merged" in model else {})
+    for i in random.Random(0).sample(range(len(base.graph.node)), min(30, len(base.graph.node))):
+        for field in ("output", "input"):
+            m = onnx.ModelProto()
+            m.CopyFrom(base)
+            del getattr(m.graph.node[i], field)[:]
+            _mapped_or_rejected(m.SerializeToString(), dims)  # raises on anything but MapperError
+
+
 def test_broadcasting_beyond_numpys_64_dims_is_not_a_crash():
     """Fuzz seed 1531391 (ResNet-50 with an initializer mutated to 64 dims feeding an Expand):
     np.broadcast_shapes raised RuntimeError past its dims limit. Broadcasting is our own rule now, at any
