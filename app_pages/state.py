@@ -67,15 +67,8 @@ def _init_state() -> None:
 
 
 def symbolic_dims(data: bytes) -> list[str]:
-    """The free dims of an uploaded model, from the engine's own 'unbound dims: a, b;' message."""
-    try:
-        mapper.load_model(data, {})
-        return []
-    except mapper.MapperError as e:
-        text = str(e)
-        if not text.startswith("unbound dims:"):
-            raise
-        return [n.strip() for n in text[len("unbound dims:"):].split(";")[0].split(",") if n.strip()]
+    """The free dims of an uploaded model (and a merged decoder's branch input), by the engine's reading."""
+    return list(mapper.dim_roles(data))
 
 
 def upload_default(dim: str) -> int:
