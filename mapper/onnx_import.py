@@ -284,14 +284,11 @@ class _Walk:
         return self._ort_inferred
 
     def fallback(self, node: Node, specs: tuple, values: tuple) -> list[TensorSpec] | None:
-        sources = (self.declared, self.onnx_inferred, self.ort_inferred) if node.domain == "com.microsoft" else \
-            (self.declared, self.onnx_inferred)
+        sources = [self.declared, self.onnx_inferred]
+        if node.domain == "com.microsoft":  # then ORT on the whole model; where it gave up there (another
+            sources += [self.ort_inferred, lambda: self.ort_node_inferred(node, specs, values)]  # node), alone
         for source in sources:
             table = source()
-            if all(o in table for o in node.outputs if o):
-                return [table[o] for o in node.outputs if o]
-        if node.domain == "com.microsoft":  # ORT gave up on the whole model (another node's handler raised)
-            table = self.ort_node_inferred(node, specs, values)
             if all(o in table for o in node.outputs if o):
                 return [table[o] for o in node.outputs if o]
         return None
@@ -305,13 +302,10 @@ class _Walk:
         found = _ORT_NODE_INFERRED.entries.get(key) if key is not None else None
         if found is None and self.ort_node_queries < limits.ORT_NODE_QUERIES:
             self.ort_node_queries += 1
-            found = self._ort_node(node, specs, values)
+            found = self._specs(ort_node_value_info(node, specs, values, self.model.opset_import))
             if key is not None:
                 _ORT_NODE_INFERRED.get(key, lambda: found)
         return found or {}
-
-    def _ort_node(self, node: Node, specs: tuple, values: tuple) -> dict[str, TensorSpec]:
-        return self._specs(ort_node_value_info(node, specs, values, self.model.opset_import))
 
     def visit(self, node: Node) -> None:
         if node.op_type == "Constant":
