@@ -148,6 +148,18 @@ def shortcut_targets(free: dict[str, tuple[str, int]], bound: dict[str, int], sh
     return matches
 
 
+def dim_roles_of(model: onnx.ModelProto) -> dict[str, str]:
+    """Each free dim -> its role: "batch" or "seq" (what the shortcuts bind), "past" (a KV-cache length),
+    "total" (a cache-plus-new length an export declares apart), "branch" (an If's boolean input), "other"."""
+    free = symbolic_dims(model)
+    roles = {n: role for role in ("batch", "seq") for n in shortcut_targets(free, {}, role)}
+    for n, (_, axis) in free.items():
+        low = n.lower()
+        roles.setdefault(n, "branch" if axis == -1 else "past" if "past" in low else "total" if "total" in low
+                         else "other")
+    return {n: roles[n] for n in free}
+
+
 def resolve_bindings(model: onnx.ModelProto, dims: dict[str, int] | None,
                      batch: int | None, seq: int | None) -> dict[str, int]:
     """Map the user's bindings (by name, and the --batch/--seq shortcuts) onto the model's dim names."""

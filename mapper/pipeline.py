@@ -103,19 +103,13 @@ def dim_roles(source: str | os.PathLike | bytes) -> dict[str, str]:
     (what the --batch and --seq shortcuts bind: batch_size, sequence_length...), "past" (a KV-cache length),
     "total" (a cache-plus-new length an export declares apart), "branch" (a boolean input an If branches
     on) or "other". Serving, power curves and LLM steps vary a model's batch and lengths through these."""
-    from mapper.onnx_import import parse_model, read_model_bytes, shortcut_targets, symbolic_dims
+    from mapper.onnx_import import dim_roles_of, parse_model, read_model_bytes
     if is_builtin(source):
         from mapper.zoo import zoo_model_bytes
         data, name = zoo_model_bytes(source), str(source)
     else:
         data, name = read_model_bytes(source)
-    free = symbolic_dims(parse_model(data, name))
-    roles = {n: role for role in ("batch", "seq") for n in shortcut_targets(free, {}, role)}
-    for n, (_, axis) in free.items():
-        low = n.lower()
-        roles.setdefault(n, "branch" if axis == -1 else "past" if "past" in low else "total" if "total" in low
-                         else "other")
-    return {n: roles[n] for n in free}
+    return dim_roles_of(parse_model(data, name))
 
 
 def dims_without_batch(source, dims: dict[str, int] | None) -> dict[str, int] | None:

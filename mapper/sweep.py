@@ -20,14 +20,7 @@ from mapper import limits
 from mapper.errors import MapperError
 from mapper.executors import ExecutorSpec, run_tasks
 from mapper.hardware import HardwareProfile, load_hardware
-from mapper.onnx_import import (
-    build_graph,
-    parse_model,
-    read_model_bytes,
-    resolve_bindings,
-    shortcut_targets,
-    symbolic_dims,
-)
+from mapper.onnx_import import build_graph, dim_roles_of, parse_model, read_model_bytes, resolve_bindings
 from mapper.pipeline import BUILTIN_DEFAULT_DIMS, Workload, analyze_graph, is_builtin, map_workload, validate_options
 from mapper.result import MappingResult, PlanOptions
 from mapper.version import __version__
@@ -100,9 +93,8 @@ def model_source(model: str | bytes, name: str | None = None, dims: tuple[tuple[
         data, default_name = read_model_bytes(model)
         name, source = name or default_name, data
         proto = parse_model(data, name)
-        free = symbolic_dims(proto)
-        swept = {n for shortcut in ("batch", "seq") for n in shortcut_targets(free, {}, shortcut)}
-        fixed = tuple((k, v) for k, v in held.items() if k in free and k not in swept)
+        roles = dim_roles_of(proto)  # batch and seq are swept; the model's other dims are held
+        fixed = tuple((k, v) for k, v in held.items() if k in roles and roles[k] not in ("batch", "seq"))
     try:
         resolve_bindings(proto, dict(fixed), 1, 1)
         has_seq = True
