@@ -103,13 +103,30 @@ def dim_roles(source: str | os.PathLike | bytes) -> dict[str, str]:
     (what the --batch and --seq shortcuts bind: batch_size, sequence_length...), "past" (a KV-cache length),
     "total" (a cache-plus-new length an export declares apart), "branch" (a boolean input an If branches
     on) or "other". Serving, power curves and LLM steps vary a model's batch and lengths through these."""
-    from mapper.onnx_import import dim_roles_of, parse_model, read_model_bytes
+    from mapper.bindings import dim_roles_of
+    from mapper.onnx_import import parse_model, read_model_bytes
     if is_builtin(source):
         from mapper.zoo import zoo_model_bytes
         data, name = zoo_model_bytes(source), str(source)
     else:
         data, name = read_model_bytes(source)
     return dim_roles_of(parse_model(data, name))
+
+
+def bind_shortcuts(source, dims: dict[str, int] | None, batch: int | None = None,
+                   seq: int | None = None) -> dict[str, int] | None:
+    """The named bindings with --batch/--seq written onto the model's own dim names (batch_size,
+    sequence_length...), as `load_workload` binds them, for callers that carry the bindings as one dict
+    (the serving simulation maps the model at many batch sizes; a measurement runs and predicts it)."""
+    dims = dict(dims or {})
+    if batch is None and seq is None:
+        return dims or None
+    if is_builtin(source):  # a built-in's dims are named batch and seq
+        return dims | {k: v for k, v in (("batch", batch), ("seq", seq)) if v is not None}
+    from mapper.bindings import apply_bindings
+    from mapper.onnx_import import parse_model, read_model_bytes
+    data, name = read_model_bytes(source)
+    return apply_bindings(parse_model(data, name), dims, batch, seq) or None
 
 
 def dims_without_batch(source, dims: dict[str, int] | None) -> dict[str, int] | None:

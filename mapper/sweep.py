@@ -17,10 +17,11 @@ from datetime import UTC, datetime
 import pandas as pd
 
 from mapper import limits
+from mapper.bindings import dim_roles_of, resolve_bindings
 from mapper.errors import MapperError
 from mapper.executors import ExecutorSpec, run_tasks
 from mapper.hardware import HardwareProfile, load_hardware
-from mapper.onnx_import import build_graph, dim_roles_of, parse_model, read_model_bytes, resolve_bindings
+from mapper.onnx_import import build_graph, parse_model, read_model_bytes
 from mapper.pipeline import BUILTIN_DEFAULT_DIMS, Workload, analyze_graph, is_builtin, map_workload, validate_options
 from mapper.result import MappingResult, PlanOptions
 from mapper.version import __version__

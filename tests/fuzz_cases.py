@@ -100,7 +100,7 @@ def parsed(name: str) -> onnx.ModelProto:
 
 @functools.cache
 def free_dims(name: str) -> tuple[str, ...]:
-    from mapper.onnx_import import symbolic_dims
+    from mapper.bindings import symbolic_dims
     return tuple(symbolic_dims(parsed(name)))
 
 

@@ -255,3 +255,19 @@ def test_engine_batch_time_varies_a_batch_dim_named_batch_size():
                                 mapper.load_hardware("h100-sxm"), mapper.PlanOptions())
     assert time_of(64) > time_of(1)
 
+
+
+def test_serve_cli_seq_binds_a_file_whose_sequence_dim_has_its_own_name(tmp_path, capsys):
+    """`mapper serve FILE --seq N` passed N as a dim named seq, so an export whose dims are batch_size and
+    sequence_length (Optimum's) failed where `mapper map --seq` worked; both now bind the model's own name."""
+    import onnx
+
+    from tests.conftest import MODELS_DIR
+    m = onnx.load(MODELS_DIR / "hf_bert_tiny.onnx", load_external_data=False)
+    for vi in [*m.graph.input, *m.graph.output, *m.graph.value_info]:
+        for d in vi.type.tensor_type.shape.dim:
+            d.dim_param = {"batch": "batch_size", "seq": "sequence_length"}.get(d.dim_param, d.dim_param)
+    path = tmp_path / "bert_named.onnx"
+    onnx.save(m, path)
+    assert main(["serve", str(path), "--seq", "16", "--max-batch", "4", "--requests", "50", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["p99_s"] > 0

@@ -13,12 +13,11 @@ def _dims(args, model=None) -> dict[str, int] | None:
     """--dim bindings; with a model, --batch/--seq are resolved onto its own dim names (batch_size,
     sequence_length...) as `mapper map` does, so the run and the prediction bind the same dims."""
     from mapper.cli import parse_dim
+    from mapper.pipeline import bind_shortcuts
     dims = dict(parse_dim(d) for d in args.dim)
-    batch, seq = getattr(args, "batch", None), getattr(args, "seq", None)
-    if model is None or (batch is None and seq is None):
+    if model is None:
         return dims or None
-    import mapper
-    return dict(mapper.load_workload(model, dims or None, batch=batch, seq=seq).graph.dims)
+    return bind_shortcuts(model, dims, getattr(args, "batch", None), getattr(args, "seq", None))
 
 
 def add_arguments(subparsers) -> None:
