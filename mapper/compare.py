@@ -15,7 +15,7 @@ import pandas as pd
 
 from mapper.errors import MapperError
 from mapper.hardware import HardwareProfile, load_hardware
-from mapper.pipeline import validate_options
+from mapper.pipeline import map_workload, validate_options
 from mapper.result import MappingResult, PlanOptions
 from mapper.sweep import ModelShapes, model_source
 from mapper.version import __version__
@@ -232,7 +232,6 @@ def compare_plans(baseline: PlanSpec, candidate: PlanSpec, batches: tuple[int, .
 
 
 def map_plan(shapes: ModelShapes, plan: PlanSpec, batch: int, seq: int | None) -> MappingResult:
-    from mapper.pipeline import map_workload
     return map_workload(shapes.workload(batch, seq if shapes.model.has_seq else None), plan.hardware, plan.options)
 
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mapper.caches import ModelCaches
 from mapper.graph import Graph, LayerType, Node, OpClass
 from mapper.ops import NodeWork
 from mapper.quantized import QUANTIZED_OPS
-from mapper.reuse import BoundedCache, per_object
 
 # A QDQ model marks each int8 tensor with a QuantizeLinear -> DequantizeLinear pair; an int8 kernel
 # requantizes its result in the epilogue, so the pair rides along without counting toward max_ops.
@@ -75,8 +75,9 @@ def _start_kinds(w: NodeWork) -> tuple[str, ...]:
 
 
 class _Planner:
-    def __init__(self, graph: Graph, work: tuple[NodeWork, ...]):
+    def __init__(self, graph: Graph, work: tuple[NodeWork, ...], tiny: frozenset[str]):
         self.graph = graph
+        self.tiny_set = tiny
         self.work = {w.name: w for w in work}
         self.order = [n.name for n in graph.nodes]
         self.taken: set[str] = set()
@@ -179,8 +180,7 @@ class _Planner:
         return w.op_class in ELEMENTWISE_CLASSES and w.op_type in EPILOGUE_OPS and self.tiny(w.name)
 
     def tiny(self, name: str) -> bool:
-        return sum(spec.elements for o in self.node[name].outputs
-                   if (spec := self.graph.spec(o)) is not None) <= EPILOGUE_OPERAND_ELEMENTS
+        return name in self.tiny_set
 
     def due(self, deferred: dict[str, None], group: list[str]) -> list[str]:
         """The deferred nodes the group reads, directly or through other deferred nodes, in graph order."""
@@ -239,17 +239,24 @@ class _Planner:
         return groups
 
 
-_PLANS = BoundedCache(64)
-_FINGERPRINTS = BoundedCache(64)
+def tiny_nodes(graph: Graph) -> frozenset[str]:
+    """Nodes whose outputs hold at most EPILOGUE_OPERAND_ELEMENTS elements: the one fact about sizes the
+    planner reads (a tiny operand waits for the kernel that reads it), so part of the plan's cache key."""
+    tiny = set()
+    for n in graph.nodes:
+        if sum(spec.elements for o in n.outputs if (spec := graph.spec(o)) is not None) <= EPILOGUE_OPERAND_ELEMENTS:
+            tiny.add(n.name)
+    return frozenset(tiny)
 
 
-def plan_fusion(graph: Graph, work: tuple[NodeWork, ...], policy: str, attention_fusion: bool) -> list[Group]:
+def plan_fusion(graph: Graph, work: tuple[NodeWork, ...], work_key: int, policy: str, attention_fusion: bool,
+                caches: ModelCaches) -> list[Group]:
     """Fusion groups in graph order. `policy` is none | default | aggressive.
 
-    The groups depend on the graph's structure, not its sizes: a sweep over batch and sequence length
-    plans each (model, policy) once. The key holds every node's name, op class and block, so a binding
-    that leaves some node unmodeled plans afresh."""
-    key = (graph.sha256, policy, attention_fusion,
-           per_object(_FINGERPRINTS, work, "fusion",
-                      lambda: hash(tuple((w.name, w.op_class, w.layer_type, w.layer_group) for w in work))))
-    return list(_PLANS.get(key, lambda: _Planner(graph, work).plan(policy, attention_fusion)))
+    The groups depend on the graph's structure and, through the tiny operands that wait for their reader,
+    on which nodes are tiny at these bindings: a sweep over batch and sequence length plans each (model,
+    policy, tiny set) once. `work_key` (`Workload.plan_key`) holds every node's name, op class and block,
+    so a binding that leaves some node unmodeled plans afresh."""
+    tiny = tiny_nodes(graph)
+    return list(caches.fusion_plan(graph.structure, work_key, tiny, policy, attention_fusion,
+                                   lambda: _Planner(graph, work, tiny).plan(policy, attention_fusion)))

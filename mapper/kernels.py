@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from mapper.caches import ModelCaches
 from mapper.errors import MapperError
 from mapper.fusion import Group
 from mapper.graph import Graph, LayerType, Node, OpClass, TensorSpec
 from mapper.hardware import HardwareProfile
 from mapper.ops import MatrixShape, NodeWork
 from mapper.result import Kernel
-from mapper.reuse import BoundedCache, per_object
 
 PLAN_DTYPE_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 MODEL_DTYPES = {"float32": "fp32", "float": "fp32", "float16": "fp16", "bfloat16": "bf16", "double": "fp32",
@@ -38,32 +38,29 @@ LOW_REUSE_M = 8
 # their packed uint8 weights do not make the model an int8 one.
 WEIGHT_ONLY_QUANTIZED_OPS = frozenset({"MatMulNBits", "GatherBlockQuantized"})
 EIGHT_BIT_INTS = frozenset({"int8", "uint8"})
-_WEIGHT_TALLIES = BoundedCache(256)
 
 
 def weight_tally(graph: Graph) -> tuple[dict[str, int], float, int]:
     """(float weight elements per element type, bytes of the other weights, elements of the 8-bit integer
-    weights among those), once per model and binding."""
-    def tally() -> tuple[dict[str, int], float, int]:
-        counts: dict[str, int] = {}
-        other, eight_bit = 0.0, 0
-        # QDQ int8 weights make an int8 model only beside quantized activations; alone they are
-        # weight-only quantization, computed at the activations' float type
-        int8_compute = any(n.op_type in ("QuantizeLinear", "DynamicQuantizeLinear") for n in graph.nodes)
-        for w in graph.weights:
-            spec = graph.tensors[w]
-            if w in graph.stored_dtypes:  # a QDQ model's dequantized integer weight
-                other += graph.stored_bytes(spec)
-                eight_bit += spec.elements if int8_compute and graph.stored_dtypes[w] in EIGHT_BIT_INTS else 0
-            elif spec.dtype in FLOAT_TYPES:
-                counts[spec.dtype] = counts.get(spec.dtype, 0) + spec.elements
-            else:
-                other += spec.bytes
-                if spec.dtype in EIGHT_BIT_INTS and not all(graph.nodes[k].op_type in WEIGHT_ONLY_QUANTIZED_OPS
-                                                               for k in graph.consumers.get(w, ())):
-                    eight_bit += spec.elements
-        return counts, other, eight_bit
-    return _WEIGHT_TALLIES.get((graph.sha256, graph.dims, len(graph.weights)), tally)
+    weights among those): one pass over the weights."""
+    counts: dict[str, int] = {}
+    other, eight_bit = 0.0, 0
+    # QDQ int8 weights make an int8 model only beside quantized activations; alone they are
+    # weight-only quantization, computed at the activations' float type
+    int8_compute = any(n.op_type in ("QuantizeLinear", "DynamicQuantizeLinear") for n in graph.nodes)
+    for w in graph.weights:
+        spec = graph.tensors[w]
+        if w in graph.stored_dtypes:  # a QDQ model's dequantized integer weight
+            other += graph.stored_bytes(spec)
+            eight_bit += spec.elements if int8_compute and graph.stored_dtypes[w] in EIGHT_BIT_INTS else 0
+        elif spec.dtype in FLOAT_TYPES:
+            counts[spec.dtype] = counts.get(spec.dtype, 0) + spec.elements
+        else:
+            other += spec.bytes
+            if spec.dtype in EIGHT_BIT_INTS and not all(graph.nodes[k].op_type in WEIGHT_ONLY_QUANTIZED_OPS
+                                                           for k in graph.consumers.get(w, ())):
+                eight_bit += spec.elements
+    return counts, other, eight_bit
 
 
 def model_dtype(graph: Graph) -> str:
@@ -204,13 +201,8 @@ def build_kernel(graph: Graph, group: Group, boundary: Boundary, work: dict[str,
                   reduction_rows=rows, reduction_length=length)
 
 
-_BUILT = BoundedCache(64)
-_BOUNDARIES = BoundedCache(64)
-_FINGERPRINTS = BoundedCache(64)
-
-
-def build_kernels(graph: Graph, groups: list[Group], work: tuple[NodeWork, ...], sizer: Sizer,
-                  hw: HardwareProfile, attention_fits) -> list:
+def build_kernels(graph: Graph, groups: list[Group], work: tuple[NodeWork, ...], work_key: int, sizer: Sizer,
+                  hw: HardwareProfile, attention_fits, caches: ModelCaches) -> list:
     """Kernels for the groups; a flash-attention group whose tiles do not fit SRAM is split back.
 
     Kernels depend on the model, its bindings, the groups, the element sizes and (for attention) the
@@ -219,11 +211,10 @@ def build_kernels(graph: Graph, groups: list[Group], work: tuple[NodeWork, ...],
     every binding of a sweep shares them."""
     flash = any(g.rule == "flash-attention" for g in groups)  # only fused attention asks the SRAM size
     groups_key = tuple(groups)
-    key = (graph.sha256, graph.dims, groups_key, sizer.act, sizer.weight, hw.sram_per_unit_bytes if flash else None,
-           per_object(_FINGERPRINTS, work, "kernels",
-                      lambda: hash(tuple((w.name, w.op_class, w.flops, w.bytes_read) for w in work))))
-    boundaries = _BOUNDARIES.get((graph.structure, groups_key), dict)
-    return list(_BUILT.get(key, lambda: _build_kernels(graph, groups, work, sizer, hw, attention_fits, boundaries)))
+    boundaries = caches.group_boundaries(graph.structure, groups_key, dict)
+    return list(caches.kernels(graph.sha256, graph.dims, groups_key, sizer.act, sizer.weight,
+                               hw.sram_per_unit_bytes if flash else None, work_key,
+                               lambda: _build_kernels(graph, groups, work, sizer, hw, attention_fits, boundaries)))
 
 
 def _build_kernels(graph: Graph, groups: list[Group], work: tuple[NodeWork, ...], sizer: Sizer,

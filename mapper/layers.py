@@ -7,10 +7,10 @@ their nodes roll up as one Attention or Normalization layer.
 """
 from __future__ import annotations
 
+from mapper.caches import ModelCaches
 from mapper.graph import Graph, LayerType, Node, OpClass
 from mapper.ops import NORMALIZATION, POOLING, LayerPlacer
 from mapper.quantized import twin_of
-from mapper.reuse import BoundedCache
 
 # op type -> layer type, where the op alone decides it
 LAYER_OF_OP: dict[str, LayerType] = {
@@ -126,10 +126,7 @@ def find_norms(graph: Graph, taken: set[str]) -> list[list[Node]]:
     return blocks
 
 
-_BLOCKS = BoundedCache(64)
-
-
-def recognized_blocks(graph: Graph) -> dict[str, tuple[LayerType, int]]:
+def recognized_blocks(graph: Graph, caches: ModelCaches) -> dict[str, tuple[LayerType, int]]:
     """Node name -> (Attention or Normalization, block id) for the nodes of recognized blocks.
     Found from the graph's structure alone (op types and dataflow), so kept per model structure."""
     def find() -> dict[str, tuple[LayerType, int]]:
@@ -142,13 +139,13 @@ def recognized_blocks(graph: Graph) -> dict[str, tuple[LayerType, int]]:
             for n in block:
                 layer.setdefault(n.name, (LayerType.NORMALIZATION, offset + gid))
         return layer
-    return _BLOCKS.get(graph.structure, find)
+    return caches.blocks(graph.structure, find)
 
 
-def layer_placer(graph: Graph) -> LayerPlacer:
+def layer_placer(graph: Graph, caches: ModelCaches) -> LayerPlacer:
     """(node name, op type, op class) -> (layer type, block id): a recognized block's type and id,
     else the op's own layer type and no block (-1)."""
-    blocks = recognized_blocks(graph)
+    blocks = recognized_blocks(graph, caches)
 
     def place(name: str, op_type: str, op_class: OpClass) -> tuple[LayerType, int]:
         return blocks.get(name) or (plain_layer(op_type, op_class), -1)

@@ -14,6 +14,9 @@ import numpy as np
 
 from mapper import limits
 from mapper.errors import MapperError
+from mapper.kernels import Sizer, model_dtype
+from mapper.model_handle import open_model
+from mapper.pipeline import map_workload
 from mapper.serving import ServingConfig, Trace, draw_jitter, validate_config
 
 KV_MEMORY_FRACTION = 0.9      # of device memory left after the weights (runtime, activations and fragmentation take the rest)
@@ -188,9 +191,8 @@ def decoder_dims(source) -> Callable[[int, int], dict[str, int]]:
     """(new tokens, cached tokens) -> a decoder's bindings besides batch and seq (which go by the
     shortcuts): every past length (`past`, `past_sequence_length`...) the cached tokens, a total length the
     export declares apart (`total_seq`) their sum, and a merged decoder's branch input the decoder that
-    reads the cache. Built-ins and exported files alike (`pipeline.dim_roles`)."""
-    from mapper.pipeline import dim_roles
-    roles = dim_roles(source)
+    reads the cache. Built-ins and exported files alike (`ModelHandle.roles`)."""
+    roles = open_model(source).roles
 
     def dims(seq: int, past: int) -> dict[str, int]:
         values = {"past": past, "total": past + seq, "branch": 1}
@@ -200,11 +202,11 @@ def decoder_dims(source) -> Callable[[int, int], dict[str, int]]:
 
 def engine_step_times(source, hw, options, max_batch: int, max_prompt: int, max_context: int):
     """Prefill(batch, prompt length) and decode(batch, context) from the engine on coarse grids."""
-    from mapper.pipeline import load_workload, map_workload
-    step_dims = decoder_dims(source)
+    model = open_model(source)
+    step_dims = decoder_dims(model)
 
     def latency(batch: int, seq: int, past: int) -> float:
-        workload = load_workload(source, step_dims(seq, past), batch=batch, seq=seq)
+        workload = model.bind(step_dims(seq, past), batch=batch, seq=seq)
         return map_workload(workload, hw, options).totals.latency_s
 
     batches = sorted({1, max(1, max_batch // 4), max(1, max_batch // 2), max_batch})  # step time is near-affine in batch
@@ -216,11 +218,9 @@ def engine_step_times(source, hw, options, max_batch: int, max_prompt: int, max_
 def kv_capacity_tokens(source, hw, options) -> int:
     """Tokens the KV cache holds: KV_MEMORY_FRACTION of device memory after the weights, over the
     KV bytes per token (the graph's past key/value inputs at the plan precision)."""
-    from mapper.kernels import Sizer, model_dtype
-    from mapper.pipeline import load_workload
-
     past = 16
-    graph = load_workload(source, decoder_dims(source)(1, past), batch=1, seq=1).graph
+    model = open_model(source)
+    graph = model.bind(decoder_dims(model)(1, past), batch=1, seq=1).graph
     dtype = model_dtype(graph) if options.dtype == "auto" else options.dtype
     sizer = Sizer(graph, dtype, options.weight_dtype)
     kv = sum(sizer.bytes(graph.tensors[name]) for name in graph.inputs if "past" in name) / past
@@ -233,7 +233,9 @@ def kv_capacity_tokens(source, hw, options) -> int:
 
 
 def simulate_model_llm_serving(source, hw, options, config: LLMServingConfig) -> LLMServingResult:
-    """simulate_llm_serving with the engine's step times, the device's KV capacity and the profile's jitter."""
+    """simulate_llm_serving with the engine's step times, the device's KV capacity and the profile's jitter
+    (`source`: a model handle, or what `open_model` takes; opened once for every step mapped)."""
+    source = open_model(source)
     if config.jitter_cv is None:
         config = replace(config, jitter_cv=hw.jitter_cv, jitter_dist=config.jitter_dist or hw.jitter_dist)
     if config.kv_capacity_tokens is None:

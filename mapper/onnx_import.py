@@ -20,12 +20,12 @@ from google.protobuf.message import DecodeError
 from mapper import limits
 from mapper.bindings import eval_dim, graph_inputs, resolve_bindings
 from mapper.branches import branch_inputs, inline_bound_branches
+from mapper.caches import ModelCaches
 from mapper.errors import MapperError
 from mapper.graph import SUBGRAPH_OPS, Graph, Node, TensorSpec
 from mapper.onnx_nodes import ordered_nodes
 from mapper.onnx_values import constant_node_value, dtype_name, evaluate, small_value, tensor_dtype
 from mapper.ort_shapes import ort_inferred_value_info, ort_node_value_info
-from mapper.reuse import BoundedCache
 from mapper.shape_rules import Ctx, NoRule, infer_node
 
 # Graph names exporters give every model (PyTorch's "main_graph", Optimum's merged decoders "merged"): the file's
@@ -97,15 +97,12 @@ def value_info_shape(vi: onnx.ValueInfoProto, bound: dict[str, int]) -> TensorSp
 
 
 # --- the graph walk --------------------------------------------------------------------------------
-_ORT_INFERRED = BoundedCache(32)
-_ORT_NODE_INFERRED = BoundedCache(256)
-
-
 class _Walk:
     """Mutable state of one import (kept out of the frozen result)."""
 
-    def __init__(self, model: onnx.ModelProto, bound: dict[str, int], sha256: str):
+    def __init__(self, model: onnx.ModelProto, bound: dict[str, int], sha256: str, caches: ModelCaches):
         self.model = model
+        self.caches = caches
         self.bound = bound
         self.sha256 = sha256
         self.specs: dict[str, TensorSpec] = {}
@@ -163,8 +160,9 @@ class _Walk:
         """ONNX Runtime's symbolic shape inference (run once, in a child process under limits, only for a
         com.microsoft node that neither our rules nor onnx's inference resolve)."""
         if self._ort_inferred is None:  # a child process costs ~0.4 s: kept per model and binding
-            self._ort_inferred = _ORT_INFERRED.get((self.sha256, tuple(sorted(self.bound.items()))),
-                                                   lambda: self._specs(ort_inferred_value_info(self.bound_copy())))
+            self._ort_inferred = self.caches.ort_inferred(
+                self.sha256, tuple(sorted(self.bound.items())),
+                lambda: self._specs(ort_inferred_value_info(self.bound_copy())))
         return self._ort_inferred
 
     def fallback(self, node: Node, specs: tuple, values: tuple) -> list[TensorSpec] | None:
@@ -183,12 +181,12 @@ class _Walk:
         starts at most ORT_NODE_QUERIES child processes (a hostile file could hold thousands of such nodes)."""
         key = None if node.signature is None else (self.sha256, node.signature, tuple(
             None if s is None else (s.shape, s.dtype, None if v is None else v.tobytes()) for s, v in zip(specs, values)))
-        found = _ORT_NODE_INFERRED.entries.get(key) if key is not None else None
-        if found is None and self.ort_node_queries < limits.ORT_NODE_QUERIES:
+        if key is None or self.ort_node_queries >= limits.ORT_NODE_QUERIES:
+            return {}
+        def query() -> dict[str, TensorSpec]:
             self.ort_node_queries += 1
-            found = self._specs(ort_node_value_info(node, specs, values, self.model.opset_import))
-            if key is not None:
-                _ORT_NODE_INFERRED.get(key, lambda: found)
+            return self._specs(ort_node_value_info(node, specs, values, self.model.opset_import))
+        found = self.caches.ort_node_inferred(key, query)
         return found or {}
 
     def visit(self, node: Node) -> None:
@@ -272,34 +270,18 @@ class _Walk:
             self.values[name] = value
 
 
-def load_model(source: str | os.PathLike | bytes, dims: dict[str, int] | None = None, *,
-               batch: int | None = None, seq: int | None = None, name: str | None = None,
-               file_name: str | None = None) -> Graph:
-    """Read an ONNX model and give its graph at concrete shapes.
-
-    `dims` binds symbolic dims by name; `batch`/`seq` bind the dims that mean
-    batch and sequence. An unbound dim raises MapperError listing the names.
-    The graph is named `name`, else the model's own graph name unless an exporter's generic one,
-    else the file's stem: the path's, or `file_name`'s for bytes that came from a file (an upload),
-    else "upload".
-    """
-    data, default_name = read_model_bytes(source)
-    if file_name and isinstance(source, (bytes, bytearray, memoryview)):
-        default_name = Path(file_name).stem or default_name
-    model = parse_model(data, name or default_name)
-    own = model.graph.name if model.graph.name not in GENERIC_GRAPH_NAMES else ""
-    return build_graph(model, hashlib.sha256(data).hexdigest(), name or own or default_name, dims, batch, seq)
-
-
-def build_graph(model: onnx.ModelProto, sha256: str, name: str, dims: dict[str, int] | None = None,
-                batch: int | None = None, seq: int | None = None) -> Graph:
+def build_graph(model: onnx.ModelProto, sha256: str, name: str, caches: ModelCaches,
+                dims: dict[str, int] | None = None, batch: int | None = None, seq: int | None = None) -> Graph:
+    """The model's graph at concrete shapes. `dims` binds symbolic dims by name; `batch`/`seq` bind the
+    dims that mean batch and sequence. An unbound dim raises MapperError listing the names."""
     opset = default_opset(model)
     bound = resolve_bindings(model, dims, batch, seq)
     branches = {n: bound[n] for n in branch_inputs(model)}
     if branches:  # the graph depends on the branch taken: so do the caches keyed by the model's hash
-        model = inline_bound_branches(model, branches)
-        sha256 = hashlib.sha256(f"{sha256} {sorted(branches.items())}".encode()).hexdigest()
-    walk = _Walk(model, bound, sha256)
+        choice = tuple(sorted(branches.items()))
+        model = caches.branch_model(choice, lambda: inline_bound_branches(model, branches))
+        sha256 = hashlib.sha256(f"{sha256} {list(choice)}".encode()).hexdigest()
+    walk = _Walk(model, bound, sha256, caches)
     for t in model.graph.initializer:
         if math.prod(t.dims) > limits.MAX_TENSOR_ELEMENTS:
             raise MapperError(f"initializer {t.name!r} has {math.prod(t.dims)} elements, over"
@@ -312,12 +294,13 @@ def build_graph(model: onnx.ModelProto, sha256: str, name: str, dims: dict[str, 
         if spec is None:
             raise MapperError(f"graph input {vi.name!r} has no tensor shape; re-export with static ranks")
         walk.set(vi.name, spec, None)
-    ordered = ordered_nodes(model, sha256, set(walk.specs))
+    available = frozenset(walk.specs)
+    ordered = caches.ordered_nodes(sha256, available, lambda: ordered_nodes(model, available))
     for node in ordered:
         walk.visit(node)
     folded = frozenset(walk.folded)
-    live, weights, producers, consumers, stored = _STRUCTURE.get(  # keyed as the Graph's `structure`
-        (sha256, folded), lambda: live_structure(ordered, folded, walk.const, walk.specs))
+    live, weights, producers, consumers, stored = caches.live_structure(  # keyed as the Graph's `structure`
+        sha256, folded, lambda: live_structure(ordered, folded, walk.const, walk.specs))
     return Graph(
         name=name, nodes=live, tensors=walk.specs,
         inputs=tuple(vi.name for vi in inputs), outputs=tuple(o.name for o in model.graph.output),
@@ -338,9 +321,6 @@ def _dequantized_weights(ordered: list[Node], folded: frozenset[str], specs: dic
             if source is not None and source.dtype in ("int8", "uint8", "int4", "uint4"):
                 stored[n.outputs[0]] = source.dtype
     return stored
-
-
-_STRUCTURE = BoundedCache(16)
 
 
 def live_structure(ordered: list[Node], folded: frozenset[str], const: set[str], specs: dict[str, TensorSpec]):

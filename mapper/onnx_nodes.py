@@ -14,7 +14,6 @@ import onnx
 from mapper.errors import MapperError
 from mapper.graph import Node, node_signature
 from mapper.onnx_values import attr_value, is_small_inline
-from mapper.reuse import BoundedCache
 
 # Attributes the shape and work rules read, by the type ONNX gives them; another type is a malformed file.
 ATTR_TYPES = {
@@ -127,11 +126,7 @@ def topological_order(nodes: list[Node], available: set[str]) -> list[Node]:
     return [nodes[i] for i in order]
 
 
-_ORDERED = BoundedCache(16)
-
-
-def ordered_nodes(model: onnx.ModelProto, sha256: str, available: set[str]) -> list[Node]:
-    """The model's nodes in execution order. Nodes are plain data, the same at every binding: a sweep
-    re-binds one model many times and converts them once (keyed by the model's hash and its inputs)."""
-    key = (sha256, len(model.graph.node), frozenset(available))
-    return _ORDERED.get(key, lambda: topological_order(to_nodes(model), available))
+def ordered_nodes(model: onnx.ModelProto, available: frozenset[str]) -> list[Node]:
+    """The model's nodes in execution order, `available` the tensors there before any node runs. Nodes are
+    plain data, the same at every binding: the model handle keeps them (`ModelCaches.ordered_nodes`)."""
+    return topological_order(to_nodes(model), set(available))

@@ -14,136 +14,63 @@ Follow one model through here to see every stage in order.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 
+from mapper import bottleneck, tiling
 from mapper.bottleneck import Facts, classify
 from mapper.cost import estimate_cost
 from mapper.errors import MapperError
 from mapper.fusion import plan_fusion
-from mapper.graph import Graph, OpClass
+from mapper.graph import Graph
 from mapper.hardware import HardwareProfile
 from mapper.kernels import PLAN_DTYPE_BYTES, WIDER_PRECISIONS, Sizer, build_kernels, model_dtype, precision_caveats
-from mapper.layers import layer_placer
 from mapper.layout import LAYOUTS, plan_layout
-from mapper.onnx_import import load_model
-from mapper.ops import NodeWork, estimate_work
+from mapper.model_handle import ModelHandle, open_model
 from mapper.parallel.memory import memory_section, plan_memory
 from mapper.parallel.placement import place_on_devices
 from mapper.parallel.sharding import assign_roles, shard_kernels
 from mapper.result import Kernel, KernelAssessment, KernelEstimate, MappingResult, PlanOptions
-from mapper.reuse import BoundedCache, per_object
 from mapper.rollup import STALL_DEFINITION, roll_up
 from mapper.tiling import attention_fits
 from mapper.version import __version__
+from mapper.workload import Workload
+from mapper.zoo import ZOO_NAMES
 
 FUSION_POLICIES = ("none", "default", "aggressive")
 
-# Bindings a built-in model starts from when the user gives none (the dashboard's
-# default view; files get no defaults: an unbound dim there is an error).
-BUILTIN_DEFAULT_DIMS = {"batch": 1, "seq": 128, "past": 0}
-
-
-@dataclass(frozen=True, slots=True)
-class Workload:
-    """A model's graph at concrete shapes and the work of each of its nodes."""
-
-    graph: Graph
-    nodes: tuple[NodeWork, ...]
-    flops: float = field(init=False)            # totals over the nodes, summed once (every mapping reads them)
-    matrix_flops: float = field(init=False)
-    unmodeled: tuple[NodeWork, ...] = field(init=False)
-
-    def __post_init__(self):
-        object.__setattr__(self, "flops", sum(n.flops for n in self.nodes))
-        object.__setattr__(self, "matrix_flops", sum(n.matrix_flops for n in self.nodes))
-        object.__setattr__(self, "unmodeled",
-                           tuple(n for n in self.nodes if n.op_class is OpClass.UNMODELED or n.reason))
-
-    @property
-    def bytes(self) -> float:
-        return sum(n.bytes for n in self.nodes)
-
-    @property
-    def weight_bytes(self) -> float:
-        return float(sum(self.graph.tensors[w].bytes for w in self.graph.weights))
-
-
-def analyze_graph(graph: Graph) -> Workload:
-    return Workload(graph, estimate_work(graph, layer_placer(graph)))
 
 
 def is_builtin(source) -> bool:
-    from mapper.zoo import ZOO_NAMES
     return isinstance(source, str) and source in ZOO_NAMES
 
 
-def load_workload(source: str | os.PathLike | bytes, dims: dict[str, int] | None = None, *,
+def load_workload(source: str | os.PathLike | bytes | ModelHandle, dims: dict[str, int] | None = None, *,
                   batch: int | None = None, seq: int | None = None, file_name: str | None = None) -> Workload:
-    """A built-in name, a path or uploaded bytes -> its workload at the bindings. `file_name`: the name
-    of the file uploaded bytes came from, which names the model when its graph name is an exporter's
-    generic one (see `load_model`)."""
-    if is_builtin(source):
-        from mapper.zoo import zoo_model_bytes
-        dims = dict(dims or {})
-        shortcuts = {"batch": batch, "seq": seq}
-        for key in _builtin_dims(source):  # defaults only for the dims this built-in has and the user left free
-            if shortcuts.get(key) is None and key not in dims:
-                dims[key] = BUILTIN_DEFAULT_DIMS[key]
-        graph = load_model(zoo_model_bytes(source), name=source, dims=dims, batch=batch, seq=seq)
-        return analyze_graph(graph)
-    if isinstance(source, str) and not os.path.exists(source) and not source.endswith(".onnx"):
-        from mapper.zoo import ZOO_NAMES
-        raise MapperError(f"model {source!r} is neither a file nor a built-in; built-ins: {', '.join(ZOO_NAMES)}")
-    return analyze_graph(load_model(source, dims=dims, batch=batch, seq=seq, file_name=file_name))
+    """A built-in name, a path, uploaded bytes or a model handle -> its workload at the bindings.
+    `file_name`: the name of the file uploaded bytes came from (see `open_model`). Callers that bind one
+    model many times open it once (`open_model`) and bind the handle."""
+    return open_model(source, file_name=file_name).bind(dims, batch=batch, seq=seq)
 
 
-def dim_roles(source: str | os.PathLike | bytes) -> dict[str, str]:
-    """Each free dim of a model (a built-in name, a path or uploaded bytes) -> its role: "batch" and "seq"
-    (what the --batch and --seq shortcuts bind: batch_size, sequence_length...), "past" (a KV-cache length),
-    "total" (a cache-plus-new length an export declares apart), "branch" (a boolean input an If branches
-    on) or "other". Serving, power curves and LLM steps vary a model's batch and lengths through these."""
-    from mapper.bindings import dim_roles_of
-    from mapper.onnx_import import parse_model, read_model_bytes
-    if is_builtin(source):
-        from mapper.zoo import zoo_model_bytes
-        data, name = zoo_model_bytes(source), str(source)
-    else:
-        data, name = read_model_bytes(source)
-    return dim_roles_of(parse_model(data, name))
+def load_model(source: str | os.PathLike | bytes, dims: dict[str, int] | None = None, *,
+               batch: int | None = None, seq: int | None = None, name: str | None = None,
+               file_name: str | None = None) -> Graph:
+    """Read an ONNX model and give its graph at concrete shapes (see `open_model` for its name)."""
+    return open_model(source, file_name=file_name, name=name).bind(dims, batch=batch, seq=seq).graph
 
 
-def bind_shortcuts(source, dims: dict[str, int] | None, batch: int | None = None,
-                   seq: int | None = None) -> dict[str, int] | None:
-    """The named bindings with --batch/--seq written onto the model's own dim names (batch_size,
-    sequence_length...), as `load_workload` binds them, for callers that carry the bindings as one dict
-    (the serving simulation maps the model at many batch sizes; a measurement runs and predicts it)."""
-    dims = dict(dims or {})
-    if batch is None and seq is None:
-        return dims or None
-    if is_builtin(source):  # a built-in's dims are named batch and seq
-        return dims | {k: v for k, v in (("batch", batch), ("seq", seq)) if v is not None}
-    from mapper.bindings import apply_bindings
-    from mapper.onnx_import import parse_model, read_model_bytes
-    data, name = read_model_bytes(source)
-    return apply_bindings(parse_model(data, name), dims, batch, seq) or None
-
-
-def dims_without_batch(source, dims: dict[str, int] | None) -> dict[str, int] | None:
-    """The bindings with the model's batch dim(s) left out, whatever the model calls them, so that a
-    caller varying the batch through the --batch shortcut is not overridden by a bound batch_size."""
-    roles = dim_roles(source)
-    return {k: v for k, v in (dims or {}).items() if k != "batch" and roles.get(k) != "batch"} or None
-
-
-def _builtin_dims(name: str) -> dict[str, str]:
-    from mapper.zoo import list_zoo
-    return next(entry["dims"] for entry in list_zoo() if entry["name"] == name)
+def dim_roles(source: str | os.PathLike | bytes | ModelHandle) -> dict[str, str]:
+    """Each free dim of a model (a built-in name, a path, uploaded bytes or a handle) -> its role: "batch"
+    and "seq" (what the --batch and --seq shortcuts bind: batch_size, sequence_length...), "past" (a KV-cache
+    length), "total" (a cache-plus-new length an export declares apart), "branch" (a boolean input an If
+    branches on) or "other". Serving, power curves and LLM steps vary a model's batch and lengths through these."""
+    return dict(open_model(source).roles)
 
 
 def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOptions = PlanOptions()) -> MappingResult:
     """Map a workload onto a device: fusion -> layout -> tiling + cost -> classes -> roll-up."""
-    graph = workload.graph
+    graph, caches = workload.graph, workload.caches
     options = validate_options(options)
     own = model_dtype(graph)
     dtype = own if options.dtype == "auto" else options.dtype
@@ -157,8 +84,8 @@ def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOpt
         hardware.matrix_peak(dtype)  # an unsupported dtype is an error naming the dtypes the device has
     sizer = Sizer(graph, dtype, options.weight_dtype)
     attention_fusion = options.fusion == "aggressive" if options.attention_fusion is None else options.attention_fusion
-    groups = plan_fusion(graph, workload.nodes, options.fusion, attention_fusion)
-    kernels = build_kernels(graph, groups, workload.nodes, sizer, hardware, attention_fits)
+    groups = plan_fusion(graph, workload.nodes, workload.plan_key, options.fusion, attention_fusion, caches)
+    kernels = build_kernels(graph, groups, workload.nodes, workload.cost_key, sizer, hardware, attention_fits, caches)
     kernels, layout = plan_layout(graph, kernels, options.layout, hardware.preferred_conv_layout, sizer)
     max_devices = max(hardware.interconnect.max_devices, 1)
     memory = plan_memory(graph, kernels, sizer, hardware.dram_bytes, 1, 1, max_devices) \
@@ -181,17 +108,10 @@ def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOpt
         layers=layers, totals=totals,
         unmodeled=tuple((n.name, n.op_type, n.reason) for n in workload.unmodeled),
         caveats=tuple(caveats),
-        assumptions=assumptions_used(hardware, dtype, layout), engine_version=__version__,
+        assumptions=caches.assumptions(hardware.sha256, dtype, layout, lambda: assumptions_used(hardware, dtype, layout)), engine_version=__version__,
         created_utc=datetime.now(UTC).isoformat(timespec="seconds"), node_count=len(graph.nodes),
         extras={"memory": memory_section(memory), "parallel": parallel},
     )
-
-
-def clear_plan_caches() -> None:
-    """Forget the nodes, fusion plans and kernels kept for reuse across bindings and profiles
-    (benchmarks that time a cold mapping call this between runs)."""
-    from mapper.reuse import clear_all
-    clear_all()
 
 
 def estimate_kernels(kernels: list[Kernel], hw: HardwareProfile, dtype: str, sizer: Sizer,
@@ -242,17 +162,8 @@ def validate_options(options: PlanOptions) -> PlanOptions:
     return options
 
 
-_ASSUMPTIONS = BoundedCache(32)
-
-
 def assumptions_used(hw: HardwareProfile, dtype: str, layout: str) -> tuple[tuple[str, str, str], ...]:
-    """Every profile value (with its source) and every modeling constant the estimate used (listed once
-    per profile object)."""
-    return per_object(_ASSUMPTIONS, hw, (dtype, layout), lambda: _assumptions(hw, dtype, layout))
-
-
-def _assumptions(hw: HardwareProfile, dtype: str, layout: str) -> tuple[tuple[str, str, str], ...]:
-    from mapper import bottleneck, tiling
+    """Every profile value (with its source) and every modeling constant the estimate used."""
     rows = [(key, str(value), hw.sources.get(key, "")) for key, value in flatten_profile(hw)]
     rows.append(("plan.dtype", dtype, "plan option (auto = the model's own precision)"))
     rows.append(("plan.conv_layout", layout, "plan option (auto = the profile's preferred layout)"))

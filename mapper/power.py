@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from mapper import limits
 from mapper.errors import MapperError
 from mapper.hardware import HardwareProfile
+from mapper.model_handle import open_model
+from mapper.pipeline import map_workload
 from mapper.result import PlanOptions
 
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64)
@@ -31,15 +33,14 @@ class PowerPoint:
 def power_curve(source, hw: HardwareProfile, options: PlanOptions = PlanOptions(),
                 batches: tuple[int, ...] = DEFAULT_BATCHES, dims: dict[str, int] | None = None) -> tuple[PowerPoint, ...]:
     """Map the model (built-in name, path or bytes) at each batch size and report its power figures."""
-    from mapper.pipeline import dims_without_batch, load_workload, map_workload
-
     batches = tuple(batches)
     if not batches or len(batches) > MAX_POINTS or any(not isinstance(b, int) or b < 1 for b in batches):
         raise MapperError(f"batches must be 1 to {limits.limit_text('MAX_POWER_POINTS')} integers >= 1 (got {batches!r})")
-    fixed = dims_without_batch(source, dims)
+    model = open_model(source)
+    fixed = model.dims_without_batch(dims)
     points = []
     for batch in sorted(set(batches)):
-        result = map_workload(load_workload(source, fixed, batch=batch), hw, options)
+        result = map_workload(model.bind(fixed, batch=batch), hw, options)
         t = result.totals
         throttled = sum(e.time_s for e in result.kernels if e.throttled)
         points.append(PowerPoint(batch, t.latency_s, t.throughput_per_s, t.avg_power_w, t.energy_per_inference_j,

@@ -18,6 +18,8 @@ import numpy as np
 
 from mapper import limits
 from mapper.errors import MapperError
+from mapper.model_handle import open_model
+from mapper.pipeline import map_workload
 
 POLICIES = ("static", "dynamic")
 JITTER_DISTS = ("none", "lognormal", "exponential")
@@ -430,15 +432,15 @@ def serving_section(result: ServingResult, config: ServingConfig, curve: LoadCur
 # ---- the engine as the service time --------------------------------------------------------------
 
 def engine_batch_time(source, dims: dict[str, int] | None, hw, options) -> Callable[[int], float]:
-    """Batch size -> the engine's latency for the model at that batch (each size mapped once)."""
-    from mapper.pipeline import dims_without_batch, load_workload, map_workload
-
+    """Batch size -> the engine's latency for the model (a handle, or what `open_model` takes) at that
+    batch (each size mapped once)."""
     cache: dict[int, float] = {}
-    fixed = dims_without_batch(source, dims)
+    model = open_model(source)
+    fixed = model.dims_without_batch(dims)
 
     def batch_time(batch: int) -> float:
         if batch not in cache:
-            workload = load_workload(source, fixed, batch=batch)
+            workload = model.bind(fixed, batch=batch)
             cache[batch] = map_workload(workload, hw, options).totals.latency_s
         return cache[batch]
 

@@ -7,7 +7,6 @@ pool or Dask) and sorted by slice id, so the table is the same whichever executo
 """
 from __future__ import annotations
 
-import hashlib
 import itertools
 import math
 from collections.abc import Callable, Sequence
@@ -17,14 +16,15 @@ from datetime import UTC, datetime
 import pandas as pd
 
 from mapper import limits
-from mapper.bindings import dim_roles_of, resolve_bindings
+from mapper.bindings import resolve_bindings
 from mapper.errors import MapperError
 from mapper.executors import ExecutorSpec, run_tasks
 from mapper.hardware import HardwareProfile, load_hardware
-from mapper.onnx_import import build_graph, parse_model, read_model_bytes
-from mapper.pipeline import BUILTIN_DEFAULT_DIMS, Workload, analyze_graph, is_builtin, map_workload, validate_options
+from mapper.model_handle import BUILTIN_DEFAULT_DIMS, ModelHandle, open_model
+from mapper.pipeline import map_workload, validate_options
 from mapper.result import MappingResult, PlanOptions
 from mapper.version import __version__
+from mapper.workload import Workload
 
 DEFAULT_CHUNK_SLICES = 64          # slices per task: big enough that a task reuses its parse, small for balance
 MAX_SLICES = limits.MAX_SLICES
@@ -51,13 +51,20 @@ class SweepSpec:
 
 @dataclass(frozen=True, slots=True)
 class ModelSource:
-    """A model as a task ships it: a built-in name (rebuilt on the worker) or the file's bytes."""
+    """A swept model: its handle (which ships to a worker as a built-in's name or a file's bytes, and is
+    parsed there once), whether it has a seq dim, and the dims held for every slice."""
 
-    name: str
-    source: str | bytes = field(repr=False)
-    sha256: str
+    model: ModelHandle = field(repr=False)
     has_seq: bool
-    fixed_dims: tuple[tuple[str, int], ...] = ()   # built-ins' other dims at their defaults (past=0)
+    fixed_dims: tuple[tuple[str, int], ...] = ()   # dims other than batch and seq (built-ins: their defaults)
+
+    @property
+    def name(self) -> str:
+        return self.model.name
+
+    @property
+    def sha256(self) -> str:
+        return self.model.sha256
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,51 +87,36 @@ class SweepResult:
 
 # ---- models: parse once, build each shape once ---------------------------------------------------
 
-def model_source(model: str | bytes, name: str | None = None, dims: tuple[tuple[str, int], ...] = ()) -> ModelSource:
-    """A built-in name, a path or uploaded bytes -> what a task needs; decides once whether it has a seq dim.
-    `dims` holds the model's dims other than batch and seq (those it does not have are ignored)."""
-    held = dict(dims)
-    if is_builtin(model):
-        from mapper.zoo import list_zoo, zoo_model_bytes
-        data, name, source = zoo_model_bytes(model), model, model
-        names = next(e["dims"] for e in list_zoo() if e["name"] == model)
-        fixed = tuple((k, held.get(k, BUILTIN_DEFAULT_DIMS[k])) for k in names if k not in ("batch", "seq"))
-        proto = parse_model(data, name)
-    else:
-        data, default_name = read_model_bytes(model)
-        name, source = name or default_name, data
-        proto = parse_model(data, name)
-        roles = dim_roles_of(proto)  # batch and seq are swept; the model's other dims are held
-        fixed = tuple((k, v) for k, v in held.items() if k in roles and roles[k] not in ("batch", "seq"))
+def model_source(model: str | bytes | ModelHandle, dims: tuple[tuple[str, int], ...] = ()) -> ModelSource:
+    """A built-in name, a path, uploaded bytes or a handle -> what a task needs; decides once whether it
+    has a seq dim. `dims` holds the model's dims other than batch and seq (those it lacks are ignored)."""
+    handle, held = open_model(model), dict(dims)
+    if handle.builtin:
+        fixed = tuple((k, held.get(k, BUILTIN_DEFAULT_DIMS[k])) for k in handle.roles if k not in ("batch", "seq"))
+    else:  # batch and seq are swept; the model's other dims are held
+        fixed = tuple((k, v) for k, v in held.items() if k in handle.roles and handle.roles[k] not in ("batch", "seq"))
     try:
-        resolve_bindings(proto, dict(fixed), 1, 1)
+        resolve_bindings(handle.proto, dict(fixed), 1, 1)
         has_seq = True
     except MapperError as exc:
         if "no free seq dim" not in str(exc):
             raise
         has_seq = False
-    return ModelSource(name, source, hashlib.sha256(data).hexdigest(), has_seq, fixed)
+    return ModelSource(handle, has_seq, fixed)
 
 
 class ModelShapes:
-    """A parsed model and its workload per (batch, seq), each built once (the sweep's per-call cache)."""
+    """A swept model and its workload per (batch, seq), each built once (the sweep's per-call cache)."""
 
     def __init__(self, model: ModelSource):
         self.model = model
-        if isinstance(model.source, str):
-            from mapper.zoo import zoo_model_bytes
-            data = zoo_model_bytes(model.source)
-        else:
-            data = model.source
-        self.proto = parse_model(data, model.name)
         self._workloads: dict[tuple[int, int | None], Workload] = {}
 
     def workload(self, batch: int, seq: int | None) -> Workload:
         key = (batch, seq)
         if key not in self._workloads:
-            graph = build_graph(self.proto, self.model.sha256, self.model.name, dict(self.model.fixed_dims) or None,
-                                batch, seq if self.model.has_seq else None)
-            self._workloads[key] = analyze_graph(graph)
+            self._workloads[key] = self.model.model.bind(dict(self.model.fixed_dims) or None, batch=batch,
+                                                         seq=seq if self.model.has_seq else None)
         return self._workloads[key]
 
 

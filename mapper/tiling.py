@@ -59,7 +59,7 @@ def _macs_per_clock_per_unit(hw: HardwareProfile, peak: float) -> float:
     return peak / 2 / max(hw.compute_units, 1) / max(hw.clock_hz, 1.0)
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=64)  # a pure function of its arguments: a constant table built lazily, not state
 def _candidates(instruction: tuple[int, int, int], act_bytes: float) -> tuple[np.ndarray, ...]:
     """Every (tile m, n, k, stages, split-K) for an instruction shape, with its SRAM working set
     (PRIMER s4); the same for every kernel on a device, so built once. Read-only arrays."""

@@ -242,10 +242,8 @@ def test_repeated_nodes_take_the_shapes_and_work_found_once(source, dims, monkey
     """The importer infers and costs a node like one seen before (same signature, input shapes and
     constants) once; the graph and work must equal those of a walk that infers every node itself."""
     from mapper import onnx_nodes
-    from mapper.pipeline import clear_plan_caches
 
-    def load():
-        clear_plan_caches()
+    def load():  # a fresh model handle: nothing kept from the last load
         return mapper.load_workload(source, dims)
     memoized = load()
     monkeypatch.setattr(onnx_nodes, "node_signature", lambda *args: None)

@@ -171,8 +171,6 @@ def test_single_node_onnxruntime_queries_are_capped_per_import(monkeypatch):
     """Each single-node query is a child process: one import starts at most ORT_NODE_QUERIES of them, and
     nodes past the cap stay unresolved (said so) instead of costing a process each."""
     from mapper import limits
-    from mapper.pipeline import clear_plan_caches
-    clear_plan_caches()
     monkeypatch.setattr(limits, "ORT_NODE_QUERIES", 2)
     w = _nhwc_and_attention([4, 2])  # NhwcConv and two attention signatures: three queries wanted, two allowed
     resolved = [name for name in ("y0", "y1") if name in w.graph.tensors]

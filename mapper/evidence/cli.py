@@ -13,11 +13,10 @@ def _dims(args, model=None) -> dict[str, int] | None:
     """--dim bindings; with a model, --batch/--seq are resolved onto its own dim names (batch_size,
     sequence_length...) as `mapper map` does, so the run and the prediction bind the same dims."""
     from mapper.cli import parse_dim
-    from mapper.pipeline import bind_shortcuts
     dims = dict(parse_dim(d) for d in args.dim)
     if model is None:
         return dims or None
-    return bind_shortcuts(model, dims, getattr(args, "batch", None), getattr(args, "seq", None))
+    return model.shortcut_dims(dims, getattr(args, "batch", None), getattr(args, "seq", None))
 
 
 def add_arguments(subparsers) -> None:
@@ -72,12 +71,13 @@ def _hardware(spec):
 def cmd_measure(args) -> int:
     import mapper
     from mapper.evidence.measure import compare_measured, measure_model, measurement_from_profile
-    dims = _dims(args, args.model)
+    model = mapper.open_model(args.model)  # parsed once for the run, the mapping and the node matching
+    dims = _dims(args, model)
     if args.profile:
         measurement = measurement_from_profile(args.profile, args.model)
     else:
         measurement = measure_model(args.model, dims, threads=args.threads, runs=args.runs)
-    result = mapper.map_workload(mapper.load_workload(args.model, dims), _hardware(args.hw))
+    result = mapper.map_workload(model.bind(dims), _hardware(args.hw))
     comparison = compare_measured(result, measurement)
     if args.out:  # the mapping sheet with its Measured section
         import dataclasses

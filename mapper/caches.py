@@ -1,0 +1,104 @@
+"""Every cache of one model, keyed in one place.
+
+A `ModelCaches` belongs to one model handle (`model_handle.open_model`): nothing outlives the handle
+and nothing is shared between models. Each method names one cached value and builds its key from
+what that value depends on: a reviewer checks the keys here, beside one another.
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Any
+
+import onnx
+
+# Entries each table keeps (oldest out first): a sweep of a few hundred bindings reuses the
+# structure-only tables (one entry per policy) and cycles the per-binding ones.
+CACHE_ENTRIES = 256
+
+
+class ModelCaches:
+    """Every cache of one model, thread-safe (Streamlit serves sessions from threads).
+
+    Each method names one cached value and builds its key from what that value depends on; `make`
+    computes the value on a miss. The model's own bytes are fixed for the handle, so keys hold only
+    what varies: the branch taken, which nodes folded, bindings, plan choices, device figures.
+    Pickles empty (a pickled Workload carries its model, not the model's caches).
+    """
+
+    def __init__(self, entries: int = CACHE_ENTRIES):
+        self._entries = entries
+        self._lock = threading.RLock()
+        self._tables: dict[str, OrderedDict[Hashable, Any]] = {}
+
+    def __getstate__(self) -> dict:
+        return {"entries": self._entries}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["entries"])
+
+    def _get(self, table: str, key: Hashable, make: Callable[[], Any]) -> Any:
+        with self._lock:  # held while computing: two sessions mapping one model share the first's work
+            entries = self._tables.setdefault(table, OrderedDict())
+            if key in entries:
+                return entries[key]
+            value = make()
+            if len(entries) >= self._entries:
+                entries.popitem(last=False)
+            entries[key] = value
+            return value
+
+    def size(self) -> int:
+        with self._lock:
+            return sum(len(t) for t in self._tables.values())
+
+    # ---- import: depend on the model and the branch taken (the inlined graph) ----------------
+    def branch_model(self, branches: tuple[tuple[str, int], ...], make: Callable[[], onnx.ModelProto]):
+        """The model with bound If branches inlined: the model and the branch values."""
+        return self._get("branch_model", branches, make)
+
+    def ordered_nodes(self, sha256: str, available: frozenset[str], make):
+        """Nodes in execution order: the (inlined) model, named by its salted hash, and the tensors
+        available before any node runs (initializers and inputs)."""
+        return self._get("ordered_nodes", (sha256, available), make)
+
+    def live_structure(self, sha256: str, folded: frozenset[str], make):
+        """Live nodes, weights, producers, consumers, QDQ storage types: the graph and which nodes folded
+        (the constants follow from those; storage types from the initializers' types)."""
+        return self._get("live_structure", (sha256, folded), make)
+
+    def ort_inferred(self, sha256: str, bound: tuple[tuple[str, int], ...], make):
+        """ONNX Runtime's inference over the whole model: the graph and every binding."""
+        return self._get("ort_inferred", (sha256, bound), make)
+
+    def ort_node_inferred(self, key: Hashable, make):
+        """ONNX Runtime's inference for one node: `key` is (graph hash, node signature, each input's shape,
+        dtype and constant bytes), built by the importer beside the walk's own memo key."""
+        return self._get("ort_node_inferred", key, make)
+
+    # ---- work and plan ------------------------------------------------------------------------
+    def blocks(self, structure: tuple[str, frozenset[str]], make):
+        """Recognized attention and norm blocks: op types and dataflow of the live graph (its structure)."""
+        return self._get("blocks", structure, make)
+
+    def fusion_plan(self, structure: tuple[str, frozenset[str]], work_key: int, tiny: frozenset[str],
+                    policy: str, attention_fusion: bool, make):
+        """Fusion groups: the live graph's structure, each node's op class, layer type and block
+        (`Workload.plan_key`), which nodes are tiny enough to ride in an epilogue (the one place
+        where the planner reads sizes), the policy and the attention-fusion choice."""
+        return self._get("fusion_plan", (structure, work_key, tiny, policy, attention_fusion), make)
+
+    def group_boundaries(self, structure: tuple[str, frozenset[str]], groups: tuple, make):
+        """Tensors crossing each group's boundary: the live graph's structure and the groups."""
+        return self._get("group_boundaries", (structure, groups), make)
+
+    def kernels(self, sha256: str, dims: tuple, groups: tuple, act_bytes: float, weight_bytes: float,
+                sram_bytes: float | None, work_key: int, make):
+        """Kernels with their traffic: the graph at its bindings (hash and dims), the groups, the element
+        sizes, the SRAM size when a fused attention must fit it, and each node's work (`Workload.cost_key`)."""
+        return self._get("kernels", (sha256, dims, groups, act_bytes, weight_bytes, sram_bytes, work_key), make)
+
+    def assumptions(self, hardware_sha256: str, dtype: str, layout: str, make):
+        """The sheet's assumption rows: the profile's content (its hash), the dtype and the layout."""
+        return self._get("assumptions", (hardware_sha256, dtype, layout), make)
