@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 
 # Named thresholds: each rule below cites the one it uses.
 LAUNCH_SHARE = 0.5          # fixed launch overhead at least this share of the kernel's time
@@ -14,26 +15,56 @@ SYNC_SHARE = 0.3            # grid-wide synchronization at least this share
 OCCUPANCY_LIMIT = 0.6       # wave x padding efficiency below this, on a compute-dominated matrix kernel
 INTERCONNECT_SHARE = 0.5    # a collective's wire time at least this share (multi-device plans)
 
-OWNERS = {
-    "compute-bound (matrix)": "ML compiler engineer",
-    "compute-bound (vector/SFU)": "ML compiler engineer",
-    "memory-bound": "ML compiler engineer",
-    "occupancy / wave quantization": "ML compiler engineer",
-    "launch / latency-bound": "runtime systems engineer",
-    "synchronization": "runtime systems engineer",
-    "interconnect": "runtime systems engineer",
-    "host / unsupported": "framework integration lead",
+class Owner(StrEnum):
+    """The four owners a review assigns work to (seed: workload-mapping-basics)."""
+
+    ML_COMPILER = "ML compiler engineer"
+    RUNTIME = "runtime systems engineer"
+    PERFORMANCE_MODELING = "performance modeling owner"
+    FRAMEWORK = "framework integration lead"
+
+
+class Bottleneck(StrEnum):
+    """One vocabulary for predicted and measured classes (PRIMER s6); the value is the label people read."""
+
+    COMPUTE_MATRIX = "compute-bound (matrix)"
+    COMPUTE_VECTOR = "compute-bound (vector/SFU)"
+    MEMORY = "memory-bound"
+    OCCUPANCY = "occupancy / wave quantization"
+    LAUNCH = "launch / latency-bound"
+    SYNCHRONIZATION = "synchronization"
+    INTERCONNECT = "interconnect"
+    HOST = "host / unsupported"
+
+
+@dataclass(frozen=True, slots=True)
+class BottleneckClass:
+    """A class's row: who acts on it and the bounded fix the review starts from."""
+
+    owner: Owner
+    fix: str
+
+
+CLASSES: dict[Bottleneck, BottleneckClass] = {
+    Bottleneck.COMPUTE_MATRIX: BottleneckClass(Owner.ML_COMPILER, "lower precision or a better tile"),
+    Bottleneck.COMPUTE_VECTOR: BottleneckClass(Owner.ML_COMPILER, "fuse it, or use a cheaper approximation"),
+    Bottleneck.MEMORY: BottleneckClass(Owner.ML_COMPILER, "fuse it, change layout, or quantize weights"),
+    Bottleneck.OCCUPANCY: BottleneckClass(Owner.ML_COMPILER, "split-K, retile, or a larger batch"),
+    Bottleneck.LAUNCH: BottleneckClass(Owner.RUNTIME, "fuse kernels or capture a CUDA graph"),
+    Bottleneck.SYNCHRONIZATION: BottleneckClass(Owner.RUNTIME, "a one-pass algorithm"),
+    Bottleneck.INTERCONNECT: BottleneckClass(Owner.RUNTIME, "overlap the collective or shard differently"),
+    Bottleneck.HOST: BottleneckClass(Owner.FRAMEWORK, "write a device kernel or rewrite the graph"),
 }
-FIXES = {
-    "compute-bound (matrix)": "lower precision or a better tile",
-    "compute-bound (vector/SFU)": "fuse it, or use a cheaper approximation",
-    "memory-bound": "fuse it, change layout, or quantize weights",
-    "occupancy / wave quantization": "split-K, retile, or a larger batch",
-    "launch / latency-bound": "fuse kernels or capture a CUDA graph",
-    "synchronization": "a one-pass algorithm",
-    "interconnect": "overlap the collective or shard differently",
-    "host / unsupported": "write a device kernel or rewrite the graph",
-}
+
+
+def owner_of(bottleneck: str) -> str:
+    return CLASSES[Bottleneck(bottleneck)].owner
+
+
+def fix_of(bottleneck: str) -> str:
+    """The class's bounded fix; "" for a label outside the vocabulary (a measured "not measured")."""
+    row = CLASSES.get(bottleneck)
+    return row.fix if row else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,39 +91,39 @@ def _us(seconds: float) -> str:
 
 @dataclass(frozen=True, slots=True)
 class BottleneckRule:
-    bottleneck: str
+    bottleneck: Bottleneck
     matches: Callable[[Facts], bool]
     evidence: Callable[[Facts], str]
 
 
 RULES: tuple[BottleneckRule, ...] = (
-    BottleneckRule("host / unsupported", lambda f: f.engine == "host",
+    BottleneckRule(Bottleneck.HOST, lambda f: f.engine == "host",
                    lambda f: f"runs on the host: {_us(f.time_s)} incl. transfers"),
-    BottleneckRule("interconnect", lambda f: f.interconnect_s >= INTERCONNECT_SHARE * f.time_s > 0,
+    BottleneckRule(Bottleneck.INTERCONNECT, lambda f: f.interconnect_s >= INTERCONNECT_SHARE * f.time_s > 0,
                    lambda f: f"collective {_us(f.interconnect_s)} of {_us(f.time_s)} on the links"),
-    BottleneckRule("launch / latency-bound", lambda f: f.overhead_s >= LAUNCH_SHARE * f.time_s,
+    BottleneckRule(Bottleneck.LAUNCH, lambda f: f.overhead_s >= LAUNCH_SHARE * f.time_s,
                    lambda f: f"launch {_us(f.overhead_s)} of {_us(f.time_s)} (work {_us(max(f.compute_s, f.memory_s))})"),
-    BottleneckRule("synchronization", lambda f: f.sync_s >= SYNC_SHARE * f.time_s,
+    BottleneckRule(Bottleneck.SYNCHRONIZATION, lambda f: f.sync_s >= SYNC_SHARE * f.time_s,
                    lambda f: f"grid sync {_us(f.sync_s)} of {_us(f.time_s)}"),
-    BottleneckRule("occupancy / wave quantization",
+    BottleneckRule(Bottleneck.OCCUPANCY,
                    lambda f: f.engine == "matrix" and f.compute_s >= f.memory_s
                    and f.wave_efficiency * f.padding_efficiency < OCCUPANCY_LIMIT,
                    lambda f: f"{f.waves} wave{'s' if f.waves != 1 else ''} at {f.wave_efficiency:.0%},"
                              f" padding {f.padding_efficiency:.0%}"),
-    BottleneckRule("memory-bound", lambda f: f.memory_s >= f.compute_s,
+    BottleneckRule(Bottleneck.MEMORY, lambda f: f.memory_s >= f.compute_s,
                    lambda f: f"intensity {f.intensity:.3g} FLOP/B below ridge {f.ridge:.0f}"
                    if f.intensity < f.ridge else f"memory {_us(f.memory_s)} over compute {_us(f.compute_s)}"),
-    BottleneckRule("compute-bound (matrix)", lambda f: f.engine == "matrix",
+    BottleneckRule(Bottleneck.COMPUTE_MATRIX, lambda f: f.engine == "matrix",
                    lambda f: f"intensity {f.intensity:.0f} FLOP/B above ridge {f.ridge:.0f};"
                              f" compute {_us(f.compute_s)} vs memory {_us(f.memory_s)}"),
-    BottleneckRule("compute-bound (vector/SFU)", lambda f: True,
+    BottleneckRule(Bottleneck.COMPUTE_VECTOR, lambda f: True,
                    lambda f: f"{f.engine} units busy {_us(f.compute_s)} vs memory {_us(f.memory_s)}"),
 )
 
 
-def classify(facts: Facts) -> tuple[str, str, str]:
+def classify(facts: Facts) -> tuple[Bottleneck, str, Owner]:
     """(class, evidence, owner) of one kernel."""
     for rule in RULES:
         if rule.matches(facts):
-            return rule.bottleneck, rule.evidence(facts), OWNERS[rule.bottleneck]
+            return rule.bottleneck, rule.evidence(facts), CLASSES[rule.bottleneck].owner
     raise AssertionError("the last rule always matches")  # pragma: no cover

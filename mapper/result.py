@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from operator import attrgetter
 
+from mapper.bottleneck import Bottleneck, Owner
 from mapper.graph import LayerType
 from mapper.ops import MatrixShape, NodeWork
 
@@ -108,9 +109,9 @@ class KernelAssessment:
     energy_j: float
     avg_power_w: float
     throttled: bool
-    bottleneck: str
+    bottleneck: Bottleneck
     evidence: str
-    owner: str
+    owner: Owner
 
 
 def _assessed(name: str) -> property:

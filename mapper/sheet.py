@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from mapper.bottleneck import FIXES
+from mapper.bottleneck import fix_of
 from mapper.errors import MapperError
 from mapper.report import mapping_document
 from mapper.result import MappingResult
@@ -77,7 +77,7 @@ def limiting_sentence(doc: dict) -> str:
     cls, time_s, owner = classes[0]
     latency = doc["totals"]["latency_s"] or 1.0
     count = sum(1 for k in doc["kernels"] if k["bottleneck"] == cls)
-    fix = FIXES.get(cls)
+    fix = fix_of(cls) or None
     return (f"{doc['model']['name']} on {doc['hardware']['name']} is mostly {cls}: {time_s / latency:.0%} of its"
             f" time is in {count} kernel{'s' if count != 1 else ''} of that class."
             f" The {owner} should act first{f' ({fix})' if fix else ''}.")
@@ -96,11 +96,11 @@ def summary_frame(doc: dict) -> pd.DataFrame:
     rows.append({"section": "verdict", "name": "what limits it", "value": limiting_sentence(doc), "unit": ""})
     for cls, time_s, owner in class_times(doc):
         rows.append({"section": "time by class", "name": cls, "value": time_s, "unit": "s", "owner": owner,
-                     "fix": FIXES.get(cls, "")})
+                     "fix": fix_of(cls)})
     for k in sorted(doc["kernels"], key=lambda k: -k["time_s"])[:TOP_BOTTLENECKS]:
         rows.append({"section": "top bottleneck", "name": k["name"], "value": k["time_s"], "unit": "s",
                      "bottleneck": k["bottleneck"], "evidence": k["evidence"], "owner": k["owner"],
-                     "fix": FIXES.get(k["bottleneck"], "")})
+                     "fix": fix_of(k["bottleneck"])})
     rows += [{"section": "caveat", "name": f"caveat {i}", "value": c, "unit": ""}
              for i, c in enumerate(doc["caveats"], 1)]
     text = ["unit", "bottleneck", "evidence", "owner", "fix"]
