@@ -62,9 +62,26 @@ def _init_state() -> None:
         if q.get(name) in allowed:
             ss[name] = q[name]
     for dim in ("batch", "seq", "past"):
-        if str(q.get(dim, "")).isdigit() and int(q[dim]) >= (0 if dim == "past" else 1):
-            ss[f"dim_{dim}"] = int(q[dim])
+        if dim in q:
+            value = query_int(q[dim], 0 if dim == "past" else 1, QUERY_DIM_MAX)
+            if value is None:
+                ss["query_notice"] = f"The link's {dim}={str(q[dim])[:20]!r} is not a whole number from " \
+                                     f"{0 if dim == 'past' else 1} to {QUERY_DIM_MAX}: ignored."
+            else:
+                ss[f"dim_{dim}"] = value
     ss["_initialised"] = True
+
+
+QUERY_DIM_MAX = 1 << 20  # the sidebar's own bound on a dim (its number_input max_value)
+
+
+def query_int(text: str, least: int, most: int) -> int | None:
+    """A link's integer: ASCII digits only (str.isdigit accepts '²', which int() refuses), within bounds."""
+    text = str(text)
+    if not (0 < len(text) <= 8 and text.isascii() and text.isdigit()):
+        return None
+    value = int(text)
+    return value if least <= value <= most else None
 
 
 def symbolic_dims(data: bytes) -> list[str]:
@@ -134,7 +151,7 @@ def _dims_section(dims: list[tuple[str, str]]) -> tuple:
         # an empty KV cache is a prefill; a branch input (use_cache_branch) is 0 or 1; other dims need one
         least = 0 if "past" in name.lower() or "branch" in name.lower() else 1
         st.session_state.setdefault(key, max(mapper.BUILTIN_DEFAULT_DIMS.get(name, 1), least))
-        out.append((name, int(st.number_input(ui.md(name), min_value=least, max_value=1 << 20, step=1, key=key,
+        out.append((name, int(st.number_input(ui.md(name), min_value=least, max_value=QUERY_DIM_MAX, step=1, key=key,
                                               help=help_text or None))))
     return tuple(out)
 
@@ -179,6 +196,8 @@ def sidebar() -> Selection | None:
     with st.sidebar:
         st.toggle("Presentation mode", key="presentation", help="larger type for screen sharing")
         label, key, source, dims = _model_section()
+        if notice := st.session_state.pop("query_notice", None):
+            st.warning(ui.md(notice))
         if err := st.session_state.get("upload_error"):
             st.error(ui.md(err))
         bound = _dims_section(dims)

@@ -7,7 +7,9 @@ passes data with unsafe_allow_html.
 """
 from __future__ import annotations
 
+import logging
 import re
+from collections.abc import Callable
 
 import pandas as pd
 import streamlit as st
@@ -32,6 +34,23 @@ def md(value) -> str:
 def show_error(what: str, exc: BaseException) -> None:
     """One line in the page for a rejected input: the message escaped and bounded (mapper.errors)."""
     st.error(f"{what}: {md(error_line(exc))}")
+
+
+LOG = logging.getLogger("mapper.app")
+
+
+def guarded(run: Callable[[], None]) -> None:
+    """Run the sidebar and the page; an error nobody expected is one line in the page, never a traceback
+    with the server's paths (the traceback goes to the server's log). st.stop, st.rerun and
+    st.switch_page raise ScriptControlException, a BaseException, which passes through."""
+    try:
+        run()
+    except mapper.MapperError as e:
+        show_error("Cannot show this page", e)
+    except Exception as e:
+        LOG.exception("the page failed")
+        st.error(f"This page stopped on an unexpected error ({type(e).__name__}); the details are in the "
+                 "server's log.")
 
 
 def color_of(bottleneck: str) -> str:

@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(exc, BrokenPipeError):
             return 0
         where = f" {path_text(exc.filename)}" if exc.filename is not None else ""
-        print(f"error: cannot use{where}: {error_line(exc.strerror or exc)}", file=sys.stderr)
+        print(f"error: {error_line(f'cannot use{where}: {exc.strerror or exc}')}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)

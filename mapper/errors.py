@@ -32,7 +32,7 @@ def bounded(text: str, limit: int = MAX_ERROR_LINE_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def error_line(exc: BaseException) -> str:
+def error_line(exc: BaseException | str) -> str:
     """The one line shown for an error: on one line, control characters escaped, length bounded."""
     return bounded(printable(" ".join(str(exc).split())))
 
