@@ -44,8 +44,10 @@ def safe_frame(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def csv_bytes(frame: pd.DataFrame) -> bytes:
-    """One table as CSV, formulas neutralised."""
-    return safe_frame(frame).to_csv(index=False).encode()
+    """One table as CSV, formulas neutralised. Lines end in CRLF (RFC 4180), which also makes the
+    writer quote a field holding a bare CR: unquoted, a spreadsheet starts a new row there, and
+    "name\r=1" would put a live =1 in the next one."""
+    return safe_frame(frame).to_csv(index=False, lineterminator="\r\n").encode()
 
 
 SheetHook = Callable[[object, pd.DataFrame], None]
