@@ -20,7 +20,6 @@ from mapper.errors import error_line, printable
 from mapper.sheet import limiting_sentence
 from mapper.units import format_bytes
 
-
 # Every ASCII character markdown, streamlit (:red[...], :material/...:) or KaTeX ($...$) gives a meaning to.
 MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~$:&=^\"'])")
 

@@ -7,7 +7,6 @@ included), and terminal control characters (an ANSI colour, BEL, CR).
 from __future__ import annotations
 
 import numpy as np
-import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 OVERLAY = ("<div style=position:fixed;inset:0;background:#fff>Session expired: sign in again"

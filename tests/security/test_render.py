@@ -15,7 +15,7 @@ from google.protobuf.json_format import MessageToDict
 from streamlit.testing.v1 import AppTest
 
 import mapper
-from tests.security.hostile_names import BEACON, OVERLAY, hostile_model
+from tests.security.hostile_names import OVERLAY, hostile_model
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 PAGES = ["overview", "layers", "kernels", "roofline", "timeline", "serving", "power", "devices", "validation",
