@@ -29,7 +29,7 @@ def selection():
 
 label, source, hw, options, held = selection()
 st.title("Compare")
-st.caption(f"{label} · baseline against candidate, every (batch, seq) slice; a slice that regresses on any"
+st.caption(f"{ui.md(label)} · baseline against candidate, every (batch, seq) slice; a slice that regresses on any"
            " metric keeps the baseline (the rollback boundary)")
 c = st.columns(3)
 field = c[0].selectbox("what differs", list(FIELDS), key="compare_field")
@@ -62,8 +62,8 @@ def _compare(progress):
 result = ui.run_stored("compare_result", key, "Compare", not (batches and seqs), _compare,
                        "Cannot compare these plans", "Choose the two plans and the slices, then press **Compare**.")
 tone = {"improved": st.success, "neutral": st.info, "mixed": st.warning, "regressed": st.error}[result.overall]
-tone(f"**{result.summary}**")
-st.caption(f"baseline: {result.baseline.describe()} · candidate: {result.candidate.describe()}")
+tone(f"**{ui.md(result.summary)}**")
+st.caption(f"baseline: {ui.md(result.baseline.describe())} · candidate: {ui.md(result.candidate.describe())}")
 
 st.subheader("Validation matrix")
 m = result.matrix

@@ -14,7 +14,7 @@ if not memory or not parallel:
 
 plan = f"TP {parallel['tp']} x PP {parallel['pp']} x DP {parallel['dp']} = {parallel['devices']} devices"
 c1, c2, c3, c4 = st.columns(4)
-c1.metric("TP x PP x DP", f"{parallel['tp']} x {parallel['pp']} x {parallel['dp']}", help=f"{plan} over {parallel['topology']}")
+c1.metric("TP x PP x DP", f"{parallel['tp']} x {parallel['pp']} x {parallel['dp']}", help=f"{plan} over {ui.md(parallel['topology'])}")
 c2.metric("Memory per device", ui.size(memory["per_device_bytes"]), help=f"capacity {ui.size(memory['capacity_bytes'])}")
 c3.metric("Interconnect share", ui.pct(parallel["interconnect_share"]),
           help="time in collectives over one batch's time")
@@ -48,4 +48,4 @@ if parallel["collectives"]:
     table["time (µs)"] = table.pop("time_s") * 1e6
     st.dataframe(table, hide_index=True, width="stretch")
 for line in parallel["assumptions"]:
-    st.caption(line)
+    st.caption(ui.md(line))

@@ -8,7 +8,7 @@ from app_pages import cache, hwform, ui
 doc, result, sel = ui.current()
 ui.header("Hardware", doc)
 hw = sel.hw
-st.markdown(f"**{hw.display_name}** ({hw.vendor}, {hw.kind}) · profile sha `{hw.sha256[:12]}`")
+st.markdown(f"**{ui.md(hw.display_name)}** ({ui.md(hw.vendor)}, {ui.md(hw.kind)}) · profile sha `{hw.sha256[:12]}`")
 
 
 def ridge_table(profile) -> pd.DataFrame:

@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 import mapper
-from app_pages import cache
+from app_pages import cache, ui
 
 
 def flatten(profile: dict) -> pd.DataFrame:
@@ -76,7 +76,7 @@ def _on_apply(base: mapper.HardwareProfile) -> None:
 
 def _edit_form(base: mapper.HardwareProfile) -> None:
     with st.form("hw_form", border=False):
-        st.caption(f"Values of {base.display_name}; edit, then apply. Units are in the field names.")
+        st.caption(f"Values of {ui.md(base.display_name)}; edit, then apply. Units are in the field names.")
         st.data_editor(flatten(base.to_dict()), key="hw_editor", hide_index=True, height=260,
                        disabled=["field", "source"], width="stretch",
                        column_config={"value": st.column_config.NumberColumn(format="engineering")})
@@ -99,5 +99,5 @@ def hardware_section(custom_label: str) -> mapper.HardwareProfile | None:
                          on_change=_on_profile_upload)
         _edit_form(chosen)
     for line in ss.get("hw_errors", []):
-        st.error(line)
+        st.error(ui.md(line))
     return chosen

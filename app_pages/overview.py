@@ -7,7 +7,8 @@ from app_pages import serving_model, ui
 doc, result, sel = ui.current()
 t = doc["totals"]
 ui.header("Overview", doc)
-st.markdown(f"<div class='verdict'><b>Verdict.</b> {ui.verdict(doc)}</div>", unsafe_allow_html=True)
+with st.container(key="verdict"):  # styled by its key (state.BASE_CSS): no HTML around the model's name
+    st.markdown(f"**Verdict.** {ui.md(ui.verdict(doc))}")
 
 percentiles = serving_model.percentiles(sel, result)
 row1 = st.columns(4)

@@ -60,4 +60,4 @@ st.markdown(f"Saturation at **{load.saturation_rate_per_s:,.0f} req/s**; "
             + (f"the p99 target of {target_ms:g} ms holds up to **{best:,.0f} req/s**." if best
                else f"no simulated load meets the p99 target of {target_ms:g} ms."))
 with st.expander("Serving assumptions"):
-    st.write("\n".join(f"- {a}" for a in report.assumptions + load.assumptions))
+    st.markdown("\n".join(f"- {ui.md(a)}" for a in report.assumptions + load.assumptions))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 import mapper
-from app_pages import cache
+from app_pages import cache, ui
 
 
 def available() -> bool:
@@ -69,6 +69,6 @@ def percentiles(sel, result) -> tuple[float, float, float] | None:
         with st.spinner("Simulating requests ..."):
             report = simulate(sel.key, sel.serving, sel)
     except mapper.MapperError as e:
-        st.error(f"Serving simulation: {e}")
+        ui.show_error("Serving simulation", e)
         return None
     return report.p50_s, report.p95_s, report.p99_s

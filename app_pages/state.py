@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 import streamlit as st
 
 import mapper
-from app_pages import hwform
+from app_pages import hwform, ui
+from mapper.errors import error_line
 
 UPLOADED = "(uploaded model)"
 CUSTOM_HW = "(custom profile)"
@@ -61,9 +62,26 @@ def _init_state() -> None:
         if q.get(name) in allowed:
             ss[name] = q[name]
     for dim in ("batch", "seq", "past"):
-        if str(q.get(dim, "")).isdigit() and int(q[dim]) >= (0 if dim == "past" else 1):
-            ss[f"dim_{dim}"] = int(q[dim])
+        if dim in q:
+            value = query_int(q[dim], 0 if dim == "past" else 1, QUERY_DIM_MAX)
+            if value is None:
+                ss["query_notice"] = f"The link's {dim}={str(q[dim])[:20]!r} is not a whole number from " \
+                                     f"{0 if dim == 'past' else 1} to {QUERY_DIM_MAX}: ignored."
+            else:
+                ss[f"dim_{dim}"] = value
     ss["_initialised"] = True
+
+
+QUERY_DIM_MAX = 1 << 20  # the sidebar's own bound on a dim (its number_input max_value)
+
+
+def query_int(text: str, least: int, most: int) -> int | None:
+    """A link's integer: ASCII digits only (str.isdigit accepts '²', which int() refuses), within bounds."""
+    text = str(text)
+    if not (0 < len(text) <= 8 and text.isascii() and text.isdigit()):
+        return None
+    value = int(text)
+    return value if least <= value <= most else None
 
 
 def symbolic_dims(data: bytes) -> list[str]:
@@ -90,7 +108,7 @@ def accept_upload(name: str, data: bytes) -> None:
         bind = {d: upload_default(d) for d in dims}
         mapper.load_workload(data, bind)
     except mapper.MapperError as e:
-        ss["upload_error"] = f"{name}: {e} (the previous model stays selected; upload limit {limit} MB)"
+        ss["upload_error"] = f"{name}: {error_line(e)} (the previous model stays selected; upload limit {limit} MB)"
         return
     ss["uploaded"] = {"name": name, "bytes": data, "sha256": hashlib.sha256(data).hexdigest(), "dims": dims}
     for d in dims:
@@ -133,7 +151,7 @@ def _dims_section(dims: list[tuple[str, str]]) -> tuple:
         # an empty KV cache is a prefill; a branch input (use_cache_branch) is 0 or 1; other dims need one
         least = 0 if "past" in name.lower() or "branch" in name.lower() else 1
         st.session_state.setdefault(key, max(mapper.BUILTIN_DEFAULT_DIMS.get(name, 1), least))
-        out.append((name, int(st.number_input(name, min_value=least, max_value=1 << 20, step=1, key=key,
+        out.append((name, int(st.number_input(ui.md(name), min_value=least, max_value=QUERY_DIM_MAX, step=1, key=key,
                                               help=help_text or None))))
     return tuple(out)
 
@@ -178,8 +196,10 @@ def sidebar() -> Selection | None:
     with st.sidebar:
         st.toggle("Presentation mode", key="presentation", help="larger type for screen sharing")
         label, key, source, dims = _model_section()
+        if notice := st.session_state.pop("query_notice", None):
+            st.warning(ui.md(notice))
         if err := st.session_state.get("upload_error"):
-            st.error(err)
+            st.error(ui.md(err))
         bound = _dims_section(dims)
         hw = hwform.hardware_section(CUSTOM_HW)
         options = _options_section()
@@ -213,7 +233,7 @@ h1 { font-size: 3rem !important; } h2 { font-size: 2.3rem !important; } h3 { fon
 </style>"""
 BASE_CSS = """<style>
 [data-testid="stMetricValue"] { font-size: 2.3rem; }
-.verdict { font-size: 1.35em; line-height: 1.45; padding: 0.8rem 1.1rem; border-left: 6px solid #1f6feb;
+.st-key-verdict { font-size: 1.35em; line-height: 1.45; padding: 0.8rem 1.1rem; border-left: 6px solid #1f6feb;
            background: #eef4ff; border-radius: 6px; margin: 0.3rem 0 1rem 0; }
 </style>"""
 

@@ -6,6 +6,7 @@ import streamlit as st
 import mapper
 from app_pages import ui
 from mapper.sweep import SweepSpec, run_sweep
+from mapper.tables import csv_bytes
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)
 SEQS = (64, 128, 256, 512, 1024, 2048, 4096)
@@ -25,7 +26,7 @@ def selection():
 
 label, source, hw, held = selection()
 st.title("Sweep")
-st.caption(f"{label} on {hw.name} · every (batch, seq, dtype, fusion) slice mapped in-process;"
+st.caption(f"{ui.md(label)} on {ui.md(hw.name)} · every (batch, seq, dtype, fusion) slice mapped in-process;"
            " the best plan is the lowest latency")
 c = st.columns(4)
 batches = c[0].multiselect("batch", BATCHES, default=[1, 8, 32], key="sweep_batches")
@@ -46,9 +47,9 @@ result = ui.run_stored(
 table = result.table
 failed = table[table["status"] != "ok"]
 if len(failed):
-    st.warning(f"{len(failed)} slice(s) failed: {failed['error'].iloc[0]}")
+    st.warning(f"{len(failed)} slice(s) failed: {ui.md(failed['error'].iloc[0])}")
 if table["note"].iloc[0]:
-    st.info(table["note"].iloc[0])
+    st.info(ui.md(table["note"].iloc[0]))
 ok = table[table["status"] == "ok"].copy()
 if ok.empty:
     st.stop()
@@ -118,4 +119,4 @@ else:
     st.dataframe(result.flips, hide_index=True, width="stretch")
 with st.expander("Every slice"):
     st.dataframe(table.drop(columns=["model_sha256", "hardware_sha256"]), hide_index=True, width="stretch")
-st.download_button("Download the table (CSV)", table.to_csv(index=False).encode(), "sweep.csv", "text/csv")
+st.download_button("Download the table (CSV)", csv_bytes(table), "sweep.csv", "text/csv")  # no formula from a name

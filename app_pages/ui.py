@@ -1,15 +1,55 @@
 """Shared page helpers: units formatted at the edge, the current result, KPI tiles, notices,
 the verdict sentence and the one kernel drill-down (used by Kernels and Roofline).
+
+Names come from the model, the upload's file name and the profile, so they can hold markdown (an
+image beacon), HTML or streamlit directives: every one goes into markdown through md(), and no page
+passes data with unsafe_allow_html.
 """
 from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
 
 import pandas as pd
 import streamlit as st
 
 import mapper
 from mapper import charts
+from mapper.errors import error_line, printable
 from mapper.sheet import limiting_sentence
 from mapper.units import format_bytes
+
+# Every ASCII character markdown, streamlit (:red[...], :material/...:) or KaTeX ($...$) gives a meaning to.
+MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~$:&=^\"'])")
+
+
+def md(value) -> str:
+    """Data as markdown that shows it verbatim: on one line, control characters written out, every
+    special character backslash-escaped. Escape the interpolated data, never the template."""
+    return MARKDOWN_SPECIALS.sub(r"\\\1", printable(" ".join(str(value).split())))
+
+
+def show_error(what: str, exc: BaseException) -> None:
+    """One line in the page for a rejected input: the message escaped and bounded (mapper.errors)."""
+    st.error(f"{what}: {md(error_line(exc))}")
+
+
+LOG = logging.getLogger("mapper.app")
+
+
+def guarded(run: Callable[[], None]) -> None:
+    """Run the sidebar and the page; an error nobody expected is one line in the page, never a traceback
+    with the server's paths (the traceback goes to the server's log). st.stop, st.rerun and
+    st.switch_page raise ScriptControlException, a BaseException, which passes through."""
+    try:
+        run()
+    except mapper.MapperError as e:
+        show_error("Cannot show this page", e)
+    except Exception as e:
+        LOG.exception("the page failed")
+        st.error(f"This page stopped on an unexpected error ({type(e).__name__}); the details are in the "
+                 "server's log.")
 
 
 def color_of(bottleneck: str) -> str:
@@ -36,7 +76,7 @@ def run_stored(state_key: str, key: tuple, label: str, disabled: bool, work, fai
             st.session_state[state_key] = (key, work(
                 lambda done, total: bar.progress(done / max(total, 1), text=f"{done}/{total} slices")))
         except mapper.MapperError as e:
-            st.error(f"{failure}: {e}")
+            show_error(failure, e)
         bar.empty()
     stored = st.session_state.get(state_key)
     if stored is None or stored[0] != key:
@@ -88,7 +128,7 @@ def current() -> tuple[dict, object, object]:
     """(mapping document, MappingResult, Selection) of this run; stops the page if there is none."""
     ss = st.session_state
     if ss.get("map_error"):
-        st.error(ss["map_error"])
+        st.error(md(ss["map_error"]))
     if "doc" not in ss:
         st.info("No mapping yet: choose a model and a valid hardware profile in the sidebar.")
         st.stop()
@@ -100,7 +140,7 @@ def current() -> tuple[dict, object, object]:
 def header(title: str, doc: dict) -> None:
     dims = ", ".join(f"{k}={v}" for k, v in doc["model"]["dims"].items())
     st.title(title)
-    st.caption(f"{doc['model']['name']} ({dims}) on {doc['hardware']['name']} · {doc['totals']['dtype']} · "
+    st.caption(f"{md(doc['model']['name'])} ({md(dims)}) on {md(doc['hardware']['name'])} · {doc['totals']['dtype']} · "
                f"fusion {doc['options']['fusion']} · model sha {doc['model']['sha256'][:12]} · "
                f"profile sha {doc['hardware']['sha256'][:12]} · engine {doc.get('engine_version', '')}")
 
@@ -109,11 +149,11 @@ def notices(doc: dict) -> None:
     """Unmodeled ops and precision caveats, always visible where they matter."""
     if doc["unmodeled"]:
         ops = sorted({u["op_type"] for u in doc["unmodeled"]})
-        st.warning(f"**{len(doc['unmodeled'])} unmodeled op(s)** ({', '.join(ops)}): their time is not in the totals.")
+        st.warning(f"**{len(doc['unmodeled'])} unmodeled op(s)** ({md(', '.join(ops))}): their time is not in the totals.")
         with st.expander("Unmodeled ops"):
             st.dataframe(pd.DataFrame(doc["unmodeled"]), hide_index=True, width="stretch")
     for caveat in doc["caveats"]:
-        st.warning(f"**Precision caveat:** {caveat}")
+        st.warning(f"**Precision caveat:** {md(caveat)}")
 
 
 def kernel_table(doc: dict) -> pd.DataFrame:
@@ -141,9 +181,8 @@ def drilldown(doc: dict, hw, name: str) -> None:
     k = next((k for k in doc["kernels"] if k["name"] == name), None)
     if k is None:
         return
-    st.subheader(f"Kernel `{k['name']}`")
-    st.markdown(f"<span style='color:{color_of(k['bottleneck'])};font-weight:700'>{k['bottleneck']}</span>"
-                f" — {k['evidence']}  \n**Owner:** {k['owner']}", unsafe_allow_html=True)
+    st.subheader(f"Kernel {md(k['name'])}")
+    st.markdown(f"**{md(k['bottleneck'])}** — {md(k['evidence'])}  \n**Owner:** {md(k['owner'])}")
     c = st.columns(4)
     c[0].metric("time", ms(k["time_s"]))
     c[1].metric("achieved", tflops(k["achieved_flops_per_s"]))

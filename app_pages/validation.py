@@ -2,6 +2,7 @@
 probed profile, or score an ORT profile / PyTorch trace made elsewhere against the selected profile;
 calibrate the probed profile and see the error before and after."""
 import dataclasses
+import html
 import tempfile
 
 import pandas as pd
@@ -45,12 +46,12 @@ def show(comparison: dict, label: str) -> None:
     if not kernels.empty:
         fig = go.Figure()
         for layer, group in kernels.groupby("layer_type"):
-            fig.add_scatter(x=group["measured_s"] * 1e6, y=group["predicted_s"] * 1e6, mode="markers", name=layer,
-                            text=[k[0] for k in group["kernels"]], hovertemplate="%{text}<br>measured %{x:.1f} us,"
+            fig.add_scatter(x=group["measured_s"] * 1e6, y=group["predicted_s"] * 1e6, mode="markers", name=html.escape(layer),
+                            text=[html.escape(k[0]) for k in group["kernels"]], hovertemplate="%{text}<br>measured %{x:.1f} us,"
                             " predicted %{y:.1f} us<extra></extra>")
         lo, hi = kernels[["measured_s", "predicted_s"]].min().min() * 1e6, kernels[["measured_s", "predicted_s"]].max().max() * 1e6
         fig.add_scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="predicted = measured", line=dict(dash="dash", color="#444"))
-        fig.update_layout(title=f"Kernels: predicted against measured ({label})", height=460, **LAYOUT,
+        fig.update_layout(title=f"Kernels: predicted against measured ({html.escape(label)})", height=460, **LAYOUT,
                           xaxis=dict(type="log", title="measured (us)"), yaxis=dict(type="log", title="predicted (us)"))
         st.plotly_chart(fig, key=f"scatter_{label}")
     layers = pd.DataFrame(comparison["layers"])
@@ -91,7 +92,7 @@ with local:
                     after = mapper.compare_measured(mapper.map_workload(workload, tuned, options), m)
                     st.session_state["validation"] = (sel.key, before, after)
                 except mapper.MapperError as e:
-                    st.error(f"Cannot measure this model: {e}")
+                    ui.show_error("Cannot measure this model", e)
         stored = st.session_state.get("validation")
         if stored and stored[0] == sel.key:
             _, before, after = stored
@@ -113,7 +114,7 @@ with imported:
             show(comparison, f"{upload.name} against {sel.hw.display_name}")
             st.session_state["measured_section"] = (sel.key, comparison)
         except mapper.MapperError as e:
-            st.error(f"Cannot use this profile: {e}")
+            ui.show_error("Cannot use this profile", e)
 if st.session_state.get("measured_section", (None,))[0] == sel.key:
     st.caption("The Export page's sheet now carries a Measured section for this comparison.")
     st.session_state["result_with_measured"] = dataclasses.replace(

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 
 import mapper
-from mapper.errors import MapperError
+from mapper.errors import MapperError, error_line, path_text, printable
 from mapper.units import format_bytes
 
 
@@ -246,18 +246,39 @@ def register_extra_commands(sub) -> None:
     add_evidence_commands(sub)  # probe, measure, calibrate
 
 
+class _PrintableStream:
+    """stdout with control characters from names written out (mapper.errors.printable): a node named
+    with an ANSI escape or a CR cannot recolour, rewrite or beep the user's terminal."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return self._stream.write(printable(text))
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
 def main(argv: list[str] | None = None) -> int:
+    stdout, sys.stdout = sys.stdout, _PrintableStream(sys.stdout)
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)
     except MapperError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {error_line(exc)}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a path the system refuses (too long, a folder, no permission): bad input too
+        if isinstance(exc, BrokenPipeError):
+            return 0
+        where = f" {path_text(exc.filename)}" if exc.filename is not None else ""
+        print(f"error: {error_line(f'cannot use{where}: {exc.strerror or exc}')}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        return 0
+    finally:
+        sys.stdout = stdout
 
 
 if __name__ == "__main__":

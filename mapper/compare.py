@@ -18,6 +18,7 @@ from mapper.hardware import HardwareProfile, load_hardware
 from mapper.pipeline import map_workload, validate_options
 from mapper.result import MappingResult, PlanOptions
 from mapper.sweep import ModelShapes, model_source
+from mapper.tables import write_bytes, xlsx_bytes
 from mapper.version import __version__
 
 
@@ -289,10 +290,7 @@ def write_comparison(c: Comparison, path: str) -> str:
     provenance = pd.DataFrame(provenance_rows(c), columns=["field", "baseline", "candidate"])
     sheets = {"Matrix": c.matrix, "Verdicts": c.verdicts, "Rollback boundary": c.boundary,
               "Kernel class changes": c.kernel_changes, "Provenance": provenance}
-    with pd.ExcelWriter(path, engine="openpyxl") as writer:
-        for name, df in sheets.items():
-            df.to_excel(writer, sheet_name=name, index=False)
-            _color_verdicts(writer.sheets[name], df)
+    write_bytes(path, xlsx_bytes(sheets, _color_verdicts), "the comparison")  # no formula from a name
     return path
 
 

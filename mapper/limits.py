@@ -24,3 +24,4 @@ ORT_NODE_QUERIES = 4                    # single-node ONNX Runtime inferences on
 def limit_text(name: str) -> str:
     """How a limit is named in messages: 'MAX_NODES=200000 (mapper/limits.py)'."""
     return f"{name}={globals()[name]} (mapper/limits.py)"
+MAX_ERROR_LINE_CHARS = 300              # one error line as printed or shown (a name can be megabytes long)

@@ -21,7 +21,7 @@ from mapper import limits
 from mapper.bindings import eval_dim, graph_inputs, resolve_bindings
 from mapper.branches import branch_inputs, inline_bound_branches
 from mapper.caches import ModelCaches
-from mapper.errors import MapperError
+from mapper.errors import MapperError, path_text
 from mapper.graph import SUBGRAPH_OPS, Graph, Node, TensorSpec
 from mapper.onnx_nodes import ordered_nodes
 from mapper.onnx_values import constant_node_value, dtype_name, evaluate, small_value, tensor_dtype
@@ -40,9 +40,13 @@ def read_model_bytes(source: str | os.PathLike | bytes) -> tuple[bytes, str]:
         name = "upload"
     else:
         path = Path(source)
-        if not path.is_file():
-            raise MapperError(f"model file {str(path)!r} not found; give the path of an .onnx file or a built-in name")
-        size = path.stat().st_size
+        try:  # a path the system refuses (ENAMETOOLONG, EACCES) is bad input, not a crash
+            found = path.is_file()
+            size = path.stat().st_size if found else 0
+        except OSError as exc:
+            raise MapperError(f"model file {path_text(path)}: {exc.strerror}; check the path") from None
+        if not found:
+            raise MapperError(f"model file {path_text(path)} not found; give the path of an .onnx file or a built-in name")
         if size > limits.MAX_MODEL_BYTES:
             raise MapperError(f"model file {path.name} is {size} bytes, over {limits.limit_text('MAX_MODEL_BYTES')};"
                               " export it with external_data=True so the graph file stays small")

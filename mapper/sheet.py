@@ -6,7 +6,6 @@ units in the column names); display formatting happens only in the HTML.
 """
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from mapper import tables
 from mapper.bottleneck import fix_of
 from mapper.errors import MapperError
 from mapper.report import mapping_document
@@ -186,41 +186,24 @@ def sheet_frames(result: MappingResult) -> dict[str, pd.DataFrame]:
     return frames_from_document(mapping_document(result))
 
 
-def _sheet_name(name: str, used: set[str]) -> str:
-    """Excel allows 31 characters and none of []:*?/\\ in a sheet name, unique ignoring case."""
-    base = re.sub(r"[\[\]:*?/\\]", "-", name)[:31] or "Sheet"
-    candidate, i = base, 2
-    while candidate.lower() in used:
-        candidate = f"{base[:28]} {i}"
-        i += 1
-    used.add(candidate.lower())
-    return candidate
-
-
 def _column_width(frame: pd.DataFrame, column: str) -> float:
     sample = frame[column].head(200)
     longest = max((len(str(v)) if isinstance(v, str) else 12 for v in sample), default=0)
     return min(60, max(len(str(column)), longest, 8) + 2)
 
 
+def _style_sheet(ws, frame: pd.DataFrame) -> None:
+    """Header frozen, a filter over the table, columns as wide as their text."""
+    ws.freeze_panes = "A2"
+    if len(frame.columns) and len(frame):
+        ws.auto_filter.ref = ws.dimensions
+    for i, column in enumerate(frame.columns, 1):
+        ws.column_dimensions[ws.cell(row=1, column=i).column_letter].width = _column_width(frame, column)
+
+
 def xlsx_bytes(frames: dict[str, pd.DataFrame]) -> bytes:
-    buffer = io.BytesIO()
-    used: set[str] = set()
-    with pd.ExcelWriter(buffer, engine="openpyxl") as writer:
-        for name, frame in frames.items():
-            sheet = _sheet_name(name, used)
-            frame.to_excel(writer, sheet_name=sheet, index=False)
-            ws = writer.sheets[sheet]
-            ws.freeze_panes = "A2"
-            for row in ws.iter_rows(min_row=2):
-                for cell in row:
-                    if cell.data_type == "f":   # a name like "=HYPERLINK(...)" from an upload stays text
-                        cell.data_type = "s"
-            if len(frame.columns) and len(frame):
-                ws.auto_filter.ref = ws.dimensions
-            for i, column in enumerate(frame.columns, 1):
-                ws.column_dimensions[ws.cell(row=1, column=i).column_letter].width = _column_width(frame, column)
-    return buffer.getvalue()
+    """The workbook, through the one table writer (mapper.tables: no formula, no control character)."""
+    return tables.xlsx_bytes(frames, _style_sheet)
 
 
 def _check_format(fmt: str, what: str) -> str:
@@ -238,7 +221,7 @@ def sheet_bytes(result: MappingResult, fmt: str) -> bytes:
         return json.dumps(doc, indent=1, allow_nan=False).encode()
     frames = frames_from_document(doc)
     if fmt == "csv":
-        return frames["Kernels"].to_csv(index=False).encode()
+        return tables.csv_bytes(frames["Kernels"])
     if fmt == "xlsx":
         return xlsx_bytes(frames)
     from mapper.sheet_html import render_html
@@ -249,9 +232,5 @@ def write_sheet(result: MappingResult, path: str | os.PathLike) -> Path:
     """Write the sheet in the format the suffix names (.xlsx .csv .json .html); returns the path."""
     path = Path(path)
     fmt = _check_format(path.suffix, path.suffix or path.name)
-    data = sheet_bytes(result, fmt)
-    try:
-        path.write_bytes(data)
-    except OSError as exc:
-        raise MapperError(f"cannot write the mapping sheet to {str(path)!r}: {exc.strerror or exc}") from exc
+    tables.write_bytes(path, sheet_bytes(result, fmt), "the mapping sheet")
     return path

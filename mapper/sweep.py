@@ -23,6 +23,7 @@ from mapper.hardware import HardwareProfile, load_hardware
 from mapper.model_handle import BUILTIN_DEFAULT_DIMS, ModelHandle, open_model
 from mapper.pipeline import map_workload, validate_options
 from mapper.result import MappingResult, PlanOptions
+from mapper.tables import csv_bytes, write_bytes, xlsx_bytes
 from mapper.version import __version__
 from mapper.workload import Workload
 
@@ -282,15 +283,17 @@ def plan_text(plan: dict) -> str:
 
 
 def write_table(result: SweepResult, path: str) -> str:
-    """Write the slice table as .parquet (provenance in the file's metadata) or .csv."""
+    """Write the slice table as .parquet (provenance in the file's metadata), .csv or .xlsx; the text
+    ones through mapper.tables, so a model or file name cannot become a formula."""
     table = result.table.copy()
     if path.endswith(".parquet"):
         table.attrs = {"provenance": result.provenance}
         table.to_parquet(path, index=False)
-    elif path.endswith(".csv"):
-        table.to_csv(path, index=False)
+    elif path.endswith((".csv", ".xlsx")):
+        data = csv_bytes(table) if path.endswith(".csv") else xlsx_bytes({"Slices": table})
+        write_bytes(path, data, "the sweep table")
     else:
-        raise MapperError(f"--out {path!r}: give a .parquet or .csv file name")
+        raise MapperError(f"--out {path!r}: give a .parquet, .csv or .xlsx file name")
     return path
 
 

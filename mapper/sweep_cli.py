@@ -28,7 +28,7 @@ def add_arguments(subparsers) -> None:
     p.add_argument("--fusion", default="default", help="fusion policies, comma-separated: none,aggressive")
     p.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE",
                    help="holds another dim for every slice, e.g. past_sequence_length=2048 (a model takes those it has)")
-    p.add_argument("--out", help="write the table: .parquet or .csv")
+    p.add_argument("--out", help="write the table: .parquet, .csv or .xlsx")
     p.add_argument("--executor", choices=("inprocess", "processes", "dask"),
                    help="where slices run (default in-process; dask when --scheduler or --workers is given)")
     p.add_argument("--workers", type=int, help="local workers (process pool or a Dask LocalCluster)")
