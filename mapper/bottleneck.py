@@ -7,65 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
+
+from mapper.classes import CLASSES, Bottleneck, Owner
 
 # Named thresholds: each rule below cites the one it uses.
 LAUNCH_SHARE = 0.5          # fixed launch overhead at least this share of the kernel's time
 SYNC_SHARE = 0.3            # grid-wide synchronization at least this share
 OCCUPANCY_LIMIT = 0.6       # wave x padding efficiency below this, on a compute-dominated matrix kernel
 INTERCONNECT_SHARE = 0.5    # a collective's wire time at least this share (multi-device plans)
-
-class Owner(StrEnum):
-    """The four owners a review assigns work to (seed: workload-mapping-basics)."""
-
-    ML_COMPILER = "ML compiler engineer"
-    RUNTIME = "runtime systems engineer"
-    PERFORMANCE_MODELING = "performance modeling owner"
-    FRAMEWORK = "framework integration lead"
-
-
-class Bottleneck(StrEnum):
-    """One vocabulary for predicted and measured classes (PRIMER s6); the value is the label people read."""
-
-    COMPUTE_MATRIX = "compute-bound (matrix)"
-    COMPUTE_VECTOR = "compute-bound (vector/SFU)"
-    MEMORY = "memory-bound"
-    OCCUPANCY = "occupancy / wave quantization"
-    LAUNCH = "launch / latency-bound"
-    SYNCHRONIZATION = "synchronization"
-    INTERCONNECT = "interconnect"
-    HOST = "host / unsupported"
-
-
-@dataclass(frozen=True, slots=True)
-class BottleneckClass:
-    """A class's row: who acts on it and the bounded fix the review starts from."""
-
-    owner: Owner
-    fix: str
-
-
-CLASSES: dict[Bottleneck, BottleneckClass] = {
-    Bottleneck.COMPUTE_MATRIX: BottleneckClass(Owner.ML_COMPILER, "lower precision or a better tile"),
-    Bottleneck.COMPUTE_VECTOR: BottleneckClass(Owner.ML_COMPILER, "fuse it, or use a cheaper approximation"),
-    Bottleneck.MEMORY: BottleneckClass(Owner.ML_COMPILER, "fuse it, change layout, or quantize weights"),
-    Bottleneck.OCCUPANCY: BottleneckClass(Owner.ML_COMPILER, "split-K, retile, or a larger batch"),
-    Bottleneck.LAUNCH: BottleneckClass(Owner.RUNTIME, "fuse kernels or capture a CUDA graph"),
-    Bottleneck.SYNCHRONIZATION: BottleneckClass(Owner.RUNTIME, "a one-pass algorithm"),
-    Bottleneck.INTERCONNECT: BottleneckClass(Owner.RUNTIME, "overlap the collective or shard differently"),
-    Bottleneck.HOST: BottleneckClass(Owner.FRAMEWORK, "write a device kernel or rewrite the graph"),
-}
-
-
-def owner_of(bottleneck: str) -> str:
-    return CLASSES[Bottleneck(bottleneck)].owner
-
-
-def fix_of(bottleneck: str) -> str:
-    """The class's bounded fix; "" for a label outside the vocabulary (a measured "not measured")."""
-    row = CLASSES.get(bottleneck)
-    return row.fix if row else ""
-
 
 @dataclass(frozen=True, slots=True)
 class Facts:

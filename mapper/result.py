@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from operator import attrgetter
 
-from mapper.bottleneck import Bottleneck, Owner
+from mapper.classes import Bottleneck, Owner
 from mapper.graph import LayerType
 from mapper.ops import MatrixShape, NodeWork
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from mapper import tables
-from mapper.bottleneck import fix_of
+from mapper.classes import fix_of
 from mapper.errors import MapperError
 from mapper.report import mapping_document
 from mapper.result import MappingResult
