@@ -10,6 +10,7 @@ under RLIMIT_AS and RLIMIT_CPU, in its own process group, killed with the group 
 """
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import stat
@@ -18,7 +19,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import BinaryIO, NamedTuple
 
 import onnx
 
@@ -120,7 +121,7 @@ def run_child(script: str, args: list[str], stdin: bytes, *, memory_limit: str, 
         cmd = [sys.executable, "-I", "-c", _child_prologue(memory, cpu) + script, *args]
         with open(os.path.join(scratch, CHILD_STDOUT), "wb") as out, open(os.path.join(scratch, ".stderr"), "wb") as err:
             proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=scratch,
-                                    start_new_session=True)
+                                    env=_child_env(scratch), start_new_session=True)
         try:
             proc.communicate(stdin, timeout=wall)
         except subprocess.TimeoutExpired:
@@ -135,6 +136,15 @@ def run_child(script: str, args: list[str], stdin: bytes, *, memory_limit: str, 
                        {k: v for k, v in files.items() if v is not None})
 
 
+def _child_env(scratch: str) -> dict[str, str]:
+    """A bare environment (none of the server's variables) whose home and temp are the scratch directory:
+    ONNX Runtime keeps a telemetry database and a device id under $HOME/.cache, which stay in there."""
+    env = {"HOME": scratch, "TMPDIR": scratch, "PATH": os.defpath, "LC_ALL": "C.UTF-8"}
+    if "LD_LIBRARY_PATH" in os.environ:  # where the interpreter itself may need it to start
+        env["LD_LIBRARY_PATH"] = os.environ["LD_LIBRARY_PATH"]
+    return env
+
+
 def _kill_group(proc: subprocess.Popen) -> None:
     """SIGKILL to the child's process group while its pid is not yet reaped (so the group id is not reused)."""
     try:
@@ -144,14 +154,30 @@ def _kill_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
+class NotRegularFile(OSError):
+    """A path that names a FIFO, a device, a directory or a socket: reading it could block or never end."""
+
+
+def open_regular_file(path: str | os.PathLike, *, follow_links: bool = True) -> BinaryIO:
+    """Open a regular file for reading, or raise OSError (NotRegularFile, strerror "not a regular file").
+
+    Checked before opening (os.stat: a device is never opened) and again on the open file (fstat: a path
+    swapped in between is caught); the open does not block on a FIFO (O_NONBLOCK)."""
+    if follow_links and not stat.S_ISREG(os.stat(path).st_mode):
+        raise NotRegularFile(errno.EINVAL, "not a regular file", os.fspath(path))
+    flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow_links else os.O_NOFOLLOW)
+    f = os.fdopen(os.open(path, flags), "rb")
+    if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+        f.close()
+        raise NotRegularFile(errno.EINVAL, "not a regular file", os.fspath(path))
+    return f
+
+
 def _read_back(path: str, most: int) -> bytes | None:
     """A file the child wrote, if it is a regular file (not a link it planted) of at most `most` bytes."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with open_regular_file(path, follow_links=False) as f:
+            data = f.read(most + 1)
     except OSError:
         return None
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            return None
-        data = f.read(most + 1)
     return data if len(data) <= most else None
