@@ -170,8 +170,11 @@ def _child_error(label: str, result) -> MapperError:
     """One line for a child that failed: the limit it hit where that shows, else ORT's own first line."""
     said = next((ln.split("measure-child: ", 1)[1] for ln in reversed(result.stderr_tail.splitlines())
                  if ln.startswith("measure-child: ")), "")
-    if result.returncode in (-signal.SIGXCPU, -signal.SIGKILL):
+    if result.returncode == -signal.SIGXCPU:
         return MapperError(f"measure {label}: the run was stopped at {limit_text('MEASURE_CPU_SECONDS')} of CPU time")
+    if result.returncode == -signal.SIGKILL:  # the hard CPU limit (5 s past the soft one), or the system out of memory
+        return MapperError(f"measure {label}: the run was killed (past {limit_text('MEASURE_CPU_SECONDS')} of CPU "
+                           f"time, or the machine out of memory)")
     if result.returncode == -signal.SIGXFSZ or "MemoryError" in said or "alloc" in said.lower():
         return MapperError(f"measure {label}: the run hit {limit_text('MEASURE_MEMORY_BYTES')} ({said[:120]})")
     why = said or f"the child process ended with status {result.returncode}"

@@ -20,9 +20,10 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from mapper import limits
 from mapper.errors import MapperError
 from mapper.graph import DTYPE_BYTES
-from mapper.limits import MEASURE_FLOPS, MEASURE_MEMORY_BYTES, MEASURE_NODE_RUNS, limit_text
+from mapper.limits import limit_text
 from mapper.sandbox import is_external, model_graphs, model_tensors
 
 # Copies of the weights alive at once: the parent's serialized model handed over, the child's read of it,
@@ -158,13 +159,13 @@ def estimate_run(workload, model: onnx.ModelProto) -> RunEstimate:
 
 def check_run(estimate: RunEstimate, runs: int, label: str) -> None:
     """Refuse a measurement of `runs` runs (warm-up and profiled ones included) that would exceed a limit."""
-    if estimate.memory_bytes > MEASURE_MEMORY_BYTES:
+    if estimate.memory_bytes > limits.MEASURE_MEMORY_BYTES:
         raise MapperError(f"measure {label}: a run would need about {estimate.memory_bytes / 2**30:.1f} GiB (tensors "
                           f"at the bound shapes, weights x{WEIGHT_COPIES}), over {limit_text('MEASURE_MEMORY_BYTES')}; "
                           f"bind smaller dims")
-    if estimate.node_runs * runs > MEASURE_NODE_RUNS:
+    if estimate.node_runs * runs > limits.MEASURE_NODE_RUNS:
         raise MapperError(f"measure {label}: {runs} runs x {estimate.node_runs:.3g} node executions a run (Loop and Scan "
                           f"bodies x their trip counts), over {limit_text('MEASURE_NODE_RUNS')}; ask for fewer runs")
-    if estimate.flops * runs > MEASURE_FLOPS:
+    if estimate.flops * runs > limits.MEASURE_FLOPS:
         raise MapperError(f"measure {label}: {runs} runs x {estimate.flops:.3g} FLOPs a run, over "
                           f"{limit_text('MEASURE_FLOPS')}; bind smaller dims or ask for fewer runs")

@@ -198,6 +198,29 @@ def test_a_child_past_the_wall_clock_is_killed_with_its_process_group(tmp_path, 
     assert not _alive(child) and not _alive(grandchild)
 
 
+def test_the_child_starts_alone_under_its_limits():
+    """The child's own view: RLIMIT_AS and RLIMIT_CPU at the named limits, an empty working directory that is
+    also its home and temp, none of the server's environment variables."""
+    import json
+
+    from mapper.sandbox import run_child
+    script = textwrap.dedent("""
+        import json, os, resource
+        json.dump({"as": resource.getrlimit(resource.RLIMIT_AS)[0], "cpu": resource.getrlimit(resource.RLIMIT_CPU)[0],
+                   "cwd": os.getcwd(), "files": sorted(os.listdir(".")), "env": dict(os.environ)}, open("seen", "w"))
+    """)
+    os.environ["MAPPER_TEST_SECRET"] = "s3cret"
+    try:
+        result = run_child(script, [], b"", memory_limit="MEASURE_MEMORY_BYTES", cpu_limit="MEASURE_CPU_SECONDS",
+                           wall_limit="MEASURE_WALL_SECONDS", keep={"seen": 1 << 16})
+    finally:
+        del os.environ["MAPPER_TEST_SECRET"]
+    seen = json.loads(result.files["seen"])
+    assert (seen["as"], seen["cpu"]) == (limits.MEASURE_MEMORY_BYTES, limits.MEASURE_CPU_SECONDS)
+    assert seen["files"] == [".stderr", ".stdout"] and seen["env"]["HOME"] == seen["env"]["TMPDIR"] == seen["cwd"]
+    assert "MAPPER_TEST_SECRET" not in seen["env"] and os.path.basename(seen["cwd"]).startswith("mapper-child-")
+
+
 def test_measure_stops_a_long_run_at_the_wall_clock(tmp_path, monkeypatch):
     """A Loop of 20,000 MatMuls of 256 x 256 (under the work limits: ORT takes tens of seconds for it)
     is stopped at the wall clock, the limit named in one line."""
