@@ -20,6 +20,15 @@ ORT_SHAPES_MEMORY_BYTES = 4 << 30       # address space of the child running ONN
 ORT_SHAPES_SECONDS = 60                 # and its time (an 80-layer decoder takes seconds)
 ORT_NODE_QUERIES = 4                    # single-node ONNX Runtime inferences one import may start (~0.4 s each)
 
+# Running an uploaded model (mapper measure, the Validation page): a child process under these limits
+# (mapper/sandbox.py), and an estimate of the run checked against them before it starts (evidence/measure_gate.py).
+MEASURE_MEMORY_BYTES = 4 << 30          # address space (RLIMIT_AS) of the child running ONNX Runtime; its estimated peak too
+MEASURE_CPU_SECONDS = 600               # CPU time of that child (RLIMIT_CPU): 5 minutes of both cores of a 2-core machine
+MEASURE_WALL_SECONDS = 300              # its wall clock: at 5 minutes the child and its process group are killed
+MEASURE_NODE_RUNS = 2_000_000           # node executions of one measurement, all runs, Loop/Scan bodies x trip counts
+                                        # (ORT takes ~1-5 us a small node: seconds; a profiled one is a ~300-byte event)
+MEASURE_FLOPS = 10**13                  # FLOPs of one measurement, all runs: ~3 minutes at ~50 GFLOP/s (one core, fp32)
+
 
 def limit_text(name: str) -> str:
     """How a limit is named in messages: 'MAX_NODES=200000 (mapper/limits.py)'."""

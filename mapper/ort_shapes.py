@@ -4,28 +4,25 @@ ONNX Runtime knows the output shapes of about a hundred com.microsoft ops (MoE, 
 DecoderMaskedMultiHeadAttention, PagedAttention...) that neither our rules nor onnx's inference
 cover; without them one such node would leave every node after it without shapes. Its inference evaluates constant
 subgraphs with numpy and sympy, so a hostile model could make it allocate or loop without bound:
-it runs in a child process under `ORT_SHAPES_MEMORY_BYTES` and `ORT_SHAPES_SECONDS`, in a scratch
-folder (where ONNX Runtime writes a model it could not fully infer), on a copy of the model whose
+it runs in a child process (mapper.sandbox.run_child) under `ORT_SHAPES_MEMORY_BYTES` and
+`ORT_SHAPES_SECONDS`, killed with its process group at the wall limit, in a scratch folder (where
+ONNX Runtime writes a model it could not fully infer), on a copy of the model whose
 external-data references are gone (an external initializer becomes a graph input of its dims), so
 it can read no file. Any failure leaves the nodes as they were: unresolved.
 """
 from __future__ import annotations
 
-import subprocess
-import sys
-import tempfile
-
 import onnx
 from onnx import numpy_helper
 
 from mapper import limits
+from mapper.errors import MapperError
 from mapper.graph import Node
 from mapper.onnx_values import dtype_code
+from mapper.sandbox import CHILD_STDOUT, drop_external_reference, external_tensors, is_external, run_child
 
 CHILD = r"""
-import resource, sys
-cap = int(sys.argv[1])
-resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+import sys
 answer, sys.stdout = sys.stdout.buffer, sys.stderr  # anything printed on the way goes to stderr
 import onnx
 from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
@@ -38,36 +35,18 @@ answer.write(out.SerializeToString())
 """
 
 
-def _strip_tensor(t: onnx.TensorProto) -> None:
-    if t.data_location == onnx.TensorProto.EXTERNAL or len(t.external_data):
-        t.data_location = onnx.TensorProto.DEFAULT
-        del t.external_data[:]
-
-
 def without_external_data(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy that names no file: external initializers of the main graph become inputs of their dims;
-    elsewhere (subgraphs, tensor attributes) external references are dropped, leaving dims only."""
+    elsewhere (sparse initializers, tensor attributes, subgraphs: mapper.sandbox.external_tensors)
+    external references are dropped, leaving dims only."""
     m = onnx.ModelProto()
     m.CopyFrom(model)
-    external = [t for t in m.graph.initializer
-                if t.data_location == onnx.TensorProto.EXTERNAL or len(t.external_data)]
+    external = [t for t in m.graph.initializer if is_external(t)]
     for t in external:
         m.graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
         m.graph.initializer.remove(t)
-    graphs = [m.graph]
-    while graphs:
-        g = graphs.pop()
-        for t in g.initializer:
-            _strip_tensor(t)
-        for n in g.node:
-            for a in n.attribute:
-                if a.HasField("t"):
-                    _strip_tensor(a.t)
-                for t in a.tensors:
-                    _strip_tensor(t)
-                if a.HasField("g"):
-                    graphs.append(a.g)
-                graphs.extend(a.graphs)
+    for found in external_tensors(m):
+        drop_external_reference(found.tensor)
     return m
 
 
@@ -75,16 +54,15 @@ def ort_inferred_value_info(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]
     """ONNX Runtime's inferred value_info for the model (dims bound by the caller); [] on any failure."""
     data = without_external_data(model).SerializeToString()
     try:  # in a scratch folder: where it cannot infer every shape, ONNX Runtime saves the model into its cwd
-        with tempfile.TemporaryDirectory(prefix="mapper-ort-shapes-") as scratch:
-            proc = subprocess.run([sys.executable, "-I", "-c", CHILD, str(limits.ORT_SHAPES_MEMORY_BYTES)], input=data,
-                                  capture_output=True, timeout=limits.ORT_SHAPES_SECONDS, check=False, cwd=scratch)
-    except (subprocess.TimeoutExpired, OSError):
+        result = run_child(CHILD, [], data, memory_limit="ORT_SHAPES_MEMORY_BYTES", cpu_limit="ORT_SHAPES_SECONDS",
+                           wall_limit="ORT_SHAPES_SECONDS", keep={CHILD_STDOUT: limits.MAX_MODEL_BYTES})
+    except (MapperError, OSError):
         return []
-    if proc.returncode != 0:
+    if result.returncode != 0 or CHILD_STDOUT not in result.files:
         return []
     graph = onnx.GraphProto()
     try:
-        graph.ParseFromString(proc.stdout)
+        graph.ParseFromString(result.files[CHILD_STDOUT])
     except Exception:  # noqa: BLE001 - a garbled answer is no answer
         return []
     return list(graph.value_info)

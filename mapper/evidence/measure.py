@@ -8,17 +8,23 @@ Measurement into the JSON-ready "Measured" section: per kernel, per layer type, 
 """
 from __future__ import annotations
 
+import io
+import json
 import os
-import tempfile
-import time
+import signal
 import zlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 
 import numpy as np
 
+from mapper import limits
 from mapper.errors import MapperError
+from mapper.evidence.measure_gate import check_run, estimate_run
 from mapper.evidence.profiles import NodeMatch, ProfileTimes, load_profile, match_nodes
+from mapper.limits import limit_text
+from mapper.sandbox import run_child
 
 WARMUP_RUNS = 2
 
@@ -88,34 +94,49 @@ def _rng(name: str) -> np.random.Generator:
     return np.random.default_rng(zlib.crc32(name.encode()))
 
 
+def _synthesized(t, seed: str):
+    """A deterministic random tensor of t's dims and type, named as t (see synthesize_weights)."""
+    from onnx import helper, numpy_helper
+    dims = tuple(int(d) for d in t.dims)
+    np_dtype = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type))
+    rng = _rng(seed)
+    if np.issubdtype(np_dtype, np.floating):
+        if len(dims) <= 1:
+            values = rng.uniform(0.5, 1.5, dims)
+        else:
+            fan_in = int(np.prod(dims[1:])) if len(dims) > 2 else dims[0]
+            values = rng.uniform(-1.0, 1.0, dims) / np.sqrt(max(fan_in, 1))
+    elif np_dtype.kind in "iub":
+        values = np.zeros(dims)
+    else:
+        raise TypeError(np_dtype)
+    return numpy_helper.from_array(values.astype(np_dtype), t.name)
+
+
 def synthesize_weights(model) -> int:
-    """Replace every external-data initializer by a deterministic random tensor of its dims/dtype, in place.
+    """Replace every external-data tensor anywhere in the model (initializers, a Constant's value, any tensor
+    attribute, in every If/Loop/Scan body: mapper.sandbox.external_tensors) by a deterministic random tensor of
+    its dims/dtype, in place, so that the copy ONNX Runtime runs names no file. Returns how many were replaced.
 
     Matrices get U(-1,1)/sqrt(fan-in) (activations stay O(1), no denormals); 1-D tensors (biases, norm scales,
     BatchNorm variances) get U(0.5, 1.5), positive so that variances are valid. Integer tensors get zeros.
-    Returns how many were replaced. Initializers with data (ConstantOfShape-made or inline) stay as they are.
-    """
-    from onnx import TensorProto, helper, numpy_helper
-    count = 0
-    for init in model.graph.initializer:
-        if init.data_location != TensorProto.EXTERNAL:
-            continue
-        dims = tuple(int(d) for d in init.dims)
-        np_dtype = helper.tensor_dtype_to_np_dtype(init.data_type)
-        rng = _rng(init.name)
-        if np.issubdtype(np_dtype, np.floating):
-            if len(dims) <= 1:
-                values = rng.uniform(0.5, 1.5, dims)
-            else:
-                fan_in = int(np.prod(dims[1:])) if len(dims) > 2 else dims[0]
-                values = rng.uniform(-1.0, 1.0, dims) / np.sqrt(max(fan_in, 1))
-        else:
-            values = np.zeros(dims)
-        tensor = numpy_helper.from_array(values.astype(np_dtype), init.name)
-        init.Clear()
-        init.CopyFrom(tensor)
-        count += 1
-    return count
+    Tensors with data (ConstantOfShape-made or inline) stay as they are. An external part of a sparse tensor,
+    or one of a type that cannot be synthesized (strings), is refused: MapperError naming it."""
+    from mapper.sandbox import external_tensors
+    found = external_tensors(model)
+    for where, t, sparse in found:
+        if sparse:
+            raise MapperError(f"measure: {where[:160]} is external data; only dense external tensors are replaced")
+        try:
+            tensor = _synthesized(t, t.name or where)
+        except (TypeError, ValueError):
+            raise MapperError(f"measure: {where[:160]} is external data of a type that cannot be synthesized "
+                              f"(data_type {t.data_type})") from None
+        t.Clear()
+        t.CopyFrom(tensor)
+    if external_tensors(model):  # each was replaced in place; checked again since a miss would read a file
+        raise MapperError("measure: an external-data reference is left after synthesis; not running the model")
+    return len(found)
 
 
 def synthesize_inputs(model, graph) -> dict[str, np.ndarray]:
@@ -142,66 +163,84 @@ def synthesize_inputs(model, graph) -> dict[str, np.ndarray]:
     return feeds
 
 
-def _session(model_bytes: bytes, threads: int, profile_prefix: str | None, optimized_path: str, providers=None):
-    import onnxruntime as ort
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    if profile_prefix is None:  # the timed session: no profiler overhead in the wall times
-        so.log_severity_level = 3
-        return ort.InferenceSession(model_bytes, so, providers=providers or ["CPUExecutionProvider"])
-    so.enable_profiling = True
-    so.profile_file_prefix = profile_prefix
-    so.optimized_model_filepath = optimized_path
-    so.log_severity_level = 3
-    # keep big weights out of the saved optimized graph: only its node names and tensor names are read back
-    so.add_session_config_entry("session.optimized_model_external_initializers_file_name", "weights.bin")
-    so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
-    return ort.InferenceSession(model_bytes, so, providers=providers or ["CPUExecutionProvider"])
+_CHILD = Path(__file__).with_name("ort_child.py")
+
+
+def _child_error(label: str, result) -> MapperError:
+    """One line for a child that failed: the limit it hit where that shows, else ORT's own first line."""
+    said = next((ln.split("measure-child: ", 1)[1] for ln in reversed(result.stderr_tail.splitlines())
+                 if ln.startswith("measure-child: ")), "")
+    if result.returncode == -signal.SIGXCPU:
+        return MapperError(f"measure {label}: the run was stopped at {limit_text('MEASURE_CPU_SECONDS')} of CPU time")
+    if result.returncode == -signal.SIGKILL:  # the hard CPU limit (5 s past the soft one), or the system out of memory
+        return MapperError(f"measure {label}: the run was killed (past {limit_text('MEASURE_CPU_SECONDS')} of CPU "
+                           f"time, or the machine out of memory)")
+    if result.returncode == -signal.SIGXFSZ or "MemoryError" in said or "alloc" in said.lower():
+        return MapperError(f"measure {label}: the run hit {limit_text('MEASURE_MEMORY_BYTES')} ({said[:120]})")
+    why = said or f"the child process ended with status {result.returncode}"
+    return MapperError(f"measure {label}: ONNX Runtime could not run it ({why[:160]})")
+
+
+def _run_in_child(label: str, model_bytes: bytes, feeds: dict, spec: dict) -> tuple[list[float], bytes, bytes | None]:
+    """Timed and profiled runs in a sandboxed child (mapper.sandbox.run_child): a separate process rather than
+    ORT in this one, so a hostile model meets RLIMIT_AS/RLIMIT_CPU, a wall clock and an empty working directory
+    and takes down only the child; `python -I` rather than multiprocessing, which would re-import the parent's
+    main module (Streamlit's script) and talk pickles, which the parent must never unpickle from a child it does
+    not trust. Returns the latencies, ORT's profile JSON and its optimized graph (or None)."""
+    buf = io.BytesIO()
+    np.savez(buf, **{f"f{i}": value for i, value in enumerate(feeds.values())})
+    header = json.dumps({**spec, "feeds": list(feeds), "model_bytes": len(model_bytes)}).encode() + b"\n"
+    try:
+        result = run_child(_CHILD.read_text(), [], header + model_bytes + buf.getvalue(),
+                           memory_limit="MEASURE_MEMORY_BYTES", cpu_limit="MEASURE_CPU_SECONDS",
+                           wall_limit="MEASURE_WALL_SECONDS",
+                           keep={"latencies.json": 1 << 20, "profile.json": limits.MAX_TRACE_BYTES,
+                                 "optimized.onnx": limits.MAX_MODEL_BYTES})
+    except MapperError as exc:
+        raise MapperError(f"measure {label}: the run {exc}") from None
+    if result.returncode != 0 or "latencies.json" not in result.files or "profile.json" not in result.files:
+        raise _child_error(label, result)
+    try:
+        latencies = [float(x) for x in json.loads(result.files["latencies.json"])]
+    except (ValueError, TypeError):
+        raise MapperError(f"measure {label}: the child process answered garbled timings") from None
+    return latencies, result.files["profile.json"], result.files.get("optimized.onnx")
 
 
 def measure_model(source, dims: dict[str, int] | None = None, threads: int = 1, runs: int = 10,
                   providers: list[str] | None = None, profiled_runs: int = 3) -> Measurement:
     """Run the model on ONNX Runtime: `runs` timed runs (after warm-up) for wall-time percentiles, then
-    `profiled_runs` in a second, profiled session for per-node times (min per node: best-of on a shared machine)."""
+    `profiled_runs` in a second, profiled session for per-node times (min per node: best-of on a shared machine).
+
+    The run is estimated and refused over the MEASURE_* limits first (measure_gate), every external-data
+    reference is replaced (synthesize_weights), and ORT runs in a sandboxed child process (_run_in_child)."""
     import onnx
     import onnxruntime as ort
 
     from mapper.pipeline import load_workload
-    if runs < 1 or threads < 1:
-        raise MapperError(f"measure: runs={runs} and threads={threads} must both be at least 1")
+    if runs < 1 or threads < 1 or profiled_runs < 1:
+        raise MapperError(f"measure: runs={runs}, profiled_runs={profiled_runs} and threads={threads} must all be "
+                          f"at least 1")
     workload = load_workload(source, dims)
     model = _onnx_model(source)
+    label = workload.graph.name[:80]
+    check_run(estimate_run(workload, model), 2 * WARMUP_RUNS + runs + profiled_runs, label)
     replaced = synthesize_weights(model)
     feeds = synthesize_inputs(model, workload.graph)
-    with tempfile.TemporaryDirectory(prefix="mapper-measure-") as tmp:
-        optimized_path = os.path.join(tmp, "optimized.onnx")
-        try:
-            model_bytes = model.SerializeToString()
-            sess = _session(model_bytes, threads, None, optimized_path, providers)
-            for _ in range(WARMUP_RUNS):
-                sess.run(None, feeds)
-            latencies = []
-            for _ in range(runs):
-                t0 = time.perf_counter()
-                sess.run(None, feeds)
-                latencies.append(time.perf_counter() - t0)
-            del sess
-            sess = _session(model_bytes, threads, os.path.join(tmp, "ort"), optimized_path, providers)
-            for _ in range(WARMUP_RUNS + profiled_runs):
-                sess.run(None, feeds)
-            profile_path = sess.end_profiling()
-        except Exception as exc:  # noqa: BLE001 - ORT raises its own exception types (Fail, InvalidArgument, ...)
-            raise MapperError(f"measure {workload.graph.name}: ONNX Runtime could not run it ({str(exc).splitlines()[0][:160]})") from None
-        times = load_profile(profile_path, statistic="min")
-        optimized = onnx.load(optimized_path, load_external_data=False) if os.path.exists(optimized_path) else None
-        nodes = match_nodes(times, model, optimized)
-    notes = [f"{replaced} external-data initializers replaced by deterministic random tensors"] if replaced else []
+    spec = {"threads": threads, "providers": providers or ["CPUExecutionProvider"], "warmup": WARMUP_RUNS,
+            "runs": runs, "profiled_runs": profiled_runs}
+    latencies, profile, optimized = _run_in_child(label, model.SerializeToString(), feeds, spec)
+    times = load_profile(profile, statistic="min")
+    try:  # the optimized graph names its large weights in weights.bin, which is neither kept nor read
+        optimized_model = onnx.load_from_string(optimized) if optimized else None
+    except Exception:  # noqa: BLE001 - protobuf's DecodeError: match without it
+        optimized_model = None
+    nodes = match_nodes(times, model, optimized_model)
+    notes = [f"{replaced} external-data tensors replaced by deterministic random tensors"] if replaced else []
     notes.append(f"wall times: {runs} runs of an unprofiled session after {WARMUP_RUNS} warm-up; per-node times: "
                  f"best of {times.runs} runs of a profiled session per ORT node")
     return Measurement(workload.graph.name, workload.graph.dims, threads, tuple(latencies), nodes,
-                       ",".join(providers or ["CPUExecutionProvider"]), ort.__version__,
+                       ",".join(spec["providers"]), ort.__version__,
                        datetime.now(UTC).isoformat(timespec="seconds"), tuple(notes),
                        source if isinstance(source, str) else os.fspath(source) if isinstance(source, os.PathLike) else "")
 

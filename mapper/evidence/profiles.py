@@ -17,6 +17,7 @@ import numpy as np
 
 from mapper import limits
 from mapper.errors import MapperError
+from mapper.sandbox import open_regular_file
 
 # Suffixes ORT adds to the names of nodes it creates or rewrites (NCHWc transformer, fusions, name dedup).
 _ORT_SUFFIXES = re.compile(r"(_kernel_time|_nchwc|_fusion|_fused|_token_\d+|_\d+)$")
@@ -63,10 +64,12 @@ def _read(source: str | os.PathLike | bytes) -> object:
     else:
         path = Path(source)
         label = f"profile {path.name}"
-        try:
-            if path.stat().st_size > limits.MAX_TRACE_BYTES:
+        try:  # a regular file only: a FIFO would block, /dev/zero never end; and no more than the limit is read
+            with open_regular_file(path) as f:
+                too_big = os.fstat(f.fileno()).st_size > limits.MAX_TRACE_BYTES
+                raw = b"" if too_big else f.read(limits.MAX_TRACE_BYTES + 1)
+            if too_big:
                 raise MapperError(f"{label}: larger than {limits.limit_text('MAX_TRACE_BYTES')}; profile fewer runs")
-            raw = path.read_bytes()
         except OSError as exc:
             raise MapperError(f"{label}: cannot read it ({exc.strerror}); check the path") from None
     if len(raw) > limits.MAX_TRACE_BYTES:
