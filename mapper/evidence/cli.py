@@ -74,9 +74,9 @@ def cmd_measure(args) -> int:
     model = mapper.open_model(args.model)  # parsed once for the run, the mapping and the node matching
     dims = _dims(args, model)
     if args.profile:
-        measurement = measurement_from_profile(args.profile, args.model)
+        measurement = measurement_from_profile(args.profile, model)
     else:
-        measurement = measure_model(args.model, dims, threads=args.threads, runs=args.runs)
+        measurement = measure_model(model, dims, threads=args.threads, runs=args.runs)
     result = mapper.map_workload(model.bind(dims), _hardware(args.hw))
     comparison = compare_measured(result, measurement)
     if args.out:  # the mapping sheet with its Measured section

@@ -18,12 +18,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
+import onnx
 
 from mapper import limits
 from mapper.errors import MapperError
 from mapper.evidence.measure_gate import check_run, estimate_run
 from mapper.evidence.profiles import NodeMatch, ProfileTimes, load_profile, match_nodes
 from mapper.limits import limit_text
+from mapper.model_handle import open_model
 from mapper.sandbox import run_child
 
 WARMUP_RUNS = 2
@@ -72,22 +74,12 @@ class Measurement:
                            "match": n.how} for n in self.nodes]}
 
 
-def _onnx_model(source):
-    """A built-in name, a path or bytes -> ModelProto without opening external data."""
-    import onnx
-
-    from mapper.pipeline import is_builtin
-    if is_builtin(source):
-        from mapper.zoo import build_zoo_model
-        return build_zoo_model(source)
-    try:
-        if isinstance(source, (bytes, bytearray)):
-            return onnx.load_from_string(bytes(source))
-        return onnx.load(os.fspath(source), load_external_data=False)
-    except (OSError, onnx.onnx_cpp2py_export.checker.ValidationError, Exception) as exc:  # protobuf DecodeError and friends
-        if isinstance(exc, MapperError):
-            raise
-        raise MapperError(f"model {str(source)[:80]!r}: cannot read it as ONNX ({type(exc).__name__}); check the file") from None
+def _onnx_model(source) -> onnx.ModelProto:
+    """A private copy of the model's ModelProto (synthesis rewrites it in place), from its handle: a
+    built-in name, a path, bytes or a ModelHandle, parsed once and never with its external data."""
+    model = onnx.ModelProto()
+    model.CopyFrom(open_model(source).proto)
+    return model
 
 
 def _rng(name: str) -> np.random.Generator:
@@ -214,15 +206,14 @@ def measure_model(source, dims: dict[str, int] | None = None, threads: int = 1, 
 
     The run is estimated and refused over the MEASURE_* limits first (measure_gate), every external-data
     reference is replaced (synthesize_weights), and ORT runs in a sandboxed child process (_run_in_child)."""
-    import onnx
     import onnxruntime as ort
 
-    from mapper.pipeline import load_workload
     if runs < 1 or threads < 1 or profiled_runs < 1:
         raise MapperError(f"measure: runs={runs}, profiled_runs={profiled_runs} and threads={threads} must all be "
                           f"at least 1")
-    workload = load_workload(source, dims)
-    model = _onnx_model(source)
+    handle = open_model(source)  # parsed once: the run, the gate and the prediction read this one
+    workload = handle.bind(dims)
+    model = _onnx_model(handle)
     label = workload.graph.name[:80]
     check_run(estimate_run(workload, model), 2 * WARMUP_RUNS + runs + profiled_runs, label)
     replaced = synthesize_weights(model)
@@ -242,7 +233,7 @@ def measure_model(source, dims: dict[str, int] | None = None, threads: int = 1, 
     return Measurement(workload.graph.name, workload.graph.dims, threads, tuple(latencies), nodes,
                        ",".join(spec["providers"]), ort.__version__,
                        datetime.now(UTC).isoformat(timespec="seconds"), tuple(notes),
-                       source if isinstance(source, str) else os.fspath(source) if isinstance(source, os.PathLike) else "")
+                       handle.source)
 
 
 def measurement_from_profile(profile: str | os.PathLike | bytes | ProfileTimes, source, name: str = "") -> Measurement:
