@@ -6,6 +6,7 @@ from taking the process down. Change a value here and every check follows.
 
 MAX_MODEL_BYTES = 256 * 1024 * 1024     # an ONNX file (graph-only uploads are far smaller)
 MAX_PROFILE_BYTES = 1024 * 1024         # a hardware profile file
+MAX_PROFILE_NESTING = 32                # arrays/tables inside each other in a hardware profile (real ones: 3)
 MAX_NODES = 200_000                     # nodes in one graph (Llama-2-70B exports ~7,000)
 MAX_DIM = 1 << 31                       # one bound dimension
 MAX_TENSOR_ELEMENTS = 1 << 52           # elements in one tensor at the bound shapes
