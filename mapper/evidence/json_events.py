@@ -29,6 +29,7 @@ class _Stream:
         self.raw, self.read, self.label = memoryview(raw), 0, label
         self.utf8 = codecs.getincrementaldecoder("utf-8")()
         self.buf, self.i, self.eof = "", 0, False
+        self.found = False                     # an event array was met
 
     def more(self) -> bool:
         if self.eof:
@@ -96,28 +97,35 @@ def _array(stream: _Stream) -> Iterator[object]:
             return
 
 
+def _members(stream: _Stream) -> Iterator[object]:
+    """The events of an object's "traceEvents" array; its other values are decoded (capped) and dropped.
+    Sets `stream.found` when there was such an array."""
+    stream.take("{")
+    if stream.peek() == "}":
+        stream.i += 1
+        return
+    while True:
+        key = stream.value()
+        stream.take(":")
+        if key == "traceEvents" and stream.peek() == "[":
+            stream.found = True
+            yield from _array(stream)
+        else:
+            stream.value()                         # metadata (deviceProperties, ...)
+        if stream.take(",}") == "}":
+            return
+
+
 def trace_events(raw: bytes, label: str) -> Iterator[object]:
     """Each element of the file's event array: the top level of an ORT profile, or "traceEvents" of a
     Chrome trace's top-level object. Raises MapperError when the file has no such array."""
     stream = _Stream(raw, label)
-    found = False
     if stream.peek() == "[":
-        found = True
+        stream.found = True
         yield from _array(stream)
-    elif stream.take("{") and stream.peek() != "}":
-        while True:
-            key = stream.value()
-            stream.take(":")
-            if key == "traceEvents" and stream.peek() == "[":
-                found = True
-                yield from _array(stream)
-            else:
-                stream.value()                         # metadata (deviceProperties, ...): decoded, dropped
-            if stream.take(",}") == "}":
-                break
     else:
-        stream.i += 1
+        yield from _members(stream)
     if stream.peek():
         raise MapperError(f"{label}: not JSON (text after the end of the trace); give an ORT profile or a Chrome trace")
-    if not found:
+    if not stream.found:
         raise MapperError("profile: expected a JSON list of trace events or an object with 'traceEvents'")
