@@ -13,11 +13,12 @@ from dataclasses import asdict, dataclass, fields
 
 import pandas as pd
 
+from mapper import limits
 from mapper.errors import MapperError
 from mapper.hardware import HardwareProfile, load_hardware
 from mapper.pipeline import map_workload, validate_options
 from mapper.result import MappingResult, PlanOptions
-from mapper.sweep import ModelShapes, model_source
+from mapper.sweep import ModelShapes, check_slices, model_source
 from mapper.tables import write_bytes, xlsx_bytes
 from mapper.version import __version__
 
@@ -173,9 +174,15 @@ def compare_plans(baseline: PlanSpec, candidate: PlanSpec, batches: tuple[int, .
     thresholds = parse_thresholds(thresholds)
     if not 0 < load_fraction < 1:
         raise MapperError(f"load fraction {load_fraction!r} must be between 0 and 1 (exclusive)")
+    check_slices(len(set(batches)), "MAX_COMPARE_SLICES", "comparison")   # before a model is parsed
     shapes = {model: ModelShapes(model_source(model, dims=dims))
               for model in dict.fromkeys((baseline.model, candidate.model))}
     any_seq = any(s.model.has_seq for s in shapes.values())
+    count = len(set(batches)) * (len(set(seqs)) if any_seq else 1)
+    check_slices(count, "MAX_COMPARE_SLICES", "comparison")
+    if count * requests > limits.MAX_COMPARE_REQUESTS:   # two serving runs of `requests` per slice
+        raise MapperError(f"{count:,} slices x {requests:,} requests is over {limits.limit_text('MAX_COMPARE_REQUESTS')};"
+                          " simulate fewer requests per slice or narrow the grid")
     slices = [(b, s) for b in sorted(set(batches)) for s in (sorted(set(seqs)) if any_seq else [None])]
     matrix, verdicts, boundary, changes, notes = [], [], [], [], set()
     for done, (batch, seq) in enumerate(slices):

@@ -257,6 +257,18 @@ def list_hardware() -> list[str]:
     return sorted(path.stem for path in folder.glob("*.toml")) if folder.is_dir() else []
 
 
+def _check_nesting(text: str, label: str) -> None:
+    """Refuse arrays and tables nested past MAX_PROFILE_NESTING before a parser recurses into them
+    (json and tomllib both recurse: 10^5 brackets is a RecursionError). A profile nests three deep.
+    Brackets are counted in strings too (linear, no tokenizer): no profile's text holds 32 '[' in a row,
+    and brackets a string closes only hide depth from this scan, not from the RecursionError guard."""
+    marks = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+    steps = np.isin(marks, (91, 123)).astype(np.int64) - np.isin(marks, (93, 125))  # [ { open, ] } close
+    if steps.size and int(np.cumsum(steps).max()) > limits.MAX_PROFILE_NESTING:
+        raise MapperError(f"{label}: nested deeper than {limits.limit_text('MAX_PROFILE_NESTING')}; a hardware"
+                          " profile is a table of sections of values")
+
+
 def _parse(raw: bytes, fmt: str, label: str) -> Any:
     if len(raw) > MAX_PROFILE_BYTES:
         raise MapperError(f"{label}: {len(raw)} bytes is over {limits.limit_text('MAX_PROFILE_BYTES')} (1 MiB) "
@@ -265,6 +277,7 @@ def _parse(raw: bytes, fmt: str, label: str) -> Any:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise MapperError(f"{label}: not UTF-8 text (byte {exc.start}); save the profile as UTF-8") from None
+    _check_nesting(text, label)
     try:
         if fmt == "json":
             return json.loads(text)
@@ -278,6 +291,8 @@ def _parse(raw: bytes, fmt: str, label: str) -> Any:
         return tomllib.loads(text)
     except (tomllib.TOMLDecodeError, json.JSONDecodeError, ValueError) as exc:
         raise MapperError(f"{label}: not valid {fmt.upper()} ({exc}); fix the syntax") from None
+    except RecursionError:  # the scan above counts brackets; this catches what it cannot see
+        raise MapperError(f"{label}: nested too deep to be a hardware profile; fix the file") from None
     except Exception as exc:  # yaml.YAMLError and friends: still one actionable line
         if type(exc).__module__.startswith("yaml"):
             raise MapperError(f"{label}: not valid YAML ({exc}); fix the syntax") from None

@@ -69,6 +69,13 @@ def validate_llm_config(config: LLMServingConfig) -> LLMServingConfig:
         value = getattr(config, name)
         if not (isinstance(value, int) and 1 <= value <= MAX_TOKENS):
             raise MapperError(f"{name.replace('_', ' ')} {value!r} must be an integer from 1 to {limits.limit_text('MAX_TOKENS')}")
+    trace = config.trace
+    requests = len(trace) if trace is not None else config.requests
+    output = (int(trace.output_tokens.sum()) if trace is not None and trace.output_tokens is not None
+              else requests * config.output_tokens)
+    if requests + output > limits.MAX_LLM_TOKENS:  # one scheduler step (and one jitter draw) per token at batch 1
+        raise MapperError(f"{requests:,} requests x their output tokens is {requests + output:,} steps, over"
+                          f" {limits.limit_text('MAX_LLM_TOKENS')}; simulate fewer requests or shorter outputs")
     if config.kv_capacity_tokens is not None and not (isinstance(config.kv_capacity_tokens, int)
                                                       and config.kv_capacity_tokens >= 1):
         raise MapperError(f"KV-cache capacity {config.kv_capacity_tokens!r} tokens must be an integer >= 1")
@@ -236,6 +243,7 @@ def simulate_model_llm_serving(source, hw, options, config: LLMServingConfig) ->
     """simulate_llm_serving with the engine's step times, the device's KV capacity and the profile's jitter
     (`source`: a model handle, or what `open_model` takes; opened once for every step mapped)."""
     source = open_model(source)
+    validate_llm_config(config)   # before the engine maps the step grid
     if config.jitter_cv is None:
         config = replace(config, jitter_cv=hw.jitter_cv, jitter_dist=config.jitter_dist or hw.jitter_dist)
     if config.kv_capacity_tokens is None:

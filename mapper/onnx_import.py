@@ -67,9 +67,27 @@ def parse_model(data: bytes, name: str) -> onnx.ModelProto:
                           " upload the .onnx file itself") from exc
     if not model.HasField("graph") or len(model.graph.node) == 0:
         raise MapperError(f"{name} is not an ONNX model (no graph nodes found); upload an .onnx file")
-    if len(model.graph.node) > limits.MAX_NODES:
-        raise MapperError(f"{name} has {len(model.graph.node)} nodes, over {limits.limit_text('MAX_NODES')}")
+    count = count_nodes(model.graph)
+    if count > limits.MAX_NODES:
+        raise MapperError(f"{name} has {count} or more nodes (control-flow bodies included), over"
+                          f" {limits.limit_text('MAX_NODES')}")
     return model
+
+
+def count_nodes(graph: onnx.GraphProto) -> int:
+    """Nodes of the graph and of every If/Loop/Scan body inside it, at any depth: a body runs as many
+    times as its trip count says, so a small top level can hide any amount of work. An explicit stack,
+    not recursion: a hostile file nests bodies as deep as protobuf allows. Stops once over MAX_NODES."""
+    count, stack = 0, [graph]
+    while stack and count <= limits.MAX_NODES:
+        g = stack.pop()
+        count += len(g.node)
+        for node in g.node:
+            for a in node.attribute:  # by field, not by the declared type (a damaged file may mislabel it)
+                if a.HasField("g"):
+                    stack.append(a.g)
+                stack.extend(a.graphs)
+    return count
 
 
 def default_opset(model: onnx.ModelProto) -> int:

@@ -149,6 +149,7 @@ _UNARY = {"Neg": np.negative, "Abs": np.abs, "Not": np.logical_not, "Floor": np.
 
 @evaluator(*_BINARY)
 def _binary(node, v, shapes):
+    _check_size(np.broadcast_shapes(*(x.shape for x in v)))  # broadcasting amplifies: sized before computed
     out = v[0]
     for other in v[1:]:
         out = _BINARY[node.op_type](out, other)
@@ -196,6 +197,7 @@ def _gather(node, v, shapes):
 
 @evaluator("Concat")
 def _concat(node, v, shapes):
+    _check_size((sum(x.size for x in v),))  # one small input listed 10^5 times is a large output
     return [np.concatenate([np.atleast_1d(x) if x.ndim == 0 else x for x in v], axis=int(node.attr("axis", 0)))]
 
 
@@ -273,6 +275,7 @@ def _expand(node, v, shapes):
 
 @evaluator("Where")
 def _where(node, v, shapes):
+    _check_size(np.broadcast_shapes(*(x.shape for x in v)))
     return [np.where(v[0], v[1], v[2])]
 
 

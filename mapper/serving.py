@@ -142,7 +142,8 @@ class BatchTimes:
         if t is None:
             t = float(self.fn) if self.fixed else float(self.fn(batch))
             if not (math.isfinite(t) and t > 0):
-                raise MapperError(f"service time at batch {batch} is {t!r} s; it must be finite and > 0")
+                zero = " (the model takes no time: every node is free, e.g. Identity only; nothing queues)" if t == 0 else ""
+                raise MapperError(f"service time at batch {batch} is {t!r} s; it must be finite and > 0{zero}")
             self.table[batch] = t
         return t
 
@@ -327,7 +328,9 @@ def load_curve(service_time: ServiceTime, config: ServingConfig, loads: tuple[fl
     """Percentiles against offered load (fractions of the saturation rate), the knee, and the highest
     rate whose p99 meets the target (bisection between the simulated loads; same seed throughout)."""
     config = validate_config(replace(config, trace=None))
-    if not loads or any(not (0 < x < 10) for x in loads):
+    if not 1 <= len(loads) <= limits.MAX_LOAD_POINTS:  # each load is one whole simulation
+        raise MapperError(f"a load curve takes 1 to {limits.limit_text('MAX_LOAD_POINTS')} loads (got {len(loads)})")
+    if any(not (0 < x < 10) for x in loads):
         raise MapperError("loads must be fractions of the saturation rate, each > 0 (and < 10)")
     times = BatchTimes(service_time, config.max_batch)
     saturation = times.saturation_rate(config.max_batch)
@@ -390,11 +393,12 @@ def load_trace(path: str | Path) -> Trace:
     for column in columns:
         values = pd.to_numeric(frame[column].str.strip(), errors="coerce").to_numpy(dtype=np.float64)
         bad = ~np.isfinite(values) | (values < 0)
-        if column != "arrival_s":
-            bad |= (values != np.floor(values)) | (values < 1)
+        if column != "arrival_s":  # beyond MAX_TOKENS a count would wrap when made an int64 (1e20 did)
+            bad |= (values != np.floor(values)) | (values < 1) | (values > limits.MAX_TOKENS)
         if bad.any():
             row = int(np.argmax(bad))
-            want = "a finite number >= 0" if column == "arrival_s" else "an integer >= 1"
+            want = "a finite number >= 0" if column == "arrival_s" else \
+                f"an integer from 1 to {limits.limit_text('MAX_TOKENS')}"
             raise MapperError(f"trace {path.name}: row {row + 1} (line {row + 2}), column {column}:"
                               f" {frame[column].iloc[row]!r} is not {want}")
         arrays[column] = values
@@ -468,6 +472,9 @@ def serving_for_result(result, hw, load_fraction: float = SHEET_LOAD_FRACTION, r
     """Serve the mapped batch as a static batch at `load_fraction` of its capacity, with the profile's
     jitter: the percentiles a review asks for next to the batch latency (Serving sheet, `--json`)."""
     batch, latency = result.totals.batch, result.totals.latency_s
+    if not latency > 0:  # a model of free ops only (Identity): no queue forms, there is nothing to simulate
+        return {"policy": "static", "max_batch": batch, "requests": 0, "assumptions": [
+            f"not simulated: this mapping takes {latency!r} s per batch (every node is free), so requests never wait"]}
     config = ServingConfig(policy="static", max_batch=batch, rate_per_s=load_fraction * batch / latency,
                            requests=requests, seed=seed, jitter_cv=hw.jitter_cv, jitter_dist=hw.jitter_dist)
     section = serving_section(simulate_serving(lambda _size: latency, config), config)

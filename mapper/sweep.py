@@ -196,22 +196,29 @@ def plan_tasks(spec: SweepSpec) -> tuple[list[SweepTask], int]:
         raise MapperError("a sweep needs at least one dtype and one fusion policy")
     for dtype, fusion in itertools.zip_longest(spec.dtypes, spec.fusions, fillvalue=None):
         validate_options(PlanOptions(dtype=dtype or "auto", fusion=fusion or "default"))
-    hardware = tuple(h if isinstance(h, HardwareProfile) else load_hardware(h) for h in dict.fromkeys(spec.hardware))
-    options = tuple(itertools.product(dict.fromkeys(spec.dtypes), dict.fromkeys(spec.fusions)))
-    per_shape = len(hardware) * len(options)
     batches, seqs = sorted(set(spec.batches)), sorted(set(spec.seqs))
+    options = tuple(itertools.product(dict.fromkeys(spec.dtypes), dict.fromkeys(spec.fusions)))
+    per_shape = len(dict.fromkeys(spec.hardware)) * len(options)
+    # the product of the axes first (a model without a seq dim takes one seq): nothing is built or loaded
+    # for a grid over the limit (a 20k x 20k grid was built before it was counted)
+    check_slices(len(dict.fromkeys(spec.models)) * len(batches) * per_shape)
+    hardware = tuple(h if isinstance(h, HardwareProfile) else load_hardware(h) for h in dict.fromkeys(spec.hardware))
+    sources = [model_source(model, dims=spec.dims) for model in dict.fromkeys(spec.models)]
+    check_slices(sum(len(batches) * (len(seqs) if s.has_seq else 1) for s in sources) * per_shape)
     chunk = max(1, spec.chunk_slices // per_shape)
     tasks, next_id = [], 0
-    for model in dict.fromkeys(spec.models):
-        source = model_source(model, dims=spec.dims)
+    for source in sources:
         shapes = [(b, s) for b in batches for s in (seqs if source.has_seq else [None])]
         for start in range(0, len(shapes), chunk):
             part = tuple((b, s, next_id + (start + i) * per_shape) for i, (b, s) in enumerate(shapes[start:start + chunk]))
             tasks.append(SweepTask(source, hardware, part, options))
         next_id += len(shapes) * per_shape
-    if next_id > MAX_SLICES:
-        raise MapperError(f"the sweep has {next_id:,} slices, over {limits.limit_text('MAX_SLICES')}; narrow the grid")
     return tasks, next_id
+
+
+def check_slices(count: int, limit: str = "MAX_SLICES", what: str = "sweep") -> None:
+    if count > getattr(limits, limit):
+        raise MapperError(f"the {what} has {count:,} slices, over {limits.limit_text(limit)}; narrow the grid")
 
 
 def run_sweep(spec: SweepSpec, executor: ExecutorSpec = ExecutorSpec(), progress: Progress | None = None) -> SweepResult:

@@ -354,7 +354,7 @@ def test_branch_inlining_is_bounded_and_malformed_branches_are_errors(monkeypatc
     data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
     assert {n.op_type for n in mapper.load_workload(data, {"flag": 1}).graph.nodes} == {"Relu", "Identity"}
     monkeypatch.setattr(limits, "MAX_NODES", 4)
-    with pytest.raises(mapper.MapperError, match="with its If branches in place the graph has 7 nodes, over MAX_NODES"):
+    with pytest.raises(mapper.MapperError, match="over MAX_NODES"):
         mapper.load_workload(data, {"flag": 0})
     monkeypatch.undo()
     bad = helper.make_graph([helper.make_node("Relu", ["x"], ["z"])], "bad", [], [])

@@ -7,16 +7,16 @@ and through ORT's optimized graph. What matches nothing is kept, with the reason
 """
 from __future__ import annotations
 
-import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from mapper import limits
 from mapper.errors import MapperError
+from mapper.evidence.json_events import trace_events
 from mapper.sandbox import open_regular_file
 
 # Suffixes ORT adds to the names of nodes it creates or rewrites (NCHWc transformer, fusions, name dedup).
@@ -41,6 +41,7 @@ class ProfileTimes:
     runs: int
     nodes: tuple[NodeTime, ...]
     run_times_s: tuple[float, ...] = ()  # whole-run durations where the profile has them (ORT model_run)
+    skipped: int = 0                     # complete events whose duration or start is not a finite number in range
 
     @property
     def total_s(self) -> float:
@@ -58,7 +59,7 @@ class NodeMatch:
     how: str  # name | output | stripped-name | optimized-graph | unmatched: <why>
 
 
-def _read(source: str | os.PathLike | bytes) -> object:
+def _read(source: str | os.PathLike | bytes) -> tuple[bytes, str]:
     if isinstance(source, (bytes, bytearray)):
         raw, label = bytes(source), "uploaded profile"
     else:
@@ -74,65 +75,99 @@ def _read(source: str | os.PathLike | bytes) -> object:
             raise MapperError(f"{label}: cannot read it ({exc.strerror}); check the path") from None
     if len(raw) > limits.MAX_TRACE_BYTES:
         raise MapperError(f"{label}: larger than {limits.limit_text('MAX_TRACE_BYTES')}; profile fewer runs")
+    return raw, label
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """The fields of a complete ('ph': 'X') trace event that the loaders read, nothing else."""
+
+    name: str
+    dur_us: float
+    ts_us: float
+    cat: str
+    tid: str
+    op_name: str
+    provider: str
+
+
+def _number(value: object, low: float, high: float) -> float | None:
+    """The value as a float if it is a number (or a numeral) in [low, high], else None: Infinity, NaN,
+    a 4,000-digit integer and "abc" all give None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
     try:
-        return json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise MapperError(f"{label}: not JSON ({str(exc).splitlines()[0][:80]}); give an ORT profile or a "
-                          f"Chrome trace (PyTorch profiler export_chrome_trace)") from None
+        number = float(value)
+    except (ValueError, OverflowError):
+        return None
+    return number if low <= number <= high else None
 
 
-def _events(data: object) -> list[dict]:
-    events = data.get("traceEvents") if isinstance(data, dict) else data
-    if not isinstance(events, list):
-        raise MapperError("profile: expected a JSON list of trace events or an object with 'traceEvents'")
-    good = [e for e in events if isinstance(e, dict) and e.get("ph") == "X"
-            and isinstance(e.get("dur"), (int, float)) and isinstance(e.get("name"), str) and e["dur"] >= 0]
+MAX_DUR_US = limits.MAX_TRACE_EVENT_SECONDS * 1e6
+MAX_TS_US = 1e18   # timestamps are microseconds since an epoch (~1.7e15 now): finite, and then some
+
+
+def _events(raw: bytes, label: str) -> tuple[list[Event], int]:
+    """The complete events with a name and a usable duration and start, and how many complete events
+    were skipped because their duration or start is not a finite number in range."""
+    good, skipped, strings = [], 0, {}
+    share = lambda text: strings.setdefault(text, text)  # a node's name repeats once per run: held once
+    for e in trace_events(raw, label):
+        if not (isinstance(e, dict) and e.get("ph") == "X" and isinstance(e.get("name"), str)):
+            continue
+        dur, ts = _number(e.get("dur"), 0.0, MAX_DUR_US), _number(e.get("ts", 0), -MAX_TS_US, MAX_TS_US)
+        if dur is None or ts is None:
+            skipped += 1
+            continue
+        args = e.get("args") if isinstance(e.get("args"), dict) else {}
+        cat = e.get("cat")
+        good.append(Event(share(e["name"]), dur, ts, share(cat if isinstance(cat, str) else ""), share(str(e.get("tid"))),
+                          share(str(args.get("op_name", ""))), share(str(args.get("provider", "")))))
     if not good:
-        raise MapperError("profile: no complete ('ph': 'X') events with a name and a duration; is it a trace?")
-    return good
+        raise MapperError("profile: no complete ('ph': 'X') events with a name and a duration; is it a trace?"
+                          + (f" ({skipped} skipped: duration or start not a finite number)" if skipped else ""))
+    return good, skipped
 
 
-def _per_run(groups: dict[str, list[dict]], runs: int, op_of, provider_of, statistic: str) -> tuple[NodeTime, ...]:
+def _per_run(groups: dict[str, list[Event]], runs: int, op_of, provider_of, statistic: str) -> tuple[NodeTime, ...]:
     out, reduce = [], {"median": np.median, "min": np.min}[statistic]
     for name, evs in groups.items():
-        durs = np.asarray([e["dur"] for e in evs], dtype=float) * 1e-6  # trace durations are microseconds
+        durs = np.asarray([e.dur_us for e in evs], dtype=float) * 1e-6  # trace durations are microseconds
         calls = max(1, round(len(evs) / runs))
         out.append(NodeTime(name, op_of(evs[0]), float(reduce(durs)) * calls, calls, provider_of(evs[0])))
     return tuple(out)
 
 
-def _load_ort(events: list[dict], statistic: str) -> ProfileTimes:
-    runs = [e["dur"] * 1e-6 for e in events if e.get("cat") == "Session" and e["name"] == "model_run"]
-    groups: dict[str, list[dict]] = {}
+def _load_ort(events: list[Event], statistic: str) -> ProfileTimes:
+    runs = [e.dur_us * 1e-6 for e in events if e.cat == "Session" and e.name == "model_run"]
+    groups: dict[str, list[Event]] = {}
     for e in events:
-        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
-            groups.setdefault(e["name"][: -len("_kernel_time")], []).append(e)
+        if e.cat == "Node" and e.name.endswith("_kernel_time"):
+            groups.setdefault(e.name[: -len("_kernel_time")], []).append(e)
     if not groups:
         raise MapperError("ORT profile: no '<node>_kernel_time' node events; was enable_profiling on during a run?")
     count = len(runs) or max(len(v) for v in groups.values())
-    args = lambda e: e.get("args") if isinstance(e.get("args"), dict) else {}
-    nodes = _per_run(groups, count, lambda e: str(args(e).get("op_name", "")), lambda e: str(args(e).get("provider", "")), statistic)
+    nodes = _per_run(groups, count, lambda e: e.op_name, lambda e: e.provider, statistic)
     return ProfileTimes("onnxruntime", count, nodes, tuple(runs))
 
 
-def _load_chrome(events: list[dict], statistic: str) -> ProfileTimes:
-    steps = [e for e in events if e["name"].startswith("ProfilerStep#")]
-    chosen = sorted((e for e in events if e.get("cat") in _CHROME_CATEGORIES and not e["name"].startswith("ProfilerStep#")),
-                    key=lambda e: (str(e.get("tid")), e.get("ts", 0), -e["dur"]))
-    groups: dict[str, list[dict]] = {}
+def _load_chrome(events: list[Event], statistic: str) -> ProfileTimes:
+    steps = [e for e in events if e.name.startswith("ProfilerStep#")]
+    chosen = sorted((e for e in events if e.cat in _CHROME_CATEGORIES and not e.name.startswith("ProfilerStep#")),
+                    key=lambda e: (e.tid, e.ts_us, -e.dur_us))
+    groups: dict[str, list[Event]] = {}
     open_until: dict[str, float] = {}
     for e in chosen:  # keep outermost events only: nested aten calls would count their parent's time twice
-        tid, ts = str(e.get("tid")), float(e.get("ts", 0))
-        if ts < open_until.get(tid, -1.0):
+        if e.ts_us < open_until.get(e.tid, -MAX_TS_US - 1):
             continue
-        open_until[tid] = ts + e["dur"]
-        groups.setdefault(e["name"], []).append(e)
+        open_until[e.tid] = e.ts_us + e.dur_us
+        groups.setdefault(e.name, []).append(e)
     if not groups:
         raise MapperError(f"Chrome trace: no events of categories {', '.join(_CHROME_CATEGORIES)}; "
                           f"record with torch.profiler and export_chrome_trace")
     runs = len(steps) or 1
-    nodes = _per_run(groups, runs, lambda e: str(e.get("cat", "")), lambda e: "pytorch", statistic)
-    return ProfileTimes("chrome-trace", runs, nodes, tuple(e["dur"] * 1e-6 for e in steps))
+    nodes = _per_run(groups, runs, lambda e: e.cat, lambda e: "pytorch", statistic)
+    return ProfileTimes("chrome-trace", runs, nodes, tuple(e.dur_us * 1e-6 for e in steps))
 
 
 def load_profile(source: str | os.PathLike | bytes, statistic: str = "median") -> ProfileTimes:
@@ -142,10 +177,10 @@ def load_profile(source: str | os.PathLike | bytes, statistic: str = "median") -
     processes only ever add time)."""
     if statistic not in ("median", "min"):
         raise MapperError(f"profile statistic {statistic!r} is not one of median, min")
-    events = _events(_read(source))
-    if any(e.get("cat") == "Node" for e in events):
-        return _load_ort(events, statistic)
-    return _load_chrome(events, statistic)
+    events, skipped = _events(*_read(source))
+    if any(e.cat == "Node" for e in events):
+        return replace(_load_ort(events, statistic), skipped=skipped)
+    return replace(_load_chrome(events, statistic), skipped=skipped)
 
 
 def candidate_names(name: str) -> list[str]:
