@@ -51,7 +51,8 @@ def _external(rng, t: onnx.TensorProto) -> onnx.TensorProto:
     """`t` with its data moved to a hostile external location (and sometimes odd offset/length entries)."""
     t.ClearField("raw_data")
     del t.float_data[:], t.int64_data[:], t.int32_data[:]
-    if rng.random() < 0.9:
+    how = rng.random()  # EXTERNAL and a location; rarely EXTERNAL without entries, or entries alone
+    if how < 0.9:
         t.data_location = TensorProto.EXTERNAL
     entries = [("location", rng.choice(LOCATIONS))]
     if rng.random() < 0.5:
@@ -59,7 +60,7 @@ def _external(rng, t: onnx.TensorProto) -> onnx.TensorProto:
                     ("length", rng.choice(("1", "4096", "99999999999", "-5", "")))]
     if rng.random() < 0.1:
         entries.append(("checksum", "0" * 40))
-    if rng.random() < 0.9:  # (sometimes EXTERNAL with no entries at all)
+    if not 0.8 < how < 0.9:
         for k, v in entries:
             t.external_data.add(key=k, value=v)
     return t

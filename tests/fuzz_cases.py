@@ -515,13 +515,21 @@ MESSAGE_CHARS = 2000  # a one-line error longer than this is a page of echoed in
 def make_case(seed: int) -> Case:
     """The case of a seed: an attack class for a fifth of the seeds (drawn from their own stream, so the
     other seeds keep their case from before the attack classes), else `classic_case(seed)`."""
+    generator = attack_generator(seed)
+    if generator is None:
+        return classic_case(seed)
+    a = generator(random.Random(f"attack:{seed}"))
+    return Case("model", a.label, a.data, dict(a.dims), expect=a.expect, checks=a.checks)
+
+
+def attack_generator(seed: int):
+    """The attack class a seed draws (its generator), or None for a classic case."""
     roll = random.Random(f"class:{seed}").random()
     for share, generator in ATTACK_SHARES:
         if roll < share:
-            a = generator(random.Random(f"attack:{seed}"))
-            return Case("model", a.label, a.data, dict(a.dims), expect=a.expect, checks=a.checks)
+            return generator
         roll -= share
-    return classic_case(seed)
+    return None
 
 
 def classic_case(seed: int) -> Case:
@@ -539,9 +547,7 @@ def _run(case: Case) -> None:
     if case.kind == "model":
         hw = mapper.load_hardware(case.source)  # (before any file check: the profile is the engine's own file)
         if FILES in case.checks:
-            opened = fuzz_attacks.files_opened(lambda: map_model(case, hw))
-            if opened:
-                raise AssertionError(f"the model made the engine open {opened[:3]}")
+            map_opening_nothing(case, hw)
         else:
             map_model(case, hw)
     elif case.kind == "hardware":
@@ -554,6 +560,22 @@ def _run(case: Case) -> None:
             trace = load_trace(path)
         simulate_serving(lambda batch: 1e-3 * (1 + 0.1 * batch), ServingConfig(max_batch=8, max_wait_s=1e-3,
                                                                                trace=trace))
+
+
+def map_opening_nothing(case: Case, hw) -> None:
+    """map_model, failing the case when it opened a file (also when the model was rejected)."""
+    errors = []
+
+    def attempt():
+        try:
+            map_model(case, hw)
+        except mapper.MapperError as exc:
+            errors.append(exc)
+    opened = fuzz_attacks.files_opened(attempt)
+    if opened:
+        raise AssertionError(f"the model made the engine open {opened[:3]}")
+    if errors:
+        raise errors[0]
 
 
 def map_model(case: Case, hw) -> None:
