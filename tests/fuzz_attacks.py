@@ -4,14 +4,10 @@ Each takes a seeded `random.Random` and returns an `Attack`: model bytes, the di
 case must give where that is known ("mapped"/"rejected", else None) and the extra checks `run_case`
 makes on it ("files": nothing the model names is opened and no external reference survives the
 stripping copy; "sheet": the .xlsx/.csv/.html written from the mapping carry no live formula or markup).
-The checks themselves are at the end of this module.
+The checks themselves are in `fuzz_checks.py`.
 """
 from __future__ import annotations
 
-import csv
-import io
-import os
-import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -322,79 +318,3 @@ def amplifier_model(rng) -> Attack:
         how = f"if_body:{count}"
     m = _model(nodes, [x], [_vi("y", None)], inits)
     return Attack(f"amplifier:{how}", m.SerializeToString(), expect=expect)
-
-
-# ---- the checks ------------------------------------------------------------------------------------
-
-def all_tensors(m: onnx.ModelProto):
-    """Every TensorProto in the model: initializers, sparse parts, attribute tensors, in every subgraph."""
-    graphs = [m.graph]
-    while graphs:
-        g = graphs.pop()
-        yield from g.initializer
-        for s in g.sparse_initializer:
-            yield from (s.values, s.indices)
-        for n in g.node:
-            for a in n.attribute:
-                yield from ([a.t] if a.HasField("t") else [])
-                yield from a.tensors
-                for s in ([a.sparse_tensor] if a.HasField("sparse_tensor") else []) + list(a.sparse_tensors):
-                    yield from (s.values, s.indices)
-                graphs += ([a.g] if a.HasField("g") else []) + list(a.graphs)
-
-
-def external_references(m: onnx.ModelProto) -> list[str]:
-    """Names of the tensors that still point at a file."""
-    return [t.name for t in all_tensors(m) if t.data_location == TensorProto.EXTERNAL or len(t.external_data)]
-
-
-_OPENED: list[list[str]] = []  # a stack: audit hooks cannot be removed, so one hook serves every case
-
-
-def _audit(event, args):
-    if (_OPENED and event in ("open", "os.listdir", "os.scandir", "shutil.copyfile") and args
-            and isinstance(args[0], (str, bytes, os.PathLike))):
-        _OPENED[-1].append(os.fsdecode(args[0]))
-
-
-def files_opened(fn) -> list[str]:
-    """Paths opened while fn() runs, less the interpreter's own (lazy imports) and the profile data."""
-    if not getattr(files_opened, "hooked", False):
-        sys.addaudithook(_audit)
-        files_opened.hooked = True
-    _OPENED.append([])
-    try:
-        fn()
-    finally:
-        seen = _OPENED.pop()
-    return [p for p in seen if not p.endswith((".py", ".pyc", ".so", ".pth")) and "site-packages" not in p
-            and "__pycache__" not in p and not p.startswith((sys.prefix, sys.base_prefix))]
-
-
-FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
-def live_formulas_in_csv(data: bytes) -> list[str]:
-    """Cells a spreadsheet would run as a formula: a leading = + - @ tab or CR (numbers aside)."""
-    rows = csv.reader(io.StringIO(data.decode("utf-8", "replace"), newline=""))
-    return [c for row in rows for c in row if c.startswith(FORMULA_START) and not _is_number(c)]
-
-
-def live_formulas_in_xlsx(data: bytes) -> list[str]:
-    import openpyxl
-    book = openpyxl.load_workbook(io.BytesIO(data))
-    return [f"{ws.title}!{c.coordinate}" for ws in book for row in ws.iter_rows() for c in row if c.data_type == "f"]
-
-
-def raw_markup_in_html(data: bytes, model: bytes) -> list[str]:
-    """Hostile markup of HOSTILE that an upload carried and the HTML sheet passes through unescaped."""
-    html = data.decode("utf-8", "replace")
-    return [h for h in HOSTILE if h.startswith("<") and h.encode() in model and h in html]

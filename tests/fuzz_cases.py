@@ -4,7 +4,7 @@
 from a seed; `run_case(case)` pushes it through the public API the dashboard uses and returns
 "mapped" or "rejected" (a MapperError). Anything else it raises is a crash the engine must fix, and so
 is a broken contract: a message of more than one line or over `MESSAGE_CHARS`, an outcome other than
-the one the generator implies (`Case.expect`), or a failed extra check (`Case.checks`, tests/fuzz_attacks.py).
+the one the generator implies (`Case.expect`), or a failed extra check (`Case.checks`, tests/fuzz_checks.py).
 A fifth of the seeds make the attack classes of issue 15 (`ATTACK_SHARES`); the rest make the same
 cases as before it (`classic_case`), so the seeds of earlier runs replay with `classic_case(seed)`.
 `time_bound` turns a case that runs too long into `CaseTimeout` (a BaseException, so no
@@ -28,7 +28,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 import mapper
-from tests import fuzz_attacks
+from tests import fuzz_attacks, fuzz_checks
 from tests.fuzz_attacks import FILES, SHEET
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -571,7 +571,7 @@ def map_opening_nothing(case: Case, hw) -> None:
             map_model(case, hw)
         except mapper.MapperError as exc:
             errors.append(exc)
-    opened = fuzz_attacks.files_opened(attempt)
+    opened = fuzz_checks.files_opened(attempt)
     if opened:
         raise AssertionError(f"the model made the engine open {opened[:3]}")
     if errors:
@@ -581,31 +581,7 @@ def map_opening_nothing(case: Case, hw) -> None:
 def map_model(case: Case, hw) -> None:
     result = mapper.map_workload(mapper.load_workload(case.payload, case.dims), hw)
     if SHEET in case.checks:
-        check_sheets(result, case.payload)
-
-
-def check_sheets(result, model: bytes) -> None:
-    """Write the sheet as the CLI's --out does (.xlsx, .csv, .html): no live formula, no raw markup."""
-    from mapper.sheet import write_sheet
-    with tempfile.TemporaryDirectory() as tmp:
-        found = {}
-        for fmt, check in (("xlsx", fuzz_attacks.live_formulas_in_xlsx), ("csv", fuzz_attacks.live_formulas_in_csv),
-                           ("html", lambda data: fuzz_attacks.raw_markup_in_html(data, model))):
-            path = write_sheet(result, Path(tmp) / f"sheet.{fmt}")
-            found[fmt] = check(path.read_bytes())
-    bad = {fmt: cells[:3] for fmt, cells in found.items() if cells}
-    if bad:
-        raise AssertionError(f"live formulas or markup written from model names: {bad}")
-
-
-def check_no_external_reference(case: Case) -> None:
-    """The copy that ONNX Runtime is given (ort_shapes.without_external_data) names no file."""
-    from mapper.ort_shapes import without_external_data
-    m = onnx.ModelProto()
-    m.ParseFromString(case.payload)
-    left = fuzz_attacks.external_references(without_external_data(m))
-    if left:
-        raise AssertionError(f"external references left after stripping: {left[:3]}")
+        fuzz_checks.check_sheets(result, case.payload)
 
 
 def run_case(case: Case) -> str:
@@ -621,7 +597,7 @@ def run_case(case: Case) -> str:
                                  f" {message[:300]!r}") from exc
         outcome = "rejected"
     if FILES in case.checks:
-        check_no_external_reference(case)
+        fuzz_checks.check_no_external_reference(case.payload)
     if case.expect and outcome != case.expect:
         raise AssertionError(f"{case.label[:100]} must be {case.expect}, was {outcome} {message[:200]}")
     return outcome

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 import mapper
-from tests import fuzz_attacks
+from tests import fuzz_attacks, fuzz_checks
 from tests.conftest import make_model, tensor, weight
 from tests.fuzz_cases import (
     ATTACK_SHARES,
@@ -28,7 +28,6 @@ from tests.fuzz_cases import (
     CaseTimeout,
     attack_generator,
     base_profile,
-    check_sheets,
     make_case,
     real_models,
     run_case,
@@ -94,7 +93,7 @@ def test_every_place_of_external_data_is_generated_and_found():
         attack = fuzz_attacks.external_data_model(random.Random(seed))
         m = onnx.ModelProto()
         m.ParseFromString(attack.data)
-        assert fuzz_attacks.external_references(m), attack.label
+        assert fuzz_checks.external_references(m), attack.label
         seen.add(attack.label)
     assert seen == {f"external:{w}" for w in ("constant", "constant_sparse", "sparse_init", "main_init", "if_body",
                                               "loop_body", "scan_body", "tensors_attr", "nested")}
@@ -104,16 +103,16 @@ def test_the_sheet_checks_find_formulas_and_markup():
     import io
 
     import openpyxl
-    assert fuzz_attacks.live_formulas_in_csv(b"a,b,c\n=1+1,-1.5,ok\n@SUM(A1),\"\tx\",-x\n") == [
+    assert fuzz_checks.live_formulas_in_csv(b"a,b,c\n=1+1,-1.5,ok\n@SUM(A1),\"\tx\",-x\n") == [
         "=1+1", "@SUM(A1)", "\tx", "-x"]
     book = openpyxl.Workbook()
     book.active["A1"], book.active["B1"] = "=HYPERLINK(\"http://127.0.0.1:9\")", "text"
     buffer = io.BytesIO()
     book.save(buffer)
-    assert fuzz_attacks.live_formulas_in_xlsx(buffer.getvalue()) == ["Sheet!A1"]
+    assert fuzz_checks.live_formulas_in_xlsx(buffer.getvalue()) == ["Sheet!A1"]
     model = b"<iframe src=http://127.0.0.1:1>"
-    assert fuzz_attacks.raw_markup_in_html(b"<p><iframe src=http://127.0.0.1:1></p>", model) == [model.decode()]
-    assert fuzz_attacks.raw_markup_in_html(b"<p>&lt;iframe src=http://127.0.0.1:1&gt;</p>", model) == []
+    assert fuzz_checks.raw_markup_in_html(b"<p><iframe src=http://127.0.0.1:1></p>", model) == [model.decode()]
+    assert fuzz_checks.raw_markup_in_html(b"<p>&lt;iframe src=http://127.0.0.1:1&gt;</p>", model) == []
 
 
 @pytest.mark.parametrize("payload", [h for h in fuzz_attacks.HOSTILE if len(h) < 1000])
@@ -124,7 +123,7 @@ def test_hostile_names_map_and_write_sheets_without_formulas_or_markup(payload):
     graph = helper.make_graph(nodes, payload, [tensor("x", [2, 4])], [tensor("y", [2, 4])])
     data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
     result = mapper.map_workload(mapper.load_workload(data), mapper.load_hardware("h100-sxm"))
-    check_sheets(result, data)  # raises on a live formula, raw markup, or a writer's own exception
+    fuzz_checks.check_sheets(result, data)  # raises on a live formula, raw markup, or a writer's own exception
 
 
 def test_each_attack_class_has_its_share():
