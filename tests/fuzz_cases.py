@@ -2,7 +2,11 @@
 
 `make_case(seed)` builds one deterministic case (a model upload, a hardware profile or a CSV trace)
 from a seed; `run_case(case)` pushes it through the public API the dashboard uses and returns
-"mapped" or "rejected" (a MapperError). Anything else it raises is a crash the engine must fix.
+"mapped" or "rejected" (a MapperError). Anything else it raises is a crash the engine must fix, and so
+is a broken contract: a message of more than one line or over `MESSAGE_CHARS`, an outcome other than
+the one the generator implies (`Case.expect`), or a failed extra check (`Case.checks`, tests/fuzz_checks.py).
+A fifth of the seeds make the attack classes of issue 15 (`ATTACK_SHARES`); the rest make the same
+cases as before it (`classic_case`), so the seeds of earlier runs replay with `classic_case(seed)`.
 `time_bound` turns a case that runs too long into `CaseTimeout` (a BaseException, so no
 `except Exception` in the engine can swallow it).
 """
@@ -24,6 +28,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 import mapper
+from tests import fuzz_attacks, fuzz_checks
+from tests.fuzz_attacks import FILES, SHEET
 
 ROOT = Path(__file__).resolve().parents[1]
 LIGHT_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
@@ -73,6 +79,8 @@ class Case:
     payload: object                # model bytes, profile dict/bytes, or CSV bytes
     dims: dict = field(default_factory=dict)
     source: str = "h100-sxm"       # model cases: the profile; hardware cases: the model to map
+    expect: str | None = None      # "mapped" | "rejected" where the generator implies it
+    checks: tuple[str, ...] = ()   # extra checks after the run (fuzz_attacks.FILES, SHEET)
 
     def describe(self) -> str:
         size = len(self.payload) if isinstance(self.payload, (bytes, bytearray)) else "dict"
@@ -112,6 +120,17 @@ def base_profile() -> dict:
 @functools.cache
 def small_workload():
     return mapper.load_workload("resnet50", {"batch": 1})
+
+
+@functools.cache
+def branch_dims(name: str) -> frozenset[str]:
+    """The dims an If branches on (use_cache_branch): bound to 0 or 1 only."""
+    return frozenset(d for d, role in mapper.dim_roles(dict(real_models())[name]).items() if role == "branch")
+
+
+def sane_dims(name: str, dims: dict) -> bool:
+    """Bindings a real model as it is must map at: 1..128, and 0 or 1 where an If branches on the dim."""
+    return all(0 < v <= 128 and (k not in branch_dims(name) or v == 1) for k, v in dims.items())
 
 
 def pick_dims(rng: random.Random, names, wild: float = 0.1) -> dict:
@@ -360,10 +379,11 @@ def varint(n: int) -> bytes:
 
 def model_case(rng: random.Random) -> Case:
     roll = rng.random()
-    if roll < 0.08:
-        return Case("model", "random_protobuf", random_protobuf(rng))
+    if roll < 0.08:  # (a random protobuf may parse as a ModelProto, but never as a graph that maps)
+        return Case("model", "random_protobuf", random_protobuf(rng), expect="rejected")
     if roll < 0.1:
-        return Case("model", "random_bytes", bytes(rng.randrange(256) for _ in range(rng.randint(0, 512))))
+        return Case("model", "random_bytes", bytes(rng.randrange(256) for _ in range(rng.randint(0, 512))),
+                    expect="rejected")
     if roll < 0.35:
         label, data, dims = random_graph(rng)
         return Case("model", label, data, dims)
@@ -373,7 +393,8 @@ def model_case(rng: random.Random) -> Case:
         how, data = mutate_bytes(rng, data)
         return Case("model", f"bytes:{how}:{name}", data, dims)
     if roll < 0.6:
-        return Case("model", f"as-is:{name}", data, pick_dims(rng, free_dims(name), wild=0.5))
+        dims = pick_dims(rng, free_dims(name), wild=0.5)
+        return Case("model", f"as-is:{name}", data, dims, expect="mapped" if sane_dims(name, dims) else None)
     m = copy.deepcopy(parsed(name))
     hows = [mutate_proto(rng, m) for _ in range(rng.randint(1, 3))]
     return Case("model", f"proto:{'+'.join(hows)}:{name}", m.SerializeToString(), dims)
@@ -481,7 +502,38 @@ def trace_case(rng: random.Random) -> Case:
 
 # ---- one case ------------------------------------------------------------------------------------
 
+# Attack classes (tests/fuzz_attacks.py) and their share of all seeds: a fifth together.
+ATTACK_SHARES = (
+    (0.05, fuzz_attacks.external_data_model),   # external data in attributes, sparse tensors, subgraphs
+    (0.06, fuzz_attacks.hostile_names_model),   # hostile strings in every name field
+    (0.04, fuzz_attacks.wide_graph_model),      # wide fan-in / fan-out, long chains
+    (0.05, fuzz_attacks.amplifier_model),       # amplifying constants, trip counts, big bodies
+)
+MESSAGE_CHARS = 2000  # a one-line error longer than this is a page of echoed input, not a message
+
+
 def make_case(seed: int) -> Case:
+    """The case of a seed: an attack class for a fifth of the seeds (drawn from their own stream, so the
+    other seeds keep their case from before the attack classes), else `classic_case(seed)`."""
+    generator = attack_generator(seed)
+    if generator is None:
+        return classic_case(seed)
+    a = generator(random.Random(f"attack:{seed}"))
+    return Case("model", a.label, a.data, dict(a.dims), expect=a.expect, checks=a.checks)
+
+
+def attack_generator(seed: int):
+    """The attack class a seed draws (its generator), or None for a classic case."""
+    roll = random.Random(f"class:{seed}").random()
+    for share, generator in ATTACK_SHARES:
+        if roll < share:
+            return generator
+        roll -= share
+    return None
+
+
+def classic_case(seed: int) -> Case:
+    """The corpus before the attack classes: mutated real models, random graphs, profiles, traces."""
     rng = random.Random(seed)
     roll = rng.random()
     if roll < 0.7:
@@ -491,26 +543,61 @@ def make_case(seed: int) -> Case:
     return trace_case(rng)
 
 
-def run_case(case: Case) -> str:
-    """'mapped' or 'rejected'; any other exception propagates (a crash)."""
-    try:
-        if case.kind == "model":
-            workload = mapper.load_workload(case.payload, case.dims)
-            mapper.map_workload(workload, mapper.load_hardware(case.source))
-        elif case.kind == "hardware":
-            hw = mapper.load_hardware(case.payload)
-            mapper.map_workload(small_workload(), hw)
+def _run(case: Case) -> None:
+    if case.kind == "model":
+        hw = mapper.load_hardware(case.source)  # (before any file check: the profile is the engine's own file)
+        if FILES in case.checks:
+            map_opening_nothing(case, hw)
         else:
-            from mapper.serving import ServingConfig, load_trace, simulate_serving
-            with tempfile.TemporaryDirectory() as tmp:
-                path = Path(tmp) / "trace.csv"
-                path.write_bytes(case.payload)
-                trace = load_trace(path)
-            simulate_serving(lambda batch: 1e-3 * (1 + 0.1 * batch), ServingConfig(max_batch=8, max_wait_s=1e-3,
-                                                                                   trace=trace))
+            map_model(case, hw)
+    elif case.kind == "hardware":
+        mapper.map_workload(small_workload(), mapper.load_hardware(case.payload))
+    else:
+        from mapper.serving import ServingConfig, load_trace, simulate_serving
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "trace.csv"
+            path.write_bytes(case.payload)
+            trace = load_trace(path)
+        simulate_serving(lambda batch: 1e-3 * (1 + 0.1 * batch), ServingConfig(max_batch=8, max_wait_s=1e-3,
+                                                                               trace=trace))
+
+
+def map_opening_nothing(case: Case, hw) -> None:
+    """map_model, failing the case when it opened a file (also when the model was rejected)."""
+    errors = []
+
+    def attempt():
+        try:
+            map_model(case, hw)
+        except mapper.MapperError as exc:
+            errors.append(exc)
+    opened = fuzz_checks.files_opened(attempt)
+    if opened:
+        raise AssertionError(f"the model made the engine open {opened[:3]}")
+    if errors:
+        raise errors[0]
+
+
+def map_model(case: Case, hw) -> None:
+    result = mapper.map_workload(mapper.load_workload(case.payload, case.dims), hw)
+    if SHEET in case.checks:
+        fuzz_checks.check_sheets(result, case.payload)
+
+
+def run_case(case: Case) -> str:
+    """'mapped' or 'rejected'; any other exception propagates (a crash), and so does a broken contract."""
+    message = ""
+    try:
+        _run(case)
+        outcome = "mapped"
     except mapper.MapperError as exc:
         message = str(exc)
-        if "\n" in message or not message:
-            raise AssertionError(f"MapperError message is not one non-empty line: {message!r}") from exc
-        return "rejected"
-    return "mapped"
+        if "\n" in message or not message or len(message) > MESSAGE_CHARS:
+            raise AssertionError(f"MapperError message is not one line of 1..{MESSAGE_CHARS} characters:"
+                                 f" {message[:300]!r}") from exc
+        outcome = "rejected"
+    if FILES in case.checks:
+        fuzz_checks.check_no_external_reference(case.payload)
+    if case.expect and outcome != case.expect:
+        raise AssertionError(f"{case.label[:100]} must be {case.expect}, was {outcome} {message[:200]}")
+    return outcome
