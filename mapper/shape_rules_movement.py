@@ -144,7 +144,7 @@ def _expand(c: Ctx) -> Out:
 @rule("Tile")
 def _tile(c: Ctx) -> Out:
     reps = c.value(1).reshape(-1)
-    return [(tuple(int(d * r) for d, r in zip(c.shape(0), reps)), c.dtype(0))]
+    return [(tuple(int(d) * int(r) for d, r in zip(c.shape(0), reps)), c.dtype(0))]  # Python ints: no wraparound
 
 
 @rule("Pad")
@@ -237,6 +237,8 @@ def _const_of_shape(c: Ctx) -> Out:
 @rule("Range")
 def _range(c: Ctx) -> Out:
     start, limit, delta = (c.value(i).reshape(-1)[0] for i in range(3))
+    if delta == 0:
+        raise ValueError("Range with a delta of 0 never ends")
     return [((max(math.ceil((limit - start) / delta), 0),), c.dtype(0))]
 
 
