@@ -83,6 +83,39 @@ def mlp_blocks(n: int) -> tuple[onnx.ModelProto, dict]:
     return _model(nodes, f"mlp-{n}", [_x()], [_out("y")], inits), {}
 
 
+def view_chain(n: int) -> tuple[onnx.ModelProto, dict]:
+    """A Relu, then n - 2 views in a row (Identity, Reshape...), then a Relu: free views a planner looks
+    through, deeper than Python's recursion limit."""
+    nodes = [helper.make_node("Relu", ["x"], ["v0"], name="first")]
+    for i in range(1, n - 1):
+        nodes.append(helper.make_node("Identity", [f"v{i - 1}"], [f"v{i}"], name=f"view{i}"))
+    nodes.append(helper.make_node("Relu", [f"v{n - 2}"], ["y"], name="last"))
+    return _model(nodes, f"view-chain-{n}", [_x()], [_out("y")]), {}
+
+
+def tiny_singles(n: int) -> tuple[onnx.ModelProto, dict]:
+    """n / 2 tiny Relus of x that nothing reads (each waits for a kernel to ride in), between n / 2
+    Softmaxes in a row over a wide tensor: one kernel each."""
+    wide = helper.make_tensor_value_info("wide", TensorProto.FLOAT, [1, 1 << 16])
+    nodes, t = [], "wide"
+    for i in range(n // 2):
+        nodes.append(helper.make_node("Relu", ["x"], [f"s{i}"], name=f"tiny{i}"))
+        nodes.append(helper.make_node("Softmax", [t], [f"w{i}"], name=f"softmax{i}", axis=-1))
+        t = f"w{i}"
+    outputs = [helper.make_tensor_value_info(t, TensorProto.FLOAT, [1, 1 << 16])]
+    return _model(nodes, f"tiny-singles-{n}", [_x(), wide], outputs), {}
+
+
+def softmax_fan_out(n: int) -> tuple[onnx.ModelProto, dict]:
+    """QK^T -> Softmax (the start of an attention block, q and k graph inputs) whose result n - 2 Casts
+    read: the block finder walks the probabilities' readers."""
+    k = helper.make_tensor_value_info("k", TensorProto.FLOAT, [WIDTH, WIDTH])
+    nodes = [helper.make_node("MatMul", ["x", "k"], ["scores"], name="qk"),
+             helper.make_node("Softmax", ["scores"], ["p"], name="softmax", axis=-1)]
+    nodes += [helper.make_node("Cast", ["p"], [f"c{i}"], name=f"cast{i}", to=TensorProto.FLOAT) for i in range(n - 2)]
+    return _model(nodes, f"softmax-fan-out-{n}", [_x(), k], [_out(f"c{n - 3}")]), {}
+
+
 def _flag() -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info("flag", TensorProto.BOOL, [1])
 
@@ -149,6 +182,9 @@ SHAPES: dict[str, Callable[[int], tuple[onnx.ModelProto, dict]]] = {
     "fan-in (Concat)": lambda n: fan_in(n, "Concat"),
     "fan-out": fan_out,
     "chain": chain,
+    "view-chain": view_chain,
+    "tiny-singles": tiny_singles,
+    "softmax-fan-out": softmax_fan_out,
     "if-sequence": if_sequence,
     "nested-if": nested_if,
     "mlp-blocks": mlp_blocks,
