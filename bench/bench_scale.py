@@ -4,7 +4,7 @@
 
 Stages: import (bytes -> Graph), work (per-node work and layer types), map (fusion, kernels, layout,
 tiling, cost, roll-up; h100-sxm, bf16) and document (the mapping document as JSON). Every run is cold
-(plan caches cleared). The last column is t(largest) / t(smallest): ~10 for 10x the nodes is linear,
+(plan caches cleared); times are this process's CPU seconds (the machine is shared). The last column is t(largest) / t(smallest): ~10 for 10x the nodes is linear,
 ~100 quadratic. `--max-nodes` adds the chain at MAX_NODES (mapper/limits.py).
 """
 from __future__ import annotations
@@ -30,15 +30,15 @@ def time_stages(shape: str, n: int, hw) -> tuple[int, dict[str, float]]:
     del model
     clear_plan_caches()
     gc.collect()
-    times, t0 = {}, time.perf_counter()
+    times, t0 = {}, time.process_time()
     graph = load_model(data, dims=dims)
-    times["import"], t0 = time.perf_counter() - t0, time.perf_counter()
+    times["import"], t0 = time.process_time() - t0, time.process_time()
     workload = mapper.analyze_graph(graph)
-    times["work"], t0 = time.perf_counter() - t0, time.perf_counter()
+    times["work"], t0 = time.process_time() - t0, time.process_time()
     result = mapper.map_workload(workload, hw, mapper.PlanOptions(dtype="bf16"))
-    times["map"], t0 = time.perf_counter() - t0, time.perf_counter()
+    times["map"], t0 = time.process_time() - t0, time.process_time()
     sheet_bytes(result, "json")
-    times["document"] = time.perf_counter() - t0
+    times["document"] = time.process_time() - t0
     return len(graph.nodes), times
 
 
@@ -60,11 +60,10 @@ def main() -> None:
         for n in shape_sizes:
             nodes, times = time_stages(shape, n, hw)
             total = sum(times.values())
-            first = first or total
-            ratio = f"{total / first:6.1f}" if total is not first else f"{'':6s}"
+            ratio = "" if first is None else f"{total / first:6.1f}"
+            first = total if first is None else first
             print(f"{shape:16s} {nodes:7d} " + " ".join(f"{times[s]:10.3f}" for s in STAGES)
-                  + f" {total:8.2f} {total / nodes * 1e6:8.1f} {ratio}", flush=True)
-
+                  + f" {total:8.2f} {total / nodes * 1e6:8.1f} {ratio:>6s}", flush=True)
 
 if __name__ == "__main__":
     main()

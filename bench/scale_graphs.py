@@ -37,12 +37,15 @@ def _vector(name: str) -> TensorProto:
 
 
 def fan_in(n: int, op: str = "Sum") -> tuple[onnx.ModelProto, dict]:
-    """One Sum (or Concat) of n - 1 Relu outputs, each Relu reading x: a node of n - 1 inputs."""
+    """One Sum (or Concat, or Max) of n - 1 Relu outputs, each Relu reading x: a node of n - 1 inputs.
+    Max can ride in a kernel's epilogue with its tiny operands; each Relu's result is also a graph
+    output there, so that no kernel may take them all."""
     relus = [helper.make_node("Relu", ["x"], [f"r{i}"], name=f"relu{i}") for i in range(n - 1)]
     attrs = {"axis": 1} if op == "Concat" else {}
     last = helper.make_node(op, [f"r{i}" for i in range(n - 1)], ["y"], name="fan_in", **attrs)
     out = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, WIDTH * (n - 1) if op == "Concat" else WIDTH])
-    return _model([*relus, last], f"fan-in-{op.lower()}-{n}", [_x()], [out]), {}
+    escaping = [_out(f"r{i}") for i in range(n - 1)] if op == "Max" else []
+    return _model([*relus, last], f"fan-in-{op.lower()}-{n}", [_x()], [out, *escaping]), {}
 
 
 def fan_out(n: int) -> tuple[onnx.ModelProto, dict]:
@@ -180,6 +183,7 @@ def transformer(n: int) -> tuple[onnx.ModelProto, dict]:
 SHAPES: dict[str, Callable[[int], tuple[onnx.ModelProto, dict]]] = {
     "fan-in (Sum)": fan_in,
     "fan-in (Concat)": lambda n: fan_in(n, "Concat"),
+    "fan-in (Max)": lambda n: fan_in(n, "Max"),
     "fan-out": fan_out,
     "chain": chain,
     "view-chain": view_chain,

@@ -27,6 +27,9 @@ ELEMENTWISE_CLASSES = frozenset({OpClass.ELEMENTWISE, OpClass.TRANSCENDENTAL})
 # An elementwise result this small (a per-tensor or per-channel scale) is cheaper to recompute in the
 # epilogue of the kernel that reads it than to launch on its own: the planner lets it wait for that kernel.
 EPILOGUE_OPERAND_ELEMENTS = 4096
+# More producers than any real kernel input list (a Where reads 3, a variadic Max a few): a node waiting on
+# more is left for a later kernel rather than pulled in with them all.
+MAX_WAITING_PRODUCERS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +95,9 @@ class _Planner:
             if gid >= 0:
                 self.members.setdefault(gid, []).append(name)
         self._readers: dict[str, tuple[tuple[str, ...], bool]] = {}
+        self._origin: dict[str, Node | None] = {}
+        self._producers: dict[str, list[Node]] = {}
+        self._planned_prefix: dict[str, int] = {}
 
     def is_view(self, node: Node) -> bool:
         return self.work[node.name].op_class is OpClass.VIEW
@@ -146,22 +152,52 @@ class _Planner:
         for name in self.kernel_readers(tensor)[0]:
             yield self.node[name]
 
-    def waiting_on(self, name: str, group: set[str] | dict[str, None]) -> list[Node]:
+    def origin(self, tensor: str) -> Node | None:
+        """The node that makes the tensor, looking back through free views (planned or not, a view is
+        free); None for weights and graph inputs. Structural: each tensor on a chain of views is walked once."""
+        chain, t = [], tensor
+        while True:
+            if t in self._origin:
+                found = self._origin[t]
+                break
+            chain.append(t)
+            found = self.graph.producer(t) if t else None
+            if found is None or not (self.is_view(found) and found.inputs):
+                break
+            t = found.inputs[0]
+        for t in chain:
+            self._origin[t] = found
+        return found
+
+    def waiting_on(self, name: str, group: set[str], limit: int | None = None) -> list[Node] | None:
         """Producers of the node's inputs that run neither in the group nor in a kernel already planned
         (looking through free views); weights and graph inputs have none. A node absorbed while one is
-        pending would run its kernel before that producer."""
-        pending, seen = [], set()
-        for tensor in self.node[name].inputs:
-            producer = self.graph.producer(tensor) if tensor else None
-            while producer is not None and producer.name not in group:
-                if self.is_view(producer) and producer.inputs:
-                    producer = self.graph.producer(producer.inputs[0])  # planned or not, a view is free
-                    continue
-                if producer.name not in self.taken and producer.name not in seen:
-                    seen.add(producer.name)
-                    pending.append(producer)
-                break
+        pending would run its kernel before that producer. None where more than `limit` are pending:
+        a caller that needs no more stops there (a node of 10^5 inputs is asked by each of them)."""
+        producers = self._producers.get(name)
+        if producers is None:
+            producers, seen = [], set()
+            for tensor in self.node[name].inputs:
+                p = self.origin(tensor)
+                if p is not None and p.name not in seen:
+                    seen.add(p.name)
+                    producers.append(p)
+            self._producers[name] = producers
+        first = self._planned_prefix.get(name, 0)  # the producers before it are planned: never pending again
+        while first < len(producers) and producers[first].name in self.taken:
+            first += 1
+        self._planned_prefix[name] = first
+        pending = []
+        for k in range(first, len(producers)):
+            p = producers[k]
+            if p.name not in group and p.name not in self.taken:
+                pending.append(p)
+                if limit is not None and len(pending) > limit:
+                    return None
         return pending
+
+    def waits(self, name: str, group: set[str]) -> bool:
+        return self.waiting_on(name, group, 0) is None
 
     def absorbable(self, node: Node, group: set[str], rule: FusionRule, group_id: int) -> bool:
         w = self.work[node.name]
@@ -185,20 +221,34 @@ class _Planner:
                         break  # full: no later user can join
                     if not self.absorbable(user, inside, rule, group_id):
                         continue
-                    pending = self.waiting_on(user.name, inside)
-                    if not all(self.absorbable(p, inside, rule, group_id) and not self.waiting_on(p.name, inside)
-                               for p in pending):
+                    joining = self.joining(user, inside, rule, group_id, rule.max_ops - size)
+                    if joining is None:
                         continue
-                    joining = [*pending, user]  # a tiny pulled-in operand (a scale product) costs no op slot
-                    added = sum(n.op_type not in QDQ_OPS for n in joining if n is user or not self.tiny(n.name))
-                    if size + added > rule.max_ops:
-                        continue
+                    joining, added = joining
                     for n in joining:  # producers before their user: trimming drops users first
                         group.append(n.name)
                         inside.add(n.name)
                         frontier.append(n.name)
                     size += added
         return group[:self.legal_length(group)]
+
+    def joining(self, user: Node, inside: set[str], rule: FusionRule, group_id: int, room: int):
+        """(the producers the user waits on and the user, the op slots they take), where each producer can
+        join (absorbable, waiting on nothing) and they fit in `room` slots; else None. A tiny pulled-in
+        operand (a scale product) costs no slot; a user waiting on more than MAX_WAITING_PRODUCERS is
+        left for a later kernel (a hostile fan-in of tiny results would pull them all in, again per
+        start). Stops at the first producer that decides it."""
+        pending = self.waiting_on(user.name, inside, MAX_WAITING_PRODUCERS)
+        if pending is None:
+            return None
+        added = int(user.op_type not in QDQ_OPS)
+        for p in pending:
+            if not self.absorbable(p, inside, rule, group_id) or self.waits(p.name, inside):
+                return None
+            added += p.op_type not in QDQ_OPS and not self.tiny(p.name)
+            if added > room:
+                return None
+        return [*pending, user], added
 
     def block(self, w: NodeWork) -> list[str]:
         return [n for n in self.members.get(w.layer_group, ()) if n not in self.taken]
@@ -264,7 +314,7 @@ class _Planner:
                 members = self.block(w) if w.layer_group >= 0 else [name]
                 candidate = [m for m in members if self.work[m].op_class is not OpClass.VIEW]
                 inside = set(candidate)
-                if name != candidate[-1] and any(self.waiting_on(m, inside) for m in candidate):
+                if name != candidate[-1] and any(self.waits(m, inside) for m in candidate):
                     return None, ""  # a member reads what a later node makes (GQA's Expand of roped K):
                                      # the block is claimed at a later member, once that is planned
             else:
