@@ -74,7 +74,7 @@ def mlp_blocks(n: int) -> tuple[onnx.ModelProto, dict]:
     weight = numpy_helper.from_array(np.full((WIDTH, WIDTH), 0.01, np.float32), "w")
     inits.append(weight)  # one weight shared by every block: the file stays small at 10^5 nodes
     for b in range(max(n // 10, 1)):
-        def node(op, inputs, **attrs):
+        def node(op, inputs, b=b, **attrs):
             name = f"b{b}/{op}_{len(nodes)}"
             nodes.append(helper.make_node(op, inputs, [name], name=name, **attrs))
             return name
@@ -132,7 +132,7 @@ def if_sequence(n: int) -> tuple[onnx.ModelProto, dict]:
     tensor: the import inlines the branch taken (three nodes and an Identity per If)."""
     nodes, t = [], "x"
     for k in range(max(n // 4, 1)):
-        def body(tag: str, op: str) -> onnx.GraphProto:
+        def body(tag: str, op: str, k: int = k, t: str = t) -> onnx.GraphProto:
             a, b, c = (f"if{k}/{tag}{j}" for j in range(3))
             return _branch(f"if{k}_{tag}", [helper.make_node("Relu", [t], [a], name=a),
                                             helper.make_node(op, [a, "c"], [b], name=b),
