@@ -7,6 +7,7 @@ its working set fits on chip; every kernel records its nodes and its rule.
 """
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 from mapper.caches import ModelCaches
@@ -26,6 +27,9 @@ ELEMENTWISE_CLASSES = frozenset({OpClass.ELEMENTWISE, OpClass.TRANSCENDENTAL})
 # An elementwise result this small (a per-tensor or per-channel scale) is cheaper to recompute in the
 # epilogue of the kernel that reads it than to launch on its own: the planner lets it wait for that kernel.
 EPILOGUE_OPERAND_ELEMENTS = 4096
+# More producers than any real kernel input list (a Where reads 3, a variadic Max a few): a node waiting on
+# more is left for a later kernel rather than pulled in with them all.
+MAX_WAITING_PRODUCERS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +79,10 @@ def _start_kinds(w: NodeWork) -> tuple[str, ...]:
 
 
 class _Planner:
+    """One planning pass. Linear in nodes plus edges: groups are sets beside their lists, the views'
+    readers are walked with explicit stacks (a chain of 10^5 Reshapes is no recursion) and each tensor's
+    kernel readers are found once, and a group is trimmed by one forward pass over its prefixes."""
+
     def __init__(self, graph: Graph, work: tuple[NodeWork, ...], tiny: frozenset[str]):
         self.graph = graph
         self.tiny_set = tiny
@@ -87,54 +95,112 @@ class _Planner:
             gid = self.work[name].layer_group
             if gid >= 0:
                 self.members.setdefault(gid, []).append(name)
+        self._readers: dict[str, tuple[tuple[str, ...], bool]] = {}
+        self._origin: dict[str, Node | None] = {}
+        self._producers: dict[str, list[Node]] = {}
+        self._planned_prefix: dict[str, int] = {}
 
-    def escaping(self, group: list[str]) -> set[str]:
-        """Tensors made inside the group that someone outside it (or the graph output) reads."""
-        inside = set(group)
-        out = set()
-        for name in group:
+    def is_view(self, node: Node) -> bool:
+        return self.work[node.name].op_class is OpClass.VIEW
+
+    def kernel_readers(self, tensor: str) -> tuple[tuple[str, ...], bool]:
+        """The nodes that read the tensor, looking through free views (each once per path to it), and
+        whether a view on the way makes a graph output. Structural: found once per tensor."""
+        found = self._readers.get(tensor)
+        if found is None:
+            readers, output_view = [], False
+            stack = [iter(self.graph.users(tensor))]
+            while stack:
+                user = next(stack[-1], None)
+                if user is None:
+                    stack.pop()
+                elif self.is_view(user) and user.outputs:
+                    stack.append(iter(self.graph.users(user.outputs[0])))
+                    output_view = output_view or not self.graph.output_set.isdisjoint(user.outputs)
+                else:  # a kernel, or a view that makes nothing (read, and no reason to escape)
+                    readers.append(user.name)
+            found = self._readers[tensor] = (tuple(readers), output_view)
+        return found
+
+    def legal_length(self, group: list[str]) -> int:
+        """How many of the group's first nodes make a legal kernel: the longest prefix of which at most
+        one tensor escapes (is a graph output or read outside it, through views), else the first node
+        alone. What popping the last node until the group is legal gives, in one forward pass."""
+        inside: set[str] = set()
+        outside: dict[str, int] = {}    # tensor made inside -> readers outside (a view making an output: 1 more)
+        waiting: dict[str, list[str]] = {}  # a node outside -> the tensors made inside that it reads
+        escaping, best = 0, 1
+        for k, name in enumerate(group, 1):
+            inside.add(name)
+            for t in waiting.pop(name, ()):
+                outside[t] -= 1
+                escaping -= outside[t] == 0 and t not in self.graph.output_set
             for t in self.node[name].outputs:
-                if not t:
+                if not t or t in outside:
                     continue
-                if t in self.graph.outputs or any(self._kernel_users_outside(t, inside)):
-                    out.add(t)
-        return out
-
-    def _kernel_users_outside(self, tensor: str, inside: set[str]):
-        for user in self.graph.users(tensor):
-            if user.name in inside:
-                continue
-            if self.work[user.name].op_class is OpClass.VIEW:  # look through free views
-                yield from self._kernel_users_outside(user.outputs[0], inside) if user.outputs else ()
-                if any(o in self.graph.outputs for o in user.outputs):
-                    yield user
-            else:
-                yield user
+                readers, output_view = self.kernel_readers(t)
+                outside[t] = int(output_view)
+                for r in readers:
+                    if r not in inside and not self.is_view(self.node[r]):
+                        outside[t] += 1
+                        waiting.setdefault(r, []).append(t)
+                escaping += outside[t] > 0 or t in self.graph.output_set
+            if escaping <= 1:
+                best = k
+        return best
 
     def _users_through_views(self, tensor: str):
-        for user in self.graph.users(tensor):
-            if self.work[user.name].op_class is OpClass.VIEW and user.outputs:
-                yield from self._users_through_views(user.outputs[0])
-            else:
-                yield user
+        for name in self.kernel_readers(tensor)[0]:
+            yield self.node[name]
 
-    def waiting_on(self, name: str, group: list[str]) -> list[Node]:
+    def origin(self, tensor: str) -> Node | None:
+        """The node that makes the tensor, looking back through free views (planned or not, a view is
+        free); None for weights and graph inputs. Structural: each tensor on a chain of views is walked once."""
+        chain, t = [], tensor
+        while True:
+            if t in self._origin:
+                found = self._origin[t]
+                break
+            chain.append(t)
+            found = self.graph.producer(t) if t else None
+            if found is None or not (self.is_view(found) and found.inputs):
+                break
+            t = found.inputs[0]
+        for t in chain:
+            self._origin[t] = found
+        return found
+
+    def waiting_on(self, name: str, group: set[str], limit: int | None = None) -> list[Node] | None:
         """Producers of the node's inputs that run neither in the group nor in a kernel already planned
         (looking through free views); weights and graph inputs have none. A node absorbed while one is
-        pending would run its kernel before that producer."""
+        pending would run its kernel before that producer. None where more than `limit` are pending:
+        a caller that needs no more stops there (a node of 10^5 inputs is asked by each of them)."""
+        producers = self._producers.get(name)
+        if producers is None:
+            producers, seen = [], set()
+            for tensor in self.node[name].inputs:
+                p = self.origin(tensor)
+                if p is not None and p.name not in seen:
+                    seen.add(p.name)
+                    producers.append(p)
+            self._producers[name] = producers
+        first = self._planned_prefix.get(name, 0)  # the producers before it are planned: never pending again
+        while first < len(producers) and producers[first].name in self.taken:
+            first += 1
+        self._planned_prefix[name] = first
         pending = []
-        for tensor in self.node[name].inputs:
-            producer = self.graph.producer(tensor) if tensor else None
-            while producer is not None and producer.name not in group:
-                if self.work[producer.name].op_class is OpClass.VIEW and producer.inputs:
-                    producer = self.graph.producer(producer.inputs[0])  # planned or not, a view is free
-                    continue
-                if producer.name not in self.taken and producer not in pending:
-                    pending.append(producer)
-                break
+        for k in range(first, len(producers)):
+            p = producers[k]
+            if p.name not in group and p.name not in self.taken:
+                pending.append(p)
+                if limit is not None and len(pending) > limit:
+                    return None
         return pending
 
-    def absorbable(self, node: Node, group: list[str], rule: FusionRule, group_id: int) -> bool:
+    def waits(self, name: str, group: set[str]) -> bool:
+        return self.waiting_on(name, group, 0) is None
+
+    def absorbable(self, node: Node, group: set[str], rule: FusionRule, group_id: int) -> bool:
         w = self.work[node.name]
         return (node.name not in group and node.name not in self.taken and node.op_type in rule.absorbs
                 and w.op_class is not OpClass.UNMODELED
@@ -144,31 +210,46 @@ class _Planner:
         """Greedy closure over absorbable users, then trimmed back until the group is legal. A user that
         also reads a sibling not yet planned (GELU's x * 0.5 beside erf(x / sqrt 2) + 1) takes that
         sibling in with it when the sibling can run now; otherwise it is left for a later kernel."""
-        group = [start]
-        frontier = [start]
+        group, inside = [start], {start}
+        frontier = deque([start])
         group_id = self.work[start].layer_group
         size = 1  # ops counted toward max_ops (QDQ pairs are not)
         while frontier and size < rule.max_ops:
-            name = frontier.pop(0)
+            name = frontier.popleft()
             for t in self.node[name].outputs:
                 for user in self._users_through_views(t):
-                    if size >= rule.max_ops or not self.absorbable(user, group, rule, group_id):
+                    if size >= rule.max_ops:
+                        break  # full: no later user can join
+                    if not self.absorbable(user, inside, rule, group_id):
                         continue
-                    pending = self.waiting_on(user.name, group)
-                    if not all(self.absorbable(p, group, rule, group_id) and not self.waiting_on(p.name, group)
-                               for p in pending):
+                    joining = self.joining(user, inside, rule, group_id, rule.max_ops - size)
+                    if joining is None:
                         continue
-                    joining = [*pending, user]  # a tiny pulled-in operand (a scale product) costs no op slot
-                    added = sum(n.op_type not in QDQ_OPS for n in joining if n is user or not self.tiny(n.name))
-                    if size + added > rule.max_ops:
-                        continue
-                    for n in joining:  # producers before their user: trimming pops users first
+                    joining, added = joining
+                    for n in joining:  # producers before their user: trimming drops users first
                         group.append(n.name)
+                        inside.add(n.name)
                         frontier.append(n.name)
                     size += added
-        while len(group) > 1 and len(self.escaping(group)) > 1:
-            group.pop()
-        return group
+        return group[:self.legal_length(group)]
+
+    def joining(self, user: Node, inside: set[str], rule: FusionRule, group_id: int, room: int):
+        """(the producers the user waits on and the user, the op slots they take), where each producer can
+        join (absorbable, waiting on nothing) and they fit in `room` slots; else None. A tiny pulled-in
+        operand (a scale product) costs no slot; a user waiting on more than MAX_WAITING_PRODUCERS is
+        left for a later kernel (a hostile fan-in of tiny results would pull them all in, again per
+        start). Stops at the first producer that decides it."""
+        pending = self.waiting_on(user.name, inside, MAX_WAITING_PRODUCERS)
+        if pending is None:
+            return None
+        added = int(user.op_type not in QDQ_OPS)
+        for p in pending:
+            if not self.absorbable(p, inside, rule, group_id) or self.waits(p.name, inside):
+                return None
+            added += p.op_type not in QDQ_OPS and not self.tiny(p.name)
+            if added > room:
+                return None
+        return [*pending, user], added
 
     def block(self, w: NodeWork) -> list[str]:
         return [n for n in self.members.get(w.layer_group, ()) if n not in self.taken]
@@ -182,61 +263,65 @@ class _Planner:
     def tiny(self, name: str) -> bool:
         return name in self.tiny_set
 
-    def due(self, deferred: dict[str, None], group: list[str]) -> list[str]:
+    def due(self, deferred: dict[str, int], group: list[str]) -> list[str]:
         """The deferred nodes the group reads, directly or through other deferred nodes, in graph order."""
-        needed, stack = set(), list(group)
+        needed, stack, inside = set(), list(group), set(group)
         while stack:
-            for producer in self.waiting_on(stack.pop(), group):
+            for producer in self.waiting_on(stack.pop(), inside):
                 if producer.name in deferred and producer.name not in needed:
                     needed.add(producer.name)
                     stack.append(producer.name)
-        return [d for d in deferred if d in needed]
+        return sorted(needed, key=deferred.__getitem__)
 
     def plan(self, policy: str, attention_fusion: bool) -> list[Group]:
         groups: list[Group] = []
-        deferred: dict[str, None] = {}  # waiting tiny nodes, in graph order
-        for name in self.order:
+        deferred: dict[str, int] = {}  # waiting tiny nodes -> their place in graph order
+        for place, name in enumerate(self.order):
             if name in self.taken:
                 continue
             w = self.work[name]
             if w.op_class in (OpClass.VIEW, OpClass.SHAPE_ONLY):
                 self.taken.add(name)
                 continue
-            kinds = _start_kinds(w)
-            chosen: list[str] = [name]
-            rule_name, postponed = "single", False
-            for rule in FUSION_RULES:
-                applies = policy in rule.policies or (rule.starts == "attention" and attention_fusion)
-                if not applies or rule.starts not in kinds or policy == "none" and rule.starts != "attention":
-                    continue
-                if rule.starts in ("attention", "norm"):
-                    members = self.block(w) if w.layer_group >= 0 else [name]
-                    candidate = [m for m in members if self.work[m].op_class not in (OpClass.VIEW,)]
-                    if name != candidate[-1] and any(self.waiting_on(m, candidate) for m in candidate):
-                        postponed = True  # a member reads what a later node makes (GQA's Expand of roped K):
-                        break             # the block is claimed at a later member, once that is planned
-                else:
-                    candidate = self.grow(name, rule)
-                if len(candidate) > 1 or rule.starts == "norm":
-                    chosen, rule_name = candidate, rule.name
-                    break
-            if postponed:
-                continue
+            chosen, rule_name = self.choose(name, w, policy, attention_fusion)
+            if chosen is None:
+                continue  # postponed
             if rule_name == "single" and policy != "none" and self.deferrable(w):
-                deferred[name] = None
+                deferred[name] = place
                 continue
-            for d in self.due(deferred, chosen):  # what the group reads and no kernel has made yet runs first
+            due = self.due(deferred, chosen)
+            for d in due:  # what the group reads and no kernel has made yet runs first
                 groups.append(Group((d,), "single"))
-                self.taken.add(d)
-            self.taken.update(chosen)
-            for d in [d for d in deferred if d in self.taken]:
-                del deferred[d]
+            newly = [*due, *chosen]
             if rule_name in ("flash-attention", "norm") and w.layer_group >= 0:
-                # the views inside the block are free and belong to it
-                self.taken.update(n for n in self.block(w))
+                newly += self.block(w)  # the views inside the block are free and belong to it
+            self.taken.update(newly)
+            for d in newly:
+                deferred.pop(d, None)
             groups.append(Group(tuple(chosen), rule_name))
         groups.extend(Group((d,), "single") for d in deferred)  # read by no later kernel
         return groups
+
+    def choose(self, name: str, w: NodeWork, policy: str, attention_fusion: bool) -> tuple[list[str] | None, str]:
+        """The group the node starts and its rule ("single" alone), or None where its block is claimed
+        at a later member."""
+        kinds = _start_kinds(w)
+        for rule in FUSION_RULES:
+            applies = policy in rule.policies or (rule.starts == "attention" and attention_fusion)
+            if not applies or rule.starts not in kinds or policy == "none" and rule.starts != "attention":
+                continue
+            if rule.starts in ("attention", "norm"):
+                members = self.block(w) if w.layer_group >= 0 else [name]
+                candidate = [m for m in members if self.work[m].op_class is not OpClass.VIEW]
+                inside = set(candidate)
+                if name != candidate[-1] and any(self.waits(m, inside) for m in candidate):
+                    return None, ""  # a member reads what a later node makes (GQA's Expand of roped K):
+                                     # the block is claimed at a later member, once that is planned
+            else:
+                candidate = self.grow(name, rule)
+            if len(candidate) > 1 or rule.starts == "norm":
+                return candidate, rule.name
+        return [name], "single"
 
 
 def tiny_nodes(graph: Graph) -> frozenset[str]:

@@ -126,6 +126,14 @@ class Graph:
     # Weights stored narrower than their tensor type: in a QDQ-quantized model a Conv reads
     # DequantizeLinear(int8 constant), folded at import to a float weight that memory holds as int8.
     stored_dtypes: dict[str, str] = field(default_factory=dict)
+    # `inputs` and `outputs` as sets, for the membership tests of every later stage: a graph may have
+    # 10^5 outputs, and a test against the tuple per tensor would make each stage quadratic.
+    input_set: frozenset[str] = field(init=False, repr=False, compare=False)
+    output_set: frozenset[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "input_set", frozenset(self.inputs))
+        object.__setattr__(self, "output_set", frozenset(self.outputs))
 
     @property
     def structure(self) -> tuple[str, frozenset[str]]:

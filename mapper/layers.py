@@ -39,7 +39,7 @@ NORM_CHAIN_OPS = frozenset({"Pow", "ReduceMean", "ReduceSumSquare", "Add", "Sub"
 
 
 def _is_activation(graph: Graph, tensor: str) -> bool:
-    return tensor not in graph.weights and tensor in graph.producers or tensor in graph.inputs
+    return tensor not in graph.weights and tensor in graph.producers or tensor in graph.input_set
 
 
 def _walk_back(graph: Graph, tensor: str, allowed: frozenset[str], limit: int = 8) -> tuple[list[Node], Node | None]:
@@ -77,6 +77,7 @@ def find_attention(graph: Graph) -> list[list[Node]]:
 def _find_pv(graph: Graph, softmax: Node) -> tuple[Node | None, list[Node]]:
     """The MatMul that multiplies the probabilities by V, and the casts/dropout/NaN guards before it."""
     path: list[Node] = []
+    on_path: set[str] = set()  # the path's names: a Softmax read by 10^5 Casts is no quadratic search
     frontier = [softmax.outputs[0]]
     for _ in range(4):
         nxt = []
@@ -84,8 +85,9 @@ def _find_pv(graph: Graph, softmax: Node) -> tuple[Node | None, list[Node]]:
             for user in graph.users(tensor):
                 if user.op_type == "MatMul" and user.inputs[0] == tensor and len(user.inputs) > 1:
                     return user, path
-                if user.op_type in PROB_OPS and user not in path:
+                if user.op_type in PROB_OPS and user.name not in on_path:
                     path.append(user)
+                    on_path.add(user.name)
                     nxt.extend(o for o in user.outputs if o)
         frontier = nxt
     return None, []

@@ -25,7 +25,7 @@ def _boundary(graph: Graph, kernel: Kernel, nodes_by_name) -> tuple[list[str], l
     made = {t for n in kernel.nodes for t in nodes_by_name[n].outputs if t}
     ins = [t for n in kernel.nodes for t in nodes_by_name[n].inputs
            if t and t not in made and t not in graph.weights and t in graph.tensors]
-    outs = [t for t in made if t in graph.outputs or any(u.name not in inside for u in graph.users(t))]
+    outs = [t for t in made if t in graph.output_set or any(u.name not in inside for u in graph.users(t))]
     return ins, outs
 
 
@@ -108,7 +108,7 @@ def shard_kernels(graph: Graph, kernels: list[Kernel], tp: int, sizer: Sizer) ->
                            reduction_rows=math.ceil(k.reduction_rows / tp)))
         if k.shard == "row":  # partial sums of every rank: sum them
             out.append(collective_kernel(f"{k.name}:all-reduce", "all-reduce", full_out, tp))
-        elif k.shard == "column" and any(t in graph.outputs for t in _boundary(graph, k, nodes_by_name)[1]):
+        elif k.shard == "column" and any(t in graph.output_set for t in _boundary(graph, k, nodes_by_name)[1]):
             # column-parallel logits are gathered; sharded outputs such as the KV cache stay on their ranks
             out.append(collective_kernel(f"{k.name}:all-gather", "all-gather", full_out, tp))
     return out
