@@ -14,7 +14,7 @@ import onnx
 
 from mapper.graph import Node, OpClass, TensorSpec, node_signature
 from mapper.onnx_values import attr_value
-from mapper.ops import NodeWork
+from mapper.result import NodeWork
 
 PLACEHOLDER_SHAPE = (1, 1)  # what every floor "infers": the floors time the bookkeeping, not the rules
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from mapper.caches import ModelCaches
 from mapper.graph import Graph, LayerType, Node, OpClass
-from mapper.ops import NodeWork
 from mapper.quantized import QUANTIZED_OPS
+from mapper.result import NodeWork
 
 # A QDQ model marks each int8 tensor with a QuantizeLinear -> DequantizeLinear pair; an int8 kernel
 # requantizes its result in the epilogue, so the pair rides along without counting toward max_ops.

@@ -14,8 +14,7 @@ from mapper.errors import MapperError
 from mapper.fusion import Group
 from mapper.graph import Graph, LayerType, Node, OpClass, TensorSpec
 from mapper.hardware import HardwareProfile
-from mapper.ops import MatrixShape, NodeWork
-from mapper.result import Kernel
+from mapper.result import Kernel, MatrixShape, NodeWork
 
 PLAN_DTYPE_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 MODEL_DTYPES = {"float32": "fp32", "float": "fp32", "float16": "fp16", "bfloat16": "bf16", "double": "fp32",

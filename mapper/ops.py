@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from mapper.graph import SUBGRAPH_OPS, Graph, LayerType, Node, OpClass, TensorSpec
 from mapper.quantized import QUANTIZED_OPS, twin_node
+from mapper.result import MatrixShape, NodeWork
 
 # FLOPs per output element of elementwise ops, and how many of them run on the
 # special-function unit (exp, log, tanh, erf, rsqrt...). After onnx-tool's
@@ -72,40 +72,6 @@ CONTROL = (*sorted(SUBGRAPH_OPS), "SequenceConstruct", "SequenceAt", "SequenceIn
 # Why a control/host node carries no time: keyed by whether it has subgraph bodies.
 HOST_REASONS = {True: "control flow runs on the host; its body is not modeled",
                 False: "a host-side op (sequences, sampling, data-dependent sizes, strings): its time is not modeled"}
-
-
-@dataclass(frozen=True, slots=True)
-class MatrixShape:
-    """A matrix op as (batch of) GEMMs: C[m, n] += A[m, k] B[k, n], `batch` times."""
-
-    batch: int
-    m: int
-    n: int
-    k: int
-    kind: str = "gemm"          # gemm | conv | attention
-    depthwise: bool = False     # K = Kh*Kw only: too little reuse for a matrix engine
-    a_elements: int = 0         # distinct elements of A when it is not m*k (conv: the input, not its im2col)
-
-
-@dataclass(frozen=True, slots=True)
-class NodeWork:
-    name: str
-    op_type: str
-    op_class: OpClass
-    flops: float                # all arithmetic, 2 x MACs for matrix work
-    matrix_flops: float         # the part a matrix engine can run
-    sfu_ops: float              # special-function (exp, tanh, erf, rsqrt) operations
-    bytes_read: float           # activations + weights, each once
-    bytes_written: float
-    weight_bytes: float         # parameters this node reads
-    matrix: MatrixShape | None = None
-    reason: str = ""            # why the node is unmodeled (empty otherwise)
-    layer_type: LayerType = LayerType.OTHER
-    layer_group: int = -1       # nodes of one recognized attention or norm block share an id
-
-    @property
-    def bytes(self) -> float:
-        return self.bytes_read + self.bytes_written
 
 
 WorkRule = Callable[[Node, list[TensorSpec | None], list[TensorSpec]], tuple[float, float, float, MatrixShape | None]]

@@ -10,8 +10,42 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 from mapper.classes import Bottleneck, Owner
-from mapper.graph import LayerType
-from mapper.ops import MatrixShape, NodeWork
+from mapper.graph import LayerType, OpClass
+
+
+@dataclass(frozen=True, slots=True)
+class MatrixShape:
+    """A matrix op as (batch of) GEMMs: C[m, n] += A[m, k] B[k, n], `batch` times."""
+
+    batch: int
+    m: int
+    n: int
+    k: int
+    kind: str = "gemm"          # gemm | conv | attention
+    depthwise: bool = False     # K = Kh*Kw only: too little reuse for a matrix engine
+    a_elements: int = 0         # distinct elements of A when it is not m*k (conv: the input, not its im2col)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeWork:
+    name: str
+    op_type: str
+    op_class: OpClass
+    flops: float                # all arithmetic, 2 x MACs for matrix work
+    matrix_flops: float         # the part a matrix engine can run
+    sfu_ops: float              # special-function (exp, tanh, erf, rsqrt) operations
+    bytes_read: float           # activations + weights, each once
+    bytes_written: float
+    weight_bytes: float         # parameters this node reads
+    matrix: MatrixShape | None = None
+    reason: str = ""            # why the node is unmodeled (empty otherwise)
+    layer_type: LayerType = LayerType.OTHER
+    layer_group: int = -1       # nodes of one recognized attention or norm block share an id
+
+    @property
+    def bytes(self) -> float:
+        return self.bytes_read + self.bytes_written
+
 
 
 @dataclass(frozen=True, slots=True)

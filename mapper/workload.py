@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from mapper.caches import ModelCaches
 from mapper.graph import Graph, OpClass
 from mapper.layers import layer_placer
-from mapper.ops import NodeWork, estimate_work
+from mapper.ops import estimate_work
+from mapper.result import NodeWork
 
 
 @dataclass(frozen=True, slots=True)

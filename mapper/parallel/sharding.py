@@ -15,8 +15,8 @@ from dataclasses import replace
 
 from mapper.graph import Graph, LayerType, OpClass
 from mapper.kernels import Sizer
-from mapper.ops import MatrixShape, classify_op
-from mapper.result import Kernel
+from mapper.ops import classify_op
+from mapper.result import Kernel, MatrixShape
 
 
 def _boundary(graph: Graph, kernel: Kernel, nodes_by_name) -> tuple[list[str], list[str]]:
