@@ -7,7 +7,7 @@ import streamlit as st
 
 import mapper
 from app_pages import cache, state, ui
-from mapper.errors import error_line
+from mapper.core.errors import error_line
 
 st.set_page_config(page_title="mapper: workload mapping", page_icon=":material/memory:", layout="wide")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import streamlit as st
 
 import mapper
-from mapper.sheet import sheet_bytes
+from mapper.report.sheet import sheet_bytes
 
 
 @st.cache_resource(max_entries=32, show_spinner=False)

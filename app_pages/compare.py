@@ -6,7 +6,7 @@ import streamlit as st
 
 import mapper
 from app_pages import ui
-from mapper.compare import METRICS, compare_plans, comparison_document, plan_spec
+from mapper.explore.compare import METRICS, compare_plans, comparison_document, plan_spec
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)
 SEQS = (64, 128, 256, 512, 1024, 2048, 4096)

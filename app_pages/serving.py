@@ -8,7 +8,7 @@ from app_pages import serving_model, ui
 doc, result, sel = ui.current()
 ui.header("Serving", doc)
 if not serving_model.available():
-    st.info("The serving simulation (mapper.serving) is not available yet.")
+    st.info("The serving simulation (mapper.serve.serving) is not available yet.")
     st.stop()
 s = dict(sel.serving)
 target_ms = s["p99_target_s"] * 1e3

@@ -12,7 +12,7 @@ import streamlit as st
 
 import mapper
 from app_pages import hwform, ui
-from mapper.errors import error_line
+from mapper.core.errors import error_line
 
 UPLOADED = "(uploaded model)"
 CUSTOM_HW = "(custom profile)"

@@ -5,8 +5,8 @@ import streamlit as st
 
 import mapper
 from app_pages import ui
-from mapper.sweep import SweepSpec, run_sweep
-from mapper.tables import csv_bytes
+from mapper.explore.sweep import SweepSpec, run_sweep
+from mapper.report.tables import csv_bytes
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)
 SEQS = (64, 128, 256, 512, 1024, 2048, 4096)

@@ -15,10 +15,10 @@ import pandas as pd
 import streamlit as st
 
 import mapper
-from mapper import charts
-from mapper.errors import error_line, printable
-from mapper.sheet import limiting_sentence
-from mapper.units import format_bytes
+from mapper.report import charts
+from mapper.core.errors import error_line, printable
+from mapper.report.sheet import limiting_sentence
+from mapper.core.units import format_bytes
 
 # Every ASCII character markdown, streamlit (:red[...], :material/...:) or KaTeX ($...$) gives a meaning to.
 MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~$:&=^\"'])")
@@ -31,7 +31,7 @@ def md(value) -> str:
 
 
 def show_error(what: str, exc: BaseException) -> None:
-    """One line in the page for a rejected input: the message escaped and bounded (mapper.errors)."""
+    """One line in the page for a rejected input: the message escaped and bounded (mapper.core.errors)."""
     st.error(f"{what}: {md(error_line(exc))}")
 
 
@@ -63,7 +63,7 @@ def verdict(doc: dict) -> str:
 
 
 def chart(name: str, doc: dict, key: str) -> None:
-    """One of the engine's document charts (mapper.charts.<name>_figure) in the page."""
+    """One of the engine's document charts (mapper.report.charts.<name>_figure) in the page."""
     st.plotly_chart(getattr(charts, f"{name}_figure")(doc), key=key)
 
 

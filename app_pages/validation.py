@@ -11,7 +11,7 @@ import streamlit as st
 
 import mapper
 from app_pages import ui
-from mapper.charts import LAYOUT
+from mapper.report.charts import LAYOUT
 
 MAX_LOCAL_FLOPS = 50e9      # run on this machine only what finishes in a few seconds per run
 MAX_LOCAL_WEIGHT_BYTES = 1e9

@@ -17,7 +17,7 @@ import mapper
 CHILD = r"""
 import json, resource, sys, time
 import mapper
-from mapper.sheet import sheet_bytes
+from mapper.report.sheet import sheet_bytes
 name, fmt = sys.argv[1], sys.argv[2]
 hw = mapper.load_hardware("h100-sxm")
 mapper.load_workload("resnet50")  # warm the imports

@@ -5,7 +5,7 @@
 Stages: import (bytes -> Graph), work (per-node work and layer types), map (fusion, kernels, layout,
 tiling, cost, roll-up; h100-sxm, bf16) and document (the mapping document as JSON). Every run is cold
 (plan caches cleared); times are this process's CPU seconds (the machine is shared). The last column is t(largest) / t(smallest): ~10 for 10x the nodes is linear,
-~100 quadratic. `--max-nodes` adds the chain at MAX_NODES (mapper/limits.py).
+~100 quadratic. `--max-nodes` adds the chain at MAX_NODES (mapper/core/limits.py).
 """
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import time
 
 import mapper
 from bench.scale_graphs import SHAPES
-from mapper import limits
-from mapper.onnx_import import load_model
-from mapper.sheet import sheet_bytes
+from mapper.core import limits
+from mapper.model.onnx_import import load_model
+from mapper.report.sheet import sheet_bytes
 
 STAGES = ("import", "work", "map", "document")
 

@@ -11,7 +11,7 @@ import argparse
 import time
 from dataclasses import replace
 
-from mapper.serving import ServingConfig, simulate_serving
+from mapper.serve.serving import ServingConfig, simulate_serving
 
 
 def service(batch: int) -> float:

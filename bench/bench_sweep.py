@@ -18,8 +18,8 @@ import time
 
 import pandas as pd
 
-from mapper.executors import executor_spec
-from mapper.sweep import SweepSpec, run_sweep
+from mapper.explore.executors import executor_spec
+from mapper.explore.sweep import SweepSpec, run_sweep
 
 GRID = dict(hardware=("h100-sxm", "a100-sxm-80gb"), batches=(1, 2, 4, 8, 16, 32), seqs=(128, 256, 512, 1024, 2048),
             dtypes=("bf16", "fp16"), fusions=("none", "aggressive"))
@@ -46,7 +46,7 @@ def timed(spec: SweepSpec, executor, label: str, bar: bool = False):
 def profile_one() -> None:
     import mapper
     from mapper.pipeline import map_workload
-    from mapper.sweep import ModelShapes, model_source
+    from mapper.explore.sweep import ModelShapes, model_source
     shapes = ModelShapes(model_source("bert-base"))
     hw = mapper.load_hardware("h100-sxm")
     workload = shapes.workload(8, 512)

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import onnx
 
-from mapper.graph import Node, OpClass, TensorSpec, node_signature
-from mapper.onnx_values import attr_value
-from mapper.result import NodeWork
+from mapper.core.graph import Node, OpClass, TensorSpec, node_signature
+from mapper.model.values import attr_value
+from mapper.core.result import NodeWork
 
 PLACEHOLDER_SHAPE = (1, 1)  # what every floor "infers": the floors time the bookkeeping, not the rules
 

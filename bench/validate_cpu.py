@@ -58,7 +58,7 @@ def main(argv=None) -> int:
                   f"({time.perf_counter() - t1:.1f} s)", file=sys.stderr)
         cache.write_text(json.dumps([m.to_dict() for m in measurements]))
     from mapper.evidence.calibrate import _workloads
-    from mapper.hardware import load_hardware
+    from mapper.hardware.profile import load_hardware
     probed = load_hardware(profile_path)
     workloads = _workloads(measurements)
     before = model_errors(probed, workloads, measurements, args.statistic)

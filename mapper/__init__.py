@@ -7,25 +7,25 @@ The public API. The dashboard and the CLI use only these names.
     result = map_workload(workload, load_hardware("h100-sxm"), PlanOptions(dtype="bf16"))
     document = mapping_document(result)                          # what --json prints
 """
-from mapper.errors import MapperError
-from mapper.graph import Graph, LayerType, OpClass
-from mapper.hardware import HardwareProfile, list_hardware, load_hardware
-from mapper.model_handle import BUILTIN_DEFAULT_DIMS, ModelHandle, open_model
+from mapper.core.errors import MapperError
+from mapper.core.graph import Graph, LayerType, OpClass
+from mapper.hardware.profile import HardwareProfile, list_hardware, load_hardware
+from mapper.handle import BUILTIN_DEFAULT_DIMS, ModelHandle, open_model
 from mapper.pipeline import dim_roles, load_model, load_workload, map_workload
-from mapper.power import power_curve
-from mapper.report import mapping_document
-from mapper.result import KernelAssessment, KernelEstimate, MappingResult, PlanOptions
-from mapper.serving import ServingConfig, ServingResult, load_curve, simulate_model_serving, simulate_serving
-from mapper.version import __version__
-from mapper.workload import Workload, analyze_graph
+from mapper.explore.power import power_curve
+from mapper.report.document import mapping_document
+from mapper.core.result import KernelAssessment, KernelEstimate, MappingResult, PlanOptions
+from mapper.serve.serving import ServingConfig, ServingResult, load_curve, simulate_model_serving, simulate_serving
+from mapper.core.version import __version__
+from mapper.work.workload import Workload, analyze_graph
 from mapper.zoo import ZOO_NAMES, build_zoo_model, list_zoo, zoo_model_bytes
 
 # Sweeps, comparisons and measurements load pandas/onnxruntime: imported on first use, so `import mapper` stays light.
 _LAZY = {
-    "SweepSpec": "mapper.sweep", "SweepResult": "mapper.sweep", "run_sweep": "mapper.sweep",
-    "write_table": "mapper.sweep", "ExecutorSpec": "mapper.executors", "executor_spec": "mapper.executors",
-    "Comparison": "mapper.compare", "compare_plans": "mapper.compare", "comparison_document": "mapper.compare",
-    "plan_spec": "mapper.compare", "write_comparison": "mapper.compare",
+    "SweepSpec": "mapper.explore.sweep", "SweepResult": "mapper.explore.sweep", "run_sweep": "mapper.explore.sweep",
+    "write_table": "mapper.explore.sweep", "ExecutorSpec": "mapper.explore.executors", "executor_spec": "mapper.explore.executors",
+    "Comparison": "mapper.explore.compare", "compare_plans": "mapper.explore.compare", "comparison_document": "mapper.explore.compare",
+    "plan_spec": "mapper.explore.compare", "write_comparison": "mapper.explore.compare",
     "probe_machine": "mapper.evidence", "measure_model": "mapper.evidence", "Measurement": "mapper.evidence",
     "compare_measured": "mapper.evidence", "load_profile": "mapper.evidence", "calibrate": "mapper.evidence",
     "measurement_from_profile": "mapper.evidence",

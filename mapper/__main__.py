@@ -1,5 +1,5 @@
 import sys
 
-from mapper.cli import main
+from mapper.cli.main import main
 
 sys.exit(main())

@@ -17,24 +17,26 @@ import os
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from mapper import bottleneck, tiling
-from mapper.bottleneck import Facts, classify
-from mapper.cost import estimate_cost
-from mapper.errors import MapperError
-from mapper.fusion import plan_fusion
-from mapper.graph import Graph
-from mapper.hardware import HardwareProfile
-from mapper.kernels import PLAN_DTYPE_BYTES, WIDER_PRECISIONS, Sizer, build_kernels, model_dtype, precision_caveats
-from mapper.layout import LAYOUTS, plan_layout
-from mapper.model_handle import ModelHandle, open_model
-from mapper.parallel.memory import memory_section, plan_memory
-from mapper.parallel.placement import place_on_devices
-from mapper.parallel.sharding import assign_roles, shard_kernels
-from mapper.result import Kernel, KernelAssessment, KernelEstimate, MappingResult, PlanOptions
-from mapper.rollup import STALL_DEFINITION, roll_up
-from mapper.tiling import attention_fits
-from mapper.version import __version__
-from mapper.workload import Workload
+from mapper.cost import bottleneck
+
+from mapper.plan import tiling
+from mapper.cost.bottleneck import Facts, classify
+from mapper.cost.estimate import estimate_cost
+from mapper.core.errors import MapperError
+from mapper.plan.fusion import plan_fusion
+from mapper.core.graph import Graph
+from mapper.hardware.profile import HardwareProfile
+from mapper.plan.kernels import PLAN_DTYPE_BYTES, WIDER_PRECISIONS, Sizer, build_kernels, model_dtype, precision_caveats
+from mapper.plan.layout import LAYOUTS, plan_layout
+from mapper.handle import ModelHandle, open_model
+from mapper.schedule.memory import memory_section, plan_memory
+from mapper.schedule.placement import place_on_devices
+from mapper.plan.sharding import assign_roles, shard_kernels
+from mapper.core.result import Kernel, KernelAssessment, KernelEstimate, MappingResult, PlanOptions
+from mapper.schedule.rollup import STALL_DEFINITION, roll_up
+from mapper.plan.tiling import attention_fits
+from mapper.core.version import __version__
+from mapper.work.workload import Workload
 from mapper.zoo import ZOO_NAMES
 
 FUSION_POLICIES = ("none", "default", "aggressive")
@@ -171,7 +173,7 @@ def assumptions_used(hw: HardwareProfile, dtype: str, layout: str) -> tuple[tupl
                        (bottleneck, ("LAUNCH_SHARE", "SYNC_SHARE", "OCCUPANCY_LIMIT"))):
         for name in names:
             rows.append((f"{mod.__name__}.{name}", str(getattr(mod, name)), "modeling constant (see the module)"))
-    rows.append(("definition.memory_stall_fraction", STALL_DEFINITION, "mapper/rollup.py"))
+    rows.append(("definition.memory_stall_fraction", STALL_DEFINITION, "mapper/schedule/rollup.py"))
     return tuple(rows)
 
 

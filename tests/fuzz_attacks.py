@@ -253,7 +253,7 @@ def wide_graph_model(rng) -> Attack:
 # ---- 4. amplifying constants: huge shapes, trip counts and bodies ---------------------------------
 
 HUGE_SHAPES = ([1 << 16, 1 << 17], [1 << 31], [1 << 20] * 3, [0, HUGE], [HUGE], [1 << 31, 1 << 31], [-1, 4])
-MANY_BODY_NODES = 200_001  # over MAX_NODES=200,000 (mapper/limits.py) in a body alone
+MANY_BODY_NODES = 200_001  # over MAX_NODES=200,000 (mapper/core/limits.py) in a body alone
 
 
 def _int64(name, values) -> onnx.TensorProto:

@@ -108,7 +108,7 @@ def parsed(name: str) -> onnx.ModelProto:
 
 @functools.cache
 def free_dims(name: str) -> tuple[str, ...]:
-    from mapper.bindings import symbolic_dims
+    from mapper.model.bindings import symbolic_dims
     return tuple(symbolic_dims(parsed(name)))
 
 
@@ -553,7 +553,7 @@ def _run(case: Case) -> None:
     elif case.kind == "hardware":
         mapper.map_workload(small_workload(), mapper.load_hardware(case.payload))
     else:
-        from mapper.serving import ServingConfig, load_trace, simulate_serving
+        from mapper.serve.serving import ServingConfig, load_trace, simulate_serving
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "trace.csv"
             path.write_bytes(case.payload)

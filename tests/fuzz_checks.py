@@ -91,7 +91,7 @@ def raw_markup_in_html(data: bytes, model: bytes) -> list[str]:
 
 def check_sheets(result, model: bytes) -> None:
     """Write the sheet as the CLI's --out does (.xlsx, .csv, .html): no live formula, no raw markup."""
-    from mapper.sheet import write_sheet
+    from mapper.report.sheet import write_sheet
     with tempfile.TemporaryDirectory() as tmp:
         found = {}
         for fmt, check in (("xlsx", live_formulas_in_xlsx), ("csv", live_formulas_in_csv),
@@ -105,7 +105,7 @@ def check_sheets(result, model: bytes) -> None:
 
 def check_no_external_reference(data: bytes) -> None:
     """The copy that ONNX Runtime is given (ort_shapes.without_external_data) names no file."""
-    from mapper.ort_shapes import without_external_data
+    from mapper.model.ort_shapes import without_external_data
     m = onnx.ModelProto()
     m.ParseFromString(data)
     left = external_references(without_external_data(m))

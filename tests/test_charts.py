@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 import mapper
-from mapper.charts import roofline_figure
+from mapper.report.charts import roofline_figure
 
 
 def test_roofline_has_dram_l2_matrix_and_vector_ceilings(h100):

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from mapper.cli import main
+from mapper.cli.main import main
 
 
 def _json(capsys, *argv):

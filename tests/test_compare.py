@@ -7,7 +7,7 @@ import json
 import openpyxl
 import pytest
 
-from mapper.compare import (
+from mapper.explore.compare import (
     METRICS,
     compare_plans,
     comparison_document,
@@ -17,8 +17,8 @@ from mapper.compare import (
     verdict_of,
     write_comparison,
 )
-from mapper.errors import MapperError
-from mapper.result import PlanOptions
+from mapper.core.errors import MapperError
+from mapper.core.result import PlanOptions
 
 SEQS = (128, 512, 2048, 4096)
 BASE = PlanOptions(dtype="bf16")

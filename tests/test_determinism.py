@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import mapper
-from mapper.serving import serving_for_result
+from mapper.serve.serving import serving_for_result
 
 MODELS_DIR = Path(__file__).parent / "models"
 SOURCES = [*(str(p) for p in sorted(MODELS_DIR.glob("*.onnx"))), *(n for n in mapper.ZOO_NAMES if n != "llama2-70b")]

@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import mapper
-from mapper.errors import MapperError
+from mapper.core.errors import MapperError
 from mapper.evidence import (
     Measurement,
     calibrate,
@@ -135,7 +135,7 @@ def test_measure_runs_a_model_and_matches_it(tmp_path):
 def test_measure_cli_binds_batch_and_seq_by_the_models_own_names(capsys):
     """`mapper measure --batch/--seq` resolves the shortcuts as `mapper map` does (an Optimum export's dims
     are batch_size and sequence_length): the run and the prediction bind the same dims."""
-    from mapper.cli import main
+    from mapper.cli.main import main
     from tests.conftest import MODELS_DIR
     model = str(MODELS_DIR / "optimum_llama_tiny_with_past.onnx")
     assert main(["measure", model, "--batch", "2", "--seq", "3", "--dim", "past_sequence_length=5", "--runs", "1",

@@ -79,7 +79,7 @@ def test_run_case_fails_a_case_that_breaks_the_contract(monkeypatch, tmp_path):
             run_case(Case("model", "fake", b"", checks=(fuzz_attacks.FILES,)))
     monkeypatch.undo()
     external = fuzz_attacks.external_data_model(random.Random(0))
-    monkeypatch.setattr("mapper.ort_shapes.without_external_data", lambda m: m)  # a stripper that strips nothing
+    monkeypatch.setattr("mapper.model.ort_shapes.without_external_data", lambda m: m)  # a stripper that strips nothing
     with pytest.raises(AssertionError, match="external references left"):
         run_case(Case("model", external.label, external.data, checks=external.checks))
 
@@ -383,7 +383,7 @@ def test_broadcasting_beyond_numpys_64_dims_is_not_a_crash():
     """Fuzz seed 1531391 (ResNet-50 with an initializer mutated to 64 dims feeding an Expand):
     np.broadcast_shapes raised RuntimeError past its dims limit. Broadcasting is our own rule now, at any
     rank, and agrees with numpy's where numpy answers (checked on random shape sets below)."""
-    from mapper.shape_rules import NoRule, broadcast
+    from mapper.model.shapes.rules import NoRule, broadcast
     nodes = [helper.make_node("Add", ["a", "b"], ["y"])]
     data = make_model(nodes, [tensor("a", [1] * 70), tensor("b", [1] * 69 + [3])], [tensor("y", [1] * 69 + [3])])
     assert _mapped_or_rejected(data) == "mapped"  # raised RuntimeError before

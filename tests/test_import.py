@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import mapper
-from mapper.errors import MapperError
+from mapper.core.errors import MapperError
 from tests.conftest import LIGHT_DIR, MODELS_DIR, make_model, tensor, weight
 from tests.models.flops import DIM_NAMES, matrix_flops
 
@@ -204,7 +204,7 @@ def test_unbound_dim_lists_the_names():
 
 def test_bad_profile_gives_one_line_error(tmp_path):
     bad = tmp_path / "bad.toml"
-    bad.write_text((mapper.hardware.hardware_dir() / "h100-sxm.toml").read_text().replace(
+    bad.write_text((mapper.hardware.profile.hardware_dir() / "h100-sxm.toml").read_text().replace(
         "dram_bandwidth_bytes_per_s = { value = 3.35e12", "dram_bandwidth_bytes_per_s = { value = -1"))
     r = _cli("map", "resnet50", "--hw", str(bad))
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "dram_bandwidth_bytes_per_s" in r.stderr, r.stderr
@@ -241,7 +241,7 @@ def test_unknown_op_is_unmodeled_not_zero():
 def test_repeated_nodes_take_the_shapes_and_work_found_once(source, dims, monkeypatch):
     """The importer infers and costs a node like one seen before (same signature, input shapes and
     constants) once; the graph and work must equal those of a walk that infers every node itself."""
-    from mapper import onnx_nodes
+    from mapper.model import nodes as onnx_nodes
 
     def load():  # a fresh model handle: nothing kept from the last load
         return mapper.load_workload(source, dims)
@@ -273,8 +273,8 @@ def test_repeated_nodes_take_the_shapes_and_work_found_once(source, dims, monkey
 def test_shapes_agree_with_onnxruntime_symbolic_inference(source, dims):
     """A peer check of our shape rules: ONNX Runtime's symbolic shape inference, run on the same model
     at the same bindings (its value_info cleared), gives the same shape for every tensor it resolves."""
-    from mapper.onnx_import import value_info_shape
-    from mapper.ort_shapes import ort_inferred_value_info
+    from mapper.model.onnx_import import value_info_shape
+    from mapper.model.ort_shapes import ort_inferred_value_info
     graph = mapper.load_workload(source, dims).graph
     model = mapper.build_zoo_model(source) if source in mapper.ZOO_NAMES else onnx.load(source, load_external_data=False)
     bound = dict(graph.dims)
@@ -344,7 +344,7 @@ def test_branch_inlining_is_bounded_and_malformed_branches_are_errors(monkeypatc
     other, and a branch whose outputs do not match the If's is a one-line error."""
     from onnx import TensorProto, helper
 
-    from mapper import limits
+    from mapper.core import limits
     flag = helper.make_tensor_value_info("flag", TensorProto.BOOL, [1])
     body = helper.make_graph([helper.make_node("Relu", ["x"], [f"r{i}"]) for i in range(5)] +
                              [helper.make_node("Identity", ["r0"], ["y_inner"])], "body", [],

@@ -7,9 +7,9 @@ import pytest
 
 import mapper
 from mapper import PlanOptions
-from mapper.hardware import Interconnect
-from mapper.parallel.collectives import collective_time
-from mapper.parallel.stages import balance_stages
+from mapper.hardware.profile import Interconnect
+from mapper.cost.collectives import collective_time
+from mapper.schedule.stages import balance_stages
 
 NVSWITCH = Interconnect(link_bandwidth_bytes_per_s=450e9, latency_s=3e-6, topology="nvswitch", max_devices=8)
 
@@ -103,7 +103,7 @@ def test_too_many_devices_for_the_interconnect_is_an_error(h100):
 def test_cli_json_has_memory_and_collectives(capsys):
     import json
 
-    from mapper.cli import main
+    from mapper.cli.main import main
     assert main(["map", "llama2-7b", "--seq", "1", "--dim", "past=1024", "--dtype", "bf16", "--devices", "8",
                  "--tp", "4", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)

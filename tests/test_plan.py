@@ -12,9 +12,9 @@ from onnx import helper
 
 import mapper
 from mapper import PlanOptions
-from mapper.cost import kernel_time
-from mapper.graph import OpClass
-from mapper.tiling import ACCUMULATOR_BYTES
+from mapper.cost.estimate import kernel_time
+from mapper.core.graph import OpClass
+from mapper.plan.tiling import ACCUMULATOR_BYTES
 from tests.conftest import attention_model, gemm_model, make_model, tensor, weight
 
 

@@ -5,7 +5,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import mapper
-from mapper.power import power_curve
+from mapper.explore.power import power_curve
 from tests.conftest import make_model, tensor
 
 GEMM = make_model([helper.make_node("MatMul", ["a", "b"], ["c"])],

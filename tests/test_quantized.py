@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import mapper
-from mapper.graph import LayerType, OpClass
+from mapper.core.graph import LayerType, OpClass
 from tests.conftest import MODELS_DIR, make_model, tensor
 
 
@@ -58,7 +58,7 @@ def test_qgemm_output_is_float_without_y_scale():
     for inputs, dtype in ((common, "float32"), (common + ["y_scale", "y_zero_point"], "uint8")):
         node = helper.make_node("QGemm", inputs, ["y"], domain="com.microsoft", transB=1)
         w = _map([node], [_u8("a", [8, 64])], [tensor("y", [8, 10])], inits)
-        assert w.graph.tensors["y"] == mapper.graph.TensorSpec("y", (8, 10), dtype)
+        assert w.graph.tensors["y"] == mapper.core.graph.TensorSpec("y", (8, 10), dtype)
         assert w.nodes[0].matrix_flops == 2 * 8 * 10 * 64
 
 
@@ -71,7 +71,7 @@ def test_qlinear_binary_broadcasts_and_requantizes(op, float_twin_flops):
     (n,) = w.nodes
     assert w.graph.tensors["c"].shape == (2, 8, 16, 16)
     assert n.op_class is OpClass.ELEMENTWISE
-    assert n.flops == (float_twin_flops + mapper.ops.REQUANTIZE) * 2 * 8 * 16 * 16
+    assert n.flops == (float_twin_flops + mapper.work.ops.REQUANTIZE) * 2 * 8 * 16 * 16
 
 
 def test_qlinear_concat_and_where_pick_their_data_operands():

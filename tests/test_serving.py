@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 import mapper
-from mapper.cli import main
-from mapper.errors import MapperError
-from mapper.llm_serving import LLMServingConfig, simulate_llm_serving
-from mapper.serving import ServingConfig, load_curve, load_trace, serving_section, simulate_serving
+from mapper.cli.main import main
+from mapper.core.errors import MapperError
+from mapper.serve.llm import LLMServingConfig, simulate_llm_serving
+from mapper.serve.serving import ServingConfig, load_curve, load_trace, serving_section, simulate_serving
 
 D = 1e-3   # a fixed batch-1 service time: the queue itself, checked against closed forms
 
@@ -226,7 +226,7 @@ def test_llm_serving_of_exported_decoders(stem):
     """Exported decoders name their dims their own way (past_sequence_length, past_seq with a separate
     total_seq, a merged decoder's use_cache_branch): each step binds them, the decode step slows as the
     cache grows, and the KV capacity comes from the past inputs."""
-    from mapper.llm_serving import decoder_dims, engine_step_times, kv_capacity_tokens
+    from mapper.serve.llm import decoder_dims, engine_step_times, kv_capacity_tokens
     from tests.conftest import MODELS_DIR
     source = str(MODELS_DIR / f"{stem}.onnx")
     hw, options = mapper.load_hardware("h100-sxm"), mapper.PlanOptions()
@@ -248,7 +248,7 @@ def test_serve_cli_serves_an_exported_decoder_as_an_llm(capsys):
 
 def test_engine_batch_time_varies_a_batch_dim_named_batch_size():
     """`mapper serve FILE --dim batch_size=1` must not pin every batch the simulation forms to batch 1."""
-    from mapper.serving import engine_batch_time
+    from mapper.serve.serving import engine_batch_time
     from tests.conftest import MODELS_DIR
     time_of = engine_batch_time(str(MODELS_DIR / "optimum_gpt2_tiny_with_past.onnx"),
                                 {"batch_size": 1, "sequence_length": 64, "past_sequence_length": 0},

@@ -13,9 +13,9 @@ import pytest
 from onnx import TensorProto, helper
 
 import mapper
-from mapper.charts import layer_share_figure, roofline_figure, timeline_figure
-from mapper.cli import main
-from mapper.sheet import sheet_bytes, sheet_frames, write_sheet
+from mapper.report.charts import layer_share_figure, roofline_figure, timeline_figure
+from mapper.cli.main import main
+from mapper.report.sheet import sheet_bytes, sheet_frames, write_sheet
 from tests.conftest import make_model, tensor
 
 HOSTILE = "<script>alert(1)</script>"
@@ -165,7 +165,7 @@ def test_xlsx_keeps_formula_like_names_as_text(h100):
                        [tensor("x", [4, 64])], [tensor("y", [4, 64])])
     result = mapper.map_workload(mapper.load_workload(model), h100, mapper.PlanOptions())
     book = openpyxl.load_workbook(io.BytesIO(sheet_bytes(result, "xlsx")))
-    # quoted as OWASP advises (mapper/tables.py): a text cell a spreadsheet shows, and never runs
+    # quoted as OWASP advises (mapper/report/tables.py): a text cell a spreadsheet shows, and never runs
     cells = [c for row in book["Fusion plan"].iter_rows(min_row=2) for c in row if c.value == "'" + formula]
     assert cells and all(c.data_type == "s" for c in cells)
 

@@ -6,9 +6,9 @@ import pandas as pd
 import pytest
 
 import mapper
-from mapper.errors import MapperError
-from mapper.executors import executor_spec
-from mapper.sweep import NO_SEQ_NOTE, SweepSpec, parse_int_list, plan_flips, plan_tasks, run_sweep, write_table
+from mapper.core.errors import MapperError
+from mapper.explore.executors import executor_spec
+from mapper.explore.sweep import NO_SEQ_NOTE, SweepSpec, parse_int_list, plan_flips, plan_tasks, run_sweep, write_table
 
 # A reduced grid (the full 6 x 5 x 2 x 2 x 2 grid runs in bench/bench_sweep.py).
 SMALL = SweepSpec(("resnet50", "bert-base"), ("h100-sxm", "a100-sxm-80gb"), (1, 8), (128, 512), ("bf16",),

@@ -5,8 +5,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import mapper
-from mapper.bottleneck import LAUNCH_SHARE, OCCUPANCY_LIMIT, Facts, classify
-from mapper.graph import OpClass
+from mapper.cost.bottleneck import LAUNCH_SHARE, OCCUPANCY_LIMIT, Facts, classify
+from mapper.core.graph import OpClass
 from tests.conftest import make_model, tensor, weight
 
 
@@ -170,7 +170,7 @@ def test_onnxruntime_inference_of_one_node_when_the_whole_model_fails():
 def test_single_node_onnxruntime_queries_are_capped_per_import(monkeypatch):
     """Each single-node query is a child process: one import starts at most ORT_NODE_QUERIES of them, and
     nodes past the cap stay unresolved (said so) instead of costing a process each."""
-    from mapper import limits
+    from mapper.core import limits
     monkeypatch.setattr(limits, "ORT_NODE_QUERIES", 2)
     w = _nhwc_and_attention([4, 2])  # NhwcConv and two attention signatures: three queries wanted, two allowed
     resolved = [name for name in ("y0", "y1") if name in w.graph.tensors]
@@ -186,8 +186,8 @@ def test_onnxruntime_shape_inference_runs_capped_and_names_no_file(tmp_path, mon
     import numpy as np
     import onnx
 
-    from mapper import limits
-    from mapper.ort_shapes import without_external_data
+    from mapper.core import limits
+    from mapper.model.ort_shapes import without_external_data
     big = onnx.numpy_helper.from_array(np.array([5 << 14, 1 << 13], np.int64), "shape")  # 5 GiB of int64
     nodes = [helper.make_node("ConstantOfShape", ["shape"], ["huge"],
                               value=helper.make_tensor("v", onnx.TensorProto.INT64, [1], [1])),
@@ -257,7 +257,7 @@ def test_onnxruntime_shape_inference_leaves_the_working_folder_alone(tmp_path, m
     sym_shape_infer_temp.onnx in its working folder; the child runs in a scratch folder instead."""
     import onnx
 
-    from mapper.ort_shapes import ort_inferred_value_info
+    from mapper.model.ort_shapes import ort_inferred_value_info
     from tests.conftest import MODELS_DIR
     monkeypatch.chdir(tmp_path)
     assert ort_inferred_value_info(onnx.load(MODELS_DIR / "resnet50_int8_qoperator.onnx", load_external_data=False)) == []

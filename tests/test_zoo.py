@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 import pytest
 
-from mapper.errors import MapperError
+from mapper.core.errors import MapperError
 from mapper.zoo import ZOO_NAMES, build_zoo_model, list_zoo, zoo_model_bytes
 from mapper.zoo.llama import LlamaConfig, build_llama
 from mapper.zoo.transformers import EncoderConfig, build_bert, build_gpt2

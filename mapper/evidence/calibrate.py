@@ -13,8 +13,8 @@ from datetime import date
 
 import numpy as np
 
-from mapper.errors import MapperError
-from mapper.hardware import load_hardware
+from mapper.core.errors import MapperError
+from mapper.hardware.profile import load_hardware
 
 WEIGHT_POWER = 0.5        # sample weight = (share of its model's measured time) ** this: big kernels count more, not all
 PASSES = 4                # fit -> re-map rounds (the dominant term can switch after a fit)

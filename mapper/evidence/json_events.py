@@ -14,8 +14,8 @@ import json
 import re
 from collections.abc import Iterator
 
-from mapper import limits
-from mapper.errors import MapperError
+from mapper.core import limits
+from mapper.core.errors import MapperError
 
 CHUNK_BYTES = 1 << 20                     # read and decoded at a time
 _SPACE = re.compile(r"[ \t\n\r]*")

@@ -20,13 +20,13 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from mapper import limits
-from mapper.errors import MapperError
+from mapper.core import limits
+from mapper.core.errors import MapperError
 from mapper.evidence.measure_gate import check_run, estimate_run
 from mapper.evidence.profiles import NodeMatch, ProfileTimes, load_profile, match_nodes
-from mapper.limits import limit_text
-from mapper.model_handle import open_model
-from mapper.sandbox import run_child
+from mapper.core.limits import limit_text
+from mapper.handle import open_model
+from mapper.model.sandbox import run_child
 
 WARMUP_RUNS = 2
 
@@ -107,14 +107,14 @@ def _synthesized(t, seed: str):
 
 def synthesize_weights(model) -> int:
     """Replace every external-data tensor anywhere in the model (initializers, a Constant's value, any tensor
-    attribute, in every If/Loop/Scan body: mapper.sandbox.external_tensors) by a deterministic random tensor of
+    attribute, in every If/Loop/Scan body: mapper.model.sandbox.external_tensors) by a deterministic random tensor of
     its dims/dtype, in place, so that the copy ONNX Runtime runs names no file. Returns how many were replaced.
 
     Matrices get U(-1,1)/sqrt(fan-in) (activations stay O(1), no denormals); 1-D tensors (biases, norm scales,
     BatchNorm variances) get U(0.5, 1.5), positive so that variances are valid. Integer tensors get zeros.
     Tensors with data (ConstantOfShape-made or inline) stay as they are. An external part of a sparse tensor,
     or one of a type that cannot be synthesized (strings), is refused: MapperError naming it."""
-    from mapper.sandbox import external_tensors
+    from mapper.model.sandbox import external_tensors
     found = external_tensors(model)
     for where, t, sparse in found:
         if sparse:
@@ -174,7 +174,7 @@ def _child_error(label: str, result) -> MapperError:
 
 
 def _run_in_child(label: str, model_bytes: bytes, feeds: dict, spec: dict) -> tuple[list[float], bytes, bytes | None]:
-    """Timed and profiled runs in a sandboxed child (mapper.sandbox.run_child): a separate process rather than
+    """Timed and profiled runs in a sandboxed child (mapper.model.sandbox.run_child): a separate process rather than
     ORT in this one, so a hostile model meets RLIMIT_AS/RLIMIT_CPU, a wall clock and an empty working directory
     and takes down only the child; `python -I` rather than multiprocessing, which would re-import the parent's
     main module (Streamlit's script) and talk pickles, which the parent must never unpickle from a child it does

@@ -1,7 +1,7 @@
 """Before an uploaded model runs: estimate its peak memory and its work, and refuse what exceeds the limits.
 
 A gate, not a model: simple and on the high side. The child that runs the model is capped anyway
-(mapper/sandbox.py); the gate refuses, with the limit named, what would only hit those caps after minutes
+(mapper/model/sandbox.py); the gate refuses, with the limit named, what would only hit those caps after minutes
 or gigabytes: a ConstantOfShape of [2^16, 2^17] floats (32 GiB) rated small by the work model, a Loop whose
 trip count is 2^62, a thousand runs of a large model.
 
@@ -20,11 +20,11 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from mapper import limits
-from mapper.errors import MapperError
-from mapper.graph import DTYPE_BYTES
-from mapper.limits import limit_text
-from mapper.sandbox import is_external, model_graphs, model_tensors
+from mapper.core import limits
+from mapper.core.errors import MapperError
+from mapper.core.graph import DTYPE_BYTES
+from mapper.core.limits import limit_text
+from mapper.model.sandbox import is_external, model_graphs, model_tensors
 
 # Copies of the weights alive at once: the parent's serialized model handed over, the child's read of it,
 # ORT's parsed model and its initializers as tensors (the optimized-model save writes them out, not again).

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
-from mapper import limits
-from mapper.errors import MapperError
+from mapper.core import limits
+from mapper.core.errors import MapperError
 
 DTYPES = {"bfloat16": (TensorProto.BFLOAT16, "bf16"), "float16": (TensorProto.FLOAT16, "fp16"),
           "float32": (TensorProto.FLOAT, "fp32")}
@@ -61,7 +61,7 @@ def kernel_model(kind: str, shape: tuple[int, ...], elem: int) -> bytes:
 def compare_kernel_csv(path: str | os.PathLike, hw) -> list[dict]:
     """Predicted against measured for every row of a `bench/gpu_kernels.py` CSV, on profile `hw`."""
     from mapper.pipeline import load_workload, map_workload
-    from mapper.result import PlanOptions
+    from mapper.core.result import PlanOptions
     path = Path(path)
     if not path.is_file() or path.stat().st_size > limits.MAX_TRACE_BYTES:
         raise MapperError(f"kernel CSV {path} is missing or over {limits.limit_text('MAX_TRACE_BYTES')}")

@@ -1,6 +1,6 @@
 """The child process that runs an uploaded model on ONNX Runtime for `measure_model` (evidence/measure.py).
 
-mapper.sandbox.run_child runs this file's text as `python -I -c` after a prologue that sets its limits, in an
+mapper.model.sandbox.run_child runs this file's text as `python -I -c` after a prologue that sets its limits, in an
 empty scratch directory that is its working directory; it imports nothing of mapper (under -I it would find
 an installed copy, not this checkout). stdin: one JSON line (threads, providers, warm-up, timed and profiled
 runs, feed names, the model's length), the model's bytes (a copy that names no file), the feeds as an .npz

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mapper.errors import MapperError
-from mapper.hardware import load_hardware
+from mapper.core.errors import MapperError
+from mapper.hardware.profile import load_hardware
 
 # Sizes the probe sweeps (full mode / quick mode). The GEMM sweep gives efficiency against FLOPs.
 GEMM_SIZES = (32, 64, 128, 256, 512, 1024, 2048)

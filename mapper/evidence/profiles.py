@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
-from mapper import limits
-from mapper.errors import MapperError
+from mapper.core import limits
+from mapper.core.errors import MapperError
 from mapper.evidence.json_events import trace_events
-from mapper.sandbox import open_regular_file
+from mapper.model.sandbox import open_regular_file
 
 # Suffixes ORT adds to the names of nodes it creates or rewrites (NCHWc transformer, fusions, name dedup).
 _ORT_SUFFIXES = re.compile(r"(_kernel_time|_nchwc|_fusion|_fused|_token_\d+|_\d+)$")

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import onnx
 
-from mapper.errors import MapperError
+from mapper.core.errors import MapperError
 from mapper.zoo import cnn, llama, transformers
 
 BATCH = "images per batch"

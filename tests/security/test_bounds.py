@@ -13,8 +13,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import mapper
-from mapper import limits
-from mapper.errors import MapperError
+from mapper.core import limits
+from mapper.core.errors import MapperError
 
 
 def _model(nodes, inputs, outputs, initializer=()) -> bytes:
@@ -124,7 +124,7 @@ def test_large_profile_loads_in_memory_proportional_to_events_kept():
 def test_serving_requests_limit_fits_the_memory_budget_and_is_checked_first():
     """Dynamic batching peaks at ~310 bytes a request (measured, see limits.py): the limit keeps a run
     under 4 GiB, and a run over it is refused before anything is drawn."""
-    from mapper.serving import ServingConfig, simulate_serving
+    from mapper.serve.serving import ServingConfig, simulate_serving
     assert limits.MAX_REQUESTS * 310 <= 4 << 30
     with pytest.raises(MapperError, match="MAX_REQUESTS"):
         simulate_serving(0.001, ServingConfig(requests=limits.MAX_REQUESTS + 1, max_batch=8))
@@ -132,7 +132,7 @@ def test_serving_requests_limit_fits_the_memory_budget_and_is_checked_first():
 
 def test_llm_requests_times_output_tokens_is_bounded():
     """1,000 requests of 900k output tokens: a 7 GB jitter array and 9e8 scheduler steps, refused."""
-    from mapper.llm_serving import LLMServingConfig, simulate_llm_serving
+    from mapper.serve.llm import LLMServingConfig, simulate_llm_serving
     config = LLMServingConfig(requests=1_000, output_tokens=900_000, prompt_tokens=16, kv_capacity_tokens=10**12)
     with pytest.raises(MapperError, match="MAX_LLM_TOKENS"):
         simulate_llm_serving(lambda b, t: 0.01, lambda b, t: 0.001, config)
@@ -141,7 +141,7 @@ def test_llm_requests_times_output_tokens_is_bounded():
 @pytest.mark.parametrize("row", ["0.5,1e20,4", "0.5,4,1e30", "0.5,4,99999999999999999999999"],
                          ids=["prompt-1e20", "output-1e30", "output-beyond-int64"])
 def test_trace_token_counts_beyond_max_tokens_are_refused(tmp_path, row):
-    from mapper.serving import load_trace
+    from mapper.serve.serving import load_trace
     path = tmp_path / "trace.csv"
     path.write_text(f"arrival_s,prompt_tokens,output_tokens\n0.1,4,4\n{row}\n")
     with pytest.raises(MapperError, match="MAX_TOKENS"):
@@ -150,7 +150,7 @@ def test_trace_token_counts_beyond_max_tokens_are_refused(tmp_path, row):
 
 def test_identity_only_model_serves_without_zero_division():
     """Every node is free: the sheet's serving section says nothing was simulated, and serve says why."""
-    from mapper.serving import ServingConfig, serving_for_result, simulate_serving
+    from mapper.serve.serving import ServingConfig, serving_for_result, simulate_serving
     data = _model([helper.make_node("Identity", ["x"], ["y"])], [_vi("x", [1, 4])], [_vi("y", [1, 4])])
     hw = mapper.load_hardware("cpu-x86")
     result = mapper.map_workload(mapper.load_workload(data), hw)
@@ -163,7 +163,7 @@ def test_identity_only_model_serves_without_zero_division():
 def test_sweep_grid_of_20k_by_20k_is_refused_before_it_is_built():
     """4e8 (batch, seq) pairs were listed before MAX_SLICES was checked; now the product of the axes
     is, and 1,000 x 1,000 (~5 h here) is over the limit too."""
-    from mapper.sweep import SweepSpec, plan_tasks
+    from mapper.explore.sweep import SweepSpec, plan_tasks
     axis = tuple(range(1, 20_001))
     with pytest.raises(MapperError, match="400,000,000 slices, over MAX_SLICES"):
         plan_tasks(SweepSpec(models=("bert-base",), hardware=("cpu-x86",), batches=axis, seqs=axis))

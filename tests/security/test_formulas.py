@@ -18,8 +18,8 @@ import pytest
 from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
 from streamlit.testing.v1 import AppTest
 
-from mapper.cli import main
-from mapper.tables import csv_bytes, safe_cell, xlsx_bytes
+from mapper.cli.main import main
+from mapper.report.tables import csv_bytes, safe_cell, xlsx_bytes
 from tests.security.hostile_names import FORMULA_START, OVERLAY, formula_model, hostile_model
 from tests.security.test_render import APP
 

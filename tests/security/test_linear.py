@@ -15,7 +15,7 @@ import pytest
 
 import mapper
 from bench.scale_graphs import SHAPES
-from mapper.graph import Graph
+from mapper.core.graph import Graph
 
 SMALL = 1000     # nodes; and twice as many: a few seconds for every shape together
 MAX_GROWTH = 2.5  # of the count from SMALL to 2 x SMALL nodes: 2 is linear, 4 quadratic

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-import mapper.charts
-from mapper.cli import main
-from mapper.limits import MAX_ERROR_LINE_CHARS
+import mapper.report.charts
+from mapper.cli.main import main
+from mapper.core.limits import MAX_ERROR_LINE_CHARS
 from tests.security.hostile_names import formula_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,7 +86,7 @@ def test_a_link_with_a_superscript_digit_opens_the_page():
 def test_an_unexpected_failure_in_a_page_is_one_line(monkeypatch):
     def broken(doc):
         raise ZeroDivisionError("float division by zero in /srv/secret/path.py")
-    monkeypatch.setattr(mapper.charts, "timeline_figure", broken)
+    monkeypatch.setattr(mapper.report.charts, "timeline_figure", broken)
     at = AppTest.from_file(APP, default_timeout=120).run()
     at.switch_page("app_pages/timeline.py").run()
     assert not at.exception, [e.value for e in at.exception]

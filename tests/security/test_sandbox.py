@@ -20,7 +20,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import mapper
-from mapper import limits
+from mapper.core import limits
 from mapper.evidence.measure import measure_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -178,7 +178,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_a_child_past_the_wall_clock_is_killed_with_its_process_group(tmp_path, monkeypatch):
-    from mapper.sandbox import run_child
+    from mapper.model.sandbox import run_child
     monkeypatch.setattr(limits, "MEASURE_WALL_SECONDS", 1)
     pids = tmp_path / "pids"
     script = textwrap.dedent(f"""
@@ -203,7 +203,7 @@ def test_the_child_starts_alone_under_its_limits():
     also its home and temp, none of the server's environment variables."""
     import json
 
-    from mapper.sandbox import run_child
+    from mapper.model.sandbox import run_child
     script = textwrap.dedent("""
         import json, os, resource
         json.dump({"as": resource.getrlimit(resource.RLIMIT_AS)[0], "cpu": resource.getrlimit(resource.RLIMIT_CPU)[0],

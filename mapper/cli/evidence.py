@@ -1,0 +1,133 @@
+"""`mapper probe`, `mapper measure`, `mapper calibrate`: the evidence commands (registered by mapper/cli/main.py).
+
+Each command is a thin client of mapper.evidence; bad input raises MapperError (one line, exit 2, in cli.py).
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def _dims(args, model=None) -> dict[str, int] | None:
+    """--dim bindings; with a model, --batch/--seq are resolved onto its own dim names (batch_size,
+    sequence_length...) as `mapper map` does, so the run and the prediction bind the same dims."""
+    from mapper.cli.main import parse_dim
+    dims = dict(parse_dim(d) for d in args.dim)
+    if model is None:
+        return dims or None
+    return model.shortcut_dims(dims, getattr(args, "batch", None), getattr(args, "seq", None))
+
+
+def add_arguments(subparsers) -> None:
+    """Register probe, measure and calibrate on the main parser's subparsers."""
+    p = subparsers.add_parser("probe", help="measure this machine (1 thread) and write a hardware profile TOML")
+    p.add_argument("--out", required=True, help="the .toml file to write")
+    p.add_argument("--quick", action="store_true", help="a fast, rougher probe (~1 s)")
+    p.add_argument("--name", default="probed-cpu", help="meta.name of the profile (the file's stem should match)")
+    p.set_defaults(func=cmd_probe)
+    m = subparsers.add_parser("measure", help="run a model on ONNX Runtime CPU and compare with the prediction")
+    m.add_argument("model", help="an .onnx file or a built-in name")
+    m.add_argument("--threads", type=int, default=1)
+    m.add_argument("--runs", type=int, default=10)
+    m.add_argument("--batch", type=int)
+    m.add_argument("--seq", type=int)
+    m.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE")
+    m.add_argument("--hw", default=None, help="profile to predict with (default: probe this machine quickly)")
+    m.add_argument("--profile", default=None, help="score an ORT profile JSON / Chrome trace made elsewhere instead")
+    m.add_argument("--out", default=None, help="write the mapping sheet with a Measured section (.xlsx .csv .json .html)")
+    m.add_argument("--json", action="store_true")
+    m.set_defaults(func=cmd_measure)
+    c = subparsers.add_parser("calibrate", help="fit a profile's efficiency curves to measured models")
+    c.add_argument("--hw", required=True, help="the profile to start from")
+    c.add_argument("--on", nargs="+", required=True, metavar="MODEL", help="models to fit on (files or built-ins)")
+    c.add_argument("--holdout", nargs="*", default=[], metavar="MODEL", help="models to score, not fit")
+    c.add_argument("--out", required=True, help="the calibrated .toml to write")
+    c.add_argument("--runs", type=int, default=7)
+    c.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE", help="bindings for every model")
+    c.add_argument("--statistic", default="min", choices=("min", "p50"), help="measured latency: best-of or median")
+    c.set_defaults(func=cmd_calibrate)
+
+
+def cmd_probe(args) -> int:
+    from mapper.evidence.probe import probe_machine
+    profile = probe_machine(args.out, quick=args.quick, name=args.name)
+    peak = profile["compute"]["matrix_peak_flops_per_s"]["fp32"]["value"]
+    bw = profile["memory"]["dram_bandwidth_bytes_per_s"]["value"]
+    launch = profile["overhead"]["kernel_launch_s"]["value"]
+    print(f"wrote {args.out}: fp32 GEMM {peak / 1e9:.1f} GFLOP/s, DRAM {bw / 1e9:.1f} GB/s, "
+          f"ORT dispatch {launch * 1e6:.2f} us per node (1 thread)")
+    return 0
+
+
+def _hardware(spec):
+    import mapper
+    if spec:
+        return mapper.load_hardware(spec)
+    from mapper.evidence.probe import probe_machine
+    return mapper.load_hardware(probe_machine(None, quick=True))
+
+
+def cmd_measure(args) -> int:
+    import mapper
+    from mapper.evidence.measure import compare_measured, measure_model, measurement_from_profile
+    model = mapper.open_model(args.model)  # parsed once for the run, the mapping and the node matching
+    dims = _dims(args, model)
+    if args.profile:
+        measurement = measurement_from_profile(args.profile, model)
+    else:
+        measurement = measure_model(model, dims, threads=args.threads, runs=args.runs)
+    result = mapper.map_workload(model.bind(dims), _hardware(args.hw))
+    comparison = compare_measured(result, measurement)
+    if args.out:  # the mapping sheet with its Measured section
+        import dataclasses
+
+        from mapper.report.sheet import write_sheet
+        write_sheet(dataclasses.replace(result, extras={**result.extras, "measured": comparison}), args.out)
+    if args.json:
+        doc = {**{k: v for k, v in measurement.to_dict().items() if k != "latencies_s"}, "comparison": comparison}
+        print(json.dumps(doc, indent=1, allow_nan=False))
+        return 0
+    row = comparison["model"]
+    print(f"{row['model']} on ONNX Runtime ({measurement.provider}, {measurement.threads} thread(s)): measured p50 "
+          f"{row['measured_p50_s'] * 1e3:.2f} ms, p95 {row['measured_p95_s'] * 1e3:.2f}, p99 {row['measured_p99_s'] * 1e3:.2f}; "
+          f"predicted ({result.hardware_name}) {row['predicted_s'] * 1e3:.2f} ms, error {row['error']:+.1%}")
+    print(f"{'layer type':24s} {'predicted ms':>12s} {'measured ms':>12s} {'error':>8s} {'meas. MFU':>9s}  measured class")
+    for layer in comparison["layers"]:
+        err = f"{layer['error']:+.0%}" if layer["error"] is not None else "-"
+        mfu = f"{layer['measured_mfu']:.1%}" if layer["measured_mfu"] is not None else "-"
+        print(f"{layer['layer_type']:24s} {layer['predicted_s'] * 1e3:12.3f} {layer['measured_s'] * 1e3:12.3f} {err:>8s} "
+              f"{mfu:>9s}  {layer['measured_class']}")
+    print("largest mispredictions:")
+    for g in comparison["kernels"][:5]:
+        print(f"  {g['kernels'][0][:40]:40s} predicted {g['predicted_s'] * 1e3:8.3f} ms, measured {g['measured_s'] * 1e3:8.3f} ms")
+    if comparison["unmatched"]:
+        print(f"unmatched measured time: {row['unmatched_s'] * 1e3:.3f} ms in {len(comparison['unmatched'])} nodes")
+    return 0
+
+
+def cmd_calibrate(args) -> int:
+    from mapper.evidence.calibrate import calibrate, holdout_report
+    from mapper.evidence.measure import measure_model
+    from mapper.evidence.probe import write_toml
+    dims = _dims(args)
+
+    def measure(models):
+        out = []
+        for model in models:
+            out.append(measure_model(model, dims, threads=1, runs=args.runs))
+            print(f"measured {model}: min {min(out[-1].latencies_s) * 1e3:.2f} ms", file=sys.stderr)
+        return out
+
+    train = measure(args.on)
+    name = Path(args.out).stem
+    tree = calibrate(args.hw, train, statistic=args.statistic, name=name)
+    report = tree.pop("calibration")
+    Path(args.out).write_text(f"# calibrated by `mapper calibrate` on {', '.join(report['models'])} ({report['date']})\n"
+                              f"# Format: data/hardware/README.md\n\n" + write_toml(tree))
+    print(f"wrote {args.out}: fit on {len(train)} models, median |error| {report['median_abs_error_before']:.1%} -> "
+          f"{report['median_abs_error_after']:.1%}")
+    if args.holdout:
+        for row in holdout_report(args.hw, tree, measure(args.holdout), args.statistic):
+            print(f"  held out {row['model']}: error {row['error_before']:+.1%} -> {row['error_after']:+.1%}")
+    return 0

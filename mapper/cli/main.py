@@ -1,0 +1,285 @@
+"""The command line: a second client of the public API (`mapper ...`, `python -m mapper ...`).
+
+Bad input of any kind: exit code 2 and one line on stderr beginning `error:`.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from collections.abc import Callable
+
+import mapper
+from mapper.core.errors import MapperError, error_line, path_text, printable
+from mapper.core.units import format_bytes
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2, like every other bad input
+        raise MapperError(f"{message} (see `mapper {self.prog.split()[-1]} --help`)" if " " in self.prog
+                          else f"{message} (see `mapper --help`)")
+
+
+def parse_dim(text: str) -> tuple[str, int]:
+    name, sep, value = text.partition("=")
+    if not sep or not name or not value.strip().lstrip("-").isdigit():
+        raise MapperError(f"--dim {text!r} must look like NAME=INTEGER, e.g. --dim seq=512")
+    return name.strip(), int(value)
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="an .onnx file or a built-in name (see `mapper zoo`)")
+    p.add_argument("--hw", default="h100-sxm", help="a profile name (see `mapper hw`) or a profile file")
+    p.add_argument("--batch", type=int, help="binds the model's batch dim")
+    p.add_argument("--seq", type=int, help="binds the model's sequence dim")
+    p.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE", help="binds a symbolic dim by name")
+    p.add_argument("--dtype", default="auto", help="auto (the model's own), fp32, tf32, bf16, fp16, fp8, int8")
+    p.add_argument("--weight-dtype", default="same", help="same, int8 or int4 (weight-only, decoder LLMs)")
+    p.add_argument("--fusion", default="default", help="none, default or aggressive")
+    p.add_argument("--attention-fusion", choices=("auto", "on", "off"), default="auto",
+                   help="FlashAttention-style fusion: auto follows --fusion (on in aggressive)")
+    p.add_argument("--layout", default="auto", help="auto (the profile's preferred), nchw or nhwc")
+    p.add_argument("--power-cap-w", type=float, help="cap the board power below the profile's TDP")
+    p.add_argument("--devices", type=int, help="devices in all (= tp x pp x dp; the rest of tp x pp becomes dp)")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (Megatron column/row GEMMs)")
+    p.add_argument("--pp", type=int, default=1, help="pipeline stages, balanced by time")
+    p.add_argument("--dp", type=int, help="data-parallel replicas")
+    p.add_argument("--overlap-collectives", action="store_true", help="hide collectives behind the next compute")
+
+
+def parallel_degrees(devices: int | None, tp: int, pp: int, dp: int | None) -> tuple[int, int, int]:
+    """--devices with --tp/--pp/--dp: the devices left over by tp x pp become data-parallel replicas."""
+    for name, value in (("tp", tp), ("pp", pp), ("dp", dp), ("devices", devices)):
+        if value is not None and value < 1:
+            raise MapperError(f"--{name} {value} must be at least 1")
+    if devices is None:
+        return tp, pp, dp or 1
+    if devices % (tp * pp):
+        raise MapperError(f"--devices {devices} is not a multiple of tp x pp = {tp * pp}")
+    if dp is not None and dp * tp * pp != devices:
+        raise MapperError(f"--devices {devices} != tp x pp x dp = {tp * pp * dp}; drop one of them")
+    return tp, pp, devices // (tp * pp)
+
+
+def options_from(args) -> mapper.PlanOptions:
+    tp, pp, dp = parallel_degrees(args.devices, args.tp, args.pp, args.dp)
+    return mapper.PlanOptions(dtype=args.dtype, weight_dtype=args.weight_dtype, fusion=args.fusion,
+                              attention_fusion={"auto": None, "on": True, "off": False}[args.attention_fusion],
+                              layout=args.layout, power_cap_w=args.power_cap_w, tp=tp, pp=pp, dp=dp,
+                              overlap_collectives=args.overlap_collectives)
+
+
+def workload_from(args) -> mapper.Workload:
+    dims = dict(parse_dim(d) for d in args.dim)
+    return mapper.load_workload(args.model, dims or None, batch=args.batch, seq=args.seq)
+
+
+def cmd_map(args) -> int:
+    hw = mapper.load_hardware(args.hw)
+    result = mapper.map_workload(workload_from(args), hw, options_from(args))
+    from mapper.serve.serving import serving_for_result
+    result = dataclasses.replace(result, extras={**result.extras, "serving": serving_for_result(result, hw)})
+    if args.out:
+        from mapper.report.sheet import write_sheet
+        write_sheet(result, args.out)
+    if args.json:
+        print(json.dumps(mapper.mapping_document(result), indent=1, allow_nan=False))
+    else:
+        print_summary(result)
+    return 0
+
+
+def print_summary(result: mapper.MappingResult) -> None:
+    t = result.totals
+    print(f"{result.model_name} on {result.hardware_name} ({t.dtype}, {dict(result.dims)}):"
+          f" latency {t.latency_s * 1e3:.3f} ms, throughput {t.throughput_per_s:,.1f}/s, MFU {t.mfu:.1%},"
+          f" memory stall {t.memory_stall_fraction:.1%}, {t.avg_power_w:.0f} W, {len(result.kernels)} kernels")
+    print(f"{'layer type':24s} {'time share':>10s} {'MFU':>7s} {'stall':>7s}")
+    for layer in result.layers:
+        print(f"{layer.layer_type:24s} {layer.share:10.1%} {layer.mfu:7.1%} {layer.stall_fraction:7.1%}")
+    print("top kernels:")
+    for e in sorted(result.kernels, key=lambda e: -e.time_s)[:5]:
+        print(f"  {e.time_s * 1e6:9.1f} us  {e.bottleneck:30s} {e.kernel.name[:40]:40s} {e.evidence} -> {e.owner}")
+    memory, parallel = result.extras.get("memory"), result.extras.get("parallel")
+    if memory:
+        fit = "fits" if memory["fits"] else f"DOES NOT FIT: short by {format_bytes(memory['shortfall_bytes'])}"
+        smallest = memory["smallest_fit"]
+        hint = f"; smallest plan that fits: tp={smallest['tp']} pp={smallest['pp']}" if smallest else \
+            "; no tp x pp within the interconnect fits"
+        print(f"memory per device {format_bytes(memory['per_device_bytes'])} of {format_bytes(memory['capacity_bytes'])}:"
+              f" {fit}{hint if not memory['fits'] else ''}")
+    if parallel and parallel["devices"] > 1:
+        print(f"parallel: tp={parallel['tp']} pp={parallel['pp']} dp={parallel['dp']} over {parallel['topology']},"
+              f" {len(parallel['collectives'])} collectives, interconnect {parallel['interconnect_share']:.1%} of the time")
+    for c in result.caveats:
+        print(f"caveat: {c}")
+    if result.unmodeled:
+        print(f"unmodeled: {len(result.unmodeled)} nodes (first: {result.unmodeled[0][1]}: {result.unmodeled[0][2]})")
+
+
+def cmd_hw(args) -> int:
+    rows = []
+    for name in mapper.list_hardware():
+        hw = mapper.load_hardware(name)
+        rows.append({"name": name, "display_name": hw.display_name, "kind": hw.kind,
+                     "bf16_peak_flops_per_s": hw.matrix_peak_flops_per_s.get("bf16"),
+                     "dram_bandwidth_bytes_per_s": hw.dram_bandwidth_bytes_per_s, "tdp_w": hw.tdp_w})
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        for r in rows:
+            peak = f"{r['bf16_peak_flops_per_s'] / 1e12:7.1f} TFLOP/s bf16" if r["bf16_peak_flops_per_s"] else " " * 20
+            print(f"{r['name']:14s} {r['display_name']:34s} {peak}  {r['dram_bandwidth_bytes_per_s'] / 1e9:7.0f} GB/s"
+                  f"  {r['tdp_w']:5.0f} W")
+    return 0
+
+
+def cmd_zoo(args) -> int:
+    entries = mapper.list_zoo()
+    if args.json:
+        print(json.dumps(entries, indent=1))
+    else:
+        for e in entries:
+            print(f"{e['name']:12s} dims: {', '.join(e['dims']) or '-':18s} {e['description']}")
+    return 0
+
+
+def add_serve_args(p: argparse.ArgumentParser) -> None:
+    add_model_args(p)
+    p.add_argument("--batch-policy", choices=("static", "dynamic"), default="dynamic",
+                   help="static: full batches only; dynamic: full or the oldest has waited --max-wait-ms")
+    p.add_argument("--max-batch", type=int, default=1, help="requests per batch at most (LLMs: running sequences)")
+    p.add_argument("--max-wait-ms", type=float, default=0.0, help="dynamic batching: longest wait for a batch to fill")
+    p.add_argument("--rate", type=float, default=100.0, help="Poisson arrival rate, requests per second")
+    p.add_argument("--requests", type=int, default=100_000, help="requests to simulate")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--trace", help="CSV of arrivals: arrival_s[, prompt_tokens, output_tokens] (replaces --rate)")
+    p.add_argument("--jitter-cv", type=float, help="run-to-run coefficient of variation (default: the profile's)")
+    p.add_argument("--jitter-dist", choices=("none", "lognormal", "exponential"), help="default: the profile's")
+    p.add_argument("--service-time-s", type=float, help="a fixed batch time instead of the engine's (what-if)")
+    p.add_argument("--load-curve", action="store_true", help="also sweep offered load up to saturation")
+    p.add_argument("--p99-target-ms", type=float, help="with --load-curve: the highest rate meeting this p99")
+    p.add_argument("--llm", action="store_true", help="prefill/decode serving (default for a model with a KV-cache input)")
+    p.add_argument("--prompt-tokens", type=int, default=512, help="LLM: prompt length (where the trace gives none)")
+    p.add_argument("--output-tokens", type=int, default=128, help="LLM: output length (where the trace gives none)")
+
+
+def cmd_serve(args) -> int:
+    from mapper.serve.llm import LLMServingConfig, llm_section, simulate_model_llm_serving
+    from mapper.serve.serving import ServingConfig, engine_batch_time, load_curve, load_trace, serving_section
+
+    if args.batch is not None:
+        raise MapperError("serve forms its own batches: use --max-batch (and --batch-policy), not --batch")
+    hw, options = mapper.load_hardware(args.hw), options_from(args)
+    dims = dict(parse_dim(d) for d in args.dim)
+    trace = load_trace(args.trace) if args.trace else None
+    model = mapper.open_model(args.model)  # parsed once: every batch size and step binds this handle
+    decoder = args.llm or "past" in model.roles.values()  # a KV-cache input: continuous batching
+    jitter_cv = hw.jitter_cv if args.jitter_cv is None else args.jitter_cv    # the profile's unless given
+    jitter_dist = args.jitter_dist or hw.jitter_dist
+    if decoder and args.service_time_s is None:
+        config = LLMServingConfig(args.max_batch, args.rate, args.requests, args.seed, args.prompt_tokens,
+                                  args.output_tokens, None, jitter_cv, jitter_dist, trace)
+        section = llm_section(simulate_model_llm_serving(model, hw, options, config), config)
+    else:
+        config = ServingConfig(args.batch_policy, args.max_batch, args.max_wait_ms / 1e3, args.rate, args.requests,
+                               args.seed, jitter_cv, jitter_dist, trace)
+        service = args.service_time_s if args.service_time_s is not None else \
+            engine_batch_time(model, model.shortcut_dims(dims, seq=args.seq), hw, options)
+        result = mapper.simulate_serving(service, config)
+        target = args.p99_target_ms / 1e3 if args.p99_target_ms is not None else None
+        curve = load_curve(service, config, p99_target_s=target) if args.load_curve else None
+        section = serving_section(result, config, curve)
+    if args.json:
+        print(json.dumps(section, indent=1, allow_nan=False))
+    else:
+        for key, value in section.items():
+            if key not in ("assumptions", "load_curve"):
+                print(f"{key:28s} {value:.6g}" if isinstance(value, float) else f"{key:28s} {value}")
+        for point in section.get("load_curve", {}).get("points", []):
+            print(f"load {point['load']:5.2f}  {point['offered_rate_per_s']:12.1f}/s  p50 {point['p50_s'] * 1e3:9.3f} ms"
+                  f"  p99 {point['p99_s'] * 1e3:9.3f} ms  utilization {point['utilization']:.1%}")
+        if "load_curve" in section:
+            curve = section["load_curve"]
+            knee = curve["knee_index"]
+            print(f"knee: {'none' if knee is None else curve['points'][knee]['offered_rate_per_s']:,}/s"
+                  f" (saturation {curve['saturation_rate_per_s']:,.1f}/s)")
+            if curve["p99_target_s"] is not None:
+                print(f"highest rate meeting p99 {curve['p99_target_s'] * 1e3:g} ms:"
+                      f" {curve['max_rate_meeting_target_per_s'] or 0:,.1f}/s")
+        for line in section["assumptions"]:
+            print(f"assumption: {line}")
+    return 0
+
+
+COMMANDS: dict[str, tuple[Callable, str]] = {
+    "map": (cmd_map, "map a model onto a device: kernels, timing, bottlenecks"),
+    "hw": (cmd_hw, "list the built-in hardware profiles"),
+    "zoo": (cmd_zoo, "list the built-in models"),
+    "serve": (cmd_serve, "simulate serving requests: latency percentiles, throughput, utilization"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="mapper", description="Map ONNX models onto accelerators and explain what limits them.")
+    parser.add_argument("--version", action="version", version=f"mapper {mapper.__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for name, (fn, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(func=fn)
+        if name == "map":
+            add_model_args(p)
+            p.add_argument("--out", help="write the mapping sheet: .xlsx, .csv, .json or .html")
+        elif name == "serve":
+            add_serve_args(p)
+        p.add_argument("--json", action="store_true", help="print one JSON document")
+    register_extra_commands(sub)
+    return parser
+
+
+def register_extra_commands(sub) -> None:
+    """Commands that live in their own modules (each adds its parsers to `sub`)."""
+    from mapper.cli import sweep as sweep_cli
+    from mapper.cli.evidence import add_arguments as add_evidence_commands
+    sweep_cli.add_arguments(sub)
+    add_evidence_commands(sub)  # probe, measure, calibrate
+
+
+class _PrintableStream:
+    """stdout with control characters from names written out (mapper.core.errors.printable): a node named
+    with an ANSI escape or a CR cannot recolour, rewrite or beep the user's terminal."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return self._stream.write(printable(text))
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    stdout, sys.stdout = sys.stdout, _PrintableStream(sys.stdout)
+    try:
+        args = build_parser().parse_args(argv)
+        return args.func(args)
+    except MapperError as exc:
+        print(f"error: {error_line(exc)}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a path the system refuses (too long, a folder, no permission): bad input too
+        if isinstance(exc, BrokenPipeError):
+            return 0
+        where = f" {path_text(exc.filename)}" if exc.filename is not None else ""
+        print(f"error: {error_line(f'cannot use{where}: {exc.strerror or exc}')}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        sys.stdout = stdout
+
+
+if __name__ == "__main__":
+    sys.exit(main())

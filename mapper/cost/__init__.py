@@ -1,0 +1,1 @@
+"""Stage four, cost: the one roofline per kernel, collectives on the interconnect, bottleneck classes."""

@@ -1,0 +1,74 @@
+"""Alpha-beta cost of collectives: t = steps x alpha + bytes-on-the-wire / beta, per algorithm.
+
+alpha is the link latency and beta the per-device, per-direction link bandwidth from the profile's
+[interconnect] section. Formulas (Thakur, Rabenseifner & Gropp, "Optimization of Collective
+Communication Operations in MPICH", IJHPCA 2005; NCCL's ring and tree algorithms):
+
+    ring all-reduce        2 (p-1) alpha + 2 (p-1)/p  n / beta
+    tree all-reduce        2 ceil(log2 p) alpha + 2 n / beta        (pipelined reduce + broadcast)
+    ring all-gather        (p-1) alpha + (p-1)/p n / beta            (n = the gathered, full size)
+    ring reduce-scatter    (p-1) alpha + (p-1)/p n / beta            (n = the full input size)
+    point-to-point         alpha + n / beta
+
+A 2D torus (TPU ICI) runs the ring in both dimensions at once: each ring has sqrt(p) members and
+half the data, over its own links. The algorithm used is the faster of those the topology offers.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from mapper.core.errors import MapperError
+from mapper.hardware.profile import Interconnect
+
+COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "p2p")
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveCost:
+    kind: str
+    algorithm: str
+    devices: int
+    message_bytes: float
+    time_s: float
+    wire_bytes: float        # bytes each device sends
+
+
+def ring_all_reduce(p: int, n: float, alpha: float, beta: float) -> float:
+    return 2 * (p - 1) * alpha + 2 * (p - 1) / p * n / beta
+
+
+def tree_all_reduce(p: int, n: float, alpha: float, beta: float) -> float:
+    return 2 * math.ceil(math.log2(p)) * alpha + 2 * n / beta
+
+
+def ring_gather(p: int, n: float, alpha: float, beta: float) -> float:
+    return (p - 1) * alpha + (p - 1) / p * n / beta
+
+
+def collective_time(kind: str, devices: int, message_bytes: float, link: Interconnect) -> CollectiveCost:
+    """Time of one collective over `devices` devices; `message_bytes` is the full tensor's size."""
+    if kind not in COLLECTIVES:
+        raise MapperError(f"collective {kind!r} is not one of {', '.join(COLLECTIVES)}")
+    p, n = int(devices), float(message_bytes)
+    if p <= 1:
+        return CollectiveCost(kind, "none", p, n, 0.0, 0.0)
+    alpha, beta = link.latency_s, link.link_bandwidth_bytes_per_s
+    if beta <= 0:
+        raise MapperError(f"the profile has no interconnect bandwidth (topology {link.topology!r});"
+                          " it cannot run multi-device plans")
+    if kind == "p2p":
+        return CollectiveCost(kind, "direct", p, n, alpha + n / beta, n)
+    if link.topology == "torus2d":
+        side = max(2, round(math.sqrt(p)))
+        if kind == "all-reduce":  # one ring per dimension, each on half the data, concurrently
+            t = ring_all_reduce(side, n / 2, alpha, beta) * 2
+            return CollectiveCost(kind, "2d-ring", p, n, t, 2 * (side - 1) / side * n)
+        t = ring_gather(side, n / 2, alpha, beta) * 2
+        return CollectiveCost(kind, "2d-ring", p, n, t, (side - 1) / side * n)
+    if kind == "all-reduce":
+        ring, tree = ring_all_reduce(p, n, alpha, beta), tree_all_reduce(p, n, alpha, beta)
+        if tree < ring:
+            return CollectiveCost(kind, "tree", p, n, tree, 2 * n)
+        return CollectiveCost(kind, "ring", p, n, ring, 2 * (p - 1) / p * n)
+    return CollectiveCost(kind, "ring", p, n, ring_gather(p, n, alpha, beta), (p - 1) / p * n)

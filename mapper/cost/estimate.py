@@ -1,0 +1,106 @@
+"""Cost of one kernel: time and its parts, traffic, energy and power under the cap.
+
+Stage seven. The roofline lives here once (`kernel_time`): a smooth max of
+compute and memory time plus fixed overheads. Compute time uses the engine's
+peak at the plan dtype and the profile's size-dependent efficiency; memory time
+uses DRAM (with its size-dependent efficiency) and L2. Power follows PRIMER s7:
+idle power plus energy per FLOP and per byte, capped at the TDP by stretching
+the kernel (the clock drops).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mapper.hardware.profile import HardwareProfile
+from mapper.cost.collectives import collective_time
+from mapper.core.result import Kernel, TilePlan
+from mapper.plan.tiling import plan_attention, plan_matrix, plan_vector, smooth_max
+
+HOST_TRANSFER_FRACTION = 1.0   # a host fallback moves its inputs and outputs over the host link once each way
+
+
+@dataclass(frozen=True, slots=True)
+class Cost:
+    tiling: TilePlan
+    time_s: float
+    compute_time_s: float
+    memory_time_s: float
+    overhead_s: float
+    sync_s: float
+    dram_bytes: float
+    l2_bytes: float
+    energy_j: float
+    avg_power_w: float
+    throttled: bool
+    engine: str
+    interconnect_s: float = 0.0
+
+
+def kernel_time(compute_s: float, memory_s: float, overhead_s: float, sync_s: float) -> float:
+    """The one roofline: imperfect overlap of compute and memory, then fixed costs."""
+    return float(smooth_max(compute_s, memory_s)) + overhead_s + sync_s
+
+
+def _energy_per_flop(hw: HardwareProfile, dtype: str) -> float:
+    table = hw.energy_per_flop_j
+    return table.get(dtype) or table.get("bf16") or table.get("fp32") or next(iter(table.values()))
+
+
+def _vector_cost(kernel: Kernel, tiling: TilePlan, hw: HardwareProfile, dtype: str, act_bytes: float):
+    vector_s = kernel.flops / (hw.vector_peak(dtype) * hw.vector_efficiency.at(kernel.dram_bytes))
+    sfu_s = kernel.sfu_ops / hw.sfu_peak_ops_per_s
+    dram = kernel.dram_bytes * tiling.passes if tiling.passes > 1 else kernel.dram_bytes
+    memory_s = dram / (hw.dram_bandwidth_bytes_per_s * hw.dram_efficiency.at(dram))
+    engine = "sfu" if sfu_s > vector_s else "vector"
+    return max(vector_s, sfu_s), memory_s, dram, dram, engine
+
+
+def estimate_cost(kernel: Kernel, hw: HardwareProfile, dtype: str, act_bytes: float, weight_bytes_per: float,
+                  power_cap_w: float | None = None) -> Cost:
+    engine = kernel.engine
+    sync_s = 0.0
+    overhead_s = hw.kernel_launch_s
+    if engine == "interconnect":
+        wire = collective_time(kernel.collective, kernel.devices, kernel.dram_bytes, hw.interconnect)
+        time_s = wire.time_s + overhead_s
+        energy_j = hw.energy_per_dram_byte_j * wire.wire_bytes + hw.idle_w * time_s
+        return Cost(TilePlan("interconnect", None), time_s, 0.0, 0.0, overhead_s, 0.0, 0.0, 0.0, energy_j,
+                    energy_j / time_s if time_s else 0.0, False, engine, wire.time_s)
+    if engine == "host":
+        tiling = TilePlan("host", None)
+        link = max(hw.interconnect.link_bandwidth_bytes_per_s, 1.0)
+        compute_s, memory_s = hw.host_op_s, HOST_TRANSFER_FRACTION * kernel.dram_bytes / link
+        dram = l2 = kernel.dram_bytes
+    elif engine == "matrix" and kernel.rule == "flash-attention":
+        tiling = plan_attention(kernel, hw, hw.matrix_peak(dtype), hw.vector_peak(dtype), act_bytes)
+        compute_s, memory_s, dram, l2 = _split(tiling)
+    elif engine == "matrix":
+        tiling = plan_matrix(kernel, hw, hw.matrix_peak(dtype), act_bytes, weight_bytes_per)
+        compute_s, memory_s, dram, l2 = _split(tiling)
+        if tiling.chosen.split_k > 1:
+            sync_s = hw.grid_sync_s
+    else:
+        tiling = plan_vector(kernel, hw, act_bytes)
+        compute_s, memory_s, dram, l2, engine = _vector_cost(kernel, tiling, hw, dtype, act_bytes)
+        sync_s = tiling.grid_syncs * hw.grid_sync_s
+    scale = max((hw.op_time_scale.get(op, 1.0) for op in kernel.op_types), default=1.0)
+    if scale != 1.0:  # the device's software runs this op slower (or faster) than the model's roofline says
+        compute_s, memory_s = compute_s * scale, memory_s * scale
+    time_s = kernel_time(compute_s, memory_s, overhead_s, sync_s)
+    dynamic_j = _energy_per_flop(hw, dtype) * kernel.flops + hw.energy_per_dram_byte_j * dram + \
+        hw.energy_per_l2_byte_j * max(l2 - dram, 0.0)
+    cap = power_cap_w if power_cap_w is not None else hw.tdp_w
+    throttled = False
+    headroom = max(cap - hw.idle_w, 1e-3)
+    if dynamic_j / time_s > headroom:  # over the cap: the clock drops until the power fits (compute stretches)
+        time_s = dynamic_j / headroom
+        throttled = True
+    energy_j = dynamic_j + hw.idle_w * time_s
+    return Cost(tiling, time_s, compute_s, memory_s, overhead_s, sync_s, dram, l2, energy_j, energy_j / time_s,
+                throttled, engine)
+
+
+def _split(tiling: TilePlan) -> tuple[float, float, float, float]:
+    """Compute and memory time of the chosen tile, recovered from its time and traffic."""
+    c = tiling.chosen
+    return c.compute_s, c.memory_s, c.dram_bytes, c.l2_bytes

@@ -1,0 +1,1 @@
+"""Around the pipeline: sweeps and their executors, plan comparisons, power curves."""

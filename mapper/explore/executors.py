@@ -1,0 +1,104 @@
+"""Where a sweep's tasks run: in this process, a local process pool, or a Dask cluster.
+
+Each executor runs one plain function over a list of picklable tasks and yields (index, result)
+as tasks finish, in whatever order; callers sort by a stable key, so the table never depends on
+which executor ran it. Dask is imported only when asked for (it is an optional dependency).
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+
+from mapper.core.errors import MapperError
+
+KINDS = ("inprocess", "processes", "dask")
+DASK_HINT = "install it with `pip install 'dask[distributed]'`"
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorSpec:
+    """What the user asked for: `kind`, how many local workers, or a scheduler address."""
+
+    kind: str = "inprocess"          # inprocess | processes | dask
+    workers: int | None = None       # processes / dask LocalCluster: worker count (None: CPU count)
+    scheduler: str | None = None     # dask: tcp://HOST:PORT of a running scheduler (else a LocalCluster)
+    dask_processes: bool = True      # dask LocalCluster: worker processes (False: threads in this process)
+
+    def describe(self) -> str:
+        if self.kind == "dask":
+            return f"dask scheduler {self.scheduler}" if self.scheduler else \
+                f"dask LocalCluster, {self.workers or default_workers()} workers x 1 thread"
+        if self.kind == "processes":
+            return f"process pool, {self.workers or default_workers()} workers"
+        return "in-process"
+
+
+def default_workers() -> int:
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+def executor_spec(kind: str | None = None, workers: int | None = None, scheduler: str | None = None,
+                  dask_processes: bool = True) -> ExecutorSpec:
+    """Validate once. A scheduler address or a worker count without a kind means Dask."""
+    if kind is None:
+        kind = "dask" if scheduler or workers else "inprocess"
+    if kind not in KINDS:
+        raise MapperError(f"executor {kind!r} is not one of {', '.join(KINDS)}")
+    if workers is not None and not (isinstance(workers, int) and 1 <= workers <= 4096):
+        raise MapperError(f"workers {workers!r} must be an integer from 1 to 4096")
+    if scheduler is not None and kind != "dask":
+        raise MapperError("a scheduler address needs the dask executor (--executor dask)")
+    if scheduler is not None and "://" not in scheduler:
+        raise MapperError(f"scheduler {scheduler!r} must look like tcp://HOST:PORT")
+    return ExecutorSpec(kind, workers, scheduler, dask_processes)
+
+
+def run_tasks(fn: Callable, tasks: Sequence, spec: ExecutorSpec = ExecutorSpec()) -> Iterator[tuple[int, object]]:
+    """Yield (task index, fn(task)) as each task finishes. An exception in a task propagates."""
+    if not tasks:
+        return
+    if spec.kind == "inprocess":
+        for i, task in enumerate(tasks):
+            yield i, fn(task)
+    elif spec.kind == "processes":
+        yield from _run_pool(fn, tasks, spec.workers or default_workers())
+    else:
+        yield from _run_dask(fn, tasks, spec)
+
+
+def _run_pool(fn: Callable, tasks: Sequence, workers: int) -> Iterator[tuple[int, object]]:
+    with ProcessPoolExecutor(max_workers=min(workers, len(tasks))) as pool:
+        futures = {pool.submit(fn, task): i for i, task in enumerate(tasks)}
+        for future in as_completed(futures):
+            yield futures[future], future.result()
+
+
+def _run_dask(fn: Callable, tasks: Sequence, spec: ExecutorSpec) -> Iterator[tuple[int, object]]:
+    try:
+        from distributed import Client, LocalCluster
+        from distributed import as_completed as dask_completed
+    except ImportError as exc:
+        raise MapperError(f"the dask executor needs dask.distributed; {DASK_HINT}") from exc
+    cluster = None
+    try:
+        if spec.scheduler:
+            client = Client(spec.scheduler, timeout="10s")
+        else:
+            cluster = LocalCluster(n_workers=spec.workers or default_workers(), threads_per_worker=1,
+                                   processes=spec.dask_processes, dashboard_address=":0")  # any free port
+            client = Client(cluster)
+    except OSError as exc:
+        raise MapperError(f"cannot reach the Dask scheduler {spec.scheduler}: {exc}") from exc
+    try:
+        # pure=False: every task is distinct work; the key carries its index so results map back
+        futures = [client.submit(fn, task, key=f"mapper-task-{i}-{id(tasks)}", pure=False)
+                   for i, task in enumerate(tasks)]
+        index = {f.key: i for i, f in enumerate(futures)}
+        for future in dask_completed(futures):
+            yield index[future.key], future.result()
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()

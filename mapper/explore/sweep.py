@@ -1,0 +1,317 @@
+"""Sweeps: map every (model, profile, batch, seq, dtype, fusion) slice and keep one row of totals each.
+
+A client of the pipeline (import -> analyze -> map_workload), not a stage of it. Each model is parsed
+once per task and each (batch, seq) shape is built and analyzed once, then mapped for every profile,
+dtype and fusion policy; tasks are chunks of shapes, run by mapper.explore.executors (in-process, process
+pool or Dask) and sorted by slice id, so the table is the same whichever executor ran it.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import pandas as pd
+
+from mapper.core import limits
+from mapper.model.bindings import resolve_bindings
+from mapper.core.errors import MapperError
+from mapper.explore.executors import ExecutorSpec, run_tasks
+from mapper.hardware.profile import HardwareProfile, load_hardware
+from mapper.handle import BUILTIN_DEFAULT_DIMS, ModelHandle, open_model
+from mapper.pipeline import map_workload, validate_options
+from mapper.core.result import MappingResult, PlanOptions
+from mapper.report.tables import csv_bytes, write_bytes, xlsx_bytes
+from mapper.core.version import __version__
+from mapper.work.workload import Workload
+
+DEFAULT_CHUNK_SLICES = 64          # slices per task: big enough that a task reuses its parse, small for balance
+MAX_SLICES = limits.MAX_SLICES
+NO_SEQ_NOTE = "model has no sequence dim: --seq values ignored (one slice per batch)"
+PLAN_KEYS = ("fusion", "plan_dtype", "tile")   # what a best plan flips on
+Progress = Callable[[int, int], None]         # (slices done, slices in all)
+
+
+@dataclass(frozen=True, slots=True)
+class SweepSpec:
+    """The grid: every combination of these is one slice (per model, seq only where it has one)."""
+
+    models: tuple[str | bytes, ...]                  # built-in names, paths, or uploaded bytes
+    hardware: tuple[str | HardwareProfile, ...]      # profile names/files, or profiles already loaded
+    batches: tuple[int, ...] = (1,)
+    seqs: tuple[int, ...] = (128,)
+    dtypes: tuple[str, ...] = ("auto",)
+    fusions: tuple[str, ...] = ("default",)
+    chunk_slices: int = DEFAULT_CHUNK_SLICES
+    # the model's other dims, held for every slice: a KV-cache length, a merged decoder's
+    # use_cache_branch ((name, value) pairs; each model takes those it has, built-ins default the rest)
+    dims: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSource:
+    """A swept model: its handle (which ships to a worker as a built-in's name or a file's bytes, and is
+    parsed there once), whether it has a seq dim, and the dims held for every slice."""
+
+    model: ModelHandle = field(repr=False)
+    has_seq: bool
+    fixed_dims: tuple[tuple[str, int], ...] = ()   # dims other than batch and seq (built-ins: their defaults)
+
+    @property
+    def name(self) -> str:
+        return self.model.name
+
+    @property
+    def sha256(self) -> str:
+        return self.model.sha256
+
+
+@dataclass(frozen=True, slots=True)
+class SweepTask:
+    """One unit of work: a model, every profile, a chunk of shapes, every option pair."""
+
+    model: ModelSource
+    hardware: tuple[HardwareProfile, ...]
+    shapes: tuple[tuple[int, int | None, int], ...]         # (batch, seq or None, first slice id)
+    options: tuple[tuple[str, str], ...]                     # (dtype, fusion)
+
+
+@dataclass(frozen=True, slots=True)
+class SweepResult:
+    table: pd.DataFrame        # one row per slice, sorted by slice_id
+    best: pd.DataFrame         # the fastest plan per (model, hardware, batch, seq)
+    flips: pd.DataFrame        # where the best plan changes as batch or seq grows
+    provenance: dict
+
+
+# ---- models: parse once, build each shape once ---------------------------------------------------
+
+def model_source(model: str | bytes | ModelHandle, dims: tuple[tuple[str, int], ...] = ()) -> ModelSource:
+    """A built-in name, a path, uploaded bytes or a handle -> what a task needs; decides once whether it
+    has a seq dim. `dims` holds the model's dims other than batch and seq (those it lacks are ignored)."""
+    handle, held = open_model(model), dict(dims)
+    if handle.builtin:
+        fixed = tuple((k, held.get(k, BUILTIN_DEFAULT_DIMS[k])) for k in handle.roles if k not in ("batch", "seq"))
+    else:  # batch and seq are swept; the model's other dims are held
+        fixed = tuple((k, v) for k, v in held.items() if k in handle.roles and handle.roles[k] not in ("batch", "seq"))
+    try:
+        resolve_bindings(handle.proto, dict(fixed), 1, 1)
+        has_seq = True
+    except MapperError as exc:
+        if "no free seq dim" not in str(exc):
+            raise
+        has_seq = False
+    return ModelSource(handle, has_seq, fixed)
+
+
+class ModelShapes:
+    """A swept model and its workload per (batch, seq), each built once (the sweep's per-call cache)."""
+
+    def __init__(self, model: ModelSource):
+        self.model = model
+        self._workloads: dict[tuple[int, int | None], Workload] = {}
+
+    def workload(self, batch: int, seq: int | None) -> Workload:
+        key = (batch, seq)
+        if key not in self._workloads:
+            self._workloads[key] = self.model.model.bind(dict(self.model.fixed_dims) or None, batch=batch,
+                                                         seq=seq if self.model.has_seq else None)
+        return self._workloads[key]
+
+
+# ---- one slice -> one row --------------------------------------------------------------------------
+
+def slice_row(result: MappingResult) -> dict:
+    """The totals of one mapping, its dominant class and the plan that was chosen."""
+    t = result.totals
+    by_class: dict[str, float] = {}
+    for k in result.kernels:
+        by_class[k.bottleneck] = by_class.get(k.bottleneck, 0.0) + k.time_s
+    dominant = max(sorted(by_class), key=by_class.__getitem__) if by_class else ""
+    tiled = [k for k in result.kernels if k.tiling.chosen is not None and k.kernel.matrix_flops > 0]
+    largest = max(tiled, key=lambda k: k.kernel.matrix_flops, default=None)
+    tile = largest.tiling.chosen if largest else None
+    return {
+        "status": "ok", "error": "", "plan_dtype": t.dtype,
+        "latency_s": t.latency_s, "throughput_per_s": t.throughput_per_s, "mfu": t.mfu,
+        "memory_stall_fraction": t.memory_stall_fraction, "perf_per_watt": t.perf_per_watt,
+        "energy_per_inference_j": t.energy_per_inference_j, "avg_power_w": t.avg_power_w,
+        "flops": t.flops, "weight_bytes": t.weight_bytes, "dram_bytes": t.dram_bytes,
+        "dominant_bottleneck": dominant,
+        "dominant_share": by_class[dominant] / t.latency_s if dominant and t.latency_s else 0.0,
+        "kernel_count": len(result.kernels),
+        "largest_matrix_kernel": largest.kernel.name if largest else "",
+        "tile": f"{tile.tile_m}x{tile.tile_n}x{tile.tile_k}" if tile else "",
+        "tile_split_k": tile.split_k if tile else 0, "tile_stages": tile.stages if tile else 0,
+        "unmodeled_nodes": len(result.unmodeled),
+    }
+
+
+ERROR_ROW = {"status": "error", "plan_dtype": "", "latency_s": math.nan, "throughput_per_s": math.nan,
+             "mfu": math.nan, "memory_stall_fraction": math.nan, "perf_per_watt": math.nan,
+             "energy_per_inference_j": math.nan, "avg_power_w": math.nan, "flops": math.nan,
+             "weight_bytes": math.nan, "dram_bytes": math.nan, "dominant_bottleneck": "", "dominant_share": math.nan,
+             "kernel_count": 0, "largest_matrix_kernel": "", "tile": "", "tile_split_k": 0, "tile_stages": 0,
+             "unmodeled_nodes": 0}
+
+
+def run_task(task: SweepTask) -> list[dict]:
+    """Map every slice of one task (runs on a worker; the parse and each shape are reused)."""
+    shapes = ModelShapes(task.model)
+    rows = []
+    for batch, seq, first_id in task.shapes:
+        try:
+            workload, shape_error = shapes.workload(batch, seq), ""
+        except MapperError as exc:
+            workload, shape_error = None, str(exc)
+        slice_id = first_id
+        for hw in task.hardware:
+            for dtype, fusion in task.options:
+                row = {"slice_id": slice_id, "model": task.model.name, "model_sha256": task.model.sha256,
+                       "hardware": hw.name, "hardware_sha256": hw.sha256, "batch": batch, "seq": seq,
+                       "dtype": dtype, "fusion": fusion, "note": "" if task.model.has_seq else NO_SEQ_NOTE}
+                slice_id += 1
+                if workload is None:
+                    rows.append(row | ERROR_ROW | {"error": shape_error})
+                    continue
+                try:
+                    rows.append(row | slice_row(map_workload(workload, hw, PlanOptions(dtype=dtype, fusion=fusion))))
+                except MapperError as exc:   # e.g. a dtype this profile lacks: the slice says why, the sweep goes on
+                    rows.append(row | ERROR_ROW | {"error": str(exc)})
+    return rows
+
+
+# ---- the grid -> tasks -> table ----------------------------------------------------------------------
+
+def plan_tasks(spec: SweepSpec) -> tuple[list[SweepTask], int]:
+    """Tasks of whole shapes (about chunk_slices slices each) and the slice count."""
+    if not spec.models or not spec.hardware:
+        raise MapperError("a sweep needs at least one model and one hardware profile")
+    for name, values in (("batch", spec.batches), ("seq", spec.seqs)):
+        if not values or any(not isinstance(v, int) or v < 1 for v in values):
+            raise MapperError(f"--{name} values must be positive integers, e.g. --{name} 1,8,64")
+    if not spec.dtypes or not spec.fusions:
+        raise MapperError("a sweep needs at least one dtype and one fusion policy")
+    for dtype, fusion in itertools.zip_longest(spec.dtypes, spec.fusions, fillvalue=None):
+        validate_options(PlanOptions(dtype=dtype or "auto", fusion=fusion or "default"))
+    batches, seqs = sorted(set(spec.batches)), sorted(set(spec.seqs))
+    options = tuple(itertools.product(dict.fromkeys(spec.dtypes), dict.fromkeys(spec.fusions)))
+    per_shape = len(dict.fromkeys(spec.hardware)) * len(options)
+    # the product of the axes first (a model without a seq dim takes one seq): nothing is built or loaded
+    # for a grid over the limit (a 20k x 20k grid was built before it was counted)
+    check_slices(len(dict.fromkeys(spec.models)) * len(batches) * per_shape)
+    hardware = tuple(h if isinstance(h, HardwareProfile) else load_hardware(h) for h in dict.fromkeys(spec.hardware))
+    sources = [model_source(model, dims=spec.dims) for model in dict.fromkeys(spec.models)]
+    check_slices(sum(len(batches) * (len(seqs) if s.has_seq else 1) for s in sources) * per_shape)
+    chunk = max(1, spec.chunk_slices // per_shape)
+    tasks, next_id = [], 0
+    for source in sources:
+        shapes = [(b, s) for b in batches for s in (seqs if source.has_seq else [None])]
+        for start in range(0, len(shapes), chunk):
+            part = tuple((b, s, next_id + (start + i) * per_shape) for i, (b, s) in enumerate(shapes[start:start + chunk]))
+            tasks.append(SweepTask(source, hardware, part, options))
+        next_id += len(shapes) * per_shape
+    return tasks, next_id
+
+
+def check_slices(count: int, limit: str = "MAX_SLICES", what: str = "sweep") -> None:
+    if count > getattr(limits, limit):
+        raise MapperError(f"the {what} has {count:,} slices, over {limits.limit_text(limit)}; narrow the grid")
+
+
+def run_sweep(spec: SweepSpec, executor: ExecutorSpec = ExecutorSpec(), progress: Progress | None = None) -> SweepResult:
+    """Map every slice of the grid; the table is sorted by slice id (identical on every executor)."""
+    tasks, total = plan_tasks(spec)
+    started = datetime.now(UTC)
+    rows, done = [], 0
+    if progress:
+        progress(0, total)
+    for _, task_rows in run_tasks(run_task, tasks, executor):
+        rows.extend(task_rows)
+        done += len(task_rows)
+        if progress:
+            progress(done, total)
+    table = pd.DataFrame(rows).sort_values("slice_id", kind="stable").reset_index(drop=True)
+    table["seq"] = table["seq"].astype("Int64")
+    best = best_plans(table)
+    provenance = {"engine_version": __version__, "executor": executor.describe(), "slices": total,
+                  "tasks": len(tasks), "created_utc": started.isoformat(timespec="seconds"),
+                  "grid": {"models": list(dict.fromkeys(t.model.name for t in tasks)),
+                           "hardware": [h.name for h in tasks[0].hardware], "batches": list(spec.batches),
+                           "seqs": list(spec.seqs), "dtypes": list(spec.dtypes), "fusions": list(spec.fusions)},
+                  "models": {t.model.name: t.model.sha256 for t in tasks},
+                  "hardware": {h.name: h.sha256 for h in tasks[0].hardware}}
+    return SweepResult(table, best, plan_flips(best), provenance)
+
+
+# ---- best plans and where they flip ------------------------------------------------------------------
+
+SLICE_KEYS = ["model", "hardware", "batch", "seq"]
+
+
+def best_plans(table: pd.DataFrame) -> pd.DataFrame:
+    """The lowest-latency plan per (model, hardware, batch, seq); ties go to the lower slice id."""
+    ok = table[table["status"] == "ok"]
+    if ok.empty:
+        return ok.copy()
+    order = ok.sort_values(["latency_s", "slice_id"], kind="stable")
+    best = order.drop_duplicates(SLICE_KEYS, keep="first")
+    return best.sort_values("slice_id", kind="stable").reset_index(drop=True)
+
+
+def plan_flips(best: pd.DataFrame) -> pd.DataFrame:
+    """Each step along batch (at a fixed seq) or seq (at a fixed batch) where the best plan changes."""
+    flips = []
+    if best.empty:
+        return pd.DataFrame(columns=["model", "hardware", "axis", "at", "from", "to", "changed", "from_plan", "to_plan"])
+    for (model, hw), group in best.groupby(["model", "hardware"], sort=False):
+        for axis, fixed in (("batch", "seq"), ("seq", "batch")):
+            for at, line in group.groupby(fixed, sort=True, dropna=False):
+                line = line.sort_values(axis)
+                previous = None
+                for row in line.itertuples(index=False):
+                    plan = {k: getattr(row, k) for k in PLAN_KEYS}
+                    if previous is not None and plan != previous[1]:
+                        changed = [k for k in PLAN_KEYS if plan[k] != previous[1][k]]
+                        flips.append({"model": model, "hardware": hw, "axis": axis,
+                                      "at": f"{fixed}={'-' if pd.isna(at) else int(at)}",
+                                      "from": int(previous[0]), "to": int(getattr(row, axis)),
+                                      "changed": ",".join(changed), "from_plan": plan_text(previous[1]),
+                                      "to_plan": plan_text(plan)})
+                    previous = (getattr(row, axis), plan)
+    return pd.DataFrame(flips, columns=["model", "hardware", "axis", "at", "from", "to", "changed", "from_plan",
+                                        "to_plan"])
+
+
+def plan_text(plan: dict) -> str:
+    return f"fusion {plan['fusion']}, {plan['plan_dtype']}, tile {plan['tile'] or '-'}"
+
+
+def write_table(result: SweepResult, path: str) -> str:
+    """Write the slice table as .parquet (provenance in the file's metadata), .csv or .xlsx; the text
+    ones through mapper.report.tables, so a model or file name cannot become a formula."""
+    table = result.table.copy()
+    if path.endswith(".parquet"):
+        table.attrs = {"provenance": result.provenance}
+        table.to_parquet(path, index=False)
+    elif path.endswith((".csv", ".xlsx")):
+        data = csv_bytes(table) if path.endswith(".csv") else xlsx_bytes({"Slices": table})
+        write_bytes(path, data, "the sweep table")
+    else:
+        raise MapperError(f"--out {path!r}: give a .parquet, .csv or .xlsx file name")
+    return path
+
+
+def parse_int_list(text: str | Sequence[int], what: str) -> tuple[int, ...]:
+    """"1,8,64" -> (1, 8, 64), with a message a person can act on."""
+    if not isinstance(text, str):
+        return tuple(int(v) for v in text)
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise MapperError(f"--{what} {text!r} must be a comma-separated list of integers, e.g. 1,8,64") from None
+    if not values or any(v < 1 for v in values):
+        raise MapperError(f"--{what} {text!r} must list positive integers, e.g. 1,8,64")
+    return values

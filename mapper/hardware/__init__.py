@@ -1,0 +1,1 @@
+"""Hardware profiles: the schema (units in key names, a source for every number) and loading."""

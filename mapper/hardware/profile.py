@@ -1,0 +1,344 @@
+"""Hardware profiles: load a device description (built-in or the user's file) into a frozen HardwareProfile.
+
+The first input of the pipeline beside the graph. Profiles are TOML files in data/hardware/ with units
+in key names and a source for every number; `hardware_schema` validates them once, here they become
+SI-unit dataclasses that tiling, cost and power read. Nothing downstream re-parses a profile.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import os
+import tomllib
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mapper.core import limits
+from mapper.core.errors import MapperError
+from mapper.hardware.schema import DTYPES, validate_profile_dict
+
+__all__ = ["EfficiencyCurve", "Interconnect", "HardwareProfile", "list_hardware", "load_hardware", "hardware_dir"]
+
+MAX_PROFILE_BYTES = limits.MAX_PROFILE_BYTES  # the one value lives in mapper/core/limits.py
+_SUFFIXES = (".toml", ".json", ".yaml", ".yml")
+
+# ONNX element-type names (mapper.core.graph.DTYPE_BYTES keys) and common spellings -> profile dtype keys.
+DTYPE_ALIASES: dict[str, str] = {
+    "float": "fp32", "float32": "fp32", "single": "fp32", "tensorfloat32": "tf32",
+    "float16": "fp16", "half": "fp16", "bfloat16": "bf16",
+    "float8": "fp8", "float8e4m3fn": "fp8", "float8e4m3fnuz": "fp8", "float8e5m2": "fp8", "float8e5m2fnuz": "fp8",
+    "e4m3": "fp8", "e5m2": "fp8", "uint8": "int8", "uint4": "int4",
+}
+
+
+def canonical_dtype(dtype: str) -> str:
+    """'bfloat16' -> 'bf16'; profile keys pass through unchanged."""
+    key = str(dtype).strip().lower()
+    return DTYPE_ALIASES.get(key, key)
+
+
+@dataclass(frozen=True, slots=True)
+class EfficiencyCurve:
+    """Achieved fraction of a peak vs a size (FLOPs or bytes): linear in efficiency vs log10(x), clamped at the ends."""
+
+    points: tuple[tuple[float, float], ...]  # ascending x, efficiency in (0, 1]
+
+    def at(self, x: float) -> float:
+        """One size: the same interpolation as at_array, without numpy's per-call overhead."""
+        lx = math.log10(max(float(x), 1e-300))
+        points = self.points
+        if lx <= math.log10(points[0][0]):
+            return float(points[0][1])
+        for (x0, e0), (x1, e1) in itertools.pairwise(points):
+            l1 = math.log10(x1)
+            if lx <= l1:
+                l0 = math.log10(x0)
+                return float(e0 + (e1 - e0) * (lx - l0) / (l1 - l0))
+        return float(points[-1][1])
+
+    def at_array(self, x: np.ndarray) -> np.ndarray:
+        xs = np.log10(np.asarray([p[0] for p in self.points], dtype=float))
+        effs = np.asarray([p[1] for p in self.points], dtype=float)
+        # Sizes of 0 (empty kernels) clamp to the smallest point instead of log10(0) = -inf.
+        safe = np.maximum(np.asarray(x, dtype=float), np.finfo(float).tiny)
+        return np.interp(np.log10(safe), xs, effs)
+
+
+@dataclass(frozen=True, slots=True)
+class Interconnect:
+    link_bandwidth_bytes_per_s: float  # per device, per direction
+    latency_s: float
+    topology: str  # nvswitch | ring | torus2d | pcie | mesh | none
+    max_devices: int
+
+
+@dataclass(frozen=True, slots=True)
+class HardwareProfile:
+    name: str
+    display_name: str
+    kind: str
+    vendor: str
+    compute_units: int
+    clock_hz: float
+    matrix_peak_flops_per_s: dict[str, float]
+    vector_peak_flops_per_s: dict[str, float]
+    sfu_peak_ops_per_s: float
+    matrix_instruction_mnk: tuple[int, int, int]
+    sram_per_unit_bytes: int
+    l2_bytes: int
+    l2_bandwidth_bytes_per_s: float
+    dram_bytes: int
+    dram_bandwidth_bytes_per_s: float
+    kernel_launch_s: float
+    grid_sync_s: float
+    host_op_s: float
+    tdp_w: float
+    idle_w: float
+    energy_per_flop_j: dict[str, float]
+    energy_per_dram_byte_j: float
+    energy_per_l2_byte_j: float
+    interconnect: Interconnect
+    matrix_efficiency: EfficiencyCurve
+    vector_efficiency: EfficiencyCurve
+    dram_efficiency: EfficiencyCurve
+    op_time_scale: dict[str, float]   # op type -> time multiplier on its kernels' work (fitted by calibrate)
+    preferred_conv_layout: str
+    jitter_cv: float
+    jitter_dist: str
+    sources: dict[str, str]
+    sha256: str
+
+    def __hash__(self) -> int:  # dict fields are unhashable; the content hash identifies a profile
+        return hash((self.name, self.sha256))
+
+    def has_matrix_peak(self, dtype: str) -> bool:
+        """Whether `matrix_peak(dtype)` has a figure (fp32 always does: the vector units')."""
+        key = canonical_dtype(dtype)
+        return key == "fp32" or key in self.matrix_peak_flops_per_s
+
+    def matrix_peak(self, dtype: str) -> float:
+        """Dense matrix-engine peak in FLOP/s. fp32 without a matrix entry runs on the vector units (vector fp32 peak)."""
+        key = canonical_dtype(dtype)
+        if key in self.matrix_peak_flops_per_s:
+            return self.matrix_peak_flops_per_s[key]
+        if key == "fp32":
+            return self.vector_peak_flops_per_s["fp32"]
+        raise MapperError(
+            f"hardware {self.name}: no matrix peak for dtype {dtype!r}; it supports "
+            f"{', '.join(sorted(self.matrix_peak_flops_per_s, key=DTYPES.index))}; choose one of those or another device")
+
+    def vector_peak(self, dtype: str) -> float:
+        """Vector (SIMD) peak in FLOP/s; a dtype without its own figure uses the fp32 figure (conservative)."""
+        return self.vector_peak_flops_per_s.get(canonical_dtype(dtype), self.vector_peak_flops_per_s["fp32"])
+
+    def ridge_point(self, dtype: str) -> float:
+        """FLOP per DRAM byte at which the matrix engine and DRAM take equal time (roofline ridge)."""
+        return self.matrix_peak(dtype) / self.dram_bandwidth_bytes_per_s
+
+    def to_dict(self) -> dict[str, Any]:
+        """The TOML-shaped nested dict (values + sources) that load_hardware accepts back."""
+        return _to_dict(self)
+
+
+# ---- the one table between TOML keys and dataclass fields --------------------------------------
+# (dotted TOML key, dataclass attribute, python type). Used both to build and to write back.
+_STRINGS = (("meta.name", "name"), ("meta.display_name", "display_name"), ("meta.kind", "kind"),
+            ("meta.vendor", "vendor"), ("interconnect.topology", "interconnect.topology"),
+            ("layout.preferred_conv_layout", "preferred_conv_layout"), ("serving.jitter_dist", "jitter_dist"))
+_NUMBERS = (
+    ("compute.compute_units", "compute_units", int), ("compute.clock_hz", "clock_hz", float),
+    ("compute.matrix_instruction_m", "matrix_instruction_mnk.0", int),
+    ("compute.matrix_instruction_n", "matrix_instruction_mnk.1", int),
+    ("compute.matrix_instruction_k", "matrix_instruction_mnk.2", int),
+    ("compute.sfu_peak_ops_per_s", "sfu_peak_ops_per_s", float),
+    ("memory.sram_per_unit_bytes", "sram_per_unit_bytes", int), ("memory.l2_bytes", "l2_bytes", int),
+    ("memory.l2_bandwidth_bytes_per_s", "l2_bandwidth_bytes_per_s", float),
+    ("memory.dram_bytes", "dram_bytes", int), ("memory.dram_bandwidth_bytes_per_s", "dram_bandwidth_bytes_per_s", float),
+    ("overhead.kernel_launch_s", "kernel_launch_s", float), ("overhead.grid_sync_s", "grid_sync_s", float),
+    ("overhead.host_op_s", "host_op_s", float),
+    ("power.tdp_w", "tdp_w", float), ("power.idle_w", "idle_w", float),
+    ("power.energy_per_dram_byte_j", "energy_per_dram_byte_j", float),
+    ("power.energy_per_l2_byte_j", "energy_per_l2_byte_j", float),
+    ("interconnect.link_bandwidth_bytes_per_s", "interconnect.link_bandwidth_bytes_per_s", float),
+    ("interconnect.latency_s", "interconnect.latency_s", float),
+    ("interconnect.max_devices", "interconnect.max_devices", int),
+    ("serving.jitter_cv", "jitter_cv", float),
+)
+_PER_DTYPE = (("compute.matrix_peak_flops_per_s", "matrix_peak_flops_per_s"),
+              ("compute.vector_peak_flops_per_s", "vector_peak_flops_per_s"),
+              ("power.energy_per_flop_j", "energy_per_flop_j"))
+_CURVES = (("efficiency.matrix_by_flops", "matrix_efficiency"), ("efficiency.vector_by_bytes", "vector_efficiency"),
+           ("efficiency.dram_by_bytes", "dram_efficiency"))
+
+
+def _get(tree: dict[str, Any], dotted: str) -> Any:
+    for part in dotted.split("."):
+        tree = tree[part]
+    return tree
+
+
+def _put(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    for part in parents:
+        tree = tree.setdefault(part, {})
+    tree[leaf] = value
+
+
+def _attr(profile: HardwareProfile, dotted: str) -> Any:
+    value: Any = profile
+    for part in dotted.split("."):
+        value = value[int(part)] if part.isdigit() else getattr(value, part)
+    return value
+
+
+def _build(tree: dict[str, Any]) -> HardwareProfile:
+    """Validated TOML-shaped dict -> HardwareProfile (SI units, converted once)."""
+    fields: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for key, attr in _STRINGS:
+        fields[attr] = _get(tree, key)
+    for key, attr, kind in _NUMBERS:
+        entry = _get(tree, key)
+        fields[attr] = kind(entry["value"])
+        sources[key] = entry["source"]
+    for key, attr in _PER_DTYPE:
+        table = {dtype: _get(tree, key)[dtype] for dtype in DTYPES if dtype in _get(tree, key)}
+        fields[attr] = {dtype: float(entry["value"]) for dtype, entry in table.items()}
+        sources.update({f"{key}.{dtype}": entry["source"] for dtype, entry in table.items()})
+    for key, attr in _CURVES:
+        entry = _get(tree, key)
+        fields[attr] = EfficiencyCurve(tuple((float(x), float(e)) for x, e in entry["value"]))
+        sources[key] = entry["source"]
+    scales = _get(tree, "efficiency").get("op_time_scale", {})
+    fields["op_time_scale"] = {op: float(entry["value"]) for op, entry in scales.items()}
+    sources.update({f"efficiency.op_time_scale.{op}": entry["source"] for op, entry in scales.items()})
+    fields["matrix_instruction_mnk"] = tuple(fields.pop(f"matrix_instruction_mnk.{i}") for i in range(3))
+    fields["interconnect"] = Interconnect(**{name: fields.pop(f"interconnect.{name}") for name in
+                                             ("link_bandwidth_bytes_per_s", "latency_s", "topology", "max_devices")})
+    draft = HardwareProfile(**fields, sources=sources, sha256="")
+    digest = hashlib.sha256(json.dumps(_to_dict(draft), sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return HardwareProfile(**{**fields, "sources": sources, "sha256": digest})
+
+
+def _to_dict(profile: HardwareProfile) -> dict[str, Any]:
+    tree: dict[str, Any] = {}
+    for key, attr in _STRINGS:
+        _put(tree, key, _attr(profile, attr))
+    for key, attr, _kind in _NUMBERS:
+        _put(tree, key, {"value": _attr(profile, attr), "source": profile.sources[key]})
+    for key, attr in _PER_DTYPE:
+        _put(tree, key, {dtype: {"value": value, "source": profile.sources[f"{key}.{dtype}"]}
+                         for dtype, value in getattr(profile, attr).items()})
+    for key, attr in _CURVES:
+        points = [[x, e] for x, e in getattr(profile, attr).points]
+        _put(tree, key, {"value": points, "source": profile.sources[key]})
+    if profile.op_time_scale:  # optional: absent from a profile until calibration finds an op that needs it
+        _put(tree, "efficiency.op_time_scale", {op: {"value": value, "source": profile.sources[f"efficiency.op_time_scale.{op}"]}
+                                                 for op, value in profile.op_time_scale.items()})
+    return tree
+
+
+# ---- finding and reading profiles ---------------------------------------------------------------
+
+def hardware_dir() -> Path:
+    """data/hardware beside the mapper package (repository layout; an editable install keeps it)."""
+    return Path(__file__).resolve().parents[2] / "data" / "hardware"
+
+
+def list_hardware() -> list[str]:
+    """Built-in profile names (the command-line names), sorted."""
+    folder = hardware_dir()
+    return sorted(path.stem for path in folder.glob("*.toml")) if folder.is_dir() else []
+
+
+def _check_nesting(text: str, label: str) -> None:
+    """Refuse arrays and tables nested past MAX_PROFILE_NESTING before a parser recurses into them
+    (json and tomllib both recurse: 10^5 brackets is a RecursionError). A profile nests three deep.
+    Brackets are counted in strings too (linear, no tokenizer): no profile's text holds 32 '[' in a row,
+    and brackets a string closes only hide depth from this scan, not from the RecursionError guard."""
+    marks = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+    steps = np.isin(marks, (91, 123)).astype(np.int64) - np.isin(marks, (93, 125))  # [ { open, ] } close
+    if steps.size and int(np.cumsum(steps).max()) > limits.MAX_PROFILE_NESTING:
+        raise MapperError(f"{label}: nested deeper than {limits.limit_text('MAX_PROFILE_NESTING')}; a hardware"
+                          " profile is a table of sections of values")
+
+
+def _parse(raw: bytes, fmt: str, label: str) -> Any:
+    if len(raw) > MAX_PROFILE_BYTES:
+        raise MapperError(f"{label}: {len(raw)} bytes is over {limits.limit_text('MAX_PROFILE_BYTES')} (1 MiB) "
+                          f"for a hardware profile; upload the profile itself")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise MapperError(f"{label}: not UTF-8 text (byte {exc.start}); save the profile as UTF-8") from None
+    _check_nesting(text, label)
+    try:
+        if fmt == "json":
+            return json.loads(text)
+        if fmt == "yaml":
+            try:
+                import yaml  # optional; TOML and JSON need nothing extra
+            except ImportError:
+                raise MapperError(f"{label}: YAML needs the PyYAML package, which is not installed; "
+                                  f"write the profile as TOML or JSON instead") from None
+            return yaml.safe_load(text)
+        return tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError, ValueError) as exc:
+        raise MapperError(f"{label}: not valid {fmt.upper()} ({exc}); fix the syntax") from None
+    except RecursionError:  # the scan above counts brackets; this catches what it cannot see
+        raise MapperError(f"{label}: nested too deep to be a hardware profile; fix the file") from None
+    except Exception as exc:  # yaml.YAMLError and friends: still one actionable line
+        if type(exc).__module__.startswith("yaml"):
+            raise MapperError(f"{label}: not valid YAML ({exc}); fix the syntax") from None
+        raise
+
+
+def _read_file(path: Path) -> HardwareProfile:
+    label = f"profile {path.name}"
+    suffix = path.suffix.lower()
+    if suffix not in _SUFFIXES:
+        raise MapperError(f"{label}: unknown file type {suffix or '(none)'}; use a .toml, .json or .yaml profile")
+    try:
+        size = path.stat().st_size
+        if size > MAX_PROFILE_BYTES:
+            raise MapperError(f"{label}: {size} bytes is over {limits.limit_text('MAX_PROFILE_BYTES')} (1 MiB) "
+                              f"for a hardware profile; point at the profile itself")
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_PROFILE_BYTES + 1)
+    except OSError as exc:
+        raise MapperError(f"{label}: cannot read {path} ({exc.strerror}); check the path") from None
+    return _build_checked(_parse(raw, {".json": "json", ".toml": "toml"}.get(suffix, "yaml"), label), label)
+
+
+def _build_checked(data: Any, label: str) -> HardwareProfile:
+    return _build(validate_profile_dict(data, label).model_dump())
+
+
+@cache
+def _load_builtin(name: str) -> HardwareProfile:
+    return _read_file(hardware_dir() / f"{name}.toml")
+
+
+def load_hardware(spec: str | os.PathLike | bytes | dict) -> HardwareProfile:
+    """A built-in name ("h100-sxm"), a path to a .toml/.json/.yaml file, uploaded bytes (TOML or JSON), or a parsed dict."""
+    if isinstance(spec, dict):
+        return _build_checked(spec, "profile (form)")
+    if isinstance(spec, (bytes, bytearray)):
+        raw = bytes(spec)
+        fmt = "json" if raw.lstrip()[:1] == b"{" else "toml"
+        return _build_checked(_parse(raw, fmt, "uploaded profile"), "uploaded profile")
+    if isinstance(spec, str) and spec.strip() in list_hardware():
+        return _load_builtin(spec.strip())
+    if not isinstance(spec, (str, os.PathLike)):
+        raise MapperError(f"hardware: expected a profile name, path, bytes or dict, got {type(spec).__name__}")
+    path = Path(spec).expanduser()
+    if not path.is_file():
+        raise MapperError(f"hardware {str(spec)!r}: not a built-in profile ({', '.join(list_hardware())}) "
+                          f"and no such file; give one of those names or a path to a .toml profile")
+    return _read_file(path)

@@ -1,0 +1,278 @@
+"""The hardware-profile schema: what a profile file may contain, checked once at the boundary.
+
+pydantic v2 models with `extra="forbid"` and range checks; every number is an inline table
+`{ value = ..., source = "..." }`. `validate_profile_dict` turns pydantic's errors into one
+`MapperError` line naming the field and what to do. `mapper.hardware.profile` builds the frozen profile.
+"""
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from mapper.core.errors import MapperError
+
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4")
+Dtype = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4"]
+VectorDtype = Literal["fp32", "fp16", "bf16"]
+MAX_CURVE_POINTS = 256
+README_HINT = "see data/hardware/README.md"
+
+
+def _integral(value: Any) -> Any:
+    """Accept 80e9 written as a float for a count of bytes, but never 1.5 or true."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class _Sourced(_Strict):
+    source: str = Field(min_length=1, max_length=2000)
+
+    @field_validator("source")
+    @classmethod
+    def _not_blank(cls, text: str) -> str:
+        if not text.strip():
+            raise ValueError("source must say where the number comes from (document, derivation or assumption)")
+        return text
+
+
+MIN_POSITIVE = 1e-30  # below any physical figure in SI units (J/FLOP ~1e-12); a subnormal times an efficiency is 0
+
+
+class Positive(_Sourced):
+    value: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+
+    @field_validator("value")
+    @classmethod
+    def _not_vanishing(cls, value: float) -> float:
+        if value < MIN_POSITIVE:
+            raise ValueError(f"{value!r} is > 0 but below {MIN_POSITIVE:g}, too small for a physical figure in SI units")
+        return value
+
+
+class NonNegative(_Sourced):
+    value: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+MAX_COUNT = 1 << 53  # counts (units, bytes) stay exact as floats; 2^53 bytes is 9 PB, no device is near it
+
+
+class Count(_Sourced):
+    value: Annotated[int, BeforeValidator(_integral), Field(gt=0, le=MAX_COUNT)]
+
+
+class Ratio(_Sourced):
+    """A coefficient of variation: 0 (no jitter) up to 1 (standard deviation = mean)."""
+
+    value: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+
+
+class Curve(_Sourced):
+    """Efficiency vs a size: [[x, efficiency], ...], x > 0 strictly ascending, efficiency in (0, 1]."""
+
+    value: Annotated[list[Annotated[list[float], Field(min_length=2, max_length=2)]],
+                    Field(min_length=2, max_length=MAX_CURVE_POINTS)]
+
+    @field_validator("value")
+    @classmethod
+    def _well_formed(cls, points: list[list[float]]) -> list[list[float]]:
+        for index, (x, efficiency) in enumerate(points):
+            if not (x > 0 and x < float("inf")):
+                raise ValueError(f"point {index} has x = {x!r}; x must be a finite number > 0")
+            if not (0 < efficiency <= 1):
+                raise ValueError(f"point {index} has efficiency {efficiency!r}; it must be in (0, 1]")
+            if index and x <= points[index - 1][0]:
+                raise ValueError(f"point {index} has x = {x!r}, not above the previous x; sort the points by x")
+        return points
+
+
+class Meta(_Strict):
+    name: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")]
+    display_name: Annotated[str, Field(min_length=1, max_length=200)]
+    kind: Literal["gpu", "tpu", "cpu", "accelerator"]
+    vendor: Annotated[str, Field(min_length=1, max_length=100)]
+
+
+class Compute(_Strict):
+    compute_units: Count
+    clock_hz: Positive
+    matrix_instruction_m: Count
+    matrix_instruction_n: Count
+    matrix_instruction_k: Count
+    matrix_peak_flops_per_s: Annotated[dict[Dtype, Positive], Field(min_length=1)]
+    vector_peak_flops_per_s: Annotated[dict[VectorDtype, Positive], Field(min_length=1)]
+    sfu_peak_ops_per_s: Positive
+
+    @model_validator(mode="after")
+    def _vector_has_fp32(self) -> Compute:
+        if "fp32" not in self.vector_peak_flops_per_s:
+            raise ValueError("vector_peak_flops_per_s needs an fp32 entry (the fallback for other dtypes)")
+        return self
+
+
+class Memory(_Strict):
+    sram_per_unit_bytes: Count
+    l2_bytes: Count
+    l2_bandwidth_bytes_per_s: Positive
+    dram_bytes: Count
+    dram_bandwidth_bytes_per_s: Positive
+
+
+class Overhead(_Strict):
+    kernel_launch_s: NonNegative
+    grid_sync_s: NonNegative
+    host_op_s: NonNegative
+
+    @model_validator(mode="after")
+    def _below_a_second(self) -> Overhead:
+        for key in ("kernel_launch_s", "grid_sync_s", "host_op_s"):
+            if getattr(self, key).value >= 1.0:
+                raise ValueError(f"{key} = {getattr(self, key).value} s is not a per-kernel overhead; give seconds (e.g. 3e-6)")
+        return self
+
+
+class Power(_Strict):
+    tdp_w: Positive
+    idle_w: NonNegative
+    energy_per_flop_j: Annotated[dict[Dtype, Positive], Field(min_length=1)]
+    energy_per_dram_byte_j: Positive
+    energy_per_l2_byte_j: Positive
+
+
+class Interconnect(_Strict):
+    link_bandwidth_bytes_per_s: NonNegative
+    latency_s: NonNegative
+    topology: Literal["nvswitch", "ring", "torus2d", "pcie", "mesh", "none"]
+    max_devices: Count
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Interconnect:
+        if self.max_devices.value > 1 and (self.topology == "none" or self.link_bandwidth_bytes_per_s.value == 0):
+            raise ValueError("max_devices > 1 needs a topology other than 'none' and a link bandwidth > 0")
+        return self
+
+
+OpType = Annotated[str, StringConstraints(pattern=r"^[A-Za-z][A-Za-z0-9_]{0,63}$")]
+
+
+class OpScale(_Sourced):
+    """How much slower (> 1) or faster (< 1) than the roofline model an op runs on this device's
+    software stack (e.g. a runtime's naive LRN); fitted by `mapper calibrate`."""
+    value: Annotated[float, Field(ge=0.01, le=1000.0, allow_inf_nan=False)]
+
+
+class Efficiency(_Strict):
+    matrix_by_flops: Curve
+    vector_by_bytes: Curve
+    dram_by_bytes: Curve
+    op_time_scale: Annotated[dict[OpType, OpScale], Field(max_length=256)] = {}
+
+
+class Layout(_Strict):
+    preferred_conv_layout: Literal["nhwc", "nchw"]
+
+
+class Serving(_Strict):
+    jitter_cv: Ratio
+    jitter_dist: Literal["lognormal"]
+
+
+class ProfileModel(_Strict):
+    meta: Meta
+    compute: Compute
+    memory: Memory
+    overhead: Overhead
+    power: Power
+    interconnect: Interconnect
+    efficiency: Efficiency
+    layout: Layout
+    serving: Serving
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> ProfileModel:
+        if self.power.idle_w.value >= self.power.tdp_w.value:
+            raise ValueError("power.idle_w must be below power.tdp_w")
+        needed = set(self.compute.matrix_peak_flops_per_s) | set(self.compute.vector_peak_flops_per_s)
+        missing = sorted(needed - set(self.power.energy_per_flop_j))
+        if missing:
+            raise ValueError(f"power.energy_per_flop_j lacks {', '.join(missing)}: every dtype with a peak needs an energy per FLOP")
+        return self
+
+
+# ---- pydantic error -> one actionable line -------------------------------------------------
+
+def _field_path(loc: tuple[Any, ...]) -> str:
+    parts = [str(part) for part in loc if part != "[key]"]
+    if "value" in parts:
+        cut = parts.index("value")
+        tail = parts[cut + 1:]
+        parts = parts[:cut] + ([f"point {tail[0]}"] if tail else [])
+    return ".".join(parts) if parts else "(top level)"
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _describe(error: dict[str, Any]) -> str:
+    kind, ctx, got = error["type"], error.get("ctx") or {}, error.get("input")
+    field = _field_path(tuple(error["loc"]))
+    if kind == "missing":
+        if field.endswith(".source"):
+            return f"field {field} is missing; every number needs a source ({README_HINT})"
+        return f"field {field} is missing; add it ({README_HINT})"
+    if kind == "extra_forbidden":
+        return f"field {field} is not a known field; remove it or fix its spelling ({README_HINT})"
+    if kind in ("model_type", "dict_type", "model_attributes_type"):
+        return (f"field {field} must be a table such as {{ value = ..., source = \"...\" }} "
+                f"(got {type(got).__name__} {_shown(got)}); fix the value ({README_HINT})")
+    bounds = {"greater_than": "> {gt:g}", "greater_than_equal": ">= {ge:g}", "less_than": "< {lt:g}",
+              "less_than_equal": "<= {le:g}"}
+    if kind in bounds:
+        return f"field {field} must be {bounds[kind].format(**ctx)} (got {_shown(got)}); fix the value"
+    if kind == "finite_number":
+        return f"field {field} must be a finite number (got {_shown(got)}); fix the value"
+    if kind in ("float_type", "int_type", "string_type", "int_from_float", "bool_type", "list_type", "tuple_type"):
+        wanted = {"float_type": "a number", "int_type": "a whole number", "int_from_float": "a whole number",
+                  "string_type": "a string", "list_type": "a list", "tuple_type": "an [x, efficiency] pair"}.get(kind, kind)
+        return f"field {field} must be {wanted} (got {type(got).__name__} {_shown(got)}); fix the value"
+    if kind == "literal_error":
+        return f"field {field} must be one of {ctx.get('expected')} (got {_shown(got)}); fix the value"
+    if kind == "too_long":
+        return (f"field {field} has {ctx.get('actual_length')} entries, at most {ctx.get('max_length')} allowed; "
+                f"thin the table")
+    if kind == "too_short":
+        return f"field {field} needs at least {ctx.get('min_length')} entries (got {ctx.get('actual_length')}); add entries"
+    if kind == "string_pattern_mismatch":
+        return f"field {field} must be lower-case letters, digits, '.', '_' or '-' (got {_shown(got)}); rename it"
+    if kind == "value_error":
+        text = str(ctx.get("error", error["msg"]))
+        return f"field {field}: {text}" + ("" if "; " in text else "; fix the value")
+    return f"field {field}: {error['msg']} (got {_shown(got)}); fix the value"
+
+
+def validate_profile_dict(data: Any, label: str) -> ProfileModel:
+    """Validate a parsed profile; raise one MapperError line naming the first bad field."""
+    if not isinstance(data, dict):
+        raise MapperError(f"{label}: the top level must be a table of sections ({README_HINT}), got {type(data).__name__}")
+    try:
+        return ProfileModel.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+        more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
+        raise MapperError(f"{label}: {_describe(errors[0])}{more}") from None

@@ -1,0 +1,1 @@
+"""Shape rules: op type -> output shapes and dtypes, one registry (`base.RULES`)."""

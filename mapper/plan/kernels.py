@@ -1,0 +1,257 @@
+"""Fusion groups -> `Kernel` records: boundary traffic at the plan's precision, engine, layer type.
+
+Stage five. A tensor made and used inside one kernel never reaches DRAM; what
+crosses the boundary is read or written once. Precision scales the bytes of
+floating-point tensors (activations at the plan dtype, weights at the weight
+dtype); integer tensors (token ids, indices) keep their own size.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from mapper.core.caches import ModelCaches
+from mapper.core.errors import MapperError
+from mapper.plan.fusion import Group
+from mapper.core.graph import Graph, LayerType, Node, OpClass, TensorSpec
+from mapper.hardware.profile import HardwareProfile
+from mapper.core.result import Kernel, MatrixShape, NodeWork
+
+PLAN_DTYPE_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+MODEL_DTYPES = {"float32": "fp32", "float": "fp32", "float16": "fp16", "bfloat16": "bf16", "double": "fp32",
+                "float8e4m3fn": "fp8", "int8": "int8", "uint8": "int8"}
+FLOAT_TYPES = frozenset({"float32", "float", "float16", "bfloat16", "double", "float8e4m3fn", "float8e5m2"})
+PRECISION_RANK = {"fp32": 5, "tf32": 4, "bf16": 3, "fp16": 3, "fp8": 1, "int8": 1, "int4": 0}
+# Where a device has no matrix peak at the model's own precision, `--dtype auto` takes the first of these
+# it has (fp32 always: the vector units'): the same width first, then wider.
+WIDER_PRECISIONS = {"fp16": ("bf16", "fp32"), "bf16": ("fp16", "fp32"), "int8": ("fp16", "bf16", "fp32"),
+                    "fp8": ("fp16", "bf16", "fp32")}
+# Ops whose DRAM reads are only the elements they select (the work model's partial-read rule).
+PARTIAL_READ_OPS = frozenset({"Gather", "GatherElements", "GatherND", "Slice", "Expand", "Tile", "Pad"})
+LOW_REUSE_K = 16        # a matrix op with K below this has too little reuse for a matrix engine (PRIMER s2)
+# Skinny products (decode-step GEMV, M of a few rows) run as GEMV kernels on the vector units: padding
+# them to a 64-row MMA tile would waste most of the matrix engine, and their weights stream once anyway.
+LOW_REUSE_M = 8
+
+
+# Ops that unpack low-bit weights and compute at the activations' float type (int4 LLM weights):
+# their packed uint8 weights do not make the model an int8 one.
+WEIGHT_ONLY_QUANTIZED_OPS = frozenset({"MatMulNBits", "GatherBlockQuantized"})
+EIGHT_BIT_INTS = frozenset({"int8", "uint8"})
+
+
+def weight_tally(graph: Graph) -> tuple[dict[str, int], float, int]:
+    """(float weight elements per element type, bytes of the other weights, elements of the 8-bit integer
+    weights among those): one pass over the weights."""
+    counts: dict[str, int] = {}
+    other, eight_bit = 0.0, 0
+    # QDQ int8 weights make an int8 model only beside quantized activations; alone they are
+    # weight-only quantization, computed at the activations' float type
+    int8_compute = any(n.op_type in ("QuantizeLinear", "DynamicQuantizeLinear") for n in graph.nodes)
+    for w in graph.weights:
+        spec = graph.tensors[w]
+        if w in graph.stored_dtypes:  # a QDQ model's dequantized integer weight
+            other += graph.stored_bytes(spec)
+            eight_bit += spec.elements if int8_compute and graph.stored_dtypes[w] in EIGHT_BIT_INTS else 0
+        elif spec.dtype in FLOAT_TYPES:
+            counts[spec.dtype] = counts.get(spec.dtype, 0) + spec.elements
+        else:
+            other += spec.bytes
+            if spec.dtype in EIGHT_BIT_INTS and not all(graph.nodes[k].op_type in WEIGHT_ONLY_QUANTIZED_OPS
+                                                           for k in graph.consumers.get(w, ())):
+                eight_bit += spec.elements
+    return counts, other, eight_bit
+
+
+def model_dtype(graph: Graph) -> str:
+    """The model's own precision: the type that holds most weight elements, 8-bit integer weights (a
+    QOperator-quantized model's) counted as int8 beside the float types."""
+    counts, _, eight_bit = weight_tally(graph)
+    counts = counts | ({"int8": eight_bit} if eight_bit else {})
+    if not counts:
+        return "fp32"
+    return MODEL_DTYPES.get(max(counts, key=counts.get), "fp32")
+
+
+class Sizer:
+    """Bytes of a tensor under the plan's precision."""
+
+    def __init__(self, graph: Graph, dtype: str, weight_dtype: str):
+        if dtype not in PLAN_DTYPE_BYTES:
+            raise MapperError(f"dtype {dtype!r} is not one of {', '.join(PLAN_DTYPE_BYTES)}")
+        self.graph = graph
+        self.act = PLAN_DTYPE_BYTES[dtype]
+        self.weight = PLAN_DTYPE_BYTES[dtype if weight_dtype == "same" else weight_dtype]
+
+    def weight_bytes(self) -> float:
+        """All of the model's weights at the plan's weight precision."""
+        counts, other, _ = weight_tally(self.graph)
+        return sum(counts.values()) * self.weight + other
+
+    def bytes(self, spec: TensorSpec) -> float:
+        if spec.dtype not in FLOAT_TYPES or spec.name in self.graph.stored_dtypes:
+            return self.graph.stored_bytes(spec)
+        per = self.weight if spec.name in self.graph.weights else self.act
+        return spec.elements * per
+
+
+def _layer_type(members: list[NodeWork]) -> LayerType:
+    for w in members:
+        if w.layer_type is LayerType.ATTENTION:
+            return LayerType.ATTENTION
+    for w in members:
+        if w.matrix is not None:
+            return w.layer_type
+    return members[0].layer_type
+
+
+def _matrix_shape(members: list[NodeWork], rule: str) -> MatrixShape | None:
+    shapes = [w.matrix for w in members if w.matrix is not None]
+    if not shapes:
+        return None
+    if rule == "flash-attention":  # QK^T: (B*H) x Sq x Skv x d; PV has the same extents
+        qk = shapes[0]
+        return MatrixShape(qk.batch, qk.m, qk.n, qk.k, "attention")
+    return shapes[0]
+
+
+HOST_CLASSES = (OpClass.CONTROL, OpClass.UNMODELED)
+
+
+def _engine(members: list[NodeWork], matrix: MatrixShape | None) -> str:
+    for w in members:
+        if w.op_class in HOST_CLASSES:
+            return "host"
+    if matrix is not None:
+        if min(matrix.m, matrix.n, matrix.k, matrix.batch) == 0:
+            return "vector"  # an empty product (a dim bound to 0): nothing for the matrix engine to do
+        low_reuse = matrix.depthwise or matrix.k < LOW_REUSE_K or (matrix.m < LOW_REUSE_M and matrix.kind != "attention")
+        return "vector" if low_reuse else "matrix"
+    return "vector"
+
+
+REDUCING_OPS = frozenset({"Softmax", "LogSoftmax", "LayerNormalization", "SimplifiedLayerNormalization",
+                          "RMSNormalization", "ReduceMean", "SkipLayerNormalization", "GroupNormalization",
+                          "InstanceNormalization", "ReduceSum", "ReduceMax"})
+
+
+@dataclass(frozen=True, slots=True)
+class Boundary:
+    """What crosses a group's kernel boundary. Structural: the same at every binding of the model."""
+
+    reads: tuple[tuple[str, str], ...]   # (tensor read from DRAM, the partial-read node reading it, or "")
+    writes: tuple[str, ...]              # tensors written to DRAM: graph outputs or used outside the group
+    reduce_inputs: tuple[str, ...]       # first inputs of the reducing members, in order
+
+
+def group_boundary(graph: Graph, group: Group, nodes_by_name: dict[str, Node], index_of: dict[str, int]) -> Boundary:
+    inside = {index_of[n] for n in group.nodes}
+    members = [nodes_by_name[name] for name in group.nodes]
+    made = {t for n in members for t in n.outputs if t}
+    reads: dict[str, str] = {}
+    for node in members:
+        for t in node.inputs:
+            if t and t not in made and t not in reads:
+                reads[t] = node.name if node.op_type in PARTIAL_READ_OPS and t == node.inputs[0] else ""
+    writes = tuple(t for n in members for t in n.outputs
+                   if t and (t in graph.output_set or any(c not in inside for c in graph.consumers.get(t, ()))))
+    reduce_inputs = tuple(n.inputs[0] for n in members if n.op_type in REDUCING_OPS and n.inputs)
+    return Boundary(tuple(reads.items()), writes, reduce_inputs)
+
+
+def build_kernel(graph: Graph, group: Group, boundary: Boundary, work: dict[str, NodeWork], sizer: Sizer) -> Kernel:
+    members = [work[n] for n in group.nodes]
+    tensors, weights, size = graph.tensors, graph.weights, sizer.bytes
+    read = weight = 0.0
+    for t, partial in boundary.reads:
+        spec = tensors.get(t)
+        if spec is None:
+            continue
+        full = size(spec)
+        if t in weights:
+            weight += full
+        if partial and spec.bytes > 0:  # only the gathered/kept elements are read
+            full = full * min(1.0, work[partial].bytes_read / spec.bytes)
+        read += full
+    written = 0.0
+    for t in boundary.writes:
+        spec = tensors.get(t)
+        if spec is not None:
+            written += size(spec)
+    rows = length = 0
+    for t in boundary.reduce_inputs:
+        spec = tensors.get(t)
+        if spec is not None and spec.shape:
+            length = spec.shape[-1]
+            rows = spec.elements // max(length, 1)
+            break
+    first = members[0]
+    if len(members) == 1:
+        name, flops, matrix_flops, sfu = first.name, first.flops, first.matrix_flops, first.sfu_ops
+    else:
+        name, flops, matrix_flops, sfu = f"{first.name}+{len(members) - 1}", 0.0, 0.0, 0.0
+        for w in members:
+            flops += w.flops
+            matrix_flops += w.matrix_flops
+            sfu += w.sfu_ops
+    matrix = _matrix_shape(members, group.rule)
+    return Kernel(name=name, nodes=group.nodes, op_types=tuple(w.op_type for w in members), rule=group.rule,
+                  engine=_engine(members, matrix), layer_type=_layer_type(members), flops=flops,
+                  matrix_flops=matrix_flops, sfu_ops=sfu, dram_bytes=read + written, weight_bytes=weight, matrix=matrix,
+                  reduction_rows=rows, reduction_length=length)
+
+
+def build_kernels(graph: Graph, groups: list[Group], work: tuple[NodeWork, ...], work_key: int, sizer: Sizer,
+                  hw: HardwareProfile, attention_fits, caches: ModelCaches) -> list:
+    """Kernels for the groups; a flash-attention group whose tiles do not fit SRAM is split back.
+
+    Kernels depend on the model, its bindings, the groups, the element sizes and (for attention) the
+    SRAM size: a sweep that varies only the profile or between dtypes of one width builds them once.
+    Group boundaries depend on the structure alone (the groups and which nodes were folded away):
+    every binding of a sweep shares them."""
+    flash = any(g.rule == "flash-attention" for g in groups)  # only fused attention asks the SRAM size
+    groups_key = tuple(groups)
+    boundaries = caches.group_boundaries(graph.structure, groups_key, dict)
+    return list(caches.kernels(graph.sha256, graph.dims, groups_key, sizer.act, sizer.weight,
+                               hw.sram_per_unit_bytes if flash else None, work_key,
+                               lambda: _build_kernels(graph, groups, work, sizer, hw, attention_fits, boundaries)))
+
+
+def _build_kernels(graph: Graph, groups: list[Group], work: tuple[NodeWork, ...], sizer: Sizer,
+                   hw: HardwareProfile, attention_fits, boundaries: dict[Group, Boundary]) -> list:
+    by_name = {w.name: w for w in work}
+    nodes_by_name = index_of = None
+
+    def kernel(group: Group) -> Kernel:
+        nonlocal nodes_by_name, index_of
+        boundary = boundaries.get(group)
+        if boundary is None:
+            if nodes_by_name is None:
+                nodes_by_name = {n.name: n for n in graph.nodes}
+                index_of = {n.name: i for i, n in enumerate(graph.nodes)}
+            boundary = boundaries[group] = group_boundary(graph, group, nodes_by_name, index_of)
+        return build_kernel(graph, group, boundary, by_name, sizer)
+
+    kernels = []
+    for group in groups:
+        if group.rule == "flash-attention":
+            members = [by_name[n] for n in group.nodes]
+            shape = _matrix_shape(members, group.rule)
+            if shape is None or not attention_fits(shape, sizer.act, hw):
+                for n in group.nodes:
+                    k = kernel(Group((n,), "single"))
+                    kernels.append(replace(k, note="flash-attention rejected: its tiles do not fit on-chip SRAM"))
+                continue
+        kernels.append(kernel(group))
+    return kernels
+
+
+def precision_caveats(model_precision: str, dtype: str, weight_dtype: str) -> list[str]:
+    caveats = []
+    if PRECISION_RANK.get(dtype, 5) < PRECISION_RANK.get(model_precision, 5):
+        caveats.append(f"Runs at {dtype}, below the model's own {model_precision}: accept it only with accuracy"
+                       f" evidence on production data and a fallback plan at {model_precision}.")
+    if weight_dtype != "same":
+        caveats.append(f"Weight-only {weight_dtype} quantization: needs quality evidence (perplexity/accuracy)"
+                       " and a fallback to unquantized weights.")
+    return caveats
+

@@ -1,0 +1,114 @@
+"""Tensor parallelism, Megatron-style: column- and row-parallel GEMMs, heads split, collectives inserted.
+
+Between layout and cost. A tensor is "sharded" once a column-parallel GEMM produced it. A weight GEMM
+that reads a replicated activation is column-parallel (its output dim N is split: Q/K/V, FFN up and
+gate, the LM head); one that reads a sharded activation is row-parallel (its K is split: attention's
+output projection, FFN down) and its partial sums are all-reduced. Everything else that reads a
+sharded tensor (attention on its heads, SwiGLU, RoPE, the KV-cache concat) works on 1/tp of the data;
+the rest (norms, residual adds, embeddings) is replicated. A sharded graph output is all-gathered.
+(Shoeybi et al., "Megatron-LM", 2019, section 3.)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from mapper.core.graph import Graph, LayerType, OpClass
+from mapper.plan.kernels import Sizer
+from mapper.work.ops import classify_op
+from mapper.core.result import Kernel, MatrixShape
+
+
+def _boundary(graph: Graph, kernel: Kernel, nodes_by_name) -> tuple[list[str], list[str]]:
+    """(activation tensors read from outside, tensors written for outside) of a kernel."""
+    inside = set(kernel.nodes)
+    made = {t for n in kernel.nodes for t in nodes_by_name[n].outputs if t}
+    ins = [t for n in kernel.nodes for t in nodes_by_name[n].inputs
+           if t and t not in made and t not in graph.weights and t in graph.tensors]
+    outs = [t for t in made if t in graph.output_set or any(u.name not in inside for u in graph.users(t))]
+    return ins, outs
+
+
+def _through_views(graph: Graph, tensor: str) -> str:
+    """The tensor a chain of free views (Reshape, Unsqueeze...) was made from: views have no kernel."""
+    for _ in range(16):
+        node = graph.producer(tensor)
+        if node is None or classify_op(node.op_type) is not OpClass.VIEW or not node.inputs:
+            return tensor
+        tensor = node.inputs[0]
+    return tensor
+
+
+def assign_roles(graph: Graph, kernels: list[Kernel]) -> list[Kernel]:
+    """Each kernel's tensor-parallel role (computed whatever tp is: memory planning needs it too)."""
+    nodes_by_name = {n.name: n for n in graph.nodes}
+    sharded: set[str] = set()
+    out = []
+    for k in kernels:
+        if not k.nodes:  # inserted kernels (layout transposes) follow their neighbours: replicated
+            out.append(replace(k, shard="replicated"))
+            continue
+        ins, outs = _boundary(graph, k, nodes_by_name)
+        reads_sharded = any(_through_views(graph, t) in sharded for t in ins)
+        weight_gemm = (k.matrix is not None and k.weight_bytes > 0 and k.rule != "flash-attention"
+                       and k.layer_type in (LayerType.LINEAR, LayerType.CONV) and not k.matrix.depthwise)
+        if weight_gemm:  # split by what the GEMM itself reads: its epilogue may read a sharded tensor
+            # (SwiGLU's up projection multiplies by the column-parallel gate) and stay column-parallel
+            gemm = nodes_by_name[k.nodes[0]]
+            gemm_reads_sharded = any(_through_views(graph, t) in sharded for t in gemm.inputs
+                                     if t and t not in graph.weights and t in graph.tensors)
+            role = "row" if gemm_reads_sharded else "column"
+        else:
+            role = "sharded" if reads_sharded else "replicated"
+        if role in ("column", "sharded"):
+            sharded.update(outs)
+        out.append(replace(k, shard=role))
+    return out
+
+
+def _split(shape: MatrixShape | None, role: str, tp: int) -> MatrixShape | None:
+    if shape is None:
+        return None
+    if role == "column":
+        return replace(shape, n=math.ceil(shape.n / tp))
+    if role == "row":
+        return replace(shape, k=math.ceil(shape.k / tp), a_elements=math.ceil(shape.a_elements / tp))
+    return replace(shape, batch=math.ceil(shape.batch / tp))
+
+
+def _output_bytes(graph: Graph, kernel: Kernel, sizer: Sizer, nodes_by_name) -> float:
+    _, outs = _boundary(graph, kernel, nodes_by_name)
+    return sum(sizer.bytes(graph.tensors[t]) for t in outs)
+
+
+def collective_kernel(name: str, kind: str, message_bytes: float, devices: int, stage: int = 0) -> Kernel:
+    return Kernel(name=name, nodes=(), op_types=({"all-reduce": "AllReduce", "all-gather": "AllGather",
+                                                  "p2p": "SendRecv", "reduce-scatter": "ReduceScatter"}[kind],),
+                  rule="collective", engine="interconnect", layer_type=LayerType.COLLECTIVE, flops=0.0,
+                  matrix_flops=0.0, sfu_ops=0.0, dram_bytes=message_bytes, weight_bytes=0.0,
+                  collective=kind, devices=devices, shard="replicated", stage=stage,
+                  note=f"{kind} of {message_bytes / 1e6:.3g} MB over {devices} devices")
+
+
+def shard_kernels(graph: Graph, kernels: list[Kernel], tp: int, sizer: Sizer) -> list[Kernel]:
+    """Per-device kernels at tensor-parallel degree `tp`, with the collectives each split implies.
+    `kernels` carry their roles (assign_roles)."""
+    if tp <= 1:
+        return kernels
+    nodes_by_name = {n.name: n for n in graph.nodes}
+    out: list[Kernel] = []
+    for k in kernels:
+        if k.shard == "replicated":
+            out.append(k)
+            continue
+        full_out = _output_bytes(graph, k, sizer, nodes_by_name)
+        dram = k.dram_bytes / tp + (full_out * (1 - 1 / tp) if k.shard == "row" else 0.0)
+        out.append(replace(k, flops=k.flops / tp, matrix_flops=k.matrix_flops / tp, sfu_ops=k.sfu_ops / tp,
+                           dram_bytes=dram, weight_bytes=k.weight_bytes / tp, matrix=_split(k.matrix, k.shard, tp),
+                           reduction_rows=math.ceil(k.reduction_rows / tp)))
+        if k.shard == "row":  # partial sums of every rank: sum them
+            out.append(collective_kernel(f"{k.name}:all-reduce", "all-reduce", full_out, tp))
+        elif k.shard == "column" and any(t in graph.output_set for t in _boundary(graph, k, nodes_by_name)[1]):
+            # column-parallel logits are gathered; sharded outputs such as the KV cache stay on their ranks
+            out.append(collective_kernel(f"{k.name}:all-gather", "all-gather", full_out, tp))
+    return out

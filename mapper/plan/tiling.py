@@ -1,0 +1,181 @@
+"""Tiling search: the compile-time scheduling step, vectorized over candidates with numpy.
+
+Stage six. Matrix kernels (GEMM, conv as implicit GEMM) try every tile aligned to
+the matrix instruction whose multi-stage working set fits the unit's SRAM, with
+split-K when there are too few tiles; fused attention tries query/key block
+sizes. Each candidate gets wave and padding (tile) quantization, DRAM traffic
+with L2 reuse, and a time; the fastest wins and the runners-up are kept.
+Vector kernels get a block size, a pass count and their grid synchronizations.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from mapper.hardware.profile import HardwareProfile
+from mapper.core.result import Kernel, TileChoice, TilePlan
+
+TILE_MULTIPLES = (1, 2, 4)          # tile edge = instruction edge x these (and 64..256 for small instructions)
+TILE_EDGES = (64, 128, 256)
+TILE_K = (32, 64, 128)
+STAGES = (2, 3, 4)                  # multi-stage (cp.async / TMA) buffering depth
+SPLIT_K = (1, 2, 4, 8, 16)
+ACCUMULATOR_BYTES = 4               # fp32 accumulators (PRIMER s4 working-set formula)
+L2_REUSE_FRACTION = 0.5             # an operand this share of L2 or smaller stays resident across tiles
+# Operand bytes an SM's shared memory delivers per clock: 32 banks x 4 B (NVIDIA CUDA C Programming Guide,
+# "Shared Memory" section). Small tiles need more operand bytes per MAC and starve the matrix units.
+SRAM_BYTES_PER_CLOCK = 128
+# Smooth max of compute and memory time: overlap is imperfect (PRIMER s5), but multi-stage software
+# pipelining hides most loads behind the MMAs; 6 costs 12% at equal compute and memory time.
+OVERLAP_EXPONENT = 6.0
+# CTAs of one cluster share operand panels fetched from L2 (Hopper TMA multicast; CUTLASS SM90 kernels
+# default to 2-CTA clusters): each panel crosses the L2->SM path once per cluster, not once per CTA.
+L2_CLUSTER_SHARING = 2.0
+ALTERNATIVES_KEPT = 3
+ATTENTION_BLOCKS_Q = (64, 128)      # FlashAttention-2/3 query block sizes
+ATTENTION_BLOCKS_KV = (64, 128, 256)
+SOFTMAX_VECTOR_FLOPS = 4            # per score besides the exp: max, subtract, sum, rescale (FlashAttention-2)
+VECTOR_BLOCK_MAX = 1024
+ROW_IN_SRAM_SHARE = 0.5             # a reduced row that fits in half a unit's SRAM is reduced in one pass
+
+
+def smooth_max(a, b):
+    return (np.asarray(a, float) ** OVERLAP_EXPONENT + np.asarray(b, float) ** OVERLAP_EXPONENT) ** (1 / OVERLAP_EXPONENT)
+
+
+def _edges(instr: int) -> np.ndarray:
+    cands = {instr * m for m in TILE_MULTIPLES} | {e for e in TILE_EDGES if e % max(instr, 1) == 0}
+    return np.array(sorted(c for c in cands if c >= instr and c <= max(256, instr)), dtype=float)
+
+
+def _grid(*axes):
+    mesh = np.meshgrid(*axes, indexing="ij")
+    return [m.reshape(-1) for m in mesh]
+
+
+def _macs_per_clock_per_unit(hw: HardwareProfile, peak: float) -> float:
+    return peak / 2 / max(hw.compute_units, 1) / max(hw.clock_hz, 1.0)
+
+
+@functools.lru_cache(maxsize=64)  # a pure function of its arguments: a constant table built lazily, not state
+def _candidates(instruction: tuple[int, int, int], act_bytes: float) -> tuple[np.ndarray, ...]:
+    """Every (tile m, n, k, stages, split-K) for an instruction shape, with its SRAM working set
+    (PRIMER s4); the same for every kernel on a device, so built once. Read-only arrays."""
+    im, in_, ik = instruction
+    tm, tn, tk, st, sk = _grid(_edges(im), _edges(in_), np.array([k for k in TILE_K if k % max(ik, 1) == 0] or [ik], float),
+                               np.array(STAGES, float), np.array(SPLIT_K, float))
+    sram = st * (tm * tk + tk * tn) * act_bytes + tm * tn * ACCUMULATOR_BYTES
+    out = (tm, tn, tk, st, sk, sram)
+    for a in out:
+        a.setflags(write=False)
+    return out
+
+
+def plan_matrix(kernel: Kernel, hw: HardwareProfile, peak: float, act_bytes: float, weight_bytes_per: float) -> TilePlan:
+    s = kernel.matrix
+    M, N, K, B = float(s.m), float(s.n), float(s.k), float(s.batch)
+    P = hw.compute_units
+    tm, tn, tk, st, sk, sram = _candidates(hw.matrix_instruction_mnk, act_bytes)
+    tiles_m, tiles_n = np.ceil(M / tm), np.ceil(N / tn)
+    base_tiles = B * tiles_m * tiles_n
+    ok = (sram <= hw.sram_per_unit_bytes) & ((sk == 1) | ((base_tiles < P) & (sk <= np.ceil(K / tk))))
+    if not ok.any():  # nothing fits: fall back to the smallest aligned tile, single stage
+        ok = (tm == tm.min()) & (tn == tn.min()) & (tk == tk.min()) & (st == st.min()) & (sk == 1)
+    tm, tn, tk, st, sk, sram, tiles_m, tiles_n, base_tiles = (a[ok] for a in (tm, tn, tk, st, sk, sram, tiles_m, tiles_n, base_tiles))
+    tiles = base_tiles * sk
+    waves = np.ceil(tiles / P)
+    wave_eff = tiles / (waves * P)
+    pad_eff = (M * N) / (tiles_m * tm * tiles_n * tn)
+    k_eff = K / (np.ceil(K / (sk * tk)) * tk * sk)
+    need = _macs_per_clock_per_unit(hw, peak) * (tm + tn) / (tm * tn) * act_bytes
+    tile_eff = np.minimum(1.0, SRAM_BYTES_PER_CLOCK / need)
+    base_eff = hw.matrix_efficiency.at(kernel.matrix_flops)
+    compute = kernel.matrix_flops / (peak * base_eff * wave_eff * pad_eff * k_eff * tile_eff)
+    # traffic: operands re-read once per tile row/column, except what L2 keeps across a wave
+    # implicit GEMM never materializes im2col: A's distinct bytes are the input's, its tap re-reads hit L1
+    a_bytes = B * (s.a_elements or M * K) * act_bytes
+    b_bytes = (1 if kernel.weight_bytes > 0 else B) * K * N * (weight_bytes_per if kernel.weight_bytes > 0 else act_bytes)
+    # A wave runs as a near-square block of tiles (swizzled rasterization) moving through K together:
+    # the tiles of one block row share A's k-slices in L2, those of one block column share B's.
+    wave_m = np.minimum(tiles_m, np.ceil(np.sqrt(P)))
+    wave_n = np.minimum(tiles_n, np.ceil(P / wave_m))
+    passes_a = np.where(a_bytes <= L2_REUSE_FRACTION * hw.l2_bytes, 1, np.ceil(tiles_n / wave_n))
+    passes_b = np.where(b_bytes <= L2_REUSE_FRACTION * hw.l2_bytes, 1, np.ceil(tiles_m / wave_m))
+    partials = np.where(sk > 1, 2 * sk * B * M * N * ACCUMULATOR_BYTES, 0.0)
+    dram = kernel.dram_bytes + a_bytes * (passes_a - 1) + b_bytes * (passes_b - 1) + np.where(partials > hw.l2_bytes, partials, 0)
+    l2 = (a_bytes * tiles_n + b_bytes * tiles_m) / L2_CLUSTER_SHARING + partials
+    # DRAM and L2 transfers pipeline with each other: the slower level sets the memory time
+    memory = np.maximum(dram / (hw.dram_bandwidth_bytes_per_s * hw.dram_efficiency.at_array(dram)),
+                        l2 / hw.l2_bandwidth_bytes_per_s)
+    time = smooth_max(compute, memory) + np.where(sk > 1, hw.grid_sync_s, 0.0)
+    return _pick("matrix", time, compute, memory, tm, tn, tk, st, sk, tiles, waves, wave_eff, pad_eff, sram, dram, l2)
+
+
+def _pick(kind, time, compute, memory, tm, tn, tk, st, sk, tiles, waves, wave_eff, pad_eff, sram, dram, l2) -> TilePlan:
+    compute, memory = np.broadcast_to(compute, time.shape), np.broadcast_to(memory, time.shape)
+    order = np.argsort(time, kind="stable")
+    choices, seen = [], set()
+    for i in order:
+        key = (tm[i], tn[i], sk[i])
+        if key in seen:
+            continue
+        seen.add(key)
+        choices.append(TileChoice(int(tm[i]), int(tn[i]), int(tk[i]), int(st[i]), int(sk[i]), int(tiles[i]),
+                                  int(waves[i]), float(wave_eff[i]), float(pad_eff[i]), int(sram[i]),
+                                  float(dram[i]), float(l2[i]), float(compute[i]), float(memory[i]),
+                                  float(time[i])))
+        if len(choices) > ALTERNATIVES_KEPT:
+            break
+    return TilePlan(kind, choices[0], tuple(choices[1:]))
+
+
+def _attention_grid(d: int, act_bytes: float, hw: HardwareProfile):
+    bq, bkv = _grid(np.array(ATTENTION_BLOCKS_Q, float), np.array(ATTENTION_BLOCKS_KV, float))
+    stages = 2.0
+    sram = (bq * d + 2 * stages * bkv * d) * act_bytes + bq * bkv * ACCUMULATOR_BYTES
+    ok = sram <= hw.sram_per_unit_bytes
+    return bq[ok], bkv[ok], sram[ok]
+
+
+def attention_fits(shape, act_bytes: float, hw: HardwareProfile) -> bool:
+    """Does some FlashAttention block size keep the S x S scores on chip?"""
+    return len(_attention_grid(shape.k, act_bytes, hw)[0]) > 0
+
+
+def plan_attention(kernel: Kernel, hw: HardwareProfile, peak: float, vector_peak: float, act_bytes: float) -> TilePlan:
+    s = kernel.matrix  # batch = B*H, m = Sq, n = Skv, k = head dim
+    P = hw.compute_units
+    bq, bkv, sram = _attention_grid(s.k, act_bytes, hw)
+    tiles = s.batch * np.ceil(s.m / bq)
+    waves = np.ceil(tiles / P)
+    wave_eff = tiles / (waves * P)
+    pad_eff = (s.m / (np.ceil(s.m / bq) * bq)) * (s.n / (np.ceil(s.n / bkv) * bkv))
+    need = _macs_per_clock_per_unit(hw, peak) * (bq + bkv) / (bq * bkv) * act_bytes
+    tile_eff = np.minimum(1.0, SRAM_BYTES_PER_CLOCK / need)
+    matrix = kernel.matrix_flops / (peak * hw.matrix_efficiency.at(kernel.matrix_flops) * wave_eff * pad_eff * tile_eff)
+    scores = s.batch * s.m * s.n
+    # the softmax's exp runs on the special-function unit between the two GEMMs (FlashAttention-3 s3)
+    softmax = kernel.sfu_ops / hw.sfu_peak_ops_per_s + SOFTMAX_VECTOR_FLOPS * scores / vector_peak
+    compute = matrix + softmax
+    kv_bytes = 2 * s.batch * s.n * s.k * act_bytes
+    heads_per_wave = np.maximum(1, P / np.ceil(s.m / bq))
+    kv_resident = heads_per_wave * 2 * s.n * s.k * act_bytes <= hw.l2_bytes
+    dram = kernel.dram_bytes + np.where(kv_resident, 0.0, kv_bytes * (np.ceil(s.m / bq) - 1))
+    l2 = kernel.dram_bytes + kv_bytes * (np.ceil(s.m / bq) - 1)
+    memory = np.maximum(dram / (hw.dram_bandwidth_bytes_per_s * hw.dram_efficiency.at_array(dram)),
+                        l2 / hw.l2_bandwidth_bytes_per_s)
+    time = smooth_max(compute, memory)
+    ones = np.ones_like(bq)
+    return _pick("attention", time, compute, memory, bq, bkv, s.k * ones, 2 * ones, ones, tiles, waves, wave_eff, pad_eff, sram, dram, l2)
+
+
+def plan_vector(kernel: Kernel, hw: HardwareProfile, act_bytes: float) -> TilePlan:
+    """Block size, passes and cross-block syncs of an elementwise or reduction kernel."""
+    if kernel.reduction_length <= 0:
+        return TilePlan("vector", None, block_size=256, passes=1, grid_syncs=0)
+    length = kernel.reduction_length
+    block = int(min(VECTOR_BLOCK_MAX, max(32, 2 ** math.ceil(math.log2(max(length / 8, 1))))))
+    one_pass = length * act_bytes <= ROW_IN_SRAM_SHARE * hw.sram_per_unit_bytes
+    return TilePlan("vector", None, block_size=block, passes=1 if one_pass else 2, grid_syncs=0 if one_pass else 1)

@@ -1,0 +1,1 @@
+"""The mapping document and the sheet (XLSX, CSV, JSON, HTML) with its charts; one table writer."""

@@ -1,0 +1,1 @@
+"""Stage five, schedule: pipeline stages and placement on devices, memory per device, roll-up."""

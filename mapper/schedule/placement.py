@@ -1,0 +1,119 @@
+"""Placing costed kernels on devices: pipeline stages, the sends between them, collective overlap.
+
+After cost (the per-device kernels are already sharded for tensor parallelism). Produces the one
+timeline a batch follows and the `parallel` section of the result: degrees, stage times, the
+interconnect's share of the time and every collective.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from mapper.cost.bottleneck import Facts, classify
+from mapper.cost.estimate import estimate_cost
+from mapper.core.errors import MapperError
+from mapper.core.graph import Graph
+from mapper.hardware.profile import HardwareProfile
+from mapper.plan.kernels import Sizer
+from mapper.plan.sharding import collective_kernel
+from mapper.schedule.stages import balance_stages, stage_times
+from mapper.core.result import KernelAssessment, KernelEstimate, PlanOptions
+
+
+def _estimate_collective(kernel, hw: HardwareProfile, dtype: str, sizer: Sizer) -> KernelEstimate:
+    c = estimate_cost(kernel, hw, dtype, sizer.act, sizer.weight)
+    cls, evidence, owner = classify(Facts("interconnect", c.time_s, 0.0, 0.0, c.overhead_s, 0.0, 0.0, 1.0, 0, 1.0,
+                                          1.0, c.interconnect_s))
+    return KernelEstimate(kernel, KernelAssessment(
+        tiling=c.tiling, dtype=dtype, time_s=c.time_s, compute_time_s=0.0, memory_time_s=0.0, overhead_s=c.overhead_s,
+        sync_s=0.0, dram_bytes=0.0, l2_bytes=0.0, intensity_flop_per_byte=0.0, achieved_flops_per_s=0.0,
+        stall_fraction=0.0, energy_j=c.energy_j, avg_power_w=c.avg_power_w, throttled=False, bottleneck=cls,
+        evidence=evidence, owner=owner))
+
+
+def _stage_sends(graph: Graph, estimates: list[KernelEstimate], stage_of: list[int], sizer: Sizer) -> dict[int, float]:
+    """Bytes each stage boundary carries: every tensor made before it and read after it."""
+    made_in: dict[str, int] = {}
+    node_index = {n.name: i for i, n in enumerate(graph.nodes)}
+    for e, s in zip(estimates, stage_of, strict=True):
+        for name in e.kernel.nodes:
+            for t in graph.nodes[node_index[name]].outputs:
+                if t:
+                    made_in[t] = s
+    sends: dict[int, float] = {}
+    counted: set[tuple[str, int]] = set()
+    for e, s in zip(estimates, stage_of, strict=True):
+        for name in e.kernel.nodes:
+            for t in graph.nodes[node_index[name]].inputs:
+                src = made_in.get(t)
+                if src is None or src >= s:
+                    continue
+                for boundary in range(src, s):  # an activation is relayed through every stage between
+                    if (t, boundary) not in counted:
+                        counted.add((t, boundary))
+                        sends[boundary] = sends.get(boundary, 0.0) + sizer.bytes(graph.tensors[t])
+    return sends
+
+
+def place_on_devices(graph: Graph, estimates: list[KernelEstimate], options: PlanOptions, hw: HardwareProfile,
+                     dtype: str, sizer: Sizer) -> tuple[list[KernelEstimate], dict]:
+    tp, pp, dp = options.tp, options.pp, options.dp
+    devices = tp * pp * dp
+    if tp * pp > 1 and tp * pp > hw.interconnect.max_devices:
+        raise MapperError(f"tp x pp = {tp * pp} devices exceeds the {hw.interconnect.max_devices} that"
+                          f" {hw.name}'s interconnect ({hw.interconnect.topology}) connects; lower --tp/--pp")
+    if options.overlap_collectives:
+        estimates = _overlap(estimates)
+    if pp == 1 and not options.overlap_collectives:
+        placed, start = estimates, sum(e.time_s for e in estimates)  # one stage: the timeline stands as costed
+    else:
+        placed, start = _pipeline(graph, estimates, pp, hw, dtype, sizer)
+    per_stage = stage_times([e.time_s for e in placed], [e.kernel.stage for e in placed], max(pp, 1))
+    collectives = [e for e in placed if e.kernel.collective]
+    comm = sum(e.time_s for e in collectives)
+    section = {
+        "tp": tp, "pp": pp, "dp": dp, "devices": devices, "topology": hw.interconnect.topology,
+        "stage_times_s": per_stage, "slowest_stage_s": max(per_stage) if pp > 1 else None,
+        "interconnect_time_s": comm, "interconnect_share": comm / start if start else 0.0,
+        "collectives": [{"name": e.kernel.name, "kind": e.kernel.collective, "devices": e.kernel.devices,
+                         "message_bytes": e.kernel.dram_bytes, "time_s": e.time_s} for e in collectives],
+        "assumptions": [("tensor parallelism: Megatron-style column/row GEMMs, heads split, one all-reduce per"
+                        " row-parallel GEMM; norms, residuals and embeddings replicated"),
+                        ("pipeline: contiguous stages balanced by time; one batch visits every stage (latency),"
+                        " back-to-back batches overlap (throughput = batch / slowest stage)"),
+                        "data parallelism: independent replicas, no collectives at inference",
+                        "collectives: alpha-beta, the faster of ring and tree for the topology"
+                        + (" and hidden behind the next kernel's compute" if options.overlap_collectives else
+                           "; not overlapped with compute")],
+    }
+    return placed, section
+
+
+def _pipeline(graph: Graph, estimates: list[KernelEstimate], pp: int, hw: HardwareProfile, dtype: str,
+              sizer: Sizer) -> tuple[list[KernelEstimate], float]:
+    """Stages balanced by time, the sends between them, and the timeline re-laid from zero."""
+    stage_of = balance_stages([e.time_s for e in estimates], pp)
+    timeline: list[KernelEstimate] = []
+    sends = _stage_sends(graph, estimates, stage_of, sizer) if pp > 1 else {}
+    for i, (e, s) in enumerate(zip(estimates, stage_of, strict=True)):
+        timeline.append(replace(e, kernel=replace(e.kernel, stage=s)) if s else e)
+        if i + 1 < len(estimates) and stage_of[i + 1] != s:
+            send = collective_kernel(f"stage{s}->stage{s + 1}:send", "p2p", sends.get(s, 0.0), 2, stage=s)
+            timeline.append(_estimate_collective(send, hw, dtype, sizer))
+    start, placed = 0.0, []
+    for e in timeline:
+        placed.append(replace(e, start_s=start))
+        start += e.time_s
+    return placed, start
+
+
+def _overlap(estimates: list[KernelEstimate]) -> list[KernelEstimate]:
+    """A collective overlaps the next compute kernel: only its excess over that compute stays exposed."""
+    out = list(estimates)
+    for i, e in enumerate(out):
+        if not e.kernel.collective or i + 1 >= len(out):
+            continue
+        hidden = min(e.time_s - e.overhead_s, out[i + 1].compute_time_s)
+        out[i] = replace(e, assessment=replace(e.assessment, time_s=e.time_s - hidden,
+                                               evidence=f"{e.evidence}; {hidden * 1e6:.1f} us hidden behind"
+                                                        f" {out[i + 1].kernel.name}"))
+    return out

@@ -1,0 +1,1 @@
+"""Serving: request latency percentiles under load, prefill/decode continuous batching for LLMs."""

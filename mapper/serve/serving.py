@@ -1,0 +1,483 @@
+"""Request-level serving simulation: per-batch latency from the engine -> request latency percentiles.
+
+Stage ten (PRIMER s8). One batch's latency is deterministic in the model; request latency is not.
+Arrivals (Poisson or a trace) queue for one device that runs one batch at a time (FIFO); a batching
+policy decides when a batch leaves; the batch's service time is the engine's latency at that batch
+size (computed once per size) times run-to-run jitter. Batch-1 and static batching are the Lindley
+recursion in closed form (numpy, no per-request loop); dynamic batching loops over batches, not requests.
+"""
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from mapper.core import limits
+from mapper.core.errors import MapperError
+from mapper.handle import open_model
+from mapper.pipeline import map_workload
+
+POLICIES = ("static", "dynamic")
+JITTER_DISTS = ("none", "lognormal", "exponential")
+MAX_REQUESTS, MAX_TRACE_ROWS, MAX_BATCH = limits.MAX_REQUESTS, limits.MAX_TRACE_ROWS, limits.MAX_BATCH
+PERCENTILES = (("p50_s", 50.0), ("p90_s", 90.0), ("p95_s", 95.0), ("p99_s", 99.0), ("p999_s", 99.9))
+SAMPLE_POINTS = 1001                 # quantiles kept for plotting a latency CDF (0%, 0.1%, ..., 100%)
+QUANTILE_SAMPLE = 100_000            # requests (strided) those plotting quantiles are taken from
+KNEE_P99_RATIO = 2.0                 # the knee: first load whose p99 is this many times the lightest load's p99
+DEFAULT_LOADS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98)
+TARGET_SEARCH_STEPS = 8              # bisection steps for the highest rate meeting a p99 target
+
+ServiceTime = float | Callable[[int], float]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Trace:
+    """Arrival times (s, non-decreasing) and optional per-request token counts, from a CSV file."""
+
+    arrival_s: np.ndarray
+    prompt_tokens: np.ndarray | None = None
+    output_tokens: np.ndarray | None = None
+    source: str = ""
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+
+@dataclass(frozen=True, slots=True)
+class ServingConfig:
+    """The scheduler and the load. `jitter_cv=None` means: take it from the hardware profile."""
+
+    policy: str = "dynamic"           # static | dynamic
+    max_batch: int = 1
+    max_wait_s: float = 0.0           # dynamic: how long the oldest request may wait for the batch to fill
+    rate_per_s: float = 100.0         # Poisson arrival rate (ignored with a trace)
+    requests: int = 100_000           # ignored with a trace (every row is a request)
+    seed: int = 0
+    jitter_cv: float | None = None
+    jitter_dist: str | None = None    # none | lognormal | exponential (None: the profile's)
+    trace: Trace | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ServingResult:
+    p50_s: float
+    p90_s: float
+    p95_s: float
+    p99_s: float
+    p999_s: float
+    mean_s: float
+    mean_wait_s: float
+    throughput_per_s: float           # completed requests over the makespan
+    utilization: float                # device busy time over the makespan
+    mean_queue_length: float          # time-average number of requests waiting (total wait / makespan)
+    mean_batch: float
+    requests: int
+    batches: int
+    offered_rate_per_s: float
+    assumptions: tuple[str, ...]
+    latency_quantiles_s: tuple[float, ...] = field(default=(), repr=False)  # SAMPLE_POINTS quantiles, for a CDF
+
+
+def validate_config(config: ServingConfig) -> ServingConfig:
+    """Reject a configuration a person must fix; fill the jitter defaults (none)."""
+    if config.policy not in POLICIES:
+        raise MapperError(f"batch policy {config.policy!r} is not one of {', '.join(POLICIES)}")
+    if not (isinstance(config.max_batch, int) and 1 <= config.max_batch <= MAX_BATCH):
+        raise MapperError(f"max batch {config.max_batch!r} must be an integer from 1 to {MAX_BATCH}")
+    if not (math.isfinite(config.max_wait_s) and config.max_wait_s >= 0):
+        raise MapperError(f"max wait {config.max_wait_s!r} s must be finite and >= 0")
+    if config.trace is None:
+        if not (math.isfinite(config.rate_per_s) and config.rate_per_s > 0):
+            raise MapperError(f"arrival rate {config.rate_per_s!r}/s must be finite and > 0")
+        if not (isinstance(config.requests, int) and 1 <= config.requests <= MAX_REQUESTS):
+            raise MapperError(f"requests {config.requests!r} must be an integer from 1 to {limits.limit_text('MAX_REQUESTS')}")
+    dist = config.jitter_dist or ("lognormal" if config.jitter_cv else "none")
+    cv = 0.0 if config.jitter_cv is None or dist == "none" else float(config.jitter_cv)
+    if dist not in JITTER_DISTS:
+        raise MapperError(f"jitter distribution {dist!r} is not one of {', '.join(JITTER_DISTS)}")
+    if not (math.isfinite(cv) and cv >= 0):
+        raise MapperError(f"jitter coefficient of variation {config.jitter_cv!r} must be finite and >= 0")
+    if dist == "exponential" and cv > 1:
+        raise MapperError(f"exponential jitter has a CV of at most 1 (got {cv}); use lognormal for more")
+    return replace(config, jitter_cv=cv, jitter_dist=dist)
+
+
+# ---- inputs: arrivals, jitter, service times -------------------------------------------------
+
+def draw_arrivals(config: ServingConfig, rng: np.random.Generator) -> np.ndarray:
+    """Poisson arrivals as a cumulative sum of unit exponentials over the rate: the same seed at a
+    different rate gives the same arrivals rescaled (common random numbers, so curves are smooth)."""
+    if config.trace is not None:
+        return np.asarray(config.trace.arrival_s, dtype=np.float64)
+    return np.cumsum(rng.standard_exponential(config.requests)) / config.rate_per_s
+
+
+def draw_jitter(n: int, cv: float, dist: str, rng: np.random.Generator) -> np.ndarray:
+    """Multiplicative run-to-run factors, mean 1, coefficient of variation `cv`.
+
+    lognormal: sigma^2 = ln(1 + cv^2), mu = -sigma^2/2. exponential: (1 - cv) + cv * Exp(1)
+    (a shifted exponential; cv=1 is the textbook exponential service of M/M/1)."""
+    if dist == "none" or cv == 0:
+        return np.ones(n)
+    if dist == "lognormal":
+        sigma2 = math.log1p(cv * cv)
+        return rng.lognormal(-sigma2 / 2, math.sqrt(sigma2), n)
+    return (1.0 - cv) + cv * rng.standard_exponential(n)
+
+
+class BatchTimes:
+    """Service time by batch size, each size computed once (the engine is slow, the loop is not)."""
+
+    def __init__(self, service_time: ServiceTime, max_batch: int):
+        self.fixed = not callable(service_time)
+        self.fn = service_time
+        self.table: list[float | None] = [None] * (max_batch + 1)
+
+    def __call__(self, batch: int) -> float:
+        t = self.table[batch]
+        if t is None:
+            t = float(self.fn) if self.fixed else float(self.fn(batch))
+            if not (math.isfinite(t) and t > 0):
+                zero = " (the model takes no time: every node is free, e.g. Identity only; nothing queues)" if t == 0 else ""
+                raise MapperError(f"service time at batch {batch} is {t!r} s; it must be finite and > 0{zero}")
+            self.table[batch] = t
+        return t
+
+    def saturation_rate(self, max_batch: int) -> float:
+        """The highest sustainable request rate: the best batch-size throughput (mean jitter is 1)."""
+        return max(b / self(b) for b in _probe_sizes(max_batch))
+
+
+def _probe_sizes(max_batch: int) -> list[int]:
+    """1, powers of two and max_batch: enough to find the best throughput without computing every size."""
+    sizes = {1, max_batch}
+    b = 2
+    while b < max_batch:
+        sizes.add(b)
+        b *= 2
+    return sorted(sizes)
+
+
+# ---- the queue ---------------------------------------------------------------------------------
+
+def fifo_departures(ready_s: np.ndarray, service_s: np.ndarray) -> np.ndarray:
+    """One server, FIFO: end_k = max(end_{k-1}, ready_k) + s_k (Lindley), in closed form:
+    end_k = C_k + max_{j<=k}(ready_j - C_{j-1}) with C the cumulative service."""
+    c = np.cumsum(service_s)
+    return c + np.maximum.accumulate(ready_s - (c - service_s))
+
+
+def dynamic_batches(arrival: np.ndarray, max_batch: int, max_wait_s: float, times: BatchTimes,
+                    jitter: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Dynamic batching: a batch leaves when the device is free and either it is full or its oldest
+    request has waited max_wait_s; it takes every waiting request (up to max batch). Returns each
+    batch's first request, start time and service time. A batch's jitter is drawn per first request.
+
+    Where the device is idle when a batch would leave, the batch depends on arrivals alone: its leave
+    time, its end and the next batch's first request are precomputed for every request with numpy,
+    and the loop just follows that chain while the device stays idle; only batches that find the
+    device busy take the slow path (a bisection for the requests present when it frees)."""
+    n = len(arrival)
+    idx = np.arange(n)
+    full_at = np.full(n, np.inf)
+    full_at[: max(n - max_batch + 1, 0)] = arrival[max_batch - 1:]
+    leave_idle = np.minimum(arrival + max_wait_s, full_at)
+    next_idle = np.minimum(np.searchsorted(arrival, leave_idle, side="right"), idx + max_batch)
+    size_idle = next_idle - idx
+    # the batch sizes idle windows mostly have: computed now (the engine is called once per size);
+    # rarer sizes are computed by the loop when it meets them
+    counts = np.bincount(size_idle, minlength=max_batch + 1)
+    for size in np.flatnonzero(counts >= max(1, n // 1000)):
+        times(int(size))
+    known = np.array([t if t is not None else np.nan for t in times.table])
+    end_idle = leave_idle + known[size_idle] * jitter
+    stays_idle = np.zeros(n, dtype=bool)   # the device is free again before the next idle batch leaves
+    inner = next_idle < n
+    stays_idle[inner] = end_idle[inner] <= leave_idle[next_idle[inner]]    # NaN (unknown size) -> False
+    arr, leave_l, next_l, ok_l = arrival.tolist(), leave_idle.tolist(), next_idle.tolist(), stays_idle.tolist()
+    jit, table = jitter.tolist(), times.table
+    heads, busy_at, busy_start = [], [], []
+    free, i = -math.inf, 0
+    while i < n:
+        if free <= leave_l[i]:                  # idle: follow the precomputed chain
+            while ok_l[i]:
+                heads.append(i)
+                i = next_l[i]
+            heads.append(i)
+            j, t = next_l[i], leave_l[i]
+        else:                                   # busy: the batch leaves when the device frees
+            t = free
+            j = bisect_right(arr, t, i + 1, min(i + max_batch, n))
+            busy_at.append(len(heads))
+            busy_start.append(t)
+            heads.append(i)
+        s = table[j - i]
+        if s is None:
+            s = times(j - i)
+        free = t + s * jit[i]
+        i = j
+    first = np.array(heads, dtype=np.int64)
+    sizes = np.diff(np.append(first, n))
+    starts = leave_idle[first]
+    starts[np.array(busy_at, dtype=np.int64)] = busy_start
+    services = np.array(table, dtype=object)[sizes].astype(np.float64) * jitter[first]
+    return starts, sizes, services
+
+
+def simulate_serving(service_time: ServiceTime, config: ServingConfig) -> ServingResult:
+    """Simulate `config.requests` requests (or the trace) through the batching policy; seeded.
+
+    `service_time`: a fixed batch time in seconds (what-if, and for checking the queue itself) or a
+    function batch size -> seconds (e.g. the engine's latency at that batch, see simulate_model_serving)."""
+    config = validate_config(config)
+    arrival_rng, jitter_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(config.seed).spawn(2))
+    arrival = draw_arrivals(config, arrival_rng)
+    n = len(arrival)
+    if n == 0:
+        raise MapperError("no requests to simulate (the trace is empty)")
+    times = BatchTimes(service_time, config.max_batch)
+    jitter = draw_jitter(n, config.jitter_cv, config.jitter_dist, jitter_rng)
+    b = config.max_batch
+    if b == 1 or config.policy == "static":
+        sizes = np.full(-(-n // b), b, dtype=np.int64)
+        sizes[-1] = n - b * (len(sizes) - 1)
+        base = np.array([times(b)] * (len(sizes) - 1) + [times(int(sizes[-1]))])
+        services = base * jitter[:len(sizes)]
+        ready = arrival[np.minimum(np.arange(1, len(sizes) + 1) * b, n) - 1]   # full, or the last request
+        ends = fifo_departures(ready, services)
+        starts = ends - services
+    else:
+        starts, sizes, services = dynamic_batches(arrival, b, config.max_wait_s, times, jitter)
+        ends = starts + services
+    which = np.repeat(np.arange(len(sizes)), sizes)
+    sojourn = ends[which] - arrival
+    wait = starts[which] - arrival
+    return summarize(sojourn, wait, arrival, ends, services, sizes, config, describe(service_time, config, n))
+
+
+def summarize(sojourn: np.ndarray, wait: np.ndarray, arrival: np.ndarray, ends: np.ndarray,
+              services: np.ndarray, sizes: np.ndarray, config: ServingConfig,
+              assumptions: tuple[str, ...]) -> ServingResult:
+    makespan = float(ends[-1] - arrival[0]) or float(services.sum())
+    step = max(1, len(sojourn) // QUANTILE_SAMPLE)   # a strided sample is enough for a plotted CDF
+    quantiles = np.quantile(sojourn[::step], np.linspace(0.0, 1.0, SAMPLE_POINTS))
+    pct = dict(zip((k for k, _ in PERCENTILES), np.percentile(sojourn, [p for _, p in PERCENTILES]).tolist()))
+    n = len(arrival)
+    offered = config.rate_per_s if config.trace is None else (n - 1) / max(float(arrival[-1] - arrival[0]), 1e-300)
+    return ServingResult(
+        **pct, mean_s=float(sojourn.mean()), mean_wait_s=float(wait.mean()), throughput_per_s=n / makespan,
+        utilization=float(services.sum()) / makespan, mean_queue_length=float(wait.sum()) / makespan,
+        mean_batch=n / len(sizes), requests=n, batches=len(sizes), offered_rate_per_s=offered,
+        assumptions=assumptions, latency_quantiles_s=tuple(quantiles.tolist()))
+
+
+def describe(service_time: ServiceTime, config: ServingConfig, n: int) -> tuple[str, ...]:
+    """The scheduler assumptions behind a result, in words (every result carries them)."""
+    if config.trace is not None:
+        arrivals = f"arrivals: trace {config.trace.source or '(in memory)'}, {n:,} requests"
+    else:
+        arrivals = f"arrivals: Poisson at {config.rate_per_s:g}/s, {n:,} requests, seed {config.seed}"
+    if config.max_batch == 1:
+        policy = "policy: batch 1, first come first served"
+    elif config.policy == "static":
+        policy = (f"policy: static batching of {config.max_batch}: a batch starts when it is full and the device is"
+                  " free (the last, short batch at the final arrival)")
+    else:
+        policy = (f"policy: dynamic batching, max batch {config.max_batch}, max wait {config.max_wait_s * 1e3:g} ms:"
+                  " a batch leaves when the device is free and it is full or its oldest request has waited max"
+                  " wait; it takes every waiting request up to max batch")
+    service = (f"service time: fixed {float(service_time):g} s per batch (what-if; the engine is not consulted)"
+               if not callable(service_time) else
+               "service time: the engine's latency at the batch size, computed once per size")
+    jitter = ("jitter: none" if config.jitter_dist == "none" or not config.jitter_cv else
+              f"jitter: {config.jitter_dist}, multiplicative per batch, mean 1, CV {config.jitter_cv:g}")
+    return (arrivals, policy, "one device, one batch at a time, FIFO, unbounded queue, no preemption",
+            service, jitter, "statistics over every request (no warm-up discarded)")
+
+
+# ---- load curve --------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class LoadPoint:
+    load: float                       # offered rate over the saturation rate
+    offered_rate_per_s: float
+    p50_s: float
+    p95_s: float
+    p99_s: float
+    mean_s: float
+    throughput_per_s: float
+    utilization: float
+
+
+@dataclass(frozen=True, slots=True)
+class LoadCurve:
+    points: tuple[LoadPoint, ...]
+    saturation_rate_per_s: float
+    knee_index: int | None            # first point whose p99 >= KNEE_P99_RATIO x the lightest point's p99
+    p99_target_s: float | None
+    max_rate_meeting_target_per_s: float | None
+    assumptions: tuple[str, ...]
+
+
+def load_curve(service_time: ServiceTime, config: ServingConfig, loads: tuple[float, ...] = DEFAULT_LOADS,
+               p99_target_s: float | None = None) -> LoadCurve:
+    """Percentiles against offered load (fractions of the saturation rate), the knee, and the highest
+    rate whose p99 meets the target (bisection between the simulated loads; same seed throughout)."""
+    config = validate_config(replace(config, trace=None))
+    if not 1 <= len(loads) <= limits.MAX_LOAD_POINTS:  # each load is one whole simulation
+        raise MapperError(f"a load curve takes 1 to {limits.limit_text('MAX_LOAD_POINTS')} loads (got {len(loads)})")
+    if any(not (0 < x < 10) for x in loads):
+        raise MapperError("loads must be fractions of the saturation rate, each > 0 (and < 10)")
+    times = BatchTimes(service_time, config.max_batch)
+    saturation = times.saturation_rate(config.max_batch)
+    cached = times if callable(service_time) else service_time
+
+    def run(rate: float):
+        return simulate_serving(cached, replace(config, rate_per_s=rate))
+
+    points, results = [], []
+    for load in sorted(loads):
+        r = run(load * saturation)
+        results.append(r)
+        points.append(LoadPoint(load, load * saturation, r.p50_s, r.p95_s, r.p99_s, r.mean_s,
+                                r.throughput_per_s, r.utilization))
+    knee = next((i for i, p in enumerate(points) if p.p99_s >= KNEE_P99_RATIO * points[0].p99_s), None)
+    best = None
+    if p99_target_s is not None:
+        passing = [p for p in points if p.p99_s <= p99_target_s]
+        if passing:
+            lo = passing[-1].offered_rate_per_s
+            above = [p for p in points if p.offered_rate_per_s > lo]
+            hi = above[0].offered_rate_per_s if above else None
+            if hi is not None:
+                for _ in range(TARGET_SEARCH_STEPS):
+                    mid = (lo + hi) / 2
+                    lo, hi = (mid, hi) if run(mid).p99_s <= p99_target_s else (lo, mid)
+            best = lo
+    knee_rule = (f"knee: first load with p99 >= {KNEE_P99_RATIO:g} x p99 at the lightest load"
+                 f" ({min(loads):g} of saturation)")
+    return LoadCurve(tuple(points), saturation, knee, p99_target_s, best, results[0].assumptions[1:] + (knee_rule,))
+
+
+# ---- traces and the sheet ----------------------------------------------------------------------
+
+TRACE_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
+
+
+def load_trace(path: str | Path) -> Trace:
+    """Read a CSV trace (header `arrival_s`, optional `prompt_tokens`, `output_tokens`); validate it."""
+    import pandas as pd
+
+    path = Path(path)
+    if not path.is_file():
+        raise MapperError(f"trace file {str(path)!r} does not exist")
+    try:
+        frame = pd.read_csv(path, nrows=MAX_TRACE_ROWS + 1, dtype=str, keep_default_na=False)
+    except (ValueError, OSError, UnicodeDecodeError) as exc:
+        raise MapperError(f"trace {path.name}: not a readable CSV ({str(exc).splitlines()[0]})") from None
+    columns = [c.strip() for c in frame.columns]
+    frame.columns = columns
+    unknown = [c for c in columns if c not in TRACE_COLUMNS]
+    if "arrival_s" not in columns or unknown:
+        raise MapperError(f"trace {path.name}: columns must be arrival_s and optionally prompt_tokens,"
+                          f" output_tokens (found {', '.join(columns) or 'none'})")
+    if len(frame) > MAX_TRACE_ROWS:
+        raise MapperError(f"trace {path.name}: more than {limits.limit_text('MAX_TRACE_ROWS')} rows")
+    if len(frame) == 0:
+        raise MapperError(f"trace {path.name}: no rows")
+    arrays = {}
+    for column in columns:
+        values = pd.to_numeric(frame[column].str.strip(), errors="coerce").to_numpy(dtype=np.float64)
+        bad = ~np.isfinite(values) | (values < 0)
+        if column != "arrival_s":  # beyond MAX_TOKENS a count would wrap when made an int64 (1e20 did)
+            bad |= (values != np.floor(values)) | (values < 1) | (values > limits.MAX_TOKENS)
+        if bad.any():
+            row = int(np.argmax(bad))
+            want = "a finite number >= 0" if column == "arrival_s" else \
+                f"an integer from 1 to {limits.limit_text('MAX_TOKENS')}"
+            raise MapperError(f"trace {path.name}: row {row + 1} (line {row + 2}), column {column}:"
+                              f" {frame[column].iloc[row]!r} is not {want}")
+        arrays[column] = values
+    arrival = arrays["arrival_s"]
+    decreasing = np.diff(arrival) < 0
+    if decreasing.any():
+        row = int(np.argmax(decreasing)) + 1
+        raise MapperError(f"trace {path.name}: row {row + 1} (line {row + 2}), column arrival_s: {arrival[row]!r}"
+                          f" is earlier than the row before ({arrival[row - 1]!r}); arrivals must not decrease")
+    tokens = {c: arrays[c].astype(np.int64) if c in arrays else None for c in TRACE_COLUMNS[1:]}
+    return Trace(arrival, tokens["prompt_tokens"], tokens["output_tokens"], source=path.name)
+
+
+def serving_section(result: ServingResult, config: ServingConfig, curve: LoadCurve | None = None) -> dict:
+    """The sheet's Serving section (JSON-ready): policy, load, percentiles, assumptions [, load curve]."""
+    config = validate_config(config)
+    section = {
+        "policy": config.policy if config.max_batch > 1 else "batch-1",
+        "max_batch": config.max_batch, "max_wait_s": config.max_wait_s,
+        "offered_rate_per_s": result.offered_rate_per_s, "requests": result.requests, "seed": config.seed,
+        "jitter_cv": config.jitter_cv, "jitter_dist": config.jitter_dist,
+        **{k: getattr(result, k) for k in ("p50_s", "p90_s", "p95_s", "p99_s", "p999_s", "mean_s", "mean_wait_s",
+                                           "throughput_per_s", "utilization", "mean_queue_length", "mean_batch")},
+        "assumptions": list(result.assumptions),
+    }
+    if curve is not None:
+        section["load_curve"] = {
+            "saturation_rate_per_s": curve.saturation_rate_per_s, "knee_index": curve.knee_index,
+            "p99_target_s": curve.p99_target_s, "max_rate_meeting_target_per_s": curve.max_rate_meeting_target_per_s,
+            "points": [{k: getattr(p, k) for k in LoadPoint.__slots__} for p in curve.points],
+        }
+    return section
+
+
+# ---- the engine as the service time --------------------------------------------------------------
+
+def engine_batch_time(source, dims: dict[str, int] | None, hw, options) -> Callable[[int], float]:
+    """Batch size -> the engine's latency for the model (a handle, or what `open_model` takes) at that
+    batch (each size mapped once)."""
+    cache: dict[int, float] = {}
+    model = open_model(source)
+    fixed = model.dims_without_batch(dims)
+
+    def batch_time(batch: int) -> float:
+        if batch not in cache:
+            workload = model.bind(fixed, batch=batch)
+            cache[batch] = map_workload(workload, hw, options).totals.latency_s
+        return cache[batch]
+
+    return batch_time
+
+
+def simulate_model_serving(source, dims: dict[str, int] | None, hw, options, config: ServingConfig,
+                           service_time_s: float | None = None) -> ServingResult:
+    """simulate_serving with the engine's batch latency as the service time and the profile's jitter
+    where the config leaves it open (`service_time_s` replaces the engine: what-if)."""
+    if config.jitter_cv is None:
+        config = replace(config, jitter_cv=hw.jitter_cv, jitter_dist=config.jitter_dist or hw.jitter_dist)
+    service = service_time_s if service_time_s is not None else engine_batch_time(source, dims, hw, options)
+    return simulate_serving(service, config)
+
+
+# ---- the sheet's Serving section for one mapping ------------------------------------------------
+
+SHEET_LOAD_FRACTION = 0.7       # offered load for the sheet's default serving run, of the batch's capacity
+SHEET_REQUESTS = 20_000
+
+
+def serving_for_result(result, hw, load_fraction: float = SHEET_LOAD_FRACTION, requests: int = SHEET_REQUESTS,
+                       seed: int = 0) -> dict:
+    """Serve the mapped batch as a static batch at `load_fraction` of its capacity, with the profile's
+    jitter: the percentiles a review asks for next to the batch latency (Serving sheet, `--json`)."""
+    batch, latency = result.totals.batch, result.totals.latency_s
+    if not latency > 0:  # a model of free ops only (Identity): no queue forms, there is nothing to simulate
+        return {"policy": "static", "max_batch": batch, "requests": 0, "assumptions": [
+            f"not simulated: this mapping takes {latency!r} s per batch (every node is free), so requests never wait"]}
+    config = ServingConfig(policy="static", max_batch=batch, rate_per_s=load_fraction * batch / latency,
+                           requests=requests, seed=seed, jitter_cv=hw.jitter_cv, jitter_dist=hw.jitter_dist)
+    section = serving_section(simulate_serving(lambda _size: latency, config), config)
+    section["assumptions"].append(f"service time: this mapping's batch latency {latency:.6g} s (the final short"
+                                  " batch is charged a full batch's time)")
+    return section

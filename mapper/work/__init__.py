@@ -1,0 +1,1 @@
+"""Stage two, work: per node FLOPs, bytes, op class and layer type (-> Workload)."""

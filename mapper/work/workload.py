@@ -1,0 +1,52 @@
+"""The workload: a model's graph at concrete shapes and the work of each node (stage two's output).
+
+`analyze_graph` runs the work model (`ops.estimate_work`) with the layer placer (`layers`) over an
+imported graph; the workload carries its model's caches (`ModelCaches`) so that every later stage
+reuses what depends on structure alone, and the two keys those stages need, computed once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mapper.core.caches import ModelCaches
+from mapper.core.graph import Graph, OpClass
+from mapper.work.layers import layer_placer
+from mapper.work.ops import estimate_work
+from mapper.core.result import NodeWork
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A model's graph at concrete shapes and the work of each of its nodes."""
+
+    graph: Graph
+    nodes: tuple[NodeWork, ...]
+    caches: ModelCaches = field(default_factory=ModelCaches, compare=False, repr=False)
+    flops: float = field(init=False)            # totals over the nodes, summed once (every mapping reads them)
+    matrix_flops: float = field(init=False)
+    unmodeled: tuple[NodeWork, ...] = field(init=False)
+    plan_key: int = field(init=False, repr=False)   # what fusion reads of each node: name, class, layer, block
+    cost_key: int = field(init=False, repr=False)   # what kernels read of each node: name, class, FLOPs, bytes
+
+    def __post_init__(self):
+        object.__setattr__(self, "flops", sum(n.flops for n in self.nodes))
+        object.__setattr__(self, "matrix_flops", sum(n.matrix_flops for n in self.nodes))
+        object.__setattr__(self, "unmodeled",
+                           tuple(n for n in self.nodes if n.op_class is OpClass.UNMODELED or n.reason))
+        object.__setattr__(self, "plan_key",
+                           hash(tuple((w.name, w.op_class, w.layer_type, w.layer_group) for w in self.nodes)))
+        object.__setattr__(self, "cost_key", hash(tuple((w.name, w.op_class, w.flops, w.bytes_read) for w in self.nodes)))
+
+    @property
+    def bytes(self) -> float:
+        return sum(n.bytes for n in self.nodes)
+
+    @property
+    def weight_bytes(self) -> float:
+        return float(sum(self.graph.tensors[w].bytes for w in self.graph.weights))
+
+
+def analyze_graph(graph: Graph, caches: ModelCaches | None = None) -> Workload:
+    """The graph's workload. `caches`: its model handle's (a graph built by hand gets caches of its own)."""
+    caches = caches if caches is not None else ModelCaches()
+    return Workload(graph, estimate_work(graph, layer_placer(graph, caches)), caches)
