@@ -9,14 +9,14 @@ The public API. The dashboard and the CLI use only these names.
 """
 from mapper.core.errors import MapperError
 from mapper.core.graph import Graph, LayerType, OpClass
-from mapper.hardware.profile import HardwareProfile, list_hardware, load_hardware
-from mapper.handle import BUILTIN_DEFAULT_DIMS, ModelHandle, open_model
-from mapper.pipeline import dim_roles, load_model, load_workload, map_workload
-from mapper.explore.power import power_curve
-from mapper.report.document import mapping_document
 from mapper.core.result import KernelAssessment, KernelEstimate, MappingResult, PlanOptions
-from mapper.serve.serving import ServingConfig, ServingResult, load_curve, simulate_model_serving, simulate_serving
 from mapper.core.version import __version__
+from mapper.explore.power import power_curve
+from mapper.handle import BUILTIN_DEFAULT_DIMS, ModelHandle, open_model
+from mapper.hardware.profile import HardwareProfile, list_hardware, load_hardware
+from mapper.pipeline import dim_roles, load_model, load_workload, map_workload
+from mapper.report.document import mapping_document
+from mapper.serve.serving import ServingConfig, ServingResult, load_curve, simulate_model_serving, simulate_serving
 from mapper.work.workload import Workload, analyze_graph
 from mapper.zoo import ZOO_NAMES, build_zoo_model, list_zoo, zoo_model_bytes
 

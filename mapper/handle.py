@@ -16,10 +16,10 @@ from pathlib import Path
 
 import onnx
 
-from mapper.model.bindings import apply_bindings, dim_roles_of
-from mapper.model.branches import branch_inputs
 from mapper.core.caches import ModelCaches
 from mapper.core.errors import MapperError
+from mapper.model.bindings import apply_bindings, dim_roles_of
+from mapper.model.branches import branch_inputs
 from mapper.model.onnx_import import GENERIC_GRAPH_NAMES, build_graph, parse_model, read_model_bytes
 from mapper.work.workload import Workload, analyze_graph
 from mapper.zoo import ZOO_NAMES, zoo_model_bytes

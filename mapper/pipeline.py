@@ -17,25 +17,24 @@ import os
 from dataclasses import replace
 from datetime import UTC, datetime
 
+from mapper.core.errors import MapperError
+from mapper.core.graph import Graph
+from mapper.core.result import Kernel, KernelAssessment, KernelEstimate, MappingResult, PlanOptions
+from mapper.core.version import __version__
 from mapper.cost import bottleneck
-
-from mapper.plan import tiling
 from mapper.cost.bottleneck import Facts, classify
 from mapper.cost.estimate import estimate_cost
-from mapper.core.errors import MapperError
-from mapper.plan.fusion import plan_fusion
-from mapper.core.graph import Graph
+from mapper.handle import ModelHandle, open_model
 from mapper.hardware.profile import HardwareProfile
+from mapper.plan import tiling
+from mapper.plan.fusion import plan_fusion
 from mapper.plan.kernels import PLAN_DTYPE_BYTES, WIDER_PRECISIONS, Sizer, build_kernels, model_dtype, precision_caveats
 from mapper.plan.layout import LAYOUTS, plan_layout
-from mapper.handle import ModelHandle, open_model
+from mapper.plan.sharding import assign_roles, shard_kernels
+from mapper.plan.tiling import attention_fits
 from mapper.schedule.memory import memory_section, plan_memory
 from mapper.schedule.placement import place_on_devices
-from mapper.plan.sharding import assign_roles, shard_kernels
-from mapper.core.result import Kernel, KernelAssessment, KernelEstimate, MappingResult, PlanOptions
 from mapper.schedule.rollup import STALL_DEFINITION, roll_up
-from mapper.plan.tiling import attention_fits
-from mapper.core.version import __version__
 from mapper.work.workload import Workload
 from mapper.zoo import ZOO_NAMES
 

@@ -262,3 +262,10 @@ def test_onnxruntime_shape_inference_leaves_the_working_folder_alone(tmp_path, m
     monkeypatch.chdir(tmp_path)
     assert ort_inferred_value_info(onnx.load(MODELS_DIR / "resnet50_int8_qoperator.onnx", load_external_data=False)) == []
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_second_shape_rule_for_one_op_type_raises():
+    """Two rules for one op would make the winner depend on import order: registering one raises."""
+    from mapper.model.shapes.base import rule
+    with pytest.raises(ValueError, match="a second shape rule for Relu"):
+        rule("Relu")(lambda c: [])

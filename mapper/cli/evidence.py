@@ -8,11 +8,13 @@ import json
 import sys
 from pathlib import Path
 
+import mapper
+from mapper.cli.args import parse_dim
+
 
 def _dims(args, model=None) -> dict[str, int] | None:
     """--dim bindings; with a model, --batch/--seq are resolved onto its own dim names (batch_size,
     sequence_length...) as `mapper map` does, so the run and the prediction bind the same dims."""
-    from mapper.cli.main import parse_dim
     dims = dict(parse_dim(d) for d in args.dim)
     if model is None:
         return dims or None
@@ -61,7 +63,6 @@ def cmd_probe(args) -> int:
 
 
 def _hardware(spec):
-    import mapper
     if spec:
         return mapper.load_hardware(spec)
     from mapper.evidence.probe import probe_machine
@@ -69,7 +70,6 @@ def _hardware(spec):
 
 
 def cmd_measure(args) -> int:
-    import mapper
     from mapper.evidence.measure import compare_measured, measure_model, measurement_from_profile
     model = mapper.open_model(args.model)  # parsed once for the run, the mapping and the node matching
     dims = _dims(args, model)

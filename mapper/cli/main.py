@@ -11,77 +11,28 @@ import sys
 from collections.abc import Callable
 
 import mapper
+from mapper.cli import sweep as sweep_cli
+from mapper.cli.args import Parser, add_model_args, options_from, parse_dim, workload_from
+from mapper.cli.evidence import add_arguments as add_evidence_commands
 from mapper.core.errors import MapperError, error_line, path_text, printable
 from mapper.core.units import format_bytes
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2, like every other bad input
-        raise MapperError(f"{message} (see `mapper {self.prog.split()[-1]} --help`)" if " " in self.prog
-                          else f"{message} (see `mapper --help`)")
-
-
-def parse_dim(text: str) -> tuple[str, int]:
-    name, sep, value = text.partition("=")
-    if not sep or not name or not value.strip().lstrip("-").isdigit():
-        raise MapperError(f"--dim {text!r} must look like NAME=INTEGER, e.g. --dim seq=512")
-    return name.strip(), int(value)
-
-
-def add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", help="an .onnx file or a built-in name (see `mapper zoo`)")
-    p.add_argument("--hw", default="h100-sxm", help="a profile name (see `mapper hw`) or a profile file")
-    p.add_argument("--batch", type=int, help="binds the model's batch dim")
-    p.add_argument("--seq", type=int, help="binds the model's sequence dim")
-    p.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE", help="binds a symbolic dim by name")
-    p.add_argument("--dtype", default="auto", help="auto (the model's own), fp32, tf32, bf16, fp16, fp8, int8")
-    p.add_argument("--weight-dtype", default="same", help="same, int8 or int4 (weight-only, decoder LLMs)")
-    p.add_argument("--fusion", default="default", help="none, default or aggressive")
-    p.add_argument("--attention-fusion", choices=("auto", "on", "off"), default="auto",
-                   help="FlashAttention-style fusion: auto follows --fusion (on in aggressive)")
-    p.add_argument("--layout", default="auto", help="auto (the profile's preferred), nchw or nhwc")
-    p.add_argument("--power-cap-w", type=float, help="cap the board power below the profile's TDP")
-    p.add_argument("--devices", type=int, help="devices in all (= tp x pp x dp; the rest of tp x pp becomes dp)")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (Megatron column/row GEMMs)")
-    p.add_argument("--pp", type=int, default=1, help="pipeline stages, balanced by time")
-    p.add_argument("--dp", type=int, help="data-parallel replicas")
-    p.add_argument("--overlap-collectives", action="store_true", help="hide collectives behind the next compute")
-
-
-def parallel_degrees(devices: int | None, tp: int, pp: int, dp: int | None) -> tuple[int, int, int]:
-    """--devices with --tp/--pp/--dp: the devices left over by tp x pp become data-parallel replicas."""
-    for name, value in (("tp", tp), ("pp", pp), ("dp", dp), ("devices", devices)):
-        if value is not None and value < 1:
-            raise MapperError(f"--{name} {value} must be at least 1")
-    if devices is None:
-        return tp, pp, dp or 1
-    if devices % (tp * pp):
-        raise MapperError(f"--devices {devices} is not a multiple of tp x pp = {tp * pp}")
-    if dp is not None and dp * tp * pp != devices:
-        raise MapperError(f"--devices {devices} != tp x pp x dp = {tp * pp * dp}; drop one of them")
-    return tp, pp, devices // (tp * pp)
-
-
-def options_from(args) -> mapper.PlanOptions:
-    tp, pp, dp = parallel_degrees(args.devices, args.tp, args.pp, args.dp)
-    return mapper.PlanOptions(dtype=args.dtype, weight_dtype=args.weight_dtype, fusion=args.fusion,
-                              attention_fusion={"auto": None, "on": True, "off": False}[args.attention_fusion],
-                              layout=args.layout, power_cap_w=args.power_cap_w, tp=tp, pp=pp, dp=dp,
-                              overlap_collectives=args.overlap_collectives)
-
-
-def workload_from(args) -> mapper.Workload:
-    dims = dict(parse_dim(d) for d in args.dim)
-    return mapper.load_workload(args.model, dims or None, batch=args.batch, seq=args.seq)
+from mapper.report.sheet import write_sheet
+from mapper.serve.llm import LLMServingConfig, llm_section, simulate_model_llm_serving
+from mapper.serve.serving import (
+    ServingConfig,
+    engine_batch_time,
+    load_curve,
+    load_trace,
+    serving_for_result,
+    serving_section,
+)
 
 
 def cmd_map(args) -> int:
     hw = mapper.load_hardware(args.hw)
     result = mapper.map_workload(workload_from(args), hw, options_from(args))
-    from mapper.serve.serving import serving_for_result
     result = dataclasses.replace(result, extras={**result.extras, "serving": serving_for_result(result, hw)})
     if args.out:
-        from mapper.report.sheet import write_sheet
         write_sheet(result, args.out)
     if args.json:
         print(json.dumps(mapper.mapping_document(result), indent=1, allow_nan=False))
@@ -166,8 +117,6 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_serve(args) -> int:
-    from mapper.serve.llm import LLMServingConfig, llm_section, simulate_model_llm_serving
-    from mapper.serve.serving import ServingConfig, engine_batch_time, load_curve, load_trace, serving_section
 
     if args.batch is not None:
         raise MapperError("serve forms its own batches: use --max-batch (and --batch-policy), not --batch")
@@ -222,9 +171,9 @@ COMMANDS: dict[str, tuple[Callable, str]] = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="mapper", description="Map ONNX models onto accelerators and explain what limits them.")
+    parser = Parser(prog="mapper", description="Map ONNX models onto accelerators and explain what limits them.")
     parser.add_argument("--version", action="version", version=f"mapper {mapper.__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for name, (fn, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.set_defaults(func=fn)
@@ -240,8 +189,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def register_extra_commands(sub) -> None:
     """Commands that live in their own modules (each adds its parsers to `sub`)."""
-    from mapper.cli import sweep as sweep_cli
-    from mapper.cli.evidence import add_arguments as add_evidence_commands
     sweep_cli.add_arguments(sub)
     add_evidence_commands(sub)  # probe, measure, calibrate
 

@@ -9,6 +9,7 @@ import argparse
 import json
 import sys
 
+from mapper.cli.args import parse_dim
 from mapper.core.errors import MapperError
 
 
@@ -91,7 +92,6 @@ class _Bar:
 def cmd_sweep(args: argparse.Namespace) -> int:
     import time
 
-    from mapper.cli.main import parse_dim
     from mapper.explore.executors import executor_spec
     from mapper.explore.sweep import SweepSpec, parse_int_list, run_sweep, write_table
 
@@ -133,9 +133,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from mapper.cli.main import parse_dim
-    from mapper.explore.compare import compare_plans, comparison_document, plan_spec, write_comparison
     from mapper.core.result import PlanOptions
+    from mapper.explore.compare import compare_plans, comparison_document, plan_spec, write_comparison
     from mapper.explore.sweep import parse_int_list
 
     base = PlanOptions(dtype=args.dtype, fusion=args.fusion)

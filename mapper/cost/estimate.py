@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mapper.hardware.profile import HardwareProfile
-from mapper.cost.collectives import collective_time
 from mapper.core.result import Kernel, TilePlan
+from mapper.cost.collectives import collective_time
+from mapper.hardware.profile import HardwareProfile
 from mapper.plan.tiling import plan_attention, plan_matrix, plan_vector, smooth_max
 
 HOST_TRANSFER_FRACTION = 1.0   # a host fallback moves its inputs and outputs over the host link once each way

@@ -22,9 +22,9 @@ import onnx
 
 from mapper.core import limits
 from mapper.core.errors import MapperError
+from mapper.core.limits import limit_text
 from mapper.evidence.measure_gate import check_run, estimate_run
 from mapper.evidence.profiles import NodeMatch, ProfileTimes, load_profile, match_nodes
-from mapper.core.limits import limit_text
 from mapper.handle import open_model
 from mapper.model.sandbox import run_child
 

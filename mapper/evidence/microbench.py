@@ -60,8 +60,8 @@ def kernel_model(kind: str, shape: tuple[int, ...], elem: int) -> bytes:
 
 def compare_kernel_csv(path: str | os.PathLike, hw) -> list[dict]:
     """Predicted against measured for every row of a `bench/gpu_kernels.py` CSV, on profile `hw`."""
-    from mapper.pipeline import load_workload, map_workload
     from mapper.core.result import PlanOptions
+    from mapper.pipeline import load_workload, map_workload
     path = Path(path)
     if not path.is_file() or path.stat().st_size > limits.MAX_TRACE_BYTES:
         raise MapperError(f"kernel CSV {path} is missing or over {limits.limit_text('MAX_TRACE_BYTES')}")

@@ -15,12 +15,12 @@ import pandas as pd
 
 from mapper.core import limits
 from mapper.core.errors import MapperError
+from mapper.core.result import MappingResult, PlanOptions
+from mapper.core.version import __version__
+from mapper.explore.sweep import ModelShapes, check_slices, model_source
 from mapper.hardware.profile import HardwareProfile, load_hardware
 from mapper.pipeline import map_workload, validate_options
-from mapper.core.result import MappingResult, PlanOptions
-from mapper.explore.sweep import ModelShapes, check_slices, model_source
 from mapper.report.tables import write_bytes, xlsx_bytes
-from mapper.core.version import __version__
 
 
 @dataclass(frozen=True, slots=True)

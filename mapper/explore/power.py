@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 from mapper.core import limits
 from mapper.core.errors import MapperError
-from mapper.hardware.profile import HardwareProfile
-from mapper.handle import open_model
-from mapper.pipeline import map_workload
 from mapper.core.result import PlanOptions
+from mapper.handle import open_model
+from mapper.hardware.profile import HardwareProfile
+from mapper.pipeline import map_workload
 
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64)
 MAX_POINTS = limits.MAX_POWER_POINTS

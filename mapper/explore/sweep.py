@@ -16,15 +16,15 @@ from datetime import UTC, datetime
 import pandas as pd
 
 from mapper.core import limits
-from mapper.model.bindings import resolve_bindings
 from mapper.core.errors import MapperError
-from mapper.explore.executors import ExecutorSpec, run_tasks
-from mapper.hardware.profile import HardwareProfile, load_hardware
-from mapper.handle import BUILTIN_DEFAULT_DIMS, ModelHandle, open_model
-from mapper.pipeline import map_workload, validate_options
 from mapper.core.result import MappingResult, PlanOptions
-from mapper.report.tables import csv_bytes, write_bytes, xlsx_bytes
 from mapper.core.version import __version__
+from mapper.explore.executors import ExecutorSpec, run_tasks
+from mapper.handle import BUILTIN_DEFAULT_DIMS, ModelHandle, open_model
+from mapper.hardware.profile import HardwareProfile, load_hardware
+from mapper.model.bindings import resolve_bindings
+from mapper.pipeline import map_workload, validate_options
+from mapper.report.tables import csv_bytes, write_bytes, xlsx_bytes
 from mapper.work.workload import Workload
 
 DEFAULT_CHUNK_SLICES = 64          # slices per task: big enough that a task reuses its parse, small for balance

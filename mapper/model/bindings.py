@@ -14,8 +14,8 @@ import numpy as np
 import onnx
 
 from mapper.core import limits
-from mapper.model.branches import branch_inputs
 from mapper.core.errors import MapperError
+from mapper.model.branches import branch_inputs
 
 BATCH_NAMES = ("batch", "batch_size", "n", "b", "bs", "batchsize")
 SEQ_NAMES = ("seq", "sequence", "seq_len", "sequence_length", "seqlen", "s", "tokens", "num_tokens")

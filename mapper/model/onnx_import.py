@@ -18,15 +18,16 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from mapper.core import limits
-from mapper.model.bindings import eval_dim, graph_inputs, resolve_bindings
-from mapper.model.branches import branch_inputs, inline_bound_branches
 from mapper.core.caches import ModelCaches
 from mapper.core.errors import MapperError, path_text
 from mapper.core.graph import SUBGRAPH_OPS, Graph, Node, TensorSpec
+from mapper.model.bindings import eval_dim, graph_inputs, resolve_bindings
+from mapper.model.branches import branch_inputs, inline_bound_branches
+from mapper.model.dtypes import dtype_name, tensor_dtype
 from mapper.model.nodes import ordered_nodes
-from mapper.model.values import constant_node_value, dtype_name, evaluate, small_value, tensor_dtype
 from mapper.model.ort_shapes import ort_inferred_value_info, ort_node_value_info
-from mapper.model.shapes.rules import Ctx, NoRule, infer_node
+from mapper.model.shapes import Ctx, NoRule, infer_node
+from mapper.model.values import constant_node_value, evaluate, small_value
 
 # Graph names exporters give every model (PyTorch's "main_graph", Optimum's merged decoders "merged"): the file's
 # name says more on a sheet and in the dashboard.

@@ -18,7 +18,7 @@ from onnx import numpy_helper
 from mapper.core import limits
 from mapper.core.errors import MapperError
 from mapper.core.graph import Node
-from mapper.model.values import dtype_code
+from mapper.model.dtypes import dtype_code
 from mapper.model.sandbox import CHILD_STDOUT, drop_external_reference, external_tensors, is_external, run_child
 
 CHILD = r"""

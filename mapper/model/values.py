@@ -14,33 +14,11 @@ import onnx
 from onnx import numpy_helper
 
 from mapper.core.graph import Node
+from mapper.model.dtypes import tensor_dtype
+from mapper.model.sandbox import is_external
+from mapper.model.shapes.base import NoRule, reshape_target
 
 FOLD_MAX_ELEMENTS = 1024  # the largest tensor we evaluate at import: shape arithmetic is tiny; masks and weights need no value
-
-_DTYPE_NAMES = {v: k.lower() for k, v in onnx.TensorProto.DataType.items()}
-_DTYPE_NAMES[onnx.TensorProto.FLOAT] = "float32"
-
-
-_DTYPE_CODES = {name: code for code, name in _DTYPE_NAMES.items()}
-
-
-def dtype_name(elem_type: int) -> str:
-    return _DTYPE_NAMES.get(int(elem_type), "undefined")
-
-
-def dtype_code(name: str) -> int:
-    """The onnx.TensorProto element type of a dtype name (0, UNDEFINED, if unknown)."""
-    return _DTYPE_CODES.get(name, onnx.TensorProto.UNDEFINED)
-
-
-def tensor_dtype(t: onnx.TensorProto) -> str:
-    return dtype_name(t.data_type)
-
-
-def is_external(t: onnx.TensorProto) -> bool:
-    return t.data_location == onnx.TensorProto.EXTERNAL or (len(t.external_data) > 0 and
-                                                            any(e.key == "location" for e in t.external_data))
-
 
 def is_small_inline(t: onnx.TensorProto) -> bool:
     """Stored in the file and small enough to evaluate (FOLD_MAX_ELEMENTS)."""
@@ -219,8 +197,6 @@ def _squeeze(node, v, shapes):
 
 @evaluator("Reshape")
 def _reshape(node, v, shapes):
-    from mapper.model.shapes.rules import NoRule
-    from mapper.model.shapes.movement import reshape_target
     try:
         target = reshape_target(v[0].shape, v[1].reshape(-1), bool(node.attr("allowzero", 0)))
     except NoRule as exc:  # a target that does not fit the data: nothing to fold

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from mapper.core.caches import ModelCaches
 from mapper.core.graph import Graph, LayerType, Node, OpClass
-from mapper.model.quantized import QUANTIZED_OPS
 from mapper.core.result import NodeWork
+from mapper.model.quantized import QUANTIZED_OPS
 
 # A QDQ model marks each int8 tensor with a QuantizeLinear -> DequantizeLinear pair; an int8 kernel
 # requantizes its result in the epilogue, so the pair rides along without counting toward max_ops.

@@ -11,10 +11,10 @@ from dataclasses import dataclass, replace
 
 from mapper.core.caches import ModelCaches
 from mapper.core.errors import MapperError
-from mapper.plan.fusion import Group
 from mapper.core.graph import Graph, LayerType, Node, OpClass, TensorSpec
-from mapper.hardware.profile import HardwareProfile
 from mapper.core.result import Kernel, MatrixShape, NodeWork
+from mapper.hardware.profile import HardwareProfile
+from mapper.plan.fusion import Group
 
 PLAN_DTYPE_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 MODEL_DTYPES = {"float32": "fp32", "float": "fp32", "float16": "fp16", "bfloat16": "bf16", "double": "fp32",

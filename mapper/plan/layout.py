@@ -13,8 +13,8 @@ from dataclasses import replace
 
 from mapper.core.errors import MapperError
 from mapper.core.graph import Graph, LayerType
-from mapper.plan.kernels import Sizer
 from mapper.core.result import Kernel
+from mapper.plan.kernels import Sizer
 
 LAYOUTS = ("auto", "nchw", "nhwc")
 # Kernels whose ops work in either layout: the conv region spreads through them.

@@ -14,9 +14,9 @@ import math
 from dataclasses import replace
 
 from mapper.core.graph import Graph, LayerType, OpClass
+from mapper.core.result import Kernel, MatrixShape
 from mapper.plan.kernels import Sizer
 from mapper.work.ops import classify_op
-from mapper.core.result import Kernel, MatrixShape
 
 
 def _boundary(graph: Graph, kernel: Kernel, nodes_by_name) -> tuple[list[str], list[str]]:

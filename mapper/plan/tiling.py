@@ -14,8 +14,8 @@ import math
 
 import numpy as np
 
-from mapper.hardware.profile import HardwareProfile
 from mapper.core.result import Kernel, TileChoice, TilePlan
+from mapper.hardware.profile import HardwareProfile
 
 TILE_MULTIPLES = (1, 2, 4)          # tile edge = instruction edge x these (and 64..256 for small instructions)
 TILE_EDGES = (64, 128, 256)

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from mapper.report import tables
 from mapper.core.classes import fix_of
 from mapper.core.errors import MapperError
-from mapper.report.document import mapping_document
 from mapper.core.result import MappingResult
+from mapper.report import tables
+from mapper.report.document import mapping_document
 
 FORMATS = ("xlsx", "csv", "json", "html")
 TOP_BOTTLENECKS = 5

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mapper.core.graph import Graph
-from mapper.plan.kernels import Sizer
 from mapper.core.result import Kernel
+from mapper.plan.kernels import Sizer
 
 PARALLEL_DEGREES = (1, 2, 4, 8, 16, 32, 64)
 

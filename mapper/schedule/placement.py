@@ -8,15 +8,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from mapper.cost.bottleneck import Facts, classify
-from mapper.cost.estimate import estimate_cost
 from mapper.core.errors import MapperError
 from mapper.core.graph import Graph
+from mapper.core.result import KernelAssessment, KernelEstimate, PlanOptions
+from mapper.cost.bottleneck import Facts, classify
+from mapper.cost.estimate import estimate_cost
 from mapper.hardware.profile import HardwareProfile
 from mapper.plan.kernels import Sizer
 from mapper.plan.sharding import collective_kernel
 from mapper.schedule.stages import balance_stages, stage_times
-from mapper.core.result import KernelAssessment, KernelEstimate, PlanOptions
 
 
 def _estimate_collective(kernel, hw: HardwareProfile, dtype: str, sizer: Sizer) -> KernelEstimate:

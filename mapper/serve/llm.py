@@ -14,9 +14,9 @@ import numpy as np
 
 from mapper.core import limits
 from mapper.core.errors import MapperError
-from mapper.plan.kernels import Sizer, model_dtype
 from mapper.handle import open_model
 from mapper.pipeline import map_workload
+from mapper.plan.kernels import Sizer, model_dtype
 from mapper.serve.serving import ServingConfig, Trace, draw_jitter, validate_config
 
 KV_MEMORY_FRACTION = 0.9      # of device memory left after the weights (runtime, activations and fragmentation take the rest)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from mapper.core.caches import ModelCaches
 from mapper.core.graph import Graph, LayerType, Node, OpClass
-from mapper.work.ops import NORMALIZATION, POOLING, LayerPlacer
 from mapper.model.quantized import twin_of
+from mapper.work.ops import NORMALIZATION, POOLING, LayerPlacer
 
 # op type -> layer type, where the op alone decides it
 LAYER_OF_OP: dict[str, LayerType] = {

@@ -13,8 +13,8 @@ import math
 from collections.abc import Callable
 
 from mapper.core.graph import SUBGRAPH_OPS, Graph, LayerType, Node, OpClass, TensorSpec
-from mapper.model.quantized import QUANTIZED_OPS, twin_node
 from mapper.core.result import MatrixShape, NodeWork
+from mapper.model.quantized import QUANTIZED_OPS, twin_node
 
 # FLOPs per output element of elementwise ops, and how many of them run on the
 # special-function unit (exp, log, tanh, erf, rsqrt...). After onnx-tool's

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 
 from mapper.core.caches import ModelCaches
 from mapper.core.graph import Graph, OpClass
+from mapper.core.result import NodeWork
 from mapper.work.layers import layer_placer
 from mapper.work.ops import estimate_work
-from mapper.core.result import NodeWork
 
 
 @dataclass(frozen=True, slots=True)

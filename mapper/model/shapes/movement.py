@@ -1,16 +1,16 @@
 """Shape rules for data movement, views, shape producers and the contrib ops exporters emit.
 
-Part of `shape_rules` (split for size): each function registers itself with `@rule`.
+Each function registers itself with `@rule` (shapes/base.py).
 """
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import numpy as np
 
+from mapper.model.dtypes import tensor_dtype
 from mapper.model.quantized import CHANNELS_LAST_UNSUPPORTED, QUANTIZED_OPS, twin_node
-from mapper.model.shapes.rules import RULES, Ctx, NoRule, Out, Shape, broadcast, rule
+from mapper.model.shapes.base import RULES, Ctx, NoRule, Out, broadcast, reshape_target, rule
 
 
 # --- data movement and views -------------------------------------------------------------------
@@ -19,26 +19,6 @@ def _transpose(c: Ctx) -> Out:
     x = c.shape(0)
     perm = c.ints("perm") or list(range(len(x)))[::-1]
     return [(tuple(x[p] for p in perm), c.dtype(0))]
-
-
-def reshape_target(x: Shape, target: Sequence[int], allowzero: bool) -> Shape:
-    out = [int(t) for t in target]
-    for i, t in enumerate(out):
-        if t == 0 and not allowzero:
-            if i >= len(x):
-                raise NoRule("Reshape copies a dim that the input does not have")
-            out[i] = x[i]
-    if out.count(-1) > 1:
-        raise NoRule("Reshape has more than one -1")
-    if -1 in out:
-        known = math.prod(d for d in out if d != -1)
-        total = math.prod(x)
-        if known == 0 or total % known:
-            raise NoRule(f"Reshape cannot split {total} elements into {target}")
-        out[out.index(-1)] = total // known
-    if math.prod(out) != math.prod(x):
-        raise NoRule(f"Reshape of {x} into {tuple(out)} changes the element count")
-    return tuple(out)
 
 
 @rule("Reshape")
@@ -228,7 +208,6 @@ def _size(c: Ctx) -> Out:
 
 @rule("ConstantOfShape")
 def _const_of_shape(c: Ctx) -> Out:
-    from mapper.model.values import tensor_dtype  # local: avoids an import cycle at module load
     value = c.node.attr("value")
     dtype = tensor_dtype(value) if value is not None else "float32"
     return [(tuple(int(v) for v in c.value(0).reshape(-1)), dtype)]

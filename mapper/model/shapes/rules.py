@@ -1,124 +1,15 @@
-"""Shape inference rules: op type -> output shapes, one small function per family.
+"""Shape rules for elementwise, quantization, matrix, convolution, pooling and reduction ops.
 
-The importer calls `infer_node` for every node in topological order. A rule sees
-the input specs (concrete shapes) and, where the importer knows them, the input
-values (small constants: shape arithmetic), and returns the output shapes and
-element types. An op without a rule raises `NoRule`; the importer then falls
-back to the model's value_info, onnx's inference and, for com.microsoft ops,
-ONNX Runtime's (`ort_shapes`), and finally marks the node unmodeled.
+Each function registers itself with `@rule` (shapes/base.py); data movement, views and contrib ops
+are in shapes/movement.py.
 """
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
-import numpy as np
-
-from mapper.core.graph import Node, TensorSpec
-from mapper.model.quantized import QUANTIZED_OPS, operand_positions
-
-Shape = tuple[int, ...]
-
-
-class NoRule(Exception):
-    """This op (or this use of it) has no shape rule here."""
-
-
-@dataclass(frozen=True, slots=True)
-class Ctx:
-    node: Node
-    specs: tuple[TensorSpec | None, ...]      # one per node input ('' inputs are None)
-    values: tuple[np.ndarray | None, ...]     # known constant values, else None
-
-    def shape(self, i: int) -> Shape:
-        spec = self.specs[i] if i < len(self.specs) else None
-        if spec is None:  # the importer resolves every present input first: this one is absent
-            raise ValueError(f"input {i} of {self.node.op_type} is missing")
-        return spec.shape
-
-    def dtype(self, i: int = 0) -> str:
-        spec = self.specs[i] if i < len(self.specs) else None
-        return spec.dtype if spec is not None else "float32"
-
-    def value(self, i: int) -> np.ndarray:
-        v = self.values[i] if i < len(self.values) else None
-        if v is None:
-            raise NoRule(f"{self.node.op_type} needs the value of input {i}, which is computed at run time")
-        return v
-
-    def has(self, i: int) -> bool:
-        return i < len(self.node.inputs) and bool(self.node.inputs[i])
-
-    def ints(self, key: str, default: Sequence[int] | None = None) -> list[int] | None:
-        v = self.node.attr(key)
-        return list(v) if v is not None else (list(default) if default is not None else None)
-
-    def axes(self, input_index: int, rank: int) -> list[int] | None:
-        """Axes given as attribute (old opsets) or as an input (newer opsets), normalized."""
-        axes = self.ints("axes")
-        if axes is None and self.has(input_index):
-            axes = [int(a) for a in self.value(input_index).reshape(-1)]
-        return None if axes is None else [a + rank if a < 0 else a for a in axes]
-
-
-Out = list[tuple[Shape, str]]
-RULES: dict[str, Callable[[Ctx], Out]] = {}
-
-
-def rule(*op_types: str):
-    def register(fn: Callable[[Ctx], Out]) -> Callable[[Ctx], Out]:
-        for op in op_types:
-            RULES[op] = fn
-        return fn
-    return register
-
-
-# The inputs an op's shape and work rules index, and the least rank of each (ONNX requires these; a
-# hostile file need not honour them). Checked before the rule and before any fallback to declared shapes.
-MIN_RANKS: dict[str, tuple[int, ...]] = {  # required inputs, in order
-    "MatMul": (1, 1), "MatMulInteger": (1, 1), "FusedMatMul": (1, 1), "MatMulNBits": (1,), "Gemm": (2, 2),
-    "GemmFastGelu": (1, 1), "Conv": (3, 3), "ConvInteger": (3, 3), "FusedConv": (3, 3), "ConvTranspose": (3, 3),
-    "Attention": (3, 2), "MultiHeadAttention": (3,), "GroupQueryAttention": (3,), "PackedAttention": (3,),
-    "BiasSplitGelu": (1,),
-}
-OPTIONAL_MIN_RANKS: dict[str, dict[int, int]] = {  # optional inputs: input index -> least rank where present
-    "MultiHeadAttention": {1: 2}, "GroupQueryAttention": {1: 2},
-}
-
-
-def check_ranks(ctx: Ctx) -> None:
-    op = ctx.node.op_type
-    if op in QUANTIZED_OPS:  # the float twin's ranks, at the data operands' positions
-        positions = operand_positions(op, len(ctx.node.inputs))
-        required = dict(zip(positions, MIN_RANKS.get(QUANTIZED_OPS[op].twin, ())))
-    else:
-        required = dict(enumerate(MIN_RANKS.get(op, ())))
-    for i, least in (required | OPTIONAL_MIN_RANKS.get(op, {})).items():
-        if (i in required or ctx.has(i)) and len(ctx.shape(i)) < least:
-            raise ValueError(f"input {i} of {op} has rank {len(ctx.shape(i))}, below {least}")
-
-
-def infer_node(ctx: Ctx) -> Out:
-    check_ranks(ctx)
-    fn = RULES.get(ctx.node.op_type)
-    if fn is None:
-        raise NoRule(f"no shape rule for {ctx.node.op_type}")
-    return fn(ctx)
-
-
-def broadcast(*shapes: Shape) -> Shape:
-    """numpy's broadcasting rule at any rank (np.broadcast_shapes stops at 64 dims with a RuntimeError;
-    a hostile file's initializer can have more)."""
-    rank = max((len(s) for s in shapes), default=0)
-    out = []
-    for axis in range(rank):
-        sizes = {int(s[axis - rank + len(s)]) for s in shapes if axis - rank + len(s) >= 0} - {1}
-        if len(sizes) > 1:
-            raise NoRule(f"shapes {list(shapes)} do not broadcast")
-        out.append(sizes.pop() if sizes else 1)
-    return tuple(out)
-
+from mapper.model.dtypes import dtype_name
+from mapper.model.shapes.base import Ctx, NoRule, Out, Shape, broadcast, rule
 
 # --- same shape as input 0 ---------------------------------------------------------------
 SAME_SHAPE = (
@@ -169,7 +60,6 @@ def _where(c: Ctx) -> Out:
 @rule("QuantizeLinear")
 def _quantize(c: Ctx) -> Out:
     """The zero point's type; without one, opset 21's output_dtype, else uint8 (the ONNX default)."""
-    from mapper.model.values import dtype_name  # local: avoids an import cycle at module load
     if c.has(2):
         return [(c.shape(0), c.dtype(2))]
     to = int(c.node.attr("output_dtype", 0))
@@ -188,7 +78,6 @@ def _dynamic_quantize(c: Ctx) -> Out:
 
 @rule("Cast")
 def _cast(c: Ctx) -> Out:
-    from mapper.model.values import dtype_name  # local: avoids an import cycle at module load
     return [(c.shape(0), dtype_name(int(c.node.attr("to", 1))))]
 
 
@@ -347,5 +236,3 @@ def _topk(c: Ctx) -> Out:
     return [(tuple(x), c.dtype(0)), (tuple(x), "int64")]
 
 
-# Data movement, views, shape producers and contrib ops register themselves from their own module.
-from mapper.model.shapes import movement as shape_rules_movement  # noqa: F401  (imported for its @rule registrations)
