@@ -10,6 +10,10 @@ from pathlib import Path
 
 import mapper
 from mapper.cli.args import parse_dim
+from mapper.evidence.calibrate import calibrate, holdout_report
+from mapper.evidence.measure import compare_measured, measure_model, measurement_from_profile
+from mapper.evidence.probe import probe_machine, write_toml
+from mapper.report.sheet import write_sheet
 
 
 def _dims(args, model=None) -> dict[str, int] | None:
@@ -52,7 +56,6 @@ def add_arguments(subparsers) -> None:
 
 
 def cmd_probe(args) -> int:
-    from mapper.evidence.probe import probe_machine
     profile = probe_machine(args.out, quick=args.quick, name=args.name)
     peak = profile["compute"]["matrix_peak_flops_per_s"]["fp32"]["value"]
     bw = profile["memory"]["dram_bandwidth_bytes_per_s"]["value"]
@@ -65,12 +68,10 @@ def cmd_probe(args) -> int:
 def _hardware(spec):
     if spec:
         return mapper.load_hardware(spec)
-    from mapper.evidence.probe import probe_machine
     return mapper.load_hardware(probe_machine(None, quick=True))
 
 
 def cmd_measure(args) -> int:
-    from mapper.evidence.measure import compare_measured, measure_model, measurement_from_profile
     model = mapper.open_model(args.model)  # parsed once for the run, the mapping and the node matching
     dims = _dims(args, model)
     if args.profile:
@@ -82,7 +83,6 @@ def cmd_measure(args) -> int:
     if args.out:  # the mapping sheet with its Measured section
         import dataclasses
 
-        from mapper.report.sheet import write_sheet
         write_sheet(dataclasses.replace(result, extras={**result.extras, "measured": comparison}), args.out)
     if args.json:
         doc = {**{k: v for k, v in measurement.to_dict().items() if k != "latencies_s"}, "comparison": comparison}
@@ -107,9 +107,6 @@ def cmd_measure(args) -> int:
 
 
 def cmd_calibrate(args) -> int:
-    from mapper.evidence.calibrate import calibrate, holdout_report
-    from mapper.evidence.measure import measure_model
-    from mapper.evidence.probe import write_toml
     dims = _dims(args)
 
     def measure(models):

@@ -11,6 +11,10 @@ import sys
 
 from mapper.cli.args import parse_dim
 from mapper.core.errors import MapperError
+from mapper.core.result import PlanOptions
+from mapper.explore.compare import compare_plans, comparison_document, plan_spec, write_comparison
+from mapper.explore.executors import executor_spec
+from mapper.explore.sweep import SweepSpec, parse_int_list, run_sweep, write_table
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -92,8 +96,6 @@ class _Bar:
 def cmd_sweep(args: argparse.Namespace) -> int:
     import time
 
-    from mapper.explore.executors import executor_spec
-    from mapper.explore.sweep import SweepSpec, parse_int_list, run_sweep, write_table
 
     spec = SweepSpec(tuple(args.models), _names(args.hw), parse_int_list(args.batch, "batch"),
                      parse_int_list(args.seq, "seq"), _names(args.dtype), _names(args.fusion), args.chunk,
@@ -133,9 +135,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from mapper.core.result import PlanOptions
-    from mapper.explore.compare import compare_plans, comparison_document, plan_spec, write_comparison
-    from mapper.explore.sweep import parse_int_list
 
     base = PlanOptions(dtype=args.dtype, fusion=args.fusion)
     baseline = plan_spec(args.baseline, args.model, args.hw, base)

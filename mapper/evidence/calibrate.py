@@ -14,7 +14,9 @@ from datetime import date
 import numpy as np
 
 from mapper.core.errors import MapperError
+from mapper.evidence.measure import kernel_groups
 from mapper.hardware.profile import load_hardware
+from mapper.pipeline import load_workload, map_workload
 
 WEIGHT_POWER = 0.5        # sample weight = (share of its model's measured time) ** this: big kernels count more, not all
 PASSES = 4                # fit -> re-map rounds (the dominant term can switch after a fit)
@@ -53,7 +55,6 @@ def _curve_of(e) -> tuple[str, float, float]:
 
 
 def _samples(result, measurement, hw) -> list[Sample]:
-    from mapper.evidence.measure import kernel_groups
     groups, _, _ = kernel_groups(result, measurement)
     by_name = {e.kernel.name: e for e in result.kernels}
     curves = {"matrix": hw.matrix_efficiency, "vector": hw.vector_efficiency, "dram": hw.dram_efficiency}
@@ -140,7 +141,6 @@ def fit_launch(results, measurements, statistic: str) -> float:
     """Per-kernel fixed cost: median over models of (measured wall - measured node time) / engine kernels.
 
     The median, not a pooled ratio: one long model run slowed by another process would otherwise set it."""
-    from mapper.evidence.measure import kernel_groups
     per_model = []
     for result, m in zip(results, measurements):
         groups, _unmatched_s, _ = kernel_groups(result, m)
@@ -150,13 +150,11 @@ def fit_launch(results, measurements, statistic: str) -> float:
 
 
 def model_errors(hw, workloads, measurements, statistic: str = "p50") -> list[float]:
-    from mapper.pipeline import map_workload
     return [map_workload(w, hw).totals.latency_s / measured_latency(m, statistic) - 1.0
             for w, m in zip(workloads, measurements)]
 
 
 def _workloads(measurements):
-    from mapper.pipeline import load_workload
     out = []
     for m in measurements:
         if not m.source:
@@ -171,7 +169,6 @@ def calibrate(profile, measurements, statistic: str = "p50", name: str | None = 
     The dict's ["calibration"] is NOT part of the profile: pop it before writing (cmd_calibrate does)."""
     if not measurements:
         raise MapperError("calibrate: give at least one measurement to fit")
-    from mapper.pipeline import map_workload
     hw = load_hardware(profile)
     workloads = _workloads(measurements)
     before = model_errors(hw, workloads, measurements, statistic)

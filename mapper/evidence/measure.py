@@ -26,7 +26,7 @@ from mapper.core.limits import limit_text
 from mapper.evidence.measure_gate import check_run, estimate_run
 from mapper.evidence.profiles import NodeMatch, ProfileTimes, load_profile, match_nodes
 from mapper.handle import open_model
-from mapper.model.sandbox import run_child
+from mapper.model.sandbox import external_tensors, run_child
 
 WARMUP_RUNS = 2
 
@@ -114,7 +114,6 @@ def synthesize_weights(model) -> int:
     BatchNorm variances) get U(0.5, 1.5), positive so that variances are valid. Integer tensors get zeros.
     Tensors with data (ConstantOfShape-made or inline) stay as they are. An external part of a sparse tensor,
     or one of a type that cannot be synthesized (strings), is refused: MapperError naming it."""
-    from mapper.model.sandbox import external_tensors
     found = external_tensors(model)
     for where, t, sparse in found:
         if sparse:

@@ -15,6 +15,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from mapper.core import limits
 from mapper.core.errors import MapperError
+from mapper.core.result import PlanOptions
+from mapper.pipeline import load_workload, map_workload
 
 DTYPES = {"bfloat16": (TensorProto.BFLOAT16, "bf16"), "float16": (TensorProto.FLOAT16, "fp16"),
           "float32": (TensorProto.FLOAT, "fp32")}
@@ -60,8 +62,6 @@ def kernel_model(kind: str, shape: tuple[int, ...], elem: int) -> bytes:
 
 def compare_kernel_csv(path: str | os.PathLike, hw) -> list[dict]:
     """Predicted against measured for every row of a `bench/gpu_kernels.py` CSV, on profile `hw`."""
-    from mapper.core.result import PlanOptions
-    from mapper.pipeline import load_workload, map_workload
     path = Path(path)
     if not path.is_file() or path.stat().st_size > limits.MAX_TRACE_BYTES:
         raise MapperError(f"kernel CSV {path} is missing or over {limits.limit_text('MAX_TRACE_BYTES')}")

@@ -21,6 +21,7 @@ from mapper.explore.sweep import ModelShapes, check_slices, model_source
 from mapper.hardware.profile import HardwareProfile, load_hardware
 from mapper.pipeline import map_workload, validate_options
 from mapper.report.tables import write_bytes, xlsx_bytes
+from mapper.serve.serving import ServingConfig, simulate_serving
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,10 +132,6 @@ def footprint_bytes(result: MappingResult) -> tuple[float, str]:
 def p99_latency(latency_s: float, batch: int, rate_per_s: float, hw: HardwareProfile, seed: int,
                 requests: int) -> tuple[float, str]:
     """p99 of requests served in static batches of `batch` at `rate_per_s` (Poisson, seeded)."""
-    try:
-        from mapper.serve.serving import ServingConfig, simulate_serving
-    except ImportError:
-        return latency_s, "p99: the batch latency (serving simulation not available)"
     config = ServingConfig(policy="static", max_batch=batch, rate_per_s=rate_per_s, requests=requests, seed=seed,
                            jitter_cv=hw.jitter_cv, jitter_dist=hw.jitter_dist)
     return simulate_serving(latency_s, config).p99_s, "p99: serving simulation"

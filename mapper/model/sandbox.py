@@ -23,6 +23,7 @@ from typing import BinaryIO, NamedTuple
 
 import onnx
 
+from mapper.core import limits
 from mapper.core.errors import MapperError
 from mapper.core.limits import limit_text
 
@@ -115,7 +116,6 @@ def run_child(script: str, args: list[str], stdin: bytes, *, memory_limit: str, 
     its scratch directory to hand back (name -> most bytes); its stdout and stderr go to files there too, so a
     chatty child cannot grow the parent's memory. A child still running at the wall limit is killed with its
     process group: MapperError naming the limit."""
-    from mapper.core import limits
     memory, cpu, wall = (getattr(limits, name) for name in (memory_limit, cpu_limit, wall_limit))
     with tempfile.TemporaryDirectory(prefix="mapper-child-") as scratch:
         cmd = [sys.executable, "-I", "-c", _child_prologue(memory, cpu) + script, *args]

@@ -18,6 +18,7 @@ from mapper.core.errors import MapperError
 from mapper.core.result import MappingResult
 from mapper.report import tables
 from mapper.report.document import mapping_document
+from mapper.report.html import render_html
 
 FORMATS = ("xlsx", "csv", "json", "html")
 TOP_BOTTLENECKS = 5
@@ -224,7 +225,6 @@ def sheet_bytes(result: MappingResult, fmt: str) -> bytes:
         return tables.csv_bytes(frames["Kernels"])
     if fmt == "xlsx":
         return xlsx_bytes(frames)
-    from mapper.report.html import render_html
     return render_html(doc, frames, limiting_sentence(doc)).encode()
 
 
