@@ -8,7 +8,7 @@ reports time to first token (TTFT) and time per output token (TPOT).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -17,8 +17,18 @@ from mapper.errors import MapperError
 from mapper.kernels import Sizer, model_dtype
 from mapper.model_handle import open_model
 from mapper.pipeline import map_workload
-from mapper.serving import ServingConfig, Trace, draw_jitter, validate_config
-from mapper.serving import LoadCurve, ServingResult, engine_batch_time, load_curve, serving_section, simulate_serving
+from mapper.serving import (
+    LoadCurve,
+    ServingConfig,
+    ServingResult,
+    Trace,
+    draw_jitter,
+    engine_batch_time,
+    load_curve,
+    serving_section,
+    simulate_serving,
+    validate_config,
+)
 
 KV_MEMORY_FRACTION = 0.9      # of device memory left after the weights (runtime, activations and fragmentation take the rest)
 GRID_POINTS = 4               # context lengths per interpolation grid (times are near-affine in length)
@@ -267,7 +277,7 @@ class ServeRequest:
     `decoder=None` decides by the model's dim roles: a KV-cache length ("past") means continuous batching
     with TTFT/TPOT, anything else a request queue with dynamic or static batches."""
 
-    serving: ServingConfig = ServingConfig()
+    serving: ServingConfig = field(default_factory=ServingConfig)
     prompt_tokens: int = 512            # decoders, where the trace gives none
     output_tokens: int = 128
     decoder: bool | None = None
@@ -295,6 +305,12 @@ class ServingRun:
         return serving_section(self.result, self.config, self.curve)
 
 
+def is_decoder(model) -> bool:
+    """Whether `serve_model` serves this model (a handle, or what `open_model` takes) by continuous batching:
+    it has a KV-cache length among its dim roles."""
+    return "past" in open_model(model).roles.values()
+
+
 def serve_model(model, hw, options, request: ServeRequest = ServeRequest(),
                 dims: dict[str, int] | None = None) -> ServingRun:
     """Serve `model` (a handle, or what `open_model` takes) on `hw`: continuous batching for a decoder,
@@ -304,7 +320,7 @@ def serve_model(model, hw, options, request: ServeRequest = ServeRequest(),
     s = request.serving
     s = replace(s, jitter_cv=hw.jitter_cv if s.jitter_cv is None else s.jitter_cv,
                 jitter_dist=s.jitter_dist or hw.jitter_dist)
-    decoder = "past" in model.roles.values() if request.decoder is None else request.decoder
+    decoder = is_decoder(model) if request.decoder is None else request.decoder
     if decoder and request.service_time_s is None:
         config = LLMServingConfig(s.max_batch, s.rate_per_s, s.requests, s.seed, request.prompt_tokens,
                                   request.output_tokens, None, s.jitter_cv, s.jitter_dist, s.trace)
