@@ -10,7 +10,7 @@ ui.header("Overview", doc)
 with st.container(key="verdict"):  # styled by its key (state.BASE_CSS): no HTML around the model's name
     st.markdown(f"**Verdict.** {ui.md(ui.verdict(doc))}")
 
-served = serving_model.quick_run(sel)
+served = serving_model.run(sel, curve=False)
 row1 = st.columns(4)
 row1[0].metric("Throughput", f"{t['throughput_per_s']:,.0f} /s", help=f"batch {t['batch']} per {ui.ms(t['latency_s'])}", border=True)
 row1[1].metric("Batch latency", ui.ms(t["latency_s"]), help="one batch, end to end on the device", border=True)

@@ -4,7 +4,6 @@ and p50/p95/p99 against load with the p99 target and the knee."""
 import plotly.graph_objects as go
 import streamlit as st
 
-import mapper
 from app_pages import serving_model, ui
 
 LAYOUT = dict(template="plotly_white", height=380, margin=dict(l=60, r=20, t=50, b=50),
@@ -86,11 +85,8 @@ def against_load(load, target_ms: float, rate_per_s: float) -> go.Figure:
 
 doc, result, sel = ui.current()
 ui.header("Serving", doc)
-try:
-    with st.spinner("Simulating requests ..."):
-        served = serving_model.run(sel)
-except mapper.MapperError as e:
-    serving_model.unavailable(e)
+served = serving_model.run(sel)
+if served is None:
     st.stop()
 if served.continuous:
     continuous(served)

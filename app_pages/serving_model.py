@@ -19,35 +19,29 @@ def batch_dims(sel) -> set[str]:
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def _run(model_key: str, dims: tuple, hw_key: str, options: mapper.PlanOptions, request: mapper.ServeRequest,
-         _sel) -> mapper.ServingRun:
-    return mapper.serve_model(cache.model_of(_sel), _sel.hw, options, request, dict(dims) or None)
+         _sel) -> tuple[mapper.ServingRun | None, str | None]:
+    """(the run, None), or (None, the engine's one line): a refusal is kept too, so a rerun that changes
+    only the batch does not ask again (a decoder that leaves no room for its KV cache)."""
+    try:
+        return mapper.serve_model(cache.model_of(_sel), _sel.hw, options, request, dict(dims) or None), None
+    except mapper.MapperError as e:
+        return None, mapper.error_line(e)
 
 
-def run(sel, curve: bool = True) -> mapper.ServingRun:
-    """The serving run of the sidebar's question (`curve=False`: without the load curve). The batch is the
-    scheduler's to choose, so the key holds the other bindings only: changing batch re-runs nothing."""
+def run(sel, curve: bool = True) -> mapper.ServingRun | None:
+    """The serving run of the sidebar's question (`curve=False`: without the load curve), or None with a
+    warning where the engine cannot serve this selection. The batch is the scheduler's to choose, so the
+    key holds the other bindings only: changing batch re-runs nothing."""
     request = sel.serving if curve else replace(sel.serving, load_curve=False)
     dims = cache.model_of(sel).dims_without_batch(dict(sel.dims)) or {}
-    return _run(sel.model_key, tuple(sorted(dims.items())), sel.hw.sha256, sel.options, request, sel)
+    with st.spinner("Simulating requests ..."):
+        served, refusal = _run(sel.model_key, tuple(sorted(dims.items())), sel.hw.sha256, sel.options, request, sel)
+    if refusal is not None:  # the mapping stands; only serving is not possible here (like the Devices page's misfit)
+        st.warning(f"No serving simulation for this selection: {ui.md(refusal)}")
+    return served
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
 def power(key: tuple, batches: tuple, _sel):
     """Power figures against batch size (mapper.power_curve)."""
     return mapper.power_curve(cache.model_of(_sel), _sel.hw, _sel.options, batches, dict(_sel.dims))
-
-
-def quick_run(sel) -> mapper.ServingRun | None:
-    """The serving run without its load curve (Overview's tiles), or None with a notice where the engine
-    cannot serve this selection (a decoder whose weights leave no room for a KV cache)."""
-    try:
-        with st.spinner("Simulating requests ..."):
-            return run(sel, curve=False)
-    except mapper.MapperError as e:
-        unavailable(e)
-        return None
-
-
-def unavailable(exc: mapper.MapperError) -> None:
-    """The mapping stands; only serving is not possible here: a warning, like the Devices page's misfit."""
-    st.warning(f"No serving simulation for this selection: {ui.md(mapper.error_line(exc))}")

@@ -275,3 +275,25 @@ def test_serving_page_shows_what_mapper_serve_reports(kind, capsys):
     shown_metrics = {m.label: m.value for m in at.metric}
     assert {label: shown_metrics.get(label) for label in SHOWN[kind]} == \
         {label: ui.ms(section[key]) for label, key in SHOWN[kind].items()}
+
+
+def edit_a_profile_badly():
+    """An AppTest script: the sidebar's hardware section after the editor applied two bad values."""
+    import mapper
+    from app_pages import hwform
+
+    base = mapper.load_hardware("h100-sxm")
+    hwform._accept(lambda: mapper.edit_profile(base, {"compute.clock_hz": -5.0, "power.idle_w": -1.0}),
+                   "edited profile", "(custom profile)")
+    hwform.hardware_section("(custom profile)")
+
+
+def test_profile_editor_shows_one_line_per_bad_field():
+    """The editor's errors are the engine's, one per field (ProfileError.fields), not a message cut at '; '."""
+    at = AppTest.from_function(edit_a_profile_badly, default_timeout=TIMEOUT).run()
+    assert not at.exception, [e.value for e in at.exception]
+    lines = [shown(e.value) for e in at.error]
+    assert len(lines) == 2, lines
+    assert [line.split(" must ")[0] for line in lines] == ["edited profile: field compute.clock_hz",
+                                                           "edited profile: field power.idle_w"]
+    assert state(at).custom_hw is None  # nothing invalid became the profile
