@@ -23,7 +23,7 @@ LLM_REQUESTS = 1_000   # decoder requests per continuous-batching run (each deco
 DEFAULTS = {"model": "resnet50", "hw": "h100-sxm", "dtype": "auto", "weight_dtype": "same", "fusion": "default",
             "layout": "auto", "attention": "as the fusion policy says", "power_cap_w": 0.0, "tp": 1, "pp": 1, "dp": 1,
             "rate_per_s": 500.0, "max_batch": 8, "max_wait_ms": 2.0, "p99_target_ms": 20.0,
-            "llm_rate_per_s": 4.0, "prompt_tokens": 512, "output_tokens": 128, "presentation": False}
+            "llm_rate_per_s": 1.0, "prompt_tokens": 512, "output_tokens": 128, "presentation": False}
 LINKED_OPTIONS = {"dtype": mapper.PLAN_DTYPES, "fusion": mapper.FUSION_POLICIES, "layout": mapper.LAYOUTS}
 LINKED_DIMS = ("batch", "seq", "past")  # built-in dims (each named by its role) that a link may carry
 QUERY_DIM_MAX = 1 << 20  # the sidebar's own bound on a dim (its number_input max_value)

@@ -10,7 +10,7 @@ from streamlit.testing.v1 import AppTest
 
 import mapper
 from app_pages import session, ui
-from app_pages.state import LLM_REQUESTS, REQUESTS
+from app_pages.state import DEFAULTS, LLM_REQUESTS, REQUESTS
 from mapper.cli import main
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
@@ -254,9 +254,12 @@ def test_serving_and_power_vary_an_uploads_batch_dim_whatever_its_name():
 
 
 SERVE_ARGS = {  # the sidebar's defaults, spelled as `mapper serve` options
-    "decoder": ["gpt2-small", "--max-batch", "8", "--rate", "4", "--requests", str(LLM_REQUESTS)],
-    "queue": ["resnet50", "--max-batch", "8", "--max-wait-ms", "2", "--rate", "500", "--load-curve",
-              "--p99-target-ms", "20", "--requests", str(REQUESTS)],
+    "decoder": ["gpt2-small", "--max-batch", str(DEFAULTS["max_batch"]), "--rate", str(DEFAULTS["llm_rate_per_s"]),
+                "--prompt-tokens", str(DEFAULTS["prompt_tokens"]), "--output-tokens", str(DEFAULTS["output_tokens"]),
+                "--requests", str(LLM_REQUESTS)],
+    "queue": ["resnet50", "--max-batch", str(DEFAULTS["max_batch"]), "--max-wait-ms", str(DEFAULTS["max_wait_ms"]),
+              "--rate", str(DEFAULTS["rate_per_s"]), "--load-curve", "--p99-target-ms", str(DEFAULTS["p99_target_ms"]),
+              "--requests", str(REQUESTS)],
 }
 SHOWN = {"decoder": {"TTFT p50": "ttft_p50_s", "TTFT p99": "ttft_p99_s", "TPOT p50": "tpot_p50_s",
                      "TPOT p99": "tpot_p99_s", "Request latency p99": "latency_p99_s"},
