@@ -6,8 +6,7 @@ of the current selection (app_pages/cache.py). No math here; pages format units 
 import streamlit as st
 
 import mapper
-from app_pages import cache, state, ui
-from mapper.core.errors import error_line
+from app_pages import cache, session, state, ui
 
 st.set_page_config(page_title="mapper: workload mapping", page_icon=":material/memory:", layout="wide")
 
@@ -30,27 +29,26 @@ page = st.navigation(PAGES)
 
 
 def run() -> None:
-    first_run = not st.session_state.get("_initialised")
+    first_run = not session.get().initialised
     selection = state.sidebar()  # reads the link's query params into the widgets on the first run
     wanted = st.query_params.get("page")
     if first_run and wanted and wanted != page.url_path:
         target = next((p for p in PAGES if p.url_path == wanted), None)
         if target is not None:
             st.switch_page(target)
-    state.apply_css()
     if selection is not None:
         map_selection(selection)
     page.run()
 
 
 def map_selection(selection: state.Selection) -> None:
-    st.session_state["selection"] = selection
+    session.update(selection=selection)
     try:
         with st.spinner(f"Mapping {ui.md(selection.model_label)} onto {ui.md(selection.hw.display_name)} ..."):
             result, doc = cache.mapping(*selection.key, selection.source, selection.hw, selection.model_label)
-        st.session_state.update(result=result, doc=doc, map_error=None)
+        session.update(result=result, doc=doc, map_error=None)
     except mapper.MapperError as e:
-        st.session_state["map_error"] = f"Cannot map this selection: {error_line(e)}"
+        session.update(map_error=f"Cannot map this selection: {mapper.error_line(e)}")
     state.write_query_params(selection, page.url_path)
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import streamlit as st
 
 import mapper
-from mapper.report.sheet import sheet_bytes
 
 
 @st.cache_resource(max_entries=32, show_spinner=False)
@@ -28,18 +27,19 @@ def workload(model_key: str, dims: tuple, _source, label: str = "") -> mapper.Wo
     return model(model_key, _source, label).bind(dict(dims))
 
 
-@st.cache_data(max_entries=32, show_spinner=False)
-def dim_roles(model_key: str, _source) -> dict[str, str]:
-    return dict(model(model_key, _source).roles)
+def model_of(sel) -> mapper.ModelHandle:
+    """The selection's model handle (the same entry the sidebar and the mappings use)."""
+    return model(sel.model_key, sel.source, sel.model_label)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def mapping(model_key: str, dims: tuple, hw_key: str, options: tuple, _source, _hw, label: str = "") -> tuple:
+def mapping(model_key: str, dims: tuple, hw_key: str, options: mapper.PlanOptions, _source, _hw,
+            label: str = "") -> tuple:
     """(MappingResult, mapping document) for one (model, bindings, profile, options)."""
-    result = mapper.map_workload(workload(model_key, dims, _source, label), _hw, mapper.PlanOptions(**dict(options)))
+    result = mapper.map_workload(workload(model_key, dims, _source, label), _hw, options)
     return result, mapper.mapping_document(result)
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
 def sheet(key: tuple, fmt: str, _result) -> bytes:
-    return sheet_bytes(_result, fmt)
+    return mapper.sheet_bytes(_result, fmt)

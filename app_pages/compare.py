@@ -5,13 +5,11 @@ import json
 import streamlit as st
 
 import mapper
-from app_pages import ui
-from mapper.explore.compare import METRICS, compare_plans, comparison_document, plan_spec
+from app_pages import session, ui
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)
 SEQS = (64, 128, 256, 512, 1024, 2048, 4096)
-FIELDS = {"fusion": ("none", "default", "aggressive"), "dtype": ("auto", "fp32", "tf32", "bf16", "fp16", "fp8", "int8"),
-          "hw": tuple(mapper.list_hardware())}
+FIELDS = {"fusion": mapper.FUSION_POLICIES, "dtype": mapper.PLAN_DTYPES, "hw": tuple(mapper.list_hardware())}
 COLORS = {"improved": "background-color: #c6efce", "neutral": "background-color: #ededed",
           "regressed": "background-color: #ffc7ce", "error": "background-color: #ffeb9c",
           "candidate": "background-color: #c6efce", "baseline": "background-color: #ffc7ce"}
@@ -21,10 +19,10 @@ DEFAULT_PAIR = {"fusion": ("none", "aggressive"), "dtype": ("bf16", "fp8"), "hw"
 def selection():
     """The sidebar's model, profile, options and bindings (bert-base on h100-sxm when the page runs alone);
     the matrix sweeps batch and seq and holds the model's other dims at the sidebar's values."""
-    sel = st.session_state.get("selection")
+    sel = session.get().selection
     if sel is None:
         return "bert-base", "bert-base", mapper.load_hardware("h100-sxm"), mapper.PlanOptions(dtype="bf16"), ()
-    return sel.model_label, sel.source, sel.hw, mapper.PlanOptions(**dict(sel.options)), sel.dims
+    return sel.model_label, sel.source, sel.hw, sel.options, sel.dims
 
 
 label, source, hw, options, held = selection()
@@ -43,10 +41,10 @@ c = st.columns(2)
 batches = c[0].multiselect("batch", BATCHES, default=[1], key="compare_batches")
 seqs = c[1].multiselect("seq", SEQS, default=[128, 512, 4096], key="compare_seqs")
 with st.expander("Thresholds (relative change that counts)"):
-    cols = st.columns(len(METRICS))
+    cols = st.columns(len(mapper.COMPARE_METRICS))
     thresholds = {m.name: cols[i].number_input(m.name, min_value=0.0, max_value=9.99, value=m.default_threshold,
                                                step=0.01, format="%.3f", key=f"compare_thr_{m.name}")
-                  for i, m in enumerate(METRICS)}
+                  for i, m in enumerate(mapper.COMPARE_METRICS)}
 
 key = (label, hw.sha256, field, base_value, cand_value, tuple(sorted(batches)), tuple(sorted(seqs)),
        tuple(sorted(thresholds.items())), options, held)
@@ -54,9 +52,9 @@ key = (label, hw.sha256, field, base_value, cand_value, tuple(sorted(batches)), 
 
 def _compare(progress):
     profile = hw if field != "hw" else None
-    baseline = plan_spec(f"{field}={base_value}", source, profile or base_value, options)
-    candidate = plan_spec(f"{field}={cand_value}", source, profile or cand_value, options)
-    return compare_plans(baseline, candidate, tuple(batches), tuple(seqs), thresholds, progress=progress, dims=held)
+    baseline = mapper.plan_spec(f"{field}={base_value}", source, profile or base_value, options)
+    candidate = mapper.plan_spec(f"{field}={cand_value}", source, profile or cand_value, options)
+    return mapper.compare_plans(baseline, candidate, tuple(batches), tuple(seqs), thresholds, progress=progress, dims=held)
 
 
 result = ui.run_stored("compare_result", key, "Compare", not (batches and seqs), _compare,
@@ -71,7 +69,7 @@ slices = m["batch"].astype(str) + " / " + m["seq"].astype("string").fillna("-")
 change = m.assign(slice=slices).pivot_table(index="slice", columns="metric", values="change", aggfunc="first", sort=False)
 verdict = m.assign(slice=slices).pivot_table(index="slice", columns="metric", values="verdict", aggfunc="first",
                                              sort=False)
-order = [x.name for x in METRICS]
+order = [x.name for x in mapper.COMPARE_METRICS]
 change, verdict = change[order], verdict[order]
 styled = change.style.format("{:+.1%}").apply(lambda _: verdict.map(lambda v: COLORS.get(v, "")), axis=None)
 st.caption("relative change of the candidate (lower is better for p99 latency and footprint); rows: batch / seq")
@@ -92,6 +90,6 @@ else:
         st.dataframe(changes, hide_index=True, width="stretch")
 with st.expander("Provenance and assumptions"):
     st.json(result.provenance, expanded=False)
-doc = comparison_document(result)
+doc = mapper.comparison_document(result)
 st.download_button("Download the comparison (JSON)", json.dumps(doc, indent=1).encode(), "comparison.json",
                    "application/json")

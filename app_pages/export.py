@@ -1,7 +1,9 @@
 """Export: the mapping sheet as XLSX, CSV, JSON and HTML downloads."""
+import dataclasses
+
 import streamlit as st
 
-from app_pages import cache, ui
+from app_pages import cache, session, ui
 
 doc, result, sel = ui.current()
 ui.header("Export", doc)
@@ -12,10 +14,9 @@ st.write("The mapping sheet: summary and verdict, every kernel with its fusion r
          "layer types, assumptions with sources, and the model and profile hashes that reproduce it.")
 stem = f"{doc['model']['name']}_{doc['hardware']['name']}_{doc['totals']['dtype']}".replace("/", "_").replace(" ", "_")
 # a comparison with a measured run (Validation page) for this selection rides along as the Measured sheet
-sheet_result = st.session_state.get("result_with_measured") if \
-    st.session_state.get("measured_section", (None,))[0] == sel.key else result
-if sheet_result is None:
-    sheet_result = result
+measured = session.get().measured
+sheet_result = result if measured is None or measured[0] != sel.key else \
+    dataclasses.replace(result, extras={**result.extras, "measured": measured[1]})
 if "measured" in sheet_result.extras:
     st.caption("Includes the Measured sheet from the Validation page.")
 cols = st.columns(len(FORMATS))

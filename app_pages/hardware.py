@@ -28,7 +28,7 @@ st.dataframe(ridge_table(hw), hide_index=True, width="stretch",
              column_config={"matrix peak (TFLOP/s)": st.column_config.NumberColumn(format="%.1f"),
                             "ridge (FLOP/B)": st.column_config.NumberColumn(format="%.0f")})
 st.subheader("Every value and its source")
-st.dataframe(hwform.flatten(hw.to_dict()), hide_index=True, width="stretch", height=420,
+st.dataframe(hwform.flatten(hw), hide_index=True, width="stretch", height=420,
              column_config={"value": st.column_config.NumberColumn(format="engineering"),
                             "source": st.column_config.TextColumn(width="large")})
 
@@ -36,8 +36,8 @@ st.subheader("Side by side")
 others = [n for n in mapper.list_hardware() if n != hw.name]
 other_name = st.selectbox("Compare with", others, index=others.index("h200-sxm") if "h200-sxm" in others else 0)
 other = cache.hardware(other_name)
-left = hwform.flatten(hw.to_dict())[["field", "value"]].rename(columns={"value": hw.display_name})
-right = hwform.flatten(other.to_dict())[["field", "value"]].rename(columns={"value": other.display_name})
+left = hwform.flatten(hw)[["field", "value"]].rename(columns={"value": hw.display_name})
+right = hwform.flatten(other)[["field", "value"]].rename(columns={"value": other.display_name})
 both = left.merge(right, on="field", how="outer", suffixes=(" (this)", " (other)"))
 both["other / this"] = both.iloc[:, 2] / both.iloc[:, 1]
 st.dataframe(both, hide_index=True, width="stretch", height=420,

@@ -1,7 +1,7 @@
 """Kernels: the sortable, filterable kernel table; selecting a row opens its drill-down."""
 import streamlit as st
 
-from app_pages import ui
+from app_pages import session, ui
 
 doc, result, sel = ui.current()
 ui.header("Kernels", doc)
@@ -22,9 +22,9 @@ st.caption(f"{len(shown)} of {len(table)} kernels; click a row to open its drill
 event = st.dataframe(shown, hide_index=True, width="stretch", height=380, on_select="rerun",
                      selection_mode="single-row", key="kernel_table", column_config=ui.TABLE_FORMAT)
 rows = event.selection.rows if event is not None else []
-picked = shown.iloc[rows[0]]["kernel"] if rows else st.session_state.get("picked_kernel")
+picked = shown.iloc[rows[0]]["kernel"] if rows else session.get().picked_kernel
 if picked in set(shown["kernel"]):
-    st.session_state["picked_kernel"] = picked
+    session.update(picked_kernel=picked)
     st.divider()
     ui.drilldown(doc, sel.hw, picked)
 else:

@@ -2,11 +2,12 @@
 import pandas as pd
 import streamlit as st
 
+import mapper
 from app_pages import ui
 
 doc, result, sel = ui.current()
 ui.header("Layers", doc)
-ui.chart("layer_share", doc, key="layer_share")
+ui.chart(mapper.layer_share_figure, doc, key="layer_share")
 table = pd.DataFrame(doc["layer_types"]).sort_values("share", ascending=False)
 table = table.assign(time_us=table["time_s"] * 1e6, gflop=table["flops"] / 1e9)
 st.dataframe(table[["layer_type", "kernels", "time_us", "share", "mfu", "stall_fraction", "gflop"]],

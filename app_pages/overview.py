@@ -10,20 +10,26 @@ ui.header("Overview", doc)
 with st.container(key="verdict"):  # styled by its key (state.BASE_CSS): no HTML around the model's name
     st.markdown(f"**Verdict.** {ui.md(ui.verdict(doc))}")
 
-percentiles = serving_model.percentiles(sel, result)
+served = serving_model.run(sel, curve=False)
 row1 = st.columns(4)
 row1[0].metric("Throughput", f"{t['throughput_per_s']:,.0f} /s", help=f"batch {t['batch']} per {ui.ms(t['latency_s'])}", border=True)
 row1[1].metric("Batch latency", ui.ms(t["latency_s"]), help="one batch, end to end on the device", border=True)
 row1[2].metric("MFU", ui.pct(t["mfu"]), help=f"model FLOPs / (latency × {ui.tflops(t['peak_flops_per_s'])} {t['dtype']} peak)", border=True)
 row1[3].metric("Memory stall", ui.pct(t["memory_stall_fraction"]), help="share of time the engines wait on DRAM", border=True)
 row2 = st.columns(4)
-if percentiles is None:
-    row2[0].metric("p50 / p95 / p99", "—", help="serving simulation not available yet", border=True)
+if served is None:
+    row2[0].metric("p50 / p95 / p99", "—", help="no serving simulation for this selection", border=True)
+elif served.continuous:  # a decoder: continuous batching, as `mapper serve` runs it
+    r = served.result
+    row2[0].metric("TTFT / TPOT p99", f"{ui.ms(r.ttft_p99_s)} / {ui.ms(r.tpot_p99_s)}", help="time to first token and "
+                   f"per output token at the sidebar's load: TTFT p50 {ui.ms(r.ttft_p50_s)}, TPOT p50 "
+                   f"{ui.ms(r.tpot_p50_s)}", border=True)
+    row2[0].caption(f"TTFT p50 {ui.ms(r.ttft_p50_s)} · **p99 {ui.ms(r.ttft_p99_s)}** · TPOT p99 {ui.ms(r.tpot_p99_s)}")
 else:
-    p50, p95, p99 = percentiles
-    row2[0].metric("p50 / p95 / p99", f"{ui.ms(p99)}", help=f"request latency at the sidebar's load: "
-                   f"p50 {ui.ms(p50)}, p95 {ui.ms(p95)}, p99 {ui.ms(p99)}", border=True)
-    row2[0].caption(f"p50 {ui.ms(p50)} · p95 {ui.ms(p95)} · **p99 {ui.ms(p99)}**")
+    r = served.result
+    row2[0].metric("p50 / p95 / p99", f"{ui.ms(r.p99_s)}", help=f"request latency at the sidebar's load: "
+                   f"p50 {ui.ms(r.p50_s)}, p95 {ui.ms(r.p95_s)}, p99 {ui.ms(r.p99_s)}", border=True)
+    row2[0].caption(f"p50 {ui.ms(r.p50_s)} · p95 {ui.ms(r.p95_s)} · **p99 {ui.ms(r.p99_s)}**")
 row2[1].metric("Perf per watt", f"{t['perf_per_watt']:,.2f} inf/s/W", border=True)
 row2[2].metric("Energy / inference", f"{t['energy_per_inference_j'] * 1e3:,.2f} mJ", border=True)
 row2[3].metric("Average power", f"{t['avg_power_w']:,.0f} W", border=True)

@@ -2,7 +2,6 @@
 import plotly.graph_objects as go
 import streamlit as st
 
-import mapper
 from app_pages import serving_model, ui
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64)
@@ -26,9 +25,6 @@ fig.update_layout(title="Board power over one batch", xaxis_title="time (µs)", 
                   template="plotly_white", height=380, margin=dict(l=60, r=20, t=50, b=50))
 st.plotly_chart(fig, key="power_timeline")
 
-if not hasattr(mapper, "power_curve"):
-    st.info("Perf-per-watt against batch (mapper.power_curve) is not available yet.")
-    st.stop()
 batch_dim = next((k for k, _ in sel.dims if k in serving_model.batch_dims(sel)), None)
 if batch_dim is None:
     st.info("This model has no batch dim, so there is no perf-per-watt curve against batch.")

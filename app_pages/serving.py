@@ -1,34 +1,58 @@
-"""Serving: the request latency distribution at the sidebar's load, and p50/p95/p99 against load
-with the p99 target and the knee (mapper.simulate_serving / mapper.load_curve)."""
+"""Serving: what `mapper serve` reports for the sidebar's load (mapper.serve_model). A decoder is served
+by continuous batching (TTFT and TPOT); any other model by a request queue: its latency distribution,
+and p50/p95/p99 against load with the p99 target and the knee."""
 import plotly.graph_objects as go
 import streamlit as st
 
 from app_pages import serving_model, ui
 
-doc, result, sel = ui.current()
-ui.header("Serving", doc)
-if not serving_model.available():
-    st.info("The serving simulation (mapper.serve.serving) is not available yet.")
-    st.stop()
-s = dict(sel.serving)
-target_ms = s["p99_target_s"] * 1e3
-with st.spinner("Simulating requests at each load ..."):
-    report = serving_model.simulate(sel.key, sel.serving, sel)
-    load = serving_model.curve(sel.key, sel.serving, sel)
-st.caption(f"Poisson arrivals at {s['rate_per_s']:,.0f} req/s, dynamic batching up to {s['max_batch']} "
-           f"(wait ≤ {s['max_wait_s'] * 1e3:g} ms), {serving_model.REQUESTS:,} requests, the profile's run-to-run jitter.")
-c = st.columns(6)
-for col, (label, value) in zip(c, [("p50", report.p50_s), ("p95", report.p95_s), ("p99", report.p99_s)]):
-    col.metric(label, ui.ms(value), border=True)
-c[2].caption("meets the target" if report.p99_s <= s["p99_target_s"] else f"**over the {target_ms:g} ms target**")
-c[3].metric("Throughput", f"{report.throughput_per_s:,.0f} /s", border=True)
-c[4].metric("Utilization", ui.pct(report.utilization), border=True)
-c[5].metric("Mean batch", f"{report.mean_batch:.2f}", border=True)
-
 LAYOUT = dict(template="plotly_white", height=380, margin=dict(l=60, r=20, t=50, b=50),
               legend=dict(orientation="h", y=-0.25))
-left, right = st.columns(2)
-with left:
+
+
+def continuous(run) -> None:
+    r, c = run.result, run.config
+    st.caption(f"Continuous batching of up to {c.max_batch} sequences, Poisson arrivals at {c.rate_per_s:g} req/s, "
+               f"{c.prompt_tokens} prompt and {c.output_tokens} output tokens, {r.requests:,} requests, "
+               "the profile's run-to-run jitter.")
+    cols = st.columns(4)
+    cols[0].metric("TTFT p50", ui.ms(r.ttft_p50_s), help="time to first token", border=True)
+    cols[1].metric("TTFT p99", ui.ms(r.ttft_p99_s), border=True)
+    cols[2].metric("TPOT p50", ui.ms(r.tpot_p50_s), help="time per output token", border=True)
+    cols[3].metric("TPOT p99", ui.ms(r.tpot_p99_s), border=True)
+    cols = st.columns(4)
+    cols[0].metric("Request latency p99", ui.ms(r.latency_p99_s), help=f"p50 {ui.ms(r.latency_p50_s)}", border=True)
+    cols[1].metric("Throughput", f"{r.throughput_tokens_per_s:,.0f} tok/s",
+                   help=f"{r.throughput_requests_per_s:,.2f} requests/s", border=True)
+    cols[2].metric("Mean running", f"{r.mean_running:.2f}", help="sequences in the running batch, time average",
+                   border=True)
+    cols[3].metric("KV cache", f"{r.kv_capacity_tokens:,} tokens", border=True)
+
+
+def queue(run) -> None:
+    report, load, config = run.result, run.curve, run.config
+    target_ms = load.p99_target_s * 1e3
+    st.caption(f"Poisson arrivals at {config.rate_per_s:,.0f} req/s, dynamic batching up to {config.max_batch} "
+               f"(wait ≤ {config.max_wait_s * 1e3:g} ms), {report.requests:,} requests, the profile's run-to-run jitter.")
+    c = st.columns(6)
+    for col, (label, value) in zip(c, [("p50", report.p50_s), ("p95", report.p95_s), ("p99", report.p99_s)]):
+        col.metric(label, ui.ms(value), border=True)
+    c[2].caption("meets the target" if report.p99_s * 1e3 <= target_ms else f"**over the {target_ms:g} ms target**")
+    c[3].metric("Throughput", f"{report.throughput_per_s:,.0f} /s", border=True)
+    c[4].metric("Utilization", ui.pct(report.utilization), border=True)
+    c[5].metric("Mean batch", f"{report.mean_batch:.2f}", border=True)
+    left, right = st.columns(2)
+    with left:
+        st.plotly_chart(histogram(report, target_ms), key="latency_hist")
+    with right:
+        st.plotly_chart(against_load(load, target_ms, config.rate_per_s), key="load_curve")
+    best = load.max_rate_meeting_target_per_s
+    st.markdown(f"Saturation at **{load.saturation_rate_per_s:,.0f} req/s**; "
+                + (f"the p99 target of {target_ms:g} ms holds up to **{best:,.0f} req/s**." if best
+                   else f"no simulated load meets the p99 target of {target_ms:g} ms."))
+
+
+def histogram(report, target_ms: float) -> go.Figure:
     samples = [q * 1e3 for q in report.latency_quantiles_s]
     fig = go.Figure(go.Histogram(x=samples, nbinsx=60, histnorm="probability", marker_color="#1f77b4",
                                  name="requests", hovertemplate="%{x} ms: %{y:.1%}<extra></extra>"))
@@ -41,8 +65,10 @@ with left:
     fig.update_layout(title="Request latency distribution" + ("" if target_ms <= x_max else f" (p99 target {target_ms:g} ms is off the right)"),
                       xaxis=dict(title="latency (ms)", range=[0, x_max]),
                       yaxis=dict(title="share of requests", tickformat=".0%"), **LAYOUT)
-    st.plotly_chart(fig, key="latency_hist")
-with right:
+    return fig
+
+
+def against_load(load, target_ms: float, rate_per_s: float) -> go.Figure:
     rates = [p.offered_rate_per_s for p in load.points]
     fig = go.Figure()
     for name, attr, color in (("p50", "p50_s", "#2ca02c"), ("p95", "p95_s", "#ff7f0e"), ("p99", "p99_s", "#d62728")):
@@ -51,13 +77,21 @@ with right:
     fig.add_hline(y=target_ms, line_color="#d62728", line_dash="dash", annotation_text=f"p99 target {target_ms:g} ms")
     if load.knee_index is not None:
         fig.add_vline(x=rates[load.knee_index], line_dash="dot", annotation_text="knee")
-    fig.add_vline(x=s["rate_per_s"], line_color="#1f6feb", annotation_text="your load", annotation_position="bottom right")
+    fig.add_vline(x=rate_per_s, line_color="#1f6feb", annotation_text="your load", annotation_position="bottom right")
     fig.update_layout(title="Latency against load", xaxis_title="offered load (req/s)",
                       yaxis=dict(title="latency (ms)", rangemode="tozero"), **LAYOUT)
-    st.plotly_chart(fig, key="load_curve")
-best = load.max_rate_meeting_target_per_s
-st.markdown(f"Saturation at **{load.saturation_rate_per_s:,.0f} req/s**; "
-            + (f"the p99 target of {target_ms:g} ms holds up to **{best:,.0f} req/s**." if best
-               else f"no simulated load meets the p99 target of {target_ms:g} ms."))
+    return fig
+
+
+doc, result, sel = ui.current()
+ui.header("Serving", doc)
+served = serving_model.run(sel)
+if served is None:
+    st.stop()
+if served.continuous:
+    continuous(served)
+else:
+    queue(served)
 with st.expander("Serving assumptions"):
-    st.markdown("\n".join(f"- {ui.md(a)}" for a in report.assumptions + load.assumptions))
+    lines = served.result.assumptions + (served.curve.assumptions if served.curve else ())
+    st.markdown("\n".join(f"- {ui.md(a)}" for a in lines))

@@ -1,7 +1,10 @@
-"""Serving and power helpers shared by Overview, Serving and Power: the batch -> service time
-table from cached mappings, and the engine's serving simulation when it has landed.
+"""Serving and power for Overview, Serving and Power: the engine's own serving run (mapper.serve_model,
+what `mapper serve` runs: continuous batching for a decoder, else a request queue) and power curve, cached
+by content keys.
 """
 from __future__ import annotations
+
+from dataclasses import replace
 
 import streamlit as st
 
@@ -9,66 +12,36 @@ import mapper
 from app_pages import cache, ui
 
 
-def available() -> bool:
-    return hasattr(mapper, "simulate_serving") and hasattr(mapper, "load_curve")
-
-
 def batch_dims(sel) -> set[str]:
     """The model's batch dims by the engine's reading (batch, batch_size...)."""
-    return {name for name, role in cache.dim_roles(sel.model_key, sel.source).items() if role == "batch"}
-
-
-def with_batch(sel, batch: int) -> tuple:
-    """The selection's cache key with the batch dim set (a model without one keeps its dims)."""
-    names = batch_dims(sel)
-    dims = tuple((k, batch if k in names else v) for k, v in sel.dims)
-    return sel.model_key, dims, sel.hw.sha256, sel.options
-
-
-def service_time(sel):
-    """Batch size -> one batch's latency in seconds from the cached mappings (a constant without a batch dim)."""
-    if not batch_dims(sel) & {k for k, _ in sel.dims}:
-        return cache.mapping(*sel.key, sel.source, sel.hw, sel.model_label)[1]["totals"]["latency_s"]
-    return lambda b: cache.mapping(*with_batch(sel, int(b)), sel.source, sel.hw, sel.model_label)[1]["totals"]["latency_s"]
-
-
-def config(sel):
-    """The engine's ServingConfig from the sidebar (the profile's run-to-run jitter)."""
-    s = dict(sel.serving)
-    return mapper.ServingConfig(policy="dynamic", max_batch=s["max_batch"], max_wait_s=s["max_wait_s"],
-                                rate_per_s=s["rate_per_s"], requests=REQUESTS, jitter_cv=sel.hw.jitter_cv,
-                                jitter_dist=sel.hw.jitter_dist)
-
-
-REQUESTS = 20_000  # per simulated load point: p99 from 200 tail samples, fast enough to re-run on a click
+    return {name for name, role in cache.model_of(sel).roles.items() if role == "batch"}
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def simulate(key: tuple, serving: tuple, _sel):
-    """The serving simulation at the sidebar's load (mapper.ServingResult)."""
-    return mapper.simulate_serving(service_time(_sel), config(_sel))
+def _run(model_key: str, dims: tuple, hw_key: str, options: mapper.PlanOptions, request: mapper.ServeRequest,
+         _sel) -> tuple[mapper.ServingRun | None, str | None]:
+    """(the run, None), or (None, the engine's one line): a refusal is kept too, so a rerun that changes
+    only the batch does not ask again (a decoder that leaves no room for its KV cache)."""
+    try:
+        return mapper.serve_model(cache.model_of(_sel), _sel.hw, options, request, dict(dims) or None), None
+    except mapper.MapperError as e:
+        return None, mapper.error_line(e)
 
 
-@st.cache_data(max_entries=32, show_spinner=False)
-def curve(key: tuple, serving: tuple, _sel):
-    """p50/p95/p99 against offered load, the knee and the highest rate meeting the p99 target."""
-    return mapper.load_curve(service_time(_sel), config(_sel), p99_target_s=dict(serving)["p99_target_s"])
+def run(sel, curve: bool = True) -> mapper.ServingRun | None:
+    """The serving run of the sidebar's question (`curve=False`: without the load curve), or None with a
+    warning where the engine cannot serve this selection. The batch is the scheduler's to choose, so the
+    key holds the other bindings only: changing batch re-runs nothing."""
+    request = sel.serving if curve else replace(sel.serving, load_curve=False)
+    dims = cache.model_of(sel).dims_without_batch(dict(sel.dims)) or {}
+    with st.spinner("Simulating requests ..."):
+        served, refusal = _run(sel.model_key, tuple(sorted(dims.items())), sel.hw.sha256, sel.options, request, sel)
+    if refusal is not None:  # the mapping stands; only serving is not possible here (like the Devices page's misfit)
+        st.warning(f"No serving simulation for this selection: {ui.md(refusal)}")
+    return served
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
 def power(key: tuple, batches: tuple, _sel):
     """Power figures against batch size (mapper.power_curve)."""
-    return mapper.power_curve(_sel.source, _sel.hw, mapper.PlanOptions(**dict(_sel.options)), batches, dict(_sel.dims))
-
-
-def percentiles(sel, result) -> tuple[float, float, float] | None:
-    """(p50, p95, p99) request latency in seconds, or None while the serving stage is missing."""
-    if not available():
-        return None
-    try:
-        with st.spinner("Simulating requests ..."):
-            report = simulate(sel.key, sel.serving, sel)
-    except mapper.MapperError as e:
-        ui.show_error("Serving simulation", e)
-        return None
-    return report.p50_s, report.p95_s, report.p99_s
+    return mapper.power_curve(cache.model_of(_sel), _sel.hw, _sel.options, batches, dict(_sel.dims))

@@ -1,55 +1,48 @@
-"""The shared sidebar: what the user chose (model, bindings, profile, options, serving), kept in
-st.session_state and mirrored in st.query_params so a pasted link opens the same view.
+"""The shared sidebar: what the user chose (model, bindings, profile, options, serving), as a typed
+Selection in the session (app_pages/session.py) and mirrored in st.query_params so a pasted link opens
+the same view. The widgets keep their values under their own keys; only this module and hwform.py
+touch those keys, and the pages read the Selection.
 
 Uploads are read only from UploadedFile bytes. A bad upload leaves the previous model in place.
 """
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
 
 import streamlit as st
 
 import mapper
-from app_pages import hwform, ui
-from mapper.core.errors import error_line
+from app_pages import cache, hwform, session, ui
+from app_pages.session import Selection, Upload
 
 UPLOADED = "(uploaded model)"
 CUSTOM_HW = "(custom profile)"
-DTYPES = ("auto", "fp32", "tf32", "bf16", "fp16", "fp8", "int8")
-WEIGHT_DTYPES = ("same", "int8", "int4")
-FUSIONS = ("default", "none", "aggressive")
-LAYOUTS = ("auto", "nchw", "nhwc")
-ATTENTION = {"as the fusion policy says": None, "on": True, "off": False}
-TEST_UPLOAD_KEY = "test_upload"  # test hook: (filename, bytes) is handled like a sidebar upload
+ATTENTION = {"as the fusion policy says": None, "on": True, "off": False}  # PlanOptions.attention_fusion
+REQUESTS = 20_000      # per simulated load point of a request queue: p99 from 200 tail samples, quick on a click
+LLM_REQUESTS = 1_000   # decoder requests per continuous-batching run (each decodes its output tokens)
 DEFAULTS = {"model": "resnet50", "hw": "h100-sxm", "dtype": "auto", "weight_dtype": "same", "fusion": "default",
             "layout": "auto", "attention": "as the fusion policy says", "power_cap_w": 0.0, "tp": 1, "pp": 1, "dp": 1,
-            "rate_per_s": 500.0, "max_batch": 8, "max_wait_ms": 2.0, "p99_target_ms": 20.0, "presentation": False}
-
-
-@dataclass(frozen=True)
-class Selection:
-    model_label: str
-    model_key: str            # zoo name, or "upload:<sha256>"
-    source: object = field(repr=False)  # zoo name or uploaded bytes
-    dims: tuple               # ((name, value), ...)
-    hw: mapper.HardwareProfile = field(repr=False)
-    options: tuple            # PlanOptions fields as ((name, value), ...)
-    serving: tuple            # ((name, value), ...) in SI units
-
-    @property
-    def key(self) -> tuple:
-        return (self.model_key, self.dims, self.hw.sha256, self.options)
+            "rate_per_s": 500.0, "max_batch": 8, "max_wait_ms": 2.0, "p99_target_ms": 20.0,
+            "llm_rate_per_s": 1.0, "prompt_tokens": 512, "output_tokens": 128, "presentation": False}
+LINKED_OPTIONS = {"dtype": mapper.PLAN_DTYPES, "fusion": mapper.FUSION_POLICIES, "layout": mapper.LAYOUTS}
+LINKED_DIMS = ("batch", "seq", "past")  # built-in dims (each named by its role) that a link may carry
+QUERY_DIM_MAX = 1 << 20  # the sidebar's own bound on a dim (its number_input max_value)
 
 
 def upload_limit_mb() -> int:
     return int(st.get_option("server.maxUploadSize"))
 
 
+def least_value(role: str) -> int:
+    """The smallest binding a dim of this role takes: an empty KV cache is a prefill, a branch input
+    (use_cache_branch) is 0 or 1; every other dim needs at least one."""
+    return 0 if role in ("past", "branch") else 1
+
+
 def _init_state() -> None:
     """Defaults, then the link's query params, once per session."""
     ss = st.session_state
-    if ss.get("_initialised"):
+    if session.get().initialised:
         return
     for k, v in DEFAULTS.items():
         ss.setdefault(k, v)
@@ -58,21 +51,19 @@ def _init_state() -> None:
         ss["model"] = q["model"]
     if q.get("hw") in mapper.list_hardware():
         ss["hw"] = q["hw"]
-    for name, allowed in (("dtype", DTYPES), ("fusion", FUSIONS), ("layout", LAYOUTS)):
+    for name, allowed in LINKED_OPTIONS.items():
         if q.get(name) in allowed:
             ss[name] = q[name]
-    for dim in ("batch", "seq", "past"):
+    notice = None
+    for dim in LINKED_DIMS:
         if dim in q:
-            value = query_int(q[dim], 0 if dim == "past" else 1, QUERY_DIM_MAX)
+            value = query_int(q[dim], least_value(dim), QUERY_DIM_MAX)
             if value is None:
-                ss["query_notice"] = f"The link's {dim}={str(q[dim])[:20]!r} is not a whole number from " \
-                                     f"{0 if dim == 'past' else 1} to {QUERY_DIM_MAX}: ignored."
+                notice = (f"The link's {dim}={str(q[dim])[:20]!r} is not a whole number from "
+                          f"{least_value(dim)} to {QUERY_DIM_MAX}: ignored.")
             else:
                 ss[f"dim_{dim}"] = value
-    ss["_initialised"] = True
-
-
-QUERY_DIM_MAX = 1 << 20  # the sidebar's own bound on a dim (its number_input max_value)
+    session.update(initialised=True, query_notice=notice)
 
 
 def query_int(text: str, least: int, most: int) -> int | None:
@@ -84,36 +75,32 @@ def query_int(text: str, least: int, most: int) -> int | None:
     return value if least <= value <= most else None
 
 
-def symbolic_dims(data: bytes) -> list[str]:
-    """The free dims of an uploaded model (and a merged decoder's branch input), by the engine's reading."""
-    return list(mapper.dim_roles(data))
-
-
-def upload_default(dim: str) -> int:
-    """Where an uploaded model's dim starts: an empty KV cache (a prefill) for a past length, else the
-    built-ins' default for the name, else 1."""
-    return 0 if "past" in dim.lower() else mapper.BUILTIN_DEFAULT_DIMS.get(dim, 1) or 1
+def default_binding(dim: str, role: str) -> int:
+    """Where a dim starts: an empty KV cache (a prefill) for a past length, else the built-ins' default
+    for the name (a branch input: 1, the decoder that reads the cache), else 1."""
+    return 0 if role == "past" else max(mapper.BUILTIN_DEFAULT_DIMS.get(dim, 1), 1)
 
 
 def accept_upload(name: str, data: bytes) -> None:
     """Validate an uploaded model; on success it becomes the model, on failure the old one stays."""
-    ss = st.session_state
-    ss.pop("upload_error", None)
+    session.update(upload_error=None)
     limit = upload_limit_mb()
     if len(data) > limit * 1024 * 1024:
-        ss["upload_error"] = f"{name}: {len(data) / 1e6:.1f} MB is over the upload limit of {limit} MB (server.maxUploadSize in .streamlit/config.toml)"
+        session.update(upload_error=f"{name}: {len(data) / 1e6:.1f} MB is over the upload limit of {limit} MB "
+                                    "(server.maxUploadSize in .streamlit/config.toml)")
         return
+    sha = hashlib.sha256(data).hexdigest()
     try:
-        dims = symbolic_dims(data)
-        bind = {d: upload_default(d) for d in dims}
-        mapper.load_workload(data, bind)
+        model = cache.model(f"upload:{sha}", data, name)
+        cache.workload(f"upload:{sha}", tuple((d, default_binding(d, r)) for d, r in model.roles.items()), data, name)
     except mapper.MapperError as e:
-        ss["upload_error"] = f"{name}: {error_line(e)} (the previous model stays selected; upload limit {limit} MB)"
+        session.update(upload_error=f"{name}: {mapper.error_line(e)} (the previous model stays selected; "
+                                    f"upload limit {limit} MB)")
         return
-    ss["uploaded"] = {"name": name, "bytes": data, "sha256": hashlib.sha256(data).hexdigest(), "dims": dims}
-    for d in dims:
-        ss.setdefault(f"dim_{d}", upload_default(d))
-    ss["model"] = UPLOADED
+    session.update(upload=Upload(name, data, sha, dict(model.roles)))
+    for d, role in model.roles.items():
+        st.session_state.setdefault(f"dim_{d}", default_binding(d, role))
+    st.session_state["model"] = UPLOADED
 
 
 def _on_model_upload() -> None:
@@ -122,102 +109,113 @@ def _on_model_upload() -> None:
         accept_upload(f.name, f.getvalue())
 
 
-def _model_section() -> tuple[str, str, object, list[tuple[str, str]]]:
+def _model_section() -> tuple[str, str, object, list[tuple[str, str, str]]]:
+    """(label, model key, source, [(dim, role, help)]) of the chosen model."""
     ss = st.session_state
-    if TEST_UPLOAD_KEY in ss:
-        accept_upload(*ss.pop(TEST_UPLOAD_KEY))
+    if (pending := session.get().pending_upload) is not None:
+        session.update(pending_upload=None)
+        accept_upload(*pending)
     st.subheader("Model")
-    choices = list(mapper.ZOO_NAMES) + ([UPLOADED] if "uploaded" in ss else [])
+    up = session.get().upload
+    choices = list(mapper.ZOO_NAMES) + ([UPLOADED] if up else [])
     if ss.get("model") not in choices:
         ss["model"] = DEFAULTS["model"]
-    up = ss.get("uploaded")
-    st.selectbox("Model", choices, key="model", label_visibility="collapsed",
-                 format_func=lambda c: f"uploaded: {up['name']}" if c == UPLOADED and up else c)
+    chosen = st.selectbox("Model", choices, key="model", label_visibility="collapsed",
+                          format_func=lambda c: f"uploaded: {up.name}" if c == UPLOADED and up else c)
     st.file_uploader(f"Upload an .onnx (up to {upload_limit_mb()} MB)", type=["onnx"], key="model_file",
                      on_change=_on_model_upload)
-    if ss["model"] == UPLOADED:
-        return up["name"], f"upload:{up['sha256']}", up["bytes"], [(d, "") for d in up["dims"]]
-    entry = next(z for z in mapper.list_zoo() if z["name"] == ss["model"])
-    return ss["model"], ss["model"], ss["model"], list(entry["dims"].items())
+    if chosen == UPLOADED:
+        return up.name, up.model_key, up.data, [(d, role, "") for d, role in up.roles.items()]
+    entry = next(z for z in mapper.list_zoo() if z["name"] == chosen)
+    roles = cache.model(chosen, chosen, chosen).roles
+    return chosen, chosen, chosen, [(d, roles.get(d, "other"), help_text) for d, help_text in entry["dims"].items()]
 
 
-def _dims_section(dims: list[tuple[str, str]]) -> tuple:
+def _dims_section(dims: list[tuple[str, str, str]]) -> tuple:
     if not dims:
         return ()
     st.subheader("Shape bindings")
     out = []
-    for name, help_text in dims:
+    for name, role, help_text in dims:
         key = f"dim_{name}"
-        # an empty KV cache is a prefill; a branch input (use_cache_branch) is 0 or 1; other dims need one
-        least = 0 if "past" in name.lower() or "branch" in name.lower() else 1
-        st.session_state.setdefault(key, max(mapper.BUILTIN_DEFAULT_DIMS.get(name, 1), least))
+        least = least_value(role)
+        st.session_state.setdefault(key, default_binding(name, role))
         out.append((name, int(st.number_input(ui.md(name), min_value=least, max_value=QUERY_DIM_MAX, step=1, key=key,
                                               help=help_text or None))))
     return tuple(out)
 
 
-def _options_section() -> tuple:
+def _options_section() -> mapper.PlanOptions:
     st.subheader("Plan options")
     c1, c2 = st.columns(2)
-    c1.selectbox("dtype", DTYPES, key="dtype", help="auto keeps the model's own precision")
-    c2.selectbox("weights", WEIGHT_DTYPES, key="weight_dtype", help="weight-only quantization")
-    c1.selectbox("fusion", FUSIONS, key="fusion")
-    c2.selectbox("layout", LAYOUTS, key="layout")
+    dtype = c1.selectbox("dtype", mapper.PLAN_DTYPES, key="dtype", help="auto keeps the model's own precision")
+    weight_dtype = c2.selectbox("weights", mapper.WEIGHT_DTYPES, key="weight_dtype", help="weight-only quantization")
+    fusion = c1.selectbox("fusion", mapper.FUSION_POLICIES, key="fusion")
+    layout = c2.selectbox("layout", mapper.LAYOUTS, key="layout")
     with st.expander("More plan options"):
-        st.selectbox("attention fusion", list(ATTENTION), key="attention")
-        st.number_input("power cap (W, 0 = profile TDP)", min_value=0.0, step=50.0, key="power_cap_w")
+        attention = st.selectbox("attention fusion", list(ATTENTION), key="attention")
+        power_cap_w = st.number_input("power cap (W, 0 = profile TDP)", min_value=0.0, step=50.0, key="power_cap_w")
     with st.expander("Devices (tensor / pipeline / data parallel)"):
         d1, d2, d3 = st.columns(3)
-        d1.number_input("TP", min_value=1, max_value=64, step=1, key="tp", help="tensor-parallel degree")
-        d2.number_input("PP", min_value=1, max_value=64, step=1, key="pp", help="pipeline stages")
-        d3.number_input("DP", min_value=1, max_value=1024, step=1, key="dp", help="data-parallel replicas")
-    ss = st.session_state
-    return (("dtype", ss["dtype"]), ("weight_dtype", ss["weight_dtype"]), ("fusion", ss["fusion"]),
-            ("attention_fusion", ATTENTION[ss["attention"]]), ("layout", ss["layout"]),
-            ("power_cap_w", float(ss["power_cap_w"]) or None), ("tp", int(ss["tp"])), ("pp", int(ss["pp"])),
-            ("dp", int(ss["dp"])))
+        tp = d1.number_input("TP", min_value=1, max_value=64, step=1, key="tp", help="tensor-parallel degree")
+        pp = d2.number_input("PP", min_value=1, max_value=64, step=1, key="pp", help="pipeline stages")
+        dp = d3.number_input("DP", min_value=1, max_value=1024, step=1, key="dp", help="data-parallel replicas")
+    return mapper.PlanOptions(dtype=dtype, weight_dtype=weight_dtype, fusion=fusion,
+                              attention_fusion=ATTENTION[attention], layout=layout,
+                              power_cap_w=float(power_cap_w) or None, tp=int(tp), pp=int(pp), dp=int(dp))
 
 
-def _serving_section() -> tuple:
+def _serving_section(decoder: bool) -> mapper.ServeRequest:
+    """The serving question for mapper.serve_model: continuous batching for a decoder (its rate and request
+    lengths), else a request queue with dynamic batching and a p99 target."""
     st.subheader("Serving")
     c1, c2 = st.columns(2)
-    c1.number_input("rate (req/s)", min_value=1.0, step=50.0, key="rate_per_s")
-    c2.number_input("max batch", min_value=1, max_value=1024, step=1, key="max_batch")
-    c1.number_input("max wait (ms)", min_value=0.0, step=0.5, key="max_wait_ms")
-    c2.number_input("p99 target (ms)", min_value=0.1, step=1.0, key="p99_target_ms")
-    ss = st.session_state
-    return (("rate_per_s", float(ss["rate_per_s"])), ("max_batch", int(ss["max_batch"])),
-            ("max_wait_s", ss["max_wait_ms"] / 1e3), ("p99_target_s", ss["p99_target_ms"] / 1e3))
+    if decoder:
+        rate = c1.number_input("rate (req/s)", min_value=0.01, step=1.0, key="llm_rate_per_s")
+        max_batch = c2.number_input("max sequences", min_value=1, max_value=1024, step=1, key="max_batch",
+                                    help="sequences decoding together (continuous batching)")
+        prompt = c1.number_input("prompt tokens", min_value=1, step=64, key="prompt_tokens")
+        output = c2.number_input("output tokens", min_value=1, step=16, key="output_tokens")
+        config = mapper.ServingConfig(max_batch=int(max_batch), rate_per_s=float(rate), requests=LLM_REQUESTS)
+        return mapper.ServeRequest(config, prompt_tokens=int(prompt), output_tokens=int(output))
+    rate = c1.number_input("rate (req/s)", min_value=1.0, step=50.0, key="rate_per_s")
+    max_batch = c2.number_input("max batch", min_value=1, max_value=1024, step=1, key="max_batch")
+    wait_ms = c1.number_input("max wait (ms)", min_value=0.0, step=0.5, key="max_wait_ms")
+    target_ms = c2.number_input("p99 target (ms)", min_value=0.1, step=1.0, key="p99_target_ms")
+    config = mapper.ServingConfig(policy="dynamic", max_batch=int(max_batch), max_wait_s=wait_ms / 1e3,
+                                  rate_per_s=float(rate), requests=REQUESTS)
+    return mapper.ServeRequest(config, load_curve=True, p99_target_s=target_ms / 1e3)
 
 
 def sidebar() -> Selection | None:
     """Draw the shared sidebar; the current selection, or None while the profile is invalid."""
     _init_state()
     with st.sidebar:
-        st.toggle("Presentation mode", key="presentation", help="larger type for screen sharing")
+        presentation = st.toggle("Presentation mode", key="presentation", help="larger type for screen sharing")
         label, key, source, dims = _model_section()
-        if notice := st.session_state.pop("query_notice", None):
+        if notice := session.get().query_notice:
+            session.update(query_notice=None)
             st.warning(ui.md(notice))
-        if err := st.session_state.get("upload_error"):
+        if err := session.get().upload_error:
             st.error(ui.md(err))
         bound = _dims_section(dims)
-        hw = hwform.hardware_section(CUSTOM_HW)
+        hw, hw_choice = hwform.hardware_section(CUSTOM_HW)
         options = _options_section()
-        serving = _serving_section()
+        serving = _serving_section(mapper.is_decoder(cache.model(key, source, label)))
+    apply_css(presentation)
     if hw is None:
         return None
-    return Selection(label, key, source, bound, hw, options, serving)
+    return Selection(label, key, source, bound, hw, hw_choice, options, serving)
 
 
 def write_query_params(sel: Selection, page_path: str) -> None:
     """Mirror a shareable view in the URL (built-in model and profile only; uploads can't travel)."""
-    ss = st.session_state
-    params = {"dtype": ss["dtype"], "fusion": ss["fusion"], "layout": ss["layout"]}
+    params = {"dtype": sel.options.dtype, "fusion": sel.options.fusion, "layout": sel.options.layout}
     if sel.model_key in mapper.ZOO_NAMES:
         params["model"] = sel.model_key
-    if ss["hw"] != CUSTOM_HW:
-        params["hw"] = ss["hw"]
-    params |= {k: str(v) for k, v in sel.dims if k in ("batch", "seq", "past")}
+    if sel.hw_choice != CUSTOM_HW:
+        params["hw"] = sel.hw_choice
+    params |= {k: str(v) for k, v in sel.dims if k in LINKED_DIMS}
     if page_path:
         params["page"] = page_path
     if dict(st.query_params) != params:
@@ -238,5 +236,5 @@ BASE_CSS = """<style>
 </style>"""
 
 
-def apply_css() -> None:
-    st.html(BASE_CSS + (PRESENTATION_CSS if st.session_state.get("presentation") else ""))
+def apply_css(presentation: bool) -> None:
+    st.html(BASE_CSS + (PRESENTATION_CSS if presentation else ""))

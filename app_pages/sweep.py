@@ -4,21 +4,17 @@ import plotly.graph_objects as go
 import streamlit as st
 
 import mapper
-from app_pages import ui
-from mapper.explore.sweep import SweepSpec, run_sweep
-from mapper.report.tables import csv_bytes
+from app_pages import session, ui
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)
 SEQS = (64, 128, 256, 512, 1024, 2048, 4096)
-DTYPES = ("auto", "fp32", "tf32", "bf16", "fp16", "fp8", "int8")
-FUSIONS = ("none", "default", "aggressive")
 MAX_PAGE_SLICES = 400          # a dashboard sweep stays interactive; bigger grids belong to `mapper sweep`
 
 
 def selection():
     """The sidebar's model, profile and bindings (resnet50 on h100-sxm when the page runs alone); the grid
     sweeps batch and seq and holds the model's other dims (a KV-cache length...) where the sidebar has them."""
-    sel = st.session_state.get("selection")
+    sel = session.get().selection
     if sel is None:
         return "resnet50", "resnet50", mapper.load_hardware("h100-sxm"), ()
     return sel.model_label, sel.source, sel.hw, sel.dims
@@ -32,8 +28,8 @@ c = st.columns(4)
 batches = c[0].multiselect("batch", BATCHES, default=[1, 8, 32], key="sweep_batches")
 seqs = c[1].multiselect("seq", SEQS, default=[128, 512, 2048], key="sweep_seqs",
                         help="ignored by models without a sequence dim")
-dtypes = c[2].multiselect("dtype", DTYPES, default=["bf16"], key="sweep_dtypes")
-fusions = c[3].multiselect("fusion", FUSIONS, default=["none", "aggressive"], key="sweep_fusions")
+dtypes = c[2].multiselect("dtype", mapper.PLAN_DTYPES, default=["bf16"], key="sweep_dtypes")
+fusions = c[3].multiselect("fusion", mapper.FUSION_POLICIES, default=["none", "aggressive"], key="sweep_fusions")
 n = len(batches) * max(len(seqs), 1) * len(dtypes) * len(fusions)
 st.caption(f"{n} slices at most" + (f" (over the page limit of {MAX_PAGE_SLICES}: use `mapper sweep`)"
                                     if n > MAX_PAGE_SLICES else ""))
@@ -41,7 +37,7 @@ st.caption(f"{n} slices at most" + (f" (over the page limit of {MAX_PAGE_SLICES}
 key = (label, hw.sha256, tuple(sorted(batches)), tuple(sorted(seqs)), tuple(dtypes), tuple(fusions), held)
 result = ui.run_stored(
     "sweep_result", key, "Run sweep", not (batches and seqs and dtypes and fusions) or n > MAX_PAGE_SLICES,
-    lambda progress: run_sweep(SweepSpec((source,), (hw,), tuple(batches), tuple(seqs), tuple(dtypes),
+    lambda progress: mapper.run_sweep(mapper.SweepSpec((source,), (hw,), tuple(batches), tuple(seqs), tuple(dtypes),
                                          tuple(fusions), dims=held), progress=progress),
     "Cannot sweep this selection", "Choose the grid and press **Run sweep**.")
 table = result.table
@@ -119,4 +115,4 @@ else:
     st.dataframe(result.flips, hide_index=True, width="stretch")
 with st.expander("Every slice"):
     st.dataframe(table.drop(columns=["model_sha256", "hardware_sha256"]), hide_index=True, width="stretch")
-st.download_button("Download the table (CSV)", csv_bytes(table), "sweep.csv", "text/csv")  # no formula from a name
+st.download_button("Download the table (CSV)", mapper.csv_bytes(table), "sweep.csv", "text/csv")  # no formula from a name

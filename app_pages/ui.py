@@ -15,10 +15,7 @@ import pandas as pd
 import streamlit as st
 
 import mapper
-from mapper.report import charts
-from mapper.core.errors import error_line, printable
-from mapper.report.sheet import limiting_sentence
-from mapper.core.units import format_bytes
+from app_pages import session
 
 # Every ASCII character markdown, streamlit (:red[...], :material/...:) or KaTeX ($...$) gives a meaning to.
 MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~$:&=^\"'])")
@@ -27,12 +24,12 @@ MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~$:&=^\"'])")
 def md(value) -> str:
     """Data as markdown that shows it verbatim: on one line, control characters written out, every
     special character backslash-escaped. Escape the interpolated data, never the template."""
-    return MARKDOWN_SPECIALS.sub(r"\\\1", printable(" ".join(str(value).split())))
+    return MARKDOWN_SPECIALS.sub(r"\\\1", mapper.printable(" ".join(str(value).split())))
 
 
 def show_error(what: str, exc: BaseException) -> None:
     """One line in the page for a rejected input: the message escaped and bounded (mapper.core.errors)."""
-    st.error(f"{what}: {md(error_line(exc))}")
+    st.error(f"{what}: {md(mapper.error_line(exc))}")
 
 
 LOG = logging.getLogger("mapper.app")
@@ -54,31 +51,31 @@ def guarded(run: Callable[[], None]) -> None:
 
 def color_of(bottleneck: str) -> str:
     """The class colour the engine's charts use, so a class looks the same on every page."""
-    return charts.class_color(bottleneck)
+    return mapper.class_color(bottleneck)
 
 
 def verdict(doc: dict) -> str:
     """One sentence: what limits this model and who should act (the sheet's own wording)."""
-    return limiting_sentence(doc)
+    return mapper.limiting_sentence(doc)
 
 
-def chart(name: str, doc: dict, key: str) -> None:
-    """One of the engine's document charts (mapper.report.charts.<name>_figure) in the page."""
-    st.plotly_chart(getattr(charts, f"{name}_figure")(doc), key=key)
+def chart(figure, doc: dict, key: str) -> None:
+    """One of the engine's document charts (mapper.timeline_figure, mapper.layer_share_figure) in the page."""
+    st.plotly_chart(figure(doc), key=key)
 
 
-def run_stored(state_key: str, key: tuple, label: str, disabled: bool, work, failure: str, hint: str):
-    """A button that runs `work(progress)` with a progress bar and keeps the result for `key`;
-    the stored result, or the hint and a stop when there is none for this key."""
+def run_stored(name: str, key: tuple, label: str, disabled: bool, work, failure: str, hint: str):
+    """A button that runs `work(progress)` with a progress bar and keeps the result for `key` in the
+    session under `name`; the stored result, or the hint and a stop when there is none for this key."""
     if st.button(label, type="primary", disabled=disabled):
         bar = st.progress(0.0, text="mapping ...")
         try:
-            st.session_state[state_key] = (key, work(
+            session.store_run(name, key, work(
                 lambda done, total: bar.progress(done / max(total, 1), text=f"{done}/{total} slices")))
         except mapper.MapperError as e:
             show_error(failure, e)
         bar.empty()
-    stored = st.session_state.get(state_key)
+    stored = session.stored_run(name)
     if stored is None or stored[0] != key:
         st.info(hint)
         st.stop()
@@ -87,7 +84,7 @@ def run_stored(state_key: str, key: tuple, label: str, disabled: bool, work, fai
 
 def roofline(doc: dict, hw, highlight: str | None = None, height: int = 480):
     """The engine's roofline figure at this profile's roofs, with one kernel ringed."""
-    fig = charts.roofline_figure(doc, hw_peak=doc["totals"]["peak_flops_per_s"], dram_bw=hw.dram_bandwidth_bytes_per_s)
+    fig = mapper.roofline_figure(doc, hw_peak=doc["totals"]["peak_flops_per_s"], dram_bw=hw.dram_bandwidth_bytes_per_s)
     k = next((k for k in doc["kernels"] if k["name"] == highlight), None)
     if k and (k["intensity_flop_per_byte"] or 0) > 0 and k["achieved_flops_per_s"] > 0:
         fig.add_scatter(x=[k["intensity_flop_per_byte"]], y=[k["achieved_flops_per_s"]], mode="markers",
@@ -113,7 +110,7 @@ def gbps(bytes_per_s: float | None) -> str:
     return "—" if bytes_per_s is None else f"{bytes_per_s / 1e9:,.0f} GB/s"
 
 
-size = format_bytes  # bytes in KB/MB/GB/TB, shared with the CLI
+size = mapper.format_bytes  # bytes in KB/MB/GB/TB, shared with the CLI
 
 
 def pct(x: float | None) -> str:
@@ -126,15 +123,15 @@ def num(x: float | None, unit: str = "") -> str:
 
 def current() -> tuple[dict, object, object]:
     """(mapping document, MappingResult, Selection) of this run; stops the page if there is none."""
-    ss = st.session_state
-    if ss.get("map_error"):
-        st.error(md(ss["map_error"]))
-    if "doc" not in ss:
+    state = session.get()
+    if state.map_error:
+        st.error(md(state.map_error))
+    if state.doc is None:
         st.info("No mapping yet: choose a model and a valid hardware profile in the sidebar.")
         st.stop()
-    if ss.get("map_error"):
+    if state.map_error:
         st.warning("Showing the last mapping that succeeded.")
-    return ss["doc"], ss["result"], ss["selection"]
+    return state.doc, state.result, state.selection
 
 
 def header(title: str, doc: dict) -> None:

@@ -10,8 +10,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 import mapper
-from app_pages import ui
-from mapper.report.charts import LAYOUT
+from app_pages import cache, session, ui
 
 MAX_LOCAL_FLOPS = 50e9      # run on this machine only what finishes in a few seconds per run
 MAX_LOCAL_WEIGHT_BYTES = 1e9
@@ -51,7 +50,7 @@ def show(comparison: dict, label: str) -> None:
                             " predicted %{y:.1f} us<extra></extra>")
         lo, hi = kernels[["measured_s", "predicted_s"]].min().min() * 1e6, kernels[["measured_s", "predicted_s"]].max().max() * 1e6
         fig.add_scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="predicted = measured", line=dict(dash="dash", color="#444"))
-        fig.update_layout(title=f"Kernels: predicted against measured ({html.escape(label)})", height=460, **LAYOUT,
+        fig.update_layout(title=f"Kernels: predicted against measured ({html.escape(label)})", height=460, **mapper.CHART_LAYOUT,
                           xaxis=dict(type="log", title="measured (us)"), yaxis=dict(type="log", title="predicted (us)"))
         st.plotly_chart(fig, key=f"scatter_{label}")
     layers = pd.DataFrame(comparison["layers"])
@@ -84,16 +83,16 @@ with local:
                 try:
                     hw = probed_profile()
                     m = measured(sel.model_key, sel.dims, sel.source, runs)
-                    options = mapper.PlanOptions(**{**dict(sel.options), "dtype": "fp32", "tp": 1, "pp": 1, "dp": 1})
-                    workload = mapper.load_workload(sel.source, dict(sel.dims))
+                    options = dataclasses.replace(sel.options, dtype="fp32", tp=1, pp=1, dp=1)
+                    workload = cache.workload(sel.model_key, sel.dims, sel.source, sel.model_label)
                     before = mapper.compare_measured(mapper.map_workload(workload, hw, options), m)
                     tuned = mapper.load_hardware({k: v for k, v in mapper.calibrate(hw.to_dict(), [m]).items()
                                                   if k != "calibration"})
                     after = mapper.compare_measured(mapper.map_workload(workload, tuned, options), m)
-                    st.session_state["validation"] = (sel.key, before, after)
+                    session.update(validation=(sel.key, before, after))
                 except mapper.MapperError as e:
                     ui.show_error("Cannot measure this model", e)
-        stored = st.session_state.get("validation")
+        stored = session.get().validation
         if stored and stored[0] == sel.key:
             _, before, after = stored
             show(before, "probed profile")
@@ -104,7 +103,7 @@ with local:
                          hide_index=True, column_config={"error": st.column_config.NumberColumn(format="percent")})
             st.caption("Calibrated on this very run (in-sample): the held-out errors over twelve models are in "
                        "docs/validation.md (`bench/validate_cpu.py`).")
-            st.session_state["measured_section"] = (sel.key, before)
+            session.update(measured=(sel.key, before))
 with imported:
     upload = st.file_uploader("ONNX Runtime profile JSON or PyTorch Chrome trace", type=["json"], key="profile_upload")
     if upload is not None:
@@ -112,10 +111,8 @@ with imported:
             m = mapper.measurement_from_profile(upload.getvalue(), sel.source)
             comparison = mapper.compare_measured(result, m)
             show(comparison, f"{upload.name} against {sel.hw.display_name}")
-            st.session_state["measured_section"] = (sel.key, comparison)
+            session.update(measured=(sel.key, comparison))
         except mapper.MapperError as e:
             ui.show_error("Cannot use this profile", e)
-if st.session_state.get("measured_section", (None,))[0] == sel.key:
+if (session.get().measured or (None,))[0] == sel.key:
     st.caption("The Export page's sheet now carries a Measured section for this comparison.")
-    st.session_state["result_with_measured"] = dataclasses.replace(
-        result, extras={**result.extras, "measured": st.session_state["measured_section"][1]})

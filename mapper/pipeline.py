@@ -39,6 +39,8 @@ from mapper.work.workload import Workload
 from mapper.zoo import ZOO_NAMES
 
 FUSION_POLICIES = ("none", "default", "aggressive")
+PLAN_DTYPES = ("auto", *PLAN_DTYPE_BYTES)   # PlanOptions.dtype: auto keeps the model's own precision
+WEIGHT_DTYPES = ("same", "int8", "int4")    # PlanOptions.weight_dtype: weight-only quantization
 
 
 
@@ -149,8 +151,8 @@ def estimate_kernels(kernels: list[Kernel], hw: HardwareProfile, dtype: str, siz
 
 
 def validate_options(options: PlanOptions) -> PlanOptions:
-    checks = (("dtype", options.dtype, ("auto", *PLAN_DTYPE_BYTES)), ("fusion", options.fusion, FUSION_POLICIES),
-              ("weight_dtype", options.weight_dtype, ("same", "int8", "int4")), ("layout", options.layout, LAYOUTS))
+    checks = (("dtype", options.dtype, PLAN_DTYPES), ("fusion", options.fusion, FUSION_POLICIES),
+              ("weight_dtype", options.weight_dtype, WEIGHT_DTYPES), ("layout", options.layout, LAYOUTS))
     for name, value, allowed in checks:
         if value not in allowed:
             raise MapperError(f"option {name}={value!r} is not one of {', '.join(allowed)}")

@@ -1,12 +1,17 @@
 """The dashboard through streamlit.testing.v1.AppTest: every page for every built-in model and for
 an uploaded real model, a widget change that moves a KPI, bad uploads, and a shareable link."""
+import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
 import mapper
+from app_pages import session, ui
+from app_pages.state import DEFAULTS, LLM_REQUESTS, REQUESTS
+from mapper.cli.main import main
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 BERT_TINY = Path(__file__).parent / "models" / "hf_bert_tiny.onnx"
@@ -19,6 +24,18 @@ def start(**query) -> AppTest:
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     at.query_params.update({k: str(v) for k, v in query.items()})
     return at.run()
+
+
+def state(at: AppTest) -> session.DashboardState:
+    """The dashboard's one session object (app_pages/session.py)."""
+    return at.session_state[session.KEY]
+
+
+def upload(at: AppTest, name: str, data: bytes) -> AppTest:
+    """Hand the sidebar a model as its uploader would, on the next run."""
+    current = at.session_state[session.KEY] if session.KEY in at.session_state else session.DashboardState()
+    at.session_state[session.KEY] = replace(current, pending_upload=(name, data))
+    return at
 
 
 def assert_clean(at: AppTest, where: str) -> None:
@@ -46,14 +63,14 @@ def metric(at: AppTest, label: str) -> str:
 def test_every_page_renders_for_each_builtin(model):
     at = start(model=model)
     assert_clean(at, model)
-    assert at.session_state["doc"]["model"]["name"] == model
+    assert state(at).doc["model"]["name"] == model
     visit_every_page(at, model)
 
 
 def test_opens_on_resnet50_h100_with_results():
     at = start()
     assert_clean(at, "default")
-    doc = at.session_state["doc"]
+    doc = state(at).doc
     assert (doc["model"]["name"], doc["hardware"]["name"]) == ("resnet50", "h100-sxm")
     assert "Verdict" in at.markdown[0].value or any("Verdict" in m.value for m in at.markdown)
     assert metric(at, "Throughput").endswith("/s") and metric(at, "Throughput") != "—"
@@ -61,13 +78,13 @@ def test_opens_on_resnet50_h100_with_results():
 
 def test_uploaded_real_model_renders_every_page():
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
-    at.session_state["test_upload"] = (BERT_TINY.name, BERT_TINY.read_bytes())
+    upload(at, BERT_TINY.name, BERT_TINY.read_bytes())
     at.run()
     assert_clean(at, "upload")
     assert at.session_state["model"] == "(uploaded model)"
     assert {shown(n.label) for n in at.number_input} >= {"batch", "seq"}  # its symbolic dims are bound in the sidebar
-    assert at.session_state["doc"]["model"]["dims"]["seq"] == 128
-    assert at.session_state["doc"]["model"]["name"] == "hf_bert_tiny"  # the file's name, not "main_graph"
+    assert state(at).doc["model"]["dims"]["seq"] == 128
+    assert state(at).doc["model"]["name"] == "hf_bert_tiny"  # the file's name, not "main_graph"
     visit_every_page(at, "hf_bert_tiny upload")
 
 
@@ -76,11 +93,11 @@ def test_uploaded_optimum_llm_export_renders_every_page():
     every page: the dims its own names, a decode step's cache length, serving by its batch dim."""
     path = BERT_TINY.parent / "optimum_llama_tiny_with_past.onnx"
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
-    at.session_state["test_upload"] = (path.name, path.read_bytes())
+    upload(at, path.name, path.read_bytes())
     at.run()
     assert_clean(at, "optimum upload")
     at.number_input(key="dim_past_sequence_length").set_value(1024).run()
-    assert at.session_state["doc"]["model"]["dims"]["past_sequence_length"] == 1024
+    assert state(at).doc["model"]["dims"]["past_sequence_length"] == 1024
     visit_every_page(at, "optimum_llama_tiny_with_past upload")
 
 
@@ -89,40 +106,40 @@ def test_uploaded_optimum_merged_decoder_binds_its_branch_in_the_sidebar():
     the with-past branch maps by default, and switching it to 0 maps the other branch."""
     path = BERT_TINY.parent / "optimum_gpt2_tiny_merged.onnx"
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
-    at.session_state["test_upload"] = (path.name, path.read_bytes())
+    upload(at, path.name, path.read_bytes())
     at.run()
     assert_clean(at, "merged decoder upload")
     assert {shown(n.label) for n in at.number_input} >= {"use_cache_branch", "past_sequence_length", "batch_size"}
-    doc = at.session_state["doc"]
+    doc = state(at).doc
     assert doc["model"]["name"] == "optimum_gpt2_tiny_merged" and not doc["unmodeled"]
     assert doc["model"]["dims"]["use_cache_branch"] == 1
     assert doc["model"]["dims"]["past_sequence_length"] == 0  # an uploaded cache length starts empty (a prefill)
     at.number_input(key="dim_use_cache_branch").set_value(0).run()
     assert_clean(at, "merged decoder, branch 0")
-    assert at.session_state["doc"]["model"]["dims"]["use_cache_branch"] == 0
-    assert at.session_state["doc"]["model"]["sha256"] != doc["model"]["sha256"]
+    assert state(at).doc["model"]["dims"]["use_cache_branch"] == 0
+    assert state(at).doc["model"]["sha256"] != doc["model"]["sha256"]
 
 
 def test_uploaded_int8_model_renders_every_page_at_int8():
     """ONNX Runtime's QDQ-quantized ResNet-50 (tests/models/export_quantized.py)."""
     path = BERT_TINY.parent / "resnet50_int8_qdq.onnx"
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
-    at.session_state["test_upload"] = (path.name, path.read_bytes())
+    upload(at, path.name, path.read_bytes())
     at.run()
     assert_clean(at, "int8 upload")
-    assert at.session_state["doc"]["totals"]["dtype"] == "int8" and not at.session_state["doc"]["unmodeled"]
+    assert state(at).doc["totals"]["dtype"] == "int8" and not state(at).doc["unmodeled"]
     visit_every_page(at, "resnet50_int8_qdq upload")
 
 
 @pytest.mark.parametrize("payload", [b"not an onnx file", b"\x08\x07" + b"\xff" * 64, b""])
 def test_bad_upload_shows_error_and_keeps_previous_model(payload):
     at = start()
-    before = at.session_state["doc"]["model"]["sha256"]
-    at.session_state["test_upload"] = ("evil.onnx", payload)
+    before = state(at).doc["model"]["sha256"]
+    upload(at, "evil.onnx", payload)
     at.run()
     assert not at.exception
     assert at.error and "evil.onnx" in shown(at.error[0].value) and "MB" in at.error[0].value
-    assert at.session_state["doc"]["model"]["sha256"] == before
+    assert state(at).doc["model"]["sha256"] == before
 
 
 def test_changing_batch_changes_throughput():
@@ -130,14 +147,14 @@ def test_changing_batch_changes_throughput():
     before = metric(at, "Throughput")
     at.number_input(key="dim_batch").set_value(32).run()
     assert_clean(at, "batch 32")
-    assert at.session_state["doc"]["model"]["dims"]["batch"] == 32
+    assert state(at).doc["model"]["dims"]["batch"] == 32
     assert metric(at, "Throughput") != before
 
 
 def test_query_params_open_the_same_view_and_follow_changes():
     at = start(model="bert-base", hw="a100-sxm-80gb", batch=4, seq=64, dtype="bf16", fusion="aggressive", page="kernels")
     assert_clean(at, "link")
-    doc = at.session_state["doc"]
+    doc = state(at).doc
     assert (doc["model"]["name"], doc["hardware"]["name"]) == ("bert-base", "a100-sxm-80gb")
     assert doc["model"]["dims"] == {"batch": 4, "seq": 64}
     assert (doc["totals"]["dtype"], doc["options"]["fusion"]) == ("bf16", "aggressive")
@@ -152,16 +169,16 @@ def test_unsupported_dtype_is_an_error_in_the_page_not_a_crash():
     at.selectbox(key="hw").set_value("cpu-x86").run()
     at.selectbox(key="dtype").set_value("fp8").run()
     assert not at.exception
-    assert at.session_state["doc"]  # the last mapping that worked stays on screen
+    assert state(at).doc  # the last mapping that worked stays on screen
 
 
 def test_edited_profile_is_validated_per_field():
     at = start()
-    at.session_state["custom_hw"] = mapper.load_hardware("h200-sxm")
+    at.session_state[session.KEY] = replace(state(at), custom_hw=mapper.load_hardware("h200-sxm"))
     at.run()
     at.selectbox(key="hw").set_value("(custom profile)").run()
     assert_clean(at, "custom")
-    assert at.session_state["doc"]["hardware"]["name"] == "h200-sxm"
+    assert state(at).doc["hardware"]["name"] == "h200-sxm"
 
 
 def test_presentation_mode_enlarges_type():
@@ -206,7 +223,7 @@ def test_sweep_page_holds_an_uploaded_llm_exports_past_length():
     sidebar's value (without it every slice would be unbound)."""
     path = BERT_TINY.parent / "optimum_gpt2_tiny_with_past.onnx"
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
-    at.session_state["test_upload"] = (path.name, path.read_bytes())
+    upload(at, path.name, path.read_bytes())
     at.run()
     at.number_input(key="dim_past_sequence_length").set_value(256).run()
     at.switch_page("app_pages/sweep.py").run()
@@ -217,19 +234,69 @@ def test_sweep_page_holds_an_uploaded_llm_exports_past_length():
 
 
 def test_serving_and_power_vary_an_uploads_batch_dim_whatever_its_name():
-    """An Optimum export calls its batch dim batch_size: the Serving page's batch -> service time table and
-    the Power page's curve vary it (they varied only a dim named batch, so an upload's batches all cost one
-    batch-1 step and batching looked free)."""
-    from app_pages import serving_model
+    """An Optimum export calls its batch dim batch_size: the Power page's curve varies it (it varied only a
+    dim named batch, so an upload's batches all cost one batch-1 step and batching looked free), and the
+    Serving page serves this decoder by continuous batching, as `mapper serve` does."""
     path = BERT_TINY.parent / "optimum_gpt2_tiny_with_past.onnx"
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
-    at.session_state["test_upload"] = (path.name, path.read_bytes())
+    upload(at, path.name, path.read_bytes())
     at.run()
-    sel = at.session_state["selection"]
-    assert serving_model.with_batch(sel, 32)[1] != sel.key[1]  # batch_size is set in the cache key
+    sel = state(at).selection
     at.switch_page("app_pages/power.py").run()
     assert_clean(at, "power of an upload")
     assert not [i for i in at.info if "no batch dim" in i.value] and at.get("plotly_chart")
     points = mapper.power_curve(path.read_bytes(), mapper.load_hardware("h100-sxm"), mapper.PlanOptions(),
                                 (1, 64), dict(sel.dims))
     assert points[1].latency_s > points[0].latency_s  # batch 64 is not the batch-1 step
+    at.switch_page("app_pages/serving.py").run()
+    assert_clean(at, "serving of an upload")
+    assert {m.label for m in at.metric} >= {"TTFT p99", "TPOT p99"}
+
+
+SERVE_ARGS = {  # the sidebar's defaults, spelled as `mapper serve` options
+    "decoder": ["gpt2-small", "--max-batch", str(DEFAULTS["max_batch"]), "--rate", str(DEFAULTS["llm_rate_per_s"]),
+                "--prompt-tokens", str(DEFAULTS["prompt_tokens"]), "--output-tokens", str(DEFAULTS["output_tokens"]),
+                "--requests", str(LLM_REQUESTS)],
+    "queue": ["resnet50", "--max-batch", str(DEFAULTS["max_batch"]), "--max-wait-ms", str(DEFAULTS["max_wait_ms"]),
+              "--rate", str(DEFAULTS["rate_per_s"]), "--load-curve", "--p99-target-ms", str(DEFAULTS["p99_target_ms"]),
+              "--requests", str(REQUESTS)],
+}
+SHOWN = {"decoder": {"TTFT p50": "ttft_p50_s", "TTFT p99": "ttft_p99_s", "TPOT p50": "tpot_p50_s",
+                     "TPOT p99": "tpot_p99_s", "Request latency p99": "latency_p99_s"},
+         "queue": {"p50": "p50_s", "p95": "p95_s", "p99": "p99_s"}}
+
+
+@pytest.mark.parametrize("kind", ["decoder", "queue"])
+def test_serving_page_shows_what_mapper_serve_reports(kind, capsys):
+    """The Serving page runs the CLI's simulation (mapper.serve_model): for a decoder, continuous batching
+    with TTFT/TPOT (it showed a request queue for Llama); for other models the request queue. Same figures."""
+    assert main(["serve", *SERVE_ARGS[kind], "--hw", "h100-sxm", "--json"]) == 0
+    section = json.loads(capsys.readouterr().out)
+    at = start(model=SERVE_ARGS[kind][0], page="serving")
+    assert_clean(at, f"serving {kind}")
+    assert at.title[0].value == "Serving"
+    shown_metrics = {m.label: m.value for m in at.metric}
+    assert {label: shown_metrics.get(label) for label in SHOWN[kind]} == \
+        {label: ui.ms(section[key]) for label, key in SHOWN[kind].items()}
+
+
+def edit_a_profile_badly():
+    """An AppTest script: the sidebar's hardware section after the editor applied two bad values."""
+    import mapper
+    from app_pages import hwform
+
+    base = mapper.load_hardware("h100-sxm")
+    hwform._accept(lambda: mapper.edit_profile(base, {"compute.clock_hz": -5.0, "power.idle_w": -1.0}),
+                   "edited profile", "(custom profile)")
+    hwform.hardware_section("(custom profile)")
+
+
+def test_profile_editor_shows_one_line_per_bad_field():
+    """The editor's errors are the engine's, one per field (ProfileError.fields), not a message cut at '; '."""
+    at = AppTest.from_function(edit_a_profile_badly, default_timeout=TIMEOUT).run()
+    assert not at.exception, [e.value for e in at.exception]
+    lines = [shown(e.value) for e in at.error]
+    assert len(lines) == 2, lines
+    assert [line.split(" must ")[0] for line in lines] == ["edited profile: field compute.clock_hz",
+                                                           "edited profile: field power.idle_w"]
+    assert state(at).custom_hw is None  # nothing invalid became the profile

@@ -30,3 +30,43 @@ def test_modules_stay_under_500_lines():
 
 def test_public_api_is_explicit():
     assert mapper.__all__ and all(hasattr(mapper, name) for name in mapper.__all__)
+
+
+def dashboard_sources() -> list[Path]:
+    return [ROOT / "app.py", *sorted((ROOT / "app_pages").glob("*.py"))]
+
+
+def mapper_uses(tree: ast.AST) -> list[str]:
+    """What a dashboard module takes from the engine, as 'import mapper.x', 'from mapper.x import y'
+    or 'mapper.<attr>' (the attributes of the name `mapper`)."""
+    uses = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            uses += [f"import {a.name}" for a in node.names if a.name.startswith("mapper.")]
+            uses += [f"import mapper as {a.asname}" for a in node.names if a.name == "mapper" and a.asname]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "mapper":
+            uses.append(f"from {node.module} import {', '.join(a.name for a in node.names)}")
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "mapper":
+            uses.append(f"mapper.{node.attr}")
+    return uses
+
+
+def test_the_dashboard_uses_only_the_public_api():
+    """app.py and app_pages/ import nothing but `mapper` and use only the names mapper/__init__.py exports,
+    so the engine's modules can move without the dashboard noticing."""
+    assert len(dashboard_sources()) > 10
+    public = set(mapper.__all__)
+    found = {}
+    for path in dashboard_sources():
+        bad = [use for use in mapper_uses(ast.parse(path.read_text()))
+               if not use.startswith("mapper.") or use.removeprefix("mapper.") not in public]
+        if bad:
+            found[str(path.relative_to(ROOT))] = sorted(set(bad))
+    assert found == {}
+
+
+def test_the_dashboard_boundary_check_catches_private_imports():
+    """The check above, on code that reaches past the API (so it cannot pass by finding nothing)."""
+    code = "import mapper\nimport mapper.sheet\nfrom mapper.units import format_bytes\nmapper.charts.LAYOUT\n"
+    assert mapper_uses(ast.parse(code)) == ["import mapper.sheet", "from mapper.units import format_bytes",
+                                            "mapper.charts"]

@@ -7,6 +7,8 @@ import json
 import openpyxl
 import pytest
 
+from mapper.core.errors import MapperError
+from mapper.core.result import PlanOptions
 from mapper.explore.compare import (
     METRICS,
     compare_plans,
@@ -17,8 +19,6 @@ from mapper.explore.compare import (
     verdict_of,
     write_comparison,
 )
-from mapper.core.errors import MapperError
-from mapper.core.result import PlanOptions
 
 SEQS = (128, 512, 2048, 4096)
 BASE = PlanOptions(dtype="bf16")

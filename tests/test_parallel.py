@@ -7,8 +7,8 @@ import pytest
 
 import mapper
 from mapper import PlanOptions
-from mapper.hardware.profile import Interconnect
 from mapper.cost.collectives import collective_time
+from mapper.hardware.profile import Interconnect
 from mapper.schedule.stages import balance_stages
 
 NVSWITCH = Interconnect(link_bandwidth_bytes_per_s=450e9, latency_s=3e-6, topology="nvswitch", max_devices=8)

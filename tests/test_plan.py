@@ -12,8 +12,8 @@ from onnx import helper
 
 import mapper
 from mapper import PlanOptions
-from mapper.cost.estimate import kernel_time
 from mapper.core.graph import OpClass
+from mapper.cost.estimate import kernel_time
 from mapper.plan.tiling import ACCUMULATOR_BYTES
 from tests.conftest import attention_model, gemm_model, make_model, tensor, weight
 

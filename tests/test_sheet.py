@@ -13,8 +13,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import mapper
-from mapper.report.charts import layer_share_figure, roofline_figure, timeline_figure
 from mapper.cli.main import main
+from mapper.report.charts import layer_share_figure, roofline_figure, timeline_figure
 from mapper.report.sheet import sheet_bytes, sheet_frames, write_sheet
 from tests.conftest import make_model, tensor
 

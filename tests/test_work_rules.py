@@ -5,8 +5,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import mapper
-from mapper.cost.bottleneck import LAUNCH_SHARE, OCCUPANCY_LIMIT, Facts, classify
 from mapper.core.graph import OpClass
+from mapper.cost.bottleneck import LAUNCH_SHARE, OCCUPANCY_LIMIT, Facts, classify
 from tests.conftest import make_model, tensor, weight
 
 

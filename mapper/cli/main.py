@@ -17,14 +17,11 @@ from mapper.cli.evidence import add_arguments as add_evidence_commands
 from mapper.core.errors import MapperError, error_line, path_text, printable
 from mapper.core.units import format_bytes
 from mapper.report.sheet import write_sheet
-from mapper.serve.llm import LLMServingConfig, llm_section, simulate_model_llm_serving
+from mapper.serve.llm import ServeRequest, serve_model
 from mapper.serve.serving import (
     ServingConfig,
-    engine_batch_time,
-    load_curve,
     load_trace,
     serving_for_result,
-    serving_section,
 )
 
 
@@ -117,29 +114,18 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_serve(args) -> int:
-
     if args.batch is not None:
         raise MapperError("serve forms its own batches: use --max-batch (and --batch-policy), not --batch")
     hw, options = mapper.load_hardware(args.hw), options_from(args)
     dims = dict(parse_dim(d) for d in args.dim)
     trace = load_trace(args.trace) if args.trace else None
     model = mapper.open_model(args.model)  # parsed once: every batch size and step binds this handle
-    decoder = args.llm or "past" in model.roles.values()  # a KV-cache input: continuous batching
-    jitter_cv = hw.jitter_cv if args.jitter_cv is None else args.jitter_cv    # the profile's unless given
-    jitter_dist = args.jitter_dist or hw.jitter_dist
-    if decoder and args.service_time_s is None:
-        config = LLMServingConfig(args.max_batch, args.rate, args.requests, args.seed, args.prompt_tokens,
-                                  args.output_tokens, None, jitter_cv, jitter_dist, trace)
-        section = llm_section(simulate_model_llm_serving(model, hw, options, config), config)
-    else:
-        config = ServingConfig(args.batch_policy, args.max_batch, args.max_wait_ms / 1e3, args.rate, args.requests,
-                               args.seed, jitter_cv, jitter_dist, trace)
-        service = args.service_time_s if args.service_time_s is not None else \
-            engine_batch_time(model, model.shortcut_dims(dims, seq=args.seq), hw, options)
-        result = mapper.simulate_serving(service, config)
-        target = args.p99_target_ms / 1e3 if args.p99_target_ms is not None else None
-        curve = load_curve(service, config, p99_target_s=target) if args.load_curve else None
-        section = serving_section(result, config, curve)
+    config = ServingConfig(args.batch_policy, args.max_batch, args.max_wait_ms / 1e3, args.rate, args.requests,
+                           args.seed, args.jitter_cv, args.jitter_dist, trace)  # jitter None: the profile's
+    request = ServeRequest(config, args.prompt_tokens, args.output_tokens, True if args.llm else None,
+                           args.service_time_s, args.load_curve,
+                           args.p99_target_ms / 1e3 if args.p99_target_ms is not None else None)
+    section = serve_model(model, hw, options, request, model.shortcut_dims(dims, seq=args.seq)).section()
     if args.json:
         print(json.dumps(section, indent=1, allow_nan=False))
     else:

@@ -342,3 +342,21 @@ def load_hardware(spec: str | os.PathLike | bytes | dict) -> HardwareProfile:
         raise MapperError(f"hardware {str(spec)!r}: not a built-in profile ({', '.join(list_hardware())}) "
                           f"and no such file; give one of those names or a path to a .toml profile")
     return _read_file(path)
+
+
+def edit_profile(profile: HardwareProfile, values: dict[str, float], display_name: str | None = None) -> HardwareProfile:
+    """`profile` with some numbers changed (dotted field -> value, the names `flatten_profile` gives),
+    validated as a file is: a bad value raises ProfileError naming its field. Whole numbers stay whole."""
+    tree = _to_dict(profile)
+    for dotted, value in values.items():
+        try:
+            entry = _get(tree, dotted)
+        except (KeyError, TypeError):
+            raise MapperError(f"profile field {dotted!r} is not a number this profile has; edit a listed field") from None
+        if not (isinstance(entry, dict) and "value" in entry):
+            raise MapperError(f"profile field {dotted!r} is not a number this profile has; edit a listed field")
+        keep_int = isinstance(entry["value"], int) and float(value).is_integer()
+        entry["value"] = int(value) if keep_int else value
+    if display_name is not None:
+        tree["meta"]["display_name"] = display_name
+    return _build_checked(tree, "edited profile")

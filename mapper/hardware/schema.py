@@ -275,4 +275,16 @@ def validate_profile_dict(data: Any, label: str) -> ProfileModel:
     except ValidationError as exc:
         errors = exc.errors(include_url=False)
         more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
-        raise MapperError(f"{label}: {_describe(errors[0])}{more}") from None
+        fields: dict[str, str] = {}
+        for error in errors:
+            fields.setdefault(_field_path(tuple(error["loc"])), _describe(error))
+        raise ProfileError(f"{label}: {_describe(errors[0])}{more}", fields) from None
+
+
+class ProfileError(MapperError):
+    """A profile that fails validation: the one-line message, and `fields`, each bad field's dotted name ->
+    its own line (a form shows one per field without taking the message apart)."""
+
+    def __init__(self, message: str, fields: dict[str, str]):
+        super().__init__(message)
+        self.fields = dict(fields)

@@ -8,7 +8,7 @@ reports time to first token (TTFT) and time per output token (TPOT).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -17,7 +17,18 @@ from mapper.core.errors import MapperError
 from mapper.handle import open_model
 from mapper.pipeline import map_workload
 from mapper.plan.kernels import Sizer, model_dtype
-from mapper.serve.serving import ServingConfig, Trace, draw_jitter, validate_config
+from mapper.serve.serving import (
+    LoadCurve,
+    ServingConfig,
+    ServingResult,
+    Trace,
+    draw_jitter,
+    engine_batch_time,
+    load_curve,
+    serving_section,
+    simulate_serving,
+    validate_config,
+)
 
 KV_MEMORY_FRACTION = 0.9      # of device memory left after the weights (runtime, activations and fragmentation take the rest)
 GRID_POINTS = 4               # context lengths per interpolation grid (times are near-affine in length)
@@ -263,3 +274,66 @@ def llm_section(result: LLMServingResult, config: LLMServingConfig) -> dict:
             "seed": config.seed, **{k: getattr(result, k) for k in LLMServingResult.__slots__ if k != "assumptions"},
             "assumptions": list(result.assumptions)}
 
+
+
+# ---- one serving question, answered as `mapper serve` answers it ----------------------------------
+
+@dataclass(frozen=True, slots=True)
+class ServeRequest:
+    """What `mapper serve` and the dashboard's Serving page ask about one model: the load and the batching
+    (`serving`; its jitter None: the profile's), a decoder's request lengths, and what else to report.
+    `decoder=None` decides by the model's dim roles: a KV-cache length ("past") means continuous batching
+    with TTFT/TPOT, anything else a request queue with dynamic or static batches."""
+
+    serving: ServingConfig = field(default_factory=ServingConfig)
+    prompt_tokens: int = 512            # decoders, where the trace gives none
+    output_tokens: int = 128
+    decoder: bool | None = None
+    service_time_s: float | None = None  # a fixed batch time instead of the engine's (what-if): a request queue
+    load_curve: bool = False            # request queue: also sweep offered load up to saturation
+    p99_target_s: float | None = None   # with load_curve: the highest rate meeting it
+
+
+@dataclass(frozen=True, slots=True)
+class ServingRun:
+    """What serve_model ran: the config it resolved, the result, and the load curve when one was asked."""
+
+    config: ServingConfig | LLMServingConfig
+    result: ServingResult | LLMServingResult
+    curve: LoadCurve | None = None
+
+    @property
+    def continuous(self) -> bool:
+        return isinstance(self.result, LLMServingResult)
+
+    def section(self) -> dict:
+        """The sheet's Serving section (JSON-ready): what `mapper serve --json` prints."""
+        if self.continuous:
+            return llm_section(self.result, self.config)
+        return serving_section(self.result, self.config, self.curve)
+
+
+def is_decoder(model) -> bool:
+    """Whether `serve_model` serves this model (a handle, or what `open_model` takes) by continuous batching:
+    it has a KV-cache length among its dim roles."""
+    return "past" in open_model(model).roles.values()
+
+
+def serve_model(model, hw, options, request: ServeRequest = ServeRequest(),
+                dims: dict[str, int] | None = None) -> ServingRun:
+    """Serve `model` (a handle, or what `open_model` takes) on `hw`: continuous batching for a decoder,
+    else a request queue whose batch time is the engine's latency at each batch size (`dims`: the other
+    bindings). The one place that picks the simulation, so the CLI and the dashboard agree."""
+    model = open_model(model)
+    s = request.serving
+    s = replace(s, jitter_cv=hw.jitter_cv if s.jitter_cv is None else s.jitter_cv,
+                jitter_dist=s.jitter_dist or hw.jitter_dist)
+    decoder = is_decoder(model) if request.decoder is None else request.decoder
+    if decoder and request.service_time_s is None:
+        config = LLMServingConfig(s.max_batch, s.rate_per_s, s.requests, s.seed, request.prompt_tokens,
+                                  request.output_tokens, None, s.jitter_cv, s.jitter_dist, s.trace)
+        return ServingRun(config, simulate_model_llm_serving(model, hw, options, config))
+    service = request.service_time_s if request.service_time_s is not None else \
+        engine_batch_time(model, dims, hw, options)
+    curve = load_curve(service, s, p99_target_s=request.p99_target_s) if request.load_curve else None
+    return ServingRun(s, simulate_serving(service, s), curve)

@@ -21,7 +21,7 @@ from streamlit.testing.v1 import AppTest
 from mapper.cli.main import main
 from mapper.report.tables import csv_bytes, safe_cell, xlsx_bytes
 from tests.security.hostile_names import FORMULA_START, OVERLAY, formula_model, hostile_model
-from tests.security.test_render import APP
+from tests.security.test_render import APP, hand_upload
 
 FILE_NAME = "=cmd|' -C calc'!A0.onnx"  # no '/' in a file name; the sweep names a model by its file
 
@@ -128,7 +128,7 @@ def downloads(at: AppTest) -> dict[str, bytes]:
 
 def test_dashboard_downloads_write_no_formula():
     at = AppTest.from_file(APP, default_timeout=120)
-    at.session_state["test_upload"] = (FILE_NAME, formula_model())
+    hand_upload(at, FILE_NAME, formula_model())
     at.run()
     assert at.session_state["model"] == "(uploaded model)", [e.value for e in at.error]
     at.switch_page("app_pages/export.py").run()

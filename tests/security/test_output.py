@@ -16,6 +16,7 @@ import mapper.report.charts
 from mapper.cli.main import main
 from mapper.core.limits import MAX_ERROR_LINE_CHARS
 from tests.security.hostile_names import formula_model
+from tests.security.test_render import dashboard
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "app.py")
@@ -77,7 +78,7 @@ def test_a_link_with_a_superscript_digit_opens_the_page():
     at.query_params["batch"] = "²"
     at.run()
     assert not at.exception, [e.value for e in at.exception]
-    assert at.session_state["doc"]["model"]["name"] == "resnet50"
+    assert dashboard(at).doc["model"]["name"] == "resnet50"
     assert any("batch" in w.value and "ignored" in w.value for w in at.warning), [w.value for w in at.warning]
     at.run()  # and the next run is not stuck either
     assert not at.exception and at.title[0].value == "Overview"

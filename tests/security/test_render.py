@@ -8,6 +8,7 @@ beacon too. Then every element in the page is read back: no element that renders
 may carry the payload raw (an escaped `\\!\\[` or `&lt;div` is text), and nothing allows HTML with it.
 """
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from google.protobuf.json_format import MessageToDict
 from streamlit.testing.v1 import AppTest
 
 import mapper
+from app_pages import session
 from tests.security.hostile_names import OVERLAY, hostile_model
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
@@ -26,6 +28,19 @@ PROFILE_NAME = "![p](http://127.0.0.1:9/profile.png) <b>GPU</b>"
 RAW = ("![b](", "![f](", "![p](", "](http", "<div", "<form", "<b>", ":red[", "$x^2$")
 # ... raw: not behind the backslash that makes markdown show the character as itself.
 RAW_RE = re.compile("|".join(r"(?<!\\)" + re.escape(r) for r in RAW))
+
+
+def dashboard(at: AppTest) -> session.DashboardState:
+    """The dashboard's one session object (app_pages/session.py)."""
+    return at.session_state[session.KEY]
+
+
+def hand_upload(at: AppTest, name: str, data: bytes) -> AppTest:
+    """Give the sidebar a model as its uploader would, on the first run."""
+    at.session_state[session.KEY] = session.DashboardState(pending_upload=(name, data))
+    return at
+
+
 TEXT_ONLY = {"dataframe", "arrow_data_frame", "arrow_table", "json", "text", "code", "file_uploader",
              "download_button", "selectbox", "multiselect", "radio", "data_editor"}  # shown as text or data
 
@@ -74,14 +89,14 @@ def html_with_data(at: AppTest) -> list[str]:
 @pytest.fixture(scope="module")
 def app() -> AppTest:
     at = AppTest.from_file(APP, default_timeout=120)
-    at.session_state["test_upload"] = (FILE_NAME, hostile_model())
+    hand_upload(at, FILE_NAME, hostile_model())
     at.run()
     assert at.session_state["model"] == "(uploaded model)", [e.value for e in at.error]
     return at
 
 
 def test_hostile_model_names_render_as_text_on_every_page(app):
-    assert OVERLAY in app.session_state["doc"]["model"]["name"]  # the payload did reach the page
+    assert OVERLAY in dashboard(app).doc["model"]["name"]  # the payload did reach the page
     found = {}
     for page in PAGES:
         app.switch_page(f"app_pages/{page}.py").run()
@@ -103,10 +118,10 @@ def test_escaped_forms_are_what_the_page_shows(app):
 def test_hostile_profile_display_name_renders_as_text(app):
     hw = mapper.load_hardware("h100-sxm").to_dict()
     hw["meta"]["display_name"] = PROFILE_NAME
-    app.session_state["custom_hw"] = mapper.load_hardware(hw)  # as the sidebar's profile upload leaves it
+    app.session_state[session.KEY] = replace(dashboard(app), custom_hw=mapper.load_hardware(hw))  # as an upload leaves it
     app.run()
     app.selectbox(key="hw").set_value("(custom profile)").run()
-    assert app.session_state["selection"].hw.display_name == PROFILE_NAME
+    assert dashboard(app).selection.hw.display_name == PROFILE_NAME
     found = {}
     for page in ("overview", "hardware", "validation", "sweep"):
         app.switch_page(f"app_pages/{page}.py").run()
