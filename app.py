@@ -3,6 +3,7 @@ of the current selection (app_pages/cache.py). No math here; pages format units 
 
     streamlit run app.py
 """
+
 import streamlit as st
 
 import mapper

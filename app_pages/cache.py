@@ -3,6 +3,7 @@
 Keys are content hashes (model sha / zoo name, profile sha, options), never the raw bytes,
 so a rerun that changes nothing costs a dictionary lookup.
 """
+
 from __future__ import annotations
 
 import streamlit as st
@@ -33,8 +34,9 @@ def model_of(sel) -> mapper.ModelHandle:
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def mapping(model_key: str, dims: tuple, hw_key: str, options: mapper.PlanOptions, _source, _hw,
-            label: str = "") -> tuple:
+def mapping(
+    model_key: str, dims: tuple, hw_key: str, options: mapper.PlanOptions, _source, _hw, label: str = ""
+) -> tuple:
     """(MappingResult, mapping document) for one (model, bindings, profile, options)."""
     result = mapper.map_workload(workload(model_key, dims, _source, label), _hw, options)
     return result, mapper.mapping_document(result)

@@ -1,5 +1,6 @@
 """Compare: a baseline plan against a candidate over a validation matrix (slices x metrics), each cell
 colored by its verdict, the rollback boundary, and the kernels whose bottleneck class changed."""
+
 import json
 
 import streamlit as st
@@ -10,9 +11,14 @@ from app_pages import session, ui
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)
 SEQS = (64, 128, 256, 512, 1024, 2048, 4096)
 FIELDS = {"fusion": mapper.FUSION_POLICIES, "dtype": mapper.PLAN_DTYPES, "hw": tuple(mapper.list_hardware())}
-COLORS = {"improved": "background-color: #c6efce", "neutral": "background-color: #ededed",
-          "regressed": "background-color: #ffc7ce", "error": "background-color: #ffeb9c",
-          "candidate": "background-color: #c6efce", "baseline": "background-color: #ffc7ce"}
+COLORS = {
+    "improved": "background-color: #c6efce",
+    "neutral": "background-color: #ededed",
+    "regressed": "background-color: #ffc7ce",
+    "error": "background-color: #ffeb9c",
+    "candidate": "background-color: #c6efce",
+    "baseline": "background-color: #ffc7ce",
+}
 DEFAULT_PAIR = {"fusion": ("none", "aggressive"), "dtype": ("bf16", "fp8"), "hw": ("h100-sxm", "h200-sxm")}
 
 
@@ -27,38 +33,70 @@ def selection():
 
 label, source, hw, options, held = selection()
 st.title("Compare")
-st.caption(f"{ui.md(label)} · baseline against candidate, every (batch, seq) slice; a slice that regresses on any"
-           " metric keeps the baseline (the rollback boundary)")
+st.caption(
+    f"{ui.md(label)} · baseline against candidate, every (batch, seq) slice; a slice that regresses on any"
+    " metric keeps the baseline (the rollback boundary)"
+)
 c = st.columns(3)
 field = c[0].selectbox("what differs", list(FIELDS), key="compare_field")
 low, high = DEFAULT_PAIR[field]
 choices = FIELDS[field]
-base_value = c[1].selectbox("baseline", choices, index=choices.index(low) if low in choices else 0,
-                            key=f"compare_base_{field}")
-cand_value = c[2].selectbox("candidate", choices, index=choices.index(high) if high in choices else 0,
-                            key=f"compare_cand_{field}")
+base_value = c[1].selectbox(
+    "baseline", choices, index=choices.index(low) if low in choices else 0, key=f"compare_base_{field}"
+)
+cand_value = c[2].selectbox(
+    "candidate", choices, index=choices.index(high) if high in choices else 0, key=f"compare_cand_{field}"
+)
 c = st.columns(2)
 batches = c[0].multiselect("batch", BATCHES, default=[1], key="compare_batches")
 seqs = c[1].multiselect("seq", SEQS, default=[128, 512, 4096], key="compare_seqs")
 with st.expander("Thresholds (relative change that counts)"):
     cols = st.columns(len(mapper.COMPARE_METRICS))
-    thresholds = {m.name: cols[i].number_input(m.name, min_value=0.0, max_value=9.99, value=m.default_threshold,
-                                               step=0.01, format="%.3f", key=f"compare_thr_{m.name}")
-                  for i, m in enumerate(mapper.COMPARE_METRICS)}
+    thresholds = {
+        m.name: cols[i].number_input(
+            m.name,
+            min_value=0.0,
+            max_value=9.99,
+            value=m.default_threshold,
+            step=0.01,
+            format="%.3f",
+            key=f"compare_thr_{m.name}",
+        )
+        for i, m in enumerate(mapper.COMPARE_METRICS)
+    }
 
-key = (label, hw.sha256, field, base_value, cand_value, tuple(sorted(batches)), tuple(sorted(seqs)),
-       tuple(sorted(thresholds.items())), options, held)
+key = (
+    label,
+    hw.sha256,
+    field,
+    base_value,
+    cand_value,
+    tuple(sorted(batches)),
+    tuple(sorted(seqs)),
+    tuple(sorted(thresholds.items())),
+    options,
+    held,
+)
 
 
 def _compare(progress):
     profile = hw if field != "hw" else None
     baseline = mapper.plan_spec(f"{field}={base_value}", source, profile or base_value, options)
     candidate = mapper.plan_spec(f"{field}={cand_value}", source, profile or cand_value, options)
-    return mapper.compare_plans(baseline, candidate, tuple(batches), tuple(seqs), thresholds, progress=progress, dims=held)
+    return mapper.compare_plans(
+        baseline, candidate, tuple(batches), tuple(seqs), thresholds, progress=progress, dims=held
+    )
 
 
-result = ui.run_stored("compare_result", key, "Compare", not (batches and seqs), _compare,
-                       "Cannot compare these plans", "Choose the two plans and the slices, then press **Compare**.")
+result = ui.run_stored(
+    "compare_result",
+    key,
+    "Compare",
+    not (batches and seqs),
+    _compare,
+    "Cannot compare these plans",
+    "Choose the two plans and the slices, then press **Compare**.",
+)
 tone = {"improved": st.success, "neutral": st.info, "mixed": st.warning, "regressed": st.error}[result.overall]
 tone(f"**{ui.md(result.summary)}**")
 st.caption(f"baseline: {ui.md(result.baseline.describe())} · candidate: {ui.md(result.candidate.describe())}")
@@ -66,9 +104,12 @@ st.caption(f"baseline: {ui.md(result.baseline.describe())} · candidate: {ui.md(
 st.subheader("Validation matrix")
 m = result.matrix
 slices = m["batch"].astype(str) + " / " + m["seq"].astype("string").fillna("-")
-change = m.assign(slice=slices).pivot_table(index="slice", columns="metric", values="change", aggfunc="first", sort=False)
-verdict = m.assign(slice=slices).pivot_table(index="slice", columns="metric", values="verdict", aggfunc="first",
-                                             sort=False)
+change = m.assign(slice=slices).pivot_table(
+    index="slice", columns="metric", values="change", aggfunc="first", sort=False
+)
+verdict = m.assign(slice=slices).pivot_table(
+    index="slice", columns="metric", values="verdict", aggfunc="first", sort=False
+)
 order = [x.name for x in mapper.COMPARE_METRICS]
 change, verdict = change[order], verdict[order]
 styled = change.style.format("{:+.1%}").apply(lambda _: verdict.map(lambda v: COLORS.get(v, "")), axis=None)
@@ -76,8 +117,9 @@ st.caption("relative change of the candidate (lower is better for p99 latency an
 st.dataframe(styled, width="stretch")
 
 st.subheader("Rollback boundary")
-st.dataframe(result.boundary.style.map(lambda v: COLORS.get(v, ""), subset=["plan_kept"]), hide_index=True,
-             width="stretch")
+st.dataframe(
+    result.boundary.style.map(lambda v: COLORS.get(v, ""), subset=["plan_kept"]), hide_index=True, width="stretch"
+)
 
 st.subheader("Kernels whose bottleneck class changed")
 changes = result.kernel_changes
@@ -91,5 +133,6 @@ else:
 with st.expander("Provenance and assumptions"):
     st.json(result.provenance, expanded=False)
 doc = mapper.comparison_document(result)
-st.download_button("Download the comparison (JSON)", json.dumps(doc, indent=1).encode(), "comparison.json",
-                   "application/json")
+st.download_button(
+    "Download the comparison (JSON)", json.dumps(doc, indent=1).encode(), "comparison.json", "application/json"
+)

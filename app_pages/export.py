@@ -1,4 +1,5 @@
 """Export: the mapping sheet as XLSX, CSV, JSON and HTML downloads."""
+
 import dataclasses
 
 import streamlit as st
@@ -7,16 +8,24 @@ from app_pages import cache, session, ui
 
 doc, result, sel = ui.current()
 ui.header("Export", doc)
-FORMATS = {"xlsx": ("Excel workbook (.xlsx)", "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"),
-           "csv": ("Kernels table (.csv)", "text/csv"), "json": ("Mapping document (.json)", "application/json"),
-           "html": ("Standalone report (.html)", "text/html")}
-st.write("The mapping sheet: summary and verdict, every kernel with its fusion rule, tiling and bottleneck class, "
-         "layer types, assumptions with sources, and the model and profile hashes that reproduce it.")
+FORMATS = {
+    "xlsx": ("Excel workbook (.xlsx)", "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"),
+    "csv": ("Kernels table (.csv)", "text/csv"),
+    "json": ("Mapping document (.json)", "application/json"),
+    "html": ("Standalone report (.html)", "text/html"),
+}
+st.write(
+    "The mapping sheet: summary and verdict, every kernel with its fusion rule, tiling and bottleneck class, "
+    "layer types, assumptions with sources, and the model and profile hashes that reproduce it."
+)
 stem = f"{doc['model']['name']}_{doc['hardware']['name']}_{doc['totals']['dtype']}".replace("/", "_").replace(" ", "_")
 # a comparison with a measured run (Validation page) for this selection rides along as the Measured sheet
 measured = session.get().measured
-sheet_result = result if measured is None or measured[0] != sel.key else \
-    dataclasses.replace(result, extras={**result.extras, "measured": measured[1]})
+sheet_result = (
+    result
+    if measured is None or measured[0] != sel.key
+    else dataclasses.replace(result, extras={**result.extras, "measured": measured[1]})
+)
 if "measured" in sheet_result.extras:
     st.caption("Includes the Measured sheet from the Validation page.")
 cols = st.columns(len(FORMATS))
@@ -24,6 +33,13 @@ for col, (fmt, (label, mime)) in zip(cols, FORMATS.items()):
     with col:
         with st.spinner(f"Writing {fmt} ..."):
             data = cache.sheet((*sel.key, "measured" in sheet_result.extras), fmt, sheet_result)
-        st.download_button(label, data, file_name=f"{stem}.{fmt}", mime=mime, key=f"download_{fmt}",
-                           icon=":material/download:", width="stretch")
+        st.download_button(
+            label,
+            data,
+            file_name=f"{stem}.{fmt}",
+            mime=mime,
+            key=f"download_{fmt}",
+            icon=":material/download:",
+            width="stretch",
+        )
         st.caption(f"{len(data) / 1024:,.0f} KiB")

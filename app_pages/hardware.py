@@ -1,4 +1,5 @@
 """Hardware: the profile's values with their sources and ridge points; two profiles side by side."""
+
 import pandas as pd
 import streamlit as st
 
@@ -12,8 +13,10 @@ st.markdown(f"**{ui.md(hw.display_name)}** ({ui.md(hw.vendor)}, {ui.md(hw.kind)}
 
 
 def ridge_table(profile) -> pd.DataFrame:
-    rows = [{"dtype": d, "matrix peak (TFLOP/s)": peak / 1e12,
-             "ridge (FLOP/B)": profile.ridge_point(d)} for d, peak in profile.matrix_peak_flops_per_s.items()]
+    rows = [
+        {"dtype": d, "matrix peak (TFLOP/s)": peak / 1e12, "ridge (FLOP/B)": profile.ridge_point(d)}
+        for d, peak in profile.matrix_peak_flops_per_s.items()
+    ]
     return pd.DataFrame(rows)
 
 
@@ -21,16 +24,32 @@ c = st.columns(4)
 c[0].metric("DRAM bandwidth", ui.gbps(hw.dram_bandwidth_bytes_per_s), border=True)
 c[1].metric("Compute units", f"{hw.compute_units}", border=True)
 c[2].metric("TDP", f"{hw.tdp_w:,.0f} W", border=True)
-c[3].metric(f"Ridge ({doc['totals']['dtype']})",
-            f"{doc['totals']['peak_flops_per_s'] / hw.dram_bandwidth_bytes_per_s:,.0f} FLOP/B", border=True)
+c[3].metric(
+    f"Ridge ({doc['totals']['dtype']})",
+    f"{doc['totals']['peak_flops_per_s'] / hw.dram_bandwidth_bytes_per_s:,.0f} FLOP/B",
+    border=True,
+)
 st.subheader("Matrix peaks and ridge points")
-st.dataframe(ridge_table(hw), hide_index=True, width="stretch",
-             column_config={"matrix peak (TFLOP/s)": st.column_config.NumberColumn(format="%.1f"),
-                            "ridge (FLOP/B)": st.column_config.NumberColumn(format="%.0f")})
+st.dataframe(
+    ridge_table(hw),
+    hide_index=True,
+    width="stretch",
+    column_config={
+        "matrix peak (TFLOP/s)": st.column_config.NumberColumn(format="%.1f"),
+        "ridge (FLOP/B)": st.column_config.NumberColumn(format="%.0f"),
+    },
+)
 st.subheader("Every value and its source")
-st.dataframe(hwform.flatten(hw), hide_index=True, width="stretch", height=420,
-             column_config={"value": st.column_config.NumberColumn(format="engineering"),
-                            "source": st.column_config.TextColumn(width="large")})
+st.dataframe(
+    hwform.flatten(hw),
+    hide_index=True,
+    width="stretch",
+    height=420,
+    column_config={
+        "value": st.column_config.NumberColumn(format="engineering"),
+        "source": st.column_config.TextColumn(width="large"),
+    },
+)
 
 st.subheader("Side by side")
 others = [n for n in mapper.list_hardware() if n != hw.name]
@@ -40,5 +59,10 @@ left = hwform.flatten(hw)[["field", "value"]].rename(columns={"value": hw.displa
 right = hwform.flatten(other)[["field", "value"]].rename(columns={"value": other.display_name})
 both = left.merge(right, on="field", how="outer", suffixes=(" (this)", " (other)"))
 both["other / this"] = both.iloc[:, 2] / both.iloc[:, 1]
-st.dataframe(both, hide_index=True, width="stretch", height=420,
-             column_config={c: st.column_config.NumberColumn(format="engineering") for c in both.columns[1:]})
+st.dataframe(
+    both,
+    hide_index=True,
+    width="stretch",
+    height=420,
+    column_config={c: st.column_config.NumberColumn(format="engineering") for c in both.columns[1:]},
+)

@@ -2,6 +2,7 @@
 file, or a built-in's values edited in a form). The engine flattens, writes back and validates
 (mapper.flatten_profile, mapper.edit_profile); its ProfileError names each bad field.
 """
+
 from __future__ import annotations
 
 import pandas as pd
@@ -15,9 +16,11 @@ DEFAULT_HW = "h100-sxm"
 
 def flatten(profile: mapper.HardwareProfile) -> pd.DataFrame:
     """The profile's numbers (the engine's flattening) with their sources: field, value, source."""
-    rows = [{"field": name, "value": float(value), "source": profile.sources.get(name, "")}
-            for name, value in mapper.flatten_profile(profile)
-            if isinstance(value, (int, float)) and not isinstance(value, bool)]
+    rows = [
+        {"field": name, "value": float(value), "source": profile.sources.get(name, "")}
+        for name, value in mapper.flatten_profile(profile)
+        if isinstance(value, (int, float)) and not isinstance(value, bool)
+    ]
     return pd.DataFrame(rows, columns=["field", "value", "source"])
 
 
@@ -45,9 +48,11 @@ def _on_profile_upload(custom_label: str) -> None:
 def _on_apply(base: mapper.HardwareProfile, custom_label: str) -> None:
     """Form callback: the editor's edited rows written into the base profile by the engine, then validated."""
     table = flatten(base)
-    changes = {str(table.loc[int(row), "field"]): float(edit["value"])
-               for row, edit in st.session_state.get("hw_editor", {}).get("edited_rows", {}).items()
-               if edit.get("value") is not None}
+    changes = {
+        str(table.loc[int(row), "field"]): float(edit["value"])
+        for row, edit in st.session_state.get("hw_editor", {}).get("edited_rows", {}).items()
+        if edit.get("value") is not None
+    }
     name = base.display_name.removesuffix(" (edited)") + " (edited)"
     _accept(lambda: mapper.edit_profile(base, changes, display_name=name), "edited profile", custom_label)
 
@@ -55,9 +60,15 @@ def _on_apply(base: mapper.HardwareProfile, custom_label: str) -> None:
 def _edit_form(base: mapper.HardwareProfile, custom_label: str) -> None:
     with st.form("hw_form", border=False):
         st.caption(f"Values of {ui.md(base.display_name)}; edit, then apply. Units are in the field names.")
-        st.data_editor(flatten(base), key="hw_editor", hide_index=True, height=260,
-                       disabled=["field", "source"], width="stretch",
-                       column_config={"value": st.column_config.NumberColumn(format="engineering")})
+        st.data_editor(
+            flatten(base),
+            key="hw_editor",
+            hide_index=True,
+            height=260,
+            disabled=["field", "source"],
+            width="stretch",
+            column_config={"value": st.column_config.NumberColumn(format="engineering")},
+        )
         st.form_submit_button("Apply edited profile", on_click=_on_apply, args=(base, custom_label))
 
 
@@ -69,12 +80,22 @@ def hardware_section(custom_label: str) -> tuple[mapper.HardwareProfile, str]:
     names = mapper.list_hardware() + ([custom_label] if custom else [])
     if ss.get("hw") not in names:
         ss["hw"] = DEFAULT_HW
-    choice = st.selectbox("Hardware", names, key="hw", label_visibility="collapsed",
-                          format_func=lambda n: f"custom: {custom.display_name}" if n == custom_label and custom else n)
+    choice = st.selectbox(
+        "Hardware",
+        names,
+        key="hw",
+        label_visibility="collapsed",
+        format_func=lambda n: f"custom: {custom.display_name}" if n == custom_label and custom else n,
+    )
     chosen = custom if choice == custom_label else cache.hardware(choice)
     with st.expander("Your own profile (upload or edit)"):
-        st.file_uploader("Profile file (.toml or .json)", type=["toml", "json"], key="hw_file",
-                         on_change=_on_profile_upload, args=(custom_label,))
+        st.file_uploader(
+            "Profile file (.toml or .json)",
+            type=["toml", "json"],
+            key="hw_file",
+            on_change=_on_profile_upload,
+            args=(custom_label,),
+        )
         _edit_form(chosen, custom_label)
     for line in session.get().hw_errors:
         st.error(ui.md(line))

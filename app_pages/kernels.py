@@ -1,4 +1,5 @@
 """Kernels: the sortable, filterable kernel table; selecting a row opens its drill-down."""
+
 import streamlit as st
 
 from app_pages import session, ui
@@ -12,15 +13,25 @@ classes = c2.multiselect("Bottleneck class", sorted(table["class"].unique()))
 layers = c3.multiselect("Layer type", sorted(table["layer type"].unique()))
 shown = table
 if text:
-    shown = shown[shown["kernel"].str.contains(text, case=False, regex=False)
-                  | shown["ops"].str.contains(text, case=False, regex=False)]
+    shown = shown[
+        shown["kernel"].str.contains(text, case=False, regex=False)
+        | shown["ops"].str.contains(text, case=False, regex=False)
+    ]
 if classes:
     shown = shown[shown["class"].isin(classes)]
 if layers:
     shown = shown[shown["layer type"].isin(layers)]
 st.caption(f"{len(shown)} of {len(table)} kernels; click a row to open its drill-down, a header to sort.")
-event = st.dataframe(shown, hide_index=True, width="stretch", height=380, on_select="rerun",
-                     selection_mode="single-row", key="kernel_table", column_config=ui.TABLE_FORMAT)
+event = st.dataframe(
+    shown,
+    hide_index=True,
+    width="stretch",
+    height=380,
+    on_select="rerun",
+    selection_mode="single-row",
+    key="kernel_table",
+    column_config=ui.TABLE_FORMAT,
+)
 rows = event.selection.rows if event is not None else []
 picked = shown.iloc[rows[0]]["kernel"] if rows else session.get().picked_kernel
 if picked in set(shown["kernel"]):

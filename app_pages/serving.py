@@ -1,20 +1,24 @@
 """Serving: what `mapper serve` reports for the sidebar's load (mapper.serve_model). A decoder is served
 by continuous batching (TTFT and TPOT); any other model by a request queue: its latency distribution,
 and p50/p95/p99 against load with the p99 target and the knee."""
+
 import plotly.graph_objects as go
 import streamlit as st
 
 from app_pages import serving_model, ui
 
-LAYOUT = dict(template="plotly_white", height=380, margin=dict(l=60, r=20, t=50, b=50),
-              legend=dict(orientation="h", y=-0.25))
+LAYOUT = dict(
+    template="plotly_white", height=380, margin=dict(l=60, r=20, t=50, b=50), legend=dict(orientation="h", y=-0.25)
+)
 
 
 def continuous(run) -> None:
     r, c = run.result, run.config
-    st.caption(f"Continuous batching of up to {c.max_batch} sequences, Poisson arrivals at {c.rate_per_s:g} req/s, "
-               f"{c.prompt_tokens} prompt and {c.output_tokens} output tokens, {r.requests:,} requests, "
-               "the profile's run-to-run jitter.")
+    st.caption(
+        f"Continuous batching of up to {c.max_batch} sequences, Poisson arrivals at {c.rate_per_s:g} req/s, "
+        f"{c.prompt_tokens} prompt and {c.output_tokens} output tokens, {r.requests:,} requests, "
+        "the profile's run-to-run jitter."
+    )
     cols = st.columns(4)
     cols[0].metric("TTFT p50", ui.ms(r.ttft_p50_s), help="time to first token", border=True)
     cols[1].metric("TTFT p99", ui.ms(r.ttft_p99_s), border=True)
@@ -22,18 +26,25 @@ def continuous(run) -> None:
     cols[3].metric("TPOT p99", ui.ms(r.tpot_p99_s), border=True)
     cols = st.columns(4)
     cols[0].metric("Request latency p99", ui.ms(r.latency_p99_s), help=f"p50 {ui.ms(r.latency_p50_s)}", border=True)
-    cols[1].metric("Throughput", f"{r.throughput_tokens_per_s:,.0f} tok/s",
-                   help=f"{r.throughput_requests_per_s:,.2f} requests/s", border=True)
-    cols[2].metric("Mean running", f"{r.mean_running:.2f}", help="sequences in the running batch, time average",
-                   border=True)
+    cols[1].metric(
+        "Throughput",
+        f"{r.throughput_tokens_per_s:,.0f} tok/s",
+        help=f"{r.throughput_requests_per_s:,.2f} requests/s",
+        border=True,
+    )
+    cols[2].metric(
+        "Mean running", f"{r.mean_running:.2f}", help="sequences in the running batch, time average", border=True
+    )
     cols[3].metric("KV cache", f"{r.kv_capacity_tokens:,} tokens", border=True)
 
 
 def queue(run) -> None:
     report, load, config = run.result, run.curve, run.config
     target_ms = load.p99_target_s * 1e3
-    st.caption(f"Poisson arrivals at {config.rate_per_s:,.0f} req/s, dynamic batching up to {config.max_batch} "
-               f"(wait ≤ {config.max_wait_s * 1e3:g} ms), {report.requests:,} requests, the profile's run-to-run jitter.")
+    st.caption(
+        f"Poisson arrivals at {config.rate_per_s:,.0f} req/s, dynamic batching up to {config.max_batch} "
+        f"(wait ≤ {config.max_wait_s * 1e3:g} ms), {report.requests:,} requests, the profile's run-to-run jitter."
+    )
     c = st.columns(6)
     for col, (label, value) in zip(c, [("p50", report.p50_s), ("p95", report.p95_s), ("p99", report.p99_s)]):
         col.metric(label, ui.ms(value), border=True)
@@ -47,24 +58,44 @@ def queue(run) -> None:
     with right:
         st.plotly_chart(against_load(load, target_ms, config.rate_per_s), key="load_curve")
     best = load.max_rate_meeting_target_per_s
-    st.markdown(f"Saturation at **{load.saturation_rate_per_s:,.0f} req/s**; "
-                + (f"the p99 target of {target_ms:g} ms holds up to **{best:,.0f} req/s**." if best
-                   else f"no simulated load meets the p99 target of {target_ms:g} ms."))
+    st.markdown(
+        f"Saturation at **{load.saturation_rate_per_s:,.0f} req/s**; "
+        + (
+            f"the p99 target of {target_ms:g} ms holds up to **{best:,.0f} req/s**."
+            if best
+            else f"no simulated load meets the p99 target of {target_ms:g} ms."
+        )
+    )
 
 
 def histogram(report, target_ms: float) -> go.Figure:
     samples = [q * 1e3 for q in report.latency_quantiles_s]
-    fig = go.Figure(go.Histogram(x=samples, nbinsx=60, histnorm="probability", marker_color="#1f77b4",
-                                 name="requests", hovertemplate="%{x} ms: %{y:.1%}<extra></extra>"))
-    for name, value, dash, where in (("p50", report.p50_s, "dot", "top left"), ("p95", report.p95_s, "dash", "top"),
-                                     ("p99", report.p99_s, "solid", "top right")):
+    fig = go.Figure(
+        go.Histogram(
+            x=samples,
+            nbinsx=60,
+            histnorm="probability",
+            marker_color="#1f77b4",
+            name="requests",
+            hovertemplate="%{x} ms: %{y:.1%}<extra></extra>",
+        )
+    )
+    for name, value, dash, where in (
+        ("p50", report.p50_s, "dot", "top left"),
+        ("p95", report.p95_s, "dash", "top"),
+        ("p99", report.p99_s, "solid", "top right"),
+    ):
         fig.add_vline(x=value * 1e3, line_dash=dash, annotation_text=name, line_color="#333", annotation_position=where)
     x_max = max(samples) * 1.15
     if target_ms <= x_max:
         fig.add_vline(x=target_ms, line_color="#d62728", annotation_text="p99 target", annotation_position="top left")
-    fig.update_layout(title="Request latency distribution" + ("" if target_ms <= x_max else f" (p99 target {target_ms:g} ms is off the right)"),
-                      xaxis=dict(title="latency (ms)", range=[0, x_max]),
-                      yaxis=dict(title="share of requests", tickformat=".0%"), **LAYOUT)
+    fig.update_layout(
+        title="Request latency distribution"
+        + ("" if target_ms <= x_max else f" (p99 target {target_ms:g} ms is off the right)"),
+        xaxis=dict(title="latency (ms)", range=[0, x_max]),
+        yaxis=dict(title="share of requests", tickformat=".0%"),
+        **LAYOUT,
+    )
     return fig
 
 
@@ -72,14 +103,24 @@ def against_load(load, target_ms: float, rate_per_s: float) -> go.Figure:
     rates = [p.offered_rate_per_s for p in load.points]
     fig = go.Figure()
     for name, attr, color in (("p50", "p50_s", "#2ca02c"), ("p95", "p95_s", "#ff7f0e"), ("p99", "p99_s", "#d62728")):
-        fig.add_scatter(x=rates, y=[getattr(p, attr) * 1e3 for p in load.points], mode="lines+markers", name=name,
-                        line_color=color, hovertemplate="%{x:,.0f} req/s: %{y:.3g} ms<extra>" + name + "</extra>")
+        fig.add_scatter(
+            x=rates,
+            y=[getattr(p, attr) * 1e3 for p in load.points],
+            mode="lines+markers",
+            name=name,
+            line_color=color,
+            hovertemplate="%{x:,.0f} req/s: %{y:.3g} ms<extra>" + name + "</extra>",
+        )
     fig.add_hline(y=target_ms, line_color="#d62728", line_dash="dash", annotation_text=f"p99 target {target_ms:g} ms")
     if load.knee_index is not None:
         fig.add_vline(x=rates[load.knee_index], line_dash="dot", annotation_text="knee")
     fig.add_vline(x=rate_per_s, line_color="#1f6feb", annotation_text="your load", annotation_position="bottom right")
-    fig.update_layout(title="Latency against load", xaxis_title="offered load (req/s)",
-                      yaxis=dict(title="latency (ms)", rangemode="tozero"), **LAYOUT)
+    fig.update_layout(
+        title="Latency against load",
+        xaxis_title="offered load (req/s)",
+        yaxis=dict(title="latency (ms)", rangemode="tozero"),
+        **LAYOUT,
+    )
     return fig
 
 

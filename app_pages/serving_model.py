@@ -2,6 +2,7 @@
 what `mapper serve` runs: continuous batching for a decoder, else a request queue) and power curve, cached
 by content keys.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -18,8 +19,9 @@ def batch_dims(sel) -> set[str]:
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def _run(model_key: str, dims: tuple, hw_key: str, options: mapper.PlanOptions, request: mapper.ServeRequest,
-         _sel) -> tuple[mapper.ServingRun | None, str | None]:
+def _run(
+    model_key: str, dims: tuple, hw_key: str, options: mapper.PlanOptions, request: mapper.ServeRequest, _sel
+) -> tuple[mapper.ServingRun | None, str | None]:
     """(the run, None), or (None, the engine's one line): a refusal is kept too, so a rerun that changes
     only the batch does not ask again (a decoder that leaves no room for its KV cache)."""
     try:

@@ -5,6 +5,7 @@ touch those keys, and the pages read the Selection.
 
 Uploads are read only from UploadedFile bytes. A bad upload leaves the previous model in place.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -18,12 +19,29 @@ from app_pages.session import Selection, Upload
 UPLOADED = "(uploaded model)"
 CUSTOM_HW = "(custom profile)"
 ATTENTION = {"as the fusion policy says": None, "on": True, "off": False}  # PlanOptions.attention_fusion
-REQUESTS = 20_000      # per simulated load point of a request queue: p99 from 200 tail samples, quick on a click
-LLM_REQUESTS = 1_000   # decoder requests per continuous-batching run (each decodes its output tokens)
-DEFAULTS = {"model": "resnet50", "hw": "h100-sxm", "dtype": "auto", "weight_dtype": "same", "fusion": "default",
-            "layout": "auto", "attention": "as the fusion policy says", "power_cap_w": 0.0, "tp": 1, "pp": 1, "dp": 1,
-            "rate_per_s": 500.0, "max_batch": 8, "max_wait_ms": 2.0, "p99_target_ms": 20.0,
-            "llm_rate_per_s": 1.0, "prompt_tokens": 512, "output_tokens": 128, "presentation": False}
+REQUESTS = 20_000  # per simulated load point of a request queue: p99 from 200 tail samples, quick on a click
+LLM_REQUESTS = 1_000  # decoder requests per continuous-batching run (each decodes its output tokens)
+DEFAULTS = {
+    "model": "resnet50",
+    "hw": "h100-sxm",
+    "dtype": "auto",
+    "weight_dtype": "same",
+    "fusion": "default",
+    "layout": "auto",
+    "attention": "as the fusion policy says",
+    "power_cap_w": 0.0,
+    "tp": 1,
+    "pp": 1,
+    "dp": 1,
+    "rate_per_s": 500.0,
+    "max_batch": 8,
+    "max_wait_ms": 2.0,
+    "p99_target_ms": 20.0,
+    "llm_rate_per_s": 1.0,
+    "prompt_tokens": 512,
+    "output_tokens": 128,
+    "presentation": False,
+}
 LINKED_OPTIONS = {"dtype": mapper.PLAN_DTYPES, "fusion": mapper.FUSION_POLICIES, "layout": mapper.LAYOUTS}
 LINKED_DIMS = ("batch", "seq", "past")  # built-in dims (each named by its role) that a link may carry
 QUERY_DIM_MAX = 1 << 20  # the sidebar's own bound on a dim (its number_input max_value)
@@ -59,8 +77,10 @@ def _init_state() -> None:
         if dim in q:
             value = query_int(q[dim], least_value(dim), QUERY_DIM_MAX)
             if value is None:
-                notice = (f"The link's {dim}={str(q[dim])[:20]!r} is not a whole number from "
-                          f"{least_value(dim)} to {QUERY_DIM_MAX}: ignored.")
+                notice = (
+                    f"The link's {dim}={str(q[dim])[:20]!r} is not a whole number from "
+                    f"{least_value(dim)} to {QUERY_DIM_MAX}: ignored."
+                )
             else:
                 ss[f"dim_{dim}"] = value
     session.update(initialised=True, query_notice=notice)
@@ -86,16 +106,19 @@ def accept_upload(name: str, data: bytes) -> None:
     session.update(upload_error=None)
     limit = upload_limit_mb()
     if len(data) > limit * 1024 * 1024:
-        session.update(upload_error=f"{name}: {len(data) / 1e6:.1f} MB is over the upload limit of {limit} MB "
-                                    "(server.maxUploadSize in .streamlit/config.toml)")
+        session.update(
+            upload_error=f"{name}: {len(data) / 1e6:.1f} MB is over the upload limit of {limit} MB "
+            "(server.maxUploadSize in .streamlit/config.toml)"
+        )
         return
     sha = hashlib.sha256(data).hexdigest()
     try:
         model = cache.model(f"upload:{sha}", data, name)
         cache.workload(f"upload:{sha}", tuple((d, default_binding(d, r)) for d, r in model.roles.items()), data, name)
     except mapper.MapperError as e:
-        session.update(upload_error=f"{name}: {mapper.error_line(e)} (the previous model stays selected; "
-                                    f"upload limit {limit} MB)")
+        session.update(
+            upload_error=f"{name}: {mapper.error_line(e)} (the previous model stays selected; upload limit {limit} MB)"
+        )
         return
     session.update(upload=Upload(name, data, sha, dict(model.roles)))
     for d, role in model.roles.items():
@@ -120,10 +143,16 @@ def _model_section() -> tuple[str, str, object, list[tuple[str, str, str]]]:
     choices = list(mapper.ZOO_NAMES) + ([UPLOADED] if up else [])
     if ss.get("model") not in choices:
         ss["model"] = DEFAULTS["model"]
-    chosen = st.selectbox("Model", choices, key="model", label_visibility="collapsed",
-                          format_func=lambda c: f"uploaded: {up.name}" if c == UPLOADED and up else c)
-    st.file_uploader(f"Upload an .onnx (up to {upload_limit_mb()} MB)", type=["onnx"], key="model_file",
-                     on_change=_on_model_upload)
+    chosen = st.selectbox(
+        "Model",
+        choices,
+        key="model",
+        label_visibility="collapsed",
+        format_func=lambda c: f"uploaded: {up.name}" if c == UPLOADED and up else c,
+    )
+    st.file_uploader(
+        f"Upload an .onnx (up to {upload_limit_mb()} MB)", type=["onnx"], key="model_file", on_change=_on_model_upload
+    )
     if chosen == UPLOADED:
         return up.name, up.model_key, up.data, [(d, role, "") for d, role in up.roles.items()]
     entry = next(z for z in mapper.list_zoo() if z["name"] == chosen)
@@ -140,8 +169,16 @@ def _dims_section(dims: list[tuple[str, str, str]]) -> tuple:
         key = f"dim_{name}"
         least = least_value(role)
         st.session_state.setdefault(key, default_binding(name, role))
-        out.append((name, int(st.number_input(ui.md(name), min_value=least, max_value=QUERY_DIM_MAX, step=1, key=key,
-                                              help=help_text or None))))
+        out.append(
+            (
+                name,
+                int(
+                    st.number_input(
+                        ui.md(name), min_value=least, max_value=QUERY_DIM_MAX, step=1, key=key, help=help_text or None
+                    )
+                ),
+            )
+        )
     return tuple(out)
 
 
@@ -160,9 +197,17 @@ def _options_section() -> mapper.PlanOptions:
         tp = d1.number_input("TP", min_value=1, max_value=64, step=1, key="tp", help="tensor-parallel degree")
         pp = d2.number_input("PP", min_value=1, max_value=64, step=1, key="pp", help="pipeline stages")
         dp = d3.number_input("DP", min_value=1, max_value=1024, step=1, key="dp", help="data-parallel replicas")
-    return mapper.PlanOptions(dtype=dtype, weight_dtype=weight_dtype, fusion=fusion,
-                              attention_fusion=ATTENTION[attention], layout=layout,
-                              power_cap_w=float(power_cap_w) or None, tp=int(tp), pp=int(pp), dp=int(dp))
+    return mapper.PlanOptions(
+        dtype=dtype,
+        weight_dtype=weight_dtype,
+        fusion=fusion,
+        attention_fusion=ATTENTION[attention],
+        layout=layout,
+        power_cap_w=float(power_cap_w) or None,
+        tp=int(tp),
+        pp=int(pp),
+        dp=int(dp),
+    )
 
 
 def _serving_section(decoder: bool) -> mapper.ServeRequest:
@@ -172,8 +217,14 @@ def _serving_section(decoder: bool) -> mapper.ServeRequest:
     c1, c2 = st.columns(2)
     if decoder:
         rate = c1.number_input("rate (req/s)", min_value=0.01, step=1.0, key="llm_rate_per_s")
-        max_batch = c2.number_input("max sequences", min_value=1, max_value=1024, step=1, key="max_batch",
-                                    help="sequences decoding together (continuous batching)")
+        max_batch = c2.number_input(
+            "max sequences",
+            min_value=1,
+            max_value=1024,
+            step=1,
+            key="max_batch",
+            help="sequences decoding together (continuous batching)",
+        )
         prompt = c1.number_input("prompt tokens", min_value=1, step=64, key="prompt_tokens")
         output = c2.number_input("output tokens", min_value=1, step=16, key="output_tokens")
         config = mapper.ServingConfig(max_batch=int(max_batch), rate_per_s=float(rate), requests=LLM_REQUESTS)
@@ -182,8 +233,9 @@ def _serving_section(decoder: bool) -> mapper.ServeRequest:
     max_batch = c2.number_input("max batch", min_value=1, max_value=1024, step=1, key="max_batch")
     wait_ms = c1.number_input("max wait (ms)", min_value=0.0, step=0.5, key="max_wait_ms")
     target_ms = c2.number_input("p99 target (ms)", min_value=0.1, step=1.0, key="p99_target_ms")
-    config = mapper.ServingConfig(policy="dynamic", max_batch=int(max_batch), max_wait_s=wait_ms / 1e3,
-                                  rate_per_s=float(rate), requests=REQUESTS)
+    config = mapper.ServingConfig(
+        policy="dynamic", max_batch=int(max_batch), max_wait_s=wait_ms / 1e3, rate_per_s=float(rate), requests=REQUESTS
+    )
     return mapper.ServeRequest(config, load_curve=True, p99_target_s=target_ms / 1e3)
 
 

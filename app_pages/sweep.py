@@ -1,5 +1,6 @@
 """Sweep: the sidebar's model and profile over a batch x seq grid; heatmaps of MFU, latency and the
 dominant bottleneck class, with the cells where the best plan flips marked. Runs in-process."""
+
 import plotly.graph_objects as go
 import streamlit as st
 
@@ -8,7 +9,7 @@ from app_pages import session, ui
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)
 SEQS = (64, 128, 256, 512, 1024, 2048, 4096)
-MAX_PAGE_SLICES = 400          # a dashboard sweep stays interactive; bigger grids belong to `mapper sweep`
+MAX_PAGE_SLICES = 400  # a dashboard sweep stays interactive; bigger grids belong to `mapper sweep`
 
 
 def selection():
@@ -22,24 +23,36 @@ def selection():
 
 label, source, hw, held = selection()
 st.title("Sweep")
-st.caption(f"{ui.md(label)} on {ui.md(hw.name)} · every (batch, seq, dtype, fusion) slice mapped in-process;"
-           " the best plan is the lowest latency")
+st.caption(
+    f"{ui.md(label)} on {ui.md(hw.name)} · every (batch, seq, dtype, fusion) slice mapped in-process;"
+    " the best plan is the lowest latency"
+)
 c = st.columns(4)
 batches = c[0].multiselect("batch", BATCHES, default=[1, 8, 32], key="sweep_batches")
-seqs = c[1].multiselect("seq", SEQS, default=[128, 512, 2048], key="sweep_seqs",
-                        help="ignored by models without a sequence dim")
+seqs = c[1].multiselect(
+    "seq", SEQS, default=[128, 512, 2048], key="sweep_seqs", help="ignored by models without a sequence dim"
+)
 dtypes = c[2].multiselect("dtype", mapper.PLAN_DTYPES, default=["bf16"], key="sweep_dtypes")
 fusions = c[3].multiselect("fusion", mapper.FUSION_POLICIES, default=["none", "aggressive"], key="sweep_fusions")
 n = len(batches) * max(len(seqs), 1) * len(dtypes) * len(fusions)
-st.caption(f"{n} slices at most" + (f" (over the page limit of {MAX_PAGE_SLICES}: use `mapper sweep`)"
-                                    if n > MAX_PAGE_SLICES else ""))
+st.caption(
+    f"{n} slices at most"
+    + (f" (over the page limit of {MAX_PAGE_SLICES}: use `mapper sweep`)" if n > MAX_PAGE_SLICES else "")
+)
 
 key = (label, hw.sha256, tuple(sorted(batches)), tuple(sorted(seqs)), tuple(dtypes), tuple(fusions), held)
 result = ui.run_stored(
-    "sweep_result", key, "Run sweep", not (batches and seqs and dtypes and fusions) or n > MAX_PAGE_SLICES,
-    lambda progress: mapper.run_sweep(mapper.SweepSpec((source,), (hw,), tuple(batches), tuple(seqs), tuple(dtypes),
-                                         tuple(fusions), dims=held), progress=progress),
-    "Cannot sweep this selection", "Choose the grid and press **Run sweep**.")
+    "sweep_result",
+    key,
+    "Run sweep",
+    not (batches and seqs and dtypes and fusions) or n > MAX_PAGE_SLICES,
+    lambda progress: mapper.run_sweep(
+        mapper.SweepSpec((source,), (hw,), tuple(batches), tuple(seqs), tuple(dtypes), tuple(fusions), dims=held),
+        progress=progress,
+    ),
+    "Cannot sweep this selection",
+    "Choose the grid and press **Run sweep**.",
+)
 table = result.table
 failed = table[table["status"] != "ok"]
 if len(failed):
@@ -61,11 +74,28 @@ ok["seq_label"] = seq_labels(ok["seq"])
 
 def heatmap(values, title: str, fmt: str, colorscale="Viridis", text=None, hover=None):
     z = values.to_numpy(dtype=float)
-    fig = go.Figure(go.Heatmap(z=z, x=list(values.columns), y=[str(b) for b in values.index], colorscale=colorscale,
-                               text=text if text is not None else [[fmt.format(v) for v in row] for row in z],
-                               texttemplate="%{text}", hovertext=hover, showscale=colorscale is not None))
-    fig.update_layout(title=title, xaxis_title="seq", yaxis_title="batch", template="plotly_white", height=360,
-                      margin=dict(l=60, r=20, t=50, b=50), xaxis_type="category", yaxis_type="category")
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=list(values.columns),
+            y=[str(b) for b in values.index],
+            colorscale=colorscale,
+            text=text if text is not None else [[fmt.format(v) for v in row] for row in z],
+            texttemplate="%{text}",
+            hovertext=hover,
+            showscale=colorscale is not None,
+        )
+    )
+    fig.update_layout(
+        title=title,
+        xaxis_title="seq",
+        yaxis_title="batch",
+        template="plotly_white",
+        height=360,
+        margin=dict(l=60, r=20, t=50, b=50),
+        xaxis_type="category",
+        yaxis_type="category",
+    )
     return fig
 
 
@@ -77,8 +107,9 @@ if which == "best plan":
 else:
     d, f = which.split(" · fusion ")
     view = ok[(ok["dtype"] == d) & (ok["fusion"] == f)]
-grid = lambda col: view.pivot_table(index="batch", columns="seq_label", values=col, aggfunc="first",
-                                     sort=False).reindex(sorted(view["batch"].unique()))
+grid = lambda col: view.pivot_table(
+    index="batch", columns="seq_label", values=col, aggfunc="first", sort=False
+).reindex(sorted(view["batch"].unique()))
 c1, c2 = st.columns(2)
 mfu = grid("mfu")
 c1.plotly_chart(heatmap(mfu * 100, "MFU (%)", "{:.1f}"), key="sweep_mfu")
@@ -87,23 +118,37 @@ c2.plotly_chart(heatmap(lat * 1e3, "Latency (ms)", "{:.3g}", colorscale="Reds"),
 
 classes = sorted(view["dominant_bottleneck"].unique())
 code = {c: i for i, c in enumerate(classes)}
-cls = view.pivot_table(index="batch", columns="seq_label", values="dominant_bottleneck", aggfunc="first",
-                       sort=False).reindex(mfu.index)
+cls = view.pivot_table(
+    index="batch", columns="seq_label", values="dominant_bottleneck", aggfunc="first", sort=False
+).reindex(mfu.index)
 flip_cells = set()
 for row in result.flips.itertuples():
     fixed_name, fixed_value = row.at.split("=")
     cell = (int(fixed_value), str(row.to)) if row.axis == "seq" else (int(row.to), fixed_value)
     flip_cells.add((cell, row.changed))
 marks = {cell: changed for cell, changed in flip_cells}
-text = [[(c.split(" ")[0] if isinstance(c, str) else "") +
-         (f"<br>◆ {marks[(b, s)]}" if which == "best plan" and (b, s) in marks else "")
-         for s, c in zip(cls.columns, row)] for b, row in zip(cls.index, cls.to_numpy())]
+text = [
+    [
+        (c.split(" ")[0] if isinstance(c, str) else "")
+        + (f"<br>◆ {marks[(b, s)]}" if which == "best plan" and (b, s) in marks else "")
+        for s, c in zip(cls.columns, row)
+    ]
+    for b, row in zip(cls.index, cls.to_numpy())
+]
 colors = [ui.color_of(c) for c in classes]
-scale = [[i / max(len(classes) - 1, 1), colors[i]] for i in range(len(classes))] if len(classes) > 1 else \
-    [[0, colors[0]], [1, colors[0]]]
-fig = heatmap(cls.map(lambda c: code.get(c, 0)), "Dominant bottleneck class"
-              + (" (◆ the best plan flips here: what changed)" if which == "best plan" else ""),
-              "{}", colorscale=scale, text=text, hover=cls.to_numpy())
+scale = (
+    [[i / max(len(classes) - 1, 1), colors[i]] for i in range(len(classes))]
+    if len(classes) > 1
+    else [[0, colors[0]], [1, colors[0]]]
+)
+fig = heatmap(
+    cls.map(lambda c: code.get(c, 0)),
+    "Dominant bottleneck class" + (" (◆ the best plan flips here: what changed)" if which == "best plan" else ""),
+    "{}",
+    colorscale=scale,
+    text=text,
+    hover=cls.to_numpy(),
+)
 fig.update_traces(showscale=False)
 st.plotly_chart(fig, key="sweep_class")
 st.caption("Classes: " + ", ".join(classes))
@@ -115,4 +160,6 @@ else:
     st.dataframe(result.flips, hide_index=True, width="stretch")
 with st.expander("Every slice"):
     st.dataframe(table.drop(columns=["model_sha256", "hardware_sha256"]), hide_index=True, width="stretch")
-st.download_button("Download the table (CSV)", mapper.csv_bytes(table), "sweep.csv", "text/csv")  # no formula from a name
+st.download_button(
+    "Download the table (CSV)", mapper.csv_bytes(table), "sweep.csv", "text/csv"
+)  # no formula from a name

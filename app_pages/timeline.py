@@ -1,4 +1,5 @@
 """Timeline: the kernels in launch order over one batch, coloured by bottleneck class."""
+
 import streamlit as st
 
 import mapper

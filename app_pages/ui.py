@@ -5,6 +5,7 @@ Names come from the model, the upload's file name and the profile, so they can h
 image beacon), HTML or streamlit directives: every one goes into markdown through md(), and no page
 passes data with unsafe_allow_html.
 """
+
 from __future__ import annotations
 
 import logging
@@ -45,8 +46,7 @@ def guarded(run: Callable[[], None]) -> None:
         show_error("Cannot show this page", e)
     except Exception as e:
         LOG.exception("the page failed")
-        st.error(f"This page stopped on an unexpected error ({type(e).__name__}); the details are in the "
-                 "server's log.")
+        st.error(f"This page stopped on an unexpected error ({type(e).__name__}); the details are in the server's log.")
 
 
 def color_of(bottleneck: str) -> str:
@@ -70,8 +70,9 @@ def run_stored(name: str, key: tuple, label: str, disabled: bool, work, failure:
     if st.button(label, type="primary", disabled=disabled):
         bar = st.progress(0.0, text="mapping ...")
         try:
-            session.store_run(name, key, work(
-                lambda done, total: bar.progress(done / max(total, 1), text=f"{done}/{total} slices")))
+            session.store_run(
+                name, key, work(lambda done, total: bar.progress(done / max(total, 1), text=f"{done}/{total} slices"))
+            )
         except mapper.MapperError as e:
             show_error(failure, e)
         bar.empty()
@@ -87,9 +88,14 @@ def roofline(doc: dict, hw, highlight: str | None = None, height: int = 480):
     fig = mapper.roofline_figure(doc, hw_peak=doc["totals"]["peak_flops_per_s"], dram_bw=hw.dram_bandwidth_bytes_per_s)
     k = next((k for k in doc["kernels"] if k["name"] == highlight), None)
     if k and (k["intensity_flop_per_byte"] or 0) > 0 and k["achieved_flops_per_s"] > 0:
-        fig.add_scatter(x=[k["intensity_flop_per_byte"]], y=[k["achieved_flops_per_s"]], mode="markers",
-                        name="selected kernel", hoverinfo="skip",
-                        marker=dict(symbol="circle-open", size=34, color="#000", line=dict(width=3)))
+        fig.add_scatter(
+            x=[k["intensity_flop_per_byte"]],
+            y=[k["achieved_flops_per_s"]],
+            mode="markers",
+            name="selected kernel",
+            hoverinfo="skip",
+            marker=dict(symbol="circle-open", size=34, color="#000", line=dict(width=3)),
+        )
     fig.update_layout(height=height)
     return fig
 
@@ -137,16 +143,20 @@ def current() -> tuple[dict, object, object]:
 def header(title: str, doc: dict) -> None:
     dims = ", ".join(f"{k}={v}" for k, v in doc["model"]["dims"].items())
     st.title(title)
-    st.caption(f"{md(doc['model']['name'])} ({md(dims)}) on {md(doc['hardware']['name'])} · {doc['totals']['dtype']} · "
-               f"fusion {doc['options']['fusion']} · model sha {doc['model']['sha256'][:12]} · "
-               f"profile sha {doc['hardware']['sha256'][:12]} · engine {doc.get('engine_version', '')}")
+    st.caption(
+        f"{md(doc['model']['name'])} ({md(dims)}) on {md(doc['hardware']['name'])} · {doc['totals']['dtype']} · "
+        f"fusion {doc['options']['fusion']} · model sha {doc['model']['sha256'][:12]} · "
+        f"profile sha {doc['hardware']['sha256'][:12]} · engine {doc.get('engine_version', '')}"
+    )
 
 
 def notices(doc: dict) -> None:
     """Unmodeled ops and precision caveats, always visible where they matter."""
     if doc["unmodeled"]:
         ops = sorted({u["op_type"] for u in doc["unmodeled"]})
-        st.warning(f"**{len(doc['unmodeled'])} unmodeled op(s)** ({md(', '.join(ops))}): their time is not in the totals.")
+        st.warning(
+            f"**{len(doc['unmodeled'])} unmodeled op(s)** ({md(', '.join(ops))}): their time is not in the totals."
+        )
         with st.expander("Unmodeled ops"):
             st.dataframe(pd.DataFrame(doc["unmodeled"]), hide_index=True, width="stretch")
     for caveat in doc["caveats"]:
@@ -156,11 +166,24 @@ def notices(doc: dict) -> None:
 def kernel_table(doc: dict) -> pd.DataFrame:
     """One row per kernel, numbers kept numeric (the dataframe formats them)."""
     total = doc["totals"]["latency_s"] or 1.0
-    rows = [{"kernel": k["name"], "class": k["bottleneck"], "owner": k["owner"], "layer type": k["layer_type"],
-             "ops": " + ".join(k["ops"]), "time (µs)": k["time_s"] * 1e6, "share": k["time_s"] / total,
-             "stall": k["stall_fraction"], "TFLOP/s": k["achieved_flops_per_s"] / 1e12,
-             "FLOP/B": k["intensity_flop_per_byte"], "engine": k["engine"], "tile": k["tile"],
-             "evidence": k["evidence"]} for k in doc["kernels"]]
+    rows = [
+        {
+            "kernel": k["name"],
+            "class": k["bottleneck"],
+            "owner": k["owner"],
+            "layer type": k["layer_type"],
+            "ops": " + ".join(k["ops"]),
+            "time (µs)": k["time_s"] * 1e6,
+            "share": k["time_s"] / total,
+            "stall": k["stall_fraction"],
+            "TFLOP/s": k["achieved_flops_per_s"] / 1e12,
+            "FLOP/B": k["intensity_flop_per_byte"],
+            "engine": k["engine"],
+            "tile": k["tile"],
+            "evidence": k["evidence"],
+        }
+        for k in doc["kernels"]
+    ]
     return pd.DataFrame(rows)
 
 
@@ -188,26 +211,75 @@ def drilldown(doc: dict, hw, name: str) -> None:
     left, right = st.columns(2)
     with left:
         st.markdown("**Fusion and placement**")
-        st.table(pd.DataFrame({"": ["fused ops", "rule", "engine", "layout", "dtype", "nodes", "note"],
-                               "value": [" + ".join(k["ops"]), k["rule"], k["engine"], k["layout"] or "—",
-                                         k["dtype"], ", ".join(k["nodes"][:8]) + (" …" if len(k["nodes"]) > 8 else ""),
-                                         k["note"] or "—"]}).set_index(""))
+        st.table(
+            pd.DataFrame(
+                {
+                    "": ["fused ops", "rule", "engine", "layout", "dtype", "nodes", "note"],
+                    "value": [
+                        " + ".join(k["ops"]),
+                        k["rule"],
+                        k["engine"],
+                        k["layout"] or "—",
+                        k["dtype"],
+                        ", ".join(k["nodes"][:8]) + (" …" if len(k["nodes"]) > 8 else ""),
+                        k["note"] or "—",
+                    ],
+                }
+            ).set_index("")
+        )
     with right:
         st.markdown("**Tiling assumptions**")
         sram = k["sram_bytes"]
-        st.table(pd.DataFrame({"": ["tile (m×n×k)", "stages", "split-K", "tiles", "waves", "wave efficiency",
-                                    "padding efficiency", "SRAM per unit", "block size", "passes"],
-                               "value": [k["tile"] or "—", num(k["stages"]), num(k["split_k"]), num(k["tiles"]),
-                                         num(k["waves"]), pct(k["wave_efficiency"]), pct(k["padding_efficiency"]),
-                                         "—" if sram is None else f"{sram / 1024:,.0f} KiB", num(k["block_size"]),
-                                         num(k["passes"])]}).set_index(""))
-    st.markdown("**Time split**: compute " + ms(k["compute_time_s"]) + " · memory " + ms(k["memory_time_s"])
-                + " · overhead " + ms(k["overhead_s"]) + f" · DRAM {k['dram_bytes'] / 1e6:,.2f} MB"
-                + f" · {k['flops'] / 1e9:,.3g} GFLOP")
+        st.table(
+            pd.DataFrame(
+                {
+                    "": [
+                        "tile (m×n×k)",
+                        "stages",
+                        "split-K",
+                        "tiles",
+                        "waves",
+                        "wave efficiency",
+                        "padding efficiency",
+                        "SRAM per unit",
+                        "block size",
+                        "passes",
+                    ],
+                    "value": [
+                        k["tile"] or "—",
+                        num(k["stages"]),
+                        num(k["split_k"]),
+                        num(k["tiles"]),
+                        num(k["waves"]),
+                        pct(k["wave_efficiency"]),
+                        pct(k["padding_efficiency"]),
+                        "—" if sram is None else f"{sram / 1024:,.0f} KiB",
+                        num(k["block_size"]),
+                        num(k["passes"]),
+                    ],
+                }
+            ).set_index("")
+        )
+    st.markdown(
+        "**Time split**: compute "
+        + ms(k["compute_time_s"])
+        + " · memory "
+        + ms(k["memory_time_s"])
+        + " · overhead "
+        + ms(k["overhead_s"])
+        + f" · DRAM {k['dram_bytes'] / 1e6:,.2f} MB"
+        + f" · {k['flops'] / 1e9:,.3g} GFLOP"
+    )
     if k["alternatives"]:
         st.markdown("**Alternatives considered** (the tile search's runners-up)")
         alt = pd.DataFrame(k["alternatives"]).assign(time_us=lambda d: d["time_s"] * 1e6).drop(columns="time_s")
-        st.dataframe(alt, hide_index=True, width="stretch",
-                     column_config={"wave_efficiency": st.column_config.NumberColumn(format="percent"),
-                                    "time_us": st.column_config.NumberColumn("time (µs)", format="%.2f")})
+        st.dataframe(
+            alt,
+            hide_index=True,
+            width="stretch",
+            column_config={
+                "wave_efficiency": st.column_config.NumberColumn(format="percent"),
+                "time_us": st.column_config.NumberColumn("time (µs)", format="%.2f"),
+            },
+        )
     st.plotly_chart(roofline(doc, hw, highlight=k["name"], height=380), key=f"drill_roof_{k['name']}")

@@ -1,6 +1,7 @@
 """Validation: predicted against measured. Measure the model on this machine (ONNX Runtime CPU) with a
 probed profile, or score an ORT profile / PyTorch trace made elsewhere against the selected profile;
 calibrate the probed profile and see the error before and after."""
+
 import dataclasses
 import html
 import tempfile
@@ -12,13 +13,15 @@ import streamlit as st
 import mapper
 from app_pages import cache, session, ui
 
-MAX_LOCAL_FLOPS = 50e9      # run on this machine only what finishes in a few seconds per run
+MAX_LOCAL_FLOPS = 50e9  # run on this machine only what finishes in a few seconds per run
 MAX_LOCAL_WEIGHT_BYTES = 1e9
 
 doc, result, sel = ui.current()
 ui.header("Validation", doc)
-st.write("An analytical model that is never checked against a real run is a guess. Measure this model here, or "
-         "upload a profile of a real run elsewhere (any ONNX Runtime execution provider, or a PyTorch Chrome trace).")
+st.write(
+    "An analytical model that is never checked against a real run is a guess. Measure this model here, or "
+    "upload a profile of a real run elsewhere (any ONNX Runtime execution provider, or a PyTorch Chrome trace)."
+)
 
 
 @st.cache_resource(show_spinner=False)
@@ -37,45 +40,75 @@ def show(comparison: dict, label: str) -> None:
     row = comparison["model"]
     c1, c2, c3, c4 = st.columns(4)
     c1.metric("Predicted", ui.ms(row["predicted_s"]))
-    c2.metric("Measured p50", ui.ms(row["measured_p50_s"]), help=f"p95 {ui.ms(row['measured_p95_s'])}, "
-              f"p99 {ui.ms(row['measured_p99_s'])}")
+    c2.metric(
+        "Measured p50",
+        ui.ms(row["measured_p50_s"]),
+        help=f"p95 {ui.ms(row['measured_p95_s'])}, p99 {ui.ms(row['measured_p99_s'])}",
+    )
     c3.metric("Error", "—" if row["error"] is None else f"{row['error']:+.0%}", help=comparison["definitions"]["error"])
     c4.metric("Measured MFU", ui.pct(row["measured_mfu"]))
     kernels = pd.DataFrame([k for k in comparison["kernels"] if k["measured_s"] > 0 and k["predicted_s"] > 0])
     if not kernels.empty:
         fig = go.Figure()
         for layer, group in kernels.groupby("layer_type"):
-            fig.add_scatter(x=group["measured_s"] * 1e6, y=group["predicted_s"] * 1e6, mode="markers", name=html.escape(layer),
-                            text=[html.escape(k[0]) for k in group["kernels"]], hovertemplate="%{text}<br>measured %{x:.1f} us,"
-                            " predicted %{y:.1f} us<extra></extra>")
-        lo, hi = kernels[["measured_s", "predicted_s"]].min().min() * 1e6, kernels[["measured_s", "predicted_s"]].max().max() * 1e6
-        fig.add_scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="predicted = measured", line=dict(dash="dash", color="#444"))
-        fig.update_layout(title=f"Kernels: predicted against measured ({html.escape(label)})", height=460, **mapper.CHART_LAYOUT,
-                          xaxis=dict(type="log", title="measured (us)"), yaxis=dict(type="log", title="predicted (us)"))
+            fig.add_scatter(
+                x=group["measured_s"] * 1e6,
+                y=group["predicted_s"] * 1e6,
+                mode="markers",
+                name=html.escape(layer),
+                text=[html.escape(k[0]) for k in group["kernels"]],
+                hovertemplate="%{text}<br>measured %{x:.1f} us, predicted %{y:.1f} us<extra></extra>",
+            )
+        lo, hi = (
+            kernels[["measured_s", "predicted_s"]].min().min() * 1e6,
+            kernels[["measured_s", "predicted_s"]].max().max() * 1e6,
+        )
+        fig.add_scatter(
+            x=[lo, hi], y=[lo, hi], mode="lines", name="predicted = measured", line=dict(dash="dash", color="#444")
+        )
+        fig.update_layout(
+            title=f"Kernels: predicted against measured ({html.escape(label)})",
+            height=460,
+            **mapper.CHART_LAYOUT,
+            xaxis=dict(type="log", title="measured (us)"),
+            yaxis=dict(type="log", title="predicted (us)"),
+        )
         st.plotly_chart(fig, key=f"scatter_{label}")
     layers = pd.DataFrame(comparison["layers"])
     st.subheader("Error by layer type")
-    st.dataframe(layers[["layer_type", "predicted_s", "measured_s", "error", "measured_mfu", "measured_class"]],
-                 hide_index=True, width="stretch",
-                 column_config={"error": st.column_config.NumberColumn(format="percent"),
-                                "measured_mfu": st.column_config.NumberColumn("measured MFU", format="percent")})
+    st.dataframe(
+        layers[["layer_type", "predicted_s", "measured_s", "error", "measured_mfu", "measured_class"]],
+        hide_index=True,
+        width="stretch",
+        column_config={
+            "error": st.column_config.NumberColumn(format="percent"),
+            "measured_mfu": st.column_config.NumberColumn("measured MFU", format="percent"),
+        },
+    )
     st.subheader("Largest mispredictions")
     top = pd.DataFrame(comparison["kernels"][:10])
     if not top.empty:
         top = top.assign(kernel=top["kernels"].map(lambda ks: ks[0]))
-        st.dataframe(top[["kernel", "layer_type", "predicted_s", "measured_s", "error", "measured_class"]],
-                     hide_index=True, width="stretch")
+        st.dataframe(
+            top[["kernel", "layer_type", "predicted_s", "measured_s", "error", "measured_class"]],
+            hide_index=True,
+            width="stretch",
+        )
     if comparison["unmatched"]:
-        st.caption(f"Measured time not matched to any kernel: {ui.ms(row['unmatched_s'])} in "
-                   f"{len(comparison['unmatched'])} nodes.")
+        st.caption(
+            f"Measured time not matched to any kernel: {ui.ms(row['unmatched_s'])} in "
+            f"{len(comparison['unmatched'])} nodes."
+        )
 
 
 local, imported = st.tabs(["Measure on this machine", "Upload a profile from a real run"])
 with local:
     small = doc["totals"]["flops"] <= MAX_LOCAL_FLOPS and doc["totals"]["weight_bytes"] <= MAX_LOCAL_WEIGHT_BYTES
     if not small:
-        st.info("This model is too large to run on this machine's CPU in the page; use `mapper measure` on a "
-                "machine that can, and upload its profile in the next tab.")
+        st.info(
+            "This model is too large to run on this machine's CPU in the page; use `mapper measure` on a "
+            "machine that can, and upload its profile in the next tab."
+        )
     else:
         runs = st.slider("timed runs", 3, 30, 5, key="validation_runs")
         if st.button("Probe this machine and measure", type="primary"):
@@ -86,8 +119,9 @@ with local:
                     options = dataclasses.replace(sel.options, dtype="fp32", tp=1, pp=1, dp=1)
                     workload = cache.workload(sel.model_key, sel.dims, sel.source, sel.model_label)
                     before = mapper.compare_measured(mapper.map_workload(workload, hw, options), m)
-                    tuned = mapper.load_hardware({k: v for k, v in mapper.calibrate(hw.to_dict(), [m]).items()
-                                                  if k != "calibration"})
+                    tuned = mapper.load_hardware(
+                        {k: v for k, v in mapper.calibrate(hw.to_dict(), [m]).items() if k != "calibration"}
+                    )
                     after = mapper.compare_measured(mapper.map_workload(workload, tuned, options), m)
                     session.update(validation=(sel.key, before, after))
                 except mapper.MapperError as e:
@@ -97,12 +131,23 @@ with local:
             _, before, after = stored
             show(before, "probed profile")
             st.subheader("Calibration: before and after")
-            st.dataframe(pd.DataFrame([{"profile": "probed", **{k: before["model"][k] for k in ("predicted_s", "error")}},
-                                       {"profile": "calibrated on this run", **{k: after["model"][k]
-                                                                                for k in ("predicted_s", "error")}}]),
-                         hide_index=True, column_config={"error": st.column_config.NumberColumn(format="percent")})
-            st.caption("Calibrated on this very run (in-sample): the held-out errors over twelve models are in "
-                       "docs/validation.md (`bench/validate_cpu.py`).")
+            st.dataframe(
+                pd.DataFrame(
+                    [
+                        {"profile": "probed", **{k: before["model"][k] for k in ("predicted_s", "error")}},
+                        {
+                            "profile": "calibrated on this run",
+                            **{k: after["model"][k] for k in ("predicted_s", "error")},
+                        },
+                    ]
+                ),
+                hide_index=True,
+                column_config={"error": st.column_config.NumberColumn(format="percent")},
+            )
+            st.caption(
+                "Calibrated on this very run (in-sample): the held-out errors over twelve models are in "
+                "docs/validation.md (`bench/validate_cpu.py`)."
+            )
             session.update(measured=(sel.key, before))
 with imported:
     upload = st.file_uploader("ONNX Runtime profile JSON or PyTorch Chrome trace", type=["json"], key="profile_upload")

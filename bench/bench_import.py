@@ -11,6 +11,7 @@ doing that much could reach. Each tool runs in its own child process so peak mem
 tool's alone; each figure is the best of five runs, the mapper's with its caches cleared before each (a
 cold import).
 """
+
 from __future__ import annotations
 
 import json
@@ -52,9 +53,13 @@ print(json.dumps({"best_s": min(times), "peak_rss_mb": resource.getrusage(resour
 
 
 def run(tool: str, path: Path, dims: dict) -> dict:
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(path), tool, json.dumps(dims), str(RUNS),
-                           str(Path(__file__).parent)], check=False,
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, str(path), tool, json.dumps(dims), str(RUNS), str(Path(__file__).parent)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or ["failed"])[-1][:90]}
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -83,12 +88,19 @@ def concrete_copy(name: str, dims: dict, folder: Path) -> tuple[Path, Path]:
 def main() -> None:
     light = Path(onnx.__file__).parent / "backend/test/data/light/light_resnet50.onnx"
     with tempfile.TemporaryDirectory() as tmp:
-        cases = [("light ResNet-50", (light, light), {}),
-                 ("BERT-base (seq 128)", concrete_copy("bert-base", {"batch": 1, "seq": 128}, Path(tmp)), {}),
-                 ("Llama-2-70B (80 layers, seq 128)",
-                  concrete_copy("llama2-70b", {"batch": 1, "seq": 128, "past": 0}, Path(tmp)), {})]
-        print(f"{'model':34s} {'mapper s':>9s} {'MB':>6s} {'onnx-tool s':>12s} {'MB':>6s} {'ratio':>7s}   floors:"
-              + "".join(f" {floor + ' s':>11s} {'ratio':>6s}" for floor in FLOORS))
+        cases = [
+            ("light ResNet-50", (light, light), {}),
+            ("BERT-base (seq 128)", concrete_copy("bert-base", {"batch": 1, "seq": 128}, Path(tmp)), {}),
+            (
+                "Llama-2-70B (80 layers, seq 128)",
+                concrete_copy("llama2-70b", {"batch": 1, "seq": 128, "past": 0}, Path(tmp)),
+                {},
+            ),
+        ]
+        print(
+            f"{'model':34s} {'mapper s':>9s} {'MB':>6s} {'onnx-tool s':>12s} {'MB':>6s} {'ratio':>7s}   floors:"
+            + "".join(f" {floor + ' s':>11s} {'ratio':>6s}" for floor in FLOORS)
+        )
         for label, (path, peer_path), dims in cases:
             ours, peer = run("mapper", path, dims), run("onnx_tool", peer_path, dims)
             peer_s = peer.get("best_s")
@@ -102,10 +114,13 @@ def main() -> None:
             print(row)
             if "error" in peer:
                 print(f"  onnx-tool: {peer['error']}")
-        print("floors (bench/import_floors.py), each doing less than any real importer, the ratio beside each being"
-              " onnx-tool's time over it:\n  read: parse the file, read every node's fields into tuples;"
-              "\n  columnar: + attributes and a per-signature memo of output shapes, no records, no rules;"
-              "\n  records: + one frozen Node, TensorSpec and NodeWork per node (the engine's data model), no rules.")
+        print(
+            "floors (bench/import_floors.py), each doing less than any real importer, the ratio beside each being"
+            " onnx-tool's time over it:\n  read: parse the file, read every node's fields into tuples;"
+            "\n  columnar: + attributes and a per-signature memo of output shapes, no records, no rules;"
+            "\n  records: + one frozen Node, TensorSpec and NodeWork per node (the engine's data model), no rules."
+        )
+
 
 if __name__ == "__main__":
     main()

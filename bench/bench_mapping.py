@@ -5,6 +5,7 @@
 Each model runs in its own child process (so ru_maxrss is that model's peak); best of 3 runs.
 Goals (issue 3): the 80-layer decoder under 1 s, ResNet-50 under 0.2 s.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,15 +44,21 @@ def main() -> None:
     parser.add_argument("--format", default="json", choices=("json", "xlsx", "csv", "html"))
     fmt = parser.parse_args().format
     print(f"sheet format: {fmt}; profile h100-sxm, bf16, built-in default dims (batch 1, seq 128, past 0)")
-    print(f"{'model':12s} {'nodes':>6s} {'kernels':>7s} {'import s':>9s} {'map s':>7s} {'sheet s':>8s} {'total s':>8s} {'peak MB':>8s}")
+    print(
+        f"{'model':12s} {'nodes':>6s} {'kernels':>7s} {'import s':>9s} {'map s':>7s} {'sheet s':>8s} {'total s':>8s} {'peak MB':>8s}"
+    )
     for name in mapper.ZOO_NAMES:
-        out = subprocess.run([sys.executable, "-c", CHILD, name, fmt], capture_output=True, text=True, timeout=900, check=False)
+        out = subprocess.run(
+            [sys.executable, "-c", CHILD, name, fmt], capture_output=True, text=True, timeout=900, check=False
+        )
         if out.returncode:
             print(f"{name:12s} failed: {out.stderr.strip().splitlines()[-1][:100]}")
             continue
         r = json.loads(out.stdout.strip().splitlines()[-1])
-        print(f"{name:12s} {r['nodes']:6d} {r['kernels']:7d} {r['import_s']:9.3f} {r['map_s']:7.3f} {r['sheet_s']:8.3f}"
-              f" {r['total_s']:8.3f} {r['peak_rss_mb']:8.0f}")
+        print(
+            f"{name:12s} {r['nodes']:6d} {r['kernels']:7d} {r['import_s']:9.3f} {r['map_s']:7.3f} {r['sheet_s']:8.3f}"
+            f" {r['total_s']:8.3f} {r['peak_rss_mb']:8.0f}"
+        )
 
 
 if __name__ == "__main__":

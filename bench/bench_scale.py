@@ -7,6 +7,7 @@ tiling, cost, roll-up; h100-sxm, bf16) and document (the mapping document as JSO
 (plan caches cleared); times are this process's CPU seconds (the machine is shared). The last column is t(largest) / t(smallest): ~10 for 10x the nodes is linear,
 ~100 quadratic. `--max-nodes` adds the chain at MAX_NODES (mapper/core/limits.py).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,8 +52,12 @@ def main() -> None:
     if args.max_nodes:
         runs.append(("chain", [limits.MAX_NODES - 1]))
     hw = mapper.load_hardware("h100-sxm")
-    print(f"{'shape':16s} {'nodes':>7s} " + " ".join(f"{s + ' s':>10s}" for s in STAGES)
-          + f" {'total s':>8s} {'us/node':>8s} {'ratio':>6s}", flush=True)
+    print(
+        f"{'shape':16s} {'nodes':>7s} "
+        + " ".join(f"{s + ' s':>10s}" for s in STAGES)
+        + f" {'total s':>8s} {'us/node':>8s} {'ratio':>6s}",
+        flush=True,
+    )
     for shape, shape_sizes in runs:
         first = None
         for n in shape_sizes:
@@ -60,8 +65,13 @@ def main() -> None:
             total = sum(times.values())
             ratio = "" if first is None else f"{total / first:6.1f}"
             first = total if first is None else first
-            print(f"{shape:16s} {nodes:7d} " + " ".join(f"{times[s]:10.3f}" for s in STAGES)
-                  + f" {total:8.2f} {total / nodes * 1e6:8.1f} {ratio:>6s}", flush=True)
+            print(
+                f"{shape:16s} {nodes:7d} "
+                + " ".join(f"{times[s]:10.3f}" for s in STAGES)
+                + f" {total:8.2f} {total / nodes * 1e6:8.1f} {ratio:>6s}",
+                flush=True,
+            )
+
 
 if __name__ == "__main__":
     main()

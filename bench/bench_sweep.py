@@ -7,6 +7,7 @@ The acceptance grid: ResNet-50 and BERT-base x 6 batches x 5 sequence lengths x 
 policies x 2 profiles (ResNet-50 has no sequence dim: 6 shapes, BERT-base 30). CPU seconds are
 reported beside wall seconds: on a shared machine wall time counts other people's work too.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,8 +22,13 @@ import pandas as pd
 from mapper.explore.executors import executor_spec
 from mapper.explore.sweep import SweepSpec, run_sweep
 
-GRID = dict(hardware=("h100-sxm", "a100-sxm-80gb"), batches=(1, 2, 4, 8, 16, 32), seqs=(128, 256, 512, 1024, 2048),
-            dtypes=("bf16", "fp16"), fusions=("none", "aggressive"))
+GRID = dict(
+    hardware=("h100-sxm", "a100-sxm-80gb"),
+    batches=(1, 2, 4, 8, 16, 32),
+    seqs=(128, 256, 512, 1024, 2048),
+    dtypes=("bf16", "fp16"),
+    fusions=("none", "aggressive"),
+)
 
 
 def timed(spec: SweepSpec, executor, label: str, bar: bool = False):
@@ -31,6 +37,7 @@ def timed(spec: SweepSpec, executor, label: str, bar: bool = False):
     progress = None
     if bar:
         from rich.progress import Progress
+
         with Progress() as p:
             task = p.add_task(label, total=None)
             result = run_sweep(spec, executor, lambda d, t: p.update(task, completed=d, total=t))
@@ -38,15 +45,18 @@ def timed(spec: SweepSpec, executor, label: str, bar: bool = False):
         result = run_sweep(spec, executor, progress)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     n = len(result.table)
-    print(f"{label:44s} {n:5d} slices  wall {wall:6.2f} s  {n / wall:7.1f} slices/s"
-          + (f"  driver CPU {cpu:6.2f} s  {n / cpu:7.1f} slices per CPU-second" if executor.kind == "inprocess" else ""))
+    print(
+        f"{label:44s} {n:5d} slices  wall {wall:6.2f} s  {n / wall:7.1f} slices/s"
+        + (f"  driver CPU {cpu:6.2f} s  {n / cpu:7.1f} slices per CPU-second" if executor.kind == "inprocess" else "")
+    )
     return result
 
 
 def profile_one() -> None:
     import mapper
-    from mapper.pipeline import map_workload
     from mapper.explore.sweep import ModelShapes, model_source
+    from mapper.pipeline import map_workload
+
     shapes = ModelShapes(model_source("bert-base"))
     hw = mapper.load_hardware("h100-sxm")
     workload = shapes.workload(8, 512)
@@ -74,8 +84,9 @@ def main() -> int:
         return 0
     print(f"CPUs available: {len(os.sched_getaffinity(0))}; load average {os.getloadavg()[0]:.2f}")
     from mapper.zoo import zoo_model_bytes
+
     for name in ("resnet50", "bert-base"):
-        zoo_model_bytes(name)                      # built once per process; not part of a slice's cost
+        zoo_model_bytes(name)  # built once per process; not part of a slice's cost
     full = SweepSpec(("resnet50", "bert-base"), **GRID)
     inproc = timed(full, executor_spec("inprocess"), "acceptance grid, in-process", bar=True)
     bert = SweepSpec(("bert-base",), **GRID)

@@ -1,7 +1,8 @@
 """Set a `bench/gpu_kernels.py` CSV against the engine's predictions for the matching profile.
 
-    .venv/bin/python bench/compare_gpu.py data/measured/h200_kernels.csv --hw h200-sxm [--out errors.csv]
+.venv/bin/python bench/compare_gpu.py data/measured/h200_kernels.csv --hw h200-sxm [--out errors.csv]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,8 +27,10 @@ def main(argv=None) -> int:
         return 2
     print(f"{'kind':18s} {'shape':18s} {'dtype':9s} {'measured':>10s} {'predicted':>10s} {'error':>7s}  class")
     for r in rows:
-        print(f"{r['kind']:18s} {r['shape']:18s} {r['dtype']:9s} {r['measured_s'] * 1e6:9.1f}u {r['predicted_s'] * 1e6:9.1f}u"
-              f" {r['error']:+7.0%}  {r['predicted_class']}")
+        print(
+            f"{r['kind']:18s} {r['shape']:18s} {r['dtype']:9s} {r['measured_s'] * 1e6:9.1f}u {r['predicted_s'] * 1e6:9.1f}u"
+            f" {r['error']:+7.0%}  {r['predicted_class']}"
+        )
     for kind in sorted({r["kind"] for r in rows}):
         errors = [abs(r["error"]) for r in rows if r["kind"] == kind and r["error"] is not None]
         print(f"median |error| {kind}: {statistics.median(errors):.0%} over {len(errors)} shapes")

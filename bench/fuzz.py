@@ -8,6 +8,7 @@ Each case comes from tests/fuzz_cases.make_case(seed), so any line of the log re
 cap; the parent kills a worker that goes silent (a hang in C code) and restarts it after that seed.
 Prints counts of mapped / rejected / unhandled exceptions / hangs / blow-ups and the slowest cases.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,8 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-CASE_TIMEOUT_S = 10.0         # SIGALRM bound per case inside the worker
-SILENCE_KILL_S = 60.0         # a worker silent this long is stuck in C code: killed, the case is a hang
+CASE_TIMEOUT_S = 10.0  # SIGALRM bound per case inside the worker
+SILENCE_KILL_S = 60.0  # a worker silent this long is stuck in C code: killed, the case is a hang
 ADDRESS_SPACE_BYTES = 6 << 30  # per worker: a blow-up becomes MemoryError instead of taking the machine
 
 
@@ -34,6 +35,7 @@ def worker(seeds: list[int], timeout_s: float) -> None:
     """Run the seeds, one JSON line each on stdout."""
     resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE_BYTES, ADDRESS_SPACE_BYTES))
     from tests.fuzz_cases import CaseTimeout, make_case, run_case, time_bound
+
     for seed in seeds:
         start = time.perf_counter()
         record = {"seed": seed}
@@ -72,8 +74,12 @@ def run(cases: int, first: int, workers: int, out: Path, timeout_s: float) -> No
         # contiguous runs only: a chunk is todo[k::workers], so pass the explicit list via a file
         path = out.with_suffix(f".seeds{k}")
         path.write_text(" ".join(map(str, seeds)))
-        p = subprocess.Popen([sys.executable, __file__, "--worker-seeds", str(path), "--timeout", str(timeout_s)],
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=ROOT)
+        p = subprocess.Popen(
+            [sys.executable, __file__, "--worker-seeds", str(path), "--timeout", str(timeout_s)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            cwd=ROOT,
+        )
         procs[k] = (p, seeds, time.monotonic())
         sel.register(p.stdout, selectors.EVENT_READ, k)
 
@@ -92,8 +98,17 @@ def run(cases: int, first: int, workers: int, out: Path, timeout_s: float) -> No
                 del procs[k]
                 buffers.pop(k, None)
                 if seeds:  # died mid-chunk: the case it was on is a crash of the process
-                    log.write(json.dumps({"seed": seeds[0], "outcome": "unhandled", "s": 0,
-                                          "error": f"worker exited with {p.returncode}"}) + "\n")
+                    log.write(
+                        json.dumps(
+                            {
+                                "seed": seeds[0],
+                                "outcome": "unhandled",
+                                "s": 0,
+                                "error": f"worker exited with {p.returncode}",
+                            }
+                        )
+                        + "\n"
+                    )
                     spawn(k, seeds[1:])
                 continue
             *lines, buffers[k] = (buffers.get(k, b"") + chunk).split(b"\n")
@@ -112,8 +127,12 @@ def run(cases: int, first: int, workers: int, out: Path, timeout_s: float) -> No
                 p.kill()
                 p.wait()
                 del procs[k]
-                log.write(json.dumps({"seed": seeds[0], "outcome": "hang", "s": SILENCE_KILL_S,
-                                      "error": "worker silent, killed"}) + "\n")
+                log.write(
+                    json.dumps(
+                        {"seed": seeds[0], "outcome": "hang", "s": SILENCE_KILL_S, "error": "worker silent, killed"}
+                    )
+                    + "\n"
+                )
                 spawn(k, seeds[1:])
     log.close()
     for k in range(workers):
@@ -125,13 +144,17 @@ def summarize(out: Path) -> None:
     records = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
     counts = collections.Counter(r["outcome"] for r in records)
     kinds = collections.Counter((r.get("label") or "?").split(":")[0] for r in records)
-    print(f"cases: {len(records)}  " + "  ".join(f"{k}: {counts.get(k, 0)}" for k in
-                                                 ("mapped", "rejected", "unhandled", "hang", "blowup")))
+    print(
+        f"cases: {len(records)}  "
+        + "  ".join(f"{k}: {counts.get(k, 0)}" for k in ("mapped", "rejected", "unhandled", "hang", "blowup"))
+    )
     print("by generator:", dict(kinds.most_common()))
     times = sorted(r["s"] for r in records)
     if times:
-        print(f"per case: median {times[len(times) // 2] * 1e3:.1f} ms, p99 {times[int(len(times) * 0.99)] * 1e3:.0f} ms,"
-              f" max {times[-1]:.2f} s; peak worker RSS {max(r.get('rss_mb', 0) for r in records)} MB")
+        print(
+            f"per case: median {times[len(times) // 2] * 1e3:.1f} ms, p99 {times[int(len(times) * 0.99)] * 1e3:.0f} ms,"
+            f" max {times[-1]:.2f} s; peak worker RSS {max(r.get('rss_mb', 0) for r in records)} MB"
+        )
     print("slowest cases (seed, s, label):")
     for r in sorted(records, key=lambda r: -r["s"])[:8]:
         print(f"  {r['seed']:>7} {r['s']:7.2f}  {r.get('label', '')[:100]}")

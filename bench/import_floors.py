@@ -8,13 +8,14 @@ show how much of the time budget is spent before any shape or work rule runs.
     records   columnar + the engine's records: one frozen `Node`, `TensorSpec` per output and `NodeWork`
               per node (what STYLE.md's data model costs), still no rules
 """
+
 from __future__ import annotations
 
 import onnx
 
 from mapper.core.graph import Node, OpClass, TensorSpec, node_signature
-from mapper.model.values import attr_value
 from mapper.core.result import NodeWork
+from mapper.model.values import attr_value
 
 PLACEHOLDER_SHAPE = (1, 1)  # what every floor "infers": the floors time the bookkeeping, not the rules
 
@@ -58,8 +59,15 @@ def records_floor(path: str) -> int:
     for i, n in enumerate(graph.node):
         inputs, outputs, op_type = tuple(n.input), tuple(n.output), n.op_type
         attrs = {a.name: attr_value(a) for a in n.attribute} if n.attribute else {}
-        node = Node(n.name or f"{op_type}_{i}", op_type, n.domain, inputs, outputs, attrs,
-                    node_signature(op_type, n.domain, attrs, inputs, outputs, interned))
+        node = Node(
+            n.name or f"{op_type}_{i}",
+            op_type,
+            n.domain,
+            inputs,
+            outputs,
+            attrs,
+            node_signature(op_type, n.domain, attrs, inputs, outputs, interned),
+        )
         key = (node.signature, *(s.shape if (s := specs.get(name)) else None for name in inputs))
         found = memo.get(key)
         if found is None:

@@ -8,6 +8,7 @@ models, each with its own graph name), waits for the caption to name it, then vi
 Bounded: N x rounds actions and a wall-clock deadline; the server is stopped at the end. Prints
 render-latency percentiles, whether the server stayed up, and any session that saw another's model.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,12 +26,28 @@ import onnx
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
 LIGHT_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
-MODELS = ("bvlc_alexnet", "zfnet512", "vgg19", "squeezenet", "resnet50", "shufflenet", "inception_v1",
-          "inception_v2", "densenet121")
+MODELS = (
+    "bvlc_alexnet",
+    "zfnet512",
+    "vgg19",
+    "squeezenet",
+    "resnet50",
+    "shufflenet",
+    "inception_v1",
+    "inception_v2",
+    "densenet121",
+)
 GRAPH_NAMES = {"squeezenet": "squeezenet_old"}  # the caption shows the graph's own name
 PAGES = ("Layers", "Kernels", "Overview", "Roofline")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 CAPTION = "[data-testid='stMain'] [data-testid='stCaptionContainer']"
 
 
@@ -49,10 +66,26 @@ def healthy(url: str) -> bool:
 
 def start_server(timeout_s: float = 90) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
-                             "--server.port", str(port), "--server.address", "127.0.0.1",
-                             "--browser.gatherUsageStats", "false"],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            "app.py",
+            "--server.headless",
+            "true",
+            "--server.port",
+            str(port),
+            "--server.address",
+            "127.0.0.1",
+            "--browser.gatherUsageStats",
+            "false",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -70,8 +103,16 @@ async def settle(page) -> None:
     await page.wait_for_function("!document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=120_000)
 
 
-async def session(browser, url: str, model: str, rounds: int, latencies: list, problems: list,
-                  ready: asyncio.Event, all_uploaded: asyncio.Barrier) -> None:
+async def session(
+    browser,
+    url: str,
+    model: str,
+    rounds: int,
+    latencies: list,
+    problems: list,
+    ready: asyncio.Event,
+    all_uploaded: asyncio.Barrier,
+) -> None:
     page = await browser.new_page(viewport={"width": 1400, "height": 900})
     page.set_default_timeout(120_000)
     graph_name = GRAPH_NAMES.get(model, model)
@@ -83,7 +124,8 @@ async def session(browser, url: str, model: str, rounds: int, latencies: list, p
         latencies.append(("open", time.perf_counter() - t))
         t = time.perf_counter()
         await page.locator("[data-testid='stSidebar'] input[type='file']").first.set_input_files(
-            str(LIGHT_DIR / f"light_{model}.onnx"))
+            str(LIGHT_DIR / f"light_{model}.onnx")
+        )
         await page.locator(CAPTION, has_text=f"{graph_name} (").first.wait_for()
         await settle(page)
         latencies.append(("upload+map", time.perf_counter() - t))
@@ -110,13 +152,16 @@ async def session(browser, url: str, model: str, rounds: int, latencies: list, p
 
 async def drive(url: str, sessions: int, rounds: int, deadline_s: float) -> tuple[list, list]:
     from playwright.async_api import async_playwright
+
     latencies: list = []
     problems: list = []
     async with async_playwright() as p:
         browser = await p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         barrier = asyncio.Barrier(sessions)
-        tasks = [session(browser, url, MODELS[i % len(MODELS)], rounds, latencies, problems, asyncio.Event(), barrier)
-                 for i in range(sessions)]
+        tasks = [
+            session(browser, url, MODELS[i % len(MODELS)], rounds, latencies, problems, asyncio.Event(), barrier)
+            for i in range(sessions)
+        ]
         try:
             await asyncio.wait_for(asyncio.gather(*tasks), timeout=deadline_s)
         except TimeoutError:
@@ -138,8 +183,14 @@ def run(sessions: int, rounds: int, deadline_s: float) -> dict:
             proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
             proc.kill()
-    figures = {"sessions": sessions, "rounds": rounds, "actions": len(latencies), "wall_s": wall,
-               "server_up": up, "problems": problems}
+    figures = {
+        "sessions": sessions,
+        "rounds": rounds,
+        "actions": len(latencies),
+        "wall_s": wall,
+        "server_up": up,
+        "problems": problems,
+    }
     for kind in ("open", "upload+map", "page", "all"):
         xs = np.array([s for k, s in latencies if kind in (k, "all")])
         if len(xs):
@@ -156,8 +207,10 @@ def main() -> None:
     if not Path(CHROMIUM).exists():
         sys.exit(f"{CHROMIUM} missing: run scripts/install_browser.sh")
     f = run(max(1, min(args.sessions, 32)), max(0, min(args.rounds, 50)), args.deadline)
-    print(f"{f['sessions']} concurrent sessions x {f['rounds']} page visits, {f['actions']} timed actions"
-          f" in {f['wall_s']:.1f} s; server up after: {f['server_up']}")
+    print(
+        f"{f['sessions']} concurrent sessions x {f['rounds']} page visits, {f['actions']} timed actions"
+        f" in {f['wall_s']:.1f} s; server up after: {f['server_up']}"
+    )
     for kind in ("open", "upload+map", "page", "all"):
         if kind in f:
             print(f"  {kind:11s} p50 {f[kind]['p50']:.2f} s  p95 {f[kind]['p95']:.2f} s  max {f[kind]['max']:.2f} s")

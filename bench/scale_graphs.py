@@ -4,6 +4,7 @@ nodes and tests/security/test_linear.py at a few thousand, to show every stage l
 Each builder takes `n`, the number of nodes it aims for (the graphs hold n to n + a few), and returns
 (ModelProto, dims): the bindings to map it at. Tensors are tiny ([1, 16]): the size is in the structure.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -74,10 +75,12 @@ def mlp_blocks(n: int) -> tuple[onnx.ModelProto, dict]:
     weight = numpy_helper.from_array(np.full((WIDTH, WIDTH), 0.01, np.float32), "w")
     inits.append(weight)  # one weight shared by every block: the file stays small at 10^5 nodes
     for b in range(max(n // 10, 1)):
+
         def node(op, inputs, b=b, **attrs):
             name = f"b{b}/{op}_{len(nodes)}"
             nodes.append(helper.make_node(op, inputs, [name], name=name, **attrs))
             return name
+
         h = node("Relu", [node("Add", [node("MatMul", [t, "w"]), "bias"])])
         h = node("Add", [node("Add", [node("MatMul", [h, "w"]), "bias"]), t])
         gate = node("Sigmoid", [node("Gemm", [h, "w", "bias"])])
@@ -113,8 +116,10 @@ def softmax_fan_out(n: int) -> tuple[onnx.ModelProto, dict]:
     """QK^T -> Softmax (the start of an attention block, q and k graph inputs) whose result n - 2 Casts
     read: the block finder walks the probabilities' readers."""
     k = helper.make_tensor_value_info("k", TensorProto.FLOAT, [WIDTH, WIDTH])
-    nodes = [helper.make_node("MatMul", ["x", "k"], ["scores"], name="qk"),
-             helper.make_node("Softmax", ["scores"], ["p"], name="softmax", axis=-1)]
+    nodes = [
+        helper.make_node("MatMul", ["x", "k"], ["scores"], name="qk"),
+        helper.make_node("Softmax", ["scores"], ["p"], name="softmax", axis=-1),
+    ]
     nodes += [helper.make_node("Cast", ["p"], [f"c{i}"], name=f"cast{i}", to=TensorProto.FLOAT) for i in range(n - 2)]
     return _model(nodes, f"softmax-fan-out-{n}", [_x(), k], [_out(f"c{n - 3}")]), {}
 
@@ -132,13 +137,29 @@ def if_sequence(n: int) -> tuple[onnx.ModelProto, dict]:
     tensor: the import inlines the branch taken (three nodes and an Identity per If)."""
     nodes, t = [], "x"
     for k in range(max(n // 4, 1)):
+
         def body(tag: str, op: str, k: int = k, t: str = t) -> onnx.GraphProto:
             a, b, c = (f"if{k}/{tag}{j}" for j in range(3))
-            return _branch(f"if{k}_{tag}", [helper.make_node("Relu", [t], [a], name=a),
-                                            helper.make_node(op, [a, "c"], [b], name=b),
-                                            helper.make_node("Relu", [b], [c], name=c)], c)
-        nodes.append(helper.make_node("If", ["flag"], [f"o{k}"], name=f"if{k}",
-                                      then_branch=body("then", "Add"), else_branch=body("else", "Mul")))
+            return _branch(
+                f"if{k}_{tag}",
+                [
+                    helper.make_node("Relu", [t], [a], name=a),
+                    helper.make_node(op, [a, "c"], [b], name=b),
+                    helper.make_node("Relu", [b], [c], name=c),
+                ],
+                c,
+            )
+
+        nodes.append(
+            helper.make_node(
+                "If",
+                ["flag"],
+                [f"o{k}"],
+                name=f"if{k}",
+                then_branch=body("then", "Add"),
+                else_branch=body("else", "Mul"),
+            )
+        )
         t = f"o{k}"
     nodes.append(helper.make_node("Identity", [t], ["y"], name="out"))
     return _model(nodes, f"if-sequence-{n}", [_x(), _flag()], [_out("y")], [_vector("c")]), {"flag": 1}
@@ -175,6 +196,7 @@ def transformer(n: int) -> tuple[onnx.ModelProto, dict]:
     """The built-in Llama generator at a small width and as many layers as make about n nodes
     (about 56 nodes a layer)."""
     from mapper.zoo.llama import LlamaConfig, build_llama
+
     layers = max(n // 56, 1)
     config = LlamaConfig(layers=layers, hidden=256, heads=4, kv_heads=2, ffn=512, vocab=1000)
     return build_llama(config, f"llama-{layers}-layers"), {"batch": 1, "seq": 16, "past": 0}

@@ -5,6 +5,7 @@ before and after calibration, every model scored by a profile calibrated on the 
 
 Writes bench/out/validation.json and prints the markdown table that docs/validation.md carries.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,6 +27,7 @@ from mapper.evidence.probe import probe_machine
 
 def light_models() -> list[tuple[str, dict | None]]:
     import onnx
+
     folder = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
     return [(p, None) for p in sorted(glob.glob(str(folder / "*.onnx")))]
 
@@ -54,40 +56,62 @@ def main(argv=None) -> int:
         for source, dims in light_models() + ZOO:
             t1 = time.perf_counter()
             measurements.append(measure_model(source, dims, threads=1, runs=args.runs))
-            print(f"measured {measurements[-1].model_name}: p50 {measurements[-1].p50_s * 1e3:.1f} ms "
-                  f"({time.perf_counter() - t1:.1f} s)", file=sys.stderr)
+            print(
+                f"measured {measurements[-1].model_name}: p50 {measurements[-1].p50_s * 1e3:.1f} ms "
+                f"({time.perf_counter() - t1:.1f} s)",
+                file=sys.stderr,
+            )
         cache.write_text(json.dumps([m.to_dict() for m in measurements]))
     from mapper.evidence.calibrate import _workloads
     from mapper.hardware.profile import load_hardware
+
     probed = load_hardware(profile_path)
     workloads = _workloads(measurements)
     before = model_errors(probed, workloads, measurements, args.statistic)
     rows = []
     for i, m in enumerate(measurements):  # leave-one-out: calibrate on the other 11, score this one
-        train = measurements[:i] + measurements[i + 1:]
+        train = measurements[:i] + measurements[i + 1 :]
         calibrated = calibrate(profile_path, train, statistic=args.statistic)
         held = holdout_report(profile_path, calibrated, [m], args.statistic)[0]
         label = Path(m.source).stem if m.source.endswith(".onnx") else m.source
-        rows.append({"model": label, "dims": dict(m.dims), "measured_s": measured_latency(m, args.statistic),
-                     "p95_s": m.percentile_s(95), "predicted_probed_s": held["measured_s"] * (1 + before[i]),
-                     "error_probed": before[i], "predicted_calibrated_s": held["measured_s"] * (1 + held["error_after"]),
-                     "error_calibrated": held["error_after"],
-                     "train_error_after": calibrated["calibration"]["median_abs_error_after"]})
+        rows.append(
+            {
+                "model": label,
+                "dims": dict(m.dims),
+                "measured_s": measured_latency(m, args.statistic),
+                "p95_s": m.percentile_s(95),
+                "predicted_probed_s": held["measured_s"] * (1 + before[i]),
+                "error_probed": before[i],
+                "predicted_calibrated_s": held["measured_s"] * (1 + held["error_after"]),
+                "error_calibrated": held["error_after"],
+                "train_error_after": calibrated["calibration"]["median_abs_error_after"],
+            }
+        )
         print(f"{label}: probed {before[i]:+.1%}  calibrated(LOO) {held['error_after']:+.1%}", file=sys.stderr)
     med_before = float(np.median([abs(r["error_probed"]) for r in rows]))
     med_after = float(np.median([abs(r["error_calibrated"]) for r in rows]))
-    summary = {"statistic": args.statistic, "runs": args.runs, "median_abs_error_probed": med_before,
-               "median_abs_error_calibrated_loo": med_after, "rows": rows, "seconds": time.perf_counter() - t0,
-               "machine": probed.display_name}
+    summary = {
+        "statistic": args.statistic,
+        "runs": args.runs,
+        "median_abs_error_probed": med_before,
+        "median_abs_error_calibrated_loo": med_after,
+        "rows": rows,
+        "seconds": time.perf_counter() - t0,
+        "machine": probed.display_name,
+    }
     (out / "validation.json").write_text(json.dumps(summary, indent=1))
-    print(f"| model | dims | measured {args.statistic} (ms) | p95 (ms) | predicted, probed (ms) | error | "
-          f"predicted, calibrated LOO (ms) | error |")
+    print(
+        f"| model | dims | measured {args.statistic} (ms) | p95 (ms) | predicted, probed (ms) | error | "
+        f"predicted, calibrated LOO (ms) | error |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         dims = ",".join(f"{k}={v}" for k, v in r["dims"].items()) or "as file"
-        print(f"| {r['model']} | {dims} | {r['measured_s'] * 1e3:.1f} | {r['p95_s'] * 1e3:.1f} | "
-              f"{r['predicted_probed_s'] * 1e3:.1f} | {r['error_probed']:+.0%} | "
-              f"{r['predicted_calibrated_s'] * 1e3:.1f} | {r['error_calibrated']:+.0%} |")
+        print(
+            f"| {r['model']} | {dims} | {r['measured_s'] * 1e3:.1f} | {r['p95_s'] * 1e3:.1f} | "
+            f"{r['predicted_probed_s'] * 1e3:.1f} | {r['error_probed']:+.0%} | "
+            f"{r['predicted_calibrated_s'] * 1e3:.1f} | {r['error_calibrated']:+.0%} |"
+        )
     print(f"| **median abs error** | | | | | **{med_before:.0%}** | | **{med_after:.0%}** |")
     return 0
 

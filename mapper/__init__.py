@@ -7,6 +7,7 @@ The public API. The dashboard and the CLI use only these names.
     result = map_workload(workload, load_hardware("h100-sxm"), PlanOptions(dtype="bf16"))
     document = mapping_document(result)                          # what --json prints
 """
+
 from mapper.core.errors import MapperError, error_line, printable
 from mapper.core.graph import Graph, LayerType, OpClass
 from mapper.core.result import KernelAssessment, KernelEstimate, MappingResult, PlanOptions
@@ -36,36 +37,93 @@ from mapper.zoo import ZOO_NAMES, build_zoo_model, list_zoo, zoo_model_bytes
 # Sweeps, comparisons, measurements, sheets and charts load pandas/onnxruntime/plotly: imported on first
 # use, so `import mapper` stays light. "module:attr" gives a public name to an attribute named otherwise.
 _LAZY = {
-    "SweepSpec": "mapper.explore.sweep", "SweepResult": "mapper.explore.sweep", "run_sweep": "mapper.explore.sweep",
-    "write_table": "mapper.explore.sweep", "ExecutorSpec": "mapper.explore.executors", "executor_spec": "mapper.explore.executors",
-    "Comparison": "mapper.explore.compare", "compare_plans": "mapper.explore.compare", "comparison_document": "mapper.explore.compare",
-    "plan_spec": "mapper.explore.compare", "write_comparison": "mapper.explore.compare", "COMPARE_METRICS": "mapper.explore.compare:METRICS",
-    "probe_machine": "mapper.evidence", "measure_model": "mapper.evidence", "Measurement": "mapper.evidence",
-    "compare_measured": "mapper.evidence", "load_profile": "mapper.evidence", "calibrate": "mapper.evidence",
+    "SweepSpec": "mapper.explore.sweep",
+    "SweepResult": "mapper.explore.sweep",
+    "run_sweep": "mapper.explore.sweep",
+    "write_table": "mapper.explore.sweep",
+    "ExecutorSpec": "mapper.explore.executors",
+    "executor_spec": "mapper.explore.executors",
+    "Comparison": "mapper.explore.compare",
+    "compare_plans": "mapper.explore.compare",
+    "comparison_document": "mapper.explore.compare",
+    "plan_spec": "mapper.explore.compare",
+    "write_comparison": "mapper.explore.compare",
+    "COMPARE_METRICS": "mapper.explore.compare:METRICS",
+    "probe_machine": "mapper.evidence",
+    "measure_model": "mapper.evidence",
+    "Measurement": "mapper.evidence",
+    "compare_measured": "mapper.evidence",
+    "load_profile": "mapper.evidence",
+    "calibrate": "mapper.evidence",
     "measurement_from_profile": "mapper.evidence",
-    "sheet_bytes": "mapper.report.sheet", "limiting_sentence": "mapper.report.sheet", "csv_bytes": "mapper.report.tables",
-    "class_color": "mapper.report.charts", "layer_share_figure": "mapper.report.charts", "roofline_figure": "mapper.report.charts",
-    "timeline_figure": "mapper.report.charts", "CHART_LAYOUT": "mapper.report.charts:LAYOUT",
+    "sheet_bytes": "mapper.report.sheet",
+    "limiting_sentence": "mapper.report.sheet",
+    "csv_bytes": "mapper.report.tables",
+    "class_color": "mapper.report.charts",
+    "layer_share_figure": "mapper.report.charts",
+    "roofline_figure": "mapper.report.charts",
+    "timeline_figure": "mapper.report.charts",
+    "CHART_LAYOUT": "mapper.report.charts:LAYOUT",
 }
 
 
 def __getattr__(name: str):
     if name in _LAZY:
         import importlib
+
         module, _, attr = _LAZY[name].partition(":")
         return getattr(importlib.import_module(module), attr or name)
     raise AttributeError(f"module 'mapper' has no attribute {name!r}")
 
 
 __all__ = [
-    "MapperError", "ProfileError", "error_line", "printable", "format_bytes",
-    "Graph", "LayerType", "OpClass", "HardwareProfile", "list_hardware", "load_hardware", "edit_profile",
+    "MapperError",
+    "ProfileError",
+    "error_line",
+    "printable",
+    "format_bytes",
+    "Graph",
+    "LayerType",
+    "OpClass",
+    "HardwareProfile",
+    "list_hardware",
+    "load_hardware",
+    "edit_profile",
     "flatten_profile",
-    "ModelHandle", "open_model", "load_model", "BUILTIN_DEFAULT_DIMS", "Workload", "analyze_graph", "dim_roles",
-    "load_workload", "map_workload", "PLAN_DTYPES", "WEIGHT_DTYPES", "FUSION_POLICIES", "LAYOUTS",
-    "mapping_document", "KernelAssessment", "KernelEstimate", "MappingResult", "PlanOptions", "__version__", "ZOO_NAMES",
-    "build_zoo_model", "list_zoo", "zoo_model_bytes",
-    "ServingConfig", "ServingResult", "simulate_serving", "simulate_model_serving", "load_curve", "power_curve",
-    "ServeRequest", "ServingRun", "serve_model", "is_decoder", "LLMServingConfig", "LLMServingResult",
+    "ModelHandle",
+    "open_model",
+    "load_model",
+    "BUILTIN_DEFAULT_DIMS",
+    "Workload",
+    "analyze_graph",
+    "dim_roles",
+    "load_workload",
+    "map_workload",
+    "PLAN_DTYPES",
+    "WEIGHT_DTYPES",
+    "FUSION_POLICIES",
+    "LAYOUTS",
+    "mapping_document",
+    "KernelAssessment",
+    "KernelEstimate",
+    "MappingResult",
+    "PlanOptions",
+    "__version__",
+    "ZOO_NAMES",
+    "build_zoo_model",
+    "list_zoo",
+    "zoo_model_bytes",
+    "ServingConfig",
+    "ServingResult",
+    "simulate_serving",
+    "simulate_model_serving",
+    "load_curve",
+    "power_curve",
+    "ServeRequest",
+    "ServingRun",
+    "serve_model",
+    "is_decoder",
+    "LLMServingConfig",
+    "LLMServingResult",
     *_LAZY,
 ]

@@ -6,6 +6,7 @@ its bytes, hash, name, dims with their roles and branch inputs. `model.bind(dims
 profiles and options lives in the handle's `ModelCaches` (mapper/core/caches.py, where every key is
 written): no module of the engine keeps state of its own.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -33,14 +34,14 @@ BUILTIN_DEFAULT_DIMS = {"batch": 1, "seq": 128, "past": 0}
 class ModelHandle:
     """A model read and parsed once; `bind` gives its workload at concrete shapes."""
 
-    source: str                    # what reproduces it: a built-in name, a path, or "" for uploaded bytes
+    source: str  # what reproduces it: a built-in name, a path, or "" for uploaded bytes
     data: bytes = field(repr=False)
     sha256: str
     name: str
     proto: onnx.ModelProto = field(repr=False)
     builtin: bool
-    roles: dict[str, str]          # each free dim (and branch input) -> its role (see `dim_roles`)
-    branches: tuple[str, ...]      # boolean inputs that a top-level If branches on
+    roles: dict[str, str]  # each free dim (and branch input) -> its role (see `dim_roles`)
+    branches: tuple[str, ...]  # boolean inputs that a top-level If branches on
     caches: ModelCaches = field(default_factory=ModelCaches, repr=False)
 
     def __reduce__(self):  # pickles as what reopens it (a built-in's name, else the bytes), caches empty
@@ -61,8 +62,9 @@ class ModelHandle:
         graph = build_graph(self.proto, self.sha256, self.name, self.caches, dims, batch, seq)
         return analyze_graph(graph, self.caches)
 
-    def shortcut_dims(self, dims: dict[str, int] | None, batch: int | None = None,
-                      seq: int | None = None) -> dict[str, int] | None:
+    def shortcut_dims(
+        self, dims: dict[str, int] | None, batch: int | None = None, seq: int | None = None
+    ) -> dict[str, int] | None:
         """The named bindings with --batch/--seq written onto this model's own dim names."""
         dims = dict(dims or {})
         if batch is None and seq is None:
@@ -81,12 +83,21 @@ def _reopen(source: str, data: bytes | None, name: str) -> ModelHandle:
 
 def _handle(source: str, data: bytes, builtin: bool, naming: Callable[[onnx.ModelProto], str]) -> ModelHandle:
     proto = parse_model(data, source or "upload")
-    return ModelHandle(source=source, data=data, sha256=hashlib.sha256(data).hexdigest(), name=naming(proto),
-                       proto=proto, builtin=builtin, roles=dim_roles_of(proto), branches=tuple(branch_inputs(proto)))
+    return ModelHandle(
+        source=source,
+        data=data,
+        sha256=hashlib.sha256(data).hexdigest(),
+        name=naming(proto),
+        proto=proto,
+        builtin=builtin,
+        roles=dim_roles_of(proto),
+        branches=tuple(branch_inputs(proto)),
+    )
 
 
-def open_model(source: str | os.PathLike | bytes | ModelHandle, *, file_name: str | None = None,
-               name: str | None = None) -> ModelHandle:
+def open_model(
+    source: str | os.PathLike | bytes | ModelHandle, *, file_name: str | None = None, name: str | None = None
+) -> ModelHandle:
     """A built-in name, a path or uploaded bytes -> its handle (a handle is returned as it is).
 
     The model is named `name`, else its graph's own name unless an exporter's generic one (main_graph),
@@ -106,4 +117,5 @@ def open_model(source: str | os.PathLike | bytes | ModelHandle, *, file_name: st
     def naming(proto: onnx.ModelProto) -> str:
         own = proto.graph.name if proto.graph.name not in GENERIC_GRAPH_NAMES else ""
         return name or own or default_name
+
     return _handle("" if uploaded else os.fspath(source), data, False, naming)

@@ -11,6 +11,7 @@
 
 Follow one model through here to see every stage in order.
 """
+
 from __future__ import annotations
 
 import os
@@ -39,26 +40,37 @@ from mapper.work.workload import Workload
 from mapper.zoo import ZOO_NAMES
 
 FUSION_POLICIES = ("none", "default", "aggressive")
-PLAN_DTYPES = ("auto", *PLAN_DTYPE_BYTES)   # PlanOptions.dtype: auto keeps the model's own precision
-WEIGHT_DTYPES = ("same", "int8", "int4")    # PlanOptions.weight_dtype: weight-only quantization
-
+PLAN_DTYPES = ("auto", *PLAN_DTYPE_BYTES)  # PlanOptions.dtype: auto keeps the model's own precision
+WEIGHT_DTYPES = ("same", "int8", "int4")  # PlanOptions.weight_dtype: weight-only quantization
 
 
 def is_builtin(source) -> bool:
     return isinstance(source, str) and source in ZOO_NAMES
 
 
-def load_workload(source: str | os.PathLike | bytes | ModelHandle, dims: dict[str, int] | None = None, *,
-                  batch: int | None = None, seq: int | None = None, file_name: str | None = None) -> Workload:
+def load_workload(
+    source: str | os.PathLike | bytes | ModelHandle,
+    dims: dict[str, int] | None = None,
+    *,
+    batch: int | None = None,
+    seq: int | None = None,
+    file_name: str | None = None,
+) -> Workload:
     """A built-in name, a path, uploaded bytes or a model handle -> its workload at the bindings.
     `file_name`: the name of the file uploaded bytes came from (see `open_model`). Callers that bind one
     model many times open it once (`open_model`) and bind the handle."""
     return open_model(source, file_name=file_name).bind(dims, batch=batch, seq=seq)
 
 
-def load_model(source: str | os.PathLike | bytes, dims: dict[str, int] | None = None, *,
-               batch: int | None = None, seq: int | None = None, name: str | None = None,
-               file_name: str | None = None) -> Graph:
+def load_model(
+    source: str | os.PathLike | bytes,
+    dims: dict[str, int] | None = None,
+    *,
+    batch: int | None = None,
+    seq: int | None = None,
+    name: str | None = None,
+    file_name: str | None = None,
+) -> Graph:
     """Read an ONNX model and give its graph at concrete shapes (see `open_model` for its name)."""
     return open_model(source, file_name=file_name, name=name).bind(dims, batch=batch, seq=seq).graph
 
@@ -81,8 +93,10 @@ def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOpt
     if options.dtype == "auto" and not hardware.has_matrix_peak(own):
         # e.g. an int8 model on Gaudi 2, an fp16 one on a TPU: the nearest wider precision the device has
         dtype = next(d for d in WIDER_PRECISIONS.get(own, ("fp32",)) if hardware.has_matrix_peak(d))
-        caveats.append(f"{hardware.name} has no {own} matrix peak: the {own} model is mapped at {dtype};"
-                       " choose a dtype the device has (--dtype) to see another.")
+        caveats.append(
+            f"{hardware.name} has no {own} matrix peak: the {own} model is mapped at {dtype};"
+            " choose a dtype the device has (--dtype) to see another."
+        )
     if dtype != "fp32":
         hardware.matrix_peak(dtype)  # an unsupported dtype is an error naming the dtypes the device has
     sizer = Sizer(graph, dtype, options.weight_dtype)
@@ -91,8 +105,11 @@ def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOpt
     kernels = build_kernels(graph, groups, workload.nodes, workload.cost_key, sizer, hardware, attention_fits, caches)
     kernels, layout = plan_layout(graph, kernels, options.layout, hardware.preferred_conv_layout, sizer)
     max_devices = max(hardware.interconnect.max_devices, 1)
-    memory = plan_memory(graph, kernels, sizer, hardware.dram_bytes, 1, 1, max_devices) \
-        if options.tp == options.pp == 1 else None
+    memory = (
+        plan_memory(graph, kernels, sizer, hardware.dram_bytes, 1, 1, max_devices)
+        if options.tp == options.pp == 1
+        else None
+    )
     if memory is None or not memory.fits:  # tensor-parallel roles: to split, or to say how a split would shrink it
         full = assign_roles(graph, kernels)
         memory = plan_memory(graph, full, sizer, hardware.dram_bytes, options.tp, options.pp, max_devices)
@@ -100,50 +117,111 @@ def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOpt
     estimates = estimate_kernels(kernels, hardware, dtype, sizer, options.power_cap_w)
     estimates, parallel = place_on_devices(graph, estimates, options, hardware, dtype, sizer)
     peak = hardware.matrix_peak(dtype)
-    layers, totals = roll_up(estimates, graph, workload.flops, workload.matrix_flops,
-                             sizer.weight_bytes(), peak, dtype,
-                             devices=options.tp * options.pp, replicas=options.dp,
-                             steady_state_s=parallel["slowest_stage_s"], ranks=options.tp,
-                             idle_others_w=hardware.idle_w * options.tp * (options.pp - 1))
+    layers, totals = roll_up(
+        estimates,
+        graph,
+        workload.flops,
+        workload.matrix_flops,
+        sizer.weight_bytes(),
+        peak,
+        dtype,
+        devices=options.tp * options.pp,
+        replicas=options.dp,
+        steady_state_s=parallel["slowest_stage_s"],
+        ranks=options.tp,
+        idle_others_w=hardware.idle_w * options.tp * (options.pp - 1),
+    )
     return MappingResult(
-        model_name=graph.name, model_sha256=graph.sha256, dims=graph.dims, hardware_name=hardware.name,
-        hardware_sha256=hardware.sha256, options=options, nodes=workload.nodes, kernels=tuple(estimates),
-        layers=layers, totals=totals,
+        model_name=graph.name,
+        model_sha256=graph.sha256,
+        dims=graph.dims,
+        hardware_name=hardware.name,
+        hardware_sha256=hardware.sha256,
+        options=options,
+        nodes=workload.nodes,
+        kernels=tuple(estimates),
+        layers=layers,
+        totals=totals,
         unmodeled=tuple((n.name, n.op_type, n.reason) for n in workload.unmodeled),
         caveats=tuple(caveats),
-        assumptions=caches.assumptions(hardware.sha256, dtype, layout, lambda: assumptions_used(hardware, dtype, layout)), engine_version=__version__,
-        created_utc=datetime.now(UTC).isoformat(timespec="seconds"), node_count=len(graph.nodes),
+        assumptions=caches.assumptions(
+            hardware.sha256, dtype, layout, lambda: assumptions_used(hardware, dtype, layout)
+        ),
+        engine_version=__version__,
+        created_utc=datetime.now(UTC).isoformat(timespec="seconds"),
+        node_count=len(graph.nodes),
         extras={"memory": memory_section(memory), "parallel": parallel},
     )
 
 
-def estimate_kernels(kernels: list[Kernel], hw: HardwareProfile, dtype: str, sizer: Sizer,
-                     power_cap_w: float | None) -> list[KernelEstimate]:
+def estimate_kernels(
+    kernels: list[Kernel], hw: HardwareProfile, dtype: str, sizer: Sizer, power_cap_w: float | None
+) -> list[KernelEstimate]:
     """Tile, cost and classify each kernel, placing it on the one-stream timeline."""
     out, start = [], 0.0
-    ridge = hw.ridge_point(dtype) if dtype != "fp32" or "fp32" in hw.matrix_peak_flops_per_s else \
-        hw.vector_peak("fp32") / hw.dram_bandwidth_bytes_per_s
+    ridge = (
+        hw.ridge_point(dtype)
+        if dtype != "fp32" or "fp32" in hw.matrix_peak_flops_per_s
+        else hw.vector_peak("fp32") / hw.dram_bandwidth_bytes_per_s
+    )
     seen: dict[tuple, tuple] = {}  # repeated layers (80 identical decoder blocks) are tiled, costed, classed once
     for k in kernels:
-        key = (k.matrix, k.rule, k.engine, k.flops, k.matrix_flops, k.sfu_ops, k.dram_bytes, k.weight_bytes,
-               k.reduction_rows, k.reduction_length, k.op_types)
+        key = (
+            k.matrix,
+            k.rule,
+            k.engine,
+            k.flops,
+            k.matrix_flops,
+            k.sfu_ops,
+            k.dram_bytes,
+            k.weight_bytes,
+            k.reduction_rows,
+            k.reduction_length,
+            k.op_types,
+        )
         known = seen.get(key)
         if known is None:
             c = estimate_cost(k, hw, dtype, sizer.act, sizer.weight, power_cap_w)
             chosen = c.tiling.chosen
-            facts = Facts(c.engine, c.time_s, c.compute_time_s, c.memory_time_s, c.overhead_s, c.sync_s,
-                          k.flops / c.dram_bytes if c.dram_bytes else float("inf"), ridge,
-                          chosen.waves if chosen else 0, chosen.wave_efficiency if chosen else 1.0,
-                          chosen.padding_efficiency if chosen else 1.0, c.interconnect_s)
+            facts = Facts(
+                c.engine,
+                c.time_s,
+                c.compute_time_s,
+                c.memory_time_s,
+                c.overhead_s,
+                c.sync_s,
+                k.flops / c.dram_bytes if c.dram_bytes else float("inf"),
+                ridge,
+                chosen.waves if chosen else 0,
+                chosen.wave_efficiency if chosen else 1.0,
+                chosen.padding_efficiency if chosen else 1.0,
+                c.interconnect_s,
+            )
             stall = min(max(0.0, c.memory_time_s - c.compute_time_s) / c.time_s if c.time_s else 0.0, 1.0)
             bottleneck, evidence, owner = classify(facts)
-            known = seen[key] = (c.engine, KernelAssessment(
-                tiling=c.tiling, dtype=dtype, time_s=c.time_s, compute_time_s=c.compute_time_s,
-                memory_time_s=c.memory_time_s, overhead_s=c.overhead_s, sync_s=c.sync_s, dram_bytes=c.dram_bytes,
-                l2_bytes=c.l2_bytes, intensity_flop_per_byte=facts.intensity,
-                achieved_flops_per_s=k.flops / c.time_s if c.time_s else 0.0, stall_fraction=stall,
-                energy_j=c.energy_j, avg_power_w=c.avg_power_w, throttled=c.throttled, bottleneck=bottleneck,
-                evidence=evidence, owner=owner))
+            known = seen[key] = (
+                c.engine,
+                KernelAssessment(
+                    tiling=c.tiling,
+                    dtype=dtype,
+                    time_s=c.time_s,
+                    compute_time_s=c.compute_time_s,
+                    memory_time_s=c.memory_time_s,
+                    overhead_s=c.overhead_s,
+                    sync_s=c.sync_s,
+                    dram_bytes=c.dram_bytes,
+                    l2_bytes=c.l2_bytes,
+                    intensity_flop_per_byte=facts.intensity,
+                    achieved_flops_per_s=k.flops / c.time_s if c.time_s else 0.0,
+                    stall_fraction=stall,
+                    energy_j=c.energy_j,
+                    avg_power_w=c.avg_power_w,
+                    throttled=c.throttled,
+                    bottleneck=bottleneck,
+                    evidence=evidence,
+                    owner=owner,
+                ),
+            )
         engine, assessment = known
         out.append(KernelEstimate(k if k.engine == engine else replace(k, engine=engine), assessment, start))
         start += assessment.time_s
@@ -151,8 +229,12 @@ def estimate_kernels(kernels: list[Kernel], hw: HardwareProfile, dtype: str, siz
 
 
 def validate_options(options: PlanOptions) -> PlanOptions:
-    checks = (("dtype", options.dtype, PLAN_DTYPES), ("fusion", options.fusion, FUSION_POLICIES),
-              ("weight_dtype", options.weight_dtype, WEIGHT_DTYPES), ("layout", options.layout, LAYOUTS))
+    checks = (
+        ("dtype", options.dtype, PLAN_DTYPES),
+        ("fusion", options.fusion, FUSION_POLICIES),
+        ("weight_dtype", options.weight_dtype, WEIGHT_DTYPES),
+        ("layout", options.layout, LAYOUTS),
+    )
     for name, value, allowed in checks:
         if value not in allowed:
             raise MapperError(f"option {name}={value!r} is not one of {', '.join(allowed)}")
@@ -170,8 +252,10 @@ def assumptions_used(hw: HardwareProfile, dtype: str, layout: str) -> tuple[tupl
     rows = [(key, str(value), hw.sources.get(key, "")) for key, value in flatten_profile(hw)]
     rows.append(("plan.dtype", dtype, "plan option (auto = the model's own precision)"))
     rows.append(("plan.conv_layout", layout, "plan option (auto = the profile's preferred layout)"))
-    for mod, names in ((tiling, ("SRAM_BYTES_PER_CLOCK", "OVERLAP_EXPONENT", "L2_REUSE_FRACTION", "ACCUMULATOR_BYTES")),
-                       (bottleneck, ("LAUNCH_SHARE", "SYNC_SHARE", "OCCUPANCY_LIMIT"))):
+    for mod, names in (
+        (tiling, ("SRAM_BYTES_PER_CLOCK", "OVERLAP_EXPONENT", "L2_REUSE_FRACTION", "ACCUMULATOR_BYTES")),
+        (bottleneck, ("LAUNCH_SHARE", "SYNC_SHARE", "OCCUPANCY_LIMIT")),
+    ):
         for name in names:
             rows.append((f"{mod.__name__}.{name}", str(getattr(mod, name)), "modeling constant (see the module)"))
     rows.append(("definition.memory_stall_fraction", STALL_DEFINITION, "mapper/schedule/rollup.py"))
@@ -187,4 +271,5 @@ def flatten_profile(hw: HardwareProfile) -> list[tuple[str, object]]:
                 yield from walk(f"{prefix}.{k}" if prefix else k, v)
         else:
             yield prefix, value
+
     return list(walk("", hw.to_dict()))

@@ -1,4 +1,5 @@
 """Shared fixtures: tiny ONNX graphs built with onnx.helper, and the engine's common objects."""
+
 from __future__ import annotations
 
 import os
@@ -29,21 +30,29 @@ def weight(name, shape, dtype=np.float32):
 
 
 def gemm_model(m: int, n: int, k: int, dtype=TensorProto.FLOAT16) -> bytes:
-    return make_model([helper.make_node("MatMul", ["a", "b"], ["c"])],
-                      [tensor("a", [m, k], dtype), tensor("b", [k, n], dtype)], [tensor("c", [m, n], dtype)])
+    return make_model(
+        [helper.make_node("MatMul", ["a", "b"], ["c"])],
+        [tensor("a", [m, k], dtype), tensor("b", [k, n], dtype)],
+        [tensor("c", [m, n], dtype)],
+    )
 
 
 def attention_model(batch: int, heads: int, seq: int, head_dim: int) -> bytes:
     """Q K^T -> scale -> softmax -> P V, as exporters emit unfused attention."""
-    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
-             helper.make_node("MatMul", ["q", "kt"], ["s"]),
-             helper.make_node("Mul", ["s", "scale"], ["ss"]),
-             helper.make_node("Softmax", ["ss"], ["p"], axis=-1),
-             helper.make_node("MatMul", ["p", "v"], ["o"])]
+    nodes = [
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["q", "kt"], ["s"]),
+        helper.make_node("Mul", ["s", "scale"], ["ss"]),
+        helper.make_node("Softmax", ["ss"], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "v"], ["o"]),
+    ]
     shape = [batch, heads, seq, head_dim]
-    return make_model(nodes, [tensor(n, shape, TensorProto.FLOAT16) for n in "qkv"],
-                      [tensor("o", shape, TensorProto.FLOAT16)],
-                      [numpy_helper.from_array(np.array(head_dim ** -0.5, dtype=np.float16), "scale")])
+    return make_model(
+        nodes,
+        [tensor(n, shape, TensorProto.FLOAT16) for n in "qkv"],
+        [tensor("o", shape, TensorProto.FLOAT16)],
+        [numpy_helper.from_array(np.array(head_dim**-0.5, dtype=np.float16), "scale")],
+    )
 
 
 @pytest.fixture(scope="session")
@@ -63,6 +72,7 @@ def _restore_main_module():
     """Streamlit's AppTest installs the page script as sys.modules['__main__'] and leaves it there; a later
     test that spawns worker processes (Dask, process pools) would re-run that page in every worker."""
     import sys
+
     main = sys.modules.get("__main__")
     yield
     if main is not None:

@@ -6,6 +6,7 @@ makes on it ("files": nothing the model names is opened and no external referenc
 stripping copy; "sheet": the .xlsx/.csv/.html written from the mapping carry no live formula or markup).
 The checks themselves are in `fuzz_checks.py`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,8 +23,8 @@ FILES, SHEET = "files", "sheet"
 class Attack:
     label: str
     data: bytes
-    dims: tuple = ()                 # (name, value) pairs, bound at import
-    expect: str | None = None        # "mapped" | "rejected" where the class implies it
+    dims: tuple = ()  # (name, value) pairs, bound at import
+    expect: str | None = None  # "mapped" | "rejected" where the class implies it
     checks: tuple[str, ...] = ()
 
 
@@ -38,9 +39,24 @@ def _vi(name, shape, dtype=TensorProto.FLOAT):
 
 # ---- 1. external data anywhere: attributes, sparse tensors, subgraph initializers ---------------------
 
-LOCATIONS = (".streamlit/config.toml", "../../etc/passwd", "/proc/self/environ", "/dev/zero", "/etc/shadow",
-             "a" * 5000, "weights\x00.bin", "file:///etc/passwd", "..\\..\\windows\\win.ini", "~/.ssh/id_rsa",
-             "/proc/self/mem", "", ".", "/", "data/hardware/h100-sxm.toml", "pyproject.toml")
+LOCATIONS = (
+    ".streamlit/config.toml",
+    "../../etc/passwd",
+    "/proc/self/environ",
+    "/dev/zero",
+    "/etc/shadow",
+    "a" * 5000,
+    "weights\x00.bin",
+    "file:///etc/passwd",
+    "..\\..\\windows\\win.ini",
+    "~/.ssh/id_rsa",
+    "/proc/self/mem",
+    "",
+    ".",
+    "/",
+    "data/hardware/h100-sxm.toml",
+    "pyproject.toml",
+)
 
 
 def _external(rng, t: onnx.TensorProto) -> onnx.TensorProto:
@@ -52,8 +68,10 @@ def _external(rng, t: onnx.TensorProto) -> onnx.TensorProto:
         t.data_location = TensorProto.EXTERNAL
     entries = [("location", rng.choice(LOCATIONS))]
     if rng.random() < 0.5:
-        entries += [("offset", rng.choice(("0", "1", "-1", "x", str(HUGE)))),
-                    ("length", rng.choice(("1", "4096", "99999999999", "-5", "")))]
+        entries += [
+            ("offset", rng.choice(("0", "1", "-1", "x", str(HUGE)))),
+            ("length", rng.choice(("1", "4096", "99999999999", "-5", ""))),
+        ]
     if rng.random() < 0.1:
         entries.append(("checksum", "0" * 40))
     if not 0.8 < how < 0.9:
@@ -76,14 +94,30 @@ def _sparse(rng, name: str) -> onnx.SparseTensorProto:
 
 def _body(rng, outer: str, out: str, inputs=()) -> onnx.GraphProto:
     """A subgraph adding an external initializer to an outer-scope tensor."""
-    return helper.make_graph([helper.make_node("Add", [outer, "bw"], [out])], "body", list(inputs),
-                             [_vi(out, [2, 4])], initializer=[_weight(rng, "bw")])
+    return helper.make_graph(
+        [helper.make_node("Add", [outer, "bw"], [out])],
+        "body",
+        list(inputs),
+        [_vi(out, [2, 4])],
+        initializer=[_weight(rng, "bw")],
+    )
 
 
 def external_data_model(rng) -> Attack:
     """y = x + c, where c's data (or a body's weight) points at a file the server must never open."""
-    where = rng.choice(("constant", "constant_sparse", "sparse_init", "main_init", "if_body", "loop_body",
-                        "scan_body", "tensors_attr", "nested"))
+    where = rng.choice(
+        (
+            "constant",
+            "constant_sparse",
+            "sparse_init",
+            "main_init",
+            "if_body",
+            "loop_body",
+            "scan_body",
+            "tensors_attr",
+            "nested",
+        )
+    )
     x, inits, extra = _vi("x", [2, 4]), [], {}
     add = helper.make_node("Add", ["x", "c"], ["y"])
     if where == "constant":
@@ -95,33 +129,42 @@ def external_data_model(rng) -> Attack:
     elif where == "main_init":
         nodes, inits = [add], [_weight(rng, "c")]
     elif where == "if_body":
-        nodes = [helper.make_node("If", ["cond"], ["c"], then_branch=_body(rng, "x", "c"),
-                                  else_branch=_body(rng, "x", "c")), add]
+        nodes = [
+            helper.make_node("If", ["cond"], ["c"], then_branch=_body(rng, "x", "c"), else_branch=_body(rng, "x", "c")),
+            add,
+        ]
         inits = [numpy_helper.from_array(np.array(rng.random() < 0.5), "cond")]
     elif where == "loop_body":
-        body = helper.make_graph([helper.make_node("Identity", ["cin"], ["cout"]),
-                                  helper.make_node("Add", ["x", "bw"], ["c_scan"])], "body",
-                                 [_vi("i", [], TensorProto.INT64), _vi("cin", [], TensorProto.BOOL)],
-                                 [_vi("cout", [], TensorProto.BOOL), _vi("c_scan", [2, 4])],
-                                 initializer=[_weight(rng, "bw")])
+        body = helper.make_graph(
+            [helper.make_node("Identity", ["cin"], ["cout"]), helper.make_node("Add", ["x", "bw"], ["c_scan"])],
+            "body",
+            [_vi("i", [], TensorProto.INT64), _vi("cin", [], TensorProto.BOOL)],
+            [_vi("cout", [], TensorProto.BOOL), _vi("c_scan", [2, 4])],
+            initializer=[_weight(rng, "bw")],
+        )
         nodes = [helper.make_node("Loop", ["trip", ""], ["c"], body=body), add]
         inits = [numpy_helper.from_array(np.array(rng.choice((1, 3, 255)), np.int64), "trip")]
     elif where == "scan_body":
         body = _body(rng, "s_in", "s_out", [_vi("s_in", [2, 4])])
-        nodes = [helper.make_node("Scan", ["x3"], ["c3"], body=body, num_scan_inputs=1),
-                 helper.make_node("ReduceSum", ["c3"], ["c"], keepdims=0, axes=[0]), add]
+        nodes = [
+            helper.make_node("Scan", ["x3"], ["c3"], body=body, num_scan_inputs=1),
+            helper.make_node("ReduceSum", ["c3"], ["c"], keepdims=0, axes=[0]),
+            add,
+        ]
         x = _vi("x3", [1, 2, 4])
         nodes.insert(0, helper.make_node("Squeeze", ["x3"], ["x"], axes=[0]))
     elif where == "tensors_attr":  # tensor-list and single-tensor attributes on a node nobody models
-        node = helper.make_node(rng.choice(("FancyUnknownOp", "Identity", "Constant")), ["x"], ["c"],
-                                domain=rng.choice(("", "com.evil")))
+        node = helper.make_node(
+            rng.choice(("FancyUnknownOp", "Identity", "Constant")), ["x"], ["c"], domain=rng.choice(("", "com.evil"))
+        )
         node.attribute.append(helper.make_attribute("weights", [_weight(rng, f"t{i}") for i in range(3)]))
         node.attribute.append(helper.make_attribute("value", _weight(rng, "tv")))
         node.attribute.append(helper.make_attribute("sparse", _sparse(rng, "sv")))
         nodes = [node, add]
     else:  # an If inside a Loop body inside an If, the weight at the bottom
-        inner = helper.make_node("If", ["cond"], ["c"], then_branch=_body(rng, "x", "c"),
-                                 else_branch=_body(rng, "x", "c"))
+        inner = helper.make_node(
+            "If", ["cond"], ["c"], then_branch=_body(rng, "x", "c"), else_branch=_body(rng, "x", "c")
+        )
         mid = helper.make_graph([inner], "mid", [], [_vi("c", [2, 4])])
         nodes = [helper.make_node("If", ["cond"], ["c"], then_branch=mid, else_branch=mid), add]
         inits = [numpy_helper.from_array(np.array(True), "cond")]
@@ -131,24 +174,57 @@ def external_data_model(rng) -> Attack:
 
 # ---- 2. hostile strings in every name field --------------------------------------------------------
 
-HOSTILE = ("<script>alert(1)</script>", "<div style=position:fixed;inset:0>Session expired</div>",
-           "<iframe src=http://127.0.0.1:1>", "![x](http://127.0.0.1:9/b.png)", ":red[x] **bold**",
-           "$\\x$", "$$\\int$$", "=HYPERLINK(\"http://127.0.0.1:9\",\"x\")", "=cmd|' /C calc'!A0", "+1", "-1",
-           "@SUM(A1)", "\tTAB", "\rCR", "=1+1", "".join(map(chr, range(32))) + "\x7f", "\x1b[31mred\x1b[0m\x1b]0;t\x07",
-           "\u202eevil\u202c", "a\u0000b", "../../x", "/etc/passwd", "{{7*7}}", "%s%n", "' OR 1=1 --", "\ufeff",
-           "\ud7ff\ue000", "x" * 100_000)
+HOSTILE = (
+    "<script>alert(1)</script>",
+    "<div style=position:fixed;inset:0>Session expired</div>",
+    "<iframe src=http://127.0.0.1:1>",
+    "![x](http://127.0.0.1:9/b.png)",
+    ":red[x] **bold**",
+    "$\\x$",
+    "$$\\int$$",
+    '=HYPERLINK("http://127.0.0.1:9","x")',
+    "=cmd|' /C calc'!A0",
+    "+1",
+    "-1",
+    "@SUM(A1)",
+    "\tTAB",
+    "\rCR",
+    "=1+1",
+    "".join(map(chr, range(32))) + "\x7f",
+    "\x1b[31mred\x1b[0m\x1b]0;t\x07",
+    "\u202eevil\u202c",
+    "a\u0000b",
+    "../../x",
+    "/etc/passwd",
+    "{{7*7}}",
+    "%s%n",
+    "' OR 1=1 --",
+    "\ufeff",
+    "\ud7ff\ue000",
+    "x" * 100_000,
+)
 NAME_FIELDS = ("graph", "node", "op_type", "domain", "tensor", "dim_param", "doc", "metadata", "producer")
 NOT_UTF8 = b"Q\xecQ\x80"
 
 
 def _hostile_base(rng) -> onnx.ModelProto:
     """x[batch, 8] @ w -> + b -> Relu -> y, with value_info; every name in it can be replaced."""
-    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"), helper.make_node("Add", ["h", "b"], ["a"]),
-             helper.make_node("Relu", ["a"], ["y"], name="act")]
-    inits = [numpy_helper.from_array(np.zeros((8, 4), np.float32), "w"),
-             numpy_helper.from_array(np.zeros(4, np.float32), "b")]
-    return _model(nodes, [_vi("x", ["batch", 8])], [_vi("y", ["batch", 4])], inits,
-                  value_info=[_vi("h", ["batch", 4]), _vi("a", ["batch", 4])])
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+        helper.make_node("Add", ["h", "b"], ["a"]),
+        helper.make_node("Relu", ["a"], ["y"], name="act"),
+    ]
+    inits = [
+        numpy_helper.from_array(np.zeros((8, 4), np.float32), "w"),
+        numpy_helper.from_array(np.zeros(4, np.float32), "b"),
+    ]
+    return _model(
+        nodes,
+        [_vi("x", ["batch", 8])],
+        [_vi("y", ["batch", 4])],
+        inits,
+        value_info=[_vi("h", ["batch", 4]), _vi("a", ["batch", 4])],
+    )
 
 
 def hostile_names_model(rng) -> Attack:
@@ -200,8 +276,12 @@ def hostile_names_model(rng) -> Attack:
     label = f"names:{'+'.join(fields)}"
     if rng.random() < 0.05:  # invalid UTF-8 inside a protobuf string field: must be refused
         g.node[2].name = "QQQQ"
-        return Attack(label + "+not_utf8", m.SerializeToString().replace(b"QQQQ", NOT_UTF8), (("batch", 2),)
-                      if dim == "batch" else ((dim, 2),), expect="rejected")
+        return Attack(
+            label + "+not_utf8",
+            m.SerializeToString().replace(b"QQQQ", NOT_UTF8),
+            (("batch", 2),) if dim == "batch" else ((dim, 2),),
+            expect="rejected",
+        )
     checks = (SHEET,) if rng.random() < 0.2 else ()
     # (a dim_param that reads as an expression, '-1' or '{{7*7}}', cannot be bound by its name: either outcome)
     expect = None if "dim_param" in fields else "mapped"
@@ -209,6 +289,7 @@ def hostile_names_model(rng) -> Attack:
 
 
 # ---- 3. wide fan-in, wide fan-out, long chains ---------------------------------------------------
+
 
 def _nodes_fast(op: str, inputs: list[list[str]], outputs: list[list[str]]) -> list[onnx.NodeProto]:
     out = []
@@ -232,8 +313,9 @@ def wide_graph_model(rng) -> Attack:
     if how == "fan_in":
         join = rng.choice(("Sum", "Concat", "Max", "Mean", "Min"))
         nodes = _nodes_fast(branch, [["x"]] * n, [[f"r{i}"] for i in range(n)])
-        nodes.append(helper.make_node(join, [f"r{i}" for i in range(n)], ["y"],
-                                      **({"axis": 0} if join == "Concat" else {})))
+        nodes.append(
+            helper.make_node(join, [f"r{i}" for i in range(n)], ["y"], **({"axis": 0} if join == "Concat" else {}))
+        )
         out_shape = [None, shape[1]] if join == "Concat" else shape
         outputs = [_vi("y", out_shape)]
         label = f"wide:fan_in:{join}:{n}"
@@ -263,8 +345,13 @@ def _int64(name, values) -> onnx.TensorProto:
 def _relu_body(count: int, name="body") -> onnx.GraphProto:
     names = ["bx"] + [f"b{i}" for i in range(count)]
     nodes = _nodes_fast("Relu", [[a] for a in names[:-1]], [[b] for b in names[1:]])
-    return helper.make_graph(nodes, name, [], [_vi(names[-1], [2, 4])],
-                             initializer=[numpy_helper.from_array(np.zeros((2, 4), np.float32), "bx")])
+    return helper.make_graph(
+        nodes,
+        name,
+        [],
+        [_vi(names[-1], [2, 4])],
+        initializer=[numpy_helper.from_array(np.zeros((2, 4), np.float32), "bx")],
+    )
 
 
 def _loop(trip: str, body_nodes: int, depth: int) -> tuple[onnx.NodeProto, list]:
@@ -272,10 +359,13 @@ def _loop(trip: str, body_nodes: int, depth: int) -> tuple[onnx.NodeProto, list]
     inner = _relu_body(body_nodes)
     for level in range(depth):
         last = inner.output[0].name
-        body = helper.make_graph([*inner.node, helper.make_node("Identity", ["cin"], ["cout"])], f"loop{level}",
-                                 [_vi("i", [], TensorProto.INT64), _vi("cin", [], TensorProto.BOOL)],
-                                 [_vi("cout", [], TensorProto.BOOL), _vi(last, [2, 4])],
-                                 initializer=list(inner.initializer))
+        body = helper.make_graph(
+            [*inner.node, helper.make_node("Identity", ["cin"], ["cout"])],
+            f"loop{level}",
+            [_vi("i", [], TensorProto.INT64), _vi("cin", [], TensorProto.BOOL)],
+            [_vi("cout", [], TensorProto.BOOL), _vi(last, [2, 4])],
+            initializer=list(inner.initializer),
+        )
         node = helper.make_node("Loop", [trip, "go"], [f"l{level}"], body=body)
         inner = helper.make_graph([node], f"wrap{level}", [], [_vi(f"l{level}", None)])
     return node, [_int64(trip, HUGE), numpy_helper.from_array(np.array(True), "go")]
@@ -285,18 +375,24 @@ def amplifier_model(rng) -> Attack:
     """Small files whose constants ask for enormous work or memory (ConstantOfShape, Expand, Tile, Range,
     Resize targets; a Loop of 2^62 trips, nested; an If whose branches hold many nodes)."""
     over_limit = rng.random() < 0.001  # 1 in 1,000: a body over MAX_NODES (a 10 MB model, ~4 s a case)
-    how = "if_body" if over_limit else rng.choice(("constant_of_shape", "expand", "tile", "range", "resize", "loop",
-                                                   "nested_loop", "if_body"))
+    how = (
+        "if_body"
+        if over_limit
+        else rng.choice(("constant_of_shape", "expand", "tile", "range", "resize", "loop", "nested_loop", "if_body"))
+    )
     x, inits, expect = _vi("x", [2, 4]), [], None
     if how == "constant_of_shape":
         shape = rng.choice(HUGE_SHAPES)
-        nodes = [helper.make_node("ConstantOfShape", ["s"], ["c"],
-                                  value=numpy_helper.from_array(np.array([1.0], np.float32))),
-                 helper.make_node("Relu", ["c"], ["y"])]
+        nodes = [
+            helper.make_node(
+                "ConstantOfShape", ["s"], ["c"], value=numpy_helper.from_array(np.array([1.0], np.float32))
+            ),
+            helper.make_node("Relu", ["c"], ["y"]),
+        ]
         inits = [_int64("s", shape)]
     elif how in ("expand", "tile"):
         target = rng.choice(HUGE_SHAPES[:-1])
-        target = (target + [4])[:2] if how == "tile" else [*target, 4][-max(2, len(target)):]
+        target = (target + [4])[:2] if how == "tile" else [*target, 4][-max(2, len(target)) :]
         nodes = [helper.make_node(how.capitalize(), ["x", "s"], ["c"]), helper.make_node("Relu", ["c"], ["y"])]
         inits = [_int64("s", target)]
     elif how == "range":
@@ -313,9 +409,16 @@ def amplifier_model(rng) -> Attack:
     else:
         count = MANY_BODY_NODES if over_limit else rng.choice((10, 1000, 5000))
         expect = "rejected" if over_limit else None
-        nodes = [helper.make_node("If", ["cond"], ["c"], then_branch=_relu_body(count, "then"),
-                                  else_branch=_relu_body(rng.choice((1, count)), "else")),
-                 helper.make_node("Relu", ["c"], ["y"])]
+        nodes = [
+            helper.make_node(
+                "If",
+                ["cond"],
+                ["c"],
+                then_branch=_relu_body(count, "then"),
+                else_branch=_relu_body(rng.choice((1, count)), "else"),
+            ),
+            helper.make_node("Relu", ["c"], ["y"]),
+        ]
         inits = [numpy_helper.from_array(np.array(rng.random() < 0.5), "cond")]
         how = f"if_body:{count}"
     m = _model(nodes, [x], [_vi("y", None)], inits)

@@ -10,6 +10,7 @@ cases as before it (`classic_case`), so the seeds of earlier runs replay with `c
 `time_bound` turns a case that runs too long into `CaseTimeout` (a BaseException, so no
 `except Exception` in the engine can swallow it).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -36,22 +37,123 @@ LIGHT_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 MODELS_DIR = ROOT / "tests" / "models"
 HUGE = 1 << 62
 BAD_DIMS = (0, -1, -7, HUGE, 1 << 31, (1 << 31) + 1, 1 << 40, 3, 1)
-BAD_NUMBERS = (0, -1, -1e300, float("nan"), float("inf"), float("-inf"), 1e308, 5e-324, True, "12", None, [], {},
-               [1, 2], 1 << 70, 1.5, 2.0 ** 80)
+BAD_NUMBERS = (
+    0,
+    -1,
+    -1e300,
+    float("nan"),
+    float("inf"),
+    float("-inf"),
+    1e308,
+    5e-324,
+    True,
+    "12",
+    None,
+    [],
+    {},
+    [1, 2],
+    1 << 70,
+    1.5,
+    2.0**80,
+)
 # Ops the engine has rules for, some it has not, and control flow (subgraph attributes).
-OPS = ("MatMul", "Gemm", "Conv", "ConvTranspose", "Add", "Mul", "Relu", "Softmax", "LayerNormalization",
-       "Reshape", "Transpose", "Concat", "Split", "Slice", "Gather", "Expand", "Tile", "Pad", "Resize",
-       "MaxPool", "AveragePool", "GlobalAveragePool", "ReduceMean", "ReduceSum", "Shape", "Size",
-       "ConstantOfShape", "Range", "Where", "Cast", "Squeeze", "Unsqueeze", "Flatten", "Einsum", "TopK",
-       "OneHot", "DepthToSpace", "SpaceToDepth", "NonZero", "Attention", "MultiHeadAttention",
-       "GroupQueryAttention", "Constant", "Identity", "Erf", "BatchNormalization", "ArgMax", "Trilu",
-       "If", "Loop", "Scan", "FancyUnknownOp")
-ATTR_NAMES = ("axis", "axes", "perm", "kernel_shape", "strides", "pads", "dilations", "group", "transA", "transB",
-              "keepdims", "to", "k", "blocksize", "num_heads", "equation", "mode", "split", "starts", "ends",
-              "value", "allowzero", "upper", "output_padding", "output_shape", "epsilon", "alpha")
-ELEM_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.INT64, TensorProto.INT32,
-              TensorProto.INT8, TensorProto.BOOL, TensorProto.STRING, TensorProto.UNDEFINED, TensorProto.DOUBLE,
-              TensorProto.FLOAT8E4M3FN, 999)
+OPS = (
+    "MatMul",
+    "Gemm",
+    "Conv",
+    "ConvTranspose",
+    "Add",
+    "Mul",
+    "Relu",
+    "Softmax",
+    "LayerNormalization",
+    "Reshape",
+    "Transpose",
+    "Concat",
+    "Split",
+    "Slice",
+    "Gather",
+    "Expand",
+    "Tile",
+    "Pad",
+    "Resize",
+    "MaxPool",
+    "AveragePool",
+    "GlobalAveragePool",
+    "ReduceMean",
+    "ReduceSum",
+    "Shape",
+    "Size",
+    "ConstantOfShape",
+    "Range",
+    "Where",
+    "Cast",
+    "Squeeze",
+    "Unsqueeze",
+    "Flatten",
+    "Einsum",
+    "TopK",
+    "OneHot",
+    "DepthToSpace",
+    "SpaceToDepth",
+    "NonZero",
+    "Attention",
+    "MultiHeadAttention",
+    "GroupQueryAttention",
+    "Constant",
+    "Identity",
+    "Erf",
+    "BatchNormalization",
+    "ArgMax",
+    "Trilu",
+    "If",
+    "Loop",
+    "Scan",
+    "FancyUnknownOp",
+)
+ATTR_NAMES = (
+    "axis",
+    "axes",
+    "perm",
+    "kernel_shape",
+    "strides",
+    "pads",
+    "dilations",
+    "group",
+    "transA",
+    "transB",
+    "keepdims",
+    "to",
+    "k",
+    "blocksize",
+    "num_heads",
+    "equation",
+    "mode",
+    "split",
+    "starts",
+    "ends",
+    "value",
+    "allowzero",
+    "upper",
+    "output_padding",
+    "output_shape",
+    "epsilon",
+    "alpha",
+)
+ELEM_TYPES = (
+    TensorProto.FLOAT,
+    TensorProto.FLOAT16,
+    TensorProto.BFLOAT16,
+    TensorProto.INT64,
+    TensorProto.INT32,
+    TensorProto.INT8,
+    TensorProto.BOOL,
+    TensorProto.STRING,
+    TensorProto.UNDEFINED,
+    TensorProto.DOUBLE,
+    TensorProto.FLOAT8E4M3FN,
+    999,
+)
 
 
 class CaseTimeout(BaseException):
@@ -61,8 +163,10 @@ class CaseTimeout(BaseException):
 @contextlib.contextmanager
 def time_bound(seconds: float):
     """Raise CaseTimeout in the main thread after `seconds` (SIGALRM; the main thread only)."""
+
     def fire(signum, frame):
         raise CaseTimeout(f"over {seconds} s")
+
     previous = signal.signal(signal.SIGALRM, fire)
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
@@ -74,13 +178,13 @@ def time_bound(seconds: float):
 
 @dataclass
 class Case:
-    kind: str                      # model | hardware | trace
-    label: str                     # which generator and mutation made it
-    payload: object                # model bytes, profile dict/bytes, or CSV bytes
+    kind: str  # model | hardware | trace
+    label: str  # which generator and mutation made it
+    payload: object  # model bytes, profile dict/bytes, or CSV bytes
     dims: dict = field(default_factory=dict)
-    source: str = "h100-sxm"       # model cases: the profile; hardware cases: the model to map
-    expect: str | None = None      # "mapped" | "rejected" where the generator implies it
-    checks: tuple[str, ...] = ()   # extra checks after the run (fuzz_attacks.FILES, SHEET)
+    source: str = "h100-sxm"  # model cases: the profile; hardware cases: the model to map
+    expect: str | None = None  # "mapped" | "rejected" where the generator implies it
+    checks: tuple[str, ...] = ()  # extra checks after the run (fuzz_attacks.FILES, SHEET)
 
     def describe(self) -> str:
         size = len(self.payload) if isinstance(self.payload, (bytes, bytearray)) else "dict"
@@ -88,6 +192,7 @@ class Case:
 
 
 # ---- seed corpora ------------------------------------------------------------------------------
+
 
 @functools.cache
 def real_models() -> tuple[tuple[str, bytes], ...]:
@@ -109,6 +214,7 @@ def parsed(name: str) -> onnx.ModelProto:
 @functools.cache
 def free_dims(name: str) -> tuple[str, ...]:
     from mapper.model.bindings import symbolic_dims
+
     return tuple(symbolic_dims(parsed(name)))
 
 
@@ -142,11 +248,12 @@ def pick_dims(rng: random.Random, names, wild: float = 0.1) -> dict:
 
 # ---- model cases ---------------------------------------------------------------------------------
 
+
 def mutate_bytes(rng: random.Random, data: bytes) -> tuple[str, bytes]:
     b = bytearray(data)
     how = rng.choice(("truncate", "flip", "splice", "insert", "delete", "overwrite", "prefix"))
     if how == "truncate":
-        b = b[:rng.randrange(len(b) + 1)]
+        b = b[: rng.randrange(len(b) + 1)]
     elif how == "flip":
         for _ in range(rng.randint(1, 8)):
             if b:
@@ -160,10 +267,10 @@ def mutate_bytes(rng: random.Random, data: bytes) -> tuple[str, bytes]:
         b[at:at] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 16)))
     elif how == "delete":
         at = rng.randrange(len(b) + 1)
-        del b[at:at + rng.randint(1, 64)]
+        del b[at : at + rng.randint(1, 64)]
     elif how == "overwrite":  # varints of extreme values where a length or a dim may sit
         at = rng.randrange(len(b) + 1)
-        b[at:at + 10] = rng.choice((b"\xff" * 9 + b"\x01", b"\x80" * 9 + b"\x00", b"\x00" * 10, b"\x7f"))
+        b[at : at + 10] = rng.choice((b"\xff" * 9 + b"\x01", b"\x80" * 9 + b"\x00", b"\x00" * 10, b"\x7f"))
     else:
         b = bytearray(rng.choice((b"", b"\x00", b"\x0a\xff\xff\xff\xff\x0f", b"\x3a\x00"))) + b
     return how, bytes(b)
@@ -174,8 +281,22 @@ def _set_dim(d, rng: random.Random) -> None:
     if choice < 0.6:
         d.dim_value = rng.choice(BAD_DIMS)
     elif choice < 0.8:
-        d.dim_param = rng.choice(("batch", "seq", "s0 + s1", "2*seq", "batch // 0", "x" * 300, "((((" * 50,
-                                  "1" + "*2" * 200, "__import__('os')", "", "seq % 0", "9" * 50))
+        d.dim_param = rng.choice(
+            (
+                "batch",
+                "seq",
+                "s0 + s1",
+                "2*seq",
+                "batch // 0",
+                "x" * 300,
+                "((((" * 50,
+                "1" + "*2" * 200,
+                "__import__('os')",
+                "",
+                "seq % 0",
+                "9" * 50,
+            )
+        )
     else:
         d.Clear()
 
@@ -184,9 +305,29 @@ def mutate_proto(rng: random.Random, m: onnx.ModelProto) -> str:
     """One structural mutation of a parsed model, in place; returns its name."""
     g = m.graph
     nodes = list(g.node)
-    how = rng.choice(("dim", "init_dims", "cycle", "dangling", "dup_name", "dup_output", "huge_attr", "attr_type",
-                      "domain", "subgraph", "opset", "op_type", "drop_init", "dtype", "drop_input", "self_loop",
-                      "no_shape", "graph_output", "many_inputs"))
+    how = rng.choice(
+        (
+            "dim",
+            "init_dims",
+            "cycle",
+            "dangling",
+            "dup_name",
+            "dup_output",
+            "huge_attr",
+            "attr_type",
+            "domain",
+            "subgraph",
+            "opset",
+            "op_type",
+            "drop_init",
+            "dtype",
+            "drop_input",
+            "self_loop",
+            "no_shape",
+            "graph_output",
+            "many_inputs",
+        )
+    )
     if how == "dim":
         vis = list(g.input) + list(g.output) + list(g.value_info)
         if vis:
@@ -226,8 +367,19 @@ def mutate_proto(rng: random.Random, m: onnx.ModelProto) -> str:
     elif how == "huge_attr" and nodes:
         n = g.node[rng.randrange(len(nodes))]
         name = rng.choice(ATTR_NAMES)
-        value = rng.choice(([HUGE] * 4, [-HUGE, HUGE], list(range(rng.choice((20_000, 64)))), HUGE, -HUGE,
-                            "x" * 100_000, [0] * 8, 1e308, float("nan")))
+        value = rng.choice(
+            (
+                [HUGE] * 4,
+                [-HUGE, HUGE],
+                list(range(rng.choice((20_000, 64)))),
+                HUGE,
+                -HUGE,
+                "x" * 100_000,
+                [0] * 8,
+                1e308,
+                float("nan"),
+            )
+        )
         del_attr(n, name)
         n.attribute.append(helper.make_attribute(name, value))
     elif how == "attr_type" and nodes:
@@ -236,8 +388,11 @@ def mutate_proto(rng: random.Random, m: onnx.ModelProto) -> str:
             a = n.attribute[rng.randrange(len(n.attribute))]
             name = a.name
             del_attr(n, name)
-            n.attribute.append(helper.make_attribute(name, rng.choice((1.5, "str", [1.0, 2.0], ["a"], 7, [7],
-                                                                        numpy_helper.from_array(np.zeros(3))))))
+            n.attribute.append(
+                helper.make_attribute(
+                    name, rng.choice((1.5, "str", [1.0, 2.0], ["a"], 7, [7], numpy_helper.from_array(np.zeros(3))))
+                )
+            )
     elif how == "domain" and nodes:
         g.node[rng.randrange(len(nodes))].domain = rng.choice(("com.evil", "ai.onnx.ml", "com.microsoft", "x" * 500))
     elif how == "subgraph" and nodes:
@@ -265,8 +420,13 @@ def mutate_proto(rng: random.Random, m: onnx.ModelProto) -> str:
     elif how == "no_shape" and len(g.input):
         g.input[rng.randrange(len(g.input))].type.tensor_type.ClearField("shape")
     elif how == "graph_output":
-        g.output.append(helper.make_tensor_value_info(rng.choice(("nowhere", g.input[0].name if len(g.input) else "x")),
-                                                      TensorProto.FLOAT, [rng.choice(BAD_DIMS)]))
+        g.output.append(
+            helper.make_tensor_value_info(
+                rng.choice(("nowhere", g.input[0].name if len(g.input) else "x")),
+                TensorProto.FLOAT,
+                [rng.choice(BAD_DIMS)],
+            )
+        )
     elif how == "many_inputs" and nodes:
         n = g.node[rng.randrange(len(nodes))]
         n.input.extend([n.input[0] if len(n.input) else "x"] * rng.choice((10, 1000)))
@@ -287,8 +447,9 @@ def del_attr(node: onnx.NodeProto, name: str) -> None:
 
 def control_node(rng: random.Random, inner: onnx.NodeProto, depth: int) -> onnx.NodeProto:
     """`inner` wrapped in `depth` levels of If/Loop/Scan subgraphs (outputs kept)."""
-    body = helper.make_graph([inner], "body", [], [helper.make_tensor_value_info(o, TensorProto.FLOAT, None)
-                                                  for o in inner.output])
+    body = helper.make_graph(
+        [inner], "body", [], [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in inner.output]
+    )
     for _ in range(depth):
         op = rng.choice(("If", "Loop", "Scan"))
         outs = [o.name for o in body.output] or ["out"]
@@ -298,16 +459,30 @@ def control_node(rng: random.Random, inner: onnx.NodeProto, depth: int) -> onnx.
             node = helper.make_node("Loop", ["trip", "cond"], outs, body=body)
         else:
             node = helper.make_node("Scan", list(inner.input)[:1] or ["x"], outs, body=body, num_scan_inputs=1)
-        body = helper.make_graph([node], f"level{_}", [], [helper.make_tensor_value_info(o, TensorProto.FLOAT, None)
-                                                           for o in outs])
+        body = helper.make_graph(
+            [node], f"level{_}", [], [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs]
+        )
     node.name = inner.name or "ctl"
     return node
 
 
 def random_attr(rng: random.Random, name: str):
-    return rng.choice((rng.randint(-4, 4), [rng.randint(-2, 5) for _ in range(rng.randint(0, 6))], HUGE, -HUGE,
-                       [HUGE, 1], 1e308, "abc", "ij,jk->ik", "bij,bjk->bik", "...,..." , "constant",
-                       numpy_helper.from_array(np.array([rng.randint(-3, 9)] * rng.randint(0, 4), np.int64))))
+    return rng.choice(
+        (
+            rng.randint(-4, 4),
+            [rng.randint(-2, 5) for _ in range(rng.randint(0, 6))],
+            HUGE,
+            -HUGE,
+            [HUGE, 1],
+            1e308,
+            "abc",
+            "ij,jk->ik",
+            "bij,bjk->bik",
+            "...,...",
+            "constant",
+            numpy_helper.from_array(np.array([rng.randint(-3, 9)] * rng.randint(0, 4), np.int64)),
+        )
+    )
 
 
 def random_graph(rng: random.Random) -> tuple[str, bytes, dict]:
@@ -321,8 +496,9 @@ def random_graph(rng: random.Random) -> tuple[str, bytes, dict]:
             arr = np.array([rng.randint(-3, 64) for _ in range(rng.randint(0, 5))], dtype=np.int64)
             t = numpy_helper.from_array(arr, f"c{k}")
         else:
-            t = numpy_helper.from_array(np.zeros([rng.randint(1, 4) for _ in range(rng.randint(0, 4))], np.float32),
-                                        f"c{k}")
+            t = numpy_helper.from_array(
+                np.zeros([rng.randint(1, 4) for _ in range(rng.randint(0, 4))], np.float32), f"c{k}"
+            )
             if rng.random() < 0.3:  # dims that disagree with the data, or are absurd
                 t.dims[:] = [rng.choice(BAD_DIMS) for _ in range(rng.randint(1, 4))]
         inits.append(t)
@@ -338,8 +514,12 @@ def random_graph(rng: random.Random) -> tuple[str, bytes, dict]:
             del node.output[:]
             node.output.append(out)
         else:
-            node = helper.make_node(op, ins, [out] + ([f"t{i}b"] if rng.random() < 0.2 else []),
-                                    domain=rng.choice(("", "", "", "com.microsoft", "weird.domain")))
+            node = helper.make_node(
+                op,
+                ins,
+                [out] + ([f"t{i}b"] if rng.random() < 0.2 else []),
+                domain=rng.choice(("", "", "", "com.microsoft", "weird.domain")),
+            )
             node.attribute.extend(make_attr(k, v) for k, v in attrs.items())
         nodes.append(node)
         names += list(node.output)
@@ -363,7 +543,11 @@ def random_protobuf(rng: random.Random, depth: int = 0) -> bytes:
         elif wire == 5:
             out += bytes(rng.randrange(256) for _ in range(4))
         else:
-            body = random_protobuf(rng, depth + 1) if depth < 4 and rng.random() < 0.3 else bytes(rng.randrange(256) for _ in range(rng.randint(0, 20)))
+            body = (
+                random_protobuf(rng, depth + 1)
+                if depth < 4 and rng.random() < 0.3
+                else bytes(rng.randrange(256) for _ in range(rng.randint(0, 20)))
+            )
             out += varint(len(body)) + body
     return bytes(out)
 
@@ -382,8 +566,9 @@ def model_case(rng: random.Random) -> Case:
     if roll < 0.08:  # (a random protobuf may parse as a ModelProto, but never as a graph that maps)
         return Case("model", "random_protobuf", random_protobuf(rng), expect="rejected")
     if roll < 0.1:
-        return Case("model", "random_bytes", bytes(rng.randrange(256) for _ in range(rng.randint(0, 512))),
-                    expect="rejected")
+        return Case(
+            "model", "random_bytes", bytes(rng.randrange(256) for _ in range(rng.randint(0, 512))), expect="rejected"
+        )
     if roll < 0.35:
         label, data, dims = random_graph(rng)
         return Case("model", label, data, dims)
@@ -401,6 +586,7 @@ def model_case(rng: random.Random) -> Case:
 
 
 # ---- hardware cases ----------------------------------------------------------------------------
+
 
 def _paths(tree, prefix=()):
     for k, v in tree.items():
@@ -431,7 +617,9 @@ def hardware_case(rng: random.Random) -> Case:
         elif how == "extra":
             parent[rng.choice(("bogus", "value", "source", "fp64"))] = rng.choice(BAD_NUMBERS)
         elif how == "huge_table":
-            parent[path[-1]] = {f"k{i}": {"value": 1.0, "source": "x"} for i in range(rng.choice((10, 10, 10, 100_000)))}
+            parent[path[-1]] = {
+                f"k{i}": {"value": 1.0, "source": "x"} for i in range(rng.choice((10, 10, 10, 100_000)))
+            }
         elif how == "curve":
             key = rng.choice(("matrix_by_flops", "vector_by_bytes", "dram_by_bytes"))
             pts = [[1.0 + i, 0.5] for i in range(rng.choice((1, 2, 257, 257, 100_000)))]
@@ -454,6 +642,7 @@ def hardware_case(rng: random.Random) -> Case:
 
 def to_toml(tree: dict) -> str:
     """A minimal TOML writer for profile-shaped trees (tables of inline tables)."""
+
     def val(v):
         if isinstance(v, bool):
             return "true" if v else "false"
@@ -468,6 +657,7 @@ def to_toml(tree: dict) -> str:
         if isinstance(v, dict):
             return "{ " + ", ".join(f"{json.dumps(str(k))} = {val(x)}" for k, x in v.items()) + " }"
         return '""'
+
     lines = []
     for section, body in tree.items():
         if not isinstance(body, dict):
@@ -480,16 +670,27 @@ def to_toml(tree: dict) -> str:
 
 # ---- trace cases ---------------------------------------------------------------------------------
 
+
 def trace_case(rng: random.Random) -> Case:
-    cols = rng.choice((["arrival_s"], ["arrival_s", "prompt_tokens"], ["arrival_s", "prompt_tokens", "output_tokens"],
-                       ["arrival_s", "bogus"], [], ["arrival_s", "arrival_s"], [" arrival_s "]))
+    cols = rng.choice(
+        (
+            ["arrival_s"],
+            ["arrival_s", "prompt_tokens"],
+            ["arrival_s", "prompt_tokens", "output_tokens"],
+            ["arrival_s", "bogus"],
+            [],
+            ["arrival_s", "arrival_s"],
+            [" arrival_s "],
+        )
+    )
     rows, t = [], 0.0
     for _ in range(rng.choice((0, 1, 3, 50, 2000))):
         t += rng.expovariate(100)
         row = [repr(t)] + [str(rng.randint(1, 4096)) for _ in cols[1:]]
         if rng.random() < 0.05 and row:
-            row[rng.randrange(len(row))] = rng.choice(("nan", "inf", "-1", "1e400", "", "x", "1.5", "0", "9" * 400,
-                                                       "\x00", '"', "1,2"))
+            row[rng.randrange(len(row))] = rng.choice(
+                ("nan", "inf", "-1", "1e400", "", "x", "1.5", "0", "9" * 400, "\x00", '"', "1,2")
+            )
         rows.append(",".join(row))
     text = "\n".join([",".join(cols)] + rows)
     data = text.encode()
@@ -504,10 +705,10 @@ def trace_case(rng: random.Random) -> Case:
 
 # Attack classes (tests/fuzz_attacks.py) and their share of all seeds: a fifth together.
 ATTACK_SHARES = (
-    (0.05, fuzz_attacks.external_data_model),   # external data in attributes, sparse tensors, subgraphs
-    (0.06, fuzz_attacks.hostile_names_model),   # hostile strings in every name field
-    (0.04, fuzz_attacks.wide_graph_model),      # wide fan-in / fan-out, long chains
-    (0.05, fuzz_attacks.amplifier_model),       # amplifying constants, trip counts, big bodies
+    (0.05, fuzz_attacks.external_data_model),  # external data in attributes, sparse tensors, subgraphs
+    (0.06, fuzz_attacks.hostile_names_model),  # hostile strings in every name field
+    (0.04, fuzz_attacks.wide_graph_model),  # wide fan-in / fan-out, long chains
+    (0.05, fuzz_attacks.amplifier_model),  # amplifying constants, trip counts, big bodies
 )
 MESSAGE_CHARS = 2000  # a one-line error longer than this is a page of echoed input, not a message
 
@@ -554,12 +755,14 @@ def _run(case: Case) -> None:
         mapper.map_workload(small_workload(), mapper.load_hardware(case.payload))
     else:
         from mapper.serve.serving import ServingConfig, load_trace, simulate_serving
+
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "trace.csv"
             path.write_bytes(case.payload)
             trace = load_trace(path)
-        simulate_serving(lambda batch: 1e-3 * (1 + 0.1 * batch), ServingConfig(max_batch=8, max_wait_s=1e-3,
-                                                                               trace=trace))
+        simulate_serving(
+            lambda batch: 1e-3 * (1 + 0.1 * batch), ServingConfig(max_batch=8, max_wait_s=1e-3, trace=trace)
+        )
 
 
 def map_opening_nothing(case: Case, hw) -> None:
@@ -571,6 +774,7 @@ def map_opening_nothing(case: Case, hw) -> None:
             map_model(case, hw)
         except mapper.MapperError as exc:
             errors.append(exc)
+
     opened = fuzz_checks.files_opened(attempt)
     if opened:
         raise AssertionError(f"the model made the engine open {opened[:3]}")
@@ -593,8 +797,9 @@ def run_case(case: Case) -> str:
     except mapper.MapperError as exc:
         message = str(exc)
         if "\n" in message or not message or len(message) > MESSAGE_CHARS:
-            raise AssertionError(f"MapperError message is not one line of 1..{MESSAGE_CHARS} characters:"
-                                 f" {message[:300]!r}") from exc
+            raise AssertionError(
+                f"MapperError message is not one line of 1..{MESSAGE_CHARS} characters: {message[:300]!r}"
+            ) from exc
         outcome = "rejected"
     if FILES in case.checks:
         fuzz_checks.check_no_external_reference(case.payload)

@@ -1,5 +1,6 @@
 """The extra checks `run_case` makes on attack cases (tests/fuzz_attacks.py): files opened, external
 references left after stripping, live formulas and raw markup in the written sheets."""
+
 from __future__ import annotations
 
 import csv
@@ -41,8 +42,12 @@ _OPENED: list[list[str]] = []  # a stack: audit hooks cannot be removed, so one 
 
 
 def _audit(event, args):
-    if (_OPENED and event in ("open", "os.listdir", "os.scandir", "shutil.copyfile") and args
-            and isinstance(args[0], (str, bytes, os.PathLike))):
+    if (
+        _OPENED
+        and event in ("open", "os.listdir", "os.scandir", "shutil.copyfile")
+        and args
+        and isinstance(args[0], (str, bytes, os.PathLike))
+    ):
         _OPENED[-1].append(os.fsdecode(args[0]))
 
 
@@ -56,8 +61,14 @@ def files_opened(fn) -> list[str]:
         fn()
     finally:
         seen = _OPENED.pop()
-    return [p for p in seen if not p.endswith((".py", ".pyc", ".so", ".pth")) and "site-packages" not in p
-            and "__pycache__" not in p and not p.startswith((sys.prefix, sys.base_prefix))]
+    return [
+        p
+        for p in seen
+        if not p.endswith((".py", ".pyc", ".so", ".pth"))
+        and "site-packages" not in p
+        and "__pycache__" not in p
+        and not p.startswith((sys.prefix, sys.base_prefix))
+    ]
 
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
@@ -79,6 +90,7 @@ def live_formulas_in_csv(data: bytes) -> list[str]:
 
 def live_formulas_in_xlsx(data: bytes) -> list[str]:
     import openpyxl
+
     book = openpyxl.load_workbook(io.BytesIO(data))
     return [f"{ws.title}!{c.coordinate}" for ws in book for row in ws.iter_rows() for c in row if c.data_type == "f"]
 
@@ -92,10 +104,14 @@ def raw_markup_in_html(data: bytes, model: bytes) -> list[str]:
 def check_sheets(result, model: bytes) -> None:
     """Write the sheet as the CLI's --out does (.xlsx, .csv, .html): no live formula, no raw markup."""
     from mapper.report.sheet import write_sheet
+
     with tempfile.TemporaryDirectory() as tmp:
         found = {}
-        for fmt, check in (("xlsx", live_formulas_in_xlsx), ("csv", live_formulas_in_csv),
-                           ("html", lambda data: raw_markup_in_html(data, model))):
+        for fmt, check in (
+            ("xlsx", live_formulas_in_xlsx),
+            ("csv", live_formulas_in_csv),
+            ("html", lambda data: raw_markup_in_html(data, model)),
+        ):
             path = write_sheet(result, Path(tmp) / f"sheet.{fmt}")
             found[fmt] = check(path.read_bytes())
     bad = {fmt: cells[:3] for fmt, cells in found.items() if cells}
@@ -106,6 +122,7 @@ def check_sheets(result, model: bytes) -> None:
 def check_no_external_reference(data: bytes) -> None:
     """The copy that ONNX Runtime is given (ort_shapes.without_external_data) names no file."""
     from mapper.model.ort_shapes import without_external_data
+
     m = onnx.ModelProto()
     m.ParseFromString(data)
     left = external_references(without_external_data(m))

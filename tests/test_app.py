@@ -1,5 +1,6 @@
 """The dashboard through streamlit.testing.v1.AppTest: every page for every built-in model and for
 an uploaded real model, a widget change that moves a KPI, bad uploads, and a shareable link."""
+
 import json
 import re
 from dataclasses import replace
@@ -15,8 +16,21 @@ from mapper.cli.main import main
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 BERT_TINY = Path(__file__).parent / "models" / "hf_bert_tiny.onnx"
-PAGES = ["overview", "layers", "kernels", "roofline", "timeline", "serving", "power", "devices", "validation", "sweep", "compare", "hardware",
-         "export"]
+PAGES = [
+    "overview",
+    "layers",
+    "kernels",
+    "roofline",
+    "timeline",
+    "serving",
+    "power",
+    "devices",
+    "validation",
+    "sweep",
+    "compare",
+    "hardware",
+    "export",
+]
 TIMEOUT = 120  # llama2-70b maps in seconds on a slow CI machine; resnet50 in ~50 ms
 
 
@@ -47,7 +61,9 @@ def visit_every_page(at: AppTest, label: str) -> None:
     for page in PAGES:
         at.switch_page(f"app_pages/{page}.py").run()
         assert_clean(at, f"{label} / {page}")
-        assert at.title and at.title[0].value.lower() == page, f"{label}: landed on {at.title[0].value if at.title else '?'}"
+        assert at.title and at.title[0].value.lower() == page, (
+            f"{label}: landed on {at.title[0].value if at.title else '?'}"
+        )
 
 
 def shown(markdown: str) -> str:
@@ -152,7 +168,9 @@ def test_changing_batch_changes_throughput():
 
 
 def test_query_params_open_the_same_view_and_follow_changes():
-    at = start(model="bert-base", hw="a100-sxm-80gb", batch=4, seq=64, dtype="bf16", fusion="aggressive", page="kernels")
+    at = start(
+        model="bert-base", hw="a100-sxm-80gb", batch=4, seq=64, dtype="bf16", fusion="aggressive", page="kernels"
+    )
     assert_clean(at, "link")
     doc = state(at).doc
     assert (doc["model"]["name"], doc["hardware"]["name"]) == ("bert-base", "a100-sxm-80gb")
@@ -245,8 +263,9 @@ def test_serving_and_power_vary_an_uploads_batch_dim_whatever_its_name():
     at.switch_page("app_pages/power.py").run()
     assert_clean(at, "power of an upload")
     assert not [i for i in at.info if "no batch dim" in i.value] and at.get("plotly_chart")
-    points = mapper.power_curve(path.read_bytes(), mapper.load_hardware("h100-sxm"), mapper.PlanOptions(),
-                                (1, 64), dict(sel.dims))
+    points = mapper.power_curve(
+        path.read_bytes(), mapper.load_hardware("h100-sxm"), mapper.PlanOptions(), (1, 64), dict(sel.dims)
+    )
     assert points[1].latency_s > points[0].latency_s  # batch 64 is not the batch-1 step
     at.switch_page("app_pages/serving.py").run()
     assert_clean(at, "serving of an upload")
@@ -254,16 +273,44 @@ def test_serving_and_power_vary_an_uploads_batch_dim_whatever_its_name():
 
 
 SERVE_ARGS = {  # the sidebar's defaults, spelled as `mapper serve` options
-    "decoder": ["gpt2-small", "--max-batch", str(DEFAULTS["max_batch"]), "--rate", str(DEFAULTS["llm_rate_per_s"]),
-                "--prompt-tokens", str(DEFAULTS["prompt_tokens"]), "--output-tokens", str(DEFAULTS["output_tokens"]),
-                "--requests", str(LLM_REQUESTS)],
-    "queue": ["resnet50", "--max-batch", str(DEFAULTS["max_batch"]), "--max-wait-ms", str(DEFAULTS["max_wait_ms"]),
-              "--rate", str(DEFAULTS["rate_per_s"]), "--load-curve", "--p99-target-ms", str(DEFAULTS["p99_target_ms"]),
-              "--requests", str(REQUESTS)],
+    "decoder": [
+        "gpt2-small",
+        "--max-batch",
+        str(DEFAULTS["max_batch"]),
+        "--rate",
+        str(DEFAULTS["llm_rate_per_s"]),
+        "--prompt-tokens",
+        str(DEFAULTS["prompt_tokens"]),
+        "--output-tokens",
+        str(DEFAULTS["output_tokens"]),
+        "--requests",
+        str(LLM_REQUESTS),
+    ],
+    "queue": [
+        "resnet50",
+        "--max-batch",
+        str(DEFAULTS["max_batch"]),
+        "--max-wait-ms",
+        str(DEFAULTS["max_wait_ms"]),
+        "--rate",
+        str(DEFAULTS["rate_per_s"]),
+        "--load-curve",
+        "--p99-target-ms",
+        str(DEFAULTS["p99_target_ms"]),
+        "--requests",
+        str(REQUESTS),
+    ],
 }
-SHOWN = {"decoder": {"TTFT p50": "ttft_p50_s", "TTFT p99": "ttft_p99_s", "TPOT p50": "tpot_p50_s",
-                     "TPOT p99": "tpot_p99_s", "Request latency p99": "latency_p99_s"},
-         "queue": {"p50": "p50_s", "p95": "p95_s", "p99": "p99_s"}}
+SHOWN = {
+    "decoder": {
+        "TTFT p50": "ttft_p50_s",
+        "TTFT p99": "ttft_p99_s",
+        "TPOT p50": "tpot_p50_s",
+        "TPOT p99": "tpot_p99_s",
+        "Request latency p99": "latency_p99_s",
+    },
+    "queue": {"p50": "p50_s", "p95": "p95_s", "p99": "p99_s"},
+}
 
 
 @pytest.mark.parametrize("kind", ["decoder", "queue"])
@@ -276,8 +323,9 @@ def test_serving_page_shows_what_mapper_serve_reports(kind, capsys):
     assert_clean(at, f"serving {kind}")
     assert at.title[0].value == "Serving"
     shown_metrics = {m.label: m.value for m in at.metric}
-    assert {label: shown_metrics.get(label) for label in SHOWN[kind]} == \
-        {label: ui.ms(section[key]) for label, key in SHOWN[kind].items()}
+    assert {label: shown_metrics.get(label) for label in SHOWN[kind]} == {
+        label: ui.ms(section[key]) for label, key in SHOWN[kind].items()
+    }
 
 
 def edit_a_profile_badly():
@@ -286,8 +334,11 @@ def edit_a_profile_badly():
     from app_pages import hwform
 
     base = mapper.load_hardware("h100-sxm")
-    hwform._accept(lambda: mapper.edit_profile(base, {"compute.clock_hz": -5.0, "power.idle_w": -1.0}),
-                   "edited profile", "(custom profile)")
+    hwform._accept(
+        lambda: mapper.edit_profile(base, {"compute.clock_hz": -5.0, "power.idle_w": -1.0}),
+        "edited profile",
+        "(custom profile)",
+    )
     hwform.hardware_section("(custom profile)")
 
 
@@ -297,6 +348,8 @@ def test_profile_editor_shows_one_line_per_bad_field():
     assert not at.exception, [e.value for e in at.exception]
     lines = [shown(e.value) for e in at.error]
     assert len(lines) == 2, lines
-    assert [line.split(" must ")[0] for line in lines] == ["edited profile: field compute.clock_hz",
-                                                           "edited profile: field power.idle_w"]
+    assert [line.split(" must ")[0] for line in lines] == [
+        "edited profile: field compute.clock_hz",
+        "edited profile: field power.idle_w",
+    ]
     assert state(at).custom_hw is None  # nothing invalid became the profile

@@ -1,5 +1,6 @@
 """The import floors bench/bench_import.py times beside the real importer: each walks every node of a real
 model (a floor that skipped nodes would make the ceiling it reports look higher than it is)."""
+
 import sys
 from pathlib import Path
 

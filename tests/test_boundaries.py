@@ -1,4 +1,5 @@
 """Architecture boundaries: the engine imports no UI, modules stay small, the API is explicit."""
+
 from __future__ import annotations
 
 import ast
@@ -24,7 +25,11 @@ def test_engine_never_imports_streamlit():
 
 
 def test_modules_stay_under_500_lines():
-    big = [(p.name, n) for p in (ROOT / "mapper").rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES]
+    big = [
+        (p.name, n)
+        for p in (ROOT / "mapper").rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
+    ]
     assert big == []
 
 
@@ -58,8 +63,11 @@ def test_the_dashboard_uses_only_the_public_api():
     public = set(mapper.__all__)
     found = {}
     for path in dashboard_sources():
-        bad = [use for use in mapper_uses(ast.parse(path.read_text()))
-               if not use.startswith("mapper.") or use.removeprefix("mapper.") not in public]
+        bad = [
+            use
+            for use in mapper_uses(ast.parse(path.read_text()))
+            if not use.startswith("mapper.") or use.removeprefix("mapper.") not in public
+        ]
         if bad:
             found[str(path.relative_to(ROOT))] = sorted(set(bad))
     assert found == {}
@@ -68,5 +76,8 @@ def test_the_dashboard_uses_only_the_public_api():
 def test_the_dashboard_boundary_check_catches_private_imports():
     """The check above, on code that reaches past the API (so it cannot pass by finding nothing)."""
     code = "import mapper\nimport mapper.sheet\nfrom mapper.units import format_bytes\nmapper.charts.LAYOUT\n"
-    assert mapper_uses(ast.parse(code)) == ["import mapper.sheet", "from mapper.units import format_bytes",
-                                            "mapper.charts"]
+    assert mapper_uses(ast.parse(code)) == [
+        "import mapper.sheet",
+        "from mapper.units import format_bytes",
+        "mapper.charts",
+    ]

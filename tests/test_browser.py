@@ -4,6 +4,7 @@ profile, open a kernel's drill-down, download the XLSX and read it back, screens
 Needs /usr/bin/chromium (scripts/install_browser.sh) and the playwright package; skipped otherwise.
 Screenshots go to a tmp folder, and to $SCREENSHOT_DIR when it is set.
 """
+
 from __future__ import annotations
 
 import os
@@ -21,9 +22,30 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
 BERT_TINY = ROOT / "tests" / "models" / "hf_bert_tiny.onnx"
-PAGES = ["Overview", "Layers", "Kernels", "Roofline", "Timeline", "Serving", "Power", "Devices", "Validation", "Sweep", "Compare", "Hardware", "Export"]
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
+PAGES = [
+    "Overview",
+    "Layers",
+    "Kernels",
+    "Roofline",
+    "Timeline",
+    "Serving",
+    "Power",
+    "Devices",
+    "Validation",
+    "Sweep",
+    "Compare",
+    "Hardware",
+    "Export",
+]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 if not Path(CHROMIUM).exists():
     pytest.skip(f"{CHROMIUM} missing: run scripts/install_browser.sh", allow_module_level=True)
@@ -39,9 +61,24 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def server():
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
-                             "--server.port", str(port), "--server.address", "127.0.0.1"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            "app.py",
+            "--server.headless",
+            "true",
+            "--server.port",
+            str(port),
+            "--server.address",
+            "127.0.0.1",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 60
     while time.time() < deadline:

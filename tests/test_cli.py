@@ -1,4 +1,5 @@
 """The command line as CI jobs use it: the JSON document's stable keys, sheets, listings."""
+
 from __future__ import annotations
 
 import json
@@ -14,15 +15,44 @@ def _json(capsys, *argv):
 
 
 def test_map_json_has_the_stable_keys(capsys):
-    doc = _json(capsys, "map", "bert-base", "--hw", "h100-sxm", "--batch", "2", "--seq", "64", "--dtype", "bf16", "--json")
+    doc = _json(
+        capsys, "map", "bert-base", "--hw", "h100-sxm", "--batch", "2", "--seq", "64", "--dtype", "bf16", "--json"
+    )
     assert {"name", "sha256", "nodes"} <= set(doc["model"]) and doc["hardware"]["name"] == "h100-sxm"
-    assert {"flops", "matrix_flops", "dram_bytes", "weight_bytes", "latency_s", "throughput_per_s", "mfu",
-            "memory_stall_fraction", "energy_j", "avg_power_w", "perf_per_watt"} <= set(doc["totals"])
+    assert {
+        "flops",
+        "matrix_flops",
+        "dram_bytes",
+        "weight_bytes",
+        "latency_s",
+        "throughput_per_s",
+        "mfu",
+        "memory_stall_fraction",
+        "energy_j",
+        "avg_power_w",
+        "perf_per_watt",
+    } <= set(doc["totals"])
     node = doc["nodes"][0]
     assert {"name", "op_type", "op_class", "layer_type", "flops", "bytes"} <= set(node)
     kernel = doc["kernels"][0]
-    assert {"name", "ops", "layer_type", "engine", "tile", "waves", "flops", "dram_bytes", "time_s", "compute_time_s",
-            "memory_time_s", "overhead_s", "stall_fraction", "bottleneck", "evidence", "owner"} <= set(kernel)
+    assert {
+        "name",
+        "ops",
+        "layer_type",
+        "engine",
+        "tile",
+        "waves",
+        "flops",
+        "dram_bytes",
+        "time_s",
+        "compute_time_s",
+        "memory_time_s",
+        "overhead_s",
+        "stall_fraction",
+        "bottleneck",
+        "evidence",
+        "owner",
+    } <= set(kernel)
     assert {"layer_type", "time_s", "flops", "mfu", "stall_fraction"} <= set(doc["layer_types"][0])
     assert doc["options"]["dtype"] == "bf16" and doc["unmodeled"] == []
     serving = doc["serving"]
@@ -32,17 +62,34 @@ def test_map_json_has_the_stable_keys(capsys):
 
 def test_hw_and_zoo_listings(capsys):
     hw = _json(capsys, "hw", "--json")
-    assert {r["name"] for r in hw} >= {"h100-sxm", "h200-sxm", "a100-sxm-80gb", "l4", "b200", "mi300x", "tpu-v5e",
-                                       "gaudi2", "cpu-x86"}
+    assert {r["name"] for r in hw} >= {
+        "h100-sxm",
+        "h200-sxm",
+        "a100-sxm-80gb",
+        "l4",
+        "b200",
+        "mi300x",
+        "tpu-v5e",
+        "gaudi2",
+        "cpu-x86",
+    }
     zoo = _json(capsys, "zoo", "--json")
-    assert [z["name"] for z in zoo] == ["resnet50", "mobilenetv2", "bert-base", "gpt2-small", "vit-b16", "llama2-7b",
-                                        "llama2-70b"]
+    assert [z["name"] for z in zoo] == [
+        "resnet50",
+        "mobilenetv2",
+        "bert-base",
+        "gpt2-small",
+        "vit-b16",
+        "llama2-7b",
+        "llama2-70b",
+    ]
 
 
 def test_map_writes_a_sheet(tmp_path, capsys):
     out = tmp_path / "sheet.xlsx"
     assert main(["map", "resnet50", "--batch", "4", "--out", str(out)]) == 0
     import pandas as pd
+
     sheets = pd.read_excel(out, sheet_name=None)
     assert {"Summary", "Kernels", "Serving", "Assumptions", "Provenance"} <= set(sheets)
 
@@ -50,6 +97,18 @@ def test_map_writes_a_sheet(tmp_path, capsys):
 def test_sweep_holds_a_dim_given_with_dim(capsys):
     """`mapper sweep --dim NAME=VALUE` holds a dim the grid does not sweep (an Optimum export's past length)."""
     from tests.conftest import MODELS_DIR
-    doc = _json(capsys, "sweep", str(MODELS_DIR / "optimum_gpt2_tiny_with_past.onnx"), "--batch", "1,2", "--seq", "1",
-                "--dim", "past_sequence_length=64", "--json", "--no-progress")
+
+    doc = _json(
+        capsys,
+        "sweep",
+        str(MODELS_DIR / "optimum_gpt2_tiny_with_past.onnx"),
+        "--batch",
+        "1,2",
+        "--seq",
+        "1",
+        "--dim",
+        "past_sequence_length=64",
+        "--json",
+        "--no-progress",
+    )
     assert doc["slices"] == 2 and doc["failed"] == 0

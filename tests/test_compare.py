@@ -1,5 +1,6 @@
 """Plan comparison: fused attention wins at long sequence, every verdict follows its threshold and the
 metric's direction, regressed slices keep the baseline, and the sheet/JSON carry every table."""
+
 from __future__ import annotations
 
 import json
@@ -45,7 +46,7 @@ def test_fused_attention_wins_more_as_sequence_grows(fused):
     assert cell(fused, 4096, "p99_latency_s").change < cell(fused, 128, "p99_latency_s").change < 0
     footprint = [-cell(fused, s, "memory_footprint_bytes").change for s in SEQS]
     assert footprint == sorted(footprint)
-    assert cell(fused, 128, "memory_footprint_bytes").verdict == "neutral"    # scores are small at 128
+    assert cell(fused, 128, "memory_footprint_bytes").verdict == "neutral"  # scores are small at 128
     assert cell(fused, 4096, "memory_footprint_bytes").verdict == "improved"  # the S x S scores never reach DRAM
     # the throughput verdict follows the 3.0 threshold: neutral at 128, improved at 4096
     assert cell(fused, 128, "throughput_per_s").verdict == "neutral"
@@ -95,11 +96,17 @@ def test_profile_comparison_h100_to_h200():
     assert cell(c, 4096, "throughput_per_s").candidate >= cell(c, 4096, "throughput_per_s").baseline
 
 
-@pytest.mark.parametrize("metric, base, cand, verdict", [
-    ("p99_latency_s", 1.0, 0.97, "improved"), ("p99_latency_s", 1.0, 1.03, "regressed"),
-    ("p99_latency_s", 1.0, 1.01, "neutral"), ("throughput_per_s", 1.0, 1.03, "improved"),
-    ("throughput_per_s", 1.0, 0.97, "regressed"), ("memory_footprint_bytes", 100.0, 102.0, "regressed"),
-])
+@pytest.mark.parametrize(
+    "metric, base, cand, verdict",
+    [
+        ("p99_latency_s", 1.0, 0.97, "improved"),
+        ("p99_latency_s", 1.0, 1.03, "regressed"),
+        ("p99_latency_s", 1.0, 1.01, "neutral"),
+        ("throughput_per_s", 1.0, 1.03, "improved"),
+        ("throughput_per_s", 1.0, 0.97, "regressed"),
+        ("memory_footprint_bytes", 100.0, 102.0, "regressed"),
+    ],
+)
 def test_verdict_direction(metric, base, cand, verdict):
     m = next(m for m in METRICS if m.name == metric)
     assert verdict_of(m, base, cand, m.default_threshold)[1] == verdict
@@ -142,28 +149,33 @@ def test_compare_page_shows_matrix_boundary_and_class_changes():
     from pathlib import Path
 
     from streamlit.testing.v1 import AppTest
+
     page = str(Path(__file__).resolve().parents[1] / "app_pages" / "compare.py")
     at = AppTest.from_file(page, default_timeout=120).run()
-    at.button[0].click().run()                   # bert-base, fusion none -> aggressive, seq 128/512/4096
+    at.button[0].click().run()  # bert-base, fusion none -> aggressive, seq 128/512/4096
     assert not at.exception and not at.error, [e.value for e in at.exception]
     assert at.success and "improved" in at.success[0].value
-    assert len(at.dataframe) >= 3                # matrix, boundary, class-change counts
+    assert len(at.dataframe) >= 3  # matrix, boundary, class-change counts
     at.number_input(key="compare_thr_throughput_per_s").set_value(9.0).run()
     at.button[0].click().run()
-    assert not at.exception and at.success      # still improved on p99/MFU; the page follows the new threshold
+    assert not at.exception and at.success  # still improved on p99/MFU; the page follows the new threshold
 
 
 def test_compare_holds_an_llm_exports_past_length():
     """An Optimum export has a KV-cache dim the matrix does not sweep: `dims` holds it for every slice, and a
     longer cache makes the decode step slower in both plans."""
     from tests.conftest import MODELS_DIR
+
     model = str(MODELS_DIR / "optimum_gpt2_tiny_with_past.onnx")
     spec = [plan_spec(f"fusion={f}", model, "h100-sxm", BASE) for f in ("none", "aggressive")]
-    runs = [compare_plans(*spec, (1, 4), (1,), requests=2000, dims=(("past_sequence_length", past),))
-            for past in (16, 4096)]
+    runs = [
+        compare_plans(*spec, (1, 4), (1,), requests=2000, dims=(("past_sequence_length", past),)) for past in (16, 4096)
+    ]
     assert all(c.verdicts["verdict"].ne("error").all() for c in runs)
-    throughput = [c.matrix[(c.matrix.metric == "throughput_per_s") & (c.matrix.batch == 4)][["baseline", "candidate"]]
-                  .iloc[0] for c in runs]
+    throughput = [
+        c.matrix[(c.matrix.metric == "throughput_per_s") & (c.matrix.batch == 4)][["baseline", "candidate"]].iloc[0]
+        for c in runs
+    ]
     assert (throughput[1] < throughput[0]).all()
     with pytest.raises(MapperError, match="unbound dims: past_sequence_length"):
         compare_plans(*spec, (1,), (1,), requests=2000)

@@ -4,6 +4,7 @@ Two browser sessions in one headless Chromium upload different models at once ag
 server: each must keep seeing its own model, and the server must stay up. Skipped without
 /usr/bin/chromium (scripts/install_browser.sh) or the playwright package.
 """
+
 from __future__ import annotations
 
 import sys

@@ -6,6 +6,7 @@ the same slice on a fresh handle, byte for byte. The fusion-plan cache once left
 its key (the planner's tiny-operand rule reads sizes): GPT-2 at batch 8 x seq 64 gave 36 kernels cold
 and 34 after batch 1 x seq 1.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -57,8 +58,11 @@ def test_the_gpt2_defect_slice_has_its_cold_kernel_count():
     model = mapper.open_model(str(MODELS_DIR / "hf_gpt2_tiny.onnx"))
     small = mapper.map_workload(model.bind({"batch": 1, "seq": 1}), H100, mapper.PlanOptions(dtype="bf16"))
     big = mapper.map_workload(model.bind({"batch": 8, "seq": 64}), H100, mapper.PlanOptions(dtype="bf16"))
-    cold = mapper.map_workload(mapper.load_workload(str(MODELS_DIR / "hf_gpt2_tiny.onnx"), {"batch": 8, "seq": 64}),
-                               H100, mapper.PlanOptions(dtype="bf16"))
+    cold = mapper.map_workload(
+        mapper.load_workload(str(MODELS_DIR / "hf_gpt2_tiny.onnx"), {"batch": 8, "seq": 64}),
+        H100,
+        mapper.PlanOptions(dtype="bf16"),
+    )
     assert len(big.kernels) == len(cold.kernels) == 36
     assert len(small.kernels) != len(big.kernels)
 
@@ -79,16 +83,26 @@ def test_a_pickled_workload_maps_as_the_original():
 def test_another_process_gives_the_same_document():
     """Same slice, another interpreter (another hash seed): the same bytes."""
     root = str(Path(__file__).parents[1])
-    code = (f"import sys; sys.path.insert(0, {root!r}); from tests.test_determinism import document; import mapper;"
-            "print(document(mapper.load_workload('gpt2-small', {'batch': 2, 'seq': 16, 'past': 8})))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={"PYTHONHASHSEED": "12345", "PATH": ""}).stdout.strip()
+    code = (
+        f"import sys; sys.path.insert(0, {root!r}); from tests.test_determinism import document; import mapper;"
+        "print(document(mapper.load_workload('gpt2-small', {'batch': 2, 'seq': 16, 'past': 8})))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONHASHSEED": "12345", "PATH": ""},
+    ).stdout.strip()
     assert out == document(mapper.load_workload("gpt2-small", {"batch": 2, "seq": 16, "past": 8}))
 
 
 def test_no_engine_module_keeps_a_cache():
     """State lives on the model handle: no module-level cache (BoundedCache, lru_cache) in mapper/."""
     root = Path(mapper.__file__).parent
-    offenders = [str(p.relative_to(root)) for p in root.rglob("*.py")
-                 if any(marker in p.read_text() for marker in ("BoundedCache(", "per_object(", "_CACHES"))]
+    offenders = [
+        str(p.relative_to(root))
+        for p in root.rglob("*.py")
+        if any(marker in p.read_text() for marker in ("BoundedCache(", "per_object(", "_CACHES"))
+    ]
     assert offenders == []

@@ -4,6 +4,7 @@ Every input either maps or is rejected with a one-line MapperError, within a tim
 rest of run_case's contract (the outcome its generator implies, no file opened, no formula written). The
 regression tests rebuild, with onnx.helper, each crash the fuzzer found (docs/fuzzing.md).
 """
+
 from __future__ import annotations
 
 import collections
@@ -35,8 +36,12 @@ from tests.fuzz_cases import (
 )
 
 CASE_BOUND_S = 10.0
-FUZZ = settings(max_examples=120, deadline=None, derandomize=True,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=120,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 def outcome(case) -> str:
@@ -70,10 +75,14 @@ def test_run_case_fails_a_case_that_breaks_the_contract(monkeypatch, tmp_path):
     def raising(exc):
         def load(*args):
             raise exc
+
         return load
-    for fake, match in ((lambda *a: real_load(secret.read_bytes()), "open"),
-                        (raising(mapper.MapperError("x" * (MESSAGE_CHARS + 1))), "one line"),
-                        (raising(two_lines), "one line")):
+
+    for fake, match in (
+        (lambda *a: real_load(secret.read_bytes()), "open"),
+        (raising(mapper.MapperError("x" * (MESSAGE_CHARS + 1))), "one line"),
+        (raising(two_lines), "one line"),
+    ):
         monkeypatch.setattr(mapper, "load_workload", fake)
         with pytest.raises(AssertionError, match=match):
             run_case(Case("model", "fake", b"", checks=(fuzz_attacks.FILES,)))
@@ -88,6 +97,7 @@ def test_every_place_of_external_data_is_generated_and_found():
     """The external-data generator hides a reference in each place (attributes, sparse tensors, bodies), and
     the walk the strip check uses finds it there."""
     import onnx
+
     seen = set()
     for seed in range(400):
         attack = fuzz_attacks.external_data_model(random.Random(seed))
@@ -95,18 +105,35 @@ def test_every_place_of_external_data_is_generated_and_found():
         m.ParseFromString(attack.data)
         assert fuzz_checks.external_references(m), attack.label
         seen.add(attack.label)
-    assert seen == {f"external:{w}" for w in ("constant", "constant_sparse", "sparse_init", "main_init", "if_body",
-                                              "loop_body", "scan_body", "tensors_attr", "nested")}
+    assert seen == {
+        f"external:{w}"
+        for w in (
+            "constant",
+            "constant_sparse",
+            "sparse_init",
+            "main_init",
+            "if_body",
+            "loop_body",
+            "scan_body",
+            "tensors_attr",
+            "nested",
+        )
+    }
 
 
 def test_the_sheet_checks_find_formulas_and_markup():
     import io
 
     import openpyxl
-    assert fuzz_checks.live_formulas_in_csv(b"a,b,c\n=1+1,-1.5,ok\n@SUM(A1),\"\tx\",-x\n") == [
-        "=1+1", "@SUM(A1)", "\tx", "-x"]
+
+    assert fuzz_checks.live_formulas_in_csv(b'a,b,c\n=1+1,-1.5,ok\n@SUM(A1),"\tx",-x\n') == [
+        "=1+1",
+        "@SUM(A1)",
+        "\tx",
+        "-x",
+    ]
     book = openpyxl.Workbook()
-    book.active["A1"], book.active["B1"] = "=HYPERLINK(\"http://127.0.0.1:9\")", "text"
+    book.active["A1"], book.active["B1"] = '=HYPERLINK("http://127.0.0.1:9")', "text"
     buffer = io.BytesIO()
     book.save(buffer)
     assert fuzz_checks.live_formulas_in_xlsx(buffer.getvalue()) == ["Sheet!A1"]
@@ -119,7 +146,10 @@ def test_the_sheet_checks_find_formulas_and_markup():
 def test_hostile_names_map_and_write_sheets_without_formulas_or_markup(payload):
     """A hostile string as the graph name, every node name and an op type: the model maps, and its .xlsx,
     .csv and .html sheets (as `map --out` writes them) hold no live formula cell and no raw markup."""
-    nodes = [helper.make_node("Relu", ["x"], ["r"], name=payload), helper.make_node(payload, ["r"], ["y"], name=payload)]
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name=payload),
+        helper.make_node(payload, ["r"], ["y"], name=payload),
+    ]
     graph = helper.make_graph(nodes, payload, [tensor("x", [2, 4])], [tensor("y", [2, 4])])
     data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
     result = mapper.map_workload(mapper.load_workload(data), mapper.load_hardware("h100-sxm"))
@@ -162,6 +192,7 @@ def test_random_bytes_are_rejected(data):
 def test_profile_fields_with_hostile_values(data):
     """Any one number of a real profile set to 0, negative, NaN, inf, a string, a list... or removed."""
     import copy
+
     tree = copy.deepcopy(base_profile())
     section = data.draw(st.sampled_from(sorted(tree)))
     if not isinstance(tree[section], dict):
@@ -192,6 +223,7 @@ def test_memory_stays_bounded_over_many_cases():
 
 # ---- the crashes the fuzzer found, rebuilt by hand ---------------------------------------------
 
+
 def _mapped_or_rejected(data: bytes, dims=None) -> str:
     try:
         mapper.map_workload(mapper.load_workload(data, dims or {}), mapper.load_hardware("h100-sxm"))
@@ -204,27 +236,33 @@ def _relu_then(node, inputs, inits=()):
     return make_model([helper.make_node("Relu", ["x"], ["r"]), node], inputs, [tensor(node.output[0], None)], inits)
 
 
-@pytest.mark.parametrize("node,inits", [
-    (helper.make_node("Gemm", ["r", "w"], ["y"]), [weight("w", (4,))]),                  # rank-1 operands
-    (helper.make_node("Conv", ["r", "w"], ["y"]), [weight("w", (4, 4))]),                # rank-2 weight
-    (helper.make_node("ConvTranspose", ["r"], ["y"]), []),                                # missing weight
-    (helper.make_node("MatMul", ["r"], ["y"]), []),                                       # missing operand
-    (helper.make_node("ReduceMean", [], ["y"]), []),                                      # no inputs at all
-    (helper.make_node("Softmax", [], ["y"]), []),
-    (helper.make_node("Attention", ["r", "w"], ["y"], domain="com.microsoft"), [weight("w", (4, 12))]),  # rank 2
-    (helper.make_node("MultiHeadAttention", ["r"], ["y"], domain="com.microsoft"), []),
-    (helper.make_node("Einsum", ["r", "r"], ["y"]), []),                                  # no equation
-])
+@pytest.mark.parametrize(
+    "node,inits",
+    [
+        (helper.make_node("Gemm", ["r", "w"], ["y"]), [weight("w", (4,))]),  # rank-1 operands
+        (helper.make_node("Conv", ["r", "w"], ["y"]), [weight("w", (4, 4))]),  # rank-2 weight
+        (helper.make_node("ConvTranspose", ["r"], ["y"]), []),  # missing weight
+        (helper.make_node("MatMul", ["r"], ["y"]), []),  # missing operand
+        (helper.make_node("ReduceMean", [], ["y"]), []),  # no inputs at all
+        (helper.make_node("Softmax", [], ["y"]), []),
+        (helper.make_node("Attention", ["r", "w"], ["y"], domain="com.microsoft"), [weight("w", (4, 12))]),  # rank 2
+        (helper.make_node("MultiHeadAttention", ["r"], ["y"], domain="com.microsoft"), []),
+        (helper.make_node("Einsum", ["r", "r"], ["y"]), []),  # no equation
+    ],
+)
 def test_nodes_missing_inputs_or_rank_are_unmodeled_not_crashes(node, inits):
     assert _mapped_or_rejected(_relu_then(node, [tensor("x", [2, 4])], inits)) == "mapped"
 
 
-@pytest.mark.parametrize("attr,value,inputs", [
-    ("num_heads", "constant", ["r"]),
-    ("axis", [1, 2], ["r"]),
-    ("kernel_shape", 3, ["r"]),
-    ("value", "text", []),
-])
+@pytest.mark.parametrize(
+    "attr,value,inputs",
+    [
+        ("num_heads", "constant", ["r"]),
+        ("axis", [1, 2], ["r"]),
+        ("kernel_shape", 3, ["r"]),
+        ("value", "text", []),
+    ],
+)
 def test_attributes_of_the_wrong_type_are_rejected(attr, value, inputs):
     op = {"num_heads": "MultiHeadAttention", "axis": "Softmax", "kernel_shape": "MaxPool", "value": "ConstantOfShape"}
     node = helper.make_node(op[attr], inputs or ["shape"], ["y"], domain="com.microsoft" if attr == "num_heads" else "")
@@ -239,22 +277,27 @@ def test_a_tensor_produced_twice_is_rejected():
     message = _mapped_or_rejected(make_model(nodes, [tensor("x", [2, 4])], [tensor("y", [2, 4])]))
     assert "'y' is produced by both" in message
     shadow = [helper.make_node("Relu", ["x"], ["w"])]
-    assert "produced by both" in _mapped_or_rejected(make_model(shadow, [tensor("x", [4])], [tensor("w", [4])],
-                                                               [weight("w", (4,))]))
+    assert "produced by both" in _mapped_or_rejected(
+        make_model(shadow, [tensor("x", [4])], [tensor("w", [4])], [weight("w", (4,))])
+    )
 
 
 def test_a_reshape_whose_target_does_not_fit_folds_to_nothing():
     nodes = [helper.make_node("Reshape", ["c", "t"], ["y"]), helper.make_node("Add", ["x", "y"], ["z"])]
-    inits = [numpy_helper.from_array(np.arange(6, dtype=np.int64), "c"),
-             numpy_helper.from_array(np.array([4, -1], np.int64), "t")]
-    graph = helper.make_graph(nodes, "g", [tensor("x", [4, 2])], [tensor("z", [4, 2])], initializer=inits,
-                              value_info=[tensor("y", [4, 2])])  # a declared shape the fallback would take
+    inits = [
+        numpy_helper.from_array(np.arange(6, dtype=np.int64), "c"),
+        numpy_helper.from_array(np.array([4, -1], np.int64), "t"),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [tensor("x", [4, 2])], [tensor("z", [4, 2])], initializer=inits, value_info=[tensor("y", [4, 2])]
+    )  # a declared shape the fallback would take
     data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
     assert _mapped_or_rejected(data) == "mapped"
 
 
 def test_a_profile_count_beyond_2_to_the_53_is_rejected():
     import copy
+
     tree = copy.deepcopy(base_profile())
     tree["compute"]["compute_units"]["value"] = 1 << 70
     with pytest.raises(mapper.MapperError, match="compute.compute_units must be <="):
@@ -268,13 +311,21 @@ def test_the_time_bound_fires():
 
 
 def test_mutated_model_dims_of_zero_negative_and_2_to_the_62():
-    base = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [tensor("x", ["batch", 8])],
-                      [tensor("y", ["batch", 4])], [weight("w", (8, 4))])
+    base = make_model(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        [tensor("x", ["batch", 8])],
+        [tensor("y", ["batch", 4])],
+        [weight("w", (8, 4))],
+    )
     assert _mapped_or_rejected(base, {"batch": 0}) == "mapped"
     assert "MAX_DIM" in _mapped_or_rejected(base, {"batch": -1})
     assert "MAX_DIM" in _mapped_or_rejected(base, {"batch": 1 << 62})
-    huge = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [tensor("x", [1 << 62, 8])],
-                      [tensor("y", [1 << 62, 4])], [weight("w", (8, 4))])
+    huge = make_model(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        [tensor("x", [1 << 62, 8])],
+        [tensor("y", [1 << 62, 4])],
+        [weight("w", (8, 4))],
+    )
     assert "MAX_TENSOR_ELEMENTS" in _mapped_or_rejected(huge)
 
 
@@ -294,6 +345,7 @@ def test_onnx_fallback_inference_does_not_materialize_hostile_shapes():
     Run under a 4 GiB address-space cap so a regression fails here (bad_alloc) instead of exhausting RAM."""
     import subprocess
     import sys
+
     script = (
         "import resource, onnx, mapper\n"
         "resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))\n"
@@ -306,9 +358,16 @@ def test_onnx_fallback_inference_does_not_materialize_hostile_shapes():
         "        print('BLOWUP')\n"
         "        raise\n"
         "onnx.shape_inference.infer_shapes = spy\n"
-        "print(run_case(make_case(503541)))\n")
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False,
-                          cwd=str(Path(__file__).parent.parent))
+        "print(run_case(make_case(503541)))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=str(Path(__file__).parent.parent),
+    )
     assert proc.returncode == 0, proc.stderr[-500:]
     assert "BLOWUP" not in proc.stdout and proc.stdout.strip().splitlines()[-1] == "rejected"
 
@@ -317,8 +376,11 @@ def test_a_dim_param_literal_beyond_int64_is_not_written_into_onnx_inference():
     """Fuzz seed 609657: a graph input's dim_param '9' * 50 (an expression that is a number) reached
     protobuf's int64 dim_value in the fallback to onnx's inference: ValueError. Now it maps or is rejected."""
     nodes = [helper.make_node("Unique", ["x"], ["u"])]  # no shape rule: the fallback runs
-    data = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["9" * 50, 4])],
-                      [helper.make_tensor_value_info("u", TensorProto.FLOAT, None)])
+    data = make_model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["9" * 50, 4])],
+        [helper.make_tensor_value_info("u", TensorProto.FLOAT, None)],
+    )
     assert _mapped_or_rejected(data) == "mapped"
     assert outcome(make_case(609657)) == "mapped"
 
@@ -326,10 +388,11 @@ def test_a_dim_param_literal_beyond_int64_is_not_written_into_onnx_inference():
 def test_a_dequantize_node_without_outputs_is_not_a_crash():
     """Fuzz seed 1032683 (a byte flip in the int8 QDQ ResNet-50): a DequantizeLinear of a constant with
     its output list gone folded away, and the QDQ weight bookkeeping read its first output: IndexError."""
-    nodes = [helper.make_node("DequantizeLinear", ["w_q", "w_scale"], []),
-             helper.make_node("Relu", ["x"], ["y"])]
-    inits = [numpy_helper.from_array(np.zeros((4, 4), np.int8), "w_q"),
-             numpy_helper.from_array(np.array(0.1, np.float32), "w_scale")]
+    nodes = [helper.make_node("DequantizeLinear", ["w_q", "w_scale"], []), helper.make_node("Relu", ["x"], ["y"])]
+    inits = [
+        numpy_helper.from_array(np.zeros((4, 4), np.int8), "w_q"),
+        numpy_helper.from_array(np.array(0.1, np.float32), "w_scale"),
+    ]
     data = make_model(nodes, [tensor("x", [4])], [tensor("y", [4])], inits)
     assert _mapped_or_rejected(data) == "mapped"  # raised IndexError before
     assert outcome(make_case(1032683)) == "mapped"
@@ -338,8 +401,10 @@ def test_a_dequantize_node_without_outputs_is_not_a_crash():
 def test_a_constant_without_outputs_is_not_a_crash():
     """Fuzz seed 1624208 (a byte flip in the TorchScript GPT-2, full of Constant nodes): a Constant whose
     output list was gone was read at its first output (IndexError). It makes nothing, and folds away."""
-    nodes = [helper.make_node("Constant", [], [], value=numpy_helper.from_array(np.array([1.0], np.float32))),
-             helper.make_node("Relu", ["x"], ["y"])]
+    nodes = [
+        helper.make_node("Constant", [], [], value=numpy_helper.from_array(np.array([1.0], np.float32))),
+        helper.make_node("Relu", ["x"], ["y"]),
+    ]
     data = make_model(nodes, [tensor("x", [4])], [tensor("y", [4])])
     assert _mapped_or_rejected(data) == "mapped"
     assert outcome(make_case(1624208)) == "mapped"
@@ -349,13 +414,19 @@ def test_attention_nodes_without_outputs_or_inputs_are_not_a_crash():
     """Found looking for seed 1624208's relatives (each real model with one node's outputs, then inputs,
     cleared): a Softmax with no outputs and a QK^T MatMul with no inputs reached the attention finder,
     which indexes them (IndexError)."""
-    nodes = [helper.make_node("MatMul", ["q", "k"], ["s"]), helper.make_node("Softmax", ["s"], []),
-             helper.make_node("Relu", ["q"], ["y"])]
+    nodes = [
+        helper.make_node("MatMul", ["q", "k"], ["s"]),
+        helper.make_node("Softmax", ["s"], []),
+        helper.make_node("Relu", ["q"], ["y"]),
+    ]
     data = make_model(nodes, [tensor("q", [4, 4]), tensor("k", [4, 4])], [tensor("y", [4, 4])])
     assert _mapped_or_rejected(data) == "mapped"
     # and a QK^T MatMul whose inputs are gone (every attention built-in, its inputs cleared one node at a time)
-    nodes = [helper.make_node("MatMul", [], ["s"]), helper.make_node("Softmax", ["s"], ["p"]),
-             helper.make_node("MatMul", ["p", "v"], ["y"])]
+    nodes = [
+        helper.make_node("MatMul", [], ["s"]),
+        helper.make_node("Softmax", ["s"], ["p"]),
+        helper.make_node("MatMul", ["p", "v"], ["y"]),
+    ]
     data = make_model(nodes, [tensor("v", [4, 4])], [tensor("y", [4, 4])])
     assert _mapped_or_rejected(data) == "mapped"
 
@@ -367,10 +438,15 @@ def test_each_node_without_its_outputs_or_inputs_maps_or_is_rejected(model):
     import random
 
     import onnx
+
     base = onnx.ModelProto()
     base.ParseFromString(dict(real_models())[model])
-    dims = {d.dim_param: 2 for vi in base.graph.input for d in vi.type.tensor_type.shape.dim
-            if d.dim_param and "+" not in d.dim_param} | ({"use_cache_branch": 1} if "merged" in model else {})
+    dims = {
+        d.dim_param: 2
+        for vi in base.graph.input
+        for d in vi.type.tensor_type.shape.dim
+        if d.dim_param and "+" not in d.dim_param
+    } | ({"use_cache_branch": 1} if "merged" in model else {})
     for i in random.Random(0).sample(range(len(base.graph.node)), min(30, len(base.graph.node))):
         for field in ("output", "input"):
             m = onnx.ModelProto()
@@ -384,13 +460,16 @@ def test_broadcasting_beyond_numpys_64_dims_is_not_a_crash():
     np.broadcast_shapes raised RuntimeError past its dims limit. Broadcasting is our own rule now, at any
     rank, and agrees with numpy's where numpy answers (checked on random shape sets below)."""
     from mapper.model.shapes.base import NoRule, broadcast
+
     nodes = [helper.make_node("Add", ["a", "b"], ["y"])]
     data = make_model(nodes, [tensor("a", [1] * 70), tensor("b", [1] * 69 + [3])], [tensor("y", [1] * 69 + [3])])
     assert _mapped_or_rejected(data) == "mapped"  # raised RuntimeError before
     assert outcome(make_case(1531391)) == "mapped"
     rng = np.random.default_rng(0)
     for _ in range(2000):
-        shapes = [tuple(int(d) for d in rng.choice([0, 1, 1, 2, 3], rng.integers(0, 5))) for _ in range(rng.integers(1, 4))]
+        shapes = [
+            tuple(int(d) for d in rng.choice([0, 1, 1, 2, 3], rng.integers(0, 5))) for _ in range(rng.integers(1, 4))
+        ]
         try:
             want = tuple(np.broadcast_shapes(*shapes))
         except ValueError:
@@ -407,8 +486,9 @@ def test_a_node_without_outputs_is_unmodeled_not_a_crash(op):
     """Found looking for the seed above's relatives: a live node whose output list is empty reached the
     work rules, which index its first output (IndexError). It is unmodeled now, with the reason."""
     node = helper.make_node(op, ["m", "m"] if op != "Softmax" else ["m"], [])
-    data = make_model([node, helper.make_node("Relu", ["x"], ["y"])], [tensor("m", [4, 4]), tensor("x", [4])],
-                      [tensor("y", [4])])
+    data = make_model(
+        [node, helper.make_node("Relu", ["x"], ["y"])], [tensor("m", [4, 4]), tensor("x", [4])], [tensor("y", [4])]
+    )
     w = mapper.load_workload(data)
     assert "no outputs" in w.nodes[0].reason and w.nodes[0].op_class is mapper.OpClass.UNMODELED
     assert _mapped_or_rejected(data) == "mapped"

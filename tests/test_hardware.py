@@ -1,4 +1,5 @@
 """Hardware profiles: every built-in loads with a source per number, golden ridge points, and bad input is refused."""
+
 from __future__ import annotations
 
 import copy
@@ -60,8 +61,11 @@ def test_ridge_points_match_the_primer(name, ridge):
 def test_h200_has_h100_compute_and_more_memory():
     h100, h200 = load_hardware("h100-sxm"), load_hardware("h200-sxm")
     assert h200.matrix_peak_flops_per_s == h100.matrix_peak_flops_per_s
-    assert (h200.compute_units, h200.clock_hz, h200.sfu_peak_ops_per_s) == (h100.compute_units, h100.clock_hz,
-                                                                             h100.sfu_peak_ops_per_s)
+    assert (h200.compute_units, h200.clock_hz, h200.sfu_peak_ops_per_s) == (
+        h100.compute_units,
+        h100.clock_hz,
+        h100.sfu_peak_ops_per_s,
+    )
     assert h200.dram_bytes > h100.dram_bytes
     assert h200.dram_bandwidth_bytes_per_s > h100.dram_bandwidth_bytes_per_s
 
@@ -71,8 +75,11 @@ def test_h100_large_gemm_efficiency_and_power_are_calibrated():
     assert h100.matrix_efficiency.at(8192**3 * 2) == pytest.approx(0.82, abs=0.01)
     assert h100.matrix_efficiency.at(1e7) < 0.5 < h100.matrix_efficiency.at(1e10)
     # A compute-bound bf16 GEMM at 80% of peak, streaming half the HBM bandwidth, draws about TDP.
-    power_w = (h100.idle_w + 0.8 * h100.matrix_peak("bf16") * h100.energy_per_flop_j["bf16"]
-               + 0.5 * h100.dram_bandwidth_bytes_per_s * h100.energy_per_dram_byte_j)
+    power_w = (
+        h100.idle_w
+        + 0.8 * h100.matrix_peak("bf16") * h100.energy_per_flop_j["bf16"]
+        + 0.5 * h100.dram_bandwidth_bytes_per_s * h100.energy_per_dram_byte_j
+    )
     assert 0.9 * h100.tdp_w <= power_w <= 1.05 * h100.tdp_w
 
 
@@ -115,6 +122,7 @@ def test_sha256_follows_the_content():
 
 # ---- bad input: one MapperError line naming the field ------------------------------------------
 
+
 def _set(tree, dotted, value):
     *parents, leaf = dotted.split(".")
     for part in parents:
@@ -141,11 +149,22 @@ BAD = [
     ("bool", "power.tdp_w.value", True, "power.tdp_w", "number"),
     ("bare number", "power.tdp_w", 700, "power.tdp_w", "table"),
     ("unknown key", "memory.hbm_bytes", {"value": 1, "source": "x"}, "memory.hbm_bytes", "not a known field"),
-    ("unknown dtype", "compute.matrix_peak_flops_per_s.fp64", {"value": 6.7e13, "source": "x"},
-     "compute.matrix_peak_flops_per_s.fp64", "one of"),
+    (
+        "unknown dtype",
+        "compute.matrix_peak_flops_per_s.fp64",
+        {"value": 6.7e13, "source": "x"},
+        "compute.matrix_peak_flops_per_s.fp64",
+        "one of",
+    ),
     ("bad kind", "meta.kind", "fpga", "meta.kind", "one of"),
     ("bad topology", "interconnect.topology", "hypercube", "interconnect.topology", "one of"),
-    ("huge table", _CURVE, [[10.0 ** (1 + i / 100), 0.5] for i in range(300)], "efficiency.matrix_by_flops", "at most 256"),
+    (
+        "huge table",
+        _CURVE,
+        [[10.0 ** (1 + i / 100), 0.5] for i in range(300)],
+        "efficiency.matrix_by_flops",
+        "at most 256",
+    ),
     ("unsorted curve", _CURVE, [[1e9, 0.5], [1e6, 0.3]], "efficiency.matrix_by_flops", "sort the points"),
     ("efficiency above 1", _CURVE, [[1e6, 0.5], [1e9, 1.2]], "efficiency.matrix_by_flops", "(0, 1]"),
     ("efficiency zero", _CURVE, [[1e6, 0.0], [1e9, 0.8]], "efficiency.matrix_by_flops", "(0, 1]"),
@@ -179,17 +198,19 @@ def test_energy_needed_for_every_peak_dtype():
 
 # ---- efficiency curves --------------------------------------------------------------------------
 
+
 def test_efficiency_curve_interpolates_linearly_in_log10_and_clamps():
     curve = EfficiencyCurve(((1e2, 0.2), (1e4, 0.6), (1e6, 0.8)))
     assert curve.at(1e3) == pytest.approx(0.4)  # halfway in log10 between 1e2 and 1e4
     assert curve.at(1e5) == pytest.approx(0.7)
-    assert curve.at(10 ** 2.5) == pytest.approx(0.3)
+    assert curve.at(10**2.5) == pytest.approx(0.3)
     assert curve.at(1.0) == 0.2 and curve.at(0.0) == 0.2  # clamped below, zero-size kernels too
     assert curve.at(1e9) == 0.8  # clamped above
     np.testing.assert_allclose(curve.at_array(np.array([1e2, 1e3, 1e5, 1e7])), [0.2, 0.4, 0.7, 0.8])
 
 
 # ---- files and uploads --------------------------------------------------------------------------
+
 
 def test_user_toml_file_loads(tmp_path):
     text = (hardware_dir() / "l4.toml").read_text().replace('name = "l4"', 'name = "my-l4"', 1)
@@ -207,13 +228,16 @@ def test_user_json_file_loads(tmp_path):
     assert load_hardware(path) == load_hardware("mi300x")
 
 
-@pytest.mark.parametrize("filename, content, phrase", [
-    ("big.toml", b"#" * (2 << 20), "1 MiB"),
-    ("dev.txt", b"x = 1", "unknown file type"),
-    ("bad.toml", b"[meta\nname=", "not valid TOML"),
-    ("bad.json", b"{\"meta\": ", "not valid JSON"),
-    ("list.json", b"[1, 2]", "top level"),
-])
+@pytest.mark.parametrize(
+    "filename, content, phrase",
+    [
+        ("big.toml", b"#" * (2 << 20), "1 MiB"),
+        ("dev.txt", b"x = 1", "unknown file type"),
+        ("bad.toml", b"[meta\nname=", "not valid TOML"),
+        ("bad.json", b'{"meta": ', "not valid JSON"),
+        ("list.json", b"[1, 2]", "top level"),
+    ],
+)
 def test_bad_user_file_is_refused_with_one_line(tmp_path, filename, content, phrase):
     path = tmp_path / filename
     path.write_bytes(content)

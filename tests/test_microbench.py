@@ -2,6 +2,7 @@
 
 tests/data/kernel_csv_format_sample.csv has the columns bench/gpu_kernels.py writes; its times are
 made up for the test (no GPU here): only the comparison's mechanics are checked, not accuracy."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -20,7 +21,7 @@ def test_every_row_is_mapped_with_the_plan_it_ran(h100):
     assert rows["attention-fused"]["kernels"] == 1  # FlashAttention: one kernel
     assert rows["attention-unfused"]["kernels"] >= 4  # QK^T, scale, softmax, PV apart
     gemm = rows["gemm"]
-    assert gemm["predicted_tflops_per_s"] == pytest.approx(2 * 8192 ** 3 / gemm["predicted_s"] / 1e12)
+    assert gemm["predicted_tflops_per_s"] == pytest.approx(2 * 8192**3 / gemm["predicted_s"] / 1e12)
     assert gemm["error"] == pytest.approx((gemm["predicted_s"] - 0.00139) / 0.00139)
     assert rows["layernorm"]["predicted_class"] == "memory-bound"
 
@@ -35,6 +36,7 @@ def test_a_bad_row_names_itself(tmp_path, h100):
 def test_the_gpu_script_runs_on_the_cpu(tmp_path):
     torch = pytest.importorskip("torch")  # not a project dependency: the script runs where torch is
     from bench.gpu_kernels import main
+
     out = tmp_path / "k.csv"
     assert main(["--device", "cpu", "--quick", "--out", str(out), "--repeats", "3"]) == 0
     rows = compare_kernel_csv(out, mapper.load_hardware("cpu-x86"))

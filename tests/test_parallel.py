@@ -1,4 +1,5 @@
 """Multi-device mapping: collectives by the alpha-beta formulas, Megatron sharding, memory capacity."""
+
 from __future__ import annotations
 
 import math
@@ -45,7 +46,9 @@ def test_doubling_tp_halves_gemm_work_and_adds_the_expected_collectives(h100):
     w = mapper.load_workload("bert-base", {"batch": 8, "seq": 256})
     one, two, four = (mapper.map_workload(w, h100, PlanOptions(dtype="bf16", tp=t)) for t in (1, 2, 4))
     for a, b in ((one, two), (two, four)):
-        assert sum(e.kernel.matrix_flops for e in _gemms(b)) == pytest.approx(sum(e.kernel.matrix_flops for e in _gemms(a)) / 2)
+        assert sum(e.kernel.matrix_flops for e in _gemms(b)) == pytest.approx(
+            sum(e.kernel.matrix_flops for e in _gemms(a)) / 2
+        )
     # two row-parallel GEMMs per layer (attention output, FFN down) -> 24 all-reduces of B x S x H
     reduces = [e for e in two.kernels if e.kernel.collective == "all-reduce"]
     assert len(reduces) == 24
@@ -104,8 +107,27 @@ def test_cli_json_has_memory_and_collectives(capsys):
     import json
 
     from mapper.cli.main import main
-    assert main(["map", "llama2-7b", "--seq", "1", "--dim", "past=1024", "--dtype", "bf16", "--devices", "8",
-                 "--tp", "4", "--json"]) == 0
+
+    assert (
+        main(
+            [
+                "map",
+                "llama2-7b",
+                "--seq",
+                "1",
+                "--dim",
+                "past=1024",
+                "--dtype",
+                "bf16",
+                "--devices",
+                "8",
+                "--tp",
+                "4",
+                "--json",
+            ]
+        )
+        == 0
+    )
     doc = json.loads(capsys.readouterr().out)
     assert {"per_device_bytes", "capacity_bytes", "fits", "shortfall_bytes"} <= set(doc["memory"])
     assert doc["parallel"]["dp"] == 2 and any(k["bottleneck"] == "interconnect" for k in doc["kernels"])

@@ -4,6 +4,7 @@ An audit hook (sys.addaudithook) records every 'open' while a model is loaded an
 locations with '..', absolute paths, symlinks to a secret, and paths in names, doc strings and
 metadata must all stay unopened; only the model file itself (when given by path) is read.
 """
+
 from __future__ import annotations
 
 import os
@@ -36,8 +37,15 @@ def opened_while(fn) -> list[str]:
         fn()
     finally:
         seen = _RECORDING.pop()
-    return [p for p in seen if not p.endswith((".py", ".pyc", ".so")) and "site-packages" not in p
-            and "__pycache__" not in p and not p.startswith(sys.prefix) and not p.startswith(sys.base_prefix)]
+    return [
+        p
+        for p in seen
+        if not p.endswith((".py", ".pyc", ".so"))
+        and "site-packages" not in p
+        and "__pycache__" not in p
+        and not p.startswith(sys.prefix)
+        and not p.startswith(sys.base_prefix)
+    ]
 
 
 def hostile_model(tmp_path: Path) -> tuple[bytes, Path]:
@@ -46,8 +54,15 @@ def hostile_model(tmp_path: Path) -> tuple[bytes, Path]:
     secret = tmp_path / "secret.bin"
     secret.write_bytes(b"\1" * 4096)
     (tmp_path / "link.bin").symlink_to(secret)
-    locations = (str(secret), "../../etc/passwd", "link.bin", "secret.bin", "/etc/shadow",
-                 "..\\..\\windows\\system32", "file:///etc/passwd")
+    locations = (
+        str(secret),
+        "../../etc/passwd",
+        "link.bin",
+        "secret.bin",
+        "/etc/shadow",
+        "..\\..\\windows\\system32",
+        "file:///etc/passwd",
+    )
     nodes, inits = [], []
     for i, location in enumerate(locations):
         nodes.append(helper.make_node("MatMul", ["x", f"w{i}"], [f"y{i}"], name=f"{location}#{i}"))
@@ -58,9 +73,14 @@ def hostile_model(tmp_path: Path) -> tuple[bytes, Path]:
             t.external_data.add(key=k, value=v)
         inits.append(t)
     nodes.append(helper.make_node("Identity", ["y0"], ["z"], name="/etc/passwd"))
-    graph = helper.make_graph(nodes, str(secret), [tensor("x", [2, 8])],
-                              [tensor(f"y{i}", [2, 4]) for i in range(len(locations))] + [tensor("z", [2, 4])],
-                              initializer=inits, doc_string=str(secret))
+    graph = helper.make_graph(
+        nodes,
+        str(secret),
+        [tensor("x", [2, 8])],
+        [tensor(f"y{i}", [2, 4]) for i in range(len(locations))] + [tensor("z", [2, 4])],
+        initializer=inits,
+        doc_string=str(secret),
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], doc_string="../../etc/passwd")
     helper.set_model_props(model, {"external": str(secret), "path": "link.bin"})
     return model.SerializeToString(), secret
@@ -103,7 +123,8 @@ def test_a_symlinked_model_path_is_read_once_and_nothing_beside_it(in_tmp):
 
 def test_a_path_in_a_dim_binding_or_name_is_not_opened(in_tmp):
     """Dim names and values come from the user too: a name that is a path is only a name."""
-    data = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor("x", ["/etc/passwd", 4])],
-                      [tensor("y", ["/etc/passwd", 4])])
+    data = make_model(
+        [helper.make_node("Relu", ["x"], ["y"])], [tensor("x", ["/etc/passwd", 4])], [tensor("y", ["/etc/passwd", 4])]
+    )
     opened = opened_while(lambda: mapper.load_workload(data, {"/etc/passwd": 2}))
     assert opened == []

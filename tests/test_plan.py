@@ -1,4 +1,5 @@
 """The mapping plan and cost model: rules by hand, properties over random shapes, published figures."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -24,8 +25,11 @@ def _map(data, hw, **opts):
 
 # --- fusion rules ---------------------------------------------------------------------------------
 def _mlp(with_outside_consumer=False):
-    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], ["hb"]),
-             helper.make_node("Relu", ["hb"], ["y"])]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"]),
+        helper.make_node("Add", ["h", "b"], ["hb"]),
+        helper.make_node("Relu", ["hb"], ["y"]),
+    ]
     outputs = [tensor("y", [64, 256])]
     if with_outside_consumer:
         nodes.append(helper.make_node("Sigmoid", ["hb"], ["side"]))
@@ -74,16 +78,25 @@ def test_flash_attention_rejected_when_tiles_do_not_fit(h100):
 @pytest.mark.parametrize("name", ["resnet50", "bert-base", "llama2-7b", "mobilenetv2"])
 def test_fusion_never_adds_dram_bytes(name, h100):
     w = mapper.load_workload(name)
-    totals = {p: sum(k.kernel.dram_bytes for k in mapper.map_workload(w, h100, PlanOptions(fusion=p, dtype="bf16",
-              layout="nchw" if name in ("resnet50", "mobilenetv2") else "auto")).kernels)
-              for p in ("none", "default", "aggressive")}
+    totals = {
+        p: sum(
+            k.kernel.dram_bytes
+            for k in mapper.map_workload(
+                w,
+                h100,
+                PlanOptions(fusion=p, dtype="bf16", layout="nchw" if name in ("resnet50", "mobilenetv2") else "auto"),
+            ).kernels
+        )
+        for p in ("none", "default", "aggressive")
+    }
     assert totals["aggressive"] <= totals["default"] <= totals["none"]
 
 
 def _producing_kernel(result, nodes):
     """tensor -> index of the kernel that makes it; a free view's output is made where its input is."""
-    where = {o: i for i, k in enumerate(result.kernels) for n in k.kernel.nodes if n in nodes
-             for o in nodes[n].outputs if o}
+    where = {
+        o: i for i, k in enumerate(result.kernels) for n in k.kernel.nodes if n in nodes for o in nodes[n].outputs if o
+    }
     in_kernels = {n for k in result.kernels for n in k.kernel.nodes}
     for node in nodes.values():  # views run in no kernel (graph order: a view's input is placed first)
         if node.name not in in_kernels and node.inputs and node.inputs[0] in where:
@@ -91,16 +104,25 @@ def _producing_kernel(result, nodes):
     return where
 
 
-@pytest.mark.parametrize("source,dims", [("resnet50", {"batch": 2}), ("bert-base", {}), ("llama2-7b", {}),
-                                         ("vit-b16", {}), ("hf_llama_tiny.onnx", {"batch": 2, "seq": 8}),
-                                         ("bert_base_int8_dynamic.onnx", {"batch": 1, "seq": 64}),
-                                         ("hf_bert_tiny_ts.onnx", {"batch": 2, "seq": 8})])
+@pytest.mark.parametrize(
+    "source,dims",
+    [
+        ("resnet50", {"batch": 2}),
+        ("bert-base", {}),
+        ("llama2-7b", {}),
+        ("vit-b16", {}),
+        ("hf_llama_tiny.onnx", {"batch": 2, "seq": 8}),
+        ("bert_base_int8_dynamic.onnx", {"batch": 1, "seq": 64}),
+        ("hf_bert_tiny_ts.onnx", {"batch": 2, "seq": 8}),
+    ],
+)
 def test_kernels_run_after_the_kernels_they_read(source, dims, h100):
     """Every node that does work runs in exactly one kernel, and every kernel reads only tensors made by earlier kernels (or weights and graph inputs). A greedy chain
     that absorbs a node whose other operand a later kernel makes breaks this; so would a plan whose
     fused group needs its own output back (ResNet's residual Add, SwiGLU's gate x up, RoPE, GELU's
     x * 0.5 beside erf, dynamic quantization's scale product)."""
     from tests.conftest import MODELS_DIR
+
     w = mapper.load_workload(str(MODELS_DIR / source) if source.endswith(".onnx") else source, dims or None)
     for policy in ("none", "default", "aggressive"):
         result = mapper.map_workload(w, h100, PlanOptions(fusion=policy))
@@ -151,8 +173,10 @@ def test_weight_only_int4_cuts_decode_traffic(h100):
     bf16 = mapper.map_workload(w, h100, PlanOptions(dtype="bf16"))
     int4 = mapper.map_workload(w, h100, PlanOptions(dtype="bf16", weight_dtype="int4"))
     assert int4.totals.weight_bytes == pytest.approx(bf16.totals.weight_bytes / 4, rel=0.01)
-    linear = {r.totals.dtype + str(id(r)): sum(l.time_s for l in r.layers if l.layer_type == "Linear/GEMM")
-              for r in (bf16, int4)}
+    linear = {
+        r.totals.dtype + str(id(r)): sum(l.time_s for l in r.layers if l.layer_type == "Linear/GEMM")
+        for r in (bf16, int4)
+    }
     t_bf16, t_int4 = linear.values()
     assert t_int4 < 0.5 * t_bf16  # the weight-streaming GEMMs speed up; launch overheads stay
     assert int4.totals.latency_s < bf16.totals.latency_s
@@ -161,8 +185,9 @@ def test_weight_only_int4_cuts_decode_traffic(h100):
 
 def test_unsupported_dtype_names_what_the_device_has():
     with pytest.raises(mapper.MapperError, match="fp8"):
-        mapper.map_workload(mapper.load_workload("resnet50"), mapper.load_hardware("a100-sxm-80gb"),
-                            PlanOptions(dtype="fp8"))
+        mapper.map_workload(
+            mapper.load_workload("resnet50"), mapper.load_hardware("a100-sxm-80gb"), PlanOptions(dtype="fp8")
+        )
 
 
 # --- tiling and cost: hand-checked rules and properties -----------------------------------------------
@@ -172,8 +197,9 @@ def test_wave_quantization_formula_on_one_gemm(h100):
     tiles = math.ceil(1408 / c.tile_m) * math.ceil(3073 / c.tile_n) * c.split_k
     assert c.tiles == tiles and c.waves == math.ceil(tiles / 132)
     assert c.wave_efficiency == pytest.approx(tiles / (c.waves * 132))
-    assert c.padding_efficiency == pytest.approx(1408 * 3073 / (math.ceil(1408 / c.tile_m) * c.tile_m
-                                                                 * math.ceil(3073 / c.tile_n) * c.tile_n))
+    assert c.padding_efficiency == pytest.approx(
+        1408 * 3073 / (math.ceil(1408 / c.tile_m) * c.tile_m * math.ceil(3073 / c.tile_n) * c.tile_n)
+    )
 
 
 def test_large_bf16_gemm_lands_near_measured_790_tflops():
@@ -220,14 +246,24 @@ def test_chosen_tile_fits_sram_and_more_resources_never_slow_a_kernel(m, n, k):
         c = e.tiling.chosen
         if c is not None:
             assert c.sram_bytes <= hw.sram_per_unit_bytes
-            assert c.sram_bytes == c.stages * (c.tile_m * c.tile_k + c.tile_k * c.tile_n) * 2 + \
-                c.tile_m * c.tile_n * ACCUMULATOR_BYTES
-    faster_mem = dataclasses.replace(hw, dram_bandwidth_bytes_per_s=2 * hw.dram_bandwidth_bytes_per_s,
-                                     l2_bandwidth_bytes_per_s=2 * hw.l2_bandwidth_bytes_per_s)
-    faster_math = dataclasses.replace(hw, matrix_peak_flops_per_s={k: 2 * v for k, v in hw.matrix_peak_flops_per_s.items()},
-                                      vector_peak_flops_per_s={k: 2 * v for k, v in hw.vector_peak_flops_per_s.items()})
+            assert (
+                c.sram_bytes
+                == c.stages * (c.tile_m * c.tile_k + c.tile_k * c.tile_n) * 2 + c.tile_m * c.tile_n * ACCUMULATOR_BYTES
+            )
+    faster_mem = dataclasses.replace(
+        hw,
+        dram_bandwidth_bytes_per_s=2 * hw.dram_bandwidth_bytes_per_s,
+        l2_bandwidth_bytes_per_s=2 * hw.l2_bandwidth_bytes_per_s,
+    )
+    faster_math = dataclasses.replace(
+        hw,
+        matrix_peak_flops_per_s={k: 2 * v for k, v in hw.matrix_peak_flops_per_s.items()},
+        vector_peak_flops_per_s={k: 2 * v for k, v in hw.vector_peak_flops_per_s.items()},
+    )
     for better in (faster_mem, faster_math):
-        assert mapper.map_workload(w, better, PlanOptions(dtype="bf16")).totals.latency_s <= base.totals.latency_s * (1 + 1e-9)
+        assert mapper.map_workload(w, better, PlanOptions(dtype="bf16")).totals.latency_s <= base.totals.latency_s * (
+            1 + 1e-9
+        )
 
 
 @pytest.mark.parametrize("name", ["resnet50", "bert-base", "gpt2-small"])
@@ -256,8 +292,9 @@ def test_resnet50_batch1_on_h100_is_mostly_launch_bound(h100):
 
 def test_resnet50_batch256_large_convs_are_compute_bound(h100):
     r = mapper.map_workload(mapper.load_workload("resnet50", {"batch": 256}), h100, PlanOptions(dtype="bf16"))
-    convs = sorted((e for e in r.kernels if e.kernel.layer_type is mapper.LayerType.CONV),
-                   key=lambda e: -e.kernel.flops)
+    convs = sorted(
+        (e for e in r.kernels if e.kernel.layer_type is mapper.LayerType.CONV), key=lambda e: -e.kernel.flops
+    )
     largest = [e for e in convs if e.kernel.flops >= convs[0].kernel.flops * 0.9]
     compute = sum(e.time_s for e in largest if e.bottleneck == "compute-bound (matrix)")
     assert len(largest) >= 10 and compute >= 0.75 * sum(e.time_s for e in largest)
@@ -267,16 +304,18 @@ def test_resnet50_batch256_large_convs_are_compute_bound(h100):
 
 
 def test_llama2_7b_decode_step_is_memory_bound_with_low_mfu(h100):
-    r = mapper.map_workload(mapper.load_workload("llama2-7b", {"batch": 1, "seq": 1, "past": 2048}), h100,
-                            PlanOptions(dtype="bf16"))
+    r = mapper.map_workload(
+        mapper.load_workload("llama2-7b", {"batch": 1, "seq": 1, "past": 2048}), h100, PlanOptions(dtype="bf16")
+    )
     shares = _class_shares(r)
     assert max(shares, key=shares.get) == "memory-bound"
     assert r.totals.mfu < 0.05
 
 
 def test_every_kernel_has_one_class_evidence_and_owner(h100):
-    r = mapper.map_workload(mapper.load_workload("gpt2-small", {"batch": 4, "seq": 64, "past": 0}), h100,
-                            PlanOptions(dtype="bf16"))
+    r = mapper.map_workload(
+        mapper.load_workload("gpt2-small", {"batch": 4, "seq": 64, "past": 0}), h100, PlanOptions(dtype="bf16")
+    )
     for e in r.kernels:
         assert e.bottleneck and e.evidence and e.owner
         assert 0.0 <= e.stall_fraction <= 1.0

@@ -1,4 +1,5 @@
 """The power model (PRIMER s7): compute-bound kernels near TDP, memory-bound below, the cap stretches time."""
+
 from __future__ import annotations
 
 import pytest
@@ -8,12 +9,16 @@ import mapper
 from mapper.explore.power import power_curve
 from tests.conftest import make_model, tensor
 
-GEMM = make_model([helper.make_node("MatMul", ["a", "b"], ["c"])],
-                  [tensor("a", [8192, 8192], TensorProto.FLOAT16), tensor("b", [8192, 8192], TensorProto.FLOAT16)],
-                  [tensor("c", [8192, 8192], TensorProto.FLOAT16)])
-ADD = make_model([helper.make_node("Add", ["x", "y"], ["z"])],
-                 [tensor("x", [1 << 26], TensorProto.FLOAT16), tensor("y", [1 << 26], TensorProto.FLOAT16)],
-                 [tensor("z", [1 << 26], TensorProto.FLOAT16)])
+GEMM = make_model(
+    [helper.make_node("MatMul", ["a", "b"], ["c"])],
+    [tensor("a", [8192, 8192], TensorProto.FLOAT16), tensor("b", [8192, 8192], TensorProto.FLOAT16)],
+    [tensor("c", [8192, 8192], TensorProto.FLOAT16)],
+)
+ADD = make_model(
+    [helper.make_node("Add", ["x", "y"], ["z"])],
+    [tensor("x", [1 << 26], TensorProto.FLOAT16), tensor("y", [1 << 26], TensorProto.FLOAT16)],
+    [tensor("z", [1 << 26], TensorProto.FLOAT16)],
+)
 
 
 def _map(model: bytes, cap=None):

@@ -1,4 +1,5 @@
 """The serving simulator against queueing theory, a per-request reference, and its own properties."""
+
 from __future__ import annotations
 
 import json
@@ -14,7 +15,7 @@ from mapper.core.errors import MapperError
 from mapper.serve.llm import LLMServingConfig, simulate_llm_serving
 from mapper.serve.serving import ServingConfig, load_curve, load_trace, serving_section, simulate_serving
 
-D = 1e-3   # a fixed batch-1 service time: the queue itself, checked against closed forms
+D = 1e-3  # a fixed batch-1 service time: the queue itself, checked against closed forms
 
 
 @pytest.mark.parametrize("rho", [0.5, 0.8])
@@ -24,14 +25,16 @@ def test_md1_mean_wait_matches_pollaczek_khinchine(rho):
     expected = rho * D / (2 * (1 - rho))
     assert r.mean_wait_s == pytest.approx(expected, rel=0.02)
     assert r.utilization == pytest.approx(rho, rel=0.01)
-    assert r.mean_queue_length == pytest.approx(rho / D * expected, rel=0.03)   # Little's law
+    assert r.mean_queue_length == pytest.approx(rho / D * expected, rel=0.03)  # Little's law
 
 
 def test_mm1_p99_sojourn():
     """M/M/1: the sojourn time is exponential with rate mu - lambda, so p99 = ln(100)/(mu - lambda)."""
     mu, lam = 1 / D, 0.5 / D
-    r = simulate_serving(D, ServingConfig(max_batch=1, rate_per_s=lam, requests=400_000, seed=2,
-                                          jitter_cv=1.0, jitter_dist="exponential"))
+    r = simulate_serving(
+        D,
+        ServingConfig(max_batch=1, rate_per_s=lam, requests=400_000, seed=2, jitter_cv=1.0, jitter_dist="exponential"),
+    )
     assert r.p99_s == pytest.approx(math.log(100) / (mu - lam), rel=0.03)
     assert r.mean_s == pytest.approx(1 / (mu - lam), rel=0.03)
 
@@ -54,8 +57,9 @@ def reference_dynamic(arrival, service, max_batch, max_wait_s):
     return end - arrival
 
 
-@pytest.mark.parametrize("rate,max_batch,max_wait_s", [(300, 8, 2e-3), (2000, 8, 1e-3), (5000, 16, 5e-3),
-                                                       (900, 4, 0.0)])
+@pytest.mark.parametrize(
+    "rate,max_batch,max_wait_s", [(300, 8, 2e-3), (2000, 8, 1e-3), (5000, 16, 5e-3), (900, 4, 0.0)]
+)
 def test_dynamic_batching_matches_a_per_request_reference(rate, max_batch, max_wait_s):
     service = lambda b: 1e-3 + 2e-4 * b
     config = ServingConfig(max_batch=max_batch, max_wait_s=max_wait_s, rate_per_s=rate, requests=5_000, seed=3)
@@ -71,16 +75,25 @@ def test_dynamic_batching_trades_latency_for_throughput():
     one = ServingConfig(max_batch=1, requests=50_000, seed=4)
     dyn = ServingConfig(max_batch=16, max_wait_s=2e-3, requests=50_000, seed=4)
     high, low = 3_000.0, 50.0
-    assert simulate_serving(service, replace(dyn, rate_per_s=high)).throughput_per_s > \
-        1.5 * simulate_serving(service, replace(one, rate_per_s=high)).throughput_per_s
+    assert (
+        simulate_serving(service, replace(dyn, rate_per_s=high)).throughput_per_s
+        > 1.5 * simulate_serving(service, replace(one, rate_per_s=high)).throughput_per_s
+    )
     assert simulate_serving(service, replace(dyn, rate_per_s=high)).p99_s < 0.05
-    assert simulate_serving(service, replace(dyn, rate_per_s=low)).p50_s > \
-        simulate_serving(service, replace(one, rate_per_s=low)).p50_s + 0.5e-3   # it waits for company
+    assert (
+        simulate_serving(service, replace(dyn, rate_per_s=low)).p50_s
+        > simulate_serving(service, replace(one, rate_per_s=low)).p50_s + 0.5e-3
+    )  # it waits for company
 
 
-@pytest.mark.parametrize("config", [ServingConfig(max_batch=1, jitter_cv=0.1, jitter_dist="lognormal"),
-                                    ServingConfig(max_batch=4, jitter_cv=0.3, jitter_dist="exponential"),
-                                    ServingConfig(max_batch=8, max_wait_s=1e-3, jitter_cv=0.05)])
+@pytest.mark.parametrize(
+    "config",
+    [
+        ServingConfig(max_batch=1, jitter_cv=0.1, jitter_dist="lognormal"),
+        ServingConfig(max_batch=4, jitter_cv=0.3, jitter_dist="exponential"),
+        ServingConfig(max_batch=8, max_wait_s=1e-3, jitter_cv=0.05),
+    ],
+)
 def test_percentiles_ordered_and_rising_with_load(config):
     service = lambda b: 1e-3 + 1e-4 * b
     curve = load_curve(service, replace(config, requests=20_000, seed=5), loads=(0.2, 0.5, 0.8, 0.95))
@@ -96,7 +109,7 @@ def test_static_batching_waits_to_fill_at_low_load():
     """Static batches leave only when full: at light load the wait to fill dominates (latency falls as load rises)."""
     config = ServingConfig(policy="static", max_batch=8, requests=20_000, seed=5)
     light, busy = (simulate_serving(D, replace(config, rate_per_s=rate)) for rate in (100, 4_000))
-    assert light.mean_wait_s == pytest.approx(3.5 / 100, rel=0.05)   # (8 - 1) / 2 interarrival times to fill
+    assert light.mean_wait_s == pytest.approx(3.5 / 100, rel=0.05)  # (8 - 1) / 2 interarrival times to fill
     assert busy.p50_s < 0.01 < light.p50_s
     assert light.mean_batch == pytest.approx(8, rel=1e-3)
 
@@ -128,12 +141,19 @@ def test_engine_service_time_called_once_per_batch_size():
     assert len(calls) == len(set(calls)) and set(calls) <= set(range(1, 17))
 
 
-@pytest.mark.parametrize("config,message", [
-    (ServingConfig(rate_per_s=0), "arrival rate"), (ServingConfig(requests=0), "requests"),
-    (ServingConfig(requests=10**8 + 1), "requests"), (ServingConfig(max_batch=0), "max batch"),
-    (ServingConfig(jitter_cv=-0.1), "coefficient"), (ServingConfig(jitter_cv=0.1, jitter_dist="gamma"), "gamma"),
-    (ServingConfig(policy="greedy"), "greedy"), (ServingConfig(max_wait_s=-1), "max wait"),
-])
+@pytest.mark.parametrize(
+    "config,message",
+    [
+        (ServingConfig(rate_per_s=0), "arrival rate"),
+        (ServingConfig(requests=0), "requests"),
+        (ServingConfig(requests=10**8 + 1), "requests"),
+        (ServingConfig(max_batch=0), "max batch"),
+        (ServingConfig(jitter_cv=-0.1), "coefficient"),
+        (ServingConfig(jitter_cv=0.1, jitter_dist="gamma"), "gamma"),
+        (ServingConfig(policy="greedy"), "greedy"),
+        (ServingConfig(max_wait_s=-1), "max wait"),
+    ],
+)
 def test_bad_config_is_a_mapper_error(config, message):
     with pytest.raises(MapperError, match=message):
         simulate_serving(D, config)
@@ -148,11 +168,18 @@ def test_trace_file(tmp_path):
     assert list(trace.prompt_tokens) == [10, 20, 30]
 
 
-@pytest.mark.parametrize("text,message", [
-    ("arrival_s\n0.1\n0.05\n", "row 2 .*arrival_s"), ("arrival_s\n0.1\nnan\n", "row 2 .*arrival_s"),
-    ("arrival_s\n-1\n", "row 1"), ("arrival_s\n0.1\nabc\n", "'abc'"), ("time\n0.1\n", "columns"),
-    ("arrival_s,output_tokens\n0.1,2.5\n", "output_tokens"), ("arrival_s\n", "no rows"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("arrival_s\n0.1\n0.05\n", "row 2 .*arrival_s"),
+        ("arrival_s\n0.1\nnan\n", "row 2 .*arrival_s"),
+        ("arrival_s\n-1\n", "row 1"),
+        ("arrival_s\n0.1\nabc\n", "'abc'"),
+        ("time\n0.1\n", "columns"),
+        ("arrival_s,output_tokens\n0.1,2.5\n", "output_tokens"),
+        ("arrival_s\n", "no rows"),
+    ],
+)
 def test_bad_trace_names_row_and_column(tmp_path, text, message):
     path = tmp_path / "bad.csv"
     path.write_text(text)
@@ -168,12 +195,49 @@ def test_serving_section_is_json_ready():
 
 
 def test_cli_serve_json(capsys):
-    assert main(["serve", "bert-base", "--hw", "h100-sxm", "--batch-policy", "dynamic", "--max-batch", "8",
-                 "--max-wait-ms", "2", "--rate", "500", "--requests", "2000", "--seed", "1",
-                 "--jitter-cv", "0.05", "--jitter-dist", "lognormal", "--service-time-s", "0.002", "--json"]) == 0
+    assert (
+        main(
+            [
+                "serve",
+                "bert-base",
+                "--hw",
+                "h100-sxm",
+                "--batch-policy",
+                "dynamic",
+                "--max-batch",
+                "8",
+                "--max-wait-ms",
+                "2",
+                "--rate",
+                "500",
+                "--requests",
+                "2000",
+                "--seed",
+                "1",
+                "--jitter-cv",
+                "0.05",
+                "--jitter-dist",
+                "lognormal",
+                "--service-time-s",
+                "0.002",
+                "--json",
+            ]
+        )
+        == 0
+    )
     doc = json.loads(capsys.readouterr().out)
-    for key in ("p50_s", "p90_s", "p95_s", "p99_s", "p999_s", "mean_s", "mean_wait_s", "throughput_per_s",
-                "utilization", "assumptions"):
+    for key in (
+        "p50_s",
+        "p90_s",
+        "p95_s",
+        "p99_s",
+        "p999_s",
+        "mean_s",
+        "mean_wait_s",
+        "throughput_per_s",
+        "utilization",
+        "assumptions",
+    ):
         assert key in doc
     assert doc["p50_s"] <= doc["p99_s"] and any("fixed 0.002 s" in a for a in doc["assumptions"])
     assert main(["serve", "bert-base", "--rate", "-5"]) == 2
@@ -195,8 +259,9 @@ DECODE = lambda b, c: 5e-3 + 1e-4 * b + 1e-8 * b * c
 
 
 def test_llm_single_request_ttft_and_tpot():
-    config = LLMServingConfig(max_batch=4, rate_per_s=0.01, requests=3, prompt_tokens=100, output_tokens=11,
-                              kv_capacity_tokens=10_000)
+    config = LLMServingConfig(
+        max_batch=4, rate_per_s=0.01, requests=3, prompt_tokens=100, output_tokens=11, kv_capacity_tokens=10_000
+    )
     r = simulate_llm_serving(PREFILL, DECODE, config)
     assert r.ttft_p50_s == pytest.approx(PREFILL(1, 100))
     assert r.tpot_p50_s == pytest.approx(np.mean([DECODE(1, 101 + k) for k in range(10)]))
@@ -205,7 +270,7 @@ def test_llm_single_request_ttft_and_tpot():
 def test_llm_kv_capacity_limits_concurrency_and_raises_ttft():
     base = LLMServingConfig(max_batch=32, rate_per_s=40, requests=400, prompt_tokens=200, output_tokens=50, seed=9)
     roomy = simulate_llm_serving(PREFILL, DECODE, replace(base, kv_capacity_tokens=100_000))
-    tight = simulate_llm_serving(PREFILL, DECODE, replace(base, kv_capacity_tokens=750))   # three at a time
+    tight = simulate_llm_serving(PREFILL, DECODE, replace(base, kv_capacity_tokens=750))  # three at a time
     assert tight.mean_running <= 3 + 1e-9 < roomy.mean_running
     assert tight.ttft_p99_s > roomy.ttft_p99_s
     assert roomy.ttft_p50_s <= roomy.ttft_p90_s <= roomy.ttft_p99_s
@@ -214,20 +279,41 @@ def test_llm_kv_capacity_limits_concurrency_and_raises_ttft():
 
 
 def test_llm_cli_with_built_in_decoder(capsys):
-    assert main(["serve", "gpt2-small", "--max-batch", "4", "--rate", "5", "--requests", "20",
-                 "--prompt-tokens", "64", "--output-tokens", "8", "--json"]) == 0
+    assert (
+        main(
+            [
+                "serve",
+                "gpt2-small",
+                "--max-batch",
+                "4",
+                "--rate",
+                "5",
+                "--requests",
+                "20",
+                "--prompt-tokens",
+                "64",
+                "--output-tokens",
+                "8",
+                "--json",
+            ]
+        )
+        == 0
+    )
     doc = json.loads(capsys.readouterr().out)
     assert doc["ttft_p50_s"] > 0 and doc["tpot_p50_s"] > 0 and doc["kv_capacity_tokens"] > 10_000
 
 
-@pytest.mark.parametrize("stem", ["optimum_gpt2_tiny_with_past", "optimum_llama_tiny_with_past",
-                                  "optimum_gpt2_tiny_merged", "hf_llama_tiny_decode"])
+@pytest.mark.parametrize(
+    "stem",
+    ["optimum_gpt2_tiny_with_past", "optimum_llama_tiny_with_past", "optimum_gpt2_tiny_merged", "hf_llama_tiny_decode"],
+)
 def test_llm_serving_of_exported_decoders(stem):
     """Exported decoders name their dims their own way (past_sequence_length, past_seq with a separate
     total_seq, a merged decoder's use_cache_branch): each step binds them, the decode step slows as the
     cache grows, and the KV capacity comes from the past inputs."""
     from mapper.serve.llm import decoder_dims, engine_step_times, kv_capacity_tokens
     from tests.conftest import MODELS_DIR
+
     source = str(MODELS_DIR / f"{stem}.onnx")
     hw, options = mapper.load_hardware("h100-sxm"), mapper.PlanOptions()
     dims = decoder_dims(source)(1, 100)
@@ -240,8 +326,27 @@ def test_llm_serving_of_exported_decoders(stem):
 def test_serve_cli_serves_an_exported_decoder_as_an_llm(capsys):
     """A file with a KV-cache input gets prefill/decode serving without --llm, as a built-in decoder does."""
     from tests.conftest import MODELS_DIR
-    assert main(["serve", str(MODELS_DIR / "optimum_llama_tiny_with_past.onnx"), "--max-batch", "4", "--rate", "5",
-                 "--requests", "20", "--prompt-tokens", "32", "--output-tokens", "8", "--json"]) == 0
+
+    assert (
+        main(
+            [
+                "serve",
+                str(MODELS_DIR / "optimum_llama_tiny_with_past.onnx"),
+                "--max-batch",
+                "4",
+                "--rate",
+                "5",
+                "--requests",
+                "20",
+                "--prompt-tokens",
+                "32",
+                "--output-tokens",
+                "8",
+                "--json",
+            ]
+        )
+        == 0
+    )
     doc = json.loads(capsys.readouterr().out)
     assert doc["policy"] == "continuous" and doc["tpot_p50_s"] > 0
 
@@ -250,11 +355,14 @@ def test_engine_batch_time_varies_a_batch_dim_named_batch_size():
     """`mapper serve FILE --dim batch_size=1` must not pin every batch the simulation forms to batch 1."""
     from mapper.serve.serving import engine_batch_time
     from tests.conftest import MODELS_DIR
-    time_of = engine_batch_time(str(MODELS_DIR / "optimum_gpt2_tiny_with_past.onnx"),
-                                {"batch_size": 1, "sequence_length": 64, "past_sequence_length": 0},
-                                mapper.load_hardware("h100-sxm"), mapper.PlanOptions())
-    assert time_of(64) > time_of(1)
 
+    time_of = engine_batch_time(
+        str(MODELS_DIR / "optimum_gpt2_tiny_with_past.onnx"),
+        {"batch_size": 1, "sequence_length": 64, "past_sequence_length": 0},
+        mapper.load_hardware("h100-sxm"),
+        mapper.PlanOptions(),
+    )
+    assert time_of(64) > time_of(1)
 
 
 def test_serve_cli_seq_binds_a_file_whose_sequence_dim_has_its_own_name(tmp_path, capsys):
@@ -263,6 +371,7 @@ def test_serve_cli_seq_binds_a_file_whose_sequence_dim_has_its_own_name(tmp_path
     import onnx
 
     from tests.conftest import MODELS_DIR
+
     m = onnx.load(MODELS_DIR / "hf_bert_tiny.onnx", load_external_data=False)
     for vi in [*m.graph.input, *m.graph.output, *m.graph.value_info]:
         for d in vi.type.tensor_type.shape.dim:

@@ -1,4 +1,5 @@
 """The mapping sheet writers: every format reads back to the result's own numbers, and HTML is safe."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -38,10 +39,13 @@ def result(h100):
 @pytest.fixture(scope="module")
 def hostile_result(h100):
     """A graph whose node and tensor names are HTML: an upload can name things anything."""
-    nodes = [helper.make_node("Relu", ["x"], [HOSTILE + "y"], name=HOSTILE),
-             helper.make_node("Exp", [HOSTILE + "y"], ["z"], name=HOSTILE + "2")]
-    model = make_model(nodes, [tensor("x", [4, 1024], TensorProto.FLOAT16)],
-                       [tensor("z", [4, 1024], TensorProto.FLOAT16)])
+    nodes = [
+        helper.make_node("Relu", ["x"], [HOSTILE + "y"], name=HOSTILE),
+        helper.make_node("Exp", [HOSTILE + "y"], ["z"], name=HOSTILE + "2"),
+    ]
+    model = make_model(
+        nodes, [tensor("x", [4, 1024], TensorProto.FLOAT16)], [tensor("z", [4, 1024], TensorProto.FLOAT16)]
+    )
     return mapper.map_workload(mapper.load_workload(model), h100, mapper.PlanOptions())
 
 
@@ -64,8 +68,18 @@ def test_xlsx_numbers_read_back_as_numbers_equal_to_the_result(xlsx, result):
     _, sheets = xlsx
     kernels = sheets["Kernels"]
     assert len(kernels) == len(result.kernels)
-    for column in ("time_s", "start_s", "flops", "dram_bytes", "stall_fraction", "achieved_flops_per_s",
-                   "intensity_flop_per_byte", "wave_efficiency", "energy_j", "share"):
+    for column in (
+        "time_s",
+        "start_s",
+        "flops",
+        "dram_bytes",
+        "stall_fraction",
+        "achieved_flops_per_s",
+        "intensity_flop_per_byte",
+        "wave_efficiency",
+        "energy_j",
+        "share",
+    ):
         assert _numeric(kernels[column]), column
     assert kernels["time_s"].sum() == pytest.approx(result.totals.latency_s, rel=1e-9)
     assert kernels["flops"].sum() == pytest.approx(sum(e.kernel.flops for e in result.kernels), rel=1e-12)
@@ -80,9 +94,19 @@ def test_summary_holds_the_metrics_bottlenecks_and_caveats(xlsx, result):
     summary = xlsx[1]["Summary"]
     value = dict(zip(summary["name"], summary["value"]))
     t = result.totals
-    for key in ("latency_s", "throughput_per_s", "mfu", "memory_stall_fraction", "energy_per_inference_j",
-                "avg_power_w", "perf_per_watt", "flops", "dram_bytes", "weight_bytes"):
-        assert isinstance(value[key], (int, float)), key     # a number in the cell, never "12.3B"
+    for key in (
+        "latency_s",
+        "throughput_per_s",
+        "mfu",
+        "memory_stall_fraction",
+        "energy_per_inference_j",
+        "avg_power_w",
+        "perf_per_watt",
+        "flops",
+        "dram_bytes",
+        "weight_bytes",
+    ):
+        assert isinstance(value[key], (int, float)), key  # a number in the cell, never "12.3B"
         assert value[key] == pytest.approx(getattr(t, key), rel=1e-12), key
     assert value["dtype"] == "bf16" and value["batch"] == 8
     top = summary[summary["section"] == "top bottleneck"]
@@ -112,8 +136,13 @@ def test_assumptions_and_provenance_make_the_run_reproducible(xlsx, result):
 
 
 def test_extra_sections_get_their_own_sheets(result, tmp_path):
-    serving = {"rate_per_s": 100.0, "p50_s": 0.001, "p99_s": 0.002, "policy": {"max_batch": 8},
-               "curve": [{"rate_per_s": 10.0, "p99_s": 0.001}, {"rate_per_s": 100.0, "p99_s": 0.002}]}
+    serving = {
+        "rate_per_s": 100.0,
+        "p50_s": 0.001,
+        "p99_s": 0.002,
+        "policy": {"max_batch": 8},
+        "curve": [{"rate_per_s": 10.0, "p99_s": 0.001}, {"rate_per_s": 100.0, "p99_s": 0.002}],
+    }
     power = [{"cap_w": 700.0, "latency_s": 0.0004}, {"cap_w": 400.0, "latency_s": 0.0005}]
     extended = dataclasses.replace(result, extras={"serving": serving, "power_curve": power})
     frames = sheet_frames(extended)
@@ -161,8 +190,9 @@ def test_html_escapes_names_from_the_model(hostile_result):
 
 def test_xlsx_keeps_formula_like_names_as_text(h100):
     formula = '=HYPERLINK("x","y")'
-    model = make_model([helper.make_node("Relu", ["x"], ["y"], name=formula)],
-                       [tensor("x", [4, 64])], [tensor("y", [4, 64])])
+    model = make_model(
+        [helper.make_node("Relu", ["x"], ["y"], name=formula)], [tensor("x", [4, 64])], [tensor("y", [4, 64])]
+    )
     result = mapper.map_workload(mapper.load_workload(model), h100, mapper.PlanOptions())
     book = openpyxl.load_workbook(io.BytesIO(sheet_bytes(result, "xlsx")))
     # quoted as OWASP advises (mapper/report/tables.py): a text cell a spreadsheet shows, and never runs
@@ -221,7 +251,7 @@ def test_charts_use_the_document_roofs(result):
     peak = next(t for t in roof.data if t.name == "matrix peak")
     assert list(peak.y) == [result.totals.peak_flops_per_s] * 2
     dram = next(t for t in roof.data if t.name == "DRAM roof")
-    assert dram.x[1] == pytest.approx(result.totals.peak_flops_per_s / 3.35e12)   # the ridge
+    assert dram.x[1] == pytest.approx(result.totals.peak_flops_per_s / 3.35e12)  # the ridge
     points = sum(len(t.x) for t in roof.data if t.mode == "markers")
     assert 0 < points <= len(result.kernels)
     assert roof.layout.xaxis.type == "log" and roof.layout.yaxis.type == "log"

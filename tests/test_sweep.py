@@ -1,5 +1,6 @@
 """Sweeps: one row per slice with the totals of a direct mapping, seq ignored where a model has none,
 failed slices reported not fatal, best plans and flips, and the same table from every executor."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -11,8 +12,15 @@ from mapper.explore.executors import executor_spec
 from mapper.explore.sweep import NO_SEQ_NOTE, SweepSpec, parse_int_list, plan_flips, plan_tasks, run_sweep, write_table
 
 # A reduced grid (the full 6 x 5 x 2 x 2 x 2 grid runs in bench/bench_sweep.py).
-SMALL = SweepSpec(("resnet50", "bert-base"), ("h100-sxm", "a100-sxm-80gb"), (1, 8), (128, 512), ("bf16",),
-                  ("none", "aggressive"), chunk_slices=8)
+SMALL = SweepSpec(
+    ("resnet50", "bert-base"),
+    ("h100-sxm", "a100-sxm-80gb"),
+    (1, 8),
+    (128, 512),
+    ("bf16",),
+    ("none", "aggressive"),
+    chunk_slices=8,
+)
 
 
 @pytest.fixture(scope="module")
@@ -36,10 +44,18 @@ def test_grid_rows_and_no_seq_model(inprocess):
 
 def test_row_equals_a_direct_mapping(inprocess):
     table = inprocess[0].table
-    row = table[(table.model == "bert-base") & (table.hardware == "a100-sxm-80gb") & (table.batch == 8)
-                & (table.seq == 512) & (table.fusion == "aggressive")].iloc[0]
-    result = mapper.map_workload(mapper.load_workload("bert-base", batch=8, seq=512),
-                                 mapper.load_hardware("a100-sxm-80gb"), mapper.PlanOptions(dtype="bf16", fusion="aggressive"))
+    row = table[
+        (table.model == "bert-base")
+        & (table.hardware == "a100-sxm-80gb")
+        & (table.batch == 8)
+        & (table.seq == 512)
+        & (table.fusion == "aggressive")
+    ].iloc[0]
+    result = mapper.map_workload(
+        mapper.load_workload("bert-base", batch=8, seq=512),
+        mapper.load_hardware("a100-sxm-80gb"),
+        mapper.PlanOptions(dtype="bf16", fusion="aggressive"),
+    )
     assert row.latency_s == result.totals.latency_s and row.mfu == result.totals.mfu
     assert row.dram_bytes == result.totals.dram_bytes and row.kernel_count == len(result.kernels)
     by_class = {}
@@ -55,16 +71,27 @@ def test_other_dims_are_held_for_every_slice():
     sweep holds a dim for every model that has it (a built-in's past too) and leaves the rest alone. Rows
     equal direct mappings at the same bindings; without the held dim the sweep says which one to bind."""
     from tests.conftest import MODELS_DIR
+
     optimum = str(MODELS_DIR / "optimum_gpt2_tiny_with_past.onnx")
-    spec = SweepSpec((optimum, "llama2-7b", "resnet50"), ("h100-sxm",), (1, 4), (1,), ("bf16",), ("default",),
-                     dims=(("past_sequence_length", 512), ("past", 2048)))
+    spec = SweepSpec(
+        (optimum, "llama2-7b", "resnet50"),
+        ("h100-sxm",),
+        (1, 4),
+        (1,),
+        ("bf16",),
+        ("default",),
+        dims=(("past_sequence_length", 512), ("past", 2048)),
+    )
     table = run_sweep(spec).table
     assert (table["status"] == "ok").all() and len(table) == 2 + 2 + 2
     for model, dims in ((optimum, {"past_sequence_length": 512}), ("llama2-7b", {"past": 2048})):
         name = "optimum_gpt2_tiny_with_past" if model == optimum else model
         row = table[(table.model == name) & (table.batch == 4)].iloc[0]
-        direct = mapper.map_workload(mapper.load_workload(model, dims, batch=4, seq=1), mapper.load_hardware("h100-sxm"),
-                                     mapper.PlanOptions(dtype="bf16"))
+        direct = mapper.map_workload(
+            mapper.load_workload(model, dims, batch=4, seq=1),
+            mapper.load_hardware("h100-sxm"),
+            mapper.PlanOptions(dtype="bf16"),
+        )
         assert row.latency_s == direct.totals.latency_s
     with pytest.raises(MapperError, match="unbound dims: past_sequence_length"):
         run_sweep(SweepSpec((optimum,), ("h100-sxm",), (1,), (1,)))
@@ -87,9 +114,17 @@ def test_fusion_wins_and_best_plan_is_fastest(inprocess):
 
 
 def test_plan_flips_name_what_changed():
-    best = pd.DataFrame({"model": ["m"] * 3, "hardware": ["h"] * 3, "batch": [1, 8, 64],
-                         "seq": pd.array([128] * 3, dtype="Int64"), "fusion": ["none", "none", "aggressive"],
-                         "plan_dtype": ["bf16"] * 3, "tile": ["64x64x32", "128x128x32", "128x128x32"]})
+    best = pd.DataFrame(
+        {
+            "model": ["m"] * 3,
+            "hardware": ["h"] * 3,
+            "batch": [1, 8, 64],
+            "seq": pd.array([128] * 3, dtype="Int64"),
+            "fusion": ["none", "none", "aggressive"],
+            "plan_dtype": ["bf16"] * 3,
+            "tile": ["64x64x32", "128x128x32", "128x128x32"],
+        }
+    )
     flips = plan_flips(best)
     assert list(flips["changed"]) == ["tile", "fusion"]
     assert list(flips["from"]) == [1, 8] and list(flips["to"]) == [8, 64]
@@ -103,12 +138,15 @@ def test_unsupported_dtype_is_a_failed_row_not_a_crash():
     assert h100.status == "ok" and h100.plan_dtype == "fp8"
 
 
-@pytest.mark.parametrize("bad, message", [
-    (SweepSpec(("resnet50",), ("h100-sxm",), (0,)), "positive integers"),
-    (SweepSpec(("resnet50",), ("h100-sxm",), fusions=("max",)), "fusion"),
-    (SweepSpec(("no-such-model",), ("h100-sxm",)), "no-such-model"),
-    (SweepSpec(("resnet50",), ("no-such-profile",)), "no-such-profile"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (SweepSpec(("resnet50",), ("h100-sxm",), (0,)), "positive integers"),
+        (SweepSpec(("resnet50",), ("h100-sxm",), fusions=("max",)), "fusion"),
+        (SweepSpec(("no-such-model",), ("h100-sxm",)), "no-such-model"),
+        (SweepSpec(("resnet50",), ("no-such-profile",)), "no-such-profile"),
+    ],
+)
 def test_bad_grids_are_errors_a_person_can_act_on(bad, message):
     with pytest.raises(MapperError, match=message):
         plan_tasks(bad)
@@ -117,7 +155,7 @@ def test_bad_grids_are_errors_a_person_can_act_on(bad, message):
 def test_tasks_hold_whole_shapes_and_the_parse_travels_once_per_task():
     tasks, total = plan_tasks(SMALL)
     assert total == 24
-    assert sum(len(t.shapes) for t in tasks) == 4 + 2          # every shape in exactly one task
+    assert sum(len(t.shapes) for t in tasks) == 4 + 2  # every shape in exactly one task
     assert all(len(t.hardware) == 2 and len(t.options) == 2 for t in tasks)
 
 
@@ -142,7 +180,7 @@ def test_process_pool_table_equals_inprocess(inprocess):
 
 def test_dask_local_cluster_table_equals_inprocess(inprocess):
     pytest.importorskip("distributed")
-    dasked = run_sweep(SMALL, executor_spec("dask", workers=2))    # a LocalCluster: 2 workers x 1 thread
+    dasked = run_sweep(SMALL, executor_spec("dask", workers=2))  # a LocalCluster: 2 workers x 1 thread
     assert "dask" in dasked.provenance["executor"]
     pd.testing.assert_frame_equal(dasked.table, inprocess[0].table)
     pd.testing.assert_frame_equal(dasked.best, inprocess[0].best)
@@ -152,9 +190,10 @@ def test_sweep_page_runs_a_small_sweep_with_heatmaps():
     from pathlib import Path
 
     from streamlit.testing.v1 import AppTest
+
     page = str(Path(__file__).resolve().parents[1] / "app_pages" / "sweep.py")
     at = AppTest.from_file(page, default_timeout=120).run()
-    assert not at.exception and at.info      # asks for a run first
+    assert not at.exception and at.info  # asks for a run first
     at.multiselect(key="sweep_batches").set_value([1, 8]).run()
     at.button[0].click().run()
     assert not at.exception and not at.error, [e.value for e in at.exception]

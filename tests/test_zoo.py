@@ -1,5 +1,6 @@
 """The built-in zoo: every model builds, checks, names its dims, stays small, carries only dims,
 and has the published parameter count; tiny configs of the same builders run in onnxruntime."""
+
 from __future__ import annotations
 
 import os
@@ -15,17 +16,21 @@ from mapper.zoo.transformers import EncoderConfig, build_bert, build_gpt2
 
 # Published parameter counts (parameters only: BatchNorm running stats and RoPE inv_freq are buffers).
 PUBLISHED_PARAMS = {
-    "resnet50": 25_557_032,        # torchvision docs, ResNet50_Weights.IMAGENET1K_V1 "num_params"
-    "mobilenetv2": 3_504_872,      # torchvision docs, MobileNet_V2_Weights.IMAGENET1K_V1 "num_params"
-    "bert-base": 109_482_240,      # HF bert-base-uncased BertModel with pooler (model card: 110M)
-    "gpt2-small": 124_439_808,     # HF gpt2 model card "124M"; wte tied with the LM head, counted once
-    "vit-b16": 86_567_656,         # torchvision docs, ViT_B_16_Weights.IMAGENET1K_V1 "num_params"
-    "llama2-7b": 6_738_415_616,    # Llama 2 paper / HF Llama-2-7b-hf model card "7B" (6.74B)
+    "resnet50": 25_557_032,  # torchvision docs, ResNet50_Weights.IMAGENET1K_V1 "num_params"
+    "mobilenetv2": 3_504_872,  # torchvision docs, MobileNet_V2_Weights.IMAGENET1K_V1 "num_params"
+    "bert-base": 109_482_240,  # HF bert-base-uncased BertModel with pooler (model card: 110M)
+    "gpt2-small": 124_439_808,  # HF gpt2 model card "124M"; wte tied with the LM head, counted once
+    "vit-b16": 86_567_656,  # torchvision docs, ViT_B_16_Weights.IMAGENET1K_V1 "num_params"
+    "llama2-7b": 6_738_415_616,  # Llama 2 paper / HF Llama-2-7b-hf model card "7B" (6.74B)
     "llama2-70b": 68_976_648_192,  # Llama 2 paper / HF Llama-2-70b-hf model card "70B" (68.98B)
 }
 EXPECTED_DIMS = {
-    "resnet50": {"batch"}, "mobilenetv2": {"batch"}, "vit-b16": {"batch"}, "bert-base": {"batch", "seq"},
-    "gpt2-small": {"batch", "seq", "past"}, "llama2-7b": {"batch", "seq", "past"},
+    "resnet50": {"batch"},
+    "mobilenetv2": {"batch"},
+    "vit-b16": {"batch"},
+    "bert-base": {"batch", "seq"},
+    "gpt2-small": {"batch", "seq", "past"},
+    "llama2-7b": {"batch", "seq", "past"},
     "llama2-70b": {"batch", "seq", "past"},
 }
 MAX_SERIALIZED_BYTES = 5_000_000
@@ -127,22 +132,32 @@ def run_decoder(sess, ids: np.ndarray, past: dict[str, np.ndarray]) -> dict[str,
     return dict(zip(names, sess.run(None, {"input_ids": ids, **past})))
 
 
-@pytest.mark.parametrize("model, kv_heads, layers", [
-    (build_gpt2(TINY_GPT2, "tiny-gpt2", inline_weights=True), TINY_GPT2.heads, TINY_GPT2.layers),
-    (build_llama(TINY_LLAMA, "tiny-llama", inline_weights=True), TINY_LLAMA.kv_heads, TINY_LLAMA.layers),
-], ids=["gpt2", "llama"])
+@pytest.mark.parametrize(
+    "model, kv_heads, layers",
+    [
+        (build_gpt2(TINY_GPT2, "tiny-gpt2", inline_weights=True), TINY_GPT2.heads, TINY_GPT2.layers),
+        (build_llama(TINY_LLAMA, "tiny-llama", inline_weights=True), TINY_LLAMA.kv_heads, TINY_LLAMA.layers),
+    ],
+    ids=["gpt2", "llama"],
+)
 def test_decoder_cache_step_equals_full_prefill(model, kv_heads, layers):
     # Prefill 5 tokens at past 0, versus prefill 4 then decode 1 from the cache: the last logits
     # must agree, which exercises the causal mask with an offset, RoPE/position offsets and the cache.
     sess = session(model)
     head_dim = sess.get_inputs()[1].shape[3]
     ids = np.random.default_rng(1).integers(0, 97, size=(2, 5), dtype=np.int64)
-    empty = {f"past_key_values.{i}.{t}": np.zeros((2, kv_heads, 0, head_dim), np.float32)
-             for i in range(layers) for t in ("key", "value")}
+    empty = {
+        f"past_key_values.{i}.{t}": np.zeros((2, kv_heads, 0, head_dim), np.float32)
+        for i in range(layers)
+        for t in ("key", "value")
+    }
     full = run_decoder(sess, ids, empty)
     prefix = run_decoder(sess, ids[:, :4], empty)
-    step = run_decoder(sess, ids[:, 4:], {f"past_key_values.{k[len('present.'):]}": v
-                                          for k, v in prefix.items() if k.startswith("present.")})
+    step = run_decoder(
+        sess,
+        ids[:, 4:],
+        {f"past_key_values.{k[len('present.') :]}": v for k, v in prefix.items() if k.startswith("present.")},
+    )
     assert full["logits"].shape == (2, 5, 97) and step["present.1.value"].shape == (2, kv_heads, 5, head_dim)
     np.testing.assert_allclose(step["logits"][:, 0], full["logits"][:, 4], rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(prefix["logits"], full["logits"][:, :4], rtol=1e-4, atol=1e-5)

@@ -1,4 +1,5 @@
 """Built-in models through the engine: matrix MACs against published counts, layer recognition."""
+
 from __future__ import annotations
 
 import pytest

@@ -2,6 +2,7 @@
 
 Bad input of any kind: a MapperError (printed as one line beginning `error:`, exit code 2).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -12,8 +13,11 @@ from mapper.core.errors import MapperError
 
 class Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit 2, like every other bad input
-        raise MapperError(f"{message} (see `mapper {self.prog.split()[-1]} --help`)" if " " in self.prog
-                          else f"{message} (see `mapper --help`)")
+        raise MapperError(
+            f"{message} (see `mapper {self.prog.split()[-1]} --help`)"
+            if " " in self.prog
+            else f"{message} (see `mapper --help`)"
+        )
 
 
 def parse_dim(text: str) -> tuple[str, int]:
@@ -32,8 +36,12 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="auto", help="auto (the model's own), fp32, tf32, bf16, fp16, fp8, int8")
     p.add_argument("--weight-dtype", default="same", help="same, int8 or int4 (weight-only, decoder LLMs)")
     p.add_argument("--fusion", default="default", help="none, default or aggressive")
-    p.add_argument("--attention-fusion", choices=("auto", "on", "off"), default="auto",
-                   help="FlashAttention-style fusion: auto follows --fusion (on in aggressive)")
+    p.add_argument(
+        "--attention-fusion",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="FlashAttention-style fusion: auto follows --fusion (on in aggressive)",
+    )
     p.add_argument("--layout", default="auto", help="auto (the profile's preferred), nchw or nhwc")
     p.add_argument("--power-cap-w", type=float, help="cap the board power below the profile's TDP")
     p.add_argument("--devices", type=int, help="devices in all (= tp x pp x dp; the rest of tp x pp becomes dp)")
@@ -59,10 +67,18 @@ def parallel_degrees(devices: int | None, tp: int, pp: int, dp: int | None) -> t
 
 def options_from(args) -> mapper.PlanOptions:
     tp, pp, dp = parallel_degrees(args.devices, args.tp, args.pp, args.dp)
-    return mapper.PlanOptions(dtype=args.dtype, weight_dtype=args.weight_dtype, fusion=args.fusion,
-                              attention_fusion={"auto": None, "on": True, "off": False}[args.attention_fusion],
-                              layout=args.layout, power_cap_w=args.power_cap_w, tp=tp, pp=pp, dp=dp,
-                              overlap_collectives=args.overlap_collectives)
+    return mapper.PlanOptions(
+        dtype=args.dtype,
+        weight_dtype=args.weight_dtype,
+        fusion=args.fusion,
+        attention_fusion={"auto": None, "on": True, "off": False}[args.attention_fusion],
+        layout=args.layout,
+        power_cap_w=args.power_cap_w,
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        overlap_collectives=args.overlap_collectives,
+    )
 
 
 def workload_from(args) -> mapper.Workload:

@@ -2,6 +2,7 @@
 
 Each command is a thin client of mapper.evidence; bad input raises MapperError (one line, exit 2, in cli.py).
 """
+
 from __future__ import annotations
 
 import json
@@ -41,7 +42,9 @@ def add_arguments(subparsers) -> None:
     m.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE")
     m.add_argument("--hw", default=None, help="profile to predict with (default: probe this machine quickly)")
     m.add_argument("--profile", default=None, help="score an ORT profile JSON / Chrome trace made elsewhere instead")
-    m.add_argument("--out", default=None, help="write the mapping sheet with a Measured section (.xlsx .csv .json .html)")
+    m.add_argument(
+        "--out", default=None, help="write the mapping sheet with a Measured section (.xlsx .csv .json .html)"
+    )
     m.add_argument("--json", action="store_true")
     m.set_defaults(func=cmd_measure)
     c = subparsers.add_parser("calibrate", help="fit a profile's efficiency curves to measured models")
@@ -60,8 +63,10 @@ def cmd_probe(args) -> int:
     peak = profile["compute"]["matrix_peak_flops_per_s"]["fp32"]["value"]
     bw = profile["memory"]["dram_bandwidth_bytes_per_s"]["value"]
     launch = profile["overhead"]["kernel_launch_s"]["value"]
-    print(f"wrote {args.out}: fp32 GEMM {peak / 1e9:.1f} GFLOP/s, DRAM {bw / 1e9:.1f} GB/s, "
-          f"ORT dispatch {launch * 1e6:.2f} us per node (1 thread)")
+    print(
+        f"wrote {args.out}: fp32 GEMM {peak / 1e9:.1f} GFLOP/s, DRAM {bw / 1e9:.1f} GB/s, "
+        f"ORT dispatch {launch * 1e6:.2f} us per node (1 thread)"
+    )
     return 0
 
 
@@ -89,18 +94,26 @@ def cmd_measure(args) -> int:
         print(json.dumps(doc, indent=1, allow_nan=False))
         return 0
     row = comparison["model"]
-    print(f"{row['model']} on ONNX Runtime ({measurement.provider}, {measurement.threads} thread(s)): measured p50 "
-          f"{row['measured_p50_s'] * 1e3:.2f} ms, p95 {row['measured_p95_s'] * 1e3:.2f}, p99 {row['measured_p99_s'] * 1e3:.2f}; "
-          f"predicted ({result.hardware_name}) {row['predicted_s'] * 1e3:.2f} ms, error {row['error']:+.1%}")
-    print(f"{'layer type':24s} {'predicted ms':>12s} {'measured ms':>12s} {'error':>8s} {'meas. MFU':>9s}  measured class")
+    print(
+        f"{row['model']} on ONNX Runtime ({measurement.provider}, {measurement.threads} thread(s)): measured p50 "
+        f"{row['measured_p50_s'] * 1e3:.2f} ms, p95 {row['measured_p95_s'] * 1e3:.2f}, p99 {row['measured_p99_s'] * 1e3:.2f}; "
+        f"predicted ({result.hardware_name}) {row['predicted_s'] * 1e3:.2f} ms, error {row['error']:+.1%}"
+    )
+    print(
+        f"{'layer type':24s} {'predicted ms':>12s} {'measured ms':>12s} {'error':>8s} {'meas. MFU':>9s}  measured class"
+    )
     for layer in comparison["layers"]:
         err = f"{layer['error']:+.0%}" if layer["error"] is not None else "-"
         mfu = f"{layer['measured_mfu']:.1%}" if layer["measured_mfu"] is not None else "-"
-        print(f"{layer['layer_type']:24s} {layer['predicted_s'] * 1e3:12.3f} {layer['measured_s'] * 1e3:12.3f} {err:>8s} "
-              f"{mfu:>9s}  {layer['measured_class']}")
+        print(
+            f"{layer['layer_type']:24s} {layer['predicted_s'] * 1e3:12.3f} {layer['measured_s'] * 1e3:12.3f} {err:>8s} "
+            f"{mfu:>9s}  {layer['measured_class']}"
+        )
     print("largest mispredictions:")
     for g in comparison["kernels"][:5]:
-        print(f"  {g['kernels'][0][:40]:40s} predicted {g['predicted_s'] * 1e3:8.3f} ms, measured {g['measured_s'] * 1e3:8.3f} ms")
+        print(
+            f"  {g['kernels'][0][:40]:40s} predicted {g['predicted_s'] * 1e3:8.3f} ms, measured {g['measured_s'] * 1e3:8.3f} ms"
+        )
     if comparison["unmatched"]:
         print(f"unmatched measured time: {row['unmatched_s'] * 1e3:.3f} ms in {len(comparison['unmatched'])} nodes")
     return 0
@@ -120,10 +133,14 @@ def cmd_calibrate(args) -> int:
     name = Path(args.out).stem
     tree = calibrate(args.hw, train, statistic=args.statistic, name=name)
     report = tree.pop("calibration")
-    Path(args.out).write_text(f"# calibrated by `mapper calibrate` on {', '.join(report['models'])} ({report['date']})\n"
-                              f"# Format: data/hardware/README.md\n\n" + write_toml(tree))
-    print(f"wrote {args.out}: fit on {len(train)} models, median |error| {report['median_abs_error_before']:.1%} -> "
-          f"{report['median_abs_error_after']:.1%}")
+    Path(args.out).write_text(
+        f"# calibrated by `mapper calibrate` on {', '.join(report['models'])} ({report['date']})\n"
+        f"# Format: data/hardware/README.md\n\n" + write_toml(tree)
+    )
+    print(
+        f"wrote {args.out}: fit on {len(train)} models, median |error| {report['median_abs_error_before']:.1%} -> "
+        f"{report['median_abs_error_after']:.1%}"
+    )
     if args.holdout:
         for row in holdout_report(args.hw, tree, measure(args.holdout), args.statistic):
             print(f"  held out {row['model']}: error {row['error_before']:+.1%} -> {row['error_after']:+.1%}")

@@ -2,6 +2,7 @@
 
 Bad input of any kind: exit code 2 and one line on stderr beginning `error:`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,9 +41,11 @@ def cmd_map(args) -> int:
 
 def print_summary(result: mapper.MappingResult) -> None:
     t = result.totals
-    print(f"{result.model_name} on {result.hardware_name} ({t.dtype}, {dict(result.dims)}):"
-          f" latency {t.latency_s * 1e3:.3f} ms, throughput {t.throughput_per_s:,.1f}/s, MFU {t.mfu:.1%},"
-          f" memory stall {t.memory_stall_fraction:.1%}, {t.avg_power_w:.0f} W, {len(result.kernels)} kernels")
+    print(
+        f"{result.model_name} on {result.hardware_name} ({t.dtype}, {dict(result.dims)}):"
+        f" latency {t.latency_s * 1e3:.3f} ms, throughput {t.throughput_per_s:,.1f}/s, MFU {t.mfu:.1%},"
+        f" memory stall {t.memory_stall_fraction:.1%}, {t.avg_power_w:.0f} W, {len(result.kernels)} kernels"
+    )
     print(f"{'layer type':24s} {'time share':>10s} {'MFU':>7s} {'stall':>7s}")
     for layer in result.layers:
         print(f"{layer.layer_type:24s} {layer.share:10.1%} {layer.mfu:7.1%} {layer.stall_fraction:7.1%}")
@@ -53,13 +56,20 @@ def print_summary(result: mapper.MappingResult) -> None:
     if memory:
         fit = "fits" if memory["fits"] else f"DOES NOT FIT: short by {format_bytes(memory['shortfall_bytes'])}"
         smallest = memory["smallest_fit"]
-        hint = f"; smallest plan that fits: tp={smallest['tp']} pp={smallest['pp']}" if smallest else \
-            "; no tp x pp within the interconnect fits"
-        print(f"memory per device {format_bytes(memory['per_device_bytes'])} of {format_bytes(memory['capacity_bytes'])}:"
-              f" {fit}{hint if not memory['fits'] else ''}")
+        hint = (
+            f"; smallest plan that fits: tp={smallest['tp']} pp={smallest['pp']}"
+            if smallest
+            else "; no tp x pp within the interconnect fits"
+        )
+        print(
+            f"memory per device {format_bytes(memory['per_device_bytes'])} of {format_bytes(memory['capacity_bytes'])}:"
+            f" {fit}{hint if not memory['fits'] else ''}"
+        )
     if parallel and parallel["devices"] > 1:
-        print(f"parallel: tp={parallel['tp']} pp={parallel['pp']} dp={parallel['dp']} over {parallel['topology']},"
-              f" {len(parallel['collectives'])} collectives, interconnect {parallel['interconnect_share']:.1%} of the time")
+        print(
+            f"parallel: tp={parallel['tp']} pp={parallel['pp']} dp={parallel['dp']} over {parallel['topology']},"
+            f" {len(parallel['collectives'])} collectives, interconnect {parallel['interconnect_share']:.1%} of the time"
+        )
     for c in result.caveats:
         print(f"caveat: {c}")
     if result.unmodeled:
@@ -70,16 +80,25 @@ def cmd_hw(args) -> int:
     rows = []
     for name in mapper.list_hardware():
         hw = mapper.load_hardware(name)
-        rows.append({"name": name, "display_name": hw.display_name, "kind": hw.kind,
-                     "bf16_peak_flops_per_s": hw.matrix_peak_flops_per_s.get("bf16"),
-                     "dram_bandwidth_bytes_per_s": hw.dram_bandwidth_bytes_per_s, "tdp_w": hw.tdp_w})
+        rows.append(
+            {
+                "name": name,
+                "display_name": hw.display_name,
+                "kind": hw.kind,
+                "bf16_peak_flops_per_s": hw.matrix_peak_flops_per_s.get("bf16"),
+                "dram_bandwidth_bytes_per_s": hw.dram_bandwidth_bytes_per_s,
+                "tdp_w": hw.tdp_w,
+            }
+        )
     if args.json:
         print(json.dumps(rows, indent=1))
     else:
         for r in rows:
             peak = f"{r['bf16_peak_flops_per_s'] / 1e12:7.1f} TFLOP/s bf16" if r["bf16_peak_flops_per_s"] else " " * 20
-            print(f"{r['name']:14s} {r['display_name']:34s} {peak}  {r['dram_bandwidth_bytes_per_s'] / 1e9:7.0f} GB/s"
-                  f"  {r['tdp_w']:5.0f} W")
+            print(
+                f"{r['name']:14s} {r['display_name']:34s} {peak}  {r['dram_bandwidth_bytes_per_s'] / 1e9:7.0f} GB/s"
+                f"  {r['tdp_w']:5.0f} W"
+            )
     return 0
 
 
@@ -95,8 +114,12 @@ def cmd_zoo(args) -> int:
 
 def add_serve_args(p: argparse.ArgumentParser) -> None:
     add_model_args(p)
-    p.add_argument("--batch-policy", choices=("static", "dynamic"), default="dynamic",
-                   help="static: full batches only; dynamic: full or the oldest has waited --max-wait-ms")
+    p.add_argument(
+        "--batch-policy",
+        choices=("static", "dynamic"),
+        default="dynamic",
+        help="static: full batches only; dynamic: full or the oldest has waited --max-wait-ms",
+    )
     p.add_argument("--max-batch", type=int, default=1, help="requests per batch at most (LLMs: running sequences)")
     p.add_argument("--max-wait-ms", type=float, default=0.0, help="dynamic batching: longest wait for a batch to fill")
     p.add_argument("--rate", type=float, default=100.0, help="Poisson arrival rate, requests per second")
@@ -108,7 +131,9 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--service-time-s", type=float, help="a fixed batch time instead of the engine's (what-if)")
     p.add_argument("--load-curve", action="store_true", help="also sweep offered load up to saturation")
     p.add_argument("--p99-target-ms", type=float, help="with --load-curve: the highest rate meeting this p99")
-    p.add_argument("--llm", action="store_true", help="prefill/decode serving (default for a model with a KV-cache input)")
+    p.add_argument(
+        "--llm", action="store_true", help="prefill/decode serving (default for a model with a KV-cache input)"
+    )
     p.add_argument("--prompt-tokens", type=int, default=512, help="LLM: prompt length (where the trace gives none)")
     p.add_argument("--output-tokens", type=int, default=128, help="LLM: output length (where the trace gives none)")
 
@@ -120,11 +145,26 @@ def cmd_serve(args) -> int:
     dims = dict(parse_dim(d) for d in args.dim)
     trace = load_trace(args.trace) if args.trace else None
     model = mapper.open_model(args.model)  # parsed once: every batch size and step binds this handle
-    config = ServingConfig(args.batch_policy, args.max_batch, args.max_wait_ms / 1e3, args.rate, args.requests,
-                           args.seed, args.jitter_cv, args.jitter_dist, trace)  # jitter None: the profile's
-    request = ServeRequest(config, args.prompt_tokens, args.output_tokens, True if args.llm else None,
-                           args.service_time_s, args.load_curve,
-                           args.p99_target_ms / 1e3 if args.p99_target_ms is not None else None)
+    config = ServingConfig(
+        args.batch_policy,
+        args.max_batch,
+        args.max_wait_ms / 1e3,
+        args.rate,
+        args.requests,
+        args.seed,
+        args.jitter_cv,
+        args.jitter_dist,
+        trace,
+    )  # jitter None: the profile's
+    request = ServeRequest(
+        config,
+        args.prompt_tokens,
+        args.output_tokens,
+        True if args.llm else None,
+        args.service_time_s,
+        args.load_curve,
+        args.p99_target_ms / 1e3 if args.p99_target_ms is not None else None,
+    )
     section = serve_model(model, hw, options, request, model.shortcut_dims(dims, seq=args.seq)).section()
     if args.json:
         print(json.dumps(section, indent=1, allow_nan=False))
@@ -133,16 +173,22 @@ def cmd_serve(args) -> int:
             if key not in ("assumptions", "load_curve"):
                 print(f"{key:28s} {value:.6g}" if isinstance(value, float) else f"{key:28s} {value}")
         for point in section.get("load_curve", {}).get("points", []):
-            print(f"load {point['load']:5.2f}  {point['offered_rate_per_s']:12.1f}/s  p50 {point['p50_s'] * 1e3:9.3f} ms"
-                  f"  p99 {point['p99_s'] * 1e3:9.3f} ms  utilization {point['utilization']:.1%}")
+            print(
+                f"load {point['load']:5.2f}  {point['offered_rate_per_s']:12.1f}/s  p50 {point['p50_s'] * 1e3:9.3f} ms"
+                f"  p99 {point['p99_s'] * 1e3:9.3f} ms  utilization {point['utilization']:.1%}"
+            )
         if "load_curve" in section:
             curve = section["load_curve"]
             knee = curve["knee_index"]
-            print(f"knee: {'none' if knee is None else curve['points'][knee]['offered_rate_per_s']:,}/s"
-                  f" (saturation {curve['saturation_rate_per_s']:,.1f}/s)")
+            print(
+                f"knee: {'none' if knee is None else curve['points'][knee]['offered_rate_per_s']:,}/s"
+                f" (saturation {curve['saturation_rate_per_s']:,.1f}/s)"
+            )
             if curve["p99_target_s"] is not None:
-                print(f"highest rate meeting p99 {curve['p99_target_s'] * 1e3:g} ms:"
-                      f" {curve['max_rate_meeting_target_per_s'] or 0:,.1f}/s")
+                print(
+                    f"highest rate meeting p99 {curve['p99_target_s'] * 1e3:g} ms:"
+                    f" {curve['max_rate_meeting_target_per_s'] or 0:,.1f}/s"
+                )
         for line in section["assumptions"]:
             print(f"assumption: {line}")
     return 0

@@ -3,6 +3,7 @@
 Registered by mapper.cli.main through add_arguments(subparsers); bad input raises MapperError, which
 the CLI turns into one `error:` line and exit code 2. The progress bar goes to stderr.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,11 +32,19 @@ def add_arguments(subparsers) -> None:
     p.add_argument("--seq", default="128", help="sequence lengths (ignored by models without one): 128,512,2048")
     p.add_argument("--dtype", default="auto", help="plan dtypes, comma-separated: bf16,fp8")
     p.add_argument("--fusion", default="default", help="fusion policies, comma-separated: none,aggressive")
-    p.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE",
-                   help="holds another dim for every slice, e.g. past_sequence_length=2048 (a model takes those it has)")
+    p.add_argument(
+        "--dim",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="holds another dim for every slice, e.g. past_sequence_length=2048 (a model takes those it has)",
+    )
     p.add_argument("--out", help="write the table: .parquet, .csv or .xlsx")
-    p.add_argument("--executor", choices=("inprocess", "processes", "dask"),
-                   help="where slices run (default in-process; dask when --scheduler or --workers is given)")
+    p.add_argument(
+        "--executor",
+        choices=("inprocess", "processes", "dask"),
+        help="where slices run (default in-process; dask when --scheduler or --workers is given)",
+    )
     p.add_argument("--workers", type=int, help="local workers (process pool or a Dask LocalCluster)")
     p.add_argument("--scheduler", help="a running Dask scheduler, tcp://HOST:PORT")
     p.add_argument("--chunk", type=int, default=64, help="slices per task (default 64)")
@@ -53,13 +62,23 @@ def add_arguments(subparsers) -> None:
     p.add_argument("--fusion", default="default", help="the shared fusion policy")
     p.add_argument("--baseline", default="", help="KEY=VALUE[,KEY=VALUE]: fusion=none, hw=h100-sxm, dtype=bf16 ...")
     p.add_argument("--candidate", default="", help="KEY=VALUE[,KEY=VALUE]: fusion=aggressive, hw=h200-sxm ...")
-    p.add_argument("--threshold", action="append", default=[], metavar="METRIC=FRACTION",
-                   help="per-metric threshold, e.g. p99=0.02 throughput=0.02 mfu=0.02 ppw=0.02 footprint=0.01")
+    p.add_argument(
+        "--threshold",
+        action="append",
+        default=[],
+        metavar="METRIC=FRACTION",
+        help="per-metric threshold, e.g. p99=0.02 throughput=0.02 mfu=0.02 ppw=0.02 footprint=0.01",
+    )
     p.add_argument("--load-fraction", type=float, default=0.7, help="offered load for p99, x the baseline's capacity")
     p.add_argument("--seed", type=int, default=0, help="seed of the p99 simulation")
     p.add_argument("--requests", type=int, default=20_000, help="requests simulated per slice and plan")
-    p.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE",
-                   help="holds another dim for every slice, e.g. past_sequence_length=2048")
+    p.add_argument(
+        "--dim",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="holds another dim for every slice, e.g. past_sequence_length=2048",
+    )
     p.add_argument("--out", help="write the comparison: .xlsx or .json")
     p.add_argument("--json", action="store_true", help="print the comparison as one JSON document")
     p.set_defaults(func=cmd_compare)
@@ -73,8 +92,16 @@ class _Bar:
         if enabled:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-            self.progress = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TextColumn("slices"),
-                                     TimeRemainingColumn(), console=Console(stderr=True), transient=False)
+
+            self.progress = Progress(
+                TextColumn(label),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("slices"),
+                TimeRemainingColumn(),
+                console=Console(stderr=True),
+                transient=False,
+            )
 
     def __enter__(self):
         if self.progress:
@@ -96,10 +123,16 @@ class _Bar:
 def cmd_sweep(args: argparse.Namespace) -> int:
     import time
 
-
-    spec = SweepSpec(tuple(args.models), _names(args.hw), parse_int_list(args.batch, "batch"),
-                     parse_int_list(args.seq, "seq"), _names(args.dtype), _names(args.fusion), args.chunk,
-                     tuple(parse_dim(d) for d in args.dim))
+    spec = SweepSpec(
+        tuple(args.models),
+        _names(args.hw),
+        parse_int_list(args.batch, "batch"),
+        parse_int_list(args.seq, "seq"),
+        _names(args.dtype),
+        _names(args.fusion),
+        args.chunk,
+        tuple(parse_dim(d) for d in args.dim),
+    )
     if not 1 <= spec.chunk_slices <= 100_000:
         raise MapperError(f"--chunk {args.chunk} must be from 1 to 100000 slices")
     executor = executor_spec(args.executor, args.workers, args.scheduler)
@@ -112,18 +145,35 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     table = result.table
     failed = table[table["status"] != "ok"]
     if args.json:
-        doc = {"slices": len(table), "failed": len(failed), "elapsed_s": elapsed, "provenance": result.provenance,
-               "best": json.loads(result.best.to_json(orient="records")),
-               "flips": json.loads(result.flips.to_json(orient="records"))}
+        doc = {
+            "slices": len(table),
+            "failed": len(failed),
+            "elapsed_s": elapsed,
+            "provenance": result.provenance,
+            "best": json.loads(result.best.to_json(orient="records")),
+            "flips": json.loads(result.flips.to_json(orient="records")),
+        }
         print(json.dumps(doc, indent=1))
         return 0
-    print(f"{len(table)} slices in {elapsed:.2f} s ({len(table) / elapsed:,.0f} slices/s, {executor.describe()})"
-          + (f"; {len(failed)} failed (see the error column)" if len(failed) else ""))
+    print(
+        f"{len(table)} slices in {elapsed:.2f} s ({len(table) / elapsed:,.0f} slices/s, {executor.describe()})"
+        + (f"; {len(failed)} failed (see the error column)" if len(failed) else "")
+    )
     for model, note in table.groupby("model", sort=False)["note"].first().items():
         if note:
             print(f"{model}: {note}")
-    cols = ["model", "hardware", "batch", "seq", "fusion", "plan_dtype", "tile", "latency_s", "mfu",
-            "dominant_bottleneck"]
+    cols = [
+        "model",
+        "hardware",
+        "batch",
+        "seq",
+        "fusion",
+        "plan_dtype",
+        "tile",
+        "latency_s",
+        "mfu",
+        "dominant_bottleneck",
+    ]
     print("\nbest plan per slice (lowest latency):")
     print(result.best[cols].to_string(index=False))
     if len(result.flips):
@@ -140,27 +190,41 @@ def cmd_compare(args: argparse.Namespace) -> int:
     baseline = plan_spec(args.baseline, args.model, args.hw, base)
     candidate = plan_spec(args.candidate, args.model, args.hw, base)
     with _Bar("compare", not args.json) as bar:
-        c = compare_plans(baseline, candidate, parse_int_list(args.batch, "batch"), parse_int_list(args.seq, "seq"),
-                          args.threshold, args.load_fraction, args.seed, args.requests, bar,
-                          tuple(parse_dim(d) for d in args.dim))
+        c = compare_plans(
+            baseline,
+            candidate,
+            parse_int_list(args.batch, "batch"),
+            parse_int_list(args.seq, "seq"),
+            args.threshold,
+            args.load_fraction,
+            args.seed,
+            args.requests,
+            bar,
+            tuple(parse_dim(d) for d in args.dim),
+        )
     if args.out:
         write_comparison(c, args.out)
     if args.json:
         print(json.dumps(comparison_document(c), indent=1))
         return 0
     print(f"baseline:  {baseline.describe()}\ncandidate: {candidate.describe()}\n")
-    wide = c.matrix.pivot_table(index=["batch", "seq"], columns="metric", values="change", aggfunc="first",
-                                dropna=False, sort=False)
-    verdict = c.matrix.pivot_table(index=["batch", "seq"], columns="metric", values="verdict", aggfunc="first",
-                                   dropna=False, sort=False)
+    wide = c.matrix.pivot_table(
+        index=["batch", "seq"], columns="metric", values="change", aggfunc="first", dropna=False, sort=False
+    )
+    verdict = c.matrix.pivot_table(
+        index=["batch", "seq"], columns="metric", values="verdict", aggfunc="first", dropna=False, sort=False
+    )
     print("relative change, candidate vs baseline (verdict):")
     print((wide.map(lambda v: f"{v:+.1%}") + " " + verdict).to_string())
     print("\nrollback boundary:")
     print(c.boundary.to_string(index=False))
     if len(c.kernel_changes):
         print(f"\n{len(c.kernel_changes)} kernels changed class (first 10):")
-        print(c.kernel_changes[["batch", "seq", "candidate_kernel", "baseline_class", "candidate_class"]]
-              .head(10).to_string(index=False))
+        print(
+            c.kernel_changes[["batch", "seq", "candidate_kernel", "baseline_class", "candidate_class"]]
+            .head(10)
+            .to_string(index=False)
+        )
     print(f"\n{c.summary}")
     for line in c.provenance["assumptions"]:
         print(f"assumption: {line}", file=sys.stdout)

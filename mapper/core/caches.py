@@ -4,6 +4,7 @@ A `ModelCaches` belongs to one model handle (`model_handle.open_model`): nothing
 and nothing is shared between models. Each method names one cached value and builds its key from
 what that value depends on: a reviewer checks the keys here, beside one another.
 """
+
 from __future__ import annotations
 
 import threading
@@ -82,8 +83,15 @@ class ModelCaches:
         """Recognized attention and norm blocks: op types and dataflow of the live graph (its structure)."""
         return self._get("blocks", structure, make)
 
-    def fusion_plan(self, structure: tuple[str, frozenset[str]], work_key: int, tiny: frozenset[str],
-                    policy: str, attention_fusion: bool, make):
+    def fusion_plan(
+        self,
+        structure: tuple[str, frozenset[str]],
+        work_key: int,
+        tiny: frozenset[str],
+        policy: str,
+        attention_fusion: bool,
+        make,
+    ):
         """Fusion groups: the live graph's structure, each node's op class, layer type and block
         (`Workload.plan_key`), which nodes are tiny enough to ride in an epilogue (the one place
         where the planner reads sizes), the policy and the attention-fusion choice."""
@@ -93,8 +101,17 @@ class ModelCaches:
         """Tensors crossing each group's boundary: the live graph's structure and the groups."""
         return self._get("group_boundaries", (structure, groups), make)
 
-    def kernels(self, sha256: str, dims: tuple, groups: tuple, act_bytes: float, weight_bytes: float,
-                sram_bytes: float | None, work_key: int, make):
+    def kernels(
+        self,
+        sha256: str,
+        dims: tuple,
+        groups: tuple,
+        act_bytes: float,
+        weight_bytes: float,
+        sram_bytes: float | None,
+        work_key: int,
+        make,
+    ):
         """Kernels with their traffic: the graph at its bindings (hash and dims), the groups, the element
         sizes, the SRAM size when a fused attention must fit it, and each node's work (`Workload.cost_key`)."""
         return self._get("kernels", (sha256, dims, groups, act_bytes, weight_bytes, sram_bytes, work_key), make)

@@ -2,6 +2,7 @@
 measured classes, and one table row per class (owner, bounded fix). The rules that pick a class for a
 kernel are the cost stage's (`bottleneck.RULES`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -5,6 +5,7 @@ The message names what is wrong and what to do about it; the CLI prints it as
 error_line: control characters escaped and the length bounded, because a message
 may quote a name from the model, and a name can hold terminal escapes or a megabyte.
 """
+
 import os
 import re
 

@@ -3,6 +3,7 @@
 Frozen dataclasses only: a `Graph` holds nodes with concrete shapes at the
 user's bindings, so fusion, tiling and cost never see a symbolic dim.
 """
+
 from __future__ import annotations
 
 import math
@@ -12,11 +13,30 @@ from typing import Any
 
 # Bytes per element of the ONNX element types we model (onnx.TensorProto enum names, lower case).
 DTYPE_BYTES: dict[str, float] = {
-    "float": 4, "float32": 4, "double": 8, "float16": 2, "bfloat16": 2,
-    "float8e4m3fn": 1, "float8e4m3fnuz": 1, "float8e5m2": 1, "float8e5m2fnuz": 1,
-    "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "int32": 4, "uint32": 4,
-    "int64": 8, "uint64": 8, "bool": 1, "int4": 0.5, "uint4": 0.5, "string": 8,
-    "complex64": 8, "complex128": 16, "undefined": 4,
+    "float": 4,
+    "float32": 4,
+    "double": 8,
+    "float16": 2,
+    "bfloat16": 2,
+    "float8e4m3fn": 1,
+    "float8e4m3fnuz": 1,
+    "float8e5m2": 1,
+    "float8e5m2fnuz": 1,
+    "int8": 1,
+    "uint8": 1,
+    "int16": 2,
+    "uint16": 2,
+    "int32": 4,
+    "uint32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "bool": 1,
+    "int4": 0.5,
+    "uint4": 0.5,
+    "string": 8,
+    "complex64": 8,
+    "complex128": 16,
+    "undefined": 4,
 }
 
 # Control-flow ops, whose bodies are subgraphs: never folded at import, and not entered by the work model.
@@ -86,8 +106,14 @@ class Node:
         return self.attrs.get(key, default)
 
 
-def node_signature(op_type: str, domain: str, attrs: dict[str, Any], inputs: tuple[str, ...],
-                   outputs: tuple[str, ...], interned: dict[tuple, int]) -> int | None:
+def node_signature(
+    op_type: str,
+    domain: str,
+    attrs: dict[str, Any],
+    inputs: tuple[str, ...],
+    outputs: tuple[str, ...],
+    interned: dict[tuple, int],
+) -> int | None:
     """What, besides input shapes, decides a node's output shapes and work: the op, its attributes
     and which of its optional inputs and outputs are present, as a small integer (one per distinct
     combination in `interned`, shared by the nodes of one model)."""
@@ -96,8 +122,9 @@ def node_signature(op_type: str, domain: str, attrs: dict[str, Any], inputs: tup
         hash(items)
     except TypeError:  # a TensorProto or GraphProto attribute
         return None
-    return interned.setdefault((op_type, domain, items, tuple(map(bool, inputs)), tuple(map(bool, outputs))),
-                               len(interned))
+    return interned.setdefault(
+        (op_type, domain, items, tuple(map(bool, inputs)), tuple(map(bool, outputs))), len(interned)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +149,7 @@ class Graph:
     dims: tuple[tuple[str, int], ...] = ()
     producers: dict[str, int] = field(default_factory=dict)
     consumers: dict[str, tuple[int, ...]] = field(default_factory=dict)
-    unresolved: tuple[tuple[str, str], ...] = ()   # (node name, why its shapes are unknown)
+    unresolved: tuple[tuple[str, str], ...] = ()  # (node name, why its shapes are unknown)
     # Weights stored narrower than their tensor type: in a QDQ-quantized model a Conv reads
     # DequantizeLinear(int8 constant), folded at import to a float weight that memory holds as int8.
     stored_dtypes: dict[str, str] = field(default_factory=dict)

@@ -6,50 +6,52 @@ Each comment says what the limit bounds on the reference machine (2 cores, a
 ~4 GiB budget per request, answers in minutes); figures measured there.
 """
 
-MAX_MODEL_BYTES = 256 * 1024 * 1024     # an ONNX file (graph-only uploads are far smaller)
-MAX_PROFILE_BYTES = 1024 * 1024         # a hardware profile file (parsed whole: a few MB of objects, milliseconds)
-MAX_PROFILE_NESTING = 32                # arrays/tables inside each other in a hardware profile (real ones: 3);
-                                        # checked before json/tomllib, which recurse (10^5 deep: RecursionError)
-MAX_NODES = 200_000                     # nodes in one graph, If/Loop/Scan bodies included at any depth (Llama-2-70B
-                                        # exports ~7,000); import and mapping are linear: ~1-2 GiB, a minute at most
-MAX_DIM = 1 << 31                       # one bound dimension
-MAX_TENSOR_ELEMENTS = 1 << 52           # elements in one tensor at the bound shapes (shapes only: never allocated;
-                                        # import evaluates at most onnx_values.FOLD_MAX_ELEMENTS=1024 per tensor)
-MAX_TRACE_BYTES = 512 * 1024 * 1024     # an imported ORT profile / PyTorch trace file: held as bytes while its events
-                                        # are decoded one at a time (kept ones ~150 B each): peak under ~1.5x the file
-MAX_TRACE_EVENT_BYTES = 1 << 20         # one event of a profile / trace, decoded alone (ORT's are ~300 bytes): ~30 MB of
-                                        # objects at most; a 51 MB profile loads in ~2 s at a 10 MB peak
-MAX_TRACE_EVENT_SECONDS = 86_400        # one event's duration: longer is not a kernel (such events are skipped)
-MAX_TRACE_ROWS = 10_000_000             # rows of a serving trace CSV (read as text: ~2 GB for 10^7 rows of 3 columns)
-                                        # and so the requests a trace serves, as MAX_REQUESTS
-MAX_REQUESTS = 10_000_000              # requests in one serving simulation: dynamic batching peaks at ~310 bytes a
-                                        # request (10^7: 3.1 GB, 10 s here; static 0.6 GB, 0.6 s); 10^8 needed 8+ GiB
-MAX_BATCH = 65_536                      # a batching policy's max batch (a table of this many service times)
-MAX_TOKENS = 1 << 20                    # one LLM request's prompt or output length (a trace's token counts too)
-MAX_LLM_TOKENS = 20_000_000             # requests + output tokens of one LLM serving run: a scheduler step and a jitter
-                                        # draw each; 10^7 took 69 s and 0.5 GB here at batch 1 (2.6 s at batch 32)
-MAX_SLICES = 20_000                    # slices in one sweep, checked before the grid is built: ~200 slices/s here for
-                                        # BERT-base (~55/s for larger models): 2-6 min, rows ~1 kB: 20 MB (10^6: ~5 h)
-MAX_COMPARE_SLICES = 2_000              # (batch, seq) slices of one plan comparison: two mappings and two serving runs each
-MAX_COMPARE_REQUESTS = 10**8            # slices x requests of one comparison (static batches: ~2e7 requests/s here)
-MAX_LOAD_POINTS = 32                    # loads of one load curve, each a whole simulation (with the 8 bisection runs:
-                                        # 40 runs of at most MAX_REQUESTS, ~7 min)
-MAX_POWER_POINTS = 64                   # batch sizes in one power curve (a mapping each: about a minute for a large model)
-ORT_SHAPES_MEMORY_BYTES = 4 << 30       # address space of the child running ONNX Runtime's shape inference
-ORT_SHAPES_SECONDS = 60                 # and its time (an 80-layer decoder takes seconds)
-ORT_NODE_QUERIES = 4                    # single-node ONNX Runtime inferences one import may start (~0.4 s each)
+MAX_MODEL_BYTES = 256 * 1024 * 1024  # an ONNX file (graph-only uploads are far smaller)
+MAX_PROFILE_BYTES = 1024 * 1024  # a hardware profile file (parsed whole: a few MB of objects, milliseconds)
+MAX_PROFILE_NESTING = 32  # arrays/tables inside each other in a hardware profile (real ones: 3);
+# checked before json/tomllib, which recurse (10^5 deep: RecursionError)
+MAX_NODES = 200_000  # nodes in one graph, If/Loop/Scan bodies included at any depth (Llama-2-70B
+# exports ~7,000); import and mapping are linear: ~1-2 GiB, a minute at most
+MAX_DIM = 1 << 31  # one bound dimension
+MAX_TENSOR_ELEMENTS = 1 << 52  # elements in one tensor at the bound shapes (shapes only: never allocated;
+# import evaluates at most onnx_values.FOLD_MAX_ELEMENTS=1024 per tensor)
+MAX_TRACE_BYTES = 512 * 1024 * 1024  # an imported ORT profile / PyTorch trace file: held as bytes while its events
+# are decoded one at a time (kept ones ~150 B each): peak under ~1.5x the file
+MAX_TRACE_EVENT_BYTES = 1 << 20  # one event of a profile / trace, decoded alone (ORT's are ~300 bytes): ~30 MB of
+# objects at most; a 51 MB profile loads in ~2 s at a 10 MB peak
+MAX_TRACE_EVENT_SECONDS = 86_400  # one event's duration: longer is not a kernel (such events are skipped)
+MAX_TRACE_ROWS = 10_000_000  # rows of a serving trace CSV (read as text: ~2 GB for 10^7 rows of 3 columns)
+# and so the requests a trace serves, as MAX_REQUESTS
+MAX_REQUESTS = 10_000_000  # requests in one serving simulation: dynamic batching peaks at ~310 bytes a
+# request (10^7: 3.1 GB, 10 s here; static 0.6 GB, 0.6 s); 10^8 needed 8+ GiB
+MAX_BATCH = 65_536  # a batching policy's max batch (a table of this many service times)
+MAX_TOKENS = 1 << 20  # one LLM request's prompt or output length (a trace's token counts too)
+MAX_LLM_TOKENS = 20_000_000  # requests + output tokens of one LLM serving run: a scheduler step and a jitter
+# draw each; 10^7 took 69 s and 0.5 GB here at batch 1 (2.6 s at batch 32)
+MAX_SLICES = 20_000  # slices in one sweep, checked before the grid is built: ~200 slices/s here for
+# BERT-base (~55/s for larger models): 2-6 min, rows ~1 kB: 20 MB (10^6: ~5 h)
+MAX_COMPARE_SLICES = 2_000  # (batch, seq) slices of one plan comparison: two mappings and two serving runs each
+MAX_COMPARE_REQUESTS = 10**8  # slices x requests of one comparison (static batches: ~2e7 requests/s here)
+MAX_LOAD_POINTS = 32  # loads of one load curve, each a whole simulation (with the 8 bisection runs:
+# 40 runs of at most MAX_REQUESTS, ~7 min)
+MAX_POWER_POINTS = 64  # batch sizes in one power curve (a mapping each: about a minute for a large model)
+ORT_SHAPES_MEMORY_BYTES = 4 << 30  # address space of the child running ONNX Runtime's shape inference
+ORT_SHAPES_SECONDS = 60  # and its time (an 80-layer decoder takes seconds)
+ORT_NODE_QUERIES = 4  # single-node ONNX Runtime inferences one import may start (~0.4 s each)
 
 # Running an uploaded model (mapper measure, the Validation page): a child process under these limits
 # (mapper/model/sandbox.py), and an estimate of the run checked against them before it starts (evidence/measure_gate.py).
-MEASURE_MEMORY_BYTES = 4 << 30          # address space (RLIMIT_AS) of the child running ONNX Runtime; its estimated peak too
-MEASURE_CPU_SECONDS = 600               # CPU time of that child (RLIMIT_CPU): 5 minutes of both cores of a 2-core machine
-MEASURE_WALL_SECONDS = 300              # its wall clock: at 5 minutes the child and its process group are killed
-MEASURE_NODE_RUNS = 2_000_000           # node executions of one measurement, all runs, Loop/Scan bodies x trip counts
-                                        # (ORT takes ~1-5 us a small node: seconds; a profiled one is a ~300-byte event)
-MEASURE_FLOPS = 10**13                  # FLOPs of one measurement, all runs: ~3 minutes at ~50 GFLOP/s (one core, fp32)
+MEASURE_MEMORY_BYTES = 4 << 30  # address space (RLIMIT_AS) of the child running ONNX Runtime; its estimated peak too
+MEASURE_CPU_SECONDS = 600  # CPU time of that child (RLIMIT_CPU): 5 minutes of both cores of a 2-core machine
+MEASURE_WALL_SECONDS = 300  # its wall clock: at 5 minutes the child and its process group are killed
+MEASURE_NODE_RUNS = 2_000_000  # node executions of one measurement, all runs, Loop/Scan bodies x trip counts
+# (ORT takes ~1-5 us a small node: seconds; a profiled one is a ~300-byte event)
+MEASURE_FLOPS = 10**13  # FLOPs of one measurement, all runs: ~3 minutes at ~50 GFLOP/s (one core, fp32)
 
 
 def limit_text(name: str) -> str:
     """How a limit is named in messages: 'MAX_NODES=200000 (mapper/core/limits.py)'."""
     return f"{name}={globals()[name]} (mapper/core/limits.py)"
-MAX_ERROR_LINE_CHARS = 300              # one error line as printed or shown (a name can be megabytes long)
+
+
+MAX_ERROR_LINE_CHARS = 300  # one error line as printed or shown (a name can be megabytes long)

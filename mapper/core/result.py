@@ -4,6 +4,7 @@ Every stage after the work model produces one of these frozen records; the
 sheet writers, the dashboard and the CLI read them and nothing else.
 Units are in field names (SI: seconds, bytes, FLOPs, joules, watts).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -21,9 +22,9 @@ class MatrixShape:
     m: int
     n: int
     k: int
-    kind: str = "gemm"          # gemm | conv | attention
-    depthwise: bool = False     # K = Kh*Kw only: too little reuse for a matrix engine
-    a_elements: int = 0         # distinct elements of A when it is not m*k (conv: the input, not its im2col)
+    kind: str = "gemm"  # gemm | conv | attention
+    depthwise: bool = False  # K = Kh*Kw only: too little reuse for a matrix engine
+    a_elements: int = 0  # distinct elements of A when it is not m*k (conv: the input, not its im2col)
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,37 +32,36 @@ class NodeWork:
     name: str
     op_type: str
     op_class: OpClass
-    flops: float                # all arithmetic, 2 x MACs for matrix work
-    matrix_flops: float         # the part a matrix engine can run
-    sfu_ops: float              # special-function (exp, tanh, erf, rsqrt) operations
-    bytes_read: float           # activations + weights, each once
+    flops: float  # all arithmetic, 2 x MACs for matrix work
+    matrix_flops: float  # the part a matrix engine can run
+    sfu_ops: float  # special-function (exp, tanh, erf, rsqrt) operations
+    bytes_read: float  # activations + weights, each once
     bytes_written: float
-    weight_bytes: float         # parameters this node reads
+    weight_bytes: float  # parameters this node reads
     matrix: MatrixShape | None = None
-    reason: str = ""            # why the node is unmodeled (empty otherwise)
+    reason: str = ""  # why the node is unmodeled (empty otherwise)
     layer_type: LayerType = LayerType.OTHER
-    layer_group: int = -1       # nodes of one recognized attention or norm block share an id
+    layer_group: int = -1  # nodes of one recognized attention or norm block share an id
 
     @property
     def bytes(self) -> float:
         return self.bytes_read + self.bytes_written
 
 
-
 @dataclass(frozen=True, slots=True)
 class PlanOptions:
     """What the user chose for the plan. `dtype="auto"` keeps the model's own precision."""
 
-    dtype: str = "auto"                 # auto | fp32 | tf32 | bf16 | fp16 | fp8 | int8
-    weight_dtype: str = "same"          # same | int8 | int4 (weight-only quantization for decoders)
-    fusion: str = "default"             # none | default | aggressive
+    dtype: str = "auto"  # auto | fp32 | tf32 | bf16 | fp16 | fp8 | int8
+    weight_dtype: str = "same"  # same | int8 | int4 (weight-only quantization for decoders)
+    fusion: str = "default"  # none | default | aggressive
     attention_fusion: bool | None = None  # None: as the fusion policy says (on in aggressive)
-    layout: str = "auto"                # auto | nchw | nhwc
-    power_cap_w: float | None = None    # None: the profile's TDP
-    tp: int = 1                         # tensor-parallel degree (Megatron-style column/row GEMMs, heads split)
-    pp: int = 1                         # pipeline stages, balanced by time
-    dp: int = 1                         # data-parallel replicas
-    overlap_collectives: bool = False   # hide a collective behind the next kernel's compute
+    layout: str = "auto"  # auto | nchw | nhwc
+    power_cap_w: float | None = None  # None: the profile's TDP
+    tp: int = 1  # tensor-parallel degree (Megatron-style column/row GEMMs, heads split)
+    pp: int = 1  # pipeline stages, balanced by time
+    dp: int = 1  # data-parallel replicas
+    overlap_collectives: bool = False  # hide a collective behind the next kernel's compute
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,23 +71,23 @@ class Kernel:
     name: str
     nodes: tuple[str, ...]
     op_types: tuple[str, ...]
-    rule: str                       # the fusion rule that made it (or "single")
-    engine: str                     # matrix | vector | sfu | host
+    rule: str  # the fusion rule that made it (or "single")
+    engine: str  # matrix | vector | sfu | host
     layer_type: LayerType
     flops: float
     matrix_flops: float
     sfu_ops: float
-    dram_bytes: float               # compulsory traffic across the kernel boundary
+    dram_bytes: float  # compulsory traffic across the kernel boundary
     weight_bytes: float
     matrix: MatrixShape | None = None
-    reduction_rows: int = 0         # rows a normalization/softmax reduces (vector kernels)
-    reduction_length: int = 0       # elements per reduced row
-    layout: str = ""                # conv layout the kernel runs in (nchw | nhwc), "" if not a conv
-    note: str = ""                  # e.g. "inserted: NCHW->NHWC at the conv region boundary"
-    collective: str = ""            # all-reduce | all-gather | reduce-scatter | p2p (interconnect kernels)
-    devices: int = 1                # devices taking part in the collective
-    shard: str = ""                 # tensor-parallel role: column | row | sharded | replicated
-    stage: int = 0                  # pipeline stage (device group) the kernel runs on
+    reduction_rows: int = 0  # rows a normalization/softmax reduces (vector kernels)
+    reduction_length: int = 0  # elements per reduced row
+    layout: str = ""  # conv layout the kernel runs in (nchw | nhwc), "" if not a conv
+    note: str = ""  # e.g. "inserted: NCHW->NHWC at the conv region boundary"
+    collective: str = ""  # all-reduce | all-gather | reduce-scatter | p2p (interconnect kernels)
+    devices: int = 1  # devices taking part in the collective
+    shard: str = ""  # tensor-parallel role: column | row | sharded | replicated
+    stage: int = 0  # pipeline stage (device group) the kernel runs on
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,12 +115,12 @@ class TileChoice:
 class TilePlan:
     """The tiling stage's answer for one kernel: the chosen tile and the runners-up."""
 
-    kind: str                               # matrix | attention | vector
+    kind: str  # matrix | attention | vector
     chosen: TileChoice | None
     alternatives: tuple[TileChoice, ...] = ()
-    block_size: int = 0                     # vector kernels: threads per block
-    passes: int = 1                         # vector kernels: passes over the data
-    grid_syncs: int = 0                     # cross-block synchronizations
+    block_size: int = 0  # vector kernels: threads per block
+    passes: int = 1  # vector kernels: passes over the data
+    grid_syncs: int = 0  # cross-block synchronizations
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,18 +196,18 @@ class LayerRollup:
 class Totals:
     latency_s: float
     batch: int
-    throughput_per_s: float             # inferences (batch items) per second
-    flops: float                        # model FLOPs (algorithmic, unpadded)
+    throughput_per_s: float  # inferences (batch items) per second
+    flops: float  # model FLOPs (algorithmic, unpadded)
     matrix_flops: float
     dram_bytes: float
     weight_bytes: float
     mfu: float
     memory_stall_fraction: float
-    energy_j: float                     # per batch
+    energy_j: float  # per batch
     energy_per_inference_j: float
     avg_power_w: float
-    perf_per_watt: float                # inferences per second per watt
-    peak_flops_per_s: float             # the peak MFU is measured against
+    perf_per_watt: float  # inferences per second per watt
+    peak_flops_per_s: float  # the peak MFU is measured against
     dtype: str
 
 
@@ -223,10 +223,10 @@ class MappingResult:
     kernels: tuple[KernelEstimate, ...]
     layers: tuple[LayerRollup, ...]
     totals: Totals
-    unmodeled: tuple[tuple[str, str, str], ...]   # (node, op type, reason)
-    caveats: tuple[str, ...]                       # precision and other quality caveats
+    unmodeled: tuple[tuple[str, str, str], ...]  # (node, op type, reason)
+    caveats: tuple[str, ...]  # precision and other quality caveats
     assumptions: tuple[tuple[str, str, str], ...]  # (name, value, source) used by the estimate
     engine_version: str
     created_utc: str
     node_count: int
-    extras: dict = field(default_factory=dict)     # later stages' sections (serving, memory...)
+    extras: dict = field(default_factory=dict)  # later stages' sections (serving, memory...)

@@ -1,4 +1,5 @@
 """Display units shared by the engine's two clients (the CLI and the dashboard)."""
+
 from __future__ import annotations
 
 

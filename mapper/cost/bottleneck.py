@@ -3,6 +3,7 @@
 Stage eight. Every kernel gets exactly one class (PRIMER s6), the evidence in
 words a reviewer can check, and the owner who acts on it.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -11,10 +12,11 @@ from dataclasses import dataclass
 from mapper.core.classes import CLASSES, Bottleneck, Owner
 
 # Named thresholds: each rule below cites the one it uses.
-LAUNCH_SHARE = 0.5          # fixed launch overhead at least this share of the kernel's time
-SYNC_SHARE = 0.3            # grid-wide synchronization at least this share
-OCCUPANCY_LIMIT = 0.6       # wave x padding efficiency below this, on a compute-dominated matrix kernel
-INTERCONNECT_SHARE = 0.5    # a collective's wire time at least this share (multi-device plans)
+LAUNCH_SHARE = 0.5  # fixed launch overhead at least this share of the kernel's time
+SYNC_SHARE = 0.3  # grid-wide synchronization at least this share
+OCCUPANCY_LIMIT = 0.6  # wave x padding efficiency below this, on a compute-dominated matrix kernel
+INTERCONNECT_SHARE = 0.5  # a collective's wire time at least this share (multi-device plans)
+
 
 @dataclass(frozen=True, slots=True)
 class Facts:
@@ -46,27 +48,58 @@ class BottleneckRule:
 
 
 RULES: tuple[BottleneckRule, ...] = (
-    BottleneckRule(Bottleneck.HOST, lambda f: f.engine == "host",
-                   lambda f: f"runs on the host: {_us(f.time_s)} incl. transfers"),
-    BottleneckRule(Bottleneck.INTERCONNECT, lambda f: f.interconnect_s >= INTERCONNECT_SHARE * f.time_s > 0,
-                   lambda f: f"collective {_us(f.interconnect_s)} of {_us(f.time_s)} on the links"),
-    BottleneckRule(Bottleneck.LAUNCH, lambda f: f.overhead_s >= LAUNCH_SHARE * f.time_s,
-                   lambda f: f"launch {_us(f.overhead_s)} of {_us(f.time_s)} (work {_us(max(f.compute_s, f.memory_s))})"),
-    BottleneckRule(Bottleneck.SYNCHRONIZATION, lambda f: f.sync_s >= SYNC_SHARE * f.time_s,
-                   lambda f: f"grid sync {_us(f.sync_s)} of {_us(f.time_s)}"),
-    BottleneckRule(Bottleneck.OCCUPANCY,
-                   lambda f: f.engine == "matrix" and f.compute_s >= f.memory_s
-                   and f.wave_efficiency * f.padding_efficiency < OCCUPANCY_LIMIT,
-                   lambda f: f"{f.waves} wave{'s' if f.waves != 1 else ''} at {f.wave_efficiency:.0%},"
-                             f" padding {f.padding_efficiency:.0%}"),
-    BottleneckRule(Bottleneck.MEMORY, lambda f: f.memory_s >= f.compute_s,
-                   lambda f: f"intensity {f.intensity:.3g} FLOP/B below ridge {f.ridge:.0f}"
-                   if f.intensity < f.ridge else f"memory {_us(f.memory_s)} over compute {_us(f.compute_s)}"),
-    BottleneckRule(Bottleneck.COMPUTE_MATRIX, lambda f: f.engine == "matrix",
-                   lambda f: f"intensity {f.intensity:.0f} FLOP/B above ridge {f.ridge:.0f};"
-                             f" compute {_us(f.compute_s)} vs memory {_us(f.memory_s)}"),
-    BottleneckRule(Bottleneck.COMPUTE_VECTOR, lambda f: True,
-                   lambda f: f"{f.engine} units busy {_us(f.compute_s)} vs memory {_us(f.memory_s)}"),
+    BottleneckRule(
+        Bottleneck.HOST, lambda f: f.engine == "host", lambda f: f"runs on the host: {_us(f.time_s)} incl. transfers"
+    ),
+    BottleneckRule(
+        Bottleneck.INTERCONNECT,
+        lambda f: f.interconnect_s >= INTERCONNECT_SHARE * f.time_s > 0,
+        lambda f: f"collective {_us(f.interconnect_s)} of {_us(f.time_s)} on the links",
+    ),
+    BottleneckRule(
+        Bottleneck.LAUNCH,
+        lambda f: f.overhead_s >= LAUNCH_SHARE * f.time_s,
+        lambda f: f"launch {_us(f.overhead_s)} of {_us(f.time_s)} (work {_us(max(f.compute_s, f.memory_s))})",
+    ),
+    BottleneckRule(
+        Bottleneck.SYNCHRONIZATION,
+        lambda f: f.sync_s >= SYNC_SHARE * f.time_s,
+        lambda f: f"grid sync {_us(f.sync_s)} of {_us(f.time_s)}",
+    ),
+    BottleneckRule(
+        Bottleneck.OCCUPANCY,
+        lambda f: (
+            f.engine == "matrix"
+            and f.compute_s >= f.memory_s
+            and f.wave_efficiency * f.padding_efficiency < OCCUPANCY_LIMIT
+        ),
+        lambda f: (
+            f"{f.waves} wave{'s' if f.waves != 1 else ''} at {f.wave_efficiency:.0%},"
+            f" padding {f.padding_efficiency:.0%}"
+        ),
+    ),
+    BottleneckRule(
+        Bottleneck.MEMORY,
+        lambda f: f.memory_s >= f.compute_s,
+        lambda f: (
+            f"intensity {f.intensity:.3g} FLOP/B below ridge {f.ridge:.0f}"
+            if f.intensity < f.ridge
+            else f"memory {_us(f.memory_s)} over compute {_us(f.compute_s)}"
+        ),
+    ),
+    BottleneckRule(
+        Bottleneck.COMPUTE_MATRIX,
+        lambda f: f.engine == "matrix",
+        lambda f: (
+            f"intensity {f.intensity:.0f} FLOP/B above ridge {f.ridge:.0f};"
+            f" compute {_us(f.compute_s)} vs memory {_us(f.memory_s)}"
+        ),
+    ),
+    BottleneckRule(
+        Bottleneck.COMPUTE_VECTOR,
+        lambda f: True,
+        lambda f: f"{f.engine} units busy {_us(f.compute_s)} vs memory {_us(f.memory_s)}",
+    ),
 )
 
 

@@ -13,6 +13,7 @@ Communication Operations in MPICH", IJHPCA 2005; NCCL's ring and tree algorithms
 A 2D torus (TPU ICI) runs the ring in both dimensions at once: each ring has sqrt(p) members and
 half the data, over its own links. The algorithm used is the faster of those the topology offers.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,7 +32,7 @@ class CollectiveCost:
     devices: int
     message_bytes: float
     time_s: float
-    wire_bytes: float        # bytes each device sends
+    wire_bytes: float  # bytes each device sends
 
 
 def ring_all_reduce(p: int, n: float, alpha: float, beta: float) -> float:
@@ -55,8 +56,9 @@ def collective_time(kind: str, devices: int, message_bytes: float, link: Interco
         return CollectiveCost(kind, "none", p, n, 0.0, 0.0)
     alpha, beta = link.latency_s, link.link_bandwidth_bytes_per_s
     if beta <= 0:
-        raise MapperError(f"the profile has no interconnect bandwidth (topology {link.topology!r});"
-                          " it cannot run multi-device plans")
+        raise MapperError(
+            f"the profile has no interconnect bandwidth (topology {link.topology!r}); it cannot run multi-device plans"
+        )
     if kind == "p2p":
         return CollectiveCost(kind, "direct", p, n, alpha + n / beta, n)
     if link.topology == "torus2d":

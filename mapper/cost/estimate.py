@@ -7,6 +7,7 @@ uses DRAM (with its size-dependent efficiency) and L2. Power follows PRIMER s7:
 idle power plus energy per FLOP and per byte, capped at the TDP by stretching
 the kernel (the clock drops).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from mapper.cost.collectives import collective_time
 from mapper.hardware.profile import HardwareProfile
 from mapper.plan.tiling import plan_attention, plan_matrix, plan_vector, smooth_max
 
-HOST_TRANSFER_FRACTION = 1.0   # a host fallback moves its inputs and outputs over the host link once each way
+HOST_TRANSFER_FRACTION = 1.0  # a host fallback moves its inputs and outputs over the host link once each way
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,8 +56,14 @@ def _vector_cost(kernel: Kernel, tiling: TilePlan, hw: HardwareProfile, dtype: s
     return max(vector_s, sfu_s), memory_s, dram, dram, engine
 
 
-def estimate_cost(kernel: Kernel, hw: HardwareProfile, dtype: str, act_bytes: float, weight_bytes_per: float,
-                  power_cap_w: float | None = None) -> Cost:
+def estimate_cost(
+    kernel: Kernel,
+    hw: HardwareProfile,
+    dtype: str,
+    act_bytes: float,
+    weight_bytes_per: float,
+    power_cap_w: float | None = None,
+) -> Cost:
     engine = kernel.engine
     sync_s = 0.0
     overhead_s = hw.kernel_launch_s
@@ -64,8 +71,21 @@ def estimate_cost(kernel: Kernel, hw: HardwareProfile, dtype: str, act_bytes: fl
         wire = collective_time(kernel.collective, kernel.devices, kernel.dram_bytes, hw.interconnect)
         time_s = wire.time_s + overhead_s
         energy_j = hw.energy_per_dram_byte_j * wire.wire_bytes + hw.idle_w * time_s
-        return Cost(TilePlan("interconnect", None), time_s, 0.0, 0.0, overhead_s, 0.0, 0.0, 0.0, energy_j,
-                    energy_j / time_s if time_s else 0.0, False, engine, wire.time_s)
+        return Cost(
+            TilePlan("interconnect", None),
+            time_s,
+            0.0,
+            0.0,
+            overhead_s,
+            0.0,
+            0.0,
+            0.0,
+            energy_j,
+            energy_j / time_s if time_s else 0.0,
+            False,
+            engine,
+            wire.time_s,
+        )
     if engine == "host":
         tiling = TilePlan("host", None)
         link = max(hw.interconnect.link_bandwidth_bytes_per_s, 1.0)
@@ -87,8 +107,11 @@ def estimate_cost(kernel: Kernel, hw: HardwareProfile, dtype: str, act_bytes: fl
     if scale != 1.0:  # the device's software runs this op slower (or faster) than the model's roofline says
         compute_s, memory_s = compute_s * scale, memory_s * scale
     time_s = kernel_time(compute_s, memory_s, overhead_s, sync_s)
-    dynamic_j = _energy_per_flop(hw, dtype) * kernel.flops + hw.energy_per_dram_byte_j * dram + \
-        hw.energy_per_l2_byte_j * max(l2 - dram, 0.0)
+    dynamic_j = (
+        _energy_per_flop(hw, dtype) * kernel.flops
+        + hw.energy_per_dram_byte_j * dram
+        + hw.energy_per_l2_byte_j * max(l2 - dram, 0.0)
+    )
     cap = power_cap_w if power_cap_w is not None else hw.tdp_w
     throttled = False
     headroom = max(cap - hw.idle_w, 1e-3)
@@ -96,8 +119,20 @@ def estimate_cost(kernel: Kernel, hw: HardwareProfile, dtype: str, act_bytes: fl
         time_s = dynamic_j / headroom
         throttled = True
     energy_j = dynamic_j + hw.idle_w * time_s
-    return Cost(tiling, time_s, compute_s, memory_s, overhead_s, sync_s, dram, l2, energy_j, energy_j / time_s,
-                throttled, engine)
+    return Cost(
+        tiling,
+        time_s,
+        compute_s,
+        memory_s,
+        overhead_s,
+        sync_s,
+        dram,
+        l2,
+        energy_j,
+        energy_j / time_s,
+        throttled,
+        engine,
+    )
 
 
 def _split(tiling: TilePlan) -> tuple[float, float, float, float]:

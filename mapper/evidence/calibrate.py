@@ -6,6 +6,7 @@ roofline (ONNX Runtime's LRN), to measured per-kernel times (least squares on re
 log time, with a ridge toward the current curve where data is thin), re-mapping the training models after
 each pass. Every changed value's source says which models, when, and the error before and after.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,16 +19,16 @@ from mapper.evidence.measure import kernel_groups
 from mapper.hardware.profile import load_hardware
 from mapper.pipeline import load_workload, map_workload
 
-WEIGHT_POWER = 0.5        # sample weight = (share of its model's measured time) ** this: big kernels count more, not all
-PASSES = 4                # fit -> re-map rounds (the dominant term can switch after a fit)
-RIDGE = 0.05              # pull of each curve knot toward its current value (share of the data's weight)
+WEIGHT_POWER = 0.5  # sample weight = (share of its model's measured time) ** this: big kernels count more, not all
+PASSES = 4  # fit -> re-map rounds (the dominant term can switch after a fit)
+RIDGE = 0.05  # pull of each curve knot toward its current value (share of the data's weight)
 HUBER_LOG = float(np.log(2.0))  # residuals beyond 2x (in log time) get Huber weights
 HUBER_PASSES = 4
-SMOOTH = 0.2              # second-difference penalty on log efficiency between decade knots
-MIN_EFFICIENCY = 1e-3     # curve floor: a profile's efficiencies must stay in (0, 1]
+SMOOTH = 0.2  # second-difference penalty on log efficiency between decade knots
+MIN_EFFICIENCY = 1e-3  # curve floor: a profile's efficiencies must stay in (0, 1]
 MIN_LAUNCH_S = 1e-7
 CURVE_KEYS = {"matrix": "matrix_by_flops", "vector": "vector_by_bytes", "dram": "dram_by_bytes"}
-OP_SCALE_TRIGGER = 3.0    # an op whose single-op kernels run 3x off the prediction (median) gets its own scale
+OP_SCALE_TRIGGER = 3.0  # an op whose single-op kernels run 3x off the prediction (median) gets its own scale
 OP_SCALE_MIN_SAMPLES = 2
 
 
@@ -71,7 +72,9 @@ def _samples(result, measurement, hw) -> list[Sample]:
         curve, size, _ = _curve_of(lead)
         scale = g["measured_s"] / work_s  # >1: the machine was slower than predicted -> lower efficiency needed
         current = curves[curve].at(max(size, 1.0))
-        out.append(Sample(curve, float(np.log10(max(size, 1.0))), current / scale, (g["measured_s"] / total) ** WEIGHT_POWER))
+        out.append(
+            Sample(curve, float(np.log10(max(size, 1.0))), current / scale, (g["measured_s"] / total) ** WEIGHT_POWER)
+        )
     return out
 
 
@@ -83,7 +86,7 @@ def fit_curve(points: list[list[float]], samples: list[Sample], ridge: float = R
     xs = np.arange(np.floor(lo), np.ceil(hi) + 1.0)
     current = np.log(np.interp(xs, np.log10([p[0] for p in points]), [p[1] for p in points]))
     if not samples:
-        return [[float(10 ** x), float(np.exp(u))] for x, u in zip(xs, current)]
+        return [[float(10**x), float(np.exp(u))] for x, u in zip(xs, current)]
     eye = np.eye(len(xs))
     rows = [np.sqrt(s.weight) * np.array([np.interp(s.log_x, xs, col) for col in eye]) for s in samples]
     rhs = [np.sqrt(s.weight) * np.log(max(s.needed, MIN_EFFICIENCY)) for s in samples]
@@ -103,7 +106,7 @@ def fit_curve(points: list[list[float]], samples: list[Sample], ridge: float = R
         rows[:n] *= factor[:, None]
         rhs[:n] *= factor
     solution = np.clip(np.exp(solution), MIN_EFFICIENCY, 1.0)
-    return [[float(10 ** x), float(e)] for x, e in zip(xs, solution)]
+    return [[float(10**x), float(e)] for x, e in zip(xs, solution)]
 
 
 def fit_op_scales(results, measurements, hw) -> dict[str, tuple[float, int]]:
@@ -126,8 +129,10 @@ def fit_op_scales(results, measurements, hw) -> dict[str, tuple[float, int]]:
             op = n.op_type
             engine_of[op] = "vector" if e.kernel.engine == "sfu" else e.kernel.engine  # one curve for both
             ratios.setdefault(op, []).append(n.time_s / work_s)  # node times exclude dispatch
-    engine_ratio = {eng: float(np.median([r for op, values in ratios.items() if engine_of[op] == eng for r in values]))
-                    for eng in set(engine_of.values())}
+    engine_ratio = {
+        eng: float(np.median([r for op, values in ratios.items() if engine_of[op] == eng for r in values]))
+        for eng in set(engine_of.values())
+    }
     out = {}
     for op, values in ratios.items():
         ratio = float(np.median(values)) / max(engine_ratio[engine_of[op]], 1e-12)
@@ -150,15 +155,19 @@ def fit_launch(results, measurements, statistic: str) -> float:
 
 
 def model_errors(hw, workloads, measurements, statistic: str = "p50") -> list[float]:
-    return [map_workload(w, hw).totals.latency_s / measured_latency(m, statistic) - 1.0
-            for w, m in zip(workloads, measurements)]
+    return [
+        map_workload(w, hw).totals.latency_s / measured_latency(m, statistic) - 1.0
+        for w, m in zip(workloads, measurements)
+    ]
 
 
 def _workloads(measurements):
     out = []
     for m in measurements:
         if not m.source:
-            raise MapperError(f"calibrate: measurement of {m.model_name} has no source to re-map (measured from bytes?)")
+            raise MapperError(
+                f"calibrate: measurement of {m.model_name} has no source to re-map (measured from bytes?)"
+            )
         out.append(load_workload(m.source, dict(m.dims) or None))
     return out
 
@@ -179,8 +188,11 @@ def calibrate(profile, measurements, statistic: str = "p50", name: str | None = 
         if scales:  # ops the runtime runs far off the roofline get their own multiplier, not a bent curve
             table = tree["efficiency"].setdefault("op_time_scale", {})
             for op, (scale, count) in scales.items():
-                table[op] = {"value": scale, "source": f"calibrated: median measured/predicted time of {count}"
-                                                       f" single-op {op} kernels, mapper calibrate {date.today().isoformat()}"}
+                table[op] = {
+                    "value": scale,
+                    "source": f"calibrated: median measured/predicted time of {count}"
+                    f" single-op {op} kernels, mapper calibrate {date.today().isoformat()}",
+                }
             hw = load_hardware(tree)
             results = [map_workload(w, hw) for w in workloads]
         samples = [s for r, m in zip(results, measurements) for s in _samples(r, m, hw)]
@@ -193,18 +205,28 @@ def calibrate(profile, measurements, statistic: str = "p50", name: str | None = 
     after = model_errors(hw, workloads, measurements, statistic)
     models = ", ".join(sorted({m.model_name for m in measurements}))
     med = lambda errs: float(np.median(np.abs(errs)))
-    note = (f"calibrated: mapper calibrate {date.today().isoformat()} on {len(measurements)} measured models ({models}), "
-            f"{statistic} latency, median |error| {med(before):.1%} before -> {med(after):.1%} after")
+    note = (
+        f"calibrated: mapper calibrate {date.today().isoformat()} on {len(measurements)} measured models ({models}), "
+        f"{statistic} latency, median |error| {med(before):.1%} before -> {med(after):.1%} after"
+    )
     for key in CURVE_KEYS.values():
         tree["efficiency"][key]["source"] = f"{note}; was: {tree['efficiency'][key]['source']}"[:1990]
-    tree["overhead"]["kernel_launch_s"]["source"] = (f"{note}; per-kernel share of measured wall time outside matched "
-                                                     f"ORT nodes; was: {tree['overhead']['kernel_launch_s']['source']}")[:1990]
+    tree["overhead"]["kernel_launch_s"]["source"] = (
+        f"{note}; per-kernel share of measured wall time outside matched "
+        f"ORT nodes; was: {tree['overhead']['kernel_launch_s']['source']}"
+    )[:1990]
     if name:
         tree["meta"]["name"] = name
     load_hardware(tree)
-    tree["calibration"] = {"models": [m.model_name for m in measurements], "date": date.today().isoformat(),
-                           "statistic": statistic, "errors_before": before, "errors_after": after,
-                           "median_abs_error_before": med(before), "median_abs_error_after": med(after)}
+    tree["calibration"] = {
+        "models": [m.model_name for m in measurements],
+        "date": date.today().isoformat(),
+        "statistic": statistic,
+        "errors_before": before,
+        "errors_after": after,
+        "median_abs_error_before": med(before),
+        "median_abs_error_after": med(after),
+    }
     return tree
 
 
@@ -214,5 +236,7 @@ def holdout_report(original, calibrated: dict, measurements, statistic: str = "p
     workloads = _workloads(measurements)
     before = model_errors(load_hardware(original), workloads, measurements, statistic)
     after = model_errors(load_hardware(profile), workloads, measurements, statistic)
-    return [{"model": m.model_name, "measured_s": measured_latency(m, statistic), "error_before": b, "error_after": a}
-            for m, b, a in zip(measurements, before, after)]
+    return [
+        {"model": m.model_name, "measured_s": measured_latency(m, statistic), "error_before": b, "error_after": a}
+        for m, b, a in zip(measurements, before, after)
+    ]

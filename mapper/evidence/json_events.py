@@ -7,6 +7,7 @@ held is one chunk and one event (MAX_TRACE_EVENT_BYTES). The file's other top-le
 decoded under the same cap and dropped. A value nested past what the decoder allows is a one-line
 error, not a RecursionError.
 """
+
 from __future__ import annotations
 
 import codecs
@@ -17,7 +18,7 @@ from collections.abc import Iterator
 from mapper.core import limits
 from mapper.core.errors import MapperError
 
-CHUNK_BYTES = 1 << 20                     # read and decoded at a time
+CHUNK_BYTES = 1 << 20  # read and decoded at a time
 _SPACE = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder()
 
@@ -29,20 +30,22 @@ class _Stream:
         self.raw, self.read, self.label = memoryview(raw), 0, label
         self.utf8 = codecs.getincrementaldecoder("utf-8")()
         self.buf, self.i, self.eof = "", 0, False
-        self.found = False                     # an event array was met
+        self.found = False  # an event array was met
 
     def more(self) -> bool:
         if self.eof:
             return False
-        chunk = self.raw[self.read:self.read + CHUNK_BYTES]
+        chunk = self.raw[self.read : self.read + CHUNK_BYTES]
         self.read += len(chunk)
         self.eof = self.read >= len(self.raw)
         try:
             text = self.utf8.decode(chunk, final=self.eof)
         except UnicodeDecodeError as exc:
-            raise MapperError(f"{self.label}: not UTF-8 text (near byte {self.read - len(chunk) + exc.start});"
-                              " give an ORT profile or a Chrome trace") from None
-        self.buf, self.i = self.buf[self.i:] + text, 0
+            raise MapperError(
+                f"{self.label}: not UTF-8 text (near byte {self.read - len(chunk) + exc.start});"
+                " give an ORT profile or a Chrome trace"
+            ) from None
+        self.buf, self.i = self.buf[self.i :] + text, 0
         return True
 
     def peek(self) -> str:
@@ -57,8 +60,10 @@ class _Stream:
     def take(self, allowed: str) -> str:
         char = self.peek()
         if not char or char not in allowed:
-            raise MapperError(f"{self.label}: not JSON (expected one of {allowed!r} near character"
-                              f" {self.read - len(self.buf) + self.i}); give an ORT profile or a Chrome trace")
+            raise MapperError(
+                f"{self.label}: not JSON (expected one of {allowed!r} near character"
+                f" {self.read - len(self.buf) + self.i}); give an ORT profile or a Chrome trace"
+            )
         self.i += 1
         return char
 
@@ -68,21 +73,27 @@ class _Stream:
         while True:
             try:
                 found, end = _DECODER.raw_decode(self.buf, self.i)
-                if end < len(self.buf) or self.eof:   # a number at the end of the window may go on
+                if end < len(self.buf) or self.eof:  # a number at the end of the window may go on
                     self.i = end
                     return found
             except json.JSONDecodeError as exc:
                 if self.eof:
-                    raise MapperError(f"{self.label}: not JSON ({exc.msg}); give an ORT profile or a Chrome trace"
-                                      " (PyTorch profiler export_chrome_trace)") from None
+                    raise MapperError(
+                        f"{self.label}: not JSON ({exc.msg}); give an ORT profile or a Chrome trace"
+                        " (PyTorch profiler export_chrome_trace)"
+                    ) from None
             except RecursionError:
-                raise MapperError(f"{self.label}: an event is nested deeper than a trace's events are; give an"
-                                  " ORT profile or a Chrome trace") from None
-            except ValueError as exc:                 # an integer past Python's 4,300 digits
+                raise MapperError(
+                    f"{self.label}: an event is nested deeper than a trace's events are; give an"
+                    " ORT profile or a Chrome trace"
+                ) from None
+            except ValueError as exc:  # an integer past Python's 4,300 digits
                 raise MapperError(f"{self.label}: a value is not a usable number ({str(exc)[:60]})") from None
             if len(self.buf) - self.i > limits.MAX_TRACE_EVENT_BYTES:
-                raise MapperError(f"{self.label}: not JSON, or one event longer than"
-                                  f" {limits.limit_text('MAX_TRACE_EVENT_BYTES')}; give an ORT profile or a Chrome trace")
+                raise MapperError(
+                    f"{self.label}: not JSON, or one event longer than"
+                    f" {limits.limit_text('MAX_TRACE_EVENT_BYTES')}; give an ORT profile or a Chrome trace"
+                )
             self.more()
 
 
@@ -111,7 +122,7 @@ def _members(stream: _Stream) -> Iterator[object]:
             stream.found = True
             yield from _array(stream)
         else:
-            stream.value()                         # metadata (deviceProperties, ...)
+            stream.value()  # metadata (deviceProperties, ...)
         if stream.take(",}") == "}":
             return
 

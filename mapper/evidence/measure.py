@@ -6,6 +6,7 @@ index inputs get in-range ids. Whole-run p50/p95/p99 come from wall time; per-no
 profiler, matched to ONNX nodes (profiles.match_nodes). `compare_measured` turns a MappingResult and a
 Measurement into the JSON-ready "Measured" section: per kernel, per layer type, per model.
 """
+
 from __future__ import annotations
 
 import io
@@ -36,13 +37,13 @@ class Measurement:
     model_name: str
     dims: tuple[tuple[str, int], ...]
     threads: int
-    latencies_s: tuple[float, ...]      # wall time of each timed run (empty for an imported profile)
-    nodes: tuple[NodeMatch, ...]        # measured nodes, per run, with the ONNX nodes they ran
+    latencies_s: tuple[float, ...]  # wall time of each timed run (empty for an imported profile)
+    nodes: tuple[NodeMatch, ...]  # measured nodes, per run, with the ONNX nodes they ran
     provider: str
     ort_version: str
     created_utc: str
     notes: tuple[str, ...] = field(default=())
-    source: str = ""                    # what calibrate re-maps: a built-in name or a path ("" for bytes)
+    source: str = ""  # what calibrate re-maps: a built-in name or a path ("" for bytes)
 
     def percentile_s(self, q: float) -> float:
         if not self.latencies_s:
@@ -57,21 +58,52 @@ class Measurement:
     def from_dict(cls, data: dict) -> Measurement:
         """Back from to_dict() plus "latencies_s" (what bench/validate_cpu.py caches)."""
         try:
-            nodes = tuple(NodeMatch(n["name"], n["op_type"], float(n["time_s"]), tuple(n["onnx_nodes"]), n["match"])
-                          for n in data["nodes"])
-            return cls(data["model"], tuple((k, int(v)) for k, v in data["dims"].items()), int(data["threads"]),
-                       tuple(float(t) for t in data["latencies_s"]), nodes, data["provider"], data["onnxruntime"],
-                       data["created_utc"], tuple(data.get("notes", ())), data.get("source", ""))
+            nodes = tuple(
+                NodeMatch(n["name"], n["op_type"], float(n["time_s"]), tuple(n["onnx_nodes"]), n["match"])
+                for n in data["nodes"]
+            )
+            return cls(
+                data["model"],
+                tuple((k, int(v)) for k, v in data["dims"].items()),
+                int(data["threads"]),
+                tuple(float(t) for t in data["latencies_s"]),
+                nodes,
+                data["provider"],
+                data["onnxruntime"],
+                data["created_utc"],
+                tuple(data.get("notes", ())),
+                data.get("source", ""),
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise MapperError(f"measurement: missing or bad field ({exc}); write it with Measurement.to_dict") from None
 
     def to_dict(self) -> dict:
-        return {"model": self.model_name, "source": self.source, "dims": dict(self.dims), "threads": self.threads,
-                "runs": len(self.latencies_s), "min_s": min(self.latencies_s, default=self.p50_s), "p50_s": self.p50_s, "p95_s": self.percentile_s(95), "p99_s": self.percentile_s(99),
-                "provider": self.provider, "onnxruntime": self.ort_version, "created_utc": self.created_utc,
-                "notes": list(self.notes), "latencies_s": list(self.latencies_s),
-                "nodes": [{"name": n.name, "op_type": n.op_type, "time_s": n.time_s, "onnx_nodes": list(n.onnx_nodes),
-                           "match": n.how} for n in self.nodes]}
+        return {
+            "model": self.model_name,
+            "source": self.source,
+            "dims": dict(self.dims),
+            "threads": self.threads,
+            "runs": len(self.latencies_s),
+            "min_s": min(self.latencies_s, default=self.p50_s),
+            "p50_s": self.p50_s,
+            "p95_s": self.percentile_s(95),
+            "p99_s": self.percentile_s(99),
+            "provider": self.provider,
+            "onnxruntime": self.ort_version,
+            "created_utc": self.created_utc,
+            "notes": list(self.notes),
+            "latencies_s": list(self.latencies_s),
+            "nodes": [
+                {
+                    "name": n.name,
+                    "op_type": n.op_type,
+                    "time_s": n.time_s,
+                    "onnx_nodes": list(n.onnx_nodes),
+                    "match": n.how,
+                }
+                for n in self.nodes
+            ],
+        }
 
 
 def _onnx_model(source) -> onnx.ModelProto:
@@ -89,6 +121,7 @@ def _rng(name: str) -> np.random.Generator:
 def _synthesized(t, seed: str):
     """A deterministic random tensor of t's dims and type, named as t (see synthesize_weights)."""
     from onnx import helper, numpy_helper
+
     dims = tuple(int(d) for d in t.dims)
     np_dtype = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type))
     rng = _rng(seed)
@@ -121,8 +154,10 @@ def synthesize_weights(model) -> int:
         try:
             tensor = _synthesized(t, t.name or where)
         except (TypeError, ValueError):
-            raise MapperError(f"measure: {where[:160]} is external data of a type that cannot be synthesized "
-                              f"(data_type {t.data_type})") from None
+            raise MapperError(
+                f"measure: {where[:160]} is external data of a type that cannot be synthesized "
+                f"(data_type {t.data_type})"
+            ) from None
         t.Clear()
         t.CopyFrom(tensor)
     if external_tensors(model):  # each was replaced in place; checked again since a miss would read a file
@@ -134,6 +169,7 @@ def synthesize_inputs(model, graph) -> dict[str, np.ndarray]:
     """Feeds at the engine's bound shapes: floats U(0,1); integer inputs feeding a Gather get ids below that table's
     row count (deterministic), other integer inputs (attention masks) ones."""
     from onnx import helper
+
     table_rows = {}
     inits = {i.name: tuple(i.dims) for i in model.graph.initializer}
     for node in model.graph.node:
@@ -159,13 +195,21 @@ _CHILD = Path(__file__).with_name("ort_child.py")
 
 def _child_error(label: str, result) -> MapperError:
     """One line for a child that failed: the limit it hit where that shows, else ORT's own first line."""
-    said = next((ln.split("measure-child: ", 1)[1] for ln in reversed(result.stderr_tail.splitlines())
-                 if ln.startswith("measure-child: ")), "")
+    said = next(
+        (
+            ln.split("measure-child: ", 1)[1]
+            for ln in reversed(result.stderr_tail.splitlines())
+            if ln.startswith("measure-child: ")
+        ),
+        "",
+    )
     if result.returncode == -signal.SIGXCPU:
         return MapperError(f"measure {label}: the run was stopped at {limit_text('MEASURE_CPU_SECONDS')} of CPU time")
     if result.returncode == -signal.SIGKILL:  # the hard CPU limit (5 s past the soft one), or the system out of memory
-        return MapperError(f"measure {label}: the run was killed (past {limit_text('MEASURE_CPU_SECONDS')} of CPU "
-                           f"time, or the machine out of memory)")
+        return MapperError(
+            f"measure {label}: the run was killed (past {limit_text('MEASURE_CPU_SECONDS')} of CPU "
+            f"time, or the machine out of memory)"
+        )
     if result.returncode == -signal.SIGXFSZ or "MemoryError" in said or "alloc" in said.lower():
         return MapperError(f"measure {label}: the run hit {limit_text('MEASURE_MEMORY_BYTES')} ({said[:120]})")
     why = said or f"the child process ended with status {result.returncode}"
@@ -182,11 +226,19 @@ def _run_in_child(label: str, model_bytes: bytes, feeds: dict, spec: dict) -> tu
     np.savez(buf, **{f"f{i}": value for i, value in enumerate(feeds.values())})
     header = json.dumps({**spec, "feeds": list(feeds), "model_bytes": len(model_bytes)}).encode() + b"\n"
     try:
-        result = run_child(_CHILD.read_text(), [], header + model_bytes + buf.getvalue(),
-                           memory_limit="MEASURE_MEMORY_BYTES", cpu_limit="MEASURE_CPU_SECONDS",
-                           wall_limit="MEASURE_WALL_SECONDS",
-                           keep={"latencies.json": 1 << 20, "profile.json": limits.MAX_TRACE_BYTES,
-                                 "optimized.onnx": limits.MAX_MODEL_BYTES})
+        result = run_child(
+            _CHILD.read_text(),
+            [],
+            header + model_bytes + buf.getvalue(),
+            memory_limit="MEASURE_MEMORY_BYTES",
+            cpu_limit="MEASURE_CPU_SECONDS",
+            wall_limit="MEASURE_WALL_SECONDS",
+            keep={
+                "latencies.json": 1 << 20,
+                "profile.json": limits.MAX_TRACE_BYTES,
+                "optimized.onnx": limits.MAX_MODEL_BYTES,
+            },
+        )
     except MapperError as exc:
         raise MapperError(f"measure {label}: the run {exc}") from None
     if result.returncode != 0 or "latencies.json" not in result.files or "profile.json" not in result.files:
@@ -198,8 +250,14 @@ def _run_in_child(label: str, model_bytes: bytes, feeds: dict, spec: dict) -> tu
     return latencies, result.files["profile.json"], result.files.get("optimized.onnx")
 
 
-def measure_model(source, dims: dict[str, int] | None = None, threads: int = 1, runs: int = 10,
-                  providers: list[str] | None = None, profiled_runs: int = 3) -> Measurement:
+def measure_model(
+    source,
+    dims: dict[str, int] | None = None,
+    threads: int = 1,
+    runs: int = 10,
+    providers: list[str] | None = None,
+    profiled_runs: int = 3,
+) -> Measurement:
     """Run the model on ONNX Runtime: `runs` timed runs (after warm-up) for wall-time percentiles, then
     `profiled_runs` in a second, profiled session for per-node times (min per node: best-of on a shared machine).
 
@@ -208,8 +266,9 @@ def measure_model(source, dims: dict[str, int] | None = None, threads: int = 1, 
     import onnxruntime as ort
 
     if runs < 1 or threads < 1 or profiled_runs < 1:
-        raise MapperError(f"measure: runs={runs}, profiled_runs={profiled_runs} and threads={threads} must all be "
-                          f"at least 1")
+        raise MapperError(
+            f"measure: runs={runs}, profiled_runs={profiled_runs} and threads={threads} must all be at least 1"
+        )
     handle = open_model(source)  # parsed once: the run, the gate and the prediction read this one
     workload = handle.bind(dims)
     model = _onnx_model(handle)
@@ -217,8 +276,13 @@ def measure_model(source, dims: dict[str, int] | None = None, threads: int = 1, 
     check_run(estimate_run(workload, model), 2 * WARMUP_RUNS + runs + profiled_runs, label)
     replaced = synthesize_weights(model)
     feeds = synthesize_inputs(model, workload.graph)
-    spec = {"threads": threads, "providers": providers or ["CPUExecutionProvider"], "warmup": WARMUP_RUNS,
-            "runs": runs, "profiled_runs": profiled_runs}
+    spec = {
+        "threads": threads,
+        "providers": providers or ["CPUExecutionProvider"],
+        "warmup": WARMUP_RUNS,
+        "runs": runs,
+        "profiled_runs": profiled_runs,
+    }
     latencies, profile, optimized = _run_in_child(label, model.SerializeToString(), feeds, spec)
     times = load_profile(profile, statistic="min")
     try:  # the optimized graph names its large weights in weights.bin, which is neither kept nor read
@@ -227,12 +291,22 @@ def measure_model(source, dims: dict[str, int] | None = None, threads: int = 1, 
         optimized_model = None
     nodes = match_nodes(times, model, optimized_model)
     notes = [f"{replaced} external-data tensors replaced by deterministic random tensors"] if replaced else []
-    notes.append(f"wall times: {runs} runs of an unprofiled session after {WARMUP_RUNS} warm-up; per-node times: "
-                 f"best of {times.runs} runs of a profiled session per ORT node")
-    return Measurement(workload.graph.name, workload.graph.dims, threads, tuple(latencies), nodes,
-                       ",".join(spec["providers"]), ort.__version__,
-                       datetime.now(UTC).isoformat(timespec="seconds"), tuple(notes),
-                       handle.source)
+    notes.append(
+        f"wall times: {runs} runs of an unprofiled session after {WARMUP_RUNS} warm-up; per-node times: "
+        f"best of {times.runs} runs of a profiled session per ORT node"
+    )
+    return Measurement(
+        workload.graph.name,
+        workload.graph.dims,
+        threads,
+        tuple(latencies),
+        nodes,
+        ",".join(spec["providers"]),
+        ort.__version__,
+        datetime.now(UTC).isoformat(timespec="seconds"),
+        tuple(notes),
+        handle.source,
+    )
 
 
 def measurement_from_profile(profile: str | os.PathLike | bytes | ProfileTimes, source, name: str = "") -> Measurement:
@@ -240,13 +314,22 @@ def measurement_from_profile(profile: str | os.PathLike | bytes | ProfileTimes, 
     times = profile if isinstance(profile, ProfileTimes) else load_profile(profile)
     nodes = match_nodes(times, _onnx_model(source))
     provider = ",".join(sorted({n.provider for n in times.nodes if n.provider})) or times.kind
-    return Measurement(name or str(source), (), 0, times.run_times_s, nodes, provider, "",
-                       datetime.now(UTC).isoformat(timespec="seconds"),
-                       (f"imported {times.kind} profile, {times.runs} runs",),
-                       source if isinstance(source, str) else "")
+    return Measurement(
+        name or str(source),
+        (),
+        0,
+        times.run_times_s,
+        nodes,
+        provider,
+        "",
+        datetime.now(UTC).isoformat(timespec="seconds"),
+        (f"imported {times.kind} profile, {times.runs} runs",),
+        source if isinstance(source, str) else "",
+    )
 
 
 # ---- predicted against measured ------------------------------------------------------------------
+
 
 def _assumed(result, key: str, default: float) -> float:
     for name, value, _src in result.assumptions:
@@ -255,7 +338,9 @@ def _assumed(result, key: str, default: float) -> float:
     return default
 
 
-def measured_class(flops: float, dram_bytes: float, time_s: float, peak: float, bandwidth: float, launch_s: float) -> str:
+def measured_class(
+    flops: float, dram_bytes: float, time_s: float, peak: float, bandwidth: float, launch_s: float
+) -> str:
     """The bottleneck a measured time implies: the resource it used the largest share of (or the fixed cost)."""
     if time_s <= 0:
         return "not measured"
@@ -275,7 +360,9 @@ def kernel_groups(result, measurement: Measurement) -> tuple[list[dict], float, 
         if hits:
             measured[max(hits)] += n.time_s
         else:
-            why = n.how if n.onnx_nodes == () else "unmatched: the engine has no kernel for it (folded shape op or view)"
+            why = (
+                n.how if n.onnx_nodes == () else "unmatched: the engine has no kernel for it (folded shape op or view)"
+            )
             unmatched.append({"name": n.name, "op_type": n.op_type, "time_s": n.time_s, "why": why})
             unmatched_s += n.time_s
     groups, pending = [], []
@@ -288,10 +375,18 @@ def kernel_groups(result, measurement: Measurement) -> tuple[list[dict], float, 
     for members in groups:
         kernels = [result.kernels[i] for i in members]
         lead = max(kernels, key=lambda e: e.time_s)
-        out.append({"kernels": [e.kernel.name for e in kernels], "layer_type": str(lead.kernel.layer_type),
-                    "engine": lead.kernel.engine, "predicted_class": lead.bottleneck,
-                    "flops": sum(e.kernel.flops for e in kernels), "dram_bytes": sum(e.dram_bytes for e in kernels),
-                    "predicted_s": sum(e.time_s for e in kernels), "measured_s": sum(measured[i] for i in members)})
+        out.append(
+            {
+                "kernels": [e.kernel.name for e in kernels],
+                "layer_type": str(lead.kernel.layer_type),
+                "engine": lead.kernel.engine,
+                "predicted_class": lead.bottleneck,
+                "flops": sum(e.kernel.flops for e in kernels),
+                "dram_bytes": sum(e.dram_bytes for e in kernels),
+                "predicted_s": sum(e.time_s for e in kernels),
+                "measured_s": sum(measured[i] for i in members),
+            }
+        )
     return out, unmatched_s, unmatched
 
 
@@ -314,8 +409,10 @@ def compare_measured(result, measurement: Measurement) -> dict:
         g["measured_class"] = measured_class(g["flops"], g["dram_bytes"], g["measured_s"], peak, bandwidth, launch)
     layers: dict[str, dict] = {}
     for g in groups:
-        row = layers.setdefault(g["layer_type"], {"layer_type": g["layer_type"], "predicted_s": 0.0, "measured_s": 0.0,
-                                                  "flops": 0.0, "class_time": {}})
+        row = layers.setdefault(
+            g["layer_type"],
+            {"layer_type": g["layer_type"], "predicted_s": 0.0, "measured_s": 0.0, "flops": 0.0, "class_time": {}},
+        )
         row["predicted_s"] += g["predicted_s"]
         row["measured_s"] += g["measured_s"]
         row["flops"] += g["flops"]
@@ -326,18 +423,33 @@ def compare_measured(result, measurement: Measurement) -> dict:
         row["measured_class"] = max(row.pop("class_time").items(), key=lambda kv: kv[1])[0]
     measured_p50 = measurement.p50_s
     node_sum = sum(n.time_s for n in measurement.nodes)
-    model = {"model": result.model_name, "hardware": result.hardware_name, "predicted_s": result.totals.latency_s,
-             "measured_p50_s": measured_p50, "measured_p95_s": measurement.percentile_s(95),
-             "measured_p99_s": measurement.percentile_s(99), "error": _error(result.totals.latency_s, measured_p50),
-             "measured_mfu": result.totals.flops / (measured_p50 * peak) if measured_p50 > 0 else None,
-             "predicted_mfu": result.totals.mfu, "node_time_s": node_sum, "unmatched_s": unmatched_s,
-             "framework_overhead_s": max(measured_p50 - node_sum, 0.0) if measurement.latencies_s else 0.0,
-             "kernels": len(result.kernels), "measured_nodes": len(measurement.nodes)}
+    model = {
+        "model": result.model_name,
+        "hardware": result.hardware_name,
+        "predicted_s": result.totals.latency_s,
+        "measured_p50_s": measured_p50,
+        "measured_p95_s": measurement.percentile_s(95),
+        "measured_p99_s": measurement.percentile_s(99),
+        "error": _error(result.totals.latency_s, measured_p50),
+        "measured_mfu": result.totals.flops / (measured_p50 * peak) if measured_p50 > 0 else None,
+        "predicted_mfu": result.totals.mfu,
+        "node_time_s": node_sum,
+        "unmatched_s": unmatched_s,
+        "framework_overhead_s": max(measured_p50 - node_sum, 0.0) if measurement.latencies_s else 0.0,
+        "kernels": len(result.kernels),
+        "measured_nodes": len(measurement.nodes),
+    }
     by_miss = sorted(groups, key=lambda g: -abs(g["predicted_s"] - g["measured_s"]))
-    return {"model": model, "layers": sorted(layers.values(), key=lambda r: -abs(r["predicted_s"] - r["measured_s"])),
-            "kernels": by_miss, "unmatched": sorted(unmatched, key=lambda u: -u["time_s"]),
-            "measurement": {k: v for k, v in measurement.to_dict().items() if k != "nodes"},
-            "definitions": {"error": "(predicted - measured) / measured",
-                            "measured_mfu": "FLOPs / (measured time x the plan dtype's matrix peak)",
-                            "measured_class": "launch-bound under 2x kernel_launch_s, else the larger of FLOP/s/peak "
-                                              "and DRAM B/s/bandwidth at the measured time"}}
+    return {
+        "model": model,
+        "layers": sorted(layers.values(), key=lambda r: -abs(r["predicted_s"] - r["measured_s"])),
+        "kernels": by_miss,
+        "unmatched": sorted(unmatched, key=lambda u: -u["time_s"]),
+        "measurement": {k: v for k, v in measurement.to_dict().items() if k != "nodes"},
+        "definitions": {
+            "error": "(predicted - measured) / measured",
+            "measured_mfu": "FLOPs / (measured time x the plan dtype's matrix peak)",
+            "measured_class": "launch-bound under 2x kernel_launch_s, else the larger of FLOP/s/peak "
+            "and DRAM B/s/bandwidth at the measured time",
+        },
+    }

@@ -11,6 +11,7 @@ outputs in subgraphs, and ONNX Runtime's own footprint. Work: node executions pe
 body counted once per iteration, an If as its larger branch; a Loop trip count must be a constant of the
 file (a computed or absent one, a while loop, cannot be bounded before it runs: refused); and FLOPs.
 """
+
 from __future__ import annotations
 
 import math
@@ -39,8 +40,8 @@ NODE_RUNS_CAP = 1 << 80
 @dataclass(frozen=True, slots=True)
 class RunEstimate:
     memory_bytes: int
-    node_runs: int          # node executions of one run
-    flops: float            # of one run (the work model's; bodies of control flow not included)
+    node_runs: int  # node executions of one run
+    flops: float  # of one run (the work model's; bodies of control flow not included)
 
 
 def _dtype_bytes(data_type: int) -> float:
@@ -68,8 +69,11 @@ def _constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     out = {}
     for _where, nodes, graph in model_graphs(model):
         pairs = [(t.name, t) for t in graph.initializer] if graph is not None else []
-        pairs += [(n.output[0], n.attribute[0].t) for n in nodes
-                  if n.op_type == "Constant" and n.output and n.attribute and n.attribute[0].HasField("t")]
+        pairs += [
+            (n.output[0], n.attribute[0].t)
+            for n in nodes
+            if n.op_type == "Constant" and n.output and n.attribute and n.attribute[0].HasField("t")
+        ]
         for name, t in pairs:
             if (value := _small_ints(t)) is not None:
                 out[name] = value
@@ -128,8 +132,10 @@ class _Counter:
         return int(shape[axes[0]])
 
     def _refuse(self, n, why: str):
-        raise MapperError(f"measure {self.label}: {n.op_type} node {(n.name or '?')[:80]!r}: {why}, so the work of a "
-                          f"run cannot be bounded by {limit_text('MEASURE_NODE_RUNS')} before it starts")
+        raise MapperError(
+            f"measure {self.label}: {n.op_type} node {(n.name or '?')[:80]!r}: {why}, so the work of a "
+            f"run cannot be bounded by {limit_text('MEASURE_NODE_RUNS')} before it starts"
+        )
 
 
 def _constant_of_shape_bytes(model: onnx.ModelProto, constants: dict[str, np.ndarray], known: dict) -> int:
@@ -152,20 +158,30 @@ def estimate_run(workload, model: onnx.ModelProto) -> RunEstimate:
     weights = max(stored, math.ceil(workload.weight_bytes))
     activations = math.ceil(sum(s.bytes for name, s in graph.tensors.items() if name not in graph.weights))
     counter = _Counter(model, {name: s.shape for name, s in graph.tensors.items()}, graph.name[:80])
-    memory = (WEIGHT_COPIES * weights + activations + RUNTIME_BYTES
-              + _constant_of_shape_bytes(model, counter.constants, graph.tensors))
+    memory = (
+        WEIGHT_COPIES * weights
+        + activations
+        + RUNTIME_BYTES
+        + _constant_of_shape_bytes(model, counter.constants, graph.tensors)
+    )
     return RunEstimate(memory, counter.count(model.graph.node), workload.flops)
 
 
 def check_run(estimate: RunEstimate, runs: int, label: str) -> None:
     """Refuse a measurement of `runs` runs (warm-up and profiled ones included) that would exceed a limit."""
     if estimate.memory_bytes > limits.MEASURE_MEMORY_BYTES:
-        raise MapperError(f"measure {label}: a run would need about {estimate.memory_bytes / 2**30:.1f} GiB (tensors "
-                          f"at the bound shapes, weights x{WEIGHT_COPIES}), over {limit_text('MEASURE_MEMORY_BYTES')}; "
-                          f"bind smaller dims")
+        raise MapperError(
+            f"measure {label}: a run would need about {estimate.memory_bytes / 2**30:.1f} GiB (tensors "
+            f"at the bound shapes, weights x{WEIGHT_COPIES}), over {limit_text('MEASURE_MEMORY_BYTES')}; "
+            f"bind smaller dims"
+        )
     if estimate.node_runs * runs > limits.MEASURE_NODE_RUNS:
-        raise MapperError(f"measure {label}: {runs} runs x {estimate.node_runs:.3g} node executions a run (Loop and Scan "
-                          f"bodies x their trip counts), over {limit_text('MEASURE_NODE_RUNS')}; ask for fewer runs")
+        raise MapperError(
+            f"measure {label}: {runs} runs x {estimate.node_runs:.3g} node executions a run (Loop and Scan "
+            f"bodies x their trip counts), over {limit_text('MEASURE_NODE_RUNS')}; ask for fewer runs"
+        )
     if estimate.flops * runs > limits.MEASURE_FLOPS:
-        raise MapperError(f"measure {label}: {runs} runs x {estimate.flops:.3g} FLOPs a run, over "
-                          f"{limit_text('MEASURE_FLOPS')}; bind smaller dims or ask for fewer runs")
+        raise MapperError(
+            f"measure {label}: {runs} runs x {estimate.flops:.3g} FLOPs a run, over "
+            f"{limit_text('MEASURE_FLOPS')}; bind smaller dims or ask for fewer runs"
+        )

@@ -4,6 +4,7 @@
 a CSV; `compare_kernel_csv` maps each row's graph on a profile with the plan the row ran (fused
 attention -> FlashAttention fusion; unfused -> one kernel per op) and reports predicted against measured.
 """
+
 from __future__ import annotations
 
 import csv
@@ -18,10 +19,19 @@ from mapper.core.errors import MapperError
 from mapper.core.result import PlanOptions
 from mapper.pipeline import load_workload, map_workload
 
-DTYPES = {"bfloat16": (TensorProto.BFLOAT16, "bf16"), "float16": (TensorProto.FLOAT16, "fp16"),
-          "float32": (TensorProto.FLOAT, "fp32")}
-PLANS = {"gemm": "default", "attention-fused": "aggressive", "attention-unfused": "none", "layernorm": "default",
-         "rmsnorm": "default", "softmax": "default"}
+DTYPES = {
+    "bfloat16": (TensorProto.BFLOAT16, "bf16"),
+    "float16": (TensorProto.FLOAT16, "fp16"),
+    "float32": (TensorProto.FLOAT, "fp32"),
+}
+PLANS = {
+    "gemm": "default",
+    "attention-fused": "aggressive",
+    "attention-unfused": "none",
+    "layernorm": "default",
+    "rmsnorm": "default",
+    "softmax": "default",
+}
 
 
 def _model(nodes, inputs, outputs, inits=()) -> bytes:
@@ -34,25 +44,33 @@ def kernel_model(kind: str, shape: tuple[int, ...], elem: int) -> bytes:
     t = lambda name, dims: helper.make_tensor_value_info(name, elem, list(dims))
     if kind == "gemm":
         m, n, k = shape
-        return _model([helper.make_node("MatMul", ["a", "b"], ["c"])], [t("a", (m, k)), t("b", (k, n))], [t("c", (m, n))])
+        return _model(
+            [helper.make_node("MatMul", ["a", "b"], ["c"])], [t("a", (m, k)), t("b", (k, n))], [t("c", (m, n))]
+        )
     if kind.startswith("attention"):
         b, h, s, d = shape
-        scale = numpy_helper.from_array(np.array(d ** -0.5, dtype=np.float32), "scale")
-        nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
-                 helper.make_node("MatMul", ["q", "kt"], ["scores"]),
-                 helper.make_node("Cast", ["scale"], ["scale_c"], to=elem),
-                 helper.make_node("Mul", ["scores", "scale_c"], ["scaled"]),
-                 helper.make_node("Softmax", ["scaled"], ["p"], axis=-1),
-                 helper.make_node("MatMul", ["p", "v"], ["o"])]
+        scale = numpy_helper.from_array(np.array(d**-0.5, dtype=np.float32), "scale")
+        nodes = [
+            helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+            helper.make_node("MatMul", ["q", "kt"], ["scores"]),
+            helper.make_node("Cast", ["scale"], ["scale_c"], to=elem),
+            helper.make_node("Mul", ["scores", "scale_c"], ["scaled"]),
+            helper.make_node("Softmax", ["scaled"], ["p"], axis=-1),
+            helper.make_node("MatMul", ["p", "v"], ["o"]),
+        ]
         return _model(nodes, [t(n, (b, h, s, d)) for n in "qkv"], [t("o", (b, h, s, d))], [scale])
     rows, cols = shape
     weight = numpy_helper.from_array(np.ones(cols, dtype=np.float32), "w")
     if kind == "layernorm":
-        nodes = [helper.make_node("Cast", ["w"], ["wc"], to=elem),
-                 helper.make_node("LayerNormalization", ["x", "wc"], ["y"], axis=-1)]
+        nodes = [
+            helper.make_node("Cast", ["w"], ["wc"], to=elem),
+            helper.make_node("LayerNormalization", ["x", "wc"], ["y"], axis=-1),
+        ]
     elif kind == "rmsnorm":
-        nodes = [helper.make_node("Cast", ["w"], ["wc"], to=elem),
-                 helper.make_node("SimplifiedLayerNormalization", ["x", "wc"], ["y"], axis=-1)]
+        nodes = [
+            helper.make_node("Cast", ["w"], ["wc"], to=elem),
+            helper.make_node("SimplifiedLayerNormalization", ["x", "wc"], ["y"], axis=-1),
+        ]
     elif kind == "softmax":
         nodes, weight = [helper.make_node("Softmax", ["x"], ["y"], axis=-1)], None
     else:
@@ -74,14 +92,26 @@ def compare_kernel_csv(path: str | os.PathLike, hw) -> list[dict]:
                 measured = float(row["median_s"])
                 elem, plan_dtype = DTYPES[dtype]
             except (KeyError, ValueError) as exc:
-                raise MapperError(f"kernel CSV {path.name} row {i}: {exc!s:.60}; write it with bench/gpu_kernels.py") from None
-            result = map_workload(load_workload(kernel_model(kind, shape, elem)), hw,
-                                  PlanOptions(dtype=plan_dtype, fusion=PLANS[kind]))
+                raise MapperError(
+                    f"kernel CSV {path.name} row {i}: {exc!s:.60}; write it with bench/gpu_kernels.py"
+                ) from None
+            result = map_workload(
+                load_workload(kernel_model(kind, shape, elem)), hw, PlanOptions(dtype=plan_dtype, fusion=PLANS[kind])
+            )
             predicted = result.totals.latency_s
             main = max(result.kernels, key=lambda e: e.time_s)
-            out.append({"kind": kind, "shape": row["shape"], "dtype": dtype, "measured_s": measured,
-                        "predicted_s": predicted, "error": (predicted - measured) / measured if measured > 0 else None,
-                        "measured_tflops_per_s": float(row.get("tflops_per_s") or 0.0),
-                        "predicted_tflops_per_s": result.totals.flops / predicted / 1e12 if predicted else 0.0,
-                        "predicted_class": main.bottleneck, "kernels": len(result.kernels)})
+            out.append(
+                {
+                    "kind": kind,
+                    "shape": row["shape"],
+                    "dtype": dtype,
+                    "measured_s": measured,
+                    "predicted_s": predicted,
+                    "error": (predicted - measured) / measured if measured > 0 else None,
+                    "measured_tflops_per_s": float(row.get("tflops_per_s") or 0.0),
+                    "predicted_tflops_per_s": result.totals.flops / predicted / 1e12 if predicted else 0.0,
+                    "predicted_class": main.bottleneck,
+                    "kernels": len(result.kernels),
+                }
+            )
     return out

@@ -7,6 +7,7 @@ runs, feed names, the model's length), the model's bytes (a copy that names no f
 (read without pickles). It leaves latencies.json, profile.json (ORT's profile) and optimized.onnx (ORT's
 optimized graph, for node matching) in its directory; on failure, one line "measure-child: ..." on stderr.
 """
+
 import io
 import json
 import os

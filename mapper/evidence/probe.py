@@ -5,6 +5,7 @@ kernels the measured runs use), stream bandwidth (numpy copy/add of arrays far l
 cache sizes from the OS, ONNX Runtime's per-node dispatch cost (a chain of N tiny Adds against one).
 Every measured value's source says how it was measured; what cannot be measured keeps cpu-x86's figure.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,9 +22,9 @@ from mapper.hardware.profile import load_hardware
 # Sizes the probe sweeps (full mode / quick mode). The GEMM sweep gives efficiency against FLOPs.
 GEMM_SIZES = (32, 64, 128, 256, 512, 1024, 2048)
 GEMM_SIZES_QUICK = (32, 128, 512)
-STREAM_BYTES = 256 << 20          # 256 MiB per array: 8x a 32 MiB LLC, so every pass goes to DRAM
+STREAM_BYTES = 256 << 20  # 256 MiB per array: 8x a 32 MiB LLC, so every pass goes to DRAM
 STREAM_BYTES_QUICK = 64 << 20
-DISPATCH_CHAIN = 200              # tiny Add nodes in the dispatch-cost chain
+DISPATCH_CHAIN = 200  # tiny Add nodes in the dispatch-cost chain
 DVFS_WARMUP_S = 0.2
 SECTION_ORDER = ("meta", "compute", "memory", "overhead", "power", "interconnect", "efficiency", "layout", "serving")
 
@@ -46,6 +47,7 @@ def _best_of(fn, repeats: int, min_time_s: float = 0.0) -> float:
 
 def _ort_session(model, threads: int = 1, optimize: bool = True):
     import onnxruntime as ort
+
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
@@ -60,25 +62,44 @@ def _matmul_model(n: int, integer: bool):
     quantized model does: ONNX Runtime prepacks constant weights (u8 x s8, VNNI where the CPU has it),
     2.6x the rate of two uint8 activations on the machine this was written on."""
     from onnx import TensorProto, helper, numpy_helper
+
     if integer:
         weight = numpy_helper.from_array(np.random.default_rng(n).integers(-127, 128, (n, n), dtype=np.int8), "b")
         node = helper.make_node("MatMulInteger", ["a", "b"], ["c"], name="gemm")
-        graph = helper.make_graph([node], "probe_gemm", [helper.make_tensor_value_info("a", TensorProto.UINT8, [n, n])],
-                                  [helper.make_tensor_value_info("c", TensorProto.INT32, [n, n])], [weight])
+        graph = helper.make_graph(
+            [node],
+            "probe_gemm",
+            [helper.make_tensor_value_info("a", TensorProto.UINT8, [n, n])],
+            [helper.make_tensor_value_info("c", TensorProto.INT32, [n, n])],
+            [weight],
+        )
     else:
         node = helper.make_node("MatMul", ["a", "b"], ["c"], name="gemm")
-        graph = helper.make_graph([node], "probe_gemm", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [n, n]),
-                                                         helper.make_tensor_value_info("b", TensorProto.FLOAT, [n, n])],
-                                  [helper.make_tensor_value_info("c", TensorProto.FLOAT, [n, n])])
+        graph = helper.make_graph(
+            [node],
+            "probe_gemm",
+            [
+                helper.make_tensor_value_info("a", TensorProto.FLOAT, [n, n]),
+                helper.make_tensor_value_info("b", TensorProto.FLOAT, [n, n]),
+            ],
+            [helper.make_tensor_value_info("c", TensorProto.FLOAT, [n, n])],
+        )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
 def _add_chain_model(count: int, elements: int):
     from onnx import TensorProto, helper
+
     nodes = [helper.make_node("Add", [f"t{i}", "x"], [f"t{i + 1}"], name=f"add{i}") for i in range(count)]
-    graph = helper.make_graph(nodes, "probe_dispatch", [helper.make_tensor_value_info("t0", TensorProto.FLOAT, [elements]),
-                                                        helper.make_tensor_value_info("x", TensorProto.FLOAT, [elements])],
-                              [helper.make_tensor_value_info(f"t{count}", TensorProto.FLOAT, [elements])])
+    graph = helper.make_graph(
+        nodes,
+        "probe_dispatch",
+        [
+            helper.make_tensor_value_info("t0", TensorProto.FLOAT, [elements]),
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [elements]),
+        ],
+        [helper.make_tensor_value_info(f"t{count}", TensorProto.FLOAT, [elements])],
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -92,7 +113,7 @@ def measure_gemm(n: int, integer: bool = False, repeats: int = 5) -> float:
     else:
         feeds = {"a": rng.standard_normal((n, n), dtype=np.float32), "b": rng.standard_normal((n, n), dtype=np.float32)}
     best = _best_of(lambda: sess.run(None, feeds), repeats, min_time_s=0.05 if n <= 256 else 0.0)
-    return 2.0 * n ** 3 / best
+    return 2.0 * n**3 / best
 
 
 def measure_dispatch_s(chain: int = DISPATCH_CHAIN) -> float:
@@ -185,50 +206,96 @@ def probe_machine(out_path: str | os.PathLike | None = None, quick: bool = False
     caches = cache_sizes()
     # Efficiency of small copies/adds relative to the stream figure: bytes moved per ORT-free numpy call.
     dram_points = []
-    for nbytes in ((4 << 10, 64 << 10, 1 << 20, 16 << 20) if not quick else (64 << 10, 1 << 20)):
+    for nbytes in (4 << 10, 64 << 10, 1 << 20, 16 << 20) if not quick else (64 << 10, 1 << 20):
         a, c = np.ones(nbytes // 4, np.float32), np.empty(nbytes // 4, np.float32)
         best = _best_of(lambda c=c, a=a: np.copyto(c, a), 20, min_time_s=0.02)
         dram_points.append((2 * nbytes, 2 * nbytes / (best + dispatch) / dram))
     dram_points.append((2.0 * (STREAM_BYTES_QUICK if quick else STREAM_BYTES), 1.0))
     profile = base
     meta = profile["meta"]
-    meta.update(name=name, display_name=f"{facts['model']} (one thread, probed {today})", kind="cpu",
-                vendor=facts["model"].split()[0] if facts["model"] != "unknown CPU" else "unknown")
+    meta.update(
+        name=name,
+        display_name=f"{facts['model']} (one thread, probed {today})",
+        kind="cpu",
+        vendor=facts["model"].split()[0] if facts["model"] != "unknown CPU" else "unknown",
+    )
     comp, mem, over = profile["compute"], profile["memory"], profile["overhead"]
     lanes = 16 if facts["avx512"] else 8
     comp["compute_units"] = {"value": 1, "source": "one thread (the probe and measure_model run ORT with 1 thread)"}
     if facts["mhz"]:
         comp["clock_hz"] = {"value": facts["mhz"] * 1e6, "source": f"/proc/cpuinfo cpu MHz at probe time, {today}"}
-    comp["matrix_instruction_m"] = {"value": lanes, "source": f"one {'512' if lanes == 16 else '256'}-bit FMA = {lanes} fp32 lanes (/proc/cpuinfo flags)"}
+    comp["matrix_instruction_m"] = {
+        "value": lanes,
+        "source": f"one {'512' if lanes == 16 else '256'}-bit FMA = {lanes} fp32 lanes (/proc/cpuinfo flags)",
+    }
     comp["matrix_peak_flops_per_s"] = {
-        "fp32": {"value": peak, "source": f"measured: {tag}, ORT MatMul fp32 best rate over n^3 sweep {list(sizes)} (best of 5); achieved, not the FMA datasheet peak"},
-        "int8": {"value": max(int8, peak), "source": f"measured: {tag}, ORT MatMulInteger uint8 x constant int8 {512 if quick else 1024}^3 best of 3 ({int8:.3g} OP/s; floored at the fp32 rate)"},
+        "fp32": {
+            "value": peak,
+            "source": f"measured: {tag}, ORT MatMul fp32 best rate over n^3 sweep {list(sizes)} (best of 5); achieved, not the FMA datasheet peak",
+        },
+        "int8": {
+            "value": max(int8, peak),
+            "source": f"measured: {tag}, ORT MatMulInteger uint8 x constant int8 {512 if quick else 1024}^3 best of 3 ({int8:.3g} OP/s; floored at the fp32 rate)",
+        },
     }
     # The SIMD FMA units that run the GEMM are the vector units: numpy's elementwise rate ({vector:.3g}) is bound by
     # its per-call overhead and by L1/L2, not by the FMAs, so the GEMM rate is the better figure for the peak.
-    comp["vector_peak_flops_per_s"] = {"fp32": {"value": max(peak, vector), "source": f"measured: {tag}, the ORT MatMul fp32 rate (the same SIMD FMA units; numpy fp32 multiply+add of L2-resident arrays reached only {vector:.3g})"}}
-    comp["sfu_peak_ops_per_s"] = {"value": exp_rate, "source": f"measured: {tag}, numpy fp32 exp of 16384 elements, best of 200"}
+    comp["vector_peak_flops_per_s"] = {
+        "fp32": {
+            "value": max(peak, vector),
+            "source": f"measured: {tag}, the ORT MatMul fp32 rate (the same SIMD FMA units; numpy fp32 multiply+add of L2-resident arrays reached only {vector:.3g})",
+        }
+    }
+    comp["sfu_peak_ops_per_s"] = {
+        "value": exp_rate,
+        "source": f"measured: {tag}, numpy fp32 exp of 16384 elements, best of 200",
+    }
     if 2 in caches:
-        mem["sram_per_unit_bytes"] = {"value": caches[2], "source": f"/sys/devices/system/cpu/cpu0/cache L2 size (private per core), {today}"}
+        mem["sram_per_unit_bytes"] = {
+            "value": caches[2],
+            "source": f"/sys/devices/system/cpu/cpu0/cache L2 size (private per core), {today}",
+        }
     llc = caches.get(max(caches)) if caches else None
     if llc:
-        mem["l2_bytes"] = {"value": llc, "source": f"/sys/devices/system/cpu/cpu0/cache L{max(caches)} size (last level, all of it available to one thread), {today}"}
-    mem["l2_bandwidth_bytes_per_s"] = {"value": l2_bw, "source": f"measured: {tag}, numpy copy/add of 256 KiB arrays (cache-resident), best of 50"}
-    mem["dram_bandwidth_bytes_per_s"] = {"value": dram, "source": f"measured: {tag}, numpy copy (2x bytes) and add (3x bytes) of {(STREAM_BYTES_QUICK if quick else STREAM_BYTES) >> 20} MiB arrays, best"}
+        mem["l2_bytes"] = {
+            "value": llc,
+            "source": f"/sys/devices/system/cpu/cpu0/cache L{max(caches)} size (last level, all of it available to one thread), {today}",
+        }
+    mem["l2_bandwidth_bytes_per_s"] = {
+        "value": l2_bw,
+        "source": f"measured: {tag}, numpy copy/add of 256 KiB arrays (cache-resident), best of 50",
+    }
+    mem["dram_bandwidth_bytes_per_s"] = {
+        "value": dram,
+        "source": f"measured: {tag}, numpy copy (2x bytes) and add (3x bytes) of {(STREAM_BYTES_QUICK if quick else STREAM_BYTES) >> 20} MiB arrays, best",
+    }
     if facts["mem_bytes"]:
         mem["dram_bytes"] = {"value": facts["mem_bytes"], "source": f"/proc/meminfo MemTotal, {today}"}
-    over["kernel_launch_s"] = {"value": dispatch, "source": f"measured: {tag}, ORT CPU per-node dispatch = (chain of {40 if quick else DISPATCH_CHAIN} 16-element Adds - 1 Add)/(N-1), optimizations off, best of 20"}
-    over["host_op_s"] = {"value": dispatch, "source": "the CPU is the host: a fallback op costs one dispatch (kernel_launch_s, measured)"}
+    over["kernel_launch_s"] = {
+        "value": dispatch,
+        "source": f"measured: {tag}, ORT CPU per-node dispatch = (chain of {40 if quick else DISPATCH_CHAIN} 16-element Adds - 1 Add)/(N-1), optimizations off, best of 20",
+    }
+    over["host_op_s"] = {
+        "value": dispatch,
+        "source": "the CPU is the host: a fallback op costs one dispatch (kernel_launch_s, measured)",
+    }
     eff = profile["efficiency"]
-    eff["matrix_by_flops"] = {"value": _curve([(2.0 * n ** 3, r / peak) for n, r in rates.items()]),
-                              "source": f"measured: {tag}, ORT MatMul fp32 rate at n^3 for n in {list(sizes)} / best rate"}
-    eff["dram_by_bytes"] = {"value": _curve(dram_points),
-                            "source": f"measured: {tag}, numpy copy rate incl. one ORT dispatch at 4 KiB-16 MiB / stream rate (cache-resident sizes clamp at 1)"}
+    eff["matrix_by_flops"] = {
+        "value": _curve([(2.0 * n**3, r / peak) for n, r in rates.items()]),
+        "source": f"measured: {tag}, ORT MatMul fp32 rate at n^3 for n in {list(sizes)} / best rate",
+    }
+    eff["dram_by_bytes"] = {
+        "value": _curve(dram_points),
+        "source": f"measured: {tag}, numpy copy rate incl. one ORT dispatch at 4 KiB-16 MiB / stream rate (cache-resident sizes clamp at 1)",
+    }
     eff["vector_by_bytes"]["source"] = "cpu-x86 assumption kept (not probed): " + eff["vector_by_bytes"]["source"]
     power = profile["power"]
     e_flop = (power["tdp_w"]["value"] - power["idle_w"]["value"] - 1.0) / (0.85 * peak)
     power["energy_per_flop_j"] = {
-        "fp32": {"value": e_flop, "source": f"derived from cpu-x86's assumed power with the measured peak: (TDP-idle-1 W)/(0.85*{peak:.3g})"},
+        "fp32": {
+            "value": e_flop,
+            "source": f"derived from cpu-x86's assumed power with the measured peak: (TDP-idle-1 W)/(0.85*{peak:.3g})",
+        },
         "int8": {"value": e_flop * peak / max(int8, peak), "source": "derived: same power at the measured int8 rate"},
     }
     for key in ("tdp_w", "idle_w"):
@@ -236,8 +303,10 @@ def probe_machine(out_path: str | os.PathLike | None = None, quick: bool = False
     load_hardware(profile)  # validates; a bad measurement is an error here, not in someone's mapping later
     elapsed = time.perf_counter() - started
     if out_path is not None:
-        header = (f"# {meta['display_name']}: measured by `mapper probe` in {elapsed:.1f} s on {today}.\n"
-                  f"# Format: data/hardware/README.md. Unmeasured values keep cpu-x86's figures (their sources say so).\n\n")
+        header = (
+            f"# {meta['display_name']}: measured by `mapper probe` in {elapsed:.1f} s on {today}.\n"
+            f"# Format: data/hardware/README.md. Unmeasured values keep cpu-x86's figures (their sources say so).\n\n"
+        )
         try:
             Path(out_path).write_text(header + write_toml(profile))
         except OSError as exc:
@@ -267,7 +336,9 @@ def write_toml(tree: dict, prefix: str = "") -> str:
     """A profile dict -> TOML text: sections per table, `{ value, source }` entries inline."""
     lines, subtables = [], []
     if not prefix:  # the section order of data/hardware/*.toml
-        tree = {k: tree[k] for k in SECTION_ORDER if k in tree} | {k: v for k, v in tree.items() if k not in SECTION_ORDER}
+        tree = {k: tree[k] for k in SECTION_ORDER if k in tree} | {
+            k: v for k, v in tree.items() if k not in SECTION_ORDER
+        }
     for key, value in tree.items():
         if isinstance(value, dict) and "value" not in value:
             subtables.append((key, value))

@@ -5,6 +5,7 @@ measured node to the original ONNX nodes it ran: by node name, by the tensor it 
 original output name of a fused chain), by the name with ORT's suffixes stripped ("r2_nchwc" -> tensor r2),
 and through ORT's optimized graph. What matches nothing is kept, with the reason, never dropped.
 """
+
 from __future__ import annotations
 
 import os
@@ -37,11 +38,11 @@ class NodeTime:
 
 @dataclass(frozen=True, slots=True)
 class ProfileTimes:
-    kind: str                          # onnxruntime | chrome-trace
+    kind: str  # onnxruntime | chrome-trace
     runs: int
     nodes: tuple[NodeTime, ...]
     run_times_s: tuple[float, ...] = ()  # whole-run durations where the profile has them (ORT model_run)
-    skipped: int = 0                     # complete events whose duration or start is not a finite number in range
+    skipped: int = 0  # complete events whose duration or start is not a finite number in range
 
     @property
     def total_s(self) -> float:
@@ -104,7 +105,7 @@ def _number(value: object, low: float, high: float) -> float | None:
 
 
 MAX_DUR_US = limits.MAX_TRACE_EVENT_SECONDS * 1e6
-MAX_TS_US = 1e18   # timestamps are microseconds since an epoch (~1.7e15 now): finite, and then some
+MAX_TS_US = 1e18  # timestamps are microseconds since an epoch (~1.7e15 now): finite, and then some
 
 
 def _events(raw: bytes, label: str) -> tuple[list[Event], int]:
@@ -121,11 +122,22 @@ def _events(raw: bytes, label: str) -> tuple[list[Event], int]:
             continue
         args = e.get("args") if isinstance(e.get("args"), dict) else {}
         cat = e.get("cat")
-        good.append(Event(share(e["name"]), dur, ts, share(cat if isinstance(cat, str) else ""), share(str(e.get("tid"))),
-                          share(str(args.get("op_name", ""))), share(str(args.get("provider", "")))))
+        good.append(
+            Event(
+                share(e["name"]),
+                dur,
+                ts,
+                share(cat if isinstance(cat, str) else ""),
+                share(str(e.get("tid"))),
+                share(str(args.get("op_name", ""))),
+                share(str(args.get("provider", ""))),
+            )
+        )
     if not good:
-        raise MapperError("profile: no complete ('ph': 'X') events with a name and a duration; is it a trace?"
-                          + (f" ({skipped} skipped: duration or start not a finite number)" if skipped else ""))
+        raise MapperError(
+            "profile: no complete ('ph': 'X') events with a name and a duration; is it a trace?"
+            + (f" ({skipped} skipped: duration or start not a finite number)" if skipped else "")
+        )
     return good, skipped
 
 
@@ -153,8 +165,10 @@ def _load_ort(events: list[Event], statistic: str) -> ProfileTimes:
 
 def _load_chrome(events: list[Event], statistic: str) -> ProfileTimes:
     steps = [e for e in events if e.name.startswith("ProfilerStep#")]
-    chosen = sorted((e for e in events if e.cat in _CHROME_CATEGORIES and not e.name.startswith("ProfilerStep#")),
-                    key=lambda e: (e.tid, e.ts_us, -e.dur_us))
+    chosen = sorted(
+        (e for e in events if e.cat in _CHROME_CATEGORIES and not e.name.startswith("ProfilerStep#")),
+        key=lambda e: (e.tid, e.ts_us, -e.dur_us),
+    )
     groups: dict[str, list[Event]] = {}
     open_until: dict[str, float] = {}
     for e in chosen:  # keep outermost events only: nested aten calls would count their parent's time twice
@@ -163,8 +177,10 @@ def _load_chrome(events: list[Event], statistic: str) -> ProfileTimes:
         open_until[e.tid] = e.ts_us + e.dur_us
         groups.setdefault(e.name, []).append(e)
     if not groups:
-        raise MapperError(f"Chrome trace: no events of categories {', '.join(_CHROME_CATEGORIES)}; "
-                          f"record with torch.profiler and export_chrome_trace")
+        raise MapperError(
+            f"Chrome trace: no events of categories {', '.join(_CHROME_CATEGORIES)}; "
+            f"record with torch.profiler and export_chrome_trace"
+        )
     runs = len(steps) or 1
     nodes = _per_run(groups, runs, lambda e: e.cat, lambda e: "pytorch", statistic)
     return ProfileTimes("chrome-trace", runs, nodes, tuple(e.dur_us * 1e-6 for e in steps))
@@ -216,7 +232,9 @@ def match_nodes(times: ProfileTimes, model, optimized=None) -> tuple[NodeMatch, 
     return tuple(NodeMatch(n.name, n.op_type, n.time_s, *found[n.name]) for n in times.nodes)
 
 
-def _match_one(name: str, names: set, producer: dict, ort_outputs: dict, ort_inputs: dict) -> tuple[tuple[str, ...], str]:
+def _match_one(
+    name: str, names: set, producer: dict, ort_outputs: dict, ort_inputs: dict
+) -> tuple[tuple[str, ...], str]:
     if name in names:
         return (name,), "name"
     hits = tuple(producer[o] for o in ort_outputs.get(name, ()) if o in producer)

@@ -4,6 +4,7 @@ Each executor runs one plain function over a list of picklable tasks and yields 
 as tasks finish, in whatever order; callers sort by a stable key, so the table never depends on
 which executor ran it. Dask is imported only when asked for (it is an optional dependency).
 """
+
 from __future__ import annotations
 
 import os
@@ -21,15 +22,18 @@ DASK_HINT = "install it with `pip install 'dask[distributed]'`"
 class ExecutorSpec:
     """What the user asked for: `kind`, how many local workers, or a scheduler address."""
 
-    kind: str = "inprocess"          # inprocess | processes | dask
-    workers: int | None = None       # processes / dask LocalCluster: worker count (None: CPU count)
-    scheduler: str | None = None     # dask: tcp://HOST:PORT of a running scheduler (else a LocalCluster)
-    dask_processes: bool = True      # dask LocalCluster: worker processes (False: threads in this process)
+    kind: str = "inprocess"  # inprocess | processes | dask
+    workers: int | None = None  # processes / dask LocalCluster: worker count (None: CPU count)
+    scheduler: str | None = None  # dask: tcp://HOST:PORT of a running scheduler (else a LocalCluster)
+    dask_processes: bool = True  # dask LocalCluster: worker processes (False: threads in this process)
 
     def describe(self) -> str:
         if self.kind == "dask":
-            return f"dask scheduler {self.scheduler}" if self.scheduler else \
-                f"dask LocalCluster, {self.workers or default_workers()} workers x 1 thread"
+            return (
+                f"dask scheduler {self.scheduler}"
+                if self.scheduler
+                else f"dask LocalCluster, {self.workers or default_workers()} workers x 1 thread"
+            )
         if self.kind == "processes":
             return f"process pool, {self.workers or default_workers()} workers"
         return "in-process"
@@ -39,8 +43,9 @@ def default_workers() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
-def executor_spec(kind: str | None = None, workers: int | None = None, scheduler: str | None = None,
-                  dask_processes: bool = True) -> ExecutorSpec:
+def executor_spec(
+    kind: str | None = None, workers: int | None = None, scheduler: str | None = None, dask_processes: bool = True
+) -> ExecutorSpec:
     """Validate once. A scheduler address or a worker count without a kind means Dask."""
     if kind is None:
         kind = "dask" if scheduler or workers else "inprocess"
@@ -86,15 +91,20 @@ def _run_dask(fn: Callable, tasks: Sequence, spec: ExecutorSpec) -> Iterator[tup
         if spec.scheduler:
             client = Client(spec.scheduler, timeout="10s")
         else:
-            cluster = LocalCluster(n_workers=spec.workers or default_workers(), threads_per_worker=1,
-                                   processes=spec.dask_processes, dashboard_address=":0")  # any free port
+            cluster = LocalCluster(
+                n_workers=spec.workers or default_workers(),
+                threads_per_worker=1,
+                processes=spec.dask_processes,
+                dashboard_address=":0",
+            )  # any free port
             client = Client(cluster)
     except OSError as exc:
         raise MapperError(f"cannot reach the Dask scheduler {spec.scheduler}: {exc}") from exc
     try:
         # pure=False: every task is distinct work; the key carries its index so results map back
-        futures = [client.submit(fn, task, key=f"mapper-task-{i}-{id(tasks)}", pure=False)
-                   for i, task in enumerate(tasks)]
+        futures = [
+            client.submit(fn, task, key=f"mapper-task-{i}-{id(tasks)}", pure=False) for i, task in enumerate(tasks)
+        ]
         index = {f.key: i for i, f in enumerate(futures)}
         for future in dask_completed(futures):
             yield index[future.key], future.result()

@@ -5,6 +5,7 @@ once per task and each (batch, seq) shape is built and analyzed once, then mappe
 dtype and fusion policy; tasks are chunks of shapes, run by mapper.explore.executors (in-process, process
 pool or Dask) and sorted by slice id, so the table is the same whichever executor ran it.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -27,19 +28,19 @@ from mapper.pipeline import map_workload, validate_options
 from mapper.report.tables import csv_bytes, write_bytes, xlsx_bytes
 from mapper.work.workload import Workload
 
-DEFAULT_CHUNK_SLICES = 64          # slices per task: big enough that a task reuses its parse, small for balance
+DEFAULT_CHUNK_SLICES = 64  # slices per task: big enough that a task reuses its parse, small for balance
 MAX_SLICES = limits.MAX_SLICES
 NO_SEQ_NOTE = "model has no sequence dim: --seq values ignored (one slice per batch)"
-PLAN_KEYS = ("fusion", "plan_dtype", "tile")   # what a best plan flips on
-Progress = Callable[[int, int], None]         # (slices done, slices in all)
+PLAN_KEYS = ("fusion", "plan_dtype", "tile")  # what a best plan flips on
+Progress = Callable[[int, int], None]  # (slices done, slices in all)
 
 
 @dataclass(frozen=True, slots=True)
 class SweepSpec:
     """The grid: every combination of these is one slice (per model, seq only where it has one)."""
 
-    models: tuple[str | bytes, ...]                  # built-in names, paths, or uploaded bytes
-    hardware: tuple[str | HardwareProfile, ...]      # profile names/files, or profiles already loaded
+    models: tuple[str | bytes, ...]  # built-in names, paths, or uploaded bytes
+    hardware: tuple[str | HardwareProfile, ...]  # profile names/files, or profiles already loaded
     batches: tuple[int, ...] = (1,)
     seqs: tuple[int, ...] = (128,)
     dtypes: tuple[str, ...] = ("auto",)
@@ -57,7 +58,7 @@ class ModelSource:
 
     model: ModelHandle = field(repr=False)
     has_seq: bool
-    fixed_dims: tuple[tuple[str, int], ...] = ()   # dims other than batch and seq (built-ins: their defaults)
+    fixed_dims: tuple[tuple[str, int], ...] = ()  # dims other than batch and seq (built-ins: their defaults)
 
     @property
     def name(self) -> str:
@@ -74,19 +75,20 @@ class SweepTask:
 
     model: ModelSource
     hardware: tuple[HardwareProfile, ...]
-    shapes: tuple[tuple[int, int | None, int], ...]         # (batch, seq or None, first slice id)
-    options: tuple[tuple[str, str], ...]                     # (dtype, fusion)
+    shapes: tuple[tuple[int, int | None, int], ...]  # (batch, seq or None, first slice id)
+    options: tuple[tuple[str, str], ...]  # (dtype, fusion)
 
 
 @dataclass(frozen=True, slots=True)
 class SweepResult:
-    table: pd.DataFrame        # one row per slice, sorted by slice_id
-    best: pd.DataFrame         # the fastest plan per (model, hardware, batch, seq)
-    flips: pd.DataFrame        # where the best plan changes as batch or seq grows
+    table: pd.DataFrame  # one row per slice, sorted by slice_id
+    best: pd.DataFrame  # the fastest plan per (model, hardware, batch, seq)
+    flips: pd.DataFrame  # where the best plan changes as batch or seq grows
     provenance: dict
 
 
 # ---- models: parse once, build each shape once ---------------------------------------------------
+
 
 def model_source(model: str | bytes | ModelHandle, dims: tuple[tuple[str, int], ...] = ()) -> ModelSource:
     """A built-in name, a path, uploaded bytes or a handle -> what a task needs; decides once whether it
@@ -116,12 +118,14 @@ class ModelShapes:
     def workload(self, batch: int, seq: int | None) -> Workload:
         key = (batch, seq)
         if key not in self._workloads:
-            self._workloads[key] = self.model.model.bind(dict(self.model.fixed_dims) or None, batch=batch,
-                                                         seq=seq if self.model.has_seq else None)
+            self._workloads[key] = self.model.model.bind(
+                dict(self.model.fixed_dims) or None, batch=batch, seq=seq if self.model.has_seq else None
+            )
         return self._workloads[key]
 
 
 # ---- one slice -> one row --------------------------------------------------------------------------
+
 
 def slice_row(result: MappingResult) -> dict:
     """The totals of one mapping, its dominant class and the plan that was chosen."""
@@ -134,27 +138,52 @@ def slice_row(result: MappingResult) -> dict:
     largest = max(tiled, key=lambda k: k.kernel.matrix_flops, default=None)
     tile = largest.tiling.chosen if largest else None
     return {
-        "status": "ok", "error": "", "plan_dtype": t.dtype,
-        "latency_s": t.latency_s, "throughput_per_s": t.throughput_per_s, "mfu": t.mfu,
-        "memory_stall_fraction": t.memory_stall_fraction, "perf_per_watt": t.perf_per_watt,
-        "energy_per_inference_j": t.energy_per_inference_j, "avg_power_w": t.avg_power_w,
-        "flops": t.flops, "weight_bytes": t.weight_bytes, "dram_bytes": t.dram_bytes,
+        "status": "ok",
+        "error": "",
+        "plan_dtype": t.dtype,
+        "latency_s": t.latency_s,
+        "throughput_per_s": t.throughput_per_s,
+        "mfu": t.mfu,
+        "memory_stall_fraction": t.memory_stall_fraction,
+        "perf_per_watt": t.perf_per_watt,
+        "energy_per_inference_j": t.energy_per_inference_j,
+        "avg_power_w": t.avg_power_w,
+        "flops": t.flops,
+        "weight_bytes": t.weight_bytes,
+        "dram_bytes": t.dram_bytes,
         "dominant_bottleneck": dominant,
         "dominant_share": by_class[dominant] / t.latency_s if dominant and t.latency_s else 0.0,
         "kernel_count": len(result.kernels),
         "largest_matrix_kernel": largest.kernel.name if largest else "",
         "tile": f"{tile.tile_m}x{tile.tile_n}x{tile.tile_k}" if tile else "",
-        "tile_split_k": tile.split_k if tile else 0, "tile_stages": tile.stages if tile else 0,
+        "tile_split_k": tile.split_k if tile else 0,
+        "tile_stages": tile.stages if tile else 0,
         "unmodeled_nodes": len(result.unmodeled),
     }
 
 
-ERROR_ROW = {"status": "error", "plan_dtype": "", "latency_s": math.nan, "throughput_per_s": math.nan,
-             "mfu": math.nan, "memory_stall_fraction": math.nan, "perf_per_watt": math.nan,
-             "energy_per_inference_j": math.nan, "avg_power_w": math.nan, "flops": math.nan,
-             "weight_bytes": math.nan, "dram_bytes": math.nan, "dominant_bottleneck": "", "dominant_share": math.nan,
-             "kernel_count": 0, "largest_matrix_kernel": "", "tile": "", "tile_split_k": 0, "tile_stages": 0,
-             "unmodeled_nodes": 0}
+ERROR_ROW = {
+    "status": "error",
+    "plan_dtype": "",
+    "latency_s": math.nan,
+    "throughput_per_s": math.nan,
+    "mfu": math.nan,
+    "memory_stall_fraction": math.nan,
+    "perf_per_watt": math.nan,
+    "energy_per_inference_j": math.nan,
+    "avg_power_w": math.nan,
+    "flops": math.nan,
+    "weight_bytes": math.nan,
+    "dram_bytes": math.nan,
+    "dominant_bottleneck": "",
+    "dominant_share": math.nan,
+    "kernel_count": 0,
+    "largest_matrix_kernel": "",
+    "tile": "",
+    "tile_split_k": 0,
+    "tile_stages": 0,
+    "unmodeled_nodes": 0,
+}
 
 
 def run_task(task: SweepTask) -> list[dict]:
@@ -169,21 +198,31 @@ def run_task(task: SweepTask) -> list[dict]:
         slice_id = first_id
         for hw in task.hardware:
             for dtype, fusion in task.options:
-                row = {"slice_id": slice_id, "model": task.model.name, "model_sha256": task.model.sha256,
-                       "hardware": hw.name, "hardware_sha256": hw.sha256, "batch": batch, "seq": seq,
-                       "dtype": dtype, "fusion": fusion, "note": "" if task.model.has_seq else NO_SEQ_NOTE}
+                row = {
+                    "slice_id": slice_id,
+                    "model": task.model.name,
+                    "model_sha256": task.model.sha256,
+                    "hardware": hw.name,
+                    "hardware_sha256": hw.sha256,
+                    "batch": batch,
+                    "seq": seq,
+                    "dtype": dtype,
+                    "fusion": fusion,
+                    "note": "" if task.model.has_seq else NO_SEQ_NOTE,
+                }
                 slice_id += 1
                 if workload is None:
                     rows.append(row | ERROR_ROW | {"error": shape_error})
                     continue
                 try:
                     rows.append(row | slice_row(map_workload(workload, hw, PlanOptions(dtype=dtype, fusion=fusion))))
-                except MapperError as exc:   # e.g. a dtype this profile lacks: the slice says why, the sweep goes on
+                except MapperError as exc:  # e.g. a dtype this profile lacks: the slice says why, the sweep goes on
                     rows.append(row | ERROR_ROW | {"error": str(exc)})
     return rows
 
 
 # ---- the grid -> tasks -> table ----------------------------------------------------------------------
+
 
 def plan_tasks(spec: SweepSpec) -> tuple[list[SweepTask], int]:
     """Tasks of whole shapes (about chunk_slices slices each) and the slice count."""
@@ -210,7 +249,9 @@ def plan_tasks(spec: SweepSpec) -> tuple[list[SweepTask], int]:
     for source in sources:
         shapes = [(b, s) for b in batches for s in (seqs if source.has_seq else [None])]
         for start in range(0, len(shapes), chunk):
-            part = tuple((b, s, next_id + (start + i) * per_shape) for i, (b, s) in enumerate(shapes[start:start + chunk]))
+            part = tuple(
+                (b, s, next_id + (start + i) * per_shape) for i, (b, s) in enumerate(shapes[start : start + chunk])
+            )
             tasks.append(SweepTask(source, hardware, part, options))
         next_id += len(shapes) * per_shape
     return tasks, next_id
@@ -221,7 +262,9 @@ def check_slices(count: int, limit: str = "MAX_SLICES", what: str = "sweep") -> 
         raise MapperError(f"the {what} has {count:,} slices, over {limits.limit_text(limit)}; narrow the grid")
 
 
-def run_sweep(spec: SweepSpec, executor: ExecutorSpec = ExecutorSpec(), progress: Progress | None = None) -> SweepResult:
+def run_sweep(
+    spec: SweepSpec, executor: ExecutorSpec = ExecutorSpec(), progress: Progress | None = None
+) -> SweepResult:
     """Map every slice of the grid; the table is sorted by slice id (identical on every executor)."""
     tasks, total = plan_tasks(spec)
     started = datetime.now(UTC)
@@ -236,13 +279,23 @@ def run_sweep(spec: SweepSpec, executor: ExecutorSpec = ExecutorSpec(), progress
     table = pd.DataFrame(rows).sort_values("slice_id", kind="stable").reset_index(drop=True)
     table["seq"] = table["seq"].astype("Int64")
     best = best_plans(table)
-    provenance = {"engine_version": __version__, "executor": executor.describe(), "slices": total,
-                  "tasks": len(tasks), "created_utc": started.isoformat(timespec="seconds"),
-                  "grid": {"models": list(dict.fromkeys(t.model.name for t in tasks)),
-                           "hardware": [h.name for h in tasks[0].hardware], "batches": list(spec.batches),
-                           "seqs": list(spec.seqs), "dtypes": list(spec.dtypes), "fusions": list(spec.fusions)},
-                  "models": {t.model.name: t.model.sha256 for t in tasks},
-                  "hardware": {h.name: h.sha256 for h in tasks[0].hardware}}
+    provenance = {
+        "engine_version": __version__,
+        "executor": executor.describe(),
+        "slices": total,
+        "tasks": len(tasks),
+        "created_utc": started.isoformat(timespec="seconds"),
+        "grid": {
+            "models": list(dict.fromkeys(t.model.name for t in tasks)),
+            "hardware": [h.name for h in tasks[0].hardware],
+            "batches": list(spec.batches),
+            "seqs": list(spec.seqs),
+            "dtypes": list(spec.dtypes),
+            "fusions": list(spec.fusions),
+        },
+        "models": {t.model.name: t.model.sha256 for t in tasks},
+        "hardware": {h.name: h.sha256 for h in tasks[0].hardware},
+    }
     return SweepResult(table, best, plan_flips(best), provenance)
 
 
@@ -265,7 +318,9 @@ def plan_flips(best: pd.DataFrame) -> pd.DataFrame:
     """Each step along batch (at a fixed seq) or seq (at a fixed batch) where the best plan changes."""
     flips = []
     if best.empty:
-        return pd.DataFrame(columns=["model", "hardware", "axis", "at", "from", "to", "changed", "from_plan", "to_plan"])
+        return pd.DataFrame(
+            columns=["model", "hardware", "axis", "at", "from", "to", "changed", "from_plan", "to_plan"]
+        )
     for (model, hw), group in best.groupby(["model", "hardware"], sort=False):
         for axis, fixed in (("batch", "seq"), ("seq", "batch")):
             for at, line in group.groupby(fixed, sort=True, dropna=False):
@@ -275,14 +330,23 @@ def plan_flips(best: pd.DataFrame) -> pd.DataFrame:
                     plan = {k: getattr(row, k) for k in PLAN_KEYS}
                     if previous is not None and plan != previous[1]:
                         changed = [k for k in PLAN_KEYS if plan[k] != previous[1][k]]
-                        flips.append({"model": model, "hardware": hw, "axis": axis,
-                                      "at": f"{fixed}={'-' if pd.isna(at) else int(at)}",
-                                      "from": int(previous[0]), "to": int(getattr(row, axis)),
-                                      "changed": ",".join(changed), "from_plan": plan_text(previous[1]),
-                                      "to_plan": plan_text(plan)})
+                        flips.append(
+                            {
+                                "model": model,
+                                "hardware": hw,
+                                "axis": axis,
+                                "at": f"{fixed}={'-' if pd.isna(at) else int(at)}",
+                                "from": int(previous[0]),
+                                "to": int(getattr(row, axis)),
+                                "changed": ",".join(changed),
+                                "from_plan": plan_text(previous[1]),
+                                "to_plan": plan_text(plan),
+                            }
+                        )
                     previous = (getattr(row, axis), plan)
-    return pd.DataFrame(flips, columns=["model", "hardware", "axis", "at", "from", "to", "changed", "from_plan",
-                                        "to_plan"])
+    return pd.DataFrame(
+        flips, columns=["model", "hardware", "axis", "at", "from", "to", "changed", "from_plan", "to_plan"]
+    )
 
 
 def plan_text(plan: dict) -> str:
@@ -305,7 +369,7 @@ def write_table(result: SweepResult, path: str) -> str:
 
 
 def parse_int_list(text: str | Sequence[int], what: str) -> tuple[int, ...]:
-    """"1,8,64" -> (1, 8, 64), with a message a person can act on."""
+    """ "1,8,64" -> (1, 8, 64), with a message a person can act on."""
     if not isinstance(text, str):
         return tuple(int(v) for v in text)
     try:

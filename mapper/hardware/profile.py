@@ -4,6 +4,7 @@ The first input of the pipeline beside the graph. Profiles are TOML files in dat
 in key names and a source for every number; `hardware_schema` validates them once, here they become
 SI-unit dataclasses that tiling, cost and power read. Nothing downstream re-parses a profile.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -30,10 +31,22 @@ _SUFFIXES = (".toml", ".json", ".yaml", ".yml")
 
 # ONNX element-type names (mapper.core.graph.DTYPE_BYTES keys) and common spellings -> profile dtype keys.
 DTYPE_ALIASES: dict[str, str] = {
-    "float": "fp32", "float32": "fp32", "single": "fp32", "tensorfloat32": "tf32",
-    "float16": "fp16", "half": "fp16", "bfloat16": "bf16",
-    "float8": "fp8", "float8e4m3fn": "fp8", "float8e4m3fnuz": "fp8", "float8e5m2": "fp8", "float8e5m2fnuz": "fp8",
-    "e4m3": "fp8", "e5m2": "fp8", "uint8": "int8", "uint4": "int4",
+    "float": "fp32",
+    "float32": "fp32",
+    "single": "fp32",
+    "tensorfloat32": "tf32",
+    "float16": "fp16",
+    "half": "fp16",
+    "bfloat16": "bf16",
+    "float8": "fp8",
+    "float8e4m3fn": "fp8",
+    "float8e4m3fnuz": "fp8",
+    "float8e5m2": "fp8",
+    "float8e5m2fnuz": "fp8",
+    "e4m3": "fp8",
+    "e5m2": "fp8",
+    "uint8": "int8",
+    "uint4": "int4",
 }
 
 
@@ -107,7 +120,7 @@ class HardwareProfile:
     matrix_efficiency: EfficiencyCurve
     vector_efficiency: EfficiencyCurve
     dram_efficiency: EfficiencyCurve
-    op_time_scale: dict[str, float]   # op type -> time multiplier on its kernels' work (fitted by calibrate)
+    op_time_scale: dict[str, float]  # op type -> time multiplier on its kernels' work (fitted by calibrate)
     preferred_conv_layout: str
     jitter_cv: float
     jitter_dist: str
@@ -131,7 +144,8 @@ class HardwareProfile:
             return self.vector_peak_flops_per_s["fp32"]
         raise MapperError(
             f"hardware {self.name}: no matrix peak for dtype {dtype!r}; it supports "
-            f"{', '.join(sorted(self.matrix_peak_flops_per_s, key=DTYPES.index))}; choose one of those or another device")
+            f"{', '.join(sorted(self.matrix_peak_flops_per_s, key=DTYPES.index))}; choose one of those or another device"
+        )
 
     def vector_peak(self, dtype: str) -> float:
         """Vector (SIMD) peak in FLOP/s; a dtype without its own figure uses the fp32 figure (conservative)."""
@@ -148,21 +162,32 @@ class HardwareProfile:
 
 # ---- the one table between TOML keys and dataclass fields --------------------------------------
 # (dotted TOML key, dataclass attribute, python type). Used both to build and to write back.
-_STRINGS = (("meta.name", "name"), ("meta.display_name", "display_name"), ("meta.kind", "kind"),
-            ("meta.vendor", "vendor"), ("interconnect.topology", "interconnect.topology"),
-            ("layout.preferred_conv_layout", "preferred_conv_layout"), ("serving.jitter_dist", "jitter_dist"))
+_STRINGS = (
+    ("meta.name", "name"),
+    ("meta.display_name", "display_name"),
+    ("meta.kind", "kind"),
+    ("meta.vendor", "vendor"),
+    ("interconnect.topology", "interconnect.topology"),
+    ("layout.preferred_conv_layout", "preferred_conv_layout"),
+    ("serving.jitter_dist", "jitter_dist"),
+)
 _NUMBERS = (
-    ("compute.compute_units", "compute_units", int), ("compute.clock_hz", "clock_hz", float),
+    ("compute.compute_units", "compute_units", int),
+    ("compute.clock_hz", "clock_hz", float),
     ("compute.matrix_instruction_m", "matrix_instruction_mnk.0", int),
     ("compute.matrix_instruction_n", "matrix_instruction_mnk.1", int),
     ("compute.matrix_instruction_k", "matrix_instruction_mnk.2", int),
     ("compute.sfu_peak_ops_per_s", "sfu_peak_ops_per_s", float),
-    ("memory.sram_per_unit_bytes", "sram_per_unit_bytes", int), ("memory.l2_bytes", "l2_bytes", int),
+    ("memory.sram_per_unit_bytes", "sram_per_unit_bytes", int),
+    ("memory.l2_bytes", "l2_bytes", int),
     ("memory.l2_bandwidth_bytes_per_s", "l2_bandwidth_bytes_per_s", float),
-    ("memory.dram_bytes", "dram_bytes", int), ("memory.dram_bandwidth_bytes_per_s", "dram_bandwidth_bytes_per_s", float),
-    ("overhead.kernel_launch_s", "kernel_launch_s", float), ("overhead.grid_sync_s", "grid_sync_s", float),
+    ("memory.dram_bytes", "dram_bytes", int),
+    ("memory.dram_bandwidth_bytes_per_s", "dram_bandwidth_bytes_per_s", float),
+    ("overhead.kernel_launch_s", "kernel_launch_s", float),
+    ("overhead.grid_sync_s", "grid_sync_s", float),
     ("overhead.host_op_s", "host_op_s", float),
-    ("power.tdp_w", "tdp_w", float), ("power.idle_w", "idle_w", float),
+    ("power.tdp_w", "tdp_w", float),
+    ("power.idle_w", "idle_w", float),
     ("power.energy_per_dram_byte_j", "energy_per_dram_byte_j", float),
     ("power.energy_per_l2_byte_j", "energy_per_l2_byte_j", float),
     ("interconnect.link_bandwidth_bytes_per_s", "interconnect.link_bandwidth_bytes_per_s", float),
@@ -170,11 +195,16 @@ _NUMBERS = (
     ("interconnect.max_devices", "interconnect.max_devices", int),
     ("serving.jitter_cv", "jitter_cv", float),
 )
-_PER_DTYPE = (("compute.matrix_peak_flops_per_s", "matrix_peak_flops_per_s"),
-              ("compute.vector_peak_flops_per_s", "vector_peak_flops_per_s"),
-              ("power.energy_per_flop_j", "energy_per_flop_j"))
-_CURVES = (("efficiency.matrix_by_flops", "matrix_efficiency"), ("efficiency.vector_by_bytes", "vector_efficiency"),
-           ("efficiency.dram_by_bytes", "dram_efficiency"))
+_PER_DTYPE = (
+    ("compute.matrix_peak_flops_per_s", "matrix_peak_flops_per_s"),
+    ("compute.vector_peak_flops_per_s", "vector_peak_flops_per_s"),
+    ("power.energy_per_flop_j", "energy_per_flop_j"),
+)
+_CURVES = (
+    ("efficiency.matrix_by_flops", "matrix_efficiency"),
+    ("efficiency.vector_by_bytes", "vector_efficiency"),
+    ("efficiency.dram_by_bytes", "dram_efficiency"),
+)
 
 
 def _get(tree: dict[str, Any], dotted: str) -> Any:
@@ -219,8 +249,12 @@ def _build(tree: dict[str, Any]) -> HardwareProfile:
     fields["op_time_scale"] = {op: float(entry["value"]) for op, entry in scales.items()}
     sources.update({f"efficiency.op_time_scale.{op}": entry["source"] for op, entry in scales.items()})
     fields["matrix_instruction_mnk"] = tuple(fields.pop(f"matrix_instruction_mnk.{i}") for i in range(3))
-    fields["interconnect"] = Interconnect(**{name: fields.pop(f"interconnect.{name}") for name in
-                                             ("link_bandwidth_bytes_per_s", "latency_s", "topology", "max_devices")})
+    fields["interconnect"] = Interconnect(
+        **{
+            name: fields.pop(f"interconnect.{name}")
+            for name in ("link_bandwidth_bytes_per_s", "latency_s", "topology", "max_devices")
+        }
+    )
     draft = HardwareProfile(**fields, sources=sources, sha256="")
     digest = hashlib.sha256(json.dumps(_to_dict(draft), sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     return HardwareProfile(**{**fields, "sources": sources, "sha256": digest})
@@ -233,18 +267,31 @@ def _to_dict(profile: HardwareProfile) -> dict[str, Any]:
     for key, attr, _kind in _NUMBERS:
         _put(tree, key, {"value": _attr(profile, attr), "source": profile.sources[key]})
     for key, attr in _PER_DTYPE:
-        _put(tree, key, {dtype: {"value": value, "source": profile.sources[f"{key}.{dtype}"]}
-                         for dtype, value in getattr(profile, attr).items()})
+        _put(
+            tree,
+            key,
+            {
+                dtype: {"value": value, "source": profile.sources[f"{key}.{dtype}"]}
+                for dtype, value in getattr(profile, attr).items()
+            },
+        )
     for key, attr in _CURVES:
         points = [[x, e] for x, e in getattr(profile, attr).points]
         _put(tree, key, {"value": points, "source": profile.sources[key]})
     if profile.op_time_scale:  # optional: absent from a profile until calibration finds an op that needs it
-        _put(tree, "efficiency.op_time_scale", {op: {"value": value, "source": profile.sources[f"efficiency.op_time_scale.{op}"]}
-                                                 for op, value in profile.op_time_scale.items()})
+        _put(
+            tree,
+            "efficiency.op_time_scale",
+            {
+                op: {"value": value, "source": profile.sources[f"efficiency.op_time_scale.{op}"]}
+                for op, value in profile.op_time_scale.items()
+            },
+        )
     return tree
 
 
 # ---- finding and reading profiles ---------------------------------------------------------------
+
 
 def hardware_dir() -> Path:
     """data/hardware beside the mapper package (repository layout; an editable install keeps it)."""
@@ -265,14 +312,18 @@ def _check_nesting(text: str, label: str) -> None:
     marks = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
     steps = np.isin(marks, (91, 123)).astype(np.int64) - np.isin(marks, (93, 125))  # [ { open, ] } close
     if steps.size and int(np.cumsum(steps).max()) > limits.MAX_PROFILE_NESTING:
-        raise MapperError(f"{label}: nested deeper than {limits.limit_text('MAX_PROFILE_NESTING')}; a hardware"
-                          " profile is a table of sections of values")
+        raise MapperError(
+            f"{label}: nested deeper than {limits.limit_text('MAX_PROFILE_NESTING')}; a hardware"
+            " profile is a table of sections of values"
+        )
 
 
 def _parse(raw: bytes, fmt: str, label: str) -> Any:
     if len(raw) > MAX_PROFILE_BYTES:
-        raise MapperError(f"{label}: {len(raw)} bytes is over {limits.limit_text('MAX_PROFILE_BYTES')} (1 MiB) "
-                          f"for a hardware profile; upload the profile itself")
+        raise MapperError(
+            f"{label}: {len(raw)} bytes is over {limits.limit_text('MAX_PROFILE_BYTES')} (1 MiB) "
+            f"for a hardware profile; upload the profile itself"
+        )
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -285,8 +336,10 @@ def _parse(raw: bytes, fmt: str, label: str) -> Any:
             try:
                 import yaml  # optional; TOML and JSON need nothing extra
             except ImportError:
-                raise MapperError(f"{label}: YAML needs the PyYAML package, which is not installed; "
-                                  f"write the profile as TOML or JSON instead") from None
+                raise MapperError(
+                    f"{label}: YAML needs the PyYAML package, which is not installed; "
+                    f"write the profile as TOML or JSON instead"
+                ) from None
             return yaml.safe_load(text)
         return tomllib.loads(text)
     except (tomllib.TOMLDecodeError, json.JSONDecodeError, ValueError) as exc:
@@ -307,8 +360,10 @@ def _read_file(path: Path) -> HardwareProfile:
     try:
         size = path.stat().st_size
         if size > MAX_PROFILE_BYTES:
-            raise MapperError(f"{label}: {size} bytes is over {limits.limit_text('MAX_PROFILE_BYTES')} (1 MiB) "
-                              f"for a hardware profile; point at the profile itself")
+            raise MapperError(
+                f"{label}: {size} bytes is over {limits.limit_text('MAX_PROFILE_BYTES')} (1 MiB) "
+                f"for a hardware profile; point at the profile itself"
+            )
         with path.open("rb") as handle:
             raw = handle.read(MAX_PROFILE_BYTES + 1)
     except OSError as exc:
@@ -339,12 +394,16 @@ def load_hardware(spec: str | os.PathLike | bytes | dict) -> HardwareProfile:
         raise MapperError(f"hardware: expected a profile name, path, bytes or dict, got {type(spec).__name__}")
     path = Path(spec).expanduser()
     if not path.is_file():
-        raise MapperError(f"hardware {str(spec)!r}: not a built-in profile ({', '.join(list_hardware())}) "
-                          f"and no such file; give one of those names or a path to a .toml profile")
+        raise MapperError(
+            f"hardware {str(spec)!r}: not a built-in profile ({', '.join(list_hardware())}) "
+            f"and no such file; give one of those names or a path to a .toml profile"
+        )
     return _read_file(path)
 
 
-def edit_profile(profile: HardwareProfile, values: dict[str, float], display_name: str | None = None) -> HardwareProfile:
+def edit_profile(
+    profile: HardwareProfile, values: dict[str, float], display_name: str | None = None
+) -> HardwareProfile:
     """`profile` with some numbers changed (dotted field -> value, the names `flatten_profile` gives),
     validated as a file is: a bad value raises ProfileError naming its field. Whole numbers stay whole."""
     tree = _to_dict(profile)
@@ -352,7 +411,9 @@ def edit_profile(profile: HardwareProfile, values: dict[str, float], display_nam
         try:
             entry = _get(tree, dotted)
         except (KeyError, TypeError):
-            raise MapperError(f"profile field {dotted!r} is not a number this profile has; edit a listed field") from None
+            raise MapperError(
+                f"profile field {dotted!r} is not a number this profile has; edit a listed field"
+            ) from None
         if not (isinstance(entry, dict) and "value" in entry):
             raise MapperError(f"profile field {dotted!r} is not a number this profile has; edit a listed field")
         keep_int = isinstance(entry["value"], int) and float(value).is_integer()

@@ -4,6 +4,7 @@ pydantic v2 models with `extra="forbid"` and range checks; every number is an in
 `{ value = ..., source = "..." }`. `validate_profile_dict` turns pydantic's errors into one
 `MapperError` line naming the field and what to do. `mapper.hardware.profile` builds the frozen profile.
 """
+
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
@@ -60,7 +61,9 @@ class Positive(_Sourced):
     @classmethod
     def _not_vanishing(cls, value: float) -> float:
         if value < MIN_POSITIVE:
-            raise ValueError(f"{value!r} is > 0 but below {MIN_POSITIVE:g}, too small for a physical figure in SI units")
+            raise ValueError(
+                f"{value!r} is > 0 but below {MIN_POSITIVE:g}, too small for a physical figure in SI units"
+            )
         return value
 
 
@@ -84,8 +87,10 @@ class Ratio(_Sourced):
 class Curve(_Sourced):
     """Efficiency vs a size: [[x, efficiency], ...], x > 0 strictly ascending, efficiency in (0, 1]."""
 
-    value: Annotated[list[Annotated[list[float], Field(min_length=2, max_length=2)]],
-                    Field(min_length=2, max_length=MAX_CURVE_POINTS)]
+    value: Annotated[
+        list[Annotated[list[float], Field(min_length=2, max_length=2)]],
+        Field(min_length=2, max_length=MAX_CURVE_POINTS),
+    ]
 
     @field_validator("value")
     @classmethod
@@ -141,7 +146,9 @@ class Overhead(_Strict):
     def _below_a_second(self) -> Overhead:
         for key in ("kernel_launch_s", "grid_sync_s", "host_op_s"):
             if getattr(self, key).value >= 1.0:
-                raise ValueError(f"{key} = {getattr(self, key).value} s is not a per-kernel overhead; give seconds (e.g. 3e-6)")
+                raise ValueError(
+                    f"{key} = {getattr(self, key).value} s is not a per-kernel overhead; give seconds (e.g. 3e-6)"
+                )
         return self
 
 
@@ -172,6 +179,7 @@ OpType = Annotated[str, StringConstraints(pattern=r"^[A-Za-z][A-Za-z0-9_]{0,63}$
 class OpScale(_Sourced):
     """How much slower (> 1) or faster (< 1) than the roofline model an op runs on this device's
     software stack (e.g. a runtime's naive LRN); fitted by `mapper calibrate`."""
+
     value: Annotated[float, Field(ge=0.01, le=1000.0, allow_inf_nan=False)]
 
 
@@ -209,17 +217,20 @@ class ProfileModel(_Strict):
         needed = set(self.compute.matrix_peak_flops_per_s) | set(self.compute.vector_peak_flops_per_s)
         missing = sorted(needed - set(self.power.energy_per_flop_j))
         if missing:
-            raise ValueError(f"power.energy_per_flop_j lacks {', '.join(missing)}: every dtype with a peak needs an energy per FLOP")
+            raise ValueError(
+                f"power.energy_per_flop_j lacks {', '.join(missing)}: every dtype with a peak needs an energy per FLOP"
+            )
         return self
 
 
 # ---- pydantic error -> one actionable line -------------------------------------------------
 
+
 def _field_path(loc: tuple[Any, ...]) -> str:
     parts = [str(part) for part in loc if part != "[key]"]
     if "value" in parts:
         cut = parts.index("value")
-        tail = parts[cut + 1:]
+        tail = parts[cut + 1 :]
         parts = parts[:cut] + ([f"point {tail[0]}"] if tail else [])
     return ".".join(parts) if parts else "(top level)"
 
@@ -239,23 +250,37 @@ def _describe(error: dict[str, Any]) -> str:
     if kind == "extra_forbidden":
         return f"field {field} is not a known field; remove it or fix its spelling ({README_HINT})"
     if kind in ("model_type", "dict_type", "model_attributes_type"):
-        return (f"field {field} must be a table such as {{ value = ..., source = \"...\" }} "
-                f"(got {type(got).__name__} {_shown(got)}); fix the value ({README_HINT})")
-    bounds = {"greater_than": "> {gt:g}", "greater_than_equal": ">= {ge:g}", "less_than": "< {lt:g}",
-              "less_than_equal": "<= {le:g}"}
+        return (
+            f'field {field} must be a table such as {{ value = ..., source = "..." }} '
+            f"(got {type(got).__name__} {_shown(got)}); fix the value ({README_HINT})"
+        )
+    bounds = {
+        "greater_than": "> {gt:g}",
+        "greater_than_equal": ">= {ge:g}",
+        "less_than": "< {lt:g}",
+        "less_than_equal": "<= {le:g}",
+    }
     if kind in bounds:
         return f"field {field} must be {bounds[kind].format(**ctx)} (got {_shown(got)}); fix the value"
     if kind == "finite_number":
         return f"field {field} must be a finite number (got {_shown(got)}); fix the value"
     if kind in ("float_type", "int_type", "string_type", "int_from_float", "bool_type", "list_type", "tuple_type"):
-        wanted = {"float_type": "a number", "int_type": "a whole number", "int_from_float": "a whole number",
-                  "string_type": "a string", "list_type": "a list", "tuple_type": "an [x, efficiency] pair"}.get(kind, kind)
+        wanted = {
+            "float_type": "a number",
+            "int_type": "a whole number",
+            "int_from_float": "a whole number",
+            "string_type": "a string",
+            "list_type": "a list",
+            "tuple_type": "an [x, efficiency] pair",
+        }.get(kind, kind)
         return f"field {field} must be {wanted} (got {type(got).__name__} {_shown(got)}); fix the value"
     if kind == "literal_error":
         return f"field {field} must be one of {ctx.get('expected')} (got {_shown(got)}); fix the value"
     if kind == "too_long":
-        return (f"field {field} has {ctx.get('actual_length')} entries, at most {ctx.get('max_length')} allowed; "
-                f"thin the table")
+        return (
+            f"field {field} has {ctx.get('actual_length')} entries, at most {ctx.get('max_length')} allowed; "
+            f"thin the table"
+        )
     if kind == "too_short":
         return f"field {field} needs at least {ctx.get('min_length')} entries (got {ctx.get('actual_length')}); add entries"
     if kind == "string_pattern_mismatch":
@@ -269,7 +294,9 @@ def _describe(error: dict[str, Any]) -> str:
 def validate_profile_dict(data: Any, label: str) -> ProfileModel:
     """Validate a parsed profile; raise one MapperError line naming the first bad field."""
     if not isinstance(data, dict):
-        raise MapperError(f"{label}: the top level must be a table of sections ({README_HINT}), got {type(data).__name__}")
+        raise MapperError(
+            f"{label}: the top level must be a table of sections ({README_HINT}), got {type(data).__name__}"
+        )
     try:
         return ProfileModel.model_validate(data)
     except ValidationError as exc:

@@ -5,6 +5,7 @@ that mean batch and sequence whatever an exporter calls them (batch_size, sequen
 boolean graph input an If branches on (Optimum's use_cache_branch) is bound the same way. A dim_param
 may be an expression of other dims (`past_sequence_length + sequence_length`), evaluated safely.
 """
+
 from __future__ import annotations
 
 import ast
@@ -20,8 +21,14 @@ from mapper.model.branches import branch_inputs
 BATCH_NAMES = ("batch", "batch_size", "n", "b", "bs", "batchsize")
 SEQ_NAMES = ("seq", "sequence", "seq_len", "sequence_length", "seqlen", "s", "tokens", "num_tokens")
 
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
-        ast.Div: operator.floordiv, ast.Mod: operator.mod}
+_OPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.FloorDiv: operator.floordiv,
+    ast.Div: operator.floordiv,
+    ast.Mod: operator.mod,
+}
 
 
 def eval_dim(expr: str, bound: dict[str, int]) -> int | None:
@@ -41,6 +48,7 @@ def eval_dim(expr: str, bound: dict[str, int]) -> int | None:
         if isinstance(n, ast.BinOp) and type(n.op) in _OPS:
             return _OPS[type(n.op)](walk(n.left), walk(n.right))
         raise KeyError(expr)
+
     try:
         return int(walk(tree))
     except (KeyError, ZeroDivisionError, RecursionError):
@@ -80,10 +88,13 @@ SHORTCUT_AXES = {"batch": 0, "seq": 1}  # where exporters that name dims s0, s1.
 def shortcut_targets(free: dict[str, tuple[str, int]], bound: dict[str, int], shortcut: str) -> list[str]:
     """The free dims that --batch or --seq binds: by name (batch_size, sequence_length...), else by a name
     containing the word (not a past or total length), else the first unbound dim at the shortcut's axis."""
-    matches = [n for n in free if n.lower() in SHORTCUT_NAMES[shortcut]] or \
-              [n for n in free if shortcut in n.lower() and "past" not in n.lower() and "total" not in n.lower()]
+    matches = [n for n in free if n.lower() in SHORTCUT_NAMES[shortcut]] or [
+        n for n in free if shortcut in n.lower() and "past" not in n.lower() and "total" not in n.lower()
+    ]
     if not matches:
-        matches = [n for n, (_, ax) in free.items() if ax == SHORTCUT_AXES[shortcut] and n not in bound and ":" not in n][:1]
+        matches = [
+            n for n, (_, ax) in free.items() if ax == SHORTCUT_AXES[shortcut] and n not in bound and ":" not in n
+        ][:1]
     return matches
 
 
@@ -94,13 +105,15 @@ def dim_roles_of(model: onnx.ModelProto) -> dict[str, str]:
     roles = {n: role for role in ("batch", "seq") for n in shortcut_targets(free, {}, role)}
     for n, (_, axis) in free.items():
         low = n.lower()
-        roles.setdefault(n, "branch" if axis == -1 else "past" if "past" in low else "total" if "total" in low
-                         else "other")
+        roles.setdefault(
+            n, "branch" if axis == -1 else "past" if "past" in low else "total" if "total" in low else "other"
+        )
     return {n: roles[n] for n in free}
 
 
-def resolve_bindings(model: onnx.ModelProto, dims: dict[str, int] | None,
-                     batch: int | None, seq: int | None) -> dict[str, int]:
+def resolve_bindings(
+    model: onnx.ModelProto, dims: dict[str, int] | None, batch: int | None, seq: int | None
+) -> dict[str, int]:
     """Map the user's bindings (by name, and the --batch/--seq shortcuts) onto the model's dim names;
     every free dim must end up bound."""
     free = symbolic_dims(model)
@@ -110,13 +123,20 @@ def resolve_bindings(model: onnx.ModelProto, dims: dict[str, int] | None,
         listed = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
         branches = [n for n in missing if free[n][1] == -1]
         hint = f"; {', '.join(branches)} chooses the branch of an If (0 or 1)" if branches else ""
-        raise MapperError(f"unbound dims: {listed}; bind each with --dim NAME=VALUE"
-                          f" (or --batch/--seq for the batch and sequence dims){hint}")
+        raise MapperError(
+            f"unbound dims: {listed}; bind each with --dim NAME=VALUE"
+            f" (or --batch/--seq for the batch and sequence dims){hint}"
+        )
     return {n: bound[n] for n in free} | {k: v for k, v in bound.items() if k not in free}
 
 
-def apply_bindings(model: onnx.ModelProto, dims: dict[str, int] | None, batch: int | None, seq: int | None,
-                   free: dict[str, tuple[str, int]] | None = None) -> dict[str, int]:
+def apply_bindings(
+    model: onnx.ModelProto,
+    dims: dict[str, int] | None,
+    batch: int | None,
+    seq: int | None,
+    free: dict[str, tuple[str, int]] | None = None,
+) -> dict[str, int]:
     """The user's bindings checked and with --batch/--seq written onto the model's own dim names
     (batch_size, sequence_length...); dims left free stay free (a serving simulation varies the batch)."""
     free = symbolic_dims(model) if free is None else free
@@ -131,20 +151,26 @@ def apply_bindings(model: onnx.ModelProto, dims: dict[str, int] | None, batch: i
             raise MapperError(f"--{shortcut} {value!r} must be an integer from 1 to {limits.MAX_DIM}")
         matches = shortcut_targets(free, bound, shortcut)
         if not matches and not _fixed_axis_is(model, SHORTCUT_AXES[shortcut], int(value)):
-            raise MapperError(f"--{shortcut} {value}: this model has no free {shortcut} dim (its inputs are"
-                              f" {_input_shapes(model)}); bind its dims by name with --dim NAME=VALUE")
+            raise MapperError(
+                f"--{shortcut} {value}: this model has no free {shortcut} dim (its inputs are"
+                f" {_input_shapes(model)}); bind its dims by name with --dim NAME=VALUE"
+            )
         for n in matches:
             bound.setdefault(n, int(value))
     unknown = [k for k in dims or {} if k not in free]
     if unknown:
-        raise MapperError(f"dim {unknown[0]!r} is not a symbolic dim of this model; its dims are:"
-                          f" {', '.join(free) or 'none (all input shapes are fixed)'}")
+        raise MapperError(
+            f"dim {unknown[0]!r} is not a symbolic dim of this model; its dims are:"
+            f" {', '.join(free) or 'none (all input shapes are fixed)'}"
+        )
     return bound
 
 
 def _input_shapes(model: onnx.ModelProto) -> str:
-    return "; ".join(f"{vi.name} [{', '.join(d.dim_param or str(d.dim_value) for d in vi.type.tensor_type.shape.dim)}]"
-                     for vi in graph_inputs(model))
+    return "; ".join(
+        f"{vi.name} [{', '.join(d.dim_param or str(d.dim_value) for d in vi.type.tensor_type.shape.dim)}]"
+        for vi in graph_inputs(model)
+    )
 
 
 def _fixed_axis_is(model: onnx.ModelProto, axis: int, value: int) -> bool:

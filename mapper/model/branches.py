@@ -7,6 +7,7 @@ is bound like a dim (`--dim use_cache_branch=1`); the If is then replaced by the
 takes, which read the outer graph's tensors by name as the branch did, and whose outputs take the If's
 names. Ifs on computed conditions are left as they are (control flow, reported on the host).
 """
+
 from __future__ import annotations
 
 import onnx
@@ -22,9 +23,13 @@ MAX_INLINE_ROUNDS = 8  # nested Ifs on bound inputs, inlined a level per round
 def branch_inputs(model: onnx.ModelProto) -> list[str]:
     """Boolean graph inputs of at most one element that a top-level If branches on."""
     inits = {t.name for t in model.graph.initializer}
-    flags = {vi.name for vi in model.graph.input if vi.name not in inits
-             and vi.type.tensor_type.elem_type == onnx.TensorProto.BOOL
-             and all(d.HasField("dim_value") and d.dim_value == 1 for d in vi.type.tensor_type.shape.dim)}
+    flags = {
+        vi.name
+        for vi in model.graph.input
+        if vi.name not in inits
+        and vi.type.tensor_type.elem_type == onnx.TensorProto.BOOL
+        and all(d.HasField("dim_value") and d.dim_value == 1 for d in vi.type.tensor_type.shape.dim)
+    }
     if not flags:  # most models: no node scan
         return []
     return sorted({n.input[0] for n in model.graph.node if n.op_type == "If" and n.input and n.input[0] in flags})
@@ -53,18 +58,24 @@ def inline_bound_branches(model: onnx.ModelProto, values: dict[str, int]) -> onn
                 continue
             branch = _branch(node, values[node.input[0]])
             if len(branch.output) != len(node.output):
-                raise MapperError(f"If node {node.name!r}: its branch has {len(branch.output)} outputs for"
-                                  f" {len(node.output)}; the file is malformed")
+                raise MapperError(
+                    f"If node {node.name!r}: its branch has {len(branch.output)} outputs for"
+                    f" {len(node.output)}; the file is malformed"
+                )
             nodes.extend(branch.node)
             out.graph.initializer.extend(branch.initializer)
-            nodes.extend(helper.make_node("Identity", [inner.name], [outer], name=f"{node.name}/{outer}")
-                         for inner, outer in zip(branch.output, node.output) if outer and inner.name != outer)
+            nodes.extend(
+                helper.make_node("Identity", [inner.name], [outer], name=f"{node.name}/{outer}")
+                for inner, outer in zip(branch.output, node.output)
+                if outer and inner.name != outer
+            )
             changed = True
         if not changed:
             return out
         if len(nodes) > limits.MAX_NODES:
-            raise MapperError(f"with its If branches in place the graph has {len(nodes)} nodes, over"
-                              f" {limits.limit_text('MAX_NODES')}")
+            raise MapperError(
+                f"with its If branches in place the graph has {len(nodes)} nodes, over {limits.limit_text('MAX_NODES')}"
+            )
         del out.graph.node[:]
         out.graph.node.extend(nodes)
     return out

@@ -1,4 +1,5 @@
 """ONNX element types by name: the one table the import, the shape rules and the ORT fallback share."""
+
 from __future__ import annotations
 
 import onnx

@@ -4,6 +4,7 @@ Attributes become plain Python values (checked against the types the rules read)
 `signature` (what besides input shapes decides its outputs and work), and the nodes are put in
 topological order. Nodes are the same at every binding, so a model's are converted once per hash.
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -17,11 +18,50 @@ from mapper.model.values import attr_value, is_small_inline
 
 # Attributes the shape and work rules read, by the type ONNX gives them; another type is a malformed file.
 ATTR_TYPES = {
-    int: ("axis", "group", "transA", "transB", "keepdims", "to", "start", "end", "num_heads", "q_num_heads",
-          "kv_num_heads", "blocksize", "allowzero", "upper", "size", "num_outputs", "noop_with_empty_axes", "k",
-          "fmod", "ceil_mode", "batch_dims", "N", "K", "value_int", "output_dtype", "channels_last"),
-    tuple: ("axes", "pads", "kernel_shape", "strides", "dilations", "starts", "ends", "split", "shape", "perm",
-            "qkv_hidden_sizes", "output_shape", "output_padding", "value_ints"),
+    int: (
+        "axis",
+        "group",
+        "transA",
+        "transB",
+        "keepdims",
+        "to",
+        "start",
+        "end",
+        "num_heads",
+        "q_num_heads",
+        "kv_num_heads",
+        "blocksize",
+        "allowzero",
+        "upper",
+        "size",
+        "num_outputs",
+        "noop_with_empty_axes",
+        "k",
+        "fmod",
+        "ceil_mode",
+        "batch_dims",
+        "N",
+        "K",
+        "value_int",
+        "output_dtype",
+        "channels_last",
+    ),
+    tuple: (
+        "axes",
+        "pads",
+        "kernel_shape",
+        "strides",
+        "dilations",
+        "starts",
+        "ends",
+        "split",
+        "shape",
+        "perm",
+        "qkv_hidden_sizes",
+        "output_shape",
+        "output_padding",
+        "value_ints",
+    ),
     str: ("equation", "auto_pad"),
     onnx.TensorProto: ("value",),
 }
@@ -31,11 +71,14 @@ _ATTR_TYPE = {name: kind for kind, names in ATTR_TYPES.items() for name in names
 def _check_attrs(node_name: str, op_type: str, attrs: dict) -> None:
     for key, value in attrs.items():
         kind = _ATTR_TYPE.get(key)
-        if kind is not None and not (isinstance(value, kind) and
-                                     (kind is not tuple or all(isinstance(v, int) for v in value))):
+        if kind is not None and not (
+            isinstance(value, kind) and (kind is not tuple or all(isinstance(v, int) for v in value))
+        ):
             want = {int: "an integer", tuple: "a list of integers", str: "a string", onnx.TensorProto: "a tensor"}[kind]
-            raise MapperError(f"node {node_name!r} ({op_type}): attribute {key!r} must be {want}, got"
-                              f" {type(value).__name__}; the file is malformed, re-export the model")
+            raise MapperError(
+                f"node {node_name!r} ({op_type}): attribute {key!r} must be {want}, got"
+                f" {type(value).__name__}; the file is malformed, re-export the model"
+            )
 
 
 def _check_text(nodes: list[Node]) -> None:
@@ -54,8 +97,10 @@ def _check_text(nodes: list[Node]) -> None:
 def _tensors_as_bytes(attrs: dict) -> dict:
     """Attributes with each small inline tensor replaced by its serialized bytes (hashable, and equal
     exactly when the tensors are); large or external tensors and graphs stay as they are."""
-    return {key: value.SerializeToString() if isinstance(value, onnx.TensorProto) and is_small_inline(value) else value
-            for key, value in attrs.items()}
+    return {
+        key: value.SerializeToString() if isinstance(value, onnx.TensorProto) and is_small_inline(value) else value
+        for key, value in attrs.items()
+    }
 
 
 def to_nodes(model: onnx.ModelProto) -> list[Node]:
@@ -80,8 +125,13 @@ def to_nodes(model: onnx.ModelProto) -> list[Node]:
     for node in nodes:  # duplicate node names (hostile or sloppy exporters) get a suffix
         count = seen.get(node.name, 0)
         seen[node.name] = count + 1
-        unique.append(node if count == 0 else Node(f"{node.name}#{count}", node.op_type, node.domain,
-                                                   node.inputs, node.outputs, node.attrs, node.signature))
+        unique.append(
+            node
+            if count == 0
+            else Node(
+                f"{node.name}#{count}", node.op_type, node.domain, node.inputs, node.outputs, node.attrs, node.signature
+            )
+        )
     return unique
 
 
@@ -92,8 +142,10 @@ def topological_order(nodes: list[Node], available: set[str]) -> list[Node]:
         for o in n.outputs:
             if o in producer or o in available:
                 first = nodes[producer[o]].name if o in producer else "a graph input or initializer"
-                raise MapperError(f"tensor {o!r} is produced by both {first!r} and node {n.name!r};"
-                                  " an ONNX graph assigns each tensor once")
+                raise MapperError(
+                    f"tensor {o!r} is produced by both {first!r} and node {n.name!r};"
+                    " an ONNX graph assigns each tensor once"
+                )
             if o:
                 producer[o] = i
     done: set[str] = set()

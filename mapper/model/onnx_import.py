@@ -6,6 +6,7 @@ and infers every tensor's shape with our own rules (`shape_rules`), falling
 back to the model's own value_info, then onnx's inference, then (com.microsoft
 ops) ONNX Runtime's in a capped child process (`ort_shapes`).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -47,15 +48,21 @@ def read_model_bytes(source: str | os.PathLike | bytes) -> tuple[bytes, str]:
         except OSError as exc:
             raise MapperError(f"model file {path_text(path)}: {exc.strerror}; check the path") from None
         if not found:
-            raise MapperError(f"model file {path_text(path)} not found; give the path of an .onnx file or a built-in name")
+            raise MapperError(
+                f"model file {path_text(path)} not found; give the path of an .onnx file or a built-in name"
+            )
         if size > limits.MAX_MODEL_BYTES:
-            raise MapperError(f"model file {path.name} is {size} bytes, over {limits.limit_text('MAX_MODEL_BYTES')};"
-                              " export it with external_data=True so the graph file stays small")
+            raise MapperError(
+                f"model file {path.name} is {size} bytes, over {limits.limit_text('MAX_MODEL_BYTES')};"
+                " export it with external_data=True so the graph file stays small"
+            )
         data = path.read_bytes()
         name = path.stem
     if len(data) > limits.MAX_MODEL_BYTES:
-        raise MapperError(f"model is {len(data)} bytes, over {limits.limit_text('MAX_MODEL_BYTES')};"
-                          " export it with external_data=True so the graph file stays small")
+        raise MapperError(
+            f"model is {len(data)} bytes, over {limits.limit_text('MAX_MODEL_BYTES')};"
+            " export it with external_data=True so the graph file stays small"
+        )
     return data, name
 
 
@@ -64,14 +71,16 @@ def parse_model(data: bytes, name: str) -> onnx.ModelProto:
     try:
         model.ParseFromString(data)
     except (DecodeError, ValueError, RuntimeError) as exc:
-        raise MapperError(f"{name} is not a valid ONNX model (protobuf parse failed: {str(exc)[:80]});"
-                          " upload the .onnx file itself") from exc
+        raise MapperError(
+            f"{name} is not a valid ONNX model (protobuf parse failed: {str(exc)[:80]}); upload the .onnx file itself"
+        ) from exc
     if not model.HasField("graph") or len(model.graph.node) == 0:
         raise MapperError(f"{name} is not an ONNX model (no graph nodes found); upload an .onnx file")
     count = count_nodes(model.graph)
     if count > limits.MAX_NODES:
-        raise MapperError(f"{name} has {count} or more nodes (control-flow bodies included), over"
-                          f" {limits.limit_text('MAX_NODES')}")
+        raise MapperError(
+            f"{name} has {count} or more nodes (control-flow bodies included), over {limits.limit_text('MAX_NODES')}"
+        )
     return model
 
 
@@ -184,8 +193,10 @@ class _Walk:
         com.microsoft node that neither our rules nor onnx's inference resolve)."""
         if self._ort_inferred is None:  # a child process costs ~0.4 s: kept per model and binding
             self._ort_inferred = self.caches.ort_inferred(
-                self.sha256, tuple(sorted(self.bound.items())),
-                lambda: self._specs(ort_inferred_value_info(self.bound_copy())))
+                self.sha256,
+                tuple(sorted(self.bound.items())),
+                lambda: self._specs(ort_inferred_value_info(self.bound_copy())),
+            )
         return self._ort_inferred
 
     def fallback(self, node: Node, specs: tuple, values: tuple) -> list[TensorSpec] | None:
@@ -202,13 +213,25 @@ class _Walk:
         """ONNX Runtime's inference for this node alone at its known input shapes, kept per (signature,
         input shapes, constant inputs) like the walk's memo: a repeated layer asks once, and one import
         starts at most ORT_NODE_QUERIES child processes (a hostile file could hold thousands of such nodes)."""
-        key = None if node.signature is None else (self.sha256, node.signature, tuple(
-            None if s is None else (s.shape, s.dtype, None if v is None else v.tobytes()) for s, v in zip(specs, values)))
+        key = (
+            None
+            if node.signature is None
+            else (
+                self.sha256,
+                node.signature,
+                tuple(
+                    None if s is None else (s.shape, s.dtype, None if v is None else v.tobytes())
+                    for s, v in zip(specs, values)
+                ),
+            )
+        )
         if key is None or self.ort_node_queries >= limits.ORT_NODE_QUERIES:
             return {}
+
         def query() -> dict[str, TensorSpec]:
             self.ort_node_queries += 1
             return self._specs(ort_node_value_info(node, specs, values, self.model.opset_import))
+
         found = self.caches.ort_node_inferred(key, query)
         return found or {}
 
@@ -252,15 +275,20 @@ class _Walk:
             present = len(specs) - specs.count(None)
             folded_values = None
             if present and (known == present or node.op_type in ("Shape", "Size")):
-                folded_values = evaluate(node, [v for v in values if v is not None], [s.shape for s in specs if s],
-                                         [spec.shape for spec in out])
+                folded_values = evaluate(
+                    node,
+                    [v for v in values if v is not None],
+                    [s.shape for s in specs if s],
+                    [spec.shape for spec in out],
+                )
             if key is not None and from_rule:  # declared shapes belong to these output names only
                 self.memo[key] = ([(spec.shape, spec.dtype) for spec in out], folded_values)
         for k, spec in enumerate(out):
             value = folded_values[k] if folded_values is not None and k < len(folded_values) else None
             self.set(spec.name, spec, value)
-        if folded_values is not None or (node.op_type not in SUBGRAPH_OPS and any(node.inputs)
-                                         and all(i in self.const for i in node.inputs if i)):
+        if folded_values is not None or (
+            node.op_type not in SUBGRAPH_OPS and any(node.inputs) and all(i in self.const for i in node.inputs if i)
+        ):
             self.folded.add(node.name)
             self.const.update(o for o in node.outputs if o and o in self.specs)
 
@@ -276,15 +304,19 @@ class _Walk:
                 self.unresolved[node.name] = str(exc)
                 return None, False
         except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError, OverflowError) as exc:
-            self.unresolved[node.name] = f"attributes or inputs are inconsistent ({type(exc).__name__}: {str(exc)[:60]})"
+            self.unresolved[node.name] = (
+                f"attributes or inputs are inconsistent ({type(exc).__name__}: {str(exc)[:60]})"
+            )
             return None, False
         for spec in out:
             if any(d < 0 for d in spec.shape):
                 self.unresolved[node.name] = f"output {spec.name!r} has a negative dim {spec.shape}"
                 return None, False
             if math.prod(spec.shape) > limits.MAX_TENSOR_ELEMENTS:
-                raise MapperError(f"tensor {spec.name!r} of node {node.name!r} would hold {math.prod(spec.shape)}"
-                                  f" elements, over {limits.limit_text('MAX_TENSOR_ELEMENTS')}; bind smaller dims")
+                raise MapperError(
+                    f"tensor {spec.name!r} of node {node.name!r} would hold {math.prod(spec.shape)}"
+                    f" elements, over {limits.limit_text('MAX_TENSOR_ELEMENTS')}; bind smaller dims"
+                )
         return out, from_rule
 
     def set(self, name: str, spec: TensorSpec, value: np.ndarray | None) -> None:
@@ -293,8 +325,15 @@ class _Walk:
             self.values[name] = value
 
 
-def build_graph(model: onnx.ModelProto, sha256: str, name: str, caches: ModelCaches,
-                dims: dict[str, int] | None = None, batch: int | None = None, seq: int | None = None) -> Graph:
+def build_graph(
+    model: onnx.ModelProto,
+    sha256: str,
+    name: str,
+    caches: ModelCaches,
+    dims: dict[str, int] | None = None,
+    batch: int | None = None,
+    seq: int | None = None,
+) -> Graph:
     """The model's graph at concrete shapes. `dims` binds symbolic dims by name; `batch`/`seq` bind the
     dims that mean batch and sequence. An unbound dim raises MapperError listing the names."""
     opset = default_opset(model)
@@ -307,8 +346,10 @@ def build_graph(model: onnx.ModelProto, sha256: str, name: str, caches: ModelCac
     walk = _Walk(model, bound, sha256, caches)
     for t in model.graph.initializer:
         if math.prod(t.dims) > limits.MAX_TENSOR_ELEMENTS:
-            raise MapperError(f"initializer {t.name!r} has {math.prod(t.dims)} elements, over"
-                              f" {limits.limit_text('MAX_TENSOR_ELEMENTS')}")
+            raise MapperError(
+                f"initializer {t.name!r} has {math.prod(t.dims)} elements, over"
+                f" {limits.limit_text('MAX_TENSOR_ELEMENTS')}"
+            )
         walk.set(t.name, TensorSpec(t.name, tuple(t.dims), tensor_dtype(t)), small_value(t))
         walk.const.add(t.name)
     inputs = graph_inputs(model)
@@ -323,12 +364,21 @@ def build_graph(model: onnx.ModelProto, sha256: str, name: str, caches: ModelCac
         walk.visit(node)
     folded = frozenset(walk.folded)
     live, weights, producers, consumers, stored = caches.live_structure(  # keyed as the Graph's `structure`
-        sha256, folded, lambda: live_structure(ordered, folded, walk.const, walk.specs))
+        sha256, folded, lambda: live_structure(ordered, folded, walk.const, walk.specs)
+    )
     return Graph(
-        name=name, nodes=live, tensors=walk.specs,
-        inputs=tuple(vi.name for vi in inputs), outputs=tuple(o.name for o in model.graph.output),
-        weights=weights, folded=folded, opset=opset, sha256=sha256,
-        dims=tuple(sorted(bound.items())), producers=producers, consumers=consumers,
+        name=name,
+        nodes=live,
+        tensors=walk.specs,
+        inputs=tuple(vi.name for vi in inputs),
+        outputs=tuple(o.name for o in model.graph.output),
+        weights=weights,
+        folded=folded,
+        opset=opset,
+        sha256=sha256,
+        dims=tuple(sorted(bound.items())),
+        producers=producers,
+        consumers=consumers,
         unresolved=tuple(sorted(walk.unresolved.items())),
         stored_dtypes=stored,
     )
@@ -359,5 +409,10 @@ def live_structure(ordered: list[Node], folded: frozenset[str], const: set[str],
         for i in n.inputs:
             if i:
                 consumers.setdefault(i, []).append(k)
-    return (live, weights, producers, {k: tuple(v) for k, v in consumers.items()},
-            _dequantized_weights(ordered, folded, specs))
+    return (
+        live,
+        weights,
+        producers,
+        {k: tuple(v) for k, v in consumers.items()},
+        _dequantized_weights(ordered, folded, specs),
+    )

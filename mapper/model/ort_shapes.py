@@ -10,6 +10,7 @@ ONNX Runtime writes a model it could not fully infer), on a copy of the model wh
 external-data references are gone (an external initializer becomes a graph input of its dims), so
 it can read no file. Any failure leaves the nodes as they were: unresolved.
 """
+
 from __future__ import annotations
 
 import onnx
@@ -54,8 +55,15 @@ def ort_inferred_value_info(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]
     """ONNX Runtime's inferred value_info for the model (dims bound by the caller); [] on any failure."""
     data = without_external_data(model).SerializeToString()
     try:  # in a scratch folder: where it cannot infer every shape, ONNX Runtime saves the model into its cwd
-        result = run_child(CHILD, [], data, memory_limit="ORT_SHAPES_MEMORY_BYTES", cpu_limit="ORT_SHAPES_SECONDS",
-                           wall_limit="ORT_SHAPES_SECONDS", keep={CHILD_STDOUT: limits.MAX_MODEL_BYTES})
+        result = run_child(
+            CHILD,
+            [],
+            data,
+            memory_limit="ORT_SHAPES_MEMORY_BYTES",
+            cpu_limit="ORT_SHAPES_SECONDS",
+            wall_limit="ORT_SHAPES_SECONDS",
+            keep={CHILD_STDOUT: limits.MAX_MODEL_BYTES},
+        )
     except (MapperError, OSError):
         return []
     if result.returncode != 0 or CHILD_STDOUT not in result.files:
@@ -73,8 +81,9 @@ def ort_node_value_info(node: Node, specs: tuple, values: tuple, opset_import) -
     as initializers): the fallback when inference over the whole model gives up on another node's handler.
     [] when the node cannot be written back (an attribute onnx's helper does not take) or ORT fails."""
     try:
-        proto = onnx.helper.make_node(node.op_type, list(node.inputs), list(node.outputs), domain=node.domain,
-                                      **node.attrs)
+        proto = onnx.helper.make_node(
+            node.op_type, list(node.inputs), list(node.outputs), domain=node.domain, **node.attrs
+        )
     except (TypeError, ValueError):
         return []
     inputs, constants = [], []
@@ -84,6 +93,7 @@ def ort_node_value_info(node: Node, specs: tuple, values: tuple, opset_import) -
         if value is not None:
             constants.append(numpy_helper.from_array(value, name))
         inputs.append(onnx.helper.make_tensor_value_info(name, dtype_code(spec.dtype), list(spec.shape)))
-    graph = onnx.helper.make_graph([proto], "node", inputs, [onnx.ValueInfoProto(name=o) for o in node.outputs if o],
-                                   initializer=constants)
+    graph = onnx.helper.make_graph(
+        [proto], "node", inputs, [onnx.ValueInfoProto(name=o) for o in node.outputs if o], initializer=constants
+    )
     return ort_inferred_value_info(onnx.helper.make_model(graph, opset_imports=list(opset_import)))

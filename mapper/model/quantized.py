@@ -8,6 +8,7 @@ operands, so QLinearAdd is Add's broadcast and QGemm is Gemm's GEMM, at the int8
 Input positions: the ONNX operator spec (QLinearConv, QLinearMatMul) and ONNX Runtime's
 docs/ContribOperators.md (com.microsoft: the rest).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,27 +18,27 @@ from mapper.core.graph import Node
 
 @dataclass(frozen=True, slots=True)
 class QuantizedOp:
-    twin: str                            # the float op whose shape and work rules apply
-    operands: tuple[int, ...] | slice    # input positions of the data operands, in the twin's order
-    float_output: bool = False           # ...ToFloat / DynamicQuantize*: the result is float32
-    output_scale: int | None = None      # QGemm: the result is quantized only when this input (y_scale) is given
+    twin: str  # the float op whose shape and work rules apply
+    operands: tuple[int, ...] | slice  # input positions of the data operands, in the twin's order
+    float_output: bool = False  # ...ToFloat / DynamicQuantize*: the result is float32
+    output_scale: int | None = None  # QGemm: the result is quantized only when this input (y_scale) is given
 
 
 QUANTIZED_OPS: dict[str, QuantizedOp] = {
-    "QLinearConv": QuantizedOp("Conv", (0, 3, 8)),                    # x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp, B
-    "QLinearMatMul": QuantizedOp("MatMul", (0, 3)),                   # a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp
-    "QGemm": QuantizedOp("Gemm", (0, 3, 6), output_scale=7),          # A, a_s, a_zp, B, b_s, b_zp, C, y_s, y_zp
-    "QLinearAdd": QuantizedOp("Add", (0, 3)),                         # A, A_s, A_zp, B, B_s, B_zp, C_s, C_zp
+    "QLinearConv": QuantizedOp("Conv", (0, 3, 8)),  # x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp, B
+    "QLinearMatMul": QuantizedOp("MatMul", (0, 3)),  # a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp
+    "QGemm": QuantizedOp("Gemm", (0, 3, 6), output_scale=7),  # A, a_s, a_zp, B, b_s, b_zp, C, y_s, y_zp
+    "QLinearAdd": QuantizedOp("Add", (0, 3)),  # A, A_s, A_zp, B, B_s, B_zp, C_s, C_zp
     "QLinearMul": QuantizedOp("Mul", (0, 3)),
-    "QLinearSigmoid": QuantizedOp("Sigmoid", (0,)),                   # X, X_s, X_zp, Y_s, Y_zp
+    "QLinearSigmoid": QuantizedOp("Sigmoid", (0,)),  # X, X_s, X_zp, Y_s, Y_zp
     "QLinearLeakyRelu": QuantizedOp("LeakyRelu", (0,)),
     "QLinearSoftmax": QuantizedOp("Softmax", (0,)),
     "QLinearGlobalAveragePool": QuantizedOp("GlobalAveragePool", (0,)),
     "QLinearAveragePool": QuantizedOp("AveragePool", (0,)),
-    "QLinearConcat": QuantizedOp("Concat", slice(2, None, 3)),        # Y_s, Y_zp, then (X, X_s, X_zp) per input
-    "QLinearWhere": QuantizedOp("Where", (0, 1, 4)),                  # cond, X, x_s, x_zp, Y, y_s, y_zp, z_s, z_zp
+    "QLinearConcat": QuantizedOp("Concat", slice(2, None, 3)),  # Y_s, Y_zp, then (X, X_s, X_zp) per input
+    "QLinearWhere": QuantizedOp("Where", (0, 1, 4)),  # cond, X, x_s, x_zp, Y, y_s, y_zp, z_s, z_zp
     "DynamicQuantizeMatMul": QuantizedOp("MatMul", (0, 1), float_output=True),  # A (float), B, b_s, b_zp, bias
-    "MatMulIntegerToFloat": QuantizedOp("MatMul", (0, 1), float_output=True),   # A, B, a_s, b_s, a_zp, b_zp, bias
+    "MatMulIntegerToFloat": QuantizedOp("MatMul", (0, 1), float_output=True),  # A, B, a_s, b_s, a_zp, b_zp, bias
 }
 CHANNELS_LAST_UNSUPPORTED = ("QLinearGlobalAveragePool", "QLinearAveragePool")  # channels_last=1: NHWC data
 

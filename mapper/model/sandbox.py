@@ -8,6 +8,7 @@ a reference against its working directory and reads the file, whatever the model
 `run_child` runs a Python script in a child process that starts in its own empty scratch directory,
 under RLIMIT_AS and RLIMIT_CPU, in its own process group, killed with the group at a wall-clock timeout.
 """
+
 from __future__ import annotations
 
 import errno
@@ -29,9 +30,9 @@ from mapper.core.limits import limit_text
 
 
 class Found(NamedTuple):
-    where: str                  # "node 'c' attribute 'value' in graph 'body' (node 'loop')"
+    where: str  # "node 'c' attribute 'value' in graph 'body' (node 'loop')"
     tensor: onnx.TensorProto
-    sparse: bool                # the values or indices of a SparseTensorProto
+    sparse: bool  # the values or indices of a SparseTensorProto
 
 
 def _tensor_parts(where: str, t) -> Iterator[Found]:
@@ -96,21 +97,31 @@ CHILD_STDOUT = ".stdout"  # the file in the scratch directory that takes the chi
 @dataclass(frozen=True, slots=True)
 class ChildResult:
     returncode: int
-    stderr_tail: str                  # the end of what the child wrote on stderr (for a one-line error)
-    files: dict[str, bytes]           # what the child left in its scratch directory, by name (those asked for)
+    stderr_tail: str  # the end of what the child wrote on stderr (for a one-line error)
+    files: dict[str, bytes]  # what the child left in its scratch directory, by name (those asked for)
 
 
 def _child_prologue(memory_bytes: int, cpu_s: int) -> str:
     # The child sets its limits itself, first thing: preexec_fn is unsafe in a threaded parent (Streamlit).
     # No file it writes may exceed its memory cap either (RLIMIT_FSIZE): a profile cannot fill the disk.
-    return ("import resource\n"
-            f"resource.setrlimit(resource.RLIMIT_AS, ({memory_bytes}, {memory_bytes}))\n"
-            f"resource.setrlimit(resource.RLIMIT_FSIZE, ({memory_bytes}, {memory_bytes}))\n"
-            f"resource.setrlimit(resource.RLIMIT_CPU, ({cpu_s}, {cpu_s + 5}))\n")
+    return (
+        "import resource\n"
+        f"resource.setrlimit(resource.RLIMIT_AS, ({memory_bytes}, {memory_bytes}))\n"
+        f"resource.setrlimit(resource.RLIMIT_FSIZE, ({memory_bytes}, {memory_bytes}))\n"
+        f"resource.setrlimit(resource.RLIMIT_CPU, ({cpu_s}, {cpu_s + 5}))\n"
+    )
 
 
-def run_child(script: str, args: list[str], stdin: bytes, *, memory_limit: str, cpu_limit: str, wall_limit: str,
-              keep: dict[str, int] | None = None) -> ChildResult:
+def run_child(
+    script: str,
+    args: list[str],
+    stdin: bytes,
+    *,
+    memory_limit: str,
+    cpu_limit: str,
+    wall_limit: str,
+    keep: dict[str, int] | None = None,
+) -> ChildResult:
     """Run `script` (Python source that imports nothing of mapper) as `python -I` in a fresh, empty scratch
     directory, under the values of the named limits of mapper/core/limits.py. `keep`: files the child writes in
     its scratch directory to hand back (name -> most bytes); its stdout and stderr go to files there too, so a
@@ -119,9 +130,19 @@ def run_child(script: str, args: list[str], stdin: bytes, *, memory_limit: str, 
     memory, cpu, wall = (getattr(limits, name) for name in (memory_limit, cpu_limit, wall_limit))
     with tempfile.TemporaryDirectory(prefix="mapper-child-") as scratch:
         cmd = [sys.executable, "-I", "-c", _child_prologue(memory, cpu) + script, *args]
-        with open(os.path.join(scratch, CHILD_STDOUT), "wb") as out, open(os.path.join(scratch, ".stderr"), "wb") as err:
-            proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=scratch,
-                                    env=_child_env(scratch), start_new_session=True)
+        with (
+            open(os.path.join(scratch, CHILD_STDOUT), "wb") as out,
+            open(os.path.join(scratch, ".stderr"), "wb") as err,
+        ):
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.PIPE,
+                stdout=out,
+                stderr=err,
+                cwd=scratch,
+                env=_child_env(scratch),
+                start_new_session=True,
+            )
         try:
             proc.communicate(stdin, timeout=wall)
         except subprocess.TimeoutExpired:
@@ -132,8 +153,9 @@ def run_child(script: str, args: list[str], stdin: bytes, *, memory_limit: str, 
             raise
         files = {name: _read_back(os.path.join(scratch, name), most) for name, most in (keep or {}).items()}
         tail = (_read_back(os.path.join(scratch, ".stderr"), 1 << 20) or b"")[-2000:]
-    return ChildResult(proc.returncode, tail.decode("utf-8", "replace"),
-                       {k: v for k, v in files.items() if v is not None})
+    return ChildResult(
+        proc.returncode, tail.decode("utf-8", "replace"), {k: v for k, v in files.items() if v is not None}
+    )
 
 
 def _child_env(scratch: str) -> dict[str, str]:

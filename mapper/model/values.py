@@ -4,6 +4,7 @@ Shape subgraphs (Shape -> Gather -> Concat -> Reshape, Range, Expand, Where...) 
 evaluated here with numpy at the user's bindings so that every Reshape target is a
 constant. Only small tensors are ever materialized, and external data is never read.
 """
+
 from __future__ import annotations
 
 import math
@@ -18,7 +19,10 @@ from mapper.model.dtypes import tensor_dtype
 from mapper.model.sandbox import is_external
 from mapper.model.shapes.base import NoRule, reshape_target
 
-FOLD_MAX_ELEMENTS = 1024  # the largest tensor we evaluate at import: shape arithmetic is tiny; masks and weights need no value
+FOLD_MAX_ELEMENTS = (
+    1024  # the largest tensor we evaluate at import: shape arithmetic is tiny; masks and weights need no value
+)
+
 
 def is_small_inline(t: onnx.TensorProto) -> bool:
     """Stored in the file and small enough to evaluate (FOLD_MAX_ELEMENTS)."""
@@ -38,9 +42,16 @@ def small_value(t: onnx.TensorProto) -> np.ndarray | None:
 
 
 # Element types whose raw_data numpy reads directly (little-endian, as ONNX stores it).
-_RAW_DTYPES = {onnx.TensorProto.FLOAT: "<f4", onnx.TensorProto.DOUBLE: "<f8", onnx.TensorProto.INT64: "<i8",
-               onnx.TensorProto.INT32: "<i4", onnx.TensorProto.INT8: "i1", onnx.TensorProto.UINT8: "u1",
-               onnx.TensorProto.FLOAT16: "<f2", onnx.TensorProto.BOOL: "?"}
+_RAW_DTYPES = {
+    onnx.TensorProto.FLOAT: "<f4",
+    onnx.TensorProto.DOUBLE: "<f8",
+    onnx.TensorProto.INT64: "<i8",
+    onnx.TensorProto.INT32: "<i4",
+    onnx.TensorProto.INT8: "i1",
+    onnx.TensorProto.UINT8: "u1",
+    onnx.TensorProto.FLOAT16: "<f2",
+    onnx.TensorProto.BOOL: "?",
+}
 
 
 def tensor_array(t: onnx.TensorProto) -> np.ndarray:
@@ -113,16 +124,36 @@ def evaluator(*ops: str):
         for op in ops:
             EVALUATORS[op] = fn
         return fn
+
     return register
 
 
 _BINARY = {
-    "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Equal": np.equal, "Less": np.less,
-    "Greater": np.greater, "LessOrEqual": np.less_equal, "GreaterOrEqual": np.greater_equal,
-    "And": np.logical_and, "Or": np.logical_or, "Max": np.maximum, "Min": np.minimum, "Pow": np.power,
+    "Add": np.add,
+    "Sub": np.subtract,
+    "Mul": np.multiply,
+    "Equal": np.equal,
+    "Less": np.less,
+    "Greater": np.greater,
+    "LessOrEqual": np.less_equal,
+    "GreaterOrEqual": np.greater_equal,
+    "And": np.logical_and,
+    "Or": np.logical_or,
+    "Max": np.maximum,
+    "Min": np.minimum,
+    "Pow": np.power,
 }
-_UNARY = {"Neg": np.negative, "Abs": np.abs, "Not": np.logical_not, "Floor": np.floor, "Ceil": np.ceil,
-          "Sqrt": np.sqrt, "Identity": lambda x: x, "Sign": np.sign, "Reciprocal": np.reciprocal}
+_UNARY = {
+    "Neg": np.negative,
+    "Abs": np.abs,
+    "Not": np.logical_not,
+    "Floor": np.floor,
+    "Ceil": np.ceil,
+    "Sqrt": np.sqrt,
+    "Identity": lambda x: x,
+    "Sign": np.sign,
+    "Reciprocal": np.reciprocal,
+}
 
 
 @evaluator(*_BINARY)
@@ -154,7 +185,7 @@ def _unary(node, v, shapes):
 
 @evaluator("Shape")
 def _shape(node, v, shapes):
-    return [np.array(shapes[0][node.attr("start", 0):node.attr("end")], dtype=np.int64)]
+    return [np.array(shapes[0][node.attr("start", 0) : node.attr("end")], dtype=np.int64)]
 
 
 @evaluator("Size")
@@ -284,8 +315,9 @@ def _trilu(node, v, shapes):
 FOLD_LIMITS = {"ConstantOfShape": CONST_OF_SHAPE_FOLD_MAX}
 
 
-def evaluate(node: Node, values: list[np.ndarray], shapes: list[tuple[int, ...]],
-             out_shapes: list[tuple[int, ...]]) -> list[np.ndarray] | None:
+def evaluate(
+    node: Node, values: list[np.ndarray], shapes: list[tuple[int, ...]], out_shapes: list[tuple[int, ...]]
+) -> list[np.ndarray] | None:
     """Fold a node whose inputs are known; None when it cannot (or should not) be folded. A node whose
     inferred outputs are over the fold limit is not even tried (a light model's 239 ConstantOfShape
     weights)."""

@@ -5,6 +5,7 @@ how far it may grow and under which policies it applies. A group is legal only
 when at most one of its tensors is consumed outside it (the kernel's output) and
 its working set fits on chip; every kernel records its nodes and its rule.
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -18,10 +19,35 @@ from mapper.model.quantized import QUANTIZED_OPS
 # A QDQ model marks each int8 tensor with a QuantizeLinear -> DequantizeLinear pair; an int8 kernel
 # requantizes its result in the epilogue, so the pair rides along without counting toward max_ops.
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
-_FLOAT_EPILOGUE_OPS = {"Add", "Sub", "Mul", "Div", "Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "Erf", "Gelu",
-                       "FastGelu", "BiasGelu", "QuickGelu", "HardSwish", "HardSigmoid", "Cast", "Where",
-                       "BatchNormalization", "Pow", "Softplus", "Mish", "Elu", "Selu", "Max", "Min",
-                       *QDQ_OPS}
+_FLOAT_EPILOGUE_OPS = {
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Relu",
+    "LeakyRelu",
+    "Clip",
+    "Sigmoid",
+    "Tanh",
+    "Erf",
+    "Gelu",
+    "FastGelu",
+    "BiasGelu",
+    "QuickGelu",
+    "HardSwish",
+    "HardSigmoid",
+    "Cast",
+    "Where",
+    "BatchNormalization",
+    "Pow",
+    "Softplus",
+    "Mish",
+    "Elu",
+    "Selu",
+    "Max",
+    "Min",
+    *QDQ_OPS,
+}
 EPILOGUE_OPS = frozenset(_FLOAT_EPILOGUE_OPS | {op for op, q in QUANTIZED_OPS.items() if q.twin in _FLOAT_EPILOGUE_OPS})
 ELEMENTWISE_CLASSES = frozenset({OpClass.ELEMENTWISE, OpClass.TRANSCENDENTAL})
 # An elementwise result this small (a per-tensor or per-channel scale) is cheaper to recompute in the
@@ -35,10 +61,10 @@ MAX_WAITING_PRODUCERS = 64
 @dataclass(frozen=True, slots=True)
 class FusionRule:
     name: str
-    policies: frozenset[str]        # fusion policies under which the rule applies
-    starts: str                     # "attention" | "norm" | "matrix" | "elementwise"
-    absorbs: frozenset[str]         # op types the group may grow into
-    max_ops: int                    # nodes in one kernel, the start included
+    policies: frozenset[str]  # fusion policies under which the rule applies
+    starts: str  # "attention" | "norm" | "matrix" | "elementwise"
+    absorbs: frozenset[str]  # op types the group may grow into
+    max_ops: int  # nodes in one kernel, the start included
 
 
 # Ordered: the first rule whose start matches a node claims it.
@@ -47,13 +73,47 @@ FUSION_RULES: tuple[FusionRule, ...] = (
     FusionRule("norm", frozenset({"default", "aggressive"}), "norm", frozenset(), 16),
     FusionRule("gemm-epilogue", frozenset({"aggressive"}), "matrix", EPILOGUE_OPS, 10),
     FusionRule("gemm-epilogue", frozenset({"default"}), "matrix", EPILOGUE_OPS, 4),
-    FusionRule("elementwise-chain", frozenset({"default", "aggressive"}), "elementwise", EPILOGUE_OPS | {
-        "Exp", "Log", "Sqrt", "Reciprocal", "Neg", "Abs", "Sin", "Cos", "Not", "Equal", "Less", "Greater",
-        "And", "Or", "Softsign", "Sign"}, 12),
+    FusionRule(
+        "elementwise-chain",
+        frozenset({"default", "aggressive"}),
+        "elementwise",
+        EPILOGUE_OPS
+        | {
+            "Exp",
+            "Log",
+            "Sqrt",
+            "Reciprocal",
+            "Neg",
+            "Abs",
+            "Sin",
+            "Cos",
+            "Not",
+            "Equal",
+            "Less",
+            "Greater",
+            "And",
+            "Or",
+            "Softsign",
+            "Sign",
+        },
+        12,
+    ),
 )
-_FLOAT_MATRIX_STARTS = {"MatMul", "Gemm", "Conv", "ConvTranspose", "FusedMatMul", "MatMulNBits", "MatMulInteger",
-                        "ConvInteger", "FusedConv", "GemmFastGelu"}
-MATRIX_STARTS = frozenset(_FLOAT_MATRIX_STARTS | {op for op, q in QUANTIZED_OPS.items() if q.twin in _FLOAT_MATRIX_STARTS})
+_FLOAT_MATRIX_STARTS = {
+    "MatMul",
+    "Gemm",
+    "Conv",
+    "ConvTranspose",
+    "FusedMatMul",
+    "MatMulNBits",
+    "MatMulInteger",
+    "ConvInteger",
+    "FusedConv",
+    "GemmFastGelu",
+}
+MATRIX_STARTS = frozenset(
+    _FLOAT_MATRIX_STARTS | {op for op, q in QUANTIZED_OPS.items() if q.twin in _FLOAT_MATRIX_STARTS}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +187,7 @@ class _Planner:
         one tensor escapes (is a graph output or read outside it, through views), else the first node
         alone. What popping the last node until the group is legal gives, in one forward pass."""
         inside: set[str] = set()
-        outside: dict[str, int] = {}    # tensor made inside -> readers outside (a view making an output: 1 more)
+        outside: dict[str, int] = {}  # tensor made inside -> readers outside (a view making an output: 1 more)
         waiting: dict[str, list[str]] = {}  # a node outside -> the tensors made inside that it reads
         escaping, best = 0, 1
         for k, name in enumerate(group, 1):
@@ -202,9 +262,13 @@ class _Planner:
 
     def absorbable(self, node: Node, group: set[str], rule: FusionRule, group_id: int) -> bool:
         w = self.work[node.name]
-        return (node.name not in group and node.name not in self.taken and node.op_type in rule.absorbs
-                and w.op_class is not OpClass.UNMODELED
-                and w.layer_group in (-1, group_id))  # never pull a node out of another recognized block
+        return (
+            node.name not in group
+            and node.name not in self.taken
+            and node.op_type in rule.absorbs
+            and w.op_class is not OpClass.UNMODELED
+            and w.layer_group in (-1, group_id)
+        )  # never pull a node out of another recognized block
 
     def grow(self, start: str, rule: FusionRule) -> list[str]:
         """Greedy closure over absorbable users, then trimmed back until the group is legal. A user that
@@ -231,7 +295,7 @@ class _Planner:
                         inside.add(n.name)
                         frontier.append(n.name)
                     size += added
-        return group[:self.legal_length(group)]
+        return group[: self.legal_length(group)]
 
     def joining(self, user: Node, inside: set[str], rule: FusionRule, group_id: int, room: int):
         """(the producers the user waits on and the user, the op slots they take), where each producer can
@@ -316,7 +380,7 @@ class _Planner:
                 inside = set(candidate)
                 if name != candidate[-1] and any(self.waits(m, inside) for m in candidate):
                     return None, ""  # a member reads what a later node makes (GQA's Expand of roped K):
-                                     # the block is claimed at a later member, once that is planned
+                    # the block is claimed at a later member, once that is planned
             else:
                 candidate = self.grow(name, rule)
             if len(candidate) > 1 or rule.starts == "norm":
@@ -334,8 +398,9 @@ def tiny_nodes(graph: Graph) -> frozenset[str]:
     return frozenset(tiny)
 
 
-def plan_fusion(graph: Graph, work: tuple[NodeWork, ...], work_key: int, policy: str, attention_fusion: bool,
-                caches: ModelCaches) -> list[Group]:
+def plan_fusion(
+    graph: Graph, work: tuple[NodeWork, ...], work_key: int, policy: str, attention_fusion: bool, caches: ModelCaches
+) -> list[Group]:
     """Fusion groups in graph order. `policy` is none | default | aggressive.
 
     The groups depend on the graph's structure and, through the tiny operands that wait for their reader,
@@ -343,5 +408,13 @@ def plan_fusion(graph: Graph, work: tuple[NodeWork, ...], work_key: int, policy:
     policy, tiny set) once. `work_key` (`Workload.plan_key`) holds every node's name, op class and block,
     so a binding that leaves some node unmodeled plans afresh."""
     tiny = tiny_nodes(graph)
-    return list(caches.fusion_plan(graph.structure, work_key, tiny, policy, attention_fusion,
-                                   lambda: _Planner(graph, work, tiny).plan(policy, attention_fusion)))
+    return list(
+        caches.fusion_plan(
+            graph.structure,
+            work_key,
+            tiny,
+            policy,
+            attention_fusion,
+            lambda: _Planner(graph, work, tiny).plan(policy, attention_fusion),
+        )
+    )

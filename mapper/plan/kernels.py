@@ -5,6 +5,7 @@ crosses the boundary is read or written once. Precision scales the bytes of
 floating-point tensors (activations at the plan dtype, weights at the weight
 dtype); integer tensors (token ids, indices) keep their own size.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -17,17 +18,29 @@ from mapper.hardware.profile import HardwareProfile
 from mapper.plan.fusion import Group
 
 PLAN_DTYPE_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
-MODEL_DTYPES = {"float32": "fp32", "float": "fp32", "float16": "fp16", "bfloat16": "bf16", "double": "fp32",
-                "float8e4m3fn": "fp8", "int8": "int8", "uint8": "int8"}
+MODEL_DTYPES = {
+    "float32": "fp32",
+    "float": "fp32",
+    "float16": "fp16",
+    "bfloat16": "bf16",
+    "double": "fp32",
+    "float8e4m3fn": "fp8",
+    "int8": "int8",
+    "uint8": "int8",
+}
 FLOAT_TYPES = frozenset({"float32", "float", "float16", "bfloat16", "double", "float8e4m3fn", "float8e5m2"})
 PRECISION_RANK = {"fp32": 5, "tf32": 4, "bf16": 3, "fp16": 3, "fp8": 1, "int8": 1, "int4": 0}
 # Where a device has no matrix peak at the model's own precision, `--dtype auto` takes the first of these
 # it has (fp32 always: the vector units'): the same width first, then wider.
-WIDER_PRECISIONS = {"fp16": ("bf16", "fp32"), "bf16": ("fp16", "fp32"), "int8": ("fp16", "bf16", "fp32"),
-                    "fp8": ("fp16", "bf16", "fp32")}
+WIDER_PRECISIONS = {
+    "fp16": ("bf16", "fp32"),
+    "bf16": ("fp16", "fp32"),
+    "int8": ("fp16", "bf16", "fp32"),
+    "fp8": ("fp16", "bf16", "fp32"),
+}
 # Ops whose DRAM reads are only the elements they select (the work model's partial-read rule).
 PARTIAL_READ_OPS = frozenset({"Gather", "GatherElements", "GatherND", "Slice", "Expand", "Tile", "Pad"})
-LOW_REUSE_K = 16        # a matrix op with K below this has too little reuse for a matrix engine (PRIMER s2)
+LOW_REUSE_K = 16  # a matrix op with K below this has too little reuse for a matrix engine (PRIMER s2)
 # Skinny products (decode-step GEMV, M of a few rows) run as GEMV kernels on the vector units: padding
 # them to a 64-row MMA tile would waste most of the matrix engine, and their weights stream once anyway.
 LOW_REUSE_M = 8
@@ -56,8 +69,9 @@ def weight_tally(graph: Graph) -> tuple[dict[str, int], float, int]:
             counts[spec.dtype] = counts.get(spec.dtype, 0) + spec.elements
         else:
             other += spec.bytes
-            if spec.dtype in EIGHT_BIT_INTS and not all(graph.nodes[k].op_type in WEIGHT_ONLY_QUANTIZED_OPS
-                                                           for k in graph.consumers.get(w, ())):
+            if spec.dtype in EIGHT_BIT_INTS and not all(
+                graph.nodes[k].op_type in WEIGHT_ONLY_QUANTIZED_OPS for k in graph.consumers.get(w, ())
+            ):
                 eight_bit += spec.elements
     return counts, other, eight_bit
 
@@ -124,23 +138,37 @@ def _engine(members: list[NodeWork], matrix: MatrixShape | None) -> str:
     if matrix is not None:
         if min(matrix.m, matrix.n, matrix.k, matrix.batch) == 0:
             return "vector"  # an empty product (a dim bound to 0): nothing for the matrix engine to do
-        low_reuse = matrix.depthwise or matrix.k < LOW_REUSE_K or (matrix.m < LOW_REUSE_M and matrix.kind != "attention")
+        low_reuse = (
+            matrix.depthwise or matrix.k < LOW_REUSE_K or (matrix.m < LOW_REUSE_M and matrix.kind != "attention")
+        )
         return "vector" if low_reuse else "matrix"
     return "vector"
 
 
-REDUCING_OPS = frozenset({"Softmax", "LogSoftmax", "LayerNormalization", "SimplifiedLayerNormalization",
-                          "RMSNormalization", "ReduceMean", "SkipLayerNormalization", "GroupNormalization",
-                          "InstanceNormalization", "ReduceSum", "ReduceMax"})
+REDUCING_OPS = frozenset(
+    {
+        "Softmax",
+        "LogSoftmax",
+        "LayerNormalization",
+        "SimplifiedLayerNormalization",
+        "RMSNormalization",
+        "ReduceMean",
+        "SkipLayerNormalization",
+        "GroupNormalization",
+        "InstanceNormalization",
+        "ReduceSum",
+        "ReduceMax",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
 class Boundary:
     """What crosses a group's kernel boundary. Structural: the same at every binding of the model."""
 
-    reads: tuple[tuple[str, str], ...]   # (tensor read from DRAM, the partial-read node reading it, or "")
-    writes: tuple[str, ...]              # tensors written to DRAM: graph outputs or used outside the group
-    reduce_inputs: tuple[str, ...]       # first inputs of the reducing members, in order
+    reads: tuple[tuple[str, str], ...]  # (tensor read from DRAM, the partial-read node reading it, or "")
+    writes: tuple[str, ...]  # tensors written to DRAM: graph outputs or used outside the group
+    reduce_inputs: tuple[str, ...]  # first inputs of the reducing members, in order
 
 
 def group_boundary(graph: Graph, group: Group, nodes_by_name: dict[str, Node], index_of: dict[str, int]) -> Boundary:
@@ -152,8 +180,12 @@ def group_boundary(graph: Graph, group: Group, nodes_by_name: dict[str, Node], i
         for t in node.inputs:
             if t and t not in made and t not in reads:
                 reads[t] = node.name if node.op_type in PARTIAL_READ_OPS and t == node.inputs[0] else ""
-    writes = tuple(t for n in members for t in n.outputs
-                   if t and (t in graph.output_set or any(c not in inside for c in graph.consumers.get(t, ()))))
+    writes = tuple(
+        t
+        for n in members
+        for t in n.outputs
+        if t and (t in graph.output_set or any(c not in inside for c in graph.consumers.get(t, ())))
+    )
     reduce_inputs = tuple(n.inputs[0] for n in members if n.op_type in REDUCING_OPS and n.inputs)
     return Boundary(tuple(reads.items()), writes, reduce_inputs)
 
@@ -194,14 +226,34 @@ def build_kernel(graph: Graph, group: Group, boundary: Boundary, work: dict[str,
             matrix_flops += w.matrix_flops
             sfu += w.sfu_ops
     matrix = _matrix_shape(members, group.rule)
-    return Kernel(name=name, nodes=group.nodes, op_types=tuple(w.op_type for w in members), rule=group.rule,
-                  engine=_engine(members, matrix), layer_type=_layer_type(members), flops=flops,
-                  matrix_flops=matrix_flops, sfu_ops=sfu, dram_bytes=read + written, weight_bytes=weight, matrix=matrix,
-                  reduction_rows=rows, reduction_length=length)
+    return Kernel(
+        name=name,
+        nodes=group.nodes,
+        op_types=tuple(w.op_type for w in members),
+        rule=group.rule,
+        engine=_engine(members, matrix),
+        layer_type=_layer_type(members),
+        flops=flops,
+        matrix_flops=matrix_flops,
+        sfu_ops=sfu,
+        dram_bytes=read + written,
+        weight_bytes=weight,
+        matrix=matrix,
+        reduction_rows=rows,
+        reduction_length=length,
+    )
 
 
-def build_kernels(graph: Graph, groups: list[Group], work: tuple[NodeWork, ...], work_key: int, sizer: Sizer,
-                  hw: HardwareProfile, attention_fits, caches: ModelCaches) -> list:
+def build_kernels(
+    graph: Graph,
+    groups: list[Group],
+    work: tuple[NodeWork, ...],
+    work_key: int,
+    sizer: Sizer,
+    hw: HardwareProfile,
+    attention_fits,
+    caches: ModelCaches,
+) -> list:
     """Kernels for the groups; a flash-attention group whose tiles do not fit SRAM is split back.
 
     Kernels depend on the model, its bindings, the groups, the element sizes and (for attention) the
@@ -211,13 +263,29 @@ def build_kernels(graph: Graph, groups: list[Group], work: tuple[NodeWork, ...],
     flash = any(g.rule == "flash-attention" for g in groups)  # only fused attention asks the SRAM size
     groups_key = tuple(groups)
     boundaries = caches.group_boundaries(graph.structure, groups_key, dict)
-    return list(caches.kernels(graph.sha256, graph.dims, groups_key, sizer.act, sizer.weight,
-                               hw.sram_per_unit_bytes if flash else None, work_key,
-                               lambda: _build_kernels(graph, groups, work, sizer, hw, attention_fits, boundaries)))
+    return list(
+        caches.kernels(
+            graph.sha256,
+            graph.dims,
+            groups_key,
+            sizer.act,
+            sizer.weight,
+            hw.sram_per_unit_bytes if flash else None,
+            work_key,
+            lambda: _build_kernels(graph, groups, work, sizer, hw, attention_fits, boundaries),
+        )
+    )
 
 
-def _build_kernels(graph: Graph, groups: list[Group], work: tuple[NodeWork, ...], sizer: Sizer,
-                   hw: HardwareProfile, attention_fits, boundaries: dict[Group, Boundary]) -> list:
+def _build_kernels(
+    graph: Graph,
+    groups: list[Group],
+    work: tuple[NodeWork, ...],
+    sizer: Sizer,
+    hw: HardwareProfile,
+    attention_fits,
+    boundaries: dict[Group, Boundary],
+) -> list:
     by_name = {w.name: w for w in work}
     nodes_by_name = index_of = None
 
@@ -248,10 +316,13 @@ def _build_kernels(graph: Graph, groups: list[Group], work: tuple[NodeWork, ...]
 def precision_caveats(model_precision: str, dtype: str, weight_dtype: str) -> list[str]:
     caveats = []
     if PRECISION_RANK.get(dtype, 5) < PRECISION_RANK.get(model_precision, 5):
-        caveats.append(f"Runs at {dtype}, below the model's own {model_precision}: accept it only with accuracy"
-                       f" evidence on production data and a fallback plan at {model_precision}.")
+        caveats.append(
+            f"Runs at {dtype}, below the model's own {model_precision}: accept it only with accuracy"
+            f" evidence on production data and a fallback plan at {model_precision}."
+        )
     if weight_dtype != "same":
-        caveats.append(f"Weight-only {weight_dtype} quantization: needs quality evidence (perplexity/accuracy)"
-                       " and a fallback to unquantized weights.")
+        caveats.append(
+            f"Weight-only {weight_dtype} quantization: needs quality evidence (perplexity/accuracy)"
+            " and a fallback to unquantized weights."
+        )
     return caveats
-

@@ -7,6 +7,7 @@ tensor crosses the boundary of the conv region (layout-agnostic ops, such as
 elementwise, pooling and BN, follow the region's layout). With a forced layout
 that differs from the profile's, every conv pays a conversion of its input.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -19,16 +20,29 @@ from mapper.plan.kernels import Sizer
 LAYOUTS = ("auto", "nchw", "nhwc")
 # Kernels whose ops work in either layout: the conv region spreads through them.
 REGION_LAYERS = frozenset({LayerType.CONV, LayerType.POOLING, LayerType.ELEMENTWISE, LayerType.NORMALIZATION})
-GRAPH_LAYOUT = "nchw"   # ONNX's convention for Conv
+GRAPH_LAYOUT = "nchw"  # ONNX's convention for Conv
 
 
 def _transpose(name: str, tensor_bytes: float, note: str) -> Kernel:
-    return Kernel(name=name, nodes=(), op_types=("Transpose",), rule="layout-transform", engine="vector",
-                  layer_type=LayerType.DATA_MOVEMENT, flops=0.0, matrix_flops=0.0, sfu_ops=0.0,
-                  dram_bytes=2 * tensor_bytes, weight_bytes=0.0, note=note)
+    return Kernel(
+        name=name,
+        nodes=(),
+        op_types=("Transpose",),
+        rule="layout-transform",
+        engine="vector",
+        layer_type=LayerType.DATA_MOVEMENT,
+        flops=0.0,
+        matrix_flops=0.0,
+        sfu_ops=0.0,
+        dram_bytes=2 * tensor_bytes,
+        weight_bytes=0.0,
+        note=note,
+    )
 
 
-def plan_layout(graph: Graph, kernels: list[Kernel], layout: str, preferred: str, sizer: Sizer) -> tuple[list[Kernel], str]:
+def plan_layout(
+    graph: Graph, kernels: list[Kernel], layout: str, preferred: str, sizer: Sizer
+) -> tuple[list[Kernel], str]:
     """Kernels with conv layouts set and transposes inserted; and the layout chosen."""
     if layout not in LAYOUTS:
         raise MapperError(f"layout {layout!r} is not one of {', '.join(LAYOUTS)}")
@@ -45,8 +59,13 @@ def plan_layout(graph: Graph, kernels: list[Kernel], layout: str, preferred: str
         if k.layer_type is LayerType.CONV and chosen != preferred:
             # the library converts this conv's input to its native layout and back
             x = graph.tensors[node_of[k.nodes[0]].inputs[0]]
-            out.append(_transpose(f"{k.name}:to-{preferred}", sizer.bytes(x),
-                                  f"{chosen.upper()} forced on a {preferred.upper()} device: per-conv conversion"))
+            out.append(
+                _transpose(
+                    f"{k.name}:to-{preferred}",
+                    sizer.bytes(x),
+                    f"{chosen.upper()} forced on a {preferred.upper()} device: per-conv conversion",
+                )
+            )
         elif chosen != GRAPH_LAYOUT:
             for name in k.nodes:
                 for t in node_of[name].inputs:
@@ -54,12 +73,19 @@ def plan_layout(graph: Graph, kernels: list[Kernel], layout: str, preferred: str
                     if not spec or len(spec.shape) != 4 or t in converted or t in graph.weights:
                         continue
                     src = graph.producer(t)
-                    crosses_in = name in region and k.layer_type is LayerType.CONV and (src is None or src.name not in region)
+                    crosses_in = (
+                        name in region and k.layer_type is LayerType.CONV and (src is None or src.name not in region)
+                    )
                     crosses_out = name not in region and src is not None and src.name in region
                     if (crosses_in or crosses_out) and spec.shape[2] * spec.shape[3] > 1:
                         converted.add(t)
                         direction = f"{GRAPH_LAYOUT}->{chosen}" if crosses_in else f"{chosen}->{GRAPH_LAYOUT}"
-                        out.append(_transpose(f"transpose:{t}", sizer.bytes(spec),
-                                              f"inserted: {direction.upper()} at the conv region boundary"))
+                        out.append(
+                            _transpose(
+                                f"transpose:{t}",
+                                sizer.bytes(spec),
+                                f"inserted: {direction.upper()} at the conv region boundary",
+                            )
+                        )
         out.append(replace(k, layout=chosen) if k.layer_type is LayerType.CONV else k)
     return out, chosen

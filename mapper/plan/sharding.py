@@ -8,6 +8,7 @@ sharded tensor (attention on its heads, SwiGLU, RoPE, the KV-cache concat) works
 the rest (norms, residual adds, embeddings) is replicated. A sharded graph output is all-gathered.
 (Shoeybi et al., "Megatron-LM", 2019, section 3.)
 """
+
 from __future__ import annotations
 
 import math
@@ -23,8 +24,12 @@ def _boundary(graph: Graph, kernel: Kernel, nodes_by_name) -> tuple[list[str], l
     """(activation tensors read from outside, tensors written for outside) of a kernel."""
     inside = set(kernel.nodes)
     made = {t for n in kernel.nodes for t in nodes_by_name[n].outputs if t}
-    ins = [t for n in kernel.nodes for t in nodes_by_name[n].inputs
-           if t and t not in made and t not in graph.weights and t in graph.tensors]
+    ins = [
+        t
+        for n in kernel.nodes
+        for t in nodes_by_name[n].inputs
+        if t and t not in made and t not in graph.weights and t in graph.tensors
+    ]
     outs = [t for t in made if t in graph.output_set or any(u.name not in inside for u in graph.users(t))]
     return ins, outs
 
@@ -50,13 +55,21 @@ def assign_roles(graph: Graph, kernels: list[Kernel]) -> list[Kernel]:
             continue
         ins, outs = _boundary(graph, k, nodes_by_name)
         reads_sharded = any(_through_views(graph, t) in sharded for t in ins)
-        weight_gemm = (k.matrix is not None and k.weight_bytes > 0 and k.rule != "flash-attention"
-                       and k.layer_type in (LayerType.LINEAR, LayerType.CONV) and not k.matrix.depthwise)
+        weight_gemm = (
+            k.matrix is not None
+            and k.weight_bytes > 0
+            and k.rule != "flash-attention"
+            and k.layer_type in (LayerType.LINEAR, LayerType.CONV)
+            and not k.matrix.depthwise
+        )
         if weight_gemm:  # split by what the GEMM itself reads: its epilogue may read a sharded tensor
             # (SwiGLU's up projection multiplies by the column-parallel gate) and stay column-parallel
             gemm = nodes_by_name[k.nodes[0]]
-            gemm_reads_sharded = any(_through_views(graph, t) in sharded for t in gemm.inputs
-                                     if t and t not in graph.weights and t in graph.tensors)
+            gemm_reads_sharded = any(
+                _through_views(graph, t) in sharded
+                for t in gemm.inputs
+                if t and t not in graph.weights and t in graph.tensors
+            )
             role = "row" if gemm_reads_sharded else "column"
         else:
             role = "sharded" if reads_sharded else "replicated"
@@ -82,12 +95,31 @@ def _output_bytes(graph: Graph, kernel: Kernel, sizer: Sizer, nodes_by_name) -> 
 
 
 def collective_kernel(name: str, kind: str, message_bytes: float, devices: int, stage: int = 0) -> Kernel:
-    return Kernel(name=name, nodes=(), op_types=({"all-reduce": "AllReduce", "all-gather": "AllGather",
-                                                  "p2p": "SendRecv", "reduce-scatter": "ReduceScatter"}[kind],),
-                  rule="collective", engine="interconnect", layer_type=LayerType.COLLECTIVE, flops=0.0,
-                  matrix_flops=0.0, sfu_ops=0.0, dram_bytes=message_bytes, weight_bytes=0.0,
-                  collective=kind, devices=devices, shard="replicated", stage=stage,
-                  note=f"{kind} of {message_bytes / 1e6:.3g} MB over {devices} devices")
+    return Kernel(
+        name=name,
+        nodes=(),
+        op_types=(
+            {
+                "all-reduce": "AllReduce",
+                "all-gather": "AllGather",
+                "p2p": "SendRecv",
+                "reduce-scatter": "ReduceScatter",
+            }[kind],
+        ),
+        rule="collective",
+        engine="interconnect",
+        layer_type=LayerType.COLLECTIVE,
+        flops=0.0,
+        matrix_flops=0.0,
+        sfu_ops=0.0,
+        dram_bytes=message_bytes,
+        weight_bytes=0.0,
+        collective=kind,
+        devices=devices,
+        shard="replicated",
+        stage=stage,
+        note=f"{kind} of {message_bytes / 1e6:.3g} MB over {devices} devices",
+    )
 
 
 def shard_kernels(graph: Graph, kernels: list[Kernel], tp: int, sizer: Sizer) -> list[Kernel]:
@@ -103,9 +135,18 @@ def shard_kernels(graph: Graph, kernels: list[Kernel], tp: int, sizer: Sizer) ->
             continue
         full_out = _output_bytes(graph, k, sizer, nodes_by_name)
         dram = k.dram_bytes / tp + (full_out * (1 - 1 / tp) if k.shard == "row" else 0.0)
-        out.append(replace(k, flops=k.flops / tp, matrix_flops=k.matrix_flops / tp, sfu_ops=k.sfu_ops / tp,
-                           dram_bytes=dram, weight_bytes=k.weight_bytes / tp, matrix=_split(k.matrix, k.shard, tp),
-                           reduction_rows=math.ceil(k.reduction_rows / tp)))
+        out.append(
+            replace(
+                k,
+                flops=k.flops / tp,
+                matrix_flops=k.matrix_flops / tp,
+                sfu_ops=k.sfu_ops / tp,
+                dram_bytes=dram,
+                weight_bytes=k.weight_bytes / tp,
+                matrix=_split(k.matrix, k.shard, tp),
+                reduction_rows=math.ceil(k.reduction_rows / tp),
+            )
+        )
         if k.shard == "row":  # partial sums of every rank: sum them
             out.append(collective_kernel(f"{k.name}:all-reduce", "all-reduce", full_out, tp))
         elif k.shard == "column" and any(t in graph.output_set for t in _boundary(graph, k, nodes_by_name)[1]):

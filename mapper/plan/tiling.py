@@ -7,6 +7,7 @@ sizes. Each candidate gets wave and padding (tile) quantization, DRAM traffic
 with L2 reuse, and a time; the fastest wins and the runners-up are kept.
 Vector kernels get a block size, a pass count and their grid synchronizations.
 """
+
 from __future__ import annotations
 
 import functools
@@ -17,13 +18,13 @@ import numpy as np
 from mapper.core.result import Kernel, TileChoice, TilePlan
 from mapper.hardware.profile import HardwareProfile
 
-TILE_MULTIPLES = (1, 2, 4)          # tile edge = instruction edge x these (and 64..256 for small instructions)
+TILE_MULTIPLES = (1, 2, 4)  # tile edge = instruction edge x these (and 64..256 for small instructions)
 TILE_EDGES = (64, 128, 256)
 TILE_K = (32, 64, 128)
-STAGES = (2, 3, 4)                  # multi-stage (cp.async / TMA) buffering depth
+STAGES = (2, 3, 4)  # multi-stage (cp.async / TMA) buffering depth
 SPLIT_K = (1, 2, 4, 8, 16)
-ACCUMULATOR_BYTES = 4               # fp32 accumulators (PRIMER s4 working-set formula)
-L2_REUSE_FRACTION = 0.5             # an operand this share of L2 or smaller stays resident across tiles
+ACCUMULATOR_BYTES = 4  # fp32 accumulators (PRIMER s4 working-set formula)
+L2_REUSE_FRACTION = 0.5  # an operand this share of L2 or smaller stays resident across tiles
 # Operand bytes an SM's shared memory delivers per clock: 32 banks x 4 B (NVIDIA CUDA C Programming Guide,
 # "Shared Memory" section). Small tiles need more operand bytes per MAC and starve the matrix units.
 SRAM_BYTES_PER_CLOCK = 128
@@ -34,15 +35,17 @@ OVERLAP_EXPONENT = 6.0
 # default to 2-CTA clusters): each panel crosses the L2->SM path once per cluster, not once per CTA.
 L2_CLUSTER_SHARING = 2.0
 ALTERNATIVES_KEPT = 3
-ATTENTION_BLOCKS_Q = (64, 128)      # FlashAttention-2/3 query block sizes
+ATTENTION_BLOCKS_Q = (64, 128)  # FlashAttention-2/3 query block sizes
 ATTENTION_BLOCKS_KV = (64, 128, 256)
-SOFTMAX_VECTOR_FLOPS = 4            # per score besides the exp: max, subtract, sum, rescale (FlashAttention-2)
+SOFTMAX_VECTOR_FLOPS = 4  # per score besides the exp: max, subtract, sum, rescale (FlashAttention-2)
 VECTOR_BLOCK_MAX = 1024
-ROW_IN_SRAM_SHARE = 0.5             # a reduced row that fits in half a unit's SRAM is reduced in one pass
+ROW_IN_SRAM_SHARE = 0.5  # a reduced row that fits in half a unit's SRAM is reduced in one pass
 
 
 def smooth_max(a, b):
-    return (np.asarray(a, float) ** OVERLAP_EXPONENT + np.asarray(b, float) ** OVERLAP_EXPONENT) ** (1 / OVERLAP_EXPONENT)
+    return (np.asarray(a, float) ** OVERLAP_EXPONENT + np.asarray(b, float) ** OVERLAP_EXPONENT) ** (
+        1 / OVERLAP_EXPONENT
+    )
 
 
 def _edges(instr: int) -> np.ndarray:
@@ -64,8 +67,13 @@ def _candidates(instruction: tuple[int, int, int], act_bytes: float) -> tuple[np
     """Every (tile m, n, k, stages, split-K) for an instruction shape, with its SRAM working set
     (PRIMER s4); the same for every kernel on a device, so built once. Read-only arrays."""
     im, in_, ik = instruction
-    tm, tn, tk, st, sk = _grid(_edges(im), _edges(in_), np.array([k for k in TILE_K if k % max(ik, 1) == 0] or [ik], float),
-                               np.array(STAGES, float), np.array(SPLIT_K, float))
+    tm, tn, tk, st, sk = _grid(
+        _edges(im),
+        _edges(in_),
+        np.array([k for k in TILE_K if k % max(ik, 1) == 0] or [ik], float),
+        np.array(STAGES, float),
+        np.array(SPLIT_K, float),
+    )
     sram = st * (tm * tk + tk * tn) * act_bytes + tm * tn * ACCUMULATOR_BYTES
     out = (tm, tn, tk, st, sk, sram)
     for a in out:
@@ -73,7 +81,9 @@ def _candidates(instruction: tuple[int, int, int], act_bytes: float) -> tuple[np
     return out
 
 
-def plan_matrix(kernel: Kernel, hw: HardwareProfile, peak: float, act_bytes: float, weight_bytes_per: float) -> TilePlan:
+def plan_matrix(
+    kernel: Kernel, hw: HardwareProfile, peak: float, act_bytes: float, weight_bytes_per: float
+) -> TilePlan:
     s = kernel.matrix
     M, N, K, B = float(s.m), float(s.n), float(s.k), float(s.batch)
     P = hw.compute_units
@@ -83,7 +93,9 @@ def plan_matrix(kernel: Kernel, hw: HardwareProfile, peak: float, act_bytes: flo
     ok = (sram <= hw.sram_per_unit_bytes) & ((sk == 1) | ((base_tiles < P) & (sk <= np.ceil(K / tk))))
     if not ok.any():  # nothing fits: fall back to the smallest aligned tile, single stage
         ok = (tm == tm.min()) & (tn == tn.min()) & (tk == tk.min()) & (st == st.min()) & (sk == 1)
-    tm, tn, tk, st, sk, sram, tiles_m, tiles_n, base_tiles = (a[ok] for a in (tm, tn, tk, st, sk, sram, tiles_m, tiles_n, base_tiles))
+    tm, tn, tk, st, sk, sram, tiles_m, tiles_n, base_tiles = (
+        a[ok] for a in (tm, tn, tk, st, sk, sram, tiles_m, tiles_n, base_tiles)
+    )
     tiles = base_tiles * sk
     waves = np.ceil(tiles / P)
     wave_eff = tiles / (waves * P)
@@ -96,7 +108,9 @@ def plan_matrix(kernel: Kernel, hw: HardwareProfile, peak: float, act_bytes: flo
     # traffic: operands re-read once per tile row/column, except what L2 keeps across a wave
     # implicit GEMM never materializes im2col: A's distinct bytes are the input's, its tap re-reads hit L1
     a_bytes = B * (s.a_elements or M * K) * act_bytes
-    b_bytes = (1 if kernel.weight_bytes > 0 else B) * K * N * (weight_bytes_per if kernel.weight_bytes > 0 else act_bytes)
+    b_bytes = (
+        (1 if kernel.weight_bytes > 0 else B) * K * N * (weight_bytes_per if kernel.weight_bytes > 0 else act_bytes)
+    )
     # A wave runs as a near-square block of tiles (swizzled rasterization) moving through K together:
     # the tiles of one block row share A's k-slices in L2, those of one block column share B's.
     wave_m = np.minimum(tiles_m, np.ceil(np.sqrt(P)))
@@ -104,11 +118,17 @@ def plan_matrix(kernel: Kernel, hw: HardwareProfile, peak: float, act_bytes: flo
     passes_a = np.where(a_bytes <= L2_REUSE_FRACTION * hw.l2_bytes, 1, np.ceil(tiles_n / wave_n))
     passes_b = np.where(b_bytes <= L2_REUSE_FRACTION * hw.l2_bytes, 1, np.ceil(tiles_m / wave_m))
     partials = np.where(sk > 1, 2 * sk * B * M * N * ACCUMULATOR_BYTES, 0.0)
-    dram = kernel.dram_bytes + a_bytes * (passes_a - 1) + b_bytes * (passes_b - 1) + np.where(partials > hw.l2_bytes, partials, 0)
+    dram = (
+        kernel.dram_bytes
+        + a_bytes * (passes_a - 1)
+        + b_bytes * (passes_b - 1)
+        + np.where(partials > hw.l2_bytes, partials, 0)
+    )
     l2 = (a_bytes * tiles_n + b_bytes * tiles_m) / L2_CLUSTER_SHARING + partials
     # DRAM and L2 transfers pipeline with each other: the slower level sets the memory time
-    memory = np.maximum(dram / (hw.dram_bandwidth_bytes_per_s * hw.dram_efficiency.at_array(dram)),
-                        l2 / hw.l2_bandwidth_bytes_per_s)
+    memory = np.maximum(
+        dram / (hw.dram_bandwidth_bytes_per_s * hw.dram_efficiency.at_array(dram)), l2 / hw.l2_bandwidth_bytes_per_s
+    )
     time = smooth_max(compute, memory) + np.where(sk > 1, hw.grid_sync_s, 0.0)
     return _pick("matrix", time, compute, memory, tm, tn, tk, st, sk, tiles, waves, wave_eff, pad_eff, sram, dram, l2)
 
@@ -122,10 +142,25 @@ def _pick(kind, time, compute, memory, tm, tn, tk, st, sk, tiles, waves, wave_ef
         if key in seen:
             continue
         seen.add(key)
-        choices.append(TileChoice(int(tm[i]), int(tn[i]), int(tk[i]), int(st[i]), int(sk[i]), int(tiles[i]),
-                                  int(waves[i]), float(wave_eff[i]), float(pad_eff[i]), int(sram[i]),
-                                  float(dram[i]), float(l2[i]), float(compute[i]), float(memory[i]),
-                                  float(time[i])))
+        choices.append(
+            TileChoice(
+                int(tm[i]),
+                int(tn[i]),
+                int(tk[i]),
+                int(st[i]),
+                int(sk[i]),
+                int(tiles[i]),
+                int(waves[i]),
+                float(wave_eff[i]),
+                float(pad_eff[i]),
+                int(sram[i]),
+                float(dram[i]),
+                float(l2[i]),
+                float(compute[i]),
+                float(memory[i]),
+                float(time[i]),
+            )
+        )
         if len(choices) > ALTERNATIVES_KEPT:
             break
     return TilePlan(kind, choices[0], tuple(choices[1:]))
@@ -164,11 +199,29 @@ def plan_attention(kernel: Kernel, hw: HardwareProfile, peak: float, vector_peak
     kv_resident = heads_per_wave * 2 * s.n * s.k * act_bytes <= hw.l2_bytes
     dram = kernel.dram_bytes + np.where(kv_resident, 0.0, kv_bytes * (np.ceil(s.m / bq) - 1))
     l2 = kernel.dram_bytes + kv_bytes * (np.ceil(s.m / bq) - 1)
-    memory = np.maximum(dram / (hw.dram_bandwidth_bytes_per_s * hw.dram_efficiency.at_array(dram)),
-                        l2 / hw.l2_bandwidth_bytes_per_s)
+    memory = np.maximum(
+        dram / (hw.dram_bandwidth_bytes_per_s * hw.dram_efficiency.at_array(dram)), l2 / hw.l2_bandwidth_bytes_per_s
+    )
     time = smooth_max(compute, memory)
     ones = np.ones_like(bq)
-    return _pick("attention", time, compute, memory, bq, bkv, s.k * ones, 2 * ones, ones, tiles, waves, wave_eff, pad_eff, sram, dram, l2)
+    return _pick(
+        "attention",
+        time,
+        compute,
+        memory,
+        bq,
+        bkv,
+        s.k * ones,
+        2 * ones,
+        ones,
+        tiles,
+        waves,
+        wave_eff,
+        pad_eff,
+        sram,
+        dram,
+        l2,
+    )
 
 
 def plan_vector(kernel: Kernel, hw: HardwareProfile, act_bytes: float) -> TilePlan:

@@ -5,6 +5,7 @@ returns a `plotly.graph_objects.Figure`; none formats numbers into the data.
 Text from the model (kernel and node names) is html-escaped here, because
 plotly renders hover text as a subset of HTML.
 """
+
 from __future__ import annotations
 
 import html
@@ -56,21 +57,31 @@ def dram_bandwidth(doc: dict) -> float | None:
 def vector_peak(doc: dict) -> float | None:
     """The vector units' peak at the plan dtype (fp32's where the dtype has none, as the engine does)."""
     dtype = doc.get("totals", {}).get("dtype", "fp32")
-    return assumption_value(doc, f"compute.vector_peak_flops_per_s.{dtype}") or \
-        assumption_value(doc, "compute.vector_peak_flops_per_s.fp32")
+    return assumption_value(doc, f"compute.vector_peak_flops_per_s.{dtype}") or assumption_value(
+        doc, "compute.vector_peak_flops_per_s.fp32"
+    )
 
 
 def layer_share_figure(doc: dict) -> go.Figure:
     """Share of the model's time per layer type (horizontal bars, largest on top)."""
     layers = sorted(doc.get("layer_types", ()), key=lambda r: r["share"])
-    fig = go.Figure(go.Bar(
-        x=[r["share"] for r in layers], y=[html.escape(r["layer_type"]) for r in layers], orientation="h",
-        customdata=[[r["time_s"] * 1e6, r["kernels"], r["mfu"], r["stall_fraction"]] for r in layers],
-        hovertemplate="%{y}: %{x:.1%} of time<br>%{customdata[0]:.1f} us in %{customdata[1]} kernels"
-                      "<br>MFU %{customdata[2]:.1%}, memory stall %{customdata[3]:.1%}<extra></extra>",
-        marker_color="#1f77b4"))
-    fig.update_layout(title="Time share by layer type", xaxis=dict(title="share of latency", tickformat=".0%"),
-                      height=max(260, 40 + 28 * len(layers)), **LAYOUT)
+    fig = go.Figure(
+        go.Bar(
+            x=[r["share"] for r in layers],
+            y=[html.escape(r["layer_type"]) for r in layers],
+            orientation="h",
+            customdata=[[r["time_s"] * 1e6, r["kernels"], r["mfu"], r["stall_fraction"]] for r in layers],
+            hovertemplate="%{y}: %{x:.1%} of time<br>%{customdata[0]:.1f} us in %{customdata[1]} kernels"
+            "<br>MFU %{customdata[2]:.1%}, memory stall %{customdata[3]:.1%}<extra></extra>",
+            marker_color="#1f77b4",
+        )
+    )
+    fig.update_layout(
+        title="Time share by layer type",
+        xaxis=dict(title="share of latency", tickformat=".0%"),
+        height=max(260, 40 + 28 * len(layers)),
+        **LAYOUT,
+    )
     return fig
 
 
@@ -88,37 +99,84 @@ def roofline_figure(doc: dict, hw_peak: float | None = None, dram_bw: float | No
     fig = go.Figure()
     for cls in _classes(plotted):
         ks = [k for k in plotted if k["bottleneck"] == cls]
-        fig.add_trace(go.Scatter(
-            x=[k["intensity_flop_per_byte"] for k in ks], y=[k["achieved_flops_per_s"] for k in ks],
-            mode="markers", name=html.escape(cls),
-            marker=dict(color=class_color(cls), size=[6 + 30 * (k["time_s"] / longest) ** 0.5 for k in ks],
-                        line=dict(width=0.5, color="#333"), opacity=0.8),
-            text=[html.escape(k["name"]) for k in ks], customdata=[k["time_s"] * 1e6 for k in ks],
-            hovertemplate="%{text}<br>%{x:.3g} FLOP/B, %{y:.3g} FLOP/s<br>%{customdata:.1f} us<extra></extra>"))
+        fig.add_trace(
+            go.Scatter(
+                x=[k["intensity_flop_per_byte"] for k in ks],
+                y=[k["achieved_flops_per_s"] for k in ks],
+                mode="markers",
+                name=html.escape(cls),
+                marker=dict(
+                    color=class_color(cls),
+                    size=[6 + 30 * (k["time_s"] / longest) ** 0.5 for k in ks],
+                    line=dict(width=0.5, color="#333"),
+                    opacity=0.8,
+                ),
+                text=[html.escape(k["name"]) for k in ks],
+                customdata=[k["time_s"] * 1e6 for k in ks],
+                hovertemplate="%{text}<br>%{x:.3g} FLOP/B, %{y:.3g} FLOP/s<br>%{customdata:.1f} us<extra></extra>",
+            )
+        )
     xs = [k["intensity_flop_per_byte"] for k in plotted]
     ridge = peak / bandwidth if peak and bandwidth else None
     x_lo = min(xs + ([ridge] if ridge else []), default=1.0) / 3
     x_hi = max(xs + ([ridge] if ridge else []), default=1.0) * 3
     if ridge:
-        fig.add_trace(go.Scatter(x=[x_lo, ridge], y=[bandwidth * x_lo, peak], mode="lines", name="DRAM roof",
-                                 line=dict(color="#444", dash="dash"), hoverinfo="skip"))
+        fig.add_trace(
+            go.Scatter(
+                x=[x_lo, ridge],
+                y=[bandwidth * x_lo, peak],
+                mode="lines",
+                name="DRAM roof",
+                line=dict(color="#444", dash="dash"),
+                hoverinfo="skip",
+            )
+        )
     if peak:
-        fig.add_trace(go.Scatter(x=[ridge or x_lo, x_hi], y=[peak, peak], mode="lines", name="matrix peak",
-                                 line=dict(color="#444"), hoverinfo="skip"))
+        fig.add_trace(
+            go.Scatter(
+                x=[ridge or x_lo, x_hi],
+                y=[peak, peak],
+                mode="lines",
+                name="matrix peak",
+                line=dict(color="#444"),
+                hoverinfo="skip",
+            )
+        )
     l2 = assumption_value(doc, "memory.l2_bandwidth_bytes_per_s")
     if l2 and peak:  # the L2 ceiling: what a kernel whose re-reads all hit L2 could reach
-        fig.add_trace(go.Scatter(x=[x_lo, peak / l2], y=[l2 * x_lo, peak], mode="lines", name="L2 roof",
-                                 line=dict(color="#999", dash="dot"), hoverinfo="skip"))
+        fig.add_trace(
+            go.Scatter(
+                x=[x_lo, peak / l2],
+                y=[l2 * x_lo, peak],
+                mode="lines",
+                name="L2 roof",
+                line=dict(color="#999", dash="dot"),
+                hoverinfo="skip",
+            )
+        )
     vector = vector_peak(doc)
     if vector and bandwidth and (not peak or vector < peak):
-        fig.add_trace(go.Scatter(x=[vector / bandwidth, x_hi], y=[vector, vector], mode="lines", name="vector peak",
-                                 line=dict(color="#999"), hoverinfo="skip"))
+        fig.add_trace(
+            go.Scatter(
+                x=[vector / bandwidth, x_hi],
+                y=[vector, vector],
+                mode="lines",
+                name="vector peak",
+                line=dict(color="#999"),
+                hoverinfo="skip",
+            )
+        )
     skipped = len(kernels) - len(plotted)
     title = "Roofline" + (f" (ridge {ridge:.0f} FLOP/B)" if ridge else "")
     if skipped:
         title += f"; {skipped} kernel{'s' if skipped != 1 else ''} without FLOPs or DRAM traffic not shown"
-    fig.update_layout(title=title, xaxis=dict(type="log", title="arithmetic intensity (FLOP/B of DRAM traffic)"),
-                      yaxis=dict(type="log", title="achieved FLOP/s"), height=480, **LAYOUT)
+    fig.update_layout(
+        title=title,
+        xaxis=dict(type="log", title="arithmetic intensity (FLOP/B of DRAM traffic)"),
+        yaxis=dict(type="log", title="achieved FLOP/s"),
+        height=480,
+        **LAYOUT,
+    )
     return fig
 
 
@@ -128,13 +186,26 @@ def timeline_figure(doc: dict) -> go.Figure:
     fig = go.Figure()
     for cls in _classes(kernels):
         ks = [k for k in kernels if k["bottleneck"] == cls]
-        fig.add_trace(go.Bar(
-            base=[k["start_s"] * 1e6 for k in ks], x=[k["time_s"] * 1e6 for k in ks],
-            y=[html.escape(k["layer_type"]) for k in ks], orientation="h", name=html.escape(cls),
-            marker=dict(color=class_color(cls), line=dict(width=0)),
-            text=[html.escape(k["name"]) for k in ks], textposition="none",
-            hovertemplate="%{text}<br>start %{base:.1f} us, %{x:.1f} us<extra></extra>"))
+        fig.add_trace(
+            go.Bar(
+                base=[k["start_s"] * 1e6 for k in ks],
+                x=[k["time_s"] * 1e6 for k in ks],
+                y=[html.escape(k["layer_type"]) for k in ks],
+                orientation="h",
+                name=html.escape(cls),
+                marker=dict(color=class_color(cls), line=dict(width=0)),
+                text=[html.escape(k["name"]) for k in ks],
+                textposition="none",
+                hovertemplate="%{text}<br>start %{base:.1f} us, %{x:.1f} us<extra></extra>",
+            )
+        )
     lanes = len({k["layer_type"] for k in kernels})
-    fig.update_layout(title="Kernel timeline (one stream)", barmode="overlay", bargap=0.3,
-                      xaxis=dict(title="time (us)"), height=max(260, 120 + 40 * lanes), **LAYOUT)
+    fig.update_layout(
+        title="Kernel timeline (one stream)",
+        barmode="overlay",
+        bargap=0.3,
+        xaxis=dict(title="time (us)"),
+        height=max(260, 120 + 40 * lanes),
+        **LAYOUT,
+    )
     return fig

@@ -3,6 +3,7 @@
 Key names are stable (later stages add sections, never rename). Numbers stay
 numbers in SI units; units are in the key names.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -20,22 +21,56 @@ def kernel_record(e: KernelEstimate) -> dict:
     k, c = e.kernel, e.tiling.chosen
     tile = f"{c.tile_m}x{c.tile_n}x{c.tile_k}" if c else ""
     return {
-        "name": k.name, "ops": list(k.op_types), "nodes": list(k.nodes), "rule": k.rule,
-        "layer_type": str(k.layer_type), "engine": k.engine, "dtype": e.dtype, "layout": k.layout,
-        "tile": tile, "stages": c.stages if c else None, "split_k": c.split_k if c else None,
-        "tiles": c.tiles if c else None, "waves": c.waves if c else None,
+        "name": k.name,
+        "ops": list(k.op_types),
+        "nodes": list(k.nodes),
+        "rule": k.rule,
+        "layer_type": str(k.layer_type),
+        "engine": k.engine,
+        "dtype": e.dtype,
+        "layout": k.layout,
+        "tile": tile,
+        "stages": c.stages if c else None,
+        "split_k": c.split_k if c else None,
+        "tiles": c.tiles if c else None,
+        "waves": c.waves if c else None,
         "wave_efficiency": c.wave_efficiency if c else None,
-        "padding_efficiency": c.padding_efficiency if c else None, "sram_bytes": c.sram_bytes if c else None,
-        "block_size": e.tiling.block_size or None, "passes": e.tiling.passes, "grid_syncs": e.tiling.grid_syncs,
-        "alternatives": [{"tile": f"{a.tile_m}x{a.tile_n}x{a.tile_k}", "split_k": a.split_k, "waves": a.waves,
-                          "wave_efficiency": a.wave_efficiency, "time_s": a.time_s} for a in e.tiling.alternatives],
-        "flops": k.flops, "matrix_flops": k.matrix_flops, "dram_bytes": e.dram_bytes, "l2_bytes": e.l2_bytes,
-        "weight_bytes": k.weight_bytes, "time_s": e.time_s, "start_s": e.start_s,
-        "compute_time_s": e.compute_time_s, "memory_time_s": e.memory_time_s, "overhead_s": e.overhead_s,
-        "sync_s": e.sync_s, "intensity_flop_per_byte": _num(e.intensity_flop_per_byte),
-        "achieved_flops_per_s": e.achieved_flops_per_s, "stall_fraction": e.stall_fraction,
-        "energy_j": e.energy_j, "avg_power_w": e.avg_power_w, "throttled": e.throttled,
-        "bottleneck": e.bottleneck, "evidence": e.evidence, "owner": e.owner, "note": k.note,
+        "padding_efficiency": c.padding_efficiency if c else None,
+        "sram_bytes": c.sram_bytes if c else None,
+        "block_size": e.tiling.block_size or None,
+        "passes": e.tiling.passes,
+        "grid_syncs": e.tiling.grid_syncs,
+        "alternatives": [
+            {
+                "tile": f"{a.tile_m}x{a.tile_n}x{a.tile_k}",
+                "split_k": a.split_k,
+                "waves": a.waves,
+                "wave_efficiency": a.wave_efficiency,
+                "time_s": a.time_s,
+            }
+            for a in e.tiling.alternatives
+        ],
+        "flops": k.flops,
+        "matrix_flops": k.matrix_flops,
+        "dram_bytes": e.dram_bytes,
+        "l2_bytes": e.l2_bytes,
+        "weight_bytes": k.weight_bytes,
+        "time_s": e.time_s,
+        "start_s": e.start_s,
+        "compute_time_s": e.compute_time_s,
+        "memory_time_s": e.memory_time_s,
+        "overhead_s": e.overhead_s,
+        "sync_s": e.sync_s,
+        "intensity_flop_per_byte": _num(e.intensity_flop_per_byte),
+        "achieved_flops_per_s": e.achieved_flops_per_s,
+        "stall_fraction": e.stall_fraction,
+        "energy_j": e.energy_j,
+        "avg_power_w": e.avg_power_w,
+        "throttled": e.throttled,
+        "bottleneck": e.bottleneck,
+        "evidence": e.evidence,
+        "owner": e.owner,
+        "note": k.note,
     }
 
 
@@ -43,25 +78,49 @@ def mapping_document(result: MappingResult) -> dict:
     """The whole result as plain data (what `mapper map --json` prints)."""
     t = result.totals
     return {
-        "model": {"name": result.model_name, "sha256": result.model_sha256, "nodes": result.node_count,
-                  "dims": dict(result.dims)},
+        "model": {
+            "name": result.model_name,
+            "sha256": result.model_sha256,
+            "nodes": result.node_count,
+            "dims": dict(result.dims),
+        },
         "hardware": {"name": result.hardware_name, "sha256": result.hardware_sha256},
         "options": dataclasses.asdict(result.options),
         "engine_version": result.engine_version,
         "created_utc": result.created_utc,
         "totals": {
-            "flops": t.flops, "matrix_flops": t.matrix_flops, "dram_bytes": t.dram_bytes,
-            "weight_bytes": t.weight_bytes, "latency_s": t.latency_s, "batch": t.batch,
-            "throughput_per_s": t.throughput_per_s, "mfu": t.mfu, "memory_stall_fraction": t.memory_stall_fraction,
-            "energy_j": t.energy_j, "energy_per_inference_j": t.energy_per_inference_j,
-            "avg_power_w": t.avg_power_w, "perf_per_watt": t.perf_per_watt,
-            "peak_flops_per_s": t.peak_flops_per_s, "dtype": t.dtype, "kernels": len(result.kernels),
+            "flops": t.flops,
+            "matrix_flops": t.matrix_flops,
+            "dram_bytes": t.dram_bytes,
+            "weight_bytes": t.weight_bytes,
+            "latency_s": t.latency_s,
+            "batch": t.batch,
+            "throughput_per_s": t.throughput_per_s,
+            "mfu": t.mfu,
+            "memory_stall_fraction": t.memory_stall_fraction,
+            "energy_j": t.energy_j,
+            "energy_per_inference_j": t.energy_per_inference_j,
+            "avg_power_w": t.avg_power_w,
+            "perf_per_watt": t.perf_per_watt,
+            "peak_flops_per_s": t.peak_flops_per_s,
+            "dtype": t.dtype,
+            "kernels": len(result.kernels),
         },
         "layer_types": [dataclasses.asdict(layer) for layer in result.layers],
         "kernels": [kernel_record(e) for e in result.kernels],
-        "nodes": [{"name": n.name, "op_type": n.op_type, "op_class": str(n.op_class), "layer_type": str(n.layer_type),
-                   "flops": n.flops, "matrix_flops": n.matrix_flops, "bytes": n.bytes,
-                   "weight_bytes": n.weight_bytes} for n in result.nodes],
+        "nodes": [
+            {
+                "name": n.name,
+                "op_type": n.op_type,
+                "op_class": str(n.op_class),
+                "layer_type": str(n.layer_type),
+                "flops": n.flops,
+                "matrix_flops": n.matrix_flops,
+                "bytes": n.bytes,
+                "weight_bytes": n.weight_bytes,
+            }
+            for n in result.nodes
+        ],
         "unmodeled": [{"name": n, "op_type": op, "reason": why} for n, op, why in result.unmodeled],
         "caveats": list(result.caveats),
         "assumptions": [{"name": n, "value": v, "source": s} for n, v, s in result.assumptions],

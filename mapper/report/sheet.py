@@ -4,6 +4,7 @@ Every frame is built from the mapping document (`mapper.report.document`), so th
 `--json` and the dashboard show the same numbers. Numbers stay numbers (SI
 units in the column names); display formatting happens only in the HTML.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,36 +24,111 @@ from mapper.report.html import render_html
 FORMATS = ("xlsx", "csv", "json", "html")
 TOP_BOTTLENECKS = 5
 # Sections of the document that have their own sheet; any other key is an extra section (serving...).
-CORE_KEYS = {"model", "hardware", "options", "engine_version", "created_utc", "totals", "layer_types",
-             "kernels", "nodes", "unmodeled", "caveats", "assumptions"}
+CORE_KEYS = {
+    "model",
+    "hardware",
+    "options",
+    "engine_version",
+    "created_utc",
+    "totals",
+    "layer_types",
+    "kernels",
+    "nodes",
+    "unmodeled",
+    "caveats",
+    "assumptions",
+}
 
 # Summary metrics: (key in document totals, unit). Fractions are 0..1, never percent.
 SUMMARY_METRICS = (
-    ("latency_s", "s"), ("throughput_per_s", "inferences/s"), ("mfu", "fraction"),
-    ("memory_stall_fraction", "fraction of latency"), ("energy_per_inference_j", "J"), ("energy_j", "J per batch"),
-    ("avg_power_w", "W"), ("perf_per_watt", "inferences/s/W"), ("flops", "FLOP (2 per MAC)"),
-    ("matrix_flops", "FLOP (2 per MAC)"), ("dram_bytes", "B"), ("weight_bytes", "B"),
-    ("peak_flops_per_s", "FLOP/s"), ("dtype", ""), ("batch", "inferences"), ("kernels", "kernels"),
+    ("latency_s", "s"),
+    ("throughput_per_s", "inferences/s"),
+    ("mfu", "fraction"),
+    ("memory_stall_fraction", "fraction of latency"),
+    ("energy_per_inference_j", "J"),
+    ("energy_j", "J per batch"),
+    ("avg_power_w", "W"),
+    ("perf_per_watt", "inferences/s/W"),
+    ("flops", "FLOP (2 per MAC)"),
+    ("matrix_flops", "FLOP (2 per MAC)"),
+    ("dram_bytes", "B"),
+    ("weight_bytes", "B"),
+    ("peak_flops_per_s", "FLOP/s"),
+    ("dtype", ""),
+    ("batch", "inferences"),
+    ("kernels", "kernels"),
 )
 # Kernel record fields that are numbers (None -> NaN); the others are text or flags.
-KERNEL_NUMERIC = ("stages", "split_k", "tiles", "waves", "wave_efficiency", "padding_efficiency", "sram_bytes",
-                  "block_size", "passes", "grid_syncs", "flops", "matrix_flops", "dram_bytes", "l2_bytes",
-                  "weight_bytes", "time_s", "start_s", "compute_time_s", "memory_time_s", "overhead_s", "sync_s",
-                  "intensity_flop_per_byte", "achieved_flops_per_s", "stall_fraction", "energy_j", "avg_power_w")
+KERNEL_NUMERIC = (
+    "stages",
+    "split_k",
+    "tiles",
+    "waves",
+    "wave_efficiency",
+    "padding_efficiency",
+    "sram_bytes",
+    "block_size",
+    "passes",
+    "grid_syncs",
+    "flops",
+    "matrix_flops",
+    "dram_bytes",
+    "l2_bytes",
+    "weight_bytes",
+    "time_s",
+    "start_s",
+    "compute_time_s",
+    "memory_time_s",
+    "overhead_s",
+    "sync_s",
+    "intensity_flop_per_byte",
+    "achieved_flops_per_s",
+    "stall_fraction",
+    "energy_j",
+    "avg_power_w",
+)
 
 
 def _alternatives_text(alternatives: list[dict]) -> str:
     """The runner-up tiles, short enough for one cell: '128x128x64 split-k 1, 2 waves at 88%, 12.3 us; ...'."""
-    return "; ".join(f"{a['tile']} split-k {a['split_k']}, {a['waves']} waves at {a['wave_efficiency']:.0%},"
-                     f" {a['time_s'] * 1e6:.1f} us" for a in alternatives)
+    return "; ".join(
+        f"{a['tile']} split-k {a['split_k']}, {a['waves']} waves at {a['wave_efficiency']:.0%},"
+        f" {a['time_s'] * 1e6:.1f} us"
+        for a in alternatives
+    )
 
 
 def kernels_frame(doc: dict) -> pd.DataFrame:
     latency = doc["totals"]["latency_s"] or 1.0
-    rows = [{**k, "ops": " ".join(k["ops"]), "nodes": " ".join(k["nodes"]), "share": k["time_s"] / latency,
-             "alternatives": _alternatives_text(k["alternatives"])} for k in doc["kernels"]]
-    columns = ["name", "layer_type", "engine", "rule", "ops", "dtype", "layout", "tile", "bottleneck", "share",
-               *KERNEL_NUMERIC, "throttled", "evidence", "owner", "alternatives", "note", "nodes"]
+    rows = [
+        {
+            **k,
+            "ops": " ".join(k["ops"]),
+            "nodes": " ".join(k["nodes"]),
+            "share": k["time_s"] / latency,
+            "alternatives": _alternatives_text(k["alternatives"]),
+        }
+        for k in doc["kernels"]
+    ]
+    columns = [
+        "name",
+        "layer_type",
+        "engine",
+        "rule",
+        "ops",
+        "dtype",
+        "layout",
+        "tile",
+        "bottleneck",
+        "share",
+        *KERNEL_NUMERIC,
+        "throttled",
+        "evidence",
+        "owner",
+        "alternatives",
+        "note",
+        "nodes",
+    ]
     frame = pd.DataFrame(rows, columns=columns)
     for col in KERNEL_NUMERIC:
         frame[col] = pd.to_numeric(frame[col], errors="coerce").astype(float)
@@ -79,31 +155,53 @@ def limiting_sentence(doc: dict) -> str:
     latency = doc["totals"]["latency_s"] or 1.0
     count = sum(1 for k in doc["kernels"] if k["bottleneck"] == cls)
     fix = fix_of(cls) or None
-    return (f"{doc['model']['name']} on {doc['hardware']['name']} is mostly {cls}: {time_s / latency:.0%} of its"
-            f" time is in {count} kernel{'s' if count != 1 else ''} of that class."
-            f" The {owner} should act first{f' ({fix})' if fix else ''}.")
+    return (
+        f"{doc['model']['name']} on {doc['hardware']['name']} is mostly {cls}: {time_s / latency:.0%} of its"
+        f" time is in {count} kernel{'s' if count != 1 else ''} of that class."
+        f" The {owner} should act first{f' ({fix})' if fix else ''}."
+    )
 
 
 def summary_frame(doc: dict) -> pd.DataFrame:
     t = doc["totals"]
-    rows = [{"section": "model", "name": "model", "value": doc["model"]["name"], "unit": ""},
-            {"section": "model", "name": "hardware", "value": doc["hardware"]["name"], "unit": ""}]
-    rows += [{"section": "metric", "name": key, "value": t[key], "unit": unit} for key, unit in SUMMARY_METRICS
-             if key in t]
+    rows = [
+        {"section": "model", "name": "model", "value": doc["model"]["name"], "unit": ""},
+        {"section": "model", "name": "hardware", "value": doc["hardware"]["name"], "unit": ""},
+    ]
+    rows += [
+        {"section": "metric", "name": key, "value": t[key], "unit": unit} for key, unit in SUMMARY_METRICS if key in t
+    ]
     if t.get("dram_bytes"):
-        rows.append({"section": "metric", "name": "intensity_flop_per_byte", "value": t["flops"] / t["dram_bytes"],
-                     "unit": "FLOP/B"})
+        rows.append(
+            {
+                "section": "metric",
+                "name": "intensity_flop_per_byte",
+                "value": t["flops"] / t["dram_bytes"],
+                "unit": "FLOP/B",
+            }
+        )
     rows.append({"section": "metric", "name": "unmodeled_nodes", "value": len(doc["unmodeled"]), "unit": "nodes"})
     rows.append({"section": "verdict", "name": "what limits it", "value": limiting_sentence(doc), "unit": ""})
     for cls, time_s, owner in class_times(doc):
-        rows.append({"section": "time by class", "name": cls, "value": time_s, "unit": "s", "owner": owner,
-                     "fix": fix_of(cls)})
+        rows.append(
+            {"section": "time by class", "name": cls, "value": time_s, "unit": "s", "owner": owner, "fix": fix_of(cls)}
+        )
     for k in sorted(doc["kernels"], key=lambda k: -k["time_s"])[:TOP_BOTTLENECKS]:
-        rows.append({"section": "top bottleneck", "name": k["name"], "value": k["time_s"], "unit": "s",
-                     "bottleneck": k["bottleneck"], "evidence": k["evidence"], "owner": k["owner"],
-                     "fix": fix_of(k["bottleneck"])})
-    rows += [{"section": "caveat", "name": f"caveat {i}", "value": c, "unit": ""}
-             for i, c in enumerate(doc["caveats"], 1)]
+        rows.append(
+            {
+                "section": "top bottleneck",
+                "name": k["name"],
+                "value": k["time_s"],
+                "unit": "s",
+                "bottleneck": k["bottleneck"],
+                "evidence": k["evidence"],
+                "owner": k["owner"],
+                "fix": fix_of(k["bottleneck"]),
+            }
+        )
+    rows += [
+        {"section": "caveat", "name": f"caveat {i}", "value": c, "unit": ""} for i, c in enumerate(doc["caveats"], 1)
+    ]
     text = ["unit", "bottleneck", "evidence", "owner", "fix"]
     return pd.DataFrame(rows, columns=["section", "name", "value", *text]).fillna({c: "" for c in text})
 
@@ -119,10 +217,15 @@ def _number_or_text(value):
 
 
 def provenance_frame(doc: dict) -> pd.DataFrame:
-    rows = [("model.name", doc["model"]["name"]), ("model.sha256", doc["model"]["sha256"]),
-            ("model.nodes", doc["model"].get("nodes")), ("hardware.name", doc["hardware"]["name"]),
-            ("hardware.sha256", doc["hardware"]["sha256"]), ("engine_version", doc["engine_version"]),
-            ("created_utc", doc["created_utc"])]
+    rows = [
+        ("model.name", doc["model"]["name"]),
+        ("model.sha256", doc["model"]["sha256"]),
+        ("model.nodes", doc["model"].get("nodes")),
+        ("hardware.name", doc["hardware"]["name"]),
+        ("hardware.sha256", doc["hardware"]["sha256"]),
+        ("engine_version", doc["engine_version"]),
+        ("created_utc", doc["created_utc"]),
+    ]
     rows += [(f"option.{k}", "" if v is None else v) for k, v in doc["options"].items()]
     rows += [(f"dim.{k}", v) for k, v in doc["model"].get("dims", {}).items()]
     return pd.DataFrame(rows, columns=["name", "value"])
@@ -165,13 +268,16 @@ def frames_from_document(doc: dict) -> dict[str, pd.DataFrame]:
     frames = {
         "Summary": summary_frame(doc),
         "Kernels": kernels,
-        "Layer types": pd.DataFrame(doc["layer_types"],
-                                    columns=["layer_type", "kernels", "time_s", "share", "flops", "mfu",
-                                             "stall_fraction"]),
-        "Fusion plan": kernels[["name", "rule", "ops", "nodes", "engine", "layout", "note"]]
-        .rename(columns={"name": "kernel"}),
-        "Assumptions": pd.DataFrame([{**a, "value": _number_or_text(a["value"])} for a in doc["assumptions"]],
-                                    columns=["name", "value", "source"]),
+        "Layer types": pd.DataFrame(
+            doc["layer_types"], columns=["layer_type", "kernels", "time_s", "share", "flops", "mfu", "stall_fraction"]
+        ),
+        "Fusion plan": kernels[["name", "rule", "ops", "nodes", "engine", "layout", "note"]].rename(
+            columns={"name": "kernel"}
+        ),
+        "Assumptions": pd.DataFrame(
+            [{**a, "value": _number_or_text(a["value"])} for a in doc["assumptions"]],
+            columns=["name", "value", "source"],
+        ),
         "Provenance": provenance_frame(doc),
         "Unmodeled": pd.DataFrame(doc["unmodeled"], columns=["name", "op_type", "reason"]),
     }

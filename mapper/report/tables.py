@@ -8,6 +8,7 @@ string is written with a leading single quote, which spreadsheets show as text; 
 touched, so a negative number stays a number. Control characters, which openpyxl refuses
 (IllegalCharacterError) and a terminal runs as escapes, become U+FFFD.
 """
+
 from __future__ import annotations
 
 import io

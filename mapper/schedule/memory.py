@@ -5,6 +5,7 @@ pipeline stages hold their own kernels' weights; the KV cache (what the Concat n
 the past key/value inputs write: the past plus this step) is split by heads. Activations: the largest live working set
 of one kernel (its non-weight traffic), a lower bound that ignores allocator slack.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,22 +26,28 @@ class MemoryPlan:
     weight_bytes: float
     kv_cache_bytes: float
     activation_bytes: float
-    smallest_fit: dict | None          # {"tp": .., "pp": .., "per_device_bytes": ..} or None
+    smallest_fit: dict | None  # {"tp": .., "pp": .., "per_device_bytes": ..} or None
 
 
 def kv_cache_bytes(graph: Graph, sizer: Sizer) -> float:
     """The KV cache after this step: every Concat that appends to a graph input (the past keys/values)."""
     inputs = set(graph.inputs)
-    return sum(sizer.bytes(graph.tensors[o]) for n in graph.nodes if n.op_type == "Concat"
-               and any(i in inputs for i in n.inputs) for o in n.outputs if o in graph.tensors)
+    return sum(
+        sizer.bytes(graph.tensors[o])
+        for n in graph.nodes
+        if n.op_type == "Concat" and any(i in inputs for i in n.inputs)
+        for o in n.outputs
+        if o in graph.tensors
+    )
 
 
 def _footprint(sharded_w: float, replicated_w: float, kv: float, act: float, tp: int, pp: int) -> float:
     return (sharded_w / tp + replicated_w) / pp + kv / (tp * pp) + act / tp
 
 
-def plan_memory(graph: Graph, kernels: list[Kernel], sizer: Sizer, capacity_bytes: float, tp: int, pp: int,
-                max_devices: int) -> MemoryPlan:
+def plan_memory(
+    graph: Graph, kernels: list[Kernel], sizer: Sizer, capacity_bytes: float, tp: int, pp: int, max_devices: int
+) -> MemoryPlan:
     """`kernels` carry their tensor-parallel roles (full size, before the split)."""
     sharded_w = sum(k.weight_bytes for k in kernels if k.shard in ("column", "row"))
     replicated_w = sum(k.weight_bytes for k in kernels if k.shard not in ("column", "row"))
@@ -48,20 +55,36 @@ def plan_memory(graph: Graph, kernels: list[Kernel], sizer: Sizer, capacity_byte
     act = max((k.dram_bytes - k.weight_bytes for k in kernels), default=0.0)
     per_device = _footprint(sharded_w, replicated_w, kv, act, tp, pp)
     smallest = None
-    options = sorted(((t, p) for t in PARALLEL_DEGREES for p in PARALLEL_DEGREES if t * p <= max_devices),
-                     key=lambda tp_pp: (tp_pp[0] * tp_pp[1], -tp_pp[0]))
+    options = sorted(
+        ((t, p) for t in PARALLEL_DEGREES for p in PARALLEL_DEGREES if t * p <= max_devices),
+        key=lambda tp_pp: (tp_pp[0] * tp_pp[1], -tp_pp[0]),
+    )
     for t, p in options:
         need = _footprint(sharded_w, replicated_w, kv, act, t, p)
         if need <= capacity_bytes:
             smallest = {"tp": t, "pp": p, "per_device_bytes": need}
             break
-    return MemoryPlan(per_device, capacity_bytes, per_device <= capacity_bytes, max(0.0, per_device - capacity_bytes),
-                      (sharded_w / tp + replicated_w) / pp, kv / (tp * pp), act / tp, smallest)
+    return MemoryPlan(
+        per_device,
+        capacity_bytes,
+        per_device <= capacity_bytes,
+        max(0.0, per_device - capacity_bytes),
+        (sharded_w / tp + replicated_w) / pp,
+        kv / (tp * pp),
+        act / tp,
+        smallest,
+    )
 
 
 def memory_section(plan: MemoryPlan) -> dict:
     """The `memory` section of `--json` and the sheet."""
-    return {"per_device_bytes": plan.per_device_bytes, "capacity_bytes": plan.capacity_bytes, "fits": plan.fits,
-            "shortfall_bytes": plan.shortfall_bytes, "weight_bytes": plan.weight_bytes,
-            "kv_cache_bytes": plan.kv_cache_bytes, "activation_bytes": plan.activation_bytes,
-            "smallest_fit": plan.smallest_fit}
+    return {
+        "per_device_bytes": plan.per_device_bytes,
+        "capacity_bytes": plan.capacity_bytes,
+        "fits": plan.fits,
+        "shortfall_bytes": plan.shortfall_bytes,
+        "weight_bytes": plan.weight_bytes,
+        "kv_cache_bytes": plan.kv_cache_bytes,
+        "activation_bytes": plan.activation_bytes,
+        "smallest_fit": plan.smallest_fit,
+    }

@@ -4,6 +4,7 @@ After cost (the per-device kernels are already sharded for tensor parallelism). 
 timeline a batch follows and the `parallel` section of the result: degrees, stage times, the
 interconnect's share of the time and every collective.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -21,13 +22,32 @@ from mapper.schedule.stages import balance_stages, stage_times
 
 def _estimate_collective(kernel, hw: HardwareProfile, dtype: str, sizer: Sizer) -> KernelEstimate:
     c = estimate_cost(kernel, hw, dtype, sizer.act, sizer.weight)
-    cls, evidence, owner = classify(Facts("interconnect", c.time_s, 0.0, 0.0, c.overhead_s, 0.0, 0.0, 1.0, 0, 1.0,
-                                          1.0, c.interconnect_s))
-    return KernelEstimate(kernel, KernelAssessment(
-        tiling=c.tiling, dtype=dtype, time_s=c.time_s, compute_time_s=0.0, memory_time_s=0.0, overhead_s=c.overhead_s,
-        sync_s=0.0, dram_bytes=0.0, l2_bytes=0.0, intensity_flop_per_byte=0.0, achieved_flops_per_s=0.0,
-        stall_fraction=0.0, energy_j=c.energy_j, avg_power_w=c.avg_power_w, throttled=False, bottleneck=cls,
-        evidence=evidence, owner=owner))
+    cls, evidence, owner = classify(
+        Facts("interconnect", c.time_s, 0.0, 0.0, c.overhead_s, 0.0, 0.0, 1.0, 0, 1.0, 1.0, c.interconnect_s)
+    )
+    return KernelEstimate(
+        kernel,
+        KernelAssessment(
+            tiling=c.tiling,
+            dtype=dtype,
+            time_s=c.time_s,
+            compute_time_s=0.0,
+            memory_time_s=0.0,
+            overhead_s=c.overhead_s,
+            sync_s=0.0,
+            dram_bytes=0.0,
+            l2_bytes=0.0,
+            intensity_flop_per_byte=0.0,
+            achieved_flops_per_s=0.0,
+            stall_fraction=0.0,
+            energy_j=c.energy_j,
+            avg_power_w=c.avg_power_w,
+            throttled=False,
+            bottleneck=cls,
+            evidence=evidence,
+            owner=owner,
+        ),
+    )
 
 
 def _stage_sends(graph: Graph, estimates: list[KernelEstimate], stage_of: list[int], sizer: Sizer) -> dict[int, float]:
@@ -54,13 +74,16 @@ def _stage_sends(graph: Graph, estimates: list[KernelEstimate], stage_of: list[i
     return sends
 
 
-def place_on_devices(graph: Graph, estimates: list[KernelEstimate], options: PlanOptions, hw: HardwareProfile,
-                     dtype: str, sizer: Sizer) -> tuple[list[KernelEstimate], dict]:
+def place_on_devices(
+    graph: Graph, estimates: list[KernelEstimate], options: PlanOptions, hw: HardwareProfile, dtype: str, sizer: Sizer
+) -> tuple[list[KernelEstimate], dict]:
     tp, pp, dp = options.tp, options.pp, options.dp
     devices = tp * pp * dp
     if tp * pp > 1 and tp * pp > hw.interconnect.max_devices:
-        raise MapperError(f"tp x pp = {tp * pp} devices exceeds the {hw.interconnect.max_devices} that"
-                          f" {hw.name}'s interconnect ({hw.interconnect.topology}) connects; lower --tp/--pp")
+        raise MapperError(
+            f"tp x pp = {tp * pp} devices exceeds the {hw.interconnect.max_devices} that"
+            f" {hw.name}'s interconnect ({hw.interconnect.topology}) connects; lower --tp/--pp"
+        )
     if options.overlap_collectives:
         estimates = _overlap(estimates)
     if pp == 1 and not options.overlap_collectives:
@@ -71,25 +94,49 @@ def place_on_devices(graph: Graph, estimates: list[KernelEstimate], options: Pla
     collectives = [e for e in placed if e.kernel.collective]
     comm = sum(e.time_s for e in collectives)
     section = {
-        "tp": tp, "pp": pp, "dp": dp, "devices": devices, "topology": hw.interconnect.topology,
-        "stage_times_s": per_stage, "slowest_stage_s": max(per_stage) if pp > 1 else None,
-        "interconnect_time_s": comm, "interconnect_share": comm / start if start else 0.0,
-        "collectives": [{"name": e.kernel.name, "kind": e.kernel.collective, "devices": e.kernel.devices,
-                         "message_bytes": e.kernel.dram_bytes, "time_s": e.time_s} for e in collectives],
-        "assumptions": [("tensor parallelism: Megatron-style column/row GEMMs, heads split, one all-reduce per"
-                        " row-parallel GEMM; norms, residuals and embeddings replicated"),
-                        ("pipeline: contiguous stages balanced by time; one batch visits every stage (latency),"
-                        " back-to-back batches overlap (throughput = batch / slowest stage)"),
-                        "data parallelism: independent replicas, no collectives at inference",
-                        "collectives: alpha-beta, the faster of ring and tree for the topology"
-                        + (" and hidden behind the next kernel's compute" if options.overlap_collectives else
-                           "; not overlapped with compute")],
+        "tp": tp,
+        "pp": pp,
+        "dp": dp,
+        "devices": devices,
+        "topology": hw.interconnect.topology,
+        "stage_times_s": per_stage,
+        "slowest_stage_s": max(per_stage) if pp > 1 else None,
+        "interconnect_time_s": comm,
+        "interconnect_share": comm / start if start else 0.0,
+        "collectives": [
+            {
+                "name": e.kernel.name,
+                "kind": e.kernel.collective,
+                "devices": e.kernel.devices,
+                "message_bytes": e.kernel.dram_bytes,
+                "time_s": e.time_s,
+            }
+            for e in collectives
+        ],
+        "assumptions": [
+            (
+                "tensor parallelism: Megatron-style column/row GEMMs, heads split, one all-reduce per"
+                " row-parallel GEMM; norms, residuals and embeddings replicated"
+            ),
+            (
+                "pipeline: contiguous stages balanced by time; one batch visits every stage (latency),"
+                " back-to-back batches overlap (throughput = batch / slowest stage)"
+            ),
+            "data parallelism: independent replicas, no collectives at inference",
+            "collectives: alpha-beta, the faster of ring and tree for the topology"
+            + (
+                " and hidden behind the next kernel's compute"
+                if options.overlap_collectives
+                else "; not overlapped with compute"
+            ),
+        ],
     }
     return placed, section
 
 
-def _pipeline(graph: Graph, estimates: list[KernelEstimate], pp: int, hw: HardwareProfile, dtype: str,
-              sizer: Sizer) -> tuple[list[KernelEstimate], float]:
+def _pipeline(
+    graph: Graph, estimates: list[KernelEstimate], pp: int, hw: HardwareProfile, dtype: str, sizer: Sizer
+) -> tuple[list[KernelEstimate], float]:
     """Stages balanced by time, the sends between them, and the timeline re-laid from zero."""
     stage_of = balance_stages([e.time_s for e in estimates], pp)
     timeline: list[KernelEstimate] = []
@@ -113,7 +160,12 @@ def _overlap(estimates: list[KernelEstimate]) -> list[KernelEstimate]:
         if not e.kernel.collective or i + 1 >= len(out):
             continue
         hidden = min(e.time_s - e.overhead_s, out[i + 1].compute_time_s)
-        out[i] = replace(e, assessment=replace(e.assessment, time_s=e.time_s - hidden,
-                                               evidence=f"{e.evidence}; {hidden * 1e6:.1f} us hidden behind"
-                                                        f" {out[i + 1].kernel.name}"))
+        out[i] = replace(
+            e,
+            assessment=replace(
+                e.assessment,
+                time_s=e.time_s - hidden,
+                evidence=f"{e.evidence}; {hidden * 1e6:.1f} us hidden behind {out[i + 1].kernel.name}",
+            ),
+        )
     return out

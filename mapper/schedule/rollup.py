@@ -4,13 +4,16 @@ Stage nine. On one stream, latency is the sum of kernel times. MFU is model
 FLOPs (algorithmic, unpadded) over latency x the dtype's matrix peak; the
 memory-stall fraction is the time-weighted mean of kernels' stall fractions.
 """
+
 from __future__ import annotations
 
 from mapper.core.graph import Graph
 from mapper.core.result import KernelEstimate, LayerRollup, Totals
 
-STALL_DEFINITION = ("memory-stall fraction = max(0, memory time - compute time) / kernel time: the share of a"
-                    " kernel's time in which its engine waits on memory; model and layer figures are time-weighted")
+STALL_DEFINITION = (
+    "memory-stall fraction = max(0, memory time - compute time) / kernel time: the share of a"
+    " kernel's time in which its engine waits on memory; model and layer figures are time-weighted"
+)
 
 
 def batch_size(graph: Graph) -> int:
@@ -25,10 +28,20 @@ def batch_size(graph: Graph) -> int:
     return 1
 
 
-def roll_up(estimates: list[KernelEstimate], graph: Graph, model_flops: float, matrix_flops: float,
-            weight_bytes: float, peak: float, dtype: str, devices: int = 1, replicas: int = 1,
-            steady_state_s: float | None = None, ranks: int = 1,
-            idle_others_w: float = 0.0) -> tuple[tuple[LayerRollup, ...], Totals]:
+def roll_up(
+    estimates: list[KernelEstimate],
+    graph: Graph,
+    model_flops: float,
+    matrix_flops: float,
+    weight_bytes: float,
+    peak: float,
+    dtype: str,
+    devices: int = 1,
+    replicas: int = 1,
+    steady_state_s: float | None = None,
+    ranks: int = 1,
+    idle_others_w: float = 0.0,
+) -> tuple[tuple[LayerRollup, ...], Totals]:
     """`devices` serve one batch together (tp x pp): MFU is against all of their peaks. Throughput counts
     `replicas` (dp) and, with pipeline stages, back-to-back batches overlapping (`steady_state_s`).
     Energy: each kernel runs on `ranks` (tp) devices at once while the other stages' devices idle
@@ -44,18 +57,35 @@ def roll_up(estimates: list[KernelEstimate], graph: Graph, model_flops: float, m
     for layer, group in sorted(by_layer.items(), key=lambda kv: -sum(e.time_s for e in kv[1])):
         t = sum(e.time_s for e in group)
         flops = sum(e.kernel.flops for e in group)
-        layers.append(LayerRollup(layer, len(group), t, t / latency if latency else 0.0, flops,
-                                  flops / (t * peak) if t else 0.0,  # per-device kernels on one device's peak
-                                  sum(e.stall_fraction * e.time_s for e in group) / t if t else 0.0))
+        layers.append(
+            LayerRollup(
+                layer,
+                len(group),
+                t,
+                t / latency if latency else 0.0,
+                flops,
+                flops / (t * peak) if t else 0.0,  # per-device kernels on one device's peak
+                sum(e.stall_fraction * e.time_s for e in group) / t if t else 0.0,
+            )
+        )
     power = replicas * energy / latency if latency else 0.0
     period = steady_state_s if steady_state_s else latency
     throughput = replicas * batch / period if period else 0.0
     totals = Totals(
-        latency_s=latency, batch=batch, throughput_per_s=throughput, flops=model_flops, matrix_flops=matrix_flops,
-        dram_bytes=sum(e.dram_bytes for e in estimates), weight_bytes=weight_bytes,
+        latency_s=latency,
+        batch=batch,
+        throughput_per_s=throughput,
+        flops=model_flops,
+        matrix_flops=matrix_flops,
+        dram_bytes=sum(e.dram_bytes for e in estimates),
+        weight_bytes=weight_bytes,
         mfu=model_flops / (latency * peak * devices) if latency else 0.0,
         memory_stall_fraction=stall_time / latency if latency else 0.0,
-        energy_j=energy, energy_per_inference_j=energy / batch, avg_power_w=power,
-        perf_per_watt=throughput / power if power else 0.0, peak_flops_per_s=peak, dtype=dtype,
+        energy_j=energy,
+        energy_per_inference_j=energy / batch,
+        avg_power_w=power,
+        perf_per_watt=throughput / power if power else 0.0,
+        peak_flops_per_s=peak,
+        dtype=dtype,
     )
     return tuple(layers), totals

@@ -5,6 +5,7 @@ search on the stage-time bound with a greedy fill: optimal for contiguous partit
 walks through every stage in turn (latency = all stages + the sends); back-to-back batches overlap
 across stages, so steady-state throughput is set by the slowest stage.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -6,6 +6,7 @@ policy decides when a batch leaves; the batch's service time is the engine's lat
 size (computed once per size) times run-to-run jitter. Batch-1 and static batching are the Lindley
 recursion in closed form (numpy, no per-request loop); dynamic batching loops over batches, not requests.
 """
+
 from __future__ import annotations
 
 import math
@@ -25,11 +26,11 @@ POLICIES = ("static", "dynamic")
 JITTER_DISTS = ("none", "lognormal", "exponential")
 MAX_REQUESTS, MAX_TRACE_ROWS, MAX_BATCH = limits.MAX_REQUESTS, limits.MAX_TRACE_ROWS, limits.MAX_BATCH
 PERCENTILES = (("p50_s", 50.0), ("p90_s", 90.0), ("p95_s", 95.0), ("p99_s", 99.0), ("p999_s", 99.9))
-SAMPLE_POINTS = 1001                 # quantiles kept for plotting a latency CDF (0%, 0.1%, ..., 100%)
-QUANTILE_SAMPLE = 100_000            # requests (strided) those plotting quantiles are taken from
-KNEE_P99_RATIO = 2.0                 # the knee: first load whose p99 is this many times the lightest load's p99
+SAMPLE_POINTS = 1001  # quantiles kept for plotting a latency CDF (0%, 0.1%, ..., 100%)
+QUANTILE_SAMPLE = 100_000  # requests (strided) those plotting quantiles are taken from
+KNEE_P99_RATIO = 2.0  # the knee: first load whose p99 is this many times the lightest load's p99
 DEFAULT_LOADS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98)
-TARGET_SEARCH_STEPS = 8              # bisection steps for the highest rate meeting a p99 target
+TARGET_SEARCH_STEPS = 8  # bisection steps for the highest rate meeting a p99 target
 
 ServiceTime = float | Callable[[int], float]
 
@@ -51,14 +52,14 @@ class Trace:
 class ServingConfig:
     """The scheduler and the load. `jitter_cv=None` means: take it from the hardware profile."""
 
-    policy: str = "dynamic"           # static | dynamic
+    policy: str = "dynamic"  # static | dynamic
     max_batch: int = 1
-    max_wait_s: float = 0.0           # dynamic: how long the oldest request may wait for the batch to fill
-    rate_per_s: float = 100.0         # Poisson arrival rate (ignored with a trace)
-    requests: int = 100_000           # ignored with a trace (every row is a request)
+    max_wait_s: float = 0.0  # dynamic: how long the oldest request may wait for the batch to fill
+    rate_per_s: float = 100.0  # Poisson arrival rate (ignored with a trace)
+    requests: int = 100_000  # ignored with a trace (every row is a request)
     seed: int = 0
     jitter_cv: float | None = None
-    jitter_dist: str | None = None    # none | lognormal | exponential (None: the profile's)
+    jitter_dist: str | None = None  # none | lognormal | exponential (None: the profile's)
     trace: Trace | None = None
 
 
@@ -71,9 +72,9 @@ class ServingResult:
     p999_s: float
     mean_s: float
     mean_wait_s: float
-    throughput_per_s: float           # completed requests over the makespan
-    utilization: float                # device busy time over the makespan
-    mean_queue_length: float          # time-average number of requests waiting (total wait / makespan)
+    throughput_per_s: float  # completed requests over the makespan
+    utilization: float  # device busy time over the makespan
+    mean_queue_length: float  # time-average number of requests waiting (total wait / makespan)
     mean_batch: float
     requests: int
     batches: int
@@ -94,7 +95,9 @@ def validate_config(config: ServingConfig) -> ServingConfig:
         if not (math.isfinite(config.rate_per_s) and config.rate_per_s > 0):
             raise MapperError(f"arrival rate {config.rate_per_s!r}/s must be finite and > 0")
         if not (isinstance(config.requests, int) and 1 <= config.requests <= MAX_REQUESTS):
-            raise MapperError(f"requests {config.requests!r} must be an integer from 1 to {limits.limit_text('MAX_REQUESTS')}")
+            raise MapperError(
+                f"requests {config.requests!r} must be an integer from 1 to {limits.limit_text('MAX_REQUESTS')}"
+            )
     dist = config.jitter_dist or ("lognormal" if config.jitter_cv else "none")
     cv = 0.0 if config.jitter_cv is None or dist == "none" else float(config.jitter_cv)
     if dist not in JITTER_DISTS:
@@ -107,6 +110,7 @@ def validate_config(config: ServingConfig) -> ServingConfig:
 
 
 # ---- inputs: arrivals, jitter, service times -------------------------------------------------
+
 
 def draw_arrivals(config: ServingConfig, rng: np.random.Generator) -> np.ndarray:
     """Poisson arrivals as a cumulative sum of unit exponentials over the rate: the same seed at a
@@ -142,7 +146,11 @@ class BatchTimes:
         if t is None:
             t = float(self.fn) if self.fixed else float(self.fn(batch))
             if not (math.isfinite(t) and t > 0):
-                zero = " (the model takes no time: every node is free, e.g. Identity only; nothing queues)" if t == 0 else ""
+                zero = (
+                    " (the model takes no time: every node is free, e.g. Identity only; nothing queues)"
+                    if t == 0
+                    else ""
+                )
                 raise MapperError(f"service time at batch {batch} is {t!r} s; it must be finite and > 0{zero}")
             self.table[batch] = t
         return t
@@ -164,6 +172,7 @@ def _probe_sizes(max_batch: int) -> list[int]:
 
 # ---- the queue ---------------------------------------------------------------------------------
 
+
 def fifo_departures(ready_s: np.ndarray, service_s: np.ndarray) -> np.ndarray:
     """One server, FIFO: end_k = max(end_{k-1}, ready_k) + s_k (Lindley), in closed form:
     end_k = C_k + max_{j<=k}(ready_j - C_{j-1}) with C the cumulative service."""
@@ -171,8 +180,9 @@ def fifo_departures(ready_s: np.ndarray, service_s: np.ndarray) -> np.ndarray:
     return c + np.maximum.accumulate(ready_s - (c - service_s))
 
 
-def dynamic_batches(arrival: np.ndarray, max_batch: int, max_wait_s: float, times: BatchTimes,
-                    jitter: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def dynamic_batches(
+    arrival: np.ndarray, max_batch: int, max_wait_s: float, times: BatchTimes, jitter: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Dynamic batching: a batch leaves when the device is free and either it is full or its oldest
     request has waited max_wait_s; it takes every waiting request (up to max batch). Returns each
     batch's first request, start time and service time. A batch's jitter is drawn per first request.
@@ -184,7 +194,7 @@ def dynamic_batches(arrival: np.ndarray, max_batch: int, max_wait_s: float, time
     n = len(arrival)
     idx = np.arange(n)
     full_at = np.full(n, np.inf)
-    full_at[: max(n - max_batch + 1, 0)] = arrival[max_batch - 1:]
+    full_at[: max(n - max_batch + 1, 0)] = arrival[max_batch - 1 :]
     leave_idle = np.minimum(arrival + max_wait_s, full_at)
     next_idle = np.minimum(np.searchsorted(arrival, leave_idle, side="right"), idx + max_batch)
     size_idle = next_idle - idx
@@ -195,21 +205,21 @@ def dynamic_batches(arrival: np.ndarray, max_batch: int, max_wait_s: float, time
         times(int(size))
     known = np.array([t if t is not None else np.nan for t in times.table])
     end_idle = leave_idle + known[size_idle] * jitter
-    stays_idle = np.zeros(n, dtype=bool)   # the device is free again before the next idle batch leaves
+    stays_idle = np.zeros(n, dtype=bool)  # the device is free again before the next idle batch leaves
     inner = next_idle < n
-    stays_idle[inner] = end_idle[inner] <= leave_idle[next_idle[inner]]    # NaN (unknown size) -> False
+    stays_idle[inner] = end_idle[inner] <= leave_idle[next_idle[inner]]  # NaN (unknown size) -> False
     arr, leave_l, next_l, ok_l = arrival.tolist(), leave_idle.tolist(), next_idle.tolist(), stays_idle.tolist()
     jit, table = jitter.tolist(), times.table
     heads, busy_at, busy_start = [], [], []
     free, i = -math.inf, 0
     while i < n:
-        if free <= leave_l[i]:                  # idle: follow the precomputed chain
+        if free <= leave_l[i]:  # idle: follow the precomputed chain
             while ok_l[i]:
                 heads.append(i)
                 i = next_l[i]
             heads.append(i)
             j, t = next_l[i], leave_l[i]
-        else:                                   # busy: the batch leaves when the device frees
+        else:  # busy: the batch leaves when the device frees
             t = free
             j = bisect_right(arr, t, i + 1, min(i + max_batch, n))
             busy_at.append(len(heads))
@@ -246,8 +256,8 @@ def simulate_serving(service_time: ServiceTime, config: ServingConfig) -> Servin
         sizes = np.full(-(-n // b), b, dtype=np.int64)
         sizes[-1] = n - b * (len(sizes) - 1)
         base = np.array([times(b)] * (len(sizes) - 1) + [times(int(sizes[-1]))])
-        services = base * jitter[:len(sizes)]
-        ready = arrival[np.minimum(np.arange(1, len(sizes) + 1) * b, n) - 1]   # full, or the last request
+        services = base * jitter[: len(sizes)]
+        ready = arrival[np.minimum(np.arange(1, len(sizes) + 1) * b, n) - 1]  # full, or the last request
         ends = fifo_departures(ready, services)
         starts = ends - services
     else:
@@ -259,20 +269,36 @@ def simulate_serving(service_time: ServiceTime, config: ServingConfig) -> Servin
     return summarize(sojourn, wait, arrival, ends, services, sizes, config, describe(service_time, config, n))
 
 
-def summarize(sojourn: np.ndarray, wait: np.ndarray, arrival: np.ndarray, ends: np.ndarray,
-              services: np.ndarray, sizes: np.ndarray, config: ServingConfig,
-              assumptions: tuple[str, ...]) -> ServingResult:
+def summarize(
+    sojourn: np.ndarray,
+    wait: np.ndarray,
+    arrival: np.ndarray,
+    ends: np.ndarray,
+    services: np.ndarray,
+    sizes: np.ndarray,
+    config: ServingConfig,
+    assumptions: tuple[str, ...],
+) -> ServingResult:
     makespan = float(ends[-1] - arrival[0]) or float(services.sum())
-    step = max(1, len(sojourn) // QUANTILE_SAMPLE)   # a strided sample is enough for a plotted CDF
+    step = max(1, len(sojourn) // QUANTILE_SAMPLE)  # a strided sample is enough for a plotted CDF
     quantiles = np.quantile(sojourn[::step], np.linspace(0.0, 1.0, SAMPLE_POINTS))
     pct = dict(zip((k for k, _ in PERCENTILES), np.percentile(sojourn, [p for _, p in PERCENTILES]).tolist()))
     n = len(arrival)
     offered = config.rate_per_s if config.trace is None else (n - 1) / max(float(arrival[-1] - arrival[0]), 1e-300)
     return ServingResult(
-        **pct, mean_s=float(sojourn.mean()), mean_wait_s=float(wait.mean()), throughput_per_s=n / makespan,
-        utilization=float(services.sum()) / makespan, mean_queue_length=float(wait.sum()) / makespan,
-        mean_batch=n / len(sizes), requests=n, batches=len(sizes), offered_rate_per_s=offered,
-        assumptions=assumptions, latency_quantiles_s=tuple(quantiles.tolist()))
+        **pct,
+        mean_s=float(sojourn.mean()),
+        mean_wait_s=float(wait.mean()),
+        throughput_per_s=n / makespan,
+        utilization=float(services.sum()) / makespan,
+        mean_queue_length=float(wait.sum()) / makespan,
+        mean_batch=n / len(sizes),
+        requests=n,
+        batches=len(sizes),
+        offered_rate_per_s=offered,
+        assumptions=assumptions,
+        latency_quantiles_s=tuple(quantiles.tolist()),
+    )
 
 
 def describe(service_time: ServiceTime, config: ServingConfig, n: int) -> tuple[str, ...]:
@@ -284,26 +310,42 @@ def describe(service_time: ServiceTime, config: ServingConfig, n: int) -> tuple[
     if config.max_batch == 1:
         policy = "policy: batch 1, first come first served"
     elif config.policy == "static":
-        policy = (f"policy: static batching of {config.max_batch}: a batch starts when it is full and the device is"
-                  " free (the last, short batch at the final arrival)")
+        policy = (
+            f"policy: static batching of {config.max_batch}: a batch starts when it is full and the device is"
+            " free (the last, short batch at the final arrival)"
+        )
     else:
-        policy = (f"policy: dynamic batching, max batch {config.max_batch}, max wait {config.max_wait_s * 1e3:g} ms:"
-                  " a batch leaves when the device is free and it is full or its oldest request has waited max"
-                  " wait; it takes every waiting request up to max batch")
-    service = (f"service time: fixed {float(service_time):g} s per batch (what-if; the engine is not consulted)"
-               if not callable(service_time) else
-               "service time: the engine's latency at the batch size, computed once per size")
-    jitter = ("jitter: none" if config.jitter_dist == "none" or not config.jitter_cv else
-              f"jitter: {config.jitter_dist}, multiplicative per batch, mean 1, CV {config.jitter_cv:g}")
-    return (arrivals, policy, "one device, one batch at a time, FIFO, unbounded queue, no preemption",
-            service, jitter, "statistics over every request (no warm-up discarded)")
+        policy = (
+            f"policy: dynamic batching, max batch {config.max_batch}, max wait {config.max_wait_s * 1e3:g} ms:"
+            " a batch leaves when the device is free and it is full or its oldest request has waited max"
+            " wait; it takes every waiting request up to max batch"
+        )
+    service = (
+        f"service time: fixed {float(service_time):g} s per batch (what-if; the engine is not consulted)"
+        if not callable(service_time)
+        else "service time: the engine's latency at the batch size, computed once per size"
+    )
+    jitter = (
+        "jitter: none"
+        if config.jitter_dist == "none" or not config.jitter_cv
+        else f"jitter: {config.jitter_dist}, multiplicative per batch, mean 1, CV {config.jitter_cv:g}"
+    )
+    return (
+        arrivals,
+        policy,
+        "one device, one batch at a time, FIFO, unbounded queue, no preemption",
+        service,
+        jitter,
+        "statistics over every request (no warm-up discarded)",
+    )
 
 
 # ---- load curve --------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True, slots=True)
 class LoadPoint:
-    load: float                       # offered rate over the saturation rate
+    load: float  # offered rate over the saturation rate
     offered_rate_per_s: float
     p50_s: float
     p95_s: float
@@ -317,14 +359,18 @@ class LoadPoint:
 class LoadCurve:
     points: tuple[LoadPoint, ...]
     saturation_rate_per_s: float
-    knee_index: int | None            # first point whose p99 >= KNEE_P99_RATIO x the lightest point's p99
+    knee_index: int | None  # first point whose p99 >= KNEE_P99_RATIO x the lightest point's p99
     p99_target_s: float | None
     max_rate_meeting_target_per_s: float | None
     assumptions: tuple[str, ...]
 
 
-def load_curve(service_time: ServiceTime, config: ServingConfig, loads: tuple[float, ...] = DEFAULT_LOADS,
-               p99_target_s: float | None = None) -> LoadCurve:
+def load_curve(
+    service_time: ServiceTime,
+    config: ServingConfig,
+    loads: tuple[float, ...] = DEFAULT_LOADS,
+    p99_target_s: float | None = None,
+) -> LoadCurve:
     """Percentiles against offered load (fractions of the saturation rate), the knee, and the highest
     rate whose p99 meets the target (bisection between the simulated loads; same seed throughout)."""
     config = validate_config(replace(config, trace=None))
@@ -343,8 +389,9 @@ def load_curve(service_time: ServiceTime, config: ServingConfig, loads: tuple[fl
     for load in sorted(loads):
         r = run(load * saturation)
         results.append(r)
-        points.append(LoadPoint(load, load * saturation, r.p50_s, r.p95_s, r.p99_s, r.mean_s,
-                                r.throughput_per_s, r.utilization))
+        points.append(
+            LoadPoint(load, load * saturation, r.p50_s, r.p95_s, r.p99_s, r.mean_s, r.throughput_per_s, r.utilization)
+        )
     knee = next((i for i, p in enumerate(points) if p.p99_s >= KNEE_P99_RATIO * points[0].p99_s), None)
     best = None
     if p99_target_s is not None:
@@ -358,8 +405,9 @@ def load_curve(service_time: ServiceTime, config: ServingConfig, loads: tuple[fl
                     mid = (lo + hi) / 2
                     lo, hi = (mid, hi) if run(mid).p99_s <= p99_target_s else (lo, mid)
             best = lo
-    knee_rule = (f"knee: first load with p99 >= {KNEE_P99_RATIO:g} x p99 at the lightest load"
-                 f" ({min(loads):g} of saturation)")
+    knee_rule = (
+        f"knee: first load with p99 >= {KNEE_P99_RATIO:g} x p99 at the lightest load ({min(loads):g} of saturation)"
+    )
     return LoadCurve(tuple(points), saturation, knee, p99_target_s, best, results[0].assumptions[1:] + (knee_rule,))
 
 
@@ -383,8 +431,10 @@ def load_trace(path: str | Path) -> Trace:
     frame.columns = columns
     unknown = [c for c in columns if c not in TRACE_COLUMNS]
     if "arrival_s" not in columns or unknown:
-        raise MapperError(f"trace {path.name}: columns must be arrival_s and optionally prompt_tokens,"
-                          f" output_tokens (found {', '.join(columns) or 'none'})")
+        raise MapperError(
+            f"trace {path.name}: columns must be arrival_s and optionally prompt_tokens,"
+            f" output_tokens (found {', '.join(columns) or 'none'})"
+        )
     if len(frame) > MAX_TRACE_ROWS:
         raise MapperError(f"trace {path.name}: more than {limits.limit_text('MAX_TRACE_ROWS')} rows")
     if len(frame) == 0:
@@ -397,17 +447,24 @@ def load_trace(path: str | Path) -> Trace:
             bad |= (values != np.floor(values)) | (values < 1) | (values > limits.MAX_TOKENS)
         if bad.any():
             row = int(np.argmax(bad))
-            want = "a finite number >= 0" if column == "arrival_s" else \
-                f"an integer from 1 to {limits.limit_text('MAX_TOKENS')}"
-            raise MapperError(f"trace {path.name}: row {row + 1} (line {row + 2}), column {column}:"
-                              f" {frame[column].iloc[row]!r} is not {want}")
+            want = (
+                "a finite number >= 0"
+                if column == "arrival_s"
+                else f"an integer from 1 to {limits.limit_text('MAX_TOKENS')}"
+            )
+            raise MapperError(
+                f"trace {path.name}: row {row + 1} (line {row + 2}), column {column}:"
+                f" {frame[column].iloc[row]!r} is not {want}"
+            )
         arrays[column] = values
     arrival = arrays["arrival_s"]
     decreasing = np.diff(arrival) < 0
     if decreasing.any():
         row = int(np.argmax(decreasing)) + 1
-        raise MapperError(f"trace {path.name}: row {row + 1} (line {row + 2}), column arrival_s: {arrival[row]!r}"
-                          f" is earlier than the row before ({arrival[row - 1]!r}); arrivals must not decrease")
+        raise MapperError(
+            f"trace {path.name}: row {row + 1} (line {row + 2}), column arrival_s: {arrival[row]!r}"
+            f" is earlier than the row before ({arrival[row - 1]!r}); arrivals must not decrease"
+        )
     tokens = {c: arrays[c].astype(np.int64) if c in arrays else None for c in TRACE_COLUMNS[1:]}
     return Trace(arrival, tokens["prompt_tokens"], tokens["output_tokens"], source=path.name)
 
@@ -417,23 +474,44 @@ def serving_section(result: ServingResult, config: ServingConfig, curve: LoadCur
     config = validate_config(config)
     section = {
         "policy": config.policy if config.max_batch > 1 else "batch-1",
-        "max_batch": config.max_batch, "max_wait_s": config.max_wait_s,
-        "offered_rate_per_s": result.offered_rate_per_s, "requests": result.requests, "seed": config.seed,
-        "jitter_cv": config.jitter_cv, "jitter_dist": config.jitter_dist,
-        **{k: getattr(result, k) for k in ("p50_s", "p90_s", "p95_s", "p99_s", "p999_s", "mean_s", "mean_wait_s",
-                                           "throughput_per_s", "utilization", "mean_queue_length", "mean_batch")},
+        "max_batch": config.max_batch,
+        "max_wait_s": config.max_wait_s,
+        "offered_rate_per_s": result.offered_rate_per_s,
+        "requests": result.requests,
+        "seed": config.seed,
+        "jitter_cv": config.jitter_cv,
+        "jitter_dist": config.jitter_dist,
+        **{
+            k: getattr(result, k)
+            for k in (
+                "p50_s",
+                "p90_s",
+                "p95_s",
+                "p99_s",
+                "p999_s",
+                "mean_s",
+                "mean_wait_s",
+                "throughput_per_s",
+                "utilization",
+                "mean_queue_length",
+                "mean_batch",
+            )
+        },
         "assumptions": list(result.assumptions),
     }
     if curve is not None:
         section["load_curve"] = {
-            "saturation_rate_per_s": curve.saturation_rate_per_s, "knee_index": curve.knee_index,
-            "p99_target_s": curve.p99_target_s, "max_rate_meeting_target_per_s": curve.max_rate_meeting_target_per_s,
+            "saturation_rate_per_s": curve.saturation_rate_per_s,
+            "knee_index": curve.knee_index,
+            "p99_target_s": curve.p99_target_s,
+            "max_rate_meeting_target_per_s": curve.max_rate_meeting_target_per_s,
             "points": [{k: getattr(p, k) for k in LoadPoint.__slots__} for p in curve.points],
         }
     return section
 
 
 # ---- the engine as the service time --------------------------------------------------------------
+
 
 def engine_batch_time(source, dims: dict[str, int] | None, hw, options) -> Callable[[int], float]:
     """Batch size -> the engine's latency for the model (a handle, or what `open_model` takes) at that
@@ -451,8 +529,9 @@ def engine_batch_time(source, dims: dict[str, int] | None, hw, options) -> Calla
     return batch_time
 
 
-def simulate_model_serving(source, dims: dict[str, int] | None, hw, options, config: ServingConfig,
-                           service_time_s: float | None = None) -> ServingResult:
+def simulate_model_serving(
+    source, dims: dict[str, int] | None, hw, options, config: ServingConfig, service_time_s: float | None = None
+) -> ServingResult:
     """simulate_serving with the engine's batch latency as the service time and the profile's jitter
     where the config leaves it open (`service_time_s` replaces the engine: what-if)."""
     if config.jitter_cv is None:
@@ -463,21 +542,37 @@ def simulate_model_serving(source, dims: dict[str, int] | None, hw, options, con
 
 # ---- the sheet's Serving section for one mapping ------------------------------------------------
 
-SHEET_LOAD_FRACTION = 0.7       # offered load for the sheet's default serving run, of the batch's capacity
+SHEET_LOAD_FRACTION = 0.7  # offered load for the sheet's default serving run, of the batch's capacity
 SHEET_REQUESTS = 20_000
 
 
-def serving_for_result(result, hw, load_fraction: float = SHEET_LOAD_FRACTION, requests: int = SHEET_REQUESTS,
-                       seed: int = 0) -> dict:
+def serving_for_result(
+    result, hw, load_fraction: float = SHEET_LOAD_FRACTION, requests: int = SHEET_REQUESTS, seed: int = 0
+) -> dict:
     """Serve the mapped batch as a static batch at `load_fraction` of its capacity, with the profile's
     jitter: the percentiles a review asks for next to the batch latency (Serving sheet, `--json`)."""
     batch, latency = result.totals.batch, result.totals.latency_s
     if not latency > 0:  # a model of free ops only (Identity): no queue forms, there is nothing to simulate
-        return {"policy": "static", "max_batch": batch, "requests": 0, "assumptions": [
-            f"not simulated: this mapping takes {latency!r} s per batch (every node is free), so requests never wait"]}
-    config = ServingConfig(policy="static", max_batch=batch, rate_per_s=load_fraction * batch / latency,
-                           requests=requests, seed=seed, jitter_cv=hw.jitter_cv, jitter_dist=hw.jitter_dist)
+        return {
+            "policy": "static",
+            "max_batch": batch,
+            "requests": 0,
+            "assumptions": [
+                f"not simulated: this mapping takes {latency!r} s per batch (every node is free), so requests never wait"
+            ],
+        }
+    config = ServingConfig(
+        policy="static",
+        max_batch=batch,
+        rate_per_s=load_fraction * batch / latency,
+        requests=requests,
+        seed=seed,
+        jitter_cv=hw.jitter_cv,
+        jitter_dist=hw.jitter_dist,
+    )
     section = serving_section(simulate_serving(lambda _size: latency, config), config)
-    section["assumptions"].append(f"service time: this mapping's batch latency {latency:.6g} s (the final short"
-                                  " batch is charged a full batch's time)")
+    section["assumptions"].append(
+        f"service time: this mapping's batch latency {latency:.6g} s (the final short"
+        " batch is charged a full batch's time)"
+    )
     return section

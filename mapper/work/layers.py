@@ -5,6 +5,7 @@ MatMul -> scale -> mask -> Softmax -> MatMul (with GQA's K/V Expand) and
 RMSNorm/LayerNorm into ReduceMean chains; this module finds those subgraphs so
 their nodes roll up as one Attention or Normalization layer.
 """
+
 from __future__ import annotations
 
 from mapper.core.caches import ModelCaches
@@ -15,16 +16,20 @@ from mapper.work.ops import NORMALIZATION, POOLING, LayerPlacer
 # op type -> layer type, where the op alone decides it
 LAYER_OF_OP: dict[str, LayerType] = {
     **{op: LayerType.CONV for op in ("Conv", "ConvTranspose", "ConvInteger", "FusedConv")},
-    **{op: LayerType.LINEAR for op in ("MatMul", "Gemm", "MatMulInteger", "FusedMatMul", "MatMulNBits", "Einsum",
-                                       "GemmFastGelu")},
+    **{
+        op: LayerType.LINEAR
+        for op in ("MatMul", "Gemm", "MatMulInteger", "FusedMatMul", "MatMulNBits", "Einsum", "GemmFastGelu")
+    },
     **{op: LayerType.ATTENTION for op in ("Attention", "MultiHeadAttention", "GroupQueryAttention")},
     **{op: LayerType.NORMALIZATION for op in (*NORMALIZATION, "LRN")},
     **{op: LayerType.POOLING for op in POOLING},
     **{op: LayerType.EMBEDDING for op in ("Gather", "GatherElements", "GatherND", "EmbedLayerNormalization")},
 }
 LAYER_OF_CLASS: dict[OpClass, LayerType] = {
-    OpClass.ELEMENTWISE: LayerType.ELEMENTWISE, OpClass.TRANSCENDENTAL: LayerType.ELEMENTWISE,
-    OpClass.DATA_MOVEMENT: LayerType.DATA_MOVEMENT, OpClass.VIEW: LayerType.DATA_MOVEMENT,
+    OpClass.ELEMENTWISE: LayerType.ELEMENTWISE,
+    OpClass.TRANSCENDENTAL: LayerType.ELEMENTWISE,
+    OpClass.DATA_MOVEMENT: LayerType.DATA_MOVEMENT,
+    OpClass.VIEW: LayerType.DATA_MOVEMENT,
     OpClass.REDUCTION: LayerType.NORMALIZATION,
 }
 
@@ -32,10 +37,12 @@ LAYER_OF_CLASS: dict[OpClass, LayerType] = {
 SCORE_OPS = frozenset({"Add", "Mul", "Div", "Sub", "Where", "Cast", "Max", "Min", "Clip"})
 PROB_OPS = frozenset({"Cast", "Dropout", "Identity", "IsNaN", "Where"})  # SDPA exports zero NaN rows
 # How K and V reach the attention MatMuls: head split, transposes, GQA's repeat_kv, scaling.
-KV_PATH_OPS = frozenset({"Transpose", "Reshape", "Expand", "Unsqueeze", "Squeeze", "Tile", "Cast", "Mul", "Div",
-                         "Identity"})
-NORM_CHAIN_OPS = frozenset({"Pow", "ReduceMean", "ReduceSumSquare", "Add", "Sub", "Sqrt", "Reciprocal", "Div",
-                            "Mul", "Cast"})
+KV_PATH_OPS = frozenset(
+    {"Transpose", "Reshape", "Expand", "Unsqueeze", "Squeeze", "Tile", "Cast", "Mul", "Div", "Identity"}
+)
+NORM_CHAIN_OPS = frozenset(
+    {"Pow", "ReduceMean", "ReduceSumSquare", "Add", "Sub", "Sqrt", "Reciprocal", "Div", "Mul", "Cast"}
+)
 
 
 def _is_activation(graph: Graph, tensor: str) -> bool:
@@ -58,10 +65,14 @@ def find_attention(graph: Graph) -> list[list[Node]]:
     blocks = []
     for softmax in graph.nodes:
         if softmax.op_type != "Softmax" or not softmax.inputs or not softmax.outputs:  # a hostile file's node
-            continue                                                                    # may lack either
+            continue  # may lack either
         score_path, qk = _walk_back(graph, softmax.inputs[0], SCORE_OPS)
-        if qk is None or qk.op_type != "MatMul" or len(qk.inputs) < 2 or not all(_is_activation(graph, i)
-                                                                               for i in qk.inputs[:2]):
+        if (
+            qk is None
+            or qk.op_type != "MatMul"
+            or len(qk.inputs) < 2
+            or not all(_is_activation(graph, i) for i in qk.inputs[:2])
+        ):
             continue
         pv, prob_path = _find_pv(graph, softmax)
         if pv is None:
@@ -118,8 +129,11 @@ def find_norms(graph: Graph, taken: set[str]) -> list[list[Node]]:
             for user in _users_of(graph, node):
                 if user.name in block or user.name in taken or user.op_type not in NORM_CHAIN_OPS:
                     continue
-                if not all(i in graph.weights or i == root or graph.producer(i) is None
-                           or graph.producer(i).name in block for i in user.inputs if i):
+                if not all(
+                    i in graph.weights or i == root or graph.producer(i) is None or graph.producer(i).name in block
+                    for i in user.inputs
+                    if i
+                ):
                     continue  # an outside activation joins here (a residual): the norm ended before
                 block[user.name] = user
                 frontier.append(user)
@@ -131,6 +145,7 @@ def find_norms(graph: Graph, taken: set[str]) -> list[list[Node]]:
 def recognized_blocks(graph: Graph, caches: ModelCaches) -> dict[str, tuple[LayerType, int]]:
     """Node name -> (Attention or Normalization, block id) for the nodes of recognized blocks.
     Found from the graph's structure alone (op types and dataflow), so kept per model structure."""
+
     def find() -> dict[str, tuple[LayerType, int]]:
         layer: dict[str, tuple[LayerType, int]] = {}
         for gid, block in enumerate(find_attention(graph)):
@@ -141,6 +156,7 @@ def recognized_blocks(graph: Graph, caches: ModelCaches) -> dict[str, tuple[Laye
             for n in block:
                 layer.setdefault(n.name, (LayerType.NORMALIZATION, offset + gid))
         return layer
+
     return caches.blocks(graph.structure, find)
 
 
@@ -151,6 +167,7 @@ def layer_placer(graph: Graph, caches: ModelCaches) -> LayerPlacer:
 
     def place(name: str, op_type: str, op_class: OpClass) -> tuple[LayerType, int]:
         return blocks.get(name) or (plain_layer(op_type, op_class), -1)
+
     return place
 
 

@@ -7,6 +7,7 @@ Conventions: FLOPs count multiply and add separately (FLOPs = 2 x MACs); bytes
 are the compulsory traffic of the op alone (inputs read once, outputs written
 once); fusion and tiling adjust traffic later.
 """
+
 from __future__ import annotations
 
 import math
@@ -19,59 +20,188 @@ from mapper.model.quantized import QUANTIZED_OPS, twin_node
 # FLOPs per output element of elementwise ops, and how many of them run on the
 # special-function unit (exp, log, tanh, erf, rsqrt...). After onnx-tool's
 # node.py constants: a transcendental is one SFU op plus its arithmetic.
-ADD = 1                      # add, sub, mul, div, max, min, compare, select: one op
-EXP = 1                      # one SFU op (MUFU.EX2 on NVIDIA)
-SIGMOID = EXP + 2            # 1 / (1 + exp(-x)): exp, add, div
-TANH = EXP + 4               # (e^2x - 1) / (e^2x + 1)
-GELU_ERF = EXP + 4           # 0.5 * x * (1 + erf(x / sqrt 2)): erf, div, add, mul, mul
-GELU_TANH = TANH + 6         # 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715 x^3)))
-SOFTMAX = 5                  # max, subtract, exp, sum, divide per element (PRIMER section 2)
-LAYERNORM = 8                # mean, subtract, square, mean, normalize, scale, shift
-RMSNORM = 4                  # square, mean, normalize, scale
-BATCHNORM = 2                # inference: folded scale and shift
-REQUANTIZE = 2               # QLinear elementwise/pooling ops rescale each result: multiply, add zero point
+ADD = 1  # add, sub, mul, div, max, min, compare, select: one op
+EXP = 1  # one SFU op (MUFU.EX2 on NVIDIA)
+SIGMOID = EXP + 2  # 1 / (1 + exp(-x)): exp, add, div
+TANH = EXP + 4  # (e^2x - 1) / (e^2x + 1)
+GELU_ERF = EXP + 4  # 0.5 * x * (1 + erf(x / sqrt 2)): erf, div, add, mul, mul
+GELU_TANH = TANH + 6  # 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715 x^3)))
+SOFTMAX = 5  # max, subtract, exp, sum, divide per element (PRIMER section 2)
+LAYERNORM = 8  # mean, subtract, square, mean, normalize, scale, shift
+RMSNORM = 4  # square, mean, normalize, scale
+BATCHNORM = 2  # inference: folded scale and shift
+REQUANTIZE = 2  # QLinear elementwise/pooling ops rescale each result: multiply, add zero point
 
 # op type -> (flops per element, SFU ops per element)
 ELEMENTWISE: dict[str, tuple[float, float]] = {
-    **{op: (ADD, 0) for op in (
-        "Add", "Sub", "Mul", "Div", "Max", "Min", "Sum", "Mean", "Neg", "Abs", "Relu", "LeakyRelu", "PRelu",
-        "Clip", "Where", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Not",
-        "Sign", "Floor", "Ceil", "Round", "Mod", "Pow", "Cast", "CastLike", "HardSigmoid", "HardSwish",
-        "ThresholdedRelu", "Shrink", "IsNaN", "IsInf", "BitShift", "QuantizeLinear", "DequantizeLinear",
-        "Trilu", "CumSum", "DynamicQuantizeLinear")},
+    **{
+        op: (ADD, 0)
+        for op in (
+            "Add",
+            "Sub",
+            "Mul",
+            "Div",
+            "Max",
+            "Min",
+            "Sum",
+            "Mean",
+            "Neg",
+            "Abs",
+            "Relu",
+            "LeakyRelu",
+            "PRelu",
+            "Clip",
+            "Where",
+            "Equal",
+            "Less",
+            "Greater",
+            "LessOrEqual",
+            "GreaterOrEqual",
+            "And",
+            "Or",
+            "Xor",
+            "Not",
+            "Sign",
+            "Floor",
+            "Ceil",
+            "Round",
+            "Mod",
+            "Pow",
+            "Cast",
+            "CastLike",
+            "HardSigmoid",
+            "HardSwish",
+            "ThresholdedRelu",
+            "Shrink",
+            "IsNaN",
+            "IsInf",
+            "BitShift",
+            "QuantizeLinear",
+            "DequantizeLinear",
+            "Trilu",
+            "CumSum",
+            "DynamicQuantizeLinear",
+        )
+    },
     "BiasAdd": (2 * ADD, 0),  # X + bias + skip
 }
 TRANSCENDENTAL: dict[str, tuple[float, float]] = {
-    **{op: (EXP, 1) for op in ("Exp", "Log", "Sqrt", "Reciprocal", "Sin", "Cos", "Tan", "Erf", "Asin", "Acos",
-                               "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh")},
-    "Sigmoid": (SIGMOID, 1), "Tanh": (TANH, 1), "Elu": (SIGMOID, 1), "Selu": (SIGMOID, 1), "Celu": (SIGMOID, 1),
-    "Softplus": (SIGMOID, 2), "Softsign": (3, 0), "Mish": (TANH + 3, 2), "Gelu": (GELU_ERF, 1),
-    "BiasGelu": (GELU_ERF + 1, 1), "FastGelu": (GELU_TANH, 1), "QuickGelu": (SIGMOID + 1, 1),
-    "Softmax": (SOFTMAX, 1), "LogSoftmax": (SOFTMAX + 1, 2), "Hardmax": (2, 0),
+    **{
+        op: (EXP, 1)
+        for op in (
+            "Exp",
+            "Log",
+            "Sqrt",
+            "Reciprocal",
+            "Sin",
+            "Cos",
+            "Tan",
+            "Erf",
+            "Asin",
+            "Acos",
+            "Atan",
+            "Sinh",
+            "Cosh",
+            "Asinh",
+            "Acosh",
+            "Atanh",
+        )
+    },
+    "Sigmoid": (SIGMOID, 1),
+    "Tanh": (TANH, 1),
+    "Elu": (SIGMOID, 1),
+    "Selu": (SIGMOID, 1),
+    "Celu": (SIGMOID, 1),
+    "Softplus": (SIGMOID, 2),
+    "Softsign": (3, 0),
+    "Mish": (TANH + 3, 2),
+    "Gelu": (GELU_ERF, 1),
+    "BiasGelu": (GELU_ERF + 1, 1),
+    "FastGelu": (GELU_TANH, 1),
+    "QuickGelu": (SIGMOID + 1, 1),
+    "Softmax": (SOFTMAX, 1),
+    "LogSoftmax": (SOFTMAX + 1, 2),
+    "Hardmax": (2, 0),
     "BiasSplitGelu": (GELU_ERF + 3, 1),  # per output element: two bias adds, the GELU, the product
 }
 NORMALIZATION: dict[str, tuple[float, float]] = {
-    "LayerNormalization": (LAYERNORM, 0), "SkipLayerNormalization": (LAYERNORM + 1, 0),
-    "SimplifiedLayerNormalization": (RMSNORM, 0), "SkipSimplifiedLayerNormalization": (RMSNORM + 1, 0),
-    "RMSNormalization": (RMSNORM, 0), "BatchNormalization": (BATCHNORM, 0), "InstanceNormalization": (LAYERNORM, 0),
-    "GroupNormalization": (LAYERNORM, 0), "MeanVarianceNormalization": (LAYERNORM, 0),
-    "LpNormalization": (3, 0), "EmbedLayerNormalization": (LAYERNORM + 2, 0),
-    "GroupNorm": (LAYERNORM + 1, 0), "SkipGroupNorm": (LAYERNORM + 3, 0),  # + optional SiLU; + skip and bias adds
+    "LayerNormalization": (LAYERNORM, 0),
+    "SkipLayerNormalization": (LAYERNORM + 1, 0),
+    "SimplifiedLayerNormalization": (RMSNORM, 0),
+    "SkipSimplifiedLayerNormalization": (RMSNORM + 1, 0),
+    "RMSNormalization": (RMSNORM, 0),
+    "BatchNormalization": (BATCHNORM, 0),
+    "InstanceNormalization": (LAYERNORM, 0),
+    "GroupNormalization": (LAYERNORM, 0),
+    "MeanVarianceNormalization": (LAYERNORM, 0),
+    "LpNormalization": (3, 0),
+    "EmbedLayerNormalization": (LAYERNORM + 2, 0),
+    "GroupNorm": (LAYERNORM + 1, 0),
+    "SkipGroupNorm": (LAYERNORM + 3, 0),  # + optional SiLU; + skip and bias adds
 }
-REDUCTIONS = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
-              "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "ArgMax", "ArgMin", "TopK")
+REDUCTIONS = (
+    "ReduceMean",
+    "ReduceSum",
+    "ReduceMax",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceL1",
+    "ReduceL2",
+    "ReduceLogSum",
+    "ReduceLogSumExp",
+    "ReduceSumSquare",
+    "ArgMax",
+    "ArgMin",
+    "TopK",
+)
 POOLING = ("MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool")
-DATA_MOVEMENT = ("Transpose", "Concat", "Split", "Slice", "Gather", "GatherElements", "GatherND", "ScatterND",
-                 "ScatterElements", "Scatter", "Pad", "Resize", "Upsample", "Tile", "Expand", "DepthToSpace",
-                 "SpaceToDepth", "OneHot", "ConstantOfShape", "Range", "NonZero", "RotaryEmbedding")
+DATA_MOVEMENT = (
+    "Transpose",
+    "Concat",
+    "Split",
+    "Slice",
+    "Gather",
+    "GatherElements",
+    "GatherND",
+    "ScatterND",
+    "ScatterElements",
+    "Scatter",
+    "Pad",
+    "Resize",
+    "Upsample",
+    "Tile",
+    "Expand",
+    "DepthToSpace",
+    "SpaceToDepth",
+    "OneHot",
+    "ConstantOfShape",
+    "Range",
+    "NonZero",
+    "RotaryEmbedding",
+)
 VIEWS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "BiasDropout")
 SHAPE_ONLY = ("Shape", "Size", "Constant")
-CONTROL = (*sorted(SUBGRAPH_OPS), "SequenceConstruct", "SequenceAt", "SequenceInsert",
-           "SplitToSequence", "ConcatFromSequence", "NonMaxSuppression", "Unique", "RandomNormal",
-           "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "StringNormalizer")
+CONTROL = (
+    *sorted(SUBGRAPH_OPS),
+    "SequenceConstruct",
+    "SequenceAt",
+    "SequenceInsert",
+    "SplitToSequence",
+    "ConcatFromSequence",
+    "NonMaxSuppression",
+    "Unique",
+    "RandomNormal",
+    "RandomUniform",
+    "RandomNormalLike",
+    "RandomUniformLike",
+    "Multinomial",
+    "StringNormalizer",
+)
 # Why a control/host node carries no time: keyed by whether it has subgraph bodies.
-HOST_REASONS = {True: "control flow runs on the host; its body is not modeled",
-                False: "a host-side op (sequences, sampling, data-dependent sizes, strings): its time is not modeled"}
+HOST_REASONS = {
+    True: "control flow runs on the host; its body is not modeled",
+    False: "a host-side op (sequences, sampling, data-dependent sizes, strings): its time is not modeled",
+}
 
 
 WorkRule = Callable[[Node, list[TensorSpec | None], list[TensorSpec]], tuple[float, float, float, MatrixShape | None]]
@@ -100,7 +230,7 @@ def _gemm(node, ins, outs):
 def _conv(node, ins, outs):
     x, w, y = ins[0].shape, ins[1].shape, outs[0].shape
     groups = int(node.attr("group", 1))
-    k = w[1] * math.prod(w[2:])          # Cin/groups * Kh * Kw
+    k = w[1] * math.prod(w[2:])  # Cin/groups * Kh * Kw
     spatial = math.prod(y[2:])
     matrix = 2.0 * y[0] * y[1] * spatial * k
     bias = math.prod(y) if len(ins) > 2 and ins[2] is not None and node.op_type == "Conv" else 0
@@ -167,10 +297,20 @@ def _matmul_nbits(node, ins, outs):
 
 
 MATRIX_RULES: dict[str, WorkRule] = {
-    "MatMul": _matmul, "MatMulInteger": _matmul, "FusedMatMul": _matmul,
-    "Gemm": _gemm, "Conv": _conv, "ConvInteger": _conv, "FusedConv": _conv,
-    "ConvTranspose": _conv_transpose, "Einsum": _einsum, "MatMulNBits": _matmul_nbits, "GemmFastGelu": _gemm_fast_gelu,
-    "Attention": _ms_attention, "MultiHeadAttention": _ms_attention, "GroupQueryAttention": _ms_attention,
+    "MatMul": _matmul,
+    "MatMulInteger": _matmul,
+    "FusedMatMul": _matmul,
+    "Gemm": _gemm,
+    "Conv": _conv,
+    "ConvInteger": _conv,
+    "FusedConv": _conv,
+    "ConvTranspose": _conv_transpose,
+    "Einsum": _einsum,
+    "MatMulNBits": _matmul_nbits,
+    "GemmFastGelu": _gemm_fast_gelu,
+    "Attention": _ms_attention,
+    "MultiHeadAttention": _ms_attention,
+    "GroupQueryAttention": _ms_attention,
 }
 
 
@@ -180,11 +320,19 @@ def _elements(specs: list[TensorSpec | None]) -> int:
 
 # op type -> op class, one table built from the families above (first family wins on overlap)
 OP_CLASS: dict[str, OpClass] = {}
-for _family, _op_class in ((MATRIX_RULES, OpClass.MATRIX), (ELEMENTWISE, OpClass.ELEMENTWISE),
-                           (TRANSCENDENTAL, OpClass.TRANSCENDENTAL), (NORMALIZATION, OpClass.REDUCTION),
-                           (REDUCTIONS, OpClass.REDUCTION), (POOLING, OpClass.REDUCTION), (("LRN",), OpClass.REDUCTION),
-                           (DATA_MOVEMENT, OpClass.DATA_MOVEMENT), (VIEWS, OpClass.VIEW),
-                           (SHAPE_ONLY, OpClass.SHAPE_ONLY), (CONTROL, OpClass.CONTROL)):
+for _family, _op_class in (
+    (MATRIX_RULES, OpClass.MATRIX),
+    (ELEMENTWISE, OpClass.ELEMENTWISE),
+    (TRANSCENDENTAL, OpClass.TRANSCENDENTAL),
+    (NORMALIZATION, OpClass.REDUCTION),
+    (REDUCTIONS, OpClass.REDUCTION),
+    (POOLING, OpClass.REDUCTION),
+    (("LRN",), OpClass.REDUCTION),
+    (DATA_MOVEMENT, OpClass.DATA_MOVEMENT),
+    (VIEWS, OpClass.VIEW),
+    (SHAPE_ONLY, OpClass.SHAPE_ONLY),
+    (CONTROL, OpClass.CONTROL),
+):
     for _op in _family:
         OP_CLASS.setdefault(_op, _op_class)
 for _op, _quantized in QUANTIZED_OPS.items():  # QLinearConv is a Conv, QLinearAdd an Add (at int8 sizes)
@@ -201,7 +349,11 @@ def _vector_work(node: Node, op_class: OpClass, ins, outs) -> tuple[float, float
     in_elems = ins[0].elements if ins and ins[0] is not None else 0
     if node.op_type in ELEMENTWISE:
         per, sfu = ELEMENTWISE[node.op_type]
-        n = out_elems * max(len([i for i in ins if i is not None]) - 1, 1) if node.op_type in ("Sum", "Mean") else out_elems
+        n = (
+            out_elems * max(len([i for i in ins if i is not None]) - 1, 1)
+            if node.op_type in ("Sum", "Mean")
+            else out_elems
+        )
         return per * n, sfu * n
     if node.op_type in TRANSCENDENTAL:
         per, sfu = TRANSCENDENTAL[node.op_type]
@@ -243,17 +395,36 @@ def estimate_node_work(node: Node, graph: Graph) -> NodeWork:
     ins = [graph.spec(i) for i in node.inputs]
     outs = [graph.spec(o) for o in node.outputs if o]
     if not outs:  # ONNX nodes write at least one tensor; a mutated or hand-edited file may not
-        return NodeWork(node.name, node.op_type, OpClass.UNMODELED, 0, 0, 0, 0, 0, 0,
-                        reason="the node has no outputs: the file is malformed, nothing can use it")
+        return NodeWork(
+            node.name,
+            node.op_type,
+            OpClass.UNMODELED,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            reason="the node has no outputs: the file is malformed, nothing can use it",
+        )
     if any(o is None for o in outs) or any(s is None for i, s in zip(node.inputs, ins) if i):
         why = dict(graph.unresolved).get(node.name, "shapes unknown")
-        return NodeWork(node.name, node.op_type, OpClass.UNMODELED, 0, 0, 0, 0, 0, 0,
-                        reason=f"shape unknown: {why}")
+        return NodeWork(node.name, node.op_type, OpClass.UNMODELED, 0, 0, 0, 0, 0, 0, reason=f"shape unknown: {why}")
     if op_class is OpClass.UNMODELED:
         domain = f" (domain {node.domain})" if node.domain not in ("", "ai.onnx") else ""
         read, written, weight = _traffic(node, op_class, ins, outs, graph)
-        return NodeWork(node.name, node.op_type, op_class, 0, 0, 0, read, written, weight,
-                        reason=f"no work rule for {node.op_type}{domain}: its time is not estimated")
+        return NodeWork(
+            node.name,
+            node.op_type,
+            op_class,
+            0,
+            0,
+            0,
+            read,
+            written,
+            weight,
+            reason=f"no work rule for {node.op_type}{domain}: its time is not estimated",
+        )
     matrix = None
     rule_node, rule_ins, quantized = node, ins, node.op_type in QUANTIZED_OPS
     if quantized:  # the float twin's rule over the data operands
@@ -266,8 +437,19 @@ def estimate_node_work(node: Node, graph: Graph) -> NodeWork:
         flops, matrix_flops = flops + (REQUANTIZE * outs[0].elements if quantized else 0.0), 0.0
     read, written, weight = _traffic(node, op_class, ins, outs, graph)
     reason = HOST_REASONS[node.op_type in SUBGRAPH_OPS] if op_class is OpClass.CONTROL else ""
-    return NodeWork(node.name, node.op_type, op_class, float(flops), float(matrix_flops), float(sfu),
-                    float(read), float(written), float(weight), matrix, reason)
+    return NodeWork(
+        node.name,
+        node.op_type,
+        op_class,
+        float(flops),
+        float(matrix_flops),
+        float(sfu),
+        float(read),
+        float(written),
+        float(weight),
+        matrix,
+        reason,
+    )
 
 
 LayerPlacer = Callable[[str, str, OpClass], tuple[LayerType, int]]  # (name, op type, class) -> (layer, group)
@@ -286,9 +468,11 @@ def estimate_work(graph: Graph, place: LayerPlacer | None = None) -> tuple[NodeW
         key = w = None
         if node.signature is not None:
             try:
-                key = (node.signature,
-                       tuple(i and ((s := tensors[i]).shape, stored.get(i, s.dtype), i in weights) for i in node.inputs),
-                       tuple(o and ((s := tensors[o]).shape, s.dtype) for o in node.outputs))
+                key = (
+                    node.signature,
+                    tuple(i and ((s := tensors[i]).shape, stored.get(i, s.dtype), i in weights) for i in node.inputs),
+                    tuple(o and ((s := tensors[o]).shape, s.dtype) for o in node.outputs),
+                )
             except KeyError:  # a shape is unknown: the node is estimated (and explained) on its own
                 pass
             w = seen.get(key) if key is not None else None
@@ -297,7 +481,23 @@ def estimate_work(graph: Graph, place: LayerPlacer | None = None) -> tuple[NodeW
             if key is not None:
                 seen[key] = w
         layer, group = place(node.name, w.op_type, w.op_class) if place else (w.layer_type, w.layer_group)
-        out.append(w if w.name == node.name and (layer, group) == (w.layer_type, w.layer_group) else
-                   NodeWork(node.name, w.op_type, w.op_class, w.flops, w.matrix_flops, w.sfu_ops, w.bytes_read,
-                            w.bytes_written, w.weight_bytes, w.matrix, w.reason, layer, group))
+        out.append(
+            w
+            if w.name == node.name and (layer, group) == (w.layer_type, w.layer_group)
+            else NodeWork(
+                node.name,
+                w.op_type,
+                w.op_class,
+                w.flops,
+                w.matrix_flops,
+                w.sfu_ops,
+                w.bytes_read,
+                w.bytes_written,
+                w.weight_bytes,
+                w.matrix,
+                w.reason,
+                layer,
+                group,
+            )
+        )
     return tuple(out)

@@ -4,6 +4,7 @@
 imported graph; the workload carries its model's caches (`ModelCaches`) so that every later stage
 reuses what depends on structure alone, and the two keys those stages need, computed once.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -22,20 +23,24 @@ class Workload:
     graph: Graph
     nodes: tuple[NodeWork, ...]
     caches: ModelCaches = field(default_factory=ModelCaches, compare=False, repr=False)
-    flops: float = field(init=False)            # totals over the nodes, summed once (every mapping reads them)
+    flops: float = field(init=False)  # totals over the nodes, summed once (every mapping reads them)
     matrix_flops: float = field(init=False)
     unmodeled: tuple[NodeWork, ...] = field(init=False)
-    plan_key: int = field(init=False, repr=False)   # what fusion reads of each node: name, class, layer, block
-    cost_key: int = field(init=False, repr=False)   # what kernels read of each node: name, class, FLOPs, bytes
+    plan_key: int = field(init=False, repr=False)  # what fusion reads of each node: name, class, layer, block
+    cost_key: int = field(init=False, repr=False)  # what kernels read of each node: name, class, FLOPs, bytes
 
     def __post_init__(self):
         object.__setattr__(self, "flops", sum(n.flops for n in self.nodes))
         object.__setattr__(self, "matrix_flops", sum(n.matrix_flops for n in self.nodes))
-        object.__setattr__(self, "unmodeled",
-                           tuple(n for n in self.nodes if n.op_class is OpClass.UNMODELED or n.reason))
-        object.__setattr__(self, "plan_key",
-                           hash(tuple((w.name, w.op_class, w.layer_type, w.layer_group) for w in self.nodes)))
-        object.__setattr__(self, "cost_key", hash(tuple((w.name, w.op_class, w.flops, w.bytes_read) for w in self.nodes)))
+        object.__setattr__(
+            self, "unmodeled", tuple(n for n in self.nodes if n.op_class is OpClass.UNMODELED or n.reason)
+        )
+        object.__setattr__(
+            self, "plan_key", hash(tuple((w.name, w.op_class, w.layer_type, w.layer_group) for w in self.nodes))
+        )
+        object.__setattr__(
+            self, "cost_key", hash(tuple((w.name, w.op_class, w.flops, w.bytes_read) for w in self.nodes))
+        )
 
     @property
     def bytes(self) -> float:

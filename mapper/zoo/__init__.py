@@ -5,6 +5,7 @@ carry dims only (Llama-2-70B serializes to well under 5 MB) and the importer nev
 Graph input names: CNNs and ViT "pixel_values"; BERT "input_ids", "attention_mask"; decoders
 "input_ids" plus "past_key_values.{i}.key"/".value" (outputs "logits", "present.{i}.key"/".value").
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -30,22 +31,39 @@ class ZooEntry:
 
 
 _ZOO: dict[str, ZooEntry] = {
-    "resnet50": ZooEntry("ResNet-50 v1.5 (torchvision), 224x224, Conv+BN+Relu, 25.6M params",
-                         cnn.build_resnet50, {"batch": BATCH}),
-    "mobilenetv2": ZooEntry("MobileNetV2 1.0 (torchvision), 224x224, depthwise convs, ReLU6, 3.5M params",
-                            cnn.build_mobilenetv2, {"batch": BATCH}),
-    "bert-base": ZooEntry("BERT-base uncased encoder with pooler (HF), 12 layers x 768, 109.5M params",
-                          transformers.build_bert, {"batch": TOKENS_BATCH, "seq": ENCODER_SEQ}),
-    "gpt2-small": ZooEntry("GPT-2 small decoder with KV cache (HF), 12 layers x 768, tied LM head, 124.4M params",
-                           transformers.build_gpt2,
-                           {"batch": TOKENS_BATCH, "seq": DECODER_SEQ, "past": DECODER_PAST + "; past + seq <= 1024"}),
-    "vit-b16": ZooEntry("ViT-B/16 (torchvision), 224x224, 197 tokens, 12 layers x 768, 86.6M params",
-                        transformers.build_vit, {"batch": BATCH}),
-    "llama2-7b": ZooEntry("Llama-2-7B decoder with KV cache (HF), 32 layers x 4096, 6.74B params",
-                          llama.build_llama2_7b, {"batch": TOKENS_BATCH, "seq": DECODER_SEQ, "past": DECODER_PAST}),
-    "llama2-70b": ZooEntry("Llama-2-70B decoder with KV cache and GQA (64 heads, 8 KV heads), 80 layers x 8192, "
-                           "68.98B params", llama.build_llama2_70b,
-                           {"batch": TOKENS_BATCH, "seq": DECODER_SEQ, "past": DECODER_PAST}),
+    "resnet50": ZooEntry(
+        "ResNet-50 v1.5 (torchvision), 224x224, Conv+BN+Relu, 25.6M params", cnn.build_resnet50, {"batch": BATCH}
+    ),
+    "mobilenetv2": ZooEntry(
+        "MobileNetV2 1.0 (torchvision), 224x224, depthwise convs, ReLU6, 3.5M params",
+        cnn.build_mobilenetv2,
+        {"batch": BATCH},
+    ),
+    "bert-base": ZooEntry(
+        "BERT-base uncased encoder with pooler (HF), 12 layers x 768, 109.5M params",
+        transformers.build_bert,
+        {"batch": TOKENS_BATCH, "seq": ENCODER_SEQ},
+    ),
+    "gpt2-small": ZooEntry(
+        "GPT-2 small decoder with KV cache (HF), 12 layers x 768, tied LM head, 124.4M params",
+        transformers.build_gpt2,
+        {"batch": TOKENS_BATCH, "seq": DECODER_SEQ, "past": DECODER_PAST + "; past + seq <= 1024"},
+    ),
+    "vit-b16": ZooEntry(
+        "ViT-B/16 (torchvision), 224x224, 197 tokens, 12 layers x 768, 86.6M params",
+        transformers.build_vit,
+        {"batch": BATCH},
+    ),
+    "llama2-7b": ZooEntry(
+        "Llama-2-7B decoder with KV cache (HF), 32 layers x 4096, 6.74B params",
+        llama.build_llama2_7b,
+        {"batch": TOKENS_BATCH, "seq": DECODER_SEQ, "past": DECODER_PAST},
+    ),
+    "llama2-70b": ZooEntry(
+        "Llama-2-70B decoder with KV cache and GQA (64 heads, 8 KV heads), 80 layers x 8192, 68.98B params",
+        llama.build_llama2_70b,
+        {"batch": TOKENS_BATCH, "seq": DECODER_SEQ, "past": DECODER_PAST},
+    ),
 }
 ZOO_NAMES = tuple(_ZOO)
 SOURCE = "architecture reference"
@@ -53,8 +71,10 @@ SOURCE = "architecture reference"
 
 def list_zoo() -> list[dict]:
     """One dict per built-in model: name, description, symbolic dims with their meaning, source."""
-    return [{"name": name, "description": entry.description, "dims": dict(entry.dims), "source": SOURCE}
-            for name, entry in _ZOO.items()]
+    return [
+        {"name": name, "description": entry.description, "dims": dict(entry.dims), "source": SOURCE}
+        for name, entry in _ZOO.items()
+    ]
 
 
 def build_zoo_model(name: str) -> onnx.ModelProto:

@@ -3,6 +3,7 @@
 Each function appends nodes to a GraphBuilder and returns the output name. Families (BERT,
 GPT-2, ViT, Llama) compose these; none of them writes its own attention or norm.
 """
+
 from __future__ import annotations
 
 import math
@@ -13,7 +14,7 @@ from onnx import TensorProto, helper
 from mapper.zoo.builder import GraphBuilder
 
 FLOAT32_MIN = float(np.finfo(np.float32).min)  # HF's mask value: torch.finfo(dtype).min
-INT64_MAX = int(np.iinfo(np.int64).max)        # the exporter's "to the end" for Slice
+INT64_MAX = int(np.iinfo(np.int64).max)  # the exporter's "to the end" for Slice
 
 
 # -- projections and norms ----------------------------------------------------------------------
@@ -27,15 +28,23 @@ def linear(b: GraphBuilder, x: str, in_features: int, out_features: int, name: s
 def gemm(b: GraphBuilder, x: str, in_features: int, out_features: int, name: str) -> str:
     """nn.Linear on a 2-D activation: the exporter's Gemm with transB=1 and a [out, in] weight."""
     with b.scope(name):
-        return b.op("Gemm", x, b.weight("weight", [out_features, in_features]), b.weight("bias", [out_features]),
-                    alpha=1.0, beta=1.0, transB=1)
+        return b.op(
+            "Gemm",
+            x,
+            b.weight("weight", [out_features, in_features]),
+            b.weight("bias", [out_features]),
+            alpha=1.0,
+            beta=1.0,
+            transB=1,
+        )
 
 
 def layer_norm(b: GraphBuilder, x: str, hidden: int, name: str, eps: float) -> str:
     """nn.LayerNorm over the last axis: one LayerNormalization node (opset 17)."""
     with b.scope(name):
-        return b.op("LayerNormalization", x, b.weight("weight", [hidden]), b.weight("bias", [hidden]),
-                    axis=-1, epsilon=eps)
+        return b.op(
+            "LayerNormalization", x, b.weight("weight", [hidden]), b.weight("bias", [hidden]), axis=-1, epsilon=eps
+        )
 
 
 def rms_norm(b: GraphBuilder, x: str, hidden: int, name: str, eps: float) -> str:
@@ -86,8 +95,15 @@ def split_fused_qkv(b: GraphBuilder, qkv: str, hidden: int) -> tuple[str, str, s
     return b.op("Split", qkv, b.const([hidden, hidden, hidden]), axis=-1, outputs=3)
 
 
-def scaled_dot_product(b: GraphBuilder, q: str, k: str, v: str, head_dim: int,
-                       additive_mask: str | None = None, keep_mask: str | None = None) -> str:
+def scaled_dot_product(
+    b: GraphBuilder,
+    q: str,
+    k: str,
+    v: str,
+    head_dim: int,
+    additive_mask: str | None = None,
+    keep_mask: str | None = None,
+) -> str:
     """Unfused eager attention: MatMul(Q, K^T) / sqrt(d) -> mask -> Softmax -> MatMul(P, V).
 
     `additive_mask` is added to the scores (BERT, Llama); `keep_mask` is a bool tensor where
@@ -123,9 +139,11 @@ def positions(b: GraphBuilder, past: str, total: str) -> str:
 
 def causal_keep_mask(b: GraphBuilder, seq: str, past: str, total: str) -> str:
     """Bool [seq, total]: query i sees key j when j <= past + i (Trilu with k = past)."""
-    ones = b.op("ConstantOfShape", b.shape_of(b.op("Unsqueeze", seq, b.const([0])),
-                                              b.op("Unsqueeze", total, b.const([0]))),
-                value=helper.make_tensor("value", TensorProto.FLOAT, [1], [1.0]))
+    ones = b.op(
+        "ConstantOfShape",
+        b.shape_of(b.op("Unsqueeze", seq, b.const([0])), b.op("Unsqueeze", total, b.const([0]))),
+        value=helper.make_tensor("value", TensorProto.FLOAT, [1], [1.0]),
+    )
     return b.op("Cast", b.op("Trilu", ones, past, upper=0), to=9)
 
 
@@ -138,7 +156,11 @@ def repeat_kv(b: GraphBuilder, x: str, batch: str, total: str, kv_heads: int, n_
     """HF repeat_kv for grouped-query attention: Unsqueeze -> Expand -> Reshape to all heads."""
     if n_rep == 1:
         return x
-    expanded = b.op("Expand", b.op("Unsqueeze", x, b.const([2])),
-                    b.shape_of(batch, [kv_heads, n_rep], b.op("Unsqueeze", total, b.const([0])), [head_dim]))
-    return b.op("Reshape", expanded,
-                b.shape_of(batch, [kv_heads * n_rep], b.op("Unsqueeze", total, b.const([0])), [head_dim]))
+    expanded = b.op(
+        "Expand",
+        b.op("Unsqueeze", x, b.const([2])),
+        b.shape_of(batch, [kv_heads, n_rep], b.op("Unsqueeze", total, b.const([0])), [head_dim]),
+    )
+    return b.op(
+        "Reshape", expanded, b.shape_of(batch, [kv_heads * n_rep], b.op("Unsqueeze", total, b.const([0])), [head_dim])
+    )

@@ -5,6 +5,7 @@ length set, file never written), so a graph carries only dims; small constants (
 scalars) stay inline so the importer can fold shape arithmetic. Node and weight names follow
 the PyTorch exporter's scoping ("/layers.0/self_attn/MatMul_3", "layers.0.self_attn.q_proj.weight").
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -78,8 +79,11 @@ class GraphBuilder:
             return name
         tensor = TensorProto(name=name, data_type=FLOAT, dims=list(shape), data_location=TensorProto.EXTERNAL)
         length = int(np.prod(shape, dtype=np.int64)) * 4
-        for key, value in (("location", self.weights_file), ("offset", str(self._offset_bytes)),
-                           ("length", str(length))):
+        for key, value in (
+            ("location", self.weights_file),
+            ("offset", str(self._offset_bytes)),
+            ("length", str(length)),
+        ):
             entry = tensor.external_data.add()
             entry.key, entry.value = key, value
         self._offset_bytes += length
@@ -126,9 +130,11 @@ class GraphBuilder:
 
     # -- result -------------------------------------------------------------------------------
     def build(self, doc_string: str) -> onnx.ModelProto:
-        graph = helper.make_graph(self._nodes, self.model_name, self._inputs, self._outputs,
-                                  initializer=self._initializers)
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
-                                  producer_name="mapper.zoo", doc_string=doc_string)
+        graph = helper.make_graph(
+            self._nodes, self.model_name, self._inputs, self._outputs, initializer=self._initializers
+        )
+        model = helper.make_model(
+            graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="mapper.zoo", doc_string=doc_string
+        )
         model.ir_version = 8  # the IR that opset 17 shipped with; readable by onnxruntime >= 1.13
         return model

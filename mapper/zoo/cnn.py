@@ -3,6 +3,7 @@
 Input "pixel_values" [batch, 3, 224, 224] NCHW float32, output "logits" [batch, 1000].
 Names follow torchvision's module paths (layer1.0.conv1.weight, features.3.conv.1.0.weight).
 """
+
 from __future__ import annotations
 
 import onnx
@@ -13,17 +14,39 @@ from mapper.zoo.builder import FLOAT, GraphBuilder
 BN_EPS = 1e-5  # torch.nn.BatchNorm2d default, used by both torchvision models
 
 
-def conv_bn(b: GraphBuilder, x: str, cin: int, cout: int, kernel: int, stride: int, conv: str, bn: str,
-            act: str | None, groups: int = 1) -> str:
+def conv_bn(
+    b: GraphBuilder,
+    x: str,
+    cin: int,
+    cout: int,
+    kernel: int,
+    stride: int,
+    conv: str,
+    bn: str,
+    act: str | None,
+    groups: int = 1,
+) -> str:
     """Conv (no bias) -> BatchNormalization -> optional Relu or ReLU6 (Clip 0..6)."""
     pad = kernel // 2
     with b.scope(conv):
         w = b.weight("weight", [cout, cin // groups, kernel, kernel])
-        y = b.op("Conv", x, w, kernel_shape=[kernel, kernel], strides=[stride, stride],
-                 pads=[pad] * 4, group=groups, dilations=[1, 1])
+        y = b.op(
+            "Conv",
+            x,
+            w,
+            kernel_shape=[kernel, kernel],
+            strides=[stride, stride],
+            pads=[pad] * 4,
+            group=groups,
+            dilations=[1, 1],
+        )
     with b.scope(bn):
-        y = b.op("BatchNormalization", y, *(b.weight(leaf, [cout]) for leaf in
-                                            ("weight", "bias", "running_mean", "running_var")), epsilon=BN_EPS)
+        y = b.op(
+            "BatchNormalization",
+            y,
+            *(b.weight(leaf, [cout]) for leaf in ("weight", "bias", "running_mean", "running_var")),
+            epsilon=BN_EPS,
+        )
     if act == "relu":
         return b.op("Relu", y)
     if act == "relu6":
@@ -57,7 +80,7 @@ def build_resnet50(inline_weights: bool = False) -> onnx.ModelProto:
     x = b.op("MaxPool", x, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
     cin = 64
     for stage, blocks in enumerate(RESNET50_BLOCKS):
-        width = 64 * 2 ** stage
+        width = 64 * 2**stage
         for index in range(blocks):
             stride = 2 if stage > 0 and index == 0 else 1
             with b.scope(f"layer{stage + 1}.{index}"):
@@ -80,8 +103,15 @@ def _bottleneck(b: GraphBuilder, x: str, cin: int, width: int, stride: int) -> s
 
 # -- MobileNetV2 --------------------------------------------------------------------------------
 # torchvision mobilenetv2.py inverted_residual_setting: expand ratio t, channels c, repeats n, stride s
-MOBILENETV2_SETTING = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
-                       (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1))
+MOBILENETV2_SETTING = (
+    (1, 16, 1, 1),
+    (6, 24, 2, 2),
+    (6, 32, 3, 2),
+    (6, 64, 4, 2),
+    (6, 96, 3, 1),
+    (6, 160, 3, 2),
+    (6, 320, 1, 1),
+)
 MOBILENETV2_STEM, MOBILENETV2_LAST = 32, 1280
 
 

@@ -3,6 +3,7 @@
 One graph serves prefill (seq = prompt, past = 0) and decode (seq = 1, past = cache length).
 Names follow HF LlamaForCausalLM (model.layers.0.self_attn.q_proj.weight, lm_head.weight).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -72,8 +73,9 @@ def build_llama(c: LlamaConfig, name: str, inline_weights: bool = False) -> onnx
     d = c.head_dim
     ids = b.input("input_ids", ["batch", "seq"], INT64)
     cache_shape = ["batch", c.kv_heads, "past", d]
-    past_kv = [tuple(b.input(f"past_key_values.{i}.{t}", cache_shape) for t in ("key", "value"))
-               for i in range(c.layers)]
+    past_kv = [
+        tuple(b.input(f"past_key_values.{i}.{t}", cache_shape) for t in ("key", "value")) for i in range(c.layers)
+    ]
     batch, seq_1d = b.dims_1d(ids, [0, 1])
     seq, past, total = blocks.cache_lengths(b, ids, past_kv[0][0])
     keep = blocks.causal_keep_mask(b, seq, past, total)
@@ -95,8 +97,9 @@ def build_llama(c: LlamaConfig, name: str, inline_weights: bool = False) -> onnx
                 n_rep = c.heads // c.kv_heads
                 k, v = (blocks.repeat_kv(b, t, batch, total, c.kv_heads, n_rep, d) for t in (k, v))
                 context = blocks.scaled_dot_product(b, q, k, v, d, additive_mask=mask)
-                attn = blocks.linear(b, blocks.merge_heads(b, context, batch, seq_1d, c.hidden),
-                                     c.hidden, c.hidden, "o_proj", bias=False)
+                attn = blocks.linear(
+                    b, blocks.merge_heads(b, context, batch, seq_1d, c.hidden), c.hidden, c.hidden, "o_proj", bias=False
+                )
             x = b.op("Add", x, attn)
             h = blocks.rms_norm(b, x, c.hidden, "post_attention_layernorm", c.norm_eps)
             x = b.op("Add", x, blocks.swiglu(b, h, c.hidden, c.ffn, "mlp"))

@@ -3,6 +3,7 @@
 Each is a config (HF / torchvision values) plus a builder that composes `blocks`; the layer
 loop emits per-layer nodes the way the PyTorch exporter traces HF's eager modules.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -39,8 +40,9 @@ VIT_B16 = EncoderConfig(layers=12, hidden=768, heads=12, ffn=3072, norm_eps=1e-6
 VIT_IMAGE, VIT_PATCH, VIT_CLASSES = 224, 16, 1000
 
 
-def self_attention(b: GraphBuilder, q: str, k: str, v: str, batch: str, seq: str, c: EncoderConfig,
-                   additive_mask: str | None = None) -> str:
+def self_attention(
+    b: GraphBuilder, q: str, k: str, v: str, batch: str, seq: str, c: EncoderConfig, additive_mask: str | None = None
+) -> str:
     """Heads split, eager attention, heads merged: [batch, seq, hidden] in and out."""
     q, k, v = (blocks.split_heads(b, t, batch, seq, c.heads, c.head_dim) for t in (q, k, v))
     context = blocks.scaled_dot_product(b, q, k, v, c.head_dim, additive_mask=additive_mask)
@@ -48,8 +50,9 @@ def self_attention(b: GraphBuilder, q: str, k: str, v: str, batch: str, seq: str
 
 
 # -- BERT ---------------------------------------------------------------------------------------
-def build_bert(c: EncoderConfig = BERT_BASE, name: str = "bert-base", inline_weights: bool = False,
-               pooler: bool = True) -> onnx.ModelProto:
+def build_bert(
+    c: EncoderConfig = BERT_BASE, name: str = "bert-base", inline_weights: bool = False, pooler: bool = True
+) -> onnx.ModelProto:
     """BERT-base uncased (HF BertModel, 109,482,240 params with the pooler).
 
     Reference: HF bert-base-uncased config.json and transformers/models/bert/modeling_bert.py;
@@ -63,12 +66,17 @@ def build_bert(c: EncoderConfig = BERT_BASE, name: str = "bert-base", inline_wei
     batch, seq = b.dims_1d(ids, [0, 1])
     with b.scope("embeddings"):
         position_ids = b.op("Unsqueeze", b.op("Range", b.const(0), b.dim(ids, 1), b.const(1)), b.const([0]))
-        token_types = b.op("ConstantOfShape", b.op("Shape", ids),
-                           value=onnx.helper.make_tensor("value", INT64, [1], [0]))
-        x = b.op("Add", b.op("Gather", b.weight("word_embeddings.weight", [c.vocab, c.hidden]), ids),
-                 b.op("Gather", b.weight("token_type_embeddings.weight", [c.type_vocab, c.hidden]), token_types))
-        x = b.op("Add", x, b.op("Gather", b.weight("position_embeddings.weight", [c.max_positions, c.hidden]),
-                                position_ids))
+        token_types = b.op(
+            "ConstantOfShape", b.op("Shape", ids), value=onnx.helper.make_tensor("value", INT64, [1], [0])
+        )
+        x = b.op(
+            "Add",
+            b.op("Gather", b.weight("word_embeddings.weight", [c.vocab, c.hidden]), ids),
+            b.op("Gather", b.weight("token_type_embeddings.weight", [c.type_vocab, c.hidden]), token_types),
+        )
+        x = b.op(
+            "Add", x, b.op("Gather", b.weight("position_embeddings.weight", [c.max_positions, c.hidden]), position_ids)
+        )
         x = blocks.layer_norm(b, x, c.hidden, "LayerNorm", c.norm_eps)
     for i in range(c.layers):
         with b.scope(f"encoder.layer.{i}"):
@@ -83,13 +91,18 @@ def build_bert(c: EncoderConfig = BERT_BASE, name: str = "bert-base", inline_wei
     b.output(x, "last_hidden_state", ["batch", "seq", c.hidden])
     if pooler:
         first = b.op("Gather", x, b.const(0), axis=1)
-        b.output(b.op("Tanh", blocks.gemm(b, first, c.hidden, c.hidden, "pooler.dense")),
-                 "pooler_output", ["batch", c.hidden])
+        b.output(
+            b.op("Tanh", blocks.gemm(b, first, c.hidden, c.hidden, "pooler.dense")),
+            "pooler_output",
+            ["batch", c.hidden],
+        )
     return b.build(build_bert.__doc__)
 
 
 # -- GPT-2 --------------------------------------------------------------------------------------
-def build_gpt2(c: EncoderConfig = GPT2_SMALL, name: str = "gpt2-small", inline_weights: bool = False) -> onnx.ModelProto:
+def build_gpt2(
+    c: EncoderConfig = GPT2_SMALL, name: str = "gpt2-small", inline_weights: bool = False
+) -> onnx.ModelProto:
     """GPT-2 small (HF GPT2LMHeadModel, 124,439,808 params, LM head tied to wte).
 
     Reference: HF gpt2 config.json and transformers/models/gpt2/modeling_gpt2.py; Radford et al.
@@ -101,15 +114,19 @@ def build_gpt2(c: EncoderConfig = GPT2_SMALL, name: str = "gpt2-small", inline_w
     b = GraphBuilder(name, inline_weights=inline_weights)
     ids = b.input("input_ids", ["batch", "seq"], INT64)
     cache_shape = ["batch", c.heads, "past", c.head_dim]
-    past_kv = [tuple(b.input(f"past_key_values.{i}.{t}", cache_shape) for t in ("key", "value"))
-               for i in range(c.layers)]
+    past_kv = [
+        tuple(b.input(f"past_key_values.{i}.{t}", cache_shape) for t in ("key", "value")) for i in range(c.layers)
+    ]
     batch, seq_1d = b.dims_1d(ids, [0, 1])
     seq, past, total = blocks.cache_lengths(b, ids, past_kv[0][0])
     keep = blocks.causal_keep_mask(b, seq, past, total)
     wte = b.weight("transformer.wte.weight", [c.vocab, c.hidden])
     position_ids = b.op("Unsqueeze", blocks.positions(b, past, total), b.const([0]))
-    x = b.op("Add", b.op("Gather", wte, ids),
-             b.op("Gather", b.weight("transformer.wpe.weight", [c.max_positions, c.hidden]), position_ids))
+    x = b.op(
+        "Add",
+        b.op("Gather", wte, ids),
+        b.op("Gather", b.weight("transformer.wpe.weight", [c.max_positions, c.hidden]), position_ids),
+    )
     for i in range(c.layers):
         with b.scope(f"transformer.h.{i}"):
             h = blocks.layer_norm(b, x, c.hidden, "ln_1", c.norm_eps)
@@ -119,8 +136,9 @@ def build_gpt2(c: EncoderConfig = GPT2_SMALL, name: str = "gpt2-small", inline_w
                 k = blocks.append_cache(b, past_kv[i][0], k, f"present.{i}.key")
                 v = blocks.append_cache(b, past_kv[i][1], v, f"present.{i}.value")
                 context = blocks.scaled_dot_product(b, q, k, v, c.head_dim, keep_mask=keep)
-                attn = blocks.linear(b, blocks.merge_heads(b, context, batch, seq_1d, c.hidden),
-                                     c.hidden, c.hidden, "c_proj")
+                attn = blocks.linear(
+                    b, blocks.merge_heads(b, context, batch, seq_1d, c.hidden), c.hidden, c.hidden, "c_proj"
+                )
             x = b.op("Add", x, attn)
             h = blocks.layer_norm(b, x, c.hidden, "ln_2", c.norm_eps)
             with b.scope("mlp"):
@@ -139,8 +157,14 @@ def build_gpt2(c: EncoderConfig = GPT2_SMALL, name: str = "gpt2-small", inline_w
 
 
 # -- ViT ----------------------------------------------------------------------------------------
-def build_vit(c: EncoderConfig = VIT_B16, name: str = "vit-b16", inline_weights: bool = False,
-              image: int = VIT_IMAGE, patch: int = VIT_PATCH, classes: int = VIT_CLASSES) -> onnx.ModelProto:
+def build_vit(
+    c: EncoderConfig = VIT_B16,
+    name: str = "vit-b16",
+    inline_weights: bool = False,
+    image: int = VIT_IMAGE,
+    patch: int = VIT_PATCH,
+    classes: int = VIT_CLASSES,
+) -> onnx.ModelProto:
     """ViT-B/16 at 224x224 (torchvision vit_b_16, 86,567,656 params; 197 tokens inside).
 
     Reference: torchvision/models/vision_transformer.py and HF google/vit-base-patch16-224 config;
@@ -152,8 +176,14 @@ def build_vit(c: EncoderConfig = VIT_B16, name: str = "vit-b16", inline_weights:
     pixels = b.input("pixel_values", ["batch", 3, image, image], FLOAT)
     tokens = (image // patch) ** 2 + 1
     with b.scope("conv_proj"):
-        x = b.op("Conv", pixels, b.weight("weight", [c.hidden, 3, patch, patch]), b.weight("bias", [c.hidden]),
-                 kernel_shape=[patch, patch], strides=[patch, patch])
+        x = b.op(
+            "Conv",
+            pixels,
+            b.weight("weight", [c.hidden, 3, patch, patch]),
+            b.weight("bias", [c.hidden]),
+            kernel_shape=[patch, patch],
+            strides=[patch, patch],
+        )
     (batch,) = b.dims_1d(pixels, [0])
     x = b.op("Transpose", b.op("Reshape", x, b.shape_of(batch, [c.hidden, -1])), perm=[0, 2, 1])
     class_token = b.op("Expand", b.weight("class_token", [1, 1, c.hidden]), b.shape_of(batch, [1, 1]))
@@ -165,8 +195,11 @@ def build_vit(c: EncoderConfig = VIT_B16, name: str = "vit-b16", inline_weights:
             with b.scope(f"layers.encoder_layer_{i}"):
                 h = blocks.layer_norm(b, x, c.hidden, "ln_1", c.norm_eps)
                 with b.scope("self_attention"):
-                    qkv = b.op("Add", b.op("MatMul", h, b.weight("in_proj_weight", [c.hidden, 3 * c.hidden])),
-                               b.weight("in_proj_bias", [3 * c.hidden]))
+                    qkv = b.op(
+                        "Add",
+                        b.op("MatMul", h, b.weight("in_proj_weight", [c.hidden, 3 * c.hidden])),
+                        b.weight("in_proj_bias", [3 * c.hidden]),
+                    )
                     attn = self_attention(b, *blocks.split_fused_qkv(b, qkv, c.hidden), batch, seq, c)
                     attn = blocks.linear(b, attn, c.hidden, c.hidden, "out_proj")
                 x = b.op("Add", x, attn)

@@ -28,6 +28,7 @@ The export is deterministic: with these versions, two runs write byte-identical
 .onnx files (torch.manual_seed(0) before every model, and a seeded generator
 for the random weights, which are discarded anyway).
 """
+
 from __future__ import annotations
 
 import collections
@@ -43,15 +44,27 @@ except ImportError:
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 # Configs are kept in one place; tests/models/flops.py carries the same numbers.
-BERT = dict(vocab_size=1000, hidden_size=128, num_hidden_layers=2,
-            num_attention_heads=4, intermediate_size=512,
-            max_position_embeddings=128, type_vocab_size=2)
-GPT2 = dict(vocab_size=1000, n_embd=128, n_layer=2, n_head=4, n_inner=512,
-            n_positions=128)
-LLAMA = dict(vocab_size=1000, hidden_size=128, num_hidden_layers=2,
-             num_attention_heads=4, num_key_value_heads=2, head_dim=32,
-             intermediate_size=352, max_position_embeddings=256,
-             tie_word_embeddings=False)
+BERT = dict(
+    vocab_size=1000,
+    hidden_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=512,
+    max_position_embeddings=128,
+    type_vocab_size=2,
+)
+GPT2 = dict(vocab_size=1000, n_embd=128, n_layer=2, n_head=4, n_inner=512, n_positions=128)
+LLAMA = dict(
+    vocab_size=1000,
+    hidden_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=32,
+    intermediate_size=352,
+    max_position_embeddings=256,
+    tie_word_embeddings=False,
+)
 
 BATCH = "batch"
 SEQ = "seq"
@@ -71,8 +84,7 @@ def _strip_external(path: str) -> None:
 
     m = onnx.load(path, load_external_data=False)
     for node in m.graph.node:
-        keep = [p for p in node.metadata_props
-                if p.key != "pkg.torch.onnx.stack_trace"]
+        keep = [p for p in node.metadata_props if p.key != "pkg.torch.onnx.stack_trace"]
         del node.metadata_props[:]
         node.metadata_props.extend(keep)
     onnx.save(m, path)  # initializers keep their external_data references
@@ -85,8 +97,7 @@ def _strip_external(path: str) -> None:
         p = os.path.join(os.path.dirname(path), loc)
         if os.path.exists(p):
             os.remove(p)
-    print(f"  {os.path.basename(path)}: {os.path.getsize(path)} bytes, "
-          f"removed external data {sorted(locs)}")
+    print(f"  {os.path.basename(path)}: {os.path.getsize(path)} bytes, removed external data {sorted(locs)}")
 
 
 def _distinct_weights(model):
@@ -105,9 +116,16 @@ def _export(model, args, kwargs, dynamic_shapes, name):
     model.eval()
     _distinct_weights(model)
     with torch.no_grad():
-        torch.onnx.export(model, args, path, kwargs=kwargs, dynamo=True,
-                          external_data=True, dynamic_shapes=dynamic_shapes,
-                          optimize=True)
+        torch.onnx.export(
+            model,
+            args,
+            path,
+            kwargs=kwargs,
+            dynamo=True,
+            external_data=True,
+            dynamic_shapes=dynamic_shapes,
+            optimize=True,
+        )
     _strip_external(path)
     _histogram(path)
 
@@ -124,13 +142,25 @@ def _export_torchscript(model, inputs, outputs, name):  # outputs: name -> dynam
     _distinct_weights(model)
     dynamic = {**{n: {0: BATCH, 1: SEQ} for n in inputs}, **outputs}
     with torch.no_grad():
-        torch.onnx.export(model, tuple(inputs.values()), path, dynamo=False,
-                          input_names=list(inputs), output_names=list(outputs),
-                          dynamic_axes=dynamic, opset_version=17)
+        torch.onnx.export(
+            model,
+            tuple(inputs.values()),
+            path,
+            dynamo=False,
+            input_names=list(inputs),
+            output_names=list(outputs),
+            dynamic_axes=dynamic,
+            opset_version=17,
+        )
     m = onnx.load(path)
-    onnx.save_model(m, path, save_as_external_data=True,
-                    all_tensors_to_one_file=True, location=name + ".onnx.data",
-                    size_threshold=1024)
+    onnx.save_model(
+        m,
+        path,
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location=name + ".onnx.data",
+        size_threshold=1024,
+    )
     _strip_external(path)
     _histogram(path)
 
@@ -144,8 +174,7 @@ class _Fields(torch.nn.Module if torch else object):
         self.model, self.fields = model, fields
 
     def forward(self, input_ids, attention_mask=None):
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask,
-                         use_cache=False, return_dict=True)
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, return_dict=True)
         return tuple(getattr(out, f) for f in self.fields)
 
 
@@ -158,12 +187,14 @@ def export_torchscript(family):
     # aten::diff, which the TorchScript exporter cannot write)
     inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
     if family == "bert":  # both outputs, so the pooler stays in the graph
-        model = _Fields(BertModel(BertConfig(**BERT, attn_implementation="eager")),
-                        ("last_hidden_state", "pooler_output"))
+        model = _Fields(
+            BertModel(BertConfig(**BERT, attn_implementation="eager")), ("last_hidden_state", "pooler_output")
+        )
         outputs = {"last_hidden_state": {0: BATCH, 1: SEQ}, "pooler_output": {0: BATCH}}
     else:
-        cls, cfg, conf = ((GPT2LMHeadModel, GPT2Config, GPT2) if family == "gpt2"
-                          else (LlamaForCausalLM, LlamaConfig, LLAMA))
+        cls, cfg, conf = (
+            (GPT2LMHeadModel, GPT2Config, GPT2) if family == "gpt2" else (LlamaForCausalLM, LlamaConfig, LLAMA)
+        )
         model = _Fields(cls(cfg(**conf, attn_implementation="eager")), ("logits",))
         outputs = {"logits": {0: BATCH, 1: SEQ}}
     _export_torchscript(model, inputs, outputs, f"hf_{family}_tiny_ts")
@@ -174,9 +205,10 @@ def _histogram(path):
 
     m = onnx.load(path, load_external_data=False)
     h = collections.Counter(n.op_type for n in m.graph.node)
-    print("  inputs:", [(i.name, [d.dim_param or d.dim_value
-                                  for d in i.type.tensor_type.shape.dim])
-                        for i in m.graph.input])
+    print(
+        "  inputs:",
+        [(i.name, [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim]) for i in m.graph.input],
+    )
     print("  ops:", dict(sorted(h.items())))
 
 
@@ -194,9 +226,13 @@ def export_bert(attn="eager", name="hf_bert_tiny"):
     model = BertModel(BertConfig(**BERT, attn_implementation=attn))  # + pooler
     ids = _ids()
     mask = torch.ones_like(ids)
-    _export(model, (), {"input_ids": ids, "attention_mask": mask},
-            {"input_ids": {0: BATCH, 1: SEQ},
-             "attention_mask": {0: BATCH, 1: SEQ}}, name)
+    _export(
+        model,
+        (),
+        {"input_ids": ids, "attention_mask": mask},
+        {"input_ids": {0: BATCH, 1: SEQ}, "attention_mask": {0: BATCH, 1: SEQ}},
+        name,
+    )
 
 
 def export_gpt2(attn="eager", name="hf_gpt2_tiny"):
@@ -206,8 +242,7 @@ def export_gpt2(attn="eager", name="hf_gpt2_tiny"):
     cfg = GPT2Config(**GPT2, use_cache=False, attn_implementation=attn)
     model = GPT2LMHeadModel(cfg)
     ids = _ids()
-    _export(model, (), {"input_ids": ids}, {"input_ids": {0: BATCH, 1: SEQ}},
-            name)
+    _export(model, (), {"input_ids": ids}, {"input_ids": {0: BATCH, 1: SEQ}}, name)
 
 
 def export_llama(attn="eager", name="hf_llama_tiny"):
@@ -217,8 +252,7 @@ def export_llama(attn="eager", name="hf_llama_tiny"):
     cfg = LlamaConfig(**LLAMA, use_cache=False, attn_implementation=attn)
     model = LlamaForCausalLM(cfg)
     ids = _ids()
-    _export(model, (), {"input_ids": ids}, {"input_ids": {0: BATCH, 1: SEQ}},
-            name)
+    _export(model, (), {"input_ids": ids}, {"input_ids": {0: BATCH, 1: SEQ}}, name)
 
 
 def _llama_decode_wrapper(model):
@@ -234,8 +268,7 @@ def _llama_decode_wrapper(model):
             cache = DynamicCache(config=self.model.config)
             for i in range(self.model.config.num_hidden_layers):
                 cache.update(past_kv[2 * i], past_kv[2 * i + 1], i)
-            out = self.model(input_ids=input_ids, attention_mask=attention_mask,
-                             past_key_values=cache, use_cache=True)
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache, use_cache=True)
             present = []
             for layer in out.past_key_values.layers:
                 present += [layer.keys, layer.values]
@@ -256,13 +289,19 @@ def export_llama_decode(attn="eager", name="hf_llama_tiny_decode"):
     kvh, hd = LLAMA["num_key_value_heads"], LLAMA["head_dim"]
     ids = _ids(b, new)
     mask = torch.ones(b, past + new, dtype=torch.long)
-    kv = [torch.randn(b, kvh, past, hd)
-          for _ in range(2 * LLAMA["num_hidden_layers"])]
+    kv = [torch.randn(b, kvh, past, hd) for _ in range(2 * LLAMA["num_hidden_layers"])]
     total = "total_seq"
-    _export(model, (ids, mask, kv), None,
-            {"input_ids": {0: BATCH, 1: SEQ},
-             "attention_mask": {0: BATCH, 1: total},
-             "past_kv": [{0: BATCH, 2: PAST} for _ in kv]}, name)
+    _export(
+        model,
+        (ids, mask, kv),
+        None,
+        {
+            "input_ids": {0: BATCH, 1: SEQ},
+            "attention_mask": {0: BATCH, 1: total},
+            "past_kv": [{0: BATCH, 2: PAST} for _ in kv],
+        },
+        name,
+    )
 
 
 EXPORTS = {
@@ -279,22 +318,25 @@ EXPORTS = {
 
 
 # (stem, bindings) checked by `verify`; decode binds total_seq = past + seq.
-CHECKS = [
-    (stem, dict(batch=b, seq=s))
-    for stem in ("hf_bert_tiny", "hf_bert_tiny_sdpa", "hf_gpt2_tiny",
-                 "hf_llama_tiny", "hf_llama_tiny_sdpa")
-    for b, s in ((2, 16), (1, 64), (3, 64))
-] + [
-    # TorchScript graphs carry no value_info, and onnx's own inference leaves
-    # their attention unresolved at batch 1 (its data propagation stops in the
-    # mask arithmetic); the mapper resolves every binding (tests/test_import.py)
-    (stem, dict(batch=b, seq=s))
-    for stem in ("hf_bert_tiny_ts", "hf_gpt2_tiny_ts", "hf_llama_tiny_ts")
-    for b, s in ((2, 16), (3, 64), (2, 100))
-] + [
-    ("hf_llama_tiny_decode", dict(batch=b, seq=s, past_seq=p, total_seq=p + s))
-    for b, s, p in ((2, 1, 16), (1, 1, 63), (2, 4, 16), (3, 5, 40))
-]
+CHECKS = (
+    [
+        (stem, dict(batch=b, seq=s))
+        for stem in ("hf_bert_tiny", "hf_bert_tiny_sdpa", "hf_gpt2_tiny", "hf_llama_tiny", "hf_llama_tiny_sdpa")
+        for b, s in ((2, 16), (1, 64), (3, 64))
+    ]
+    + [
+        # TorchScript graphs carry no value_info, and onnx's own inference leaves
+        # their attention unresolved at batch 1 (its data propagation stops in the
+        # mask arithmetic); the mapper resolves every binding (tests/test_import.py)
+        (stem, dict(batch=b, seq=s))
+        for stem in ("hf_bert_tiny_ts", "hf_gpt2_tiny_ts", "hf_llama_tiny_ts")
+        for b, s in ((2, 16), (3, 64), (2, 100))
+    ]
+    + [
+        ("hf_llama_tiny_decode", dict(batch=b, seq=s, past_seq=p, total_seq=p + s))
+        for b, s, p in ((2, 1, 16), (1, 1, 63), (2, 4, 16), (3, 5, 40))
+    ]
+)
 
 
 def verify():
@@ -305,8 +347,7 @@ def verify():
     ok = True
     for stem, binds in CHECKS:
         path = os.path.join(HERE, stem + ".onnx")
-        want = matrix_flops(stem, binds["batch"], binds["seq"],
-                            binds.get("past_seq", 0))
+        want = matrix_flops(stem, binds["batch"], binds["seq"], binds.get("past_seq", 0))
         line = [f"{stem} {binds}: formula {want}"]
         for src in ("hybrid", "exporter", "onnx"):
             r = graph_matrix_flops(path, binds, source=src)
@@ -314,11 +355,12 @@ def verify():
             if src == "hybrid":
                 ok &= match
             un = [u[0] for u in r["unresolved"]]
-            line.append(f"  {src:8s} {r['flops']:>10d} "
-                        f"{'MATCH' if match else 'differs'}; "
-                        f"{len(un)}/{r['nodes']} MatMul/Gemm unresolved {un}"
-                        + (f"; {len(r['unresolved_values'])} values not fully "
-                           f"concrete" if src != "exporter" else ""))
+            line.append(
+                f"  {src:8s} {r['flops']:>10d} "
+                f"{'MATCH' if match else 'differs'}; "
+                f"{len(un)}/{r['nodes']} MatMul/Gemm unresolved {un}"
+                + (f"; {len(r['unresolved_values'])} values not fully concrete" if src != "exporter" else "")
+            )
         print("\n".join(line))
     print("ALL OK" if ok else "MISMATCH")
     return ok

@@ -22,6 +22,7 @@ decoder without past inputs (but with present outputs) and one with, then joined
 `GPT2OnnxConfig(use_past=True, use_past_in_inputs=False)`: `optimum_gpt2_tiny_merged.onnx`.
 Saved graph-only: tensors over 1 KiB to external data, that file deleted.
 """
+
 from __future__ import annotations
 
 import os
@@ -32,10 +33,18 @@ from pathlib import Path
 import onnx
 
 HERE = Path(__file__).parent
+
+
 def graph_only(model: onnx.ModelProto, name: str) -> None:
     out = HERE / f"{name}.onnx"
-    onnx.save_model(model, out, save_as_external_data=True, all_tensors_to_one_file=True,
-                    location=f"{name}.onnx.data", size_threshold=1024)
+    onnx.save_model(
+        model,
+        out,
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location=f"{name}.onnx.data",
+        size_threshold=1024,
+    )
     (HERE / f"{name}.onnx.data").unlink()
     print(f"{out}: {out.stat().st_size} bytes, external data deleted")
 
@@ -53,20 +62,26 @@ def main() -> None:
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp:
         GPT2LMHeadModel(GPT2Config(**GPT2)).save_pretrained(f"{tmp}/model")
-        main_export(f"{tmp}/model", output=f"{tmp}/past", task="text-generation-with-past",
-                    library_name="transformers")
-        no_past = GPT2OnnxConfig(GPT2Config.from_pretrained(f"{tmp}/model"), task="text-generation",
-                                 use_past=True, use_past_in_inputs=False)
-        main_export(f"{tmp}/model", output=f"{tmp}/no_past", task="text-generation-with-past",
-                    custom_onnx_configs={"model": no_past}, library_name="transformers")
+        main_export(f"{tmp}/model", output=f"{tmp}/past", task="text-generation-with-past", library_name="transformers")
+        no_past = GPT2OnnxConfig(
+            GPT2Config.from_pretrained(f"{tmp}/model"), task="text-generation", use_past=True, use_past_in_inputs=False
+        )
+        main_export(
+            f"{tmp}/model",
+            output=f"{tmp}/no_past",
+            task="text-generation-with-past",
+            custom_onnx_configs={"model": no_past},
+            library_name="transformers",
+        )
         graph_only(onnx.load(f"{tmp}/past/model.onnx"), "optimum_gpt2_tiny_with_past")
         merge_decoders(f"{tmp}/no_past/model.onnx", f"{tmp}/past/model.onnx", save_path=f"{tmp}/merged.onnx")
         graph_only(onnx.load(f"{tmp}/merged.onnx"), "optimum_gpt2_tiny_merged")
 
         torch.manual_seed(0)
         LlamaForCausalLM(LlamaConfig(**LLAMA)).save_pretrained(f"{tmp}/llama")
-        main_export(f"{tmp}/llama", output=f"{tmp}/llama_past", task="text-generation-with-past",
-                    library_name="transformers")
+        main_export(
+            f"{tmp}/llama", output=f"{tmp}/llama_past", task="text-generation-with-past", library_name="transformers"
+        )
         graph_only(onnx.load(f"{tmp}/llama_past/model.onnx"), "optimum_llama_tiny_with_past")
 
 

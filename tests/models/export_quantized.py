@@ -18,6 +18,7 @@ scales, the form ONNX Runtime fuses into MatMulIntegerToFloat at load.
 Each result is saved with every tensor over 1 KiB as external data, and that `.data` file is deleted:
 the committed files are graph-only, like the Hugging Face fixtures (see README.md here).
 """
+
 from __future__ import annotations
 
 import math
@@ -38,6 +39,7 @@ def float_zoo_model(name: str, path: Path) -> str:
     """A built-in model with stand-in weights in place of its absent external ones; its first input's name."""
     sys.path.insert(0, str(HERE.parents[1]))
     import mapper
+
     model = mapper.build_zoo_model(name)
     rng = np.random.default_rng(SEED)
     for t in model.graph.initializer:
@@ -61,8 +63,9 @@ def graph_only(model_path: Path, out: Path) -> None:
     model = onnx.load(model_path)
     model.graph.name = out.stem
     location = out.name + ".data"
-    onnx.save_model(model, out, save_as_external_data=True, all_tensors_to_one_file=True, location=location,
-                    size_threshold=1024)
+    onnx.save_model(
+        model, out, save_as_external_data=True, all_tensors_to_one_file=True, location=location, size_threshold=1024
+    )
     (out.parent / location).unlink()
     print(f"{out}: {out.stat().st_size} bytes, external data deleted")
 
@@ -85,15 +88,24 @@ def main() -> None:
         class Images(CalibrationDataReader):
             def __init__(self):
                 rng = np.random.default_rng(SEED)
-                self.batches = [{input_name: rng.standard_normal((1, 3, 224, 224)).astype(np.float32)}
-                                for _ in range(CALIBRATION_IMAGES)]
+                self.batches = [
+                    {input_name: rng.standard_normal((1, 3, 224, 224)).astype(np.float32)}
+                    for _ in range(CALIBRATION_IMAGES)
+                ]
 
             def get_next(self):
                 return self.batches.pop() if self.batches else None
 
         for name, fmt in (("resnet50_int8_qoperator", QuantFormat.QOperator), ("resnet50_int8_qdq", QuantFormat.QDQ)):
-            quantize_static(str(tmp / "pre.onnx"), str(tmp / f"{name}.onnx"), Images(), quant_format=fmt,
-                            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=False)
+            quantize_static(
+                str(tmp / "pre.onnx"),
+                str(tmp / f"{name}.onnx"),
+                Images(),
+                quant_format=fmt,
+                activation_type=QuantType.QUInt8,
+                weight_type=QuantType.QInt8,
+                per_channel=False,
+            )
             graph_only(tmp / f"{name}.onnx", HERE / f"{name}.onnx")
 
         float_zoo_model("bert-base", tmp / "bert.onnx")

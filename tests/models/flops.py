@@ -9,6 +9,7 @@ below were checked against a per-node count of the exported graphs (see
     matrix_flops("hf_llama_tiny", batch=2, seq=16)
     matrix_flops("hf_llama_tiny_decode", batch=2, seq=1, past=16)
 """
+
 from __future__ import annotations
 
 import ast
@@ -17,12 +18,9 @@ import operator
 # family: "bert" (BertModel + pooler), "gpt2" (GPT2LMHeadModel), "llama"
 # (LlamaForCausalLM).  H hidden, L layers, nh heads, kvh kv heads, hd head
 # dim, I FFN intermediate, V vocab, P max positions.
-_BERT = dict(family="bert", L=2, H=128, nh=4, kvh=4, hd=32, I=512, V=1000,
-             P=128, type_vocab=2)
-_GPT2 = dict(family="gpt2", L=2, H=128, nh=4, kvh=4, hd=32, I=512, V=1000,
-             P=128)
-_LLAMA = dict(family="llama", L=2, H=128, nh=4, kvh=2, hd=32, I=352, V=1000,
-              P=256)
+_BERT = dict(family="bert", L=2, H=128, nh=4, kvh=4, hd=32, I=512, V=1000, P=128, type_vocab=2)
+_GPT2 = dict(family="gpt2", L=2, H=128, nh=4, kvh=4, hd=32, I=512, V=1000, P=128)
+_LLAMA = dict(family="llama", L=2, H=128, nh=4, kvh=2, hd=32, I=352, V=1000, P=256)
 
 CONFIGS = {
     "hf_bert_tiny": _BERT,
@@ -31,7 +29,7 @@ CONFIGS = {
     "hf_llama_tiny": _LLAMA,
     "hf_llama_tiny_sdpa": _LLAMA,
     "hf_llama_tiny_decode": _LLAMA,
-    "hf_bert_tiny_ts": _BERT,        # the TorchScript exporter (dynamo=False)
+    "hf_bert_tiny_ts": _BERT,  # the TorchScript exporter (dynamo=False)
     "hf_gpt2_tiny_ts": _GPT2,
     "hf_llama_tiny_ts": _LLAMA,
     "optimum_gpt2_tiny_with_past": _GPT2,  # Optimum's text-generation-with-past export (export_optimum.py)
@@ -51,14 +49,11 @@ DIM_NAMES = {
     "hf_bert_tiny_ts": _BS,
     "hf_gpt2_tiny_ts": _BS,
     "hf_llama_tiny_ts": _BS,
-    "optimum_gpt2_tiny_with_past": {"batch": "batch_size", "seq": "sequence_length",
-                                    "past": "past_sequence_length"},
-    "optimum_llama_tiny_with_past": {"batch": "batch_size", "seq": "sequence_length",
-                                     "past": "past_sequence_length"},
+    "optimum_gpt2_tiny_with_past": {"batch": "batch_size", "seq": "sequence_length", "past": "past_sequence_length"},
+    "optimum_llama_tiny_with_past": {"batch": "batch_size", "seq": "sequence_length", "past": "past_sequence_length"},
     # input_ids [batch, seq]; attention_mask [batch, total_seq] where
     # total_seq must be bound to past_seq + seq; past_kv_i [batch, 2, past_seq, 32]
-    "hf_llama_tiny_decode": {"batch": "batch", "seq": "seq",
-                             "past": "past_seq", "total": "total_seq"},
+    "hf_llama_tiny_decode": {"batch": "batch", "seq": "seq", "past": "past_seq", "total": "total_seq"},
 }
 
 
@@ -69,25 +64,28 @@ def matrix_flops(model_file_stem: str, batch: int, seq: int, past: int = 0) -> i
     KV-cache length already held, so attention spans T = past + seq keys.
     """
     c = CONFIGS[model_file_stem]
-    if past and model_file_stem not in ("hf_llama_tiny_decode", "optimum_gpt2_tiny_with_past",
-                                        "optimum_llama_tiny_with_past"):
+    if past and model_file_stem not in (
+        "hf_llama_tiny_decode",
+        "optimum_gpt2_tiny_with_past",
+        "optimum_llama_tiny_with_past",
+    ):
         raise ValueError(f"{model_file_stem} has no past KV input")
     B, S, T = batch, seq, past + seq
     L, H, nh, kvh, hd, I, V = (c[k] for k in ("L", "H", "nh", "kvh", "hd", "I", "V"))
     BS = B * S
-    attn = 2 * B * nh * S * T * hd * 2          # Q K^T and P V
+    attn = 2 * B * nh * S * T * hd * 2  # Q K^T and P V
     fam = c["family"]
     if fam == "bert":
         layer = 4 * 2 * BS * H * H + 2 * 2 * BS * H * I + attn
-        return L * layer + 2 * B * H * H        # + pooler Gemm on token 0
+        return L * layer + 2 * B * H * H  # + pooler Gemm on token 0
     if fam == "gpt2":
         # c_attn (H->3H), c_proj (H->H), c_fc (H->I), mlp c_proj (I->H): Gemm
         layer = 2 * BS * H * 3 * H + 2 * BS * H * H + 2 * 2 * BS * H * I + attn
-        return L * layer + 2 * BS * H * V       # tied LM head (MatMul)
+        return L * layer + 2 * BS * H * V  # tied LM head (MatMul)
     if fam == "llama":
         q_o = 2 * 2 * BS * H * nh * hd
         k_v = 2 * 2 * BS * H * kvh * hd
-        mlp = 3 * 2 * BS * H * I                # gate, up, down
+        mlp = 3 * 2 * BS * H * I  # gate, up, down
         rope = 2 * BS * (hd // 2) if c.get("rope_matmul") else 0
         return L * (q_o + k_v + mlp + attn) + 2 * BS * H * V + rope
     raise KeyError(fam)
@@ -96,12 +94,18 @@ def matrix_flops(model_file_stem: str, batch: int, seq: int, past: int = 0) -> i
 # --------------------------------------------------------------------------
 # Per-node count of an exported graph (needs the `onnx` package).
 
-_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
+_BINOPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+}
 
 
 def eval_dim(expr: str, binds: dict) -> int:
     """Evaluate a torch-exported dim expression such as 'past_seq + seq'."""
+
     def ev(n):
         if isinstance(n, ast.Expression):
             return ev(n.body)
@@ -113,11 +117,11 @@ def eval_dim(expr: str, binds: dict) -> int:
             return _BINOPS[type(n.op)](ev(n.left), ev(n.right))
         if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub):
             return -ev(n.operand)
-        if (isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
-                and n.func.id.lower() in ("max", "min")):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id.lower() in ("max", "min"):
             f = max if n.func.id.lower() == "max" else min
             return f(ev(a) for a in n.args)
         raise ValueError(f"cannot evaluate dim {expr!r}")
+
     return ev(ast.parse(expr, mode="eval"))
 
 
@@ -126,10 +130,9 @@ def _shape_table(graph):
     for vi in list(graph.value_info) + list(graph.input) + list(graph.output):
         dims = []
         for d in vi.type.tensor_type.shape.dim:
-            dims.append(d.dim_value if d.HasField("dim_value")
-                        else (d.dim_param or None))
+            dims.append(d.dim_value if d.HasField("dim_value") else (d.dim_param or None))
         t[vi.name] = dims
-    for init in graph.initializer:          # dims are known without the data
+    for init in graph.initializer:  # dims are known without the data
         t[init.name] = list(init.dims)
     return t
 
@@ -182,7 +185,7 @@ def graph_matrix_flops(path: str, binds: dict, *, source: str = "onnx") -> dict:
                     if source == "hybrid":
                         d.dim_value = eval_dim(d.dim_param, binds)
                     else:
-                        d.Clear()              # keep rank, forget the dim
+                        d.Clear()  # keep rank, forget the dim
         if source == "onnx":
             del m.graph.value_info[:]
         # strict: raises if a concrete exporter shape contradicts ONNX's own
@@ -191,8 +194,7 @@ def graph_matrix_flops(path: str, binds: dict, *, source: str = "onnx") -> dict:
         conc = lambda dims: dims
     elif source == "exporter":
         table = _shape_table(m.graph)
-        conc = lambda dims: [eval_dim(d, binds) if isinstance(d, str) else d
-                             for d in dims]
+        conc = lambda dims: [eval_dim(d, binds) if isinstance(d, str) else d for d in dims]
     else:
         raise ValueError(source)
     total, nodes, unresolved = 0, 0, []
@@ -211,7 +213,5 @@ def graph_matrix_flops(path: str, binds: dict, *, source: str = "onnx") -> dict:
         total += _node_flops(node, a, b)
     bad = []
     if source != "exporter":
-        bad = sorted(k for k, v in table.items()
-                     if v is None or any(not isinstance(x, int) for x in v))
-    return {"flops": total, "nodes": nodes, "unresolved": unresolved,
-            "unresolved_values": bad}
+        bad = sorted(k for k, v in table.items() if v is None or any(not isinstance(x, int) for x in v))
+    return {"flops": total, "nodes": nodes, "unresolved": unresolved, "unresolved_values": bad}

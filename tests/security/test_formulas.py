@@ -7,6 +7,7 @@ A model whose graph name, node names, op type and file name carry every formula 
 no text cell that a spreadsheet would run, the payload still there (quoted, not dropped), and
 negative numbers still numbers.
 """
+
 import csv
 import gc
 import io
@@ -37,8 +38,9 @@ def assert_inert_xlsx(data: bytes) -> list:
     assert not formulas, formulas[:5]
     live = [c.value for c in cells if isinstance(c.value, str) and c.value.startswith(FORMULA_START)]
     assert not live, live[:5]
-    assert any(isinstance(c.value, str) and "HYPERLINK" in c.value for c in cells) or \
-        any(isinstance(c.value, str) and "calc" in c.value for c in cells), "the payload vanished"
+    assert any(isinstance(c.value, str) and "HYPERLINK" in c.value for c in cells) or any(
+        isinstance(c.value, str) and "calc" in c.value for c in cells
+    ), "the payload vanished"
     return cells
 
 
@@ -90,8 +92,25 @@ def test_map_html_escapes_model_names(tmp_path):
 
 def test_compare_out_writes_no_formula(model_path, tmp_path):
     out = tmp_path / "comparison.xlsx"
-    assert main(["compare", str(model_path), "--batch", "1,4", "--baseline", "fusion=none",
-                 "--candidate", "fusion=aggressive", "--requests", "500", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                str(model_path),
+                "--batch",
+                "1,4",
+                "--baseline",
+                "fusion=none",
+                "--candidate",
+                "fusion=aggressive",
+                "--requests",
+                "500",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     cells = assert_inert_xlsx(out.read_bytes())
     assert any(isinstance(c.value, float) and c.value < 0 for c in cells), "a negative change became text"
 
@@ -104,8 +123,12 @@ def test_sweep_out_writes_no_formula(model_path, tmp_path, fmt):
 
 
 def test_the_one_writer_quotes_strings_and_keeps_numbers():
-    frame = pd.DataFrame({"name": ["=1+1", "-1+2", "@SUM(A1)", "\t=1", "\r=1", "ok", "bell\x07\x1b[31m"],
-                          "value": [-1.5, -2, 0, 1, 2, 3, 4]})
+    frame = pd.DataFrame(
+        {
+            "name": ["=1+1", "-1+2", "@SUM(A1)", "\t=1", "\r=1", "ok", "bell\x07\x1b[31m"],
+            "value": [-1.5, -2, 0, 1, 2, 3, 4],
+        }
+    )
     cells = xlsx_cells(xlsx_bytes({"t": frame}))
     values = [c.value for c in cells[3::2]]
     assert values == [-1.5, -2, 0, 1, 2, 3, 4] and all(not isinstance(v, str) for v in values)

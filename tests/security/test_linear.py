@@ -6,6 +6,7 @@ through those, so the count is the planner's work; linear stages double it, a qu
 membership test in a list of a node's inputs or of the graph's outputs) quadruples it. A chain of
 views deeper than the recursion limit must map at all.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -17,7 +18,7 @@ import mapper
 from bench.scale_graphs import SHAPES
 from mapper.core.graph import Graph
 
-SMALL = 1000     # nodes; and twice as many: a few seconds for every shape together
+SMALL = 1000  # nodes; and twice as many: a few seconds for every shape together
 MAX_GROWTH = 2.5  # of the count from SMALL to 2 x SMALL nodes: 2 is linear, 4 quadratic
 
 
@@ -46,13 +47,22 @@ def counting(graph: Graph) -> Graph:
 
     def ns(items):
         return tuple(map(n, items))
-    nodes = tuple(dataclasses.replace(node, name=n(node.name), inputs=ns(node.inputs), outputs=ns(node.outputs))
-                  for node in graph.nodes)
+
+    nodes = tuple(
+        dataclasses.replace(node, name=n(node.name), inputs=ns(node.inputs), outputs=ns(node.outputs))
+        for node in graph.nodes
+    )
     return dataclasses.replace(
-        graph, nodes=nodes, tensors={n(k): dataclasses.replace(v, name=n(v.name)) for k, v in graph.tensors.items()},
-        inputs=ns(graph.inputs), outputs=ns(graph.outputs), weights=frozenset(ns(graph.weights)),
-        folded=frozenset(ns(graph.folded)), producers={n(k): v for k, v in graph.producers.items()},
-        consumers={n(k): v for k, v in graph.consumers.items()})
+        graph,
+        nodes=nodes,
+        tensors={n(k): dataclasses.replace(v, name=n(v.name)) for k, v in graph.tensors.items()},
+        inputs=ns(graph.inputs),
+        outputs=ns(graph.outputs),
+        weights=frozenset(ns(graph.weights)),
+        folded=frozenset(ns(graph.folded)),
+        producers={n(k): v for k, v in graph.producers.items()},
+        consumers={n(k): v for k, v in graph.consumers.items()},
+    )
 
 
 HW = mapper.load_hardware("h100-sxm")

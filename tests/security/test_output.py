@@ -6,6 +6,7 @@ name with an ANSI escape in it, and a model whose names carry ESC, BEL and CR. D
 with `?batch=²` (str.isdigit accepts it, int() does not), and a page that raises something nobody
 expected.
 """
+
 import tomllib
 from pathlib import Path
 
@@ -34,12 +35,16 @@ def one_error_line(capsys, argv: list[str]) -> str:
     return err
 
 
-@pytest.mark.parametrize("argv", [
-    ["map", f"{LONG}.onnx"],
-    ["map", "resnet50", "--hw", f"{LONG}.toml"],
-    ["serve", "resnet50", "--trace", f"{LONG}.csv", "--requests", "100"],
-    ["measure", "resnet50", "--hw", "h100-sxm", "--profile", f"{LONG}.json"],
-], ids=["model", "profile", "trace", "ort-profile"])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["map", f"{LONG}.onnx"],
+        ["map", "resnet50", "--hw", f"{LONG}.toml"],
+        ["serve", "resnet50", "--trace", f"{LONG}.csv", "--requests", "100"],
+        ["measure", "resnet50", "--hw", "h100-sxm", "--profile", f"{LONG}.json"],
+    ],
+    ids=["model", "profile", "trace", "ort-profile"],
+)
 def test_a_path_too_long_to_open_is_one_line(capsys, argv):
     one_error_line(capsys, argv)
 
@@ -59,8 +64,7 @@ def test_an_error_quoting_a_huge_hostile_name_is_bounded_and_escaped(capsys):
 def test_names_with_control_characters_do_not_reach_the_terminal(capsys, tmp_path):
     model = tmp_path / "bell\x07\x1b[31mred\r.onnx"  # the sweep names a model by its file
     model.write_bytes(formula_model())
-    for argv in (["map", str(model), "--dim", "batch=2"],
-                 ["sweep", str(model), "--batch", "1,2", "--no-progress"]):
+    for argv in (["map", str(model), "--dim", "batch=2"], ["sweep", str(model), "--batch", "1,2", "--no-progress"]):
         assert main(argv) == 0
         out, err = capsys.readouterr()
         assert "bell" in out, out[:500]  # the names are printed ...
@@ -87,6 +91,7 @@ def test_a_link_with_a_superscript_digit_opens_the_page():
 def test_an_unexpected_failure_in_a_page_is_one_line(monkeypatch):
     def broken(doc):
         raise ZeroDivisionError("float division by zero in /srv/secret/path.py")
+
     monkeypatch.setattr(mapper.report.charts, "timeline_figure", broken)
     at = AppTest.from_file(APP, default_timeout=120).run()
     at.switch_page("app_pages/timeline.py").run()

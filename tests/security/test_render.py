@@ -7,6 +7,7 @@ directives and LaTeX, uploaded under a beacon file name with a profile whose dis
 beacon too. Then every element in the page is read back: no element that renders markdown or HTML
 may carry the payload raw (an escaped `\\!\\[` or `&lt;div` is text), and nothing allows HTML with it.
 """
+
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -20,8 +21,21 @@ from app_pages import session
 from tests.security.hostile_names import OVERLAY, hostile_model
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
-PAGES = ["overview", "layers", "kernels", "roofline", "timeline", "serving", "power", "devices", "validation",
-         "sweep", "compare", "hardware", "export"]
+PAGES = [
+    "overview",
+    "layers",
+    "kernels",
+    "roofline",
+    "timeline",
+    "serving",
+    "power",
+    "devices",
+    "validation",
+    "sweep",
+    "compare",
+    "hardware",
+    "export",
+]
 FILE_NAME = "![f](http://127.0.0.1:9/file.png).onnx"
 PROFILE_NAME = "![p](http://127.0.0.1:9/profile.png) <b>GPU</b>"
 # What may never reach a markdown/HTML renderer unescaped: an image or link opener, an HTML tag.
@@ -41,8 +55,20 @@ def hand_upload(at: AppTest, name: str, data: bytes) -> AppTest:
     return at
 
 
-TEXT_ONLY = {"dataframe", "arrow_data_frame", "arrow_table", "json", "text", "code", "file_uploader",
-             "download_button", "selectbox", "multiselect", "radio", "data_editor"}  # shown as text or data
+TEXT_ONLY = {
+    "dataframe",
+    "arrow_data_frame",
+    "arrow_table",
+    "json",
+    "text",
+    "code",
+    "file_uploader",
+    "download_button",
+    "selectbox",
+    "multiselect",
+    "radio",
+    "data_editor",
+}  # shown as text or data
 
 
 def strings(value):
@@ -82,8 +108,12 @@ def offenders(at: AppTest) -> list[tuple[str, str]]:
 
 def html_with_data(at: AppTest) -> list[str]:
     """Markdown elements that allow HTML and carry anything from the model."""
-    return [m.value[:160] for m in at.markdown if getattr(m.proto, "allow_html", False)
-            and any(word in m.value for word in ("Session expired", "beacon", "127.0.0.1"))]
+    return [
+        m.value[:160]
+        for m in at.markdown
+        if getattr(m.proto, "allow_html", False)
+        and any(word in m.value for word in ("Session expired", "beacon", "127.0.0.1"))
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +148,9 @@ def test_escaped_forms_are_what_the_page_shows(app):
 def test_hostile_profile_display_name_renders_as_text(app):
     hw = mapper.load_hardware("h100-sxm").to_dict()
     hw["meta"]["display_name"] = PROFILE_NAME
-    app.session_state[session.KEY] = replace(dashboard(app), custom_hw=mapper.load_hardware(hw))  # as an upload leaves it
+    app.session_state[session.KEY] = replace(
+        dashboard(app), custom_hw=mapper.load_hardware(hw)
+    )  # as an upload leaves it
     app.run()
     app.selectbox(key="hw").set_value("(custom profile)").run()
     assert dashboard(app).selection.hw.display_name == PROFILE_NAME

@@ -3,6 +3,7 @@ model is sandboxed. No external-data reference anywhere in a model reaches ONNX 
 tensors, If/Loop bodies); ORT runs in a child process in an empty directory under memory, CPU and wall-clock
 limits, killed with its process group; a run's work and memory are estimated and refused over the limits before
 it starts; `--profile` reads regular files only."""
+
 from __future__ import annotations
 
 import os
@@ -35,16 +36,25 @@ def _external(name: str, dims: list[int], location: str, dtype=TensorProto.FLOAT
 
 
 def _model(nodes, initializers=(), sparse=(), name="hostile") -> onnx.ModelProto:
-    graph = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
-                              initializer=list(initializers), sparse_initializer=list(sparse))
+    graph = helper.make_graph(
+        nodes,
+        name,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        initializer=list(initializers),
+        sparse_initializer=list(sparse),
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
 def constant_model(location: str) -> onnx.ModelProto:
     """A Constant node whose `value` tensor is external data (ORT reads it from its working directory)."""
-    return _model([helper.make_node("Constant", [], ["w"], value=_external("v", [4], location), name="c"),
-                   helper.make_node("Add", ["x", "w"], ["y"], name="add")])
+    return _model(
+        [
+            helper.make_node("Constant", [], ["w"], value=_external("v", [4], location), name="c"),
+            helper.make_node("Add", ["x", "w"], ["y"], name="add"),
+        ]
+    )
 
 
 def sparse_model(location: str) -> onnx.ModelProto:
@@ -56,12 +66,20 @@ def sparse_model(location: str) -> onnx.ModelProto:
 def _body(location: str) -> onnx.GraphProto:
     """A Loop body (iteration, cond, v) -> (cond, v + w) whose initializer w is external data."""
     nodes = [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Add", ["v_in", "w"], ["v_out"])]
-    return helper.make_graph(nodes, "body", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
-                                             helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-                                             helper.make_tensor_value_info("v_in", TensorProto.FLOAT, [4])],
-                             [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-                              helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [4])],
-                             initializer=[_external("w", [4], location)])
+    return helper.make_graph(
+        nodes,
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v_in", TensorProto.FLOAT, [4]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [4]),
+        ],
+        initializer=[_external("w", [4], location)],
+    )
 
 
 def loop_model(location: str, trips: int = 1, body: onnx.GraphProto | None = None) -> onnx.ModelProto:
@@ -71,12 +89,18 @@ def loop_model(location: str, trips: int = 1, body: onnx.GraphProto | None = Non
 
 def if_model(location: str) -> onnx.ModelProto:
     def branch(tag):
-        return helper.make_graph([helper.make_node("Add", ["x", f"w{tag}"], [f"y{tag}"])], f"branch{tag}", [],
-                                 [helper.make_tensor_value_info(f"y{tag}", TensorProto.FLOAT, [4])],
-                                 initializer=[_external(f"w{tag}", [4], location)])
+        return helper.make_graph(
+            [helper.make_node("Add", ["x", f"w{tag}"], [f"y{tag}"])],
+            f"branch{tag}",
+            [],
+            [helper.make_tensor_value_info(f"y{tag}", TensorProto.FLOAT, [4])],
+            initializer=[_external(f"w{tag}", [4], location)],
+        )
+
     cond = numpy_helper.from_array(np.array(True), "T")
-    return _model([helper.make_node("If", ["T"], ["y"], then_branch=branch("a"), else_branch=branch("b"), name="if")],
-                  [cond])
+    return _model(
+        [helper.make_node("If", ["T"], ["y"], then_branch=branch("a"), else_branch=branch("b"), name="if")], [cond]
+    )
 
 
 def _plant(cwd: Path, location: str) -> None:
@@ -86,6 +110,7 @@ def _plant(cwd: Path, location: str) -> None:
 
 
 # ---- (a) no external reference anywhere reaches ONNX Runtime -------------------------------------------
+
 
 @pytest.mark.parametrize("build", [constant_model, loop_model, if_model], ids=["constant", "loop-body", "if-branch"])
 @pytest.mark.parametrize("location", [".streamlit/config.toml", "../../etc/passwd"])
@@ -113,6 +138,7 @@ def test_external_sparse_initializer_is_refused_in_one_line(tmp_path, monkeypatc
 
 
 # ---- (c, d) the work and the memory of a run are bounded before it runs --------------------------------
+
 
 def _never_run(*_args, **_kwargs):
     raise AssertionError("the model was handed to ONNX Runtime; it should have been refused before")
@@ -153,8 +179,9 @@ def test_loop_with_a_computed_trip_count_is_refused(tmp_path, monkeypatch):
 def test_constant_of_shape_of_32_gib_is_refused_before_it_runs(tmp_path, monkeypatch, where):
     """ConstantOfShape [2^16, 2^17] of float32: 32 GiB, rated small by the work model."""
     shape = numpy_helper.from_array(np.array([1 << 16, 1 << 17], np.int64), "shape")
-    big = helper.make_node("ConstantOfShape", ["shape"], ["big"], name="big",
-                           value=numpy_helper.from_array(np.array([1.0], np.float32)))
+    big = helper.make_node(
+        "ConstantOfShape", ["shape"], ["big"], name="big", value=numpy_helper.from_array(np.array([1.0], np.float32))
+    )
     reduce = [helper.make_node("ReduceSum", ["big"], ["total"], keepdims=0, name="sum")]
     if where == "graph":
         nodes = [big, *reduce, helper.make_node("Add", ["x", "total"], ["y"], name="add")]
@@ -169,6 +196,7 @@ def test_constant_of_shape_of_32_gib_is_refused_before_it_runs(tmp_path, monkeyp
 
 # ---- (e) a child past the wall clock is killed with its process group ------------------------------------
 
+
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -179,6 +207,7 @@ def _alive(pid: int) -> bool:
 
 def test_a_child_past_the_wall_clock_is_killed_with_its_process_group(tmp_path, monkeypatch):
     from mapper.model.sandbox import run_child
+
     monkeypatch.setattr(limits, "MEASURE_WALL_SECONDS", 1)
     pids = tmp_path / "pids"
     script = textwrap.dedent(f"""
@@ -188,8 +217,14 @@ def test_a_child_past_the_wall_clock_is_killed_with_its_process_group(tmp_path, 
         time.sleep(600)
     """)
     with pytest.raises(mapper.MapperError, match=re.escape(limits.limit_text("MEASURE_WALL_SECONDS"))):
-        run_child(script, [], b"", memory_limit="MEASURE_MEMORY_BYTES", cpu_limit="MEASURE_CPU_SECONDS",
-                  wall_limit="MEASURE_WALL_SECONDS")
+        run_child(
+            script,
+            [],
+            b"",
+            memory_limit="MEASURE_MEMORY_BYTES",
+            cpu_limit="MEASURE_CPU_SECONDS",
+            wall_limit="MEASURE_WALL_SECONDS",
+        )
     child, grandchild = (int(p) for p in pids.read_text().split())
     for _ in range(100):  # SIGKILL is sent to the group at once; a guard while the kernel tears it down
         if not (_alive(child) or _alive(grandchild)):
@@ -204,6 +239,7 @@ def test_the_child_starts_alone_under_its_limits():
     import json
 
     from mapper.model.sandbox import run_child
+
     script = textwrap.dedent("""
         import json, os, resource
         json.dump({"as": resource.getrlimit(resource.RLIMIT_AS)[0], "cpu": resource.getrlimit(resource.RLIMIT_CPU)[0],
@@ -211,8 +247,15 @@ def test_the_child_starts_alone_under_its_limits():
     """)
     os.environ["MAPPER_TEST_SECRET"] = "s3cret"
     try:
-        result = run_child(script, [], b"", memory_limit="MEASURE_MEMORY_BYTES", cpu_limit="MEASURE_CPU_SECONDS",
-                           wall_limit="MEASURE_WALL_SECONDS", keep={"seen": 1 << 16})
+        result = run_child(
+            script,
+            [],
+            b"",
+            memory_limit="MEASURE_MEMORY_BYTES",
+            cpu_limit="MEASURE_CPU_SECONDS",
+            wall_limit="MEASURE_WALL_SECONDS",
+            keep={"seen": 1 << 16},
+        )
     finally:
         del os.environ["MAPPER_TEST_SECRET"]
     seen = json.loads(result.files["seen"])
@@ -242,8 +285,10 @@ def test_measure_stops_a_long_run_at_the_wall_clock(tmp_path, monkeypatch):
 
 # ---- (f) --profile reads regular files only --------------------------------------------------------------
 
+
 def _capped_address_space():  # the test's guard: old code read /dev/zero until memory ran out
     import resource
+
     resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
 
 
@@ -257,9 +302,16 @@ def test_measure_profile_reads_regular_files_only(tmp_path, kind):
     else:
         profile = Path("/dev/zero")
     try:  # the timeout is a guard only: old code blocked on the FIFO forever
-        proc = subprocess.run([sys.executable, "-m", "mapper", "measure", str(model), "--profile", str(profile),
-                               "--hw", "cpu-x86"], check=False, capture_output=True, text=True, timeout=120, cwd=ROOT,
-                              env={**os.environ, "PYTHONPATH": str(ROOT)}, preexec_fn=_capped_address_space)
+        proc = subprocess.run(
+            [sys.executable, "-m", "mapper", "measure", str(model), "--profile", str(profile), "--hw", "cpu-x86"],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            preexec_fn=_capped_address_space,
+        )
     except subprocess.TimeoutExpired:
         pytest.fail(f"mapper measure --profile {profile} hung")
     assert proc.returncode == 2 and proc.stdout == ""
@@ -273,11 +325,32 @@ _SPAWN = re.compile(r"^(\d+)\s+(?:<\.\.\. )?(?:clone3?|v?fork)\b.*=\s*(\d+)\s*$"
 _RESULT_FD = re.compile(r"=\s*(\d+)\s*$")
 _CHDIR = re.compile(r'^(\d+)\s+chdir\("((?:[^"\\]|\\.)*)"\)\s*=\s*0')
 # What the C library, the dynamic loader and ONNX Runtime's hardware and platform discovery read: no user data.
-_SYSTEM = ("/etc/ld.so.cache", "/etc/ld.so.preload", "/etc/localtime", "/etc/os-release", "/usr/lib/os-release",
-           "/usr/lib/locale/", "/usr/share/locale/", "/usr/share/zoneinfo/", "/dev/null", "/dev/urandom",
-           "/proc/self/", "/proc/thread-self/", "/proc/cpuinfo", "/proc/meminfo", "/proc/stat", "/proc/sys/kernel/",
-           "/proc/1/cgroup", "/sys/devices/system/", "/sys/bus/pci/devices", "/sys/class/dmi/id/",
-           "/sys/fs/cgroup/", "/.dockerenv", "/run/.containerenv", "/run/systemd/container")
+_SYSTEM = (
+    "/etc/ld.so.cache",
+    "/etc/ld.so.preload",
+    "/etc/localtime",
+    "/etc/os-release",
+    "/usr/lib/os-release",
+    "/usr/lib/locale/",
+    "/usr/share/locale/",
+    "/usr/share/zoneinfo/",
+    "/dev/null",
+    "/dev/urandom",
+    "/proc/self/",
+    "/proc/thread-self/",
+    "/proc/cpuinfo",
+    "/proc/meminfo",
+    "/proc/stat",
+    "/proc/sys/kernel/",
+    "/proc/1/cgroup",
+    "/sys/devices/system/",
+    "/sys/bus/pci/devices",
+    "/sys/class/dmi/id/",
+    "/sys/fs/cgroup/",
+    "/.dockerenv",
+    "/run/.containerenv",
+    "/run/systemd/container",
+)
 
 
 def _installation_roots() -> set[str]:
@@ -285,8 +358,15 @@ def _installation_roots() -> set[str]:
     importing onnxruntime and numpy (where the loader finds ORT's own libraries): built from sys and
     /proc/self/maps, not guessed."""
     import onnxruntime  # noqa: F401 - map its libraries into this process
-    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, os.path.dirname(sys.executable),
-             *site.getsitepackages()}
+
+    roots = {
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        sys.base_exec_prefix,
+        os.path.dirname(sys.executable),
+        *site.getsitepackages(),
+    }
     for line in Path("/proc/self/maps").read_text().splitlines():
         fields = line.split(maxsplit=5)
         if len(fields) == 6 and fields[5].startswith("/") and ".so" in fields[5]:
@@ -340,10 +420,28 @@ def test_strace_audit_of_the_child_shows_no_open_outside_its_copy(tmp_path):
     (cwd / "hostile.onnx").write_bytes(constant_model(".streamlit/config.toml").SerializeToString())
     log = tmp_path / "strace.log"
     code = "from mapper.evidence.measure import measure_model; measure_model('hostile.onnx', runs=1, profiled_runs=1)"
-    proc = subprocess.run([strace, "-f", "-qq", "-s", "4096", "-o", str(log),
-                           "-e", "trace=open,openat,openat2,execve,chdir,clone,clone3,fork,vfork", sys.executable, "-c", code],
-                          check=False, cwd=cwd, env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp)},
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            strace,
+            "-f",
+            "-qq",
+            "-s",
+            "4096",
+            "-o",
+            str(log),
+            "-e",
+            "trace=open,openat,openat2,execve,chdir,clone,clone3,fork,vfork",
+            sys.executable,
+            "-c",
+            code,
+        ],
+        check=False,
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if proc.returncode != 0 and "ptrace" in proc.stderr.lower():
         pytest.skip(f"strace cannot trace here: {proc.stderr.strip()[:200]}")
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -358,5 +456,6 @@ def test_strace_audit_of_the_child_shows_no_open_outside_its_copy(tmp_path):
     def inside(path: str) -> bool:  # the file itself, links followed (/lib is /usr/lib on a merged /usr)
         real = os.path.realpath(path)
         return real.startswith(allowed) or real + "/" in allowed or path.startswith(_SYSTEM)
+
     outside = sorted({p for _pid, p in opens if not inside(p)})
     assert outside == []

@@ -2,6 +2,7 @@
 
 Importing the package registers every rule (rules.py, movement.py); `infer_node` is the entry point.
 """
+
 from mapper.model.shapes import movement, rules
 from mapper.model.shapes.base import Ctx, NoRule, infer_node
 

@@ -7,6 +7,7 @@ the importer then falls back to the model's value_info, onnx's inference and, fo
 ONNX Runtime's (`ort_shapes`), and finally marks the node unmodeled. The rules register themselves from
 shapes/rules.py and shapes/movement.py, which the package imports.
 """
+
 from __future__ import annotations
 
 import math
@@ -28,8 +29,8 @@ class NoRule(Exception):
 @dataclass(frozen=True, slots=True)
 class Ctx:
     node: Node
-    specs: tuple[TensorSpec | None, ...]      # one per node input ('' inputs are None)
-    values: tuple[np.ndarray | None, ...]     # known constant values, else None
+    specs: tuple[TensorSpec | None, ...]  # one per node input ('' inputs are None)
+    values: tuple[np.ndarray | None, ...]  # known constant values, else None
 
     def shape(self, i: int) -> Shape:
         spec = self.specs[i] if i < len(self.specs) else None
@@ -69,25 +70,39 @@ RULES: dict[str, Callable[[Ctx], Out]] = {}
 def rule(*op_types: str):
     """Register the function as the shape rule of these op types; a second rule for one op type raises
     (two rules for one op would make the winner depend on import order)."""
+
     def register(fn: Callable[[Ctx], Out]) -> Callable[[Ctx], Out]:
         for op in op_types:
             if op in RULES:
                 raise ValueError(f"a second shape rule for {op} ({fn.__name__}; {RULES[op].__name__} has it)")
             RULES[op] = fn
         return fn
+
     return register
 
 
 # The inputs an op's shape and work rules index, and the least rank of each (ONNX requires these; a
 # hostile file need not honour them). Checked before the rule and before any fallback to declared shapes.
 MIN_RANKS: dict[str, tuple[int, ...]] = {  # required inputs, in order
-    "MatMul": (1, 1), "MatMulInteger": (1, 1), "FusedMatMul": (1, 1), "MatMulNBits": (1,), "Gemm": (2, 2),
-    "GemmFastGelu": (1, 1), "Conv": (3, 3), "ConvInteger": (3, 3), "FusedConv": (3, 3), "ConvTranspose": (3, 3),
-    "Attention": (3, 2), "MultiHeadAttention": (3,), "GroupQueryAttention": (3,), "PackedAttention": (3,),
+    "MatMul": (1, 1),
+    "MatMulInteger": (1, 1),
+    "FusedMatMul": (1, 1),
+    "MatMulNBits": (1,),
+    "Gemm": (2, 2),
+    "GemmFastGelu": (1, 1),
+    "Conv": (3, 3),
+    "ConvInteger": (3, 3),
+    "FusedConv": (3, 3),
+    "ConvTranspose": (3, 3),
+    "Attention": (3, 2),
+    "MultiHeadAttention": (3,),
+    "GroupQueryAttention": (3,),
+    "PackedAttention": (3,),
     "BiasSplitGelu": (1,),
 }
 OPTIONAL_MIN_RANKS: dict[str, dict[int, int]] = {  # optional inputs: input index -> least rank where present
-    "MultiHeadAttention": {1: 2}, "GroupQueryAttention": {1: 2},
+    "MultiHeadAttention": {1: 2},
+    "GroupQueryAttention": {1: 2},
 }
 
 

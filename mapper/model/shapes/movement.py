@@ -2,6 +2,7 @@
 
 Each function registers itself with `@rule` (shapes/base.py).
 """
+
 from __future__ import annotations
 
 import math
@@ -76,7 +77,7 @@ def _split(c: Ctx) -> Out:
         n = int(c.node.attr("num_outputs", len(c.node.outputs)))
         size = math.ceil(x[axis] / n)
         parts = [min(size, x[axis] - i * size) for i in range(n)]
-    return [(tuple(x[:axis] + [p] + x[axis + 1:]), c.dtype(0)) for p in parts]
+    return [(tuple(x[:axis] + [p] + x[axis + 1 :]), c.dtype(0)) for p in parts]
 
 
 @rule("Slice")
@@ -101,7 +102,7 @@ def _slice(c: Ctx) -> Out:
 def _gather(c: Ctx) -> Out:
     x, idx = c.shape(0), c.shape(1)
     axis = int(c.node.attr("axis", 0)) % len(x)
-    return [(x[:axis] + idx + x[axis + 1:], c.dtype(0))]
+    return [(x[:axis] + idx + x[axis + 1 :], c.dtype(0))]
 
 
 @rule("GatherElements")
@@ -113,7 +114,7 @@ def _gather_elements(c: Ctx) -> Out:
 def _gather_nd(c: Ctx) -> Out:
     x, idx = c.shape(0), c.shape(1)
     b = int(c.node.attr("batch_dims", 0))
-    return [(idx[:-1] + x[b + idx[-1]:], c.dtype(0))]
+    return [(idx[:-1] + x[b + idx[-1] :], c.dtype(0))]
 
 
 @rule("Expand")

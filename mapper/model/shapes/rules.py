@@ -3,6 +3,7 @@
 Each function registers itself with `@rule` (shapes/base.py); data movement, views and contrib ops
 are in shapes/movement.py.
 """
+
 from __future__ import annotations
 
 import math
@@ -13,14 +14,70 @@ from mapper.model.shapes.base import Ctx, NoRule, Out, Shape, broadcast, rule
 
 # --- same shape as input 0 ---------------------------------------------------------------
 SAME_SHAPE = (
-    "Relu", "LeakyRelu", "PRelu", "Elu", "Selu", "Celu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh",
-    "Erf", "Gelu", "FastGelu", "QuickGelu", "BiasGelu", "Softplus", "Softsign", "Mish", "Exp", "Log",
-    "Sqrt", "Reciprocal", "Neg", "Abs", "Sign", "Floor", "Ceil", "Round", "Sin", "Cos", "Tan", "Asin",
-    "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Not", "IsNaN", "IsInf", "Clip",
-    "Softmax", "LogSoftmax", "Hardmax", "LRN", "Identity", "Trilu", "CumSum", "InstanceNormalization",
-    "GroupNormalization", "MeanVarianceNormalization", "LpNormalization", "Shrink", "ThresholdedRelu",
-    "ScatterND", "ScatterElements", "Scatter",
-    "RotaryEmbedding", "BiasDropout", "SimplifiedLayerNormalization", "RMSNormalization", "BiasAdd",
+    "Relu",
+    "LeakyRelu",
+    "PRelu",
+    "Elu",
+    "Selu",
+    "Celu",
+    "Sigmoid",
+    "HardSigmoid",
+    "HardSwish",
+    "Tanh",
+    "Erf",
+    "Gelu",
+    "FastGelu",
+    "QuickGelu",
+    "BiasGelu",
+    "Softplus",
+    "Softsign",
+    "Mish",
+    "Exp",
+    "Log",
+    "Sqrt",
+    "Reciprocal",
+    "Neg",
+    "Abs",
+    "Sign",
+    "Floor",
+    "Ceil",
+    "Round",
+    "Sin",
+    "Cos",
+    "Tan",
+    "Asin",
+    "Acos",
+    "Atan",
+    "Sinh",
+    "Cosh",
+    "Asinh",
+    "Acosh",
+    "Atanh",
+    "Not",
+    "IsNaN",
+    "IsInf",
+    "Clip",
+    "Softmax",
+    "LogSoftmax",
+    "Hardmax",
+    "LRN",
+    "Identity",
+    "Trilu",
+    "CumSum",
+    "InstanceNormalization",
+    "GroupNormalization",
+    "MeanVarianceNormalization",
+    "LpNormalization",
+    "Shrink",
+    "ThresholdedRelu",
+    "ScatterND",
+    "ScatterElements",
+    "Scatter",
+    "RotaryEmbedding",
+    "BiasDropout",
+    "SimplifiedLayerNormalization",
+    "RMSNormalization",
+    "BiasAdd",
 )
 
 
@@ -29,8 +86,15 @@ def _same(c: Ctx) -> Out:
     return [(c.shape(0), c.dtype(0))] * max(1, len(c.node.outputs))
 
 
-@rule("Dropout", "BatchNormalization", "LayerNormalization", "SkipLayerNormalization",
-      "SkipSimplifiedLayerNormalization", "GroupNorm", "SkipGroupNorm")
+@rule(
+    "Dropout",
+    "BatchNormalization",
+    "LayerNormalization",
+    "SkipLayerNormalization",
+    "SkipSimplifiedLayerNormalization",
+    "GroupNorm",
+    "SkipGroupNorm",
+)
 def _norm_like(c: Ctx) -> Out:
     out: Out = [(c.shape(0), c.dtype(0))]
     # Extra outputs: Dropout mask (same shape), LayerNorm mean/inv_std (reduced), BN running stats.
@@ -40,8 +104,27 @@ def _norm_like(c: Ctx) -> Out:
 
 
 # --- broadcasting elementwise -----------------------------------------------------------------
-BINARY = ("Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Sum", "Mean", "BitShift",
-          "And", "Or", "Xor", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual")
+BINARY = (
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Pow",
+    "Mod",
+    "Max",
+    "Min",
+    "Sum",
+    "Mean",
+    "BitShift",
+    "And",
+    "Or",
+    "Xor",
+    "Equal",
+    "Less",
+    "Greater",
+    "LessOrEqual",
+    "GreaterOrEqual",
+)
 COMPARE = {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Not"}
 
 
@@ -203,8 +286,18 @@ def _global_pool(c: Ctx) -> Out:
 
 
 # --- reductions ----------------------------------------------------------------------------
-REDUCE = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
-          "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")
+REDUCE = (
+    "ReduceMean",
+    "ReduceSum",
+    "ReduceMax",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceL1",
+    "ReduceL2",
+    "ReduceLogSum",
+    "ReduceLogSumExp",
+    "ReduceSumSquare",
+)
 
 
 @rule(*REDUCE)
@@ -234,5 +327,3 @@ def _topk(c: Ctx) -> Out:
     k = int(c.value(1).reshape(-1)[0]) if c.has(1) else int(c.node.attr("k"))
     x[axis] = k
     return [(tuple(x), c.dtype(0)), (tuple(x), "int64")]
-
-
