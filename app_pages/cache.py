@@ -37,8 +37,9 @@ def model_of(sel) -> mapper.ModelHandle:
 def mapping(
     model_key: str, dims: tuple, hw_key: str, options: mapper.PlanOptions, _source, _hw, label: str = ""
 ) -> tuple:
-    """(MappingResult, mapping document) for one (model, bindings, profile, options)."""
-    result = mapper.map_workload(workload(model_key, dims, _source, label), _hw, options)
+    """(MappingResult, mapping document) for one (model, bindings, profile, options): the slice `mapper map`
+    maps (`mapper.map_slice`, its Serving section included)."""
+    result = mapper.map_slice(workload(model_key, dims, _source, label), _hw, options)
     return result, mapper.mapping_document(result)
 
 

@@ -22,17 +22,15 @@ stem = f"{doc['model']['name']}_{doc['hardware']['name']}_{doc['totals']['dtype'
 # a comparison with a measured run (Validation page) for this selection rides along as the Measured sheet
 measured = session.get().measured
 sheet_result = (
-    result
-    if measured is None or measured[0] != sel.key
-    else dataclasses.replace(result, extras={**result.extras, "measured": measured[1]})
+    result if measured is None or measured[0] != sel.key else dataclasses.replace(result, measured=measured[1])
 )
-if "measured" in sheet_result.extras:
+if sheet_result.measured is not None:
     st.caption("Includes the Measured sheet from the Validation page.")
 cols = st.columns(len(FORMATS))
 for col, (fmt, (label, mime)) in zip(cols, FORMATS.items()):
     with col:
         with st.spinner(f"Writing {fmt} ..."):
-            data = cache.sheet((*sel.key, "measured" in sheet_result.extras), fmt, sheet_result)
+            data = cache.sheet((*sel.key, sheet_result.measured is not None), fmt, sheet_result)
         st.download_button(
             label,
             data,

@@ -5,6 +5,7 @@ The public API. The dashboard and the CLI use only these names.
     model = open_model("resnet50")                               # or a path, or uploaded bytes: parsed once
     workload = model.bind({"batch": 8})                          # the graph at these shapes, its work
     result = map_workload(workload, load_hardware("h100-sxm"), PlanOptions(dtype="bf16"))
+    result = map_slice(workload, load_hardware("h100-sxm"))       # the same, with its Serving section
     document = mapping_document(result)                          # what --json prints
 """
 
@@ -29,8 +30,10 @@ from mapper.pipeline import (
 )
 from mapper.plan.layout import LAYOUTS
 from mapper.report.document import mapping_document
+from mapper.serve.engine import map_slice, simulate_model_serving
 from mapper.serve.llm import LLMServingConfig, LLMServingResult, ServeRequest, ServingRun, is_decoder, serve_model
-from mapper.serve.serving import ServingConfig, ServingResult, load_curve, simulate_model_serving, simulate_serving
+from mapper.serve.load_curve import load_curve
+from mapper.serve.serving import ServingConfig, ServingResult, simulate_serving
 from mapper.work.workload import Workload, analyze_graph
 from mapper.zoo import ZOO_NAMES, build_zoo_model, list_zoo, zoo_model_bytes
 
@@ -99,6 +102,7 @@ __all__ = [
     "dim_roles",
     "load_workload",
     "map_workload",
+    "map_slice",
     "PLAN_DTYPES",
     "WEIGHT_DTYPES",
     "FUSION_POLICIES",

@@ -33,7 +33,7 @@ from mapper.plan.kernels import PLAN_DTYPE_BYTES, WIDER_PRECISIONS, Sizer, build
 from mapper.plan.layout import LAYOUTS, plan_layout
 from mapper.plan.sharding import assign_roles, shard_kernels
 from mapper.plan.tiling import attention_fits
-from mapper.schedule.memory import memory_section, plan_memory
+from mapper.schedule.memory import plan_memory
 from mapper.schedule.placement import place_on_devices
 from mapper.schedule.rollup import STALL_DEFINITION, roll_up
 from mapper.work.workload import Workload
@@ -127,7 +127,7 @@ def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOpt
         dtype,
         devices=options.tp * options.pp,
         replicas=options.dp,
-        steady_state_s=parallel["slowest_stage_s"],
+        steady_state_s=parallel.slowest_stage_s,
         ranks=options.tp,
         idle_others_w=hardware.idle_w * options.tp * (options.pp - 1),
     )
@@ -150,7 +150,8 @@ def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOpt
         engine_version=__version__,
         created_utc=datetime.now(UTC).isoformat(timespec="seconds"),
         node_count=len(graph.nodes),
-        extras={"memory": memory_section(memory), "parallel": parallel},
+        memory=memory,
+        parallel=parallel,
     )
 
 

@@ -754,7 +754,8 @@ def _run(case: Case) -> None:
     elif case.kind == "hardware":
         mapper.map_workload(small_workload(), mapper.load_hardware(case.payload))
     else:
-        from mapper.serve.serving import ServingConfig, load_trace, simulate_serving
+        from mapper.serve.serving import ServingConfig, simulate_serving
+        from mapper.serve.trace import load_trace
 
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "trace.csv"

@@ -13,6 +13,7 @@ import mapper
 from app_pages import session, ui
 from app_pages.state import DEFAULTS, LLM_REQUESTS, REQUESTS
 from mapper.cli.main import main
+from tests.security.test_formulas import downloads
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 BERT_TINY = Path(__file__).parent / "models" / "hf_bert_tiny.onnx"
@@ -234,6 +235,31 @@ def test_validation_page_measures_and_calibrates_a_small_model():
     at.switch_page("app_pages/export.py").run()
     assert_clean(at, "export with measured")
     assert any("Measured sheet" in c.value for c in at.caption)
+
+
+@pytest.mark.parametrize(
+    ("query", "args"),
+    [
+        (
+            {"model": "bert-base", "batch": 2, "seq": 128, "dtype": "bf16"},
+            ["bert-base", "--batch", "2", "--seq", "128"],
+        ),
+        ({"model": "resnet50", "hw": "a100-sxm-80gb", "fusion": "none"}, ["resnet50", "--hw", "a100-sxm-80gb"]),
+    ],
+)
+def test_export_sheet_is_the_cli_document(query, args, capsys):
+    """The dashboard's Export JSON of a slice is `mapper map --json` of the same slice (less created_utc),
+    its Serving section included: both run mapper.map_slice."""
+    flags = [f"--{k}={v}" for k, v in query.items() if k in ("dtype", "fusion")]
+    assert main(["map", *args, *flags, "--json"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    at = start(**query, page="export")
+    assert_clean(at, f"export {query}")
+    shown = json.loads(downloads(at)["Mapping document (.json)"])
+    assert "serving" in shown and shown["serving"]["requests"] > 0
+    for doc in (cli, shown):
+        doc.pop("created_utc")
+    assert shown == cli
 
 
 def test_sweep_page_holds_an_uploaded_llm_exports_past_length():

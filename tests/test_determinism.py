@@ -9,7 +9,6 @@ and 34 after batch 1 x seq 1.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import pickle
 import subprocess
@@ -19,7 +18,6 @@ from pathlib import Path
 import pytest
 
 import mapper
-from mapper.serve.serving import serving_for_result
 
 MODELS_DIR = Path(__file__).parent / "models"
 SOURCES = [*(str(p) for p in sorted(MODELS_DIR.glob("*.onnx"))), *(n for n in mapper.ZOO_NAMES if n != "llama2-70b")]
@@ -30,8 +28,7 @@ H100 = mapper.load_hardware("h100-sxm")
 
 
 def document(workload: mapper.Workload) -> str:
-    result = mapper.map_workload(workload, H100, mapper.PlanOptions(dtype="bf16"))
-    result = dataclasses.replace(result, extras={**result.extras, "serving": serving_for_result(result, H100)})
+    result = mapper.map_slice(workload, H100, mapper.PlanOptions(dtype="bf16"))
     doc = mapper.mapping_document(result)
     doc.get("provenance", {}).pop("created_utc", None)
     doc.pop("created_utc", None)

@@ -57,23 +57,23 @@ def test_doubling_tp_halves_gemm_work_and_adds_the_expected_collectives(h100):
     expected = collective_time("all-reduce", 2, message, h100.interconnect).time_s + h100.kernel_launch_s
     assert reduces[0].time_s == pytest.approx(expected)
     assert reduces[0].bottleneck == "interconnect" and reduces[0].owner == "runtime systems engineer"
-    assert one.extras["parallel"]["collectives"] == [] and two.extras["parallel"]["interconnect_share"] > 0
+    assert one.parallel.collectives == () and two.parallel.interconnect_share > 0
 
 
 def test_llama2_70b_fits_only_with_tensor_parallelism(h100):
     w = mapper.load_workload("llama2-70b", {"batch": 1, "seq": 1, "past": 2048})
     single = mapper.map_workload(w, h100, PlanOptions(dtype="bf16"))
-    memory = single.extras["memory"]
+    memory = single.memory
     # 68.98B parameters x 2 bytes = 138 GB of weights against 80 GB
-    assert not memory["fits"] and memory["shortfall_bytes"] > 50e9
-    assert memory["per_device_bytes"] == pytest.approx(memory["capacity_bytes"] + memory["shortfall_bytes"])
-    assert memory["smallest_fit"] is not None and memory["smallest_fit"]["tp"] * memory["smallest_fit"]["pp"] >= 2
+    assert not memory.fits and memory.shortfall_bytes > 50e9
+    assert memory.per_device_bytes == pytest.approx(memory.capacity_bytes + memory.shortfall_bytes)
+    assert memory.smallest_fit is not None and memory.smallest_fit.tp * memory.smallest_fit.pp >= 2
     for tp in (4, 8):
         r = mapper.map_workload(w, h100, PlanOptions(dtype="bf16", tp=tp))
-        assert r.extras["memory"]["fits"]
-        share = r.extras["parallel"]["interconnect_share"]
+        assert r.memory.fits
+        share = r.parallel.interconnect_share
         assert 0 < share < 1  # the decode step's all-reduce share is reported
-        assert len([c for c in r.extras["parallel"]["collectives"] if c["kind"] == "all-reduce"]) == 160
+        assert len([c for c in r.parallel.collectives if c.kind == "all-reduce"]) == 160
 
 
 def test_pipeline_stages_are_balanced_and_send_activations(h100):
@@ -82,7 +82,7 @@ def test_pipeline_stages_are_balanced_and_send_activations(h100):
     w = mapper.load_workload("llama2-7b", {"batch": 4, "seq": 128, "past": 0})
     one = mapper.map_workload(w, h100, PlanOptions(dtype="bf16"))
     two = mapper.map_workload(w, h100, PlanOptions(dtype="bf16", pp=2))
-    stages = two.extras["parallel"]["stage_times_s"]
+    stages = two.parallel.stage_times_s
     assert max(stages) / min(stages) < 1.1
     sends = [e for e in two.kernels if e.kernel.collective == "p2p"]
     assert len(sends) == 1 and sends[0].kernel.dram_bytes >= 4 * 128 * 4096 * 2  # at least the hidden state

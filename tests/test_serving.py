@@ -13,7 +13,9 @@ import mapper
 from mapper.cli.main import main
 from mapper.core.errors import MapperError
 from mapper.serve.llm import LLMServingConfig, simulate_llm_serving
-from mapper.serve.serving import ServingConfig, load_curve, load_trace, serving_section, simulate_serving
+from mapper.serve.load_curve import load_curve, serving_section
+from mapper.serve.serving import ServingConfig, simulate_serving
+from mapper.serve.trace import load_trace
 
 D = 1e-3  # a fixed batch-1 service time: the queue itself, checked against closed forms
 
@@ -353,7 +355,7 @@ def test_serve_cli_serves_an_exported_decoder_as_an_llm(capsys):
 
 def test_engine_batch_time_varies_a_batch_dim_named_batch_size():
     """`mapper serve FILE --dim batch_size=1` must not pin every batch the simulation forms to batch 1."""
-    from mapper.serve.serving import engine_batch_time
+    from mapper.serve.engine import engine_batch_time
     from tests.conftest import MODELS_DIR
 
     time_of = engine_batch_time(

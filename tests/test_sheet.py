@@ -16,7 +16,7 @@ from onnx import TensorProto, helper
 import mapper
 from mapper.cli.main import main
 from mapper.report.charts import layer_share_figure, roofline_figure, timeline_figure
-from mapper.report.sheet import sheet_bytes, sheet_frames, write_sheet
+from mapper.report.sheet import frames_from_document, sheet_bytes, sheet_frames, write_sheet, xlsx_bytes
 from tests.conftest import make_model, tensor
 
 HOSTILE = "<script>alert(1)</script>"
@@ -144,12 +144,15 @@ def test_extra_sections_get_their_own_sheets(result, tmp_path):
         "curve": [{"rate_per_s": 10.0, "p99_s": 0.001}, {"rate_per_s": 100.0, "p99_s": 0.002}],
     }
     power = [{"cap_w": 700.0, "latency_s": 0.0004}, {"cap_w": 400.0, "latency_s": 0.0005}]
-    extended = dataclasses.replace(result, extras={"serving": serving, "power_curve": power})
+    extended = dataclasses.replace(result, serving=serving)
     frames = sheet_frames(extended)
     assert dict(zip(frames["Serving"]["name"], frames["Serving"]["value"]))["policy.max_batch"] == 8
     assert frames["Serving curve"]["p99_s"].tolist() == [0.001, 0.002]
-    sheets = pd.read_excel(write_sheet(extended, tmp_path / "x.xlsx"), sheet_name=None)
-    assert {"Serving", "Serving curve", "Power curve"} <= set(sheets)
+    # any other section of a document (the dashboard may hold only the document) gets its sheet too
+    frames = frames_from_document({**mapper.mapping_document(extended), "power_curve": power})
+    (tmp_path / "x.xlsx").write_bytes(xlsx_bytes(frames))
+    sheets = pd.read_excel(tmp_path / "x.xlsx", sheet_name=None)
+    assert {"Serving", "Serving curve", "Power curve", "Memory", "Parallel"} <= set(sheets)
     assert _numeric(sheets["Power curve"]["cap_w"])
 
 

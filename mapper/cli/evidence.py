@@ -88,7 +88,7 @@ def cmd_measure(args) -> int:
     if args.out:  # the mapping sheet with its Measured section
         import dataclasses
 
-        write_sheet(dataclasses.replace(result, extras={**result.extras, "measured": comparison}), args.out)
+        write_sheet(dataclasses.replace(result, measured=comparison), args.out)
     if args.json:
         doc = {**{k: v for k, v in measurement.to_dict().items() if k != "latencies_s"}, "comparison": comparison}
         print(json.dumps(doc, indent=1, allow_nan=False))
@@ -96,7 +96,8 @@ def cmd_measure(args) -> int:
     row = comparison["model"]
     print(
         f"{row['model']} on ONNX Runtime ({measurement.provider}, {measurement.threads} thread(s)): measured p50 "
-        f"{row['measured_p50_s'] * 1e3:.2f} ms, p95 {row['measured_p95_s'] * 1e3:.2f}, p99 {row['measured_p99_s'] * 1e3:.2f}; "
+        f"{row['measured_p50_s'] * 1e3:.2f} ms, p95 {row['measured_p95_s'] * 1e3:.2f},"
+        f" p99 {row['measured_p99_s'] * 1e3:.2f}; "
         f"predicted ({result.hardware_name}) {row['predicted_s'] * 1e3:.2f} ms, error {row['error']:+.1%}"
     )
     print(
@@ -112,7 +113,8 @@ def cmd_measure(args) -> int:
     print("largest mispredictions:")
     for g in comparison["kernels"][:5]:
         print(
-            f"  {g['kernels'][0][:40]:40s} predicted {g['predicted_s'] * 1e3:8.3f} ms, measured {g['measured_s'] * 1e3:8.3f} ms"
+            f"  {g['kernels'][0][:40]:40s} predicted {g['predicted_s'] * 1e3:8.3f} ms,"
+            f" measured {g['measured_s'] * 1e3:8.3f} ms"
         )
     if comparison["unmatched"]:
         print(f"unmatched measured time: {row['unmatched_s'] * 1e3:.3f} ms in {len(comparison['unmatched'])} nodes")

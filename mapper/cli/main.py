@@ -6,7 +6,6 @@ Bad input of any kind: exit code 2 and one line on stderr beginning `error:`.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from collections.abc import Callable
@@ -19,17 +18,13 @@ from mapper.core.errors import MapperError, error_line, path_text, printable
 from mapper.core.units import format_bytes
 from mapper.report.sheet import write_sheet
 from mapper.serve.llm import ServeRequest, serve_model
-from mapper.serve.serving import (
-    ServingConfig,
-    load_trace,
-    serving_for_result,
-)
+from mapper.serve.serving import ServingConfig
+from mapper.serve.trace import load_trace
 
 
 def cmd_map(args) -> int:
     hw = mapper.load_hardware(args.hw)
-    result = mapper.map_workload(workload_from(args), hw, options_from(args))
-    result = dataclasses.replace(result, extras={**result.extras, "serving": serving_for_result(result, hw)})
+    result = mapper.map_slice(workload_from(args), hw, options_from(args))
     if args.out:
         write_sheet(result, args.out)
     if args.json:
@@ -52,23 +47,22 @@ def print_summary(result: mapper.MappingResult) -> None:
     print("top kernels:")
     for e in sorted(result.kernels, key=lambda e: -e.time_s)[:5]:
         print(f"  {e.time_s * 1e6:9.1f} us  {e.bottleneck:30s} {e.kernel.name[:40]:40s} {e.evidence} -> {e.owner}")
-    memory, parallel = result.extras.get("memory"), result.extras.get("parallel")
-    if memory:
-        fit = "fits" if memory["fits"] else f"DOES NOT FIT: short by {format_bytes(memory['shortfall_bytes'])}"
-        smallest = memory["smallest_fit"]
-        hint = (
-            f"; smallest plan that fits: tp={smallest['tp']} pp={smallest['pp']}"
-            if smallest
-            else "; no tp x pp within the interconnect fits"
-        )
+    memory, parallel = result.memory, result.parallel
+    fit = "fits" if memory.fits else f"DOES NOT FIT: short by {format_bytes(memory.shortfall_bytes)}"
+    smallest = memory.smallest_fit
+    hint = (
+        f"; smallest plan that fits: tp={smallest.tp} pp={smallest.pp}"
+        if smallest
+        else "; no tp x pp within the interconnect fits"
+    )
+    print(
+        f"memory per device {format_bytes(memory.per_device_bytes)} of {format_bytes(memory.capacity_bytes)}:"
+        f" {fit}{hint if not memory.fits else ''}"
+    )
+    if parallel.devices > 1:
         print(
-            f"memory per device {format_bytes(memory['per_device_bytes'])} of {format_bytes(memory['capacity_bytes'])}:"
-            f" {fit}{hint if not memory['fits'] else ''}"
-        )
-    if parallel and parallel["devices"] > 1:
-        print(
-            f"parallel: tp={parallel['tp']} pp={parallel['pp']} dp={parallel['dp']} over {parallel['topology']},"
-            f" {len(parallel['collectives'])} collectives, interconnect {parallel['interconnect_share']:.1%} of the time"
+            f"parallel: tp={parallel.tp} pp={parallel.pp} dp={parallel.dp} over {parallel.topology},"
+            f" {len(parallel.collectives)} collectives, interconnect {parallel.interconnect_share:.1%} of the time"
         )
     for c in result.caveats:
         print(f"caveat: {c}")

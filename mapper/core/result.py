@@ -7,7 +7,7 @@ Units are in field names (SI: seconds, bytes, FLOPs, joules, watts).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from operator import attrgetter
 
 from mapper.core.classes import Bottleneck, Owner
@@ -212,6 +212,57 @@ class Totals:
 
 
 @dataclass(frozen=True, slots=True)
+class DeviceFit:
+    """The smallest tensor x pipeline split whose per-device footprint fits the device."""
+
+    tp: int
+    pp: int
+    per_device_bytes: float
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryPlan:
+    """Memory capacity per device (schedule stage): the `memory` section of `--json` and the sheet."""
+
+    per_device_bytes: float
+    capacity_bytes: float
+    fits: bool
+    shortfall_bytes: float
+    weight_bytes: float
+    kv_cache_bytes: float
+    activation_bytes: float
+    smallest_fit: DeviceFit | None  # None: no tp x pp within the interconnect fits
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveRecord:
+    """One collective (or pipeline send) on the timeline."""
+
+    name: str
+    kind: str  # all-reduce | all-gather | reduce-scatter | p2p
+    devices: int
+    message_bytes: float
+    time_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class ParallelPlan:
+    """Placement on devices (schedule stage): the `parallel` section of `--json` and the sheet."""
+
+    tp: int
+    pp: int
+    dp: int
+    devices: int
+    topology: str
+    stage_times_s: tuple[float, ...]
+    slowest_stage_s: float | None  # None with one stage
+    interconnect_time_s: float
+    interconnect_share: float
+    collectives: tuple[CollectiveRecord, ...]
+    assumptions: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class MappingResult:
     model_name: str
     model_sha256: str
@@ -229,4 +280,8 @@ class MappingResult:
     engine_version: str
     created_utc: str
     node_count: int
-    extras: dict = field(default_factory=dict)  # later stages' sections (serving, memory...)
+    memory: MemoryPlan
+    parallel: ParallelPlan
+    # Sections later stages attach, JSON-ready (each in the document under its own key):
+    serving: dict | None = None  # the Serving section (`mapper.map_slice`: the CLI's and the dashboard's)
+    measured: dict | None = None  # predicted against measured (`mapper.compare_measured`)

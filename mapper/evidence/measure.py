@@ -395,7 +395,7 @@ def _error(predicted: float, measured: float) -> float | None:
 
 
 def compare_measured(result, measurement: Measurement) -> dict:
-    """Predicted against measured (JSON-ready; attach as result.extras["measured"]): per kernel group, layer, model.
+    """Predicted against measured (JSON-ready; attach as MappingResult.measured): per kernel group, layer, model.
 
     error = (predicted - measured) / measured. Kernel groups: ORT often fuses more than the engine, so a kernel
     with no measured node of its own is scored together with the next kernel that has one."""

@@ -132,13 +132,8 @@ def parse_thresholds(items: list[str] | dict | None) -> dict[str, float]:
 
 
 def footprint_bytes(result: MappingResult) -> tuple[float, str]:
-    """Device memory the plan needs: the engine's memory section where it has one, else weights + the
-    largest kernel's live activations (its boundary tensors), a lower bound on the peak."""
-    memory = result.extras.get("memory") if isinstance(result.extras, dict) else None
-    if memory and "per_device_bytes" in memory:
-        return float(memory["per_device_bytes"]), "the engine's memory plan (per device)"
-    act = max((k.kernel.dram_bytes - k.kernel.weight_bytes for k in result.kernels), default=0.0)
-    return result.totals.weight_bytes + act, "weights + the largest kernel's boundary activations"
+    """Device memory the plan needs: the engine's memory plan (weights, KV cache, live activations)."""
+    return float(result.memory.per_device_bytes), "the engine's memory plan (per device)"
 
 
 def p99_latency(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from mapper.core.result import KernelEstimate, MappingResult
+from mapper.core.result import KernelEstimate, MappingResult, MemoryPlan, ParallelPlan
 
 
 def _num(x: float) -> float | None:
@@ -124,5 +124,23 @@ def mapping_document(result: MappingResult) -> dict:
         "unmodeled": [{"name": n, "op_type": op, "reason": why} for n, op, why in result.unmodeled],
         "caveats": list(result.caveats),
         "assumptions": [{"name": n, "value": v, "source": s} for n, v, s in result.assumptions],
-        **result.extras,
+        "memory": memory_record(result.memory),
+        "parallel": parallel_record(result.parallel),
+        **{key: section for key, section in (("serving", result.serving), ("measured", result.measured)) if section},
     }
+
+
+def memory_record(plan: MemoryPlan) -> dict:
+    """The `memory` section: the plan's fields, the smallest fit as {"tp", "pp", "per_device_bytes"} or null."""
+    record = {f: getattr(plan, f) for f in MemoryPlan.__slots__}
+    record["smallest_fit"] = dataclasses.asdict(plan.smallest_fit) if plan.smallest_fit else None
+    return record
+
+
+def parallel_record(plan: ParallelPlan) -> dict:
+    """The `parallel` section: degrees, stage times, the interconnect's share and every collective."""
+    record = {f: getattr(plan, f) for f in ParallelPlan.__slots__}
+    record["stage_times_s"] = list(plan.stage_times_s)
+    record["collectives"] = [dataclasses.asdict(c) for c in plan.collectives]
+    record["assumptions"] = list(plan.assumptions)
+    return record

@@ -8,25 +8,11 @@ of one kernel (its non-weight traffic), a lower bound that ignores allocator sla
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from mapper.core.graph import Graph
-from mapper.core.result import Kernel
+from mapper.core.result import DeviceFit, Kernel, MemoryPlan
 from mapper.plan.kernels import Sizer
 
 PARALLEL_DEGREES = (1, 2, 4, 8, 16, 32, 64)
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryPlan:
-    per_device_bytes: float
-    capacity_bytes: float
-    fits: bool
-    shortfall_bytes: float
-    weight_bytes: float
-    kv_cache_bytes: float
-    activation_bytes: float
-    smallest_fit: dict | None  # {"tp": .., "pp": .., "per_device_bytes": ..} or None
 
 
 def kv_cache_bytes(graph: Graph, sizer: Sizer) -> float:
@@ -62,7 +48,7 @@ def plan_memory(
     for t, p in options:
         need = _footprint(sharded_w, replicated_w, kv, act, t, p)
         if need <= capacity_bytes:
-            smallest = {"tp": t, "pp": p, "per_device_bytes": need}
+            smallest = DeviceFit(t, p, need)
             break
     return MemoryPlan(
         per_device,
@@ -74,17 +60,3 @@ def plan_memory(
         act / tp,
         smallest,
     )
-
-
-def memory_section(plan: MemoryPlan) -> dict:
-    """The `memory` section of `--json` and the sheet."""
-    return {
-        "per_device_bytes": plan.per_device_bytes,
-        "capacity_bytes": plan.capacity_bytes,
-        "fits": plan.fits,
-        "shortfall_bytes": plan.shortfall_bytes,
-        "weight_bytes": plan.weight_bytes,
-        "kv_cache_bytes": plan.kv_cache_bytes,
-        "activation_bytes": plan.activation_bytes,
-        "smallest_fit": plan.smallest_fit,
-    }

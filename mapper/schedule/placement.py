@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from mapper.core.errors import MapperError
 from mapper.core.graph import Graph
-from mapper.core.result import KernelAssessment, KernelEstimate, PlanOptions
+from mapper.core.result import CollectiveRecord, KernelAssessment, KernelEstimate, ParallelPlan, PlanOptions
 from mapper.cost.bottleneck import Facts, classify
 from mapper.cost.estimate import estimate_cost
 from mapper.hardware.profile import HardwareProfile
@@ -76,7 +76,7 @@ def _stage_sends(graph: Graph, estimates: list[KernelEstimate], stage_of: list[i
 
 def place_on_devices(
     graph: Graph, estimates: list[KernelEstimate], options: PlanOptions, hw: HardwareProfile, dtype: str, sizer: Sizer
-) -> tuple[list[KernelEstimate], dict]:
+) -> tuple[list[KernelEstimate], ParallelPlan]:
     tp, pp, dp = options.tp, options.pp, options.dp
     devices = tp * pp * dp
     if tp * pp > 1 and tp * pp > hw.interconnect.max_devices:
@@ -93,27 +93,21 @@ def place_on_devices(
     per_stage = stage_times([e.time_s for e in placed], [e.kernel.stage for e in placed], max(pp, 1))
     collectives = [e for e in placed if e.kernel.collective]
     comm = sum(e.time_s for e in collectives)
-    section = {
-        "tp": tp,
-        "pp": pp,
-        "dp": dp,
-        "devices": devices,
-        "topology": hw.interconnect.topology,
-        "stage_times_s": per_stage,
-        "slowest_stage_s": max(per_stage) if pp > 1 else None,
-        "interconnect_time_s": comm,
-        "interconnect_share": comm / start if start else 0.0,
-        "collectives": [
-            {
-                "name": e.kernel.name,
-                "kind": e.kernel.collective,
-                "devices": e.kernel.devices,
-                "message_bytes": e.kernel.dram_bytes,
-                "time_s": e.time_s,
-            }
+    section = ParallelPlan(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        devices=devices,
+        topology=hw.interconnect.topology,
+        stage_times_s=tuple(per_stage),
+        slowest_stage_s=max(per_stage) if pp > 1 else None,
+        interconnect_time_s=comm,
+        interconnect_share=comm / start if start else 0.0,
+        collectives=tuple(
+            CollectiveRecord(e.kernel.name, e.kernel.collective, e.kernel.devices, e.kernel.dram_bytes, e.time_s)
             for e in collectives
-        ],
-        "assumptions": [
+        ),
+        assumptions=(
             (
                 "tensor parallelism: Megatron-style column/row GEMMs, heads split, one all-reduce per"
                 " row-parallel GEMM; norms, residuals and embeddings replicated"
@@ -129,8 +123,8 @@ def place_on_devices(
                 if options.overlap_collectives
                 else "; not overlapped with compute"
             ),
-        ],
-    }
+        ),
+    )
     return placed, section
 
 

@@ -18,18 +18,10 @@ from mapper.core.errors import MapperError
 from mapper.handle import open_model
 from mapper.pipeline import map_workload
 from mapper.plan.kernels import Sizer, model_dtype
-from mapper.serve.serving import (
-    LoadCurve,
-    ServingConfig,
-    ServingResult,
-    Trace,
-    draw_jitter,
-    engine_batch_time,
-    load_curve,
-    serving_section,
-    simulate_serving,
-    validate_config,
-)
+from mapper.serve.engine import engine_batch_time
+from mapper.serve.load_curve import LoadCurve, load_curve, serving_section
+from mapper.serve.serving import ServingConfig, ServingResult, draw_jitter, simulate_serving, validate_config
+from mapper.serve.trace import Trace
 
 KV_MEMORY_FRACTION = (
     0.9  # of device memory left after the weights (runtime, activations and fragmentation take the rest)

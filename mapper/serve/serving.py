@@ -13,39 +13,21 @@ import math
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 import numpy as np
 
 from mapper.core import limits
 from mapper.core.errors import MapperError
-from mapper.handle import open_model
-from mapper.pipeline import map_workload
+from mapper.serve.trace import Trace
 
 POLICIES = ("static", "dynamic")
 JITTER_DISTS = ("none", "lognormal", "exponential")
-MAX_REQUESTS, MAX_TRACE_ROWS, MAX_BATCH = limits.MAX_REQUESTS, limits.MAX_TRACE_ROWS, limits.MAX_BATCH
+MAX_REQUESTS, MAX_BATCH = limits.MAX_REQUESTS, limits.MAX_BATCH
 PERCENTILES = (("p50_s", 50.0), ("p90_s", 90.0), ("p95_s", 95.0), ("p99_s", 99.0), ("p999_s", 99.9))
 SAMPLE_POINTS = 1001  # quantiles kept for plotting a latency CDF (0%, 0.1%, ..., 100%)
 QUANTILE_SAMPLE = 100_000  # requests (strided) those plotting quantiles are taken from
-KNEE_P99_RATIO = 2.0  # the knee: first load whose p99 is this many times the lightest load's p99
-DEFAULT_LOADS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98)
-TARGET_SEARCH_STEPS = 8  # bisection steps for the highest rate meeting a p99 target
 
 ServiceTime = float | Callable[[int], float]
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class Trace:
-    """Arrival times (s, non-decreasing) and optional per-request token counts, from a CSV file."""
-
-    arrival_s: np.ndarray
-    prompt_tokens: np.ndarray | None = None
-    output_tokens: np.ndarray | None = None
-    source: str = ""
-
-    def __len__(self) -> int:
-        return len(self.arrival_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,22 +245,22 @@ def simulate_serving(service_time: ServiceTime, config: ServingConfig) -> Servin
     else:
         starts, sizes, services = dynamic_batches(arrival, b, config.max_wait_s, times, jitter)
         ends = starts + services
-    which = np.repeat(np.arange(len(sizes)), sizes)
-    sojourn = ends[which] - arrival
-    wait = starts[which] - arrival
-    return summarize(sojourn, wait, arrival, ends, services, sizes, config, describe(service_time, config, n))
+    return summarize(arrival, starts, ends, services, sizes, config, describe(service_time, config, n))
 
 
 def summarize(
-    sojourn: np.ndarray,
-    wait: np.ndarray,
     arrival: np.ndarray,
+    starts: np.ndarray,
     ends: np.ndarray,
     services: np.ndarray,
     sizes: np.ndarray,
     config: ServingConfig,
     assumptions: tuple[str, ...],
 ) -> ServingResult:
+    """Request statistics from each batch's start, end, service time and size (requests in arrival order)."""
+    which = np.repeat(np.arange(len(sizes)), sizes)
+    sojourn = ends[which] - arrival
+    wait = starts[which] - arrival
     makespan = float(ends[-1] - arrival[0]) or float(services.sum())
     step = max(1, len(sojourn) // QUANTILE_SAMPLE)  # a strided sample is enough for a plotted CDF
     quantiles = np.quantile(sojourn[::step], np.linspace(0.0, 1.0, SAMPLE_POINTS))
@@ -338,241 +320,3 @@ def describe(service_time: ServiceTime, config: ServingConfig, n: int) -> tuple[
         jitter,
         "statistics over every request (no warm-up discarded)",
     )
-
-
-# ---- load curve --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class LoadPoint:
-    load: float  # offered rate over the saturation rate
-    offered_rate_per_s: float
-    p50_s: float
-    p95_s: float
-    p99_s: float
-    mean_s: float
-    throughput_per_s: float
-    utilization: float
-
-
-@dataclass(frozen=True, slots=True)
-class LoadCurve:
-    points: tuple[LoadPoint, ...]
-    saturation_rate_per_s: float
-    knee_index: int | None  # first point whose p99 >= KNEE_P99_RATIO x the lightest point's p99
-    p99_target_s: float | None
-    max_rate_meeting_target_per_s: float | None
-    assumptions: tuple[str, ...]
-
-
-def load_curve(
-    service_time: ServiceTime,
-    config: ServingConfig,
-    loads: tuple[float, ...] = DEFAULT_LOADS,
-    p99_target_s: float | None = None,
-) -> LoadCurve:
-    """Percentiles against offered load (fractions of the saturation rate), the knee, and the highest
-    rate whose p99 meets the target (bisection between the simulated loads; same seed throughout)."""
-    config = validate_config(replace(config, trace=None))
-    if not 1 <= len(loads) <= limits.MAX_LOAD_POINTS:  # each load is one whole simulation
-        raise MapperError(f"a load curve takes 1 to {limits.limit_text('MAX_LOAD_POINTS')} loads (got {len(loads)})")
-    if any(not (0 < x < 10) for x in loads):
-        raise MapperError("loads must be fractions of the saturation rate, each > 0 (and < 10)")
-    times = BatchTimes(service_time, config.max_batch)
-    saturation = times.saturation_rate(config.max_batch)
-    cached = times if callable(service_time) else service_time
-
-    def run(rate: float):
-        return simulate_serving(cached, replace(config, rate_per_s=rate))
-
-    points, results = [], []
-    for load in sorted(loads):
-        r = run(load * saturation)
-        results.append(r)
-        points.append(
-            LoadPoint(load, load * saturation, r.p50_s, r.p95_s, r.p99_s, r.mean_s, r.throughput_per_s, r.utilization)
-        )
-    knee = next((i for i, p in enumerate(points) if p.p99_s >= KNEE_P99_RATIO * points[0].p99_s), None)
-    best = None
-    if p99_target_s is not None:
-        passing = [p for p in points if p.p99_s <= p99_target_s]
-        if passing:
-            lo = passing[-1].offered_rate_per_s
-            above = [p for p in points if p.offered_rate_per_s > lo]
-            hi = above[0].offered_rate_per_s if above else None
-            if hi is not None:
-                for _ in range(TARGET_SEARCH_STEPS):
-                    mid = (lo + hi) / 2
-                    lo, hi = (mid, hi) if run(mid).p99_s <= p99_target_s else (lo, mid)
-            best = lo
-    knee_rule = (
-        f"knee: first load with p99 >= {KNEE_P99_RATIO:g} x p99 at the lightest load ({min(loads):g} of saturation)"
-    )
-    return LoadCurve(tuple(points), saturation, knee, p99_target_s, best, results[0].assumptions[1:] + (knee_rule,))
-
-
-# ---- traces and the sheet ----------------------------------------------------------------------
-
-TRACE_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
-
-
-def load_trace(path: str | Path) -> Trace:
-    """Read a CSV trace (header `arrival_s`, optional `prompt_tokens`, `output_tokens`); validate it."""
-    import pandas as pd
-
-    path = Path(path)
-    if not path.is_file():
-        raise MapperError(f"trace file {str(path)!r} does not exist")
-    try:
-        frame = pd.read_csv(path, nrows=MAX_TRACE_ROWS + 1, dtype=str, keep_default_na=False)
-    except (ValueError, OSError, UnicodeDecodeError) as exc:
-        raise MapperError(f"trace {path.name}: not a readable CSV ({str(exc).splitlines()[0]})") from None
-    columns = [c.strip() for c in frame.columns]
-    frame.columns = columns
-    unknown = [c for c in columns if c not in TRACE_COLUMNS]
-    if "arrival_s" not in columns or unknown:
-        raise MapperError(
-            f"trace {path.name}: columns must be arrival_s and optionally prompt_tokens,"
-            f" output_tokens (found {', '.join(columns) or 'none'})"
-        )
-    if len(frame) > MAX_TRACE_ROWS:
-        raise MapperError(f"trace {path.name}: more than {limits.limit_text('MAX_TRACE_ROWS')} rows")
-    if len(frame) == 0:
-        raise MapperError(f"trace {path.name}: no rows")
-    arrays = {}
-    for column in columns:
-        values = pd.to_numeric(frame[column].str.strip(), errors="coerce").to_numpy(dtype=np.float64)
-        bad = ~np.isfinite(values) | (values < 0)
-        if column != "arrival_s":  # beyond MAX_TOKENS a count would wrap when made an int64 (1e20 did)
-            bad |= (values != np.floor(values)) | (values < 1) | (values > limits.MAX_TOKENS)
-        if bad.any():
-            row = int(np.argmax(bad))
-            want = (
-                "a finite number >= 0"
-                if column == "arrival_s"
-                else f"an integer from 1 to {limits.limit_text('MAX_TOKENS')}"
-            )
-            raise MapperError(
-                f"trace {path.name}: row {row + 1} (line {row + 2}), column {column}:"
-                f" {frame[column].iloc[row]!r} is not {want}"
-            )
-        arrays[column] = values
-    arrival = arrays["arrival_s"]
-    decreasing = np.diff(arrival) < 0
-    if decreasing.any():
-        row = int(np.argmax(decreasing)) + 1
-        raise MapperError(
-            f"trace {path.name}: row {row + 1} (line {row + 2}), column arrival_s: {arrival[row]!r}"
-            f" is earlier than the row before ({arrival[row - 1]!r}); arrivals must not decrease"
-        )
-    tokens = {c: arrays[c].astype(np.int64) if c in arrays else None for c in TRACE_COLUMNS[1:]}
-    return Trace(arrival, tokens["prompt_tokens"], tokens["output_tokens"], source=path.name)
-
-
-def serving_section(result: ServingResult, config: ServingConfig, curve: LoadCurve | None = None) -> dict:
-    """The sheet's Serving section (JSON-ready): policy, load, percentiles, assumptions [, load curve]."""
-    config = validate_config(config)
-    section = {
-        "policy": config.policy if config.max_batch > 1 else "batch-1",
-        "max_batch": config.max_batch,
-        "max_wait_s": config.max_wait_s,
-        "offered_rate_per_s": result.offered_rate_per_s,
-        "requests": result.requests,
-        "seed": config.seed,
-        "jitter_cv": config.jitter_cv,
-        "jitter_dist": config.jitter_dist,
-        **{
-            k: getattr(result, k)
-            for k in (
-                "p50_s",
-                "p90_s",
-                "p95_s",
-                "p99_s",
-                "p999_s",
-                "mean_s",
-                "mean_wait_s",
-                "throughput_per_s",
-                "utilization",
-                "mean_queue_length",
-                "mean_batch",
-            )
-        },
-        "assumptions": list(result.assumptions),
-    }
-    if curve is not None:
-        section["load_curve"] = {
-            "saturation_rate_per_s": curve.saturation_rate_per_s,
-            "knee_index": curve.knee_index,
-            "p99_target_s": curve.p99_target_s,
-            "max_rate_meeting_target_per_s": curve.max_rate_meeting_target_per_s,
-            "points": [{k: getattr(p, k) for k in LoadPoint.__slots__} for p in curve.points],
-        }
-    return section
-
-
-# ---- the engine as the service time --------------------------------------------------------------
-
-
-def engine_batch_time(source, dims: dict[str, int] | None, hw, options) -> Callable[[int], float]:
-    """Batch size -> the engine's latency for the model (a handle, or what `open_model` takes) at that
-    batch (each size mapped once)."""
-    cache: dict[int, float] = {}
-    model = open_model(source)
-    fixed = model.dims_without_batch(dims)
-
-    def batch_time(batch: int) -> float:
-        if batch not in cache:
-            workload = model.bind(fixed, batch=batch)
-            cache[batch] = map_workload(workload, hw, options).totals.latency_s
-        return cache[batch]
-
-    return batch_time
-
-
-def simulate_model_serving(
-    source, dims: dict[str, int] | None, hw, options, config: ServingConfig, service_time_s: float | None = None
-) -> ServingResult:
-    """simulate_serving with the engine's batch latency as the service time and the profile's jitter
-    where the config leaves it open (`service_time_s` replaces the engine: what-if)."""
-    if config.jitter_cv is None:
-        config = replace(config, jitter_cv=hw.jitter_cv, jitter_dist=config.jitter_dist or hw.jitter_dist)
-    service = service_time_s if service_time_s is not None else engine_batch_time(source, dims, hw, options)
-    return simulate_serving(service, config)
-
-
-# ---- the sheet's Serving section for one mapping ------------------------------------------------
-
-SHEET_LOAD_FRACTION = 0.7  # offered load for the sheet's default serving run, of the batch's capacity
-SHEET_REQUESTS = 20_000
-
-
-def serving_for_result(
-    result, hw, load_fraction: float = SHEET_LOAD_FRACTION, requests: int = SHEET_REQUESTS, seed: int = 0
-) -> dict:
-    """Serve the mapped batch as a static batch at `load_fraction` of its capacity, with the profile's
-    jitter: the percentiles a review asks for next to the batch latency (Serving sheet, `--json`)."""
-    batch, latency = result.totals.batch, result.totals.latency_s
-    if not latency > 0:  # a model of free ops only (Identity): no queue forms, there is nothing to simulate
-        return {
-            "policy": "static",
-            "max_batch": batch,
-            "requests": 0,
-            "assumptions": [
-                f"not simulated: this mapping takes {latency!r} s per batch (every node is free), so requests never wait"
-            ],
-        }
-    config = ServingConfig(
-        policy="static",
-        max_batch=batch,
-        rate_per_s=load_fraction * batch / latency,
-        requests=requests,
-        seed=seed,
-        jitter_cv=hw.jitter_cv,
-        jitter_dist=hw.jitter_dist,
-    )
-    section = serving_section(simulate_serving(lambda _size: latency, config), config)
-    section["assumptions"].append(
-        f"service time: this mapping's batch latency {latency:.6g} s (the final short"
-        " batch is charged a full batch's time)"
-    )
-    return section

@@ -28,7 +28,8 @@ def _vi(name, shape, dtype=TensorProto.FLOAT):
 
 
 def test_control_flow_bodies_count_toward_max_nodes(monkeypatch):
-    """A Loop whose body holds the work, inside Ifs nested 25 deep (about what protobuf parses): one node at the top level."""
+    """A Loop whose body holds the work, inside Ifs nested 25 deep (about what protobuf parses): one node at
+    the top level."""
     body_nodes = [helper.make_node("Relu", ["x"], [f"r{i}"]) for i in range(40)]
     body = helper.make_graph(
         body_nodes + [helper.make_node("Identity", ["c"], ["c_out"])],
@@ -185,7 +186,7 @@ def test_llm_requests_times_output_tokens_is_bounded():
     ids=["prompt-1e20", "output-1e30", "output-beyond-int64"],
 )
 def test_trace_token_counts_beyond_max_tokens_are_refused(tmp_path, row):
-    from mapper.serve.serving import load_trace
+    from mapper.serve.trace import load_trace
 
     path = tmp_path / "trace.csv"
     path.write_text(f"arrival_s,prompt_tokens,output_tokens\n0.1,4,4\n{row}\n")
@@ -195,7 +196,8 @@ def test_trace_token_counts_beyond_max_tokens_are_refused(tmp_path, row):
 
 def test_identity_only_model_serves_without_zero_division():
     """Every node is free: the sheet's serving section says nothing was simulated, and serve says why."""
-    from mapper.serve.serving import ServingConfig, serving_for_result, simulate_serving
+    from mapper.serve.engine import serving_for_result
+    from mapper.serve.serving import ServingConfig, simulate_serving
 
     data = _model([helper.make_node("Identity", ["x"], ["y"])], [_vi("x", [1, 4])], [_vi("y", [1, 4])])
     hw = mapper.load_hardware("cpu-x86")
