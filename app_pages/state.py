@@ -194,9 +194,10 @@ def _options_section() -> mapper.PlanOptions:
         power_cap_w = st.number_input("power cap (W, 0 = profile TDP)", min_value=0.0, step=50.0, key="power_cap_w")
     with st.expander("Devices (tensor / pipeline / data parallel)"):
         d1, d2, d3 = st.columns(3)
-        tp = d1.number_input("TP", min_value=1, max_value=64, step=1, key="tp", help="tensor-parallel degree")
-        pp = d2.number_input("PP", min_value=1, max_value=64, step=1, key="pp", help="pipeline stages")
-        dp = d3.number_input("DP", min_value=1, max_value=1024, step=1, key="dp", help="data-parallel replicas")
+        most = mapper.MAX_PARALLEL_DEGREE  # the engine's bound on each degree
+        tp = d1.number_input("TP", min_value=1, max_value=most, step=1, key="tp", help="tensor-parallel degree")
+        pp = d2.number_input("PP", min_value=1, max_value=most, step=1, key="pp", help="pipeline stages")
+        dp = d3.number_input("DP", min_value=1, max_value=most, step=1, key="dp", help="data-parallel replicas")
     return mapper.PlanOptions(
         dtype=dtype,
         weight_dtype=weight_dtype,

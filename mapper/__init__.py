@@ -11,6 +11,7 @@ The public API. The dashboard and the CLI use only these names.
 
 from mapper.core.errors import MapperError, error_line, printable
 from mapper.core.graph import Graph, LayerType, OpClass
+from mapper.core.limits import MAX_PARALLEL_DEGREE
 from mapper.core.result import KernelAssessment, KernelEstimate, MappingResult, PlanOptions
 from mapper.core.units import format_bytes
 from mapper.core.version import __version__
@@ -107,6 +108,7 @@ __all__ = [
     "WEIGHT_DTYPES",
     "FUSION_POLICIES",
     "LAYOUTS",
+    "MAX_PARALLEL_DEGREE",
     "mapping_document",
     "KernelAssessment",
     "KernelEstimate",

@@ -18,6 +18,7 @@ import os
 from dataclasses import replace
 from datetime import UTC, datetime
 
+from mapper.core import limits
 from mapper.core.errors import MapperError
 from mapper.core.graph import Graph
 from mapper.core.result import Kernel, KernelAssessment, KernelEstimate, MappingResult, PlanOptions
@@ -239,12 +240,19 @@ def validate_options(options: PlanOptions) -> PlanOptions:
     for name, value, allowed in checks:
         if value not in allowed:
             raise MapperError(f"option {name}={value!r} is not one of {', '.join(allowed)}")
-    if options.power_cap_w is not None and not (options.power_cap_w > 0 and options.power_cap_w < 1e5):
-        raise MapperError(f"option power_cap_w={options.power_cap_w!r} must be a positive number of watts")
+    if options.power_cap_w is not None and not (
+        options.power_cap_w > 0 and options.power_cap_w < limits.MAX_POWER_CAP_W
+    ):
+        raise MapperError(
+            f"option power_cap_w={options.power_cap_w!r} must be a positive number of watts"
+            f" below {limits.limit_text('MAX_POWER_CAP_W')}"
+        )
     for name in ("tp", "pp", "dp"):
         value = getattr(options, name)
-        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 4096:
-            raise MapperError(f"option {name}={value!r} must be an integer from 1 to 4096")
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= limits.MAX_PARALLEL_DEGREE:
+            raise MapperError(
+                f"option {name}={value!r} must be an integer from 1 to {limits.limit_text('MAX_PARALLEL_DEGREE')}"
+            )
     return options
 
 

@@ -11,6 +11,7 @@ import json
 import sys
 
 from mapper.cli.args import parse_dim
+from mapper.core import limits
 from mapper.core.errors import MapperError
 from mapper.core.result import PlanOptions
 from mapper.explore.compare import compare_plans, comparison_document, plan_spec, write_comparison
@@ -47,7 +48,12 @@ def add_arguments(subparsers) -> None:
     )
     p.add_argument("--workers", type=int, help="local workers (process pool or a Dask LocalCluster)")
     p.add_argument("--scheduler", help="a running Dask scheduler, tcp://HOST:PORT")
-    p.add_argument("--chunk", type=int, default=64, help="slices per task (default 64)")
+    p.add_argument(
+        "--chunk",
+        type=int,
+        default=limits.SWEEP_CHUNK_SLICES,
+        help=f"slices per task (default {limits.SWEEP_CHUNK_SLICES})",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print best plans and flips as JSON")
     p.set_defaults(func=cmd_sweep)
@@ -133,8 +139,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         args.chunk,
         tuple(parse_dim(d) for d in args.dim),
     )
-    if not 1 <= spec.chunk_slices <= 100_000:
-        raise MapperError(f"--chunk {args.chunk} must be from 1 to 100000 slices")
+    if not 1 <= spec.chunk_slices <= limits.MAX_CHUNK_SLICES:
+        raise MapperError(f"--chunk {args.chunk} must be from 1 to {limits.limit_text('MAX_CHUNK_SLICES')} slices")
     executor = executor_spec(args.executor, args.workers, args.scheduler)
     start = time.perf_counter()
     with _Bar("sweep", not args.no_progress and not args.json) as bar:

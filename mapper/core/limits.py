@@ -35,12 +35,20 @@ MAX_COMPARE_REQUESTS = 10**8  # slices x requests of one comparison (static batc
 MAX_LOAD_POINTS = 32  # loads of one load curve, each a whole simulation (with the 8 bisection runs:
 # 40 runs of at most MAX_REQUESTS, ~7 min)
 MAX_POWER_POINTS = 64  # batch sizes in one power curve (a mapping each: about a minute for a large model)
+MAX_PARALLEL_DEGREE = 4096  # tp, pp and dp of one plan, each: far past any interconnect's max_devices (which
+# bounds tp x pp again); dp only multiplies figures, but a degree beyond this is a typo, not a plan
+MAX_POWER_CAP_W = 1e5  # a board power cap, exclusive (W): 100 kW is ~100x the largest accelerator's TDP
+MAX_WORKERS = 4096  # sweep workers (processes or dask workers) one run may ask for; more is a typo
+SWEEP_CHUNK_SLICES = 64  # slices per sweep task (a default, not a bound): big enough that a task reuses its
+# parse, small enough to balance the workers
+MAX_CHUNK_SLICES = 100_000  # slices per sweep task at most (a task's rows are held until it finishes)
 ORT_SHAPES_MEMORY_BYTES = 4 << 30  # address space of the child running ONNX Runtime's shape inference
 ORT_SHAPES_SECONDS = 60  # and its time (an 80-layer decoder takes seconds)
 ORT_NODE_QUERIES = 4  # single-node ONNX Runtime inferences one import may start (~0.4 s each)
 
 # Running an uploaded model (mapper measure, the Validation page): a child process under these limits
-# (mapper/model/sandbox.py), and an estimate of the run checked against them before it starts (evidence/measure_gate.py).
+# (mapper/model/sandbox.py), and an estimate of the run checked against them before it starts
+# (evidence/measure_gate.py).
 MEASURE_MEMORY_BYTES = 4 << 30  # address space (RLIMIT_AS) of the child running ONNX Runtime; its estimated peak too
 MEASURE_CPU_SECONDS = 600  # CPU time of that child (RLIMIT_CPU): 5 minutes of both cores of a 2-core machine
 MEASURE_WALL_SECONDS = 300  # its wall clock: at 5 minutes the child and its process group are killed

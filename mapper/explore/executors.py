@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 
+from mapper.core import limits
 from mapper.core.errors import MapperError
 
 KINDS = ("inprocess", "processes", "dask")
@@ -51,8 +52,8 @@ def executor_spec(
         kind = "dask" if scheduler or workers else "inprocess"
     if kind not in KINDS:
         raise MapperError(f"executor {kind!r} is not one of {', '.join(KINDS)}")
-    if workers is not None and not (isinstance(workers, int) and 1 <= workers <= 4096):
-        raise MapperError(f"workers {workers!r} must be an integer from 1 to 4096")
+    if workers is not None and not (isinstance(workers, int) and 1 <= workers <= limits.MAX_WORKERS):
+        raise MapperError(f"workers {workers!r} must be an integer from 1 to {limits.limit_text('MAX_WORKERS')}")
     if scheduler is not None and kind != "dask":
         raise MapperError("a scheduler address needs the dask executor (--executor dask)")
     if scheduler is not None and "://" not in scheduler:

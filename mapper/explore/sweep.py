@@ -28,7 +28,6 @@ from mapper.pipeline import map_workload, validate_options
 from mapper.report.tables import csv_bytes, write_bytes, xlsx_bytes
 from mapper.work.workload import Workload
 
-DEFAULT_CHUNK_SLICES = 64  # slices per task: big enough that a task reuses its parse, small for balance
 MAX_SLICES = limits.MAX_SLICES
 NO_SEQ_NOTE = "model has no sequence dim: --seq values ignored (one slice per batch)"
 PLAN_KEYS = ("fusion", "plan_dtype", "tile")  # what a best plan flips on
@@ -45,7 +44,7 @@ class SweepSpec:
     seqs: tuple[int, ...] = (128,)
     dtypes: tuple[str, ...] = ("auto",)
     fusions: tuple[str, ...] = ("default",)
-    chunk_slices: int = DEFAULT_CHUNK_SLICES
+    chunk_slices: int = limits.SWEEP_CHUNK_SLICES
     # the model's other dims, held for every slice: a KV-cache length, a merged decoder's
     # use_cache_branch ((name, value) pairs; each model takes those it has, built-ins default the rest)
     dims: tuple[tuple[str, int], ...] = ()
