@@ -3,11 +3,13 @@
     load_model        ONNX -> Graph at bound shapes                      (onnx_import)
     analyze_graph     Graph -> per-node work and layer types             (ops, layers)
     map_workload      + hardware + options:
-        plan_fusion       nodes -> fusion groups (ordered rule table)     (fusion)
-        build_kernels     groups -> kernels with boundary traffic, engine (kernels)
-        plan_layout       conv layout, transposes inserted                (layout)
+        choose_dtype      the plan's precision and its caveats            (kernels)
+        plan_kernels      fusion groups -> kernels -> conv layout         (fusion, kernels, layout)
+        plan_devices      memory per device, tensor-parallel split        (memory, sharding)
         estimate_kernels  tiling search, cost, power cap, bottleneck     (tiling, cost, bottleneck)
-        roll_up           totals and layer-type figures                   (rollup)
+        place_on_devices  pipeline stages, sends, collective overlap     (placement)
+        roll_up_slice     totals and layer-type figures                   (rollup)
+    map_slice         map_workload + the Serving section               (serve/engine)
 
 Follow one model through here to see every stage in order.
 """
@@ -21,7 +23,16 @@ from datetime import UTC, datetime
 from mapper.core import limits
 from mapper.core.errors import MapperError
 from mapper.core.graph import Graph
-from mapper.core.result import Kernel, KernelAssessment, KernelEstimate, MappingResult, PlanOptions
+from mapper.core.result import (
+    Kernel,
+    KernelAssessment,
+    KernelEstimate,
+    LayerRollup,
+    MappingResult,
+    MemoryPlan,
+    PlanOptions,
+    Totals,
+)
 from mapper.core.version import __version__
 from mapper.cost import bottleneck
 from mapper.cost.bottleneck import Facts, classify
@@ -85,53 +96,16 @@ def dim_roles(source: str | os.PathLike | bytes | ModelHandle) -> dict[str, str]
 
 
 def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOptions = PlanOptions()) -> MappingResult:
-    """Map a workload onto a device: fusion -> layout -> tiling + cost -> classes -> roll-up."""
+    """Map a workload onto a device: fusion -> layout -> devices -> tiling + cost -> classes -> placement -> roll-up."""
     graph, caches = workload.graph, workload.caches
     options = validate_options(options)
-    own = model_dtype(graph)
-    dtype = own if options.dtype == "auto" else options.dtype
-    caveats = precision_caveats(own, dtype, options.weight_dtype)
-    if options.dtype == "auto" and not hardware.has_matrix_peak(own):
-        # e.g. an int8 model on Gaudi 2, an fp16 one on a TPU: the nearest wider precision the device has
-        dtype = next(d for d in WIDER_PRECISIONS.get(own, ("fp32",)) if hardware.has_matrix_peak(d))
-        caveats.append(
-            f"{hardware.name} has no {own} matrix peak: the {own} model is mapped at {dtype};"
-            " choose a dtype the device has (--dtype) to see another."
-        )
-    if dtype != "fp32":
-        hardware.matrix_peak(dtype)  # an unsupported dtype is an error naming the dtypes the device has
+    dtype, caveats = choose_dtype(graph, hardware, options)
     sizer = Sizer(graph, dtype, options.weight_dtype)
-    attention_fusion = options.fusion == "aggressive" if options.attention_fusion is None else options.attention_fusion
-    groups = plan_fusion(graph, workload.nodes, workload.plan_key, options.fusion, attention_fusion, caches)
-    kernels = build_kernels(graph, groups, workload.nodes, workload.cost_key, sizer, hardware, attention_fits, caches)
-    kernels, layout = plan_layout(graph, kernels, options.layout, hardware.preferred_conv_layout, sizer)
-    max_devices = max(hardware.interconnect.max_devices, 1)
-    memory = (
-        plan_memory(graph, kernels, sizer, hardware.dram_bytes, 1, 1, max_devices)
-        if options.tp == options.pp == 1
-        else None
-    )
-    if memory is None or not memory.fits:  # tensor-parallel roles: to split, or to say how a split would shrink it
-        full = assign_roles(graph, kernels)
-        memory = plan_memory(graph, full, sizer, hardware.dram_bytes, options.tp, options.pp, max_devices)
-        kernels = shard_kernels(graph, full, options.tp, sizer)
+    kernels, layout = plan_kernels(workload, hardware, options, sizer)
+    kernels, memory = plan_devices(graph, kernels, sizer, hardware, options)
     estimates = estimate_kernels(kernels, hardware, dtype, sizer, options.power_cap_w)
     estimates, parallel = place_on_devices(graph, estimates, options, hardware, dtype, sizer)
-    peak = hardware.matrix_peak(dtype)
-    layers, totals = roll_up(
-        estimates,
-        graph,
-        workload.flops,
-        workload.matrix_flops,
-        sizer.weight_bytes(),
-        peak,
-        dtype,
-        devices=options.tp * options.pp,
-        replicas=options.dp,
-        steady_state_s=parallel.slowest_stage_s,
-        ranks=options.tp,
-        idle_others_w=hardware.idle_w * options.tp * (options.pp - 1),
-    )
+    layers, totals = roll_up_slice(workload, estimates, sizer, hardware, dtype, options, parallel.slowest_stage_s)
     return MappingResult(
         model_name=graph.name,
         model_sha256=graph.sha256,
@@ -153,6 +127,79 @@ def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOpt
         node_count=len(graph.nodes),
         memory=memory,
         parallel=parallel,
+    )
+
+
+def choose_dtype(graph: Graph, hardware: HardwareProfile, options: PlanOptions) -> tuple[str, list[str]]:
+    """The precision the plan runs at and the caveats it brings (auto: the model's own, or the nearest wider
+    one the device has a matrix peak for)."""
+    own = model_dtype(graph)
+    dtype = own if options.dtype == "auto" else options.dtype
+    caveats = precision_caveats(own, dtype, options.weight_dtype)
+    if options.dtype == "auto" and not hardware.has_matrix_peak(own):
+        # e.g. an int8 model on Gaudi 2, an fp16 one on a TPU: the nearest wider precision the device has
+        dtype = next(d for d in WIDER_PRECISIONS.get(own, ("fp32",)) if hardware.has_matrix_peak(d))
+        caveats.append(
+            f"{hardware.name} has no {own} matrix peak: the {own} model is mapped at {dtype};"
+            " choose a dtype the device has (--dtype) to see another."
+        )
+    if dtype != "fp32":
+        hardware.matrix_peak(dtype)  # an unsupported dtype is an error naming the dtypes the device has
+    return dtype, caveats
+
+
+def plan_kernels(
+    workload: Workload, hardware: HardwareProfile, options: PlanOptions, sizer: Sizer
+) -> tuple[list[Kernel], str]:
+    """Fusion groups -> kernels with their boundary traffic and engine -> the conv layout (and its transposes)."""
+    graph, caches = workload.graph, workload.caches
+    attention_fusion = options.fusion == "aggressive" if options.attention_fusion is None else options.attention_fusion
+    groups = plan_fusion(graph, workload.nodes, workload.plan_key, options.fusion, attention_fusion, caches)
+    kernels = build_kernels(graph, groups, workload.nodes, workload.cost_key, sizer, hardware, attention_fits, caches)
+    return plan_layout(graph, kernels, options.layout, hardware.preferred_conv_layout, sizer)
+
+
+def plan_devices(
+    graph: Graph, kernels: list[Kernel], sizer: Sizer, hardware: HardwareProfile, options: PlanOptions
+) -> tuple[list[Kernel], MemoryPlan]:
+    """Memory per device, and the kernels split for tensor parallelism (their roles are assigned where one
+    device is asked for but the model does not fit, to say how a split would shrink it)."""
+    max_devices = max(hardware.interconnect.max_devices, 1)
+    memory = (
+        plan_memory(graph, kernels, sizer, hardware.dram_bytes, 1, 1, max_devices)
+        if options.tp == options.pp == 1
+        else None
+    )
+    if memory is None or not memory.fits:
+        full = assign_roles(graph, kernels)
+        memory = plan_memory(graph, full, sizer, hardware.dram_bytes, options.tp, options.pp, max_devices)
+        kernels = shard_kernels(graph, full, options.tp, sizer)
+    return kernels, memory
+
+
+def roll_up_slice(
+    workload: Workload,
+    estimates: list[KernelEstimate],
+    sizer: Sizer,
+    hardware: HardwareProfile,
+    dtype: str,
+    options: PlanOptions,
+    steady_state_s: float | None,
+) -> tuple[tuple[LayerRollup, ...], Totals]:
+    """Layer-type figures and totals over the devices and replicas the options ask for."""
+    return roll_up(
+        estimates,
+        workload.graph,
+        workload.flops,
+        workload.matrix_flops,
+        sizer.weight_bytes(),
+        hardware.matrix_peak(dtype),
+        dtype,
+        devices=options.tp * options.pp,
+        replicas=options.dp,
+        steady_state_s=steady_state_s,
+        ranks=options.tp,
+        idle_others_w=hardware.idle_w * options.tp * (options.pp - 1),
     )
 
 
