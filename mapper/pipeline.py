@@ -34,6 +34,7 @@ from mapper.core.result import (
     Totals,
 )
 from mapper.core.version import __version__
+from mapper.core.vocab import FusionPolicy, PlanDtype, WeightDtype, values
 from mapper.cost import bottleneck
 from mapper.cost.bottleneck import Facts, classify
 from mapper.cost.estimate import estimate_cost
@@ -41,7 +42,7 @@ from mapper.handle import ModelHandle, open_model
 from mapper.hardware.profile import HardwareProfile
 from mapper.plan import tiling
 from mapper.plan.fusion import plan_fusion
-from mapper.plan.kernels import PLAN_DTYPE_BYTES, WIDER_PRECISIONS, Sizer, build_kernels, model_dtype, precision_caveats
+from mapper.plan.kernels import WIDER_PRECISIONS, Sizer, build_kernels, model_dtype, precision_caveats
 from mapper.plan.layout import LAYOUTS, plan_layout
 from mapper.plan.sharding import assign_roles, shard_kernels
 from mapper.plan.tiling import attention_fits
@@ -51,9 +52,9 @@ from mapper.schedule.rollup import STALL_DEFINITION, roll_up
 from mapper.work.workload import Workload
 from mapper.zoo import ZOO_NAMES
 
-FUSION_POLICIES = ("none", "default", "aggressive")
-PLAN_DTYPES = ("auto", *PLAN_DTYPE_BYTES)  # PlanOptions.dtype: auto keeps the model's own precision
-WEIGHT_DTYPES = ("same", "int8", "int4")  # PlanOptions.weight_dtype: weight-only quantization
+FUSION_POLICIES = values(FusionPolicy)
+PLAN_DTYPES = values(PlanDtype)  # PlanOptions.dtype: auto keeps the model's own precision
+WEIGHT_DTYPES = values(WeightDtype)  # PlanOptions.weight_dtype: weight-only quantization
 
 
 def is_builtin(source) -> bool:

@@ -33,16 +33,22 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=int, help="binds the model's batch dim")
     p.add_argument("--seq", type=int, help="binds the model's sequence dim")
     p.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE", help="binds a symbolic dim by name")
-    p.add_argument("--dtype", default="auto", help="auto (the model's own), fp32, tf32, bf16, fp16, fp8, int8")
-    p.add_argument("--weight-dtype", default="same", help="same, int8 or int4 (weight-only, decoder LLMs)")
-    p.add_argument("--fusion", default="default", help="none, default or aggressive")
+    p.add_argument(
+        "--dtype", default="auto", choices=mapper.PLAN_DTYPES, help="the plan's precision; auto: the model's own"
+    )
+    p.add_argument(
+        "--weight-dtype", default="same", choices=mapper.WEIGHT_DTYPES, help="weight-only quantization (decoder LLMs)"
+    )
+    p.add_argument("--fusion", default="default", choices=mapper.FUSION_POLICIES, help="the fusion policy")
     p.add_argument(
         "--attention-fusion",
         choices=("auto", "on", "off"),
         default="auto",
         help="FlashAttention-style fusion: auto follows --fusion (on in aggressive)",
     )
-    p.add_argument("--layout", default="auto", help="auto (the profile's preferred), nchw or nhwc")
+    p.add_argument(
+        "--layout", default="auto", choices=mapper.LAYOUTS, help="conv layout; auto: the profile's preferred"
+    )
     p.add_argument("--power-cap-w", type=float, help="cap the board power below the profile's TDP")
     p.add_argument("--devices", type=int, help="devices in all (= tp x pp x dp; the rest of tp x pp becomes dp)")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (Megatron column/row GEMMs)")

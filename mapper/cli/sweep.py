@@ -17,6 +17,7 @@ from mapper.core.result import PlanOptions
 from mapper.explore.compare import compare_plans, comparison_document, plan_spec, write_comparison
 from mapper.explore.executors import executor_spec
 from mapper.explore.sweep import SweepSpec, parse_int_list, run_sweep, write_table
+from mapper.pipeline import FUSION_POLICIES, PLAN_DTYPES
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -31,8 +32,10 @@ def add_arguments(subparsers) -> None:
     p.add_argument("--hw", default="h100-sxm", help="profiles, comma-separated: h100-sxm,a100-sxm-80gb")
     p.add_argument("--batch", default="1", help="batch sizes, comma-separated: 1,8,64")
     p.add_argument("--seq", default="128", help="sequence lengths (ignored by models without one): 128,512,2048")
-    p.add_argument("--dtype", default="auto", help="plan dtypes, comma-separated: bf16,fp8")
-    p.add_argument("--fusion", default="default", help="fusion policies, comma-separated: none,aggressive")
+    p.add_argument("--dtype", default="auto", help=f"plan dtypes, comma-separated, of {','.join(PLAN_DTYPES)}")
+    p.add_argument(
+        "--fusion", default="default", help=f"fusion policies, comma-separated, of {','.join(FUSION_POLICIES)}"
+    )
     p.add_argument(
         "--dim",
         action="append",
@@ -64,8 +67,8 @@ def add_arguments(subparsers) -> None:
     p.add_argument("--hw", default="h100-sxm", help="the profile both plans share unless hw=... overrides")
     p.add_argument("--batch", default="1", help="batch sizes of the matrix, comma-separated")
     p.add_argument("--seq", default="128", help="sequence lengths of the matrix, comma-separated")
-    p.add_argument("--dtype", default="auto", help="the shared plan dtype")
-    p.add_argument("--fusion", default="default", help="the shared fusion policy")
+    p.add_argument("--dtype", default="auto", choices=PLAN_DTYPES, help="the shared plan dtype")
+    p.add_argument("--fusion", default="default", choices=FUSION_POLICIES, help="the shared fusion policy")
     p.add_argument("--baseline", default="", help="KEY=VALUE[,KEY=VALUE]: fusion=none, hw=h100-sxm, dtype=bf16 ...")
     p.add_argument("--candidate", default="", help="KEY=VALUE[,KEY=VALUE]: fusion=aggressive, hw=h200-sxm ...")
     p.add_argument(

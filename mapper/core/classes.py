@@ -29,6 +29,7 @@ class Bottleneck(StrEnum):
     SYNCHRONIZATION = "synchronization"
     INTERCONNECT = "interconnect"
     HOST = "host / unsupported"
+    NOT_MEASURED = "not measured"  # a measured class only: the run gave the kernel group no time of its own
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +49,7 @@ CLASSES: dict[Bottleneck, BottleneckClass] = {
     Bottleneck.SYNCHRONIZATION: BottleneckClass(Owner.RUNTIME, "a one-pass algorithm"),
     Bottleneck.INTERCONNECT: BottleneckClass(Owner.RUNTIME, "overlap the collective or shard differently"),
     Bottleneck.HOST: BottleneckClass(Owner.FRAMEWORK, "write a device kernel or rewrite the graph"),
+    Bottleneck.NOT_MEASURED: BottleneckClass(Owner.PERFORMANCE_MODELING, "profile a run that times the kernel"),
 }
 
 
@@ -56,6 +58,6 @@ def owner_of(bottleneck: str) -> str:
 
 
 def fix_of(bottleneck: str) -> str:
-    """The class's bounded fix; "" for a label outside the vocabulary (a measured "not measured")."""
+    """The class's bounded fix; "" for a label outside the vocabulary."""
     row = CLASSES.get(bottleneck)
     return row.fix if row else ""

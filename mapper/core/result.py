@@ -12,6 +12,7 @@ from operator import attrgetter
 
 from mapper.core.classes import Bottleneck, Owner
 from mapper.core.graph import LayerType, OpClass
+from mapper.core.vocab import Engine, KernelRule
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,8 +72,8 @@ class Kernel:
     name: str
     nodes: tuple[str, ...]
     op_types: tuple[str, ...]
-    rule: str  # the fusion rule that made it (or "single")
-    engine: str  # matrix | vector | sfu | host
+    rule: KernelRule  # the fusion rule that made it ("single" alone), or the stage that inserted it
+    engine: Engine
     layer_type: LayerType
     flops: float
     matrix_flops: float

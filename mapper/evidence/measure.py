@@ -22,14 +22,17 @@ import numpy as np
 import onnx
 
 from mapper.core import limits
+from mapper.core.classes import Bottleneck
 from mapper.core.errors import MapperError
 from mapper.core.limits import limit_text
+from mapper.core.vocab import Engine
 from mapper.evidence.measure_gate import check_run, estimate_run
 from mapper.evidence.profiles import NodeMatch, ProfileTimes, load_profile, match_nodes
 from mapper.handle import open_model
 from mapper.model.sandbox import external_tensors, run_child
 
 WARMUP_RUNS = 2
+LAUNCH_BOUND_MULTIPLE = 2  # a measured group under this many kernel launches is launch-bound (its fixed cost)
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,16 +341,17 @@ def _assumed(result, key: str, default: float) -> float:
     return default
 
 
-def measured_class(
-    flops: float, dram_bytes: float, time_s: float, peak: float, bandwidth: float, launch_s: float
-) -> str:
-    """The bottleneck a measured time implies: the resource it used the largest share of (or the fixed cost)."""
+def measured_class(group: dict, peak: float, bandwidth: float, launch_s: float) -> Bottleneck:
+    """The bottleneck a kernel group's measured time implies, in the predicted classes' vocabulary: the
+    resource it used the largest share of (compute on the group's engine) or the fixed cost."""
+    flops, dram_bytes, time_s = group["flops"], group["dram_bytes"], group["measured_s"]
     if time_s <= 0:
-        return "not measured"
-    if time_s < 2 * launch_s:
-        return "launch / latency-bound"
-    compute, memory = flops / time_s / peak, dram_bytes / time_s / bandwidth
-    return "compute-bound" if compute >= memory else "memory-bound"
+        return Bottleneck.NOT_MEASURED
+    if time_s < LAUNCH_BOUND_MULTIPLE * launch_s:
+        return Bottleneck.LAUNCH
+    if flops / time_s / peak < dram_bytes / time_s / bandwidth:
+        return Bottleneck.MEMORY
+    return Bottleneck.COMPUTE_MATRIX if group["engine"] == Engine.MATRIX else Bottleneck.COMPUTE_VECTOR
 
 
 def kernel_groups(result, measurement: Measurement) -> tuple[list[dict], float, list[dict]]:
@@ -406,7 +410,7 @@ def compare_measured(result, measurement: Measurement) -> dict:
     for g in groups:
         g["error"] = _error(g["predicted_s"], g["measured_s"])
         g["measured_mfu"] = g["flops"] / (g["measured_s"] * peak) if g["measured_s"] > 0 else None
-        g["measured_class"] = measured_class(g["flops"], g["dram_bytes"], g["measured_s"], peak, bandwidth, launch)
+        g["measured_class"] = measured_class(g, peak, bandwidth, launch)
     layers: dict[str, dict] = {}
     for g in groups:
         row = layers.setdefault(
@@ -450,6 +454,7 @@ def compare_measured(result, measurement: Measurement) -> dict:
             "error": "(predicted - measured) / measured",
             "measured_mfu": "FLOPs / (measured time x the plan dtype's matrix peak)",
             "measured_class": "launch-bound under 2x kernel_launch_s, else the larger of FLOP/s/peak "
-            "and DRAM B/s/bandwidth at the measured time",
+            "and DRAM B/s/bandwidth at the measured time (compute-bound on the group's engine: matrix, or "
+            "vector/SFU); not measured where the run gave the group no time",
         },
     }

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from mapper.core.caches import ModelCaches
 from mapper.core.graph import Graph, LayerType, Node, OpClass
 from mapper.core.result import NodeWork
+from mapper.core.vocab import KernelRule
 from mapper.model.quantized import QUANTIZED_OPS
 
 # A QDQ model marks each int8 tensor with a QuantizeLinear -> DequantizeLinear pair; an int8 kernel
@@ -60,7 +61,7 @@ MAX_WAITING_PRODUCERS = 64
 
 @dataclass(frozen=True, slots=True)
 class FusionRule:
-    name: str
+    name: KernelRule
     policies: frozenset[str]  # fusion policies under which the rule applies
     starts: str  # "attention" | "norm" | "matrix" | "elementwise"
     absorbs: frozenset[str]  # op types the group may grow into
@@ -69,12 +70,12 @@ class FusionRule:
 
 # Ordered: the first rule whose start matches a node claims it.
 FUSION_RULES: tuple[FusionRule, ...] = (
-    FusionRule("flash-attention", frozenset({"aggressive"}), "attention", frozenset(), 64),
-    FusionRule("norm", frozenset({"default", "aggressive"}), "norm", frozenset(), 16),
-    FusionRule("gemm-epilogue", frozenset({"aggressive"}), "matrix", EPILOGUE_OPS, 10),
-    FusionRule("gemm-epilogue", frozenset({"default"}), "matrix", EPILOGUE_OPS, 4),
+    FusionRule(KernelRule.FLASH_ATTENTION, frozenset({"aggressive"}), "attention", frozenset(), 64),
+    FusionRule(KernelRule.NORM, frozenset({"default", "aggressive"}), "norm", frozenset(), 16),
+    FusionRule(KernelRule.GEMM_EPILOGUE, frozenset({"aggressive"}), "matrix", EPILOGUE_OPS, 10),
+    FusionRule(KernelRule.GEMM_EPILOGUE, frozenset({"default"}), "matrix", EPILOGUE_OPS, 4),
     FusionRule(
-        "elementwise-chain",
+        KernelRule.ELEMENTWISE_CHAIN,
         frozenset({"default", "aggressive"}),
         "elementwise",
         EPILOGUE_OPS
@@ -355,7 +356,7 @@ class _Planner:
                 continue
             due = self.due(deferred, chosen)
             for d in due:  # what the group reads and no kernel has made yet runs first
-                groups.append(Group((d,), "single"))
+                groups.append(Group((d,), KernelRule.SINGLE))
             newly = [*due, *chosen]
             if rule_name in ("flash-attention", "norm") and w.layer_group >= 0:
                 newly += self.block(w)  # the views inside the block are free and belong to it
@@ -363,7 +364,7 @@ class _Planner:
             for d in newly:
                 deferred.pop(d, None)
             groups.append(Group(tuple(chosen), rule_name))
-        groups.extend(Group((d,), "single") for d in deferred)  # read by no later kernel
+        groups.extend(Group((d,), KernelRule.SINGLE) for d in deferred)  # read by no later kernel
         return groups
 
     def choose(self, name: str, w: NodeWork, policy: str, attention_fusion: bool) -> tuple[list[str] | None, str]:
@@ -385,7 +386,7 @@ class _Planner:
                 candidate = self.grow(name, rule)
             if len(candidate) > 1 or rule.starts == "norm":
                 return candidate, rule.name
-        return [name], "single"
+        return [name], KernelRule.SINGLE
 
 
 def tiny_nodes(graph: Graph) -> frozenset[str]:

@@ -14,10 +14,19 @@ from mapper.core.caches import ModelCaches
 from mapper.core.errors import MapperError
 from mapper.core.graph import Graph, LayerType, Node, OpClass, TensorSpec
 from mapper.core.result import Kernel, MatrixShape, NodeWork
+from mapper.core.vocab import Engine, KernelRule, PlanDtype
 from mapper.hardware.profile import HardwareProfile
 from mapper.plan.fusion import Group
 
-PLAN_DTYPE_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+PLAN_DTYPE_BYTES = {
+    PlanDtype.FP32: 4.0,
+    PlanDtype.TF32: 4.0,
+    PlanDtype.BF16: 2.0,
+    PlanDtype.FP16: 2.0,
+    PlanDtype.FP8: 1.0,
+    PlanDtype.INT8: 1.0,
+    PlanDtype.INT4: 0.5,
+}
 MODEL_DTYPES = {
     "float32": "fp32",
     "float": "fp32",
@@ -131,18 +140,18 @@ def _matrix_shape(members: list[NodeWork], rule: str) -> MatrixShape | None:
 HOST_CLASSES = (OpClass.CONTROL, OpClass.UNMODELED)
 
 
-def _engine(members: list[NodeWork], matrix: MatrixShape | None) -> str:
+def _engine(members: list[NodeWork], matrix: MatrixShape | None) -> Engine:
     for w in members:
         if w.op_class in HOST_CLASSES:
-            return "host"
+            return Engine.HOST
     if matrix is not None:
         if min(matrix.m, matrix.n, matrix.k, matrix.batch) == 0:
-            return "vector"  # an empty product (a dim bound to 0): nothing for the matrix engine to do
+            return Engine.VECTOR  # an empty product (a dim bound to 0): nothing for the matrix engine to do
         low_reuse = (
             matrix.depthwise or matrix.k < LOW_REUSE_K or (matrix.m < LOW_REUSE_M and matrix.kind != "attention")
         )
-        return "vector" if low_reuse else "matrix"
-    return "vector"
+        return Engine.VECTOR if low_reuse else Engine.MATRIX
+    return Engine.VECTOR
 
 
 REDUCING_OPS = frozenset(
@@ -306,7 +315,7 @@ def _build_kernels(
             shape = _matrix_shape(members, group.rule)
             if shape is None or not attention_fits(shape, sizer.act, hw):
                 for n in group.nodes:
-                    k = kernel(Group((n,), "single"))
+                    k = kernel(Group((n,), KernelRule.SINGLE))
                     kernels.append(replace(k, note="flash-attention rejected: its tiles do not fit on-chip SRAM"))
                 continue
         kernels.append(kernel(group))

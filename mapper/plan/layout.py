@@ -15,12 +15,14 @@ from dataclasses import replace
 from mapper.core.errors import MapperError
 from mapper.core.graph import Graph, LayerType
 from mapper.core.result import Kernel
+from mapper.core.vocab import Engine, KernelRule, Layout, values
 from mapper.plan.kernels import Sizer
 
-LAYOUTS = ("auto", "nchw", "nhwc")
+LAYOUTS = values(Layout)
 # Kernels whose ops work in either layout: the conv region spreads through them.
 REGION_LAYERS = frozenset({LayerType.CONV, LayerType.POOLING, LayerType.ELEMENTWISE, LayerType.NORMALIZATION})
 GRAPH_LAYOUT = "nchw"  # ONNX's convention for Conv
+SPATIAL_RANK = 4  # N, C, H, W: the tensors a layout change transposes
 
 
 def _transpose(name: str, tensor_bytes: float, note: str) -> Kernel:
@@ -28,8 +30,8 @@ def _transpose(name: str, tensor_bytes: float, note: str) -> Kernel:
         name=name,
         nodes=(),
         op_types=("Transpose",),
-        rule="layout-transform",
-        engine="vector",
+        rule=KernelRule.LAYOUT_TRANSFORM,
+        engine=Engine.VECTOR,
         layer_type=LayerType.DATA_MOVEMENT,
         flops=0.0,
         matrix_flops=0.0,
@@ -70,7 +72,7 @@ def plan_layout(
             for name in k.nodes:
                 for t in node_of[name].inputs:
                     spec = graph.tensors.get(t)
-                    if not spec or len(spec.shape) != 4 or t in converted or t in graph.weights:
+                    if not spec or len(spec.shape) != SPATIAL_RANK or t in converted or t in graph.weights:
                         continue
                     src = graph.producer(t)
                     crosses_in = (

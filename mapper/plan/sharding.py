@@ -16,6 +16,7 @@ from dataclasses import replace
 
 from mapper.core.graph import Graph, LayerType, OpClass
 from mapper.core.result import Kernel, MatrixShape
+from mapper.core.vocab import Engine, KernelRule
 from mapper.plan.kernels import Sizer
 from mapper.work.ops import classify_op
 
@@ -106,8 +107,8 @@ def collective_kernel(name: str, kind: str, message_bytes: float, devices: int, 
                 "reduce-scatter": "ReduceScatter",
             }[kind],
         ),
-        rule="collective",
-        engine="interconnect",
+        rule=KernelRule.COLLECTIVE,
+        engine=Engine.INTERCONNECT,
         layer_type=LayerType.COLLECTIVE,
         flops=0.0,
         matrix_flops=0.0,

@@ -12,6 +12,7 @@ from dataclasses import replace
 from mapper.core.errors import MapperError
 from mapper.core.graph import Graph
 from mapper.core.result import CollectiveRecord, KernelAssessment, KernelEstimate, ParallelPlan, PlanOptions
+from mapper.core.vocab import Engine
 from mapper.cost.bottleneck import Facts, classify
 from mapper.cost.estimate import estimate_cost
 from mapper.hardware.profile import HardwareProfile
@@ -23,7 +24,7 @@ from mapper.schedule.stages import balance_stages, stage_times
 def _estimate_collective(kernel, hw: HardwareProfile, dtype: str, sizer: Sizer) -> KernelEstimate:
     c = estimate_cost(kernel, hw, dtype, sizer.act, sizer.weight)
     cls, evidence, owner = classify(
-        Facts("interconnect", c.time_s, 0.0, 0.0, c.overhead_s, 0.0, 0.0, 1.0, 0, 1.0, 1.0, c.interconnect_s)
+        Facts(Engine.INTERCONNECT, c.time_s, 0.0, 0.0, c.overhead_s, 0.0, 0.0, 1.0, 0, 1.0, 1.0, c.interconnect_s)
     )
     return KernelEstimate(
         kernel,

@@ -1,0 +1,75 @@
+"""The engine's vocabularies: engines, kernel rules, plan dtypes and plan choices.
+
+Each is a StrEnum whose values are the strings the sheet, `--json` and the CSV have always carried, so a
+member reads and writes as its value. The CLI's choices and the dashboard's widgets are built from these
+(`mapper.PLAN_DTYPES`, `WEIGHT_DTYPES`, `FUSION_POLICIES`, `LAYOUTS`), never retyped. Bottleneck classes
+and owners are `mapper.core.classes`.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Engine(StrEnum):
+    """The unit a kernel runs on."""
+
+    MATRIX = "matrix"  # tensor cores / systolic arrays
+    VECTOR = "vector"  # SIMD lanes: elementwise, reductions, low-reuse GEMMs
+    SFU = "sfu"  # special-function units (exp, tanh, erf, rsqrt) where they bound the kernel
+    HOST = "host"  # control flow and unmodeled ops, with their transfers
+    INTERCONNECT = "interconnect"  # collectives and pipeline sends
+
+
+class KernelRule(StrEnum):
+    """Why a kernel exists: the fusion rule that grouped its nodes, or the stage that inserted it."""
+
+    FLASH_ATTENTION = "flash-attention"
+    NORM = "norm"
+    GEMM_EPILOGUE = "gemm-epilogue"
+    ELEMENTWISE_CHAIN = "elementwise-chain"
+    SINGLE = "single"  # one node alone
+    LAYOUT_TRANSFORM = "layout-transform"  # a transpose the layout stage inserts at a conv region boundary
+    COLLECTIVE = "collective"  # a collective or a pipeline send the parallel stages insert
+
+
+class PlanDtype(StrEnum):
+    """`PlanOptions.dtype`: auto keeps the model's own precision."""
+
+    AUTO = "auto"
+    FP32 = "fp32"
+    TF32 = "tf32"
+    BF16 = "bf16"
+    FP16 = "fp16"
+    FP8 = "fp8"
+    INT8 = "int8"
+    INT4 = "int4"
+
+
+class WeightDtype(StrEnum):
+    """`PlanOptions.weight_dtype`: weight-only quantization (decoder LLMs)."""
+
+    SAME = "same"
+    INT8 = "int8"
+    INT4 = "int4"
+
+
+class FusionPolicy(StrEnum):
+    """`PlanOptions.fusion`."""
+
+    NONE = "none"
+    DEFAULT = "default"
+    AGGRESSIVE = "aggressive"
+
+
+class Layout(StrEnum):
+    """`PlanOptions.layout`: the conv layout (auto: the profile's preferred)."""
+
+    AUTO = "auto"
+    NCHW = "nchw"
+    NHWC = "nhwc"
+
+
+def values(vocabulary: type[StrEnum]) -> tuple[str, ...]:
+    """The vocabulary's values in order, as plain strings (widget and argparse choices)."""
+    return tuple(member.value for member in vocabulary)
