@@ -19,6 +19,9 @@ from mapper.serve.serving import (
 KNEE_P99_RATIO = 2.0  # the knee: first load whose p99 is this many times the lightest load's p99
 DEFAULT_LOADS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98)
 TARGET_SEARCH_STEPS = 8  # bisection steps for the highest rate meeting a p99 target
+# The result's figures the section carries: its fields from the percentiles through the mean batch, in order.
+_FIELDS = ServingResult.__slots__
+SECTION_FIGURES = _FIELDS[: _FIELDS.index("mean_batch") + 1]
 MAX_LOAD = 10.0  # a load is a fraction of the saturation rate; ten times saturation is already a runaway queue
 
 
@@ -102,22 +105,7 @@ def serving_section(result: ServingResult, config: ServingConfig, curve: LoadCur
         "seed": config.seed,
         "jitter_cv": config.jitter_cv,
         "jitter_dist": config.jitter_dist,
-        **{
-            k: getattr(result, k)
-            for k in (
-                "p50_s",
-                "p90_s",
-                "p95_s",
-                "p99_s",
-                "p999_s",
-                "mean_s",
-                "mean_wait_s",
-                "throughput_per_s",
-                "utilization",
-                "mean_queue_length",
-                "mean_batch",
-            )
-        },
+        **{k: getattr(result, k) for k in SECTION_FIGURES},
         "assumptions": list(result.assumptions),
     }
     if curve is not None:
