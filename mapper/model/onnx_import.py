@@ -125,6 +125,20 @@ def build_graph(
 ) -> Graph:
     """The model's graph at concrete shapes. `dims` binds symbolic dims by name; `batch`/`seq` bind the
     dims that mean batch and sequence. An unbound dim raises MapperError listing the names."""
+    return import_graph(model, sha256, name, caches, dims, batch, seq)[0]
+
+
+def import_graph(
+    model: onnx.ModelProto,
+    sha256: str,
+    name: str,
+    caches: ModelCaches,
+    dims: dict[str, int] | None = None,
+    batch: int | None = None,
+    seq: int | None = None,
+) -> tuple[Graph, dict[str, int]]:
+    """`build_graph`'s graph and each node's class from the walk (`Walk.classes`: nodes of one class have
+    the same output specs), which the work model reads to estimate each class once."""
     opset = default_opset(model)
     bound = resolve_bindings(model, dims, batch, seq)
     branches = {n: bound[n] for n in branch_inputs(model)}
@@ -155,7 +169,7 @@ def build_graph(
     live, weights, producers, consumers, stored = caches.live_structure(  # keyed as the Graph's `structure`
         sha256, folded, lambda: live_structure(ordered, folded, walk.const, walk.specs)
     )
-    return Graph(
+    graph = Graph(
         name=name,
         nodes=live,
         tensors=walk.specs,
@@ -171,6 +185,7 @@ def build_graph(
         unresolved=tuple(sorted(walk.unresolved.items())),
         stored_dtypes=stored,
     )
+    return graph, walk.classes
 
 
 def _dequantized_weights(ordered: list[Node], folded: frozenset[str], specs: dict[str, TensorSpec]) -> dict[str, str]:

@@ -59,7 +59,12 @@ class Walk:
         self._declared: dict[str, TensorSpec] | None = None
         self._onnx_inferred: dict[str, TensorSpec] | None = None
         self._ort_inferred: dict[str, TensorSpec] | None = None
-        self.memo: dict[tuple, tuple] = {}  # (signature, input shapes, constants) -> (output shapes, values)
+        self.memo: dict[tuple, tuple] = {}  # (signature, each input's id) -> (outputs, folded)
+        self.ids: dict[tuple, int] = {}  # (shape, dtype, constant value) -> its id (`intern`)
+        self.kid: dict[str, int] = {}  # tensor -> the id of its (shape, dtype, constant value)
+        # node -> its class: nodes of one class have one signature and inputs of the same shapes, types and
+        # constants, and so the same output specs (the work model reuses one estimate per class)
+        self.classes: dict[str, int] = {}
         self.ort_node_queries = 0
 
     def declared(self) -> dict[str, TensorSpec]:
@@ -157,54 +162,61 @@ class Walk:
                 self.const.add(node.outputs[0])
             self.folded.add(node.name)
             return
-        specs, values, parts, known = [], [], [], 0
+        ids, kid = [], self.kid
         for i in node.inputs:
-            if not i:
-                specs.append(None)
-                values.append(None)
-                parts.append(None)
-                continue
-            spec = self.specs.get(i)
-            if spec is None:
+            k = kid.get(i, -1) if i else -1
+            if k < 0 and i:
                 self.unresolved[node.name] = f"input {i!r} has no known shape"
                 return
-            value = self.values.get(i)
-            specs.append(spec)
-            values.append(value)
-            parts += spec.shape, spec.dtype
-            if value is not None:  # small constants (shape arithmetic) are part of what the outputs depend on
-                known += 1
-                parts += value.shape, value.dtype.str, value.tobytes()
-        # A node of a signature seen before, at the same input shapes and constants, has the outputs
-        # found then: the layers of a transformer repeat, shape subgraphs and all.
-        key = (node.signature, *parts) if node.signature is not None else None
+            ids.append(k)
+        # A node of a signature seen before, at the same input shapes and constants (`ids`), has the
+        # outputs found then: the layers of a transformer repeat, shape subgraphs and all.
+        key = (node.signature, *ids) if node.signature is not None else None
         found = self.memo.get(key) if key is not None else None
-        if found is not None:
-            shapes, folded_values = found
-            out = [TensorSpec(o, shp, dt) for o, (shp, dt) in zip([o for o in node.outputs if o], shapes)]
-        else:
-            out, from_rule = self.infer(node, tuple(specs), tuple(values))
-            if out is None:
+        if found is None:
+            found = self.outputs(node, key)
+            if found is None:
                 return
-            present = len(specs) - specs.count(None)
-            folded_values = None
-            if present and (known == present or node.op_type in ("Shape", "Size")):
-                folded_values = evaluate(
-                    node,
-                    [v for v in values if v is not None],
-                    [s.shape for s in specs if s],
-                    [spec.shape for spec in out],
-                )
-            if key is not None and from_rule:  # declared shapes belong to these output names only
-                self.memo[key] = ([(spec.shape, spec.dtype) for spec in out], folded_values)
-        for k, spec in enumerate(out):
-            value = folded_values[k] if folded_values is not None and k < len(folded_values) else None
-            self.set(spec.name, spec, value)
-        if folded_values is not None or (
+        entries, folded, cls = found
+        if cls >= 0:
+            self.classes[node.name] = cls
+        specs, values = self.specs, self.values
+        for o, (shape, dtype, value, sid) in zip([o for o in node.outputs if o], entries):
+            specs[o] = TensorSpec(o, shape, dtype)
+            kid[o] = sid
+            if value is not None:
+                values[o] = value
+        if folded or (
             node.op_type not in SUBGRAPH_OPS and any(node.inputs) and all(i in self.const for i in node.inputs if i)
         ):
             self.folded.add(node.name)
-            self.const.update(o for o in node.outputs if o and o in self.specs)
+            self.const.update(o for o in node.outputs if o and o in specs)
+
+    def outputs(self, node: Node, key: tuple | None) -> tuple[tuple, bool, int] | None:
+        """Each output's (shape, dtype, folded value, interned id), whether the node folded and its class (the
+        memo entry's index, -1 when not kept); kept in the memo under `key` when the shape rules gave them
+        (declared shapes belong to these output names only)."""
+        specs = tuple(self.specs[i] if i else None for i in node.inputs)
+        values = tuple(self.values.get(i) if i else None for i in node.inputs)
+        out, from_rule = self.infer(node, specs, values)
+        if out is None:
+            return None
+        present = sum(s is not None for s in specs)
+        known = sum(v is not None for v in values)
+        folded_values = None
+        if present and (known == present or node.op_type in ("Shape", "Size")):
+            folded_values = evaluate(
+                node, [v for v in values if v is not None], [s.shape for s in specs if s], [spec.shape for spec in out]
+            )
+        entries = []
+        for k, spec in enumerate(out):
+            value = folded_values[k] if folded_values is not None and k < len(folded_values) else None
+            entries.append((spec.shape, spec.dtype, value, self.intern(spec.shape, spec.dtype, value)))
+        memoized = key is not None and from_rule
+        found = (tuple(entries), folded_values is not None, len(self.memo) if memoized else -1)
+        if memoized:
+            self.memo[key] = found
+        return found
 
     def infer(self, node: Node, specs: tuple, values: tuple) -> tuple[list[TensorSpec] | None, bool]:
         """Output specs, and whether the shape rules gave them (not the model's declared shapes)."""
@@ -233,7 +245,14 @@ class Walk:
                 )
         return out, from_rule
 
+    def intern(self, shape: tuple, dtype: str, value: np.ndarray | None) -> int:
+        """A small id per distinct (shape, dtype, constant value): what a node's outputs depend on of each
+        input, hashed once per tensor rather than at every use."""
+        facts = (shape, dtype, None if value is None else (value.shape, value.dtype.str, value.tobytes()))
+        return self.ids.setdefault(facts, len(self.ids))
+
     def set(self, name: str, spec: TensorSpec, value: np.ndarray | None) -> None:
         self.specs[name] = spec
+        self.kid[name] = self.intern(spec.shape, spec.dtype, value)
         if value is not None:
             self.values[name] = value

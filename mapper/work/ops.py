@@ -290,18 +290,36 @@ def estimate_node_work(node: Node, graph: Graph) -> NodeWork:
 LayerPlacer = Callable[[str, str, OpClass], tuple[LayerType, int]]  # (name, op type, class) -> (layer, group)
 
 
-def estimate_work(graph: Graph, place: LayerPlacer | None = None) -> tuple[NodeWork, ...]:
+def work_roles(graph: Graph) -> tuple[tuple, ...]:
+    """Per live node, what its work depends on of each input besides the shapes: the type memory holds a
+    weight in (QDQ models) and whether it is a weight. Structural: the same at every binding."""
+    weights, stored = graph.weights, graph.stored_dtypes
+    return tuple(tuple(i and (stored.get(i), i in weights) for i in node.inputs) for node in graph.nodes)
+
+
+def estimate_work(
+    graph: Graph,
+    place: LayerPlacer | None = None,
+    classes: dict[str, int] | None = None,
+    roles: tuple[tuple, ...] | None = None,
+) -> tuple[NodeWork, ...]:
     """Work of every live (not folded) node, in graph order, with the layer type and block `place`
     gives it (none given: every node Other).
 
     Nodes of one signature whose inputs and outputs have the same shapes, types and weight roles do
-    the same work: each such combination is estimated once (a transformer's layers repeat)."""
+    the same work: each such combination is estimated once (a transformer's layers repeat). `classes`
+    (the import walk's, see `Walk.classes`) and `roles` (`work_roles`, kept per structure) name that
+    combination without re-reading the shapes."""
     tensors, weights, stored = graph.tensors, graph.weights, graph.stored_dtypes
+    classes = classes if roles is not None and classes else {}
     seen: dict[tuple, NodeWork] = {}
     out = []
-    for node in graph.nodes:
+    for k, node in enumerate(graph.nodes):
         key = w = None
-        if node.signature is not None:
+        cls = classes.get(node.name)
+        if cls is not None:
+            key = (cls, roles[k])
+        elif node.signature is not None:
             try:
                 key = (
                     node.signature,
@@ -310,7 +328,8 @@ def estimate_work(graph: Graph, place: LayerPlacer | None = None) -> tuple[NodeW
                 )
             except KeyError:  # a shape is unknown: the node is estimated (and explained) on its own
                 pass
-            w = seen.get(key) if key is not None else None
+        if key is not None:
+            w = seen.get(key)
         if w is None:
             w = estimate_node_work(node, graph)
             if key is not None:
