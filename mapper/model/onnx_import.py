@@ -114,20 +114,6 @@ def default_opset(model: onnx.ModelProto) -> int:
     return versions[0]
 
 
-def build_graph(
-    model: onnx.ModelProto,
-    sha256: str,
-    name: str,
-    caches: ModelCaches,
-    dims: dict[str, int] | None = None,
-    batch: int | None = None,
-    seq: int | None = None,
-) -> Graph:
-    """The model's graph at concrete shapes. `dims` binds symbolic dims by name; `batch`/`seq` bind the
-    dims that mean batch and sequence. An unbound dim raises MapperError listing the names."""
-    return import_graph(model, sha256, name, caches, dims, batch, seq)[0]
-
-
 def import_graph(
     model: onnx.ModelProto,
     sha256: str,
@@ -137,8 +123,10 @@ def import_graph(
     batch: int | None = None,
     seq: int | None = None,
 ) -> tuple[Graph, dict[str, int]]:
-    """`build_graph`'s graph and each node's class from the walk (`Walk.classes`: nodes of one class have
-    the same output specs), which the work model reads to estimate each class once."""
+    """The model's graph at concrete shapes, and each node's class from the walk (`Walk.classes`: nodes of
+    one class have the same output specs), which the work model reads to estimate each class once. `dims`
+    binds symbolic dims by name; `batch`/`seq` bind the dims that mean batch and sequence. An unbound dim
+    raises MapperError listing the names."""
     opset = default_opset(model)
     bound = resolve_bindings(model, dims, batch, seq)
     branches = {n: bound[n] for n in branch_inputs(model)}

@@ -1,6 +1,6 @@
 """Import, step two: the walk over a model's nodes at one binding, inferring every tensor's shape.
 
-`Walk` visits the nodes in execution order (`build_graph` drives it): our shape rules (`shapes/`) first,
+`Walk` visits the nodes in execution order (`import_graph` drives it): our shape rules (`shapes/`) first,
 then the model's own value_info, onnx's inference, and (com.microsoft ops) ONNX Runtime's in a capped
 child process (`ort_shapes`). Small constants (shape arithmetic) are folded with numpy on the way.
 """
