@@ -2,6 +2,12 @@
 
     .venv/bin/python bench/bench_sweep.py            # the acceptance grid, then BERT-base alone
     .venv/bin/python bench/bench_sweep.py --profile  # where one BERT-base slice's time goes
+    .venv/bin/python bench/bench_sweep.py --shapes 5  # the 200-shape BERT-base sweep, 5 cold processes
+
+The 200-shape sweep (issue 16's goal): BERT-base at batch 1-40 x seq 64, 128, 256, 384, 512 on h100-sxm with
+one option set, each run in a fresh process; it prints the sweep's slices per CPU-second and the whole
+command's wall time (interpreter start-up, imports and the built-in's construction included), medians over
+the runs. Goals: at least 200 slices per CPU-second, the command under 2 s.
 
 The acceptance grid: ResNet-50 and BERT-base x 6 batches x 5 sequence lengths x 2 dtypes x 2 fusion
 policies x 2 profiles (ResNet-50 has no sequence dim: 6 shapes, BERT-base 30). CPU seconds are
@@ -12,8 +18,11 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import json
 import os
 import pstats
+import statistics
+import subprocess
 import sys
 import time
 
@@ -52,6 +61,37 @@ def timed(spec: SweepSpec, executor, label: str, bar: bool = False):
     return result
 
 
+SHAPES_CHILD = r"""
+import json, time
+import mapper
+cpu = time.process_time()
+spec = mapper.SweepSpec(models=("bert-base",), hardware=("h100-sxm",), batches=tuple(range(1, 41)),
+                        seqs=(64, 128, 256, 384, 512))
+n = len(mapper.run_sweep(spec).table)
+print(json.dumps({"slices": n, "sweep_cpu_s": time.process_time() - cpu}))
+"""
+
+
+def shapes_sweep(runs: int) -> None:
+    """The 200-shape BERT-base sweep from cold processes: medians of slices/CPU-s and whole-command wall."""
+    rates, walls = [], []
+    for run in range(1, runs + 1):
+        wall = time.perf_counter()
+        out = subprocess.run([sys.executable, "-c", SHAPES_CHILD], capture_output=True, text=True, check=True)
+        wall = time.perf_counter() - wall
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        rates.append(r["slices"] / r["sweep_cpu_s"])
+        walls.append(wall)
+        print(
+            f"run {run}: {r['slices']} slices, sweep {r['sweep_cpu_s']:.2f} CPU-s ({rates[-1]:.0f} slices per"
+            f" CPU-second), whole command {wall:.2f} s wall"
+        )
+    print(
+        f"median over {runs}: {statistics.median(rates):.0f} slices per CPU-second (goal >= 200),"
+        f" whole command {statistics.median(walls):.2f} s (goal < 2 s); load average {os.getloadavg()[0]:.2f}"
+    )
+
+
 def profile_one() -> None:
     import mapper
     from mapper.explore.sweep import ModelShapes, model_source
@@ -78,7 +118,11 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--skip-dask", action="store_true")
+    ap.add_argument("--shapes", type=int, metavar="RUNS", help="the 200-shape BERT-base sweep, RUNS cold processes")
     args = ap.parse_args()
+    if args.shapes:
+        shapes_sweep(args.shapes)
+        return 0
     if args.profile:
         profile_one()
         return 0

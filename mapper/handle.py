@@ -21,7 +21,7 @@ from mapper.core.caches import ModelCaches
 from mapper.core.errors import MapperError
 from mapper.model.bindings import apply_bindings, dim_roles_of
 from mapper.model.branches import branch_inputs
-from mapper.model.onnx_import import GENERIC_GRAPH_NAMES, build_graph, parse_model, read_model_bytes
+from mapper.model.onnx_import import GENERIC_GRAPH_NAMES, import_graph, parse_model, read_model_bytes
 from mapper.work.workload import Workload, analyze_graph
 from mapper.zoo import ZOO_NAMES, zoo_model_bytes
 
@@ -59,8 +59,8 @@ class ModelHandle:
             for key in self.roles:
                 if shortcuts.get(key) is None and key not in dims:
                     dims[key] = BUILTIN_DEFAULT_DIMS[key]
-        graph = build_graph(self.proto, self.sha256, self.name, self.caches, dims, batch, seq)
-        return analyze_graph(graph, self.caches)
+        graph, classes = import_graph(self.proto, self.sha256, self.name, self.caches, dims, batch, seq)
+        return analyze_graph(graph, self.caches, classes)
 
     def shortcut_dims(
         self, dims: dict[str, int] | None, batch: int | None = None, seq: int | None = None

@@ -17,7 +17,6 @@ Follow one model through here to see every stage in order.
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 from datetime import UTC, datetime
 
 from mapper.core import limits
@@ -25,7 +24,6 @@ from mapper.core.errors import MapperError
 from mapper.core.graph import Graph
 from mapper.core.result import (
     Kernel,
-    KernelAssessment,
     KernelEstimate,
     LayerRollup,
     MappingResult,
@@ -36,8 +34,7 @@ from mapper.core.result import (
 from mapper.core.version import __version__
 from mapper.core.vocab import FusionPolicy, PlanDtype, WeightDtype, values
 from mapper.cost import bottleneck
-from mapper.cost.bottleneck import Facts, classify
-from mapper.cost.estimate import estimate_cost
+from mapper.cost.assess import estimate_kernels
 from mapper.handle import ModelHandle, open_model
 from mapper.hardware.profile import HardwareProfile
 from mapper.plan import tiling
@@ -202,80 +199,6 @@ def roll_up_slice(
         ranks=options.tp,
         idle_others_w=hardware.idle_w * options.tp * (options.pp - 1),
     )
-
-
-def estimate_kernels(
-    kernels: list[Kernel], hw: HardwareProfile, dtype: str, sizer: Sizer, power_cap_w: float | None
-) -> list[KernelEstimate]:
-    """Tile, cost and classify each kernel, placing it on the one-stream timeline."""
-    out, start = [], 0.0
-    ridge = (
-        hw.ridge_point(dtype)
-        if dtype != "fp32" or "fp32" in hw.matrix_peak_flops_per_s
-        else hw.vector_peak("fp32") / hw.dram_bandwidth_bytes_per_s
-    )
-    seen: dict[tuple, tuple] = {}  # repeated layers (80 identical decoder blocks) are tiled, costed, classed once
-    for k in kernels:
-        key = (
-            k.matrix,
-            k.rule,
-            k.engine,
-            k.flops,
-            k.matrix_flops,
-            k.sfu_ops,
-            k.dram_bytes,
-            k.weight_bytes,
-            k.reduction_rows,
-            k.reduction_length,
-            k.op_types,
-        )
-        known = seen.get(key)
-        if known is None:
-            c = estimate_cost(k, hw, dtype, sizer.act, sizer.weight, power_cap_w)
-            chosen = c.tiling.chosen
-            facts = Facts(
-                c.engine,
-                c.time_s,
-                c.compute_time_s,
-                c.memory_time_s,
-                c.overhead_s,
-                c.sync_s,
-                k.flops / c.dram_bytes if c.dram_bytes else float("inf"),
-                ridge,
-                chosen.waves if chosen else 0,
-                chosen.wave_efficiency if chosen else 1.0,
-                chosen.padding_efficiency if chosen else 1.0,
-                c.interconnect_s,
-            )
-            stall = min(max(0.0, c.memory_time_s - c.compute_time_s) / c.time_s if c.time_s else 0.0, 1.0)
-            bottleneck, evidence, owner = classify(facts)
-            known = seen[key] = (
-                c.engine,
-                KernelAssessment(
-                    tiling=c.tiling,
-                    dtype=dtype,
-                    time_s=c.time_s,
-                    compute_time_s=c.compute_time_s,
-                    memory_time_s=c.memory_time_s,
-                    overhead_s=c.overhead_s,
-                    sync_s=c.sync_s,
-                    dram_bytes=c.dram_bytes,
-                    l2_bytes=c.l2_bytes,
-                    intensity_flop_per_byte=facts.intensity,
-                    achieved_flops_per_s=k.flops / c.time_s if c.time_s else 0.0,
-                    stall_fraction=stall,
-                    energy_j=c.energy_j,
-                    avg_power_w=c.avg_power_w,
-                    throttled=c.throttled,
-                    bottleneck=bottleneck,
-                    evidence=evidence,
-                    owner=owner,
-                ),
-            )
-        engine, assessment = known
-        out.append(KernelEstimate(k if k.engine == engine else replace(k, engine=engine), assessment, start))
-        start += assessment.time_s
-    return out
 
 
 def validate_options(options: PlanOptions) -> PlanOptions:

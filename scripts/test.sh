@@ -10,4 +10,7 @@ python3 -m venv .venv
 if [ -f scripts/install_browser.sh ]; then bash scripts/install_browser.sh || echo "note: chromium not installed; the browser test will be skipped"; fi
 # strace for the sandbox audit (tests/security/test_sandbox.py), after install_browser.sh's apt-get update
 if ! command -v strace >/dev/null && [ "$(id -u)" = "0" ]; then DEBIAN_FRONTEND=noninteractive apt-get install -y -qq strace || echo "note: strace not installed; the sandbox audit test will be skipped"; fi
+# Style is checked, not argued: the formatter and the linter (rules in pyproject.toml) run first.
+.venv/bin/ruff format --check mapper app_pages tests bench scripts app.py
+.venv/bin/ruff check mapper app_pages tests bench scripts app.py
 exec .venv/bin/python -m pytest "$@"

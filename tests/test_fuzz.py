@@ -492,3 +492,9 @@ def test_a_node_without_outputs_is_unmodeled_not_a_crash(op):
     w = mapper.load_workload(data)
     assert "no outputs" in w.nodes[0].reason and w.nodes[0].op_class is mapper.OpClass.UNMODELED
     assert _mapped_or_rejected(data) == "mapped"
+
+
+def test_a_trace_field_holding_the_rest_of_the_file_is_quoted_short():
+    """Fuzz seed 70159 (the 100,000-case run on the hardened engine): a CSV trace whose quoted field ran
+    over many lines put the whole field into the error, past the one-line bound; the value is now cut."""
+    assert outcome(make_case(70159)) == "rejected"

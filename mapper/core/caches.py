@@ -83,6 +83,11 @@ class ModelCaches:
         """Recognized attention and norm blocks: op types and dataflow of the live graph (its structure)."""
         return self._get("blocks", structure, make)
 
+    def work_roles(self, structure: tuple[str, frozenset[str]], make):
+        """Each live node's inputs' weight roles and stored types (`ops.work_roles`): the live graph's
+        structure (weights and QDQ storage types follow from which nodes folded)."""
+        return self._get("work_roles", structure, make)
+
     def fusion_plan(
         self,
         structure: tuple[str, frozenset[str]],

@@ -14,21 +14,19 @@ import math
 import os
 from pathlib import Path
 
-import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 
 from mapper.core import limits
 from mapper.core.caches import ModelCaches
 from mapper.core.errors import MapperError, path_text
-from mapper.core.graph import SUBGRAPH_OPS, Graph, Node, TensorSpec
-from mapper.model.bindings import eval_dim, graph_inputs, resolve_bindings
+from mapper.core.graph import Graph, Node, TensorSpec
+from mapper.model.bindings import graph_inputs, resolve_bindings
 from mapper.model.branches import branch_inputs, inline_bound_branches
-from mapper.model.dtypes import dtype_name, tensor_dtype
+from mapper.model.dtypes import tensor_dtype
 from mapper.model.nodes import ordered_nodes
-from mapper.model.ort_shapes import ort_inferred_value_info, ort_node_value_info
-from mapper.model.shapes import Ctx, NoRule, infer_node
-from mapper.model.values import constant_node_value, evaluate, small_value
+from mapper.model.values import small_value
+from mapper.model.walk import Walk, value_info_shape
 
 # Graph names exporters give every model (PyTorch's "main_graph", Optimum's merged decoders "merged"): the file's
 # name says more on a sheet and in the dashboard.
@@ -100,232 +98,23 @@ def count_nodes(graph: onnx.GraphProto) -> int:
     return count
 
 
+# The oldest default-domain opset read: ONNX 1.2's (opset 7) is where today's broadcasting and op
+# signatures start, which the shape rules are written for.
+OLDEST_OPSET = 7
+
+
 def default_opset(model: onnx.ModelProto) -> int:
     versions = [int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")]
     if not versions:
         raise MapperError("the model declares no default-domain opset; re-export it with opset 7 or newer")
-    if versions[0] < 7:
-        raise MapperError(f"opset {versions[0]} is older than 7, which this tool reads; re-export with a newer opset")
+    if versions[0] < OLDEST_OPSET:
+        raise MapperError(
+            f"opset {versions[0]} is older than {OLDEST_OPSET}, which this tool reads; re-export with a newer opset"
+        )
     return versions[0]
 
 
-# --- symbolic dims ------------------------------------------------------------------------------
-def value_info_shape(vi: onnx.ValueInfoProto, bound: dict[str, int]) -> TensorSpec | None:
-    tt = vi.type.tensor_type
-    if not tt.HasField("shape"):
-        return None
-    shape = []
-    for d in tt.shape.dim:
-        if d.HasField("dim_value"):
-            shape.append(int(d.dim_value))
-        elif d.dim_param:
-            v = eval_dim(d.dim_param, bound)
-            if v is None:
-                return None
-            shape.append(v)
-        else:
-            return None
-    return TensorSpec(vi.name, tuple(shape), dtype_name(tt.elem_type))
-
-
-# --- the graph walk --------------------------------------------------------------------------------
-class _Walk:
-    """Mutable state of one import (kept out of the frozen result)."""
-
-    def __init__(self, model: onnx.ModelProto, bound: dict[str, int], sha256: str, caches: ModelCaches):
-        self.model = model
-        self.caches = caches
-        self.bound = bound
-        self.sha256 = sha256
-        self.specs: dict[str, TensorSpec] = {}
-        self.values: dict[str, np.ndarray] = {}
-        self.const: set[str] = set()
-        self.folded: set[str] = set()
-        self.unresolved: dict[str, str] = {}
-        self._declared: dict[str, TensorSpec] | None = None
-        self._onnx_inferred: dict[str, TensorSpec] | None = None
-        self._ort_inferred: dict[str, TensorSpec] | None = None
-        self.memo: dict[tuple, tuple] = {}  # (signature, input shapes, constants) -> (output shapes, values)
-        self.ort_node_queries = 0
-
-    def declared(self) -> dict[str, TensorSpec]:
-        """Shapes the model itself declares (value_info, outputs), at the bindings."""
-        if self._declared is None:
-            self._declared = {}
-            for vi in list(self.model.graph.value_info) + list(self.model.graph.output):
-                spec = value_info_shape(vi, self.bound)
-                if spec is not None:
-                    self._declared[vi.name] = spec
-        return self._declared
-
-    def bound_copy(self) -> onnx.ModelProto:
-        """A copy of the model with the bound dims written into its inputs (for onnx's and ORT's inference)."""
-        m = onnx.ModelProto()
-        m.CopyFrom(self.model)
-        for vi in graph_inputs(m):
-            for d in vi.type.tensor_type.shape.dim:
-                if d.dim_param:
-                    v = eval_dim(d.dim_param, self.bound)
-                    if v is not None and 0 <= v < 2**63:  # a dim_param may be any literal: int64 only
-                        d.dim_value = v
-        return m
-
-    def _specs(self, value_info) -> dict[str, TensorSpec]:
-        found = {}
-        for vi in value_info:
-            spec = value_info_shape(vi, self.bound)
-            if spec is not None:
-                found[vi.name] = spec
-        return found
-
-    def onnx_inferred(self) -> dict[str, TensorSpec]:
-        """onnx's own shape inference at the bound input shapes (run once, only if our rules fail)."""
-        if self._onnx_inferred is None:
-            try:
-                inferred = onnx.shape_inference.infer_shapes(self.bound_copy(), data_prop=False).graph.value_info
-            except Exception:  # noqa: BLE001 - onnx's inference is a fallback; its failure leaves ours standing
-                inferred = []
-            self._onnx_inferred = self._specs(inferred)
-        return self._onnx_inferred
-
-    def ort_inferred(self) -> dict[str, TensorSpec]:
-        """ONNX Runtime's symbolic shape inference (run once, in a child process under limits, only for a
-        com.microsoft node that neither our rules nor onnx's inference resolve)."""
-        if self._ort_inferred is None:  # a child process costs ~0.4 s: kept per model and binding
-            self._ort_inferred = self.caches.ort_inferred(
-                self.sha256,
-                tuple(sorted(self.bound.items())),
-                lambda: self._specs(ort_inferred_value_info(self.bound_copy())),
-            )
-        return self._ort_inferred
-
-    def fallback(self, node: Node, specs: tuple, values: tuple) -> list[TensorSpec] | None:
-        sources = [self.declared, self.onnx_inferred]
-        if node.domain == "com.microsoft":  # then ORT on the whole model; where it gave up there (another
-            sources += [self.ort_inferred, lambda: self.ort_node_inferred(node, specs, values)]  # node), alone
-        for source in sources:
-            table = source()
-            if all(o in table for o in node.outputs if o):
-                return [table[o] for o in node.outputs if o]
-        return None
-
-    def ort_node_inferred(self, node: Node, specs: tuple, values: tuple) -> dict[str, TensorSpec]:
-        """ONNX Runtime's inference for this node alone at its known input shapes, kept per (signature,
-        input shapes, constant inputs) like the walk's memo: a repeated layer asks once, and one import
-        starts at most ORT_NODE_QUERIES child processes (a hostile file could hold thousands of such nodes)."""
-        key = (
-            None
-            if node.signature is None
-            else (
-                self.sha256,
-                node.signature,
-                tuple(
-                    None if s is None else (s.shape, s.dtype, None if v is None else v.tobytes())
-                    for s, v in zip(specs, values)
-                ),
-            )
-        )
-        if key is None or self.ort_node_queries >= limits.ORT_NODE_QUERIES:
-            return {}
-
-        def query() -> dict[str, TensorSpec]:
-            self.ort_node_queries += 1
-            return self._specs(ort_node_value_info(node, specs, values, self.model.opset_import))
-
-        found = self.caches.ort_node_inferred(key, query)
-        return found or {}
-
-    def visit(self, node: Node) -> None:
-        if node.op_type == "Constant":
-            if node.outputs and node.outputs[0]:  # a Constant without an output (a damaged file) makes nothing
-                value, shape, dtype = constant_node_value(node)
-                self.set(node.outputs[0], TensorSpec(node.outputs[0], shape, dtype), value)
-                self.const.add(node.outputs[0])
-            self.folded.add(node.name)
-            return
-        specs, values, parts, known = [], [], [], 0
-        for i in node.inputs:
-            if not i:
-                specs.append(None)
-                values.append(None)
-                parts.append(None)
-                continue
-            spec = self.specs.get(i)
-            if spec is None:
-                self.unresolved[node.name] = f"input {i!r} has no known shape"
-                return
-            value = self.values.get(i)
-            specs.append(spec)
-            values.append(value)
-            parts += spec.shape, spec.dtype
-            if value is not None:  # small constants (shape arithmetic) are part of what the outputs depend on
-                known += 1
-                parts += value.shape, value.dtype.str, value.tobytes()
-        # A node of a signature seen before, at the same input shapes and constants, has the outputs
-        # found then: the layers of a transformer repeat, shape subgraphs and all.
-        key = (node.signature, *parts) if node.signature is not None else None
-        found = self.memo.get(key) if key is not None else None
-        if found is not None:
-            shapes, folded_values = found
-            out = [TensorSpec(o, shp, dt) for o, (shp, dt) in zip([o for o in node.outputs if o], shapes)]
-        else:
-            out, from_rule = self.infer(node, tuple(specs), tuple(values))
-            if out is None:
-                return
-            present = len(specs) - specs.count(None)
-            folded_values = None
-            if present and (known == present or node.op_type in ("Shape", "Size")):
-                folded_values = evaluate(
-                    node,
-                    [v for v in values if v is not None],
-                    [s.shape for s in specs if s],
-                    [spec.shape for spec in out],
-                )
-            if key is not None and from_rule:  # declared shapes belong to these output names only
-                self.memo[key] = ([(spec.shape, spec.dtype) for spec in out], folded_values)
-        for k, spec in enumerate(out):
-            value = folded_values[k] if folded_values is not None and k < len(folded_values) else None
-            self.set(spec.name, spec, value)
-        if folded_values is not None or (
-            node.op_type not in SUBGRAPH_OPS and any(node.inputs) and all(i in self.const for i in node.inputs if i)
-        ):
-            self.folded.add(node.name)
-            self.const.update(o for o in node.outputs if o and o in self.specs)
-
-    def infer(self, node: Node, specs: tuple, values: tuple) -> tuple[list[TensorSpec] | None, bool]:
-        """Output specs, and whether the shape rules gave them (not the model's declared shapes)."""
-        try:
-            shapes = infer_node(Ctx(node, specs, values))
-            out = [TensorSpec(o, tuple(int(d) for d in shp), dt) for o, (shp, dt) in zip(node.outputs, shapes) if o]
-            from_rule = True
-        except NoRule as exc:
-            out, from_rule = self.fallback(node, specs, values), False
-            if out is None:
-                self.unresolved[node.name] = str(exc)
-                return None, False
-        except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError, OverflowError) as exc:
-            self.unresolved[node.name] = (
-                f"attributes or inputs are inconsistent ({type(exc).__name__}: {str(exc)[:60]})"
-            )
-            return None, False
-        for spec in out:
-            if any(d < 0 for d in spec.shape):
-                self.unresolved[node.name] = f"output {spec.name!r} has a negative dim {spec.shape}"
-                return None, False
-            if math.prod(spec.shape) > limits.MAX_TENSOR_ELEMENTS:
-                raise MapperError(
-                    f"tensor {spec.name!r} of node {node.name!r} would hold {math.prod(spec.shape)}"
-                    f" elements, over {limits.limit_text('MAX_TENSOR_ELEMENTS')}; bind smaller dims"
-                )
-        return out, from_rule
-
-    def set(self, name: str, spec: TensorSpec, value: np.ndarray | None) -> None:
-        self.specs[name] = spec
-        if value is not None:
-            self.values[name] = value
-
-
-def build_graph(
+def import_graph(
     model: onnx.ModelProto,
     sha256: str,
     name: str,
@@ -333,9 +122,11 @@ def build_graph(
     dims: dict[str, int] | None = None,
     batch: int | None = None,
     seq: int | None = None,
-) -> Graph:
-    """The model's graph at concrete shapes. `dims` binds symbolic dims by name; `batch`/`seq` bind the
-    dims that mean batch and sequence. An unbound dim raises MapperError listing the names."""
+) -> tuple[Graph, dict[str, int]]:
+    """The model's graph at concrete shapes, and each node's class from the walk (`Walk.classes`: nodes of
+    one class have the same output specs), which the work model reads to estimate each class once. `dims`
+    binds symbolic dims by name; `batch`/`seq` bind the dims that mean batch and sequence. An unbound dim
+    raises MapperError listing the names."""
     opset = default_opset(model)
     bound = resolve_bindings(model, dims, batch, seq)
     branches = {n: bound[n] for n in branch_inputs(model)}
@@ -343,7 +134,7 @@ def build_graph(
         choice = tuple(sorted(branches.items()))
         model = caches.branch_model(choice, lambda: inline_bound_branches(model, branches))
         sha256 = hashlib.sha256(f"{sha256} {list(choice)}".encode()).hexdigest()
-    walk = _Walk(model, bound, sha256, caches)
+    walk = Walk(model, bound, sha256, caches)
     for t in model.graph.initializer:
         if math.prod(t.dims) > limits.MAX_TENSOR_ELEMENTS:
             raise MapperError(
@@ -366,7 +157,7 @@ def build_graph(
     live, weights, producers, consumers, stored = caches.live_structure(  # keyed as the Graph's `structure`
         sha256, folded, lambda: live_structure(ordered, folded, walk.const, walk.specs)
     )
-    return Graph(
+    graph = Graph(
         name=name,
         nodes=live,
         tensors=walk.specs,
@@ -382,6 +173,7 @@ def build_graph(
         unresolved=tuple(sorted(walk.unresolved.items())),
         stored_dtypes=stored,
     )
+    return graph, walk.classes
 
 
 def _dequantized_weights(ordered: list[Node], folded: frozenset[str], specs: dict[str, TensorSpec]) -> dict[str, str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from mapper.core import limits
-from mapper.core.errors import MapperError
+from mapper.core.errors import MapperError, bounded
 
 MAX_TRACE_ROWS = limits.MAX_TRACE_ROWS
 
@@ -67,7 +67,7 @@ def load_trace(path: str | Path) -> Trace:
             )
             raise MapperError(
                 f"trace {path.name}: row {row + 1} (line {row + 2}), column {column}:"
-                f" {frame[column].iloc[row]!r} is not {want}"
+                f" {bounded(repr(frame[column].iloc[row]), 60)} is not {want}"  # a quoted field can hold the file
             )
         arrays[column] = values
     arrival = arrays["arrival_s"]

@@ -16,192 +16,27 @@ from collections.abc import Callable
 from mapper.core.graph import SUBGRAPH_OPS, Graph, LayerType, Node, OpClass, TensorSpec
 from mapper.core.result import MatrixShape, NodeWork
 from mapper.model.quantized import QUANTIZED_OPS, twin_node
+from mapper.work.op_table import (
+    CONTROL,
+    DATA_MOVEMENT,
+    ELEMENTWISE,
+    GELU_TANH,
+    HOST_REASONS,
+    NORMALIZATION,
+    POOLING,
+    REDUCTIONS,
+    REQUANTIZE,
+    SHAPE_ONLY,
+    SOFTMAX,
+    TRANSCENDENTAL,
+    VIEWS,
+)
 
-# FLOPs per output element of elementwise ops, and how many of them run on the
-# special-function unit (exp, log, tanh, erf, rsqrt...). After onnx-tool's
-# node.py constants: a transcendental is one SFU op plus its arithmetic.
-ADD = 1  # add, sub, mul, div, max, min, compare, select: one op
-EXP = 1  # one SFU op (MUFU.EX2 on NVIDIA)
-SIGMOID = EXP + 2  # 1 / (1 + exp(-x)): exp, add, div
-TANH = EXP + 4  # (e^2x - 1) / (e^2x + 1)
-GELU_ERF = EXP + 4  # 0.5 * x * (1 + erf(x / sqrt 2)): erf, div, add, mul, mul
-GELU_TANH = TANH + 6  # 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715 x^3)))
-SOFTMAX = 5  # max, subtract, exp, sum, divide per element (PRIMER section 2)
-LAYERNORM = 8  # mean, subtract, square, mean, normalize, scale, shift
-RMSNORM = 4  # square, mean, normalize, scale
-BATCHNORM = 2  # inference: folded scale and shift
-REQUANTIZE = 2  # QLinear elementwise/pooling ops rescale each result: multiply, add zero point
-
-# op type -> (flops per element, SFU ops per element)
-ELEMENTWISE: dict[str, tuple[float, float]] = {
-    **{
-        op: (ADD, 0)
-        for op in (
-            "Add",
-            "Sub",
-            "Mul",
-            "Div",
-            "Max",
-            "Min",
-            "Sum",
-            "Mean",
-            "Neg",
-            "Abs",
-            "Relu",
-            "LeakyRelu",
-            "PRelu",
-            "Clip",
-            "Where",
-            "Equal",
-            "Less",
-            "Greater",
-            "LessOrEqual",
-            "GreaterOrEqual",
-            "And",
-            "Or",
-            "Xor",
-            "Not",
-            "Sign",
-            "Floor",
-            "Ceil",
-            "Round",
-            "Mod",
-            "Pow",
-            "Cast",
-            "CastLike",
-            "HardSigmoid",
-            "HardSwish",
-            "ThresholdedRelu",
-            "Shrink",
-            "IsNaN",
-            "IsInf",
-            "BitShift",
-            "QuantizeLinear",
-            "DequantizeLinear",
-            "Trilu",
-            "CumSum",
-            "DynamicQuantizeLinear",
-        )
-    },
-    "BiasAdd": (2 * ADD, 0),  # X + bias + skip
-}
-TRANSCENDENTAL: dict[str, tuple[float, float]] = {
-    **{
-        op: (EXP, 1)
-        for op in (
-            "Exp",
-            "Log",
-            "Sqrt",
-            "Reciprocal",
-            "Sin",
-            "Cos",
-            "Tan",
-            "Erf",
-            "Asin",
-            "Acos",
-            "Atan",
-            "Sinh",
-            "Cosh",
-            "Asinh",
-            "Acosh",
-            "Atanh",
-        )
-    },
-    "Sigmoid": (SIGMOID, 1),
-    "Tanh": (TANH, 1),
-    "Elu": (SIGMOID, 1),
-    "Selu": (SIGMOID, 1),
-    "Celu": (SIGMOID, 1),
-    "Softplus": (SIGMOID, 2),
-    "Softsign": (3, 0),
-    "Mish": (TANH + 3, 2),
-    "Gelu": (GELU_ERF, 1),
-    "BiasGelu": (GELU_ERF + 1, 1),
-    "FastGelu": (GELU_TANH, 1),
-    "QuickGelu": (SIGMOID + 1, 1),
-    "Softmax": (SOFTMAX, 1),
-    "LogSoftmax": (SOFTMAX + 1, 2),
-    "Hardmax": (2, 0),
-    "BiasSplitGelu": (GELU_ERF + 3, 1),  # per output element: two bias adds, the GELU, the product
-}
-NORMALIZATION: dict[str, tuple[float, float]] = {
-    "LayerNormalization": (LAYERNORM, 0),
-    "SkipLayerNormalization": (LAYERNORM + 1, 0),
-    "SimplifiedLayerNormalization": (RMSNORM, 0),
-    "SkipSimplifiedLayerNormalization": (RMSNORM + 1, 0),
-    "RMSNormalization": (RMSNORM, 0),
-    "BatchNormalization": (BATCHNORM, 0),
-    "InstanceNormalization": (LAYERNORM, 0),
-    "GroupNormalization": (LAYERNORM, 0),
-    "MeanVarianceNormalization": (LAYERNORM, 0),
-    "LpNormalization": (3, 0),
-    "EmbedLayerNormalization": (LAYERNORM + 2, 0),
-    "GroupNorm": (LAYERNORM + 1, 0),
-    "SkipGroupNorm": (LAYERNORM + 3, 0),  # + optional SiLU; + skip and bias adds
-}
-REDUCTIONS = (
-    "ReduceMean",
-    "ReduceSum",
-    "ReduceMax",
-    "ReduceMin",
-    "ReduceProd",
-    "ReduceL1",
-    "ReduceL2",
-    "ReduceLogSum",
-    "ReduceLogSumExp",
-    "ReduceSumSquare",
-    "ArgMax",
-    "ArgMin",
-    "TopK",
-)
-POOLING = ("MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool")
-DATA_MOVEMENT = (
-    "Transpose",
-    "Concat",
-    "Split",
-    "Slice",
-    "Gather",
-    "GatherElements",
-    "GatherND",
-    "ScatterND",
-    "ScatterElements",
-    "Scatter",
-    "Pad",
-    "Resize",
-    "Upsample",
-    "Tile",
-    "Expand",
-    "DepthToSpace",
-    "SpaceToDepth",
-    "OneHot",
-    "ConstantOfShape",
-    "Range",
-    "NonZero",
-    "RotaryEmbedding",
-)
-VIEWS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "BiasDropout")
-SHAPE_ONLY = ("Shape", "Size", "Constant")
-CONTROL = (
-    *sorted(SUBGRAPH_OPS),
-    "SequenceConstruct",
-    "SequenceAt",
-    "SequenceInsert",
-    "SplitToSequence",
-    "ConcatFromSequence",
-    "NonMaxSuppression",
-    "Unique",
-    "RandomNormal",
-    "RandomUniform",
-    "RandomNormalLike",
-    "RandomUniformLike",
-    "Multinomial",
-    "StringNormalizer",
-)
-# Why a control/host node carries no time: keyed by whether it has subgraph bodies.
-HOST_REASONS = {
-    True: "control flow runs on the host; its body is not modeled",
-    False: "a host-side op (sequences, sampling, data-dependent sizes, strings): its time is not modeled",
-}
+# Ranks the rules read: a matrix is rank 2 (its last two dims rows and columns); attention's 4-D layout is
+# (batch, heads, seq, head dim), the ONNX Attention op's (opset 23) and MultiHeadAttention's BNSH form.
+MATRIX_RANK = 2
+BHSD_RANK = 4
+BIAS_INPUT = 2  # Gemm's and Conv's optional bias: their third input
 
 
 WorkRule = Callable[[Node, list[TensorSpec | None], list[TensorSpec]], tuple[float, float, float, MatrixShape | None]]
@@ -211,9 +46,9 @@ def _matmul(node, ins, outs):
     a, b = ins[0].shape, ins[1].shape
     k = a[-1]
     out = outs[0].shape
-    m = out[-2] if len(out) >= 2 else 1
-    n = out[-1] if len(b) >= 2 else 1
-    batch = math.prod(out[:-2]) if len(out) > 2 else 1
+    m = out[-2] if len(out) >= MATRIX_RANK else 1
+    n = out[-1] if len(b) >= MATRIX_RANK else 1
+    batch = math.prod(out[:-2]) if len(out) > MATRIX_RANK else 1
     flops = 2.0 * batch * m * n * k
     return flops, flops, 0.0, MatrixShape(batch, m, n, k)
 
@@ -223,7 +58,7 @@ def _gemm(node, ins, outs):
     k = a[0] if node.attr("transA", 0) else a[1]
     m, n = outs[0].shape
     matrix = 2.0 * m * n * k
-    bias = m * n if len(ins) > 2 and ins[2] is not None else 0
+    bias = m * n if len(ins) > BIAS_INPUT and ins[BIAS_INPUT] is not None else 0
     return matrix + bias, matrix, 0.0, MatrixShape(1, m, n, k)
 
 
@@ -233,7 +68,7 @@ def _conv(node, ins, outs):
     k = w[1] * math.prod(w[2:])  # Cin/groups * Kh * Kw
     spatial = math.prod(y[2:])
     matrix = 2.0 * y[0] * y[1] * spatial * k
-    bias = math.prod(y) if len(ins) > 2 and ins[2] is not None and node.op_type == "Conv" else 0
+    bias = math.prod(y) if len(ins) > BIAS_INPUT and ins[BIAS_INPUT] is not None and node.op_type == "Conv" else 0
     depthwise = groups > 1 and groups == x[1] and w[1] == 1
     shape = MatrixShape(groups, y[0] * spatial, y[1] // groups, k, "conv", depthwise, math.prod(x) // groups)
     return matrix + bias, matrix, 0.0, shape
@@ -269,7 +104,7 @@ def _ms_attention(node, ins, outs):
         skv, d = s, q[-1] // heads
     else:
         heads = int(node.attr("num_heads", node.attr("q_num_heads", 1)))
-        if len(q) == 4:
+        if len(q) == BHSD_RANK:
             b, heads, s, d = q
             skv = ins[1].shape[-2] if len(ins) > 1 and ins[1] is not None else s  # packed QKV: no separate K
         else:
@@ -455,18 +290,36 @@ def estimate_node_work(node: Node, graph: Graph) -> NodeWork:
 LayerPlacer = Callable[[str, str, OpClass], tuple[LayerType, int]]  # (name, op type, class) -> (layer, group)
 
 
-def estimate_work(graph: Graph, place: LayerPlacer | None = None) -> tuple[NodeWork, ...]:
+def work_roles(graph: Graph) -> tuple[tuple, ...]:
+    """Per live node, what its work depends on of each input besides the shapes: the type memory holds a
+    weight in (QDQ models) and whether it is a weight. Structural: the same at every binding."""
+    weights, stored = graph.weights, graph.stored_dtypes
+    return tuple(tuple(i and (stored.get(i), i in weights) for i in node.inputs) for node in graph.nodes)
+
+
+def estimate_work(
+    graph: Graph,
+    place: LayerPlacer | None = None,
+    classes: dict[str, int] | None = None,
+    roles: tuple[tuple, ...] | None = None,
+) -> tuple[NodeWork, ...]:
     """Work of every live (not folded) node, in graph order, with the layer type and block `place`
     gives it (none given: every node Other).
 
     Nodes of one signature whose inputs and outputs have the same shapes, types and weight roles do
-    the same work: each such combination is estimated once (a transformer's layers repeat)."""
+    the same work: each such combination is estimated once (a transformer's layers repeat). `classes`
+    (the import walk's, see `Walk.classes`) and `roles` (`work_roles`, kept per structure) name that
+    combination without re-reading the shapes."""
     tensors, weights, stored = graph.tensors, graph.weights, graph.stored_dtypes
+    classes = classes if roles is not None and classes else {}
     seen: dict[tuple, NodeWork] = {}
     out = []
-    for node in graph.nodes:
+    for k, node in enumerate(graph.nodes):
         key = w = None
-        if node.signature is not None:
+        cls = classes.get(node.name)
+        if cls is not None:
+            key = (cls, roles[k])
+        elif node.signature is not None:
             try:
                 key = (
                     node.signature,
@@ -475,7 +328,8 @@ def estimate_work(graph: Graph, place: LayerPlacer | None = None) -> tuple[NodeW
                 )
             except KeyError:  # a shape is unknown: the node is estimated (and explained) on its own
                 pass
-            w = seen.get(key) if key is not None else None
+        if key is not None:
+            w = seen.get(key)
         if w is None:
             w = estimate_node_work(node, graph)
             if key is not None:

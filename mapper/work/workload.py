@@ -13,7 +13,7 @@ from mapper.core.caches import ModelCaches
 from mapper.core.graph import Graph, OpClass
 from mapper.core.result import NodeWork
 from mapper.work.layers import layer_placer
-from mapper.work.ops import estimate_work
+from mapper.work.ops import estimate_work, work_roles
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +51,9 @@ class Workload:
         return float(sum(self.graph.tensors[w].bytes for w in self.graph.weights))
 
 
-def analyze_graph(graph: Graph, caches: ModelCaches | None = None) -> Workload:
-    """The graph's workload. `caches`: its model handle's (a graph built by hand gets caches of its own)."""
+def analyze_graph(graph: Graph, caches: ModelCaches | None = None, classes: dict[str, int] | None = None) -> Workload:
+    """The graph's workload. `caches`: its model handle's (a graph built by hand gets caches of its own);
+    `classes`: the import walk's node classes (`import_graph`), so that each class is estimated once."""
     caches = caches if caches is not None else ModelCaches()
-    return Workload(graph, estimate_work(graph, layer_placer(graph, caches)), caches)
+    roles = caches.work_roles(graph.structure, lambda: work_roles(graph)) if classes else None
+    return Workload(graph, estimate_work(graph, layer_placer(graph, caches), classes, roles), caches)

@@ -1,0 +1,122 @@
+"""The first mechanism failure: an ordered table of checks over the mapping document (first failure wins).
+
+A review decides in this order: does the model fit the device (capacity), does it meet the latency
+target at the offered load, and only then which bottleneck class holds the time. A number shown before
+the failure that invalidates it misleads the meeting (a p99 for a model that does not fit), so the
+Overview, the CLI line and the sheet's Summary all lead with `first_failure(doc)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mapper.core.classes import CLASSES, Bottleneck, Owner, fix_of
+from mapper.core.units import format_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One check's verdict: which check, the sentence a person reads, who acts, and whether the KPIs are
+    unreachable as mapped (a model that does not fit has no latency on this device)."""
+
+    check: str
+    sentence: str
+    owner: str
+    kpis_unreachable: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    name: str
+    failure: Callable[[dict, float | None], Finding | None]  # (document, p99 target s) -> Finding if it fails
+
+
+def _capacity(doc: dict, _target: float | None) -> Finding | None:
+    memory = doc.get("memory") or {}
+    if not memory or memory.get("fits", True):
+        return None
+    smallest = memory.get("smallest_fit")
+    hint = (
+        f"; smallest fit TP {smallest['tp']}" + (f" x PP {smallest['pp']}" if smallest["pp"] > 1 else "")
+        if smallest
+        else "; no TP x PP within the interconnect fits"
+    )
+    return Finding(
+        "capacity",
+        f"does not fit: needs {format_bytes(memory['per_device_bytes'])} of"
+        f" {format_bytes(memory['capacity_bytes'])} per device, short by {format_bytes(memory['shortfall_bytes'])}"
+        f"{hint}. Every figure below assumes memory this device does not have.",
+        Owner.RUNTIME,
+        kpis_unreachable=True,
+    )
+
+
+def _latency_target(doc: dict, target_s: float | None) -> Finding | None:
+    serving = doc.get("serving") or {}
+    if target_s is None or not serving.get("requests"):
+        return None
+    offered, capacity = serving.get("offered_rate_per_s", 0.0), _capacity_per_s(doc)
+    if capacity and offered > capacity:
+        return Finding(
+            "latency target",
+            f"overloaded: offered {offered:,.1f} req/s is over the capacity of {capacity:,.1f} req/s, so the"
+            " queue grows without bound and no percentile is meaningful at this load.",
+            Owner.RUNTIME,
+        )
+    p99 = serving.get("p99_s", 0.0)
+    if p99 <= target_s:
+        return None
+    return Finding(
+        "latency target",
+        f"misses the p99 target: {p99 * 1e3:,.3g} ms against {target_s * 1e3:,.3g} ms at {offered:,.1f} req/s"
+        f" ({serving.get('policy', '')} batching up to {serving.get('max_batch', 1)}).",
+        Owner.RUNTIME,
+    )
+
+
+def _capacity_per_s(doc: dict) -> float:
+    totals = doc.get("totals") or {}
+    latency = totals.get("latency_s") or 0.0
+    return totals.get("batch", 1) / latency if latency else 0.0
+
+
+def _dominant(doc: dict, _target: float | None) -> Finding | None:
+    times: dict[str, float] = {}
+    for k in doc.get("kernels", ()):
+        times[k["bottleneck"]] = times.get(k["bottleneck"], 0.0) + k["time_s"]
+    if not times:
+        return Finding("dominant bottleneck", "no kernels were planned, so nothing limits this model.", Owner.FRAMEWORK)
+    cls, time_s = max(times.items(), key=lambda kv: kv[1])
+    latency = (doc.get("totals") or {}).get("latency_s") or 1.0
+    count = sum(1 for k in doc["kernels"] if k["bottleneck"] == cls)
+    owner = CLASSES[Bottleneck(cls)].owner
+    fix = fix_of(cls)
+    return Finding(
+        "dominant bottleneck",
+        f"mostly {cls}: {time_s / latency:.0%} of its time is in {count} kernel{'s' if count != 1 else ''} of"
+        f" that class. The {owner} should act first{f' ({fix})' if fix else ''}.",
+        owner,
+    )
+
+
+# Ordered: the first check that fails is the first mechanism failure; the last always answers.
+DECISION_TABLE: tuple[Check, ...] = (
+    Check("capacity", _capacity),
+    Check("latency target", _latency_target),
+    Check("dominant bottleneck", _dominant),
+)
+
+
+def first_failure(doc: dict, p99_target_s: float | None = None) -> Finding:
+    """The first check of DECISION_TABLE that fails for the mapping document (the bottleneck if none)."""
+    for check in DECISION_TABLE:
+        finding = check.failure(doc, p99_target_s)
+        if finding is not None:
+            return finding
+    raise AssertionError("the dominant-bottleneck check always answers")  # pragma: no cover
+
+
+def verdict_sentence(doc: dict, p99_target_s: float | None = None) -> str:
+    """'<model> on <hardware> <first failure>': the line the Overview, the CLI and the sheet lead with."""
+    return f"{doc['model']['name']} on {doc['hardware']['name']} {first_failure(doc, p99_target_s).sentence}"
