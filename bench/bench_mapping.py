@@ -45,7 +45,8 @@ def main() -> None:
     fmt = parser.parse_args().format
     print(f"sheet format: {fmt}; profile h100-sxm, bf16, built-in default dims (batch 1, seq 128, past 0)")
     print(
-        f"{'model':12s} {'nodes':>6s} {'kernels':>7s} {'import s':>9s} {'map s':>7s} {'sheet s':>8s} {'total s':>8s} {'peak MB':>8s}"
+        f"{'model':12s} {'nodes':>6s} {'kernels':>7s} {'import s':>9s} {'map s':>7s} "
+        f"{'sheet s':>8s} {'total s':>8s} {'peak MB':>8s}"
     )
     for name in mapper.ZOO_NAMES:
         out = subprocess.run(

@@ -136,7 +136,9 @@ class HardwareProfile:
         return key == "fp32" or key in self.matrix_peak_flops_per_s
 
     def matrix_peak(self, dtype: str) -> float:
-        """Dense matrix-engine peak in FLOP/s. fp32 without a matrix entry runs on the vector units (vector fp32 peak)."""
+        """Dense matrix-engine peak in FLOP/s.
+
+        fp32 without a matrix entry runs on the vector units (vector fp32 peak)."""
         key = canonical_dtype(dtype)
         if key in self.matrix_peak_flops_per_s:
             return self.matrix_peak_flops_per_s[key]
@@ -144,7 +146,8 @@ class HardwareProfile:
             return self.vector_peak_flops_per_s["fp32"]
         raise MapperError(
             f"hardware {self.name}: no matrix peak for dtype {dtype!r}; it supports "
-            f"{', '.join(sorted(self.matrix_peak_flops_per_s, key=DTYPES.index))}; choose one of those or another device"
+            f"{', '.join(sorted(self.matrix_peak_flops_per_s, key=DTYPES.index))}; "
+            "choose one of those or another device"
         )
 
     def vector_peak(self, dtype: str) -> float:
@@ -381,7 +384,8 @@ def _load_builtin(name: str) -> HardwareProfile:
 
 
 def load_hardware(spec: str | os.PathLike | bytes | dict) -> HardwareProfile:
-    """A built-in name ("h100-sxm"), a path to a .toml/.json/.yaml file, uploaded bytes (TOML or JSON), or a parsed dict."""
+    """A built-in name ("h100-sxm"), a path to a .toml/.json/.yaml file, uploaded bytes (TOML or JSON),
+    or a parsed dict."""
     if isinstance(spec, dict):
         return _build_checked(spec, "profile (form)")
     if isinstance(spec, (bytes, bytearray)):

@@ -282,7 +282,10 @@ def _describe(error: dict[str, Any]) -> str:
             f"thin the table"
         )
     if kind == "too_short":
-        return f"field {field} needs at least {ctx.get('min_length')} entries (got {ctx.get('actual_length')}); add entries"
+        return (
+            f"field {field} needs at least {ctx.get('min_length')} entries "
+            f"(got {ctx.get('actual_length')}); add entries"
+        )
     if kind == "string_pattern_mismatch":
         return f"field {field} must be lower-case letters, digits, '.', '_' or '-' (got {_shown(got)}); rename it"
     if kind == "value_error":

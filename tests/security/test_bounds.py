@@ -28,7 +28,8 @@ def _vi(name, shape, dtype=TensorProto.FLOAT):
 
 
 def test_control_flow_bodies_count_toward_max_nodes(monkeypatch):
-    """A Loop whose body holds the work, inside Ifs nested 25 deep (about what protobuf parses): one node at the top level."""
+    """A Loop whose body holds the work, inside Ifs nested 25 deep (about what protobuf parses):
+    one node at the top level."""
     body_nodes = [helper.make_node("Relu", ["x"], [f"r{i}"]) for i in range(40)]
     body = helper.make_graph(
         body_nodes + [helper.make_node("Identity", ["c"], ["c_out"])],
