@@ -30,6 +30,7 @@ from mapper.handle import open_model
 from mapper.model.sandbox import external_tensors, run_child
 
 WARMUP_RUNS = 2
+MATRIX_RANK = 2  # a [in, out] MatMul weight: its fan-in is dims[0]; a conv's [out, in, k...] has it in dims[1:]
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +130,7 @@ def _synthesized(t, seed: str):
         if len(dims) <= 1:
             values = rng.uniform(0.5, 1.5, dims)
         else:
-            fan_in = int(np.prod(dims[1:])) if len(dims) > 2 else dims[0]
+            fan_in = int(np.prod(dims[1:])) if len(dims) > MATRIX_RANK else dims[0]
             values = rng.uniform(-1.0, 1.0, dims) / np.sqrt(max(fan_in, 1))
     elif np_dtype.kind in "iub":
         values = np.zeros(dims)

@@ -47,6 +47,9 @@ VERDICTS = ("improved", "neutral", "regressed", "error")
 PLAN_FIELDS = ("model", "hw") + tuple(f.name for f in fields(PlanOptions))
 DEFAULT_LOAD_FRACTION = 0.7  # offered load as a share of the baseline's capacity at that slice
 DEFAULT_REQUESTS = 20_000
+# A threshold is a relative change: 10 is a 1000% change, past any verdict a person means (a typo for 0.10).
+MAX_THRESHOLD = 10
+SHOWN_BASELINE_KERNELS = 6  # baseline kernels named in a class-change row; the rest are counted, "(+N)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,9 +122,9 @@ def parse_thresholds(items: list[str] | dict | None) -> dict[str, float]:
             number = float(value)
         except (TypeError, ValueError):
             number = math.nan
-        if metric is None or not 0 <= number < 10:
+        if metric is None or not 0 <= number < MAX_THRESHOLD:
             raise MapperError(
-                f"threshold {key}={value!r}: give METRIC=FRACTION with a fraction from 0 to 10 and METRIC"
+                f"threshold {key}={value!r}: give METRIC=FRACTION with a fraction from 0 to {MAX_THRESHOLD} and METRIC"
                 f" one of {', '.join(sorted(METRIC_BY_NAME))}, e.g. --threshold p99=0.02"
             )
         out[metric.name] = number
@@ -178,8 +181,8 @@ def kernel_class_changes(base: MappingResult, cand: MappingResult) -> list[dict]
                 {
                     "candidate_kernel": k.kernel.name,
                     "candidate_class": k.bottleneck,
-                    "baseline_kernels": " + ".join(b.kernel.name for b in before[:6])
-                    + (f" (+{len(before) - 6})" if len(before) > 6 else ""),
+                    "baseline_kernels": " + ".join(b.kernel.name for b in before[:SHOWN_BASELINE_KERNELS])
+                    + (f" (+{len(before) - SHOWN_BASELINE_KERNELS})" if len(before) > SHOWN_BASELINE_KERNELS else ""),
                     "baseline_class": ",".join(classes),
                     "baseline_time_s": sum(b.time_s for b in before),
                     "candidate_time_s": k.time_s,

@@ -235,9 +235,12 @@ def _field_path(loc: tuple[Any, ...]) -> str:
     return ".".join(parts) if parts else "(top level)"
 
 
+SHOWN_VALUE_CHARS = 60  # a bad value quoted in a per-field error: enough to recognize it, one line with the field
+
+
 def _shown(value: Any) -> str:
     text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return text if len(text) <= SHOWN_VALUE_CHARS else text[: SHOWN_VALUE_CHARS - 3] + "..."
 
 
 def _describe(error: dict[str, Any]) -> str:
