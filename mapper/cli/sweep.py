@@ -14,7 +14,9 @@ import time
 from mapper.cli.args import parse_dim
 from mapper.core.errors import MapperError
 from mapper.core.result import PlanOptions
-from mapper.explore.compare import compare_plans, comparison_document, plan_spec, write_comparison
+from mapper.explore.compare import CompareSettings, compare_plans
+from mapper.explore.compare_inputs import plan_spec
+from mapper.explore.compare_output import comparison_document, write_comparison
 from mapper.explore.executors import executor_spec
 from mapper.explore.sweep import SweepResult, SweepSpec, parse_int_list, run_sweep, write_table
 
@@ -207,10 +209,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             candidate,
             parse_int_list(args.batch, "batch"),
             parse_int_list(args.seq, "seq"),
-            args.threshold,
-            args.load_fraction,
-            args.seed,
-            args.requests,
+            CompareSettings(args.threshold, args.load_fraction, args.seed, args.requests),
             bar,
             tuple(parse_dim(d) for d in args.dim),
         )
