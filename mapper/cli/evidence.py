@@ -12,7 +12,8 @@ from pathlib import Path
 import mapper
 from mapper.cli.args import parse_dim
 from mapper.evidence.calibrate import calibrate, holdout_report
-from mapper.evidence.measure import compare_measured, measure_model, measurement_from_profile
+from mapper.evidence.compare import compare_measured
+from mapper.evidence.measure import measure_model, measurement_from_profile
 from mapper.evidence.probe import probe_machine
 from mapper.evidence.profile_toml import write_toml
 from mapper.report.sheet import write_sheet
