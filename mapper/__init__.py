@@ -29,7 +29,8 @@ from mapper.pipeline import (
 )
 from mapper.plan.layout import LAYOUTS
 from mapper.report.document import mapping_document
-from mapper.serve.llm import LLMServingConfig, LLMServingResult, ServeRequest, ServingRun, is_decoder, serve_model
+from mapper.serve.continuous import LLMServingConfig, LLMServingResult
+from mapper.serve.llm import ServeRequest, ServingRun, is_decoder, serve_model
 from mapper.serve.serving import ServingConfig, ServingResult, load_curve, simulate_model_serving, simulate_serving
 from mapper.work.workload import Workload, analyze_graph
 from mapper.zoo import ZOO_NAMES, build_zoo_model, list_zoo, zoo_model_bytes
