@@ -33,7 +33,7 @@ from mapper.plan.sharding import assign_roles, shard_kernels
 from mapper.plan.tiling import attention_fits
 from mapper.schedule.memory import memory_section, plan_memory
 from mapper.schedule.placement import place_on_devices
-from mapper.schedule.rollup import STALL_DEFINITION, roll_up
+from mapper.schedule.rollup import STALL_DEFINITION, Spread, roll_up
 from mapper.work.workload import Workload
 from mapper.zoo import ZOO_NAMES
 
@@ -117,17 +117,17 @@ def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOpt
     peak = hardware.matrix_peak(dtype)
     layers, totals = roll_up(
         estimates,
-        graph,
-        workload.flops,
-        workload.matrix_flops,
+        workload,
         sizer.weight_bytes(),
         peak,
         dtype,
-        devices=options.tp * options.pp,
-        replicas=options.dp,
-        steady_state_s=parallel["slowest_stage_s"],
-        ranks=options.tp,
-        idle_others_w=hardware.idle_w * options.tp * (options.pp - 1),
+        Spread(
+            devices=options.tp * options.pp,
+            replicas=options.dp,
+            steady_state_s=parallel["slowest_stage_s"],
+            ranks=options.tp,
+            idle_others_w=hardware.idle_w * options.tp * (options.pp - 1),
+        ),
     )
     return MappingResult(
         model_name=graph.name,

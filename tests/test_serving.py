@@ -12,7 +12,7 @@ import pytest
 import mapper
 from mapper.cli.main import main
 from mapper.core.errors import MapperError
-from mapper.serve.llm import LLMServingConfig, simulate_llm_serving
+from mapper.serve.continuous import LLMServingConfig, simulate_llm_serving
 from mapper.serve.serving import ServingConfig, load_curve, load_trace, serving_section, simulate_serving
 
 D = 1e-3  # a fixed batch-1 service time: the queue itself, checked against closed forms

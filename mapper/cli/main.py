@@ -68,7 +68,8 @@ def print_summary(result: mapper.MappingResult) -> None:
     if parallel and parallel["devices"] > 1:
         print(
             f"parallel: tp={parallel['tp']} pp={parallel['pp']} dp={parallel['dp']} over {parallel['topology']},"
-            f" {len(parallel['collectives'])} collectives, interconnect {parallel['interconnect_share']:.1%} of the time"
+            f" {len(parallel['collectives'])} collectives,"
+            f" interconnect {parallel['interconnect_share']:.1%} of the time"
         )
     for c in result.caveats:
         print(f"caveat: {c}")

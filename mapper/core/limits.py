@@ -40,7 +40,8 @@ ORT_SHAPES_SECONDS = 60  # and its time (an 80-layer decoder takes seconds)
 ORT_NODE_QUERIES = 4  # single-node ONNX Runtime inferences one import may start (~0.4 s each)
 
 # Running an uploaded model (mapper measure, the Validation page): a child process under these limits
-# (mapper/model/sandbox.py), and an estimate of the run checked against them before it starts (evidence/measure_gate.py).
+# (mapper/model/sandbox.py), and an estimate of the run checked against them before it starts
+# (evidence/measure_gate.py).
 MEASURE_MEMORY_BYTES = 4 << 30  # address space (RLIMIT_AS) of the child running ONNX Runtime; its estimated peak too
 MEASURE_CPU_SECONDS = 600  # CPU time of that child (RLIMIT_CPU): 5 minutes of both cores of a 2-core machine
 MEASURE_WALL_SECONDS = 300  # its wall clock: at 5 minutes the child and its process group are killed

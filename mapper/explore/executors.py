@@ -16,6 +16,9 @@ from mapper.core.errors import MapperError
 
 KINDS = ("inprocess", "processes", "dask")
 DASK_HINT = "install it with `pip install 'dask[distributed]'`"
+# Workers one sweep may ask for: a bound on a typed number (a large Dask cluster has a few thousand cores); each
+# worker is a process or a Dask task stream, so more than this is a typo, not a cluster.
+MAX_WORKERS = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,8 +54,8 @@ def executor_spec(
         kind = "dask" if scheduler or workers else "inprocess"
     if kind not in KINDS:
         raise MapperError(f"executor {kind!r} is not one of {', '.join(KINDS)}")
-    if workers is not None and not (isinstance(workers, int) and 1 <= workers <= 4096):
-        raise MapperError(f"workers {workers!r} must be an integer from 1 to 4096")
+    if workers is not None and not (isinstance(workers, int) and 1 <= workers <= MAX_WORKERS):
+        raise MapperError(f"workers {workers!r} must be an integer from 1 to {MAX_WORKERS}")
     if scheduler is not None and kind != "dask":
         raise MapperError("a scheduler address needs the dask executor (--executor dask)")
     if scheduler is not None and "://" not in scheduler:
