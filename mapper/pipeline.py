@@ -100,7 +100,7 @@ def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOpt
     sizer = Sizer(graph, dtype, options.weight_dtype)
     attention_fusion = options.fusion == "aggressive" if options.attention_fusion is None else options.attention_fusion
     groups = plan_fusion(graph, workload.nodes, workload.plan_key, options.fusion, attention_fusion, caches)
-    kernels = build_kernels(graph, groups, workload.nodes, workload.cost_key, sizer, hardware, attention_fits, caches)
+    kernels = build_kernels(workload, groups, sizer, hardware, attention_fits)
     kernels, layout = plan_layout(graph, kernels, options.layout, hardware.preferred_conv_layout, sizer)
     max_devices = max(hardware.interconnect.max_devices, 1)
     memory = (

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from mapper.core.caches import ModelCaches
 from mapper.core.errors import MapperError
 from mapper.core.graph import Graph, LayerType, Node, OpClass, TensorSpec
 from mapper.core.result import Kernel, MatrixShape, NodeWork
 from mapper.hardware.profile import HardwareProfile
 from mapper.plan.fusion import Group
+from mapper.work.workload import Workload
 
 PLAN_DTYPE_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 MODEL_DTYPES = {
@@ -244,22 +244,14 @@ def build_kernel(graph: Graph, group: Group, boundary: Boundary, work: dict[str,
     )
 
 
-def build_kernels(
-    graph: Graph,
-    groups: list[Group],
-    work: tuple[NodeWork, ...],
-    work_key: int,
-    sizer: Sizer,
-    hw: HardwareProfile,
-    attention_fits,
-    caches: ModelCaches,
-) -> list:
+def build_kernels(workload: Workload, groups: list[Group], sizer: Sizer, hw: HardwareProfile, attention_fits) -> list:
     """Kernels for the groups; a flash-attention group whose tiles do not fit SRAM is split back.
 
     Kernels depend on the model, its bindings, the groups, the element sizes and (for attention) the
     SRAM size: a sweep that varies only the profile or between dtypes of one width builds them once.
     Group boundaries depend on the structure alone (the groups and which nodes were folded away):
     every binding of a sweep shares them."""
+    graph, work, caches = workload.graph, workload.nodes, workload.caches
     flash = any(g.rule == "flash-attention" for g in groups)  # only fused attention asks the SRAM size
     groups_key = tuple(groups)
     boundaries = caches.group_boundaries(graph.structure, groups_key, dict)
@@ -270,7 +262,7 @@ def build_kernels(
             groups_key,
             (sizer.act, sizer.weight),
             hw.sram_per_unit_bytes if flash else None,
-            work_key,
+            workload.cost_key,
             lambda: _build_kernels(graph, groups, work, sizer, hw, attention_fits, boundaries),
         )
     )
