@@ -83,8 +83,9 @@ def _compare(progress):
     profile = hw if field != "hw" else None
     baseline = mapper.plan_spec(f"{field}={base_value}", source, profile or base_value, options)
     candidate = mapper.plan_spec(f"{field}={cand_value}", source, profile or cand_value, options)
+    settings = mapper.CompareSettings(thresholds=thresholds)
     return mapper.compare_plans(
-        baseline, candidate, tuple(batches), tuple(seqs), thresholds, progress=progress, dims=held
+        baseline, candidate, tuple(batches), tuple(seqs), settings, progress=progress, dims=held
     )
 
 

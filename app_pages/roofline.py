@@ -10,7 +10,8 @@ doc, result, sel = ui.current()
 ui.header("Roofline", doc)
 t = doc["totals"]
 st.caption(
-    f"Matrix peak {ui.tflops(t['peak_flops_per_s'])} ({t['dtype']}), DRAM {ui.gbps(sel.hw.dram_bandwidth_bytes_per_s)}, "
+    f"Matrix peak {ui.tflops(t['peak_flops_per_s'])} ({t['dtype']}), "
+    f"DRAM {ui.gbps(sel.hw.dram_bandwidth_bytes_per_s)}, "
     f"ridge {t['peak_flops_per_s'] / sel.hw.dram_bandwidth_bytes_per_s:,.0f} FLOP/B. "
     "Marker size is kernel time; click a point to drill down."
 )

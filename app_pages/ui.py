@@ -211,55 +211,10 @@ def drilldown(doc: dict, hw, name: str) -> None:
     left, right = st.columns(2)
     with left:
         st.markdown("**Fusion and placement**")
-        st.table(
-            pd.DataFrame(
-                {
-                    "": ["fused ops", "rule", "engine", "layout", "dtype", "nodes", "note"],
-                    "value": [
-                        " + ".join(k["ops"]),
-                        k["rule"],
-                        k["engine"],
-                        k["layout"] or "—",
-                        k["dtype"],
-                        ", ".join(k["nodes"][:8]) + (" …" if len(k["nodes"]) > 8 else ""),
-                        k["note"] or "—",
-                    ],
-                }
-            ).set_index("")
-        )
+        st.table(_placement_table(k))
     with right:
         st.markdown("**Tiling assumptions**")
-        sram = k["sram_bytes"]
-        st.table(
-            pd.DataFrame(
-                {
-                    "": [
-                        "tile (m×n×k)",
-                        "stages",
-                        "split-K",
-                        "tiles",
-                        "waves",
-                        "wave efficiency",
-                        "padding efficiency",
-                        "SRAM per unit",
-                        "block size",
-                        "passes",
-                    ],
-                    "value": [
-                        k["tile"] or "—",
-                        num(k["stages"]),
-                        num(k["split_k"]),
-                        num(k["tiles"]),
-                        num(k["waves"]),
-                        pct(k["wave_efficiency"]),
-                        pct(k["padding_efficiency"]),
-                        "—" if sram is None else f"{sram / 1024:,.0f} KiB",
-                        num(k["block_size"]),
-                        num(k["passes"]),
-                    ],
-                }
-            ).set_index("")
-        )
+        st.table(_tiling_table(k))
     st.markdown(
         "**Time split**: compute "
         + ms(k["compute_time_s"])
@@ -283,3 +238,39 @@ def drilldown(doc: dict, hw, name: str) -> None:
             },
         )
     st.plotly_chart(roofline(doc, hw, highlight=k["name"], height=380), key=f"drill_roof_{k['name']}")
+
+
+def _field_table(rows: list[tuple[str, str]]) -> pd.DataFrame:
+    return pd.DataFrame({"": [label for label, _ in rows], "value": [value for _, value in rows]}).set_index("")
+
+
+def _placement_table(k: dict) -> pd.DataFrame:
+    return _field_table(
+        [
+            ("fused ops", " + ".join(k["ops"])),
+            ("rule", k["rule"]),
+            ("engine", k["engine"]),
+            ("layout", k["layout"] or "—"),
+            ("dtype", k["dtype"]),
+            ("nodes", ", ".join(k["nodes"][:8]) + (" …" if len(k["nodes"]) > 8 else "")),
+            ("note", k["note"] or "—"),
+        ]
+    )
+
+
+def _tiling_table(k: dict) -> pd.DataFrame:
+    sram = k["sram_bytes"]
+    return _field_table(
+        [
+            ("tile (m×n×k)", k["tile"] or "—"),
+            ("stages", num(k["stages"])),
+            ("split-K", num(k["split_k"])),
+            ("tiles", num(k["tiles"])),
+            ("waves", num(k["waves"])),
+            ("wave efficiency", pct(k["wave_efficiency"])),
+            ("padding efficiency", pct(k["padding_efficiency"])),
+            ("SRAM per unit", "—" if sram is None else f"{sram / 1024:,.0f} KiB"),
+            ("block size", num(k["block_size"])),
+            ("passes", num(k["passes"])),
+        ]
+    )

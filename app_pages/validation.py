@@ -36,6 +36,35 @@ def measured(model_key: str, dims: tuple, _source, runs: int):
     return mapper.measure_model(_source, dict(dims), threads=1, runs=runs)
 
 
+def _scatter(kernels: pd.DataFrame, label: str) -> go.Figure:
+    """Each measured kernel group at (measured, predicted), one trace per layer type, and the diagonal."""
+    fig = go.Figure()
+    for layer, group in kernels.groupby("layer_type"):
+        fig.add_scatter(
+            x=group["measured_s"] * 1e6,
+            y=group["predicted_s"] * 1e6,
+            mode="markers",
+            name=html.escape(layer),
+            text=[html.escape(k[0]) for k in group["kernels"]],
+            hovertemplate="%{text}<br>measured %{x:.1f} us, predicted %{y:.1f} us<extra></extra>",
+        )
+    lo, hi = (
+        kernels[["measured_s", "predicted_s"]].min().min() * 1e6,
+        kernels[["measured_s", "predicted_s"]].max().max() * 1e6,
+    )
+    fig.add_scatter(
+        x=[lo, hi], y=[lo, hi], mode="lines", name="predicted = measured", line=dict(dash="dash", color="#444")
+    )
+    fig.update_layout(
+        title=f"Kernels: predicted against measured ({html.escape(label)})",
+        height=460,
+        **mapper.CHART_LAYOUT,
+        xaxis=dict(type="log", title="measured (us)"),
+        yaxis=dict(type="log", title="predicted (us)"),
+    )
+    return fig
+
+
 def show(comparison: dict, label: str) -> None:
     row = comparison["model"]
     c1, c2, c3, c4 = st.columns(4)
@@ -49,31 +78,7 @@ def show(comparison: dict, label: str) -> None:
     c4.metric("Measured MFU", ui.pct(row["measured_mfu"]))
     kernels = pd.DataFrame([k for k in comparison["kernels"] if k["measured_s"] > 0 and k["predicted_s"] > 0])
     if not kernels.empty:
-        fig = go.Figure()
-        for layer, group in kernels.groupby("layer_type"):
-            fig.add_scatter(
-                x=group["measured_s"] * 1e6,
-                y=group["predicted_s"] * 1e6,
-                mode="markers",
-                name=html.escape(layer),
-                text=[html.escape(k[0]) for k in group["kernels"]],
-                hovertemplate="%{text}<br>measured %{x:.1f} us, predicted %{y:.1f} us<extra></extra>",
-            )
-        lo, hi = (
-            kernels[["measured_s", "predicted_s"]].min().min() * 1e6,
-            kernels[["measured_s", "predicted_s"]].max().max() * 1e6,
-        )
-        fig.add_scatter(
-            x=[lo, hi], y=[lo, hi], mode="lines", name="predicted = measured", line=dict(dash="dash", color="#444")
-        )
-        fig.update_layout(
-            title=f"Kernels: predicted against measured ({html.escape(label)})",
-            height=460,
-            **mapper.CHART_LAYOUT,
-            xaxis=dict(type="log", title="measured (us)"),
-            yaxis=dict(type="log", title="predicted (us)"),
-        )
-        st.plotly_chart(fig, key=f"scatter_{label}")
+        st.plotly_chart(_scatter(kernels, label), key=f"scatter_{label}")
     layers = pd.DataFrame(comparison["layers"])
     st.subheader("Error by layer type")
     st.dataframe(

@@ -4,7 +4,8 @@
 
 Stages: import (bytes -> Graph), work (per-node work and layer types), map (fusion, kernels, layout,
 tiling, cost, roll-up; h100-sxm, bf16) and document (the mapping document as JSON). Every run is cold
-(plan caches cleared); times are this process's CPU seconds (the machine is shared). The last column is t(largest) / t(smallest): ~10 for 10x the nodes is linear,
+(plan caches cleared); times are this process's CPU seconds (the machine is shared). The last column is
+t(largest) / t(smallest): ~10 for 10x the nodes is linear,
 ~100 quadratic. `--max-nodes` adds the chain at MAX_NODES (mapper/core/limits.py).
 """
 

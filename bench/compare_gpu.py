@@ -28,7 +28,8 @@ def main(argv=None) -> int:
     print(f"{'kind':18s} {'shape':18s} {'dtype':9s} {'measured':>10s} {'predicted':>10s} {'error':>7s}  class")
     for r in rows:
         print(
-            f"{r['kind']:18s} {r['shape']:18s} {r['dtype']:9s} {r['measured_s'] * 1e6:9.1f}u {r['predicted_s'] * 1e6:9.1f}u"
+            f"{r['kind']:18s} {r['shape']:18s} {r['dtype']:9s} "
+            f"{r['measured_s'] * 1e6:9.1f}u {r['predicted_s'] * 1e6:9.1f}u"
             f" {r['error']:+7.0%}  {r['predicted_class']}"
         )
     for kind in sorted({r["kind"] for r in rows}):

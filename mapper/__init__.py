@@ -31,8 +31,9 @@ from mapper.pipeline import (
 )
 from mapper.plan.layout import LAYOUTS
 from mapper.report.document import mapping_document
+from mapper.serve.continuous import LLMServingConfig, LLMServingResult
 from mapper.serve.engine import map_slice, simulate_model_serving
-from mapper.serve.llm import LLMServingConfig, LLMServingResult, ServeRequest, ServingRun, is_decoder, serve_model
+from mapper.serve.llm import ServeRequest, ServingRun, is_decoder, serve_model
 from mapper.serve.load_curve import load_curve
 from mapper.serve.serving import ServingConfig, ServingResult, simulate_serving
 from mapper.work.workload import Workload, analyze_graph
@@ -48,11 +49,12 @@ _LAZY = {
     "ExecutorSpec": "mapper.explore.executors",
     "executor_spec": "mapper.explore.executors",
     "Comparison": "mapper.explore.compare",
+    "CompareSettings": "mapper.explore.compare",
     "compare_plans": "mapper.explore.compare",
-    "comparison_document": "mapper.explore.compare",
-    "plan_spec": "mapper.explore.compare",
-    "write_comparison": "mapper.explore.compare",
-    "COMPARE_METRICS": "mapper.explore.compare:METRICS",
+    "comparison_document": "mapper.explore.compare_output",
+    "plan_spec": "mapper.explore.compare_inputs",
+    "write_comparison": "mapper.explore.compare_output",
+    "COMPARE_METRICS": "mapper.explore.compare_inputs:METRICS",
     "probe_machine": "mapper.evidence",
     "measure_model": "mapper.evidence",
     "Measurement": "mapper.evidence",

@@ -45,7 +45,7 @@ from mapper.plan.sharding import assign_roles, shard_kernels
 from mapper.plan.tiling import attention_fits
 from mapper.schedule.memory import plan_memory
 from mapper.schedule.placement import place_on_devices
-from mapper.schedule.rollup import STALL_DEFINITION, roll_up
+from mapper.schedule.rollup import STALL_DEFINITION, Spread, roll_up
 from mapper.work.workload import Workload
 from mapper.zoo import ZOO_NAMES
 
@@ -153,7 +153,7 @@ def plan_kernels(
     graph, caches = workload.graph, workload.caches
     attention_fusion = options.fusion == "aggressive" if options.attention_fusion is None else options.attention_fusion
     groups = plan_fusion(graph, workload.nodes, workload.plan_key, options.fusion, attention_fusion, caches)
-    kernels = build_kernels(graph, groups, workload.nodes, workload.cost_key, sizer, hardware, attention_fits, caches)
+    kernels = build_kernels(workload, groups, sizer, hardware, attention_fits)
     return plan_layout(graph, kernels, options.layout, hardware.preferred_conv_layout, sizer)
 
 
@@ -185,20 +185,14 @@ def roll_up_slice(
     steady_state_s: float | None,
 ) -> tuple[tuple[LayerRollup, ...], Totals]:
     """Layer-type figures and totals over the devices and replicas the options ask for."""
-    return roll_up(
-        estimates,
-        workload.graph,
-        workload.flops,
-        workload.matrix_flops,
-        sizer.weight_bytes(),
-        hardware.matrix_peak(dtype),
-        dtype,
+    spread = Spread(
         devices=options.tp * options.pp,
         replicas=options.dp,
         steady_state_s=steady_state_s,
         ranks=options.tp,
         idle_others_w=hardware.idle_w * options.tp * (options.pp - 1),
     )
+    return roll_up(estimates, workload, sizer.weight_bytes(), hardware.matrix_peak(dtype), dtype, spread)
 
 
 def validate_options(options: PlanOptions) -> PlanOptions:

@@ -10,19 +10,15 @@ import pytest
 
 from mapper.core.errors import MapperError
 from mapper.core.result import PlanOptions
-from mapper.explore.compare import (
-    METRICS,
-    compare_plans,
-    comparison_document,
-    overall_verdict,
-    parse_thresholds,
-    plan_spec,
-    verdict_of,
-    write_comparison,
-)
+from mapper.explore.compare import CompareSettings, compare_plans, overall_verdict, verdict_of
+from mapper.explore.compare_inputs import METRICS, parse_thresholds, plan_spec
+from mapper.explore.compare_output import comparison_document, write_comparison
 
 SEQS = (128, 512, 2048, 4096)
 BASE = PlanOptions(dtype="bf16")
+
+
+THREE_X = CompareSettings(thresholds={"throughput": 3.0})
 
 
 def bert(text: str):
@@ -32,7 +28,7 @@ def bert(text: str):
 @pytest.fixture(scope="module")
 def fused():
     # throughput threshold 3.0: the candidate must be 4x as fast to count, which only long sequences reach
-    return compare_plans(bert("fusion=none"), bert("fusion=aggressive"), (1,), SEQS, {"throughput": 3.0})
+    return compare_plans(bert("fusion=none"), bert("fusion=aggressive"), (1,), SEQS, THREE_X)
 
 
 def cell(c, seq, metric):
@@ -141,7 +137,7 @@ def test_sheet_and_json_carry_every_table(fused, tmp_path):
 
 
 def test_same_seed_same_matrix(fused):
-    again = compare_plans(bert("fusion=none"), bert("fusion=aggressive"), (1,), SEQS, {"throughput": 3.0})
+    again = compare_plans(bert("fusion=none"), bert("fusion=aggressive"), (1,), SEQS, THREE_X)
     assert again.matrix.equals(fused.matrix)
 
 
@@ -168,9 +164,8 @@ def test_compare_holds_an_llm_exports_past_length():
 
     model = str(MODELS_DIR / "optimum_gpt2_tiny_with_past.onnx")
     spec = [plan_spec(f"fusion={f}", model, "h100-sxm", BASE) for f in ("none", "aggressive")]
-    runs = [
-        compare_plans(*spec, (1, 4), (1,), requests=2000, dims=(("past_sequence_length", past),)) for past in (16, 4096)
-    ]
+    few = CompareSettings(requests=2000)
+    runs = [compare_plans(*spec, (1, 4), (1,), few, dims=(("past_sequence_length", past),)) for past in (16, 4096)]
     assert all(c.verdicts["verdict"].ne("error").all() for c in runs)
     throughput = [
         c.matrix[(c.matrix.metric == "throughput_per_s") & (c.matrix.batch == 4)][["baseline", "candidate"]].iloc[0]
@@ -178,4 +173,4 @@ def test_compare_holds_an_llm_exports_past_length():
     ]
     assert (throughput[1] < throughput[0]).all()
     with pytest.raises(MapperError, match="unbound dims: past_sequence_length"):
-        compare_plans(*spec, (1,), (1,), requests=2000)
+        compare_plans(*spec, (1,), (1,), few)

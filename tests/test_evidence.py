@@ -201,7 +201,8 @@ def test_fit_curve_recovers_a_known_curve():
 
 
 def test_calibrate_recovers_known_launch_and_efficiency():
-    """Synthetic 'measurements' made by the engine itself with a known profile: calibrate from a wrong start recovers it."""
+    """Synthetic 'measurements' made by the engine itself with a known profile: calibrate from a wrong
+    start recovers it."""
     truth = mapper.load_hardware("cpu-x86").to_dict()
     truth["overhead"]["kernel_launch_s"]["value"] = 2e-5
     truth["efficiency"]["matrix_by_flops"]["value"] = [[1e5, 0.05], [1e7, 0.1], [1e9, 0.2], [1e11, 0.3]]

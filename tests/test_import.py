@@ -243,7 +243,8 @@ def test_unbound_dim_lists_the_names():
     assert (
         r.returncode == 2
         and r.stderr.strip()
-        == "error: unbound dims: seq; bind each with --dim NAME=VALUE (or --batch/--seq for the batch and sequence dims)"
+        == "error: unbound dims: seq; bind each with --dim NAME=VALUE "
+        "(or --batch/--seq for the batch and sequence dims)"
     )
 
 

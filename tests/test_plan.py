@@ -117,7 +117,8 @@ def _producing_kernel(result, nodes):
     ],
 )
 def test_kernels_run_after_the_kernels_they_read(source, dims, h100):
-    """Every node that does work runs in exactly one kernel, and every kernel reads only tensors made by earlier kernels (or weights and graph inputs). A greedy chain
+    """Every node that does work runs in exactly one kernel, and every kernel reads only tensors made by
+    earlier kernels (or weights and graph inputs). A greedy chain
     that absorbs a node whose other operand a later kernel makes breaks this; so would a plan whose
     fused group needs its own output back (ResNet's residual Add, SwiGLU's gate x up, RoPE, GELU's
     x * 0.5 beside erf, dynamic quantization's scale product)."""

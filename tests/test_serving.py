@@ -12,7 +12,7 @@ import pytest
 import mapper
 from mapper.cli.main import main
 from mapper.core.errors import MapperError
-from mapper.serve.llm import LLMServingConfig, simulate_llm_serving
+from mapper.serve.continuous import LLMServingConfig, simulate_llm_serving
 from mapper.serve.load_curve import load_curve, serving_section
 from mapper.serve.serving import ServingConfig, simulate_serving
 from mapper.serve.trace import load_trace

@@ -12,8 +12,10 @@ from pathlib import Path
 import mapper
 from mapper.cli.args import parse_dim
 from mapper.evidence.calibrate import calibrate, holdout_report
-from mapper.evidence.measure import compare_measured, measure_model, measurement_from_profile
-from mapper.evidence.probe import probe_machine, write_toml
+from mapper.evidence.compare import compare_measured
+from mapper.evidence.measure import measure_model, measurement_from_profile
+from mapper.evidence.probe import probe_machine
+from mapper.evidence.profile_toml import write_toml
 from mapper.report.sheet import write_sheet
 
 
@@ -96,8 +98,8 @@ def cmd_measure(args) -> int:
     row = comparison["model"]
     print(
         f"{row['model']} on ONNX Runtime ({measurement.provider}, {measurement.threads} thread(s)): measured p50 "
-        f"{row['measured_p50_s'] * 1e3:.2f} ms, p95 {row['measured_p95_s'] * 1e3:.2f},"
-        f" p99 {row['measured_p99_s'] * 1e3:.2f}; "
+        f"{row['measured_p50_s'] * 1e3:.2f} ms, p95 {row['measured_p95_s'] * 1e3:.2f}, "
+        f"p99 {row['measured_p99_s'] * 1e3:.2f}; "
         f"predicted ({result.hardware_name}) {row['predicted_s'] * 1e3:.2f} ms, error {row['error']:+.1%}"
     )
     print(
@@ -113,8 +115,8 @@ def cmd_measure(args) -> int:
     print("largest mispredictions:")
     for g in comparison["kernels"][:5]:
         print(
-            f"  {g['kernels'][0][:40]:40s} predicted {g['predicted_s'] * 1e3:8.3f} ms,"
-            f" measured {g['measured_s'] * 1e3:8.3f} ms"
+            f"  {g['kernels'][0][:40]:40s} predicted {g['predicted_s'] * 1e3:8.3f} ms, "
+            f"measured {g['measured_s'] * 1e3:8.3f} ms"
         )
     if comparison["unmatched"]:
         print(f"unmatched measured time: {row['unmatched_s'] * 1e3:.3f} ms in {len(comparison['unmatched'])} nodes")

@@ -9,14 +9,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 
 from mapper.cli.args import parse_dim
 from mapper.core import limits
 from mapper.core.errors import MapperError
 from mapper.core.result import PlanOptions
-from mapper.explore.compare import compare_plans, comparison_document, plan_spec, write_comparison
+from mapper.explore.compare import CompareSettings, compare_plans
+from mapper.explore.compare_inputs import plan_spec
+from mapper.explore.compare_output import comparison_document, write_comparison
 from mapper.explore.executors import executor_spec
-from mapper.explore.sweep import SweepSpec, parse_int_list, run_sweep, write_table
+from mapper.explore.sweep import SweepResult, SweepSpec, parse_int_list, run_sweep, write_table
 from mapper.pipeline import FUSION_POLICIES, PLAN_DTYPES
 
 
@@ -130,8 +133,6 @@ class _Bar:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    import time
-
     spec = SweepSpec(
         tuple(args.models),
         _names(args.hw),
@@ -151,21 +152,31 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - start
     if args.out:
         write_table(result, args.out)
+    if args.json:
+        _print_sweep_json(result, elapsed)
+    else:
+        _print_sweep(result, elapsed, executor.describe(), args.out)
+    return 0
+
+
+def _print_sweep_json(result: SweepResult, elapsed: float) -> None:
+    table = result.table
+    doc = {
+        "slices": len(table),
+        "failed": len(table[table["status"] != "ok"]),
+        "elapsed_s": elapsed,
+        "provenance": result.provenance,
+        "best": json.loads(result.best.to_json(orient="records")),
+        "flips": json.loads(result.flips.to_json(orient="records")),
+    }
+    print(json.dumps(doc, indent=1))
+
+
+def _print_sweep(result: SweepResult, elapsed: float, executor: str, out: str | None) -> None:
     table = result.table
     failed = table[table["status"] != "ok"]
-    if args.json:
-        doc = {
-            "slices": len(table),
-            "failed": len(failed),
-            "elapsed_s": elapsed,
-            "provenance": result.provenance,
-            "best": json.loads(result.best.to_json(orient="records")),
-            "flips": json.loads(result.flips.to_json(orient="records")),
-        }
-        print(json.dumps(doc, indent=1))
-        return 0
     print(
-        f"{len(table)} slices in {elapsed:.2f} s ({len(table) / elapsed:,.0f} slices/s, {executor.describe()})"
+        f"{len(table)} slices in {elapsed:.2f} s ({len(table) / elapsed:,.0f} slices/s, {executor})"
         + (f"; {len(failed)} failed (see the error column)" if len(failed) else "")
     )
     for model, note in table.groupby("model", sort=False)["note"].first().items():
@@ -188,9 +199,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if len(result.flips):
         print("\nwhere the best plan flips:")
         print(result.flips.to_string(index=False))
-    if args.out:
-        print(f"\nwrote {args.out}")
-    return 0
+    if out:
+        print(f"\nwrote {out}")
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -204,10 +214,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             candidate,
             parse_int_list(args.batch, "batch"),
             parse_int_list(args.seq, "seq"),
-            args.threshold,
-            args.load_fraction,
-            args.seed,
-            args.requests,
+            CompareSettings(args.threshold, args.load_fraction, args.seed, args.requests),
             bar,
             tuple(parse_dim(d) for d in args.dim),
         )

@@ -111,15 +111,15 @@ class ModelCaches:
         sha256: str,
         dims: tuple,
         groups: tuple,
-        act_bytes: float,
-        weight_bytes: float,
+        element_bytes: tuple[float, float],
         sram_bytes: float | None,
         work_key: int,
         make,
     ):
         """Kernels with their traffic: the graph at its bindings (hash and dims), the groups, the element
-        sizes, the SRAM size when a fused attention must fit it, and each node's work (`Workload.cost_key`)."""
-        return self._get("kernels", (sha256, dims, groups, act_bytes, weight_bytes, sram_bytes, work_key), make)
+        sizes (activation, weight), the SRAM size when a fused attention must fit it, and each node's work
+        (`Workload.cost_key`)."""
+        return self._get("kernels", (sha256, dims, groups, element_bytes, sram_bytes, work_key), make)
 
     def assumptions(self, hardware_sha256: str, dtype: str, layout: str, make):
         """The sheet's assumption rows: the profile's content (its hash), the dtype and the layout."""

@@ -38,7 +38,8 @@ MAX_POWER_POINTS = 64  # batch sizes in one power curve (a mapping each: about a
 MAX_PARALLEL_DEGREE = 4096  # tp, pp and dp of one plan, each: far past any interconnect's max_devices (which
 # bounds tp x pp again); dp only multiplies figures, but a degree beyond this is a typo, not a plan
 MAX_POWER_CAP_W = 1e5  # a board power cap, exclusive (W): 100 kW is ~100x the largest accelerator's TDP
-MAX_WORKERS = 4096  # sweep workers (processes or dask workers) one run may ask for; more is a typo
+MAX_WORKERS = 4096  # sweep workers one run may ask for (a large Dask cluster has a few thousand cores); each
+# worker is a process or a Dask task stream, so more than this is a typo, not a cluster
 SWEEP_CHUNK_SLICES = 64  # slices per sweep task (a default, not a bound): big enough that a task reuses its
 # parse, small enough to balance the workers
 MAX_CHUNK_SLICES = 100_000  # slices per sweep task at most (a task's rows are held until it finishes)

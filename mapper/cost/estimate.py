@@ -65,45 +65,12 @@ def estimate_cost(
     weight_bytes_per: float,
     power_cap_w: float | None = None,
 ) -> Cost:
-    engine = kernel.engine
-    sync_s = 0.0
+    if kernel.engine == "interconnect":
+        return _interconnect_cost(kernel, hw)
     overhead_s = hw.kernel_launch_s
-    if engine == "interconnect":
-        wire = collective_time(kernel.collective, kernel.devices, kernel.dram_bytes, hw.interconnect)
-        time_s = wire.time_s + overhead_s
-        energy_j = hw.energy_per_dram_byte_j * wire.wire_bytes + hw.idle_w * time_s
-        return Cost(
-            TilePlan("interconnect", None),
-            time_s,
-            0.0,
-            0.0,
-            overhead_s,
-            0.0,
-            0.0,
-            0.0,
-            energy_j,
-            energy_j / time_s if time_s else 0.0,
-            False,
-            engine,
-            wire.time_s,
-        )
-    if engine == "host":
-        tiling = TilePlan("host", None)
-        link = max(hw.interconnect.link_bandwidth_bytes_per_s, 1.0)
-        compute_s, memory_s = hw.host_op_s, HOST_TRANSFER_FRACTION * kernel.dram_bytes / link
-        dram = l2 = kernel.dram_bytes
-    elif engine == "matrix" and kernel.rule == "flash-attention":
-        tiling = plan_attention(kernel, hw, hw.matrix_peak(dtype), hw.vector_peak(dtype), act_bytes)
-        compute_s, memory_s, dram, l2 = _split(tiling)
-    elif engine == "matrix":
-        tiling = plan_matrix(kernel, hw, hw.matrix_peak(dtype), act_bytes, weight_bytes_per)
-        compute_s, memory_s, dram, l2 = _split(tiling)
-        if tiling.chosen.split_k > 1:
-            sync_s = hw.grid_sync_s
-    else:
-        tiling = plan_vector(kernel, hw, act_bytes)
-        compute_s, memory_s, dram, l2, engine = _vector_cost(kernel, tiling, hw, dtype, act_bytes)
-        sync_s = tiling.grid_syncs * hw.grid_sync_s
+    tiling, compute_s, memory_s, dram, l2, engine, sync_s = _engine_times(
+        kernel, hw, dtype, act_bytes, weight_bytes_per
+    )
     scale = max((hw.op_time_scale.get(op, 1.0) for op in kernel.op_types), default=1.0)
     if scale != 1.0:  # the device's software runs this op slower (or faster) than the model's roofline says
         compute_s, memory_s = compute_s * scale, memory_s * scale
@@ -134,6 +101,53 @@ def estimate_cost(
         throttled,
         engine,
     )
+
+
+def _interconnect_cost(kernel: Kernel, hw: HardwareProfile) -> Cost:
+    """A collective: its wire time on the interconnect plus a launch; energy per byte on the wire."""
+    overhead_s = hw.kernel_launch_s
+    wire = collective_time(kernel.collective, kernel.devices, kernel.dram_bytes, hw.interconnect)
+    time_s = wire.time_s + overhead_s
+    energy_j = hw.energy_per_dram_byte_j * wire.wire_bytes + hw.idle_w * time_s
+    return Cost(
+        TilePlan("interconnect", None),
+        time_s,
+        0.0,
+        0.0,
+        overhead_s,
+        0.0,
+        0.0,
+        0.0,
+        energy_j,
+        energy_j / time_s if time_s else 0.0,
+        False,
+        kernel.engine,
+        wire.time_s,
+    )
+
+
+def _engine_times(kernel: Kernel, hw: HardwareProfile, dtype: str, act_bytes: float, weight_bytes_per: float):
+    """The tiling, compute and memory time, DRAM and L2 traffic, engine and sync time of a kernel on its engine."""
+    engine = kernel.engine
+    sync_s = 0.0
+    if engine == "host":
+        tiling = TilePlan("host", None)
+        link = max(hw.interconnect.link_bandwidth_bytes_per_s, 1.0)
+        compute_s, memory_s = hw.host_op_s, HOST_TRANSFER_FRACTION * kernel.dram_bytes / link
+        dram = l2 = kernel.dram_bytes
+    elif engine == "matrix" and kernel.rule == "flash-attention":
+        tiling = plan_attention(kernel, hw, hw.matrix_peak(dtype), hw.vector_peak(dtype), act_bytes)
+        compute_s, memory_s, dram, l2 = _split(tiling)
+    elif engine == "matrix":
+        tiling = plan_matrix(kernel, hw, hw.matrix_peak(dtype), act_bytes, weight_bytes_per)
+        compute_s, memory_s, dram, l2 = _split(tiling)
+        if tiling.chosen.split_k > 1:
+            sync_s = hw.grid_sync_s
+    else:
+        tiling = plan_vector(kernel, hw, act_bytes)
+        compute_s, memory_s, dram, l2, engine = _vector_cost(kernel, tiling, hw, dtype, act_bytes)
+        sync_s = tiling.grid_syncs * hw.grid_sync_s
+    return tiling, compute_s, memory_s, dram, l2, engine, sync_s
 
 
 def _split(tiling: TilePlan) -> tuple[float, float, float, float]:

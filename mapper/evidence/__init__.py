@@ -7,8 +7,10 @@ calibrated = calibrate("me.toml", [m, ...])                # efficiency curves +
 """
 
 from mapper.evidence.calibrate import calibrate, holdout_report
-from mapper.evidence.measure import Measurement, compare_measured, measure_model, measurement_from_profile
-from mapper.evidence.probe import probe_machine, write_toml
+from mapper.evidence.compare import compare_measured
+from mapper.evidence.measure import Measurement, measure_model, measurement_from_profile
+from mapper.evidence.probe import probe_machine
+from mapper.evidence.profile_toml import write_toml
 from mapper.evidence.profiles import NodeMatch, NodeTime, ProfileTimes, load_profile, match_nodes
 
 __all__ = [

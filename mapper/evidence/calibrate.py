@@ -15,7 +15,7 @@ from datetime import date
 import numpy as np
 
 from mapper.core.errors import MapperError
-from mapper.evidence.measure import kernel_groups
+from mapper.evidence.compare import kernel_groups
 from mapper.hardware.profile import load_hardware
 from mapper.pipeline import load_workload, map_workload
 

@@ -35,6 +35,9 @@ WEIGHT_COPIES = 4
 RUNTIME_BYTES = 512 << 20
 # Node executions are counted exactly up to here (far over MEASURE_NODE_RUNS), so nested trip counts stay small ints.
 NODE_RUNS_CAP = 1 << 80
+# Integer constants read inline to bound Loop trip counts and shapes: scalars and shape vectors, a few elements each
+# (the same bound as values.CONST_OF_SHAPE_FOLD_MAX); larger ones are data, never read.
+SMALL_INT_ELEMENTS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +59,11 @@ def _stored_bytes(t: onnx.TensorProto) -> int:
 
 
 def _small_ints(t: onnx.TensorProto) -> np.ndarray | None:
-    if is_external(t) or math.prod(t.dims) > 64 or t.data_type not in (onnx.TensorProto.INT64, onnx.TensorProto.INT32):
+    if (
+        is_external(t)
+        or math.prod(t.dims) > SMALL_INT_ELEMENTS
+        or t.data_type not in (onnx.TensorProto.INT64, onnx.TensorProto.INT32)
+    ):
         return None
     try:
         return numpy_helper.to_array(t)

@@ -8,15 +8,16 @@ Every measured value's source says how it was measured; what cannot be measured 
 
 from __future__ import annotations
 
-import json
 import os
 import time
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
 import numpy as np
 
 from mapper.core.errors import MapperError
+from mapper.evidence.profile_toml import write_toml
 from mapper.hardware.profile import load_hardware
 
 # Sizes the probe sweeps (full mode / quick mode). The GEMM sweep gives efficiency against FLOPs.
@@ -26,7 +27,11 @@ STREAM_BYTES = 256 << 20  # 256 MiB per array: 8x a 32 MiB LLC, so every pass go
 STREAM_BYTES_QUICK = 64 << 20
 DISPATCH_CHAIN = 200  # tiny Add nodes in the dispatch-cost chain
 DVFS_WARMUP_S = 0.2
-SECTION_ORDER = ("meta", "compute", "memory", "overhead", "power", "interconnect", "efficiency", "layout", "serving")
+SMALL_GEMM_N = 256  # n^3 MatMuls up to this size take well under 1 ms (2*256^3 FLOPs at tens of GFLOP/s):
+# each is repeated for at least 50 ms so the best time is not one noisy call
+AVX512_FP32_LANES = 16  # fp32 lanes of one 512-bit AVX-512 FMA (Intel SDM vol. 1, ch. 15)
+AVX2_FP32_LANES = 8  # and of one 256-bit AVX2 FMA
+PRIVATE_CACHE_LEVEL = 2  # the cache level (/sys/.../cache/indexN/level) private to one x86 core: its L2
 
 
 def _best_of(fn, repeats: int, min_time_s: float = 0.0) -> float:
@@ -112,7 +117,7 @@ def measure_gemm(n: int, integer: bool = False, repeats: int = 5) -> float:
         feeds = {"a": rng.integers(0, 255, (n, n), dtype=np.uint8)}
     else:
         feeds = {"a": rng.standard_normal((n, n), dtype=np.float32), "b": rng.standard_normal((n, n), dtype=np.float32)}
-    best = _best_of(lambda: sess.run(None, feeds), repeats, min_time_s=0.05 if n <= 256 else 0.0)
+    best = _best_of(lambda: sess.run(None, feeds), repeats, min_time_s=0.05 if n <= SMALL_GEMM_N else 0.0)
     return 2.0 * n**3 / best
 
 
@@ -185,13 +190,44 @@ def _curve(points: list[tuple[float, float]]) -> list[list[float]]:
     return [[float(x), float(min(max(e, 1e-3), 1.0))] for x, e in sorted(points)]
 
 
-def probe_machine(out_path: str | os.PathLike | None = None, quick: bool = False, name: str = "probed-cpu") -> dict:
-    """Measure this machine (1 thread) and return (and write, if `out_path`) a profile dict in the TOML shape."""
-    started = time.perf_counter()
+@dataclass(frozen=True, slots=True)
+class _Probed:
+    """What one probe measured; the profile's sections are filled from it."""
+
+    tag: str  # how the run was made, cited in every measured source
+    today: str
+    quick: bool
+    facts: dict
+    sizes: tuple[int, ...]
+    rates: dict[int, float]  # ORT MatMul fp32 OP/s by n
+    peak: float
+    int8: float
+    dispatch: float
+    dram: float
+    l2_bw: float
+    vector: float
+    exp_rate: float
+    caches: dict[int, int]
+    dram_points: list[tuple[float, float]]
+
+    @property
+    def int8_n(self) -> int:
+        return 512 if self.quick else 1024
+
+    @property
+    def chain(self) -> int:
+        return 40 if self.quick else DISPATCH_CHAIN
+
+    @property
+    def stream_bytes(self) -> int:
+        return STREAM_BYTES_QUICK if self.quick else STREAM_BYTES
+
+
+def _measure(quick: bool) -> _Probed:
+    """Run every micro-benchmark, in this order (the clock settles first)."""
     today = date.today().isoformat()
     tag = f"mapper probe{' (quick)' if quick else ''}, 1 thread, {today}"
     facts = _cpu_facts()
-    base = load_hardware("cpu-x86").to_dict()
     sizes = GEMM_SIZES_QUICK if quick else GEMM_SIZES
     t_end = time.perf_counter() + DVFS_WARMUP_S
     while time.perf_counter() < t_end:  # let the clock settle before timing
@@ -211,85 +247,99 @@ def probe_machine(out_path: str | os.PathLike | None = None, quick: bool = False
         best = _best_of(lambda c=c, a=a: np.copyto(c, a), 20, min_time_s=0.02)
         dram_points.append((2 * nbytes, 2 * nbytes / (best + dispatch) / dram))
     dram_points.append((2.0 * (STREAM_BYTES_QUICK if quick else STREAM_BYTES), 1.0))
-    profile = base
-    meta = profile["meta"]
-    meta.update(
-        name=name,
-        display_name=f"{facts['model']} (one thread, probed {today})",
-        kind="cpu",
-        vendor=facts["model"].split()[0] if facts["model"] != "unknown CPU" else "unknown",
+    return _Probed(
+        tag, today, quick, facts, sizes, rates, peak, int8, dispatch, dram, l2_bw, vector, exp_rate, caches, dram_points
     )
-    comp, mem, over = profile["compute"], profile["memory"], profile["overhead"]
-    lanes = 16 if facts["avx512"] else 8
+
+
+def _fill_compute(comp: dict, m: _Probed) -> None:
+    lanes = AVX512_FP32_LANES if m.facts["avx512"] else AVX2_FP32_LANES
     comp["compute_units"] = {"value": 1, "source": "one thread (the probe and measure_model run ORT with 1 thread)"}
-    if facts["mhz"]:
-        comp["clock_hz"] = {"value": facts["mhz"] * 1e6, "source": f"/proc/cpuinfo cpu MHz at probe time, {today}"}
+    if m.facts["mhz"]:
+        comp["clock_hz"] = {"value": m.facts["mhz"] * 1e6, "source": f"/proc/cpuinfo cpu MHz at probe time, {m.today}"}
     comp["matrix_instruction_m"] = {
         "value": lanes,
-        "source": f"one {'512' if lanes == 16 else '256'}-bit FMA = {lanes} fp32 lanes (/proc/cpuinfo flags)",
+        "source": f"one {'512' if lanes == AVX512_FP32_LANES else '256'}-bit FMA = {lanes} fp32 lanes "
+        "(/proc/cpuinfo flags)",
     }
     comp["matrix_peak_flops_per_s"] = {
         "fp32": {
-            "value": peak,
-            "source": f"measured: {tag}, ORT MatMul fp32 best rate over n^3 sweep {list(sizes)} (best of 5); achieved, not the FMA datasheet peak",
+            "value": m.peak,
+            "source": f"measured: {m.tag}, ORT MatMul fp32 best rate over n^3 sweep {list(m.sizes)} (best of 5); "
+            "achieved, not the FMA datasheet peak",
         },
         "int8": {
-            "value": max(int8, peak),
-            "source": f"measured: {tag}, ORT MatMulInteger uint8 x constant int8 {512 if quick else 1024}^3 best of 3 ({int8:.3g} OP/s; floored at the fp32 rate)",
+            "value": max(m.int8, m.peak),
+            "source": f"measured: {m.tag}, ORT MatMulInteger uint8 x constant int8 {m.int8_n}^3 best of 3 "
+            f"({m.int8:.3g} OP/s; floored at the fp32 rate)",
         },
     }
     # The SIMD FMA units that run the GEMM are the vector units: numpy's elementwise rate ({vector:.3g}) is bound by
     # its per-call overhead and by L1/L2, not by the FMAs, so the GEMM rate is the better figure for the peak.
     comp["vector_peak_flops_per_s"] = {
         "fp32": {
-            "value": max(peak, vector),
-            "source": f"measured: {tag}, the ORT MatMul fp32 rate (the same SIMD FMA units; numpy fp32 multiply+add of L2-resident arrays reached only {vector:.3g})",
+            "value": max(m.peak, m.vector),
+            "source": f"measured: {m.tag}, the ORT MatMul fp32 rate (the same SIMD FMA units; numpy fp32 "
+            f"multiply+add of L2-resident arrays reached only {m.vector:.3g})",
         }
     }
     comp["sfu_peak_ops_per_s"] = {
-        "value": exp_rate,
-        "source": f"measured: {tag}, numpy fp32 exp of 16384 elements, best of 200",
+        "value": m.exp_rate,
+        "source": f"measured: {m.tag}, numpy fp32 exp of 16384 elements, best of 200",
     }
-    if 2 in caches:
+
+
+def _fill_memory(mem: dict, m: _Probed) -> None:
+    caches = m.caches
+    if PRIVATE_CACHE_LEVEL in caches:
         mem["sram_per_unit_bytes"] = {
-            "value": caches[2],
-            "source": f"/sys/devices/system/cpu/cpu0/cache L2 size (private per core), {today}",
+            "value": caches[PRIVATE_CACHE_LEVEL],
+            "source": f"/sys/devices/system/cpu/cpu0/cache L2 size (private per core), {m.today}",
         }
     llc = caches.get(max(caches)) if caches else None
     if llc:
         mem["l2_bytes"] = {
             "value": llc,
-            "source": f"/sys/devices/system/cpu/cpu0/cache L{max(caches)} size (last level, all of it available to one thread), {today}",
+            "source": f"/sys/devices/system/cpu/cpu0/cache L{max(caches)} size (last level, all of it available "
+            f"to one thread), {m.today}",
         }
     mem["l2_bandwidth_bytes_per_s"] = {
-        "value": l2_bw,
-        "source": f"measured: {tag}, numpy copy/add of 256 KiB arrays (cache-resident), best of 50",
+        "value": m.l2_bw,
+        "source": f"measured: {m.tag}, numpy copy/add of 256 KiB arrays (cache-resident), best of 50",
     }
     mem["dram_bandwidth_bytes_per_s"] = {
-        "value": dram,
-        "source": f"measured: {tag}, numpy copy (2x bytes) and add (3x bytes) of {(STREAM_BYTES_QUICK if quick else STREAM_BYTES) >> 20} MiB arrays, best",
+        "value": m.dram,
+        "source": f"measured: {m.tag}, numpy copy (2x bytes) and add (3x bytes) of {m.stream_bytes >> 20} MiB "
+        "arrays, best",
     }
-    if facts["mem_bytes"]:
-        mem["dram_bytes"] = {"value": facts["mem_bytes"], "source": f"/proc/meminfo MemTotal, {today}"}
+    if m.facts["mem_bytes"]:
+        mem["dram_bytes"] = {"value": m.facts["mem_bytes"], "source": f"/proc/meminfo MemTotal, {m.today}"}
+
+
+def _fill_overhead_and_efficiency(over: dict, eff: dict, m: _Probed) -> None:
     over["kernel_launch_s"] = {
-        "value": dispatch,
-        "source": f"measured: {tag}, ORT CPU per-node dispatch = (chain of {40 if quick else DISPATCH_CHAIN} 16-element Adds - 1 Add)/(N-1), optimizations off, best of 20",
+        "value": m.dispatch,
+        "source": f"measured: {m.tag}, ORT CPU per-node dispatch = (chain of {m.chain} 16-element Adds - 1 Add)"
+        "/(N-1), optimizations off, best of 20",
     }
     over["host_op_s"] = {
-        "value": dispatch,
+        "value": m.dispatch,
         "source": "the CPU is the host: a fallback op costs one dispatch (kernel_launch_s, measured)",
     }
-    eff = profile["efficiency"]
     eff["matrix_by_flops"] = {
-        "value": _curve([(2.0 * n**3, r / peak) for n, r in rates.items()]),
-        "source": f"measured: {tag}, ORT MatMul fp32 rate at n^3 for n in {list(sizes)} / best rate",
+        "value": _curve([(2.0 * n**3, r / m.peak) for n, r in m.rates.items()]),
+        "source": f"measured: {m.tag}, ORT MatMul fp32 rate at n^3 for n in {list(m.sizes)} / best rate",
     }
     eff["dram_by_bytes"] = {
-        "value": _curve(dram_points),
-        "source": f"measured: {tag}, numpy copy rate incl. one ORT dispatch at 4 KiB-16 MiB / stream rate (cache-resident sizes clamp at 1)",
+        "value": _curve(m.dram_points),
+        "source": f"measured: {m.tag}, numpy copy rate incl. one ORT dispatch at 4 KiB-16 MiB / stream rate "
+        "(cache-resident sizes clamp at 1)",
     }
     eff["vector_by_bytes"]["source"] = "cpu-x86 assumption kept (not probed): " + eff["vector_by_bytes"]["source"]
-    power = profile["power"]
+
+
+def _fill_power(power: dict, m: _Probed) -> None:
+    peak, int8 = m.peak, m.int8
     e_flop = (power["tdp_w"]["value"] - power["idle_w"]["value"] - 1.0) / (0.85 * peak)
     power["energy_per_flop_j"] = {
         "fp32": {
@@ -298,6 +348,26 @@ def probe_machine(out_path: str | os.PathLike | None = None, quick: bool = False
         },
         "int8": {"value": e_flop * peak / max(int8, peak), "source": "derived: same power at the measured int8 rate"},
     }
+
+
+def probe_machine(out_path: str | os.PathLike | None = None, quick: bool = False, name: str = "probed-cpu") -> dict:
+    """Measure this machine (1 thread) and return (and write, if `out_path`) a profile dict in the TOML shape."""
+    started = time.perf_counter()
+    m = _measure(quick)
+    today, facts = m.today, m.facts
+    profile = load_hardware("cpu-x86").to_dict()
+    meta = profile["meta"]
+    meta.update(
+        name=name,
+        display_name=f"{facts['model']} (one thread, probed {today})",
+        kind="cpu",
+        vendor=facts["model"].split()[0] if facts["model"] != "unknown CPU" else "unknown",
+    )
+    _fill_compute(profile["compute"], m)
+    _fill_memory(profile["memory"], m)
+    _fill_overhead_and_efficiency(profile["overhead"], profile["efficiency"], m)
+    power = profile["power"]
+    _fill_power(power, m)
     for key in ("tdp_w", "idle_w"):
         power[key]["source"] = "not measured by the probe, cpu-x86 value kept: " + power[key]["source"]
     load_hardware(profile)  # validates; a bad measurement is an error here, not in someone's mapping later
@@ -312,39 +382,3 @@ def probe_machine(out_path: str | os.PathLike | None = None, quick: bool = False
         except OSError as exc:
             raise MapperError(f"probe: cannot write {out_path} ({exc.strerror}); check the folder exists") from None
     return profile
-
-
-def _toml_value(value) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if not np.isfinite(value):
-            raise MapperError(f"probe: non-finite value {value!r} cannot be written to a profile")
-        return repr(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
-    raise MapperError(f"probe: cannot write a {type(value).__name__} to TOML")
-
-
-def write_toml(tree: dict, prefix: str = "") -> str:
-    """A profile dict -> TOML text: sections per table, `{ value, source }` entries inline."""
-    lines, subtables = [], []
-    if not prefix:  # the section order of data/hardware/*.toml
-        tree = {k: tree[k] for k in SECTION_ORDER if k in tree} | {
-            k: v for k, v in tree.items() if k not in SECTION_ORDER
-        }
-    for key, value in tree.items():
-        if isinstance(value, dict) and "value" not in value:
-            subtables.append((key, value))
-        else:
-            lines.append(f"{key} = {_toml_value(value)}")
-    text = (f"[{prefix}]\n" if prefix and lines else "") + "".join(line + "\n" for line in lines)
-    for key, value in subtables:
-        text += ("\n" if text else "") + write_toml(value, f"{prefix}.{key}" if prefix else key)
-    return text

@@ -105,6 +105,9 @@ def _number(value: object, low: float, high: float) -> float | None:
 
 
 MAX_DUR_US = limits.MAX_TRACE_EVENT_SECONDS * 1e6
+# An ORT-made node's inputs are followed back this many ORT nodes at most to find one with an original name (fused
+# chains such as Conv+Add+Relu are a few deep); beyond that the node stays unmatched rather than guessed.
+MAX_UPSTREAM_HOPS = 8
 MAX_TS_US = 1e18  # timestamps are microseconds since an epoch (~1.7e15 now): finite, and then some
 
 
@@ -219,7 +222,7 @@ def match_nodes(times: ProfileTimes, model, optimized=None) -> tuple[NodeMatch, 
     ort_producer = {o: n for n, outs in ort_outputs.items() for o in outs}
     for name, (hits, how) in list(found.items()):  # ORT-made nodes: follow inputs to a matched ORT node
         frontier, seen = list(ort_inputs.get(name, ())) if not hits else [], set()
-        while frontier and len(seen) < 8:
+        while frontier and len(seen) < MAX_UPSTREAM_HOPS:
             upstream = ort_producer.get(frontier.pop(0))
             if upstream is None or upstream in seen:
                 continue

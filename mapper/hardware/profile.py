@@ -12,7 +12,6 @@ import itertools
 import json
 import math
 import os
-import tomllib
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -22,11 +21,11 @@ import numpy as np
 
 from mapper.core import limits
 from mapper.core.errors import MapperError
+from mapper.hardware.parse import MAX_PROFILE_BYTES, parse_profile
 from mapper.hardware.schema import DTYPES, validate_profile_dict
 
 __all__ = ["EfficiencyCurve", "Interconnect", "HardwareProfile", "list_hardware", "load_hardware", "hardware_dir"]
 
-MAX_PROFILE_BYTES = limits.MAX_PROFILE_BYTES  # the one value lives in mapper/core/limits.py
 _SUFFIXES = (".toml", ".json", ".yaml", ".yml")
 
 # ONNX element-type names (mapper.core.graph.DTYPE_BYTES keys) and common spellings -> profile dtype keys.
@@ -136,7 +135,9 @@ class HardwareProfile:
         return key == "fp32" or key in self.matrix_peak_flops_per_s
 
     def matrix_peak(self, dtype: str) -> float:
-        """Dense matrix-engine peak in FLOP/s. fp32 without a matrix entry runs on the vector units (vector fp32 peak)."""
+        """Dense matrix-engine peak in FLOP/s.
+
+        fp32 without a matrix entry runs on the vector units (vector fp32 peak)."""
         key = canonical_dtype(dtype)
         if key in self.matrix_peak_flops_per_s:
             return self.matrix_peak_flops_per_s[key]
@@ -144,7 +145,8 @@ class HardwareProfile:
             return self.vector_peak_flops_per_s["fp32"]
         raise MapperError(
             f"hardware {self.name}: no matrix peak for dtype {dtype!r}; it supports "
-            f"{', '.join(sorted(self.matrix_peak_flops_per_s, key=DTYPES.index))}; choose one of those or another device"
+            f"{', '.join(sorted(self.matrix_peak_flops_per_s, key=DTYPES.index))}; "
+            "choose one of those or another device"
         )
 
     def vector_peak(self, dtype: str) -> float:
@@ -304,54 +306,6 @@ def list_hardware() -> list[str]:
     return sorted(path.stem for path in folder.glob("*.toml")) if folder.is_dir() else []
 
 
-def _check_nesting(text: str, label: str) -> None:
-    """Refuse arrays and tables nested past MAX_PROFILE_NESTING before a parser recurses into them
-    (json and tomllib both recurse: 10^5 brackets is a RecursionError). A profile nests three deep.
-    Brackets are counted in strings too (linear, no tokenizer): no profile's text holds 32 '[' in a row,
-    and brackets a string closes only hide depth from this scan, not from the RecursionError guard."""
-    marks = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
-    steps = np.isin(marks, (91, 123)).astype(np.int64) - np.isin(marks, (93, 125))  # [ { open, ] } close
-    if steps.size and int(np.cumsum(steps).max()) > limits.MAX_PROFILE_NESTING:
-        raise MapperError(
-            f"{label}: nested deeper than {limits.limit_text('MAX_PROFILE_NESTING')}; a hardware"
-            " profile is a table of sections of values"
-        )
-
-
-def _parse(raw: bytes, fmt: str, label: str) -> Any:
-    if len(raw) > MAX_PROFILE_BYTES:
-        raise MapperError(
-            f"{label}: {len(raw)} bytes is over {limits.limit_text('MAX_PROFILE_BYTES')} (1 MiB) "
-            f"for a hardware profile; upload the profile itself"
-        )
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise MapperError(f"{label}: not UTF-8 text (byte {exc.start}); save the profile as UTF-8") from None
-    _check_nesting(text, label)
-    try:
-        if fmt == "json":
-            return json.loads(text)
-        if fmt == "yaml":
-            try:
-                import yaml  # optional; TOML and JSON need nothing extra
-            except ImportError:
-                raise MapperError(
-                    f"{label}: YAML needs the PyYAML package, which is not installed; "
-                    f"write the profile as TOML or JSON instead"
-                ) from None
-            return yaml.safe_load(text)
-        return tomllib.loads(text)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError, ValueError) as exc:
-        raise MapperError(f"{label}: not valid {fmt.upper()} ({exc}); fix the syntax") from None
-    except RecursionError:  # the scan above counts brackets; this catches what it cannot see
-        raise MapperError(f"{label}: nested too deep to be a hardware profile; fix the file") from None
-    except Exception as exc:  # yaml.YAMLError and friends: still one actionable line
-        if type(exc).__module__.startswith("yaml"):
-            raise MapperError(f"{label}: not valid YAML ({exc}); fix the syntax") from None
-        raise
-
-
 def _read_file(path: Path) -> HardwareProfile:
     label = f"profile {path.name}"
     suffix = path.suffix.lower()
@@ -368,7 +322,7 @@ def _read_file(path: Path) -> HardwareProfile:
             raw = handle.read(MAX_PROFILE_BYTES + 1)
     except OSError as exc:
         raise MapperError(f"{label}: cannot read {path} ({exc.strerror}); check the path") from None
-    return _build_checked(_parse(raw, {".json": "json", ".toml": "toml"}.get(suffix, "yaml"), label), label)
+    return _build_checked(parse_profile(raw, {".json": "json", ".toml": "toml"}.get(suffix, "yaml"), label), label)
 
 
 def _build_checked(data: Any, label: str) -> HardwareProfile:
@@ -381,13 +335,14 @@ def _load_builtin(name: str) -> HardwareProfile:
 
 
 def load_hardware(spec: str | os.PathLike | bytes | dict) -> HardwareProfile:
-    """A built-in name ("h100-sxm"), a path to a .toml/.json/.yaml file, uploaded bytes (TOML or JSON), or a parsed dict."""
+    """A built-in name ("h100-sxm"), a path to a .toml/.json/.yaml file, uploaded bytes (TOML or JSON),
+    or a parsed dict."""
     if isinstance(spec, dict):
         return _build_checked(spec, "profile (form)")
     if isinstance(spec, (bytes, bytearray)):
         raw = bytes(spec)
         fmt = "json" if raw.lstrip()[:1] == b"{" else "toml"
-        return _build_checked(_parse(raw, fmt, "uploaded profile"), "uploaded profile")
+        return _build_checked(parse_profile(raw, fmt, "uploaded profile"), "uploaded profile")
     if isinstance(spec, str) and spec.strip() in list_hardware():
         return _load_builtin(spec.strip())
     if not isinstance(spec, (str, os.PathLike)):

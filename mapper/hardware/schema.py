@@ -235,9 +235,12 @@ def _field_path(loc: tuple[Any, ...]) -> str:
     return ".".join(parts) if parts else "(top level)"
 
 
+SHOWN_VALUE_CHARS = 60  # a bad value quoted in a per-field error: enough to recognize it, one line with the field
+
+
 def _shown(value: Any) -> str:
     text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return text if len(text) <= SHOWN_VALUE_CHARS else text[: SHOWN_VALUE_CHARS - 3] + "..."
 
 
 def _describe(error: dict[str, Any]) -> str:
@@ -282,7 +285,10 @@ def _describe(error: dict[str, Any]) -> str:
             f"thin the table"
         )
     if kind == "too_short":
-        return f"field {field} needs at least {ctx.get('min_length')} entries (got {ctx.get('actual_length')}); add entries"
+        return (
+            f"field {field} needs at least {ctx.get('min_length')} entries "
+            f"(got {ctx.get('actual_length')}); add entries"
+        )
     if kind == "string_pattern_mismatch":
         return f"field {field} must be lower-case letters, digits, '.', '_' or '-' (got {_shown(got)}); rename it"
     if kind == "value_error":

@@ -82,6 +82,7 @@ def symbolic_dims(model: onnx.ModelProto) -> dict[str, tuple[str, int]]:
 
 
 SHORTCUT_NAMES = {"batch": BATCH_NAMES, "seq": SEQ_NAMES}
+SHOWN_UNBOUND = 8  # unbound dim names listed in the error; the rest are counted ("and N more")
 SHORTCUT_AXES = {"batch": 0, "seq": 1}  # where exporters that name dims s0, s1... put them on the ids
 
 
@@ -120,7 +121,9 @@ def resolve_bindings(
     bound = apply_bindings(model, dims, batch, seq, free)
     missing = [n for n in free if n not in bound]
     if missing:
-        listed = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+        listed = ", ".join(missing[:SHOWN_UNBOUND]) + (
+            f" and {len(missing) - SHOWN_UNBOUND} more" if len(missing) > SHOWN_UNBOUND else ""
+        )
         branches = [n for n in missing if free[n][1] == -1]
         hint = f"; {', '.join(branches)} chooses the branch of an If (0 or 1)" if branches else ""
         raise MapperError(

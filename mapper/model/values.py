@@ -235,6 +235,11 @@ def _reshape(node, v, shapes):
     return [v[0].reshape(target)]
 
 
+# Slice's inputs from opset 10 (ONNX operator spec): data, starts, ends, then optional axes and steps.
+SLICE_AXES_INPUT = 3
+SLICE_STEPS_INPUT = 4
+
+
 @evaluator("Slice")
 def _slice(node, v, shapes):
     data = v[0]
@@ -244,8 +249,8 @@ def _slice(node, v, shapes):
         steps = (1,) * len(starts)
     else:
         starts, ends = v[1].reshape(-1), v[2].reshape(-1)
-        axes = v[3].reshape(-1) if len(v) > 3 else range(len(starts))
-        steps = v[4].reshape(-1) if len(v) > 4 else [1] * len(starts)
+        axes = v[SLICE_AXES_INPUT].reshape(-1) if len(v) > SLICE_AXES_INPUT else range(len(starts))
+        steps = v[SLICE_STEPS_INPUT].reshape(-1) if len(v) > SLICE_STEPS_INPUT else [1] * len(starts)
     index = [slice(None)] * data.ndim
     for s, e, a, st in zip(starts, ends, axes, steps):
         index[int(a) % data.ndim] = slice(int(s), int(max(min(e, 2**62), -(2**62))), int(st))

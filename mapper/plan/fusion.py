@@ -1,6 +1,6 @@
 """Fusion planning: nodes -> kernels, by an ordered table of rules (first match wins).
 
-Stage four. Each rule names the ops it may start from, the ops it may absorb,
+Stage four. Each rule (fusion_rules.py) names the ops it may start from, the ops it may absorb,
 how far it may grow and under which policies it applies. A group is legal only
 when at most one of its tensors is consumed outside it (the kernel's output) and
 its working set fits on chip; every kernel records its nodes and its rule.
@@ -12,45 +12,18 @@ from collections import deque
 from dataclasses import dataclass
 
 from mapper.core.caches import ModelCaches
-from mapper.core.graph import Graph, LayerType, Node, OpClass
+from mapper.core.graph import Graph, Node, OpClass
 from mapper.core.result import NodeWork
 from mapper.core.vocab import KernelRule
-from mapper.model.quantized import QUANTIZED_OPS
+from mapper.plan.fusion_rules import (
+    ELEMENTWISE_CLASSES,
+    EPILOGUE_OPS,
+    FUSION_RULES,
+    QDQ_OPS,
+    FusionRule,
+    start_kinds,
+)
 
-# A QDQ model marks each int8 tensor with a QuantizeLinear -> DequantizeLinear pair; an int8 kernel
-# requantizes its result in the epilogue, so the pair rides along without counting toward max_ops.
-QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
-_FLOAT_EPILOGUE_OPS = {
-    "Add",
-    "Sub",
-    "Mul",
-    "Div",
-    "Relu",
-    "LeakyRelu",
-    "Clip",
-    "Sigmoid",
-    "Tanh",
-    "Erf",
-    "Gelu",
-    "FastGelu",
-    "BiasGelu",
-    "QuickGelu",
-    "HardSwish",
-    "HardSigmoid",
-    "Cast",
-    "Where",
-    "BatchNormalization",
-    "Pow",
-    "Softplus",
-    "Mish",
-    "Elu",
-    "Selu",
-    "Max",
-    "Min",
-    *QDQ_OPS,
-}
-EPILOGUE_OPS = frozenset(_FLOAT_EPILOGUE_OPS | {op for op, q in QUANTIZED_OPS.items() if q.twin in _FLOAT_EPILOGUE_OPS})
-ELEMENTWISE_CLASSES = frozenset({OpClass.ELEMENTWISE, OpClass.TRANSCENDENTAL})
 # An elementwise result this small (a per-tensor or per-channel scale) is cheaper to recompute in the
 # epilogue of the kernel that reads it than to launch on its own: the planner lets it wait for that kernel.
 EPILOGUE_OPERAND_ELEMENTS = 4096
@@ -60,83 +33,11 @@ MAX_WAITING_PRODUCERS = 64
 
 
 @dataclass(frozen=True, slots=True)
-class FusionRule:
-    name: KernelRule
-    policies: frozenset[str]  # fusion policies under which the rule applies
-    starts: str  # "attention" | "norm" | "matrix" | "elementwise"
-    absorbs: frozenset[str]  # op types the group may grow into
-    max_ops: int  # nodes in one kernel, the start included
-
-
-# Ordered: the first rule whose start matches a node claims it.
-FUSION_RULES: tuple[FusionRule, ...] = (
-    FusionRule(KernelRule.FLASH_ATTENTION, frozenset({"aggressive"}), "attention", frozenset(), 64),
-    FusionRule(KernelRule.NORM, frozenset({"default", "aggressive"}), "norm", frozenset(), 16),
-    FusionRule(KernelRule.GEMM_EPILOGUE, frozenset({"aggressive"}), "matrix", EPILOGUE_OPS, 10),
-    FusionRule(KernelRule.GEMM_EPILOGUE, frozenset({"default"}), "matrix", EPILOGUE_OPS, 4),
-    FusionRule(
-        KernelRule.ELEMENTWISE_CHAIN,
-        frozenset({"default", "aggressive"}),
-        "elementwise",
-        EPILOGUE_OPS
-        | {
-            "Exp",
-            "Log",
-            "Sqrt",
-            "Reciprocal",
-            "Neg",
-            "Abs",
-            "Sin",
-            "Cos",
-            "Not",
-            "Equal",
-            "Less",
-            "Greater",
-            "And",
-            "Or",
-            "Softsign",
-            "Sign",
-        },
-        12,
-    ),
-)
-_FLOAT_MATRIX_STARTS = {
-    "MatMul",
-    "Gemm",
-    "Conv",
-    "ConvTranspose",
-    "FusedMatMul",
-    "MatMulNBits",
-    "MatMulInteger",
-    "ConvInteger",
-    "FusedConv",
-    "GemmFastGelu",
-}
-MATRIX_STARTS = frozenset(
-    _FLOAT_MATRIX_STARTS | {op for op, q in QUANTIZED_OPS.items() if q.twin in _FLOAT_MATRIX_STARTS}
-)
-
-
-@dataclass(frozen=True, slots=True)
 class Group:
     """A fusion group before costing: node names in graph order and its rule."""
 
     nodes: tuple[str, ...]
     rule: str
-
-
-def _start_kinds(w: NodeWork) -> tuple[str, ...]:
-    """The rule starts a node can open, most specific first (attention nodes fall back to plain rules)."""
-    kinds = []
-    if w.layer_type is LayerType.ATTENTION and w.layer_group >= 0:
-        kinds.append("attention")
-    if w.layer_type is LayerType.NORMALIZATION and (w.layer_group >= 0 or w.op_class is OpClass.REDUCTION):
-        kinds.append("norm")
-    elif w.op_type in MATRIX_STARTS:
-        kinds.append("matrix")
-    elif w.op_class in ELEMENTWISE_CLASSES and w.op_type != "Softmax":
-        kinds.append("elementwise")
-    return tuple(kinds)
 
 
 class _Planner:
@@ -370,7 +271,7 @@ class _Planner:
     def choose(self, name: str, w: NodeWork, policy: str, attention_fusion: bool) -> tuple[list[str] | None, str]:
         """The group the node starts and its rule ("single" alone), or None where its block is claimed
         at a later member."""
-        kinds = _start_kinds(w)
+        kinds = start_kinds(w)
         for rule in FUSION_RULES:
             applies = policy in rule.policies or (rule.starts == "attention" and attention_fusion)
             if not applies or rule.starts not in kinds or policy == "none" and rule.starts != "attention":

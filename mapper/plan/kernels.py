@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from mapper.core.caches import ModelCaches
 from mapper.core.errors import MapperError
 from mapper.core.graph import Graph, LayerType, Node, OpClass, TensorSpec
 from mapper.core.result import Kernel, MatrixShape, NodeWork
 from mapper.core.vocab import Engine, KernelRule, PlanDtype
 from mapper.hardware.profile import HardwareProfile
 from mapper.plan.fusion import Group
+from mapper.work.workload import Workload
 
 PLAN_DTYPE_BYTES = {
     PlanDtype.FP32: 4.0,
@@ -253,22 +253,14 @@ def build_kernel(graph: Graph, group: Group, boundary: Boundary, work: dict[str,
     )
 
 
-def build_kernels(
-    graph: Graph,
-    groups: list[Group],
-    work: tuple[NodeWork, ...],
-    work_key: int,
-    sizer: Sizer,
-    hw: HardwareProfile,
-    attention_fits,
-    caches: ModelCaches,
-) -> list:
+def build_kernels(workload: Workload, groups: list[Group], sizer: Sizer, hw: HardwareProfile, attention_fits) -> list:
     """Kernels for the groups; a flash-attention group whose tiles do not fit SRAM is split back.
 
     Kernels depend on the model, its bindings, the groups, the element sizes and (for attention) the
     SRAM size: a sweep that varies only the profile or between dtypes of one width builds them once.
     Group boundaries depend on the structure alone (the groups and which nodes were folded away):
     every binding of a sweep shares them."""
+    graph, work, caches = workload.graph, workload.nodes, workload.caches
     flash = any(g.rule == "flash-attention" for g in groups)  # only fused attention asks the SRAM size
     groups_key = tuple(groups)
     boundaries = caches.group_boundaries(graph.structure, groups_key, dict)
@@ -277,10 +269,9 @@ def build_kernels(
             graph.sha256,
             graph.dims,
             groups_key,
-            sizer.act,
-            sizer.weight,
+            (sizer.act, sizer.weight),
             hw.sram_per_unit_bytes if flash else None,
-            work_key,
+            workload.cost_key,
             lambda: _build_kernels(graph, groups, work, sizer, hw, attention_fits, boundaries),
         )
     )

@@ -22,7 +22,7 @@ LAYOUTS = values(Layout)
 # Kernels whose ops work in either layout: the conv region spreads through them.
 REGION_LAYERS = frozenset({LayerType.CONV, LayerType.POOLING, LayerType.ELEMENTWISE, LayerType.NORMALIZATION})
 GRAPH_LAYOUT = "nchw"  # ONNX's convention for Conv
-SPATIAL_RANK = 4  # N, C, H, W: the tensors a layout change transposes
+IMAGE_RANK = 4  # an N, C, H, W tensor: the only rank a layout change converts
 
 
 def _transpose(name: str, tensor_bytes: float, note: str) -> Kernel:
@@ -72,7 +72,7 @@ def plan_layout(
             for name in k.nodes:
                 for t in node_of[name].inputs:
                     spec = graph.tensors.get(t)
-                    if not spec or len(spec.shape) != SPATIAL_RANK or t in converted or t in graph.weights:
+                    if not spec or len(spec.shape) != IMAGE_RANK or t in converted or t in graph.weights:
                         continue
                     src = graph.producer(t)
                     crosses_in = (

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -130,32 +131,55 @@ def plan_matrix(
         dram / (hw.dram_bandwidth_bytes_per_s * hw.dram_efficiency.at_array(dram)), l2 / hw.l2_bandwidth_bytes_per_s
     )
     time = smooth_max(compute, memory) + np.where(sk > 1, hw.grid_sync_s, 0.0)
-    return _pick("matrix", time, compute, memory, tm, tn, tk, st, sk, tiles, waves, wave_eff, pad_eff, sram, dram, l2)
+    candidates = _Candidates(tm, tn, tk, st, sk, tiles, waves, wave_eff, pad_eff, sram, dram, l2, compute, memory, time)
+    return _pick("matrix", candidates)
 
 
-def _pick(kind, time, compute, memory, tm, tn, tk, st, sk, tiles, waves, wave_eff, pad_eff, sram, dram, l2) -> TilePlan:
-    compute, memory = np.broadcast_to(compute, time.shape), np.broadcast_to(memory, time.shape)
+@dataclass(frozen=True, slots=True)
+class _Candidates:
+    """Every candidate tiling as arrays, one per TileChoice field in its order; `_pick` ranks them."""
+
+    tile_m: np.ndarray
+    tile_n: np.ndarray
+    tile_k: np.ndarray
+    stages: np.ndarray
+    split_k: np.ndarray
+    tiles: np.ndarray
+    waves: np.ndarray
+    wave_efficiency: np.ndarray
+    padding_efficiency: np.ndarray
+    sram_bytes: np.ndarray
+    dram_bytes: np.ndarray
+    l2_bytes: np.ndarray
+    compute_s: np.ndarray | float
+    memory_s: np.ndarray | float
+    time_s: np.ndarray
+
+
+def _pick(kind: str, c: _Candidates) -> TilePlan:
+    time = c.time_s
+    compute, memory = np.broadcast_to(c.compute_s, time.shape), np.broadcast_to(c.memory_s, time.shape)
     order = np.argsort(time, kind="stable")
     choices, seen = [], set()
     for i in order:
-        key = (tm[i], tn[i], sk[i])
+        key = (c.tile_m[i], c.tile_n[i], c.split_k[i])
         if key in seen:
             continue
         seen.add(key)
         choices.append(
             TileChoice(
-                int(tm[i]),
-                int(tn[i]),
-                int(tk[i]),
-                int(st[i]),
-                int(sk[i]),
-                int(tiles[i]),
-                int(waves[i]),
-                float(wave_eff[i]),
-                float(pad_eff[i]),
-                int(sram[i]),
-                float(dram[i]),
-                float(l2[i]),
+                int(c.tile_m[i]),
+                int(c.tile_n[i]),
+                int(c.tile_k[i]),
+                int(c.stages[i]),
+                int(c.split_k[i]),
+                int(c.tiles[i]),
+                int(c.waves[i]),
+                float(c.wave_efficiency[i]),
+                float(c.padding_efficiency[i]),
+                int(c.sram_bytes[i]),
+                float(c.dram_bytes[i]),
+                float(c.l2_bytes[i]),
                 float(compute[i]),
                 float(memory[i]),
                 float(time[i]),
@@ -204,23 +228,12 @@ def plan_attention(kernel: Kernel, hw: HardwareProfile, peak: float, vector_peak
     )
     time = smooth_max(compute, memory)
     ones = np.ones_like(bq)
+    stages = 2 * ones
     return _pick(
         "attention",
-        time,
-        compute,
-        memory,
-        bq,
-        bkv,
-        s.k * ones,
-        2 * ones,
-        ones,
-        tiles,
-        waves,
-        wave_eff,
-        pad_eff,
-        sram,
-        dram,
-        l2,
+        _Candidates(
+            bq, bkv, s.k * ones, stages, ones, tiles, waves, wave_eff, pad_eff, sram, dram, l2, compute, memory, time
+        ),
     )
 
 

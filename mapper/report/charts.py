@@ -95,8 +95,39 @@ def roofline_figure(doc: dict, hw_peak: float | None = None, dram_bw: float | No
     bandwidth = dram_bw if dram_bw is not None else dram_bandwidth(doc)
     kernels = doc.get("kernels", [])
     plotted = [k for k in kernels if (k.get("intensity_flop_per_byte") or 0) > 0 and k["achieved_flops_per_s"] > 0]
-    longest = max((k["time_s"] for k in plotted), default=1.0) or 1.0
     fig = go.Figure()
+    _kernel_points(fig, plotted)
+    xs = [k["intensity_flop_per_byte"] for k in plotted]
+    ridge = peak / bandwidth if peak and bandwidth else None
+    x_lo = min(xs + ([ridge] if ridge else []), default=1.0) / 3
+    x_hi = max(xs + ([ridge] if ridge else []), default=1.0) * 3
+    if ridge:
+        _roof(fig, [x_lo, ridge], [bandwidth * x_lo, peak], "DRAM roof", dict(color="#444", dash="dash"))
+    if peak:
+        _roof(fig, [ridge or x_lo, x_hi], [peak, peak], "matrix peak", dict(color="#444"))
+    l2 = assumption_value(doc, "memory.l2_bandwidth_bytes_per_s")
+    if l2 and peak:  # the L2 ceiling: what a kernel whose re-reads all hit L2 could reach
+        _roof(fig, [x_lo, peak / l2], [l2 * x_lo, peak], "L2 roof", dict(color="#999", dash="dot"))
+    vector = vector_peak(doc)
+    if vector and bandwidth and (not peak or vector < peak):
+        _roof(fig, [vector / bandwidth, x_hi], [vector, vector], "vector peak", dict(color="#999"))
+    skipped = len(kernels) - len(plotted)
+    title = "Roofline" + (f" (ridge {ridge:.0f} FLOP/B)" if ridge else "")
+    if skipped:
+        title += f"; {skipped} kernel{'s' if skipped != 1 else ''} without FLOPs or DRAM traffic not shown"
+    fig.update_layout(
+        title=title,
+        xaxis=dict(type="log", title="arithmetic intensity (FLOP/B of DRAM traffic)"),
+        yaxis=dict(type="log", title="achieved FLOP/s"),
+        height=480,
+        **LAYOUT,
+    )
+    return fig
+
+
+def _kernel_points(fig: go.Figure, plotted: list[dict]) -> None:
+    """One marker trace per bottleneck class; a marker's area grows with its kernel's time."""
+    longest = max((k["time_s"] for k in plotted), default=1.0) or 1.0
     for cls in _classes(plotted):
         ks = [k for k in plotted if k["bottleneck"] == cls]
         fig.add_trace(
@@ -116,68 +147,10 @@ def roofline_figure(doc: dict, hw_peak: float | None = None, dram_bw: float | No
                 hovertemplate="%{text}<br>%{x:.3g} FLOP/B, %{y:.3g} FLOP/s<br>%{customdata:.1f} us<extra></extra>",
             )
         )
-    xs = [k["intensity_flop_per_byte"] for k in plotted]
-    ridge = peak / bandwidth if peak and bandwidth else None
-    x_lo = min(xs + ([ridge] if ridge else []), default=1.0) / 3
-    x_hi = max(xs + ([ridge] if ridge else []), default=1.0) * 3
-    if ridge:
-        fig.add_trace(
-            go.Scatter(
-                x=[x_lo, ridge],
-                y=[bandwidth * x_lo, peak],
-                mode="lines",
-                name="DRAM roof",
-                line=dict(color="#444", dash="dash"),
-                hoverinfo="skip",
-            )
-        )
-    if peak:
-        fig.add_trace(
-            go.Scatter(
-                x=[ridge or x_lo, x_hi],
-                y=[peak, peak],
-                mode="lines",
-                name="matrix peak",
-                line=dict(color="#444"),
-                hoverinfo="skip",
-            )
-        )
-    l2 = assumption_value(doc, "memory.l2_bandwidth_bytes_per_s")
-    if l2 and peak:  # the L2 ceiling: what a kernel whose re-reads all hit L2 could reach
-        fig.add_trace(
-            go.Scatter(
-                x=[x_lo, peak / l2],
-                y=[l2 * x_lo, peak],
-                mode="lines",
-                name="L2 roof",
-                line=dict(color="#999", dash="dot"),
-                hoverinfo="skip",
-            )
-        )
-    vector = vector_peak(doc)
-    if vector and bandwidth and (not peak or vector < peak):
-        fig.add_trace(
-            go.Scatter(
-                x=[vector / bandwidth, x_hi],
-                y=[vector, vector],
-                mode="lines",
-                name="vector peak",
-                line=dict(color="#999"),
-                hoverinfo="skip",
-            )
-        )
-    skipped = len(kernels) - len(plotted)
-    title = "Roofline" + (f" (ridge {ridge:.0f} FLOP/B)" if ridge else "")
-    if skipped:
-        title += f"; {skipped} kernel{'s' if skipped != 1 else ''} without FLOPs or DRAM traffic not shown"
-    fig.update_layout(
-        title=title,
-        xaxis=dict(type="log", title="arithmetic intensity (FLOP/B of DRAM traffic)"),
-        yaxis=dict(type="log", title="achieved FLOP/s"),
-        height=480,
-        **LAYOUT,
-    )
-    return fig
+
+
+def _roof(fig: go.Figure, x: list[float], y: list[float], name: str, line: dict) -> None:
+    fig.add_trace(go.Scatter(x=x, y=y, mode="lines", name=name, line=line, hoverinfo="skip"))
 
 
 def timeline_figure(doc: dict) -> go.Figure:

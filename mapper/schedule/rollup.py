@@ -7,8 +7,11 @@ memory-stall fraction is the time-weighted mean of kernels' stall fractions.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from mapper.core.graph import Graph
 from mapper.core.result import KernelEstimate, LayerRollup, Totals
+from mapper.work.workload import Workload
 
 STALL_DEFINITION = (
     "memory-stall fraction = max(0, memory time - compute time) / kernel time: the share of a"
@@ -28,28 +31,59 @@ def batch_size(graph: Graph) -> int:
     return 1
 
 
+@dataclass(frozen=True, slots=True)
+class Spread:
+    """How one batch is spread over devices; the defaults are one device."""
+
+    devices: int = 1  # devices serving one batch together (tp x pp): MFU is against all of their peaks
+    replicas: int = 1  # data-parallel copies (dp): throughput counts each
+    steady_state_s: float | None = None  # with pipeline stages: back-to-back batches overlap, one per this
+    ranks: int = 1  # devices each kernel runs on at once (tp)
+    idle_others_w: float = 0.0  # the other stages' devices, idling meanwhile
+
+
 def roll_up(
     estimates: list[KernelEstimate],
-    graph: Graph,
-    model_flops: float,
-    matrix_flops: float,
+    workload: Workload,
     weight_bytes: float,
     peak: float,
     dtype: str,
-    devices: int = 1,
-    replicas: int = 1,
-    steady_state_s: float | None = None,
-    ranks: int = 1,
-    idle_others_w: float = 0.0,
+    spread: Spread = Spread(),
 ) -> tuple[tuple[LayerRollup, ...], Totals]:
-    """`devices` serve one batch together (tp x pp): MFU is against all of their peaks. Throughput counts
-    `replicas` (dp) and, with pipeline stages, back-to-back batches overlapping (`steady_state_s`).
-    Energy: each kernel runs on `ranks` (tp) devices at once while the other stages' devices idle
-    (`idle_others_w`); power and perf-per-watt are over every device of every replica."""
+    """Model totals and per-layer-type figures of `workload`'s kernel estimates, spread over devices as
+    `spread` says. Energy: each kernel runs on `spread.ranks` devices at once while the other stages' devices
+    idle; power and perf-per-watt are over every device of every replica."""
     latency = sum(e.time_s for e in estimates)
     stall_time = sum(e.stall_fraction * e.time_s for e in estimates)
-    energy = ranks * sum(e.energy_j for e in estimates) + idle_others_w * latency
-    batch = batch_size(graph)
+    energy = spread.ranks * sum(e.energy_j for e in estimates) + spread.idle_others_w * latency
+    batch = batch_size(workload.graph)
+    layers = _layers(estimates, latency, peak)
+    power = spread.replicas * energy / latency if latency else 0.0
+    period = spread.steady_state_s if spread.steady_state_s else latency
+    throughput = spread.replicas * batch / period if period else 0.0
+    model_flops = workload.flops
+    totals = Totals(
+        latency_s=latency,
+        batch=batch,
+        throughput_per_s=throughput,
+        flops=model_flops,
+        matrix_flops=workload.matrix_flops,
+        dram_bytes=sum(e.dram_bytes for e in estimates),
+        weight_bytes=weight_bytes,
+        mfu=model_flops / (latency * peak * spread.devices) if latency else 0.0,
+        memory_stall_fraction=stall_time / latency if latency else 0.0,
+        energy_j=energy,
+        energy_per_inference_j=energy / batch,
+        avg_power_w=power,
+        perf_per_watt=throughput / power if power else 0.0,
+        peak_flops_per_s=peak,
+        dtype=dtype,
+    )
+    return layers, totals
+
+
+def _layers(estimates: list[KernelEstimate], latency: float, peak: float) -> tuple[LayerRollup, ...]:
+    """One row per layer type, the most time first."""
     by_layer: dict[str, list[KernelEstimate]] = {}
     for e in estimates:
         by_layer.setdefault(str(e.kernel.layer_type), []).append(e)
@@ -68,24 +102,4 @@ def roll_up(
                 sum(e.stall_fraction * e.time_s for e in group) / t if t else 0.0,
             )
         )
-    power = replicas * energy / latency if latency else 0.0
-    period = steady_state_s if steady_state_s else latency
-    throughput = replicas * batch / period if period else 0.0
-    totals = Totals(
-        latency_s=latency,
-        batch=batch,
-        throughput_per_s=throughput,
-        flops=model_flops,
-        matrix_flops=matrix_flops,
-        dram_bytes=sum(e.dram_bytes for e in estimates),
-        weight_bytes=weight_bytes,
-        mfu=model_flops / (latency * peak * devices) if latency else 0.0,
-        memory_stall_fraction=stall_time / latency if latency else 0.0,
-        energy_j=energy,
-        energy_per_inference_j=energy / batch,
-        avg_power_w=power,
-        perf_per_watt=throughput / power if power else 0.0,
-        peak_flops_per_s=peak,
-        dtype=dtype,
-    )
-    return tuple(layers), totals
+    return tuple(layers)

@@ -43,6 +43,12 @@ KV_PATH_OPS = frozenset(
 NORM_CHAIN_OPS = frozenset(
     {"Pow", "ReduceMean", "ReduceSumSquare", "Add", "Sub", "Sqrt", "Reciprocal", "Div", "Mul", "Cast"}
 )
+MATMUL_OPERANDS = 2  # MatMul's inputs A and B (ONNX operator spec); in QK^T both are activations
+# A decomposed norm's walk from its reduction: it stops at this many nodes (LayerNorm's Sub, Pow, two
+# ReduceMeans, Add eps, Sqrt, Div, Mul gamma, Add beta, with Casts around them, fit), and a block of fewer
+# than NORM_MIN_NODES is a lone reduction with one op after it, not a norm.
+NORM_MAX_NODES = 14
+NORM_MIN_NODES = 3
 
 
 def _is_activation(graph: Graph, tensor: str) -> bool:
@@ -70,8 +76,8 @@ def find_attention(graph: Graph) -> list[list[Node]]:
         if (
             qk is None
             or qk.op_type != "MatMul"
-            or len(qk.inputs) < 2
-            or not all(_is_activation(graph, i) for i in qk.inputs[:2])
+            or len(qk.inputs) < MATMUL_OPERANDS
+            or not all(_is_activation(graph, i) for i in qk.inputs[:MATMUL_OPERANDS])
         ):
             continue
         pv, prob_path = _find_pv(graph, softmax)
@@ -124,7 +130,7 @@ def find_norms(graph: Graph, taken: set[str]) -> list[list[Node]]:
         else:
             root = x
         frontier = [start]
-        while frontier and len(block) < 14:
+        while frontier and len(block) < NORM_MAX_NODES:
             node = frontier.pop()
             for user in _users_of(graph, node):
                 if user.name in block or user.name in taken or user.op_type not in NORM_CHAIN_OPS:
@@ -137,7 +143,7 @@ def find_norms(graph: Graph, taken: set[str]) -> list[list[Node]]:
                     continue  # an outside activation joins here (a residual): the norm ended before
                 block[user.name] = user
                 frontier.append(user)
-        if len(block) >= 3:
+        if len(block) >= NORM_MIN_NODES:
             blocks.append(list(block.values()))
     return blocks
 

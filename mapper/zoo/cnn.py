@@ -6,6 +6,8 @@ Names follow torchvision's module paths (layer1.0.conv1.weight, features.3.conv.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import onnx
 
 from mapper.zoo.blocks import gemm
@@ -14,19 +16,20 @@ from mapper.zoo.builder import FLOAT, GraphBuilder
 BN_EPS = 1e-5  # torch.nn.BatchNorm2d default, used by both torchvision models
 
 
-def conv_bn(
-    b: GraphBuilder,
-    x: str,
-    cin: int,
-    cout: int,
-    kernel: int,
-    stride: int,
-    conv: str,
-    bn: str,
-    act: str | None,
-    groups: int = 1,
-) -> str:
+@dataclass(frozen=True, slots=True)
+class ConvShape:
+    """A square conv's channels in and out, kernel size, stride and groups (depthwise: groups = channels)."""
+
+    cin: int
+    cout: int
+    kernel: int
+    stride: int
+    groups: int = 1
+
+
+def conv_bn(b: GraphBuilder, x: str, shape: ConvShape, conv: str, bn: str, act: str | None) -> str:
     """Conv (no bias) -> BatchNormalization -> optional Relu or ReLU6 (Clip 0..6)."""
+    cin, cout, kernel, stride, groups = shape.cin, shape.cout, shape.kernel, shape.stride, shape.groups
     pad = kernel // 2
     with b.scope(conv):
         w = b.weight("weight", [cout, cin // groups, kernel, kernel])
@@ -76,7 +79,7 @@ def build_resnet50(inline_weights: bool = False) -> onnx.ModelProto:
     He et al. 2016 "Deep Residual Learning for Image Recognition".
     """
     b = GraphBuilder("resnet50", inline_weights=inline_weights)
-    x = conv_bn(b, image_input(b), 3, 64, 7, 2, "conv1", "bn1", "relu")
+    x = conv_bn(b, image_input(b), ConvShape(3, 64, 7, 2), "conv1", "bn1", "relu")
     x = b.op("MaxPool", x, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
     cin = 64
     for stage, blocks in enumerate(RESNET50_BLOCKS):
@@ -92,12 +95,12 @@ def build_resnet50(inline_weights: bool = False) -> onnx.ModelProto:
 
 def _bottleneck(b: GraphBuilder, x: str, cin: int, width: int, stride: int) -> str:
     cout = width * BOTTLENECK_EXPANSION
-    y = conv_bn(b, x, cin, width, 1, 1, "conv1", "bn1", "relu")
-    y = conv_bn(b, y, width, width, 3, stride, "conv2", "bn2", "relu")
-    y = conv_bn(b, y, width, cout, 1, 1, "conv3", "bn3", None)
+    y = conv_bn(b, x, ConvShape(cin, width, 1, 1), "conv1", "bn1", "relu")
+    y = conv_bn(b, y, ConvShape(width, width, 3, stride), "conv2", "bn2", "relu")
+    y = conv_bn(b, y, ConvShape(width, cout, 1, 1), "conv3", "bn3", None)
     identity = x
     if stride != 1 or cin != cout:
-        identity = conv_bn(b, x, cin, cout, 1, stride, "downsample.0", "downsample.1", None)
+        identity = conv_bn(b, x, ConvShape(cin, cout, 1, stride), "downsample.0", "downsample.1", None)
     return b.op("Relu", b.op("Add", y, identity))
 
 
@@ -123,14 +126,14 @@ def build_mobilenetv2(inline_weights: bool = False) -> onnx.ModelProto:
     ReLU6 exports as Clip(0, 6); depthwise convs are Conv with group = channels.
     """
     b = GraphBuilder("mobilenetv2", inline_weights=inline_weights)
-    x = conv_bn(b, image_input(b), 3, MOBILENETV2_STEM, 3, 2, "features.0.0", "features.0.1", "relu6")
+    x = conv_bn(b, image_input(b), ConvShape(3, MOBILENETV2_STEM, 3, 2), "features.0.0", "features.0.1", "relu6")
     cin, feature = MOBILENETV2_STEM, 1
     for expand, cout, repeats, first_stride in MOBILENETV2_SETTING:
         for index in range(repeats):
             with b.scope(f"features.{feature}.conv"):
                 x = _inverted_residual(b, x, cin, cout, first_stride if index == 0 else 1, expand)
             cin, feature = cout, feature + 1
-    x = conv_bn(b, x, cin, MOBILENETV2_LAST, 1, 1, f"features.{feature}.0", f"features.{feature}.1", "relu6")
+    x = conv_bn(b, x, ConvShape(cin, MOBILENETV2_LAST, 1, 1), f"features.{feature}.0", f"features.{feature}.1", "relu6")
     classifier(b, x, MOBILENETV2_LAST, "classifier.1")  # classifier.0 is Dropout: absent at inference
     return b.build(build_mobilenetv2.__doc__)
 
@@ -139,8 +142,8 @@ def _inverted_residual(b: GraphBuilder, x: str, cin: int, cout: int, stride: int
     hidden = cin * expand
     y, layer = x, 0
     if expand != 1:
-        y = conv_bn(b, y, cin, hidden, 1, 1, "0.0", "0.1", "relu6")
+        y = conv_bn(b, y, ConvShape(cin, hidden, 1, 1), "0.0", "0.1", "relu6")
         layer = 1
-    y = conv_bn(b, y, hidden, hidden, 3, stride, f"{layer}.0", f"{layer}.1", "relu6", groups=hidden)
-    y = conv_bn(b, y, hidden, cout, 1, 1, f"{layer + 1}", f"{layer + 2}", None)
+    y = conv_bn(b, y, ConvShape(hidden, hidden, 3, stride, groups=hidden), f"{layer}.0", f"{layer}.1", "relu6")
+    y = conv_bn(b, y, ConvShape(hidden, cout, 1, 1), f"{layer + 1}", f"{layer + 2}", None)
     return b.op("Add", x, y) if stride == 1 and cin == cout else y

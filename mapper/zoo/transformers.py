@@ -41,10 +41,10 @@ VIT_IMAGE, VIT_PATCH, VIT_CLASSES = 224, 16, 1000
 
 
 def self_attention(
-    b: GraphBuilder, q: str, k: str, v: str, batch: str, seq: str, c: EncoderConfig, additive_mask: str | None = None
+    b: GraphBuilder, qkv: tuple[str, str, str], batch: str, seq: str, c: EncoderConfig, additive_mask: str | None = None
 ) -> str:
-    """Heads split, eager attention, heads merged: [batch, seq, hidden] in and out."""
-    q, k, v = (blocks.split_heads(b, t, batch, seq, c.heads, c.head_dim) for t in (q, k, v))
+    """Heads split, eager attention, heads merged: query, key and value [batch, seq, hidden] in, one out."""
+    q, k, v = (blocks.split_heads(b, t, batch, seq, c.heads, c.head_dim) for t in qkv)
     context = blocks.scaled_dot_product(b, q, k, v, c.head_dim, additive_mask=additive_mask)
     return blocks.merge_heads(b, context, batch, seq, c.hidden)
 
@@ -82,7 +82,7 @@ def build_bert(
         with b.scope(f"encoder.layer.{i}"):
             with b.scope("attention"):
                 q, k, v = (blocks.linear(b, x, c.hidden, c.hidden, f"self.{n}") for n in ("query", "key", "value"))
-                attn = self_attention(b, q, k, v, batch, seq, c, additive_mask=mask)
+                attn = self_attention(b, (q, k, v), batch, seq, c, additive_mask=mask)
                 attn = blocks.linear(b, attn, c.hidden, c.hidden, "output.dense")
                 x = blocks.layer_norm(b, b.op("Add", attn, x), c.hidden, "output.LayerNorm", c.norm_eps)
             h = blocks.gelu_erf(b, blocks.linear(b, x, c.hidden, c.ffn, "intermediate.dense"))
@@ -200,7 +200,7 @@ def build_vit(
                         b.op("MatMul", h, b.weight("in_proj_weight", [c.hidden, 3 * c.hidden])),
                         b.weight("in_proj_bias", [3 * c.hidden]),
                     )
-                    attn = self_attention(b, *blocks.split_fused_qkv(b, qkv, c.hidden), batch, seq, c)
+                    attn = self_attention(b, blocks.split_fused_qkv(b, qkv, c.hidden), batch, seq, c)
                     attn = blocks.linear(b, attn, c.hidden, c.hidden, "out_proj")
                 x = b.op("Add", x, attn)
                 h = blocks.layer_norm(b, x, c.hidden, "ln_2", c.norm_eps)

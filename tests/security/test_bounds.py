@@ -28,8 +28,8 @@ def _vi(name, shape, dtype=TensorProto.FLOAT):
 
 
 def test_control_flow_bodies_count_toward_max_nodes(monkeypatch):
-    """A Loop whose body holds the work, inside Ifs nested 25 deep (about what protobuf parses): one node at
-    the top level."""
+    """A Loop whose body holds the work, inside Ifs nested 25 deep (about what protobuf parses):
+    one node at the top level."""
     body_nodes = [helper.make_node("Relu", ["x"], [f"r{i}"]) for i in range(40)]
     body = helper.make_graph(
         body_nodes + [helper.make_node("Identity", ["c"], ["c_out"])],
@@ -173,7 +173,7 @@ def test_serving_requests_limit_fits_the_memory_budget_and_is_checked_first():
 
 def test_llm_requests_times_output_tokens_is_bounded():
     """1,000 requests of 900k output tokens: a 7 GB jitter array and 9e8 scheduler steps, refused."""
-    from mapper.serve.llm import LLMServingConfig, simulate_llm_serving
+    from mapper.serve.continuous import LLMServingConfig, simulate_llm_serving
 
     config = LLMServingConfig(requests=1_000, output_tokens=900_000, prompt_tokens=16, kv_capacity_tokens=10**12)
     with pytest.raises(MapperError, match="MAX_LLM_TOKENS"):

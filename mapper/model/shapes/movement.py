@@ -229,14 +229,19 @@ def _nonzero(c: Ctx) -> Out:
 
 
 # --- contrib (com.microsoft) fused ops exporters emit --------------------------------------------
+# Attention's input ranks: [B, S, hidden] (com.microsoft and ONNX) or [B, heads, S, head_dim] (ONNX opset 23 only).
+SEQUENCE_RANK = 3
+HEADS_RANK = 4
+
+
 @rule("Attention")
 def _ms_attention(c: Ctx) -> Out:
     x = c.shape(0)
-    if len(x) not in (3, 4) or (len(x) == 4 and c.node.domain not in ("", "ai.onnx")):
+    if len(x) not in (SEQUENCE_RANK, HEADS_RANK) or (len(x) == HEADS_RANK and c.node.domain not in ("", "ai.onnx")):
         raise ValueError(f"{c.node.op_type} input 0 has rank {len(x)}; it must be [B, S, hidden] or [B, heads, S, d]")
     if c.node.domain in ("", "ai.onnx"):  # opset-23 Attention(Q, K, V, ...)
         q, v = c.shape(0), c.shape(2)
-        if len(q) == 4:  # [B, heads, S, head_dim]
+        if len(q) == HEADS_RANK:  # [B, heads, S, head_dim]
             out = q[:-1] + (v[-1],)
         else:  # [B, S, hidden]: V's head size times Q's head count
             kv_heads = max(int(c.node.attr("kv_num_heads", 1)), 1)
@@ -251,7 +256,7 @@ def _ms_attention(c: Ctx) -> Out:
 @rule("MultiHeadAttention", "GroupQueryAttention", "PackedAttention")
 def _ms_mha(c: Ctx) -> Out:
     q = c.shape(0)
-    if len(q) not in (3, 4):
+    if len(q) not in (SEQUENCE_RANK, HEADS_RANK):
         raise ValueError(f"{c.node.op_type} query has rank {len(q)}; it must be [B, S, hidden] or [B, heads, S, d]")
     out: Out = [(q, c.dtype(0))]
     for i in range(1, len(c.node.outputs)):

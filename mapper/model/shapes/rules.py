@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from mapper.model.dtypes import dtype_name
 from mapper.model.shapes.base import Ctx, NoRule, Out, Shape, broadcast, rule
 
+MATRIX_RANK = 2  # a matrix's axes: FusedMatMul's transA/transB swap the last two (com.microsoft contrib spec)
+
 # --- same shape as input 0 ---------------------------------------------------------------
 SAME_SHAPE = (
     "Relu",
@@ -196,9 +198,9 @@ def _bias_split_gelu(c: Ctx) -> Out:
 def _matmul(c: Ctx) -> Out:
     a, b = c.shape(0), c.shape(1)
     if c.node.op_type == "FusedMatMul":
-        if c.node.attr("transA", 0) and len(a) >= 2:
+        if c.node.attr("transA", 0) and len(a) >= MATRIX_RANK:
             a = a[:-2] + (a[-1], a[-2])
-        if c.node.attr("transB", 0) and len(b) >= 2:
+        if c.node.attr("transB", 0) and len(b) >= MATRIX_RANK:
             b = b[:-2] + (b[-1], b[-2])
     dtype = "int32" if c.node.op_type == "MatMulInteger" else c.dtype(0)
     return [(matmul_shape(a, b), dtype)]
