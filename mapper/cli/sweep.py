@@ -35,10 +35,8 @@ def add_arguments(subparsers) -> None:
     p.add_argument("--hw", default="h100-sxm", help="profiles, comma-separated: h100-sxm,a100-sxm-80gb")
     p.add_argument("--batch", default="1", help="batch sizes, comma-separated: 1,8,64")
     p.add_argument("--seq", default="128", help="sequence lengths (ignored by models without one): 128,512,2048")
-    p.add_argument("--dtype", default="auto", help=f"plan dtypes, comma-separated, of {','.join(PLAN_DTYPES)}")
-    p.add_argument(
-        "--fusion", default="default", help=f"fusion policies, comma-separated, of {','.join(FUSION_POLICIES)}"
-    )
+    p.add_argument("--dtype", default="auto", help="plan dtypes, comma-separated: bf16,fp8")
+    p.add_argument("--fusion", default="default", help="fusion policies, comma-separated: none,aggressive")
     p.add_argument(
         "--dim",
         action="append",
@@ -54,12 +52,7 @@ def add_arguments(subparsers) -> None:
     )
     p.add_argument("--workers", type=int, help="local workers (process pool or a Dask LocalCluster)")
     p.add_argument("--scheduler", help="a running Dask scheduler, tcp://HOST:PORT")
-    p.add_argument(
-        "--chunk",
-        type=int,
-        default=limits.SWEEP_CHUNK_SLICES,
-        help=f"slices per task (default {limits.SWEEP_CHUNK_SLICES})",
-    )
+    p.add_argument("--chunk", type=int, default=limits.SWEEP_CHUNK_SLICES, help="slices per task (default %(default)s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print best plans and flips as JSON")
     p.set_defaults(func=cmd_sweep)
