@@ -55,8 +55,9 @@ def color_of(bottleneck: str) -> str:
 
 
 def verdict(doc: dict) -> str:
-    """One sentence: what limits this model and who should act (the sheet's own wording)."""
-    return mapper.limiting_sentence(doc)
+    """One sentence: the first mechanism failure (capacity, latency target, dominant class) and who acts,
+    in the sheet's own wording."""
+    return mapper.verdict_sentence(doc)
 
 
 def chart(figure, doc: dict, key: str) -> None:

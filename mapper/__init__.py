@@ -31,6 +31,7 @@ from mapper.pipeline import (
 )
 from mapper.plan.layout import LAYOUTS
 from mapper.report.document import mapping_document
+from mapper.report.verdict import Finding, first_failure, verdict_sentence
 from mapper.serve.continuous import LLMServingConfig, LLMServingResult
 from mapper.serve.engine import map_slice, simulate_model_serving
 from mapper.serve.llm import ServeRequest, ServingRun, is_decoder, serve_model
@@ -63,7 +64,6 @@ _LAZY = {
     "calibrate": "mapper.evidence",
     "measurement_from_profile": "mapper.evidence",
     "sheet_bytes": "mapper.report.sheet",
-    "limiting_sentence": "mapper.report.sheet",
     "csv_bytes": "mapper.report.tables",
     "class_color": "mapper.report.charts",
     "layer_share_figure": "mapper.report.charts",
@@ -112,6 +112,9 @@ __all__ = [
     "LAYOUTS",
     "MAX_PARALLEL_DEGREE",
     "mapping_document",
+    "Finding",
+    "first_failure",
+    "verdict_sentence",
     "KernelAssessment",
     "KernelEstimate",
     "MappingResult",

@@ -51,5 +51,5 @@ def test_an_offered_load_over_capacity_says_the_queue_grows():
 def test_the_dominant_class_names_its_owner_and_fix(model):
     doc = document(model, {}, dtype="bf16")
     sentence = verdict_sentence(doc)
-    assert sentence.startswith(f"{model} on h100-sxm mostly ")
+    assert sentence.startswith(f"{model} on h100-sxm is mostly ")
     assert "should act first" in sentence

@@ -41,6 +41,7 @@ def print_summary(result: mapper.MappingResult) -> None:
         f" latency {t.latency_s * 1e3:.3f} ms, throughput {t.throughput_per_s:,.1f}/s, MFU {t.mfu:.1%},"
         f" memory stall {t.memory_stall_fraction:.1%}, {t.avg_power_w:.0f} W, {len(result.kernels)} kernels"
     )
+    print(f"first failure: {mapper.first_failure(mapper.mapping_document(result)).sentence}")
     print(f"{'layer type':24s} {'time share':>10s} {'MFU':>7s} {'stall':>7s}")
     for layer in result.layers:
         print(f"{layer.layer_type:24s} {layer.share:10.1%} {layer.mfu:7.1%} {layer.stall_fraction:7.1%}")

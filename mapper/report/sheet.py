@@ -20,6 +20,7 @@ from mapper.core.result import MappingResult
 from mapper.report import tables
 from mapper.report.document import mapping_document
 from mapper.report.html import render_html
+from mapper.report.verdict import verdict_sentence
 
 FORMATS = ("xlsx", "csv", "json", "html")
 TOP_BOTTLENECKS = 5
@@ -146,22 +147,6 @@ def class_times(doc: dict) -> list[tuple[str, float, str]]:
     return sorted(((c, t, o) for c, (t, o) in times.items()), key=lambda x: -x[1])
 
 
-def limiting_sentence(doc: dict) -> str:
-    """What limits the model and who acts, in plain words, from the class holding the most time."""
-    classes = class_times(doc)
-    if not classes:
-        return "No kernels were planned, so nothing limits this model on this device."
-    cls, time_s, owner = classes[0]
-    latency = doc["totals"]["latency_s"] or 1.0
-    count = sum(1 for k in doc["kernels"] if k["bottleneck"] == cls)
-    fix = fix_of(cls) or None
-    return (
-        f"{doc['model']['name']} on {doc['hardware']['name']} is mostly {cls}: {time_s / latency:.0%} of its"
-        f" time is in {count} kernel{'s' if count != 1 else ''} of that class."
-        f" The {owner} should act first{f' ({fix})' if fix else ''}."
-    )
-
-
 def summary_frame(doc: dict) -> pd.DataFrame:
     t = doc["totals"]
     rows = [
@@ -181,7 +166,7 @@ def summary_frame(doc: dict) -> pd.DataFrame:
             }
         )
     rows.append({"section": "metric", "name": "unmodeled_nodes", "value": len(doc["unmodeled"]), "unit": "nodes"})
-    rows.append({"section": "verdict", "name": "what limits it", "value": limiting_sentence(doc), "unit": ""})
+    rows.append({"section": "verdict", "name": "first failure", "value": verdict_sentence(doc), "unit": ""})
     for cls, time_s, owner in class_times(doc):
         rows.append(
             {"section": "time by class", "name": cls, "value": time_s, "unit": "s", "owner": owner, "fix": fix_of(cls)}
@@ -331,7 +316,7 @@ def sheet_bytes(result: MappingResult, fmt: str) -> bytes:
         return tables.csv_bytes(frames["Kernels"])
     if fmt == "xlsx":
         return xlsx_bytes(frames)
-    return render_html(doc, frames, limiting_sentence(doc)).encode()
+    return render_html(doc, frames, verdict_sentence(doc)).encode()
 
 
 def write_sheet(result: MappingResult, path: str | os.PathLike) -> Path:

@@ -60,7 +60,7 @@ def _latency_target(doc: dict, target_s: float | None) -> Finding | None:
     if capacity and offered > capacity:
         return Finding(
             "latency target",
-            f"overloaded: offered {offered:,.1f} req/s is over the capacity of {capacity:,.1f} req/s, so the"
+            f"is overloaded: offered {offered:,.1f} req/s is over the capacity of {capacity:,.1f} req/s, so the"
             " queue grows without bound and no percentile is meaningful at this load.",
             Owner.RUNTIME,
         )
@@ -94,7 +94,7 @@ def _dominant(doc: dict, _target: float | None) -> Finding | None:
     fix = fix_of(cls)
     return Finding(
         "dominant bottleneck",
-        f"mostly {cls}: {time_s / latency:.0%} of its time is in {count} kernel{'s' if count != 1 else ''} of"
+        f"is mostly {cls}: {time_s / latency:.0%} of its time is in {count} kernel{'s' if count != 1 else ''} of"
         f" that class. The {owner} should act first{f' ({fix})' if fix else ''}.",
         owner,
     )
