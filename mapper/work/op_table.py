@@ -7,6 +7,7 @@ op is a row here (and a rule in `ops` if it is a matrix op).
 from __future__ import annotations
 
 from mapper.core.graph import SUBGRAPH_OPS
+from mapper.model.shapes.rules import REDUCE
 
 # FLOPs per output element of elementwise ops, and how many of them run on the
 # special-function unit (exp, log, tanh, erf, rsqrt...). After onnx-tool's
@@ -130,21 +131,7 @@ NORMALIZATION: dict[str, tuple[float, float]] = {
     "GroupNorm": (LAYERNORM + 1, 0),
     "SkipGroupNorm": (LAYERNORM + 3, 0),  # + optional SiLU; + skip and bias adds
 }
-REDUCTIONS = (
-    "ReduceMean",
-    "ReduceSum",
-    "ReduceMax",
-    "ReduceMin",
-    "ReduceProd",
-    "ReduceL1",
-    "ReduceL2",
-    "ReduceLogSum",
-    "ReduceLogSumExp",
-    "ReduceSumSquare",
-    "ArgMax",
-    "ArgMin",
-    "TopK",
-)
+REDUCTIONS = (*REDUCE, "ArgMax", "ArgMin", "TopK")  # the shape rules' reduce family, plus index reductions
 POOLING = ("MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool")
 DATA_MOVEMENT = (
     "Transpose",
