@@ -3,13 +3,18 @@
 import pandas as pd
 import streamlit as st
 
+import mapper
+
 from app_pages import serving_model, ui
 
 doc, result, sel = ui.current()
 t = doc["totals"]
 ui.header("Overview", doc)
+first = mapper.first_failure(doc)
 with st.container(key="verdict"):  # styled by its key (state.BASE_CSS): no HTML around the model's name
-    st.markdown(f"**Verdict.** {ui.md(ui.verdict(doc))}")
+    st.markdown(f"**Verdict** ({first.check}, owner: {first.owner}). {ui.md(ui.verdict(doc))}")
+if first.kpis_unreachable:
+    st.warning("Unreachable on this device as mapped: the figures below assume memory it does not have.")
 
 served = serving_model.run(sel, curve=False)
 row1 = st.columns(4)

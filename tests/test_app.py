@@ -93,6 +93,17 @@ def test_opens_on_resnet50_h100_with_results():
     assert metric(at, "Throughput").endswith("/s") and metric(at, "Throughput") != "—"
 
 
+def test_a_model_that_does_not_fit_leads_with_capacity():
+    """Llama-2-70B on one H100: the verdict names the capacity failure and the smallest fitting TP first,
+    its owner is the runtime systems engineer, and the KPIs are marked unreachable on one device."""
+    at = start(model="llama2-70b")
+    assert_clean(at, "llama2-70b")
+    verdict = next(m.value for m in at.markdown if "Verdict" in m.value)
+    assert "capacity, owner: runtime systems engineer" in verdict
+    assert "does not fit" in verdict and "smallest fit TP" in verdict
+    assert any("Unreachable on this device" in w.value for w in at.warning)
+
+
 def test_uploaded_real_model_renders_every_page():
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     upload(at, BERT_TINY.name, BERT_TINY.read_bytes())
