@@ -4,7 +4,6 @@ import pandas as pd
 import streamlit as st
 
 import mapper
-
 from app_pages import serving_model, ui
 
 doc, result, sel = ui.current()
