@@ -11,7 +11,7 @@ t = doc["totals"]
 ui.header("Overview", doc)
 first = mapper.first_failure(doc)
 with st.container(key="verdict"):  # styled by its key (state.BASE_CSS): no HTML around the model's name
-    st.markdown(f"**Verdict** ({first.check}, owner: {first.owner}). {ui.md(ui.verdict(doc))}")
+    st.markdown(f"**Verdict.** {ui.md(ui.verdict(doc))} *First failure: {first.check}; owner: {first.owner}.*")
 if first.kpis_unreachable:
     st.warning("Unreachable on this device as mapped: the figures below assume memory it does not have.")
 

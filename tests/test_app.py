@@ -99,7 +99,7 @@ def test_a_model_that_does_not_fit_leads_with_capacity():
     at = start(model="llama2-70b")
     assert_clean(at, "llama2-70b")
     verdict = next(m.value for m in at.markdown if "Verdict" in m.value)
-    assert "capacity, owner: runtime systems engineer" in verdict
+    assert "First failure: capacity; owner: runtime systems engineer" in verdict
     assert "does not fit" in verdict and "smallest fit TP" in verdict
     assert any("Unreachable on this device" in w.value for w in at.warning)
 
