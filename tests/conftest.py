@@ -77,3 +77,22 @@ def _restore_main_module():
     yield
     if main is not None:
         sys.modules["__main__"] = main
+
+
+# The dashboard under test and its pages (AppTest names), shared by the app and red-team tests.
+APP = str(Path(__file__).resolve().parents[1] / "app.py")
+PAGES = [
+    "overview",
+    "layers",
+    "kernels",
+    "roofline",
+    "timeline",
+    "serving",
+    "power",
+    "devices",
+    "validation",
+    "sweep",
+    "compare",
+    "hardware",
+    "export",
+]

@@ -103,21 +103,24 @@ def _body(rng, outer: str, out: str, inputs=()) -> onnx.GraphProto:
     )
 
 
+# Where external data can hide: a Constant's value and sparse_value, sparse_initializer, the main graph's
+# initializer, initializers in If, Loop and Scan bodies, tensor attributes, three levels down.
+EXTERNAL_PLACES = (
+    "constant",
+    "constant_sparse",
+    "sparse_init",
+    "main_init",
+    "if_body",
+    "loop_body",
+    "scan_body",
+    "tensors_attr",
+    "nested",
+)
+
+
 def external_data_model(rng) -> Attack:
     """y = x + c, where c's data (or a body's weight) points at a file the server must never open."""
-    where = rng.choice(
-        (
-            "constant",
-            "constant_sparse",
-            "sparse_init",
-            "main_init",
-            "if_body",
-            "loop_body",
-            "scan_body",
-            "tensors_attr",
-            "nested",
-        )
-    )
+    where = rng.choice(EXTERNAL_PLACES)
     x, inits, extra = _vi("x", [2, 4]), [], {}
     add = helper.make_node("Add", ["x", "c"], ["y"])
     if where == "constant":

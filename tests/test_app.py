@@ -13,25 +13,10 @@ import mapper
 from app_pages import session, ui
 from app_pages.state import DEFAULTS, LLM_REQUESTS, REQUESTS
 from mapper.cli.main import main
+from tests.conftest import APP, PAGES
 from tests.security.test_formulas import downloads
 
-APP = str(Path(__file__).resolve().parents[1] / "app.py")
 BERT_TINY = Path(__file__).parent / "models" / "hf_bert_tiny.onnx"
-PAGES = [
-    "overview",
-    "layers",
-    "kernels",
-    "roofline",
-    "timeline",
-    "serving",
-    "power",
-    "devices",
-    "validation",
-    "sweep",
-    "compare",
-    "hardware",
-    "export",
-]
 TIMEOUT = 120  # llama2-70b maps in seconds on a slow CI machine; resnet50 in ~50 ms
 
 

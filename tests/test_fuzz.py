@@ -105,20 +105,7 @@ def test_every_place_of_external_data_is_generated_and_found():
         m.ParseFromString(attack.data)
         assert fuzz_checks.external_references(m), attack.label
         seen.add(attack.label)
-    assert seen == {
-        f"external:{w}"
-        for w in (
-            "constant",
-            "constant_sparse",
-            "sparse_init",
-            "main_init",
-            "if_body",
-            "loop_body",
-            "scan_body",
-            "tensors_attr",
-            "nested",
-        )
-    }
+    assert seen == {f"external:{w}" for w in fuzz_attacks.EXTERNAL_PLACES}
 
 
 def test_the_sheet_checks_find_formulas_and_markup():

@@ -10,7 +10,6 @@ may carry the payload raw (an escaped `\\!\\[` or `&lt;div` is text), and nothin
 
 import re
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 from google.protobuf.json_format import MessageToDict
@@ -18,24 +17,9 @@ from streamlit.testing.v1 import AppTest
 
 import mapper
 from app_pages import session
+from tests.conftest import APP, PAGES
 from tests.security.hostile_names import OVERLAY, hostile_model
 
-APP = str(Path(__file__).resolve().parents[2] / "app.py")
-PAGES = [
-    "overview",
-    "layers",
-    "kernels",
-    "roofline",
-    "timeline",
-    "serving",
-    "power",
-    "devices",
-    "validation",
-    "sweep",
-    "compare",
-    "hardware",
-    "export",
-]
 FILE_NAME = "![f](http://127.0.0.1:9/file.png).onnx"
 PROFILE_NAME = "![p](http://127.0.0.1:9/profile.png) <b>GPU</b>"
 # What may never reach a markdown/HTML renderer unescaped: an image or link opener, an HTML tag.
