@@ -21,7 +21,11 @@ from mapper.hardware.profile import HardwareProfile, edit_profile, list_hardware
 from mapper.hardware.schema import ProfileError
 from mapper.pipeline import (
     FUSION_POLICIES,
+    KV_CACHE_MODES,
+    LAUNCHES,
     PLAN_DTYPES,
+    RUNTIMES,
+    SPARSITIES,
     WEIGHT_DTYPES,
     dim_roles,
     flatten_profile,
@@ -108,6 +112,10 @@ __all__ = [
     "map_slice",
     "PLAN_DTYPES",
     "WEIGHT_DTYPES",
+    "RUNTIMES",
+    "KV_CACHE_MODES",
+    "LAUNCHES",
+    "SPARSITIES",
     "FUSION_POLICIES",
     "LAYOUTS",
     "MAX_PARALLEL_DEGREE",

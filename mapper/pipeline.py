@@ -32,7 +32,7 @@ from mapper.core.result import (
     Totals,
 )
 from mapper.core.version import __version__
-from mapper.core.vocab import FusionPolicy, PlanDtype, WeightDtype, values
+from mapper.core.vocab import FusionPolicy, KvCache, Launch, PlanDtype, Runtime, Sparsity, WeightDtype, values
 from mapper.cost import bottleneck
 from mapper.cost.assess import estimate_kernels
 from mapper.handle import ModelHandle, open_model
@@ -52,6 +52,10 @@ from mapper.zoo import ZOO_NAMES
 FUSION_POLICIES = values(FusionPolicy)
 PLAN_DTYPES = values(PlanDtype)  # PlanOptions.dtype: auto keeps the model's own precision
 WEIGHT_DTYPES = values(WeightDtype)  # PlanOptions.weight_dtype: weight-only quantization
+RUNTIMES = values(Runtime)  # PlanOptions.runtime: a preset of kv_cache and launch
+KV_CACHE_MODES = values(KvCache)  # PlanOptions.kv_cache
+LAUNCHES = values(Launch)  # PlanOptions.launch
+SPARSITIES = values(Sparsity)  # PlanOptions.sparsity
 
 
 def is_builtin(source) -> bool:
@@ -201,6 +205,10 @@ def validate_options(options: PlanOptions) -> PlanOptions:
         ("fusion", options.fusion, FUSION_POLICIES),
         ("weight_dtype", options.weight_dtype, WEIGHT_DTYPES),
         ("layout", options.layout, LAYOUTS),
+        ("runtime", options.runtime, RUNTIMES),
+        ("kv_cache", options.kv_cache, KV_CACHE_MODES),
+        ("launch", options.launch, LAUNCHES),
+        ("sparsity", options.sparsity, SPARSITIES),
     )
     for name, value, allowed in checks:
         if value not in allowed:
@@ -212,7 +220,15 @@ def validate_options(options: PlanOptions) -> PlanOptions:
             f"option power_cap_w={options.power_cap_w!r} must be a positive number of watts"
             f" below {limits.limit_text('MAX_POWER_CAP_W')}"
         )
-    for name in ("tp", "pp", "dp"):
+    if not (
+        isinstance(options.expert_imbalance, int | float)
+        and 1 <= options.expert_imbalance <= limits.MAX_PARALLEL_DEGREE
+    ):
+        raise MapperError(
+            f"option expert_imbalance={options.expert_imbalance!r} must be a number from 1 (balanced experts)"
+            f" to {limits.limit_text('MAX_PARALLEL_DEGREE')}"
+        )
+    for name in ("tp", "pp", "dp", "ep"):
         value = getattr(options, name)
         if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= limits.MAX_PARALLEL_DEGREE:
             raise MapperError(

@@ -55,6 +55,16 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pp", type=int, default=1, help="pipeline stages, balanced by time")
     p.add_argument("--dp", type=int, help="data-parallel replicas")
     p.add_argument("--overlap-collectives", action="store_true", help="hide collectives behind the next compute")
+    p.add_argument("--ep", type=int, default=1, help="expert-parallel degree (mixture-of-experts layers)")
+    p.add_argument(
+        "--expert-imbalance", type=float, default=1.0, help="MoE load imbalance: busiest expert's tokens / mean"
+    )
+    p.add_argument(
+        "--runtime", default="auto", choices=mapper.RUNTIMES, help="runtime preset (sets --kv-cache and --launch)"
+    )
+    p.add_argument("--kv-cache", default="auto", choices=mapper.KV_CACHE_MODES, help="decoder KV-cache update")
+    p.add_argument("--launch", default="auto", choices=mapper.LAUNCHES, help="eager launches or graph replay")
+    p.add_argument("--sparsity", default="dense", choices=mapper.SPARSITIES, help="structured sparsity of weights")
 
 
 def parallel_degrees(devices: int | None, tp: int, pp: int, dp: int | None) -> tuple[int, int, int]:
@@ -84,6 +94,12 @@ def options_from(args) -> mapper.PlanOptions:
         pp=pp,
         dp=dp,
         overlap_collectives=args.overlap_collectives,
+        runtime=args.runtime,
+        kv_cache=args.kv_cache,
+        launch=args.launch,
+        sparsity=args.sparsity,
+        ep=args.ep,
+        expert_imbalance=args.expert_imbalance,
     )
 
 

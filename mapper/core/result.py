@@ -63,6 +63,12 @@ class PlanOptions:
     pp: int = 1  # pipeline stages, balanced by time
     dp: int = 1  # data-parallel replicas
     overlap_collectives: bool = False  # hide a collective behind the next kernel's compute
+    runtime: str = "auto"  # auto | onnxruntime | vllm | tensorrt-llm (a preset of kv_cache and launch)
+    kv_cache: str = "auto"  # auto | in-place | copy: as the runtime preset says, or set
+    launch: str = "auto"  # auto | eager | graph: as the runtime preset says, or set
+    sparsity: str = "dense"  # dense | 2:4 structured sparsity of weight GEMMs
+    ep: int = 1  # expert-parallel degree (mixture-of-experts layers)
+    expert_imbalance: float = 1.0  # busiest expert's tokens over the mean (MoE load imbalance, >= 1)
 
 
 @dataclass(frozen=True, slots=True)

@@ -73,3 +73,35 @@ class Layout(StrEnum):
 def values(vocabulary: type[StrEnum]) -> tuple[str, ...]:
     """The vocabulary's values in order, as plain strings (widget and argparse choices)."""
     return tuple(member.value for member in vocabulary)
+
+
+class KvCache(StrEnum):
+    """`PlanOptions.kv_cache`: how a decoder's past/present KV cache is updated each step."""
+
+    AUTO = "auto"  # as the runtime preset says
+    IN_PLACE = "in-place"  # paged KV cache: append the new token's K and V (vLLM, TensorRT-LLM)
+    COPY = "copy"  # the exported Concat rewrites the whole cache (ONNX Runtime on such a graph)
+
+
+class Launch(StrEnum):
+    """`PlanOptions.launch`: how kernels are launched."""
+
+    AUTO = "auto"  # as the runtime preset says
+    EAGER = "eager"  # one launch per kernel
+    GRAPH = "graph"  # replayed as a CUDA graph (or the device's equivalent)
+
+
+class Runtime(StrEnum):
+    """`PlanOptions.runtime`: a preset that sets the runtime choices together."""
+
+    AUTO = "auto"  # decoders on GPU profiles: the serving preset; everything else: onnxruntime
+    ONNXRUNTIME = "onnxruntime"
+    VLLM = "vllm"
+    TENSORRT_LLM = "tensorrt-llm"
+
+
+class Sparsity(StrEnum):
+    """`PlanOptions.sparsity`: structured sparsity of weight GEMMs."""
+
+    DENSE = "dense"
+    TWO_FOUR = "2:4"  # 2:4 structured sparsity (needs accuracy evidence and a dense fallback)
