@@ -4,7 +4,9 @@
     analyze_graph     Graph -> per-node work and layer types             (ops, layers)
     map_workload      + hardware + options:
         choose_dtype      the plan's precision and its caveats            (kernels)
+        choose_runtime    runtime preset: KV-cache update, launch, attention (runtime)
         plan_kernels      fusion groups -> kernels -> conv layout         (fusion, kernels, layout)
+        apply_kv_cache    the past -> present update as the runtime does it (runtime)
         plan_devices      memory per device, tensor-parallel split        (memory, sharding)
         estimate_kernels  tiling search, cost, power cap, bottleneck     (tiling, cost, bottleneck)
         place_on_devices  pipeline stages, sends, collective overlap     (placement)
@@ -17,6 +19,7 @@ Follow one model through here to see every stage in order.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from mapper.core import limits
@@ -41,6 +44,7 @@ from mapper.plan import tiling
 from mapper.plan.fusion import plan_fusion
 from mapper.plan.kernels import WIDER_PRECISIONS, Sizer, build_kernels, model_dtype, precision_caveats
 from mapper.plan.layout import LAYOUTS, plan_layout
+from mapper.plan.runtime import apply_kv_cache, choose_runtime, launch_profile, runtime_assumptions
 from mapper.plan.sharding import assign_roles, shard_kernels
 from mapper.plan.tiling import attention_fits
 from mapper.schedule.memory import plan_memory
@@ -103,10 +107,13 @@ def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOpt
     options = validate_options(options)
     dtype, caveats = choose_dtype(graph, hardware, options)
     sizer = Sizer(graph, dtype, options.weight_dtype)
-    kernels, layout = plan_kernels(workload, hardware, options, sizer)
+    run = choose_runtime(graph, hardware, options)
+    kernels, layout = plan_kernels(workload, hardware, replace(options, attention_fusion=run.attention_fusion), sizer)
+    kernels = apply_kv_cache(graph, kernels, run.kv_cache, sizer)
     kernels, memory = plan_devices(graph, kernels, sizer, hardware, options)
-    estimates = estimate_kernels(kernels, hardware, dtype, sizer, options.power_cap_w)
-    estimates, parallel = place_on_devices(graph, estimates, options, hardware, dtype, sizer)
+    launched = launch_profile(hardware, run.launch)  # the cost stage charges the runtime's per-kernel launch
+    estimates = estimate_kernels(kernels, launched, dtype, sizer, options.power_cap_w)
+    estimates, parallel = place_on_devices(graph, estimates, options, launched, dtype, sizer)
     layers, totals = roll_up_slice(workload, estimates, sizer, hardware, dtype, options, parallel.slowest_stage_s)
     return MappingResult(
         model_name=graph.name,
@@ -123,7 +130,8 @@ def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOpt
         caveats=tuple(caveats),
         assumptions=caches.assumptions(
             hardware.sha256, dtype, layout, lambda: assumptions_used(hardware, dtype, layout)
-        ),
+        )
+        + runtime_assumptions(run, hardware),
         engine_version=__version__,
         created_utc=datetime.now(UTC).isoformat(timespec="seconds"),
         node_count=len(graph.nodes),

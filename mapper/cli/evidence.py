@@ -13,7 +13,7 @@ import mapper
 from mapper.cli.args import parse_dim
 from mapper.evidence.calibrate import calibrate, holdout_report
 from mapper.evidence.compare import compare_measured
-from mapper.evidence.measure import measure_model, measurement_from_profile
+from mapper.evidence.measure import ORT_PLAN, measure_model, measurement_from_profile
 from mapper.evidence.probe import probe_machine
 from mapper.evidence.profile_toml import write_toml
 from mapper.report.sheet import write_sheet
@@ -85,7 +85,7 @@ def cmd_measure(args) -> int:
         measurement = measurement_from_profile(args.profile, model)
     else:
         measurement = measure_model(model, dims, threads=args.threads, runs=args.runs)
-    result = mapper.map_workload(model.bind(dims), _hardware(args.hw))
+    result = mapper.map_workload(model.bind(dims), _hardware(args.hw), ORT_PLAN)
     comparison = compare_measured(result, measurement)
     if args.out:  # the mapping sheet with its Measured section
         import dataclasses

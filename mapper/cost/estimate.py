@@ -143,11 +143,27 @@ def _engine_times(kernel: Kernel, hw: HardwareProfile, dtype: str, act_bytes: fl
         compute_s, memory_s, dram, l2 = _split(tiling)
         if tiling.chosen.split_k > 1:
             sync_s = hw.grid_sync_s
+        if _skinny(kernel, hw):  # a GEMV-shaped product: the vector units' kernel where it is cheaper
+            vector = plan_vector(kernel, hw, act_bytes)
+            v_compute, v_memory, v_dram, v_l2, v_engine = _vector_cost(kernel, vector, hw, dtype, act_bytes)
+            if kernel_time(v_compute, v_memory, 0.0, 0.0) < kernel_time(compute_s, memory_s, 0.0, sync_s):
+                return vector, v_compute, v_memory, v_dram, v_l2, v_engine, 0.0
     else:
         tiling = plan_vector(kernel, hw, act_bytes)
         compute_s, memory_s, dram, l2, engine = _vector_cost(kernel, tiling, hw, dtype, act_bytes)
         sync_s = tiling.grid_syncs * hw.grid_sync_s
     return tiling, compute_s, memory_s, dram, l2, engine, sync_s
+
+
+def _skinny(kernel: Kernel, hw: HardwareProfile) -> bool:
+    """A GEMM with fewer rows (or columns) than one matrix instruction tile: a candidate for either engine."""
+    shape = kernel.matrix
+    return (
+        shape is not None
+        and shape.kind == "gemm"
+        and kernel.rule != "flash-attention"
+        and min(shape.m, shape.n) < hw.matrix_instruction_mnk[0]
+    )
 
 
 def _split(tiling: TilePlan) -> tuple[float, float, float, float]:

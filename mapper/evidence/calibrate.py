@@ -16,6 +16,7 @@ import numpy as np
 
 from mapper.core.errors import MapperError
 from mapper.evidence.compare import kernel_groups
+from mapper.evidence.measure import ORT_PLAN
 from mapper.hardware.profile import load_hardware
 from mapper.pipeline import load_workload, map_workload
 
@@ -156,7 +157,7 @@ def fit_launch(results, measurements, statistic: str) -> float:
 
 def model_errors(hw, workloads, measurements, statistic: str = "p50") -> list[float]:
     return [
-        map_workload(w, hw).totals.latency_s / measured_latency(m, statistic) - 1.0
+        map_workload(w, hw, ORT_PLAN).totals.latency_s / measured_latency(m, statistic) - 1.0
         for w, m in zip(workloads, measurements)
     ]
 
@@ -183,7 +184,7 @@ def calibrate(profile, measurements, statistic: str = "p50", name: str | None = 
     before = model_errors(hw, workloads, measurements, statistic)
     tree = hw.to_dict()
     for _ in range(PASSES):
-        results = [map_workload(w, hw) for w in workloads]
+        results = [map_workload(w, hw, ORT_PLAN) for w in workloads]
         scales = fit_op_scales(results, measurements, hw)
         if scales:  # ops the runtime runs far off the roofline get their own multiplier, not a bent curve
             table = tree["efficiency"].setdefault("op_time_scale", {})
@@ -194,7 +195,7 @@ def calibrate(profile, measurements, statistic: str = "p50", name: str | None = 
                     f" single-op {op} kernels, mapper calibrate {date.today().isoformat()}",
                 }
             hw = load_hardware(tree)
-            results = [map_workload(w, hw) for w in workloads]
+            results = [map_workload(w, hw, ORT_PLAN) for w in workloads]
         samples = [s for r, m in zip(results, measurements) for s in _samples(r, m, hw)]
         for curve, key in CURVE_KEYS.items():
             mine = [s for s in samples if s.curve == curve]

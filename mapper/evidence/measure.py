@@ -24,12 +24,17 @@ import onnx
 from mapper.core import limits
 from mapper.core.errors import MapperError
 from mapper.core.limits import limit_text
+from mapper.core.result import PlanOptions
+from mapper.core.vocab import Runtime
 from mapper.evidence.measure_gate import check_run, estimate_run
 from mapper.evidence.profiles import NodeMatch, ProfileTimes, load_profile, match_nodes
 from mapper.handle import open_model
 from mapper.model.sandbox import external_tensors, run_child
 
 WARMUP_RUNS = 2
+# What a measurement on ONNX Runtime is compared with: the exported graph as ORT runs it (the past -> present
+# Concat copies the whole cache, one launch per kernel), whatever the profile's kind would pick by default.
+ORT_PLAN = PlanOptions(runtime=Runtime.ONNXRUNTIME)
 MATRIX_RANK = 2  # a [in, out] MatMul weight: its fan-in is dims[0]; a conv's [out, in, k...] has it in dims[1:]
 
 

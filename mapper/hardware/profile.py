@@ -125,6 +125,7 @@ class HardwareProfile:
     jitter_dist: str
     sources: dict[str, str]
     sha256: str
+    graph_launch_s: float | None = None  # per-kernel cost under graph replay (CUDA graphs); None: not given
 
     def __hash__(self) -> int:  # dict fields are unhashable; the content hash identifies a profile
         return hash((self.name, self.sha256))
@@ -250,6 +251,10 @@ def _build(tree: dict[str, Any]) -> HardwareProfile:
     scales = _get(tree, "efficiency").get("op_time_scale", {})
     fields["op_time_scale"] = {op: float(entry["value"]) for op, entry in scales.items()}
     sources.update({f"efficiency.op_time_scale.{op}": entry["source"] for op, entry in scales.items()})
+    graph_launch = _get(tree, "overhead").get("graph_launch_s")  # optional: GPU profiles give it
+    if graph_launch is not None:
+        fields["graph_launch_s"] = float(graph_launch["value"])
+        sources["overhead.graph_launch_s"] = graph_launch["source"]
     fields["matrix_instruction_mnk"] = tuple(fields.pop(f"matrix_instruction_mnk.{i}") for i in range(3))
     fields["interconnect"] = Interconnect(
         **{
@@ -280,6 +285,12 @@ def _to_dict(profile: HardwareProfile) -> dict[str, Any]:
     for key, attr in _CURVES:
         points = [[x, e] for x, e in getattr(profile, attr).points]
         _put(tree, key, {"value": points, "source": profile.sources[key]})
+    if profile.graph_launch_s is not None:
+        _put(
+            tree,
+            "overhead.graph_launch_s",
+            {"value": profile.graph_launch_s, "source": profile.sources["overhead.graph_launch_s"]},
+        )
     if profile.op_time_scale:  # optional: absent from a profile until calibration finds an op that needs it
         _put(
             tree,

@@ -50,9 +50,9 @@ WIDER_PRECISIONS = {
 # Ops whose DRAM reads are only the elements they select (the work model's partial-read rule).
 PARTIAL_READ_OPS = frozenset({"Gather", "GatherElements", "GatherND", "Slice", "Expand", "Tile", "Pad"})
 LOW_REUSE_K = 16  # a matrix op with K below this has too little reuse for a matrix engine (PRIMER s2)
-# Skinny products (decode-step GEMV, M of a few rows) run as GEMV kernels on the vector units: padding
-# them to a 64-row MMA tile would waste most of the matrix engine, and their weights stream once anyway.
-LOW_REUSE_M = 8
+# Skinny products (a decode step's GEMV, M of a few rows) are not sent to an engine here: the cost stage
+# prices them on both the matrix engine (padded to its instruction tile) and the vector units (a GEMV
+# kernel) and keeps the cheaper (`mapper.cost.estimate`).
 
 
 # Ops that unpack low-bit weights and compute at the activations' float type (int4 LLM weights):
@@ -147,10 +147,7 @@ def _engine(members: list[NodeWork], matrix: MatrixShape | None) -> Engine:
     if matrix is not None:
         if min(matrix.m, matrix.n, matrix.k, matrix.batch) == 0:
             return Engine.VECTOR  # an empty product (a dim bound to 0): nothing for the matrix engine to do
-        low_reuse = (
-            matrix.depthwise or matrix.k < LOW_REUSE_K or (matrix.m < LOW_REUSE_M and matrix.kind != "attention")
-        )
-        return Engine.VECTOR if low_reuse else Engine.MATRIX
+        return Engine.VECTOR if matrix.depthwise or matrix.k < LOW_REUSE_K else Engine.MATRIX
     return Engine.VECTOR
 
 

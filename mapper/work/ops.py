@@ -43,12 +43,18 @@ WorkRule = Callable[[Node, list[TensorSpec | None], list[TensorSpec]], tuple[flo
 
 
 def _matmul(node, ins, outs):
+    """A B over broadcast batch dims. Where B has no batch of its own (a weight [K, N], or [1, .., K, N]) it is
+    one operand shared by every row of A: the hardware runs one GEMM with A's leading dims flattened into M
+    (a decode step's [32, 1, 4096] x [4096, N] is a 32-row GEMM, not 32 one-row ones). Only a B that varies
+    over the batch (attention's QK^T and PV) keeps the batch."""
     a, b = ins[0].shape, ins[1].shape
     k = a[-1]
     out = outs[0].shape
     m = out[-2] if len(out) >= MATRIX_RANK else 1
     n = out[-1] if len(b) >= MATRIX_RANK else 1
     batch = math.prod(out[:-2]) if len(out) > MATRIX_RANK else 1
+    if batch > 1 and math.prod(b[:-2]) == 1:  # shared B: the batch flattens into M
+        m, batch = m * batch, 1
     flops = 2.0 * batch * m * n * k
     return flops, flops, 0.0, MatrixShape(batch, m, n, k)
 

@@ -1,0 +1,187 @@
+"""The runtime a model is served by: how its KV cache is updated and how its kernels are launched.
+
+Stage four-and-a-half (between fusion and devices). `choose_runtime` resolves the plan options' `runtime`,
+`kv_cache` and `launch` from the preset table; `apply_kv_cache` prices the exported past -> present
+KV-cache update as the runtime does it (a whole-cache copy, or an in-place append of the new token's K
+and V); `launch_profile` gives the profile whose per-kernel launch cost the cost stage charges.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, replace
+
+from mapper.core.errors import MapperError
+from mapper.core.graph import Graph
+from mapper.core.result import Kernel, PlanOptions
+from mapper.core.vocab import KvCache, Launch, Runtime
+from mapper.hardware.profile import HardwareProfile
+from mapper.plan.kernels import Sizer
+
+# Ops an export builds `present` with: Concat(past, new) (HF/Optimum dynamic cache) or ScatterND(past, idx, new)
+# (static-cache exports). Under ONNX semantics either writes a whole new tensor; a serving engine appends.
+KV_UPDATE_OPS = frozenset({"Concat", "ScatterND"})
+CACHE_AXIS = -2  # [batch, heads, past, head dim]: the cache grows along its past axis (a Concat says its own)
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimePreset:
+    kv_cache: str
+    decode_launch: str  # a decode step (one new token per sequence)
+    prefill_launch: str  # a prompt (many new tokens)
+    attention_fusion: bool | None  # None: as the fusion policy says
+    assumptions: str
+
+
+PRESETS: dict[str, RuntimePreset] = {
+    Runtime.ONNXRUNTIME: RuntimePreset(
+        KvCache.COPY,
+        Launch.EAGER,
+        Launch.EAGER,
+        None,
+        "ONNX Runtime runs the exported graph as it is: the past -> present Concat writes the whole cache each"
+        " step, one launch per kernel, attention as the graph and fusion policy have it",
+    ),
+    Runtime.VLLM: RuntimePreset(
+        KvCache.IN_PLACE,
+        Launch.GRAPH,
+        Launch.EAGER,
+        True,
+        "vLLM: paged KV cache (PagedAttention, Kwon et al. SOSP 2023: a step appends the new token's K and V);"
+        " decode replayed as a captured CUDA graph, prefill eager (vLLM docs, enforce_eager=False);"
+        " fused attention kernels (FlashAttention / PagedAttention)",
+    ),
+    Runtime.TENSORRT_LLM: RuntimePreset(
+        KvCache.IN_PLACE,
+        Launch.GRAPH,
+        Launch.EAGER,
+        True,
+        "TensorRT-LLM: paged KV cache updated in place by its attention plugin; decode replayed as a CUDA graph"
+        " (trtllm-bench / executor cuda_graph_mode), prefill eager; fused multi-head attention (FMHA/XQA)",
+    ),
+}
+SERVING_PRESET = Runtime.VLLM  # what `auto` gives a decoder on a GPU profile
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeChoice:
+    """The resolved runtime of one mapping, with why each choice was made."""
+
+    runtime: str
+    kv_cache: str
+    launch: str
+    attention_fusion: bool | None
+    why: str  # why this runtime (the `auto` rule, or "plan option")
+    assumptions: str
+
+
+@dataclass(frozen=True, slots=True)
+class KvAppend:
+    """One past -> present cache update of the graph: the node and the tensor of the new tokens."""
+
+    node: str
+    past: str
+    new: str
+
+
+def find_kv_appends(graph: Graph) -> tuple[KvAppend, ...]:
+    """The exported KV-cache updates: a Concat or ScatterND that takes a graph input (the past cache) and
+    writes a graph output (the present cache)."""
+    found = []
+    for node in graph.nodes:
+        if node.op_type not in KV_UPDATE_OPS or not node.outputs or node.outputs[0] not in graph.output_set:
+            continue
+        past = node.inputs[0] if node.inputs else ""
+        if past not in graph.input_set:
+            continue
+        new = node.inputs[-1] if node.op_type == "ScatterND" else next((i for i in node.inputs[1:] if i), "")
+        if new:
+            found.append(KvAppend(node.name, past, new))
+    return tuple(found)
+
+
+def _new_tokens(graph: Graph, appends: tuple[KvAppend, ...]) -> int:
+    """New tokens per sequence of this step (1 in a decode step), read off the cache updates."""
+    first = appends[0]
+    spec = graph.tensors.get(first.new)
+    node = next(n for n in graph.nodes if n.name == first.node)
+    axis = int(node.attr("axis", CACHE_AXIS)) if node.op_type == "Concat" else CACHE_AXIS
+    if spec is None or not -len(spec.shape) <= axis < len(spec.shape):
+        return 0
+    return spec.shape[axis]
+
+
+def choose_runtime(graph: Graph, hw: HardwareProfile, options: PlanOptions) -> RuntimeChoice:
+    """The runtime preset (auto: the serving preset for a decoder on a GPU, ONNX Runtime otherwise), then
+    kv_cache and launch as the preset says unless the options set them."""
+    appends = find_kv_appends(graph)
+    if options.runtime != Runtime.AUTO:
+        name, why = options.runtime, "plan option"
+    elif appends and hw.kind == "gpu":
+        name = SERVING_PRESET
+        why = (
+            f"auto: a decoder (past -> present KV cache) on a GPU is served by a serving engine; {SERVING_PRESET}"
+            " stands for them (TensorRT-LLM and SGLang make the same choices); pass --runtime onnxruntime to"
+            " map the exported graph as ONNX Runtime runs it"
+        )
+    else:
+        name = Runtime.ONNXRUNTIME
+        why = "auto: " + ("not a GPU profile" if appends else "not a decoder") + ": the graph as ONNX Runtime runs it"
+    preset = PRESETS[name]
+    decode = bool(appends) and _new_tokens(graph, appends) == 1
+    launch = (
+        options.launch if options.launch != Launch.AUTO else preset.decode_launch if decode else preset.prefill_launch
+    )
+    kv_cache = options.kv_cache if options.kv_cache != KvCache.AUTO else preset.kv_cache
+    fusion = options.attention_fusion if options.attention_fusion is not None else preset.attention_fusion
+    if launch == Launch.GRAPH and hw.graph_launch_s is None:
+        raise MapperError(
+            f"hardware {hw.name}: launch=graph needs overhead.graph_launch_s (the per-kernel cost under graph"
+            " replay) in the profile; add it with its source, or choose --launch eager"
+        )
+    return RuntimeChoice(str(name), str(kv_cache), str(launch), fusion, why, preset.assumptions)
+
+
+def apply_kv_cache(graph: Graph, kernels: list[Kernel], kv_cache: str, sizer: Sizer) -> list[Kernel]:
+    """In place, a cache update kernel reads the new tokens' K (or V) and writes them into the cache: twice
+    their bytes, not the whole cache copied. `copy` keeps the exported graph's traffic."""
+    appends = {a.node: a for a in find_kv_appends(graph)} if kv_cache == KvCache.IN_PLACE else {}
+    if not appends:
+        return kernels
+    out = []
+    for k in kernels:
+        hits = [appends[n] for n in k.nodes if n in appends]
+        if hits:
+            # copy: past read + present (past and new) written; in place the past is neither read nor rewritten
+            copied = sum(sizer.bytes(graph.tensors[a.past]) for a in hits)
+            k = replace(
+                k,
+                dram_bytes=max(k.dram_bytes - 2 * copied, 0.0),
+                note="kv-cache in place: appends the new tokens' K/V (the exported Concat would copy the cache)",
+            )
+        out.append(k)
+    return out
+
+
+def launch_profile(hw: HardwareProfile, launch: str) -> HardwareProfile:
+    """The profile the cost stage reads: under graph replay each kernel costs `graph_launch_s`, not a launch.
+    Its content hash differs from the profile's, so nothing cached for eager launches is reused."""
+    if launch != Launch.GRAPH or hw.graph_launch_s is None:
+        return hw
+    digest = hashlib.sha256(f"{hw.sha256}:launch=graph".encode()).hexdigest()
+    return replace(hw, kernel_launch_s=hw.graph_launch_s, sha256=digest)
+
+
+def runtime_assumptions(choice: RuntimeChoice, hw: HardwareProfile) -> tuple[tuple[str, str, str], ...]:
+    """The runtime's rows of the sheet's assumptions: each resolved choice and the preset's assumptions."""
+    launch_source = (
+        f"overhead.graph_launch_s = {hw.graph_launch_s} s per kernel" if choice.launch == Launch.GRAPH else
+        f"overhead.kernel_launch_s = {hw.kernel_launch_s} s per kernel"
+    )  # fmt: skip
+    return (
+        ("plan.runtime", choice.runtime, choice.why),
+        ("plan.kv_cache", choice.kv_cache, "in-place: the new tokens' K/V only; copy: the exported Concat's"),
+        ("plan.launch", choice.launch, launch_source),
+        ("plan.attention_fusion", str(choice.attention_fusion), "runtime preset (None: as the fusion policy says)"),
+        ("runtime.assumptions", choice.runtime, choice.assumptions),
+    )
