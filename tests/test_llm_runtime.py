@@ -1,0 +1,87 @@
+"""The runtime model of decoders: KV-cache update, launch mode, presets, and weight GEMMs shaped as run.
+
+Hand-computed figures: an in-place KV update saves exactly the cache copy's bytes; graph replay saves
+exactly (kernel_launch_s - graph_launch_s) per kernel.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import mapper
+
+A100 = mapper.load_hardware("a100-sxm-80gb")
+LLAMA = mapper.open_model("llama2-7b")
+LAYERS, KV_HEADS, HEAD_DIM, FP16 = 32, 32, 128, 2
+
+
+def _map(batch, past, hw=A100, dtype="fp16", **options):
+    return mapper.map_workload(
+        LLAMA.bind({"batch": batch, "seq": 1, "past": past}), hw, mapper.PlanOptions(dtype=dtype, **options)
+    )
+
+
+def _assumed(result, key):
+    return next(value for k, value, _ in result.assumptions if k == key)
+
+
+def test_in_place_kv_cache_saves_exactly_the_copy():
+    batch, past = 4, 256
+    copy = _map(batch, past, runtime="vllm", kv_cache="copy", launch="eager")
+    in_place = _map(batch, past, runtime="vllm", kv_cache="in-place", launch="eager")
+    # each of the 64 appends (K and V of 32 layers) no longer reads the past cache nor rewrites it
+    past_bytes = batch * KV_HEADS * past * HEAD_DIM * FP16
+    saved = sum(e.kernel.dram_bytes for e in copy.kernels) - sum(e.kernel.dram_bytes for e in in_place.kernels)
+    assert saved == pytest.approx(2 * LAYERS * 2 * past_bytes)
+    appends = [e for e in in_place.kernels if e.kernel.note.startswith("kv-cache in place")]
+    assert len(appends) == 2 * LAYERS
+    new_bytes = batch * KV_HEADS * 1 * HEAD_DIM * FP16  # one token's K (or V): read once, written once
+    assert all(e.kernel.dram_bytes == pytest.approx(2 * new_bytes) for e in appends)
+    assert in_place.totals.latency_s < copy.totals.latency_s
+
+
+def test_graph_launch_saves_the_launch_difference_per_kernel():
+    eager = _map(1, 128, runtime="vllm", launch="eager")
+    graph = _map(1, 128, runtime="vllm", launch="graph")
+    kernels = len(eager.kernels)
+    assert len(graph.kernels) == kernels
+    per_kernel = A100.kernel_launch_s - A100.graph_launch_s  # 3 us - 1 us on the A100 profile
+    assert per_kernel == pytest.approx(2e-6)
+    saved = sum(e.assessment.time_s for e in eager.kernels) - sum(e.assessment.time_s for e in graph.kernels)
+    assert saved == pytest.approx(kernels * per_kernel, rel=1e-6)
+
+
+def test_batch_32_decode_is_memory_bound_with_weight_gemms_on_the_matrix_engine():
+    result = _map(32, 2048)
+    gemms = [e for e in result.kernels if e.kernel.matrix is not None and e.kernel.weight_bytes > 0]
+    assert gemms and all(e.kernel.engine == "matrix" for e in gemms)
+    memory_s = sum(e.assessment.time_s for e in result.kernels if e.assessment.bottleneck == "memory-bound")
+    assert memory_s > 0.8 * sum(e.assessment.time_s for e in result.kernels)
+
+
+def test_weight_gemm_flattens_batch_into_m_and_attention_keeps_its_batch():
+    work = LLAMA.bind({"batch": 32, "seq": 1, "past": 64}).nodes
+    q_proj = next(w for w in work if "layers.0/self_attn/q_proj" in w.name and w.op_type == "MatMul")
+    assert (q_proj.matrix.batch, q_proj.matrix.m, q_proj.matrix.n, q_proj.matrix.k) == (1, 32, 4096, 4096)
+    scores = [w for w in work if w.op_type == "MatMul" and w.matrix.batch > 1]
+    assert scores and all(w.matrix.batch == 32 * 32 for w in scores)  # QK^T and PV: batch x heads
+
+
+def test_auto_runtime_is_the_serving_preset_for_decoders_on_gpus_only():
+    assert _assumed(_map(1, 16), "plan.runtime") == "vllm"
+    assert _assumed(_map(1, 16), "plan.kv_cache") == "in-place"
+    assert _assumed(_map(1, 16), "plan.launch") == "graph"
+    cpu = mapper.load_hardware("cpu-x86")
+    assert _assumed(_map(1, 16, hw=cpu, dtype="fp32"), "plan.runtime") == "onnxruntime"
+    bert = mapper.map_workload(mapper.load_workload("bert-base", {"batch": 1, "seq": 16}), A100)
+    assert (_assumed(bert, "plan.runtime"), _assumed(bert, "plan.launch")) == ("onnxruntime", "eager")
+    prefill = mapper.map_workload(LLAMA.bind({"batch": 1, "seq": 64, "past": 0}), A100)
+    assert _assumed(prefill, "plan.launch") == "eager"  # vLLM replays decode only
+    assert any(k == "runtime.assumptions" and "PagedAttention" in why for k, _, why in _map(1, 16).assumptions)
+
+
+def test_options_override_the_preset_and_graph_launch_needs_the_profile_value():
+    assert _assumed(_map(1, 16, kv_cache="copy"), "plan.kv_cache") == "copy"
+    assert _assumed(_map(1, 16, runtime="onnxruntime"), "plan.launch") == "eager"
+    with pytest.raises(mapper.MapperError, match="graph_launch_s"):
+        _map(1, 16, hw=mapper.load_hardware("cpu-x86"), dtype="fp32", launch="graph")
