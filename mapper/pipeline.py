@@ -56,6 +56,11 @@ RUNTIMES = values(Runtime)  # PlanOptions.runtime: a preset of kv_cache and laun
 KV_CACHE_MODES = values(KvCache)  # PlanOptions.kv_cache
 LAUNCHES = values(Launch)  # PlanOptions.launch
 SPARSITIES = values(Sparsity)  # PlanOptions.sparsity
+SPARSITY_CAVEAT = (
+    "2:4 structured sparsity of weight GEMMs (half the weights pruned, compressed with 2-bit indices, at the"
+    " profile's sparse matrix peak): needs accuracy evidence of the pruned (and fine-tuned) model on production"
+    " data and a dense fallback; the memory plan still counts dense weights."
+)
 
 
 def is_builtin(source) -> bool:
@@ -105,7 +110,7 @@ def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOpt
     sizer = Sizer(graph, dtype, options.weight_dtype)
     kernels, layout = plan_kernels(workload, hardware, options, sizer)
     kernels, memory = plan_devices(graph, kernels, sizer, hardware, options)
-    estimates = estimate_kernels(kernels, hardware, dtype, sizer, options.power_cap_w)
+    estimates = estimate_kernels(kernels, hardware, dtype, sizer, options.power_cap_w, options.sparsity)
     estimates, parallel = place_on_devices(graph, estimates, options, hardware, dtype, sizer)
     layers, totals = roll_up_slice(workload, estimates, sizer, hardware, dtype, options, parallel.slowest_stage_s)
     return MappingResult(
@@ -147,6 +152,9 @@ def choose_dtype(graph: Graph, hardware: HardwareProfile, options: PlanOptions) 
         )
     if dtype != "fp32":
         hardware.matrix_peak(dtype)  # an unsupported dtype is an error naming the dtypes the device has
+    if options.sparsity == "2:4":
+        hardware.sparse_matrix_peak(dtype)  # a device without a 2:4 peak at this dtype is an error naming those it has
+        caveats.append(SPARSITY_CAVEAT)
     return dtype, caveats
 
 

@@ -98,7 +98,8 @@ class HardwareProfile:
     vendor: str
     compute_units: int
     clock_hz: float
-    matrix_peak_flops_per_s: dict[str, float]
+    matrix_peak_flops_per_s: dict[str, float]  # dense
+    sparse_matrix_peak_flops_per_s: dict[str, float]  # 2:4 structured sparsity (weight GEMMs with sparsity=2:4)
     vector_peak_flops_per_s: dict[str, float]
     sfu_peak_ops_per_s: float
     matrix_instruction_mnk: tuple[int, int, int]
@@ -148,6 +149,17 @@ class HardwareProfile:
             f"{', '.join(sorted(self.matrix_peak_flops_per_s, key=DTYPES.index))}; "
             "choose one of those or another device"
         )
+
+    def sparse_matrix_peak(self, dtype: str) -> float:
+        """2:4 structured-sparsity matrix peak in FLOP/s (counting the skipped zeros, as vendors quote it)."""
+        key = canonical_dtype(dtype)
+        if key not in self.sparse_matrix_peak_flops_per_s:
+            has = ", ".join(sorted(self.sparse_matrix_peak_flops_per_s, key=DTYPES.index)) or "none"
+            raise MapperError(
+                f"hardware {self.name}: no 2:4 sparse matrix peak for dtype {dtype!r} (it has: {has});"
+                " use sparsity=dense, another dtype or another device"
+            )
+        return self.sparse_matrix_peak_flops_per_s[key]
 
     def vector_peak(self, dtype: str) -> float:
         """Vector (SIMD) peak in FLOP/s; a dtype without its own figure uses the fp32 figure (conservative)."""
@@ -202,6 +214,8 @@ _PER_DTYPE = (
     ("compute.vector_peak_flops_per_s", "vector_peak_flops_per_s"),
     ("power.energy_per_flop_j", "energy_per_flop_j"),
 )
+# Per-dtype tables a profile may leave out: absent ones are not written back (the hash stays the file's).
+_OPTIONAL_PER_DTYPE = (("compute.sparse_matrix_peak_flops_per_s", "sparse_matrix_peak_flops_per_s"),)
 _CURVES = (
     ("efficiency.matrix_by_flops", "matrix_efficiency"),
     ("efficiency.vector_by_bytes", "vector_efficiency"),
@@ -239,8 +253,9 @@ def _build(tree: dict[str, Any]) -> HardwareProfile:
         entry = _get(tree, key)
         fields[attr] = kind(entry["value"])
         sources[key] = entry["source"]
-    for key, attr in _PER_DTYPE:
-        table = {dtype: _get(tree, key)[dtype] for dtype in DTYPES if dtype in _get(tree, key)}
+    for key, attr in _PER_DTYPE + _OPTIONAL_PER_DTYPE:
+        present = _optional(tree, key)
+        table = {dtype: present[dtype] for dtype in DTYPES if dtype in present}
         fields[attr] = {dtype: float(entry["value"]) for dtype, entry in table.items()}
         sources.update({f"{key}.{dtype}": entry["source"] for dtype, entry in table.items()})
     for key, attr in _CURVES:
@@ -262,13 +277,18 @@ def _build(tree: dict[str, Any]) -> HardwareProfile:
     return HardwareProfile(**{**fields, "sources": sources, "sha256": digest})
 
 
+def _optional(tree: dict[str, Any], dotted: str) -> dict[str, Any]:
+    parent, _, leaf = dotted.rpartition(".")
+    return _get(tree, parent).get(leaf) or {}
+
+
 def _to_dict(profile: HardwareProfile) -> dict[str, Any]:
     tree: dict[str, Any] = {}
     for key, attr in _STRINGS:
         _put(tree, key, _attr(profile, attr))
     for key, attr, _kind in _NUMBERS:
         _put(tree, key, {"value": _attr(profile, attr), "source": profile.sources[key]})
-    for key, attr in _PER_DTYPE:
+    for key, attr in _PER_DTYPE + tuple(o for o in _OPTIONAL_PER_DTYPE if getattr(profile, o[1])):
         _put(
             tree,
             key,
