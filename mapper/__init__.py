@@ -74,6 +74,15 @@ _LAZY = {
     "roofline_figure": "mapper.report.charts",
     "timeline_figure": "mapper.report.charts",
     "CHART_LAYOUT": "mapper.report.charts:LAYOUT",
+    "ReviewRequest": "mapper.review.review",
+    "Review": "mapper.review.review",
+    "run_review": "mapper.review.review",
+    "REVIEW_OWNERS": "mapper.review.review:OWNERS",
+    "review_document": "mapper.review.packet",
+    "packet_bytes": "mapper.review.packet",
+    "reproduce_command": "mapper.review.packet",
+    "first_failing_slice": "mapper.review.first_slice",
+    "parse_target": "mapper.review.first_slice",
 }
 
 
