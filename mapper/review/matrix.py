@@ -89,8 +89,7 @@ def validate_fix(
         parts.append((c.matrix, c.verdicts, c.boundary))
     matrix, verdicts, boundary = (pd.concat([p[i] for p in parts], ignore_index=True) for i in range(3))
     if grid.axis != "seq":
-        for df in (matrix, verdicts, boundary):
-            df.drop(columns=["seq"], errors="ignore", inplace=True)
+        matrix, verdicts, boundary = (df.drop(columns=["seq"], errors="ignore") for df in (matrix, verdicts, boundary))
     overall, summary = overall_verdict(
         verdicts.to_dict("records"), [dict(r, seq=r.get(grid.axis)) for r in boundary.to_dict("records")]
     )
