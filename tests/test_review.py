@@ -69,3 +69,16 @@ def test_cli_require_no_regression_exits_nonzero_when_the_fix_regresses(tmp_path
     assert main([*args, "--require-no-regression", "--out", str(tmp_path / "p.zip")]) == 1
     assert "regression" in capsys.readouterr().out
     assert main([*args]) == 0
+
+
+def test_review_page_runs_the_review_and_shows_the_frozen_slice():
+    from streamlit.testing.v1 import AppTest
+
+    from tests.conftest import APP
+
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    at.switch_page("app_pages/review.py").run()
+    next(b for b in at.button if b.label == "Run review").click().run()
+    assert not at.error
+    assert any("Frozen slice" in m.value for m in at.markdown)
+    assert any("target: no target set" in m.value for m in at.markdown)
