@@ -12,6 +12,7 @@ from app_pages import cache, session, state, ui
 st.set_page_config(page_title="mapper: workload mapping", page_icon=":material/memory:", layout="wide")
 
 PAGES = [
+    st.Page("app_pages/review.py", title="Review", icon=":material/rule:"),  # first: the meeting's agenda
     st.Page("app_pages/overview.py", title="Overview", icon=":material/dashboard:", default=True),
     st.Page("app_pages/layers.py", title="Layers", icon=":material/stacked_bar_chart:"),
     st.Page("app_pages/kernels.py", title="Kernels", icon=":material/table_rows:"),

@@ -29,6 +29,7 @@ DEFAULTS = {
     "fusion": "default",
     "layout": "auto",
     "attention": "as the fusion policy says",
+    "sparsity": "dense",
     "power_cap_w": 0.0,
     "tp": 1,
     "pp": 1,
@@ -192,6 +193,9 @@ def _options_section() -> mapper.PlanOptions:
     with st.expander("More plan options"):
         attention = st.selectbox("attention fusion", list(ATTENTION), key="attention")
         power_cap_w = st.number_input("power cap (W, 0 = profile TDP)", min_value=0.0, step=50.0, key="power_cap_w")
+        sparsity = st.selectbox(
+            "sparsity", mapper.SPARSITIES, key="sparsity", help="2:4 structured sparsity of weight GEMMs (caveat)"
+        )
     with st.expander("Devices (tensor / pipeline / data parallel)"):
         d1, d2, d3 = st.columns(3)
         most = mapper.MAX_PARALLEL_DEGREE  # the engine's bound on each degree
@@ -208,6 +212,7 @@ def _options_section() -> mapper.PlanOptions:
         tp=int(tp),
         pp=int(pp),
         dp=int(dp),
+        sparsity=sparsity,
     )
 
 

@@ -63,7 +63,7 @@ def main(argv=None) -> int:
             )
         cache.write_text(json.dumps([m.to_dict() for m in measurements]))
     from mapper.evidence.calibrate import _workloads
-    from mapper.hardware.profile import load_hardware
+    from mapper.hardware.load import load_hardware
 
     probed = load_hardware(profile_path)
     workloads = _workloads(measurements)

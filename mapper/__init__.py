@@ -17,7 +17,8 @@ from mapper.core.units import format_bytes
 from mapper.core.version import __version__
 from mapper.explore.power import power_curve
 from mapper.handle import BUILTIN_DEFAULT_DIMS, ModelHandle, open_model
-from mapper.hardware.profile import HardwareProfile, edit_profile, list_hardware, load_hardware
+from mapper.hardware.load import edit_profile, list_hardware, load_hardware
+from mapper.hardware.profile import HardwareProfile
 from mapper.hardware.schema import ProfileError
 from mapper.pipeline import (
     FUSION_POLICIES,
@@ -74,6 +75,15 @@ _LAZY = {
     "roofline_figure": "mapper.report.charts",
     "timeline_figure": "mapper.report.charts",
     "CHART_LAYOUT": "mapper.report.charts:LAYOUT",
+    "ReviewRequest": "mapper.review.review",
+    "Review": "mapper.review.review",
+    "run_review": "mapper.review.review",
+    "REVIEW_OWNERS": "mapper.review.review:OWNERS",
+    "review_document": "mapper.review.packet",
+    "packet_bytes": "mapper.review.packet",
+    "reproduce_command": "mapper.review.packet",
+    "first_failing_slice": "mapper.review.first_slice",
+    "parse_target": "mapper.review.first_slice",
 }
 
 

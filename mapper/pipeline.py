@@ -60,6 +60,11 @@ RUNTIMES = values(Runtime)  # PlanOptions.runtime: a preset of kv_cache and laun
 KV_CACHE_MODES = values(KvCache)  # PlanOptions.kv_cache
 LAUNCHES = values(Launch)  # PlanOptions.launch
 SPARSITIES = values(Sparsity)  # PlanOptions.sparsity
+SPARSITY_CAVEAT = (
+    "2:4 structured sparsity of weight GEMMs (half the weights pruned, compressed with 2-bit indices, at the"
+    " profile's sparse matrix peak): needs accuracy evidence of the pruned (and fine-tuned) model on production"
+    " data and a dense fallback; the memory plan still counts dense weights."
+)
 
 
 def is_builtin(source) -> bool:
@@ -112,7 +117,7 @@ def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOpt
     kernels = apply_kv_cache(graph, kernels, run.kv_cache, sizer)
     kernels, memory = plan_devices(graph, kernels, sizer, hardware, options)
     launched = launch_profile(hardware, run.launch)  # the cost stage charges the runtime's per-kernel launch
-    estimates = estimate_kernels(kernels, launched, dtype, sizer, options.power_cap_w)
+    estimates = estimate_kernels(kernels, launched, dtype, sizer, options.power_cap_w, options.sparsity)
     estimates, parallel = place_on_devices(graph, estimates, options, launched, dtype, sizer)
     layers, totals = roll_up_slice(workload, estimates, sizer, hardware, dtype, options, parallel.slowest_stage_s)
     return MappingResult(
@@ -155,6 +160,9 @@ def choose_dtype(graph: Graph, hardware: HardwareProfile, options: PlanOptions) 
         )
     if dtype != "fp32":
         hardware.matrix_peak(dtype)  # an unsupported dtype is an error naming the dtypes the device has
+    if options.sparsity == "2:4":
+        hardware.sparse_matrix_peak(dtype)  # a device without a 2:4 peak at this dtype is an error naming those it has
+        caveats.append(SPARSITY_CAVEAT)
     return dtype, caveats
 
 

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from mapper.core.errors import MapperError
-from mapper.hardware.profile import EfficiencyCurve, HardwareProfile, hardware_dir, list_hardware, load_hardware
+from mapper.hardware.load import hardware_dir, list_hardware, load_hardware
+from mapper.hardware.profile import EfficiencyCurve, HardwareProfile
 
 BUILTINS = ["a100-sxm-80gb", "b200", "cpu-x86", "gaudi2", "h100-sxm", "h200-sxm", "l4", "mi300x", "tpu-v5e"]
 

@@ -251,7 +251,7 @@ def test_unbound_dim_lists_the_names():
 def test_bad_profile_gives_one_line_error(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text(
-        (mapper.hardware.profile.hardware_dir() / "h100-sxm.toml")
+        (mapper.hardware.load.hardware_dir() / "h100-sxm.toml")
         .read_text()
         .replace("dram_bandwidth_bytes_per_s = { value = 3.35e12", "dram_bandwidth_bytes_per_s = { value = -1")
     )

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable
 
 import mapper
+from mapper.cli import review as review_cli
 from mapper.cli import sweep as sweep_cli
 from mapper.cli.args import Parser, add_model_args, options_from, parse_dim, workload_from
 from mapper.cli.evidence import add_arguments as add_evidence_commands
@@ -218,6 +219,7 @@ def register_extra_commands(sub) -> None:
     """Commands that live in their own modules (each adds its parsers to `sub`)."""
     sweep_cli.add_arguments(sub)
     add_evidence_commands(sub)  # probe, measure, calibrate
+    review_cli.add_arguments(sub)
 
 
 class _PrintableStream:

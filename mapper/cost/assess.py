@@ -14,11 +14,23 @@ from mapper.cost.estimate import estimate_cost
 from mapper.hardware.profile import HardwareProfile
 from mapper.plan.kernels import Sizer
 
+# 2:4 structured sparsity (NVIDIA Ampere and later; Mishra et al. 2021, arXiv:2104.08378): two of every four
+# weights are kept, each with a 2-bit position index, so a dense element costs half its bytes plus 1 bit.
+SPARSE_KEPT_FRACTION = 0.5
+SPARSE_METADATA_BYTES_PER_ELEMENT = 2 * 2 / 4 / 8  # 2 bits x 2 kept values per 4 elements, in bytes
+SPARSE_MATRIX_KINDS = ("gemm", "conv")  # weight GEMMs (convs as implicit GEMMs); attention has no weights
+
 
 def estimate_kernels(
-    kernels: list[Kernel], hw: HardwareProfile, dtype: str, sizer: Sizer, power_cap_w: float | None
+    kernels: list[Kernel],
+    hw: HardwareProfile,
+    dtype: str,
+    sizer: Sizer,
+    power_cap_w: float | None,
+    sparsity: str = "dense",
 ) -> list[KernelEstimate]:
-    """Tile, cost and classify each kernel, placing it on the one-stream timeline."""
+    """Tile, cost and classify each kernel, placing it on the one-stream timeline. With sparsity "2:4",
+    weight GEMMs read compressed weights and run at the profile's sparse matrix peak."""
     out, start = [], 0.0
     ridge = (
         hw.ridge_point(dtype)
@@ -29,7 +41,7 @@ def estimate_kernels(
     for k in kernels:
         key = _assessment_key(k)
         if key not in seen:
-            seen[key] = assess_kernel(k, hw, dtype, sizer, power_cap_w, ridge)
+            seen[key] = assess_kernel(k, hw, dtype, sizer, power_cap_w, ridge, sparsity == "2:4")
         engine, assessment = seen[key]
         out.append(KernelEstimate(k if k.engine == engine else replace(k, engine=engine), assessment, start))
         start += assessment.time_s
@@ -42,11 +54,34 @@ def _assessment_key(k: Kernel) -> tuple:
             k.reduction_rows, k.reduction_length, k.op_types)  # fmt: skip
 
 
+def is_sparse_gemm(k: Kernel) -> bool:
+    """A kernel 2:4 sparsity applies to: a GEMM or conv that reads weights."""
+    return k.matrix is not None and k.matrix.kind in SPARSE_MATRIX_KINDS and k.weight_bytes > 0
+
+
+def sparse_weight_bytes_per(weight_bytes_per: float) -> float:
+    """Bytes a dense weight element costs once compressed 2:4 (kept values + position metadata)."""
+    return weight_bytes_per * SPARSE_KEPT_FRACTION + SPARSE_METADATA_BYTES_PER_ELEMENT
+
+
 def assess_kernel(
-    k: Kernel, hw: HardwareProfile, dtype: str, sizer: Sizer, power_cap_w: float | None, ridge: float
+    k: Kernel,
+    hw: HardwareProfile,
+    dtype: str,
+    sizer: Sizer,
+    power_cap_w: float | None,
+    ridge: float,
+    sparse: bool = False,
 ) -> tuple[str, KernelAssessment]:
     """(the engine the tile search chose, the kernel's assessment): its tile, time, traffic and class."""
-    c = estimate_cost(k, hw, dtype, sizer.act, sizer.weight, power_cap_w)
+    weight_per = sizer.weight
+    if sparse and is_sparse_gemm(k):
+        weight_per = sparse_weight_bytes_per(sizer.weight)
+        saved = k.weight_bytes * (1 - weight_per / sizer.weight)
+        k = replace(k, dram_bytes=k.dram_bytes - saved, weight_bytes=k.weight_bytes - saved)
+    else:
+        sparse = False
+    c = estimate_cost(k, hw, dtype, sizer.act, weight_per, power_cap_w, sparse)
     chosen = c.tiling.chosen
     intensity = k.flops / c.dram_bytes if c.dram_bytes else float("inf")
     facts = Facts(

@@ -64,12 +64,14 @@ def estimate_cost(
     act_bytes: float,
     weight_bytes_per: float,
     power_cap_w: float | None = None,
+    sparse: bool = False,
 ) -> Cost:
+    """`sparse`: a 2:4-sparse weight GEMM (`weight_bytes_per` already compressed): the sparse matrix peak."""
     if kernel.engine == "interconnect":
         return _interconnect_cost(kernel, hw)
     overhead_s = hw.kernel_launch_s
     tiling, compute_s, memory_s, dram, l2, engine, sync_s = _engine_times(
-        kernel, hw, dtype, act_bytes, weight_bytes_per
+        kernel, hw, dtype, act_bytes, weight_bytes_per, sparse
     )
     scale = max((hw.op_time_scale.get(op, 1.0) for op in kernel.op_types), default=1.0)
     if scale != 1.0:  # the device's software runs this op slower (or faster) than the model's roofline says
@@ -126,7 +128,9 @@ def _interconnect_cost(kernel: Kernel, hw: HardwareProfile) -> Cost:
     )
 
 
-def _engine_times(kernel: Kernel, hw: HardwareProfile, dtype: str, act_bytes: float, weight_bytes_per: float):
+def _engine_times(
+    kernel: Kernel, hw: HardwareProfile, dtype: str, act_bytes: float, weight_bytes_per: float, sparse: bool = False
+):
     """The tiling, compute and memory time, DRAM and L2 traffic, engine and sync time of a kernel on its engine."""
     engine = kernel.engine
     sync_s = 0.0
@@ -139,7 +143,8 @@ def _engine_times(kernel: Kernel, hw: HardwareProfile, dtype: str, act_bytes: fl
         tiling = plan_attention(kernel, hw, hw.matrix_peak(dtype), hw.vector_peak(dtype), act_bytes)
         compute_s, memory_s, dram, l2 = _split(tiling)
     elif engine == "matrix":
-        tiling = plan_matrix(kernel, hw, hw.matrix_peak(dtype), act_bytes, weight_bytes_per)
+        peak = hw.sparse_matrix_peak(dtype) if sparse else hw.matrix_peak(dtype)
+        tiling = plan_matrix(kernel, hw, peak, act_bytes, weight_bytes_per)
         compute_s, memory_s, dram, l2 = _split(tiling)
         if tiling.chosen.split_k > 1:
             sync_s = hw.grid_sync_s

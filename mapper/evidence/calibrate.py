@@ -17,7 +17,7 @@ import numpy as np
 from mapper.core.errors import MapperError
 from mapper.evidence.compare import kernel_groups
 from mapper.evidence.measure import ORT_PLAN
-from mapper.hardware.profile import load_hardware
+from mapper.hardware.load import load_hardware
 from mapper.pipeline import load_workload, map_workload
 
 WEIGHT_POWER = 0.5  # sample weight = (share of its model's measured time) ** this: big kernels count more, not all

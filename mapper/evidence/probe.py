@@ -18,7 +18,7 @@ import numpy as np
 
 from mapper.core.errors import MapperError
 from mapper.evidence.profile_toml import write_toml
-from mapper.hardware.profile import load_hardware
+from mapper.hardware.load import load_hardware
 
 # Sizes the probe sweeps (full mode / quick mode). The GEMM sweep gives efficiency against FLOPs.
 GEMM_SIZES = (32, 64, 128, 256, 512, 1024, 2048)

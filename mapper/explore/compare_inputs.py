@@ -11,7 +11,8 @@ from dataclasses import asdict, dataclass, fields
 
 from mapper.core.errors import MapperError
 from mapper.core.result import PlanOptions
-from mapper.hardware.profile import HardwareProfile, load_hardware
+from mapper.hardware.load import load_hardware
+from mapper.hardware.profile import HardwareProfile
 from mapper.pipeline import validate_options
 
 

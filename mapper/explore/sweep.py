@@ -22,7 +22,8 @@ from mapper.core.result import MappingResult, PlanOptions
 from mapper.core.version import __version__
 from mapper.explore.executors import ExecutorSpec, run_tasks
 from mapper.handle import BUILTIN_DEFAULT_DIMS, ModelHandle, open_model
-from mapper.hardware.profile import HardwareProfile, load_hardware
+from mapper.hardware.load import load_hardware
+from mapper.hardware.profile import HardwareProfile
 from mapper.model.bindings import resolve_bindings
 from mapper.pipeline import map_workload, validate_options
 from mapper.report.tables import csv_bytes, write_bytes, xlsx_bytes

@@ -1,8 +1,9 @@
-"""Hardware profiles: load a device description (built-in or the user's file) into a frozen HardwareProfile.
+"""Hardware profiles: the frozen HardwareProfile a device description becomes, and its tree form (TOML shape).
 
 The first input of the pipeline beside the graph. Profiles are TOML files in data/hardware/ with units
 in key names and a source for every number; `hardware_schema` validates them once, here they become
 SI-unit dataclasses that tiling, cost and power read. Nothing downstream re-parses a profile.
+`mapper.hardware.load` finds and reads profiles.
 """
 
 from __future__ import annotations
@@ -11,22 +12,15 @@ import hashlib
 import itertools
 import json
 import math
-import os
 from dataclasses import dataclass
-from functools import cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from mapper.core import limits
 from mapper.core.errors import MapperError
-from mapper.hardware.parse import MAX_PROFILE_BYTES, parse_profile
-from mapper.hardware.schema import DTYPES, validate_profile_dict
+from mapper.hardware.schema import DTYPES
 
-__all__ = ["EfficiencyCurve", "Interconnect", "HardwareProfile", "list_hardware", "load_hardware", "hardware_dir"]
-
-_SUFFIXES = (".toml", ".json", ".yaml", ".yml")
+__all__ = ["EfficiencyCurve", "Interconnect", "HardwareProfile"]
 
 # ONNX element-type names (mapper.core.graph.DTYPE_BYTES keys) and common spellings -> profile dtype keys.
 DTYPE_ALIASES: dict[str, str] = {
@@ -98,7 +92,8 @@ class HardwareProfile:
     vendor: str
     compute_units: int
     clock_hz: float
-    matrix_peak_flops_per_s: dict[str, float]
+    matrix_peak_flops_per_s: dict[str, float]  # dense
+    sparse_matrix_peak_flops_per_s: dict[str, float]  # 2:4 structured sparsity (weight GEMMs with sparsity=2:4)
     vector_peak_flops_per_s: dict[str, float]
     sfu_peak_ops_per_s: float
     matrix_instruction_mnk: tuple[int, int, int]
@@ -150,6 +145,17 @@ class HardwareProfile:
             "choose one of those or another device"
         )
 
+    def sparse_matrix_peak(self, dtype: str) -> float:
+        """2:4 structured-sparsity matrix peak in FLOP/s (counting the skipped zeros, as vendors quote it)."""
+        key = canonical_dtype(dtype)
+        if key not in self.sparse_matrix_peak_flops_per_s:
+            has = ", ".join(sorted(self.sparse_matrix_peak_flops_per_s, key=DTYPES.index)) or "none"
+            raise MapperError(
+                f"hardware {self.name}: no 2:4 sparse matrix peak for dtype {dtype!r} (it has: {has});"
+                " use sparsity=dense, another dtype or another device"
+            )
+        return self.sparse_matrix_peak_flops_per_s[key]
+
     def vector_peak(self, dtype: str) -> float:
         """Vector (SIMD) peak in FLOP/s; a dtype without its own figure uses the fp32 figure (conservative)."""
         return self.vector_peak_flops_per_s.get(canonical_dtype(dtype), self.vector_peak_flops_per_s["fp32"])
@@ -160,7 +166,7 @@ class HardwareProfile:
 
     def to_dict(self) -> dict[str, Any]:
         """The TOML-shaped nested dict (values + sources) that load_hardware accepts back."""
-        return _to_dict(self)
+        return profile_tree(self)
 
 
 # ---- the one table between TOML keys and dataclass fields --------------------------------------
@@ -203,6 +209,8 @@ _PER_DTYPE = (
     ("compute.vector_peak_flops_per_s", "vector_peak_flops_per_s"),
     ("power.energy_per_flop_j", "energy_per_flop_j"),
 )
+# Per-dtype tables a profile may leave out: absent ones are not written back (the hash stays the file's).
+_OPTIONAL_PER_DTYPE = (("compute.sparse_matrix_peak_flops_per_s", "sparse_matrix_peak_flops_per_s"),)
 _CURVES = (
     ("efficiency.matrix_by_flops", "matrix_efficiency"),
     ("efficiency.vector_by_bytes", "vector_efficiency"),
@@ -210,7 +218,7 @@ _CURVES = (
 )
 
 
-def _get(tree: dict[str, Any], dotted: str) -> Any:
+def tree_get(tree: dict[str, Any], dotted: str) -> Any:
     for part in dotted.split("."):
         tree = tree[part]
     return tree
@@ -230,28 +238,29 @@ def _attr(profile: HardwareProfile, dotted: str) -> Any:
     return value
 
 
-def _build(tree: dict[str, Any]) -> HardwareProfile:
+def build_profile(tree: dict[str, Any]) -> HardwareProfile:
     """Validated TOML-shaped dict -> HardwareProfile (SI units, converted once)."""
     fields: dict[str, Any] = {}
     sources: dict[str, str] = {}
     for key, attr in _STRINGS:
-        fields[attr] = _get(tree, key)
+        fields[attr] = tree_get(tree, key)
     for key, attr, kind in _NUMBERS:
-        entry = _get(tree, key)
+        entry = tree_get(tree, key)
         fields[attr] = kind(entry["value"])
         sources[key] = entry["source"]
-    for key, attr in _PER_DTYPE:
-        table = {dtype: _get(tree, key)[dtype] for dtype in DTYPES if dtype in _get(tree, key)}
+    for key, attr in _PER_DTYPE + _OPTIONAL_PER_DTYPE:
+        present = _optional(tree, key)
+        table = {dtype: present[dtype] for dtype in DTYPES if dtype in present}
         fields[attr] = {dtype: float(entry["value"]) for dtype, entry in table.items()}
         sources.update({f"{key}.{dtype}": entry["source"] for dtype, entry in table.items()})
     for key, attr in _CURVES:
-        entry = _get(tree, key)
+        entry = tree_get(tree, key)
         fields[attr] = EfficiencyCurve(tuple((float(x), float(e)) for x, e in entry["value"]))
         sources[key] = entry["source"]
-    scales = _get(tree, "efficiency").get("op_time_scale", {})
+    scales = tree_get(tree, "efficiency").get("op_time_scale", {})
     fields["op_time_scale"] = {op: float(entry["value"]) for op, entry in scales.items()}
     sources.update({f"efficiency.op_time_scale.{op}": entry["source"] for op, entry in scales.items()})
-    graph_launch = _get(tree, "overhead").get("graph_launch_s")  # optional: GPU profiles give it
+    graph_launch = tree_get(tree, "overhead").get("graph_launch_s")  # optional: GPU profiles give it
     if graph_launch is not None:
         fields["graph_launch_s"] = float(graph_launch["value"])
         sources["overhead.graph_launch_s"] = graph_launch["source"]
@@ -263,17 +272,22 @@ def _build(tree: dict[str, Any]) -> HardwareProfile:
         }
     )
     draft = HardwareProfile(**fields, sources=sources, sha256="")
-    digest = hashlib.sha256(json.dumps(_to_dict(draft), sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    digest = hashlib.sha256(json.dumps(profile_tree(draft), sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     return HardwareProfile(**{**fields, "sources": sources, "sha256": digest})
 
 
-def _to_dict(profile: HardwareProfile) -> dict[str, Any]:
+def _optional(tree: dict[str, Any], dotted: str) -> dict[str, Any]:
+    parent, _, leaf = dotted.rpartition(".")
+    return tree_get(tree, parent).get(leaf) or {}
+
+
+def profile_tree(profile: HardwareProfile) -> dict[str, Any]:
     tree: dict[str, Any] = {}
     for key, attr in _STRINGS:
         _put(tree, key, _attr(profile, attr))
     for key, attr, _kind in _NUMBERS:
         _put(tree, key, {"value": _attr(profile, attr), "source": profile.sources[key]})
-    for key, attr in _PER_DTYPE:
+    for key, attr in _PER_DTYPE + tuple(o for o in _OPTIONAL_PER_DTYPE if getattr(profile, o[1])):
         _put(
             tree,
             key,
@@ -301,89 +315,3 @@ def _to_dict(profile: HardwareProfile) -> dict[str, Any]:
             },
         )
     return tree
-
-
-# ---- finding and reading profiles ---------------------------------------------------------------
-
-
-def hardware_dir() -> Path:
-    """data/hardware beside the mapper package (repository layout; an editable install keeps it)."""
-    return Path(__file__).resolve().parents[2] / "data" / "hardware"
-
-
-def list_hardware() -> list[str]:
-    """Built-in profile names (the command-line names), sorted."""
-    folder = hardware_dir()
-    return sorted(path.stem for path in folder.glob("*.toml")) if folder.is_dir() else []
-
-
-def _read_file(path: Path) -> HardwareProfile:
-    label = f"profile {path.name}"
-    suffix = path.suffix.lower()
-    if suffix not in _SUFFIXES:
-        raise MapperError(f"{label}: unknown file type {suffix or '(none)'}; use a .toml, .json or .yaml profile")
-    try:
-        size = path.stat().st_size
-        if size > MAX_PROFILE_BYTES:
-            raise MapperError(
-                f"{label}: {size} bytes is over {limits.limit_text('MAX_PROFILE_BYTES')} (1 MiB) "
-                f"for a hardware profile; point at the profile itself"
-            )
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_PROFILE_BYTES + 1)
-    except OSError as exc:
-        raise MapperError(f"{label}: cannot read {path} ({exc.strerror}); check the path") from None
-    return _build_checked(parse_profile(raw, {".json": "json", ".toml": "toml"}.get(suffix, "yaml"), label), label)
-
-
-def _build_checked(data: Any, label: str) -> HardwareProfile:
-    return _build(validate_profile_dict(data, label).model_dump())
-
-
-@cache
-def _load_builtin(name: str) -> HardwareProfile:
-    return _read_file(hardware_dir() / f"{name}.toml")
-
-
-def load_hardware(spec: str | os.PathLike | bytes | dict) -> HardwareProfile:
-    """A built-in name ("h100-sxm"), a path to a .toml/.json/.yaml file, uploaded bytes (TOML or JSON),
-    or a parsed dict."""
-    if isinstance(spec, dict):
-        return _build_checked(spec, "profile (form)")
-    if isinstance(spec, (bytes, bytearray)):
-        raw = bytes(spec)
-        fmt = "json" if raw.lstrip()[:1] == b"{" else "toml"
-        return _build_checked(parse_profile(raw, fmt, "uploaded profile"), "uploaded profile")
-    if isinstance(spec, str) and spec.strip() in list_hardware():
-        return _load_builtin(spec.strip())
-    if not isinstance(spec, (str, os.PathLike)):
-        raise MapperError(f"hardware: expected a profile name, path, bytes or dict, got {type(spec).__name__}")
-    path = Path(spec).expanduser()
-    if not path.is_file():
-        raise MapperError(
-            f"hardware {str(spec)!r}: not a built-in profile ({', '.join(list_hardware())}) "
-            f"and no such file; give one of those names or a path to a .toml profile"
-        )
-    return _read_file(path)
-
-
-def edit_profile(
-    profile: HardwareProfile, values: dict[str, float], display_name: str | None = None
-) -> HardwareProfile:
-    """`profile` with some numbers changed (dotted field -> value, the names `flatten_profile` gives),
-    validated as a file is: a bad value raises ProfileError naming its field. Whole numbers stay whole."""
-    tree = _to_dict(profile)
-    for dotted, value in values.items():
-        try:
-            entry = _get(tree, dotted)
-        except (KeyError, TypeError):
-            raise MapperError(
-                f"profile field {dotted!r} is not a number this profile has; edit a listed field"
-            ) from None
-        if not (isinstance(entry, dict) and "value" in entry):
-            raise MapperError(f"profile field {dotted!r} is not a number this profile has; edit a listed field")
-        keep_int = isinstance(entry["value"], int) and float(value).is_integer()
-        entry["value"] = int(value) if keep_int else value
-    if display_name is not None:
-        tree["meta"]["display_name"] = display_name
-    return _build_checked(tree, "edited profile")

@@ -121,11 +121,21 @@ class Compute(_Strict):
     matrix_peak_flops_per_s: Annotated[dict[Dtype, Positive], Field(min_length=1)]
     vector_peak_flops_per_s: Annotated[dict[VectorDtype, Positive], Field(min_length=1)]
     sfu_peak_ops_per_s: Positive
+    # 2:4 structured-sparsity peaks (optional): used only for weight GEMMs of a plan with sparsity=2:4,
+    # never as a dense figure, so each must sit above the dense peak of its dtype.
+    sparse_matrix_peak_flops_per_s: dict[Dtype, Positive] = {}
 
     @model_validator(mode="after")
     def _vector_has_fp32(self) -> Compute:
         if "fp32" not in self.vector_peak_flops_per_s:
             raise ValueError("vector_peak_flops_per_s needs an fp32 entry (the fallback for other dtypes)")
+        for dtype, entry in self.sparse_matrix_peak_flops_per_s.items():
+            dense = self.matrix_peak_flops_per_s.get(dtype)
+            if dense is None or entry.value <= dense.value:
+                raise ValueError(
+                    f"sparse_matrix_peak_flops_per_s.{dtype} needs a dense matrix peak below it"
+                    " (a sparse figure is never a dense one)"
+                )
         return self
 
 

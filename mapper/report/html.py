@@ -117,8 +117,12 @@ def _top_kernels(kernels: pd.DataFrame) -> str:
 def _figure_divs(doc: dict) -> list[str]:
     figures = (layer_share_figure(doc), roofline_figure(doc), timeline_figure(doc))
     config = {"displaylogo": False, "responsive": True}
-    # plotly.js inlined once, in the first figure; the page needs no network.
-    return [fig.to_html(full_html=False, include_plotlyjs=(i == 0), config=config) for i, fig in enumerate(figures)]
+    # plotly.js inlined once, in the first figure; the page needs no network. Fixed div ids (plotly draws
+    # a random one): the same slice gives the same page bytes, which a review packet's reproduce.sh checks.
+    return [
+        fig.to_html(full_html=False, include_plotlyjs=(i == 0), config=config, div_id=f"mapper-figure-{i}")
+        for i, fig in enumerate(figures)
+    ]
 
 
 def render_html(doc: dict, frames: dict[str, pd.DataFrame], verdict: str) -> str:

@@ -1,0 +1,126 @@
+"""Review: the meeting in five steps (workload and KPI, first mechanism failure, proving artifact, bounded
+fix with owner, validation matrix and rollback), one screen each, and the root-cause packet to download.
+A client of mapper.run_review; no math here."""
+
+import pandas as pd
+import streamlit as st
+
+import mapper
+from app_pages import session, ui
+
+STEPS = ("1 Workload and KPI", "2 First failure", "3 Proving artifact", "4 Fix and owner", "5 Validation")
+
+sel = session.get().selection
+if sel is None:
+    st.info("No selection yet: choose a model and a valid hardware profile in the sidebar.")
+    st.stop()
+st.title("Review")
+st.caption(f"{ui.md(sel.model_label)} on {ui.md(sel.hw.name)} · {dict(sel.dims)} · the five steps of the review")
+c = st.columns([1, 2, 1, 2])
+target_ms = c[0].number_input("p99 target (ms, 0 = none)", min_value=0.0, step=5.0, key="review_p99_ms")
+fix = c[1].text_input("fix (KEY=VALUE,...; empty = the best proposed)", key="review_fix")
+owner = c[2].selectbox("owner", ("(the fix's own)", *mapper.REVIEW_OWNERS), key="review_owner")
+note = c[3].text_input("note", key="review_note")
+request = mapper.ReviewRequest(
+    model=sel.source,
+    dims=dict(sel.dims),
+    hardware=sel.hw,
+    options=sel.options,
+    p99_target_s=target_ms / 1e3 if target_ms else None,
+    fix=fix.strip(),
+    owner="" if owner.startswith("(") else owner,
+    note=note,
+    file_name=sel.model_label if isinstance(sel.source, bytes) else "",
+)
+key = (sel.key, target_ms, fix.strip(), owner, note)
+review = ui.run_stored(
+    "review_result",
+    key,
+    "Run review",
+    False,
+    lambda _progress: mapper.run_review(request),
+    "Cannot run the review",
+    "Press **Run review** to map the slice, find its first failure, propose fixes and validate one.",
+)
+st.download_button(
+    "Download root-cause packet (zip)",
+    mapper.packet_bytes(review),
+    file_name="review-packet.zip",
+    mime="application/zip",
+    key="review_packet",
+)
+step = st.radio("step", STEPS, horizontal=True, key="review_step", label_visibility="collapsed")
+doc = mapper.review_document(review)
+k = review.kpis
+
+
+def step_one() -> None:
+    f = review.frozen
+    st.markdown(
+        f"**Frozen slice** · model {ui.md(f['model'])} sha256 `{f['model_sha256'][:16]}` · dims {ui.md(f['dims'])}"
+        f" · profile {ui.md(f['hardware'])} sha256 `{f['hardware_sha256'][:16]}` · engine {f['engine_version']}"
+    )
+    st.code(mapper.reproduce_command(review), language="sh")
+    m = st.columns(6)
+    m[0].metric("latency" if "tpot_s" not in k else "TPOT", ui.ms(k["latency_s"]))
+    m[1].metric("throughput", f"{k['throughput_per_s']:,.1f}/s")
+    m[2].metric("MFU", ui.pct(k["mfu"]))
+    m[3].metric("memory stall", ui.pct(k["memory_stall_fraction"]))
+    m[4].metric("perf/W", f"{k['perf_per_watt']:.3g}/s/W")
+    m[5].metric("TTFT" if "ttft_s" in k else "p99", ui.ms(k.get("ttft_s", k["p99_s"])))
+    met = k["p99_target_met"]
+    target = "no target set" if met is None else ("meets" if met else "MISSES") + f" {ui.ms(k['p99_target_s'])}"
+    st.markdown(f"p50 {ui.ms(k['p50_s'])} · p95 {ui.ms(k['p95_s'])} · p99 {ui.ms(k['p99_s'])} · target: {target}")
+    st.dataframe(pd.DataFrame(k["layer_types"]), hide_index=True)
+
+
+def step_two() -> None:
+    st.subheader(f"First mechanism failure: {ui.md(review.failure.check)}")
+    st.markdown(f"**{ui.md(review.mechanism)}**")
+    st.caption(f"Owner: {review.failure.owner}. First failing slice: {ui.md(review.first_slice['sentence'])}.")
+    st.dataframe(pd.DataFrame(review.behind), hide_index=True)
+
+
+def step_three() -> None:
+    a = review.artifact
+    st.subheader(f"Proving artifact: {a['kernels_of_class']} {ui.md(a['class'])} kernels")
+    st.dataframe(pd.DataFrame(a["kernels"]).astype(str), hide_index=True)
+    st.caption("Fusion plan (kernels per rule): " + ui.md(", ".join(f"{r} {n}" for r, n in a["fusion_plan"].items())))
+    if a["measured"] is None:
+        st.caption("Not measured: the follow-ups ask the performance modeling owner for a measurement.")
+
+
+def step_four() -> None:
+    rows = [
+        {
+            "fix": c["label"],
+            "plan options": ",".join(f"{o}={v}" for o, v in c["plan_options"].items()),
+            "gain": ui.pct(c["expected_gain"]),
+            "owner": c["owner"],
+            "blast radius": f"{c['blast_radius']['kernels']} kernels: {', '.join(c['blast_radius']['layer_types'])}",
+            "quality evidence and fallback": c["quality_evidence_and_fallback"] or "-",
+        }
+        for c in doc["candidates"]
+    ]
+    st.dataframe(pd.DataFrame(rows).astype(str), hide_index=True)
+    chosen = doc["chosen_fix"]
+    if chosen:
+        st.markdown(
+            f"**Chosen: {ui.md(chosen['label'])}** · owner {ui.md(review.owner)}"
+            f" · gain {ui.pct(chosen['expected_gain'])}"
+        )
+    for f in review.follow_ups:
+        st.caption(f"{f['owner']}: {ui.md(f['action'])}")
+
+
+def step_five() -> None:
+    v = review.validation
+    if v is None:
+        st.info("No fix to validate.")
+        return
+    st.markdown(f"**{ui.md(v.summary)}**")
+    st.dataframe(v.verdicts.astype(str), hide_index=True)
+    st.caption(f"Rollback boundary (slices that keep the baseline): {ui.md(v.rollback_slices() or 'none')}")
+
+
+{STEPS[0]: step_one, STEPS[1]: step_two, STEPS[2]: step_three, STEPS[3]: step_four, STEPS[4]: step_five}[step]()

@@ -1,0 +1,101 @@
+"""`mapper review`: the meeting's five steps on one slice, written as a root-cause packet (zip).
+
+Registered by mapper.cli.main through add_arguments(subparsers). Exit code 1 with --require-no-regression
+when the chosen fix regresses a slice of the validation matrix (CI gates on it); bad input: exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import mapper
+from mapper.cli.args import add_model_args, options_from, parse_dim
+from mapper.core.errors import MapperError
+from mapper.report.tables import write_bytes
+from mapper.review.first_slice import parse_target
+from mapper.review.matrix import Grid, default_grid
+from mapper.review.packet import packet_bytes, review_document
+from mapper.review.review import OWNERS, ReviewRequest, run_review
+
+
+def add_arguments(subparsers) -> None:
+    text = "review one slice in five steps (KPI, first failure, artifact, fix with owner, validation) -> packet.zip"
+    p = subparsers.add_parser("review", help=text, description=text)
+    add_model_args(p)
+    p.add_argument("--p99-target-ms", type=float, help="the p99 latency target of the KPI (ms)")
+    p.add_argument("--fix", action="append", default=[], metavar="OPTION=VALUE", help="your fix (default: the best)")
+    p.add_argument("--owner", default="", choices=("", *OWNERS), help="who owns the fix (default: the fix's owner)")
+    p.add_argument("--note", default="", help="a note for the packet")
+    p.add_argument("--target", help="first failing slice of: p99=MS, mfu=FRACTION or fit (default: p99 target/fit)")
+    p.add_argument("--matrix-batch", help="validation matrix batches, comma-separated (default: half/same/double)")
+    p.add_argument("--matrix-length", help="validation matrix lengths (seq, or a decoder's context), comma-separated")
+    p.add_argument("--created-utc", default="", help="pin the packet's timestamp (reproduce.sh does)")
+    p.add_argument("--require-no-regression", action="store_true", help="exit 1 if the fix regresses any slice")
+    p.add_argument("--out", help="write the packet: a .zip file")
+    p.add_argument("--json", action="store_true", help="print review.json")
+    p.set_defaults(func=cmd_review)
+
+
+def _numbers(text: str | None, what: str) -> tuple[int, ...] | None:
+    if not text:
+        return None
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        values = ()
+    if not values or min(values) < 1:
+        raise MapperError(f"--{what} {text!r} must be positive integers, comma-separated")
+    return values
+
+
+def request_from(args: argparse.Namespace) -> ReviewRequest:
+    if args.out and not args.out.endswith(".zip"):
+        raise MapperError(f"--out {args.out!r}: a review packet is a .zip file")
+    model = mapper.open_model(args.model)
+    dims = model.shortcut_dims(dict(parse_dim(d) for d in args.dim), batch=args.batch, seq=args.seq)
+    dims = dict(model.bind(dims).graph.dims)
+    grid = None
+    batches, lengths = _numbers(args.matrix_batch, "matrix-batch"), _numbers(args.matrix_length, "matrix-length")
+    if batches or lengths:
+        default = default_grid(dims, model.roles)
+        grid = Grid(batches or default.batches, lengths or default.lengths if default.axis else (None,), default.axis)
+    return ReviewRequest(
+        model=args.model,
+        dims=dims,
+        hardware=mapper.load_hardware(args.hw),
+        options=options_from(args),
+        p99_target_s=args.p99_target_ms / 1e3 if args.p99_target_ms is not None else None,
+        fix=",".join(args.fix),
+        owner=args.owner,
+        note=args.note,
+        grid=grid,
+        target=parse_target(args.target) if args.target else None,
+        created_utc=args.created_utc,
+    )
+
+
+def cmd_review(args: argparse.Namespace) -> int:
+    review = run_review(request_from(args))
+    doc = review_document(review)
+    if args.out:
+        write_bytes(args.out, packet_bytes(review), "the review packet")
+    if args.json:
+        print(json.dumps(doc, indent=1, allow_nan=False))
+    else:
+        chosen = review.chosen
+        print(f"first failure ({review.failure.check}): {review.mechanism}")
+        for c in review.candidates:
+            print(f"  candidate {c.label:36s} {c.option_text():28s} gain {c.gain:+7.1%}  {c.owner}")
+        if chosen:
+            print(f"chosen fix: {chosen.label} ({chosen.option_text()}), owner {review.owner}")
+        if review.validation:
+            print(f"validation: {review.validation.summary}")
+        print(f"first failing slice: {review.first_slice['sentence']}")
+        if args.out:
+            print(f"packet: {args.out}")
+    regressed = review.validation.regressed_slices() if review.validation else []
+    if args.require_no_regression and regressed:
+        print(f"regression: the fix regresses {len(regressed)} slice(s): {json.dumps(regressed)}")
+        return 1
+    return 0

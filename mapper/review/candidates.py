@@ -1,0 +1,244 @@
+"""Step 4 of a review: candidate fixes for the first mechanism failure, each re-mapped by the engine.
+
+CANDIDATES is the table: the failing check (capacity, latency target) or the dominant bottleneck class
+-> rows of plan-option changes, owner, blast-radius rule and the quality evidence and fallback a
+precision or sparsity change needs (seed: "declaring sparse or precision wins without fallback and
+quality evidence"). `propose` re-maps every applicable row on the frozen slice and ranks them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, fields, replace
+
+from mapper.core.classes import Bottleneck, Owner
+from mapper.core.result import MappingResult, PlanOptions
+from mapper.hardware.profile import HardwareProfile
+from mapper.pipeline import map_workload
+from mapper.work.workload import Workload
+
+PRECISION_EVIDENCE = (
+    "needs quality evidence (perplexity or accuracy on production data against the unquantized model);"
+    " fallback: the baseline precision, kept deployable"
+)
+SPARSITY_EVIDENCE = (
+    "needs accuracy evidence of the 2:4-pruned (and fine-tuned) model on production data;"
+    " fallback: the dense weights, kept deployable"
+)
+NO_GAIN = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What a row reads to decide its changes: the baseline's options, its document and the device."""
+
+    options: PlanOptions
+    doc: dict
+    hardware: HardwareProfile
+    decoder: bool
+
+
+Changes = Callable[[Context], dict | None]  # None: the row does not apply here
+
+
+@dataclass(frozen=True, slots=True)
+class CandidateRow:
+    label: str
+    changes: Changes
+    owner: Owner
+    blast: str  # a BLAST_RULES key: which kernels the change touches
+    evidence: str = ""  # the quality evidence and fallback it needs ("" for none)
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One proposed fix, re-mapped on the frozen slice."""
+
+    label: str
+    changes: tuple[tuple[str, object], ...]  # plan-option field -> new value
+    options: PlanOptions
+    owner: str
+    blast_kernels: int
+    blast_layer_types: tuple[str, ...]
+    blast_rule: str
+    evidence: str
+    latency_s: float
+    gain: float  # baseline latency / candidate latency - 1 on the primary KPI (positive: faster)
+    fits: bool
+    caveats: tuple[str, ...]
+
+    def option_text(self) -> str:
+        return ",".join(f"{k}={option_value(v)}" for k, v in self.changes)
+
+
+def option_value(value) -> str:
+    """How a plan option is written on the command line (`--fix KEY=VALUE`, attention_fusion on/off)."""
+    return (
+        {True: "on", False: "off", None: "auto"}.get(value, str(value))
+        if isinstance(value, bool | None)
+        else str(value)
+    )
+
+
+def _set(**changes) -> Changes:
+    def apply(ctx: Context) -> dict | None:
+        todo = {k: v for k, v in changes.items() if getattr(ctx.options, k) != v}
+        return todo or None
+
+    return apply
+
+
+def _weights(dtype: str) -> Changes:
+    return lambda ctx: {"weight_dtype": dtype} if ctx.decoder and ctx.options.weight_dtype != dtype else None
+
+
+def _dtype(dtype: str) -> Changes:
+    def apply(ctx: Context) -> dict | None:
+        current = ctx.doc["totals"]["dtype"]
+        return {"dtype": dtype} if current != dtype and ctx.hardware.has_matrix_peak(dtype) else None
+
+    return apply
+
+
+def _sparse(ctx: Context) -> dict | None:
+    dtype = ctx.doc["totals"]["dtype"]
+    ok = ctx.options.sparsity != "2:4" and dtype in ctx.hardware.sparse_matrix_peak_flops_per_s
+    return {"sparsity": "2:4"} if ok else None
+
+
+def _smallest_fit(ctx: Context) -> dict | None:
+    fit = (ctx.doc.get("memory") or {}).get("smallest_fit")
+    return {"tp": fit["tp"], "pp": fit["pp"]} if fit else None
+
+
+def _lower_tp(ctx: Context) -> dict | None:
+    return {"tp": ctx.options.tp // 2} if ctx.options.tp > 1 else None
+
+
+def _more_replicas(ctx: Context) -> dict | None:
+    return {"dp": ctx.options.dp * 2}
+
+
+def _attention_on(ctx: Context) -> dict | None:
+    return {"attention_fusion": True} if ctx.options.attention_fusion is not True else None
+
+
+CAPACITY = "capacity"
+LATENCY_TARGET = "latency target"
+# The failing check or class -> its rows, in the order a review tries them (ties in gain keep this order).
+CANDIDATES: dict[str, tuple[CandidateRow, ...]] = {
+    CAPACITY: (
+        CandidateRow("shard over the smallest TP x PP that fits", _smallest_fit, Owner.RUNTIME, "weight GEMMs"),
+        CandidateRow("int4 weights", _weights("int4"), Owner.ML_COMPILER, "weight GEMMs", PRECISION_EVIDENCE),
+        CandidateRow("int8 weights", _weights("int8"), Owner.ML_COMPILER, "weight GEMMs", PRECISION_EVIDENCE),
+    ),
+    LATENCY_TARGET: (
+        CandidateRow("one more data-parallel replica", _more_replicas, Owner.RUNTIME, "every kernel"),
+        CandidateRow("int4 weights", _weights("int4"), Owner.ML_COMPILER, "weight GEMMs", PRECISION_EVIDENCE),
+        CandidateRow("fp8 compute", _dtype("fp8"), Owner.ML_COMPILER, "every kernel", PRECISION_EVIDENCE),
+    ),
+    Bottleneck.MEMORY: (
+        CandidateRow("int4 weights", _weights("int4"), Owner.ML_COMPILER, "weight GEMMs", PRECISION_EVIDENCE),
+        CandidateRow("int8 weights", _weights("int8"), Owner.ML_COMPILER, "weight GEMMs", PRECISION_EVIDENCE),
+        CandidateRow(
+            "fp8 activations and KV cache", _dtype("fp8"), Owner.ML_COMPILER, "every kernel", PRECISION_EVIDENCE
+        ),
+        CandidateRow("fused attention", _attention_on, Owner.ML_COMPILER, "attention kernels"),
+        CandidateRow("aggressive fusion", _set(fusion="aggressive"), Owner.ML_COMPILER, "memory-bound kernels"),
+        CandidateRow("2:4 sparse weights", _sparse, Owner.ML_COMPILER, "weight GEMMs", SPARSITY_EVIDENCE),
+    ),
+    Bottleneck.COMPUTE_MATRIX: (
+        CandidateRow("bf16 compute", _dtype("bf16"), Owner.ML_COMPILER, "matrix kernels", PRECISION_EVIDENCE),
+        CandidateRow("fp8 compute", _dtype("fp8"), Owner.ML_COMPILER, "matrix kernels", PRECISION_EVIDENCE),
+        CandidateRow("2:4 sparse weights", _sparse, Owner.ML_COMPILER, "weight GEMMs", SPARSITY_EVIDENCE),
+    ),
+    Bottleneck.COMPUTE_VECTOR: (
+        CandidateRow("fused attention", _attention_on, Owner.ML_COMPILER, "attention kernels"),
+        CandidateRow("aggressive fusion", _set(fusion="aggressive"), Owner.ML_COMPILER, "vector kernels"),
+    ),
+    Bottleneck.OCCUPANCY: (
+        CandidateRow("aggressive fusion", _set(fusion="aggressive"), Owner.ML_COMPILER, "occupancy-bound kernels"),
+        CandidateRow("2:4 sparse weights", _sparse, Owner.ML_COMPILER, "weight GEMMs", SPARSITY_EVIDENCE),
+    ),
+    Bottleneck.LAUNCH: (
+        CandidateRow("CUDA graph replay", _set(launch="graph"), Owner.RUNTIME, "every kernel"),
+        CandidateRow("aggressive fusion", _set(fusion="aggressive"), Owner.ML_COMPILER, "launch-bound kernels"),
+    ),
+    Bottleneck.SYNCHRONIZATION: (
+        CandidateRow("aggressive fusion", _set(fusion="aggressive"), Owner.ML_COMPILER, "synchronization kernels"),
+    ),
+    Bottleneck.INTERCONNECT: (
+        CandidateRow("overlap collectives", _set(overlap_collectives=True), Owner.RUNTIME, "collectives"),
+        CandidateRow("halve the TP degree", _lower_tp, Owner.RUNTIME, "collectives"),
+    ),
+    Bottleneck.HOST: (),
+}
+
+
+def _touches(rule: str, k: dict) -> bool:
+    weight_gemm = k["weight_bytes"] > 0 and any(op in ("MatMul", "Gemm", "Conv", "MatMulNBits") for op in k["ops"])
+    return {
+        "weight GEMMs": weight_gemm,
+        "attention kernels": k["layer_type"] == "Attention",
+        "matrix kernels": k["engine"] == "matrix",
+        "vector kernels": k["engine"] in ("vector", "sfu"),
+        "collectives": k["engine"] == "interconnect",
+        "memory-bound kernels": k["bottleneck"] == Bottleneck.MEMORY,
+        "launch-bound kernels": k["bottleneck"] == Bottleneck.LAUNCH,
+        "occupancy-bound kernels": k["bottleneck"] == Bottleneck.OCCUPANCY,
+        "synchronization kernels": k["bottleneck"] == Bottleneck.SYNCHRONIZATION,
+    }.get(rule, True)
+
+
+def blast_radius(rule: str, doc: dict) -> tuple[int, tuple[str, ...]]:
+    """The baseline kernels a change touches and their layer types."""
+    hit = [k for k in doc["kernels"] if _touches(rule, k)]
+    return len(hit), tuple(sorted({k["layer_type"] for k in hit}))
+
+
+def remap(
+    label: str, changes: dict, row: CandidateRow | None, base: tuple[Workload, HardwareProfile, PlanOptions], doc: dict
+) -> Candidate:
+    """Map the frozen slice with the changes applied and measure the gain against the baseline."""
+    workload, hardware, options = base
+    new = replace(options, **changes)
+    result: MappingResult = map_workload(workload, hardware, new)
+    rule = row.blast if row else "every kernel"
+    kernels, layer_types = blast_radius(rule, doc)
+    latency = result.totals.latency_s
+    gain = doc["totals"]["latency_s"] / latency - 1 if latency > 0 else NO_GAIN
+    order = [f.name for f in fields(PlanOptions)]
+    return Candidate(
+        label=label,
+        changes=tuple(sorted(changes.items(), key=lambda kv: order.index(kv[0]))),
+        options=new,
+        owner=str(row.owner if row else Owner.PERFORMANCE_MODELING),
+        blast_kernels=kernels,
+        blast_layer_types=layer_types,
+        blast_rule=rule,
+        evidence=row.evidence if row else "",
+        latency_s=latency,
+        gain=gain,
+        fits=result.memory.fits,
+        caveats=tuple(c for c in result.caveats if c not in doc["caveats"]),
+    )
+
+
+def rows_for(check: str, dominant: str) -> tuple[CandidateRow, ...]:
+    """The failing check's rows, then the dominant class's (a capacity failure still has a bottleneck)."""
+    rows = CANDIDATES.get(check, ()) + CANDIDATES.get(dominant, ())
+    return tuple({(r.label, r.blast): r for r in rows}.values())
+
+
+def propose(
+    check: str, dominant: str, base: tuple[Workload, HardwareProfile, PlanOptions], doc: dict, decoder: bool
+) -> tuple[Candidate, ...]:
+    """Every applicable row re-mapped, best first: those that fit, then by gain (table order breaks ties)."""
+    ctx = Context(base[2], doc, base[1], decoder)
+    out, seen = [], []
+    for row in rows_for(check, dominant):
+        changes = row.changes(ctx)
+        if changes and changes not in seen:  # two rows may ask for the same change (fp8 for two reasons)
+            seen.append(changes)
+            out.append(remap(row.label, changes, row, base, doc))
+    return tuple(sorted(out, key=lambda c: (not c.fits, -round(c.gain, 6))))

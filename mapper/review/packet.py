@@ -1,0 +1,192 @@
+"""The root-cause packet: one zip a person reads in two minutes and a script that rebuilds it.
+
+Baseline and fix mapping sheets (XLSX and HTML, through mapper.report), the validation matrix (CSV),
+the profile used (as JSON, edited ones included), review.json, README.md and reproduce.sh, whose
+`mapper review` command rebuilds every file byte for byte: every file carries the review's pinned
+created_utc, zip entries have a fixed date, and workbooks are rewritten with the same date inside.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import zipfile
+from pathlib import Path
+
+from mapper.report.sheet import sheet_bytes
+from mapper.report.tables import csv_bytes
+from mapper.review.candidates import Candidate
+from mapper.review.review import Review, review_args
+
+ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # the earliest date a zip entry holds: no build time leaks in
+CORE_DATES = re.compile(rb"(<dcterms:(?:created|modified)[^>]*>)[^<]*(</dcterms:)")
+EXECUTABLE = 0o100755 << 16
+REGULAR = 0o100644 << 16
+
+
+def _zip(files: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name in sorted(files):
+            info = zipfile.ZipInfo(name, ZIP_DATE)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = EXECUTABLE if name.endswith(".sh") else REGULAR
+            archive.writestr(info, files[name])
+    return buffer.getvalue()
+
+
+def pinned_xlsx(data: bytes, created_utc: str) -> bytes:
+    """The workbook with fixed entry dates and its document properties dated `created_utc`."""
+    stamp = created_utc.replace("+00:00", "Z").encode()
+    with zipfile.ZipFile(io.BytesIO(data)) as source:
+        files = {n: source.read(n) for n in source.namelist()}
+    files["docProps/core.xml"] = CORE_DATES.sub(rb"\g<1>" + stamp + rb"\g<2>", files.get("docProps/core.xml", b""))
+    return _zip(files)
+
+
+def model_arg(review: Review) -> str:
+    source = review.frozen["model_source"]
+    if review.baseline.model_name == source or source in ("", "(uploaded)"):
+        return source if source not in ("", "(uploaded)") else (review.request.file_name or "model.onnx")
+    return Path(source).name  # a path: the file sits beside reproduce.sh
+
+
+def profile_path(review: Review) -> str:
+    return f"profiles/{review.request.hardware.name}.json"
+
+
+def reproduce_command(review: Review) -> str:
+    args = ["mapper", "review", *review_args(review, model_arg(review), profile_path(review))]
+    return " ".join(_quote(a) for a in args) + " --out packet.zip"
+
+
+def _quote(arg: str) -> str:
+    return arg if re.fullmatch(r"[A-Za-z0-9_./:=,+-]+", arg) else "'" + arg.replace("'", "'\\''") + "'"
+
+
+def candidate_record(c: Candidate) -> dict:
+    return {
+        "label": c.label,
+        "plan_options": dict(c.changes),
+        "owner": c.owner,
+        "expected_gain": c.gain,
+        "latency_s": c.latency_s,
+        "fits": c.fits,
+        "blast_radius": {"rule": c.blast_rule, "kernels": c.blast_kernels, "layer_types": list(c.blast_layer_types)},
+        "quality_evidence_and_fallback": c.evidence,
+        "caveats": list(c.caveats),
+    }
+
+
+def review_document(review: Review) -> dict:
+    """review.json: slice, KPIs, first failure, the chosen fix, owner, notes, expected gain, rollback boundary."""
+    v, chosen = review.validation, review.chosen
+    return {
+        "created_utc": review.created_utc,
+        "slice": review.frozen,
+        "reproduce": reproduce_command(review),
+        "kpis": review.kpis,
+        "first_failure": {
+            "check": review.failure.check,
+            "sentence": review.failure.sentence,
+            "mechanism": review.mechanism,
+            "owner": str(review.failure.owner),
+            "dominant_class": review.dominant,
+            "behind": review.behind,
+        },
+        "proving_artifact": review.artifact,
+        "candidates": [candidate_record(c) for c in review.candidates],
+        "chosen_fix": None if chosen is None else candidate_record(chosen) | {"owner": review.owner},
+        "owner": review.owner,
+        "note": review.request.note,
+        "expected_gain": chosen.gain if chosen else None,
+        "validation": None
+        if v is None
+        else {"overall": v.overall, "summary": v.summary, "regressed": v.regressed_slices()},
+        "rollback_boundary": v.rollback_slices() if v else [],
+        "first_failing_slice": review.first_slice,
+        "follow_ups": review.follow_ups,
+    }
+
+
+def readme(review: Review, doc: dict) -> str:
+    chosen, k = review.chosen, review.kpis
+    fix = (
+        f"**{chosen.label}** (`{chosen.option_text()}`), owner: {review.owner}; expected gain on latency"
+        f" {chosen.gain:+.0%}; touches {chosen.blast_kernels} kernels ({', '.join(chosen.blast_layer_types)})."
+        + (f"\n  Quality evidence and fallback: {chosen.evidence}." if chosen.evidence else "")
+        if chosen
+        else "none proposed (no plan option addresses this class): see the follow-ups."
+    )
+    boundary = ", ".join(json.dumps(s) for s in doc["rollback_boundary"]) or "none: the fix holds on every slice"
+    lines = [
+        f"# Review: {review.baseline.model_name} on {review.baseline.hardware_name}",
+        "",
+        (
+            f"1. **Workload and KPI.** Slice {json.dumps(review.frozen['dims'])}, {review.baseline.totals.dtype};"
+            f" latency {k['latency_s'] * 1e3:.3g} ms, throughput {k['throughput_per_s']:,.1f}/s, MFU {k['mfu']:.1%},"
+            f" memory stall {k['memory_stall_fraction']:.0%}, perf/W {k['perf_per_watt']:.3g}."
+        ),
+        f"2. **First mechanism failure ({review.failure.check}).** {review.mechanism}",
+        (
+            f"3. **Proving artifact.** `baseline.xlsx` / `baseline.html`: {review.artifact['kernels_of_class']}"
+            f" {review.dominant} kernels (Kernels sheet: tile, fusion rule, class, evidence)."
+        ),
+        f"4. **Bounded fix.** {fix}",
+        (
+            f"5. **Validation and rollback.** {doc['validation']['summary'] if doc['validation'] else 'not run'}."
+            f" Rollback boundary (slices that keep the baseline): {boundary}."
+        ),
+        "",
+        f"First failing slice: {review.first_slice['sentence']}.",
+        "",
+        (
+            "Files: baseline.xlsx/.html and fix.xlsx/.html (mapping sheets), validation_matrix.csv,"
+            " validation_verdicts.csv, rollback_boundary.csv, profiles/ (the profile used), review.json."
+        ),
+        "Rebuild every file: `sh reproduce.sh` in this folder (needs `mapper` on PATH"
+        + ("" if review.request.model and isinstance(review.request.model, str) else ", and the model file beside it")
+        + ").",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def reproduce_script(review: Review) -> str:
+    return (
+        "#!/bin/sh\n"
+        "# Rebuilds every file of this packet, byte for byte, from the engine and the profile in profiles/.\n"
+        "set -eu\n"
+        'cd "$(dirname "$0")"\n'
+        f"{reproduce_command(review)}\n"
+        "python -c \"import zipfile; zipfile.ZipFile('packet.zip').extractall('.')\"\n"
+        "rm packet.zip\n"
+    )
+
+
+def packet_files(review: Review) -> dict[str, bytes]:
+    doc = review_document(review)
+    files = {
+        "review.json": (json.dumps(doc, indent=1, allow_nan=False) + "\n").encode(),
+        "README.md": readme(review, doc).encode(),
+        "reproduce.sh": reproduce_script(review).encode(),
+        profile_path(review): (json.dumps(review.request.hardware.to_dict(), indent=1) + "\n").encode(),
+    }
+    for label, result in (("baseline", review.baseline), ("fix", review.fixed)):
+        if result is not None:
+            files[f"{label}.xlsx"] = pinned_xlsx(sheet_bytes(result, "xlsx"), review.created_utc)
+            files[f"{label}.html"] = sheet_bytes(result, "html")
+    if review.validation is not None:
+        v = review.validation
+        files |= {
+            "validation_matrix.csv": csv_bytes(v.matrix),
+            "validation_verdicts.csv": csv_bytes(v.verdicts),
+            "rollback_boundary.csv": csv_bytes(v.boundary),
+        }
+    return files
+
+
+def packet_bytes(review: Review) -> bytes:
+    """The packet as one zip (what the Review page's download and `mapper review --out` give)."""
+    return _zip(packet_files(review))

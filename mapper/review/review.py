@@ -1,0 +1,225 @@
+"""A review in the five steps of the meeting (seed: workload-mapping-basics): the frozen slice and its
+KPIs, the first mechanism failure, the artifact that proves it, a bounded fix with an owner (proposed
+by candidates.py and re-mapped), and the validation matrix with its rollback boundary (matrix.py).
+
+`run_review` is what the Review page and `mapper review` both run; packet.py writes its result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields, replace
+from datetime import UTC, datetime
+
+from mapper.core.classes import Owner
+from mapper.core.errors import MapperError
+from mapper.core.result import MappingResult, PlanOptions
+from mapper.core.version import __version__
+from mapper.explore.compare_inputs import PlanSpec, plan_spec
+from mapper.handle import open_model
+from mapper.hardware.profile import HardwareProfile
+from mapper.pipeline import map_workload
+from mapper.report.document import mapping_document
+from mapper.report.verdict import Finding, first_failure
+from mapper.review import steps
+from mapper.review.candidates import Candidate, option_value, propose, remap
+from mapper.review.first_slice import Target, first_failing_slice
+from mapper.review.matrix import Grid, Validation, default_grid, validate_fix
+from mapper.serve.engine import map_slice
+
+OWNERS = tuple(str(o) for o in Owner)
+
+
+@dataclass(frozen=True, slots=True)
+class ReviewRequest:
+    model: str | bytes  # a built-in name, a path, or uploaded bytes
+    dims: dict[str, int]  # the frozen slice's bindings (completed from the model's defaults)
+    hardware: HardwareProfile
+    options: PlanOptions = PlanOptions()
+    p99_target_s: float | None = None
+    fix: str = ""  # KEY=VALUE[,KEY=VALUE] plan options; "": the best proposed fix
+    owner: str = ""  # "" : the fix's own owner
+    note: str = ""
+    grid: Grid | None = None  # None: half, same and double batch and length around the frozen slice
+    target: Target | None = None  # the first failing slice's KPI target (None: the p99 target, else memory fit)
+    file_name: str = ""  # the uploaded model's file name ("" for built-ins and paths)
+    created_utc: str = ""  # pinned into every file (reproduce.sh passes it); "": now
+
+
+@dataclass(frozen=True, slots=True)
+class Review:
+    request: ReviewRequest
+    created_utc: str
+    frozen: dict  # step 1: the slice as provenance (hashes, dims, options, engine version)
+    kpis: dict
+    failure: Finding  # step 2
+    dominant: str
+    mechanism: str
+    behind: list[dict]
+    artifact: dict  # step 3
+    candidates: tuple[Candidate, ...]  # step 4, best first
+    chosen: Candidate | None
+    owner: str
+    follow_ups: list[dict]
+    validation: Validation | None  # step 5
+    first_slice: dict
+    baseline: MappingResult = field(repr=False)
+    fixed: MappingResult | None = field(repr=False)
+
+
+def fix_changes(text: str, request: ReviewRequest) -> dict:
+    """ "weight_dtype=int4,tp=2" -> the plan-option fields it changes (validated as `mapper compare`'s plans)."""
+    spec = plan_spec(text, request.model, request.hardware, request.options)
+    if spec.model != request.model or spec.hardware is not request.hardware:
+        raise MapperError("a fix changes plan options only: leave model= and hw= out of --fix")
+    return {
+        f.name: getattr(spec.options, f.name)
+        for f in fields(PlanOptions)
+        if getattr(spec.options, f.name) != getattr(request.options, f.name)
+    }
+
+
+def _choose(request: ReviewRequest, candidates, base, doc) -> Candidate | None:
+    if not request.fix:
+        return candidates[0] if candidates else None
+    changes = fix_changes(request.fix, request)
+    if not changes:
+        raise MapperError(f"fix {request.fix!r} changes no plan option of the baseline")
+    same = next((c for c in candidates if dict(c.changes) == changes), None)
+    return same or remap("your fix", changes, None, base, doc)
+
+
+def run_review(request: ReviewRequest, progress=None) -> Review:
+    """The five steps on the frozen slice (see the module docstring)."""
+    if request.owner and request.owner not in OWNERS:
+        raise MapperError(f"owner {request.owner!r} must be one of: {', '.join(OWNERS)}")
+    created = request.created_utc or datetime.now(UTC).isoformat(timespec="seconds")
+    model = open_model(request.model, file_name=request.file_name or None)
+    dims = dict(model.bind(request.dims).graph.dims)
+    workload, hw = model.bind(dims), request.hardware
+    baseline = replace(map_slice(workload, hw, request.options), created_utc=created)
+    doc = mapping_document(baseline)
+    roles = model.roles
+    decode = "past" in roles.values() and any(dims.get(n) == 1 for n, r in roles.items() if r == "seq")
+    failure, dominant = first_failure(doc, request.p99_target_s), steps.dominant_class(doc)
+    base = (workload, hw, request.options)
+    candidates = propose(failure.check, dominant, base, doc, "past" in roles.values())
+    chosen = _choose(request, candidates, base, doc)
+    fixed = _fixed(workload, hw, chosen, created)
+    validation = None
+    if chosen is not None:
+        source = model.source or model.data
+        grid = request.grid or default_grid(dims, roles)
+        plans = (PlanSpec(source, hw, request.options), PlanSpec(source, hw, chosen.options))
+        validation = validate_fix(*plans, grid, dims, roles)
+    target = request.target or (Target("p99", request.p99_target_s) if request.p99_target_s else Target("fit"))
+    return Review(
+        request=request,
+        created_utc=created,
+        frozen=frozen_slice(baseline, model),
+        kpis=steps.kpis(doc, request.p99_target_s, _ttft(model, dims, hw, request.options) if decode else None),
+        failure=failure,
+        dominant=dominant,
+        mechanism=steps.mechanism(doc, failure, hw, decode),
+        behind=steps.behind(doc, dominant),
+        artifact=steps.artifact(doc, dominant),
+        candidates=candidates,
+        chosen=chosen,
+        owner=request.owner or (chosen.owner if chosen else failure.owner),
+        follow_ups=follow_ups(doc, dominant, model.source or "MODEL.onnx", hw.name),
+        validation=validation,
+        first_slice=first_failing_slice(model, dims, hw, request.options, target),
+        baseline=baseline,
+        fixed=fixed,
+    )
+
+
+def _fixed(workload, hw, chosen: Candidate | None, created: str) -> MappingResult | None:
+    if chosen is None:
+        return None
+    return replace(map_slice(workload, hw, chosen.options), created_utc=created)
+
+
+def _ttft(model, dims: dict[str, int], hw, options) -> float:
+    """A decode step's time to first token: the prefill of its context as the prompt (one mapping)."""
+    roles = model.roles
+    prompt = max((dims[n] for n, r in roles.items() if r == "past"), default=1) or 1
+    prefill = {n: (prompt if r == "seq" else 0 if r == "past" else dims[n]) for n, r in roles.items() if n in dims}
+    prefill |= {n: prompt for n, r in roles.items() if r == "total"}
+    return map_workload(model.bind(prefill), hw, options).totals.latency_s
+
+
+def frozen_slice(result: MappingResult, model) -> dict:
+    return {
+        "model": result.model_name,
+        "model_source": model.source or "(uploaded)",
+        "model_sha256": result.model_sha256,
+        "dims": dict(result.dims),
+        "hardware": result.hardware_name,
+        "hardware_sha256": result.hardware_sha256,
+        "options": asdict(result.options),
+        "engine_version": __version__,
+    }
+
+
+def follow_ups(doc: dict, dominant: str, model: str, hw: str) -> list[dict]:
+    """What the performance modeling owner signs: measure the slice, calibrate the profile's assumptions."""
+    owner = str(Owner.PERFORMANCE_MODELING)
+    return [
+        {
+            "owner": owner,
+            "action": f"measure the frozen slice and compare it with this prediction (`mapper measure {model}`"
+            " on a machine that runs it, or score a profile made there with --profile)",
+        },
+        {
+            "owner": owner,
+            "action": f"calibrate {hw}'s efficiency curves behind the {dominant or 'dominant'} kernels"
+            f" (`mapper calibrate --hw {hw} --on {model} --out calibrated.toml`) and re-run the review on it",
+        },
+    ]
+
+
+def option_flags(options: PlanOptions) -> list[str]:
+    """The `mapper map` flags that give these plan options (defaults left out)."""
+    flags: list[str] = []
+    for f in fields(PlanOptions):
+        value, default = getattr(options, f.name), f.default
+        if value == default:
+            continue
+        name = "--" + f.name.replace("_", "-")
+        if f.name == "overlap_collectives":
+            flags.append(name)
+        else:
+            flags += [name, option_value(value)]
+    return flags
+
+
+def review_args(review: Review, model_arg: str, hw_arg: str) -> list[str]:
+    """The `mapper review` arguments that rebuild this review's packet byte for byte."""
+    r = review.request
+    args = [model_arg, "--hw", hw_arg]
+    for name, value in sorted(review.frozen["dims"].items()):
+        args += ["--dim", f"{name}={value}"]
+    args += option_flags(r.options)
+    if r.p99_target_s is not None:
+        args += ["--p99-target-ms", f"{r.p99_target_s * 1e3:g}"]
+    if review.chosen is not None:
+        args += ["--fix", review.chosen.option_text()]
+    if r.owner:
+        args += ["--owner", r.owner]
+    if r.note:
+        args += ["--note", r.note]
+    if r.target is not None:
+        args += ["--target", _target_text(r.target)]
+    if r.grid is not None:
+        args += ["--matrix-batch", ",".join(map(str, r.grid.batches))]
+        if r.grid.axis:
+            args += ["--matrix-length", ",".join(map(str, r.grid.lengths))]
+    return [*args, "--created-utc", review.created_utc]
+
+
+def _target_text(target: Target) -> str:
+    return (
+        "fit"
+        if target.kind == "fit"
+        else f"{target.kind}={target.value * 1e3 if target.kind == 'p99' else target.value:g}"
+    )
