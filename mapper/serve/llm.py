@@ -8,6 +8,7 @@ the continuous-batching scheduler (serve/continuous.py), which reports TTFT and 
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -36,16 +37,32 @@ def _grid(top: int) -> list[int]:
 
 
 class GridTime:
-    """(batch, tokens) -> seconds, bilinear on a grid the engine is mapped at once per point."""
+    """(batch, tokens) -> seconds, bilinear on a grid the engine is mapped at once per point. Each integer
+    batch's row is interpolated once and kept, so a call is a bisect (the scheduler calls it every step)."""
 
     def __init__(self, point: Callable[[int, int], float], batches: list[int], tokens: list[int]):
         self.batches = np.array(batches, dtype=np.float64)
         self.tokens = np.array(tokens, dtype=np.float64)
         self.table = np.array([[point(b, t) for t in tokens] for b in batches])
+        self._tokens = [float(t) for t in tokens]
+        self._rows: dict[int, list[float]] = {}
+
+    def _row(self, batch: int) -> list[float]:
+        row = self._rows.get(batch)
+        if row is None:
+            row = [float(np.interp(batch, self.batches, column)) for column in self.table.T]
+            self._rows[batch] = row
+        return row
 
     def __call__(self, batch: int, tokens: float) -> float:
-        by_batch = np.array([np.interp(tokens, self.tokens, row) for row in self.table])
-        return float(np.interp(batch, self.batches, by_batch))
+        row, xs = self._row(batch), self._tokens
+        if tokens <= xs[0]:
+            return row[0]
+        if tokens >= xs[-1]:
+            return row[-1]
+        i = bisect.bisect_right(xs, tokens)
+        x0, x1 = xs[i - 1], xs[i]
+        return row[i - 1] + (row[i] - row[i - 1]) * (tokens - x0) / (x1 - x0)
 
 
 def decoder_dims(source) -> Callable[[int, int], dict[str, int]]:
