@@ -215,9 +215,8 @@ def build_kernel(
         spec = tensors.get(t)
         if spec is None:
             continue
-        full = size(spec)
+        full = size(spec) * (weight_shares.get(t, 1.0) if weight_shares else 1.0)
         if t in weights:
-            full *= weight_shares.get(t, 1.0) if weight_shares else 1.0
             weight += full
         if partial and spec.bytes > 0:  # only the gathered/kept elements are read
             full = full * min(1.0, work[partial].bytes_read / spec.bytes)
