@@ -171,10 +171,14 @@ def mixed_step_time(prefill_time: StepTime, decode_time: StepTime, weights_s: fl
     """A chunked step's time: the decode step plus the prompt chunk's prefill, less the weight read they share
     (`weights_s`: a one-token prefill, about one pass over the weights), never below either alone."""
 
+    chunks: dict[int, float] = {}  # a chunk's prefill by its length (most steps take the full chunk)
+
     def time(batch: int, context: float, chunk: int) -> float:
         if not chunk:
             return decode_time(batch, context)
-        p = prefill_time(1, float(chunk))
+        p = chunks.get(chunk)
+        if p is None:
+            p = chunks[chunk] = prefill_time(1, float(chunk))
         if not batch:
             return p
         d = decode_time(batch, context)
