@@ -37,7 +37,7 @@ from mapper.pipeline import (
 from mapper.plan.layout import LAYOUTS
 from mapper.report.document import mapping_document
 from mapper.report.verdict import Finding, first_failure, verdict_sentence
-from mapper.serve.continuous import LLMServingConfig, LLMServingResult
+from mapper.serve.continuous import SCHEDULERS, LLMServingConfig, LLMServingResult
 from mapper.serve.engine import map_slice, simulate_model_serving
 from mapper.serve.llm import ServeRequest, ServingRun, is_decoder, serve_model
 from mapper.serve.load_curve import load_curve
@@ -154,5 +154,6 @@ __all__ = [
     "is_decoder",
     "LLMServingConfig",
     "LLMServingResult",
+    "SCHEDULERS",
     *_LAZY,
 ]

@@ -23,6 +23,7 @@ PUBLISHED_PARAMS = {
     "vit-b16": 86_567_656,  # torchvision docs, ViT_B_16_Weights.IMAGENET1K_V1 "num_params"
     "llama2-7b": 6_738_415_616,  # Llama 2 paper / HF Llama-2-7b-hf model card "7B" (6.74B)
     "llama2-70b": 68_976_648_192,  # Llama 2 paper / HF Llama-2-70b-hf model card "70B" (68.98B)
+    "mixtral-8x7b": 46_702_792_704,  # HF mistralai/Mixtral-8x7B-v0.1 (46.7B)
 }
 EXPECTED_DIMS = {
     "resnet50": {"batch"},
@@ -32,6 +33,7 @@ EXPECTED_DIMS = {
     "gpt2-small": {"batch", "seq", "past"},
     "llama2-7b": {"batch", "seq", "past"},
     "llama2-70b": {"batch", "seq", "past"},
+    "mixtral-8x7b": {"batch", "seq", "past"},
 }
 MAX_SERIALIZED_BYTES = 5_000_000
 BUFFER_SUFFIXES = ("running_mean", "running_var")

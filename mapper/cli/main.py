@@ -132,6 +132,18 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--prompt-tokens", type=int, default=512, help="LLM: prompt length (where the trace gives none)")
     p.add_argument("--output-tokens", type=int, default=128, help="LLM: output length (where the trace gives none)")
+    p.add_argument(
+        "--scheduler",
+        choices=mapper.SCHEDULERS,
+        default="prefill-first",
+        help="LLM: which work each step runs (chunked: decodes plus a prompt chunk, Sarathi-Serve/vLLM)",
+    )
+    p.add_argument(
+        "--chunk-tokens", type=int, default=512, help="LLM, chunked: prompt tokens prefilled per step (default 512)"
+    )
+    p.add_argument(
+        "--compare-schedulers", action="store_true", help="LLM: also serve the same requests by every scheduler"
+    )
 
 
 def cmd_serve(args) -> int:
@@ -160,13 +172,16 @@ def cmd_serve(args) -> int:
         args.service_time_s,
         args.load_curve,
         args.p99_target_ms / 1e3 if args.p99_target_ms is not None else None,
+        args.scheduler,
+        args.chunk_tokens,
+        args.compare_schedulers,
     )
     section = serve_model(model, hw, options, request, model.shortcut_dims(dims, seq=args.seq)).section()
     if args.json:
         print(json.dumps(section, indent=1, allow_nan=False))
     else:
         for key, value in section.items():
-            if key not in ("assumptions", "load_curve"):
+            if key not in ("assumptions", "load_curve", "schedulers"):
                 print(f"{key:28s} {value:.6g}" if isinstance(value, float) else f"{key:28s} {value}")
         for point in section.get("load_curve", {}).get("points", []):
             print(
@@ -185,9 +200,25 @@ def cmd_serve(args) -> int:
                     f"highest rate meeting p99 {curve['p99_target_s'] * 1e3:g} ms:"
                     f" {curve['max_rate_meeting_target_per_s'] or 0:,.1f}/s"
                 )
+        print_schedulers(section.get("schedulers", ()))
         for line in section["assumptions"]:
             print(f"assumption: {line}")
     return 0
+
+
+def print_schedulers(rows) -> None:
+    """`mapper serve --compare-schedulers`: one line per scheduler, milliseconds."""
+    if rows:
+        print(f"{'scheduler':14s} {'TTFT p50/p90/p99 ms':>24s} {'TPOT p50/p90/p99 ms':>24s} {'e2e p50/p90/p99 s':>22s}")
+    for row in rows:
+        ttft, tpot, e2e = (
+            "/".join(f"{row[f'{m}_{p}_s'] * k:.{d}f}" for p in ("p50", "p90", "p99"))
+            for m, k, d in (("ttft", 1e3, 1), ("tpot", 1e3, 1), ("latency", 1, 2))
+        )
+        print(
+            f"{row['scheduler']:14s} {ttft:>24s} {tpot:>24s} {e2e:>22s}"
+            f"  {row['throughput_tokens_per_s']:,.0f} tok/s  {row['preemptions']} preemptions"
+        )
 
 
 COMMANDS: dict[str, tuple[Callable, str]] = {

@@ -196,7 +196,15 @@ def group_boundary(graph: Graph, group: Group, nodes_by_name: dict[str, Node], i
     return Boundary(tuple(reads.items()), writes, reduce_inputs)
 
 
-def build_kernel(graph: Graph, group: Group, boundary: Boundary, work: dict[str, NodeWork], sizer: Sizer) -> Kernel:
+def build_kernel(
+    graph: Graph,
+    group: Group,
+    boundary: Boundary,
+    work: dict[str, NodeWork],
+    sizer: Sizer,
+    weight_shares: dict[str, float] | None = None,
+) -> Kernel:
+    """`weight_shares`: weight -> the share of it read (a mixture of experts' routed weights, work/moe.py)."""
     members = [work[n] for n in group.nodes]
     tensors, weights, size = graph.tensors, graph.weights, sizer.bytes
     read = weight = 0.0
@@ -204,7 +212,7 @@ def build_kernel(graph: Graph, group: Group, boundary: Boundary, work: dict[str,
         spec = tensors.get(t)
         if spec is None:
             continue
-        full = size(spec)
+        full = size(spec) * (weight_shares.get(t, 1.0) if weight_shares else 1.0)
         if t in weights:
             weight += full
         if partial and spec.bytes > 0:  # only the gathered/kept elements are read
@@ -257,7 +265,7 @@ def build_kernels(workload: Workload, groups: list[Group], sizer: Sizer, hw: Har
     SRAM size: a sweep that varies only the profile or between dtypes of one width builds them once.
     Group boundaries depend on the structure alone (the groups and which nodes were folded away):
     every binding of a sweep shares them."""
-    graph, work, caches = workload.graph, workload.nodes, workload.caches
+    graph, caches = workload.graph, workload.caches
     flash = any(g.rule == "flash-attention" for g in groups)  # only fused attention asks the SRAM size
     groups_key = tuple(groups)
     boundaries = caches.group_boundaries(graph.structure, groups_key, dict)
@@ -269,21 +277,21 @@ def build_kernels(workload: Workload, groups: list[Group], sizer: Sizer, hw: Har
             (sizer.act, sizer.weight),
             hw.sram_per_unit_bytes if flash else None,
             workload.cost_key,
-            lambda: _build_kernels(graph, groups, work, sizer, hw, attention_fits, boundaries),
+            lambda: _build_kernels(workload, groups, sizer, hw, attention_fits, boundaries),
         )
     )
 
 
 def _build_kernels(
-    graph: Graph,
+    workload: Workload,
     groups: list[Group],
-    work: tuple[NodeWork, ...],
     sizer: Sizer,
     hw: HardwareProfile,
     attention_fits,
     boundaries: dict[Group, Boundary],
 ) -> list:
-    by_name = {w.name: w for w in work}
+    graph, weight_shares = workload.graph, workload.weight_shares
+    by_name = {w.name: w for w in workload.nodes}
     nodes_by_name = index_of = None
 
     def kernel(group: Group) -> Kernel:
@@ -294,7 +302,7 @@ def _build_kernels(
                 nodes_by_name = {n.name: n for n in graph.nodes}
                 index_of = {n.name: i for i, n in enumerate(graph.nodes)}
             boundary = boundaries[group] = group_boundary(graph, group, nodes_by_name, index_of)
-        return build_kernel(graph, group, boundary, by_name, sizer)
+        return build_kernel(graph, group, boundary, by_name, sizer, weight_shares)
 
     kernels = []
     for group in groups:

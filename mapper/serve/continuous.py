@@ -1,25 +1,27 @@
 """Continuous batching for decoder LLMs: an iteration-level scheduler (Orca/vLLM style) over step times.
 
 Pure: prefill(batch, prompt length) and decode(batch, context) times come in as functions (mapper/serve/llm.py
-builds them from the engine); requests are admitted while slots and the KV cache allow, and time to
-first token (TTFT) and time per output token (TPOT) come out.
+builds them from the engine); requests are admitted while slots and the KV cache allow, a scheduler
+(serve/scheduler.py: prefill-first, decode-first, chunked prefill) orders the steps, and time to first
+token (TTFT), time per output token (TPOT) and request latency percentiles come out.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from mapper.core import limits
 from mapper.core.errors import MapperError
+from mapper.core.vocab import values
+from mapper.serve.scheduler import Jitter, Requests, Scheduler, StepTime, Timeline, run_chunked, run_whole_prefill
 from mapper.serve.serving import ServingConfig, draw_jitter, validate_config
 from mapper.serve.trace import Trace
 
 MAX_TOKENS = limits.MAX_TOKENS
-
-StepTime = Callable[[int, float], float]  # (batch, tokens) -> seconds
+SCHEDULERS = values(Scheduler)
+DEFAULT_CHUNK_TOKENS = 512  # vLLM's chunked-prefill token budget for a large GPU (max_num_batched_tokens)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +36,8 @@ class LLMServingConfig:
     jitter_cv: float | None = None
     jitter_dist: str | None = None
     trace: Trace | None = None
+    scheduler: str = Scheduler.PREFILL_FIRST
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS  # chunked: prompt tokens prefilled per step beside the decodes
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +51,7 @@ class LLMServingResult:
     tpot_p99_s: float
     tpot_mean_s: float
     latency_p50_s: float
+    latency_p90_s: float
     latency_p99_s: float
     latency_mean_s: float
     throughput_requests_per_s: float
@@ -54,6 +59,8 @@ class LLMServingResult:
     mean_running: float  # time-average sequences in the running batch
     requests: int
     kv_capacity_tokens: int
+    scheduler: str
+    preemptions: int  # chunked: sequences evicted from a full KV cache (recomputed on readmission)
     assumptions: tuple[str, ...]
 
 
@@ -70,7 +77,9 @@ def validate_llm_config(config: LLMServingConfig) -> LLMServingConfig:
             trace=config.trace,
         )
     )
-    for name in ("prompt_tokens", "output_tokens"):
+    if config.scheduler not in SCHEDULERS:
+        raise MapperError(f"scheduler {config.scheduler!r} is not one of {', '.join(SCHEDULERS)}")
+    for name in ("prompt_tokens", "output_tokens", "chunk_tokens"):
         value = getattr(config, name)
         if not (isinstance(value, int) and 1 <= value <= MAX_TOKENS):
             raise MapperError(
@@ -92,30 +101,17 @@ def validate_llm_config(config: LLMServingConfig) -> LLMServingConfig:
         isinstance(config.kv_capacity_tokens, int) and config.kv_capacity_tokens >= 1
     ):
         raise MapperError(f"KV-cache capacity {config.kv_capacity_tokens!r} tokens must be an integer >= 1")
-    return replace(config, jitter_cv=checked.jitter_cv, jitter_dist=checked.jitter_dist)
-
-
-@dataclass(frozen=True, slots=True)
-class _Requests:
-    """Each request's arrival time and prompt and output lengths (tokens)."""
-
-    arrival: np.ndarray
-    prompt: np.ndarray
-    output: np.ndarray
-
-    @property
-    def need(self) -> np.ndarray:  # KV tokens reserved at admission
-        return self.prompt + self.output
+    return replace(
+        config,
+        jitter_cv=checked.jitter_cv,
+        jitter_dist=checked.jitter_dist,
+        scheduler=Scheduler(config.scheduler).value,
+    )
 
 
 def simulate_llm_serving(prefill_time: StepTime, decode_time: StepTime, config: LLMServingConfig) -> LLMServingResult:
-    """Continuous batching, one loop iteration per engine step (not per request or token).
-
-    Each step: admit waiting requests first come first served while a slot is free and the KV cache
-    holds their prompt + output tokens (reserved at admission, so nothing is ever preempted); if any
-    were admitted, run their prefill (one step at their count and longest prompt; it yields their
-    first token) while the others wait; otherwise run one decode step for the running batch at its
-    mean context length. Jitter multiplies every step."""
+    """Continuous batching, one loop iteration per engine step (not per request or token), by the config's
+    scheduler (serve/scheduler.py). Jitter multiplies every step."""
     config = validate_llm_config(config)
     if config.kv_capacity_tokens is None:
         raise MapperError("KV-cache capacity is unknown: give kv_capacity_tokens (tokens the cache holds)")
@@ -129,12 +125,21 @@ def simulate_llm_serving(prefill_time: StepTime, decode_time: StepTime, config: 
             f"request {row + 1} needs {int(need[row])} KV tokens (prompt + output) but the cache holds"
             f" {capacity}; shorten it or use a device with more memory"
         )
-    jitter = draw_jitter(2 * n + int(output.sum()), config.jitter_cv, config.jitter_dist, jitter_rng).tolist()
-    first_token, finish, busy_weighted = _schedule(prefill_time, decode_time, reqs, config.max_batch, capacity, jitter)
-    return _result(reqs, first_token, finish, busy_weighted, config)
+    draw = lambda count: draw_jitter(count, config.jitter_cv, config.jitter_dist, jitter_rng)
+    jitter = Jitter(draw(2 * n + int(output.sum())), draw)
+    if config.scheduler == Scheduler.CHUNKED:
+        timeline = run_chunked(
+            prefill_time, decode_time, reqs, config.max_batch, capacity, jitter, chunk_tokens=config.chunk_tokens
+        )
+    else:
+        decode_first = config.scheduler == Scheduler.DECODE_FIRST
+        timeline = run_whole_prefill(
+            prefill_time, decode_time, reqs, config.max_batch, capacity, jitter, decode_first=decode_first
+        )
+    return _result(reqs, timeline, config)
 
 
-def _requests(config: LLMServingConfig, arrival_rng: np.random.Generator) -> _Requests:
+def _requests(config: LLMServingConfig, arrival_rng: np.random.Generator) -> Requests:
     """The trace's requests, or Poisson arrivals at the configured rate; lengths from the trace or the config."""
     trace = config.trace
     if trace is not None:
@@ -154,62 +159,12 @@ def _requests(config: LLMServingConfig, arrival_rng: np.random.Generator) -> _Re
         if trace is not None and trace.output_tokens is not None
         else np.full(n, config.output_tokens, dtype=np.int64)
     )
-    return _Requests(arrival, prompt, output)
+    return Requests(arrival, prompt, output)
 
 
-def _schedule(
-    prefill_time: StepTime, decode_time: StepTime, reqs: _Requests, max_batch: int, capacity: int, jitter: list
-) -> tuple[np.ndarray, np.ndarray, float]:
-    """The scheduler loop: each request's first-token and finish times, and the time-weighted batch size."""
-    prompt, output, need = reqs.prompt, reqs.output, reqs.need
-    n = len(reqs.arrival)
-    first_token = np.empty(n)
-    finish = np.empty(n)
-    running = np.empty(0, dtype=np.int64)  # request ids
-    made = np.empty(0, dtype=np.int64)  # tokens generated so far, per running request
-    now, nxt, kv_used, step, busy_weighted = 0.0, 0, 0, 0, 0.0
-    arr, need_l = reqs.arrival.tolist(), need.tolist()
-    while nxt < n or len(running):
-        if not len(running) and nxt < n and arr[nxt] > now:
-            now = arr[nxt]  # idle until the next arrival
-        admitted = []
-        while (
-            nxt < n
-            and arr[nxt] <= now
-            and len(running) + len(admitted) < max_batch
-            and kv_used + need_l[nxt] <= capacity
-        ):
-            admitted.append(nxt)
-            kv_used += need_l[nxt]
-            nxt += 1
-        if admitted:
-            ids = np.array(admitted, dtype=np.int64)
-            dt = prefill_time(len(ids), float(prompt[ids].max())) * jitter[step]
-            now += dt
-            busy_weighted += dt * len(running)
-            first_token[ids] = now
-            running, made = np.concatenate([running, ids]), np.concatenate([made, np.ones(len(ids), np.int64)])
-        elif len(running):
-            context = float((prompt[running] + made).mean())
-            dt = decode_time(len(running), context) * jitter[step]
-            now += dt
-            busy_weighted += dt * len(running)
-            made += 1
-        else:  # nothing running and the head request does not fit: excluded by the capacity check above
-            raise MapperError("internal: the scheduler stalled with an empty batch")
-        step += 1
-        done = made >= output[running]
-        if done.any():
-            finish[running[done]] = now
-            kv_used -= int(need[running[done]].sum())
-            running, made = running[~done], made[~done]
-    return first_token, finish, busy_weighted
-
-
-def _result(
-    reqs: _Requests, first_token: np.ndarray, finish: np.ndarray, busy_weighted: float, config: LLMServingConfig
-) -> LLMServingResult:
+def _result(reqs: Requests, timeline: Timeline, config: LLMServingConfig) -> LLMServingResult:
     arrival, output, n = reqs.arrival, reqs.output, len(reqs.arrival)
+    first_token, finish = timeline.first_token, timeline.finish
     ttft = first_token - arrival
     latency = finish - arrival
     multi = output > 1
@@ -226,15 +181,41 @@ def _result(
         q(tpot, 99),
         float(tpot.mean()),
         q(latency, 50),
+        q(latency, 90),
         q(latency, 99),
         float(latency.mean()),
         n / makespan,
         float(output.sum()) / makespan,
-        busy_weighted / makespan,
+        timeline.busy_weighted / makespan,
         n,
         config.kv_capacity_tokens,
+        config.scheduler,
+        timeline.preemptions,
         describe_llm(config, n),
     )
+
+
+SCHEDULER_TEXT = {
+    Scheduler.PREFILL_FIRST: lambda c: (
+        f"KV cache: {c.kv_capacity_tokens:,} tokens; prompt + output reserved at admission (no preemption)",
+        "scheduler prefill-first: newly admitted requests prefill as one step before decoding resumes (decodes wait)",
+    ),
+    Scheduler.DECODE_FIRST: lambda c: (
+        f"KV cache: {c.kv_capacity_tokens:,} tokens; prompt + output reserved at admission (no preemption)",
+        "scheduler decode-first: new requests are admitted and prefilled only once the running batch has drained",
+    ),
+    Scheduler.CHUNKED: lambda c: (
+        (
+            f"KV cache: {c.kv_capacity_tokens:,} tokens, filled on demand (a prompt at admission, a token per step);"
+            " when full, the latest admitted sequence is preempted and recomputed on readmission"
+        ),
+        (
+            f"scheduler chunked: every step decodes each running sequence and prefills up to {c.chunk_tokens:,}"
+            " prompt tokens; the step costs decode + chunk prefill less one shared weight read (a 1-token prefill)"
+        ),
+        "chunked prefill: a chunk costs a prefill of its length (attention to earlier chunks not added)",
+    ),
+}
 
 
 def describe_llm(config: LLMServingConfig, n: int) -> tuple[str, ...]:
@@ -251,8 +232,7 @@ def describe_llm(config: LLMServingConfig, n: int) -> tuple[str, ...]:
         arrivals,
         lengths,
         f"policy: continuous batching, up to {config.max_batch} sequences; first come first served admission",
-        f"KV cache: {config.kv_capacity_tokens:,} tokens; prompt + output reserved at admission (no preemption)",
-        "prefill of newly admitted requests runs as one step before decoding resumes (decodes wait)",
+        *SCHEDULER_TEXT[config.scheduler](config),
         "step times: engine on a coarse grid of batch and context length, linearly interpolated",
         "jitter: none"
         if config.jitter_dist == "none" or not config.jitter_cv

@@ -8,6 +8,7 @@ the continuous-batching scheduler (serve/continuous.py), which reports TTFT and 
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -17,9 +18,17 @@ from mapper.core.errors import MapperError
 from mapper.handle import open_model
 from mapper.pipeline import map_workload
 from mapper.plan.kernels import Sizer, model_dtype
-from mapper.serve.continuous import LLMServingConfig, LLMServingResult, simulate_llm_serving, validate_llm_config
+from mapper.serve.continuous import (
+    DEFAULT_CHUNK_TOKENS,
+    SCHEDULERS,
+    LLMServingConfig,
+    LLMServingResult,
+    simulate_llm_serving,
+    validate_llm_config,
+)
 from mapper.serve.engine import engine_batch_time
 from mapper.serve.load_curve import LoadCurve, load_curve, serving_section
+from mapper.serve.scheduler import Scheduler
 from mapper.serve.serving import ServingConfig, ServingResult, simulate_serving
 
 KV_MEMORY_FRACTION = (
@@ -36,16 +45,32 @@ def _grid(top: int) -> list[int]:
 
 
 class GridTime:
-    """(batch, tokens) -> seconds, bilinear on a grid the engine is mapped at once per point."""
+    """(batch, tokens) -> seconds, bilinear on a grid the engine is mapped at once per point. Each integer
+    batch's row is interpolated once and kept, so a call is a bisect (the scheduler calls it every step)."""
 
     def __init__(self, point: Callable[[int, int], float], batches: list[int], tokens: list[int]):
         self.batches = np.array(batches, dtype=np.float64)
         self.tokens = np.array(tokens, dtype=np.float64)
         self.table = np.array([[point(b, t) for t in tokens] for b in batches])
+        self._tokens = [float(t) for t in tokens]
+        self._rows: dict[int, list[float]] = {}
+
+    def _row(self, batch: int) -> list[float]:
+        row = self._rows.get(batch)
+        if row is None:
+            row = [float(np.interp(batch, self.batches, column)) for column in self.table.T]
+            self._rows[batch] = row
+        return row
 
     def __call__(self, batch: int, tokens: float) -> float:
-        by_batch = np.array([np.interp(tokens, self.tokens, row) for row in self.table])
-        return float(np.interp(batch, self.batches, by_batch))
+        row, xs = self._row(batch), self._tokens
+        if tokens <= xs[0]:
+            return row[0]
+        if tokens >= xs[-1]:
+            return row[-1]
+        i = bisect.bisect_right(xs, tokens)
+        x0, x1 = xs[i - 1], xs[i]
+        return row[i - 1] + (row[i] - row[i - 1]) * (tokens - x0) / (x1 - x0)
 
 
 def decoder_dims(source) -> Callable[[int, int], dict[str, int]]:
@@ -62,8 +87,12 @@ def decoder_dims(source) -> Callable[[int, int], dict[str, int]]:
     return dims
 
 
-def engine_step_times(source, hw, options, max_batch: int, max_prompt: int, max_context: int):
-    """Prefill(batch, prompt length) and decode(batch, context) from the engine on coarse grids."""
+def engine_step_times(
+    source, hw, options, max_batch: int, max_prompt: int, max_context: int, chunk_tokens: int | None = None
+):
+    """Prefill(batch, prompt length) and decode(batch, context) from the engine on coarse grids; the prefill
+    grid holds one token (chunked prefill's shared weight read; short prompts are not clamped up) and the
+    chunk length where one is given, so a chunk and every fixed prompt length are grid points."""
     model = open_model(source)
     step_dims = decoder_dims(model)
 
@@ -74,7 +103,8 @@ def engine_step_times(source, hw, options, max_batch: int, max_prompt: int, max_
     batches = sorted(
         {1, max(1, max_batch // 4), max(1, max_batch // 2), max_batch}
     )  # step time is near-affine in batch
-    prefill = GridTime(lambda b, t: latency(b, t, 0), batches, _grid(max_prompt))
+    prompts = {1, *_grid(max_prompt), *([chunk_tokens] if chunk_tokens else [])}
+    prefill = GridTime(lambda b, t: latency(b, t, 0), batches, sorted(prompts))
     decode = GridTime(lambda b, t: latency(b, 1, t), batches, _grid(max_context))
     return prefill, decode
 
@@ -99,7 +129,20 @@ def kv_capacity_tokens(source, hw, options) -> int:
 def simulate_model_llm_serving(source, hw, options, config: LLMServingConfig) -> LLMServingResult:
     """simulate_llm_serving with the engine's step times, the device's KV capacity and the profile's jitter
     (`source`: a model handle, or what `open_model` takes; opened once for every step mapped)."""
-    source = open_model(source)
+    chunk = config.chunk_tokens if config.scheduler == Scheduler.CHUNKED else None
+    config, prefill, decode = _engine_inputs(open_model(source), hw, options, config, chunk)
+    return simulate_llm_serving(prefill, decode, config)
+
+
+def compare_schedulers(source, hw, options, config: LLMServingConfig) -> tuple[LLMServingResult, ...]:
+    """The same requests (trace or seed) served by each scheduler, on one set of engine step times."""
+    config, prefill, decode = _engine_inputs(open_model(source), hw, options, config, config.chunk_tokens)
+    return tuple(simulate_llm_serving(prefill, decode, replace(config, scheduler=s)) for s in SCHEDULERS)
+
+
+def _engine_inputs(source, hw, options, config: LLMServingConfig, chunk_tokens: int | None):
+    """The config with the profile's jitter and the device's KV capacity filled in, and the engine's prefill
+    and decode step times over the lengths it will ask for (prompts, or chunks where those are longer)."""
     validate_llm_config(config)  # before the engine maps the step grid
     if config.jitter_cv is None:
         config = replace(config, jitter_cv=hw.jitter_cv, jitter_dist=config.jitter_dist or hw.jitter_dist)
@@ -116,8 +159,10 @@ def simulate_model_llm_serving(source, hw, options, config: LLMServingConfig) ->
         if trace is not None and trace.output_tokens is not None
         else config.output_tokens
     )
-    prefill, decode = engine_step_times(source, hw, options, config.max_batch, max_prompt, max_prompt + max_output)
-    return simulate_llm_serving(prefill, decode, config)
+    prefill, decode = engine_step_times(
+        source, hw, options, config.max_batch, max_prompt, max_prompt + max_output, chunk_tokens
+    )
+    return config, prefill, decode
 
 
 def llm_section(result: LLMServingResult, config: LLMServingConfig) -> dict:
@@ -149,6 +194,9 @@ class ServeRequest:
     service_time_s: float | None = None  # a fixed batch time instead of the engine's (what-if): a request queue
     load_curve: bool = False  # request queue: also sweep offered load up to saturation
     p99_target_s: float | None = None  # with load_curve: the highest rate meeting it
+    scheduler: str = Scheduler.PREFILL_FIRST.value  # decoders: prefill-first | decode-first | chunked
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS  # decoders, chunked: prompt tokens per step
+    compare_schedulers: bool = False  # decoders: also serve the same requests by every scheduler
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +206,7 @@ class ServingRun:
     config: ServingConfig | LLMServingConfig
     result: ServingResult | LLMServingResult
     curve: LoadCurve | None = None
+    schedulers: tuple[LLMServingResult, ...] = ()  # decoders: the same requests by every scheduler, when asked
 
     @property
     def continuous(self) -> bool:
@@ -166,8 +215,21 @@ class ServingRun:
     def section(self) -> dict:
         """The sheet's Serving section (JSON-ready): what `mapper serve --json` prints."""
         if self.continuous:
-            return llm_section(self.result, self.config)
+            section = llm_section(self.result, self.config)
+            if self.schedulers:
+                section["schedulers"] = [scheduler_row(r) for r in self.schedulers]
+            return section
         return serving_section(self.result, self.config, self.curve)
+
+
+SCHEDULER_COLUMNS = tuple(
+    f"{measure}_{p}_s" for measure in ("ttft", "tpot", "latency") for p in ("p50", "p90", "p99")
+) + ("throughput_tokens_per_s", "mean_running", "preemptions")
+
+
+def scheduler_row(result: LLMServingResult) -> dict:
+    """One scheduler's figures in the comparison (JSON-ready)."""
+    return {"scheduler": result.scheduler, **{k: getattr(result, k) for k in SCHEDULER_COLUMNS}}
 
 
 def is_decoder(model) -> bool:
@@ -200,7 +262,12 @@ def serve_model(
             s.jitter_cv,
             s.jitter_dist,
             s.trace,
+            request.scheduler,
+            request.chunk_tokens,
         )
+        if request.compare_schedulers:
+            runs = compare_schedulers(model, hw, options, config)
+            return ServingRun(config, runs[SCHEDULERS.index(config.scheduler)], schedulers=runs)
         return ServingRun(config, simulate_model_llm_serving(model, hw, options, config))
     service = (
         request.service_time_s if request.service_time_s is not None else engine_batch_time(model, dims, hw, options)

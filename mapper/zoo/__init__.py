@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import onnx
 
 from mapper.core.errors import MapperError
-from mapper.zoo import cnn, llama, transformers
+from mapper.zoo import cnn, llama, mixtral, transformers
 
 BATCH = "images per batch"
 TOKENS_BATCH = "sequences per batch"
@@ -62,6 +62,12 @@ _ZOO: dict[str, ZooEntry] = {
     "llama2-70b": ZooEntry(
         "Llama-2-70B decoder with KV cache and GQA (64 heads, 8 KV heads), 80 layers x 8192, 68.98B params",
         llama.build_llama2_70b,
+        {"batch": TOKENS_BATCH, "seq": DECODER_SEQ, "past": DECODER_PAST},
+    ),
+    "mixtral-8x7b": ZooEntry(
+        "Mixtral-8x7B decoder (HF): top-2 of 8 SwiGLU experts per layer, GQA (8 KV heads), 32 layers x 4096,"
+        " 46.70B params",
+        mixtral.build_mixtral_8x7b,
         {"batch": TOKENS_BATCH, "seq": DECODER_SEQ, "past": DECODER_PAST},
     ),
 }

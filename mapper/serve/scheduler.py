@@ -1,0 +1,305 @@
+"""The iteration-level schedulers of continuous batching: prefill-first, decode-first and chunked prefill.
+
+serve/continuous.py validates the config and summarises; this module runs the steps. One loop iteration
+per engine step with O(1) bookkeeping per step (a global decode-step counter stands in for every
+sequence's token count, a heap holds their finish steps), so 100,000 requests take seconds.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+
+from mapper.core.errors import MapperError
+
+StepTime = Callable[[int, float], float]  # (batch, tokens) -> seconds
+
+
+class Scheduler(StrEnum):
+    """`LLMServingConfig.scheduler`: which work an engine step runs (Sarathi-Serve, OSDI'24, s2-3)."""
+
+    PREFILL_FIRST = "prefill-first"  # Orca / vLLM v0: new prompts prefill as one step while decodes wait
+    DECODE_FIRST = "decode-first"  # FasterTransformer: the running batch drains before new prompts prefill
+    CHUNKED = "chunked"  # Sarathi-Serve / vLLM's default: each step decodes every sequence plus a prompt chunk
+
+
+@dataclass(frozen=True, slots=True)
+class Requests:
+    """Each request's arrival time and prompt and output lengths (tokens)."""
+
+    arrival: np.ndarray
+    prompt: np.ndarray
+    output: np.ndarray
+
+    @property
+    def need(self) -> np.ndarray:  # KV tokens reserved at admission (prefill-first, decode-first)
+        return self.prompt + self.output
+
+
+@dataclass(frozen=True, slots=True)
+class Timeline:
+    """What the loop produced: per-request first-token and finish times, the time-weighted batch, preemptions."""
+
+    first_token: np.ndarray
+    finish: np.ndarray
+    busy_weighted: float
+    preemptions: int
+
+
+class Decoding:
+    """The sequences in their decode phase. `tick` counts decode steps run; a sequence that joined at tick
+    t0 having made m0 tokens has made m0 + tick - t0, so a step costs O(1) whatever the batch."""
+
+    __slots__ = ("context_sum", "count", "heap", "joined", "output", "prompt", "tick")
+
+    def __init__(self, prompt: list, output: list):
+        self.tick, self.count, self.context_sum = 0, 0, 0
+        self.heap: list[tuple[int, int]] = []  # (finish tick, request); stale entries skipped on pop
+        self.joined: dict[int, tuple[int, int, int]] = {}  # request -> (join tick, tokens made then, finish tick)
+        self.prompt, self.output = prompt, output
+
+    def join(self, rid: int, made: int) -> None:
+        end = self.tick + self.output[rid] - made
+        self.joined[rid] = (self.tick, made, end)
+        self.count += 1
+        self.context_sum += self.prompt[rid] + made
+        heapq.heappush(self.heap, (end, rid))
+
+    def made(self, rid: int) -> int:
+        t0, m0, _ = self.joined[rid]
+        return m0 + self.tick - t0
+
+    def leave(self, rid: int) -> int:
+        """Remove a sequence; the tokens it had made."""
+        made = self.made(rid)
+        del self.joined[rid]
+        self.count -= 1
+        self.context_sum -= self.prompt[rid] + made
+        return made
+
+    def step(self) -> list[int]:
+        """One decode step for every sequence; those that made their last token (removed)."""
+        self.tick += 1
+        self.context_sum += self.count
+        done = []
+        heap = self.heap
+        while heap and heap[0][0] <= self.tick:
+            end, rid = heapq.heappop(heap)
+            entry = self.joined.get(rid)
+            if entry is not None and entry[2] == end:
+                self.leave(rid)
+                done.append(rid)
+        return done
+
+
+class Jitter:
+    """Per-step multiplicative factors: the first draw sized for the usual step count, more drawn on demand
+    (preemption's recomputed prefills) from the same generator, so a run is reproducible."""
+
+    def __init__(self, values: np.ndarray, draw: Callable[[int], np.ndarray]):
+        self.values, self.draw = values.tolist(), draw
+
+    def __getitem__(self, step: int) -> float:
+        if step >= len(self.values):
+            self.values.extend(self.draw(len(self.values)).tolist())
+        return self.values[step]
+
+
+def run_whole_prefill(
+    prefill_time: StepTime,
+    decode_time: StepTime,
+    reqs: Requests,
+    max_batch: int,
+    capacity: int,
+    jitter: Jitter,
+    *,
+    decode_first: bool,
+) -> Timeline:
+    """Prefill-first or decode-first. Each step admits waiting requests first come first served while a slot
+    is free and the cache holds their prompt + output (reserved, so nothing is preempted); their prefill runs
+    as one step (their count, longest prompt) and yields their first token; else the running batch decodes
+    one token at its mean context. Decode-first admits only once the running batch has drained."""
+    n = len(reqs.arrival)
+    arr, prompt, output, need = (a.tolist() for a in (reqs.arrival, reqs.prompt, reqs.output, reqs.need))
+    first_token, finish = [0.0] * n, [0.0] * n
+    dec = Decoding(prompt, output)
+    now, nxt, kv_used, step, busy = 0.0, 0, 0, 0, 0.0
+    while nxt < n or dec.count:
+        if not dec.count and arr[nxt] > now:
+            now = arr[nxt]  # idle until the next arrival
+        admitted: list[int] = []
+        if not (decode_first and dec.count):
+            while (
+                nxt < n
+                and arr[nxt] <= now
+                and dec.count + len(admitted) < max_batch
+                and kv_used + need[nxt] <= capacity
+            ):
+                admitted.append(nxt)
+                kv_used += need[nxt]
+                nxt += 1
+        if admitted:
+            dt = prefill_time(len(admitted), float(max(prompt[r] for r in admitted))) * jitter[step]
+            now += dt
+            busy += dt * dec.count
+            for rid in admitted:
+                first_token[rid] = now
+                if output[rid] <= 1:
+                    finish[rid] = now
+                    kv_used -= need[rid]
+                else:
+                    dec.join(rid, 1)
+        elif dec.count:
+            dt = decode_time(dec.count, dec.context_sum / dec.count) * jitter[step]
+            now += dt
+            busy += dt * dec.count
+            for rid in dec.step():
+                finish[rid] = now
+                kv_used -= need[rid]
+        else:  # nothing running and the head request does not fit: excluded by the capacity check
+            raise MapperError("internal: the scheduler stalled with an empty batch")
+        step += 1
+    return Timeline(np.array(first_token), np.array(finish), busy, 0)
+
+
+def mixed_step_time(prefill_time: StepTime, decode_time: StepTime, weights_s: float) -> Callable:
+    """A chunked step's time: the decode step plus the prompt chunk's prefill, less the weight read they share
+    (`weights_s`: a one-token prefill, about one pass over the weights), never below either alone."""
+
+    chunks: dict[int, float] = {}  # a chunk's prefill by its length (most steps take the full chunk)
+
+    def time(batch: int, context: float, chunk: int) -> float:
+        if not chunk:
+            return decode_time(batch, context)
+        p = chunks.get(chunk)
+        if p is None:
+            p = chunks[chunk] = prefill_time(1, float(chunk))
+        if not batch:
+            return p
+        d = decode_time(batch, context)
+        return d + p - min(weights_s, d, p)
+
+    return time
+
+
+class ChunkedState:
+    """Chunked prefill's bookkeeping: the active requests in admission order (the last is preempted first),
+    the prompts still prefilling (request, tokens left), the preempted waiting to be recomputed, and the KV
+    cache filled on demand (a prompt at admission, a token per sequence per decode step)."""
+
+    __slots__ = ("active", "dec", "kv_used", "made_before", "preemptions", "prefilling", "prompt", "requeued")
+
+    def __init__(self, prompt: list, output: list):
+        self.active: dict[int, None] = {}
+        self.prefilling: deque[list[int]] = deque()
+        self.requeued: deque[int] = deque()
+        self.made_before = [0] * len(prompt)  # tokens a request made before its current prefill
+        self.kv_used, self.preemptions = 0, 0
+        self.dec = Decoding(prompt, output)
+        self.prompt = prompt
+
+    def held(self, rid: int) -> int:
+        """KV tokens a request holds: its prompt and every token made but the newest (not yet fed back)."""
+        if rid in self.dec.joined:
+            return self.prompt[rid] + self.dec.made(rid) - 1
+        return self.prompt[rid] + self.made_before[rid]
+
+    def admit(self, rid: int) -> None:
+        self.active[rid] = None
+        self.prefilling.append([rid, self.prompt[rid] + self.made_before[rid]])
+        self.kv_used += self.prompt[rid] + self.made_before[rid]
+
+    def preempt_for(self, tokens: int, capacity: int) -> None:
+        """Free the cache for `tokens` more by preempting the latest admitted (recomputed later: vLLM's
+        default); the oldest always keeps its place, so every request finishes."""
+        while self.kv_used + tokens > capacity and len(self.active) > 1:
+            rid = next(reversed(self.active))
+            del self.active[rid]
+            self.kv_used -= self.held(rid)
+            if rid in self.dec.joined:
+                self.made_before[rid] = self.dec.leave(rid)
+                tokens -= 1
+            else:
+                self.prefilling.pop()  # the latest admitted: the last prompt in line
+            self.requeued.appendleft(rid)
+            self.preemptions += 1
+
+    def take_chunk(self, chunk_tokens: int) -> tuple[int, list[int]]:
+        """Prompt tokens for this step, first come first served: (tokens taken, requests whose prompt ends)."""
+        budget, ended = chunk_tokens, []
+        for entry in self.prefilling:
+            take = min(entry[1], budget)
+            entry[1] -= take
+            budget -= take
+            if entry[1]:
+                break
+            ended.append(entry[0])
+            if not budget:
+                break
+        for _ in ended:
+            self.prefilling.popleft()
+        return chunk_tokens - budget, ended
+
+
+def run_chunked(
+    prefill_time: StepTime,
+    decode_time: StepTime,
+    reqs: Requests,
+    max_batch: int,
+    capacity: int,
+    jitter: Jitter,
+    *,
+    chunk_tokens: int,
+) -> Timeline:
+    """Chunked prefill (Sarathi-Serve): every step decodes one token for each running sequence and prefills up
+    to `chunk_tokens` prompt tokens of the requests admitted, first come first served; a request is admitted
+    while a slot is free and the cache holds its prompt and the batch's next tokens, and when decoding would
+    overflow the cache the latest admitted is preempted and its tokens recomputed on readmission."""
+    n = len(reqs.arrival)
+    arr, prompt, output = reqs.arrival.tolist(), reqs.prompt.tolist(), reqs.output.tolist()
+    first_token, finish = [0.0] * n, [0.0] * n
+    s = ChunkedState(prompt, output)
+    dec, step_time = s.dec, mixed_step_time(prefill_time, decode_time, prefill_time(1, 1.0))
+    now, nxt, step, busy = 0.0, 0, 0, 0.0
+    while nxt < n or s.active or s.requeued:
+        if not s.active and not s.requeued and arr[nxt] > now:
+            now = arr[nxt]  # idle until the next arrival
+        while len(s.active) < max_batch:
+            rid = s.requeued[0] if s.requeued else (nxt if nxt < n and arr[nxt] <= now else None)
+            if rid is None or s.kv_used + prompt[rid] + s.made_before[rid] + dec.count > capacity and s.active:
+                break
+            if s.requeued:
+                s.requeued.popleft()
+            else:
+                nxt += 1
+            s.admit(rid)
+        s.preempt_for(dec.count, capacity)
+        tokens, ended = s.take_chunk(chunk_tokens)
+        batch = dec.count
+        if not (batch or tokens):
+            raise MapperError("internal: the chunked scheduler stalled with nothing to run")
+        dt = step_time(batch, dec.context_sum / batch if batch else 0.0, tokens) * jitter[step]
+        now += dt
+        busy += dt * batch
+        step += 1
+        s.kv_used += batch
+        for rid in dec.step() if batch else ():
+            finish[rid] = now
+            s.kv_used -= prompt[rid] + output[rid] - 1
+            del s.active[rid]
+        for rid in ended:
+            made = s.made_before[rid] + 1  # the prefill's last chunk yields the next token
+            if made == 1:
+                first_token[rid] = now
+            if made >= output[rid]:
+                finish[rid] = now
+                s.kv_used -= prompt[rid] + s.made_before[rid]
+                del s.active[rid]
+            else:
+                dec.join(rid, made)
+    return Timeline(np.array(first_token), np.array(finish), busy, s.preemptions)

@@ -1,0 +1,107 @@
+"""Mixture-of-experts layers: the router's top-k choice and what each expert GEMM really does.
+
+Stage two, after the work model (work/ops.py). An exporter with static shapes runs every expert on every
+token and zeroes the tokens not routed to it (router MatMul -> Softmax -> TopK -> ScatterElements into a
+routing table -> Gather of an expert's column -> Mul with its output), so the graph alone says E times the
+work. Here each expert GEMM found that way gets its expected work instead: T tokens each pick k of E
+experts, so an expert sees T*k/E tokens on average, is used by some token with probability
+1 - (1 - k/E)^T, and only the experts used read their weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from mapper.core.graph import Graph
+from mapper.core.result import MatrixShape, NodeWork
+
+EXPERT_WALK_LIMIT = 16  # nodes between an expert's input and its output (SwiGLU: 3 MatMuls, Sigmoid, 2 Mul)
+
+
+@dataclass(frozen=True, slots=True)
+class Routing:
+    """One MoE layer's router: `experts` E and `top_k` k, and the MatMuls of each expert."""
+
+    experts: int
+    top_k: int
+    gemms: tuple[str, ...]  # node names of every expert's GEMMs
+
+
+def expected_experts(experts: int, top_k: int, tokens: int) -> float:
+    """Distinct experts T tokens use, in expectation: E * (1 - (1 - k/E)^T) (each token picks k of E)."""
+    return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
+
+
+def find_routings(graph: Graph) -> tuple[Routing, ...]:
+    """Each TopK over a Softmax of router logits whose indices scatter into a routing table, with the
+    expert GEMMs between the router's input and the Muls by that table's columns."""
+    found = []
+    for topk in graph.nodes:
+        if topk.op_type != "TopK" or len(topk.outputs) < 2 or not topk.inputs:  # noqa: PLR2004 (values, indices)
+            continue
+        softmax = graph.producer(topk.inputs[0])
+        router = graph.producer(softmax.inputs[0]) if softmax is not None and softmax.op_type == "Softmax" else None
+        if router is None or router.op_type != "MatMul" or topk.outputs[0] not in graph.tensors:
+            continue
+        probs, top = graph.tensors[topk.inputs[0]], graph.tensors[topk.outputs[0]]
+        experts, k = probs.shape[-1], top.shape[-1]
+        gemms = [name for table in _routing_tables(graph, topk) for name in _expert_gemms(graph, table, router)]
+        if gemms and 0 < k < experts:
+            found.append(Routing(experts, k, tuple(gemms)))
+    return tuple(found)
+
+
+def _routing_tables(graph: Graph, topk) -> list[str]:
+    return [o for u in graph.users(topk.outputs[1]) if u.op_type == "ScatterElements" for o in u.outputs]
+
+
+def _expert_gemms(graph: Graph, table: str, router) -> list[str]:
+    """MatMuls feeding the Muls by each Gather of the routing table, back to the router's input."""
+    h, gemms = router.inputs[0], []
+    for column in (o for u in graph.users(table) if u.op_type == "Gather" for o in u.outputs):
+        for mul in (u for u in graph.users(column) if u.op_type == "Mul"):
+            frontier = [i for i in mul.inputs if i != column]
+            seen: set[str] = set()
+            while frontier and len(seen) < EXPERT_WALK_LIMIT:
+                node = graph.producer(frontier.pop())
+                if node is None or node.name in seen:
+                    continue
+                seen.add(node.name)
+                if node.op_type == "MatMul":
+                    gemms.append(node.name)
+                frontier.extend(i for i in node.inputs if i and i != h and i not in graph.weights)
+    return gemms
+
+
+def route_work(graph: Graph, nodes: tuple[NodeWork, ...]) -> tuple[tuple[NodeWork, ...], dict[str, float]]:
+    """The nodes with every expert GEMM's expected work (FLOPs and activations x k/E; weights read x the
+    share of experts used; M the tokens per used expert), and weight name -> share read (for the kernels)."""
+    shares: dict[str, float] = {}
+    scaled: dict[str, NodeWork] = {}
+    routings = find_routings(graph)
+    if not routings:
+        return nodes, shares
+    by_name, node_of = {w.name: w for w in nodes}, {n.name: n for n in graph.nodes}
+    for routing in routings:
+        for name in routing.gemms:
+            w = by_name.get(name)
+            if w is None or w.matrix is None:
+                continue
+            tokens = w.matrix.batch * w.matrix.m
+            used = expected_experts(routing.experts, routing.top_k, tokens)
+            share, routed = used / routing.experts, routing.top_k / routing.experts
+            m = max(1, round(tokens * routing.top_k / used))  # tokens per expert actually used
+            activations = w.bytes_read - w.weight_bytes
+            scaled[name] = replace(
+                w,
+                flops=w.flops * routed,
+                matrix_flops=w.matrix_flops * routed,
+                bytes_read=activations * routed + w.weight_bytes * share,
+                bytes_written=w.bytes_written * routed,
+                weight_bytes=w.weight_bytes * share,
+                matrix=MatrixShape(1, m, w.matrix.n, w.matrix.k, w.matrix.kind),
+            )
+            for i in node_of[name].inputs:
+                if i in graph.weights:
+                    shares[i] = share
+    return tuple(scaled.get(w.name, w) for w in nodes), shares
