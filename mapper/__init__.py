@@ -35,6 +35,7 @@ from mapper.pipeline import (
 )
 from mapper.plan.layout import LAYOUTS
 from mapper.report.document import mapping_document
+from mapper.report.groups import group_kernels, layer_pattern, module_path
 from mapper.report.verdict import Finding, first_failure, verdict_sentence
 from mapper.serve.continuous import LLMServingConfig, LLMServingResult
 from mapper.serve.engine import map_slice, simulate_model_serving
@@ -120,6 +121,9 @@ __all__ = [
     "LAYOUTS",
     "MAX_PARALLEL_DEGREE",
     "mapping_document",
+    "group_kernels",
+    "module_path",
+    "layer_pattern",
     "Finding",
     "first_failure",
     "verdict_sentence",

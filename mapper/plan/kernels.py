@@ -196,7 +196,7 @@ def group_boundary(graph: Graph, group: Group, nodes_by_name: dict[str, Node], i
         t
         for n in members
         for t in n.outputs
-        if t and (t in graph.output_set or any(c not in inside for c in graph.consumers.get(t, ())))
+        if t and (t in graph.output_set or not inside.issuperset(graph.consumers.get(t, ())))
     )
     reduce_inputs = tuple(n.inputs[0] for n in members if n.op_type in REDUCING_OPS and n.inputs)
     return Boundary(tuple(reads.items()), writes, reduce_inputs)
