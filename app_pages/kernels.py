@@ -1,11 +1,26 @@
 """Kernels: the sortable, filterable kernel table; selecting a row opens its drill-down."""
 
+import pandas as pd
 import streamlit as st
 
+import mapper
 from app_pages import session, ui
 
 doc, result, sel = ui.current()
 ui.header("Kernels", doc)
+if st.toggle("Group repeated layers", key="group_layers", help="one row per module across layers: ... x 32"):
+    groups = pd.DataFrame(mapper.group_kernels(doc["kernels"], doc["totals"]["latency_s"]))
+    groups["ops"] = groups["ops"].map(" ".join)
+    st.caption(f"{len(groups)} groups of {len(doc['kernels'])} kernels, slowest total first.")
+    st.dataframe(
+        groups.drop(columns=["first"]).rename(columns={"time_s": "time (s)", "bottleneck": "class"}),
+        hide_index=True,
+        width="stretch",
+        height=380,
+        column_config={"share": ui.TABLE_FORMAT["share"]},
+    )
+    ui.notices(doc)
+    st.stop()  # the drill-down below is per kernel
 table = ui.kernel_table(doc).sort_values("time (µs)", ascending=False)
 c1, c2, c3 = st.columns([2, 2, 2])
 text = c1.text_input("Filter by name or op", placeholder="e.g. MatMul, attention, conv")

@@ -61,13 +61,13 @@ row2[2].metric("Energy / inference", f"{t['energy_per_inference_j'] * 1e3:,.2f} 
 row2[3].metric("Average power", f"{t['avg_power_w']:,.0f} W", border=True)
 
 st.subheader("Top bottlenecks")
-top = sorted(doc["kernels"], key=lambda k: -k["time_s"])[:5]
+top = mapper.group_kernels(doc["kernels"], t["latency_s"])[:5]  # repeated layers as one row: "... x 32"
 st.dataframe(
     pd.DataFrame(
         [
             {
-                "kernel": k["name"],
-                "share": k["time_s"] / (t["latency_s"] or 1),
+                "kernel": k["kernel"],
+                "share": k["share"],
                 "class": k["bottleneck"],
                 "evidence": k["evidence"],
                 "owner": k["owner"],

@@ -36,6 +36,7 @@ from mapper.pipeline import (
 )
 from mapper.plan.layout import LAYOUTS
 from mapper.report.document import mapping_document
+from mapper.report.groups import group_kernels, layer_pattern, module_path
 from mapper.report.verdict import Finding, first_failure, verdict_sentence
 from mapper.serve.continuous import SCHEDULERS, LLMServingConfig, LLMServingResult
 from mapper.serve.engine import map_slice, simulate_model_serving
@@ -130,6 +131,9 @@ __all__ = [
     "LAYOUTS",
     "MAX_PARALLEL_DEGREE",
     "mapping_document",
+    "group_kernels",
+    "module_path",
+    "layer_pattern",
     "Finding",
     "first_failure",
     "verdict_sentence",

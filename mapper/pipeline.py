@@ -23,6 +23,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from mapper.core import limits
+from mapper.core.caches import ModelCaches
 from mapper.core.errors import MapperError
 from mapper.core.graph import Graph
 from mapper.core.result import (
@@ -110,14 +111,14 @@ def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOpt
     """Map a workload onto a device: fusion -> layout -> devices -> tiling + cost -> classes -> placement -> roll-up."""
     graph, caches = workload.graph, workload.caches
     options = validate_options(options)
-    dtype, caveats = choose_dtype(graph, hardware, options)
-    sizer = Sizer(graph, dtype, options.weight_dtype)
+    dtype, caveats = choose_dtype(graph, hardware, options, caches)
+    sizer = Sizer(graph, dtype, options.weight_dtype, caches)
     run = choose_runtime(graph, hardware, options)
     kernels, layout = plan_kernels(workload, hardware, replace(options, attention_fusion=run.attention_fusion), sizer)
     kernels = apply_kv_cache(graph, kernels, run.kv_cache, sizer)
     kernels, memory = plan_devices(graph, kernels, sizer, hardware, options)
     launched = launch_profile(hardware, run.launch)  # the cost stage charges the runtime's per-kernel launch
-    estimates = estimate_kernels(kernels, launched, dtype, sizer, options.power_cap_w, options.sparsity)
+    estimates = estimate_kernels(kernels, launched, dtype, sizer, options.power_cap_w, options.sparsity, caches)
     estimates, parallel = place_on_devices(graph, estimates, options, launched, dtype, sizer)
     layers, totals = roll_up_slice(workload, estimates, sizer, hardware, dtype, options, parallel.slowest_stage_s)
     return MappingResult(
@@ -145,10 +146,12 @@ def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOpt
     )
 
 
-def choose_dtype(graph: Graph, hardware: HardwareProfile, options: PlanOptions) -> tuple[str, list[str]]:
+def choose_dtype(
+    graph: Graph, hardware: HardwareProfile, options: PlanOptions, caches: ModelCaches | None = None
+) -> tuple[str, list[str]]:
     """The precision the plan runs at and the caveats it brings (auto: the model's own, or the nearest wider
     one the device has a matrix peak for)."""
-    own = model_dtype(graph)
+    own = model_dtype(graph, caches)
     dtype = own if options.dtype == "auto" else options.dtype
     caveats = precision_caveats(own, dtype, options.weight_dtype)
     if options.dtype == "auto" and not hardware.has_matrix_peak(own):

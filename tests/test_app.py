@@ -375,3 +375,26 @@ def test_profile_editor_shows_one_line_per_bad_field():
         "edited profile: field power.idle_w",
     ]
     assert state(at).custom_hw is None  # nothing invalid became the profile
+
+
+def test_overview_groups_repeated_layers_under_their_module_path():
+    """Llama-2-7B's top bottlenecks are the exporter's module paths with the layer as "*" and the count
+    ("model.layers.*.mlp.up_proj x 32"), each once: not five copies of one layer's kernel."""
+    at = start(model="llama2-7b")
+    assert_clean(at, "llama2-7b")
+    top = at.dataframe[0].value
+    assert "model.layers.*.mlp.up_proj x 32" in list(top["kernel"])
+    assert top["kernel"].is_unique and len(top) == 5
+    assert top["share"].iloc[0] > 0.1  # 32 layers' share together, not one layer's 1-3%
+
+
+def test_kernels_page_toggle_groups_repeated_layers():
+    at = start(model="llama2-7b")
+    at.switch_page("app_pages/kernels.py").run()
+    flat = len(at.dataframe[0].value)
+    at.toggle(key="group_layers").set_value(True).run()
+    assert_clean(at, "kernels grouped")
+    grouped = at.dataframe[0].value
+    assert len(grouped) < flat and grouped["kernel"].is_unique
+    row = grouped.set_index("kernel").loc["model.layers.*.mlp.down_proj x 32"]
+    assert row["count"] == 32

@@ -20,7 +20,16 @@ from mapper.report.sheet import frames_from_document, sheet_bytes, sheet_frames,
 from tests.conftest import make_model, tensor
 
 HOSTILE = "<script>alert(1)</script>"
-CORE_SHEETS = ["Summary", "Kernels", "Layer types", "Fusion plan", "Assumptions", "Provenance", "Unmodeled"]
+CORE_SHEETS = [
+    "Summary",
+    "Kernels",
+    "Kernel groups",
+    "Layer types",
+    "Fusion plan",
+    "Assumptions",
+    "Provenance",
+    "Unmodeled",
+]
 # every mapping also carries its memory-capacity and device-placement sections
 MAPPING_SHEETS = CORE_SHEETS + ["Memory", "Parallel"]
 EXTERNAL_SCRIPT = re.compile(r"<script[^>]*\bsrc\s*=\s*[\"']?(https?:)?//", re.IGNORECASE)
@@ -262,3 +271,33 @@ def test_charts_use_the_document_roofs(result):
     assert sum(len(t.x) for t in timeline.data) == len(result.kernels)
     assert sum(sum(t.x) for t in timeline.data) == pytest.approx(result.totals.latency_s * 1e6, rel=1e-9)
     assert sum(layer_share_figure(doc).data[0].x) == pytest.approx(1.0, rel=1e-9)
+
+
+def test_kernel_groups_sheet_groups_repeated_layers(tmp_path):
+    """The sheet's grouped view: one row per module across layers, its count and total share (numbers)."""
+    llama = mapper.map_workload(mapper.load_workload("llama2-7b"), mapper.load_hardware("h100-sxm"))
+    sheets = pd.read_excel(write_sheet(llama, tmp_path / "llama.xlsx"), sheet_name=None)
+    groups = sheets["Kernel groups"].set_index("kernel")
+    assert groups.index.is_unique
+    up = groups.loc["model.layers.*.mlp.up_proj x 32"]
+    assert up["count"] == 32 and _numeric(groups["share"])
+    kernels = sheets["Kernels"]
+    members = kernels[kernels["name"].str.match(r"^/model/layers\.\d+/mlp/up_proj/MatMul\+1$")]
+    assert len(members) == 32 and up["time_s"] == pytest.approx(members["time_s"].sum())
+
+
+@pytest.mark.parametrize(
+    ("name", "path", "pattern"),
+    [
+        ("/model/layers.0/mlp/up_proj/MatMul+1", "model.layers.0.mlp.up_proj", "model.layers.*.mlp.up_proj"),
+        ("/model/model/layers.11/self_attn/q_proj/MatMul", "model.model.layers.11.self_attn.q_proj", None),
+        ("/encoder.layer.3/attention/MatMul_38", "encoder.layer.3.attention", "encoder.layer.*.attention"),
+        ("/lm_head/MatMul", "lm_head", "lm_head"),
+        ("node_linear_3", "node_linear_3", "node_linear_3"),  # the dynamo exporter's names carry no module
+        ("/Conv", "/Conv", "/Conv"),
+    ],
+)
+def test_module_path_of_exported_names(name, path, pattern):
+    assert mapper.module_path(name) == path
+    if pattern:
+        assert mapper.layer_pattern(path) == pattern

@@ -17,6 +17,9 @@ import onnx
 # Entries each table keeps (oldest out first): a sweep of a few hundred bindings reuses the
 # structure-only tables (one entry per policy) and cycles the per-binding ones.
 CACHE_ENTRIES = 256
+# Assessments are per distinct kernel (a BERT-base slice has ~15): a 200-shape sweep on one profile keeps
+# a few thousand, and one is a few hundred bytes.
+ASSESSMENT_ENTRIES = 8192
 
 
 class ModelCaches:
@@ -39,13 +42,13 @@ class ModelCaches:
     def __setstate__(self, state: dict) -> None:
         self.__init__(state["entries"])
 
-    def _get(self, table: str, key: Hashable, make: Callable[[], Any]) -> Any:
+    def _get(self, table: str, key: Hashable, make: Callable[[], Any], entries_max: int | None = None) -> Any:
         with self._lock:  # held while computing: two sessions mapping one model share the first's work
             entries = self._tables.setdefault(table, OrderedDict())
             if key in entries:
                 return entries[key]
             value = make()
-            if len(entries) >= self._entries:
+            if len(entries) >= (entries_max or self._entries):
                 entries.popitem(last=False)
             entries[key] = value
             return value
@@ -58,6 +61,11 @@ class ModelCaches:
     def branch_model(self, branches: tuple[tuple[str, int], ...], make: Callable[[], onnx.ModelProto]):
         """The model with bound If branches inlined: the model and the branch values."""
         return self._get("branch_model", branches, make)
+
+    def initializers(self, sha256: str, make: Callable[[], tuple]):
+        """Each initializer's spec and small folded value: the (inlined) model alone, named by its hash
+        (a file's initializers do not depend on the bindings)."""
+        return self._get("initializers", sha256, make)
 
     def ordered_nodes(self, sha256: str, available: frozenset[str], make):
         """Nodes in execution order: the (inlined) model, named by its salted hash, and the tensors
@@ -120,6 +128,16 @@ class ModelCaches:
         sizes (activation, weight), the SRAM size when a fused attention must fit it, and each node's work
         (`Workload.cost_key`)."""
         return self._get("kernels", (sha256, dims, groups, element_bytes, sram_bytes, work_key), make)
+
+    def weight_tally(self, sha256: str, dims: tuple, make):
+        """Weight elements per element type (`kernels.weight_tally`): the graph at its bindings (hash and dims)."""
+        return self._get("weight_tally", (sha256, dims), make)
+
+    def assessment(self, hardware_sha256: str, plan: tuple, kernel: tuple, make):
+        """One kernel's tiling, cost and class (`assess.assess_kernel`): the profile's content (its hash),
+        the plan's figures (dtype, element sizes, power cap, ridge point, 2:4 sparsity) and every kernel field the
+        assessment reads (`assess.assessment_key`): repeated layers and slices of equal extents share one."""
+        return self._get("assessment", (hardware_sha256, plan, kernel), make, ASSESSMENT_ENTRIES)
 
     def assumptions(self, hardware_sha256: str, dtype: str, layout: str, make):
         """The sheet's assumption rows: the profile's content (its hash), the dtype and the layout."""

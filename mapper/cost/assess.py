@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from mapper.core.caches import ModelCaches
 from mapper.core.result import Kernel, KernelAssessment, KernelEstimate
 from mapper.cost.bottleneck import Facts, classify
 from mapper.cost.estimate import estimate_cost
@@ -28,30 +29,41 @@ def estimate_kernels(
     sizer: Sizer,
     power_cap_w: float | None,
     sparsity: str = "dense",
+    caches: ModelCaches | None = None,
 ) -> list[KernelEstimate]:
     """Tile, cost and classify each kernel, placing it on the one-stream timeline. With sparsity "2:4",
-    weight GEMMs read compressed weights and run at the profile's sparse matrix peak."""
+    weight GEMMs read compressed weights and run at the profile's sparse matrix peak. With the model's
+    `caches`, an assessment is kept across slices: a sweep's shapes of equal extents (batch 2 x seq 256
+    and batch 4 x seq 128 give the same projections) search each tiling once."""
     out, start = [], 0.0
     ridge = (
         hw.ridge_point(dtype)
         if dtype != "fp32" or "fp32" in hw.matrix_peak_flops_per_s
         else hw.vector_peak("fp32") / hw.dram_bandwidth_bytes_per_s
     )
+    sparse = sparsity == "2:4"
+    plan = (dtype, sizer.act, sizer.weight, power_cap_w, ridge, sparse)
     seen: dict[tuple, tuple[str, KernelAssessment]] = {}  # repeated layers (80 decoder blocks) are assessed once
     for k in kernels:
-        key = _assessment_key(k)
+        key = assessment_key(k)
         if key not in seen:
-            seen[key] = assess_kernel(k, hw, dtype, sizer, power_cap_w, ridge, sparsity == "2:4")
+            seen[key] = (
+                assess_kernel(k, hw, dtype, sizer, power_cap_w, ridge, sparse)
+                if caches is None
+                else caches.assessment(
+                    hw.sha256, plan, key, lambda k=k: assess_kernel(k, hw, dtype, sizer, power_cap_w, ridge, sparse)
+                )
+            )
         engine, assessment = seen[key]
         out.append(KernelEstimate(k if k.engine == engine else replace(k, engine=engine), assessment, start))
         start += assessment.time_s
     return out
 
 
-def _assessment_key(k: Kernel) -> tuple:
+def assessment_key(k: Kernel) -> tuple:
     """What a kernel's assessment depends on (its name and nodes do not: repeats share one)."""
     return (k.matrix, k.rule, k.engine, k.flops, k.matrix_flops, k.sfu_ops, k.dram_bytes, k.weight_bytes,
-            k.reduction_rows, k.reduction_length, k.op_types)  # fmt: skip
+            k.reduction_rows, k.reduction_length, k.op_types, k.collective, k.devices)  # fmt: skip
 
 
 def is_sparse_gemm(k: Kernel) -> bool:

@@ -10,7 +10,6 @@ ops) ONNX Runtime's in a capped child process (`ort_shapes`).
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 from pathlib import Path
 
@@ -23,10 +22,8 @@ from mapper.core.errors import MapperError, path_text
 from mapper.core.graph import Graph, Node, TensorSpec
 from mapper.model.bindings import graph_inputs, resolve_bindings
 from mapper.model.branches import branch_inputs, inline_bound_branches
-from mapper.model.dtypes import tensor_dtype
 from mapper.model.nodes import ordered_nodes
-from mapper.model.values import small_value
-from mapper.model.walk import Walk, value_info_shape
+from mapper.model.walk import Walk, initializer_walk, value_info_shape
 
 # Graph names exporters give every model (PyTorch's "main_graph", Optimum's merged decoders "merged"): the file's
 # name says more on a sheet and in the dashboard.
@@ -135,14 +132,7 @@ def import_graph(
         model = caches.branch_model(choice, lambda: inline_bound_branches(model, branches))
         sha256 = hashlib.sha256(f"{sha256} {list(choice)}".encode()).hexdigest()
     walk = Walk(model, bound, sha256, caches)
-    for t in model.graph.initializer:
-        if math.prod(t.dims) > limits.MAX_TENSOR_ELEMENTS:
-            raise MapperError(
-                f"initializer {t.name!r} has {math.prod(t.dims)} elements, over"
-                f" {limits.limit_text('MAX_TENSOR_ELEMENTS')}"
-            )
-        walk.set(t.name, TensorSpec(t.name, tuple(t.dims), tensor_dtype(t)), small_value(t))
-        walk.const.add(t.name)
+    walk.seed(caches.initializers(sha256, lambda: initializer_walk(model)))
     inputs = graph_inputs(model)
     for vi in inputs:
         spec = value_info_shape(vi, bound)

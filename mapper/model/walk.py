@@ -17,10 +17,10 @@ from mapper.core.caches import ModelCaches
 from mapper.core.errors import MapperError
 from mapper.core.graph import SUBGRAPH_OPS, Node, TensorSpec
 from mapper.model.bindings import eval_dim, graph_inputs
-from mapper.model.dtypes import dtype_name
+from mapper.model.dtypes import dtype_name, tensor_dtype
 from mapper.model.ort_shapes import ort_inferred_value_info, ort_node_value_info
 from mapper.model.shapes import Ctx, NoRule, infer_node
-from mapper.model.values import constant_node_value, evaluate
+from mapper.model.values import constant_node_value, evaluate, small_value
 
 
 # --- symbolic dims ------------------------------------------------------------------------------
@@ -251,8 +251,29 @@ class Walk:
         facts = (shape, dtype, None if value is None else (value.shape, value.dtype.str, value.tobytes()))
         return self.ids.setdefault(facts, len(self.ids))
 
+    def seed(self, start: Walk) -> None:
+        """Start from another walk's tensors (the initializers' `initializer_walk`, kept per model)."""
+        self.specs, self.values, self.const = dict(start.specs), dict(start.values), set(start.const)
+        self.ids, self.kid = dict(start.ids), dict(start.kid)
+
     def set(self, name: str, spec: TensorSpec, value: np.ndarray | None) -> None:
         self.specs[name] = spec
         self.kid[name] = self.intern(spec.shape, spec.dtype, value)
         if value is not None:
             self.values[name] = value
+
+
+def initializer_walk(model: onnx.ModelProto) -> Walk:
+    """A walk holding only the model's initializers (spec, small value, interned id, constant): what every
+    binding starts from, built once per model (`ModelCaches.initializers`). An initializer over
+    MAX_TENSOR_ELEMENTS raises, every time (a failed build is not kept)."""
+    walk = Walk(model, {}, "", ModelCaches(0))
+    for t in model.graph.initializer:
+        if math.prod(t.dims) > limits.MAX_TENSOR_ELEMENTS:
+            raise MapperError(
+                f"initializer {t.name!r} has {math.prod(t.dims)} elements, over"
+                f" {limits.limit_text('MAX_TENSOR_ELEMENTS')}"
+            )
+        walk.set(t.name, TensorSpec(t.name, tuple(t.dims), tensor_dtype(t)), small_value(t))
+        walk.const.add(t.name)
+    return walk

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from mapper.core.caches import ModelCaches
 from mapper.core.errors import MapperError
 from mapper.core.graph import Graph, LayerType, Node, OpClass, TensorSpec
 from mapper.core.result import Kernel, MatrixShape, NodeWork
@@ -61,9 +62,11 @@ WEIGHT_ONLY_QUANTIZED_OPS = frozenset({"MatMulNBits", "GatherBlockQuantized"})
 EIGHT_BIT_INTS = frozenset({"int8", "uint8"})
 
 
-def weight_tally(graph: Graph) -> tuple[dict[str, int], float, int]:
+def weight_tally(graph: Graph, caches: ModelCaches | None = None) -> tuple[dict[str, int], float, int]:
     """(float weight elements per element type, bytes of the other weights, elements of the 8-bit integer
-    weights among those): one pass over the weights."""
+    weights among those): one pass over the weights, kept in the model's `caches` where given (read-only)."""
+    if caches is not None:
+        return caches.weight_tally(graph.sha256, graph.dims, lambda: weight_tally(graph))
     counts: dict[str, int] = {}
     other, eight_bit = 0.0, 0
     # QDQ int8 weights make an int8 model only beside quantized activations; alone they are
@@ -85,10 +88,10 @@ def weight_tally(graph: Graph) -> tuple[dict[str, int], float, int]:
     return counts, other, eight_bit
 
 
-def model_dtype(graph: Graph) -> str:
+def model_dtype(graph: Graph, caches: ModelCaches | None = None) -> str:
     """The model's own precision: the type that holds most weight elements, 8-bit integer weights (a
     QOperator-quantized model's) counted as int8 beside the float types."""
-    counts, _, eight_bit = weight_tally(graph)
+    counts, _, eight_bit = weight_tally(graph, caches)
     counts = counts | ({"int8": eight_bit} if eight_bit else {})
     if not counts:
         return "fp32"
@@ -98,16 +101,16 @@ def model_dtype(graph: Graph) -> str:
 class Sizer:
     """Bytes of a tensor under the plan's precision."""
 
-    def __init__(self, graph: Graph, dtype: str, weight_dtype: str):
+    def __init__(self, graph: Graph, dtype: str, weight_dtype: str, caches: ModelCaches | None = None):
         if dtype not in PLAN_DTYPE_BYTES:
             raise MapperError(f"dtype {dtype!r} is not one of {', '.join(PLAN_DTYPE_BYTES)}")
-        self.graph = graph
+        self.graph, self.caches = graph, caches
         self.act = PLAN_DTYPE_BYTES[dtype]
         self.weight = PLAN_DTYPE_BYTES[dtype if weight_dtype == "same" else weight_dtype]
 
     def weight_bytes(self) -> float:
         """All of the model's weights at the plan's weight precision."""
-        counts, other, _ = weight_tally(self.graph)
+        counts, other, _ = weight_tally(self.graph, self.caches)
         return sum(counts.values()) * self.weight + other
 
     def bytes(self, spec: TensorSpec) -> float:
@@ -190,7 +193,7 @@ def group_boundary(graph: Graph, group: Group, nodes_by_name: dict[str, Node], i
         t
         for n in members
         for t in n.outputs
-        if t and (t in graph.output_set or any(c not in inside for c in graph.consumers.get(t, ())))
+        if t and (t in graph.output_set or not inside.issuperset(graph.consumers.get(t, ())))
     )
     reduce_inputs = tuple(n.inputs[0] for n in members if n.op_type in REDUCING_OPS and n.inputs)
     return Boundary(tuple(reads.items()), writes, reduce_inputs)

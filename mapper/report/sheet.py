@@ -19,6 +19,7 @@ from mapper.core.errors import MapperError
 from mapper.core.result import MappingResult
 from mapper.report import tables
 from mapper.report.document import mapping_document
+from mapper.report.groups import group_kernels
 from mapper.report.html import render_html
 from mapper.report.verdict import verdict_sentence
 
@@ -247,12 +248,20 @@ def section_frames(key: str, value) -> dict[str, pd.DataFrame]:
     return frames
 
 
+def kernel_groups_frame(doc: dict) -> pd.DataFrame:
+    """Repeated layers as one row ("model.layers.*.mlp.up_proj x 32"), their count, total time and share."""
+    rows = [{**g, "ops": " ".join(g["ops"])} for g in group_kernels(doc["kernels"], doc["totals"]["latency_s"])]
+    columns = ["kernel", "count", "time_s", "share", "ops", "bottleneck", "evidence", "owner", "first"]
+    return pd.DataFrame(rows, columns=columns).rename(columns={"first": "first_kernel"})
+
+
 def frames_from_document(doc: dict) -> dict[str, pd.DataFrame]:
     """Sheet name -> frame, for a mapping document (the dashboard may hold only the document)."""
     kernels = kernels_frame(doc)
     frames = {
         "Summary": summary_frame(doc),
         "Kernels": kernels,
+        "Kernel groups": kernel_groups_frame(doc),
         "Layer types": pd.DataFrame(
             doc["layer_types"], columns=["layer_type", "kernels", "time_s", "share", "flops", "mfu", "stall_fraction"]
         ),

@@ -171,8 +171,15 @@ def layer_placer(graph: Graph, caches: ModelCaches) -> LayerPlacer:
     else the op's own layer type and no block (-1)."""
     blocks = recognized_blocks(graph, caches)
 
+    plain: dict[tuple[str, OpClass], tuple[LayerType, int]] = {}  # one lookup per op type, not per node
+
     def place(name: str, op_type: str, op_class: OpClass) -> tuple[LayerType, int]:
-        return blocks.get(name) or (plain_layer(op_type, op_class), -1)
+        found = blocks.get(name)
+        if found is None:
+            found = plain.get((op_type, op_class))
+            if found is None:
+                found = plain[op_type, op_class] = (plain_layer(op_type, op_class), -1)
+        return found
 
     return place
 

@@ -3,13 +3,12 @@
 Weights become initializers that point at external data ("<model>.weights.bin", offset and
 length set, file never written), so a graph carries only dims; small constants (shape vectors,
 scalars) stay inline so the importer can fold shape arithmetic. Node and weight names follow
-the PyTorch exporter's scoping ("/layers.0/self_attn/MatMul_3", "layers.0.self_attn.q_proj.weight").
+the PyTorch exporter's scoping ("/model/layers.0/self_attn/MatMul_3", "layers.0.self_attn.q_proj.weight").
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -20,6 +19,17 @@ OPSET = 17  # PyTorch's TorchScript exporter default; first opset with LayerNorm
 FLOAT = TensorProto.FLOAT
 INT64 = TensorProto.INT64
 Dim = int | str | None  # concrete size, symbolic name, or unknown
+
+
+def _modules(path: str) -> list[str]:
+    """A dotted module path as the exporter scopes it: "model.layers.0.mlp" -> ["model", "layers.0", "mlp"]."""
+    parts: list[str] = []
+    for part in path.split(".") if path else ():
+        if part.isdigit() and parts:
+            parts[-1] += f".{part}"
+        else:
+            parts.append(part)
+    return parts
 
 
 class GraphBuilder:
@@ -41,7 +51,7 @@ class GraphBuilder:
         self._initializers: list[TensorProto] = []
         self._consts: dict[tuple, str] = {}
         self._scope: list[str] = []
-        self._ids = itertools.count()
+        self._counts: dict[tuple[str, str], int] = {}  # (module prefix, op type) -> nodes named so far
         self._offset_bytes = 0
 
     # -- naming -------------------------------------------------------------------------------
@@ -55,7 +65,14 @@ class GraphBuilder:
             self._scope.pop()
 
     def _node_name(self, op_type: str) -> str:
-        return "/" + "/".join([*self._scope, f"{op_type}_{next(self._ids)}"])
+        """The TorchScript exporter's name: the module path with "/" between modules (a ModuleList index
+        stays on its list: "/model/layers.0/mlp/up_proj/MatMul"), then the op type, numbered from the
+        second of its type in that module ("MatMul_1")."""
+        modules = "/".join(_modules(".".join(self._scope)))
+        prefix = f"/{modules}/" if modules else "/"
+        count = self._counts.get((prefix, op_type), 0)
+        self._counts[prefix, op_type] = count + 1
+        return f"{prefix}{op_type}" + (f"_{count}" if count else "")
 
     # -- graph boundary -----------------------------------------------------------------------
     def input(self, name: str, shape: Sequence[Dim], elem_type: int = FLOAT) -> str:
