@@ -145,3 +145,26 @@ def test_config_upload_bytes_and_cli(capsys):
     assert cli_main(["map", str(CONFIGS / "nothing.json")]) == 2
     with pytest.raises(mapper.MapperError, match="not valid JSON"):
         mapper.open_model(b"{not json")
+
+
+def test_dashboard_takes_a_config_upload_and_names_strip_for_a_big_file():
+    from streamlit import config as st_config
+    from streamlit.testing.v1 import AppTest
+
+    from tests.conftest import APP
+    from tests.test_app import assert_clean, shown, state, upload
+
+    at = AppTest.from_file(APP, default_timeout=120)
+    upload(at, "mistral-7b.json", (CONFIGS / "mistral-7b.json").read_bytes()).run()
+    assert_clean(at, "config upload")
+    assert state(at).doc["model"]["name"] == "mistral-7b"
+    assert {shown(n.label) for n in at.number_input} >= {"batch", "seq", "past"}
+    before = st_config.get_option("server.maxUploadSize")
+    st_config.set_option("server.maxUploadSize", 1)  # as an operator's .streamlit/config.toml would
+    try:
+        upload(at, "big.onnx", b"\x08\x07" + b"\x00" * (2 << 20)).run()
+    finally:
+        st_config.set_option("server.maxUploadSize", before)
+    error = shown(at.error[0].value)
+    assert "over the upload limit of 1 MB" in error and "server.maxUploadSize" in error and "mapper strip" in error
+    assert state(at).doc["model"]["name"] == "mistral-7b"  # the previous model stays
