@@ -109,7 +109,8 @@ def accept_upload(name: str, data: bytes) -> None:
     if len(data) > limit * 1024 * 1024:
         session.update(
             upload_error=f"{name}: {len(data) / 1e6:.1f} MB is over the upload limit of {limit} MB "
-            "(server.maxUploadSize in .streamlit/config.toml)"
+            "(server.maxUploadSize in .streamlit/config.toml); upload its graph alone: "
+            "mapper strip MODEL.onnx -o graph.onnx writes it (weights left out, a few hundred kB)"
         )
         return
     sha = hashlib.sha256(data).hexdigest()
@@ -121,7 +122,7 @@ def accept_upload(name: str, data: bytes) -> None:
             upload_error=f"{name}: {mapper.error_line(e)} (the previous model stays selected; upload limit {limit} MB)"
         )
         return
-    session.update(upload=Upload(name, data, sha, dict(model.roles)))
+    session.update(upload=Upload(name, model.data, sha, dict(model.roles)))  # the structure: weights not kept
     for d, role in model.roles.items():
         st.session_state.setdefault(f"dim_{d}", default_binding(d, role))
     st.session_state["model"] = UPLOADED
@@ -152,7 +153,10 @@ def _model_section() -> tuple[str, str, object, list[tuple[str, str, str]]]:
         format_func=lambda c: f"uploaded: {up.name}" if c == UPLOADED and up else c,
     )
     st.file_uploader(
-        f"Upload an .onnx (up to {upload_limit_mb()} MB)", type=["onnx"], key="model_file", on_change=_on_model_upload
+        f"Upload an .onnx or a Hugging Face config.json (up to {upload_limit_mb()} MB)",
+        type=["onnx", "json"],
+        key="model_file",
+        on_change=_on_model_upload,
     )
     if chosen == UPLOADED:
         return up.name, up.model_key, up.data, [(d, role, "") for d, role in up.roles.items()]

@@ -9,6 +9,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import mapper
 from mapper.cli import review as review_cli
@@ -17,6 +18,8 @@ from mapper.cli.args import Parser, add_model_args, options_from, parse_dim, wor
 from mapper.cli.evidence import add_arguments as add_evidence_commands
 from mapper.core.errors import MapperError, error_line, path_text, printable
 from mapper.core.units import format_bytes
+from mapper.model.onnx_import import read_model_structure
+from mapper.model.wire import STRIPPED_LOCATION
 from mapper.report.sheet import write_sheet
 from mapper.serve.llm import ServeRequest, serve_model
 from mapper.serve.serving import ServingConfig
@@ -246,8 +249,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def cmd_strip(args) -> int:
+    structure, _ = read_model_structure(args.model)
+    Path(args.out).write_bytes(structure.data)
+    print(
+        f"{path_text(args.out)}: {format_bytes(len(structure.data))}, {structure.stripped} weight tensors stripped"
+        f" (shape-only external references to {STRIPPED_LOCATION!r}); map or upload it in place of the model"
+    )
+    return 0
+
+
+def add_strip_command(sub) -> None:
+    help_text = "write a model's graph without its weights (shape-only references), small enough to upload"
+    p = sub.add_parser("strip", help=help_text, description=help_text)
+    p.add_argument("model", help="an .onnx file (weights inside or external; external data is never read)")
+    p.add_argument("-o", "--out", required=True, help="the graph-only .onnx to write (byte-identical on reruns)")
+    p.set_defaults(func=cmd_strip)
+
+
 def register_extra_commands(sub) -> None:
     """Commands that live in their own modules (each adds its parsers to `sub`)."""
+    add_strip_command(sub)
     sweep_cli.add_arguments(sub)
     add_evidence_commands(sub)  # probe, measure, calibrate
     review_cli.add_arguments(sub)

@@ -6,7 +6,13 @@ Each comment says what the limit bounds on the reference machine (2 cores, a
 ~4 GiB budget per request, answers in minutes); figures measured there.
 """
 
-MAX_MODEL_BYTES = 256 * 1024 * 1024  # an ONNX file (graph-only uploads are far smaller)
+MAX_MODEL_FILE_BYTES = 2 << 30  # an ONNX file on disk or uploaded, weights inside included: protobuf's 2 GiB
+# message limit. Mapped, never read whole: only its structure is (MAX_STRUCTURE_BYTES)
+MAX_STRUCTURE_BYTES = 64 * 1024 * 1024  # bytes of a model file the importer reads: its graph with every weight
+# left out (mapper/model/wire.py). Exported Llama-2-70B: ~3 MB; a walk of 64 MB of fields takes ~10 s here
+MAX_CONFIG_BYTES = 1024 * 1024  # a Hugging Face config.json (real ones: 1-3 kB), parsed whole
+MAX_MODEL_BYTES = 256 * 1024 * 1024  # a model a sandboxed child writes back (ORT's shapes file, measure's
+# optimized.onnx): built from the structure, so far smaller
 MAX_PROFILE_BYTES = 1024 * 1024  # a hardware profile file (parsed whole: a few MB of objects, milliseconds)
 MAX_PROFILE_NESTING = 32  # arrays/tables inside each other in a hardware profile (real ones: 3);
 # checked before json/tomllib, which recurse (10^5 deep: RecursionError)

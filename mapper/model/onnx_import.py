@@ -1,15 +1,16 @@
 """Import: ONNX bytes -> `Graph` with concrete shapes at the user's bindings.
 
-Stage one of the pipeline. Reads exactly the file (or bytes) it is given, never
-external data, binds symbolic dims by name, folds shape arithmetic with numpy,
-and infers every tensor's shape with our own rules (`shape_rules`), falling
-back to the model's own value_info, then onnx's inference, then (com.microsoft
-ops) ONNX Runtime's in a capped child process (`ort_shapes`).
+Stage one of the pipeline. Reads exactly the file (or bytes) it is given, and of it only the
+graph structure (mapper/model/wire.py: the weights stay on disk), never external data, binds
+symbolic dims by name, folds shape arithmetic with numpy, and infers every tensor's shape with
+our own rules (`shape_rules`), falling back to the model's own value_info, then onnx's
+inference, then (com.microsoft ops) ONNX Runtime's in a capped child process (`ort_shapes`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
 from pathlib import Path
 
@@ -23,7 +24,10 @@ from mapper.core.graph import Graph, Node, TensorSpec
 from mapper.model.bindings import graph_inputs, resolve_bindings
 from mapper.model.branches import branch_inputs, inline_bound_branches
 from mapper.model.nodes import ordered_nodes
+from mapper.model.sandbox import open_regular_file
 from mapper.model.walk import Walk, initializer_walk, value_info_shape
+from mapper.model.wire import Structure, read_structure
+from mapper.zoo.hf_config import config_model_bytes
 
 # Graph names exporters give every model (PyTorch's "main_graph", Optimum's merged decoders "merged"): the file's
 # name says more on a sheet and in the dashboard.
@@ -31,34 +35,52 @@ GENERIC_GRAPH_NAMES = frozenset({"", "main_graph", "torch_jit", "torch-jit-expor
 
 
 def read_model_bytes(source: str | os.PathLike | bytes) -> tuple[bytes, str]:
-    """Bytes and a display name. A path is opened once, as given; nothing beside it is read."""
+    """The model's structure (see `read_model_structure`) and a display name."""
+    structure, name = read_model_structure(source)
+    return structure.data, name
+
+
+def read_model_structure(source: str | os.PathLike | bytes) -> tuple[Structure, str]:
+    """The model's structure and a display name. An ONNX file (up to MAX_MODEL_FILE_BYTES, weights inside
+    included) is memory-mapped and only its graph is read: every large tensor comes back as a shape-only
+    external reference (`wire.read_structure`). A Hugging Face config.json (a path ending .json, or bytes
+    starting with '{') becomes its decoder's graph (`hf_config`). A path is opened once, as given;
+    nothing beside it is read."""
     if isinstance(source, (bytes, bytearray, memoryview)):
         data = bytes(source)
-        name = "upload"
-    else:
-        path = Path(source)
-        try:  # a path the system refuses (ENAMETOOLONG, EACCES) is bad input, not a crash
-            found = path.is_file()
-            size = path.stat().st_size if found else 0
-        except OSError as exc:
-            raise MapperError(f"model file {path_text(path)}: {exc.strerror}; check the path") from None
-        if not found:
-            raise MapperError(
-                f"model file {path_text(path)} not found; give the path of an .onnx file or a built-in name"
-            )
-        if size > limits.MAX_MODEL_BYTES:
-            raise MapperError(
-                f"model file {path.name} is {size} bytes, over {limits.limit_text('MAX_MODEL_BYTES')};"
-                " export it with external_data=True so the graph file stays small"
-            )
-        data = path.read_bytes()
-        name = path.stem
-    if len(data) > limits.MAX_MODEL_BYTES:
+        _check_file_size(len(data), "the uploaded model")
+        if data.lstrip()[:1] == b"{":
+            return _built(config_model_bytes(data, "upload")), "upload"
+        return read_structure(data, "upload"), "upload"
+    path = Path(source)
+    try:  # a path the system refuses (ENAMETOOLONG, EACCES) or a FIFO is bad input, not a crash
+        with open_regular_file(path) as f:
+            size = os.fstat(f.fileno()).st_size
+            _check_file_size(size, f"model file {path.name}")
+            if path.suffix.lower() == ".json":
+                return _built(config_model_bytes(f.read(limits.MAX_CONFIG_BYTES + 1), path.name)), path.stem
+            if size == 0:
+                raise MapperError(f"model file {path.name} is empty; give an .onnx file")
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+                return read_structure(mapped, path.name), path.stem
+    except FileNotFoundError:
         raise MapperError(
-            f"model is {len(data)} bytes, over {limits.limit_text('MAX_MODEL_BYTES')};"
-            " export it with external_data=True so the graph file stays small"
+            f"model file {path_text(path)} not found; give the path of an .onnx file, a config.json or a built-in name"
+        ) from None
+    except OSError as exc:
+        raise MapperError(f"model file {path_text(path)}: {exc.strerror}; check the path") from None
+
+
+def _built(data: bytes) -> Structure:
+    return Structure(data, 0, 0)  # a graph built from a config: nothing of a model file read
+
+
+def _check_file_size(size: int, what: str) -> None:
+    if size > limits.MAX_MODEL_FILE_BYTES:
+        raise MapperError(
+            f"{what} is {size} bytes, over {limits.limit_text('MAX_MODEL_FILE_BYTES')} (protobuf's limit);"
+            " export it with external_data=True, or give its graph alone (mapper strip)"
         )
-    return data, name
 
 
 def parse_model(data: bytes, name: str) -> onnx.ModelProto:

@@ -39,11 +39,13 @@ LLAMA2_7B = LlamaConfig(layers=32, hidden=4096, heads=32, kv_heads=32, ffn=11008
 LLAMA2_70B = LlamaConfig(layers=80, hidden=8192, heads=64, kv_heads=8, ffn=28672)
 
 
-def rope_tables(b: GraphBuilder, c: LlamaConfig, past: str, total: str) -> tuple[str, str]:
+def rope_tables(b: GraphBuilder, c, past: str, total: str, inv_freq: np.ndarray | None = None) -> tuple[str, str]:
     """cos, sin [seq, head_dim] for positions past..total-1, computed the way LlamaRotaryEmbedding is:
-    outer(positions, inv_freq), duplicated to head_dim, then Cos and Sin (inv_freq is a buffer)."""
+    outer(positions, inv_freq), duplicated to head_dim, then Cos and Sin (inv_freq is a buffer; `c` has
+    head_dim and rope_theta; a scaled `inv_freq` may be given, see hf_decoder.inv_freq)."""
     with b.scope("model.rotary_emb"):
-        inv_freq = 1.0 / c.rope_theta ** (np.arange(0, c.head_dim, 2, dtype=np.float64) / c.head_dim)
+        if inv_freq is None:
+            inv_freq = 1.0 / c.rope_theta ** (np.arange(0, c.head_dim, 2, dtype=np.float64) / c.head_dim)
         pos = b.op("Unsqueeze", b.op("Cast", blocks.positions(b, past, total), to=1), b.const([1]))
         freqs = b.op("Mul", pos, b.const(inv_freq, np.float32))
         angles = b.op("Concat", freqs, freqs, axis=-1)

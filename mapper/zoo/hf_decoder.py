@@ -1,0 +1,163 @@
+"""A decoder graph from a Hugging Face config's numbers: Llama 1-3, Mistral, Qwen2, Gemma, Mixtral.
+
+One builder, the built-in Llama's (mapper/zoo/llama.py) generalized by what the families differ in:
+head_dim apart from hidden/heads (Gemma), q/k/v biases (Qwen2), tied embeddings (Gemma, Llama-3.2),
+GeGLU (Gemma), embeddings scaled by sqrt(hidden) (Gemma), a sliding-window causal mask (Mistral v0.1),
+RoPE scaling (Llama-3.1's "llama3", "linear", "dynamic" base), and a sparse mixture of experts (Mixtral).
+Dims are named as the built-in decoders' (`batch`, `seq`, `past`); names follow HF's modules.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from mapper.zoo import blocks, moe_block
+from mapper.zoo.builder import INT64, GraphBuilder
+from mapper.zoo.llama import apply_rope, rope_tables
+
+
+@dataclass(frozen=True, slots=True)
+class DecoderSpec:
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    ffn: int
+    vocab: int
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-5
+    rope_scaling: tuple[tuple[str, object], ...] = ()  # the config's rope_scaling dict, as items
+    tied: bool = False
+    qkv_bias: bool = False
+    sliding_window: int | None = None
+    activation: str = "silu"  # "silu" (SwiGLU) or "gelu_tanh" (GeGLU)
+    embed_scale: bool = False  # Gemma multiplies the embeddings by sqrt(hidden)
+    experts: int = 0  # 0: a dense MLP; else the experts of each sparse MoE block
+    top_k: int = 0  # experts each token is routed to
+
+
+def inv_freq(c: DecoderSpec) -> np.ndarray:
+    """RoPE inverse frequencies with the config's scaling (transformers modeling_rope_utils):
+    linear divides them by the factor; llama3 divides the low frequencies by it and blends the middle."""
+    freqs = 1.0 / c.rope_theta ** (np.arange(0, c.head_dim, 2, dtype=np.float64) / c.head_dim)
+    scaling = dict(c.rope_scaling)
+    kind = scaling.get("rope_type", scaling.get("type"))
+    factor = float(scaling.get("factor", 1.0))
+    if kind == "linear":
+        return freqs / factor
+    if kind == "llama3":
+        low, high = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
+        old = float(scaling["original_max_position_embeddings"])
+        wavelen = 2 * math.pi / freqs
+        smooth = np.clip((old / wavelen - low) / (high - low), 0.0, 1.0)
+        return (1 - smooth) * freqs / factor + smooth * freqs
+    return freqs  # default, dynamic (rescales past the trained length only: same graph)
+
+
+def window_keep_mask(b: GraphBuilder, seq: str, past: str, total: str, window: int | None) -> str:
+    """Bool [seq, total]: the causal mask, and with a sliding window only the last `window` keys
+    (j > past + i - window: Mistral's sliding_window)."""
+    keep = blocks.causal_keep_mask(b, seq, past, total)
+    if window is None:
+        return keep
+    ones = b.op(
+        "ConstantOfShape",
+        b.shape_of(b.op("Unsqueeze", seq, b.const([0])), b.op("Unsqueeze", total, b.const([0]))),
+        value=helper.make_tensor("value", TensorProto.FLOAT, [1], [1.0]),
+    )
+    too_old = b.op("Cast", b.op("Trilu", ones, b.op("Sub", past, b.const(window)), upper=0), to=9)
+    return b.op("And", keep, b.op("Not", too_old))
+
+
+def gated_mlp(b: GraphBuilder, x: str, c: DecoderSpec) -> str:
+    """The dense MLP: SwiGLU (blocks.swiglu) or Gemma's GeGLU (gelu_pytorch_tanh on the gate)."""
+    if c.activation == "silu":
+        return blocks.swiglu(b, x, c.hidden, c.ffn, "mlp")
+    with b.scope("mlp"):
+        gate = blocks.gelu_tanh(b, blocks.linear(b, x, c.hidden, c.ffn, "gate_proj", bias=False))
+        up = blocks.linear(b, x, c.hidden, c.ffn, "up_proj", bias=False)
+        return blocks.linear(b, b.op("Mul", gate, up), c.ffn, c.hidden, "down_proj", bias=False)
+
+
+def attention(b: GraphBuilder, h: str, c: DecoderSpec, ctx: dict, i: int) -> str:
+    """Self-attention with RoPE, the KV cache in and out and GQA (HF repeat_kv)."""
+    d, batch, seq_1d, total = c.head_dim, ctx["batch"], ctx["seq_1d"], ctx["total"]
+    with b.scope("self_attn"):
+        q = blocks.linear(b, h, c.hidden, c.heads * d, "q_proj", bias=c.qkv_bias)
+        k = blocks.linear(b, h, c.hidden, c.kv_heads * d, "k_proj", bias=c.qkv_bias)
+        v = blocks.linear(b, h, c.hidden, c.kv_heads * d, "v_proj", bias=c.qkv_bias)
+        q = apply_rope(b, blocks.split_heads(b, q, batch, seq_1d, c.heads, d), ctx["cos"], ctx["sin"], d)
+        k = apply_rope(b, blocks.split_heads(b, k, batch, seq_1d, c.kv_heads, d), ctx["cos"], ctx["sin"], d)
+        v = blocks.split_heads(b, v, batch, seq_1d, c.kv_heads, d)
+        k = blocks.append_cache(b, ctx["past_kv"][i][0], k, f"present.{i}.key")
+        v = blocks.append_cache(b, ctx["past_kv"][i][1], v, f"present.{i}.value")
+        n_rep = c.heads // c.kv_heads
+        k, v = (blocks.repeat_kv(b, t, batch, total, c.kv_heads, n_rep, d) for t in (k, v))
+        context = blocks.scaled_dot_product(b, q, k, v, d, keep_mask=ctx["keep"])
+        merged = blocks.merge_heads(b, context, batch, seq_1d, c.heads * d)
+        return blocks.linear(b, merged, c.heads * d, c.hidden, "o_proj", bias=False)
+
+
+def lm_head(b: GraphBuilder, x: str, c: DecoderSpec, embed: str, ctx: dict) -> str:
+    if not c.tied:
+        return blocks.linear(b, x, c.hidden, c.vocab, "lm_head", bias=False)
+    with b.scope("lm_head"):  # tied: a Gemm(transB=1) on the embedding itself, so the weight appears once
+        logits = b.op("Gemm", b.op("Reshape", x, b.const([-1, c.hidden])), embed, transB=1)
+        return b.op("Reshape", logits, b.shape_of(ctx["batch"], ctx["seq_1d"], [c.vocab]))
+
+
+def build_decoder(c: DecoderSpec, name: str) -> onnx.ModelProto:
+    """The decoder of a Hugging Face *ForCausalLM at config `c` (eager attention, KV cache in and out).
+
+    Inputs input_ids [batch, seq] and past_key_values.{i}.key/.value [batch, kv_heads, past, head_dim];
+    outputs logits [batch, seq, vocab] and present.{i}.key/.value [batch, kv_heads, past+seq, head_dim]."""
+    b = GraphBuilder(name)
+    ids = b.input("input_ids", ["batch", "seq"], INT64)
+    cache = ["batch", c.kv_heads, "past", c.head_dim]
+    past_kv = [tuple(b.input(f"past_key_values.{i}.{t}", cache) for t in ("key", "value")) for i in range(c.layers)]
+    batch, seq_1d = b.dims_1d(ids, [0, 1])
+    seq, past, total = blocks.cache_lengths(b, ids, past_kv[0][0])
+    cos, sin = rope_tables(b, c, past, total, inv_freq(c))
+    keep = window_keep_mask(b, seq, past, total, c.sliding_window)
+    ctx = dict(batch=batch, seq_1d=seq_1d, total=total, cos=cos, sin=sin, keep=keep, past_kv=past_kv)
+    embed = b.weight("model.embed_tokens.weight", [c.vocab, c.hidden])
+    x = b.op("Gather", embed, ids)
+    if c.embed_scale:
+        x = b.op("Mul", x, b.scalar(math.sqrt(c.hidden)))
+    for i in range(c.layers):
+        with b.scope(f"model.layers.{i}"):
+            x = b.op("Add", x, attention(b, blocks.rms_norm(b, x, c.hidden, "input_layernorm", c.norm_eps), c, ctx, i))
+            h = blocks.rms_norm(b, x, c.hidden, "post_attention_layernorm", c.norm_eps)
+            mlp = moe_block.sparse_moe(b, h, c, batch, seq_1d) if c.experts else gated_mlp(b, h, c)
+            x = b.op("Add", x, mlp)
+    x = blocks.rms_norm(b, x, c.hidden, "model.norm", c.norm_eps)
+    b.output(lm_head(b, x, c, embed, ctx), "logits", ["batch", "seq", c.vocab])
+    for i in range(c.layers):
+        for t in ("key", "value"):
+            b.output(f"present.{i}.{t}", f"present.{i}.{t}", ["batch", c.kv_heads, None, c.head_dim])
+    return b.build(build_decoder.__doc__)
+
+
+def parameters(c: DecoderSpec) -> int:
+    """The closed-form parameter count (embeddings, attention, MLP or experts and router, norms, head)."""
+    q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
+    attn = c.hidden * (q + 2 * kv) + q * c.hidden + (q + 2 * kv if c.qkv_bias else 0)
+    mlp = 3 * c.hidden * c.ffn * max(c.experts, 1) + (c.hidden * c.experts if c.experts else 0)
+    per_layer = attn + mlp + 2 * c.hidden
+    return c.layers * per_layer + c.vocab * c.hidden * (1 if c.tied else 2) + c.hidden
+
+
+def flops_per_token(c: DecoderSpec, context: int) -> int:
+    """Closed-form matmul FLOPs of one token attending to `context` keys: 2 x the weights it multiplies
+    (top_k experts of each MoE block, the router, the head; not the embedding lookup) plus attention's
+    QK^T and PV (2 x 2 x heads x head_dim x context a layer)."""
+    q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
+    experts = c.top_k if c.experts else 1
+    per_layer = c.hidden * (q + 2 * kv) + q * c.hidden + 3 * c.hidden * c.ffn * experts + c.hidden * c.experts
+    return 2 * (c.layers * per_layer + c.vocab * c.hidden) + c.layers * 4 * q * context
