@@ -35,6 +35,15 @@ from mapper.pipeline import (
 )
 from mapper.plan.layout import LAYOUTS
 from mapper.report.document import mapping_document
+from mapper.report.reproduce import (
+    PLAN_FIELDS,
+    PlanField,
+    format_option,
+    options_from_query,
+    options_query,
+    parse_option,
+    reproduce_command,
+)
 from mapper.report.verdict import Finding, first_failure, verdict_sentence
 from mapper.serve.continuous import LLMServingConfig, LLMServingResult
 from mapper.serve.engine import map_slice, simulate_model_serving
@@ -120,6 +129,13 @@ __all__ = [
     "LAYOUTS",
     "MAX_PARALLEL_DEGREE",
     "mapping_document",
+    "PLAN_FIELDS",
+    "PlanField",
+    "format_option",
+    "parse_option",
+    "options_query",
+    "options_from_query",
+    "reproduce_command",
     "Finding",
     "first_failure",
     "verdict_sentence",

@@ -16,6 +16,7 @@ from mapper.cli.args import Parser, add_model_args, options_from, parse_dim, wor
 from mapper.cli.evidence import add_arguments as add_evidence_commands
 from mapper.core.errors import MapperError, error_line, path_text, printable
 from mapper.core.units import format_bytes
+from mapper.report.reproduce import reproduce_command
 from mapper.report.sheet import write_sheet
 from mapper.serve.llm import ServeRequest, serve_model
 from mapper.serve.serving import ServingConfig
@@ -28,10 +29,19 @@ def cmd_map(args) -> int:
     if args.out:
         write_sheet(result, args.out)
     if args.json:
-        print(json.dumps(mapper.mapping_document(result), indent=1, allow_nan=False))
+        print(json.dumps(json_document(result, args), indent=1, allow_nan=False))
     else:
         print_summary(result)
     return 0
+
+
+def json_document(result: mapper.MappingResult, args) -> dict:
+    """The mapping document, its reproduce line naming the files this command read (a built-in by its name)."""
+    doc = mapper.mapping_document(result)
+    model = None if args.model in mapper.ZOO_NAMES else args.model
+    hw = None if args.hw in mapper.list_hardware() else args.hw
+    doc["reproduce"] = reproduce_command(doc, model=model, hw=hw)
+    return doc
 
 
 def print_summary(result: mapper.MappingResult) -> None:
