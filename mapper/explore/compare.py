@@ -335,7 +335,7 @@ def overall_verdict(verdicts: list[dict], boundary: list[dict]) -> tuple[str, st
         "improved": "adopt the candidate: it improves and regresses nowhere",
         "neutral": "no metric moves past its threshold on any slice: either plan will do",
         "mixed": f"adopt the candidate inside the rollback boundary; the baseline stays at {where}",
-        "regressed": f"keep the baseline: the candidate improves nowhere and regresses at {where}",
+        "regressed": f"keep the baseline: the candidate regresses at {where}",
     }[overall]
     return overall, (
         f"{overall}: {text}; {decided} ({counts['improved']} improved, {counts['neutral']} neutral, "
