@@ -1,13 +1,18 @@
 """A pasted link opens the same view (AppTest reading the page): every plan option, the serving values and
 presentation mode travel; an uploaded model's link says to upload it again; every header shows the command
-that reproduces the slice."""
+that reproduces the slice; an edited profile exports as its own file; Validation measures uploads."""
 
+import json
 import shlex
+from dataclasses import replace
 
 from streamlit.testing.v1 import AppTest
 
+import mapper
+from app_pages import session
 from tests.conftest import APP
-from tests.test_app import BERT_TINY, TIMEOUT, assert_clean, shown, start, state, upload
+from tests.security.test_formulas import downloads
+from tests.test_app import BERT_TINY, TIMEOUT, assert_clean, metric, shown, start, state, upload
 
 
 def test_a_pasted_link_with_tp8_and_int4_weights_opens_with_both():
@@ -61,3 +66,41 @@ def test_a_link_to_an_uploaded_model_asks_for_the_file_again():
     reopened = start(**link)
     notice = " ".join(shown(w.value) for w in reopened.warning)
     assert f"uploaded model (sha256 {sha}): upload that model again" in notice
+
+
+def test_an_edited_profile_exports_under_its_own_name_with_its_file():
+    """Apply an edit as the sidebar's form does: the profile is h100-sxm-edited, its changed value is marked
+    'edited by the user' (not the datasheet's source), and Export offers the profile file the command names."""
+    at = start()
+    base = mapper.load_hardware("h100-sxm")
+    edited = mapper.edit_profile(base, {"memory.dram_bandwidth_bytes_per_s": 2e12}, display_name="H100 (edited)")
+    at.session_state[session.KEY] = replace(state(at), custom_hw=edited)
+    at.run()
+    at.selectbox(key="hw").set_value("(custom profile)").run()
+    at.switch_page("app_pages/export.py").run()
+    assert_clean(at, "export of an edited profile")
+    assert state(at).doc["hardware"]["name"] == "h100-sxm-edited"
+    command = shlex.split(at.code[0].value)
+    assert command[command.index("--hw") + 1] == "h100-sxm-edited.json"
+    files = downloads(at)
+    profile = json.loads(next(data for label, data in files.items() if label.startswith("Profile file")))
+    assert profile["memory"]["dram_bandwidth_bytes_per_s"]["source"].startswith("edited by the user (was 3.35e+12")
+    assert mapper.load_hardware(profile).sha256 == edited.sha256
+    sheet = json.loads(files["Mapping document (.json)"])
+    bandwidth = next(a for a in sheet["assumptions"] if a["name"] == "memory.dram_bandwidth_bytes_per_s")
+    assert bandwidth["source"].startswith("edited by the user")
+
+
+def test_validation_measures_an_uploaded_model_on_the_cpu_profile():
+    """Measuring an upload runs and scores it (and calibrates from the very bytes); the header names the
+    probed CPU profile it measured on, not the sidebar's H100."""
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    upload(at, BERT_TINY.name, BERT_TINY.read_bytes())
+    at.run()
+    at.switch_page("app_pages/validation.py").run()
+    next(b for b in at.button if b.label == "Probe this machine and measure").click().run(timeout=300)
+    assert_clean(at, "validation of an upload")
+    assert metric(at, "Measured p50") not in ("", "—")
+    header = shown(at.caption[0].value)
+    assert "measured here on" in header and "probed" in header and "H100" not in header.split(";")[0]
+    assert any("Calibration" in h.value for h in at.subheader)
