@@ -147,9 +147,7 @@ def compare_plans(
     }
     slices = _slices(batches, seqs, any(s.model.has_seq for s in shapes.values()), settings.requests)
     matrix, verdicts, boundary, changes, notes = [], [], [], [], set()
-    caveats, fallback = precision_caveats(baseline, candidate), ""
-    if caveats:
-        fallback = f"the baseline plan ({baseline.describe()}) wherever the candidate fails its quality check"
+    caveats, fallback = precision_caveats(baseline, candidate), precision_fallback(baseline, candidate)
     for done, (batch, seq) in enumerate(slices):
         key = {"batch": batch, "seq": seq}
         try:
@@ -193,6 +191,13 @@ def compare_plans(
 # A precision change moves accuracy, which no roofline predicts (PRIMER s10: a low-precision win carries its
 # quality caveat and its fallback on the sheet).
 PRECISION_OPTIONS = ("dtype", "weight_dtype", "sparsity")
+
+
+def precision_fallback(baseline: PlanSpec, candidate: PlanSpec) -> str:
+    """What runs where a precision candidate fails its quality check ("" for other changes)."""
+    if not precision_caveats(baseline, candidate):
+        return ""
+    return f"the baseline plan ({baseline.describe()}) wherever the candidate fails its quality check"
 
 
 def precision_caveats(baseline: PlanSpec, candidate: PlanSpec) -> tuple[str, ...]:
