@@ -14,19 +14,10 @@ import math
 import shlex
 from dataclasses import dataclass
 
+from mapper import pipeline  # the option vocabularies (PLAN_DTYPES ...) and validate_options
 from mapper.core.errors import MapperError
 from mapper.core.result import PlanOptions
 from mapper.hardware.profile import list_hardware, load_hardware
-from mapper.pipeline import (
-    FUSION_POLICIES,
-    KV_CACHE_MODES,
-    LAUNCHES,
-    PLAN_DTYPES,
-    RUNTIMES,
-    SPARSITIES,
-    WEIGHT_DTYPES,
-    validate_options,
-)
 from mapper.plan.layout import LAYOUTS
 from mapper.zoo import ZOO_NAMES
 
@@ -52,9 +43,9 @@ class PlanField:
 
 
 PLAN_FIELDS = (
-    PlanField("dtype", "--dtype", "dtype", "choice", "dtype", PLAN_DTYPES),
-    PlanField("weight_dtype", "--weight-dtype", "weight_dtype", "choice", "weight dtype", WEIGHT_DTYPES),
-    PlanField("fusion", "--fusion", "fusion", "choice", "fusion", FUSION_POLICIES),
+    PlanField("dtype", "--dtype", "dtype", "choice", "dtype", pipeline.PLAN_DTYPES),
+    PlanField("weight_dtype", "--weight-dtype", "weight_dtype", "choice", "weight dtype", pipeline.WEIGHT_DTYPES),
+    PlanField("fusion", "--fusion", "fusion", "choice", "fusion", pipeline.FUSION_POLICIES),
     PlanField("attention_fusion", "--attention-fusion", "attention", "tristate", "attention fusion", tuple(TRISTATE)),
     PlanField("layout", "--layout", "layout", "choice", "layout", LAYOUTS),
     PlanField("power_cap_w", "--power-cap-w", "power_cap_w", "optional-float", "power cap (W)"),
@@ -64,10 +55,10 @@ PLAN_FIELDS = (
     PlanField(
         "overlap_collectives", "--overlap-collectives", "overlap", "switch", "overlap collectives", ("off", "on")
     ),
-    PlanField("runtime", "--runtime", "runtime", "choice", "runtime", RUNTIMES),
-    PlanField("kv_cache", "--kv-cache", "kv_cache", "choice", "KV-cache update", KV_CACHE_MODES),
-    PlanField("launch", "--launch", "launch", "choice", "launch", LAUNCHES),
-    PlanField("sparsity", "--sparsity", "sparsity", "choice", "sparsity", SPARSITIES),
+    PlanField("runtime", "--runtime", "runtime", "choice", "runtime", pipeline.RUNTIMES),
+    PlanField("kv_cache", "--kv-cache", "kv_cache", "choice", "KV-cache update", pipeline.KV_CACHE_MODES),
+    PlanField("launch", "--launch", "launch", "choice", "launch", pipeline.LAUNCHES),
+    PlanField("sparsity", "--sparsity", "sparsity", "choice", "sparsity", pipeline.SPARSITIES),
     PlanField("ep", "--ep", "ep", "int", "EP"),
     PlanField("expert_imbalance", "--expert-imbalance", "expert_imbalance", "float", "expert imbalance"),
 )
@@ -93,7 +84,7 @@ def parse_option(f: PlanField, text: str):
     raw = str(text).strip().lower()
     try:
         value = _parse_text(f, raw)
-        return getattr(validate_options(dataclasses.replace(DEFAULT_OPTIONS, **{f.name: value})), f.name)
+        return getattr(pipeline.validate_options(dataclasses.replace(DEFAULT_OPTIONS, **{f.name: value})), f.name)
     except (ValueError, MapperError):
         shown = str(text)[:MAX_OPTION_TEXT]
         hint = f"one of {', '.join(f.choices)}" if f.choices else f"a {f.kind.removeprefix('optional-')} in range"
