@@ -10,7 +10,6 @@ from app_pages import session, ui
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)
 SEQS = (64, 128, 256, 512, 1024, 2048, 4096)
-FIELDS = {"fusion": mapper.FUSION_POLICIES, "dtype": mapper.PLAN_DTYPES, "hw": tuple(mapper.list_hardware())}
 COLORS = {
     "improved": "background-color: #c6efce",
     "neutral": "background-color: #ededed",
@@ -19,7 +18,10 @@ COLORS = {
     "candidate": "background-color: #c6efce",
     "baseline": "background-color: #ffc7ce",
 }
+# Every plan option can differ (the engine's one table of them, mapper.PLAN_FIELDS), or the profile.
+FIELDS = {f.name: f for f in mapper.PLAN_FIELDS}
 DEFAULT_PAIR = {"fusion": ("none", "aggressive"), "dtype": ("bf16", "fp8"), "hw": ("h100-sxm", "h200-sxm")}
+NUMBER_PAIR = {"int": (1, 2), "float": (1.0, 2.0), "optional-float": (0.0, 500.0)}  # a numeric option's two plans
 
 
 def selection():
@@ -37,16 +39,35 @@ st.caption(
     f"{ui.md(label)} · baseline against candidate, every (batch, seq) slice; a slice that regresses on any"
     " metric keeps the baseline (the rollback boundary)"
 )
+
+
+def plan_values(field: str, c) -> tuple[str, str]:
+    """The baseline's and the candidate's value of `field` (columns c[1] and c[2]), as plan settings write them."""
+    f = FIELDS.get(field)
+    if f is not None and not f.choices:  # a number: TP, PP, DP, EP, power cap (0: the profile's TDP), imbalance
+        low, high = NUMBER_PAIR[f.kind]
+        values = [
+            c[i].number_input(role, min_value=low, value=v, key=f"compare_{role}_{field}")
+            for i, role, v in ((1, "baseline", low), (2, "candidate", high))
+        ]
+        return tuple(mapper.format_option(f, (v or None) if f.kind == "optional-float" else v) for v in values)
+    choices = f.choices if f is not None else tuple(mapper.list_hardware())
+    low, high = DEFAULT_PAIR.get(field, (choices[0], choices[-1]))
+    base = c[1].selectbox("baseline", choices, index=choices.index(low), key=f"compare_base_{field}")
+    cand = c[2].selectbox("candidate", choices, index=choices.index(high), key=f"compare_cand_{field}")
+    return base, cand
+
+
 c = st.columns(3)
-field = c[0].selectbox("what differs", list(FIELDS), key="compare_field")
-low, high = DEFAULT_PAIR[field]
-choices = FIELDS[field]
-base_value = c[1].selectbox(
-    "baseline", choices, index=choices.index(low) if low in choices else 0, key=f"compare_base_{field}"
+differs = [*FIELDS, "hw"]
+field = c[0].selectbox(
+    "what differs",
+    differs,
+    index=differs.index("fusion"),
+    format_func=lambda name: "hardware profile" if name == "hw" else FIELDS[name].label,
+    key="compare_field",
 )
-cand_value = c[2].selectbox(
-    "candidate", choices, index=choices.index(high) if high in choices else 0, key=f"compare_cand_{field}"
-)
+base_value, cand_value = plan_values(field, c)
 c = st.columns(2)
 batches = c[0].multiselect("batch", BATCHES, default=[1], key="compare_batches")
 seqs = c[1].multiselect("seq", SEQS, default=[128, 512, 4096], key="compare_seqs")
@@ -100,6 +121,10 @@ result = ui.run_stored(
 )
 tone = {"improved": st.success, "neutral": st.info, "mixed": st.warning, "regressed": st.error}[result.overall]
 tone(f"**{ui.md(result.summary)}**")
+for caveat in result.caveats:
+    st.warning(f"**Quality caveat:** {ui.md(caveat)}")
+if result.fallback:
+    st.caption(f"Fallback: {ui.md(result.fallback)}")
 st.caption(f"baseline: {ui.md(result.baseline.describe())} · candidate: {ui.md(result.candidate.describe())}")
 
 st.subheader("Validation matrix")

@@ -1,9 +1,11 @@
 """Export: the mapping sheet as XLSX, CSV, JSON and HTML downloads."""
 
 import dataclasses
+import json
 
 import streamlit as st
 
+import mapper
 from app_pages import cache, session, ui
 
 doc, result, sel = ui.current()
@@ -41,3 +43,19 @@ for col, (fmt, (label, mime)) in zip(cols, FORMATS.items()):
             width="stretch",
         )
         st.caption(f"{len(data) / 1024:,.0f} KiB")
+if sel.hw.name not in mapper.list_hardware():
+    # the user's own profile (uploaded or edited here) travels with the sheet: the reproduce command reads it
+    st.subheader("Your own profile")
+    edited = sum(1 for source in sel.hw.sources.values() if source.startswith("edited by the user"))
+    st.caption(
+        f"{ui.md(sel.hw.display_name)}: {edited} value(s) marked “edited by the user”; "
+        f"save it as {ui.md(sel.hw.name)}.json beside the sheet for the command above."
+    )
+    st.download_button(
+        f"Profile file ({ui.md(sel.hw.name)}.json)",
+        json.dumps(sel.hw.to_dict(), indent=1).encode(),
+        file_name=f"{sel.hw.name}.json",
+        mime="application/json",
+        key="download_profile",
+        icon=":material/download:",
+    )

@@ -60,7 +60,7 @@ def step_one() -> None:
         f"**Frozen slice** · model {ui.md(f['model'])} sha256 `{f['model_sha256'][:16]}` · dims {ui.md(f['dims'])}"
         f" · profile {ui.md(f['hardware'])} sha256 `{f['hardware_sha256'][:16]}` · engine {f['engine_version']}"
     )
-    st.code(mapper.reproduce_command(review), language="sh")
+    st.code(mapper.review_command(review), language="sh")
     m = st.columns(6)
     m[0].metric("latency" if "tpot_s" not in k else "TPOT", ui.ms(k["latency_s"]))
     m[1].metric("throughput", f"{k['throughput_per_s']:,.1f}/s")

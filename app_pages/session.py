@@ -65,6 +65,7 @@ class DashboardState:
     runs: dict = field(default_factory=dict)  # button-run results (sweep, compare): name -> (key, value)
     validation: tuple | None = None  # (selection key, before, after) from the Validation page
     measured: tuple | None = None  # (selection key, comparison): the sheet's Measured section
+    link_options: dict = field(default_factory=dict)  # plan options the link set that have no sidebar widget
 
 
 def get() -> DashboardState:

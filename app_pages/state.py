@@ -43,9 +43,34 @@ DEFAULTS = {
     "output_tokens": 128,
     "presentation": False,
 }
-LINKED_OPTIONS = {"dtype": mapper.PLAN_DTYPES, "fusion": mapper.FUSION_POLICIES, "layout": mapper.LAYOUTS}
-LINKED_DIMS = ("batch", "seq", "past")  # built-in dims (each named by its role) that a link may carry
 QUERY_DIM_MAX = 1 << 20  # the sidebar's own bound on a dim (its number_input max_value)
+# Plan options with a sidebar widget: field -> (widget key, option value -> widget value). The link's text
+# form is the engine's (mapper.PLAN_FIELDS); a field without a widget rides in the session from the link.
+WIDGETS = {
+    "dtype": ("dtype", str),
+    "weight_dtype": ("weight_dtype", str),
+    "fusion": ("fusion", str),
+    "layout": ("layout", str),
+    "attention_fusion": ("attention", lambda v: next(k for k, x in ATTENTION.items() if x is v)),
+    "power_cap_w": ("power_cap_w", lambda v: float(v or 0.0)),
+    "tp": ("tp", int),
+    "pp": ("pp", int),
+    "dp": ("dp", int),
+    "sparsity": ("sparsity", str),
+}
+# Sidebar values a link carries beside the plan: key -> (type, least, most), the widgets' own bounds.
+LINKED_VALUES = {
+    "rate_per_s": (float, 1.0, 1e7),
+    "max_batch": (int, 1, 1024),
+    "max_wait_ms": (float, 0.0, 1e5),
+    "p99_target_ms": (float, 0.1, 1e7),
+    "llm_rate_per_s": (float, 0.01, 1e7),
+    "prompt_tokens": (int, 1, QUERY_DIM_MAX),
+    "output_tokens": (int, 1, QUERY_DIM_MAX),
+    "presentation": (bool, False, True),
+}
+SHA256_HEX = 64
+LINKED_DIMS = ("batch", "seq", "past")  # built-in dims (each named by its role) that a link may carry
 
 
 def upload_limit_mb() -> int:
@@ -70,21 +95,80 @@ def _init_state() -> None:
         ss["model"] = q["model"]
     if q.get("hw") in mapper.list_hardware():
         ss["hw"] = q["hw"]
-    for name, allowed in LINKED_OPTIONS.items():
-        if q.get(name) in allowed:
-            ss[name] = q[name]
-    notice = None
+    notices = _link_options(q) + _link_values(q) + _link_dims(q) + _link_missing(q)
+    session.update(initialised=True, query_notice=" ".join(notices) or None)
+
+
+def _link_options(q) -> list[str]:
+    """The link's plan options into their widgets (or the session, for those without one); refused ones named."""
+    values, refused = mapper.options_from_query(q)
+    for name, value in values.items():
+        if name in WIDGETS:
+            key, to_widget = WIDGETS[name]
+            st.session_state[key] = to_widget(value)
+    session.update(link_options={k: v for k, v in values.items() if k not in WIDGETS})
+    return refused
+
+
+def _link_values(q) -> list[str]:
+    notices = []
+    for key, (kind, least, most) in LINKED_VALUES.items():
+        if key not in q:
+            continue
+        value = query_value(q[key], kind, least, most)
+        if value is None:
+            notices.append(
+                f"The link's {key}={str(q[key])[:20]!r} is not a {kind.__name__} from {least} to {most}: ignored."
+            )
+        else:
+            st.session_state[key] = value
+    return notices
+
+
+def _link_dims(q) -> list[str]:
+    notices = []
     for dim in LINKED_DIMS:
         if dim in q:
             value = query_int(q[dim], least_value(dim), QUERY_DIM_MAX)
             if value is None:
-                notice = (
+                notices.append(
                     f"The link's {dim}={str(q[dim])[:20]!r} is not a whole number from "
                     f"{least_value(dim)} to {QUERY_DIM_MAX}: ignored."
                 )
             else:
-                ss[f"dim_{dim}"] = value
-    session.update(initialised=True, query_notice=notice)
+                st.session_state[f"dim_{dim}"] = value
+    return notices
+
+
+def _link_missing(q) -> list[str]:
+    """What a link names but cannot carry: an uploaded model (by its sha256) or the user's own profile."""
+    notices = []
+    sha = str(q.get("upload", ""))
+    if len(sha) == SHA256_HEX and all(ch in "0123456789abcdef" for ch in sha):
+        notices.append(
+            f"This link is for an uploaded model (sha256 {sha}): upload that model again to see its numbers;"
+            f" {st.session_state['model']} is shown until then."
+        )
+    if "hw_file" in q:
+        notices.append(
+            f"This link used the user's own profile {str(q['hw_file'])[:64]!r}: upload its file (the Export page"
+            f" writes it) to see the same numbers; {st.session_state['hw']} is shown until then."
+        )
+    return notices
+
+
+def query_value(text: str, kind: type, least, most):
+    """A link's number or switch: strict text, within the widget's bounds; None when it is not one."""
+    text = str(text).strip().lower()
+    if kind is bool:
+        return {"1": True, "true": True, "on": True, "0": False, "false": False, "off": False}.get(text)
+    if kind is int:
+        return query_int(text, least, most)
+    try:
+        value = float(text) if text.isascii() and len(text) <= 12 else None
+    except ValueError:
+        return None
+    return value if value is not None and least <= value <= most else None
 
 
 def query_int(text: str, least: int, most: int) -> int | None:
@@ -206,6 +290,9 @@ def _options_section() -> mapper.PlanOptions:
         tp = d1.number_input("TP", min_value=1, max_value=most, step=1, key="tp", help="tensor-parallel degree")
         pp = d2.number_input("PP", min_value=1, max_value=most, step=1, key="pp", help="pipeline stages")
         dp = d3.number_input("DP", min_value=1, max_value=most, step=1, key="dp", help="data-parallel replicas")
+    linked = session.get().link_options  # options without a widget, as the link set them
+    if linked:
+        st.caption("From the link: " + ui.md(", ".join(f"{k}={v}" for k, v in linked.items())))
     return mapper.PlanOptions(
         dtype=dtype,
         weight_dtype=weight_dtype,
@@ -217,6 +304,7 @@ def _options_section() -> mapper.PlanOptions:
         pp=int(pp),
         dp=int(dp),
         sparsity=sparsity,
+        **linked,
     )
 
 
@@ -271,17 +359,30 @@ def sidebar() -> Selection | None:
 
 
 def write_query_params(sel: Selection, page_path: str) -> None:
-    """Mirror a shareable view in the URL (built-in model and profile only; uploads can't travel)."""
-    params = {"dtype": sel.options.dtype, "fusion": sel.options.fusion, "layout": sel.options.layout}
+    """Mirror the view in the URL: every plan option away from its default (the engine's text form), the
+    bindings, the serving values and presentation mode; an upload or the user's own profile by name only."""
+    params = mapper.options_query(sel.options)
     if sel.model_key in mapper.ZOO_NAMES:
         params["model"] = sel.model_key
+    else:  # an upload cannot travel in a link: its sha256 says which file to upload again
+        params["upload"] = sel.model_key.removeprefix("upload:")
     if sel.hw_choice != CUSTOM_HW:
         params["hw"] = sel.hw_choice
+    else:
+        params["hw_file"] = sel.hw.name
     params |= {k: str(v) for k, v in sel.dims if k in LINKED_DIMS}
+    ss = st.session_state
+    params |= {k: _link_text(ss[k]) for k in LINKED_VALUES if k in ss and ss[k] != DEFAULTS[k]}
     if page_path:
         params["page"] = page_path
     if dict(st.query_params) != params:
         st.query_params.from_dict(params)
+
+
+def _link_text(value) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return repr(float(value)).removesuffix(".0") if isinstance(value, float) else str(value)
 
 
 PRESENTATION_CSS = """<style>

@@ -149,6 +149,19 @@ def header(title: str, doc: dict) -> None:
         f"fusion {doc['options']['fusion']} · model sha {doc['model']['sha256'][:12]} · "
         f"profile sha {doc['hardware']['sha256'][:12]} · engine {doc.get('engine_version', '')}"
     )
+    reproduce(doc)
+
+
+def reproduce(doc: dict) -> None:
+    """The `mapper map` line that maps this slice again (st.code shows names verbatim: no markdown)."""
+    st.code(doc["reproduce"], language="bash", wrap_lines=True)
+    files = []
+    if doc["model"]["name"] not in mapper.ZOO_NAMES:
+        files.append(f"MODEL.onnx is the uploaded file (sha256 {doc['model']['sha256']})")
+    if doc["hardware"]["name"] not in mapper.list_hardware():
+        files.append(f"{doc['hardware']['name']}.json is the user's own profile (the Export page writes it)")
+    if files:
+        st.caption(md("; ".join(files)))
 
 
 def notices(doc: dict) -> None:

@@ -17,7 +17,21 @@ MAX_LOCAL_FLOPS = 50e9  # run on this machine only what finishes in a few second
 MAX_LOCAL_WEIGHT_BYTES = 1e9
 
 doc, result, sel = ui.current()
-ui.header("Validation", doc)
+st.title("Validation")
+header = st.empty()  # filled at the end, once this run knows the profile it measured on
+
+
+def write_header() -> None:
+    """What each tab maps against: the local run on this machine's probed CPU profile (never the sidebar's
+    accelerator), an imported run against the sidebar's profile."""
+    stored = session.get().validation
+    measured_on = stored[3] if stored and stored[0] == sel.key else "a profile probed on this machine's CPU"
+    header.caption(
+        f"{ui.md(doc['model']['name'])} · measured here on {ui.md(measured_on)} (ONNX Runtime CPU, fp32); "
+        f"an uploaded run is scored against {ui.md(sel.hw.display_name)} · model sha {doc['model']['sha256'][:12]}"
+    )
+
+
 st.write(
     "An analytical model that is never checked against a real run is a guess. Measure this model here, or "
     "upload a profile of a real run elsewhere (any ONNX Runtime execution provider, or a PyTorch Chrome trace)."
@@ -128,12 +142,12 @@ with local:
                         {k: v for k, v in mapper.calibrate(hw.to_dict(), [m]).items() if k != "calibration"}
                     )
                     after = mapper.compare_measured(mapper.map_workload(workload, tuned, options), m)
-                    session.update(validation=(sel.key, before, after))
+                    session.update(validation=(sel.key, before, after, f"{hw.display_name} ({hw.name})"))
                 except mapper.MapperError as e:
                     ui.show_error("Cannot measure this model", e)
         stored = session.get().validation
         if stored and stored[0] == sel.key:
-            _, before, after = stored
+            _, before, after, _ = stored
             show(before, "probed profile")
             st.subheader("Calibration: before and after")
             st.dataframe(
@@ -166,3 +180,4 @@ with imported:
             ui.show_error("Cannot use this profile", e)
 if (session.get().measured or (None,))[0] == sel.key:
     st.caption("The Export page's sheet now carries a Measured section for this comparison.")
+write_header()

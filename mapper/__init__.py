@@ -37,6 +37,15 @@ from mapper.pipeline import (
 from mapper.plan.layout import LAYOUTS
 from mapper.report.document import mapping_document
 from mapper.report.groups import group_kernels, layer_pattern, module_path
+from mapper.report.reproduce import (
+    PLAN_FIELDS,
+    PlanField,
+    format_option,
+    options_from_query,
+    options_query,
+    parse_option,
+    reproduce_command,
+)
 from mapper.report.verdict import Finding, first_failure, verdict_sentence
 from mapper.serve.continuous import SCHEDULERS, LLMServingConfig, LLMServingResult
 from mapper.serve.engine import map_slice, simulate_model_serving
@@ -82,7 +91,7 @@ _LAZY = {
     "REVIEW_OWNERS": "mapper.review.review:OWNERS",
     "review_document": "mapper.review.packet",
     "packet_bytes": "mapper.review.packet",
-    "reproduce_command": "mapper.review.packet",
+    "review_command": "mapper.review.packet",
     "first_failing_slice": "mapper.review.first_slice",
     "parse_target": "mapper.review.first_slice",
 }
@@ -134,6 +143,13 @@ __all__ = [
     "group_kernels",
     "module_path",
     "layer_pattern",
+    "PLAN_FIELDS",
+    "PlanField",
+    "format_option",
+    "parse_option",
+    "options_query",
+    "options_from_query",
+    "reproduce_command",
     "Finding",
     "first_failure",
     "verdict_sentence",

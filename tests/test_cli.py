@@ -82,6 +82,7 @@ def test_hw_and_zoo_listings(capsys):
         "vit-b16",
         "llama2-7b",
         "llama2-70b",
+        "mixtral-8x7b",
     ]
 
 

@@ -174,3 +174,22 @@ def test_compare_holds_an_llm_exports_past_length():
     assert (throughput[1] < throughput[0]).all()
     with pytest.raises(MapperError, match="unbound dims: past_sequence_length"):
         compare_plans(*spec, (1,), (1,), few)
+
+
+def test_bf16_to_fp8_improves_with_its_quality_caveat_and_fallback(tmp_path):
+    """MFU of both plans is taken against the baseline's bf16 peak, so fp8's higher own peak does not turn
+    its faster run into an MFU regression; the verdict names the metrics that decided it, and the precision
+    candidate carries its quality caveat and fallback in the matrix, the document and the sheet."""
+    c = compare_plans(bert("dtype=bf16"), bert("dtype=fp8"), (1,), (128, 4096))
+    assert c.overall == "improved" and "decided by: improved p99_latency_s, throughput_per_s" in c.summary
+    assert cell(c, 4096, "mfu").change == pytest.approx(cell(c, 4096, "throughput_per_s").change)
+    assert any("bf16 peak" in line for line in c.provenance["assumptions"])
+    assert c.caveats[0].startswith("precision change (dtype bf16 -> fp8)") and "dtype=bf16" in c.fallback
+    assert (c.matrix["quality_caveat"].str.contains("accuracy")).all() and (c.matrix["fallback"] == c.fallback).all()
+    assert comparison_document(c)["quality_caveats"] == list(c.caveats)
+    rows = list(openpyxl.load_workbook(write_comparison(c, str(tmp_path / "c.xlsx")))["Provenance"].values)
+    assert ("fallback", None, c.fallback) in rows or ("fallback", "", c.fallback) in rows
+
+
+def test_a_fusion_change_carries_no_precision_caveat(fused):
+    assert fused.caveats == () and fused.fallback == "" and (fused.matrix["quality_caveat"] == "").all()

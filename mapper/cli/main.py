@@ -20,6 +20,7 @@ from mapper.core.errors import MapperError, error_line, path_text, printable
 from mapper.core.units import format_bytes
 from mapper.model.onnx_import import read_model_structure
 from mapper.model.wire import STRIPPED_LOCATION
+from mapper.report.reproduce import reproduce_command
 from mapper.report.sheet import write_sheet
 from mapper.serve.llm import ServeRequest, serve_model
 from mapper.serve.serving import ServingConfig
@@ -32,10 +33,19 @@ def cmd_map(args) -> int:
     if args.out:
         write_sheet(result, args.out)
     if args.json:
-        print(json.dumps(mapper.mapping_document(result), indent=1, allow_nan=False))
+        print(json.dumps(json_document(result, args), indent=1, allow_nan=False))
     else:
         print_summary(result)
     return 0
+
+
+def json_document(result: mapper.MappingResult, args) -> dict:
+    """The mapping document, its reproduce line naming the files this command read (a built-in by its name)."""
+    doc = mapper.mapping_document(result)
+    model = None if args.model in mapper.ZOO_NAMES else args.model
+    hw = None if args.hw in mapper.list_hardware() else args.hw
+    doc["reproduce"] = reproduce_command(doc, model=model, hw=hw)
+    return doc
 
 
 def print_summary(result: mapper.MappingResult) -> None:

@@ -49,7 +49,7 @@ class Measurement:
     ort_version: str
     created_utc: str
     notes: tuple[str, ...] = field(default=())
-    source: str = ""  # what calibrate re-maps: a built-in name or a path ("" for bytes)
+    source: str | bytes = field(default="", repr=False)  # what calibrate re-maps: a built-in, a path or the bytes
 
     def percentile_s(self, q: float) -> float:
         if not self.latencies_s:
@@ -86,7 +86,7 @@ class Measurement:
     def to_dict(self) -> dict:
         return {
             "model": self.model_name,
-            "source": self.source,
+            "source": self.source if isinstance(self.source, str) else "",  # an upload's bytes stay out of JSON
             "dims": dict(self.dims),
             "threads": self.threads,
             "runs": len(self.latencies_s),
@@ -311,7 +311,7 @@ def measure_model(
         ort.__version__,
         datetime.now(UTC).isoformat(timespec="seconds"),
         tuple(notes),
-        handle.source,
+        handle.source or handle.data,  # an upload is re-mapped (calibrate) from the very bytes that ran
     )
 
 
@@ -330,5 +330,5 @@ def measurement_from_profile(profile: str | os.PathLike | bytes | ProfileTimes, 
         "",
         datetime.now(UTC).isoformat(timespec="seconds"),
         (f"imported {times.kind} profile, {times.runs} runs",),
-        source if isinstance(source, str) else "",
+        source if isinstance(source, str | bytes) else "",
     )

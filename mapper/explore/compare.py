@@ -38,8 +38,10 @@ class Comparison:
     boundary: pd.DataFrame  # per slice: the plan kept and why
     kernel_changes: pd.DataFrame  # per slice: kernels whose bottleneck class changed
     overall: str
-    summary: str
+    summary: str  # the verdict, which metrics decided it, and the slice counts
     provenance: dict
+    caveats: tuple[str, ...] = ()  # a precision candidate's quality caveats (empty for other changes)
+    fallback: str = ""  # what runs where the candidate's quality check fails ("" for other changes)
 
 
 # ---- the matrix ----------------------------------------------------------------------------------
@@ -64,6 +66,12 @@ def p99_latency(
         jitter_dist=hw.jitter_dist,
     )
     return simulate_serving(latency_s, config).p99_s, "p99: serving simulation"
+
+
+def baseline_peak(plan: PlanSpec, result: MappingResult) -> tuple[float, str]:
+    """The one peak both plans' MFU is measured against: the baseline's matrix peak at its dtype (x devices)."""
+    peak = result.totals.peak_flops_per_s
+    return peak, f"the baseline's {result.totals.dtype} peak on {plan.hardware.name} ({peak / 1e12:,.0f} TFLOP/s)"
 
 
 def verdict_of(metric: Metric, base: float, cand: float, threshold: float) -> tuple[float, str]:
@@ -139,6 +147,7 @@ def compare_plans(
     }
     slices = _slices(batches, seqs, any(s.model.has_seq for s in shapes.values()), settings.requests)
     matrix, verdicts, boundary, changes, notes = [], [], [], [], set()
+    caveats, fallback = precision_caveats(baseline, candidate), precision_fallback(baseline, candidate)
     for done, (batch, seq) in enumerate(slices):
         key = {"batch": batch, "seq": seq}
         try:
@@ -150,11 +159,12 @@ def compare_plans(
         if results:
             values = _metric_values((baseline, candidate), results, batch, settings, notes)
             changes += [key | row for row in kernel_class_changes(*results)]
+            caveats = tuple(dict.fromkeys(caveats + (results[1].caveats if caveats else ())))
         cells = []
         for m in METRICS:
             row = _matrix_row(m, values[0][m.name], values[1][m.name], thresholds[m.name])
             cells.append(row["verdict"])
-            matrix.append(key | row)
+            matrix.append(key | row | {"quality_caveat": "; ".join(caveats), "fallback": fallback})
         verdict, boundary_row = _slice_verdict(METRICS, cells, error)
         verdicts.append(key | verdict)
         boundary.append(key | boundary_row)
@@ -173,7 +183,37 @@ def compare_plans(
         overall,
         summary,
         provenance,
+        caveats,
+        fallback,
     )
+
+
+# A precision change moves accuracy, which no roofline predicts (PRIMER s10: a low-precision win carries its
+# quality caveat and its fallback on the sheet).
+PRECISION_OPTIONS = ("dtype", "weight_dtype", "sparsity")
+
+
+def precision_fallback(baseline: PlanSpec, candidate: PlanSpec) -> str:
+    """What runs where a precision candidate fails its quality check ("" for other changes)."""
+    if not precision_caveats(baseline, candidate):
+        return ""
+    return f"the baseline plan ({baseline.describe()}) wherever the candidate fails its quality check"
+
+
+def precision_caveats(baseline: PlanSpec, candidate: PlanSpec) -> tuple[str, ...]:
+    """The quality caveat of a candidate that changes precision (dtype, weights, sparsity); () otherwise."""
+    moved = [
+        f"{name} {getattr(baseline.options, name)} -> {getattr(candidate.options, name)}"
+        for name in PRECISION_OPTIONS
+        if getattr(baseline.options, name) != getattr(candidate.options, name)
+    ]
+    if not moved:
+        return ()
+    caveat = (
+        f"precision change ({', '.join(moved)}): the engine predicts speed and memory, not accuracy; check the"
+        " candidate's quality on the task's own metric against the baseline before adopting it"
+    )
+    return (caveat,)
 
 
 def _slices(batches: tuple[int, ...], seqs: tuple[int, ...], any_seq: bool, requests: int) -> list[tuple]:
@@ -193,6 +233,11 @@ def _metric_values(
 ) -> list[dict]:
     """Each plan's metrics at one slice, served at the same offered load; how each was found goes to `notes`."""
     rate = settings.load_fraction * results[0].totals.throughput_per_s  # requests/s, the same for both plans
+    peak, peak_text = baseline_peak(plans[0], results[0])
+    notes.add(
+        f"mfu: both plans' model FLOP/s against one peak, {peak_text}, so a precision change is not judged"
+        " against a yardstick it moved"
+    )
     values = []
     for plan, r in zip(plans, results):
         p99, how = p99_latency(r.totals.latency_s, batch, rate, plan.hardware, settings.seed, settings.requests)
@@ -202,7 +247,7 @@ def _metric_values(
             {
                 "p99_latency_s": p99,
                 "throughput_per_s": r.totals.throughput_per_s,
-                "mfu": r.totals.mfu,
+                "mfu": r.totals.mfu * r.totals.peak_flops_per_s / peak if peak > 0 else math.nan,
                 "perf_per_watt": r.totals.perf_per_watt,
                 "memory_footprint_bytes": footprint,
             }
@@ -286,6 +331,7 @@ def overall_verdict(verdicts: list[dict], boundary: list[dict]) -> tuple[str, st
     counts = {v: sum(1 for row in verdicts if row["verdict"] == v) for v in VERDICTS}
     kept = [row for row in boundary if row["plan_kept"] == "baseline"]
     where = "; ".join(f"batch {r['batch']}" + (f" seq {r['seq']}" if r["seq"] is not None else "") for r in kept)
+    decided = decided_by(verdicts)
     if counts["regressed"] or counts["error"]:
         overall = "mixed" if counts["improved"] else "regressed"
     else:
@@ -294,12 +340,24 @@ def overall_verdict(verdicts: list[dict], boundary: list[dict]) -> tuple[str, st
         "improved": "adopt the candidate: it improves and regresses nowhere",
         "neutral": "no metric moves past its threshold on any slice: either plan will do",
         "mixed": f"adopt the candidate inside the rollback boundary; the baseline stays at {where}",
-        "regressed": f"keep the baseline: the candidate improves nowhere and regresses at {where}",
+        "regressed": f"keep the baseline: the candidate regresses at {where}",
     }[overall]
     return overall, (
-        f"{overall}: {text} ({counts['improved']} improved, {counts['neutral']} neutral, "
+        f"{overall}: {text}; {decided} ({counts['improved']} improved, {counts['neutral']} neutral, "
         f"{counts['regressed']} regressed, {counts['error']} failed of {len(verdicts)} slices)"
     )
+
+
+def decided_by(verdicts: list[dict]) -> str:
+    """Which metrics decided the verdict: those that improved and those that regressed on some slice."""
+    moved = {
+        way: list(dict.fromkeys(m for row in verdicts for m in str(row.get(way) or "").split(",") if m))
+        for way in ("improved", "regressed")
+    }
+    if not any(moved.values()):
+        return "decided by: no metric past its threshold"
+    parts = [f"{way} {', '.join(names)}" for way, names in moved.items() if names]
+    return "decided by: " + "; ".join(parts)
 
 
 def plan_provenance(plan: PlanSpec, shapes: ModelShapes) -> dict:

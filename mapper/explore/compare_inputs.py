@@ -14,6 +14,7 @@ from mapper.core.result import PlanOptions
 from mapper.hardware.load import load_hardware
 from mapper.hardware.profile import HardwareProfile
 from mapper.pipeline import validate_options
+from mapper.report.reproduce import FIELD_BY_NAME, format_option, parse_option
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +48,7 @@ class PlanSpec:
 
     def describe(self) -> str:
         changed = [
-            f"{f.name}={getattr(self.options, f.name)}"
+            f"{f.name}={format_option(FIELD_BY_NAME[f.name], getattr(self.options, f.name))}"
             for f in fields(PlanOptions)
             if getattr(self.options, f.name) != getattr(PlanOptions(), f.name)
         ]
@@ -69,14 +70,8 @@ def plan_spec(text: str, model: str | bytes, hw: str | HardwareProfile, base: Pl
         value = value.strip()
         if key in ("model", "hw"):
             values[key] = value
-        elif key in ("attention_fusion",):
-            option_values[key] = {"auto": None, "on": True, "off": False}.get(value, value)
-        elif key in ("power_cap_w",):
-            option_values[key] = float(value) if value not in ("", "none") else None
-        elif isinstance(option_values[key], int) and not isinstance(option_values[key], bool):
-            option_values[key] = int(value) if value.isdigit() else value
-        else:
-            option_values[key] = value
+        else:  # the text form the link and the reproduce command share (mapper.report.reproduce)
+            option_values[key] = parse_option(FIELD_BY_NAME[key], value)
     options = validate_options(PlanOptions(**option_values))
     hw_value = values["hw"]
     hardware = hw_value if isinstance(hw_value, HardwareProfile) else load_hardware(hw_value)

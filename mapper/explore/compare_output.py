@@ -24,6 +24,8 @@ def comparison_document(c: Comparison) -> dict:
     return {
         "overall": c.overall,
         "summary": c.summary,
+        "quality_caveats": list(c.caveats),
+        "fallback": c.fallback,
         "baseline": c.baseline.describe(),
         "candidate": c.candidate.describe(),
         "matrix": records(c.matrix),
@@ -69,6 +71,8 @@ def provenance_rows(c: Comparison) -> list[tuple]:
     rows = [(key, str(b[key]), str(k[key])) for key in ("model", "model_sha256", "hardware", "hardware_sha256")]
     rows += [(f"option.{key}", str(b["options"][key]), str(k["options"][key])) for key in b["options"]]
     rows += [("engine_version", __version__, __version__), ("overall", c.overall, c.summary)]
+    rows += [("quality_caveat", "", line) for line in c.caveats]
+    rows += [("fallback", "", c.fallback)] if c.fallback else []
     rows += [(f"threshold.{m}", str(t), str(t)) for m, t in c.provenance["thresholds"].items()]
     rows += [(key, str(c.provenance[key]), str(c.provenance[key])) for key in ("load_fraction", "seed", "requests")]
     rows += [("assumption", line, line) for line in c.provenance["assumptions"]]

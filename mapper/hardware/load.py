@@ -80,12 +80,19 @@ def load_hardware(spec: str | os.PathLike | bytes | dict) -> HardwareProfile:
     return _read_file(path)
 
 
+EDITED_SUFFIX = "-edited"  # an edited profile's own name: it is no longer the built-in it started from
+EDITED_SOURCE = "edited by the user"
+
+
 def edit_profile(
     profile: HardwareProfile, values: dict[str, float], display_name: str | None = None
 ) -> HardwareProfile:
     """`profile` with some numbers changed (dotted field -> value, the names `flatten_profile` gives),
-    validated as a file is: a bad value raises ProfileError naming its field. Whole numbers stay whole."""
+    validated as a file is: a bad value raises ProfileError naming its field. Whole numbers stay whole.
+    A changed value's source says it was edited by the user (and what it was); the profile takes its own
+    name (`<name>-edited`), so a sheet or a command never presents it as the built-in."""
     tree = profile_tree(profile)
+    changed = 0
     for dotted, value in values.items():
         try:
             entry = tree_get(tree, dotted)
@@ -96,7 +103,13 @@ def edit_profile(
         if not (isinstance(entry, dict) and "value" in entry):
             raise MapperError(f"profile field {dotted!r} is not a number this profile has; edit a listed field")
         keep_int = isinstance(entry["value"], int) and float(value).is_integer()
+        if entry["value"] != value:
+            was = f"{entry['value']:g}" if isinstance(entry["value"], int | float) else "another value"
+            entry["source"] = f"{EDITED_SOURCE} (was {was} in {profile.name})"
+            changed += 1
         entry["value"] = int(value) if keep_int else value
+    if changed:
+        tree["meta"]["name"] = profile.name.removesuffix(EDITED_SUFFIX)[: 64 - len(EDITED_SUFFIX)] + EDITED_SUFFIX
     if display_name is not None:
         tree["meta"]["display_name"] = display_name
     return _build_checked(tree, "edited profile")

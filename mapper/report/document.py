@@ -10,6 +10,7 @@ import dataclasses
 import math
 
 from mapper.core.result import KernelEstimate, MappingResult, MemoryPlan, ParallelPlan
+from mapper.report.reproduce import reproduce_command
 
 
 def _num(x: float) -> float | None:
@@ -77,7 +78,7 @@ def kernel_record(e: KernelEstimate) -> dict:
 def mapping_document(result: MappingResult) -> dict:
     """The whole result as plain data (what `mapper map --json` prints)."""
     t = result.totals
-    return {
+    doc = {
         "model": {
             "name": result.model_name,
             "sha256": result.model_sha256,
@@ -128,6 +129,8 @@ def mapping_document(result: MappingResult) -> dict:
         "parallel": parallel_record(result.parallel),
         **{key: section for key, section in (("serving", result.serving), ("measured", result.measured)) if section},
     }
+    doc["reproduce"] = reproduce_command(doc)  # the `mapper map` line that maps this slice again
+    return doc
 
 
 def memory_record(plan: MemoryPlan) -> dict:

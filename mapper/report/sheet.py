@@ -27,6 +27,7 @@ FORMATS = ("xlsx", "csv", "json", "html")
 TOP_BOTTLENECKS = 5
 # Sections of the document that have their own sheet; any other key is an extra section (serving...).
 CORE_KEYS = {
+    "reproduce",
     "model",
     "hardware",
     "options",
@@ -211,6 +212,7 @@ def provenance_frame(doc: dict) -> pd.DataFrame:
         ("hardware.sha256", doc["hardware"]["sha256"]),
         ("engine_version", doc["engine_version"]),
         ("created_utc", doc["created_utc"]),
+        ("reproduce", doc.get("reproduce", "")),  # the command line that maps this slice again
     ]
     rows += [(f"option.{k}", "" if v is None else v) for k, v in doc["options"].items()]
     rows += [(f"dim.{k}", v) for k, v in doc["model"].get("dims", {}).items()]

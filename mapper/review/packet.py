@@ -56,7 +56,7 @@ def profile_path(review: Review) -> str:
     return f"profiles/{review.request.hardware.name}.json"
 
 
-def reproduce_command(review: Review) -> str:
+def review_command(review: Review) -> str:
     args = ["mapper", "review", *review_args(review, model_arg(review), profile_path(review))]
     return " ".join(_quote(a) for a in args) + " --out packet.zip"
 
@@ -85,7 +85,7 @@ def review_document(review: Review) -> dict:
     return {
         "created_utc": review.created_utc,
         "slice": review.frozen,
-        "reproduce": reproduce_command(review),
+        "reproduce": review_command(review),
         "kpis": review.kpis,
         "first_failure": {
             "check": review.failure.check,
@@ -159,7 +159,7 @@ def reproduce_script(review: Review) -> str:
         "# Rebuilds every file of this packet, byte for byte, from the engine and the profile in profiles/.\n"
         "set -eu\n"
         'cd "$(dirname "$0")"\n'
-        f"{reproduce_command(review)}\n"
+        f"{review_command(review)}\n"
         "python -c \"import zipfile; zipfile.ZipFile('packet.zip').extractall('.')\"\n"
         "rm packet.zip\n"
     )

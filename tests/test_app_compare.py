@@ -1,0 +1,45 @@
+"""The Compare page as a person reads it (AppTest): bf16 against fp8 on BERT-base is an improvement that
+names the metrics deciding it and carries the precision caveat; every plan option can be the one that differs."""
+
+from streamlit.testing.v1 import AppTest
+
+from tests.conftest import APP
+from tests.test_app import TIMEOUT, assert_clean, shown
+
+
+def compare(field: str, base=None, cand=None) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params.update({"model": "bert-base"})
+    at.run()
+    at.switch_page("app_pages/compare.py").run()
+    at.selectbox(key="compare_field").set_value(field).run()
+    for roles, value in ((("base", "baseline"), base), (("cand", "candidate"), cand)):
+        if isinstance(value, str):  # a choice: a selectbox; a number (TP, power cap): a number input
+            at.selectbox(key=f"compare_{roles[0]}_{field}").set_value(value).run()
+        elif value is not None:
+            at.number_input(key=f"compare_{roles[1]}_{field}").set_value(value).run()
+    at.multiselect(key="compare_seqs").set_value([128, 4096]).run()
+    next(b for b in at.button if b.label == "Compare").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_bf16_against_fp8_on_bert_improves_with_the_precision_caveat():
+    at = compare("dtype", "bf16", "fp8")
+    assert_clean(at, "bf16 against fp8")
+    verdict = shown(at.success[0].value)
+    assert verdict.startswith("**improved: adopt the candidate")
+    assert "decided by: improved p99_latency_s, throughput_per_s" in verdict
+    warnings = [shown(w.value) for w in at.warning]
+    assert any("Quality caveat:" in w and "precision change (dtype bf16 -> fp8)" in w for w in warnings)
+    assert any("Fallback: the baseline plan" in shown(c.value) for c in at.caption)
+
+
+def test_tensor_parallel_degree_can_differ():
+    at = compare("tp", 1, 2)
+    # two devices for one BERT at batch 1: faster, but half as efficient per device, and the summary says so
+    verdict = shown(at.error[0].value)
+    assert verdict.startswith("**regressed: keep the baseline") and "regressed mfu, perf_per_watt" in verdict
+    captions = " ".join(shown(c.value) for c in at.caption)
+    assert "candidate: bert-base on h100-sxm (tp=2)" in captions
+    assert not any("Quality caveat" in w.value for w in at.warning)
