@@ -275,12 +275,20 @@ def write_query_params(sel: Selection, page_path: str) -> None:
         st.query_params.from_dict(params)
 
 
+# Presentation mode, sized for a shared 1280x720 screen: KPI values about twice their labels, labels that
+# wrap instead of being cut, and tighter spacing so the verdict, the KPI rows and the table sit above the fold.
 PRESENTATION_CSS = """<style>
-html, body, [data-testid="stMarkdownContainer"] p, [data-testid="stMarkdownContainer"] li { font-size: 1.25rem; }
-[data-testid="stMetricValue"] { font-size: 3.2rem !important; }
-[data-testid="stMetricLabel"] p { font-size: 1.2rem !important; }
-h1 { font-size: 3rem !important; } h2 { font-size: 2.3rem !important; } h3 { font-size: 1.8rem !important; }
-[data-testid="stDataFrame"] { font-size: 1.15rem; }
+html, body, [data-testid="stMarkdownContainer"] p, [data-testid="stMarkdownContainer"] li { font-size: 1.2rem; }
+[data-testid="stMetricValue"] { font-size: 2.6rem !important; line-height: 1.15; }
+[data-testid="stMetricValue"] > div { white-space: normal !important; overflow: visible !important; }
+[data-testid="stMetricLabel"] p { font-size: 1.05rem !important; }
+[data-testid="stMetricLabel"], [data-testid="stMetricLabel"] * { white-space: normal !important;
+  overflow: visible !important; text-overflow: clip !important; }
+h1 { font-size: 2.2rem !important; padding: 0 0 0.2rem 0 !important; }
+h2 { font-size: 1.9rem !important; } h3 { font-size: 1.5rem !important; }
+[data-testid="stMainBlockContainer"] { padding-top: 1.5rem !important; }
+[data-testid="stDataFrame"] { font-size: 1.1rem; }
+.st-key-verdict { font-size: 1.2em !important; margin: 0.2rem 0 0.5rem 0 !important; }
 </style>"""
 BASE_CSS = """<style>
 [data-testid="stMetricValue"] { font-size: 2.3rem; }
