@@ -10,7 +10,7 @@ from app_pages import serving_model, ui
 doc, result, sel = ui.current()
 t = doc["totals"]
 ui.header("Overview", doc)
-served = serving_model.run(sel, curve=False)
+served, refusal = serving_model.attempt(sel, curve=False)  # a refusal is shown after the verdict
 queue = served is not None and not served.continuous
 # The latency check reads the sidebar's own serving run (its load and batching) against its p99 target.
 judged = {**doc, "serving": served.section()} if queue else doc
@@ -25,37 +25,49 @@ if first.kpis_unreachable:
     st.warning("Unreachable on this device as mapped: the figures below assume memory it does not have.")
 
 
-def tile(column, label: str, value: str, help_text: str) -> None:
-    """One KPI; marked unreachable where the model does not fit the device (the verdict says why)."""
+def tile(column, label: str, value: str, help_text: str, note: str | None = None) -> None:
+    """One KPI, with a grey note under its value (what it assumes); marked unreachable where the model does
+    not fit the device (the verdict says why)."""
     if first.kpis_unreachable:
         label, help_text = f"{label} (unreachable)", f"unreachable on one device as mapped. {help_text}"
-    column.metric(label, value, help=help_text, border=True)
+    column.metric(label, value, note, delta_color="off", delta_arrow="off", help=help_text, border=True)
 
 
 def percentile_tiles(columns) -> None:
     """Request latency p50/p95/p99 of the mapped batch at the sidebar's load (a decoder: TTFT and TPOT),
     with the load and batching it assumes and the overload flag instead of a runaway p99."""
     if served is None:
-        tile(columns[0], "Latency p50 / p95 / p99", "—", "no serving simulation for this selection")
+        tile(columns[0], "Latency p50 / p95 / p99", "—", f"no serving simulation: {refusal}", "not simulated")
         tile(columns[1], "Memory stall", ui.pct(t["memory_stall_fraction"]), "share of time the engines wait on DRAM")
         return
     r, c = served.result, served.config
     if served.continuous:  # a decoder: continuous batching, as `mapper serve` runs it
         sequences = f"{c.max_batch} sequence{'s' if c.max_batch != 1 else ''}"
         assumed = f"{ui.num(c.rate_per_s)} req/s offered, continuous batching of up to {sequences}"
-        tile(columns[0], "TTFT p50 / p95 / p99", ui.percentiles(r.ttft_p50_s, r.ttft_p95_s, r.ttft_p99_s), assumed)
-        tile(columns[1], "TPOT p50 / p95 / p99", ui.percentiles(r.tpot_p50_s, r.tpot_p95_s, r.tpot_p99_s), assumed)
-        columns[0].caption(f"time to first token · {ui.md(assumed)}")
-        columns[1].caption("time per output token, same simulation as `mapper serve`")
+        ttft = ui.percentiles(r.ttft_p50_s, r.ttft_p95_s, r.ttft_p99_s)
+        tpot = ui.percentiles(r.tpot_p50_s, r.tpot_p95_s, r.tpot_p99_s)
+        tile(
+            columns[0],
+            "TTFT p50 / p95 / p99",
+            ttft,
+            f"time to first token as `mapper serve` runs it; {assumed}",
+            assumed,
+        )
+        tile(columns[1], "TPOT p50 / p95 / p99", tpot, f"time per output token; {assumed}", "time per output token")
         return
     batching = f"static batches of {c.max_batch}" if c.policy == "static" else f"dynamic batching up to {c.max_batch}"
     assumed = f"{ui.num(r.offered_rate_per_s)} req/s offered, {batching}"
     if r.overload:
-        tile(columns[0], "Latency p50 / p95 / p99", "overloaded", f"{r.overload}; {assumed}")
-        columns[0].caption(f"**{ui.md(r.overload)}**")
+        tile(columns[0], "Latency p50 / p95 / p99", "overloaded", f"{r.overload}; {assumed}", r.overload)
     else:
-        tile(columns[0], "Latency p50 / p95 / p99", ui.percentiles(r.p50_s, r.p95_s, r.p99_s), assumed)
-        columns[0].caption(ui.md(assumed))
+        value = ui.percentiles(r.p50_s, r.p95_s, r.p99_s)
+        tile(
+            columns[0],
+            "Latency p50 / p95 / p99",
+            value,
+            f"request latency as `mapper serve` runs it; {assumed}",
+            assumed,
+        )
     tile(columns[1], "Memory stall", ui.pct(t["memory_stall_fraction"]), "share of time the engines wait on DRAM")
 
 
@@ -78,6 +90,9 @@ tile(
     ui.energy(t["energy_per_inference_j"]),
     f"{ui.num(t['perf_per_watt'])} inferences/s per W at {ui.num(t['avg_power_w'], 'W')} average",
 )
+
+if refusal is not None:
+    st.warning(f"No serving simulation for this selection: {ui.md(refusal)}")
 
 st.subheader("Top bottlenecks")
 top = sorted(doc["kernels"], key=lambda k: -k["time_s"])[:5]

@@ -57,7 +57,8 @@ def test_percentiles_describe_the_mapped_batch_and_say_their_load():
         assert_clean(at, f"batch {batch}")
         value = tiles(at)["Latency p50 / p95 / p99"]
         assert re.fullmatch(r"[\d.,]+ / [\d.,]+ / [\d.,]+ (µs|ms|s)", value), value
-        assert any(f"500 req/s offered, static batches of {batch}" in shown(c.value) for c in at.caption)
+        note = next(m.delta for m in at.metric if m.label == "Latency p50 / p95 / p99")
+        assert note == f"500 req/s offered, static batches of {batch}", note
         shown_at[batch] = value
     assert shown_at[1] != shown_at[256]
 
@@ -68,7 +69,7 @@ def test_an_overloaded_queue_is_flagged_not_given_a_p99():
     at.run()
     assert_clean(at, "overload")
     assert tiles(at)["Latency p50 / p95 / p99"] == "overloaded"
-    flag = next(shown(c.value) for c in at.caption if "grows without bound" in c.value)
+    flag = next(m.delta for m in at.metric if m.label == "Latency p50 / p95 / p99")
     assert re.search(r"offered 1,000,000 req/s > capacity [\d,.]+ req/s: the queue grows without bound", flag), flag
     verdict = shown(next(m.value for m in at.markdown if m.value.startswith("**Verdict.**")))
     assert "is overloaded: offered 1,000,000 req/s" in verdict
