@@ -30,9 +30,11 @@ c[1].caption(f"{devices} device{'s' if devices > 1 else ''} (TP × PP)")
 c[2].metric("Energy / inference", ui.energy(t["energy_per_inference_j"]), border=True)
 c[3].metric("Perf per watt", ui.num(t["perf_per_watt"], "inf/s/W"), help="over every device's power", border=True)
 
+MS_AXIS_FROM_S = 1e-2  # a batch this long or longer: its power timeline in ms, shorter in µs
+scale, unit = (1e3, "ms") if t["latency_s"] >= MS_AXIS_FROM_S else (1e6, "µs")
 steps_x, steps_y = [], []
 for k in doc["kernels"]:
-    steps_x += [k["start_s"] * 1e6, (k["start_s"] + k["time_s"]) * 1e6]
+    steps_x += [k["start_s"] * scale, (k["start_s"] + k["time_s"]) * scale]
     steps_y += [k["avg_power_w"], k["avg_power_w"]]
 fig = go.Figure(
     go.Scatter(
@@ -41,13 +43,13 @@ fig = go.Figure(
         mode="lines",
         line=dict(color="#d62728"),
         name="power",
-        hovertemplate="%{x:.1f} µs: %{y:.0f} W<extra></extra>",
+        hovertemplate="%{x:.3s} " + unit + ": %{y:.0f} W<extra></extra>",
     )
 )
 fig.add_hline(y=sel.hw.tdp_w, line_dash="dash", annotation_text=f"TDP per device {sel.hw.tdp_w:,.0f} W")
 fig.update_layout(
     title="Board power of one device over one batch",
-    xaxis_title="time (µs)",
+    xaxis_title=f"time ({unit})",
     yaxis_title="power (W)",
     template="plotly_white",
     height=380,
