@@ -191,13 +191,12 @@ SHARED_SCREEN = {"width": 1280, "height": 720}  # a shared screen in a review me
 
 
 @pytest.fixture()
-def screen(server):
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        pg = browser.new_page(viewport=SHARED_SCREEN)
-        pg.set_default_timeout(120_000)
-        yield pg
-        browser.close()
+def screen(page):
+    """A second tab of the module's browser (one playwright per process) at the shared screen's size."""
+    pg = page.context.browser.new_page(viewport=SHARED_SCREEN)
+    pg.set_default_timeout(120_000)
+    yield pg
+    pg.close()
 
 
 def open_view(page, server: str, query: str) -> str:
