@@ -27,7 +27,7 @@ PAGES = [
     st.Page("app_pages/hardware.py", title="Hardware", icon=":material/developer_board:"),
     st.Page("app_pages/export.py", title="Export", icon=":material/download:"),
 ]
-page = st.navigation(PAGES)
+page = st.navigation(PAGES, expanded=True)  # every page listed: no Export behind "View more"
 
 
 def run() -> None:

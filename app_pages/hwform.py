@@ -67,7 +67,11 @@ def _edit_form(base: mapper.HardwareProfile, custom_label: str) -> None:
             height=260,
             disabled=["field", "source"],
             width="stretch",
-            column_config={"value": st.column_config.NumberColumn(format="engineering")},
+            column_order=("value", "field", "source"),  # the value first: the sidebar is narrow, the names long
+            column_config={
+                "value": st.column_config.NumberColumn(format="engineering", width="small"),
+                "field": st.column_config.TextColumn(width="medium"),
+            },
         )
         st.form_submit_button("Apply edited profile", on_click=_on_apply, args=(base, custom_label))
 

@@ -1,4 +1,5 @@
-"""Overview: the verdict, the KPI tiles and the top bottlenecks with their owners."""
+"""Overview: the verdict (the first failure, in the decision table's order), the six KPI tiles and the top
+bottlenecks with their owners."""
 
 import pandas as pd
 import streamlit as st
@@ -9,56 +10,89 @@ from app_pages import serving_model, ui
 doc, result, sel = ui.current()
 t = doc["totals"]
 ui.header("Overview", doc)
-first = mapper.first_failure(doc)
-with st.container(key="verdict"):  # styled by its key (state.BASE_CSS): no HTML around the model's name
-    st.markdown(f"**Verdict.** {ui.md(ui.verdict(doc))} *First failure: {first.check}; owner: {first.owner}.*")
+served, refusal = serving_model.attempt(sel, curve=False)  # a refusal is shown after the verdict
+queue = served is not None and not served.continuous
+# The latency check reads the sidebar's own serving run (its load and batching) against its p99 target.
+judged = {**doc, "serving": served.section()} if queue else doc
+target_s = sel.serving.p99_target_s
+first = mapper.first_failure(judged, target_s)
+with st.container(key="verdict"):  # styled by its key (style.BASE_CSS): no HTML around the model's name
+    st.markdown(
+        f"**Verdict.** {ui.md(mapper.verdict_sentence(judged, target_s))}"
+        f" *First failure: {first.check}; owner: {first.owner}.*"
+    )
 if first.kpis_unreachable:
     st.warning("Unreachable on this device as mapped: the figures below assume memory it does not have.")
 
-served = serving_model.run(sel, curve=False)
-row1 = st.columns(4)
-row1[0].metric(
+
+def tile(column, label: str, value: str, help_text: str, note: str | None = None) -> None:
+    """One KPI, with a grey note under its value (what it assumes); marked unreachable where the model does
+    not fit the device (the verdict says why)."""
+    if first.kpis_unreachable:
+        label, help_text = f"{label} (unreachable)", f"unreachable on one device as mapped. {help_text}"
+    column.metric(label, value, note, delta_color="off", delta_arrow="off", help=help_text, border=True)
+
+
+def percentile_tiles(columns) -> None:
+    """Request latency p50/p95/p99 of the mapped batch at the sidebar's load (a decoder: TTFT and TPOT),
+    with the load and batching it assumes and the overload flag instead of a runaway p99."""
+    if served is None:
+        tile(columns[0], "Latency p50 / p95 / p99", "—", f"no serving simulation: {refusal}", "not simulated")
+        tile(columns[1], "Memory stall", ui.pct(t["memory_stall_fraction"]), "share of time the engines wait on DRAM")
+        return
+    r, c = served.result, served.config
+    if served.continuous:  # a decoder: continuous batching, as `mapper serve` runs it
+        sequences = f"{c.max_batch} sequence{'s' if c.max_batch != 1 else ''}"
+        assumed = f"{ui.num(c.rate_per_s)} req/s offered, continuous batching of up to {sequences}"
+        ttft = ui.percentiles(r.ttft_p50_s, r.ttft_p95_s, r.ttft_p99_s)
+        tpot = ui.percentiles(r.tpot_p50_s, r.tpot_p95_s, r.tpot_p99_s)
+        tile(
+            columns[0],
+            "TTFT p50 / p95 / p99",
+            ttft,
+            f"time to first token as `mapper serve` runs it; {assumed}",
+            assumed,
+        )
+        tile(columns[1], "TPOT p50 / p95 / p99", tpot, f"time per output token; {assumed}", "time per output token")
+        return
+    batching = f"static batches of {c.max_batch}" if c.policy == "static" else f"dynamic batching up to {c.max_batch}"
+    assumed = f"{ui.num(r.offered_rate_per_s)} req/s offered, {batching}"
+    if r.overload:
+        tile(columns[0], "Latency p50 / p95 / p99", "overloaded", f"{r.overload}; {assumed}", r.overload)
+    else:
+        value = ui.percentiles(r.p50_s, r.p95_s, r.p99_s)
+        tile(
+            columns[0],
+            "Latency p50 / p95 / p99",
+            value,
+            f"request latency as `mapper serve` runs it; {assumed}",
+            assumed,
+        )
+    tile(columns[1], "Memory stall", ui.pct(t["memory_stall_fraction"]), "share of time the engines wait on DRAM")
+
+
+row1 = st.columns(3)
+tile(
+    row1[0],
     "Throughput",
-    f"{t['throughput_per_s']:,.0f} /s",
-    help=f"batch {t['batch']} per {ui.ms(t['latency_s'])}",
-    border=True,
+    f"{ui.num(t['throughput_per_s'])} /s",
+    f"batch {t['batch']} per {ui.duration(t['latency_s'])}",
 )
-row1[1].metric("Batch latency", ui.ms(t["latency_s"]), help="one batch, end to end on the device", border=True)
-row1[2].metric(
-    "MFU",
-    ui.pct(t["mfu"]),
-    help=f"model FLOPs / (latency × {ui.tflops(t['peak_flops_per_s'])} {t['dtype']} peak)",
-    border=True,
+tile(row1[1], "Batch latency", ui.duration(t["latency_s"]), "one batch, end to end on the device")
+tile(
+    row1[2], "MFU", ui.pct(t["mfu"]), f"model FLOPs / (latency × {ui.tflops(t['peak_flops_per_s'])} {t['dtype']} peak)"
 )
-row1[3].metric(
-    "Memory stall", ui.pct(t["memory_stall_fraction"]), help="share of time the engines wait on DRAM", border=True
+row2 = st.columns(3)
+percentile_tiles(row2)
+tile(
+    row2[2],
+    "Energy / inference",
+    ui.energy(t["energy_per_inference_j"]),
+    f"{ui.num(t['perf_per_watt'])} inferences/s per W at {ui.num(t['avg_power_w'], 'W')} average",
 )
-row2 = st.columns(4)
-if served is None:
-    row2[0].metric("p50 / p95 / p99", "—", help="no serving simulation for this selection", border=True)
-elif served.continuous:  # a decoder: continuous batching, as `mapper serve` runs it
-    r = served.result
-    row2[0].metric(
-        "TTFT / TPOT p99",
-        f"{ui.ms(r.ttft_p99_s)} / {ui.ms(r.tpot_p99_s)}",
-        help="time to first token and "
-        f"per output token at the sidebar's load: TTFT p50 {ui.ms(r.ttft_p50_s)}, TPOT p50 "
-        f"{ui.ms(r.tpot_p50_s)}",
-        border=True,
-    )
-    row2[0].caption(f"TTFT p50 {ui.ms(r.ttft_p50_s)} · **p99 {ui.ms(r.ttft_p99_s)}** · TPOT p99 {ui.ms(r.tpot_p99_s)}")
-else:
-    r = served.result
-    row2[0].metric(
-        "p50 / p95 / p99",
-        f"{ui.ms(r.p99_s)}",
-        help=f"request latency at the sidebar's load: p50 {ui.ms(r.p50_s)}, p95 {ui.ms(r.p95_s)}, p99 {ui.ms(r.p99_s)}",
-        border=True,
-    )
-    row2[0].caption(f"p50 {ui.ms(r.p50_s)} · p95 {ui.ms(r.p95_s)} · **p99 {ui.ms(r.p99_s)}**")
-row2[1].metric("Perf per watt", f"{t['perf_per_watt']:,.2f} inf/s/W", border=True)
-row2[2].metric("Energy / inference", f"{t['energy_per_inference_j'] * 1e3:,.2f} mJ", border=True)
-row2[3].metric("Average power", f"{t['avg_power_w']:,.0f} W", border=True)
+
+if refusal is not None:
+    st.warning(f"No serving simulation for this selection: {ui.md(refusal)}")
 
 st.subheader("Top bottlenecks")
 top = mapper.group_kernels(doc["kernels"], t["latency_s"])[:5]  # repeated layers as one row: "... x 32"

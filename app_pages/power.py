@@ -10,14 +10,31 @@ BATCHES = (1, 2, 4, 8, 16, 32, 64)
 doc, result, sel = ui.current()
 ui.header("Power", doc)
 t = doc["totals"]
-c = st.columns(3)
-c[0].metric("Average power", f"{t['avg_power_w']:,.0f} W", border=True)
-c[1].metric("Energy / inference", f"{t['energy_per_inference_j'] * 1e3:,.2f} mJ", border=True)
-c[2].metric("Perf per watt", f"{t['perf_per_watt']:,.2f} inf/s/W", border=True)
+devices = max(int(doc["parallel"]["devices"]), 1)  # tp x pp devices serve one batch; totals sum them
+per_device_w = t["avg_power_w"] / devices
+c = st.columns(4)
+c[0].metric(
+    "Power per device",
+    ui.num(per_device_w, "W"),
+    help=f"average over one batch, against this device's TDP of {ui.num(sel.hw.tdp_w, 'W')}",
+    border=True,
+)
+c[0].caption(f"{ui.pct(per_device_w / sel.hw.tdp_w)} of the {ui.num(sel.hw.tdp_w, 'W')} TDP per device")
+c[1].metric(
+    "Total power",
+    ui.num(t["avg_power_w"], "W"),
+    help=f"{devices} device{'s' if devices > 1 else ''} together",
+    border=True,
+)
+c[1].caption(f"{devices} device{'s' if devices > 1 else ''} (TP × PP)")
+c[2].metric("Energy / inference", ui.energy(t["energy_per_inference_j"]), border=True)
+c[3].metric("Perf per watt", ui.num(t["perf_per_watt"], "inf/s/W"), help="over every device's power", border=True)
 
+MS_AXIS_FROM_S = 1e-2  # a batch this long or longer: its power timeline in ms, shorter in µs
+scale, unit = (1e3, "ms") if t["latency_s"] >= MS_AXIS_FROM_S else (1e6, "µs")
 steps_x, steps_y = [], []
 for k in doc["kernels"]:
-    steps_x += [k["start_s"] * 1e6, (k["start_s"] + k["time_s"]) * 1e6]
+    steps_x += [k["start_s"] * scale, (k["start_s"] + k["time_s"]) * scale]
     steps_y += [k["avg_power_w"], k["avg_power_w"]]
 fig = go.Figure(
     go.Scatter(
@@ -26,19 +43,19 @@ fig = go.Figure(
         mode="lines",
         line=dict(color="#d62728"),
         name="power",
-        hovertemplate="%{x:.1f} µs: %{y:.0f} W<extra></extra>",
+        hovertemplate="%{x:.3s} " + unit + ": %{y:.0f} W<extra></extra>",
     )
 )
-fig.add_hline(y=sel.hw.tdp_w, line_dash="dash", annotation_text=f"TDP {sel.hw.tdp_w:,.0f} W")
+fig.add_hline(y=sel.hw.tdp_w, line_dash="dash", annotation_text=f"TDP per device {sel.hw.tdp_w:,.0f} W")
 fig.update_layout(
-    title="Board power over one batch",
-    xaxis_title="time (µs)",
+    title="Board power of one device over one batch",
+    xaxis_title=f"time ({unit})",
     yaxis_title="power (W)",
     template="plotly_white",
     height=380,
     margin=dict(l=60, r=20, t=50, b=50),
 )
-st.plotly_chart(fig, key="power_timeline")
+st.plotly_chart(ui.scaled(fig), key="power_timeline")
 
 batch_dim = next((k for k, _ in sel.dims if k in serving_model.batch_dims(sel)), None)
 if batch_dim is None:
@@ -68,4 +85,4 @@ fig.update_layout(
     height=380,
     margin=dict(l=60, r=20, t=50, b=50),
 )
-st.plotly_chart(fig, key="perf_per_watt")
+st.plotly_chart(ui.scaled(fig), key="perf_per_watt")

@@ -20,9 +20,11 @@ event = st.plotly_chart(fig, key="roofline_chart", on_select="rerun", selection_
 points = event.selection.points if event is not None else []
 if points:
     trace = fig.data[points[0]["curve_number"]]
-    if trace.text is not None:
-        session.update(picked_kernel=html.unescape(trace.text[points[0]["point_index"]]))
+    clicked = html.unescape(trace.text[points[0]["point_index"]]) if trace.text is not None else None
+    if clicked and clicked != session.get().picked_kernel:
+        session.update(picked_kernel=clicked)
+        st.rerun()  # draw the one chart again with the clicked kernel ringed
 picked = session.get().picked_kernel
 if picked:
     st.divider()
-    ui.drilldown(doc, sel.hw, picked)
+    ui.drilldown(doc, sel.hw, picked, chart=False)  # this page's chart already rings it: one roofline, not two

@@ -15,53 +15,73 @@ LAYOUT = dict(
 def continuous(run) -> None:
     r, c = run.result, run.config
     st.caption(
-        f"Continuous batching of up to {c.max_batch} sequences, Poisson arrivals at {c.rate_per_s:g} req/s, "
+        f"Continuous batching of up to {c.max_batch} sequences, Poisson arrivals at {ui.num(c.rate_per_s)} req/s, "
         f"{c.prompt_tokens} prompt and {c.output_tokens} output tokens, {r.requests:,} requests, "
         "the profile's run-to-run jitter."
     )
-    cols = st.columns(4)
-    cols[0].metric("TTFT p50", ui.ms(r.ttft_p50_s), help="time to first token", border=True)
-    cols[1].metric("TTFT p99", ui.ms(r.ttft_p99_s), border=True)
-    cols[2].metric("TPOT p50", ui.ms(r.tpot_p50_s), help="time per output token", border=True)
-    cols[3].metric("TPOT p99", ui.ms(r.tpot_p99_s), border=True)
-    cols = st.columns(4)
-    cols[0].metric("Request latency p99", ui.ms(r.latency_p99_s), help=f"p50 {ui.ms(r.latency_p50_s)}", border=True)
-    cols[1].metric(
+    cols = st.columns(3)
+    for col, (label, prefix, help_text) in zip(
+        cols,
+        (
+            ("TTFT", "ttft", "time to first token"),
+            ("TPOT", "tpot", "time per output token"),
+            ("Request latency", "latency", ""),
+        ),
+    ):
+        p95 = getattr(r, f"{prefix}_p95_s", None)
+        for suffix, value in (
+            ("p50", getattr(r, f"{prefix}_p50_s")),
+            ("p95", p95),
+            ("p99", getattr(r, f"{prefix}_p99_s")),
+        ):
+            if value is not None:
+                col.metric(f"{label} {suffix}", ui.duration(value), help=help_text or None, border=True)
+    cols = st.columns(3)
+    cols[0].metric(
         "Throughput",
-        f"{r.throughput_tokens_per_s:,.0f} tok/s",
-        help=f"{r.throughput_requests_per_s:,.2f} requests/s",
+        ui.num(r.throughput_tokens_per_s, "tok/s"),
+        help=f"{ui.num(r.throughput_requests_per_s)} requests/s",
         border=True,
     )
-    cols[2].metric(
-        "Mean running", f"{r.mean_running:.2f}", help="sequences in the running batch, time average", border=True
+    cols[1].metric(
+        "Mean running", ui.num(r.mean_running), help="sequences in the running batch, time average", border=True
     )
-    cols[3].metric("KV cache", f"{r.kv_capacity_tokens:,} tokens", border=True)
+    cols[2].metric("KV cache", f"{r.kv_capacity_tokens:,} tokens", border=True)
 
 
 def queue(run) -> None:
     report, load, config = run.result, run.curve, run.config
     target_ms = load.p99_target_s * 1e3
-    st.caption(
-        f"Poisson arrivals at {config.rate_per_s:,.0f} req/s, dynamic batching up to {config.max_batch} "
-        f"(wait ≤ {config.max_wait_s * 1e3:g} ms), {report.requests:,} requests, the profile's run-to-run jitter."
+    batching = (
+        f"static batches of {config.max_batch} (the mapped batch; set a max batch in the sidebar to batch dynamically)"
+        if config.policy == "static"
+        else f"dynamic batching up to {config.max_batch} (wait ≤ {ui.duration(config.max_wait_s)})"
     )
+    st.caption(
+        f"Poisson arrivals at {ui.num(config.rate_per_s)} req/s, {batching}, {report.requests:,} requests, "
+        "the profile's run-to-run jitter."
+    )
+    if report.overload:
+        st.warning(
+            f"**Overloaded:** {ui.md(report.overload)}; the percentiles below only measure how long the run was."
+        )
     c = st.columns(6)
     for col, (label, value) in zip(c, [("p50", report.p50_s), ("p95", report.p95_s), ("p99", report.p99_s)]):
-        col.metric(label, ui.ms(value), border=True)
+        col.metric(label, ui.duration(value), border=True)
     c[2].caption("meets the target" if report.p99_s * 1e3 <= target_ms else f"**over the {target_ms:g} ms target**")
-    c[3].metric("Throughput", f"{report.throughput_per_s:,.0f} /s", border=True)
+    c[3].metric("Throughput", ui.num(report.throughput_per_s, "/s"), border=True)
     c[4].metric("Utilization", ui.pct(report.utilization), border=True)
-    c[5].metric("Mean batch", f"{report.mean_batch:.2f}", border=True)
+    c[5].metric("Mean batch", ui.num(report.mean_batch), border=True)
     left, right = st.columns(2)
     with left:
-        st.plotly_chart(histogram(report, target_ms), key="latency_hist")
+        st.plotly_chart(ui.scaled(histogram(report, target_ms)), key="latency_hist")
     with right:
-        st.plotly_chart(against_load(load, target_ms, config.rate_per_s), key="load_curve")
+        st.plotly_chart(ui.scaled(against_load(load, target_ms, config.rate_per_s)), key="load_curve")
     best = load.max_rate_meeting_target_per_s
     st.markdown(
-        f"Saturation at **{load.saturation_rate_per_s:,.0f} req/s**; "
+        f"Saturation at **{ui.num(load.saturation_rate_per_s)} req/s**; "
         + (
-            f"the p99 target of {target_ms:g} ms holds up to **{best:,.0f} req/s**."
+            f"the p99 target of {target_ms:g} ms holds up to **{ui.num(best)} req/s**."
             if best
             else f"no simulated load meets the p99 target of {target_ms:g} ms."
         )

@@ -10,7 +10,7 @@ from dataclasses import replace
 import streamlit as st
 
 import mapper
-from app_pages import cache, ui
+from app_pages import cache, state, ui
 
 
 def batch_dims(sel) -> set[str]:
@@ -30,17 +30,31 @@ def _run(
         return None, mapper.error_line(e)
 
 
+def follows_mapping(sel) -> bool:
+    """Whether serving runs the mapped batch: until the user sets the sidebar's max batch, the percentiles
+    describe the batch and shapes that were mapped (static batches of it; a decoder's sequences)."""
+    return sel.serving.serving.max_batch == state.DEFAULTS["max_batch"]
+
+
 def run(sel, curve: bool = True) -> mapper.ServingRun | None:
     """The serving run of the sidebar's question (`curve=False`: without the load curve), or None with a
-    warning where the engine cannot serve this selection. The batch is the scheduler's to choose, so the
-    key holds the other bindings only: changing batch re-runs nothing."""
-    request = sel.serving if curve else replace(sel.serving, load_curve=False)
-    dims = cache.model_of(sel).dims_without_batch(dict(sel.dims)) or {}
-    with st.spinner("Simulating requests ..."):
-        served, refusal = _run(sel.model_key, tuple(sorted(dims.items())), sel.hw.sha256, sel.options, request, sel)
+    warning where the engine cannot serve this selection."""
+    served, refusal = attempt(sel, curve)
     if refusal is not None:  # the mapping stands; only serving is not possible here (like the Devices page's misfit)
         st.warning(f"No serving simulation for this selection: {ui.md(refusal)}")
     return served
+
+
+def attempt(sel, curve: bool = True) -> tuple[mapper.ServingRun | None, str | None]:
+    """(the run, None) or (None, the engine's refusal), for a page that places the refusal itself. While it
+    follows the mapped batch the key holds every binding; once the user sets a max batch the scheduler forms
+    its own batches, so the key holds the other bindings only and changing the mapped batch re-runs nothing."""
+    follow = follows_mapping(sel)
+    request = replace(sel.serving, load_curve=curve and sel.serving.load_curve, follow_mapped_batch=follow)
+    model = cache.model_of(sel)
+    dims = dict(sel.dims) if follow else (model.dims_without_batch(dict(sel.dims)) or {})
+    with st.spinner("Simulating requests ..."):
+        return _run(sel.model_key, tuple(sorted(dims.items())), sel.hw.sha256, sel.options, request, sel)
 
 
 @st.cache_data(max_entries=32, show_spinner=False)

@@ -13,7 +13,7 @@ import hashlib
 import streamlit as st
 
 import mapper
-from app_pages import cache, hwform, session, ui
+from app_pages import cache, hwform, session, style, ui
 from app_pages.session import Selection, Upload
 
 UPLOADED = "(uploaded model)"
@@ -352,7 +352,7 @@ def sidebar() -> Selection | None:
         hw, hw_choice = hwform.hardware_section(CUSTOM_HW)
         options = _options_section()
         serving = _serving_section(mapper.is_decoder(cache.model(key, source, label)))
-    apply_css(presentation)
+    style.apply_css(presentation)
     if hw is None:
         return None
     return Selection(label, key, source, bound, hw, hw_choice, options, serving)
@@ -383,21 +383,3 @@ def _link_text(value) -> str:
     if isinstance(value, bool):
         return "on" if value else "off"
     return repr(float(value)).removesuffix(".0") if isinstance(value, float) else str(value)
-
-
-PRESENTATION_CSS = """<style>
-html, body, [data-testid="stMarkdownContainer"] p, [data-testid="stMarkdownContainer"] li { font-size: 1.25rem; }
-[data-testid="stMetricValue"] { font-size: 3.2rem !important; }
-[data-testid="stMetricLabel"] p { font-size: 1.2rem !important; }
-h1 { font-size: 3rem !important; } h2 { font-size: 2.3rem !important; } h3 { font-size: 1.8rem !important; }
-[data-testid="stDataFrame"] { font-size: 1.15rem; }
-</style>"""
-BASE_CSS = """<style>
-[data-testid="stMetricValue"] { font-size: 2.3rem; }
-.st-key-verdict { font-size: 1.35em; line-height: 1.45; padding: 0.8rem 1.1rem; border-left: 6px solid #1f6feb;
-           background: #eef4ff; border-radius: 6px; margin: 0.3rem 0 1rem 0; }
-</style>"""
-
-
-def apply_css(presentation: bool) -> None:
-    st.html(BASE_CSS + (PRESENTATION_CSS if presentation else ""))

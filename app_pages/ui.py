@@ -60,9 +60,21 @@ def verdict(doc: dict) -> str:
     return mapper.verdict_sentence(doc)
 
 
+PRESENTATION_FONT_PX = (
+    18  # chart type in presentation mode (plotly's default is 12 px): legible on a shared 720p screen
+)
+
+
+def scaled(fig):
+    """A chart with its type scaled up in presentation mode (the sidebar's toggle), else as it is."""
+    if st.session_state.get("presentation"):  # read only: state.py owns the toggle
+        fig.update_layout(font=dict(size=PRESENTATION_FONT_PX))
+    return fig
+
+
 def chart(figure, doc: dict, key: str) -> None:
     """One of the engine's document charts (mapper.timeline_figure, mapper.layer_share_figure) in the page."""
-    st.plotly_chart(figure(doc), key=key)
+    st.plotly_chart(scaled(figure(doc)), key=key)
 
 
 def run_stored(name: str, key: tuple, label: str, disabled: bool, work, failure: str, hint: str):
@@ -98,15 +110,22 @@ def roofline(doc: dict, hw, highlight: str | None = None, height: int = 480):
             marker=dict(symbol="circle-open", size=34, color="#000", line=dict(width=3)),
         )
     fig.update_layout(height=height)
-    return fig
+    return scaled(fig)
 
 
-def ms(seconds: float | None) -> str:
-    if seconds is None:
-        return "—"
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.1f} µs"
-    return f"{seconds * 1e3:.3g} ms" if seconds < 10 else f"{seconds:.3g} s"
+duration = mapper.format_duration  # times for people (µs, ms, s, min), shared with the CLI and the sheet
+ms = duration  # the older name some pages still call
+energy = mapper.format_energy  # µJ, mJ, J, kJ
+num = mapper.format_number  # 3 significant figures, thousands separated, with a unit
+
+
+def percentiles(p50: float, p95: float, p99: float) -> str:
+    """'1.23 / 1.45 / 2.01 ms': three times in the unit of the largest, so the row reads at a glance."""
+    unit = duration(p99).split(" ")[-1]
+    scale = {u: s for s, u in mapper.DURATION_UNITS}.get(unit)
+    if scale is None or p99 >= mapper.MINUTE_S:  # minutes and hours: each in its own words
+        return " / ".join(duration(x) for x in (p50, p95, p99))
+    return " / ".join(mapper.format_number(x / scale) for x in (p50, p95, p99)) + f" {unit}"
 
 
 def tflops(flops_per_s: float | None) -> str:
@@ -122,10 +141,6 @@ size = mapper.format_bytes  # bytes in KB/MB/GB/TB, shared with the CLI
 
 def pct(x: float | None) -> str:
     return "—" if x is None else f"{x * 100:.1f}%"
-
-
-def num(x: float | None, unit: str = "") -> str:
-    return "—" if x is None else f"{x:,.3g}{(' ' + unit) if unit else ''}"
 
 
 def current() -> tuple[dict, object, object]:
@@ -172,7 +187,8 @@ def notices(doc: dict) -> None:
             f"**{len(doc['unmodeled'])} unmodeled op(s)** ({md(', '.join(ops))}): their time is not in the totals."
         )
         with st.expander("Unmodeled ops"):
-            st.dataframe(pd.DataFrame(doc["unmodeled"]), hide_index=True, width="stretch")
+            unmodeled = pd.DataFrame(doc["unmodeled"]).rename(columns={"op_type": "op type"})
+            st.dataframe(unmodeled, hide_index=True, width="stretch")
     for caveat in doc["caveats"]:
         st.warning(f"**Precision caveat:** {md(caveat)}")
 
@@ -210,18 +226,25 @@ TABLE_FORMAT = {
 }
 
 
-def drilldown(doc: dict, hw, name: str) -> None:
-    """Everything the engine says about one kernel: fusion, placement, tiling, roofline point, owner."""
+def drilldown(doc: dict, hw, name: str, chart: bool = True) -> None:
+    """Everything the engine says about one kernel: fusion, placement, tiling, headroom, the tile search's
+    runners-up on the kernel's own basis, its roofline point (`chart=False` where the page draws it)."""
     k = next((k for k in doc["kernels"] if k["name"] == name), None)
     if k is None:
         return
     st.subheader(f"Kernel {md(k['name'])}")
     st.markdown(f"**{md(k['bottleneck'])}** — {md(k['evidence'])}  \n**Owner:** {md(k['owner'])}")
     c = st.columns(4)
-    c[0].metric("time", ms(k["time_s"]))
-    c[1].metric("achieved", tflops(k["achieved_flops_per_s"]))
-    c[2].metric("intensity", num(k["intensity_flop_per_byte"], "FLOP/B"))
-    c[3].metric("stall fraction", pct(k["stall_fraction"]))
+    c[0].metric("Time", duration(k["time_s"]), help="launch, sync and the power cap included")
+    c[1].metric("At its roofline", duration(k["roofline_time_s"]), help=ROOFLINE_HELP)
+    c[2].metric(
+        "Speed-up without its bottleneck",
+        f"{k['speedup_if_removed']:.2f}×",
+        help=f"its time over its time with the {k['bottleneck']} cost removed",
+    )
+    c[3].metric(
+        "Achieved", tflops(k["achieved_flops_per_s"]), help=f"intensity {num(k['intensity_flop_per_byte'], 'FLOP/B')}"
+    )
     left, right = st.columns(2)
     with left:
         st.markdown("**Fusion and placement**")
@@ -230,28 +253,43 @@ def drilldown(doc: dict, hw, name: str) -> None:
         st.markdown("**Tiling assumptions**")
         st.table(_tiling_table(k))
     st.markdown(
-        "**Time split**: compute "
-        + ms(k["compute_time_s"])
-        + " · memory "
-        + ms(k["memory_time_s"])
-        + " · overhead "
-        + ms(k["overhead_s"])
-        + f" · DRAM {k['dram_bytes'] / 1e6:,.2f} MB"
-        + f" · {k['flops'] / 1e9:,.3g} GFLOP"
+        f"**Time split**: compute {duration(k['compute_time_s'])} · memory {duration(k['memory_time_s'])}"
+        f" · launch {duration(k['overhead_s'])} · sync {duration(k['sync_s'])} · stall {pct(k['stall_fraction'])}"
+        f" · DRAM {size(k['dram_bytes'])} · {num(k['flops'] / 1e9, 'GFLOP')}"
     )
     if k["alternatives"]:
-        st.markdown("**Alternatives considered** (the tile search's runners-up)")
-        alt = pd.DataFrame(k["alternatives"]).assign(time_us=lambda d: d["time_s"] * 1e6).drop(columns="time_s")
-        st.dataframe(
-            alt,
-            hide_index=True,
-            width="stretch",
-            column_config={
-                "wave_efficiency": st.column_config.NumberColumn(format="percent"),
-                "time_us": st.column_config.NumberColumn("time (µs)", format="%.2f"),
-            },
+        st.markdown(
+            "**Alternatives considered**: the tile search's runners-up, each timed as the kernel (launch incl.)"
         )
-    st.plotly_chart(roofline(doc, hw, highlight=k["name"], height=380), key=f"drill_roof_{k['name']}")
+        st.dataframe(alternatives_table(k), hide_index=True, width="stretch", column_config=ALTERNATIVES_FORMAT)
+    if chart:
+        st.plotly_chart(roofline(doc, hw, highlight=k["name"], height=380), key=f"drill_roof_{k['name']}")
+
+
+ROOFLINE_HELP = "its FLOPs at the engine's peak or its bytes at DRAM bandwidth, whichever is longer"
+ALTERNATIVES_FORMAT = {
+    "wave efficiency": st.column_config.NumberColumn(format="percent"),
+    "time (µs)": st.column_config.NumberColumn(format="%.2f"),
+}
+
+
+def alternatives_table(k: dict) -> pd.DataFrame:
+    """The chosen tile and its runners-up, all on the kernel's basis (the document's alternatives' time_s)."""
+    chosen = {"tile": k["tile"], "split_k": k["split_k"], "waves": k["waves"], "wave_efficiency": k["wave_efficiency"]}
+    rows = [("chosen", chosen | {"time_s": k["time_s"]})] + [("runner-up", a) for a in k["alternatives"]]
+    return pd.DataFrame(
+        [
+            {
+                "": role,
+                "tile": a["tile"],
+                "split-K": a["split_k"],
+                "waves": a["waves"],
+                "wave efficiency": a["wave_efficiency"],
+                "time (µs)": a["time_s"] * 1e6,
+            }
+            for role, a in rows
+        ]
+    )
 
 
 def _field_table(rows: list[tuple[str, str]]) -> pd.DataFrame:

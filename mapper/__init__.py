@@ -13,7 +13,15 @@ from mapper.core.errors import MapperError, error_line, printable
 from mapper.core.graph import Graph, LayerType, OpClass
 from mapper.core.limits import MAX_PARALLEL_DEGREE
 from mapper.core.result import KernelAssessment, KernelEstimate, MappingResult, PlanOptions
-from mapper.core.units import format_bytes
+from mapper.core.units import (
+    DURATION_UNITS,
+    MINUTE_S,
+    format_bytes,
+    format_duration,
+    format_energy,
+    format_number,
+    overload_sentence,
+)
 from mapper.core.version import __version__
 from mapper.explore.power import power_curve
 from mapper.handle import BUILTIN_DEFAULT_DIMS, ModelHandle, open_model
@@ -112,6 +120,12 @@ __all__ = [
     "error_line",
     "printable",
     "format_bytes",
+    "DURATION_UNITS",
+    "MINUTE_S",
+    "format_duration",
+    "format_energy",
+    "format_number",
+    "overload_sentence",
     "Graph",
     "LayerType",
     "OpClass",

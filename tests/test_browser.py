@@ -185,3 +185,55 @@ def test_dashboard_in_a_real_browser(page, tmp_path):
         page.screenshot(path=str(path), full_page=True)
         for d in dirs:
             shutil.copy(path, d / path.name)
+
+
+SHARED_SCREEN = {"width": 1280, "height": 720}  # a shared screen in a review meeting
+
+
+@pytest.fixture()
+def screen(page):
+    """A second tab of the module's browser (one playwright per process) at the shared screen's size."""
+    pg = page.context.browser.new_page(viewport=SHARED_SCREEN)
+    pg.set_default_timeout(120_000)
+    yield pg
+    pg.close()
+
+
+def open_view(page, server: str, query: str) -> str:
+    """A fresh session on a shared link; the Verdict's text once the page has settled."""
+    page.goto(f"{server}/?{query}")
+    page.get_by_text("Verdict.").wait_for()
+    settle(page)
+    no_exception(page, query)
+    return page.locator(".st-key-verdict").inner_text()
+
+
+def tile_value(page, label: str) -> str:
+    tile = page.locator("[data-testid='stMetric']", has=page.get_by_text(label, exact=True)).first
+    return tile.locator("[data-testid='stMetricValue']").inner_text()
+
+
+def test_review_agenda_at_a_shared_screen(screen, server):
+    """The review meeting's agenda (issue 17) as a person reads it at 1280x720: Llama-2-70B on one H100 fails
+    capacity first and names the smallest tensor-parallel degree that fits; ResNet-50's percentiles follow
+    the mapped batch; then every page in presentation mode, screenshotted above the fold."""
+    verdict = open_view(screen, server, "model=llama2-70b&dtype=bf16")
+    assert "does not fit: short by" in verdict and "smallest fit TP 2" in verdict, verdict
+    assert "First failure: capacity; owner: runtime systems engineer" in verdict
+    assert "(unreachable)" in screen.locator("[data-testid='stMain']").inner_text()
+
+    percentiles = {}
+    for batch in (1, 256):
+        open_view(screen, server, f"model=resnet50&batch={batch}")
+        percentiles[batch] = tile_value(screen, "Latency p50 / p95 / p99")
+        assert f"static batches of {batch}" in screen.locator("[data-testid='stMain']").inner_text()
+    assert percentiles[1] != percentiles[256], percentiles
+
+    screen.get_by_text("Presentation mode").click()
+    settle(screen)
+    dirs = shots()
+    for name in PAGES:
+        open_page(screen, name)
+        no_exception(screen, f"presentation / {name}")
+        for d in dirs:
+            screen.screenshot(path=str(d / f"{name.lower()}.png"))

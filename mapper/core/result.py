@@ -115,7 +115,7 @@ class TileChoice:
     l2_bytes: float
     compute_s: float
     memory_s: float
-    time_s: float
+    time_s: float  # the search ranks by the work; cost.estimate re-times every candidate as the kernel (launch incl.)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +153,8 @@ class KernelAssessment:
     bottleneck: Bottleneck
     evidence: str
     owner: Owner
+    roofline_time_s: float = 0.0  # headroom: the kernel at its roofline (cost.estimate.roofline_time)
+    speedup_if_removed: float = 1.0  # headroom: time over time without its bottleneck (cost.bottleneck)
 
 
 def _assessed(name: str) -> property:
@@ -186,6 +188,8 @@ class KernelEstimate:
     bottleneck = _assessed("bottleneck")
     evidence = _assessed("evidence")
     owner = _assessed("owner")
+    roofline_time_s = _assessed("roofline_time_s")
+    speedup_if_removed = _assessed("speedup_if_removed")
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 
 def format_bytes(n_bytes: float | None) -> str:
     """Bytes in the unit that keeps a few significant digits (KB, MB, GB, TB; decimal, as datasheets)."""
@@ -11,3 +13,54 @@ def format_bytes(n_bytes: float | None) -> str:
         if n_bytes >= scale:
             return f"{n_bytes / scale:,.3g} {unit}"
     return f"{n_bytes:,.0f} B"
+
+
+def _significant(x: float, digits: int = 3) -> str:
+    """`x` to `digits` significant figures in plain notation, thousands separated (never 8.35e+03)."""
+    if x == 0 or not math.isfinite(x):
+        return f"{x:g}"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(x))))
+    return f"{round(x, decimals):,.{decimals}f}"
+
+
+# (scale, unit) from the largest: a value takes the first unit it is at least one of.
+DURATION_UNITS = ((3600.0, "h"), (60.0, "min"), (1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns"))
+ENERGY_UNITS = ((1e3, "kJ"), (1.0, "J"), (1e-3, "mJ"), (1e-6, "µJ"))
+MINUTE_S = 60.0  # from a minute up a duration is minutes (or hours) and seconds, never "216 s"
+
+
+def _scaled(value: float, units: tuple[tuple[float, str], ...]) -> str:
+    scale, unit = next(((s, u) for s, u in units if abs(value) >= s), units[-1])
+    return f"{_significant(value / scale)} {unit}"
+
+
+def format_duration(seconds: float | None) -> str:
+    """A time for people: 3 significant figures in ns, µs, ms or s; minutes and hours past a minute."""
+    if seconds is None or not math.isfinite(seconds):
+        return "—"
+    if seconds >= MINUTE_S:
+        minutes, rest = divmod(round(seconds), 60)
+        hours, minutes = divmod(minutes, 60)
+        return f"{hours} h {minutes} min" if hours else f"{minutes} min {rest} s"
+    return _scaled(seconds, DURATION_UNITS)
+
+
+def format_energy(joules: float | None) -> str:
+    """An energy for people: 3 significant figures in µJ, mJ, J or kJ (never 17,386.82 mJ)."""
+    return "—" if joules is None or not math.isfinite(joules) else _scaled(joules, ENERGY_UNITS)
+
+
+def format_number(x: float | None, unit: str = "") -> str:
+    """A plain quantity to 3 significant figures, thousands separated, with its unit."""
+    return "—" if x is None or not math.isfinite(x) else _significant(x) + (f" {unit}" if unit else "")
+
+
+def overload_sentence(offered_per_s: float, capacity_per_s: float) -> str:
+    """The one wording of an overload (the dashboard, `mapper serve`, the sheet and the verdict): a queue
+    offered more than it can serve grows without bound, so its percentiles only measure the run's length."""
+    if not capacity_per_s or offered_per_s <= capacity_per_s:
+        return ""
+    return (
+        f"offered {format_number(offered_per_s)} req/s > capacity {format_number(capacity_per_s)} req/s:"
+        " the queue grows without bound"
+    )

@@ -10,8 +10,8 @@ from dataclasses import replace
 
 from mapper.core.caches import ModelCaches
 from mapper.core.result import Kernel, KernelAssessment, KernelEstimate
-from mapper.cost.bottleneck import Facts, classify
-from mapper.cost.estimate import estimate_cost
+from mapper.cost.bottleneck import Facts, classify, speedup_if_removed
+from mapper.cost.estimate import estimate_cost, roofline_time
 from mapper.hardware.profile import HardwareProfile
 from mapper.plan.kernels import Sizer
 
@@ -109,4 +109,5 @@ def assess_kernel(
         l2_bytes=c.l2_bytes, intensity_flop_per_byte=intensity,
         achieved_flops_per_s=k.flops / c.time_s if c.time_s else 0.0, stall_fraction=stall, energy_j=c.energy_j,
         avg_power_w=c.avg_power_w, throttled=c.throttled, bottleneck=bottleneck, evidence=evidence, owner=owner,
+        roofline_time_s=roofline_time(k, c.engine, hw, dtype), speedup_if_removed=speedup_if_removed(bottleneck, facts),
     )  # fmt: skip

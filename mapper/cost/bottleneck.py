@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mapper.core.classes import CLASSES, Bottleneck, Owner
+from mapper.cost.estimate import kernel_time
 
 # Named thresholds: each rule below cites the one it uses.
 LAUNCH_SHARE = 0.5  # fixed launch overhead at least this share of the kernel's time
@@ -101,6 +102,28 @@ RULES: tuple[BottleneckRule, ...] = (
         lambda f: f"{f.engine} units busy {_us(f.compute_s)} vs memory {_us(f.memory_s)}",
     ),
 )
+
+
+# The kernel's time with its class's cost taken away (the same roofline, kernel_time): what a fix that
+# removed the bottleneck entirely would leave. Its ratio to the time is the most that fix can give.
+WITHOUT_BOTTLENECK: dict[Bottleneck, Callable[[Facts], float]] = {
+    Bottleneck.HOST: lambda f: kernel_time(0.0, f.memory_s, f.overhead_s, f.sync_s),  # the op on the device
+    Bottleneck.INTERCONNECT: lambda f: max(f.time_s - f.interconnect_s, 0.0),
+    Bottleneck.LAUNCH: lambda f: kernel_time(f.compute_s, f.memory_s, 0.0, f.sync_s),
+    Bottleneck.SYNCHRONIZATION: lambda f: kernel_time(f.compute_s, f.memory_s, f.overhead_s, 0.0),
+    Bottleneck.OCCUPANCY: lambda f: kernel_time(
+        f.compute_s * f.wave_efficiency * f.padding_efficiency, f.memory_s, f.overhead_s, f.sync_s
+    ),
+    Bottleneck.MEMORY: lambda f: kernel_time(f.compute_s, 0.0, f.overhead_s, f.sync_s),
+    Bottleneck.COMPUTE_MATRIX: lambda f: kernel_time(0.0, f.memory_s, f.overhead_s, f.sync_s),
+    Bottleneck.COMPUTE_VECTOR: lambda f: kernel_time(0.0, f.memory_s, f.overhead_s, f.sync_s),
+}
+
+
+def speedup_if_removed(bottleneck: Bottleneck, facts: Facts) -> float:
+    """The kernel's time over its time without its bottleneck's cost (1.0: nothing to gain)."""
+    rest = WITHOUT_BOTTLENECK[bottleneck](facts)
+    return facts.time_s / rest if rest > 0 else 1.0
 
 
 def classify(facts: Facts) -> tuple[Bottleneck, str, Owner]:

@@ -10,9 +10,9 @@ the kernel (the clock drops).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from mapper.core.result import Kernel, TilePlan
+from mapper.core.result import Kernel, TileChoice, TilePlan
 from mapper.core.vocab import Engine
 from mapper.cost.collectives import collective_time
 from mapper.hardware.profile import HardwareProfile
@@ -41,6 +41,20 @@ class Cost:
 def kernel_time(compute_s: float, memory_s: float, overhead_s: float, sync_s: float) -> float:
     """The one roofline: imperfect overlap of compute and memory, then fixed costs."""
     return float(smooth_max(compute_s, memory_s)) + overhead_s + sync_s
+
+
+def roofline_time(kernel: Kernel, engine: str, hw: HardwareProfile, dtype: str) -> float:
+    """The kernel at its roofline (PRIMER s5): its FLOPs at the engine's peak or its boundary bytes at DRAM
+    bandwidth, whichever is longer; no efficiency, tiling re-reads, launch or sync. A host op has no
+    device roofline: its transfers over the host link are the floor."""
+    if engine == Engine.HOST:
+        return kernel.dram_bytes / max(hw.interconnect.link_bandwidth_bytes_per_s, 1.0)
+    if engine == Engine.MATRIX:
+        other = kernel.flops - kernel.matrix_flops
+        compute_s = kernel.matrix_flops / hw.matrix_peak(dtype) + max(other, 0.0) / hw.vector_peak(dtype)
+    else:
+        compute_s = max(kernel.flops / hw.vector_peak(dtype), kernel.sfu_ops / hw.sfu_peak_ops_per_s)
+    return max(compute_s, kernel.dram_bytes / hw.dram_bandwidth_bytes_per_s)
 
 
 def _energy_per_flop(hw: HardwareProfile, dtype: str) -> float:
@@ -76,18 +90,11 @@ def estimate_cost(
     scale = max((hw.op_time_scale.get(op, 1.0) for op in kernel.op_types), default=1.0)
     if scale != 1.0:  # the device's software runs this op slower (or faster) than the model's roofline says
         compute_s, memory_s = compute_s * scale, memory_s * scale
-    time_s = kernel_time(compute_s, memory_s, overhead_s, sync_s)
-    dynamic_j = (
-        _energy_per_flop(hw, dtype) * kernel.flops
-        + hw.energy_per_dram_byte_j * dram
-        + hw.energy_per_l2_byte_j * max(l2 - dram, 0.0)
-    )
     cap = power_cap_w if power_cap_w is not None else hw.tdp_w
-    throttled = False
-    headroom = max(cap - hw.idle_w, 1e-3)
-    if dynamic_j / time_s > headroom:  # over the cap: the clock drops until the power fits (compute stretches)
-        time_s = dynamic_j / headroom
-        throttled = True
+    headroom_w = max(cap - hw.idle_w, 1e-3)
+    dynamic_j = _dynamic_energy(kernel, hw, dtype, dram, l2)
+    time_s, throttled = _under_cap(kernel_time(compute_s, memory_s, overhead_s, sync_s), dynamic_j, headroom_w)
+    tiling = _on_kernel_basis(tiling, kernel, hw, dtype, scale, overhead_s, headroom_w)
     energy_j = dynamic_j + hw.idle_w * time_s
     return Cost(
         tiling,
@@ -103,6 +110,46 @@ def estimate_cost(
         throttled,
         engine,
     )
+
+
+def _dynamic_energy(kernel: Kernel, hw: HardwareProfile, dtype: str, dram: float, l2: float) -> float:
+    """Energy above idle: per FLOP at the dtype, per DRAM byte, per L2 byte that did not go on to DRAM."""
+    return (
+        _energy_per_flop(hw, dtype) * kernel.flops
+        + hw.energy_per_dram_byte_j * dram
+        + hw.energy_per_l2_byte_j * max(l2 - dram, 0.0)
+    )
+
+
+def _under_cap(time_s: float, dynamic_j: float, headroom_w: float) -> tuple[float, bool]:
+    """(time, throttled): over the cap the clock drops until the power fits (the kernel stretches)."""
+    if dynamic_j / time_s > headroom_w:
+        return dynamic_j / headroom_w, True
+    return time_s, False
+
+
+def _on_kernel_basis(
+    tiling: TilePlan,
+    kernel: Kernel,
+    hw: HardwareProfile,
+    dtype: str,
+    scale: float,
+    overhead_s: float,
+    headroom_w: float,
+) -> TilePlan:
+    """Every tile candidate timed as the kernel itself is: the same launch, op scale, grid sync and power
+    cap, so a runner-up compares with the chosen tile (the search ranks them without the fixed costs)."""
+    if tiling.chosen is None:
+        return tiling
+
+    def timed(c: TileChoice) -> TileChoice:
+        sync_s = hw.grid_sync_s if c.split_k > 1 else 0.0
+        raw = kernel_time(c.compute_s * scale, c.memory_s * scale, overhead_s, sync_s)
+        return replace(
+            c, time_s=_under_cap(raw, _dynamic_energy(kernel, hw, dtype, c.dram_bytes, c.l2_bytes), headroom_w)[0]
+        )
+
+    return replace(tiling, chosen=timed(tiling.chosen), alternatives=tuple(timed(a) for a in tiling.alternatives))
 
 
 def _interconnect_cost(kernel: Kernel, hw: HardwareProfile) -> Cost:

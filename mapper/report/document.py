@@ -47,7 +47,7 @@ def kernel_record(e: KernelEstimate) -> dict:
                 "split_k": a.split_k,
                 "waves": a.waves,
                 "wave_efficiency": a.wave_efficiency,
-                "time_s": a.time_s,
+                "time_s": a.time_s,  # on the kernel's basis, launch included, as the kernel's own time_s
             }
             for a in e.tiling.alternatives
         ],
@@ -71,6 +71,8 @@ def kernel_record(e: KernelEstimate) -> dict:
         "bottleneck": e.bottleneck,
         "evidence": e.evidence,
         "owner": e.owner,
+        "roofline_time_s": e.roofline_time_s,
+        "speedup_if_removed": e.speedup_if_removed,
         "note": k.note,
     }
 

@@ -89,6 +89,18 @@ KERNEL_NUMERIC = (
     "stall_fraction",
     "energy_j",
     "avg_power_w",
+    "roofline_time_s",
+    "speedup_if_removed",
+)
+# Number formats a person reads in Excel (the cells stay numbers): shares as percent, counts with
+# thousands separators, times in seconds to the nanosecond, ratios to two decimals.
+PERCENT_COLUMNS = {"share", "stall_fraction", "wave_efficiency", "padding_efficiency", "mfu"}
+COUNT_COLUMNS = {"flops", "matrix_flops", "dram_bytes", "l2_bytes", "weight_bytes", "sram_bytes", "tiles"}
+COLUMN_FORMATS = (
+    (lambda c: c in PERCENT_COLUMNS, "0.0%"),
+    (lambda c: c in COUNT_COLUMNS, "#,##0"),
+    (lambda c: c.endswith("_s"), "0.000000000"),
+    (lambda c: c == "speedup_if_removed", '0.00"x"'),
 )
 
 
@@ -301,7 +313,12 @@ def _style_sheet(ws, frame: pd.DataFrame) -> None:
     if len(frame.columns) and len(frame):
         ws.auto_filter.ref = ws.dimensions
     for i, column in enumerate(frame.columns, 1):
-        ws.column_dimensions[ws.cell(row=1, column=i).column_letter].width = _column_width(frame, column)
+        letter = ws.cell(row=1, column=i).column_letter
+        ws.column_dimensions[letter].width = _column_width(frame, column)
+        fmt = next((f for matches, f in COLUMN_FORMATS if matches(str(column))), None)
+        if fmt is not None:
+            for (cell,) in ws.iter_rows(min_row=2, min_col=i, max_col=i):
+                cell.number_format = fmt
 
 
 def xlsx_bytes(frames: dict[str, pd.DataFrame]) -> bytes:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mapper.core.classes import CLASSES, Bottleneck, Owner, fix_of
-from mapper.core.units import format_bytes
+from mapper.core.units import format_bytes, format_duration, format_number, overload_sentence
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,9 +44,9 @@ def _capacity(doc: dict, _target: float | None) -> Finding | None:
     )
     return Finding(
         "capacity",
-        f"does not fit: needs {format_bytes(memory['per_device_bytes'])} of"
-        f" {format_bytes(memory['capacity_bytes'])} per device, short by {format_bytes(memory['shortfall_bytes'])}"
-        f"{hint}. Every figure below assumes memory this device does not have.",
+        f"does not fit: short by {format_bytes(memory['shortfall_bytes'])}{hint} (needs"
+        f" {format_bytes(memory['per_device_bytes'])} of {format_bytes(memory['capacity_bytes'])} per device)."
+        " Every figure below assumes memory this device does not have.",
         Owner.RUNTIME,
         kpis_unreachable=True,
     )
@@ -54,22 +54,22 @@ def _capacity(doc: dict, _target: float | None) -> Finding | None:
 
 def _latency_target(doc: dict, target_s: float | None) -> Finding | None:
     serving = doc.get("serving") or {}
-    if target_s is None or not serving.get("requests"):
+    if not serving.get("requests"):
         return None
-    offered, capacity = serving.get("offered_rate_per_s", 0.0), _capacity_per_s(doc)
-    if capacity and offered > capacity:
+    offered = serving.get("offered_rate_per_s", 0.0)
+    capacity = serving.get("capacity_per_s") or _capacity_per_s(doc)
+    overload = overload_sentence(offered, capacity)
+    if overload:
         return Finding(
-            "latency target",
-            f"is overloaded: offered {offered:,.1f} req/s is over the capacity of {capacity:,.1f} req/s, so the"
-            " queue grows without bound and no percentile is meaningful at this load.",
-            Owner.RUNTIME,
+            "latency target", f"is overloaded: {overload}, so no percentile is meaningful at this load.", Owner.RUNTIME
         )
     p99 = serving.get("p99_s", 0.0)
-    if p99 <= target_s:
+    if target_s is None or p99 <= target_s:
         return None
     return Finding(
         "latency target",
-        f"misses the p99 target: {p99 * 1e3:,.3g} ms against {target_s * 1e3:,.3g} ms at {offered:,.1f} req/s"
+        f"misses the p99 target: {format_duration(p99)} against {format_duration(target_s)} at"
+        f" {format_number(offered)} req/s"
         f" ({serving.get('policy', '')} batching up to {serving.get('max_batch', 1)}).",
         Owner.RUNTIME,
     )

@@ -13,7 +13,7 @@ from mapper.core.errors import MapperError
 from mapper.core.graph import Graph
 from mapper.core.result import CollectiveRecord, KernelAssessment, KernelEstimate, ParallelPlan, PlanOptions
 from mapper.core.vocab import Engine
-from mapper.cost.bottleneck import Facts, classify
+from mapper.cost.bottleneck import Facts, classify, speedup_if_removed
 from mapper.cost.estimate import estimate_cost
 from mapper.hardware.profile import HardwareProfile
 from mapper.plan.kernels import Sizer
@@ -23,9 +23,8 @@ from mapper.schedule.stages import balance_stages, stage_times
 
 def _estimate_collective(kernel, hw: HardwareProfile, dtype: str, sizer: Sizer) -> KernelEstimate:
     c = estimate_cost(kernel, hw, dtype, sizer.act, sizer.weight)
-    cls, evidence, owner = classify(
-        Facts(Engine.INTERCONNECT, c.time_s, 0.0, 0.0, c.overhead_s, 0.0, 0.0, 1.0, 0, 1.0, 1.0, c.interconnect_s)
-    )
+    facts = Facts(Engine.INTERCONNECT, c.time_s, 0.0, 0.0, c.overhead_s, 0.0, 0.0, 1.0, 0, 1.0, 1.0, c.interconnect_s)
+    cls, evidence, owner = classify(facts)
     return KernelEstimate(
         kernel,
         KernelAssessment(
@@ -47,6 +46,8 @@ def _estimate_collective(kernel, hw: HardwareProfile, dtype: str, sizer: Sizer) 
             bottleneck=cls,
             evidence=evidence,
             owner=owner,
+            roofline_time_s=c.interconnect_s,  # the wire time at the links' alpha-beta: its floor
+            speedup_if_removed=speedup_if_removed(cls, facts),
         ),
     )
 

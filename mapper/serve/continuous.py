@@ -44,10 +44,12 @@ class LLMServingConfig:
 class LLMServingResult:
     ttft_p50_s: float
     ttft_p90_s: float
+    ttft_p95_s: float
     ttft_p99_s: float
     ttft_mean_s: float
     tpot_p50_s: float
     tpot_p90_s: float
+    tpot_p95_s: float
     tpot_p99_s: float
     tpot_mean_s: float
     latency_p50_s: float
@@ -174,10 +176,12 @@ def _result(reqs: Requests, timeline: Timeline, config: LLMServingConfig) -> LLM
     return LLMServingResult(
         q(ttft, 50),
         q(ttft, 90),
+        q(ttft, 95),
         q(ttft, 99),
         float(ttft.mean()),
         q(tpot, 50),
         q(tpot, 90),
+        q(tpot, 95),
         q(tpot, 99),
         float(tpot.mean()),
         q(latency, 50),

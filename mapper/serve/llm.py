@@ -29,7 +29,7 @@ from mapper.serve.continuous import (
 from mapper.serve.engine import engine_batch_time
 from mapper.serve.load_curve import LoadCurve, load_curve, serving_section
 from mapper.serve.scheduler import Scheduler
-from mapper.serve.serving import ServingConfig, ServingResult, simulate_serving
+from mapper.serve.serving import MAX_REQUESTS, ServingConfig, ServingResult, simulate_serving
 
 KV_MEMORY_FRACTION = (
     0.9  # of device memory left after the weights (runtime, activations and fragmentation take the rest)
@@ -197,6 +197,9 @@ class ServeRequest:
     scheduler: str = Scheduler.PREFILL_FIRST.value  # decoders: prefill-first | decode-first | chunked
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS  # decoders, chunked: prompt tokens per step
     compare_schedulers: bool = False  # decoders: also serve the same requests by every scheduler
+    # Serve the batch the user mapped (its batch dim in `dims`): a request queue of static batches of that
+    # size, a decoder with that many sequences; the serving config's own max batch and policy otherwise.
+    follow_mapped_batch: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +241,26 @@ def is_decoder(model) -> bool:
     return "past" in open_model(model).roles.values()
 
 
+def mapped_batch(model, dims: dict[str, int] | None) -> int | None:
+    """The batch the bindings map (the first dim whose role is batch), or None where they give none."""
+    batch = [dims[name] for name, role in model.roles.items() if role == "batch" and dims and name in dims]
+    return batch[0] if batch else None
+
+
+def follow_batch(config: ServingConfig, batch: int | None, decoder: bool) -> ServingConfig:
+    """The serving config at the mapped batch: a decoder runs that many sequences; a request queue runs
+    static batches of it (the mapped latency is exactly one batch's service time), over whole batches
+    so no short final batch is mapped apart."""
+    if batch is None or batch < 1:
+        return config
+    if decoder:
+        return replace(config, max_batch=batch)
+    whole = -(-config.requests // batch) * batch
+    return replace(
+        config, policy="static", max_batch=batch, requests=whole if whole <= MAX_REQUESTS else config.requests
+    )
+
+
 def serve_model(
     model, hw, options, request: ServeRequest = ServeRequest(), dims: dict[str, int] | None = None
 ) -> ServingRun:
@@ -250,6 +273,8 @@ def serve_model(
         s, jitter_cv=hw.jitter_cv if s.jitter_cv is None else s.jitter_cv, jitter_dist=s.jitter_dist or hw.jitter_dist
     )
     decoder = is_decoder(model) if request.decoder is None else request.decoder
+    if request.follow_mapped_batch:
+        s = follow_batch(s, mapped_batch(model, dims), decoder)
     if decoder and request.service_time_s is None:
         config = LLMServingConfig(
             s.max_batch,

@@ -61,7 +61,7 @@ def load_curve(
     if any(not (0 < x < MAX_LOAD) for x in loads):
         raise MapperError("loads must be fractions of the saturation rate, each > 0 (and < 10)")
     times = BatchTimes(service_time, config.max_batch)
-    saturation = times.saturation_rate(config.max_batch)
+    saturation = times.saturation_rate(config.max_batch, config.policy)
     cached = times if callable(service_time) else service_time
 
     def run(rate: float):
@@ -106,6 +106,8 @@ def serving_section(result: ServingResult, config: ServingConfig, curve: LoadCur
         "jitter_cv": config.jitter_cv,
         "jitter_dist": config.jitter_dist,
         **{k: getattr(result, k) for k in SECTION_FIGURES},
+        "capacity_per_s": result.capacity_per_s,
+        "overload": result.overload,
         "assumptions": list(result.assumptions),
     }
     if curve is not None:

@@ -18,6 +18,7 @@ import numpy as np
 
 from mapper.core import limits
 from mapper.core.errors import MapperError
+from mapper.core.units import overload_sentence
 from mapper.serve.trace import Trace
 
 POLICIES = ("static", "dynamic")
@@ -63,6 +64,8 @@ class ServingResult:
     offered_rate_per_s: float
     assumptions: tuple[str, ...]
     latency_quantiles_s: tuple[float, ...] = field(default=(), repr=False)  # SAMPLE_POINTS quantiles, for a CDF
+    capacity_per_s: float = 0.0  # the highest sustainable rate under this policy (capacity_per_s below)
+    overload: str = ""  # the sentence when the offered rate is over the capacity (overload_sentence), else ""
 
 
 def validate_config(config: ServingConfig) -> ServingConfig:
@@ -137,8 +140,11 @@ class BatchTimes:
             self.table[batch] = t
         return t
 
-    def saturation_rate(self, max_batch: int) -> float:
-        """The highest sustainable request rate: the best batch-size throughput (mean jitter is 1)."""
+    def saturation_rate(self, max_batch: int, policy: str = "dynamic") -> float:
+        """The highest sustainable request rate (mean jitter is 1): static batches always run full, so
+        max_batch over its time; dynamic batching can form any size, so the best batch-size throughput."""
+        if policy == "static":
+            return max_batch / self(max_batch)
         return max(b / self(b) for b in _probe_sizes(max_batch))
 
 
@@ -245,7 +251,9 @@ def simulate_serving(service_time: ServiceTime, config: ServingConfig) -> Servin
     else:
         starts, sizes, services = dynamic_batches(arrival, b, config.max_wait_s, times, jitter)
         ends = starts + services
-    return summarize(arrival, starts, ends, services, sizes, config, describe(service_time, config, n))
+    result = summarize(arrival, starts, ends, services, sizes, config, describe(service_time, config, n))
+    capacity = times.saturation_rate(b, "static" if b == 1 else config.policy)
+    return replace(result, capacity_per_s=capacity, overload=overload_sentence(result.offered_rate_per_s, capacity))
 
 
 def summarize(
