@@ -11,12 +11,13 @@ import sys
 from collections.abc import Callable
 
 import mapper
+from mapper.cli import store as store_cli
 from mapper.cli import sweep as sweep_cli
-from mapper.cli.args import Parser, add_model_args, options_from, parse_dim, workload_from
+from mapper.cli.args import Parser, add_model_args, add_store_args, options_from, parse_dim, workload_from
 from mapper.cli.evidence import add_arguments as add_evidence_commands
 from mapper.core.errors import MapperError, error_line, path_text, printable
 from mapper.core.units import format_bytes
-from mapper.report.sheet import write_sheet
+from mapper.report.sheet import sheet_bytes, write_sheet
 from mapper.serve.llm import ServeRequest, serve_model
 from mapper.serve.serving import ServingConfig
 from mapper.serve.trace import load_trace
@@ -27,6 +28,9 @@ def cmd_map(args) -> int:
     result = mapper.map_slice(workload_from(args), hw, options_from(args))
     if args.out:
         write_sheet(result, args.out)
+    if store_cli.store_of(args):  # the sheet written, else the XLSX one
+        sheet = None if args.out else (sheet_bytes(result, "xlsx"), "xlsx")
+        store_cli.record_from_args(args, mapper.mapping_document(result), "map", args.out, sheet)
     if args.json:
         print(json.dumps(mapper.mapping_document(result), indent=1, allow_nan=False))
     else:
@@ -160,7 +164,9 @@ def cmd_serve(args) -> int:
         args.load_curve,
         args.p99_target_ms / 1e3 if args.p99_target_ms is not None else None,
     )
-    section = serve_model(model, hw, options, request, model.shortcut_dims(dims, seq=args.seq)).section()
+    bound = model.shortcut_dims(dims, seq=args.seq)
+    section = serve_model(model, hw, options, request, bound).section()
+    store_cli.record_from_args(args, store_cli.serving_document(model, hw, options, bound, section), "serve")
     if args.json:
         print(json.dumps(section, indent=1, allow_nan=False))
     else:
@@ -209,6 +215,8 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--out", help="write the mapping sheet: .xlsx, .csv, .json or .html")
         elif name == "serve":
             add_serve_args(p)
+        if name in ("map", "serve"):
+            add_store_args(p)
         p.add_argument("--json", action="store_true", help="print one JSON document")
     register_extra_commands(sub)
     return parser
@@ -218,6 +226,7 @@ def register_extra_commands(sub) -> None:
     """Commands that live in their own modules (each adds its parsers to `sub`)."""
     sweep_cli.add_arguments(sub)
     add_evidence_commands(sub)  # probe, measure, calibrate
+    store_cli.add_arguments(sub)  # trend
 
 
 class _PrintableStream:

@@ -11,7 +11,8 @@ import json
 import sys
 import time
 
-from mapper.cli.args import parse_dim
+from mapper.cli import store as store_cli
+from mapper.cli.args import add_store_args, parse_dim
 from mapper.core import limits
 from mapper.core.errors import MapperError
 from mapper.core.result import PlanOptions
@@ -86,6 +87,7 @@ def add_arguments(subparsers) -> None:
     )
     p.add_argument("--out", help="write the comparison: .xlsx or .json")
     p.add_argument("--json", action="store_true", help="print the comparison as one JSON document")
+    add_store_args(p)
     p.set_defaults(func=cmd_compare)
 
 
@@ -213,6 +215,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         )
     if args.out:
         write_comparison(c, args.out)
+    if store_cli.store_of(args):
+        doc = comparison_document(c)
+        store_cli.record_from_args(args, store_cli.comparison_record(args, doc), "compare", args.out)
     if args.json:
         print(json.dumps(comparison_document(c), indent=1))
         return 0
