@@ -261,6 +261,9 @@ def sidebar() -> Selection | None:
     return Selection(label, key, source, bound, hw, hw_choice, options, serving)
 
 
+PAGE_PARAMS = ("run",)  # a page's own link parameter, kept (Trends: the run whose sheet a chart point opens)
+
+
 def write_query_params(sel: Selection, page_path: str) -> None:
     """Mirror a shareable view in the URL (built-in model and profile only; uploads can't travel)."""
     params = {"dtype": sel.options.dtype, "fusion": sel.options.fusion, "layout": sel.options.layout}
@@ -271,6 +274,7 @@ def write_query_params(sel: Selection, page_path: str) -> None:
     params |= {k: str(v) for k, v in sel.dims if k in LINKED_DIMS}
     if page_path:
         params["page"] = page_path
+    params |= {k: v for k, v in st.query_params.items() if k in PAGE_PARAMS}
     if dict(st.query_params) != params:
         st.query_params.from_dict(params)
 

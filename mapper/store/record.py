@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import itertools
 import json
 import os
 import random
@@ -138,20 +139,19 @@ def record(
     engine = open_engine(store) if isinstance(store, str) else store
     row = _row(document, command, revision, kpis)
     row.update(sheet=gzip.compress(sheet, mtime=0) if sheet is not None else None, sheet_format=sheet_format)
-    for attempt in range(WRITE_ATTEMPTS):
+    for attempt in itertools.count(1):
         try:
             with engine.begin() as conn:
-                conn.execute(runs.insert().values(**row))
-            break
+                return conn.execute(runs.insert().values(**row).returning(runs.c.id)).scalar_one()
         except sa.exc.IntegrityError as exc:
-            if _run_id(engine, row["uid"]) is None:
+            found = _run_id(engine, row["uid"])
+            if found is None:
                 raise MapperError(f"--store: cannot record the run: {str(exc.orig).strip()}") from None
-            break  # the uid is there: an earlier attempt committed
+            return found  # the uid is there: an earlier attempt committed
         except sa.exc.OperationalError as exc:
-            if not _transient(exc) or attempt == WRITE_ATTEMPTS - 1:
+            if not _transient(exc) or attempt >= WRITE_ATTEMPTS:
                 raise MapperError(f"--store: cannot record the run: {str(exc.orig).strip()}") from None
             time.sleep(RETRY_BASE_S * 2**attempt * (1 + random.random()))
-    return _run_id(engine, row["uid"])
 
 
 def _run_id(engine: sa.Engine, uid: str) -> int | None:

@@ -95,7 +95,7 @@ def normalize_url(url: str) -> str:
 
 
 def _sqlite_engine(url: str) -> sa.Engine:
-    engine = sa.create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S}, poolclass=sa.NullPool)
+    engine = sa.create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
 
     @sa.event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn, _record):
