@@ -34,7 +34,9 @@ def sheet_of_run(text: str) -> None:
         return
     data, fmt = found
     st.success(f"Run {text}: its sheet ({len(data) / 1024:,.0f} KiB, {ui.md(fmt)}).")
-    st.download_button(f"Download the sheet of run {text}", data, file_name=f"run-{text}.{fmt}", key="run_sheet")
+    st.download_button(
+        f"Download the sheet of run {text}", data, file_name=f"run-{text}.{fmt}", key=f"run_sheet_{text}"
+    )
 
 
 run = st.query_params.get("run")
@@ -49,7 +51,7 @@ model = left.selectbox("Model", ["all", *sorted({t.model_name for t in everythin
 hw = middle.selectbox("Hardware", ["all", *sorted({t.hardware_name for t in everything})], format_func=ui.md)
 threshold = right.number_input("Regression threshold", 0.0, 10.0, mapper.DEFAULT_TREND_THRESHOLD, 0.01)
 chosen = slices(None if model == "all" else model, None if hw == "all" else hw)
-st.caption(f"{len(chosen)} slices; each chart point links to its run's sheet.")
+st.caption(f"{len(chosen)} slices; click a point (or a run's link in its table) for that run's sheet.")
 for trend in chosen[:MAX_SLICES]:
     metric = trend.primary_metric() or "latency"
     dims = ", ".join(f"{k}={v}" for k, v in trend.dims.items())
@@ -59,6 +61,15 @@ for trend in chosen[:MAX_SLICES]:
             f"Regression: {metric} {r.change:+.1%} worse from {ui.md(r.previous_revision)} to"
             f" {ui.md(r.latest_revision)} (threshold {threshold:.0%})."
         )
-    st.plotly_chart(mapper.trend_figure(trend, metric), key=f"trend_{trend.key}")
-    rows = [{"run": p.run_id, "revision": p.revision, "recorded (UTC)": p.recorded_utc, **p.kpis} for p in trend.points]
-    st.dataframe(pd.DataFrame(rows), hide_index=True)
+    event = st.plotly_chart(
+        mapper.trend_figure(trend, metric), key=f"trend_{trend.key}", on_select="rerun", selection_mode="points"
+    )
+    for point in event.selection.points[:1]:  # a click on a point: that run's sheet
+        sheet_of_run(str(point["customdata"]))
+    rows = [
+        {"run": p.run_id, "sheet": f"?run={p.run_id}" if p.has_sheet else None, "revision": p.revision}
+        | {"recorded (UTC)": p.recorded_utc, **p.kpis}
+        for p in trend.points
+    ]
+    sheet_link = st.column_config.LinkColumn("sheet", display_text="open")  # the page at ?run=ID: its sheet
+    st.dataframe(pd.DataFrame(rows), hide_index=True, column_config={"sheet": sheet_link})

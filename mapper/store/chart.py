@@ -1,6 +1,7 @@
 """The trend chart: a slice's primary metric across revisions, predicted against measured, as a Plotly line.
 
-Each point's label is a link to its run (`?run=ID`, which the Trends page answers with that run's sheet).
+Each point carries its run id (customdata): a click on it is a selection the Trends page answers with that
+run's sheet. (Plotly lays its drag and hover layers over in-plot and tick-label links, so those never click.)
 Revision labels are the user's text: html-escaped here, because plotly renders labels as a subset of HTML.
 """
 
@@ -20,7 +21,6 @@ def trend_figure(trend: SliceTrend, metric: str | None = None) -> go.Figure:
     column = KPIS[metric][0]
     points = [p for p in trend.points if p.kpis[column] is not None]
     x = [f"{i + 1}: {html.escape(p.revision[:24])}" for i, p in enumerate(points)]
-    links = [f'<a href="?run={p.run_id}" target="_self">run {p.run_id}</a>' for p in points]
     hover = [
         f"revision {html.escape(p.revision)}<br>model {p.model_sha256[:12]}<br>profile {p.hardware_sha256[:12]}"
         f"<br>engine {html.escape(p.engine_version)}<br>{p.recorded_utc}"
@@ -31,9 +31,8 @@ def trend_figure(trend: SliceTrend, metric: str | None = None) -> go.Figure:
         go.Scatter(
             x=x,
             y=[p.kpis[column] for p in points],
-            mode="lines+markers+text",
-            text=links,
-            textposition="top center",
+            mode="lines+markers",
+            customdata=[p.run_id for p in points],
             hovertext=hover,
             hoverinfo="text+y",
             name=f"{metric} (predicted)",
