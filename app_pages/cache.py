@@ -53,4 +53,4 @@ def sheet(key: tuple, fmt: str, _result) -> bytes:
 @st.cache_data(max_entries=256, show_spinner=False)
 def recorded(key: tuple, _result, _doc: dict) -> int:
     """Record one mapping in the operator's store, once per distinct mapping (`key`) on this server."""
-    return mapper.record_run(STORE, _doc, command="dashboard", sheet=sheet(key, "xlsx", _result), sheet_format="xlsx")
+    return mapper.record_run(STORE, _doc, command="dashboard", sheet=(sheet(key, "xlsx", _result), "xlsx"))

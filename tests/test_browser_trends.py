@@ -25,8 +25,7 @@ START_S = 60
 def store_url(tmp_path_factory) -> str:
     url = f"sqlite:///{tmp_path_factory.mktemp('store') / 'runs.sqlite'}"
     for revision, p99_s in (("r1", 0.010), ("r2", 0.011), ("r3", 0.015)):  # r3: 36% worse than r2
-        record(url, doc(p99_s, model="trend-net"), command="map", revision=revision, sheet=b"PK" + b"0" * 64,
-               sheet_format="xlsx")  # fmt: skip
+        record(url, doc(p99_s, model="trend-net"), command="map", revision=revision, sheet=(b"PK" + b"0" * 64, "xlsx"))
     return url
 
 

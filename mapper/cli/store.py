@@ -39,8 +39,9 @@ def record_from_args(args, document: dict, command: str, sheet_path: str | None 
         return None
     if sheet is None and sheet_path:
         sheet = (Path(sheet_path).read_bytes(), Path(sheet_path).suffix.lstrip(".") or "bin")
-    data, fmt = sheet if sheet else (None, None)
-    run_id = record(store, document, command=command, revision=args.revision, sheet=data, sheet_format=fmt)
+    source = getattr(args, "model", None)
+    name = Path(source).stem if source and source.endswith(".onnx") else source  # the file, not its graph's name
+    run_id = record(store, document, command=command, revision=args.revision, sheet=sheet, model_name=name)
     print(f"recorded run {run_id} in {shown(store)}", file=sys.stderr)
     return run_id
 

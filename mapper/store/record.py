@@ -95,10 +95,10 @@ def kpis_of(document: dict) -> dict:
     return {**kpis, "first_failure": failure}
 
 
-def _row(document: dict, command: str, revision: str | None, kpis: dict | None) -> dict:
+def _row(document: dict, command: str, revision: str | None, kpis: dict | None, model_name: str | None) -> dict:
     model, hardware = document.get("model") or {}, document.get("hardware") or {}
     dims, options = dict(model.get("dims") or {}), dict(document.get("options") or {})
-    names = (str(model.get("name") or "?"), str(hardware.get("name") or "?"))
+    names = (str(model_name or model.get("name") or "?"), str(hardware.get("name") or "?"))
     found = kpis_of(document)
     found.update({k: v for k, v in (kpis or {}).items() if k in found})
     return {
@@ -131,14 +131,17 @@ def record(
     command: str,
     revision: str | None = None,
     kpis: dict | None = None,
-    sheet: bytes | None = None,
-    sheet_format: str | None = None,
+    sheet: tuple[bytes, str] | None = None,
+    model_name: str | None = None,
 ) -> int:
-    """Write one run; its id. `kpis` overrides what `kpis_of(document)` finds (a review's own figures).
+    """Write one run; its id. `sheet`: (bytes, format: xlsx, json...). `kpis` overrides what `kpis_of(document)`
+    finds (a review's own figures);
+    `model_name` the document's model name (the CLI passes the file's stem: two exports may share a graph name).
     A transient lock is retried; the row's uid makes a retry after a lost reply a no-op, never a double."""
     engine = open_engine(store) if isinstance(store, str) else store
-    row = _row(document, command, revision, kpis)
-    row.update(sheet=gzip.compress(sheet, mtime=0) if sheet is not None else None, sheet_format=sheet_format)
+    row = _row(document, command, revision, kpis, model_name)
+    data, fmt = sheet or (None, None)
+    row.update(sheet=gzip.compress(data, mtime=0) if data is not None else None, sheet_format=fmt)
     for attempt in itertools.count(1):
         try:
             with engine.begin() as conn:
