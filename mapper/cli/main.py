@@ -225,6 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
 def register_extra_commands(sub) -> None:
     """Commands that live in their own modules (each adds its parsers to `sub`)."""
     sweep_cli.add_arguments(sub)
+    add_store_args(sub.choices["compare"])  # a comparison is recorded like a mapping
     add_evidence_commands(sub)  # probe, measure, calibrate
     store_cli.add_arguments(sub)  # trend
 

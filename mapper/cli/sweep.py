@@ -12,7 +12,7 @@ import sys
 import time
 
 from mapper.cli import store as store_cli
-from mapper.cli.args import add_store_args, parse_dim
+from mapper.cli.args import parse_dim
 from mapper.core import limits
 from mapper.core.errors import MapperError
 from mapper.core.result import PlanOptions
@@ -87,7 +87,6 @@ def add_arguments(subparsers) -> None:
     )
     p.add_argument("--out", help="write the comparison: .xlsx or .json")
     p.add_argument("--json", action="store_true", help="print the comparison as one JSON document")
-    add_store_args(p)
     p.set_defaults(func=cmd_compare)
 
 
