@@ -6,19 +6,16 @@ Needs /usr/bin/chromium and playwright, as tests/test_browser.py (skipped there 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from mapper.store.record import record
-from tests.test_browser import ARGS, CHROMIUM, ROOT, free_port, no_exception, settle, sync_api
+from tests import test_browser
+from tests.test_browser import ARGS, CHROMIUM, no_exception, settle, sync_api
 from tests.test_store import doc
 
-START_S = 60
+server = test_browser.server  # the dashboard fixture, started here with MAPPER_STORE (store_env, autouse)
 
 
 @pytest.fixture(scope="module")
@@ -29,31 +26,16 @@ def store_url(tmp_path_factory) -> str:
     return url
 
 
-@pytest.fixture(scope="module")
-def server(store_url):
-    port = free_port()
-    argv = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true"]
-    proc = subprocess.Popen(
-        [*argv, "--server.port", str(port), "--server.address", "127.0.0.1"],
-        cwd=ROOT,
-        env={**os.environ, "MAPPER_STORE": store_url},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + START_S
-    while time.time() < deadline:
-        try:
-            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=1).status == 200:
-                break
-        except OSError:
-            time.sleep(0.3)
+@pytest.fixture(scope="module", autouse=True)
+def store_env(store_url):
+    """MAPPER_STORE for the dashboard tests/test_browser.py's `server` starts (autouse: set before it)."""
+    before = os.environ.get("MAPPER_STORE")
+    os.environ["MAPPER_STORE"] = store_url
+    yield
+    if before is None:
+        os.environ.pop("MAPPER_STORE")
     else:
-        proc.kill()
-        pytest.fail(f"streamlit did not start: {proc.stdout.read().decode()[-2000:]}")
-    yield url
-    proc.terminate()
-    proc.wait(timeout=10)
+        os.environ["MAPPER_STORE"] = before
 
 
 def test_trends_page_reads_the_store_and_links_each_point_to_its_sheet(server, tmp_path):
