@@ -26,6 +26,7 @@ PAGES = [
     st.Page("app_pages/compare.py", title="Compare", icon=":material/compare_arrows:"),
     st.Page("app_pages/hardware.py", title="Hardware", icon=":material/developer_board:"),
     st.Page("app_pages/export.py", title="Export", icon=":material/download:"),
+    st.Page("app_pages/trends.py", title="Trends", icon=":material/trending_up:"),
 ]
 page = st.navigation(PAGES, expanded=True)  # every page listed: no Export behind "View more"
 
@@ -51,6 +52,12 @@ def map_selection(selection: state.Selection) -> None:
         session.update(result=result, doc=doc, map_error=None)
     except mapper.MapperError as e:
         session.update(map_error=f"Cannot map this selection: {mapper.error_line(e)}")
+        result = None
+    if result is not None and cache.STORE is not None:  # the operator configured a store: record what is mapped
+        try:
+            cache.recorded(selection.key, result, doc)
+        except mapper.MapperError as e:
+            ui.show_error("Not recorded in the run store", e)
     state.write_query_params(selection, page.url_path)
 
 

@@ -10,6 +10,8 @@ import streamlit as st
 
 import mapper
 
+STORE = mapper.store_url_from_env()  # the operator's run store, read once at server start; None: record nothing
+
 
 @st.cache_resource(max_entries=32, show_spinner=False)
 def hardware(name: str) -> mapper.HardwareProfile:
@@ -46,3 +48,9 @@ def mapping(
 @st.cache_data(max_entries=32, show_spinner=False)
 def sheet(key: tuple, fmt: str, _result) -> bytes:
     return mapper.sheet_bytes(_result, fmt)
+
+
+@st.cache_data(max_entries=256, show_spinner=False)
+def recorded(key: tuple, _result, _doc: dict) -> int:
+    """Record one mapping in the operator's store, once per distinct mapping (`key`) on this server."""
+    return mapper.record_run(STORE, _doc, command="dashboard", sheet=(sheet(key, "xlsx", _result), "xlsx"))

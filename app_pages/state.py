@@ -358,6 +358,9 @@ def sidebar() -> Selection | None:
     return Selection(label, key, source, bound, hw, hw_choice, options, serving)
 
 
+PAGE_PARAMS = ("run",)  # a page's own link parameter, kept (Trends: the run whose sheet a chart point opens)
+
+
 def write_query_params(sel: Selection, page_path: str) -> None:
     """Mirror the view in the URL: every plan option away from its default (the engine's text form), the
     bindings, the serving values and presentation mode; an upload or the user's own profile by name only."""
@@ -375,6 +378,7 @@ def write_query_params(sel: Selection, page_path: str) -> None:
     params |= {k: _link_text(ss[k]) for k in LINKED_VALUES if k in ss and ss[k] != DEFAULTS[k]}
     if page_path:
         params["page"] = page_path
+    params |= {k: v for k, v in st.query_params.items() if k in PAGE_PARAMS}
     if dict(st.query_params) != params:
         st.query_params.from_dict(params)
 

@@ -102,6 +102,15 @@ _LAZY = {
     "review_command": "mapper.review.packet",
     "first_failing_slice": "mapper.review.first_slice",
     "parse_target": "mapper.review.first_slice",
+    "record_run": "mapper.store.record:record",
+    "run_sheet": "mapper.store.record",
+    "store_url_from_env": "mapper.store.record",
+    "load_trends": "mapper.store.trend",
+    "trend_regressions": "mapper.store.trend:regressions",
+    "trend_document": "mapper.store.trend",
+    "TREND_KPIS": "mapper.store.trend:KPIS",
+    "DEFAULT_TREND_THRESHOLD": "mapper.store.trend:DEFAULT_THRESHOLD",
+    "trend_figure": "mapper.store.chart",
 }
 
 

@@ -8,6 +8,7 @@ python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e ".[test]"
 if [ -f scripts/install_browser.sh ]; then bash scripts/install_browser.sh || echo "note: chromium not installed; the browser test will be skipped"; fi
+if [ -f scripts/install_postgres.sh ]; then bash scripts/install_postgres.sh || echo "note: postgresql not installed; the PostgreSQL store tests will be skipped"; fi
 # strace for the sandbox audit (tests/security/test_sandbox.py), after install_browser.sh's apt-get update
 if ! command -v strace >/dev/null && [ "$(id -u)" = "0" ]; then DEBIAN_FRONTEND=noninteractive apt-get install -y -qq strace || echo "note: strace not installed; the sandbox audit test will be skipped"; fi
 # Style is checked, not argued: the formatter and the linter (rules in pyproject.toml) run first.

@@ -106,3 +106,19 @@ def options_from(args) -> mapper.PlanOptions:
 def workload_from(args) -> mapper.Workload:
     dims = dict(parse_dim(d) for d in args.dim)
     return mapper.load_workload(args.model, dims or None, batch=args.batch, seq=args.seq)
+
+
+def add_store_args(p: argparse.ArgumentParser) -> None:
+    """--store/--revision: record the command's result in the run store (mapper/cli/store.py records it)."""
+    p.add_argument(
+        "--store",
+        nargs="?",
+        const="default",
+        default=None,
+        metavar="URL",
+        help="record the run: a database URL (sqlite:///runs.sqlite, postgresql://...), a file, or none for the"
+        " default store in the user's data directory; default: $MAPPER_STORE when set",
+    )
+    p.add_argument(
+        "--revision", help="the revision label of what was mapped (default: the git commit of the current directory)"
+    )

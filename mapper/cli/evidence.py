@@ -5,12 +5,14 @@ Each command is a thin client of mapper.evidence; bad input raises MapperError (
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
 
 import mapper
-from mapper.cli.args import parse_dim
+from mapper.cli import store as store_cli
+from mapper.cli.args import add_store_args, parse_dim
 from mapper.evidence.calibrate import calibrate, holdout_report
 from mapper.evidence.compare import compare_measured
 from mapper.evidence.measure import ORT_PLAN, measure_model, measurement_from_profile
@@ -48,6 +50,7 @@ def add_arguments(subparsers) -> None:
         "--out", default=None, help="write the mapping sheet with a Measured section (.xlsx .csv .json .html)"
     )
     m.add_argument("--json", action="store_true")
+    add_store_args(m)
     m.set_defaults(func=cmd_measure)
     c = subparsers.add_parser("calibrate", help="fit a profile's efficiency curves to measured models")
     c.add_argument("--hw", required=True, help="the profile to start from")
@@ -88,9 +91,11 @@ def cmd_measure(args) -> int:
     result = mapper.map_workload(model.bind(dims), _hardware(args.hw), ORT_PLAN)
     comparison = compare_measured(result, measurement)
     if args.out:  # the mapping sheet with its Measured section
-        import dataclasses
-
         write_sheet(dataclasses.replace(result, measured=comparison), args.out)
+    if store_cli.store_of(args):
+        measured = dataclasses.replace(result, measured=comparison)
+        sheet = None if args.out else (mapper.sheet_bytes(measured, "xlsx"), "xlsx")
+        store_cli.record_from_args(args, mapper.mapping_document(measured), "measure", args.out, sheet)
     if args.json:
         doc = {**{k: v for k, v in measurement.to_dict().items() if k != "latencies_s"}, "comparison": comparison}
         print(json.dumps(doc, indent=1, allow_nan=False))

@@ -13,15 +13,16 @@ from pathlib import Path
 
 import mapper
 from mapper.cli import review as review_cli
+from mapper.cli import store as store_cli
 from mapper.cli import sweep as sweep_cli
-from mapper.cli.args import Parser, add_model_args, options_from, parse_dim, workload_from
+from mapper.cli.args import Parser, add_model_args, add_store_args, options_from, parse_dim, workload_from
 from mapper.cli.evidence import add_arguments as add_evidence_commands
 from mapper.core.errors import MapperError, error_line, path_text, printable
 from mapper.core.units import format_bytes
 from mapper.model.onnx_import import read_model_structure
 from mapper.model.wire import STRIPPED_LOCATION
 from mapper.report.reproduce import reproduce_command
-from mapper.report.sheet import write_sheet
+from mapper.report.sheet import sheet_bytes, write_sheet
 from mapper.serve.llm import ServeRequest, serve_model
 from mapper.serve.serving import ServingConfig
 from mapper.serve.trace import load_trace
@@ -32,6 +33,9 @@ def cmd_map(args) -> int:
     result = mapper.map_slice(workload_from(args), hw, options_from(args))
     if args.out:
         write_sheet(result, args.out)
+    if store_cli.store_of(args):  # the sheet written, else the XLSX one
+        sheet = None if args.out else (sheet_bytes(result, "xlsx"), "xlsx")
+        store_cli.record_from_args(args, mapper.mapping_document(result), "map", args.out, sheet)
     if args.json:
         print(json.dumps(json_document(result, args), indent=1, allow_nan=False))
     else:
@@ -189,7 +193,9 @@ def cmd_serve(args) -> int:
         args.chunk_tokens,
         args.compare_schedulers,
     )
-    section = serve_model(model, hw, options, request, model.shortcut_dims(dims, seq=args.seq)).section()
+    bound = model.shortcut_dims(dims, seq=args.seq)
+    section = serve_model(model, hw, options, request, bound).section()
+    store_cli.record_from_args(args, store_cli.serving_document(model, hw, options, bound, section), "serve")
     if args.json:
         print(json.dumps(section, indent=1, allow_nan=False))
     else:
@@ -254,6 +260,8 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--out", help="write the mapping sheet: .xlsx, .csv, .json or .html")
         elif name == "serve":
             add_serve_args(p)
+        if name in ("map", "serve"):
+            add_store_args(p)
         p.add_argument("--json", action="store_true", help="print one JSON document")
     register_extra_commands(sub)
     return parser
@@ -281,8 +289,10 @@ def register_extra_commands(sub) -> None:
     """Commands that live in their own modules (each adds its parsers to `sub`)."""
     add_strip_command(sub)
     sweep_cli.add_arguments(sub)
+    add_store_args(sub.choices["compare"])  # a comparison is recorded like a mapping
     add_evidence_commands(sub)  # probe, measure, calibrate
     review_cli.add_arguments(sub)
+    store_cli.add_arguments(sub)  # trend
 
 
 class _PrintableStream:

@@ -11,6 +11,7 @@ import json
 import sys
 import time
 
+from mapper.cli import store as store_cli
 from mapper.cli.args import parse_dim
 from mapper.core import limits
 from mapper.core.errors import MapperError
@@ -213,6 +214,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         )
     if args.out:
         write_comparison(c, args.out)
+    if store_cli.store_of(args):
+        doc = comparison_document(c)
+        store_cli.record_from_args(args, store_cli.comparison_record(args, doc), "compare", args.out)
     if args.json:
         print(json.dumps(comparison_document(c), indent=1))
         return 0

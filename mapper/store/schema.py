@@ -1,0 +1,141 @@
+"""The run store's tables and its versioned schema: what `--store URL` writes and `mapper trend` reads.
+
+One row per recorded run (the slice it mapped, the revision label, its KPIs, its document and sheet).
+A `schema_version` table says which of MIGRATIONS a store has had; `open_engine` applies the missing
+ones in order under a lock (SQLite: BEGIN IMMEDIATE; PostgreSQL: an advisory lock), so two processes
+opening a fresh store at once create it once. A store newer than this mapper is refused, not guessed at.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from mapper.core.errors import MapperError
+
+SQLITE_BUSY_TIMEOUT_S = 60  # a writer waits this long for another's lock (8 CI jobs x 200 runs: well under 1 s)
+PG_MIGRATION_LOCK = 0x6D617070  # "mapp": the advisory-lock key every mapper process migrates under
+
+metadata = sa.MetaData()
+
+schema_version = sa.Table("schema_version", metadata, sa.Column("version", sa.Integer, nullable=False))
+
+KPI_COLUMNS = (
+    "latency_s",
+    "p50_s",
+    "p95_s",
+    "p99_s",
+    "ttft_p99_s",
+    "tpot_p99_s",
+    "throughput_per_s",
+    "mfu",
+    "memory_stall_fraction",
+    "perf_per_watt",
+    "memory_per_device_bytes",
+    "measured_p50_s",
+    "measured_p99_s",
+)
+
+runs = sa.Table(
+    "runs",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("uid", sa.String(32), nullable=False, unique=True),  # a retried insert is recognised, not doubled
+    sa.Column("recorded_utc", sa.String(32), nullable=False),
+    sa.Column("command", sa.String(32), nullable=False),
+    sa.Column("revision", sa.Text, nullable=False),
+    sa.Column("slice_key", sa.String(64), nullable=False, index=True),
+    sa.Column("model_name", sa.Text, nullable=False),
+    sa.Column("model_sha256", sa.String(64), nullable=False),
+    sa.Column("dims", sa.Text, nullable=False),  # JSON, keys sorted
+    sa.Column("hardware_name", sa.Text, nullable=False),
+    sa.Column("hardware_sha256", sa.String(64), nullable=False),
+    sa.Column("options", sa.Text, nullable=False),  # JSON, keys sorted
+    sa.Column("engine_version", sa.String(64), nullable=False),
+    *(sa.Column(name, sa.Float, nullable=True) for name in KPI_COLUMNS),
+    sa.Column("first_failure", sa.Text, nullable=True),
+    sa.Column("document", sa.Text, nullable=False),
+    sa.Column("sheet", sa.LargeBinary, nullable=True),
+    sa.Column("sheet_format", sa.String(8), nullable=True),
+)
+
+
+def _create_v1(conn: sa.Connection) -> None:
+    runs.create(conn)
+
+
+# Append only: (version, step). A released step never changes; a new column is a new step.
+MIGRATIONS: list[tuple[int, Callable[[sa.Connection], None]]] = [(1, _create_v1)]
+
+
+def default_store_url() -> str:
+    """The embedded default: a SQLite file in the user's data directory (platformdirs' when installed)."""
+    try:
+        import platformdirs
+
+        folder = Path(platformdirs.user_data_dir("mapper", appauthor=False))
+    except ImportError:
+        folder = Path.home() / ".local" / "share" / "mapper"
+    folder.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{folder / 'runs.sqlite'}"
+
+
+def normalize_url(url: str) -> str:
+    """'default' (or empty) -> the embedded store; a plain path -> a SQLite file; a URL stays."""
+    if not url or url == "default":
+        return default_store_url()
+    if "://" not in url:
+        return f"sqlite:///{os.path.abspath(url)}"
+    if url.startswith("postgresql://"):  # the driver this package installs (psycopg 3)
+        return "postgresql+psycopg://" + url.removeprefix("postgresql://")
+    return url
+
+
+def _sqlite_engine(url: str) -> sa.Engine:
+    engine = sa.create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
+
+    @sa.event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn, _record):
+        dbapi_conn.isolation_level = None  # SQLAlchemy emits BEGIN itself (below), so DDL is transactional too
+        dbapi_conn.execute("PRAGMA journal_mode=WAL")  # readers never block the writer, nor it them
+        dbapi_conn.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_S * 1000}")
+
+    @sa.event.listens_for(engine, "begin")
+    def _on_begin(conn):
+        conn.exec_driver_sql("BEGIN IMMEDIATE")  # take the write lock up front: no deadlock on upgrade
+
+    return engine
+
+
+def open_engine(url: str) -> sa.Engine:
+    """An engine on the store at `url`, its schema brought up to date. Bad URL or server: MapperError."""
+    url = normalize_url(url)
+    try:
+        engine = _sqlite_engine(url) if url.startswith("sqlite") else sa.create_engine(url, pool_pre_ping=True)
+        migrate(engine)
+    except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError) as exc:
+        raise MapperError(f"--store: not a database URL ({exc})") from None
+    except sa.exc.OperationalError as exc:
+        raise MapperError(f"--store: cannot open the store: {str(exc.orig).strip().splitlines()[0]}") from None
+    return engine
+
+
+def migrate(engine: sa.Engine) -> int:
+    """Apply the migrations the store lacks, in one transaction under the migration lock; the version."""
+    latest = MIGRATIONS[-1][0]
+    with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": PG_MIGRATION_LOCK})
+        schema_version.create(conn, checkfirst=True)
+        version = conn.execute(sa.select(sa.func.max(schema_version.c.version))).scalar() or 0
+        if version > latest:
+            raise MapperError(f"the store's schema is version {version}, newer than this mapper's ({latest}): upgrade")
+        for step_version, step in MIGRATIONS:
+            if step_version > version:
+                step(conn)
+                conn.execute(schema_version.delete())
+                conn.execute(schema_version.insert().values(version=step_version))
+        return max(version, latest)
