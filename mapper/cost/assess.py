@@ -39,7 +39,7 @@ def estimate_kernels(
 def _assessment_key(k: Kernel) -> tuple:
     """What a kernel's assessment depends on (its name and nodes do not: repeats share one)."""
     return (k.matrix, k.rule, k.engine, k.flops, k.matrix_flops, k.sfu_ops, k.dram_bytes, k.weight_bytes,
-            k.reduction_rows, k.reduction_length, k.op_types)  # fmt: skip
+            k.reduction_rows, k.reduction_length, k.rows, k.row_length, k.op_types)  # fmt: skip
 
 
 def assess_kernel(

@@ -121,6 +121,7 @@ class Compute(_Strict):
     matrix_peak_flops_per_s: Annotated[dict[Dtype, Positive], Field(min_length=1)]
     vector_peak_flops_per_s: Annotated[dict[VectorDtype, Positive], Field(min_length=1)]
     sfu_peak_ops_per_s: Positive
+    threads_per_unit: Count | None = None  # resident threads per compute unit (GPU row kernels)
 
     @model_validator(mode="after")
     def _vector_has_fp32(self) -> Compute:
@@ -135,6 +136,7 @@ class Memory(_Strict):
     l2_bandwidth_bytes_per_s: Positive
     dram_bytes: Count
     dram_bandwidth_bytes_per_s: Positive
+    dram_latency_s: Positive | None = None  # one DRAM load's latency under load (GPU row kernels)
 
 
 class Overhead(_Strict):
