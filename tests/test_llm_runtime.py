@@ -85,3 +85,39 @@ def test_options_override_the_preset_and_graph_launch_needs_the_profile_value():
     assert _assumed(_map(1, 16, runtime="onnxruntime"), "plan.launch") == "eager"
     with pytest.raises(mapper.MapperError, match="graph_launch_s"):
         _map(1, 16, hw=mapper.load_hardware("cpu-x86"), dtype="fp32", launch="graph")
+
+
+def _norm_kernel(tokens, hidden):
+    from mapper.core.result import Kernel
+
+    return Kernel("norm", ("n",), ("ReduceMean",), "norm", "vector", "norm", 0.0, 0.0, 0.0,
+                  2.0 * tokens * hidden * FP16, 0.0, reduction_rows=tokens, reduction_length=hidden)  # fmt: skip
+
+
+def test_row_kernel_waits_its_latency_chain_small_and_streams_at_the_issue_rate_large():
+    from mapper.cost.row_kernels import row_kernel_memory_s
+
+    latency = A100.dram_latency_s
+    # one token over 4096: one block of 1024 threads, 4 dependent loads each
+    assert row_kernel_memory_s(_norm_kernel(1, 4096), A100, FP16, 0.0) == pytest.approx(4 * latency)
+    # 4096 tokens: in + out + the second read of the input, at 108 SMs * 2048 threads * 2 B per latency
+    issued = 3 * 4096 * 4096 * FP16
+    rate = 108 * 2048 * FP16 / latency
+    assert row_kernel_memory_s(_norm_kernel(4096, 4096), A100, FP16, 0.0) == pytest.approx(issued / rate)
+    assert mapper.load_hardware("h100-sxm").dram_latency_s is None  # no fitted latency: the plain roofline
+    assert row_kernel_memory_s(_norm_kernel(1, 4096), mapper.load_hardware("h100-sxm"), FP16, 1e-6) is None
+
+
+def test_tpu_v5e_batch_256_lm_head_runs_on_the_matrix_unit_at_its_matrix_time():
+    # issue #18: this kernel was costed at 12 ms, ~6x its matrix-unit time (the batch was not flattened into M)
+    tpu = mapper.load_hardware("tpu-v5e")
+    result = _map(256, 128, hw=tpu, dtype="bf16")
+    head = next(e for e in result.kernels if "lm_head" in e.kernel.name)
+    shape = head.kernel.matrix
+    assert (shape.batch, shape.m, shape.n, shape.k) == (1, 256, 32000, 4096)
+    assert head.kernel.engine == "matrix" and head.assessment.bottleneck.startswith("compute-bound")
+    assert head.assessment.time_s == pytest.approx(head.assessment.compute_time_s, rel=0.01)
+    # the matrix unit's time at the profile's efficiency, and the tile's SRAM feed limit (0.5 at 256x256)
+    flops = 2 * 256 * 32000 * 4096
+    unit_s = flops / (tpu.matrix_peak("bf16") * tpu.matrix_efficiency.at(flops))
+    assert unit_s < head.assessment.compute_time_s <= 2.1 * unit_s < 1e-3

@@ -89,6 +89,8 @@ class Kernel:
     matrix: MatrixShape | None = None
     reduction_rows: int = 0  # rows a normalization/softmax reduces (vector kernels)
     reduction_length: int = 0  # elements per reduced row
+    rows: int = 0  # rows of an elementwise kernel's output (all but its last axis; 0: not a vector kernel)
+    row_length: int = 0  # elements per row of that output (its last axis)
     layout: str = ""  # conv layout the kernel runs in (nchw | nhwc), "" if not a conv
     note: str = ""  # e.g. "inserted: NCHW->NHWC at the conv region boundary"
     collective: str = ""  # all-reduce | all-gather | reduce-scatter | p2p (interconnect kernels)

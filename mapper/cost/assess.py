@@ -63,7 +63,8 @@ def estimate_kernels(
 def assessment_key(k: Kernel) -> tuple:
     """What a kernel's assessment depends on (its name and nodes do not: repeats share one)."""
     return (k.matrix, k.rule, k.engine, k.flops, k.matrix_flops, k.sfu_ops, k.dram_bytes, k.weight_bytes,
-            k.reduction_rows, k.reduction_length, k.op_types, k.collective, k.devices)  # fmt: skip
+            k.reduction_rows, k.reduction_length, k.rows, k.row_length, k.op_types,
+            k.collective, k.devices)  # fmt: skip
 
 
 def is_sparse_gemm(k: Kernel) -> bool:

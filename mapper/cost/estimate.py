@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from mapper.core.result import Kernel, TileChoice, TilePlan
 from mapper.core.vocab import Engine
 from mapper.cost.collectives import collective_time
+from mapper.cost.row_kernels import row_kernel_memory_s
 from mapper.hardware.profile import HardwareProfile
 from mapper.plan.tiling import plan_attention, plan_matrix, plan_vector, smooth_max
 
@@ -67,6 +68,8 @@ def _vector_cost(kernel: Kernel, tiling: TilePlan, hw: HardwareProfile, dtype: s
     sfu_s = kernel.sfu_ops / hw.sfu_peak_ops_per_s
     dram = kernel.dram_bytes * tiling.passes if tiling.passes > 1 else kernel.dram_bytes
     memory_s = dram / (hw.dram_bandwidth_bytes_per_s * hw.dram_efficiency.at(dram))
+    row_s = row_kernel_memory_s(kernel, hw, act_bytes, memory_s)  # a serving engine's row-per-block kernel
+    memory_s = memory_s if row_s is None else row_s
     engine = Engine.SFU if sfu_s > vector_s else Engine.VECTOR
     return max(vector_s, sfu_s), memory_s, dram, dram, engine
 

@@ -121,6 +121,8 @@ class HardwareProfile:
     sources: dict[str, str]
     sha256: str
     graph_launch_s: float | None = None  # per-kernel cost under graph replay (CUDA graphs); None: not given
+    dram_latency_s: float | None = None  # one DRAM load's latency under load (row kernels); None: not given
+    threads_per_unit: int | None = None  # resident threads per compute unit (row kernels); None: not given
 
     def __hash__(self) -> int:  # dict fields are unhashable; the content hash identifies a profile
         return hash((self.name, self.sha256))
@@ -216,6 +218,11 @@ _CURVES = (
     ("efficiency.vector_by_bytes", "vector_efficiency"),
     ("efficiency.dram_by_bytes", "dram_efficiency"),
 )
+_OPTIONAL = (  # (key, attribute, type): numbers a profile may leave out (None then)
+    ("overhead.graph_launch_s", "graph_launch_s", float),
+    ("memory.dram_latency_s", "dram_latency_s", float),
+    ("compute.threads_per_unit", "threads_per_unit", int),
+)
 
 
 def tree_get(tree: dict[str, Any], dotted: str) -> Any:
@@ -260,10 +267,10 @@ def build_profile(tree: dict[str, Any]) -> HardwareProfile:
     scales = tree_get(tree, "efficiency").get("op_time_scale", {})
     fields["op_time_scale"] = {op: float(entry["value"]) for op, entry in scales.items()}
     sources.update({f"efficiency.op_time_scale.{op}": entry["source"] for op, entry in scales.items()})
-    graph_launch = tree_get(tree, "overhead").get("graph_launch_s")  # optional: GPU profiles give it
-    if graph_launch is not None:
-        fields["graph_launch_s"] = float(graph_launch["value"])
-        sources["overhead.graph_launch_s"] = graph_launch["source"]
+    for key, attr, kind in _OPTIONAL:  # absent from profiles that do not give them
+        section, leaf = key.split(".")
+        if (entry := tree_get(tree, section).get(leaf)) is not None:
+            fields[attr], sources[key] = kind(entry["value"]), entry["source"]
     fields["matrix_instruction_mnk"] = tuple(fields.pop(f"matrix_instruction_mnk.{i}") for i in range(3))
     fields["interconnect"] = Interconnect(
         **{
@@ -299,12 +306,9 @@ def profile_tree(profile: HardwareProfile) -> dict[str, Any]:
     for key, attr in _CURVES:
         points = [[x, e] for x, e in getattr(profile, attr).points]
         _put(tree, key, {"value": points, "source": profile.sources[key]})
-    if profile.graph_launch_s is not None:
-        _put(
-            tree,
-            "overhead.graph_launch_s",
-            {"value": profile.graph_launch_s, "source": profile.sources["overhead.graph_launch_s"]},
-        )
+    for key, attr, _kind in _OPTIONAL:
+        if getattr(profile, attr) is not None:
+            _put(tree, key, {"value": getattr(profile, attr), "source": profile.sources[key]})
     if profile.op_time_scale:  # optional: absent from a profile until calibration finds an op that needs it
         _put(
             tree,

@@ -124,6 +124,7 @@ class Compute(_Strict):
     # 2:4 structured-sparsity peaks (optional): used only for weight GEMMs of a plan with sparsity=2:4,
     # never as a dense figure, so each must sit above the dense peak of its dtype.
     sparse_matrix_peak_flops_per_s: dict[Dtype, Positive] = {}
+    threads_per_unit: Count | None = None  # resident threads per compute unit (GPU row kernels)
 
     @model_validator(mode="after")
     def _vector_has_fp32(self) -> Compute:
@@ -145,6 +146,7 @@ class Memory(_Strict):
     l2_bandwidth_bytes_per_s: Positive
     dram_bytes: Count
     dram_bandwidth_bytes_per_s: Positive
+    dram_latency_s: Positive | None = None  # one DRAM load's latency under load (GPU row kernels)
 
 
 class Overhead(_Strict):

@@ -226,13 +226,7 @@ def build_kernel(
         spec = tensors.get(t)
         if spec is not None:
             written += size(spec)
-    rows = length = 0
-    for t in boundary.reduce_inputs:
-        spec = tensors.get(t)
-        if spec is not None and spec.shape:
-            length = spec.shape[-1]
-            rows = spec.elements // max(length, 1)
-            break
+    rows, length = _rows(tensors, boundary.reduce_inputs)
     first = members[0]
     if len(members) == 1:
         name, flops, matrix_flops, sfu = first.name, first.flops, first.matrix_flops, first.sfu_ops
@@ -243,6 +237,7 @@ def build_kernel(
             matrix_flops += w.matrix_flops
             sfu += w.sfu_ops
     matrix = _matrix_shape(members, group.rule)
+    out_rows, out_length = _rows(tensors, boundary.writes) if matrix is None else (0, 0)
     return Kernel(
         name=name,
         nodes=group.nodes,
@@ -258,7 +253,18 @@ def build_kernel(
         matrix=matrix,
         reduction_rows=rows,
         reduction_length=length,
+        rows=out_rows,
+        row_length=out_length,
     )
+
+
+def _rows(tensors, names) -> tuple[int, int]:
+    """(rows, elements per row) of the first of `names` with a shape: its last axis is the row."""
+    for t in names:
+        spec = tensors.get(t)
+        if spec is not None and spec.shape:
+            return spec.elements // max(spec.shape[-1], 1), spec.shape[-1]
+    return 0, 0
 
 
 def build_kernels(workload: Workload, groups: list[Group], sizer: Sizer, hw: HardwareProfile, attention_fits) -> list:
