@@ -41,6 +41,8 @@ DEFAULTS = {
     "llm_rate_per_s": 1.0,
     "prompt_tokens": 512,
     "output_tokens": 128,
+    "scheduler": "prefill-first",
+    "chunk_tokens": 512,
     "presentation": False,
 }
 QUERY_DIM_MAX = 1 << 20  # the sidebar's own bound on a dim (its number_input max_value)
@@ -67,8 +69,11 @@ LINKED_VALUES = {
     "llm_rate_per_s": (float, 0.01, 1e7),
     "prompt_tokens": (int, 1, QUERY_DIM_MAX),
     "output_tokens": (int, 1, QUERY_DIM_MAX),
+    "scheduler": (tuple(mapper.SCHEDULERS), None, None),  # a choice: one of the engine's schedulers
+    "chunk_tokens": (int, 1, QUERY_DIM_MAX),
     "presentation": (bool, False, True),
 }
+SCHEDULER_HELP = "prefill-first: prompts prefill as one step; decode-first: the batch drains first; chunked: mixed"
 SHA256_HEX = 64
 LINKED_DIMS = ("batch", "seq", "past")  # built-in dims (each named by its role) that a link may carry
 
@@ -117,9 +122,10 @@ def _link_values(q) -> list[str]:
             continue
         value = query_value(q[key], kind, least, most)
         if value is None:
-            notices.append(
-                f"The link's {key}={str(q[key])[:20]!r} is not a {kind.__name__} from {least} to {most}: ignored."
+            what = (
+                f"one of {', '.join(kind)}" if isinstance(kind, tuple) else f"a {kind.__name__} from {least} to {most}"
             )
+            notices.append(f"The link's {key}={str(q[key])[:20]!r} is not {what}: ignored.")
         else:
             st.session_state[key] = value
     return notices
@@ -160,6 +166,8 @@ def _link_missing(q) -> list[str]:
 def query_value(text: str, kind: type, least, most):
     """A link's number or switch: strict text, within the widget's bounds; None when it is not one."""
     text = str(text).strip().lower()
+    if isinstance(kind, tuple):  # a choice
+        return text if text in kind else None
     if kind is bool:
         return {"1": True, "true": True, "on": True, "0": False, "false": False, "off": False}.get(text)
     if kind is int:
@@ -325,8 +333,14 @@ def _serving_section(decoder: bool) -> mapper.ServeRequest:
         )
         prompt = c1.number_input("prompt tokens", min_value=1, step=64, key="prompt_tokens")
         output = c2.number_input("output tokens", min_value=1, step=16, key="output_tokens")
+        scheduler = c1.selectbox("scheduler", mapper.SCHEDULERS, key="scheduler", help=SCHEDULER_HELP)
+        chunk = c2.number_input(
+            "chunk tokens", min_value=1, step=128, key="chunk_tokens", disabled=scheduler != "chunked"
+        )
         config = mapper.ServingConfig(max_batch=int(max_batch), rate_per_s=float(rate), requests=LLM_REQUESTS)
-        return mapper.ServeRequest(config, prompt_tokens=int(prompt), output_tokens=int(output))
+        return mapper.ServeRequest(
+            config, prompt_tokens=int(prompt), output_tokens=int(output), scheduler=scheduler, chunk_tokens=int(chunk)
+        )
     rate = c1.number_input("rate (req/s)", min_value=1.0, step=50.0, key="rate_per_s")
     max_batch = c2.number_input("max batch", min_value=1, max_value=1024, step=1, key="max_batch")
     wait_ms = c1.number_input("max wait (ms)", min_value=0.0, step=0.5, key="max_wait_ms")
