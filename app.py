@@ -7,7 +7,7 @@ of the current selection (app_pages/cache.py). No math here; pages format units 
 import streamlit as st
 
 import mapper
-from app_pages import cache, session, state, ui
+from app_pages import cache, link, session, state, ui
 
 st.set_page_config(page_title="mapper: workload mapping", page_icon=":material/memory:", layout="wide")
 
@@ -58,7 +58,7 @@ def map_selection(selection: state.Selection) -> None:
             cache.recorded(selection.key, result, doc)
         except mapper.MapperError as e:
             ui.show_error("Not recorded in the run store", e)
-    state.write_query_params(selection, page.url_path)
+    link.write_query_params(selection, page.url_path)
 
 
 ui.guarded(run)  # every page inside the one failure wrapper: one line in the page, the traceback in the log

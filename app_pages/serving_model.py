@@ -10,7 +10,7 @@ from dataclasses import replace
 import streamlit as st
 
 import mapper
-from app_pages import cache, state, ui
+from app_pages import cache, defaults, ui
 
 
 def batch_dims(sel) -> set[str]:
@@ -33,7 +33,7 @@ def _run(
 def follows_mapping(sel) -> bool:
     """Whether serving runs the mapped batch: until the user sets the sidebar's max batch, the percentiles
     describe the batch and shapes that were mapped (static batches of it; a decoder's sequences)."""
-    return sel.serving.serving.max_batch == state.DEFAULTS["max_batch"]
+    return sel.serving.serving.max_batch == defaults.DEFAULTS["max_batch"]
 
 
 def run(sel, curve: bool = True) -> mapper.ServingRun | None:

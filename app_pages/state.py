@@ -13,74 +13,24 @@ import hashlib
 import streamlit as st
 
 import mapper
-from app_pages import cache, hwform, session, style, ui
+from app_pages import cache, hwform, link, session, style, ui
+from app_pages.defaults import (
+    ATTENTION,
+    CUSTOM_HW,
+    DEFAULTS,
+    LLM_REQUESTS,
+    QUERY_DIM_MAX,
+    REQUESTS,
+    UPLOADED,
+    least_value,
+)
 from app_pages.session import Selection, Upload
 
-UPLOADED = "(uploaded model)"
-CUSTOM_HW = "(custom profile)"
-ATTENTION = {"as the fusion policy says": None, "on": True, "off": False}  # PlanOptions.attention_fusion
-REQUESTS = 20_000  # per simulated load point of a request queue: p99 from 200 tail samples, quick on a click
-LLM_REQUESTS = 1_000  # decoder requests per continuous-batching run (each decodes its output tokens)
-DEFAULTS = {
-    "model": "resnet50",
-    "hw": "h100-sxm",
-    "dtype": "auto",
-    "weight_dtype": "same",
-    "fusion": "default",
-    "layout": "auto",
-    "attention": "as the fusion policy says",
-    "sparsity": "dense",
-    "power_cap_w": 0.0,
-    "tp": 1,
-    "pp": 1,
-    "dp": 1,
-    "rate_per_s": 500.0,
-    "max_batch": 8,
-    "max_wait_ms": 2.0,
-    "p99_target_ms": 20.0,
-    "llm_rate_per_s": 1.0,
-    "prompt_tokens": 512,
-    "output_tokens": 128,
-    "presentation": False,
-}
-QUERY_DIM_MAX = 1 << 20  # the sidebar's own bound on a dim (its number_input max_value)
-# Plan options with a sidebar widget: field -> (widget key, option value -> widget value). The link's text
-# form is the engine's (mapper.PLAN_FIELDS); a field without a widget rides in the session from the link.
-WIDGETS = {
-    "dtype": ("dtype", str),
-    "weight_dtype": ("weight_dtype", str),
-    "fusion": ("fusion", str),
-    "layout": ("layout", str),
-    "attention_fusion": ("attention", lambda v: next(k for k, x in ATTENTION.items() if x is v)),
-    "power_cap_w": ("power_cap_w", lambda v: float(v or 0.0)),
-    "tp": ("tp", int),
-    "pp": ("pp", int),
-    "dp": ("dp", int),
-    "sparsity": ("sparsity", str),
-}
-# Sidebar values a link carries beside the plan: key -> (type, least, most), the widgets' own bounds.
-LINKED_VALUES = {
-    "rate_per_s": (float, 1.0, 1e7),
-    "max_batch": (int, 1, 1024),
-    "max_wait_ms": (float, 0.0, 1e5),
-    "p99_target_ms": (float, 0.1, 1e7),
-    "llm_rate_per_s": (float, 0.01, 1e7),
-    "prompt_tokens": (int, 1, QUERY_DIM_MAX),
-    "output_tokens": (int, 1, QUERY_DIM_MAX),
-    "presentation": (bool, False, True),
-}
-SHA256_HEX = 64
-LINKED_DIMS = ("batch", "seq", "past")  # built-in dims (each named by its role) that a link may carry
+SCHEDULER_HELP = "prefill-first: prompts prefill as one step; decode-first: the batch drains first; chunked: mixed"
 
 
 def upload_limit_mb() -> int:
     return int(st.get_option("server.maxUploadSize"))
-
-
-def least_value(role: str) -> int:
-    """The smallest binding a dim of this role takes: an empty KV cache is a prefill, a branch input
-    (use_cache_branch) is 0 or 1; every other dim needs at least one."""
-    return 0 if role in ("past", "branch") else 1
 
 
 def _init_state() -> None:
@@ -95,89 +45,8 @@ def _init_state() -> None:
         ss["model"] = q["model"]
     if q.get("hw") in mapper.list_hardware():
         ss["hw"] = q["hw"]
-    notices = _link_options(q) + _link_values(q) + _link_dims(q) + _link_missing(q)
+    notices = link.read_link(q)
     session.update(initialised=True, query_notice=" ".join(notices) or None)
-
-
-def _link_options(q) -> list[str]:
-    """The link's plan options into their widgets (or the session, for those without one); refused ones named."""
-    values, refused = mapper.options_from_query(q)
-    for name, value in values.items():
-        if name in WIDGETS:
-            key, to_widget = WIDGETS[name]
-            st.session_state[key] = to_widget(value)
-    session.update(link_options={k: v for k, v in values.items() if k not in WIDGETS})
-    return refused
-
-
-def _link_values(q) -> list[str]:
-    notices = []
-    for key, (kind, least, most) in LINKED_VALUES.items():
-        if key not in q:
-            continue
-        value = query_value(q[key], kind, least, most)
-        if value is None:
-            notices.append(
-                f"The link's {key}={str(q[key])[:20]!r} is not a {kind.__name__} from {least} to {most}: ignored."
-            )
-        else:
-            st.session_state[key] = value
-    return notices
-
-
-def _link_dims(q) -> list[str]:
-    notices = []
-    for dim in LINKED_DIMS:
-        if dim in q:
-            value = query_int(q[dim], least_value(dim), QUERY_DIM_MAX)
-            if value is None:
-                notices.append(
-                    f"The link's {dim}={str(q[dim])[:20]!r} is not a whole number from "
-                    f"{least_value(dim)} to {QUERY_DIM_MAX}: ignored."
-                )
-            else:
-                st.session_state[f"dim_{dim}"] = value
-    return notices
-
-
-def _link_missing(q) -> list[str]:
-    """What a link names but cannot carry: an uploaded model (by its sha256) or the user's own profile."""
-    notices = []
-    sha = str(q.get("upload", ""))
-    if len(sha) == SHA256_HEX and all(ch in "0123456789abcdef" for ch in sha):
-        notices.append(
-            f"This link is for an uploaded model (sha256 {sha}): upload that model again to see its numbers;"
-            f" {st.session_state['model']} is shown until then."
-        )
-    if "hw_file" in q:
-        notices.append(
-            f"This link used the user's own profile {str(q['hw_file'])[:64]!r}: upload its file (the Export page"
-            f" writes it) to see the same numbers; {st.session_state['hw']} is shown until then."
-        )
-    return notices
-
-
-def query_value(text: str, kind: type, least, most):
-    """A link's number or switch: strict text, within the widget's bounds; None when it is not one."""
-    text = str(text).strip().lower()
-    if kind is bool:
-        return {"1": True, "true": True, "on": True, "0": False, "false": False, "off": False}.get(text)
-    if kind is int:
-        return query_int(text, least, most)
-    try:
-        value = float(text) if text.isascii() and len(text) <= 12 else None
-    except ValueError:
-        return None
-    return value if value is not None and least <= value <= most else None
-
-
-def query_int(text: str, least: int, most: int) -> int | None:
-    """A link's integer: ASCII digits only (str.isdigit accepts '²', which int() refuses), within bounds."""
-    text = str(text)
-    if not (0 < len(text) <= 8 and text.isascii() and text.isdigit()):
-        return None
-    value = int(text)
-    return value if least <= value <= most else None
 
 
 def default_binding(dim: str, role: str) -> int:
@@ -325,8 +194,14 @@ def _serving_section(decoder: bool) -> mapper.ServeRequest:
         )
         prompt = c1.number_input("prompt tokens", min_value=1, step=64, key="prompt_tokens")
         output = c2.number_input("output tokens", min_value=1, step=16, key="output_tokens")
+        scheduler = c1.selectbox("scheduler", mapper.SCHEDULERS, key="scheduler", help=SCHEDULER_HELP)
+        chunk = c2.number_input(
+            "chunk tokens", min_value=1, step=128, key="chunk_tokens", disabled=scheduler != "chunked"
+        )
         config = mapper.ServingConfig(max_batch=int(max_batch), rate_per_s=float(rate), requests=LLM_REQUESTS)
-        return mapper.ServeRequest(config, prompt_tokens=int(prompt), output_tokens=int(output))
+        return mapper.ServeRequest(
+            config, prompt_tokens=int(prompt), output_tokens=int(output), scheduler=scheduler, chunk_tokens=int(chunk)
+        )
     rate = c1.number_input("rate (req/s)", min_value=1.0, step=50.0, key="rate_per_s")
     max_batch = c2.number_input("max batch", min_value=1, max_value=1024, step=1, key="max_batch")
     wait_ms = c1.number_input("max wait (ms)", min_value=0.0, step=0.5, key="max_wait_ms")
@@ -356,34 +231,3 @@ def sidebar() -> Selection | None:
     if hw is None:
         return None
     return Selection(label, key, source, bound, hw, hw_choice, options, serving)
-
-
-PAGE_PARAMS = ("run",)  # a page's own link parameter, kept (Trends: the run whose sheet a chart point opens)
-
-
-def write_query_params(sel: Selection, page_path: str) -> None:
-    """Mirror the view in the URL: every plan option away from its default (the engine's text form), the
-    bindings, the serving values and presentation mode; an upload or the user's own profile by name only."""
-    params = mapper.options_query(sel.options)
-    if sel.model_key in mapper.ZOO_NAMES:
-        params["model"] = sel.model_key
-    else:  # an upload cannot travel in a link: its sha256 says which file to upload again
-        params["upload"] = sel.model_key.removeprefix("upload:")
-    if sel.hw_choice != CUSTOM_HW:
-        params["hw"] = sel.hw_choice
-    else:
-        params["hw_file"] = sel.hw.name
-    params |= {k: str(v) for k, v in sel.dims if k in LINKED_DIMS}
-    ss = st.session_state
-    params |= {k: _link_text(ss[k]) for k in LINKED_VALUES if k in ss and ss[k] != DEFAULTS[k]}
-    if page_path:
-        params["page"] = page_path
-    params |= {k: v for k, v in st.query_params.items() if k in PAGE_PARAMS}
-    if dict(st.query_params) != params:
-        st.query_params.from_dict(params)
-
-
-def _link_text(value) -> str:
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    return repr(float(value)).removesuffix(".0") if isinstance(value, float) else str(value)

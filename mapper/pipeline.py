@@ -42,6 +42,7 @@ from mapper.cost.assess import estimate_kernels
 from mapper.handle import ModelHandle, open_model
 from mapper.hardware.profile import HardwareProfile
 from mapper.plan import tiling
+from mapper.plan.experts import check_expert_parallel, plan_experts, resident_kernels
 from mapper.plan.fusion import plan_fusion
 from mapper.plan.kernels import WIDER_PRECISIONS, Sizer, build_kernels, model_dtype, precision_caveats
 from mapper.plan.layout import LAYOUTS, plan_layout
@@ -51,6 +52,7 @@ from mapper.plan.tiling import attention_fits
 from mapper.schedule.memory import plan_memory
 from mapper.schedule.placement import place_on_devices
 from mapper.schedule.rollup import STALL_DEFINITION, Spread, roll_up
+from mapper.work.moe import routing_caveats
 from mapper.work.workload import Workload
 from mapper.zoo import ZOO_NAMES
 
@@ -116,7 +118,7 @@ def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOpt
     run = choose_runtime(graph, hardware, options)
     kernels, layout = plan_kernels(workload, hardware, replace(options, attention_fusion=run.attention_fusion), sizer)
     kernels = apply_kv_cache(graph, kernels, run.kv_cache, sizer)
-    kernels, memory = plan_devices(graph, kernels, sizer, hardware, options)
+    kernels, memory = plan_devices(workload, kernels, sizer, hardware, options)
     launched = launch_profile(hardware, run.launch)  # the cost stage charges the runtime's per-kernel launch
     estimates = estimate_kernels(kernels, launched, dtype, sizer, options.power_cap_w, options.sparsity, caches)
     estimates, parallel = place_on_devices(graph, estimates, options, launched, dtype, sizer)
@@ -133,7 +135,7 @@ def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOpt
         layers=layers,
         totals=totals,
         unmodeled=tuple((n.name, n.op_type, n.reason) for n in workload.unmodeled),
-        caveats=tuple(caveats),
+        caveats=tuple(caveats) + tuple(routing_caveats(graph, workload.expert_gemms)),
         assumptions=caches.assumptions(
             hardware.sha256, dtype, layout, lambda: assumptions_used(hardware, dtype, layout)
         )
@@ -181,21 +183,25 @@ def plan_kernels(
 
 
 def plan_devices(
-    graph: Graph, kernels: list[Kernel], sizer: Sizer, hardware: HardwareProfile, options: PlanOptions
+    workload: Workload, kernels: list[Kernel], sizer: Sizer, hardware: HardwareProfile, options: PlanOptions
 ) -> tuple[list[Kernel], MemoryPlan]:
-    """Memory per device, and the kernels split for tensor parallelism (their roles are assigned where one
-    device is asked for but the model does not fit, to say how a split would shrink it)."""
+    """Memory per device (every expert resident, E/ep a device), the kernels split for tensor parallelism
+    (their roles are assigned where one device is asked for but the model does not fit, to say how a split
+    would shrink it), then the experts at the busiest one's load and split for expert parallelism."""
+    graph, ep = workload.graph, options.ep
+    check_expert_parallel(workload, ep)
     max_devices = max(hardware.interconnect.max_devices, 1)
     memory = (
-        plan_memory(graph, kernels, sizer, hardware.dram_bytes, 1, 1, max_devices)
+        plan_memory(graph, resident_kernels(workload, kernels, ep), sizer, hardware.dram_bytes, 1, 1, max_devices)
         if options.tp == options.pp == 1
         else None
     )
     if memory is None or not memory.fits:
         full = assign_roles(graph, kernels)
-        memory = plan_memory(graph, full, sizer, hardware.dram_bytes, options.tp, options.pp, max_devices)
+        resident = resident_kernels(workload, full, ep)
+        memory = plan_memory(graph, resident, sizer, hardware.dram_bytes, options.tp, options.pp, max_devices)
         kernels = shard_kernels(graph, full, options.tp, sizer)
-    return kernels, memory
+    return plan_experts(workload, kernels, ep, options.expert_imbalance, sizer.act), memory
 
 
 def roll_up_slice(

@@ -11,7 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 import mapper
 from app_pages import session, ui
-from app_pages.state import DEFAULTS, LLM_REQUESTS, REQUESTS
+from app_pages.defaults import DEFAULTS, LLM_REQUESTS, REQUESTS
 from mapper.cli.main import main
 from tests.conftest import APP, PAGES
 from tests.security.test_formulas import downloads

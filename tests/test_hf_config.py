@@ -13,6 +13,7 @@ import mapper
 from mapper.cli.main import main as cli_main
 from mapper.zoo.hf_config import config_model, decoder_spec
 from mapper.zoo.hf_decoder import flops_per_token, parameters
+from mapper.zoo.mixtral import MIXTRAL_8X7B
 
 CONFIGS = Path(__file__).resolve().parents[1] / "data" / "configs"
 H100 = mapper.load_hardware("h100-sxm")
@@ -60,15 +61,30 @@ def test_configs_map_with_the_closed_form_flops(name, dims):
 
 
 def test_mixtral_reads_two_experts_at_decode_and_all_at_prefill():
-    """Batch-1 decode routes one token to 2 of 8 experts: the expert weights gathered are 2 experts'."""
+    """Batch-1 decode routes one token to 2 of 8 experts: the expert weights read are 2 experts' a layer;
+    a 64-token prefill uses E(1-(1-k/E)^64) = 8 - 8(3/4)^64 of them (work/moe.py)."""
     model = mapper.open_model(str(CONFIGS / "mixtral-8x7b.json"))
-    graph = model.bind({"batch": 1, "seq": 1, "past": 64}).graph
-    expert = 4096 * 14336
-    gathered = [graph.tensors[n.outputs[0]] for n in graph.nodes if n.op_type == "Gather" and "experts" in n.name]
-    assert gathered and all(math.prod(t.shape) == 2 * expert for t in gathered)
-    graph = model.bind({"batch": 1, "seq": 64, "past": 0}).graph
-    gathered = [graph.tensors[n.outputs[0]] for n in graph.nodes if n.op_type == "Gather" and "experts" in n.name]
-    assert all(math.prod(t.shape) == 8 * expert for t in gathered)
+    expert = 3 * 4096 * 14336 * 2  # w1, w3, w2 at bf16
+    for dims, used in (
+        ({"batch": 1, "seq": 1, "past": 64}, 2.0),
+        ({"batch": 1, "seq": 64, "past": 0}, 8 - 8 * 0.75**64),
+    ):
+        result = mapper.map_workload(model.bind(dims), H100, mapper.PlanOptions(dtype="bf16"))
+        read = sum(k.kernel.weight_bytes for k in result.kernels if "/experts." in k.kernel.name)
+        assert read == pytest.approx(32 * used * expert, rel=1e-9)
+
+
+def test_mixtral_config_is_the_built_in_graph():
+    """One MoE builder: data/configs/mixtral-8x7b.json maps with the built-in's kernels and FLOPs."""
+    assert decoder_spec(config("mixtral-8x7b")) == MIXTRAL_8X7B
+    for dims in ({"batch": 4, "seq": 1, "past": 256}, {"batch": 1, "seq": 32, "past": 0}):
+        built_in, from_config = (
+            mapper.map_workload(mapper.load_workload(src, dims), H100, mapper.PlanOptions(dtype="bf16"))
+            for src in ("mixtral-8x7b", str(CONFIGS / "mixtral-8x7b.json"))
+        )
+        assert [k.kernel.name for k in built_in.kernels] == [k.kernel.name for k in from_config.kernels]
+        assert built_in.totals.flops == from_config.totals.flops > 0
+        assert built_in.totals.latency_s == from_config.totals.latency_s
 
 
 def test_family_features_where_the_config_has_them():

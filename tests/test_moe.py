@@ -52,3 +52,67 @@ def test_expert_gemm_m_is_the_tokens_per_used_expert_and_flops_are_top_k():
     assert {n.matrix.m for n in nodes} == {round(64 * K / expected_experts(E, K, 64))}
     dense = 2 * 64 * c.hidden * c.ffn  # one expert GEMM on every token
     assert all(n.flops == pytest.approx(dense * K / E) for n in nodes)
+
+
+def expert_kernels(result, layer: int = 0):
+    return [k for k in result.kernels if f"layers.{layer}/block_sparse_moe/experts." in k.kernel.name]
+
+
+def test_expert_kernels_read_and_write_only_their_routed_tokens_activations():
+    """Batch 64: an expert's up projection (w3 MatMul fused with silu(w1) * w3) reads h [64, 4096] and
+    silu(w1) [64, 14336] and writes [64, 14336], all for k/E = 1/4 of the tokens (16 of 64), at bf16."""
+    (up,) = [k.kernel for k in expert_kernels(decode_step(64)) if "experts.0/w3/" in k.kernel.name]
+    assert up.dram_bytes - up.weight_bytes == pytest.approx((64 * c.hidden + 2 * 64 * c.ffn) * 2 * K / E)
+
+
+def test_imbalance_runs_expert_gemms_at_the_busiest_experts_tokens():
+    """Batch 64 decode, imbalance 1.5: mean tokens per used expert 64*2/E_used = 16.0000x, busiest 1.5x that
+    = 24 (M), so each expert GEMM does 24 tokens' FLOPs: 2 x 24 x 4096 x 14336; at imbalance 8 the cap is
+    the 64 tokens present."""
+    mean = 64 * K / expected_experts(E, K, 64)
+    for imbalance, busiest in ((1.5, 1.5 * mean), (8.0, 64.0)):
+        options = mapper.PlanOptions(dtype="bf16", expert_imbalance=imbalance)
+        w = mapper.load_workload("mixtral-8x7b", {"batch": 64, "seq": 1, "past": 128})
+        gemms = [k.kernel for k in expert_kernels(mapper.map_workload(w, HW, options)) if "/w1/" in k.kernel.name]
+        assert len(gemms) == E and {g.matrix.m for g in gemms} == {round(busiest)}
+        matmul = 2 * busiest * c.hidden * c.ffn
+        assert all(matmul <= g.flops <= matmul * 1.01 for g in gemms)  # + the fused silu's few FLOPs a token
+
+
+def test_expert_parallelism_splits_experts_and_adds_two_all_to_alls_a_layer():
+    """--ep 4 at batch 64: each device runs 2 of 8 experts (a quarter of each expert kernel's work) and each
+    layer dispatches and combines T x k x hidden x 2 bytes = 64 x 2 x 4096 x 2 = 1,048,576 B, of which 3/4
+    leave a device: time = 3 x 2 us + 0.75 x 1,048,576 / 450 GB/s = 7.748 us on H100's NVLink."""
+    w = mapper.load_workload("mixtral-8x7b", {"batch": 64, "seq": 1, "past": 128})
+    one, four = (mapper.map_workload(w, HW, mapper.PlanOptions(dtype="bf16", ep=ep)) for ep in (1, 4))
+    moved = 64 * K * c.hidden * 2
+    a2a = [k for k in four.kernels if k.kernel.collective == "all-to-all"]
+    assert len(a2a) == 2 * c.layers and {k.kernel.dram_bytes for k in a2a} == {moved}
+    link = HW.interconnect
+    wire_s = 3 * link.latency_s + 0.75 * moved / link.link_bandwidth_bytes_per_s
+    assert all(k.time_s - k.overhead_s == pytest.approx(wire_s) for k in a2a)
+    assert wire_s == pytest.approx(7.748e-6, rel=1e-3)
+    for a, b in zip(expert_kernels(one), expert_kernels(four), strict=True):
+        assert b.kernel.flops == pytest.approx(a.kernel.flops / 4)
+        assert b.kernel.weight_bytes == pytest.approx(a.kernel.weight_bytes / 4)
+    assert four.parallel.devices == 4
+    # memory: every expert resident, 2 of 8 a device; attention, embeddings, the head replicated
+    experts_resident = c.layers * E * EXPERT_BYTES
+    assert one.memory.weight_bytes - four.memory.weight_bytes == pytest.approx(experts_resident * 3 / 4)
+
+
+@pytest.mark.parametrize(
+    ("source", "ep", "message"),
+    [
+        ("mixtral-8x7b", 3, "--ep 3 must divide the expert count (8 experts a layer)"),
+        ("llama2-7b", 2, "--ep 2 needs a mixture-of-experts model"),
+    ],
+)
+def test_ep_must_split_whole_experts(source, ep, message):
+    w = mapper.load_workload(source, {"batch": 1, "seq": 1, "past": 16})
+    with pytest.raises(mapper.MapperError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        mapper.map_workload(w, HW, mapper.PlanOptions(dtype="bf16", ep=ep))
+
+
+def test_the_mapping_says_experts_are_costed_at_expected_tokens():
+    assert any("expected tokens per expert" in caveat for caveat in decode_step(1).caveats)

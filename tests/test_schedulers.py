@@ -17,6 +17,7 @@ from mapper.serve.trace import Trace
 PREFILL = lambda b, t: 2e-3 + 1e-5 * b * t  # a weight read (2 ms) plus compute per prompt token
 DECODE = lambda b, c: 2e-3 + 1e-4 * b + 1e-8 * b * c
 ROOMY = 1_000_000  # KV tokens: never the limit
+HW_JSON = ["--hw", "h100-sxm", "--json"]
 
 
 def two_requests(**kw) -> LLMServingConfig:
@@ -114,3 +115,25 @@ def test_serve_cli_compares_schedulers(capsys):
     assert f"{doc['ttft_p99_s']:.6g}" in capsys.readouterr().out
     assert main([*args, "--compare-schedulers"]) == 0
     assert "decode-first" in capsys.readouterr().out
+
+
+def test_serving_page_scheduler_selector_shows_the_clis_chunked_figures_and_keeps_the_link(capsys):
+    """The sidebar's scheduler and chunk tokens (from a link, or chosen) serve the decoder as `mapper serve
+    --scheduler chunked --chunk-tokens 64` does; the app writes them back into its URL."""
+    from app_pages import ui
+    from tests.test_app import SERVE_ARGS, SHOWN, assert_clean, start
+
+    assert main(["serve", *SERVE_ARGS["decoder"], "--scheduler", "chunked", "--chunk-tokens", "64"] + HW_JSON) == 0
+    section = json.loads(capsys.readouterr().out)
+    at = start(model="gpt2-small", page="serving", scheduler="chunked", chunk_tokens=64)
+    assert_clean(at, "chunked serving")
+    assert at.selectbox(key="scheduler").value == "chunked" and at.number_input(key="chunk_tokens").value == 64
+    shown = {m.label: m.value for m in at.metric}
+    assert {label: shown.get(label) for label in SHOWN["decoder"]} == {
+        label: ui.ms(section[key]) for label, key in SHOWN["decoder"].items()
+    }
+    assert (at.query_params["scheduler"], at.query_params["chunk_tokens"]) == ("chunked", "64")
+    at.selectbox(key="scheduler").set_value("decode-first").run()
+    assert at.number_input(key="chunk_tokens").disabled and at.query_params["scheduler"] == "decode-first"
+    assumptions = " ".join(m.value for m in at.markdown)
+    assert ui.md("scheduler decode-first") in assumptions and ui.md("scheduler chunked") not in assumptions

@@ -9,9 +9,14 @@ Communication Operations in MPICH", IJHPCA 2005; NCCL's ring and tree algorithms
     ring all-gather        (p-1) alpha + (p-1)/p n / beta            (n = the gathered, full size)
     ring reduce-scatter    (p-1) alpha + (p-1)/p n / beta            (n = the full input size)
     point-to-point         alpha + n / beta
+    all-to-all             (p-1) alpha + (p-1)/p n / beta            (pairwise exchange, Thakur et al. sec. 4.6;
+                                                                      n = the bytes each device holds, of which
+                                                                      (p-1)/p leave it: expert parallelism's
+                                                                      dispatch and combine, DeepSpeed-MoE sec. 5)
 
 A 2D torus (TPU ICI) runs the ring in both dimensions at once: each ring has sqrt(p) members and
 half the data, over its own links. The algorithm used is the faster of those the topology offers.
+An all-to-all runs pairwise on any topology (a torus routes its far pairs over shared links: a floor).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from dataclasses import dataclass
 from mapper.core.errors import MapperError
 from mapper.hardware.profile import Interconnect
 
-COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "p2p")
+COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "p2p", "all-to-all")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +66,8 @@ def collective_time(kind: str, devices: int, message_bytes: float, link: Interco
         )
     if kind == "p2p":
         return CollectiveCost(kind, "direct", p, n, alpha + n / beta, n)
+    if kind == "all-to-all":
+        return CollectiveCost(kind, "pairwise", p, n, ring_gather(p, n, alpha, beta), (p - 1) / p * n)
     if link.topology == "torus2d":
         side = max(2, round(math.sqrt(p)))
         if kind == "all-reduce":  # one ring per dimension, each on half the data, concurrently

@@ -199,6 +199,31 @@ def group_boundary(graph: Graph, group: Group, nodes_by_name: dict[str, Node], i
     return Boundary(tuple(reads.items()), writes, reduce_inputs)
 
 
+def _read_bytes(
+    graph: Graph,
+    boundary: Boundary,
+    work: dict[str, NodeWork],
+    sizer: Sizer,
+    weight_shares: dict[str, float] | None,
+    token_share: float,
+) -> tuple[float, float]:
+    """(bytes a kernel reads, of which weights): weights at the share read, activations at the tokens' share."""
+    read = weight = 0.0
+    for t, partial in boundary.reads:
+        spec = graph.tensors.get(t)
+        if spec is None:
+            continue
+        if t in graph.weights:
+            full = sizer.bytes(spec) * (weight_shares.get(t, 1.0) if weight_shares else 1.0)
+            weight += full
+        else:
+            full = sizer.bytes(spec) * token_share
+        if partial and spec.bytes > 0:  # only the gathered/kept elements are read
+            full = full * min(1.0, work[partial].bytes_read / spec.bytes)
+        read += full
+    return read, weight
+
+
 def build_kernel(
     graph: Graph,
     group: Group,
@@ -206,26 +231,19 @@ def build_kernel(
     work: dict[str, NodeWork],
     sizer: Sizer,
     weight_shares: dict[str, float] | None = None,
+    token_share: float = 1.0,
 ) -> Kernel:
-    """`weight_shares`: weight -> the share of it read (a mixture of experts' routed weights, work/moe.py)."""
+    """`weight_shares`: weight -> the share of it read (a mixture of experts' routed weights, work/moe.py);
+    `token_share`: the share of the tokens an expert kernel sees (k/E): it reads and writes only their
+    activations."""
     members = [work[n] for n in group.nodes]
-    tensors, weights, size = graph.tensors, graph.weights, sizer.bytes
-    read = weight = 0.0
-    for t, partial in boundary.reads:
-        spec = tensors.get(t)
-        if spec is None:
-            continue
-        full = size(spec) * (weight_shares.get(t, 1.0) if weight_shares else 1.0)
-        if t in weights:
-            weight += full
-        if partial and spec.bytes > 0:  # only the gathered/kept elements are read
-            full = full * min(1.0, work[partial].bytes_read / spec.bytes)
-        read += full
+    tensors, size = graph.tensors, sizer.bytes
+    read, weight = _read_bytes(graph, boundary, work, sizer, weight_shares, token_share)
     written = 0.0
     for t in boundary.writes:
         spec = tensors.get(t)
         if spec is not None:
-            written += size(spec)
+            written += size(spec) * token_share
     rows, length = _rows(tensors, boundary.reduce_inputs)
     first = members[0]
     if len(members) == 1:
@@ -299,7 +317,7 @@ def _build_kernels(
     attention_fits,
     boundaries: dict[Group, Boundary],
 ) -> list:
-    graph, weight_shares = workload.graph, workload.weight_shares
+    graph, weight_shares, experts = workload.graph, workload.weight_shares, workload.expert_gemms
     by_name = {w.name: w for w in workload.nodes}
     nodes_by_name = index_of = None
 
@@ -311,7 +329,8 @@ def _build_kernels(
                 nodes_by_name = {n.name: n for n in graph.nodes}
                 index_of = {n.name: i for i, n in enumerate(graph.nodes)}
             boundary = boundaries[group] = group_boundary(graph, group, nodes_by_name, index_of)
-        return build_kernel(graph, group, boundary, by_name, sizer, weight_shares)
+        routed = next((experts[n].token_share for n in group.nodes if n in experts), 1.0)
+        return build_kernel(graph, group, boundary, by_name, sizer, weight_shares, routed)
 
     kernels = []
     for group in groups:

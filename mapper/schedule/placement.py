@@ -79,12 +79,12 @@ def _stage_sends(graph: Graph, estimates: list[KernelEstimate], stage_of: list[i
 def place_on_devices(
     graph: Graph, estimates: list[KernelEstimate], options: PlanOptions, hw: HardwareProfile, dtype: str, sizer: Sizer
 ) -> tuple[list[KernelEstimate], ParallelPlan]:
-    tp, pp, dp = options.tp, options.pp, options.dp
-    devices = tp * pp * dp
-    if tp * pp > 1 and tp * pp > hw.interconnect.max_devices:
+    tp, pp, dp, ep = options.tp, options.pp, options.dp, options.ep
+    devices = tp * pp * ep * dp  # an expert-parallel group of ep devices per tensor/pipeline rank, dp replicas
+    if tp * pp * ep > 1 and tp * pp * ep > hw.interconnect.max_devices:
         raise MapperError(
-            f"tp x pp = {tp * pp} devices exceeds the {hw.interconnect.max_devices} that"
-            f" {hw.name}'s interconnect ({hw.interconnect.topology}) connects; lower --tp/--pp"
+            f"tp x pp x ep = {tp * pp * ep} devices exceeds the {hw.interconnect.max_devices} that"
+            f" {hw.name}'s interconnect ({hw.interconnect.topology}) connects; lower --tp/--pp/--ep"
         )
     if options.overlap_collectives:
         estimates = _overlap(estimates)
@@ -119,6 +119,10 @@ def place_on_devices(
                 " back-to-back batches overlap (throughput = batch / slowest stage)"
             ),
             "data parallelism: independent replicas, no collectives at inference",
+            (
+                "expert parallelism: E/ep experts a device, attention replicated; an all-to-all dispatch and"
+                " combine of T x k x hidden activations per MoE layer; devices = tp x pp x ep x dp"
+            ),
             "collectives: alpha-beta, the faster of ring and tree for the topology"
             + (
                 " and hidden behind the next kernel's compute"

@@ -15,7 +15,16 @@ import numpy as np
 from mapper.core import limits
 from mapper.core.errors import MapperError
 from mapper.core.vocab import values
-from mapper.serve.scheduler import Jitter, Requests, Scheduler, StepTime, Timeline, run_chunked, run_whole_prefill
+from mapper.serve.scheduler import (
+    Jitter,
+    Requests,
+    Scheduler,
+    SchedulerRun,
+    StepTime,
+    Timeline,
+    run_chunked,
+    run_whole_prefill,
+)
 from mapper.serve.serving import ServingConfig, draw_jitter, validate_config
 from mapper.serve.trace import Trace
 
@@ -128,16 +137,13 @@ def simulate_llm_serving(prefill_time: StepTime, decode_time: StepTime, config: 
             f" {capacity}; shorten it or use a device with more memory"
         )
     draw = lambda count: draw_jitter(count, config.jitter_cv, config.jitter_dist, jitter_rng)
-    jitter = Jitter(draw(2 * n + int(output.sum())), draw)
+    run = SchedulerRun(
+        prefill_time, decode_time, reqs, config.max_batch, capacity, Jitter(draw(2 * n + int(output.sum())), draw)
+    )
     if config.scheduler == Scheduler.CHUNKED:
-        timeline = run_chunked(
-            prefill_time, decode_time, reqs, config.max_batch, capacity, jitter, chunk_tokens=config.chunk_tokens
-        )
+        timeline = run_chunked(run, chunk_tokens=config.chunk_tokens)
     else:
-        decode_first = config.scheduler == Scheduler.DECODE_FIRST
-        timeline = run_whole_prefill(
-            prefill_time, decode_time, reqs, config.max_batch, capacity, jitter, decode_first=decode_first
-        )
+        timeline = run_whole_prefill(run, decode_first=config.scheduler == Scheduler.DECODE_FIRST)
     return _result(reqs, timeline, config)
 
 

@@ -110,22 +110,28 @@ class Jitter:
         return self.values[step]
 
 
-def run_whole_prefill(
-    prefill_time: StepTime,
-    decode_time: StepTime,
-    reqs: Requests,
-    max_batch: int,
-    capacity: int,
-    jitter: Jitter,
-    *,
-    decode_first: bool,
-) -> Timeline:
+@dataclass(frozen=True, slots=True)
+class SchedulerRun:
+    """What every scheduler runs on: the step-time models, the requests, the batch and KV-cache limits
+    (sequences, tokens) and the per-step jitter."""
+
+    prefill_time: StepTime
+    decode_time: StepTime
+    reqs: Requests
+    max_batch: int
+    capacity: int
+    jitter: Jitter
+
+
+def run_whole_prefill(run: SchedulerRun, *, decode_first: bool) -> Timeline:
     """Prefill-first or decode-first. Each step admits waiting requests first come first served while a slot
     is free and the cache holds their prompt + output (reserved, so nothing is preempted); their prefill runs
     as one step (their count, longest prompt) and yields their first token; else the running batch decodes
     one token at its mean context. Decode-first admits only once the running batch has drained."""
-    n = len(reqs.arrival)
-    arr, prompt, output, need = (a.tolist() for a in (reqs.arrival, reqs.prompt, reqs.output, reqs.need))
+    n = len(run.reqs.arrival)
+    arr, prompt, output, need = (
+        a.tolist() for a in (run.reqs.arrival, run.reqs.prompt, run.reqs.output, run.reqs.need)
+    )
     first_token, finish = [0.0] * n, [0.0] * n
     dec = Decoding(prompt, output)
     now, nxt, kv_used, step, busy = 0.0, 0, 0, 0, 0.0
@@ -137,14 +143,14 @@ def run_whole_prefill(
             while (
                 nxt < n
                 and arr[nxt] <= now
-                and dec.count + len(admitted) < max_batch
-                and kv_used + need[nxt] <= capacity
+                and dec.count + len(admitted) < run.max_batch
+                and kv_used + need[nxt] <= run.capacity
             ):
                 admitted.append(nxt)
                 kv_used += need[nxt]
                 nxt += 1
         if admitted:
-            dt = prefill_time(len(admitted), float(max(prompt[r] for r in admitted))) * jitter[step]
+            dt = run.prefill_time(len(admitted), float(max(prompt[r] for r in admitted))) * run.jitter[step]
             now += dt
             busy += dt * dec.count
             for rid in admitted:
@@ -155,7 +161,7 @@ def run_whole_prefill(
                 else:
                     dec.join(rid, 1)
         elif dec.count:
-            dt = decode_time(dec.count, dec.context_sum / dec.count) * jitter[step]
+            dt = run.decode_time(dec.count, dec.context_sum / dec.count) * run.jitter[step]
             now += dt
             busy += dt * dec.count
             for rid in dec.step():
@@ -246,44 +252,35 @@ class ChunkedState:
         return chunk_tokens - budget, ended
 
 
-def run_chunked(
-    prefill_time: StepTime,
-    decode_time: StepTime,
-    reqs: Requests,
-    max_batch: int,
-    capacity: int,
-    jitter: Jitter,
-    *,
-    chunk_tokens: int,
-) -> Timeline:
+def run_chunked(run: SchedulerRun, *, chunk_tokens: int) -> Timeline:
     """Chunked prefill (Sarathi-Serve): every step decodes one token for each running sequence and prefills up
     to `chunk_tokens` prompt tokens of the requests admitted, first come first served; a request is admitted
     while a slot is free and the cache holds its prompt and the batch's next tokens, and when decoding would
     overflow the cache the latest admitted is preempted and its tokens recomputed on readmission."""
-    n = len(reqs.arrival)
-    arr, prompt, output = reqs.arrival.tolist(), reqs.prompt.tolist(), reqs.output.tolist()
+    n = len(run.reqs.arrival)
+    arr, prompt, output = run.reqs.arrival.tolist(), run.reqs.prompt.tolist(), run.reqs.output.tolist()
     first_token, finish = [0.0] * n, [0.0] * n
     s = ChunkedState(prompt, output)
-    dec, step_time = s.dec, mixed_step_time(prefill_time, decode_time, prefill_time(1, 1.0))
+    dec, step_time = s.dec, mixed_step_time(run.prefill_time, run.decode_time, run.prefill_time(1, 1.0))
     now, nxt, step, busy = 0.0, 0, 0, 0.0
     while nxt < n or s.active or s.requeued:
         if not s.active and not s.requeued and arr[nxt] > now:
             now = arr[nxt]  # idle until the next arrival
-        while len(s.active) < max_batch:
+        while len(s.active) < run.max_batch:
             rid = s.requeued[0] if s.requeued else (nxt if nxt < n and arr[nxt] <= now else None)
-            if rid is None or s.kv_used + prompt[rid] + s.made_before[rid] + dec.count > capacity and s.active:
+            if rid is None or s.kv_used + prompt[rid] + s.made_before[rid] + dec.count > run.capacity and s.active:
                 break
             if s.requeued:
                 s.requeued.popleft()
             else:
                 nxt += 1
             s.admit(rid)
-        s.preempt_for(dec.count, capacity)
+        s.preempt_for(dec.count, run.capacity)
         tokens, ended = s.take_chunk(chunk_tokens)
         batch = dec.count
         if not (batch or tokens):
             raise MapperError("internal: the chunked scheduler stalled with nothing to run")
-        dt = step_time(batch, dec.context_sum / batch if batch else 0.0, tokens) * jitter[step]
+        dt = step_time(batch, dec.context_sum / batch if batch else 0.0, tokens) * run.jitter[step]
         now += dt
         busy += dt * batch
         step += 1

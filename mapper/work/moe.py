@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from mapper.core.graph import Graph
 from mapper.core.result import MatrixShape, NodeWork
 
+DYNAMIC_ROUTING_OPS = ("NonZero",)  # torch.where(expert_mask) in HF MixtralSparseMoeBlock.forward exports so
 EXPERT_WALK_LIMIT = 16  # nodes between an expert's input and its output (SwiGLU: 3 MatMuls, Sigmoid, 2 Mul)
 
 
@@ -25,6 +26,33 @@ class Routing:
     experts: int
     top_k: int
     gemms: tuple[str, ...]  # node names of every expert's GEMMs
+    hidden: int = 0  # the router's input width: what each routed token carries to its experts
+
+
+@dataclass(frozen=True, slots=True)
+class ExpertGemm:
+    """What the plan stages need of one expert GEMM node: its layer's routing, the tokens present T,
+    the mean tokens per used expert (T k / E_used: the GEMM's M), and the share of T one expert sees (k/E)."""
+
+    layer: int  # index of its routing (one per MoE layer), in graph order
+    experts: int
+    top_k: int
+    hidden: int
+    tokens: int
+    mean_tokens: float
+
+    @property
+    def token_share(self) -> float:
+        return self.top_k / self.experts
+
+    @property
+    def weight_share(self) -> float:
+        """The expected share of the experts some token uses (and so of their weights read)."""
+        return expected_experts(self.experts, self.top_k, self.tokens) / self.experts
+
+    def busiest_tokens(self, imbalance: float) -> float:
+        """The busiest expert's tokens: the mean x the load-imbalance factor, at most the tokens present."""
+        return min(float(self.tokens), self.mean_tokens * imbalance)
 
 
 def expected_experts(experts: int, top_k: int, tokens: int) -> float:
@@ -47,7 +75,7 @@ def find_routings(graph: Graph) -> tuple[Routing, ...]:
         experts, k = probs.shape[-1], top.shape[-1]
         gemms = [name for table in _routing_tables(graph, topk) for name in _expert_gemms(graph, table, router)]
         if gemms and 0 < k < experts:
-            found.append(Routing(experts, k, tuple(gemms)))
+            found.append(Routing(experts, k, tuple(gemms), graph.tensors[router.inputs[0]].shape[-1]))
     return tuple(found)
 
 
@@ -73,16 +101,20 @@ def _expert_gemms(graph: Graph, table: str, router) -> list[str]:
     return gemms
 
 
-def route_work(graph: Graph, nodes: tuple[NodeWork, ...]) -> tuple[tuple[NodeWork, ...], dict[str, float]]:
+def route_work(
+    graph: Graph, nodes: tuple[NodeWork, ...]
+) -> tuple[tuple[NodeWork, ...], dict[str, float], dict[str, ExpertGemm]]:
     """The nodes with every expert GEMM's expected work (FLOPs and activations x k/E; weights read x the
-    share of experts used; M the tokens per used expert), and weight name -> share read (for the kernels)."""
+    share of experts used; M the tokens per used expert), weight name -> share read (for the kernels), and
+    expert GEMM node -> its routing figures (for activation sizing, imbalance and expert parallelism)."""
     shares: dict[str, float] = {}
     scaled: dict[str, NodeWork] = {}
+    gemms: dict[str, ExpertGemm] = {}
     routings = find_routings(graph)
     if not routings:
-        return nodes, shares
+        return nodes, shares, gemms
     by_name, node_of = {w.name: w for w in nodes}, {n.name: n for n in graph.nodes}
-    for routing in routings:
+    for layer, routing in enumerate(routings):
         for name in routing.gemms:
             w = by_name.get(name)
             if w is None or w.matrix is None:
@@ -90,7 +122,7 @@ def route_work(graph: Graph, nodes: tuple[NodeWork, ...]) -> tuple[tuple[NodeWor
             tokens = w.matrix.batch * w.matrix.m
             used = expected_experts(routing.experts, routing.top_k, tokens)
             share, routed = used / routing.experts, routing.top_k / routing.experts
-            m = max(1, round(tokens * routing.top_k / used))  # tokens per expert actually used
+            mean = tokens * routing.top_k / used
             activations = w.bytes_read - w.weight_bytes
             scaled[name] = replace(
                 w,
@@ -99,9 +131,34 @@ def route_work(graph: Graph, nodes: tuple[NodeWork, ...]) -> tuple[tuple[NodeWor
                 bytes_read=activations * routed + w.weight_bytes * share,
                 bytes_written=w.bytes_written * routed,
                 weight_bytes=w.weight_bytes * share,
-                matrix=MatrixShape(1, m, w.matrix.n, w.matrix.k, w.matrix.kind),
+                matrix=MatrixShape(1, max(1, round(mean)), w.matrix.n, w.matrix.k, w.matrix.kind),
             )
+            gemms[name] = ExpertGemm(layer, routing.experts, routing.top_k, routing.hidden, tokens, mean)
             for i in node_of[name].inputs:
                 if i in graph.weights:
                     shares[i] = share
-    return tuple(scaled.get(w.name, w) for w in nodes), shares
+    return tuple(scaled.get(w.name, w) for w in nodes), shares, gemms
+
+
+def routing_caveats(graph: Graph, gemms: dict[str, ExpertGemm]) -> list[str]:
+    """How a graph's mixture of experts is costed: at expected tokens where its router was recognised; a
+    warning where tokens are routed by data-dependent ops (an exporter's NonZero/Where dispatch)."""
+    if gemms:
+        layers = len({g.layer for g in gemms.values()})
+        g = next(iter(gemms.values()))
+        return [
+            (
+                f"Mixture of experts ({layers} layers, top-{g.top_k} of {g.experts}): expert GEMMs are costed at"
+                f" expected tokens per expert (T x k / E, M = T x k / experts used) and weights at expected coverage"
+                f" E(1-(1-k/E)^T), not at a measured routing."
+            )
+        ]
+    if any(n.op_type == "TopK" for n in graph.nodes) and any(n.op_type in DYNAMIC_ROUTING_OPS for n in graph.nodes):
+        return [
+            (
+                "This graph routes tokens with data-dependent ops (TopK then NonZero): its expert GEMMs are costed at"
+                " the shapes bound at import, not at expected tokens per expert (T x k / E); map a static-shape"
+                " export or the model's Hugging Face config.json for routed costs."
+            )
+        ]
+    return []

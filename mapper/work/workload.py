@@ -13,7 +13,7 @@ from mapper.core.caches import ModelCaches
 from mapper.core.graph import Graph, OpClass
 from mapper.core.result import NodeWork
 from mapper.work.layers import layer_placer
-from mapper.work.moe import route_work
+from mapper.work.moe import ExpertGemm, route_work
 from mapper.work.ops import estimate_work, work_roles
 
 
@@ -26,6 +26,8 @@ class Workload:
     caches: ModelCaches = field(default_factory=ModelCaches, compare=False, repr=False)
     # mixture of experts (work/moe.py): weight name -> the share of it read (the experts the tokens use)
     weight_shares: dict[str, float] = field(default_factory=dict, compare=False, repr=False)
+    # and expert GEMM node -> its routing figures (tokens present, mean tokens per expert, k/E)
+    expert_gemms: dict[str, ExpertGemm] = field(default_factory=dict, compare=False, repr=False)
     flops: float = field(init=False)  # totals over the nodes, summed once (every mapping reads them)
     matrix_flops: float = field(init=False)
     unmodeled: tuple[NodeWork, ...] = field(init=False)
@@ -59,5 +61,5 @@ def analyze_graph(graph: Graph, caches: ModelCaches | None = None, classes: dict
     `classes`: the import walk's node classes (`import_graph`), so that each class is estimated once."""
     caches = caches if caches is not None else ModelCaches()
     roles = caches.work_roles(graph.structure, lambda: work_roles(graph)) if classes else None
-    nodes, shares = route_work(graph, estimate_work(graph, layer_placer(graph, caches), classes, roles))
-    return Workload(graph, nodes, caches, shares)
+    nodes, shares, experts = route_work(graph, estimate_work(graph, layer_placer(graph, caches), classes, roles))
+    return Workload(graph, nodes, caches, shares, experts)

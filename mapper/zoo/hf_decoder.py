@@ -134,7 +134,7 @@ def build_decoder(c: DecoderSpec, name: str) -> onnx.ModelProto:
         with b.scope(f"model.layers.{i}"):
             x = b.op("Add", x, attention(b, blocks.rms_norm(b, x, c.hidden, "input_layernorm", c.norm_eps), c, ctx, i))
             h = blocks.rms_norm(b, x, c.hidden, "post_attention_layernorm", c.norm_eps)
-            mlp = moe_block.sparse_moe(b, h, c, batch, seq_1d) if c.experts else gated_mlp(b, h, c)
+            mlp = moe_block.sparse_moe(b, h, c.hidden, c.ffn, c.experts, c.top_k) if c.experts else gated_mlp(b, h, c)
             x = b.op("Add", x, mlp)
     x = blocks.rms_norm(b, x, c.hidden, "model.norm", c.norm_eps)
     b.output(lm_head(b, x, c, embed, ctx), "logits", ["batch", "seq", c.vocab])

@@ -61,7 +61,7 @@ def apply_rope(b: GraphBuilder, x: str, cos: str, sin: str, head_dim: int) -> st
     return b.op("Add", b.op("Mul", x, cos), b.op("Mul", rotated, sin))
 
 
-def build_llama(c: LlamaConfig, name: str, inline_weights: bool = False, mlp=None) -> onnx.ModelProto:
+def build_llama(c: LlamaConfig, name: str, inline_weights: bool = False) -> onnx.ModelProto:
     """Llama-2 decoder (HF LlamaForCausalLM, eager attention, KV cache in and out).
 
     Reference: HF meta-llama/Llama-2-7b-hf and Llama-2-70b-hf config.json,
@@ -69,8 +69,7 @@ def build_llama(c: LlamaConfig, name: str, inline_weights: bool = False, mlp=Non
     Inputs input_ids [batch, seq] and past_key_values.{i}.key/.value [batch, kv_heads, past, 128];
     outputs logits [batch, seq, 32000] and present.{i}.key/.value [batch, kv_heads, past+seq, 128].
     The causal mask is additive (Trilu with k = past, Where -> 0 / float32 min); GQA repeats K/V
-    with Unsqueeze -> Expand -> Reshape (HF repeat_kv). LM head is untied. `mlp(b, h)`: each layer's
-    feed-forward block instead of SwiGLU (Mixtral's mixture of experts, zoo/mixtral.py).
+    with Unsqueeze -> Expand -> Reshape (HF repeat_kv). LM head is untied.
     """
     b = GraphBuilder(name, inline_weights=inline_weights)
     d = c.head_dim
@@ -105,7 +104,7 @@ def build_llama(c: LlamaConfig, name: str, inline_weights: bool = False, mlp=Non
                 )
             x = b.op("Add", x, attn)
             h = blocks.rms_norm(b, x, c.hidden, "post_attention_layernorm", c.norm_eps)
-            x = b.op("Add", x, mlp(b, h) if mlp else blocks.swiglu(b, h, c.hidden, c.ffn, "mlp"))
+            x = b.op("Add", x, blocks.swiglu(b, h, c.hidden, c.ffn, "mlp"))
     x = blocks.rms_norm(b, x, c.hidden, "model.norm", c.norm_eps)
     b.output(blocks.linear(b, x, c.hidden, c.vocab, "lm_head", bias=False), "logits", ["batch", "seq", c.vocab])
     for i in range(c.layers):
