@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
+import shlex
 from collections.abc import Callable
 
 import pandas as pd
@@ -171,7 +172,7 @@ def reproduce(doc: dict) -> None:
     """The `mapper map` line that maps this slice again (st.code shows names verbatim: no markdown)."""
     st.code(doc["reproduce"], language="bash", wrap_lines=True)
     files = []
-    if doc["model"]["name"] not in mapper.ZOO_NAMES:
+    if shlex.split(doc["reproduce"])[2] == "MODEL.onnx":  # an upload, whatever its name (the engine checks sha)
         files.append(f"MODEL.onnx is the uploaded file (sha256 {doc['model']['sha256']})")
     if doc["hardware"]["name"] not in mapper.list_hardware():
         files.append(f"{doc['hardware']['name']}.json is the user's own profile (the Export page writes it)")
