@@ -120,13 +120,9 @@ energy = mapper.format_energy  # µJ, mJ, J, kJ
 num = mapper.format_number  # 3 significant figures, thousands separated, with a unit
 
 
-def percentiles(p50: float, p95: float, p99: float) -> str:
-    """'1.23 / 1.45 / 2.01 ms': three times in the unit of the largest, so the row reads at a glance."""
-    unit = duration(p99).split(" ")[-1]
-    scale = {u: s for s, u in mapper.DURATION_UNITS}.get(unit)
-    if scale is None or p99 >= mapper.MINUTE_S:  # minutes and hours: each in its own words
-        return " / ".join(duration(x) for x in (p50, p95, p99))
-    return " / ".join(mapper.format_number(x / scale) for x in (p50, p95, p99)) + f" {unit}"
+def lower_percentiles(p50: float, p95: float) -> str:
+    """'p50 512 µs · p95 984 µs': the note under a p99 tile."""
+    return f"p50 {duration(p50)} · p95 {duration(p95)}"
 
 
 def tflops(flops_per_s: float | None) -> str:
