@@ -125,6 +125,34 @@ def lower_percentiles(p50: float, p95: float) -> str:
     return f"p50 {duration(p50)} · p95 {duration(p95)}"
 
 
+def header_text(column: str) -> str:
+    """A column's key as a person reads it: 'plan_kept' -> 'plan kept', 'measured_mfu' -> 'measured MFU'."""
+    return " ".join("MFU" if word == "mfu" else word for word in str(column).split("_"))
+
+
+TABLE_TIME_UNITS = tuple((s, u) for s, u in mapper.DURATION_UNITS if s <= 1.0)  # s, ms, µs, ns: one per column
+
+
+def people_table(table: pd.DataFrame) -> pd.DataFrame:
+    """An engine table for people: each seconds column (`*_s`) in the one unit that suits its largest value,
+    named in its header ('predicted (ms)'); every other key in words."""
+    out = table.copy()
+    names = {}
+    for column in table.columns:
+        if (
+            str(column).endswith("_s")
+            and not str(column).endswith("_per_s")
+            and pd.api.types.is_numeric_dtype(table[column])
+        ):
+            largest = float(table[column].abs().max()) if len(table) else 0.0
+            scale, unit = next(((s, u) for s, u in TABLE_TIME_UNITS if largest >= s), TABLE_TIME_UNITS[-1])
+            out[column] = table[column] / scale
+            names[column] = f"{header_text(str(column)[:-2])} ({unit})"
+        else:
+            names[column] = header_text(column)
+    return out.rename(columns=names)
+
+
 def tflops(flops_per_s: float | None) -> str:
     return "—" if flops_per_s is None else f"{flops_per_s / 1e12:,.1f} TFLOP/s"
 

@@ -43,3 +43,14 @@ def test_tensor_parallel_degree_can_differ():
     captions = " ".join(shown(c.value) for c in at.caption)
     assert "candidate: bert-base on h100-sxm (tp=2)" in captions
     assert not any("Quality caveat" in w.value for w in at.warning)
+
+
+def test_the_candidate_can_change_its_serving():
+    """The selector offers the serving settings: the candidate batches dynamically up to 8 requests, and its
+    description and the matrix say what changed."""
+    at = compare("max_batch", 1, 8)
+    assert_clean(at, "max batch 1 against 8")
+    captions = " ".join(shown(c.value) for c in at.caption)
+    assert "candidate: bert-base on h100-sxm (max_batch=8)" in captions, captions
+    matrix = next(d.value for d in at.dataframe if "p99 latency" in d.value.columns)
+    assert (matrix["p99 latency"] != 0).any()
