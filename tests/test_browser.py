@@ -109,7 +109,9 @@ def page(server):
 def settle(page) -> None:
     """Wait until the script run finishes (the status widget's running indicator is gone)."""
     page.wait_for_timeout(400)
-    page.wait_for_function("!document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=60_000)
+    page.wait_for_function(  # the run is over, and no element still waits for its content (a skeleton)
+        '!document.querySelector(\'[data-testid="stStatusWidget"], [data-testid^="stSkeleton"]\')', timeout=60_000
+    )
     page.wait_for_timeout(300)
 
 
