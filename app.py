@@ -1,4 +1,4 @@
-"""The dashboard's router: pages via st.navigation, the shared sidebar, and the cached mapping
+"""The dashboard's router: pages via st.navigation along the top, the shared sidebar, and the cached mapping
 of the current selection (app_pages/cache.py). No math here; pages format units at the edge.
 
     streamlit run app.py
@@ -11,24 +11,34 @@ from app_pages import cache, link, session, state, ui
 
 st.set_page_config(page_title="mapper: workload mapping", page_icon=":material/memory:", layout="wide")
 
-PAGES = [
-    st.Page("app_pages/review.py", title="Review", icon=":material/rule:"),  # first: the meeting's agenda
-    st.Page("app_pages/overview.py", title="Overview", icon=":material/dashboard:", default=True),
-    st.Page("app_pages/layers.py", title="Layers", icon=":material/stacked_bar_chart:"),
-    st.Page("app_pages/kernels.py", title="Kernels", icon=":material/table_rows:"),
-    st.Page("app_pages/roofline.py", title="Roofline", icon=":material/show_chart:"),
-    st.Page("app_pages/timeline.py", title="Timeline", icon=":material/view_timeline:"),
-    st.Page("app_pages/serving.py", title="Serving", icon=":material/speed:"),
-    st.Page("app_pages/power.py", title="Power", icon=":material/bolt:"),
-    st.Page("app_pages/devices.py", title="Devices", icon=":material/lan:"),
-    st.Page("app_pages/validation.py", title="Validation", icon=":material/fact_check:"),
-    st.Page("app_pages/sweep.py", title="Sweep", icon=":material/grid_on:"),
-    st.Page("app_pages/compare.py", title="Compare", icon=":material/compare_arrows:"),
-    st.Page("app_pages/hardware.py", title="Hardware", icon=":material/developer_board:"),
-    st.Page("app_pages/export.py", title="Export", icon=":material/download:"),
-    st.Page("app_pages/trends.py", title="Trends", icon=":material/trending_up:"),
-]
-page = st.navigation(PAGES, expanded=True)  # every page listed: no Export behind "View more"
+REVIEW = st.Page("app_pages/review.py", title="Review", icon=":material/rule:")  # the meeting's agenda
+OVERVIEW = st.Page("app_pages/overview.py", title="Overview", icon=":material/dashboard:", default=True)
+HARDWARE = st.Page("app_pages/hardware.py", title="Hardware", icon=":material/developer_board:")
+EXPORT = st.Page("app_pages/export.py", title="Export", icon=":material/download:")
+# Along the top (the sidebar starts with the model and hardware): the meeting's pages as links, the rest in
+# three menus, so every page is one or two clicks away and none sits behind "more" on a 1280 px screen.
+SECTIONS = {
+    "": [REVIEW, OVERVIEW, HARDWARE, EXPORT],
+    "Analysis": [
+        st.Page("app_pages/layers.py", title="Layers", icon=":material/stacked_bar_chart:"),
+        st.Page("app_pages/kernels.py", title="Kernels", icon=":material/table_rows:"),
+        st.Page("app_pages/roofline.py", title="Roofline", icon=":material/show_chart:"),
+        st.Page("app_pages/timeline.py", title="Timeline", icon=":material/view_timeline:"),
+    ],
+    "Deployment": [
+        st.Page("app_pages/serving.py", title="Serving", icon=":material/speed:"),
+        st.Page("app_pages/power.py", title="Power", icon=":material/bolt:"),
+        st.Page("app_pages/devices.py", title="Devices", icon=":material/lan:"),
+    ],
+    "Explore": [
+        st.Page("app_pages/validation.py", title="Validation", icon=":material/fact_check:"),
+        st.Page("app_pages/sweep.py", title="Sweep", icon=":material/grid_on:"),
+        st.Page("app_pages/compare.py", title="Compare", icon=":material/compare_arrows:"),
+        st.Page("app_pages/trends.py", title="Trends", icon=":material/trending_up:"),
+    ],
+}
+PAGES = [p for pages in SECTIONS.values() for p in pages]
+page = st.navigation(SECTIONS, position="top")
 
 
 def run() -> None:

@@ -22,6 +22,10 @@ COLORS = {
 FIELDS = {f.name: f for f in mapper.PLAN_FIELDS}
 DEFAULT_PAIR = {"fusion": ("none", "aggressive"), "dtype": ("bf16", "fp8"), "hw": ("h100-sxm", "h200-sxm")}
 NUMBER_PAIR = {"int": (1, 2), "float": (1.0, 2.0), "optional-float": (0.0, 500.0)}  # a numeric option's two plans
+# A plan's own serving (mapper.COMPARE_SERVING_FIELDS): the two plans' starting values. Unset, both are served
+# in static batches of the slice's batch at the same load.
+SERVING_PAIR = {"rate": (100.0, 200.0), "max_batch": (1, 8), "max_wait_ms": (0.0, 2.0)}
+METRIC_LABELS = {m.name: m.label for m in mapper.COMPARE_METRICS}
 
 
 def selection():
@@ -43,6 +47,13 @@ st.caption(
 
 def plan_values(field: str, c) -> tuple[str, str]:
     """The baseline's and the candidate's value of `field` (columns c[1] and c[2]), as plan settings write them."""
+    if field in SERVING_PAIR:
+        _, kind, least, most = mapper.COMPARE_SERVING_FIELDS[field]
+        values = [
+            c[i].number_input(role, min_value=kind(least), max_value=kind(most), value=v, key=f"compare_{role}_{field}")
+            for i, role, v in zip((1, 2), ("baseline", "candidate"), SERVING_PAIR[field])
+        ]
+        return tuple(f"{v:g}" for v in values)
     f = FIELDS.get(field)
     if f is not None and not f.choices:  # a number: TP, PP, DP, EP, power cap (0: the profile's TDP), imbalance
         low, high = NUMBER_PAIR[f.kind]
@@ -59,12 +70,13 @@ def plan_values(field: str, c) -> tuple[str, str]:
 
 
 c = st.columns(3)
-differs = [*FIELDS, "hw"]
+differs = [*FIELDS, "hw", *SERVING_PAIR]
+labels = {"hw": "hardware profile"} | {k: f"serving: {v[0]}" for k, v in mapper.COMPARE_SERVING_FIELDS.items()}
 field = c[0].selectbox(
     "what differs",
     differs,
     index=differs.index("fusion"),
-    format_func=lambda name: "hardware profile" if name == "hw" else FIELDS[name].label,
+    format_func=lambda name: labels.get(name) or FIELDS[name].label,
     key="compare_field",
 )
 base_value, cand_value = plan_values(field, c)
@@ -75,7 +87,7 @@ with st.expander("Thresholds (relative change that counts)"):
     cols = st.columns(len(mapper.COMPARE_METRICS))
     thresholds = {
         m.name: cols[i].number_input(
-            m.name,
+            m.label,
             min_value=0.0,
             max_value=9.99,
             value=m.default_threshold,
@@ -137,14 +149,16 @@ verdict = m.assign(slice=slices).pivot_table(
     index="slice", columns="metric", values="verdict", aggfunc="first", sort=False
 )
 order = [x.name for x in mapper.COMPARE_METRICS]
-change, verdict = change[order], verdict[order]
+change, verdict = (t[order].rename(columns=METRIC_LABELS) for t in (change, verdict))
 styled = change.style.format("{:+.1%}").apply(lambda _: verdict.map(lambda v: COLORS.get(v, "")), axis=None)
 st.caption("relative change of the candidate (lower is better for p99 latency and footprint); rows: batch / seq")
 st.dataframe(styled, width="stretch")
 
 st.subheader("Rollback boundary")
 st.dataframe(
-    result.boundary.style.map(lambda v: COLORS.get(v, ""), subset=["plan_kept"]), hide_index=True, width="stretch"
+    result.boundary.rename(columns=ui.header_text).style.map(lambda v: COLORS.get(v, ""), subset=["plan kept"]),
+    hide_index=True,
+    width="stretch",
 )
 
 st.subheader("Kernels whose bottleneck class changed")
@@ -153,9 +167,10 @@ if changes.empty:
     st.write("No kernel changed class.")
 else:
     counts = changes.groupby(["baseline_class", "candidate_class"]).size().rename("kernels").reset_index()
-    st.dataframe(counts.sort_values("kernels", ascending=False), hide_index=True, width="stretch")
+    counts = counts.sort_values("kernels", ascending=False).rename(columns=ui.header_text)
+    st.dataframe(counts, hide_index=True, width="stretch")
     with st.expander(f"All {len(changes)} kernels"):
-        st.dataframe(changes, hide_index=True, width="stretch")
+        st.dataframe(ui.people_table(changes), hide_index=True, width="stretch")
 with st.expander("Provenance and assumptions"):
     st.json(result.provenance, expanded=False)
 doc = mapper.comparison_document(result)

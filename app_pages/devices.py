@@ -62,7 +62,6 @@ if parallel["collectives"]:
     st.subheader("Collectives")
     table = pd.DataFrame(parallel["collectives"])
     table["message (MB)"] = table.pop("message_bytes") / 1e6
-    table["time (µs)"] = table.pop("time_s") * 1e6
-    st.dataframe(table, hide_index=True, width="stretch")
+    st.dataframe(ui.people_table(table), hide_index=True, width="stretch")
 for line in parallel["assumptions"]:
     st.caption(ui.md(line))

@@ -10,7 +10,7 @@ from app_pages import serving_model, ui
 doc, result, sel = ui.current()
 t = doc["totals"]
 ui.header("Overview", doc)
-served, refusal = serving_model.attempt(sel, curve=False)  # a refusal is shown after the verdict
+served, refusal = serving_model.attempt(sel, curve=False)  # a refusal is shown under the table
 queue = served is not None and not served.continuous
 # The latency check reads the sidebar's own serving run (its load and batching) against its p99 target.
 judged = {**doc, "serving": served.section()} if queue else doc
@@ -34,39 +34,38 @@ def tile(column, label: str, value: str, help_text: str, note: str | None = None
 
 
 def percentile_tiles(columns) -> None:
-    """Request latency p50/p95/p99 of the mapped batch at the sidebar's load (a decoder: TTFT and TPOT),
-    with the load and batching it assumes and the overload flag instead of a runaway p99."""
+    """Request latency p99 of the mapped batch at the sidebar's load, large, with p50/p95, the load and the
+    batching in its note (a decoder: TTFT and TPOT); the overload flag instead of a runaway p99."""
     if served is None:
-        tile(columns[0], "Latency p50 / p95 / p99", "—", f"no serving simulation: {refusal}", "not simulated")
+        tile(columns[0], "Latency p99", "—", f"no serving simulation: {refusal}", "not simulated")
         tile(columns[1], "Memory stall", ui.pct(t["memory_stall_fraction"]), "share of time the engines wait on DRAM")
         return
     r, c = served.result, served.config
     if served.continuous:  # a decoder: continuous batching, as `mapper serve` runs it
         sequences = f"{c.max_batch} sequence{'s' if c.max_batch != 1 else ''}"
         assumed = f"{ui.num(c.rate_per_s)} req/s offered, continuous batching of up to {sequences}"
-        ttft = ui.percentiles(r.ttft_p50_s, r.ttft_p95_s, r.ttft_p99_s)
-        tpot = ui.percentiles(r.tpot_p50_s, r.tpot_p95_s, r.tpot_p99_s)
+        ttft = ui.lower_percentiles(r.ttft_p50_s, r.ttft_p95_s)
         tile(
             columns[0],
-            "TTFT p50 / p95 / p99",
-            ttft,
+            "TTFT p99",
+            ui.duration(r.ttft_p99_s),
             f"time to first token as `mapper serve` runs it; {assumed}",
-            assumed,
+            f"{ttft}; {assumed}",
         )
-        tile(columns[1], "TPOT p50 / p95 / p99", tpot, f"time per output token; {assumed}", "time per output token")
+        tpot = ui.lower_percentiles(r.tpot_p50_s, r.tpot_p95_s)
+        tile(columns[1], "TPOT p99", ui.duration(r.tpot_p99_s), f"time per output token; {assumed}", tpot)
         return
     batching = f"static batches of {c.max_batch}" if c.policy == "static" else f"dynamic batching up to {c.max_batch}"
     assumed = f"{ui.num(r.offered_rate_per_s)} req/s offered, {batching}"
     if r.overload:
-        tile(columns[0], "Latency p50 / p95 / p99", "overloaded", f"{r.overload}; {assumed}", r.overload)
+        tile(columns[0], "Latency p99", "overloaded", f"{r.overload}; {assumed}", r.overload)
     else:
-        value = ui.percentiles(r.p50_s, r.p95_s, r.p99_s)
         tile(
             columns[0],
-            "Latency p50 / p95 / p99",
-            value,
+            "Latency p99",
+            ui.duration(r.p99_s),
             f"request latency as `mapper serve` runs it; {assumed}",
-            assumed,
+            f"{ui.lower_percentiles(r.p50_s, r.p95_s)}; {assumed}",
         )
     tile(columns[1], "Memory stall", ui.pct(t["memory_stall_fraction"]), "share of time the engines wait on DRAM")
 
@@ -91,9 +90,6 @@ tile(
     f"{ui.num(t['perf_per_watt'])} inferences/s per W at {ui.num(t['avg_power_w'], 'W')} average",
 )
 
-if refusal is not None:
-    st.warning(f"No serving simulation for this selection: {ui.md(refusal)}")
-
 st.subheader("Top bottlenecks")
 top = mapper.group_kernels(doc["kernels"], t["latency_s"])[:5]  # repeated layers as one row: "... x 32"
 st.dataframe(
@@ -103,8 +99,8 @@ st.dataframe(
                 "kernel": k["kernel"],
                 "share": k["share"],
                 "class": k["bottleneck"],
+                "owner": k["owner"],  # before the long evidence: in view on a 1280 px screen
                 "evidence": k["evidence"],
-                "owner": k["owner"],
             }
             for k in top
         ]
@@ -114,8 +110,10 @@ st.dataframe(
     column_config={
         "share": ui.TABLE_FORMAT["share"],
         "kernel": st.column_config.TextColumn(width="medium"),
-        "evidence": st.column_config.TextColumn(width="large"),
         "owner": st.column_config.TextColumn(width="medium"),
+        "evidence": st.column_config.TextColumn(width="large"),
     },
 )
+if refusal is not None:  # under the table: the verdict, the tiles and the table come first on a shared screen
+    st.warning(f"No serving simulation for this selection: {ui.md(refusal)}")
 ui.notices(doc)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
+import shlex
 from collections.abc import Callable
 
 import pandas as pd
@@ -119,13 +120,37 @@ energy = mapper.format_energy  # µJ, mJ, J, kJ
 num = mapper.format_number  # 3 significant figures, thousands separated, with a unit
 
 
-def percentiles(p50: float, p95: float, p99: float) -> str:
-    """'1.23 / 1.45 / 2.01 ms': three times in the unit of the largest, so the row reads at a glance."""
-    unit = duration(p99).split(" ")[-1]
-    scale = {u: s for s, u in mapper.DURATION_UNITS}.get(unit)
-    if scale is None or p99 >= mapper.MINUTE_S:  # minutes and hours: each in its own words
-        return " / ".join(duration(x) for x in (p50, p95, p99))
-    return " / ".join(mapper.format_number(x / scale) for x in (p50, p95, p99)) + f" {unit}"
+def lower_percentiles(p50: float, p95: float) -> str:
+    """'p50 512 µs · p95 984 µs': the note under a p99 tile."""
+    return f"p50 {duration(p50)} · p95 {duration(p95)}"
+
+
+def header_text(column: str) -> str:
+    """A column's key as a person reads it: 'plan_kept' -> 'plan kept', 'measured_mfu' -> 'measured MFU'."""
+    return " ".join("MFU" if word == "mfu" else word for word in str(column).split("_"))
+
+
+TABLE_TIME_UNITS = tuple((s, u) for s, u in mapper.DURATION_UNITS if s <= 1.0)  # s, ms, µs, ns: one per column
+
+
+def people_table(table: pd.DataFrame) -> pd.DataFrame:
+    """An engine table for people: each seconds column (`*_s`) in the one unit that suits its largest value,
+    named in its header ('predicted (ms)'); every other key in words."""
+    out = table.copy()
+    names = {}
+    for column in table.columns:
+        if (
+            str(column).endswith("_s")
+            and not str(column).endswith("_per_s")
+            and pd.api.types.is_numeric_dtype(table[column])
+        ):
+            largest = float(table[column].abs().max()) if len(table) else 0.0
+            scale, unit = next(((s, u) for s, u in TABLE_TIME_UNITS if largest >= s), TABLE_TIME_UNITS[-1])
+            out[column] = table[column] / scale
+            names[column] = f"{header_text(str(column)[:-2])} ({unit})"
+        else:
+            names[column] = header_text(column)
+    return out.rename(columns=names)
 
 
 def tflops(flops_per_s: float | None) -> str:
@@ -171,7 +196,7 @@ def reproduce(doc: dict) -> None:
     """The `mapper map` line that maps this slice again (st.code shows names verbatim: no markdown)."""
     st.code(doc["reproduce"], language="bash", wrap_lines=True)
     files = []
-    if doc["model"]["name"] not in mapper.ZOO_NAMES:
+    if shlex.split(doc["reproduce"])[2] == "MODEL.onnx":  # an upload, whatever its name (the engine checks sha)
         files.append(f"MODEL.onnx is the uploaded file (sha256 {doc['model']['sha256']})")
     if doc["hardware"]["name"] not in mapper.list_hardware():
         files.append(f"{doc['hardware']['name']}.json is the user's own profile (the Export page writes it)")

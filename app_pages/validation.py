@@ -15,6 +15,10 @@ from app_pages import cache, session, ui
 
 MAX_LOCAL_FLOPS = 50e9  # run on this machine only what finishes in a few seconds per run
 MAX_LOCAL_WEIGHT_BYTES = 1e9
+PEOPLE_FORMAT = {  # ui.people_table's headers: shares as percentages
+    "error": st.column_config.NumberColumn(format="percent"),
+    "measured MFU": st.column_config.NumberColumn(format="percent"),
+}
 
 doc, result, sel = ui.current()
 st.title("Validation")
@@ -96,22 +100,20 @@ def show(comparison: dict, label: str) -> None:
     layers = pd.DataFrame(comparison["layers"])
     st.subheader("Error by layer type")
     st.dataframe(
-        layers[["layer_type", "predicted_s", "measured_s", "error", "measured_mfu", "measured_class"]],
+        ui.people_table(layers[["layer_type", "predicted_s", "measured_s", "error", "measured_mfu", "measured_class"]]),
         hide_index=True,
         width="stretch",
-        column_config={
-            "error": st.column_config.NumberColumn(format="percent"),
-            "measured_mfu": st.column_config.NumberColumn("measured MFU", format="percent"),
-        },
+        column_config=PEOPLE_FORMAT,
     )
     st.subheader("Largest mispredictions")
     top = pd.DataFrame(comparison["kernels"][:10])
     if not top.empty:
         top = top.assign(kernel=top["kernels"].map(lambda ks: ks[0]))
         st.dataframe(
-            top[["kernel", "layer_type", "predicted_s", "measured_s", "error", "measured_class"]],
+            ui.people_table(top[["kernel", "layer_type", "predicted_s", "measured_s", "error", "measured_class"]]),
             hide_index=True,
             width="stretch",
+            column_config=PEOPLE_FORMAT,
         )
     if comparison["unmatched"]:
         st.caption(
@@ -150,19 +152,13 @@ with local:
             _, before, after, _ = stored
             show(before, "probed profile")
             st.subheader("Calibration: before and after")
-            st.dataframe(
-                pd.DataFrame(
-                    [
-                        {"profile": "probed", **{k: before["model"][k] for k in ("predicted_s", "error")}},
-                        {
-                            "profile": "calibrated on this run",
-                            **{k: after["model"][k] for k in ("predicted_s", "error")},
-                        },
-                    ]
-                ),
-                hide_index=True,
-                column_config={"error": st.column_config.NumberColumn(format="percent")},
+            calibration = pd.DataFrame(
+                [
+                    {"profile": "probed", **{k: before["model"][k] for k in ("predicted_s", "error")}},
+                    {"profile": "calibrated on this run", **{k: after["model"][k] for k in ("predicted_s", "error")}},
+                ]
             )
+            st.dataframe(ui.people_table(calibration), hide_index=True, column_config=PEOPLE_FORMAT)
             st.caption(
                 "Calibrated on this very run (in-sample): the held-out errors over twelve models are in "
                 "docs/validation.md (`bench/validate_cpu.py`)."

@@ -79,6 +79,7 @@ _LAZY = {
     "plan_spec": "mapper.explore.compare_inputs",
     "write_comparison": "mapper.explore.compare_output",
     "COMPARE_METRICS": "mapper.explore.compare_inputs:METRICS",
+    "COMPARE_SERVING_FIELDS": "mapper.explore.compare_inputs:SERVING_FIELDS",
     "probe_machine": "mapper.evidence",
     "measure_model": "mapper.evidence",
     "Measurement": "mapper.evidence",

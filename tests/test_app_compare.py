@@ -29,7 +29,7 @@ def test_bf16_against_fp8_on_bert_improves_with_the_precision_caveat():
     assert_clean(at, "bf16 against fp8")
     verdict = shown(at.success[0].value)
     assert verdict.startswith("**improved: adopt the candidate")
-    assert "decided by: improved p99_latency_s, throughput_per_s" in verdict
+    assert "decided by: improved p99 latency, throughput" in verdict
     warnings = [shown(w.value) for w in at.warning]
     assert any("Quality caveat:" in w and "precision change (dtype bf16 -> fp8)" in w for w in warnings)
     assert any("Fallback: the baseline plan" in shown(c.value) for c in at.caption)
@@ -39,7 +39,18 @@ def test_tensor_parallel_degree_can_differ():
     at = compare("tp", 1, 2)
     # two devices for one BERT at batch 1: faster, but half as efficient per device, and the summary says so
     verdict = shown(at.error[0].value)
-    assert verdict.startswith("**regressed: keep the baseline") and "regressed mfu, perf_per_watt" in verdict
+    assert verdict.startswith("**regressed: keep the baseline") and "regressed MFU, perf/W" in verdict
     captions = " ".join(shown(c.value) for c in at.caption)
     assert "candidate: bert-base on h100-sxm (tp=2)" in captions
     assert not any("Quality caveat" in w.value for w in at.warning)
+
+
+def test_the_candidate_can_change_its_serving():
+    """The selector offers the serving settings: the candidate batches dynamically up to 8 requests, and its
+    description and the matrix say what changed."""
+    at = compare("max_batch", 1, 8)
+    assert_clean(at, "max batch 1 against 8")
+    captions = " ".join(shown(c.value) for c in at.caption)
+    assert "candidate: bert-base on h100-sxm (max_batch=8)" in captions, captions
+    matrix = next(d.value for d in at.dataframe if "p99 latency" in d.value.columns)
+    assert (matrix["p99 latency"] != 0).any()

@@ -181,7 +181,7 @@ def test_bf16_to_fp8_improves_with_its_quality_caveat_and_fallback(tmp_path):
     its faster run into an MFU regression; the verdict names the metrics that decided it, and the precision
     candidate carries its quality caveat and fallback in the matrix, the document and the sheet."""
     c = compare_plans(bert("dtype=bf16"), bert("dtype=fp8"), (1,), (128, 4096))
-    assert c.overall == "improved" and "decided by: improved p99_latency_s, throughput_per_s" in c.summary
+    assert c.overall == "improved" and "decided by: improved p99 latency, throughput" in c.summary
     assert cell(c, 4096, "mfu").change == pytest.approx(cell(c, 4096, "throughput_per_s").change)
     assert any("bf16 peak" in line for line in c.provenance["assumptions"])
     assert c.caveats[0].startswith("precision change (dtype bf16 -> fp8)") and "dtype=bf16" in c.fallback
@@ -193,3 +193,18 @@ def test_bf16_to_fp8_improves_with_its_quality_caveat_and_fallback(tmp_path):
 
 def test_a_fusion_change_carries_no_precision_caveat(fused):
     assert fused.caveats == () and fused.fallback == "" and (fused.matrix["quality_caveat"] == "").all()
+
+
+def test_a_plan_can_change_its_serving():
+    """The candidate's own serving settings (dynamic batching up to 8, its own max wait and rate) move its p99
+    and nothing else: the same mapping, served differently; bad serving values are refused in one line."""
+    base = bert("")
+    cand = bert("max_batch=8,max_wait_ms=5,rate=200")
+    assert cand.serving.max_batch == 8 and "max_batch=8" in cand.describe() and cand.options == base.options
+    c = compare_plans(base, cand, (1,), (128,), CompareSettings(requests=2000))
+    assert cell(c, 128, "p99_latency_s").change != 0
+    assert cell(c, 128, "throughput_per_s").change == 0 and cell(c, 128, "mfu").change == 0
+    assert c.provenance["candidate"]["serving"] == {"rate": 200.0, "max_batch": 8, "max_wait_ms": 5.0}
+    for bad in ("max_batch=0", "max_batch=2.5", "rate=nan", "max_wait_ms=-1"):
+        with pytest.raises(MapperError, match="plan setting"):
+            bert(bad)

@@ -87,3 +87,18 @@ def test_a_link_carries_every_option_and_refuses_hostile_values():
     values, refused = mapper.options_from_query({"tp": "²", "dtype": "<script>", "power_cap_w": "nan", "ep": "99999"})
     assert values == {} and len(refused) == 4
     assert all(line.startswith("The link's option ") for line in refused)
+
+
+def test_an_upload_named_like_a_built_in_reproduces_from_its_file():
+    """A graph uploaded under a built-in's name is not that built-in: its bytes' sha256 differ, so the
+    command names the file, not `mapper map resnet50`; the built-in itself keeps its name."""
+    handle = mapper.open_model(BERT_TINY.read_bytes(), name="resnet50")
+    doc = mapper.mapping_document(
+        mapper.map_workload(handle.bind({"batch": 1, "seq": 8}), mapper.load_hardware("h100-sxm"))
+    )
+    assert doc["model"]["name"] == "resnet50"
+    assert shlex.split(doc["reproduce"])[2] == "MODEL.onnx"
+    builtin = mapper.mapping_document(
+        mapper.map_workload(mapper.load_workload("resnet50"), mapper.load_hardware("h100-sxm"))
+    )
+    assert shlex.split(builtin["reproduce"])[2] == "resnet50"

@@ -326,7 +326,7 @@ def _facts(**kw):
     [
         (_facts(), "compute-bound (matrix)", "intensity 500 FLOP/B above ridge 295"),
         (_facts(memory_s=9e-6, compute_s=3e-6, intensity=12.0), "memory-bound", "intensity 12 FLOP/B below ridge 295"),
-        (_facts(overhead_s=LAUNCH_SHARE * 10e-6), "launch / latency-bound", "launch 5.0 us of 10.0 us"),
+        (_facts(overhead_s=LAUNCH_SHARE * 10e-6), "launch / latency-bound", "launch 5.00 µs of 10.0 µs"),
         (
             _facts(waves=2, wave_efficiency=0.51, padding_efficiency=1.0),
             "occupancy / wave quantization",
@@ -334,7 +334,7 @@ def _facts(**kw):
         ),
         (_facts(engine="host"), "host / unsupported", "runs on the host"),
         (_facts(engine="sfu", intensity=5.0), "compute-bound (vector/SFU)", "sfu units busy"),
-        (_facts(sync_s=4e-6), "synchronization", "grid sync 4.0 us"),
+        (_facts(sync_s=4e-6), "synchronization", "grid sync 4.00 µs"),
     ],
 )
 def test_bottleneck_rules(facts, cls, evidence):

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mapper.core.classes import CLASSES, Bottleneck, Owner
+from mapper.core.units import format_duration  # evidence times for people: 1.27 ms, not 1269.0 us
 from mapper.cost.estimate import kernel_time
 
 # Named thresholds: each rule below cites the one it uses.
@@ -37,10 +38,6 @@ class Facts:
     interconnect_s: float = 0.0
 
 
-def _us(seconds: float) -> str:
-    return f"{seconds * 1e6:.1f} us"
-
-
 @dataclass(frozen=True, slots=True)
 class BottleneckRule:
     bottleneck: Bottleneck
@@ -50,22 +47,27 @@ class BottleneckRule:
 
 RULES: tuple[BottleneckRule, ...] = (
     BottleneckRule(
-        Bottleneck.HOST, lambda f: f.engine == "host", lambda f: f"runs on the host: {_us(f.time_s)} incl. transfers"
+        Bottleneck.HOST,
+        lambda f: f.engine == "host",
+        lambda f: f"runs on the host: {format_duration(f.time_s)} incl. transfers",
     ),
     BottleneckRule(
         Bottleneck.INTERCONNECT,
         lambda f: f.interconnect_s >= INTERCONNECT_SHARE * f.time_s > 0,
-        lambda f: f"collective {_us(f.interconnect_s)} of {_us(f.time_s)} on the links",
+        lambda f: f"collective {format_duration(f.interconnect_s)} of {format_duration(f.time_s)} on the links",
     ),
     BottleneckRule(
         Bottleneck.LAUNCH,
         lambda f: f.overhead_s >= LAUNCH_SHARE * f.time_s,
-        lambda f: f"launch {_us(f.overhead_s)} of {_us(f.time_s)} (work {_us(max(f.compute_s, f.memory_s))})",
+        lambda f: (
+            f"launch {format_duration(f.overhead_s)} of {format_duration(f.time_s)}"
+            f" (work {format_duration(max(f.compute_s, f.memory_s))})"
+        ),
     ),
     BottleneckRule(
         Bottleneck.SYNCHRONIZATION,
         lambda f: f.sync_s >= SYNC_SHARE * f.time_s,
-        lambda f: f"grid sync {_us(f.sync_s)} of {_us(f.time_s)}",
+        lambda f: f"grid sync {format_duration(f.sync_s)} of {format_duration(f.time_s)}",
     ),
     BottleneckRule(
         Bottleneck.OCCUPANCY,
@@ -85,7 +87,7 @@ RULES: tuple[BottleneckRule, ...] = (
         lambda f: (
             f"intensity {f.intensity:.3g} FLOP/B below ridge {f.ridge:.0f}"
             if f.intensity < f.ridge
-            else f"memory {_us(f.memory_s)} over compute {_us(f.compute_s)}"
+            else f"memory {format_duration(f.memory_s)} over compute {format_duration(f.compute_s)}"
         ),
     ),
     BottleneckRule(
@@ -93,13 +95,13 @@ RULES: tuple[BottleneckRule, ...] = (
         lambda f: f.engine == "matrix",
         lambda f: (
             f"intensity {f.intensity:.0f} FLOP/B above ridge {f.ridge:.0f};"
-            f" compute {_us(f.compute_s)} vs memory {_us(f.memory_s)}"
+            f" compute {format_duration(f.compute_s)} vs memory {format_duration(f.memory_s)}"
         ),
     ),
     BottleneckRule(
         Bottleneck.COMPUTE_VECTOR,
         lambda f: True,
-        lambda f: f"{f.engine} units busy {_us(f.compute_s)} vs memory {_us(f.memory_s)}",
+        lambda f: f"{f.engine} units busy {format_duration(f.compute_s)} vs memory {format_duration(f.memory_s)}",
     ),
 )
 

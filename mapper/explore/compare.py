@@ -9,7 +9,7 @@ The plans and thresholds are read in compare_inputs.py; the sheet and --json wri
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import pandas as pd
 
@@ -17,7 +17,7 @@ from mapper.core import limits
 from mapper.core.errors import MapperError
 from mapper.core.result import MappingResult
 from mapper.core.version import __version__
-from mapper.explore.compare_inputs import METRICS, Metric, PlanSpec, parse_thresholds
+from mapper.explore.compare_inputs import METRICS, Metric, PlanServing, PlanSpec, parse_thresholds
 from mapper.explore.sweep import ModelShapes, check_slices, model_source
 from mapper.hardware.profile import HardwareProfile
 from mapper.pipeline import map_workload
@@ -52,20 +52,21 @@ def footprint_bytes(result: MappingResult) -> tuple[float, str]:
     return float(result.memory.per_device_bytes), "the engine's memory plan (per device)"
 
 
-def p99_latency(
-    latency_s: float, batch: int, rate_per_s: float, hw: HardwareProfile, seed: int, requests: int
-) -> tuple[float, str]:
-    """p99 of requests served in static batches of `batch` at `rate_per_s` (Poisson, seeded)."""
-    config = ServingConfig(
-        policy="static",
-        max_batch=batch,
-        rate_per_s=rate_per_s,
-        requests=requests,
-        seed=seed,
-        jitter_cv=hw.jitter_cv,
-        jitter_dist=hw.jitter_dist,
-    )
-    return simulate_serving(latency_s, config).p99_s, "p99: serving simulation"
+def plan_p99(service_time, config: ServingConfig, hw: HardwareProfile, seed: int, requests: int) -> tuple[float, str]:
+    """p99 of the plan's serving `config` (Poisson, seeded, the profile's jitter); `service_time` in seconds, or
+    batch size -> seconds for dynamic batching."""
+    config = replace(config, requests=requests, seed=seed, jitter_cv=hw.jitter_cv, jitter_dist=hw.jitter_dist)
+    how = "static batches" if config.policy == "static" else "dynamic batching"
+    return simulate_serving(service_time, config).p99_s, f"p99: serving simulation ({how})"
+
+
+def serving_config(serving: PlanServing, batch: int, shared_rate: float) -> ServingConfig:
+    """A plan's serving: its own rate (else the shared one); static batches of the slice's batch, or dynamic
+    batching up to its max batch with its max wait."""
+    rate = serving.rate if serving.rate is not None else shared_rate
+    if serving.max_batch is None:
+        return ServingConfig(policy="static", max_batch=batch, rate_per_s=rate)
+    return ServingConfig(max_batch=serving.max_batch, max_wait_s=serving.max_wait_ms / 1e3, rate_per_s=rate)
 
 
 def baseline_peak(plan: PlanSpec, result: MappingResult) -> tuple[float, str]:
@@ -157,7 +158,8 @@ def compare_plans(
             results, error = None, str(exc)
         values = [{m.name: math.nan for m in METRICS}] * 2
         if results:
-            values = _metric_values((baseline, candidate), results, batch, settings, notes)
+            services = [service_time(shapes[p.model], p, r, seq) for p, r in zip((baseline, candidate), results)]
+            values = _metric_values((baseline, candidate), results, batch, settings, notes, services)
             changes += [key | row for row in kernel_class_changes(*results)]
             caveats = tuple(dict.fromkeys(caveats + (results[1].caveats if caveats else ())))
         cells = []
@@ -228,19 +230,33 @@ def _slices(batches: tuple[int, ...], seqs: tuple[int, ...], any_seq: bool, requ
     return [(b, s) for b in sorted(set(batches)) for s in (sorted(set(seqs)) if any_seq else [None])]
 
 
+def service_time(shapes: ModelShapes, plan: PlanSpec, result: MappingResult, seq: int | None):
+    """The plan's batch time: its mapped batch's latency (static batches of the slice's batch), or batch size ->
+    the latency mapped at that size (dynamic batching up to the plan's max batch)."""
+    if plan.serving.max_batch is None:
+        return result.totals.latency_s
+    return lambda size: map_plan(shapes, plan, size, seq).totals.latency_s
+
+
 def _metric_values(
-    plans: tuple[PlanSpec, PlanSpec], results: list[MappingResult], batch: int, settings: CompareSettings, notes: set
+    plans: tuple[PlanSpec, PlanSpec],
+    results: list[MappingResult],
+    batch: int,
+    settings: CompareSettings,
+    notes: set,
+    services: list,
 ) -> list[dict]:
     """Each plan's metrics at one slice, served at the same offered load; how each was found goes to `notes`."""
-    rate = settings.load_fraction * results[0].totals.throughput_per_s  # requests/s, the same for both plans
+    rate = settings.load_fraction * results[0].totals.throughput_per_s  # requests/s, shared unless a plan sets its own
     peak, peak_text = baseline_peak(plans[0], results[0])
     notes.add(
         f"mfu: both plans' model FLOP/s against one peak, {peak_text}, so a precision change is not judged"
         " against a yardstick it moved"
     )
     values = []
-    for plan, r in zip(plans, results):
-        p99, how = p99_latency(r.totals.latency_s, batch, rate, plan.hardware, settings.seed, settings.requests)
+    for plan, r, service in zip(plans, results, services):
+        config = serving_config(plan.serving, batch, rate)
+        p99, how = plan_p99(service, config, plan.hardware, settings.seed, settings.requests)
         footprint, source = footprint_bytes(r)
         notes.update((how, f"footprint: {source}"))
         values.append(
@@ -279,11 +295,11 @@ def _slice_verdict(metrics: tuple[Metric, ...], cells: list[str], error: str) ->
         if "improved" in cells
         else "neutral"
     )
-    regressed = [m.name for m, v in zip(metrics, cells) if v == "regressed"]
+    regressed = [m.label for m, v in zip(metrics, cells) if v == "regressed"]
     verdict = {
         "verdict": slice_verdict,
         "regressed": ",".join(regressed),
-        "improved": ",".join(m.name for m, v in zip(metrics, cells) if v == "improved"),
+        "improved": ",".join(m.label for m, v in zip(metrics, cells) if v == "improved"),
         "error": error,
     }
     keep = "baseline" if slice_verdict in ("regressed", "error") else "candidate"
@@ -309,7 +325,8 @@ def _provenance(
         + [
             (
                 f"offered load: {settings.load_fraction:g} x the baseline's throughput at each slice, the same rate"
-                " for both plans; static batches of the slice's batch size; jitter from each plan's profile"
+                " for both plans, and static batches of the slice's batch size, unless a plan sets its own rate or"
+                " max batch (then dynamic batching; in its description); jitter from each plan's profile"
             )
         ],
         "baseline": plan_provenance(baseline, shapes[baseline.model]),
@@ -367,5 +384,6 @@ def plan_provenance(plan: PlanSpec, shapes: ModelShapes) -> dict:
         "hardware": plan.hardware.name,
         "hardware_sha256": plan.hardware.sha256,
         "options": asdict(plan.options),
+        "serving": asdict(plan.serving),
         "describe": plan.describe(),
     }
