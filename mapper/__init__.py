@@ -105,12 +105,12 @@ _LAZY = {
     "parse_target": "mapper.review.first_slice",
     "record_run": "mapper.store.record:record",
     "run_sheet": "mapper.store.record",
-    "store_url_from_env": "mapper.store.record",
+    "store_url_from_env": "mapper.store.kpis",
     "load_trends": "mapper.store.trend",
     "trend_regressions": "mapper.store.trend:regressions",
     "trend_document": "mapper.store.trend",
-    "TREND_KPIS": "mapper.store.trend:KPIS",
-    "DEFAULT_TREND_THRESHOLD": "mapper.store.trend:DEFAULT_THRESHOLD",
+    "TREND_KPIS": "mapper.store.kpis:KPIS",
+    "DEFAULT_TREND_THRESHOLD": "mapper.store.kpis:DEFAULT_THRESHOLD",
     "trend_figure": "mapper.store.chart",
 }
 

@@ -60,7 +60,7 @@ class ModelHandle:
                 if shortcuts.get(key) is None and key not in dims:
                     dims[key] = BUILTIN_DEFAULT_DIMS[key]
         graph, classes = import_graph(self.proto, self.sha256, self.name, self.caches, dims, batch, seq)
-        return analyze_graph(graph, self.caches, classes)
+        return analyze_graph(graph, self.caches, classes, self.builtin)
 
     def shortcut_dims(
         self, dims: dict[str, int] | None, batch: int | None = None, seq: int | None = None

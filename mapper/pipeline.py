@@ -143,6 +143,8 @@ def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOpt
         engine_version=__version__,
         created_utc=datetime.now(UTC).isoformat(timespec="seconds"),
         node_count=len(graph.nodes),
+        model_builtin=workload.builtin,
+        hardware_builtin=hardware.builtin,
         memory=memory,
         parallel=parallel,
     )

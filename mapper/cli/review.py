@@ -10,7 +10,8 @@ import argparse
 import json
 
 import mapper
-from mapper.cli.args import add_model_args, options_from, parse_dim
+from mapper.cli import store as store_cli
+from mapper.cli.args import add_model_args, add_store_args, options_from, parse_dim
 from mapper.core.errors import MapperError
 from mapper.report.tables import write_bytes
 from mapper.review.first_slice import parse_target
@@ -34,6 +35,7 @@ def add_arguments(subparsers) -> None:
     p.add_argument("--require-no-regression", action="store_true", help="exit 1 if the fix regresses any slice")
     p.add_argument("--out", help="write the packet: a .zip file")
     p.add_argument("--json", action="store_true", help="print review.json")
+    add_store_args(p)  # the baseline's mapping is recorded with the packet as its sheet
     p.set_defaults(func=cmd_review)
 
 
@@ -80,6 +82,7 @@ def cmd_review(args: argparse.Namespace) -> int:
     doc = review_document(review)
     if args.out:
         write_bytes(args.out, packet_bytes(review), "the review packet")
+    store_cli.record_from_args(args, mapper.mapping_document(review.baseline), "review", args.out)
     if args.json:
         print(json.dumps(doc, indent=1, allow_nan=False))
     else:

@@ -11,14 +11,13 @@ import json
 import sys
 from pathlib import Path
 
-import sqlalchemy as sa
-
 import mapper
 from mapper.cli.args import add_store_args, parse_dim
 from mapper.core.errors import MapperError
-from mapper.store.record import STORE_ENV, record, store_url_from_env
-from mapper.store.schema import normalize_url
-from mapper.store.trend import KPIS, load_trends, parse_thresholds, trend_document
+from mapper.store.kpis import KPIS, STORE_ENV, store_url_from_env
+
+# The store's modules (and SQLAlchemy under them) load only when a command records or reads a store: every
+# `mapper` command imports this module, and most record nothing.
 
 REGRESSION_EXIT = 1  # `mapper trend --fail-on-regression`: a regression (bad input stays 2)
 
@@ -29,6 +28,10 @@ def store_of(args) -> str | None:
 
 def shown(url: str) -> str:
     """The store's URL without its password (what stdout and CI logs may show)."""
+    import sqlalchemy as sa
+
+    from mapper.store.schema import normalize_url
+
     return sa.make_url(normalize_url(url)).render_as_string(hide_password=True)
 
 
@@ -41,6 +44,8 @@ def record_from_args(args, document: dict, command: str, sheet_path: str | None 
         sheet = (Path(sheet_path).read_bytes(), Path(sheet_path).suffix.lstrip(".") or "bin")
     source = getattr(args, "model", None)
     name = Path(source).stem if source and source.endswith(".onnx") else source  # the file, not its graph's name
+    from mapper.store.record import record
+
     run_id = record(store, document, command=command, revision=args.revision, sheet=sheet, model_name=name)
     print(f"recorded run {run_id} in {shown(store)}", file=sys.stderr)
     return run_id
@@ -89,6 +94,8 @@ def add_arguments(subparsers) -> None:
 
 
 def cmd_trend(args) -> int:
+    from mapper.store.trend import load_trends, parse_thresholds, trend_document
+
     store = store_of(args)
     if store is None:
         raise MapperError(f"trend needs --store URL (or ${STORE_ENV})")

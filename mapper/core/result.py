@@ -298,3 +298,5 @@ class MappingResult:
     # Sections later stages attach, JSON-ready (each in the document under its own key):
     serving: dict | None = None  # the Serving section (`mapper.map_slice`: the CLI's and the dashboard's)
     measured: dict | None = None  # predicted against measured (`mapper.compare_measured`)
+    model_builtin: bool = False  # the model is a built-in (reproduced by its name)
+    hardware_builtin: bool = False  # the profile is a built-in's file, unedited (reproduced by its name)

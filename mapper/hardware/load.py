@@ -6,6 +6,7 @@ Every path ends in one validated build (`profile.build_profile` after `schema.va
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -53,9 +54,9 @@ def _build_checked(data: Any, label: str) -> HardwareProfile:
     return build_profile(validate_profile_dict(data, label).model_dump())
 
 
-@cache
+@cache  # the shipped files are read-only data: one parse per name and process (a built-in is immutable)
 def _load_builtin(name: str) -> HardwareProfile:
-    return _read_file(hardware_dir() / f"{name}.toml")
+    return replace(_read_file(hardware_dir() / f"{name}.toml"), builtin=True)
 
 
 def load_hardware(spec: str | os.PathLike | bytes | dict) -> HardwareProfile:

@@ -12,7 +12,7 @@ import hashlib
 import itertools
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -123,6 +123,7 @@ class HardwareProfile:
     graph_launch_s: float | None = None  # per-kernel cost under graph replay (CUDA graphs); None: not given
     dram_latency_s: float | None = None  # one DRAM load's latency under load (row kernels); None: not given
     threads_per_unit: int | None = None  # resident threads per compute unit (row kernels); None: not given
+    builtin: bool = field(default=False, compare=False)  # read from data/hardware by its name, unedited
 
     def __hash__(self) -> int:  # dict fields are unhashable; the content hash identifies a profile
         return hash((self.name, self.sha256))

@@ -77,18 +77,22 @@ def kernel_record(e: KernelEstimate) -> dict:
     }
 
 
+def slice_section(result: MappingResult) -> dict:
+    """What the slice is: the model (its hash and bindings), the profile (its hash) and the plan options."""
+    model = {"name": result.model_name, "sha256": result.model_sha256, "nodes": result.node_count}
+    hardware = {"name": result.hardware_name, "sha256": result.hardware_sha256}
+    return {
+        "model": model | {"dims": dict(result.dims), "builtin": result.model_builtin},
+        "hardware": hardware | {"builtin": result.hardware_builtin},
+        "options": dataclasses.asdict(result.options),
+    }
+
+
 def mapping_document(result: MappingResult) -> dict:
     """The whole result as plain data (what `mapper map --json` prints)."""
     t = result.totals
     doc = {
-        "model": {
-            "name": result.model_name,
-            "sha256": result.model_sha256,
-            "nodes": result.node_count,
-            "dims": dict(result.dims),
-        },
-        "hardware": {"name": result.hardware_name, "sha256": result.hardware_sha256},
-        "options": dataclasses.asdict(result.options),
+        **slice_section(result),
         "engine_version": result.engine_version,
         "created_utc": result.created_utc,
         "totals": {

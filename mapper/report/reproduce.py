@@ -10,8 +10,6 @@ Compare's variable options are all written from PLAN_FIELDS, so a new PlanOption
 from __future__ import annotations
 
 import dataclasses
-import functools
-import hashlib
 import math
 import shlex
 from dataclasses import dataclass
@@ -19,9 +17,7 @@ from dataclasses import dataclass
 from mapper import pipeline  # the option vocabularies (PLAN_DTYPES ...) and validate_options
 from mapper.core.errors import MapperError
 from mapper.core.result import PlanOptions
-from mapper.hardware.load import list_hardware, load_hardware
 from mapper.plan.layout import LAYOUTS
-from mapper.zoo import ZOO_NAMES, zoo_model_bytes
 
 TRISTATE = {"auto": None, "on": True, "off": False}  # attention_fusion: None follows the fusion policy
 SWITCH = {"on": True, "off": False, "true": True, "false": False, "1": True, "0": False}
@@ -149,25 +145,15 @@ def options_from_query(query) -> tuple[dict[str, object], list[str]]:
 
 
 def hardware_argument(doc: dict) -> str:
-    """--hw: the built-in's name when the document's profile is that built-in, else the profile's file."""
-    name, sha = doc["hardware"]["name"], doc["hardware"]["sha256"]
-    if name in list_hardware() and load_hardware(name).sha256 == sha:
-        return name
-    return f"{name}.json"
-
-
-@functools.lru_cache(maxsize=len(ZOO_NAMES))  # a pure function of the name: the zoo builds the same bytes every time
-def builtin_sha256(name: str) -> str:
-    """The sha256 of the built-in model's bytes, as its handle hashes them."""
-    return hashlib.sha256(zoo_model_bytes(name)).hexdigest()
+    """--hw: the built-in's name when the document's profile is that built-in, unedited; else the profile's file."""
+    return doc["hardware"]["name"] if doc["hardware"].get("builtin") else f"{doc['hardware']['name']}.json"
 
 
 def model_argument(doc: dict) -> str:
-    """The model argument: a built-in's name when the document's model is that built-in (its name and its
-    bytes' sha256), else a placeholder for the file (an upload may carry a built-in's name; its sha256 is in
-    the document)."""
-    name, sha = doc["model"]["name"], doc["model"]["sha256"]
-    return name if name in ZOO_NAMES and builtin_sha256(name) == sha else UPLOAD_PLACEHOLDER
+    """The model argument: a built-in's name when the document's model is that built-in (the handle opened it
+    by its name), else a placeholder for the file (an upload may carry a built-in's name; its sha256 is in the
+    document)."""
+    return doc["model"]["name"] if doc["model"].get("builtin") else UPLOAD_PLACEHOLDER
 
 
 def reproduce_command(doc: dict, model: str | None = None, hw: str | None = None) -> str:

@@ -12,7 +12,8 @@ import html
 import plotly.graph_objects as go
 
 from mapper.report.charts import LAYOUT
-from mapper.store.trend import KPIS, MEASURED_OF, SliceTrend
+from mapper.store.kpis import KPIS, MEASURED_OF
+from mapper.store.trend import SliceTrend
 
 
 def trend_figure(trend: SliceTrend, metric: str | None = None) -> go.Figure:

@@ -11,7 +11,6 @@ import gzip
 import hashlib
 import itertools
 import json
-import os
 import random
 import subprocess
 import time
@@ -28,12 +27,6 @@ WRITE_ATTEMPTS = 8  # SQLite 'database is locked' past the busy timeout, a Postg
 RETRY_BASE_S = 0.05  # backoff doubles from here, jittered, between attempts
 GIT_TIMEOUT_S = 5  # `git rev-parse` for the default revision label
 UNLABELLED = "unlabelled"  # the revision of a run outside a git work tree and without --revision
-STORE_ENV = "MAPPER_STORE"  # the store every command and the dashboard record into when set
-
-
-def store_url_from_env() -> str | None:
-    """$MAPPER_STORE, or None: the operator's store (the dashboard reads it once, at server start)."""
-    return os.environ.get(STORE_ENV) or None
 
 
 def default_revision(cwd: str | None = None) -> str:

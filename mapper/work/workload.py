@@ -28,6 +28,7 @@ class Workload:
     weight_shares: dict[str, float] = field(default_factory=dict, compare=False, repr=False)
     # and expert GEMM node -> its routing figures (tokens present, mean tokens per expert, k/E)
     expert_gemms: dict[str, ExpertGemm] = field(default_factory=dict, compare=False, repr=False)
+    builtin: bool = False  # a built-in model (mapper.zoo), reproduced by its name
     flops: float = field(init=False)  # totals over the nodes, summed once (every mapping reads them)
     matrix_flops: float = field(init=False)
     unmodeled: tuple[NodeWork, ...] = field(init=False)
@@ -56,10 +57,12 @@ class Workload:
         return float(sum(self.graph.tensors[w].bytes for w in self.graph.weights))
 
 
-def analyze_graph(graph: Graph, caches: ModelCaches | None = None, classes: dict[str, int] | None = None) -> Workload:
+def analyze_graph(
+    graph: Graph, caches: ModelCaches | None = None, classes: dict[str, int] | None = None, builtin: bool = False
+) -> Workload:
     """The graph's workload. `caches`: its model handle's (a graph built by hand gets caches of its own);
     `classes`: the import walk's node classes (`import_graph`), so that each class is estimated once."""
     caches = caches if caches is not None else ModelCaches()
     roles = caches.work_roles(graph.structure, lambda: work_roles(graph)) if classes else None
     nodes, shares, experts = route_work(graph, estimate_work(graph, layer_placer(graph, caches), classes, roles))
-    return Workload(graph, nodes, caches, shares, experts)
+    return Workload(graph, nodes, caches, shares, experts, builtin)
