@@ -211,7 +211,7 @@ def review_args(review: Review, model_arg: str, hw_arg: str) -> list[str]:
     args += option_flags(r.options)
     if r.p99_target_s is not None:
         args += ["--p99-target-ms", f"{r.p99_target_s * 1e3:g}"]
-    if review.chosen is not None:
+    if r.fix and review.chosen is not None:  # the default pick re-derives itself (and keeps its reason)
         args += ["--fix", review.chosen.option_text()]
     if r.owner:
         args += ["--owner", r.owner]
