@@ -42,8 +42,8 @@ st.caption(
 
 
 def first_failing_slice() -> None:
-    """Where a KPI target first fails along batch and length, from the sidebar's slice and plan (one mapping
-    a point of a round-value search: mapper.first_failing_slice, as the Review page and review.json have it)."""
+    """Where a KPI target first fails along batch and length, from the sidebar's slice and plan (one mapping per
+    point of a round-value search: mapper.first_failing_slice, as the Review page and review.json have it)."""
     sel = session.get().selection
     options = sel.options if sel else mapper.PlanOptions()
     c = st.columns([1, 3])
@@ -63,7 +63,6 @@ def first_failing_slice() -> None:
         st.markdown(f"**First failing slice:** {ui.md(stored[1]['sentence'])}.")
 
 
-first_failing_slice()
 key = (label, hw.sha256, tuple(sorted(batches)), tuple(sorted(seqs)), tuple(dtypes), tuple(fusions), held)
 result = ui.run_stored(
     "sweep_result",
@@ -182,6 +181,8 @@ if result.flips.empty:
     st.write("The best plan is the same on every slice.")
 else:
     st.dataframe(result.flips, hide_index=True, width="stretch")
+st.subheader("First failing slice")
+first_failing_slice()  # after the sweep's own button: the grid's run comes first on this page
 with st.expander("Every slice"):
     st.dataframe(table.drop(columns=["model_sha256", "hardware_sha256"]), hide_index=True, width="stretch")
 st.download_button(

@@ -143,6 +143,7 @@ def test_first_failing_slice_on_the_sweep_page():
 
     at = AppTest.from_file(APP, default_timeout=120).run()
     at.switch_page("app_pages/sweep.py").run()
+    next(b for b in at.button if b.label == "Run sweep").click().run()
     next(b for b in at.button if b.label == "Find the first failing slice").click().run()
     assert not at.error
     line = next(m.value for m in at.markdown if m.value.startswith("**First failing slice:**"))
@@ -172,5 +173,5 @@ def test_review_page_runs_the_review_and_shows_the_frozen_slice():
     at.switch_page("app_pages/review.py").run()
     next(b for b in at.button if b.label == "Run review").click().run()
     assert not at.error
-    assert any("Frozen slice" in m.value for m in at.markdown)
+    assert any("Frozen slice" in c.value and "sha256" in c.value for c in at.caption)  # provenance in small type
     assert any("target: no target set" in m.value for m in at.markdown)
