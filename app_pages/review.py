@@ -8,6 +8,7 @@ import streamlit as st
 import mapper
 from app_pages import session, ui
 
+TABLE_PX, ROW_PX = 160, 35  # a step's table height at most, and Streamlit's dataframe row height (px)
 STEPS = ("1 Workload and KPI", "2 First failure", "3 Proving artifact", "4 Fix and owner", "5 Validation")
 
 sel = session.get().selection
@@ -16,11 +17,13 @@ if sel is None:
     st.stop()
 st.title("Review")
 st.caption(f"{ui.md(sel.model_label)} on {ui.md(sel.hw.name)} · {dict(sel.dims)} · the five steps of the review")
-c = st.columns([1, 2, 1, 2])
-target_ms = c[0].number_input("p99 target (ms, 0 = none)", min_value=0.0, step=5.0, key="review_p99_ms")
-fix = c[1].text_input("fix (KEY=VALUE,...; empty = the best proposed)", key="review_fix")
-owner = c[2].selectbox("owner", ("(the fix's own)", *mapper.REVIEW_OWNERS), key="review_owner")
-note = c[3].text_input("note", key="review_note")
+row = st.columns([1, 1.4, 3])  # one row above the steps: run, download, the review's inputs folded
+with row[2].expander("p99 target, your fix, owner, note", expanded=session.stored_run("review_result") is None):
+    c = st.columns(2)
+    target_ms = c[0].number_input("p99 target (ms, 0 = none)", min_value=0.0, step=5.0, key="review_p99_ms")
+    fix = c[1].text_input("fix (KEY=VALUE,...; empty = the best proposed)", key="review_fix")
+    owner = c[0].selectbox("owner", ("(the fix's own)", *mapper.REVIEW_OWNERS), key="review_owner")
+    note = c[1].text_input("note", key="review_note")
 request = mapper.ReviewRequest(
     model=sel.source,
     dims=dict(sel.dims),
@@ -33,18 +36,27 @@ request = mapper.ReviewRequest(
     file_name=sel.model_label if isinstance(sel.source, bytes) else "",
 )
 key = (sel.key, target_ms, fix.strip(), owner, note)
-review = ui.run_stored(
-    "review_result",
-    key,
-    "Run review",
-    False,
-    lambda _progress: mapper.run_review(request),
-    "Cannot run the review",
-    "Press **Run review** to map the slice, find its first failure, propose fixes and validate one.",
-)
-st.download_button(
-    "Download root-cause packet (zip)",
-    mapper.packet_bytes(review),
+
+
+def run(request: mapper.ReviewRequest) -> tuple:
+    """The review and its packet, built once per run (not on every rerun of the page)."""
+    done = mapper.run_review(request)
+    return done, mapper.packet_bytes(done)
+
+
+with row[0]:
+    review, packet = ui.run_stored(
+        "review_result",
+        key,
+        "Run review",
+        False,
+        lambda _progress: run(request),
+        "Cannot run the review",
+        "Press **Run review** to map the slice, find its first failure, propose fixes and validate one.",
+    )
+row[1].download_button(
+    "Download packet (zip)",
+    packet,
     file_name="review-packet.zip",
     mime="application/zip",
     key="review_packet",
@@ -54,37 +66,43 @@ doc = mapper.review_document(review)
 k = review.kpis
 
 
+def table(df: pd.DataFrame) -> None:
+    """A step's table, at most TABLE_PX tall (it scrolls inside): each step stays one 1280x720 screen."""
+    st.dataframe(df, hide_index=True, height=min(ROW_PX * (len(df) + 1) + 3, TABLE_PX))
+
+
 def step_one() -> None:
     f = review.frozen
-    st.markdown(
+    st.caption(
         f"**Frozen slice** · model {ui.md(f['model'])} sha256 `{f['model_sha256'][:16]}` · dims {ui.md(f['dims'])}"
         f" · profile {ui.md(f['hardware'])} sha256 `{f['hardware_sha256'][:16]}` · engine {f['engine_version']}"
     )
     st.code(mapper.review_command(review), language="sh")
-    m = st.columns(6)
-    m[0].metric("latency" if "tpot_s" not in k else "TPOT", ui.ms(k["latency_s"]))
-    m[1].metric("throughput", f"{k['throughput_per_s']:,.1f}/s")
+    m = st.columns(6)  # units in the labels: a value stays on one line at a shared screen's 1280 px
+    m[0].metric("TPOT (ms)" if "tpot_s" in k else "latency (ms)", f"{k['latency_s'] * 1e3:.3g}")
+    m[1].metric("tokens/s" if "tpot_s" in k else "items/s", f"{k['throughput_per_s']:,.0f}")
     m[2].metric("MFU", ui.pct(k["mfu"]))
     m[3].metric("memory stall", ui.pct(k["memory_stall_fraction"]))
-    m[4].metric("perf/W", f"{k['perf_per_watt']:.3g}/s/W")
-    m[5].metric("TTFT" if "ttft_s" in k else "p99", ui.ms(k.get("ttft_s", k["p99_s"])))
+    m[4].metric("perf/W (/s/W)", f"{k['perf_per_watt']:.3g}")
+    last = k.get("ttft_s", k["p99_s"])
+    m[5].metric("TTFT (ms)" if "ttft_s" in k else "p99 (ms)", "—" if last is None else f"{last * 1e3:.3g}")
     met = k["p99_target_met"]
     target = "no target set" if met is None else ("meets" if met else "MISSES") + f" {ui.ms(k['p99_target_s'])}"
     st.markdown(f"p50 {ui.ms(k['p50_s'])} · p95 {ui.ms(k['p95_s'])} · p99 {ui.ms(k['p99_s'])} · target: {target}")
-    st.dataframe(pd.DataFrame(k["layer_types"]), hide_index=True)
+    table(pd.DataFrame(k["layer_types"]))
 
 
 def step_two() -> None:
     st.subheader(f"First mechanism failure: {ui.md(review.failure.check)}")
     st.markdown(f"**{ui.md(review.mechanism)}**")
     st.caption(f"Owner: {review.failure.owner}. First failing slice: {ui.md(review.first_slice['sentence'])}.")
-    st.dataframe(pd.DataFrame(review.behind), hide_index=True)
+    table(pd.DataFrame(review.behind))
 
 
 def step_three() -> None:
     a = review.artifact
     st.subheader(f"Proving artifact: {a['kernels_of_class']} {ui.md(a['class'])} kernels")
-    st.dataframe(pd.DataFrame(a["kernels"]).astype(str), hide_index=True)
+    table(pd.DataFrame(a["kernels"]).astype(str))
     st.caption("Fusion plan (kernels per rule): " + ui.md(", ".join(f"{r} {n}" for r, n in a["fusion_plan"].items())))
     if a["measured"] is None:
         st.caption("Not measured: the follow-ups ask the performance modeling owner for a measurement.")
@@ -94,23 +112,32 @@ def step_four() -> None:
     rows = [
         {
             "fix": c["label"],
-            "plan options": ",".join(f"{o}={v}" for o, v in c["plan_options"].items()),
-            "gain": ui.pct(c["expected_gain"]),
+            "change": ",".join(f"{o}={v}" for o, v in {**c["plan_options"], **c["slice_changes"]}.items()),
+            "gain": f"{ui.pct(c['expected_gain'])} on {c['gain_on']}" + (f"; {c['cost']}" if c["cost"] else ""),
             "owner": c["owner"],
             "blast radius": f"{c['blast_radius']['kernels']} kernels: {', '.join(c['blast_radius']['layer_types'])}",
-            "quality evidence and fallback": c["quality_evidence_and_fallback"] or "-",
+            "quality evidence": "needed, with a fallback" if c["quality_evidence_and_fallback"] else "-",
         }
         for c in doc["candidates"]
     ]
-    st.dataframe(pd.DataFrame(rows).astype(str), hide_index=True)
+    table(pd.DataFrame(rows).astype(str))
     chosen = doc["chosen_fix"]
     if chosen:
         st.markdown(
             f"**Chosen: {ui.md(chosen['label'])}** · owner {ui.md(review.owner)}"
             f" · gain {ui.pct(chosen['expected_gain'])}"
         )
-    for f in review.follow_ups:
-        st.caption(f"{f['owner']}: {ui.md(f['action'])}")
+        evidence = chosen["quality_evidence_and_fallback"]
+        st.caption(
+            ui.md(chosen["chosen_because"])
+            + (f". Quality evidence and fallback: {ui.md(evidence)}" if evidence else "")
+        )
+    c = st.columns(2)
+    with c[0].expander("Best-fix rule: the first key that differs decides"):
+        st.dataframe(pd.DataFrame(doc["best_fix_rule"]), hide_index=True)
+    with c[1].expander("Follow-ups: measure and calibrate"):
+        for f in review.follow_ups:
+            st.caption(f"{f['owner']}: {ui.md(f['action'])}")
 
 
 def step_five() -> None:
@@ -119,7 +146,7 @@ def step_five() -> None:
         st.info("No fix to validate.")
         return
     st.markdown(f"**{ui.md(v.summary)}**")
-    st.dataframe(v.verdicts.astype(str), hide_index=True)
+    table(v.verdicts.astype(str))
     st.caption(f"Rollback boundary (slices that keep the baseline): {ui.md(v.rollback_slices() or 'none')}")
 
 

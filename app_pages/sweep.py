@@ -40,6 +40,29 @@ st.caption(
     + (f" (over the page limit of {MAX_PAGE_SLICES}: use `mapper sweep`)" if n > MAX_PAGE_SLICES else "")
 )
 
+
+def first_failing_slice() -> None:
+    """Where a KPI target first fails along batch and length, from the sidebar's slice and plan (one mapping per
+    point of a round-value search: mapper.first_failing_slice, as the Review page and review.json have it)."""
+    sel = session.get().selection
+    options = sel.options if sel else mapper.PlanOptions()
+    c = st.columns([1, 3])
+    text = c[0].text_input(
+        "KPI target", "p99=50", key="sweep_target", help="p99=MILLISECONDS, mfu=FRACTION or fit (memory fit)"
+    )
+    if c[1].button("Find the first failing slice", key="sweep_first_fail"):
+        try:
+            model = mapper.open_model(source)
+            dims = dict(model.bind(dict(held)).graph.dims)
+            found = mapper.first_failing_slice(model, dims, hw, options, mapper.parse_target(text))
+            session.store_run("sweep_first_fail", (label, hw.sha256, held, options, text), found)
+        except mapper.MapperError as e:
+            ui.show_error("Cannot search this target", e)
+    stored = session.stored_run("sweep_first_fail")
+    if stored is not None and stored[0] == (label, hw.sha256, held, options, text):
+        st.markdown(f"**First failing slice:** {ui.md(stored[1]['sentence'])}.")
+
+
 key = (label, hw.sha256, tuple(sorted(batches)), tuple(sorted(seqs)), tuple(dtypes), tuple(fusions), held)
 result = ui.run_stored(
     "sweep_result",
@@ -158,6 +181,8 @@ if result.flips.empty:
     st.write("The best plan is the same on every slice.")
 else:
     st.dataframe(result.flips, hide_index=True, width="stretch")
+st.subheader("First failing slice")
+first_failing_slice()  # after the sweep's own button: the grid's run comes first on this page
 with st.expander("Every slice"):
     st.dataframe(table.drop(columns=["model_sha256", "hardware_sha256"]), hide_index=True, width="stretch")
 st.download_button(

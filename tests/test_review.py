@@ -4,6 +4,7 @@ import pytest
 
 import mapper
 from mapper.cli.main import main
+from mapper.review.first_slice import round_values
 
 H100 = mapper.load_hardware("h100-sxm")
 
@@ -30,18 +31,74 @@ def test_llama7b_decode_memory_bound_int4_proposed_with_caveat_and_improves_tpot
     assert "accuracy evidence" in sparse.evidence and any("2:4" in c for c in sparse.caveats)
 
 
-def test_llama70b_on_one_h100_capacity_first_and_tp_proposed():
+def test_llama7b_decode_offers_a_larger_batch_as_a_slice_change_with_its_tpot_cost(llama7b):
+    batches = [c for c in llama7b.candidates if c.kind == "slice"]
+    assert [dict(c.slice_changes) for c in batches] == [{"batch": 4}, {"batch": 2}]  # ranked by gain
+    tpot = llama7b.kpis["tpot_s"]
+    for c in batches:
+        at = mapper.map_slice(
+            mapper.open_model("llama2-7b").bind({"batch": c.slice_changes[0][1], "seq": 1, "past": 1024}),
+            H100,
+            llama7b.request.options,
+        )
+        assert c.gain == pytest.approx(at.totals.throughput_per_s / llama7b.kpis["throughput_per_s"] - 1)
+        assert c.kpi == "throughput per device" and c.cost.startswith(f"TPOT {at.totals.latency_s / tpot - 1:+.0%}")
+    assert llama7b.candidates[-1].kind == "slice" and llama7b.chosen.kind == "plan"  # offered, never the default
+    doc = mapper.review_document(llama7b)
+    assert doc["candidates"][-1]["slice_changes"] == {"batch": 2} and doc["candidates"][-1]["plan_options"] == {}
+
+
+def test_llama70b_on_one_h100_capacity_first_and_tp_chosen_over_int4_with_the_reason():
     r = review("llama2-70b", {"batch": 1, "seq": 1, "past": 1024}, dtype="bf16")
     assert r.failure.check == "capacity" and r.mechanism.startswith("Does not fit")
-    tp = next(c for c in r.candidates if dict(c.changes).get("tp", 1) > 1)
-    assert tp.fits and tp.owner == "runtime systems engineer"
+    int4 = next(c for c in r.candidates if dict(c.changes) == {"weight_dtype": "int4"})
+    assert int4.fits and int4.gain > r.chosen.gain  # the larger gain loses: it needs quality evidence
+    assert dict(r.chosen.changes) == {"tp": 2, "pp": 1} and r.chosen.fits and r.owner == "runtime systems engineer"
+    assert (
+        r.chosen_reason.startswith("chosen because")
+        and "fixes the failing check (capacity: it fits)" in r.chosen_reason
+    )
+    assert 'over int4 weights (+212%) by "needs no quality evidence"' in r.chosen_reason
+    doc = mapper.review_document(r)
+    assert doc["chosen_fix"]["chosen_because"] == r.chosen_reason
+    assert [k["key"] for k in doc["best_fix_rule"]][:3] == [
+        "a plan change",
+        "fixes the failing check",
+        "needs no quality evidence",
+    ]
+    assert not any(c.kind == "slice" for c in r.candidates)  # a larger batch does not fit either
+    asked = mapper.run_review(
+        mapper.ReviewRequest(
+            "llama2-70b",
+            {"batch": 1, "seq": 1, "past": 1024},
+            H100,
+            mapper.PlanOptions(dtype="bf16"),
+            fix="weight_dtype=int4",
+        )
+    )
+    assert asked.chosen == int4 and asked.chosen_reason == "chosen by you (--fix)"
 
 
-def test_resnet50_batch1_launch_bound_graph_or_fusion_proposed():
+def test_a_fix_that_does_not_fit_never_wins_a_capacity_failure():
+    from mapper.review.candidates import Candidate
+    from mapper.review.ranking import rank
+
+    def cand(label, gain, fits, evidence=""):
+        return Candidate(label, (), mapper.PlanOptions(), "", 0, (), "", evidence, 1.0, gain, fits, ())
+
+    ranked = rank(
+        [cand("fast, no fit", 3.0, False), cand("int4", 2.0, True, "needs"), cand("tp", 0.5, True)], "capacity", None
+    )
+    assert [c.label for c in ranked] == ["tp", "int4", "fast, no fit"]
+
+
+def test_resnet50_batch1_launch_bound_cuda_graphs_chosen_with_their_real_gain():
     r = review("resnet50", {"batch": 1}, dtype="bf16")
     assert r.dominant == "launch / latency-bound" and "launch" in r.mechanism
-    proposed = {tuple(c.changes) for c in r.candidates}
-    assert (("launch", "graph"),) in proposed or (("fusion", "aggressive"),) in proposed
+    graph = next(c for c in r.candidates if dict(c.changes) == {"launch": "graph"})
+    replayed = mapper.map_workload(mapper.open_model("resnet50").bind({"batch": 1}), H100, graph.options)
+    assert graph.gain == pytest.approx(r.kpis["latency_s"] / replayed.totals.latency_s - 1) and graph.gain > 0.5
+    assert r.chosen == graph and not graph.evidence and graph.owner == "runtime systems engineer"
 
 
 def test_bert_seq4096_unfused_attention_memory_and_fused_attention_proposed():
@@ -58,9 +115,45 @@ def test_first_failing_slice_along_batch():
     )
     batch = found["batch"]["batch"]
     assert found["sentence"].startswith("p99 target 50 ms first fails at batch")
-    passes = mapper.map_slice(model.bind({"batch": batch - 1, "seq": 512}), H100).serving["p99_s"]
+    grid = round_values(1, 4096)  # the search's round values: 1, 2, 3, 4, 6, 8, 12, 16, 24, ...
+    before = grid[grid.index(batch) - 1]
+    passes = mapper.map_slice(model.bind({"batch": before, "seq": 512}), H100).serving["p99_s"]
     fails = mapper.map_slice(model.bind({"batch": batch, "seq": 512}), H100).serving["p99_s"]
     assert passes <= 0.05 < fails
+
+
+def test_first_failing_slice_along_a_decoders_context_stops_at_a_round_value_within_its_positions():
+    model = mapper.open_model("llama2-7b")
+    dims, options = {"batch": 1, "seq": 1, "past": 1024}, mapper.PlanOptions(dtype="bf16")
+    found = mapper.first_failing_slice(model, dims, H100, options, mapper.parse_target("p99=48"))
+    assert found["max_length"] == 4095  # Llama-2's 4096 positions less the step's own token
+    assert "at past 3072 (batch 1)" in found["sentence"], found["sentence"]
+    p99 = {p: mapper.map_slice(model.bind({**dims, "past": p}), H100, options).serving["p99_s"] for p in (2048, 3072)}
+    assert p99[2048] <= 0.048 < p99[3072]
+    gpt2 = mapper.first_failing_slice(
+        mapper.open_model("gpt2-small"), {"batch": 1, "seq": 1, "past": 128}, H100, options, mapper.parse_target("fit")
+    )
+    assert gpt2["sentence"] == "memory fit holds up to batch 4096 and past 1023"  # n_positions 1024
+
+
+def test_first_failing_slice_on_the_sweep_page():
+    from streamlit.testing.v1 import AppTest
+
+    from tests.conftest import APP
+
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    at.switch_page("app_pages/sweep.py").run()
+    next(b for b in at.button if b.label == "Run sweep").click().run()
+    next(b for b in at.button if b.label == "Find the first failing slice").click().run()
+    assert not at.error
+    line = next(m.value for m in at.markdown if m.value.startswith("**First failing slice:**"))
+    found = mapper.first_failing_slice(
+        mapper.open_model("resnet50"), {"batch": 1}, H100, mapper.PlanOptions(), mapper.parse_target("p99=50")
+    )
+    assert line == f"**First failing slice:** {found['sentence']}." and "first fails at batch" in line
+    at.text_input(key="sweep_target").set_value("p99=abc").run()
+    next(b for b in at.button if b.label == "Find the first failing slice").click().run()
+    assert "give a positive number" in at.error[0].value
 
 
 def test_cli_require_no_regression_exits_nonzero_when_the_fix_regresses(tmp_path, capsys):
@@ -80,5 +173,5 @@ def test_review_page_runs_the_review_and_shows_the_frozen_slice():
     at.switch_page("app_pages/review.py").run()
     next(b for b in at.button if b.label == "Run review").click().run()
     assert not at.error
-    assert any("Frozen slice" in m.value for m in at.markdown)
+    assert any("Frozen slice" in c.value and "sha256" in c.value for c in at.caption)  # provenance in small type
     assert any("target: no target set" in m.value for m in at.markdown)

@@ -29,6 +29,7 @@ def add_arguments(subparsers) -> None:
     p.add_argument("--owner", default="", choices=("", *OWNERS), help="who owns the fix (default: the fix's owner)")
     p.add_argument("--note", default="", help="a note for the packet")
     p.add_argument("--target", help="first failing slice of: p99=MS, mfu=FRACTION or fit (default: p99 target/fit)")
+    p.add_argument("--max-length", type=int, default=0, help="first failing slice: longest length searched")
     p.add_argument("--matrix-batch", help="validation matrix batches, comma-separated (default: half/same/double)")
     p.add_argument("--matrix-length", help="validation matrix lengths (seq, or a decoder's context), comma-separated")
     p.add_argument("--created-utc", default="", help="pin the packet's timestamp (reproduce.sh does)")
@@ -73,6 +74,7 @@ def request_from(args: argparse.Namespace) -> ReviewRequest:
         note=args.note,
         grid=grid,
         target=parse_target(args.target) if args.target else None,
+        max_length=_numbers(str(args.max_length), "max-length")[0] if args.max_length else 0,
         created_utc=args.created_utc,
     )
 
@@ -89,9 +91,10 @@ def cmd_review(args: argparse.Namespace) -> int:
         chosen = review.chosen
         print(f"first failure ({review.failure.check}): {review.mechanism}")
         for c in review.candidates:
-            print(f"  candidate {c.label:36s} {c.option_text():28s} gain {c.gain:+7.1%}  {c.owner}")
+            cost = f" ({c.cost})" if c.cost else ""
+            print(f"  candidate {c.label:36s} {c.option_text():28s} gain {c.gain:+7.1%} on {c.kpi}{cost}  {c.owner}")
         if chosen:
-            print(f"chosen fix: {chosen.label} ({chosen.option_text()}), owner {review.owner}")
+            print(f"chosen fix: {chosen.label} ({chosen.option_text()}), owner {review.owner}; {review.chosen_reason}")
         if review.validation:
             print(f"validation: {review.validation.summary}")
         print(f"first failing slice: {review.first_slice['sentence']}")

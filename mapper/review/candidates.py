@@ -3,7 +3,10 @@
 CANDIDATES is the table: the failing check (capacity, latency target) or the dominant bottleneck class
 -> rows of plan-option changes, owner, blast-radius rule and the quality evidence and fallback a
 precision or sparsity change needs (seed: "declaring sparse or precision wins without fallback and
-quality evidence"). `propose` re-maps every applicable row on the frozen slice and ranks them.
+quality evidence"). `propose` re-maps every applicable row on the frozen slice (ranking.py picks the best);
+`larger_batches` offers a memory-bound decode step the slice change the table cannot: 2x and 4x its batch.
+KV cache in fp8 alone is not offered: no plan option stores the KV cache in another dtype than the compute,
+so the honest row is fp8 compute, which sizes activations and the KV cache at 1 byte an element too.
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ from dataclasses import dataclass, fields, replace
 
 from mapper.core.classes import Bottleneck, Owner
 from mapper.core.result import MappingResult, PlanOptions
+from mapper.handle import ModelHandle
 from mapper.hardware.profile import HardwareProfile
-from mapper.pipeline import map_workload
+from mapper.serve.engine import map_slice
 from mapper.work.workload import Workload
 
 PRECISION_EVIDENCE = (
@@ -26,6 +30,7 @@ SPARSITY_EVIDENCE = (
     " fallback: the dense weights, kept deployable"
 )
 NO_GAIN = 0.0
+BATCH_FACTORS = (2, 4)  # a memory-bound decode step's slice candidates: its weights read once for 2x, 4x the tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,9 +71,15 @@ class Candidate:
     gain: float  # baseline latency / candidate latency - 1 on the primary KPI (positive: faster)
     fits: bool
     caveats: tuple[str, ...]
+    p99_s: float | None = None  # the serving p99 at the frozen slice's load (the latency target's check)
+    kind: str = "plan"  # "plan": plan options on the frozen slice; "slice": the slice itself changes
+    slice_changes: tuple[tuple[str, int], ...] = ()  # dim -> new value (kind "slice")
+    kpi: str = "latency"  # what `gain` is measured on
+    cost: str = ""  # what the change costs on another KPI (a larger batch's TPOT)
 
     def option_text(self) -> str:
-        return ",".join(f"{k}={option_value(v)}" for k, v in self.changes)
+        pairs = self.changes if self.kind == "plan" else self.slice_changes
+        return ",".join(f"{k}={option_value(v)}" for k, v in pairs)
 
 
 def option_value(value) -> str:
@@ -141,7 +152,11 @@ CANDIDATES: dict[str, tuple[CandidateRow, ...]] = {
         CandidateRow("int4 weights", _weights("int4"), Owner.ML_COMPILER, "weight GEMMs", PRECISION_EVIDENCE),
         CandidateRow("int8 weights", _weights("int8"), Owner.ML_COMPILER, "weight GEMMs", PRECISION_EVIDENCE),
         CandidateRow(
-            "fp8 activations and KV cache", _dtype("fp8"), Owner.ML_COMPILER, "every kernel", PRECISION_EVIDENCE
+            "fp8 compute (activations and KV cache in fp8)",
+            _dtype("fp8"),
+            Owner.ML_COMPILER,
+            "every kernel",
+            PRECISION_EVIDENCE,
         ),
         CandidateRow("fused attention", _attention_on, Owner.ML_COMPILER, "attention kernels"),
         CandidateRow("aggressive fusion", _set(fusion="aggressive"), Owner.ML_COMPILER, "memory-bound kernels"),
@@ -202,7 +217,7 @@ def remap(
     """Map the frozen slice with the changes applied and measure the gain against the baseline."""
     workload, hardware, options = base
     new = replace(options, **changes)
-    result: MappingResult = map_workload(workload, hardware, new)
+    result: MappingResult = map_slice(workload, hardware, new)
     rule = row.blast if row else "every kernel"
     kernels, layer_types = blast_radius(rule, doc)
     latency = result.totals.latency_s
@@ -221,6 +236,7 @@ def remap(
         gain=gain,
         fits=result.memory.fits,
         caveats=tuple(c for c in result.caveats if c not in doc["caveats"]),
+        p99_s=(result.serving or {}).get("p99_s"),
     )
 
 
@@ -233,7 +249,7 @@ def rows_for(check: str, dominant: str) -> tuple[CandidateRow, ...]:
 def propose(
     check: str, dominant: str, base: tuple[Workload, HardwareProfile, PlanOptions], doc: dict, decoder: bool
 ) -> tuple[Candidate, ...]:
-    """Every applicable row re-mapped, best first: those that fit, then by gain (table order breaks ties)."""
+    """Every applicable row re-mapped, in table order (ranking.rank orders them for the review)."""
     ctx = Context(base[2], doc, base[1], decoder)
     out, seen = [], []
     for row in rows_for(check, dominant):
@@ -241,4 +257,43 @@ def propose(
         if changes and changes not in seen:  # two rows may ask for the same change (fp8 for two reasons)
             seen.append(changes)
             out.append(remap(row.label, changes, row, base, doc))
-    return tuple(sorted(out, key=lambda c: (not c.fits, -round(c.gain, 6))))
+    return tuple(out)
+
+
+def larger_batches(model: ModelHandle, dims: dict[str, int], base: tuple, doc: dict) -> tuple[Candidate, ...]:
+    """A memory-bound decode step at 2x and 4x its batch: the same weights read once for more tokens.
+    The gain is throughput per device; the cost, the longer step (TPOT) every sequence of the batch waits."""
+    batch_name = next((n for n, r in model.roles.items() if r == "batch"), None)
+    if batch_name is None:
+        return ()
+    _, hardware, options = base
+    kernels, layer_types = blast_radius("every kernel", doc)
+    tpot, throughput = doc["totals"]["latency_s"], doc["totals"]["throughput_per_s"]
+    out = []
+    for factor in BATCH_FACTORS:
+        batch = dims[batch_name] * factor
+        result = map_slice(model.bind({**dims, batch_name: batch}), hardware, options)
+        t = result.totals
+        cost = f"TPOT {t.latency_s / tpot - 1:+.0%} ({tpot * 1e3:.3g} -> {t.latency_s * 1e3:.3g} ms)"
+        out.append(
+            Candidate(
+                label=f"{factor}x batch (batch {batch})",
+                changes=(),
+                options=options,
+                owner=str(Owner.RUNTIME),
+                blast_kernels=kernels,
+                blast_layer_types=layer_types,
+                blast_rule="every kernel",
+                evidence="",
+                latency_s=t.latency_s,
+                gain=t.throughput_per_s / throughput - 1 if throughput > 0 else NO_GAIN,
+                fits=result.memory.fits,
+                caveats=tuple(c for c in result.caveats if c not in doc["caveats"]),
+                p99_s=(result.serving or {}).get("p99_s"),
+                kind="slice",
+                slice_changes=((batch_name, batch),),
+                kpi="throughput per device",
+                cost=cost,
+            )
+        )
+    return tuple(out)

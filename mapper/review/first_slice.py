@@ -1,8 +1,10 @@
 """The first failing slice: given a KPI target, the smallest batch and the shortest sequence at which it fails.
 
-Walks batch (at the frozen sequence) and sequence length (at the frozen batch) by doubling, then bisects
-between the last slice that passes and the first that fails ("p99 target 50 ms first fails at batch 24,
-seq 2048"). A decoder's sequence axis is its context (KV-cache) length. Each slice is one `map_slice`.
+Searches batch (at the frozen length) and length (at the frozen batch) over round values, the powers of
+two and their midpoints (1, 2, 3, 4, 6, 8, 12, 16, 24, ...), bisecting between the last that passes and
+the first that fails ("p99 target 50 ms first fails at batch 24, seq 2048"). A decoder at a decode step
+is searched along its context (past, the KV-cache length), up to the model's own maximum context or a
+declared cap. Each slice is one `map_slice`.
 """
 
 from __future__ import annotations
@@ -17,8 +19,12 @@ from mapper.hardware.profile import HardwareProfile
 from mapper.serve.engine import map_slice
 
 MAX_BATCH = 4096  # the walk stops here: a target still met at 4096 sequences per batch is met in practice
-MAX_LENGTH = 131_072  # tokens: past every built-in model's context
+MAX_LENGTH = 131_072  # tokens: the cap for a model that declares no maximum context of its own
 TARGETS = ("p99", "mfu", "fit")
+# Built-ins whose maximum context no initializer holds (rotary positions): HF config.json max_position_embeddings
+# (meta-llama/Llama-2-7b-hf and -70b-hf: 4096; mistralai/Mixtral-8x7B-v0.1: 32768).
+ROTARY_CONTEXT = {"llama2-7b": 4096, "llama2-70b": 4096, "mixtral-8x7b": 32768}
+POSITION_TABLES = ("position_embeddings.weight", "wpe.weight")  # learned positions: [max_positions, hidden]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,19 +65,44 @@ def parse_target(text: str) -> Target:
     return Target(kind, number)
 
 
-def _first_fail(fails: Callable[[int], bool], start: int, top: int) -> int | None:
-    """The smallest n >= start at which fails(n), by doubling then bisection; None if none up to top."""
-    if fails(start):
-        return start
-    low, high = start, start * 2
-    while high <= top and not fails(high):
-        low, high = high, high * 2
-    if high > top:
+def round_values(start: int, top: int) -> tuple[int, ...]:
+    """start, then the powers of two and their midpoints above it, up to top (top itself included)."""
+    values, p = {start, top}, 1
+    while p <= top:
+        values |= {v for v in (p, p + p // 2) if start < v <= top}
+        p *= 2
+    return tuple(sorted(v for v in values if v >= start))
+
+
+def _first_fail(fails: Callable[[int], bool], values: tuple[int, ...]) -> int | None:
+    """The first of the (ascending) values at which fails(v), by bisection; None if the last still passes."""
+    if fails(values[0]):
+        return values[0]
+    if not fails(values[-1]):
         return None
+    low, high = 0, len(values) - 1
     while high - low > 1:
         mid = (low + high) // 2
-        low, high = (low, mid) if fails(mid) else (mid, high)
-    return high
+        low, high = (low, mid) if fails(values[mid]) else (mid, high)
+    return values[high]
+
+
+def max_context(model: ModelHandle) -> int:
+    """The model's own maximum context: its learned position table's rows, a rotary built-in's published
+    maximum, else MAX_LENGTH."""
+    for init in model.proto.graph.initializer:
+        if init.name.endswith(POSITION_TABLES) and init.dims:
+            return int(init.dims[0])
+    return ROTARY_CONTEXT.get(model.source, MAX_LENGTH) if model.builtin else MAX_LENGTH
+
+
+def _length_cap(model: ModelHandle, dims: dict[str, int], length_name: str, max_length: int) -> int:
+    """The longest length searched: the declared cap, else the model's maximum context less the other part
+    of the context (past + seq <= maximum)."""
+    if max_length:
+        return max_length
+    other = sum(v for n, v in dims.items() if n != length_name and model.roles.get(n) in ("seq", "past"))
+    return max(max_context(model) - other, 1)
 
 
 def first_failing_slice(
@@ -80,9 +111,11 @@ def first_failing_slice(
     hardware: HardwareProfile,
     options: PlanOptions,
     target: Target,
+    max_length: int = 0,
 ) -> dict:
     """{"target", "batch": {...} | None, "length": {...} | None, "sentence"}: where the target first fails
-    along batch (from 1, at the frozen length) and along length (from the frozen one, at the frozen batch)."""
+    along batch (from 1, at the frozen length) and along length (from the frozen one, at the frozen batch,
+    up to `max_length` or the model's own maximum context)."""
     roles = model.roles
     batch_name = next((n for n, r in roles.items() if r == "batch"), None)
     past = next((n for n, r in roles.items() if r == "past"), None)
@@ -97,10 +130,12 @@ def first_failing_slice(
             results[key] = target.fails(map_slice(model.bind(slice_dims), hardware, options))
         return results[key]
 
-    along_batch = _first_fail(lambda b: fails_at({batch_name: b}), 1, MAX_BATCH) if batch_name else None
-    along_length = None
+    along_batch = _first_fail(lambda b: fails_at({batch_name: b}), round_values(1, MAX_BATCH)) if batch_name else None
+    along_length, top = None, 0
     if length_name and length_name in dims:
-        along_length = _first_fail(lambda n: fails_at({length_name: n}), max(dims[length_name], 1), MAX_LENGTH)
+        start = max(dims[length_name], 1)
+        top = max(_length_cap(model, dims, length_name, max_length), start)  # a slice past the maximum: itself
+        along_length = _first_fail(lambda n: fails_at({length_name: n}), round_values(start, top))
     return {
         "target": target.text(),
         "kind": target.kind,
@@ -108,11 +143,13 @@ def first_failing_slice(
         "batch": None if along_batch is None else {**dims, batch_name: along_batch},
         "length": None if along_length is None else {**dims, length_name: along_length},
         "length_dim": length_name or "",
-        "sentence": _sentence(target, batch_name, along_batch, length_name, along_length, dims),
+        "max_length": top,
+        "sentence": _sentence(target, (batch_name, along_batch), (length_name, along_length, top), dims),
     }
 
 
-def _sentence(target: Target, batch_name, along_batch, length_name, along_length, dims) -> str:
+def _sentence(target: Target, batch: tuple, length: tuple, dims: dict[str, int]) -> str:
+    (batch_name, along_batch), (length_name, along_length, top) = batch, length
     frozen = {k: dims[k] for k in (batch_name, length_name) if k in dims}
     if along_batch == frozen.get(batch_name, 1) and along_length == frozen.get(length_name):
         at = ", ".join(f"{k} {v}" for k, v in frozen.items())
@@ -124,7 +161,7 @@ def _sentence(target: Target, batch_name, along_batch, length_name, along_length
     if along_length is not None:
         parts.append(f"at {length_name} {along_length} (batch {dims.get(batch_name, 1)})")
     if not parts:
-        return (
-            f"{target.text()} holds up to batch {MAX_BATCH} and {length_name or 'the model'}'s longest length searched"
-        )
-    return f"{target.text()} first fails " + " and ".join(parts)
+        upto = f" and {length_name} {top}" if length_name in dims else ""
+        return f"{target.text()} holds up to batch {MAX_BATCH}{upto}"
+    holds = f"; it holds up to {length_name} {top}" if along_length is None and length_name in dims else ""
+    return f"{target.text()} first fails " + " and ".join(parts) + holds

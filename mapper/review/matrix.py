@@ -93,6 +93,8 @@ def validate_fix(
     overall, summary = overall_verdict(
         verdicts.to_dict("records"), [dict(r, seq=r.get(grid.axis)) for r in boundary.to_dict("records")]
     )
+    if grid.axis == "past":  # compare names its slices "batch B seq S"; a decode step's axis is its context
+        summary = summary.replace(" seq ", " past ")
     return Validation(grid, matrix, verdicts, boundary, overall, summary)
 
 

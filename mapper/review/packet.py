@@ -17,6 +17,7 @@ from pathlib import Path
 from mapper.report.sheet import sheet_bytes
 from mapper.report.tables import csv_bytes
 from mapper.review.candidates import Candidate
+from mapper.review.ranking import ranking_table
 from mapper.review.review import Review, review_args
 
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # the earliest date a zip entry holds: no build time leaks in
@@ -68,11 +69,16 @@ def _quote(arg: str) -> str:
 def candidate_record(c: Candidate) -> dict:
     return {
         "label": c.label,
+        "kind": c.kind,
         "plan_options": dict(c.changes),
+        "slice_changes": dict(c.slice_changes),
         "owner": c.owner,
         "expected_gain": c.gain,
+        "gain_on": c.kpi,
+        "cost": c.cost,
         "latency_s": c.latency_s,
         "fits": c.fits,
+        "p99_s": c.p99_s,
         "blast_radius": {"rule": c.blast_rule, "kernels": c.blast_kernels, "layer_types": list(c.blast_layer_types)},
         "quality_evidence_and_fallback": c.evidence,
         "caveats": list(c.caveats),
@@ -97,7 +103,10 @@ def review_document(review: Review) -> dict:
         },
         "proving_artifact": review.artifact,
         "candidates": [candidate_record(c) for c in review.candidates],
-        "chosen_fix": None if chosen is None else candidate_record(chosen) | {"owner": review.owner},
+        "chosen_fix": None
+        if chosen is None
+        else candidate_record(chosen) | {"owner": review.owner, "chosen_because": review.chosen_reason},
+        "best_fix_rule": ranking_table(),
         "owner": review.owner,
         "note": review.request.note,
         "expected_gain": chosen.gain if chosen else None,
@@ -113,8 +122,9 @@ def review_document(review: Review) -> dict:
 def readme(review: Review, doc: dict) -> str:
     chosen, k = review.chosen, review.kpis
     fix = (
-        f"**{chosen.label}** (`{chosen.option_text()}`), owner: {review.owner}; expected gain on latency"
-        f" {chosen.gain:+.0%}; touches {chosen.blast_kernels} kernels ({', '.join(chosen.blast_layer_types)})."
+        f"**{chosen.label}** (`{chosen.option_text()}`), owner: {review.owner}; expected gain on {chosen.kpi}"
+        f" {chosen.gain:+.0%}; {review.chosen_reason};"
+        f" touches {chosen.blast_kernels} kernels ({', '.join(chosen.blast_layer_types)})."
         + (f"\n  Quality evidence and fallback: {chosen.evidence}." if chosen.evidence else "")
         if chosen
         else "none proposed (no plan option addresses this class): see the follow-ups."

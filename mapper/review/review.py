@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC, datetime
 
-from mapper.core.classes import Owner
+from mapper.core.classes import Bottleneck, Owner
 from mapper.core.errors import MapperError
 from mapper.core.result import MappingResult, PlanOptions
 from mapper.core.version import __version__
@@ -21,9 +21,10 @@ from mapper.pipeline import map_workload
 from mapper.report.document import mapping_document
 from mapper.report.verdict import Finding, first_failure
 from mapper.review import steps
-from mapper.review.candidates import Candidate, option_value, propose, remap
+from mapper.review.candidates import Candidate, larger_batches, option_value, propose, remap
 from mapper.review.first_slice import Target, first_failing_slice
 from mapper.review.matrix import Grid, Validation, default_grid, validate_fix
+from mapper.review.ranking import chosen_because, rank
 from mapper.serve.engine import map_slice
 
 OWNERS = tuple(str(o) for o in Owner)
@@ -41,6 +42,7 @@ class ReviewRequest:
     note: str = ""
     grid: Grid | None = None  # None: half, same and double batch and length around the frozen slice
     target: Target | None = None  # the first failing slice's KPI target (None: the p99 target, else memory fit)
+    max_length: int = 0  # the first failing slice's cap on the length axis (0: the model's own maximum context)
     file_name: str = ""  # the uploaded model's file name ("" for built-ins and paths)
     created_utc: str = ""  # pinned into every file (reproduce.sh passes it); "": now
 
@@ -58,6 +60,7 @@ class Review:
     artifact: dict  # step 3
     candidates: tuple[Candidate, ...]  # step 4, best first
     chosen: Candidate | None
+    chosen_reason: str  # "chosen because ..." (ranking.RANKING), or the user's --fix
     owner: str
     follow_ups: list[dict]
     validation: Validation | None  # step 5
@@ -78,14 +81,16 @@ def fix_changes(text: str, request: ReviewRequest) -> dict:
     }
 
 
-def _choose(request: ReviewRequest, candidates, base, doc) -> Candidate | None:
+def _choose(request: ReviewRequest, candidates, base, doc, check: str) -> tuple[Candidate | None, str]:
+    """The user's --fix, else the first plan candidate of the ranking, with the reason."""
     if not request.fix:
-        return candidates[0] if candidates else None
+        best = candidates[0] if candidates and candidates[0].kind == "plan" else None
+        return best, chosen_because(candidates, check, request.p99_target_s) if best else ""
     changes = fix_changes(request.fix, request)
     if not changes:
         raise MapperError(f"fix {request.fix!r} changes no plan option of the baseline")
-    same = next((c for c in candidates if dict(c.changes) == changes), None)
-    return same or remap("your fix", changes, None, base, doc)
+    same = next((c for c in candidates if c.kind == "plan" and dict(c.changes) == changes), None)
+    return same or remap("your fix", changes, None, base, doc), "chosen by you (--fix)"
 
 
 def run_review(request: ReviewRequest, progress=None) -> Review:
@@ -103,7 +108,10 @@ def run_review(request: ReviewRequest, progress=None) -> Review:
     failure, dominant = first_failure(doc, request.p99_target_s), steps.dominant_class(doc)
     base = (workload, hw, request.options)
     candidates = propose(failure.check, dominant, base, doc, "past" in roles.values())
-    chosen = _choose(request, candidates, base, doc)
+    if decode and dominant == Bottleneck.MEMORY and baseline.memory.fits:  # more tokens per weight read
+        candidates += larger_batches(model, dims, base, doc)
+    candidates = rank(candidates, failure.check, request.p99_target_s)
+    chosen, reason = _choose(request, candidates, base, doc, failure.check)
     fixed = _fixed(workload, hw, chosen, created)
     validation = None
     if chosen is not None:
@@ -124,10 +132,11 @@ def run_review(request: ReviewRequest, progress=None) -> Review:
         artifact=steps.artifact(doc, dominant),
         candidates=candidates,
         chosen=chosen,
+        chosen_reason=reason,
         owner=request.owner or (chosen.owner if chosen else failure.owner),
         follow_ups=follow_ups(doc, dominant, model.source or "MODEL.onnx", hw.name),
         validation=validation,
-        first_slice=first_failing_slice(model, dims, hw, request.options, target),
+        first_slice=first_failing_slice(model, dims, hw, request.options, target, request.max_length),
         baseline=baseline,
         fixed=fixed,
     )
@@ -202,7 +211,7 @@ def review_args(review: Review, model_arg: str, hw_arg: str) -> list[str]:
     args += option_flags(r.options)
     if r.p99_target_s is not None:
         args += ["--p99-target-ms", f"{r.p99_target_s * 1e3:g}"]
-    if review.chosen is not None:
+    if r.fix and review.chosen is not None:  # the default pick re-derives itself (and keeps its reason)
         args += ["--fix", review.chosen.option_text()]
     if r.owner:
         args += ["--owner", r.owner]
@@ -210,6 +219,8 @@ def review_args(review: Review, model_arg: str, hw_arg: str) -> list[str]:
         args += ["--note", r.note]
     if r.target is not None:
         args += ["--target", _target_text(r.target)]
+    if r.max_length:
+        args += ["--max-length", str(r.max_length)]
     if r.grid is not None:
         args += ["--matrix-batch", ",".join(map(str, r.grid.batches))]
         if r.grid.axis:
