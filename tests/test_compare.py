@@ -10,9 +10,10 @@ import pytest
 
 from mapper.core.errors import MapperError
 from mapper.core.result import PlanOptions
-from mapper.explore.compare import CompareSettings, compare_plans, overall_verdict, verdict_of
+from mapper.explore.compare import CompareSettings, compare_plans, verdict_of
 from mapper.explore.compare_inputs import METRICS, parse_thresholds, plan_spec
 from mapper.explore.compare_output import comparison_document, write_comparison
+from mapper.explore.compare_verdict import overall_verdict
 
 SEQS = (128, 512, 2048, 4096)
 BASE = PlanOptions(dtype="bf16")
@@ -208,3 +209,16 @@ def test_a_plan_can_change_its_serving():
     for bad in ("max_batch=0", "max_batch=2.5", "rate=nan", "max_wait_ms=-1"):
         with pytest.raises(MapperError, match="plan setting"):
             bert(bad)
+
+
+def test_capacity_decides_first_when_only_one_plan_fits():
+    """Llama-2-70B on one H100 does not fit (138 GB of 80 GB); at TP 2 it does. TP 2 lowers MFU and perf/W per
+    device, which alone would read 'regressed': the baseline cannot run, so the candidate is kept."""
+    spec = lambda text: plan_spec(text, "llama2-70b", "h100-sxm", BASE)
+    c = compare_plans(spec(""), spec("tp=2"), (1,), (1,), dims=(("past", 512),))
+    row = c.verdicts.iloc[0]
+    assert (row["verdict"], row["improved"]) == ("improved", "memory fit")
+    assert c.boundary.iloc[0]["plan_kept"] == "candidate"
+    back = compare_plans(spec("tp=2"), spec(""), (1,), (1,), dims=(("past", 512),))
+    assert (back.verdicts.iloc[0]["verdict"], back.verdicts.iloc[0]["regressed"]) == ("regressed", "memory fit")
+    assert back.overall == "regressed"

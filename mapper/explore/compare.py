@@ -18,12 +18,12 @@ from mapper.core.errors import MapperError
 from mapper.core.result import MappingResult
 from mapper.core.version import __version__
 from mapper.explore.compare_inputs import METRICS, Metric, PlanServing, PlanSpec, parse_thresholds
+from mapper.explore.compare_verdict import overall_verdict, slice_verdict
 from mapper.explore.sweep import ModelShapes, check_slices, model_source
 from mapper.hardware.profile import HardwareProfile
 from mapper.pipeline import map_workload
 from mapper.serve.serving import ServingConfig, simulate_serving
 
-VERDICTS = ("improved", "neutral", "regressed", "error")
 DEFAULT_LOAD_FRACTION = 0.7  # offered load as a share of the baseline's capacity at that slice
 DEFAULT_REQUESTS = 20_000
 SHOWN_BASELINE_KERNELS = 6  # baseline kernels named in a class-change row; the rest are counted, "(+N)"
@@ -167,7 +167,7 @@ def compare_plans(
             row = _matrix_row(m, values[0][m.name], values[1][m.name], thresholds[m.name])
             cells.append(row["verdict"])
             matrix.append(key | row | {"quality_caveat": "; ".join(caveats), "fallback": fallback})
-        verdict, boundary_row = _slice_verdict(METRICS, cells, error)
+        verdict, boundary_row = slice_verdict(METRICS, cells, error, tuple(r.memory.fits for r in results or ()))
         verdicts.append(key | verdict)
         boundary.append(key | boundary_row)
         if progress:
@@ -284,34 +284,6 @@ def _matrix_row(m: Metric, base: float, cand: float, threshold: float) -> dict:
     }
 
 
-def _slice_verdict(metrics: tuple[Metric, ...], cells: list[str], error: str) -> tuple[dict, dict]:
-    """One slice's verdict row and its rollback-boundary row, from its metrics' verdicts."""
-    slice_verdict = (
-        "error"
-        if "error" in cells
-        else "regressed"
-        if "regressed" in cells
-        else "improved"
-        if "improved" in cells
-        else "neutral"
-    )
-    regressed = [m.label for m, v in zip(metrics, cells) if v == "regressed"]
-    verdict = {
-        "verdict": slice_verdict,
-        "regressed": ",".join(regressed),
-        "improved": ",".join(m.label for m, v in zip(metrics, cells) if v == "improved"),
-        "error": error,
-    }
-    keep = "baseline" if slice_verdict in ("regressed", "error") else "candidate"
-    why = {
-        "regressed": f"candidate regresses {', '.join(regressed)}",
-        "error": f"a plan failed: {error}",
-        "improved": "candidate improves, nothing regresses",
-        "neutral": "no metric moves past its threshold",
-    }
-    return verdict, {"plan_kept": keep, "reason": why[slice_verdict]}
-
-
 def _provenance(
     baseline: PlanSpec, candidate: PlanSpec, shapes: dict, thresholds: dict, settings: CompareSettings, notes: set
 ) -> dict:
@@ -342,39 +314,6 @@ def _with_seq(df: pd.DataFrame) -> pd.DataFrame:
     if "seq" in df:
         df["seq"] = df["seq"].astype("Int64")
     return df
-
-
-def overall_verdict(verdicts: list[dict], boundary: list[dict]) -> tuple[str, str]:
-    counts = {v: sum(1 for row in verdicts if row["verdict"] == v) for v in VERDICTS}
-    kept = [row for row in boundary if row["plan_kept"] == "baseline"]
-    where = "; ".join(f"batch {r['batch']}" + (f" seq {r['seq']}" if r["seq"] is not None else "") for r in kept)
-    decided = decided_by(verdicts)
-    if counts["regressed"] or counts["error"]:
-        overall = "mixed" if counts["improved"] else "regressed"
-    else:
-        overall = "improved" if counts["improved"] else "neutral"
-    text = {
-        "improved": "adopt the candidate: it improves and regresses nowhere",
-        "neutral": "no metric moves past its threshold on any slice: either plan will do",
-        "mixed": f"adopt the candidate inside the rollback boundary; the baseline stays at {where}",
-        "regressed": f"keep the baseline: the candidate regresses at {where}",
-    }[overall]
-    return overall, (
-        f"{overall}: {text}; {decided} ({counts['improved']} improved, {counts['neutral']} neutral, "
-        f"{counts['regressed']} regressed, {counts['error']} failed of {len(verdicts)} slices)"
-    )
-
-
-def decided_by(verdicts: list[dict]) -> str:
-    """Which metrics decided the verdict: those that improved and those that regressed on some slice."""
-    moved = {
-        way: list(dict.fromkeys(m for row in verdicts for m in str(row.get(way) or "").split(",") if m))
-        for way in ("improved", "regressed")
-    }
-    if not any(moved.values()):
-        return "decided by: no metric past its threshold"
-    parts = [f"{way} {', '.join(names)}" for way, names in moved.items() if names]
-    return "decided by: " + "; ".join(parts)
 
 
 def plan_provenance(plan: PlanSpec, shapes: ModelShapes) -> dict:

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from mapper.explore.compare import CompareSettings, compare_plans, overall_verdict
+from mapper.explore.compare import CompareSettings, compare_plans
 from mapper.explore.compare_inputs import PlanSpec
+from mapper.explore.compare_verdict import overall_verdict
 
 MATRIX_REQUESTS = 5_000  # per slice and plan: p99 of 5k requests moves under the 2 % threshold (compare's note)
 
