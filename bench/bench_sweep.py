@@ -94,7 +94,7 @@ def shapes_sweep(runs: int) -> None:
 
 def profile_one() -> None:
     import mapper
-    from mapper.explore.sweep import ModelShapes, model_source
+    from mapper.explore.models import ModelShapes, model_source
     from mapper.pipeline import map_workload
 
     shapes = ModelShapes(model_source("bert-base"))

@@ -19,7 +19,8 @@ from mapper.core.result import MappingResult
 from mapper.core.version import __version__
 from mapper.explore.compare_inputs import METRICS, Metric, PlanServing, PlanSpec, parse_thresholds
 from mapper.explore.compare_verdict import overall_verdict, slice_verdict
-from mapper.explore.sweep import ModelShapes, check_slices, model_source
+from mapper.explore.models import ModelShapes, model_source
+from mapper.explore.sweep import check_slices
 from mapper.hardware.profile import HardwareProfile
 from mapper.pipeline import map_workload
 from mapper.serve.serving import ServingConfig, simulate_serving

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import pandas as pd
@@ -21,13 +21,11 @@ from mapper.core.errors import MapperError
 from mapper.core.result import MappingResult, PlanOptions
 from mapper.core.version import __version__
 from mapper.explore.executors import ExecutorSpec, run_tasks
-from mapper.handle import BUILTIN_DEFAULT_DIMS, ModelHandle, open_model
+from mapper.explore.models import ModelShapes, ModelSource, model_source
 from mapper.hardware.load import load_hardware
 from mapper.hardware.profile import HardwareProfile
-from mapper.model.bindings import resolve_bindings
 from mapper.pipeline import map_workload, validate_options
 from mapper.report.tables import csv_bytes, write_bytes, xlsx_bytes
-from mapper.work.workload import Workload
 
 MAX_SLICES = limits.MAX_SLICES
 NO_SEQ_NOTE = "model has no sequence dim: --seq values ignored (one slice per batch)"
@@ -52,24 +50,6 @@ class SweepSpec:
 
 
 @dataclass(frozen=True, slots=True)
-class ModelSource:
-    """A swept model: its handle (which ships to a worker as a built-in's name or a file's bytes, and is
-    parsed there once), whether it has a seq dim, and the dims held for every slice."""
-
-    model: ModelHandle = field(repr=False)
-    has_seq: bool
-    fixed_dims: tuple[tuple[str, int], ...] = ()  # dims other than batch and seq (built-ins: their defaults)
-
-    @property
-    def name(self) -> str:
-        return self.model.name
-
-    @property
-    def sha256(self) -> str:
-        return self.model.sha256
-
-
-@dataclass(frozen=True, slots=True)
 class SweepTask:
     """One unit of work: a model, every profile, a chunk of shapes, every option pair."""
 
@@ -85,43 +65,6 @@ class SweepResult:
     best: pd.DataFrame  # the fastest plan per (model, hardware, batch, seq)
     flips: pd.DataFrame  # where the best plan changes as batch or seq grows
     provenance: dict
-
-
-# ---- models: parse once, build each shape once ---------------------------------------------------
-
-
-def model_source(model: str | bytes | ModelHandle, dims: tuple[tuple[str, int], ...] = ()) -> ModelSource:
-    """A built-in name, a path, uploaded bytes or a handle -> what a task needs; decides once whether it
-    has a seq dim. `dims` holds the model's dims other than batch and seq (those it lacks are ignored)."""
-    handle, held = open_model(model), dict(dims)
-    if handle.builtin:
-        fixed = tuple((k, held.get(k, BUILTIN_DEFAULT_DIMS[k])) for k in handle.roles if k not in ("batch", "seq"))
-    else:  # batch and seq are swept; the model's other dims are held
-        fixed = tuple((k, v) for k, v in held.items() if k in handle.roles and handle.roles[k] not in ("batch", "seq"))
-    try:
-        resolve_bindings(handle.proto, dict(fixed), 1, 1)
-        has_seq = True
-    except MapperError as exc:
-        if "no free seq dim" not in str(exc):
-            raise
-        has_seq = False
-    return ModelSource(handle, has_seq, fixed)
-
-
-class ModelShapes:
-    """A swept model and its workload per (batch, seq), each built once (the sweep's per-call cache)."""
-
-    def __init__(self, model: ModelSource):
-        self.model = model
-        self._workloads: dict[tuple[int, int | None], Workload] = {}
-
-    def workload(self, batch: int, seq: int | None) -> Workload:
-        key = (batch, seq)
-        if key not in self._workloads:
-            self._workloads[key] = self.model.model.bind(
-                dict(self.model.fixed_dims) or None, batch=batch, seq=seq if self.model.has_seq else None
-            )
-        return self._workloads[key]
 
 
 # ---- one slice -> one row --------------------------------------------------------------------------

@@ -161,7 +161,11 @@ def _sentence(target: Target, batch: tuple, length: tuple, dims: dict[str, int])
     if along_length is not None:
         parts.append(f"at {length_name} {along_length} (batch {dims.get(batch_name, 1)})")
     if not parts:
-        upto = f" and {length_name} {top}" if length_name in dims else ""
-        return f"{target.text()} holds up to batch {MAX_BATCH}{upto}"
+        searched = ([f"batch {MAX_BATCH}"] if batch_name else []) + (
+            [f"{length_name} {top}"] if length_name in dims else []
+        )
+        if not searched:  # static shapes: nothing to search along
+            return f"{target.text()} holds at the frozen slice (static shapes: no batch or length dim to vary)"
+        return f"{target.text()} holds up to {' and '.join(searched)}"
     holds = f"; it holds up to {length_name} {top}" if along_length is None and length_name in dims else ""
     return f"{target.text()} first fails " + " and ".join(parts) + holds

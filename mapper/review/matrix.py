@@ -65,7 +65,7 @@ def default_grid(dims: dict[str, int], roles: dict[str, str]) -> Grid:
         return Grid(around(batch), around(max(by_role["past"], 1)), "past")
     if "seq" in by_role:
         return Grid(around(batch), around(by_role["seq"]), "seq")
-    return Grid(around(batch), (None,), "")
+    return Grid(around(batch) if "batch" in by_role else (1,), (None,), "")  # static shapes: the one batch
 
 
 def validate_fix(
