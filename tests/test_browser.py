@@ -283,3 +283,29 @@ def test_review_agenda_at_a_shared_screen(screen, server):
         no_exception(screen, f"presentation / {name}")
         for d in dirs:
             screen.screenshot(path=str(d / f"{name.lower()}.png"))
+
+
+def test_compare_and_a_pasted_link_in_a_real_browser(screen, server):
+    """The agenda's other two cases as a person meets them (issue 17): bf16 against fp8 on BERT-base in
+    Compare reads 'improved' with the precision caveat; a pasted link with TP 8 and int4 weights opens with
+    both in the sidebar and in the page's reproduce command."""
+    open_view(screen, server, "model=llama2-70b&dtype=bf16&tp=8&weight_dtype=int4")
+    sidebar = screen.locator("[data-testid='stSidebar']")
+    assert sidebar.get_by_label("TP", exact=True).input_value() == "8"
+    main = screen.locator("[data-testid='stMain']").inner_text()
+    assert "--tp 8" in main and "--weight-dtype int4" in main, main[:2000]  # the numbers shown are of this plan
+
+    open_view(screen, server, "model=bert-base&dtype=bf16")
+    open_page(screen, "Compare")
+    differs = screen.locator("[data-testid='stMain'] [data-testid='stSelectbox']").first
+    differs.click()
+    screen.keyboard.type("dtype")
+    screen.keyboard.press("Enter")
+    settle(screen)
+    screen.get_by_role("button", name="Compare").click()
+    screen.get_by_text("Quality caveat:").first.wait_for()
+    settle(screen)
+    no_exception(screen, "compare bf16 -> fp8")
+    text = screen.locator("[data-testid='stMain']").inner_text()
+    assert "improved: adopt the candidate" in text, text[:2000]
+    assert "Fallback:" in text
