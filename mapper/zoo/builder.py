@@ -48,7 +48,9 @@ class GraphBuilder:
         self._rng = np.random.default_rng(seed)
         # nodes and initializers are added in place (a list of protos copied into a graph at the end costs a
         # 70B decoder's 6,000 nodes twice); inputs and outputs go in at `build`
-        self._graph = onnx.GraphProto(name=model_name)
+        self._model = onnx.ModelProto()
+        self._graph = self._model.graph  # built in place: no copy of the graph at `build` either
+        self._graph.name = model_name
         self._inputs: list[onnx.ValueInfoProto] = []
         self._outputs: list[onnx.ValueInfoProto] = []
         self._consts: dict[tuple, str] = {}
@@ -156,11 +158,11 @@ class GraphBuilder:
 
     # -- result -------------------------------------------------------------------------------
     def build(self, doc_string: str) -> onnx.ModelProto:
-        graph = self._graph
-        graph.input.extend(self._inputs)
-        graph.output.extend(self._outputs)
-        model = helper.make_model(
-            graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="mapper.zoo", doc_string=doc_string
-        )
+        """The model (the fields helper.make_model would set, on the graph built in place). Call once."""
+        model = self._model
+        model.graph.input.extend(self._inputs)
+        model.graph.output.extend(self._outputs)
+        model.opset_import.append(helper.make_opsetid("", OPSET))
+        model.producer_name, model.doc_string = "mapper.zoo", doc_string
         model.ir_version = 8  # the IR that opset 17 shipped with; readable by onnxruntime >= 1.13
         return model
