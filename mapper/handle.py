@@ -59,6 +59,14 @@ class ModelHandle:
             for key in self.roles:
                 if shortcuts.get(key) is None and key not in dims:
                     dims[key] = BUILTIN_DEFAULT_DIMS[key]
+        key = tuple(sorted((dims or {}).items()))
+        try:
+            hash(key)
+        except TypeError:  # a value that is no number: resolve_bindings says so, in one line
+            return self._bind(dims, batch, seq)
+        return self.caches.workload(key, batch, seq, lambda: self._bind(dims, batch, seq))
+
+    def _bind(self, dims: dict[str, int] | None, batch: int | None, seq: int | None) -> Workload:
         graph, classes = import_graph(self.proto, self.sha256, self.name, self.caches, dims, batch, seq)
         return analyze_graph(graph, self.caches, classes, self.builtin)
 

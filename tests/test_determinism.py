@@ -77,6 +77,20 @@ def test_a_pickled_workload_maps_as_the_original():
     assert reopened.sha256 == model.sha256 and reopened.name == model.name
 
 
+def test_a_rebinding_shares_the_workload_and_another_binding_does_not():
+    """The handle keeps workloads by their bindings (ModelCaches.workload): the same dims, spelled as named
+    dims or through the shortcuts, give the one workload; a dim that differs gives its own shapes."""
+    model = mapper.open_model("bert-base")
+    first = model.bind({"batch": 2, "seq": 32})
+    assert model.bind({"seq": 32, "batch": 2}) is first
+    assert model.bind(batch=2, seq=32).graph.dims == first.graph.dims
+    other = model.bind({"batch": 3, "seq": 32})
+    assert other is not first and dict(other.graph.dims)["batch"] == 3
+    assert document(model.bind({"batch": 2, "seq": 32})) == document(
+        mapper.load_workload("bert-base", {"batch": 2, "seq": 32})
+    )
+
+
 def test_another_process_gives_the_same_document():
     """Same slice, another interpreter (another hash seed): the same bytes."""
     root = str(Path(__file__).parents[1])

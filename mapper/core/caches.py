@@ -17,6 +17,9 @@ import onnx
 # Entries each table keeps (oldest out first): a sweep of a few hundred bindings reuses the
 # structure-only tables (one entry per policy) and cycles the per-binding ones.
 CACHE_ENTRIES = 256
+# Workloads kept per handle (`ModelCaches.workload`): one is a graph at its shapes and its node work, ~5 MB
+# for an 80-layer decoder; a serving run rebinds a few bindings (the KV-cache probe, the mapped batch) often.
+WORKLOAD_ENTRIES = 16
 # Assessments are per distinct kernel (a BERT-base slice has ~15): a 200-shape sweep on one profile keeps
 # a few thousand, and one is a few hundred bytes.
 ASSESSMENT_ENTRIES = 8192
@@ -85,6 +88,12 @@ class ModelCaches:
         """ONNX Runtime's inference for one node: `key` is (graph hash, node signature, each input's shape,
         dtype and constant bytes), built by the importer beside the walk's own memo key."""
         return self._get("ort_node_inferred", key, make)
+
+    def workload(self, dims: tuple, batch: int | None, seq: int | None, make):
+        """The workload at these bindings (`ModelHandle.bind`): the handle's model and the bindings as given
+        (named dims with the built-in defaults filled in, and the batch/seq shortcuts); a Workload is frozen,
+        read only, so every caller of one binding shares it."""
+        return self._get("workload", (dims, batch, seq), make, WORKLOAD_ENTRIES)
 
     # ---- work and plan ------------------------------------------------------------------------
     def blocks(self, structure: tuple[str, frozenset[str]], make):

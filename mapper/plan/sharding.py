@@ -21,17 +21,15 @@ from mapper.plan.kernels import Sizer
 from mapper.work.ops import classify_op
 
 
-def _boundary(graph: Graph, kernel: Kernel, nodes_by_name) -> tuple[list[str], list[str]]:
-    """(activation tensors read from outside, tensors written for outside) of a kernel."""
-    inside = set(kernel.nodes)
-    made = {t for n in kernel.nodes for t in nodes_by_name[n].outputs if t}
-    ins = [
-        t
-        for n in kernel.nodes
-        for t in nodes_by_name[n].inputs
-        if t and t not in made and t not in graph.weights and t in graph.tensors
-    ]
-    outs = [t for t in made if t in graph.output_set or any(u.name not in inside for u in graph.users(t))]
+def _boundary(graph: Graph, kernel: Kernel, index_of: dict[str, int]) -> tuple[list[str], list[str]]:
+    """(activation tensors read from outside, tensors written for outside) of a kernel. `index_of`: each live
+    node's index (what `graph.consumers` holds), so that users are compared as indices, not as nodes."""
+    members = [graph.nodes[index_of[n]] for n in kernel.nodes]
+    inside = {index_of[n] for n in kernel.nodes}
+    made = {t for n in members for t in n.outputs if t}
+    weights, tensors, outputs, consumers = graph.weights, graph.tensors, graph.output_set, graph.consumers
+    ins = [t for n in members for t in n.inputs if t and t not in made and t not in weights and t in tensors]
+    outs = [t for t in made if t in outputs or not inside.issuperset(consumers.get(t, ()))]
     return ins, outs
 
 
@@ -47,14 +45,14 @@ def _through_views(graph: Graph, tensor: str) -> str:
 
 def assign_roles(graph: Graph, kernels: list[Kernel]) -> list[Kernel]:
     """Each kernel's tensor-parallel role (computed whatever tp is: memory planning needs it too)."""
-    nodes_by_name = {n.name: n for n in graph.nodes}
+    index_of = {n.name: k for k, n in enumerate(graph.nodes)}
     sharded: set[str] = set()
     out = []
     for k in kernels:
         if not k.nodes:  # inserted kernels (layout transposes) follow their neighbours: replicated
             out.append(replace(k, shard="replicated"))
             continue
-        ins, outs = _boundary(graph, k, nodes_by_name)
+        ins, outs = _boundary(graph, k, index_of)
         reads_sharded = any(_through_views(graph, t) in sharded for t in ins)
         weight_gemm = (
             k.matrix is not None
@@ -65,7 +63,7 @@ def assign_roles(graph: Graph, kernels: list[Kernel]) -> list[Kernel]:
         )
         if weight_gemm:  # split by what the GEMM itself reads: its epilogue may read a sharded tensor
             # (SwiGLU's up projection multiplies by the column-parallel gate) and stay column-parallel
-            gemm = nodes_by_name[k.nodes[0]]
+            gemm = graph.nodes[index_of[k.nodes[0]]]
             gemm_reads_sharded = any(
                 _through_views(graph, t) in sharded
                 for t in gemm.inputs
@@ -88,11 +86,6 @@ def _split(shape: MatrixShape | None, role: str, tp: int) -> MatrixShape | None:
     if role == "row":
         return replace(shape, k=math.ceil(shape.k / tp), a_elements=math.ceil(shape.a_elements / tp))
     return replace(shape, batch=math.ceil(shape.batch / tp))
-
-
-def _output_bytes(graph: Graph, kernel: Kernel, sizer: Sizer, nodes_by_name) -> float:
-    _, outs = _boundary(graph, kernel, nodes_by_name)
-    return sum(sizer.bytes(graph.tensors[t]) for t in outs)
 
 
 def collective_kernel(name: str, kind: str, message_bytes: float, devices: int, stage: int = 0) -> Kernel:
@@ -129,13 +122,14 @@ def shard_kernels(graph: Graph, kernels: list[Kernel], tp: int, sizer: Sizer) ->
     `kernels` carry their roles (assign_roles)."""
     if tp <= 1:
         return kernels
-    nodes_by_name = {n.name: n for n in graph.nodes}
+    index_of = {n.name: k for k, n in enumerate(graph.nodes)}
     out: list[Kernel] = []
     for k in kernels:
         if k.shard == "replicated":
             out.append(k)
             continue
-        full_out = _output_bytes(graph, k, sizer, nodes_by_name)
+        outs = _boundary(graph, k, index_of)[1]  # once per kernel: its output bytes and whether it is gathered
+        full_out = sum(sizer.bytes(graph.tensors[t]) for t in outs)
         dram = k.dram_bytes / tp + (full_out * (1 - 1 / tp) if k.shard == "row" else 0.0)
         out.append(
             replace(
@@ -151,7 +145,7 @@ def shard_kernels(graph: Graph, kernels: list[Kernel], tp: int, sizer: Sizer) ->
         )
         if k.shard == "row":  # partial sums of every rank: sum them
             out.append(collective_kernel(f"{k.name}:all-reduce", "all-reduce", full_out, tp))
-        elif k.shard == "column" and any(t in graph.output_set for t in _boundary(graph, k, nodes_by_name)[1]):
+        elif k.shard == "column" and any(t in graph.output_set for t in outs):
             # column-parallel logits are gathered; sharded outputs such as the KV cache stay on their ranks
             out.append(collective_kernel(f"{k.name}:all-gather", "all-gather", full_out, tp))
     return out

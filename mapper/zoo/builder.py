@@ -9,6 +9,7 @@ the PyTorch exporter's scoping ("/model/layers.0/self_attn/MatMul_3", "layers.0.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -45,13 +46,17 @@ class GraphBuilder:
         self.weights_file = f"{model_name}.weights.bin"
         self.inline_weights = inline_weights
         self._rng = np.random.default_rng(seed)
-        self._nodes: list[onnx.NodeProto] = []
+        # nodes and initializers are added in place (a list of protos copied into a graph at the end costs a
+        # 70B decoder's 6,000 nodes twice); inputs and outputs go in at `build`
+        self._model = onnx.ModelProto()
+        self._graph = self._model.graph  # built in place: no copy of the graph at `build` either
+        self._graph.name = model_name
         self._inputs: list[onnx.ValueInfoProto] = []
         self._outputs: list[onnx.ValueInfoProto] = []
-        self._initializers: list[TensorProto] = []
         self._consts: dict[tuple, str] = {}
         self._scope: list[str] = []
         self._counts: dict[tuple[str, str], int] = {}  # (module prefix, op type) -> nodes named so far
+        self._prefixes: dict[tuple[str, ...], str] = {}  # scope -> its node-name prefix (a decoder reuses each)
         self._offset_bytes = 0
 
     # -- naming -------------------------------------------------------------------------------
@@ -68,8 +73,11 @@ class GraphBuilder:
         """The TorchScript exporter's name: the module path with "/" between modules (a ModuleList index
         stays on its list: "/model/layers.0/mlp/up_proj/MatMul"), then the op type, numbered from the
         second of its type in that module ("MatMul_1")."""
-        modules = "/".join(_modules(".".join(self._scope)))
-        prefix = f"/{modules}/" if modules else "/"
+        scope = tuple(self._scope)
+        prefix = self._prefixes.get(scope)
+        if prefix is None:
+            modules = "/".join(_modules(".".join(scope)))
+            prefix = self._prefixes[scope] = f"/{modules}/" if modules else "/"
         count = self._counts.get((prefix, op_type), 0)
         self._counts[prefix, op_type] = count + 1
         return f"{prefix}{op_type}" + (f"_{count}" if count else "")
@@ -82,7 +90,7 @@ class GraphBuilder:
     def output(self, value: str, name: str, shape: Sequence[Dim], elem_type: int = FLOAT) -> str:
         """Expose `value` as graph output `name` (an Identity renames it when the names differ)."""
         if value != name:
-            self._nodes.append(helper.make_node("Identity", [value], [name], name=self._node_name("Identity")))
+            self._graph.node.append(helper.make_node("Identity", [value], [name], name=self._node_name("Identity")))
         self._outputs.append(helper.make_tensor_value_info(name, elem_type, list(shape)))
         return name
 
@@ -92,10 +100,10 @@ class GraphBuilder:
         name = ".".join([*self._scope, leaf])
         if self.inline_weights:
             values = self._rng.normal(0.0, 0.5, size=tuple(shape)).astype(np.float32)
-            self._initializers.append(numpy_helper.from_array(values, name))
+            self._graph.initializer.append(numpy_helper.from_array(values, name))
             return name
-        tensor = TensorProto(name=name, data_type=FLOAT, dims=list(shape), data_location=TensorProto.EXTERNAL)
-        length = int(np.prod(shape, dtype=np.int64)) * 4
+        tensor = self._graph.initializer.add(name=name, data_type=FLOAT, dims=shape, data_location=TensorProto.EXTERNAL)
+        length = math.prod(shape) * 4  # exact ints (numpy's prod costs ~50 us a call on a short list)
         for key, value in (
             ("location", self.weights_file),
             ("offset", str(self._offset_bytes)),
@@ -104,7 +112,6 @@ class GraphBuilder:
             entry = tensor.external_data.add()
             entry.key, entry.value = key, value
         self._offset_bytes += length
-        self._initializers.append(tensor)
         return name
 
     def const(self, values, dtype=np.int64) -> str:
@@ -113,7 +120,7 @@ class GraphBuilder:
         key = (array.dtype.str, array.shape, array.tobytes())
         if key not in self._consts:
             name = f"onnx::Constant_{len(self._consts)}"
-            self._initializers.append(numpy_helper.from_array(array, name))
+            self._graph.initializer.append(numpy_helper.from_array(array, name))
             self._consts[key] = name
         return self._consts[key]
 
@@ -129,7 +136,11 @@ class GraphBuilder:
             names = [f"{node_name}_output_{i}" for i in range(outputs)]
         else:
             names = list(outputs)
-        self._nodes.append(helper.make_node(op_type, list(inputs), names, name=node_name, **attrs))
+        # the NodeProto helper.make_node would build (attributes sorted by name), without its per-call checks:
+        # the same bytes, a third of the time over a 70B decoder's 6,000 nodes
+        node = self._graph.node.add(op_type=op_type, input=inputs, output=names, name=node_name)
+        if attrs:
+            node.attribute.extend(helper.make_attribute(k, v) for k, v in sorted(attrs.items()) if v is not None)
         return names[0] if len(names) == 1 else tuple(names)
 
     def dim(self, value: str, axis: int) -> str:
@@ -147,11 +158,11 @@ class GraphBuilder:
 
     # -- result -------------------------------------------------------------------------------
     def build(self, doc_string: str) -> onnx.ModelProto:
-        graph = helper.make_graph(
-            self._nodes, self.model_name, self._inputs, self._outputs, initializer=self._initializers
-        )
-        model = helper.make_model(
-            graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="mapper.zoo", doc_string=doc_string
-        )
+        """The model (the fields helper.make_model would set, on the graph built in place). Call once."""
+        model = self._model
+        model.graph.input.extend(self._inputs)
+        model.graph.output.extend(self._outputs)
+        model.opset_import.append(helper.make_opsetid("", OPSET))
+        model.producer_name, model.doc_string = "mapper.zoo", doc_string
         model.ir_version = 8  # the IR that opset 17 shipped with; readable by onnxruntime >= 1.13
         return model
