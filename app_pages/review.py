@@ -16,7 +16,8 @@ if sel is None:
     st.info("No selection yet: choose a model and a valid hardware profile in the sidebar.")
     st.stop()
 st.title("Review")
-st.caption(f"{ui.md(sel.model_label)} on {ui.md(sel.hw.name)} · {dict(sel.dims)} · the five steps of the review")
+bindings = ", ".join(f"{k} {v}" for k, v in sel.dims)
+st.caption(f"{ui.md(sel.model_label)} on {ui.md(sel.hw.name)} · {ui.md(bindings)} · the five steps of the review")
 row = st.columns([1, 1.4, 3])  # one row above the steps: run, download, the review's inputs folded
 with row[2].expander("p99 target, your fix, owner, note", expanded=session.stored_run("review_result") is None):
     c = st.columns(2)
@@ -113,7 +114,7 @@ def step_four() -> None:
         {
             "fix": c["label"],
             "change": ",".join(f"{o}={v}" for o, v in {**c["plan_options"], **c["slice_changes"]}.items()),
-            "gain": f"{ui.pct(c['expected_gain'])} on {c['gain_on']}" + (f"; {c['cost']}" if c["cost"] else ""),
+            "expected gain": c["gain_text"] + (f"; {c['cost']}" if c["cost"] else ""),
             "owner": c["owner"],
             "blast radius": f"{c['blast_radius']['kernels']} kernels: {', '.join(c['blast_radius']['layer_types'])}",
             "quality evidence": "needed, with a fallback" if c["quality_evidence_and_fallback"] else "-",
@@ -124,8 +125,7 @@ def step_four() -> None:
     chosen = doc["chosen_fix"]
     if chosen:
         st.markdown(
-            f"**Chosen: {ui.md(chosen['label'])}** · owner {ui.md(review.owner)}"
-            f" · gain {ui.pct(chosen['expected_gain'])}"
+            f"**Chosen: {ui.md(chosen['label'])}** · owner {ui.md(review.owner)} · {ui.md(chosen['gain_text'])}"
         )
         evidence = chosen["quality_evidence_and_fallback"]
         st.caption(

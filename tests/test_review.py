@@ -58,7 +58,7 @@ def test_llama70b_on_one_h100_capacity_first_and_tp_chosen_over_int4_with_the_re
         r.chosen_reason.startswith("chosen because")
         and "fixes the failing check (capacity: it fits)" in r.chosen_reason
     )
-    assert 'over int4 weights (+212%) by "needs no quality evidence"' in r.chosen_reason
+    assert "over int4 weights (3.12x faster: TPOT -68%) by \"needs no quality evidence\"" in r.chosen_reason
     doc = mapper.review_document(r)
     assert doc["chosen_fix"]["chosen_because"] == r.chosen_reason
     assert [k["key"] for k in doc["best_fix_rule"]][:3] == [
@@ -175,3 +175,13 @@ def test_review_page_runs_the_review_and_shows_the_frozen_slice():
     assert not at.error
     assert any("Frozen slice" in c.value and "sha256" in c.value for c in at.caption)  # provenance in small type
     assert any("target: no target set" in m.value for m in at.markdown)
+
+
+def test_gains_read_as_speed_ups_not_percent_of_latency():
+    """A fix that takes latency from 9 ms to 4 ms is '2.25x faster: latency -56%', never '+125% on latency'."""
+    from mapper.review.candidates import gain_text
+
+    assert gain_text(9 / 4 - 1, "TPOT") == "2.25x faster: TPOT -56%"
+    assert gain_text(4 / 5 - 1, "latency") == "1.25x slower: latency +25%"
+    assert gain_text(0.001, "latency") == "no change on latency"
+    assert gain_text(2.72, "throughput per device") == "+272% throughput per device"

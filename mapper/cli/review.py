@@ -92,7 +92,7 @@ def cmd_review(args: argparse.Namespace) -> int:
         print(f"first failure ({review.failure.check}): {review.mechanism}")
         for c in review.candidates:
             cost = f" ({c.cost})" if c.cost else ""
-            print(f"  candidate {c.label:36s} {c.option_text():28s} gain {c.gain:+7.1%} on {c.kpi}{cost}  {c.owner}")
+            print(f"  candidate {c.label:36s} {c.option_text():28s} {c.gain_text()}{cost}  {c.owner}")
         if chosen:
             print(f"chosen fix: {chosen.label} ({chosen.option_text()}), owner {review.owner}; {review.chosen_reason}")
         if review.validation:

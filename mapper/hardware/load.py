@@ -32,6 +32,11 @@ def list_hardware() -> list[str]:
 
 
 def _read_file(path: Path) -> HardwareProfile:
+    return _build_checked(_read_tree(path), f"profile {path.name}")
+
+
+def _read_tree(path: Path) -> Any:
+    """A profile file's parsed content (not yet validated)."""
     label = f"profile {path.name}"
     suffix = path.suffix.lower()
     if suffix not in _SUFFIXES:
@@ -47,16 +52,27 @@ def _read_file(path: Path) -> HardwareProfile:
             raw = handle.read(MAX_PROFILE_BYTES + 1)
     except OSError as exc:
         raise MapperError(f"{label}: cannot read {path} ({exc.strerror}); check the path") from None
-    return _build_checked(parse_profile(raw, {".json": "json", ".toml": "toml"}.get(suffix, "yaml"), label), label)
+    return parse_profile(raw, {".json": "json", ".toml": "toml"}.get(suffix, "yaml"), label)
 
 
 def _build_checked(data: Any, label: str) -> HardwareProfile:
-    return build_profile(validate_profile_dict(data, label).model_dump())
+    return _as_builtin(build_profile(validate_profile_dict(data, label).model_dump()))
+
+
+def _as_builtin(profile: HardwareProfile) -> HardwareProfile:
+    """A profile whose content is a built-in's (its name and hash: the file `mapper review` writes beside its
+    packet, an export) is that built-in: a reproduce command names it, not a file. Decided when the profile
+    is read, so writing a document later opens nothing."""
+    if profile.name in list_hardware() and _load_builtin(profile.name).sha256 == profile.sha256:
+        return replace(profile, builtin=True)
+    return profile
 
 
 @cache  # the shipped files are read-only data: one parse per name and process (a built-in is immutable)
 def _load_builtin(name: str) -> HardwareProfile:
-    return replace(_read_file(hardware_dir() / f"{name}.toml"), builtin=True)
+    path = hardware_dir() / f"{name}.toml"
+    tree = validate_profile_dict(_read_tree(path), f"profile {path.name}").model_dump()
+    return replace(build_profile(tree), builtin=True)
 
 
 def load_hardware(spec: str | os.PathLike | bytes | dict) -> HardwareProfile:

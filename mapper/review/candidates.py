@@ -46,6 +46,20 @@ class Context:
 Changes = Callable[[Context], dict | None]  # None: the row does not apply here
 
 
+NO_CHANGE = 0.005  # a gain under half a percent reads "no change" (the figures print to the percent)
+
+
+def gain_text(gain: float, kpi: str) -> str:
+    """A gain as people read it: a latency gain as a speed-up and the time it saves ("2.25x faster: latency
+    -56%"), never "+125% on latency"; a throughput gain as its change ("+272% throughput per device")."""
+    if kpi.startswith("throughput"):
+        return f"{gain:+.0%} {kpi}"
+    if gain <= -1 or abs(gain) < NO_CHANGE:
+        return f"no change on {kpi}" if gain > -1 else f"{kpi}: no gain"
+    ratio, change = 1 + gain, -gain / (1 + gain)
+    return f"{ratio:.2f}x faster: {kpi} {change:+.0%}" if gain > 0 else f"{1 / ratio:.2f}x slower: {kpi} {change:+.0%}"
+
+
 @dataclass(frozen=True, slots=True)
 class CandidateRow:
     label: str
@@ -76,6 +90,9 @@ class Candidate:
     slice_changes: tuple[tuple[str, int], ...] = ()  # dim -> new value (kind "slice")
     kpi: str = "latency"  # what `gain` is measured on
     cost: str = ""  # what the change costs on another KPI (a larger batch's TPOT)
+
+    def gain_text(self) -> str:
+        return gain_text(self.gain, self.kpi)
 
     def option_text(self) -> str:
         pairs = self.changes if self.kind == "plan" else self.slice_changes
@@ -247,16 +264,22 @@ def rows_for(check: str, dominant: str) -> tuple[CandidateRow, ...]:
 
 
 def propose(
-    check: str, dominant: str, base: tuple[Workload, HardwareProfile, PlanOptions], doc: dict, decoder: bool
+    check: str,
+    dominant: str,
+    base: tuple[Workload, HardwareProfile, PlanOptions],
+    doc: dict,
+    decoder: bool,
+    decode: bool = False,
 ) -> tuple[Candidate, ...]:
     """Every applicable row re-mapped, in table order (ranking.rank orders them for the review)."""
     ctx = Context(base[2], doc, base[1], decoder)
     out, seen = [], []
+    kpi = "TPOT" if decode else "latency"  # a decode step's latency is the time per output token
     for row in rows_for(check, dominant):
         changes = row.changes(ctx)
         if changes and changes not in seen:  # two rows may ask for the same change (fp8 for two reasons)
             seen.append(changes)
-            out.append(remap(row.label, changes, row, base, doc))
+            out.append(replace(remap(row.label, changes, row, base, doc), kpi=kpi))
     return tuple(out)
 
 

@@ -75,6 +75,7 @@ def candidate_record(c: Candidate) -> dict:
         "owner": c.owner,
         "expected_gain": c.gain,
         "gain_on": c.kpi,
+        "gain_text": c.gain_text(),
         "cost": c.cost,
         "latency_s": c.latency_s,
         "fits": c.fits,
@@ -122,8 +123,8 @@ def review_document(review: Review) -> dict:
 def readme(review: Review, doc: dict) -> str:
     chosen, k = review.chosen, review.kpis
     fix = (
-        f"**{chosen.label}** (`{chosen.option_text()}`), owner: {review.owner}; expected gain on {chosen.kpi}"
-        f" {chosen.gain:+.0%}; {review.chosen_reason};"
+        f"**{chosen.label}** (`{chosen.option_text()}`), owner: {review.owner}; expected: {chosen.gain_text()};"
+        f" {review.chosen_reason};"
         f" touches {chosen.blast_kernels} kernels ({', '.join(chosen.blast_layer_types)})."
         + (f"\n  Quality evidence and fallback: {chosen.evidence}." if chosen.evidence else "")
         if chosen

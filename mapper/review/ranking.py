@@ -71,12 +71,12 @@ def chosen_because(ranked: tuple[Candidate, ...], check: str, p99_target_s: floa
         held.append(f"it fixes the failing check ({_how(best, check)})")
     if not best.evidence:
         held.append("it needs no quality evidence")
-    held.append(f"its gain is {best.gain:+.0%} on {best.kpi}")
+    held.append(f"it is {best.gain_text()}")
     decided = ""
     if len(ranked) > 1:
         a, b = rank_key(best, check, p99_target_s), rank_key(ranked[1], check, p99_target_s)
         at = next((i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), len(RANKING) - 1)
-        decided = f'; over {ranked[1].label} ({ranked[1].gain:+.0%}) by "{RANKING[at].name}": {RANKING[at].reason}'
+        decided = f'; over {ranked[1].label} ({ranked[1].gain_text()}) by "{RANKING[at].name}": {RANKING[at].reason}'
     return "chosen because " + ", ".join(held) + decided
 
 

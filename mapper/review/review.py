@@ -107,7 +107,7 @@ def run_review(request: ReviewRequest, progress=None) -> Review:
     decode = "past" in roles.values() and any(dims.get(n) == 1 for n, r in roles.items() if r == "seq")
     failure, dominant = first_failure(doc, request.p99_target_s), steps.dominant_class(doc)
     base = (workload, hw, request.options)
-    candidates = propose(failure.check, dominant, base, doc, "past" in roles.values())
+    candidates = propose(failure.check, dominant, base, doc, "past" in roles.values(), decode)
     if decode and dominant == Bottleneck.MEMORY and baseline.memory.fits:  # more tokens per weight read
         candidates += larger_batches(model, dims, base, doc)
     candidates = rank(candidates, failure.check, request.p99_target_s)
