@@ -44,6 +44,10 @@ def percentile_tiles(columns) -> None:
     if served.continuous:  # a decoder: continuous batching, as `mapper serve` runs it
         sequences = f"{c.max_batch} sequence{'s' if c.max_batch != 1 else ''}"
         assumed = f"{ui.num(c.rate_per_s)} req/s offered, continuous batching of up to {sequences}"
+        if r.overload:  # the queue grows without bound: no percentile describes it
+            tile(columns[0], "TTFT p99", "overloaded", f"{r.overload}; {assumed}", r.overload)
+            tile(columns[1], "TPOT p99", ui.duration(r.tpot_p99_s), f"time per output token; {assumed}")
+            return
         ttft = ui.lower_percentiles(r.ttft_p50_s, r.ttft_p95_s)
         tile(
             columns[0],

@@ -19,6 +19,8 @@ def continuous(run) -> None:
         f"{c.prompt_tokens} prompt and {c.output_tokens} output tokens, {r.requests:,} requests, "
         "the profile's run-to-run jitter."
     )
+    if r.overload:
+        st.error(f"**Overloaded:** {ui.md(r.overload)}; the percentiles below only measure how long the run was.")
     cols = st.columns(3)
     for col, (label, prefix, help_text) in zip(
         cols,

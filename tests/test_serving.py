@@ -382,3 +382,29 @@ def test_serve_cli_seq_binds_a_file_whose_sequence_dim_has_its_own_name(tmp_path
     onnx.save(m, path)
     assert main(["serve", str(path), "--seq", "16", "--max-batch", "4", "--requests", "50", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["p99_s"] > 0
+
+
+def test_an_llm_queue_offered_more_than_its_capacity_is_flagged_not_given_a_percentile():
+    """Llama-2-7B served one sequence at a time: a request costs its prefill plus 128 decode steps, so the engine
+    sustains ~0.5 req/s; at 2 req/s TTFT grows with the run (p99 of days), and the result says overloaded."""
+    from mapper.serve.llm import ServeRequest, serve_model
+    from mapper.serve.serving import ServingConfig
+
+    def served(rate: float):
+        config = ServingConfig(max_batch=1, rate_per_s=rate, requests=300)
+        request = ServeRequest(config, prompt_tokens=512, output_tokens=128)
+        return serve_model(
+            "llama2-7b", mapper.load_hardware("h100-sxm"), mapper.PlanOptions(dtype="bf16"), request
+        ).result
+
+    over, under = served(2.0), served(0.1)
+    assert 0.1 < over.capacity_per_s < 2.0
+    assert over.overload.startswith("offered 2.00 req/s > capacity") and over.ttft_p99_s > 60
+    assert under.overload == "" and under.capacity_per_s == over.capacity_per_s
+    doc_verdict = mapper.first_failure({"serving": serve_section(over), "memory": {"fits": True}, "kernels": []})
+    assert doc_verdict.check == "latency target" and "overloaded" in doc_verdict.sentence
+
+
+def serve_section(result) -> dict:
+    return {"requests": result.requests, "offered_rate_per_s": result.offered_rate_per_s,
+            "capacity_per_s": result.capacity_per_s, "p99_s": result.latency_p99_s}  # fmt: skip

@@ -14,6 +14,7 @@ import numpy as np
 
 from mapper.core import limits
 from mapper.core.errors import MapperError
+from mapper.core.units import overload_sentence
 from mapper.core.vocab import values
 from mapper.serve.scheduler import (
     Jitter,
@@ -73,6 +74,9 @@ class LLMServingResult:
     scheduler: str
     preemptions: int  # chunked: sequences evicted from a full KV cache (recomputed on readmission)
     assumptions: tuple[str, ...]
+    offered_rate_per_s: float = 0.0  # requests/s arriving (the config's rate, or the trace's)
+    capacity_per_s: float = 0.0  # requests/s the engine sustains at its batch (`llm_capacity_per_s`)
+    overload: str = ""  # the sentence when the offered rate is over the capacity (overload_sentence), else ""
 
 
 def validate_llm_config(config: LLMServingConfig) -> LLMServingConfig:
@@ -144,7 +148,26 @@ def simulate_llm_serving(prefill_time: StepTime, decode_time: StepTime, config: 
         timeline = run_chunked(run, chunk_tokens=config.chunk_tokens)
     else:
         timeline = run_whole_prefill(run, decode_first=config.scheduler == Scheduler.DECODE_FIRST)
-    return _result(reqs, timeline, config)
+    offered = config.rate_per_s if config.trace is None else n / max(float(reqs.arrival[-1] - reqs.arrival[0]), 1e-300)
+    capacity_per_s = llm_capacity_per_s(prefill_time, decode_time, reqs, config.max_batch, capacity)
+    return replace(
+        _result(reqs, timeline, config),
+        offered_rate_per_s=offered,
+        capacity_per_s=capacity_per_s,
+        overload=overload_sentence(offered, capacity_per_s),
+    )
+
+
+def llm_capacity_per_s(
+    prefill_time: StepTime, decode_time: StepTime, reqs: Requests, max_batch: int, kv_tokens: int
+) -> float:
+    """Requests/s a full engine sustains: each request costs its prefill plus its share of the decode steps of
+    a full batch (as many sequences as max_batch and the KV cache allow), at the mean lengths. A queue offered
+    more grows without bound, whatever its percentiles over a finite run say."""
+    prompt, output = float(reqs.prompt.mean()), float(reqs.output.mean())
+    batch = max(1, min(max_batch, int(kv_tokens // max(prompt + output, 1.0))))
+    per_request = prefill_time(1, prompt) + output * decode_time(batch, prompt + output / 2) / batch
+    return 1.0 / per_request if per_request > 0 else 0.0
 
 
 def _requests(config: LLMServingConfig, arrival_rng: np.random.Generator) -> Requests:
