@@ -18,7 +18,7 @@ from mapper.cli import sweep as sweep_cli
 from mapper.cli.args import Parser, add_model_args, add_store_args, options_from, parse_dim, workload_from
 from mapper.cli.evidence import add_arguments as add_evidence_commands
 from mapper.core.errors import MapperError, error_line, path_text, printable
-from mapper.core.units import format_bytes
+from mapper.core.units import format_bytes, format_duration, format_field, format_number
 from mapper.model.onnx_import import read_model_structure
 from mapper.model.wire import STRIPPED_LOCATION
 from mapper.report.reproduce import reproduce_command
@@ -201,23 +201,25 @@ def cmd_serve(args) -> int:
     else:
         for key, value in section.items():
             if key not in ("assumptions", "load_curve", "schedulers"):
-                print(f"{key:28s} {value:.6g}" if isinstance(value, float) else f"{key:28s} {value}")
+                print(f"{key:28s} {format_field(key, value)}")
         for point in section.get("load_curve", {}).get("points", []):
             print(
-                f"load {point['load']:5.2f}  {point['offered_rate_per_s']:12.1f}/s  p50 {point['p50_s'] * 1e3:9.3f} ms"
-                f"  p99 {point['p99_s'] * 1e3:9.3f} ms  utilization {point['utilization']:.1%}"
+                f"load {point['load']:5.2f}  {format_number(point['offered_rate_per_s'], '/s'):>12s}"
+                f"  p50 {format_duration(point['p50_s']):>9s}  p99 {format_duration(point['p99_s']):>9s}"
+                f"  utilization {point['utilization']:.1%}"
             )
         if "load_curve" in section:
             curve = section["load_curve"]
             knee = curve["knee_index"]
+            at_knee = None if knee is None else curve["points"][knee]["offered_rate_per_s"]
             print(
-                f"knee: {'none' if knee is None else curve['points'][knee]['offered_rate_per_s']:,}/s"
-                f" (saturation {curve['saturation_rate_per_s']:,.1f}/s)"
+                f"knee: {'none' if at_knee is None else format_number(at_knee, '/s')}"
+                f" (saturation {format_number(curve['saturation_rate_per_s'], '/s')})"
             )
             if curve["p99_target_s"] is not None:
                 print(
-                    f"highest rate meeting p99 {curve['p99_target_s'] * 1e3:g} ms:"
-                    f" {curve['max_rate_meeting_target_per_s'] or 0:,.1f}/s"
+                    f"highest rate meeting p99 {format_duration(curve['p99_target_s'])}:"
+                    f" {format_number(curve['max_rate_meeting_target_per_s'] or 0, '/s')}"
                 )
         print_schedulers(section.get("schedulers", ()))
         for line in section["assumptions"]:

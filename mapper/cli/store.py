@@ -14,6 +14,7 @@ from pathlib import Path
 import mapper
 from mapper.cli.args import add_store_args, parse_dim
 from mapper.core.errors import MapperError
+from mapper.core.units import format_field
 from mapper.store.kpis import KPIS, STORE_ENV, store_url_from_env
 
 # The store's modules (and SQLAlchemy under them) load only when a command records or reads a store: every
@@ -118,10 +119,11 @@ def print_trends(doc: dict, metric: str | None) -> None:
         print(f"{key['command']} {key['model']} on {key['hardware']} {key['dims']}: {name} by revision")
         for p in s["points"]:
             value = p["kpis"][column]
-            shown_value = "-" if value is None else f"{value:.6g}"
+            shown_value = "-" if value is None else format_field(column, value)
             print(f"  run {p['run_id']:6d}  {p['revision'][:24]:24s} {p['recorded_utc'][:19]}  {shown_value}")
         for r in s["regressions"]:
+            was, now = (format_field(KPIS[r["kpi"]][0], r[k]) for k in ("previous", "latest"))
             print(
                 f"  REGRESSION {r['kpi']}: {r['change']:+.1%} worse ({r['previous_revision']} -> "
-                f"{r['latest_revision']}: {r['previous']:.6g} -> {r['latest']:.6g}), threshold {r['threshold']:.1%}"
+                f"{r['latest_revision']}: {was} -> {now}), threshold {r['threshold']:.1%}"
             )

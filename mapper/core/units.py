@@ -55,6 +55,23 @@ def format_number(x: float | None, unit: str = "") -> str:
     return "—" if x is None or not math.isfinite(x) else _significant(x) + (f" {unit}" if unit else "")
 
 
+def format_field(key: str, value: object) -> str:
+    """A document field for people by its key's unit suffix (`*_per_s` a rate, `*_s` a time, `*_bytes` bytes,
+    `*_w` watts, `*_j` energy); other numbers to 3 significant figures; text as it is."""
+    if not isinstance(value, float | int) or isinstance(value, bool):
+        return str(value)
+    for suffix, shown in (
+        ("_per_s", lambda v: format_number(v, "/s")),
+        ("_s", format_duration),
+        ("_bytes", format_bytes),
+        ("_w", lambda v: format_number(v, "W")),
+        ("_j", format_energy),
+    ):
+        if key.endswith(suffix):
+            return shown(float(value))
+    return format_number(float(value)) if isinstance(value, float) else f"{value:,}"
+
+
 def overload_sentence(offered_per_s: float, capacity_per_s: float) -> str:
     """The one wording of an overload (the dashboard, `mapper serve`, the sheet and the verdict): a queue
     offered more than it can serve grows without bound, so its percentiles only measure the run's length."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass, fields, replace
 
 from mapper.core.classes import Bottleneck, Owner
 from mapper.core.result import MappingResult, PlanOptions
+from mapper.core.units import format_duration
 from mapper.handle import ModelHandle
 from mapper.hardware.profile import HardwareProfile
 from mapper.serve.engine import map_slice
@@ -297,7 +298,7 @@ def larger_batches(model: ModelHandle, dims: dict[str, int], base: tuple, doc: d
         batch = dims[batch_name] * factor
         result = map_slice(model.bind({**dims, batch_name: batch}), hardware, options)
         t = result.totals
-        cost = f"TPOT {t.latency_s / tpot - 1:+.0%} ({tpot * 1e3:.3g} -> {t.latency_s * 1e3:.3g} ms)"
+        cost = f"TPOT {t.latency_s / tpot - 1:+.0%} ({format_duration(tpot)} -> {format_duration(t.latency_s)})"
         out.append(
             Candidate(
                 label=f"{factor}x batch (batch {batch})",

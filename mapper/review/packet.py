@@ -14,6 +14,7 @@ import re
 import zipfile
 from pathlib import Path
 
+from mapper.core.units import format_duration, format_number
 from mapper.report.sheet import sheet_bytes
 from mapper.report.tables import csv_bytes
 from mapper.review.candidates import Candidate
@@ -136,7 +137,8 @@ def readme(review: Review, doc: dict) -> str:
         "",
         (
             f"1. **Workload and KPI.** Slice {json.dumps(review.frozen['dims'])}, {review.baseline.totals.dtype};"
-            f" latency {k['latency_s'] * 1e3:.3g} ms, throughput {k['throughput_per_s']:,.1f}/s, MFU {k['mfu']:.1%},"
+            f" latency {format_duration(k['latency_s'])}, throughput {format_number(k['throughput_per_s'], '/s')},"
+            f" MFU {k['mfu']:.1%},"
             f" memory stall {k['memory_stall_fraction']:.0%}, perf/W {k['perf_per_watt']:.3g}."
         ),
         f"2. **First mechanism failure ({review.failure.check}).** {review.mechanism}",

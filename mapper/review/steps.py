@@ -6,7 +6,7 @@ of the mapping sheet that proves it (the failing kernels' tiling, fusion rule an
 from __future__ import annotations
 
 from mapper.core.classes import Bottleneck
-from mapper.core.units import format_bytes
+from mapper.core.units import format_bytes, format_duration
 from mapper.hardware.profile import HardwareProfile
 from mapper.report.verdict import Finding
 
@@ -15,7 +15,7 @@ KERNEL_FIELDS = (
     "name", "layer_type", "ops", "rule", "engine", "tile", "split_k", "waves", "wave_efficiency",
     "dram_bytes", "flops", "intensity_flop_per_byte", "time_s", "bottleneck", "evidence", "owner",
 )  # fmt: skip
-MILLI, TERA = 1e-3, 1e12  # display units: ms below 1 s down to 1 ms, then us; T/s from 1e12, else G/s
+TERA = 1e12  # display units: T/s from 1e12, else G/s
 
 
 def kpis(doc: dict, p99_target_s: float | None, ttft_s: float | None) -> dict:
@@ -65,7 +65,7 @@ def behind(doc: dict, cls: str) -> list[dict]:
 
 
 def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:,.3g} ms" if seconds >= MILLI else f"{seconds * 1e6:,.3g} us"
+    return format_duration(seconds)  # the one duration format (µs, ms, s): the sentence reads as the pages do
 
 
 def _rate(per_s: float, unit: str) -> str:
