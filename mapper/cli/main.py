@@ -199,32 +199,37 @@ def cmd_serve(args) -> int:
     if args.json:
         print(json.dumps(section, indent=1, allow_nan=False))
     else:
-        for key, value in section.items():
-            if key not in ("assumptions", "load_curve", "schedulers"):
-                print(f"{key:28s} {format_field(key, value)}")
-        for point in section.get("load_curve", {}).get("points", []):
-            print(
-                f"load {point['load']:5.2f}  {format_number(point['offered_rate_per_s'], '/s'):>12s}"
-                f"  p50 {format_duration(point['p50_s']):>9s}  p99 {format_duration(point['p99_s']):>9s}"
-                f"  utilization {point['utilization']:.1%}"
-            )
-        if "load_curve" in section:
-            curve = section["load_curve"]
-            knee = curve["knee_index"]
-            at_knee = None if knee is None else curve["points"][knee]["offered_rate_per_s"]
-            print(
-                f"knee: {'none' if at_knee is None else format_number(at_knee, '/s')}"
-                f" (saturation {format_number(curve['saturation_rate_per_s'], '/s')})"
-            )
-            if curve["p99_target_s"] is not None:
-                print(
-                    f"highest rate meeting p99 {format_duration(curve['p99_target_s'])}:"
-                    f" {format_number(curve['max_rate_meeting_target_per_s'] or 0, '/s')}"
-                )
-        print_schedulers(section.get("schedulers", ()))
-        for line in section["assumptions"]:
-            print(f"assumption: {line}")
+        print_serving(section)
     return 0
+
+
+def print_serving(section: dict) -> None:
+    """`mapper serve`'s text form: each field in people's units, the load curve and its knee, the assumptions."""
+    for key, value in section.items():
+        if key not in ("assumptions", "load_curve", "schedulers"):
+            print(f"{key:28s} {format_field(key, value)}")
+    for point in section.get("load_curve", {}).get("points", []):
+        print(
+            f"load {point['load']:5.2f}  {format_number(point['offered_rate_per_s'], '/s'):>12s}"
+            f"  p50 {format_duration(point['p50_s']):>9s}  p99 {format_duration(point['p99_s']):>9s}"
+            f"  utilization {point['utilization']:.1%}"
+        )
+    if "load_curve" in section:
+        curve = section["load_curve"]
+        knee = curve["knee_index"]
+        at_knee = None if knee is None else curve["points"][knee]["offered_rate_per_s"]
+        print(
+            f"knee: {'none' if at_knee is None else format_number(at_knee, '/s')}"
+            f" (saturation {format_number(curve['saturation_rate_per_s'], '/s')})"
+        )
+        if curve["p99_target_s"] is not None:
+            print(
+                f"highest rate meeting p99 {format_duration(curve['p99_target_s'])}:"
+                f" {format_number(curve['max_rate_meeting_target_per_s'] or 0, '/s')}"
+            )
+    print_schedulers(section.get("schedulers", ()))
+    for line in section["assumptions"]:
+        print(f"assumption: {line}")
 
 
 def print_schedulers(rows) -> None:
