@@ -15,8 +15,9 @@ from tests.conftest import gemm_model
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_recipe(models: Path, out: Path, store: str, revision: str) -> subprocess.CompletedProcess:
+def run_recipe(models: Path, out: Path, store: str, revision: str, dims: str = "") -> subprocess.CompletedProcess:
     env = {
+        "DIMS": dims,
         **os.environ,
         "MAPPER_STORE": store,
         "MODEL_DIR": str(models),
@@ -54,3 +55,15 @@ def test_ci_recipe_twice_fails_on_the_changed_model(tmp_path):
     assert [p.revision for p in trends["proj"].points] == ["r1", "r2"]
     assert trends["proj"].points[0].model_sha256 != trends["proj"].points[1].model_sha256
     assert trends["head"].points[0].model_sha256 == trends["head"].points[1].model_sha256
+
+
+def test_ci_recipe_binds_symbolic_dims_and_keeps_each_review_packet(tmp_path):
+    """A repository of exported models (free batch and seq dims): DIMS binds them for map and review alike."""
+    models, store = tmp_path / "models", f"sqlite:///{tmp_path / 'team.sqlite'}"
+    models.mkdir()
+    (models / "bert.onnx").write_bytes((ROOT / "tests" / "models" / "hf_bert_tiny.onnx").read_bytes())
+    assert run_recipe(models, tmp_path / "none", store, "r0").returncode == 2  # unbound dims: one line, exit 2
+    done = run_recipe(models, tmp_path / "a", store, "r1", dims="batch=2 seq=16")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "a" / "bert_h100-sxm_review.zip").stat().st_size > 0
+    assert [p.revision for p in load_trends(store)[0].points] == ["r1"]
