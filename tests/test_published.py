@@ -47,7 +47,7 @@ def test_a_step_is_mapped_once_for_rows_that_share_it():
     predictor = Predictor()
     h100_7b = [r for r in ROWS if r.model == "llama2-7b" and r.hardware == "h100-sxm" and r.batch == 64]
     score(tuple(h100_7b), predictor)
-    # three rows at batch 64: prefills at input 128 and 2048 (the first two rows share theirs), 3 steps each
-    # but for the shared first step at context 128
-    assert len(predictor.latency_s) == 2 + 3 * 3 - 1
+    # three rows at batch 64: prefills at input 128 and 2048 (the first two rows share theirs), 3 steps each;
+    # 128/128 and 128/2048 share the first step (context 128), 128/2048 and 2048/128 the last (context 2174)
+    assert len(predictor.latency_s) == 2 + 3 * 3 - 2
     assert list(predictor.handles) == ["llama2-7b"]
