@@ -17,6 +17,7 @@ from mapper.core.result import Kernel, MatrixShape, NodeWork
 from mapper.core.vocab import Engine, KernelRule, PlanDtype
 from mapper.hardware.profile import HardwareProfile
 from mapper.plan.fusion import Group
+from mapper.work.op_table import VIEWS
 from mapper.work.workload import Workload
 
 PLAN_DTYPE_BYTES = {
@@ -184,6 +185,7 @@ def group_boundary(graph: Graph, group: Group, nodes_by_name: dict[str, Node], i
     inside = {index_of[n] for n in group.nodes}
     members = [nodes_by_name[name] for name in group.nodes]
     made = {t for n in members for t in n.outputs if t}
+    _absorb_views(graph, made, inside, min(inside, default=0))
     reads: dict[str, str] = {}
     for node in members:
         for t in node.inputs:
@@ -197,6 +199,17 @@ def group_boundary(graph: Graph, group: Group, nodes_by_name: dict[str, Node], i
     )
     reduce_inputs = tuple(n.inputs[0] for n in members if n.op_type in REDUCING_OPS and n.inputs)
     return Boundary(tuple(reads.items()), writes, reduce_inputs)
+
+
+def _absorb_views(graph: Graph, made: set[str], inside: set[int], first: int) -> None:
+    """Views of what the group makes are free and stay on chip with it (a fused attention's Reshape of GQA's
+    expanded K and V): their outputs count as made inside and the views as members, so neither the
+    expanded tensor's write nor its re-read through the view is charged as DRAM traffic."""
+    for index in range(first, len(graph.nodes)):
+        node = graph.nodes[index]
+        if node.op_type in VIEWS and node.inputs and node.inputs[0] in made:
+            made.update(t for t in node.outputs if t)
+            inside.add(index)
 
 
 def _read_bytes(
