@@ -95,3 +95,73 @@ def test_the_dashboard_boundary_check_catches_private_imports():
         "from mapper.units import format_bytes",
         "mapper.charts",
     ]
+
+
+# The pipeline's stages, bottom up: a module may import its own package and anything below it, never above.
+# (docs/architecture.md draws the same order.)
+STAGES = (
+    ("core",),
+    ("hardware", "zoo"),
+    ("model",),
+    ("work",),
+    ("handle", "plan"),
+    ("cost",),
+    ("schedule",),
+    ("pipeline",),
+    ("report", "serve", "evidence"),
+    ("explore", "store"),
+    ("review",),
+    ("__init__",),
+    ("cli", "__main__"),
+)
+LEVEL = {name: level for level, names in enumerate(STAGES) for name in names}
+
+
+def module_imports() -> dict[str, set[str]]:
+    """Each mapper module (dotted) -> the mapper modules it imports at module level (function-local imports are
+    the lazy third-party ones and the store's; they cannot form an import-time circle)."""
+    graph: dict[str, set[str]] = {}
+    for path in (ROOT / "mapper").rglob("*.py"):
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        found = set()
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("mapper"):
+                named = {f"{node.module}.{a.name}" for a in node.names}
+                modules = {n for n in named if is_module(n)}  # `from mapper import pipeline`: the submodule
+                found |= modules | ({node.module} if modules != named else set())  # else names from the module
+            elif isinstance(node, ast.Import):
+                found.update(a.name for a in node.names if a.name.startswith("mapper"))
+        graph[name] = found
+    return {m: {i for i in deps if i in graph and i != m} for m, deps in graph.items()}
+
+
+def is_module(dotted: str) -> bool:
+    path = ROOT.joinpath(*dotted.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def stage(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def test_no_import_circles_and_no_import_points_up_the_stages():
+    graph = module_imports()
+    upward = [
+        (m, d) for m, deps in graph.items() for d in deps if stage(m) != stage(d) and LEVEL[stage(d)] > LEVEL[stage(m)]
+    ]
+    assert upward == []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(m: str, path: list[str]) -> list[str] | None:
+        state[m] = 1
+        for d in sorted(graph[m]):
+            if state.get(d) == 1:
+                return [*path, m, d]
+            if d not in state and (circle := visit(d, [*path, m])):
+                return circle
+        state[m] = 2
+        return None
+
+    circles = [c for m in sorted(graph) if m not in state and (c := visit(m, []))]
+    assert circles == []
