@@ -23,7 +23,7 @@ from mapper.model.bindings import apply_bindings, dim_roles_of
 from mapper.model.branches import branch_inputs
 from mapper.model.onnx_import import GENERIC_GRAPH_NAMES, import_graph, parse_model, read_model_bytes
 from mapper.work.workload import Workload, analyze_graph
-from mapper.zoo import ZOO_NAMES, zoo_model_bytes
+from mapper.zoo import ZOO_NAMES, zoo_model
 
 # Bindings a built-in model starts from when the user gives none (the dashboard's
 # default view; files get no defaults: an unbound dim there is an error).
@@ -85,12 +85,24 @@ class ModelHandle:
 
 
 def _reopen(source: str, data: bytes | None, name: str) -> ModelHandle:
-    builtin = data is None
-    return _handle(source, zoo_model_bytes(source) if builtin else data, builtin, lambda proto: name)
+    if data is None:
+        return _builtin(source, name)
+    return _handle(source, data, False, lambda proto: name)
 
 
-def _handle(source: str, data: bytes, builtin: bool, naming: Callable[[onnx.ModelProto], str]) -> ModelHandle:
-    proto = parse_model(data, source or "upload")
+def _builtin(source: str, name: str) -> ModelHandle:
+    proto, data = zoo_model(source)  # built here: its bytes are trusted and need no parse back
+    return _handle(source, data, True, lambda _: name, proto)
+
+
+def _handle(
+    source: str,
+    data: bytes,
+    builtin: bool,
+    naming: Callable[[onnx.ModelProto], str],
+    proto: onnx.ModelProto | None = None,
+) -> ModelHandle:
+    proto = parse_model(data, source or "upload") if proto is None else proto
     return ModelHandle(
         source=source,
         data=data,
@@ -114,7 +126,7 @@ def open_model(
     if isinstance(source, ModelHandle):
         return source
     if isinstance(source, str) and source in ZOO_NAMES:
-        return _handle(source, zoo_model_bytes(source), True, lambda proto: name or source)
+        return _builtin(source, name or source)
     if isinstance(source, str) and not os.path.exists(source) and not source.endswith(".onnx"):
         raise MapperError(f"model {source!r} is neither a file nor a built-in; built-ins: {', '.join(ZOO_NAMES)}")
     data, default_name = read_model_bytes(source)
