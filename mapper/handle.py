@@ -18,6 +18,7 @@ from pathlib import Path
 import onnx
 
 from mapper.core.caches import ModelCaches
+from mapper.core.collector import collector_paused
 from mapper.core.errors import MapperError
 from mapper.model.bindings import apply_bindings, dim_roles_of
 from mapper.model.branches import branch_inputs
@@ -66,6 +67,7 @@ class ModelHandle:
             return self._bind(dims, batch, seq)
         return self.caches.workload(key, batch, seq, lambda: self._bind(dims, batch, seq))
 
+    @collector_paused
     def _bind(self, dims: dict[str, int] | None, batch: int | None, seq: int | None) -> Workload:
         graph, classes = import_graph(self.proto, self.sha256, self.name, self.caches, dims, batch, seq)
         return analyze_graph(graph, self.caches, classes, self.builtin)
@@ -84,6 +86,7 @@ class ModelHandle:
         return {k: v for k, v in (dims or {}).items() if k != "batch" and self.roles.get(k) != "batch"} or None
 
 
+@collector_paused
 def _reopen(source: str, data: bytes | None, name: str) -> ModelHandle:
     if data is None:
         return _builtin(source, name)
@@ -115,6 +118,7 @@ def _handle(
     )
 
 
+@collector_paused
 def open_model(
     source: str | os.PathLike | bytes | ModelHandle, *, file_name: str | None = None, name: str | None = None
 ) -> ModelHandle:
