@@ -18,12 +18,13 @@ from pathlib import Path
 import onnx
 
 from mapper.core.caches import ModelCaches
+from mapper.core.collector import collector_paused
 from mapper.core.errors import MapperError
 from mapper.model.bindings import apply_bindings, dim_roles_of
 from mapper.model.branches import branch_inputs
 from mapper.model.onnx_import import GENERIC_GRAPH_NAMES, import_graph, parse_model, read_model_bytes
 from mapper.work.workload import Workload, analyze_graph
-from mapper.zoo import ZOO_NAMES, zoo_model_bytes
+from mapper.zoo import ZOO_NAMES, zoo_model
 
 # Bindings a built-in model starts from when the user gives none (the dashboard's
 # default view; files get no defaults: an unbound dim there is an error).
@@ -66,6 +67,7 @@ class ModelHandle:
             return self._bind(dims, batch, seq)
         return self.caches.workload(key, batch, seq, lambda: self._bind(dims, batch, seq))
 
+    @collector_paused
     def _bind(self, dims: dict[str, int] | None, batch: int | None, seq: int | None) -> Workload:
         graph, classes = import_graph(self.proto, self.sha256, self.name, self.caches, dims, batch, seq)
         return analyze_graph(graph, self.caches, classes, self.builtin)
@@ -84,13 +86,26 @@ class ModelHandle:
         return {k: v for k, v in (dims or {}).items() if k != "batch" and self.roles.get(k) != "batch"} or None
 
 
+@collector_paused
 def _reopen(source: str, data: bytes | None, name: str) -> ModelHandle:
-    builtin = data is None
-    return _handle(source, zoo_model_bytes(source) if builtin else data, builtin, lambda proto: name)
+    if data is None:
+        return _builtin(source, name)
+    return _handle(source, data, False, lambda proto: name)
 
 
-def _handle(source: str, data: bytes, builtin: bool, naming: Callable[[onnx.ModelProto], str]) -> ModelHandle:
-    proto = parse_model(data, source or "upload")
+def _builtin(source: str, name: str) -> ModelHandle:
+    proto, data = zoo_model(source)  # built here: its bytes are trusted and need no parse back
+    return _handle(source, data, True, lambda _: name, proto)
+
+
+def _handle(
+    source: str,
+    data: bytes,
+    builtin: bool,
+    naming: Callable[[onnx.ModelProto], str],
+    proto: onnx.ModelProto | None = None,
+) -> ModelHandle:
+    proto = parse_model(data, source or "upload") if proto is None else proto
     return ModelHandle(
         source=source,
         data=data,
@@ -103,6 +118,7 @@ def _handle(source: str, data: bytes, builtin: bool, naming: Callable[[onnx.Mode
     )
 
 
+@collector_paused
 def open_model(
     source: str | os.PathLike | bytes | ModelHandle, *, file_name: str | None = None, name: str | None = None
 ) -> ModelHandle:
@@ -114,7 +130,7 @@ def open_model(
     if isinstance(source, ModelHandle):
         return source
     if isinstance(source, str) and source in ZOO_NAMES:
-        return _handle(source, zoo_model_bytes(source), True, lambda proto: name or source)
+        return _builtin(source, name or source)
     if isinstance(source, str) and not os.path.exists(source) and not source.endswith(".onnx"):
         raise MapperError(f"model {source!r} is neither a file nor a built-in; built-ins: {', '.join(ZOO_NAMES)}")
     data, default_name = read_model_bytes(source)

@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 
 from mapper.core import limits
 from mapper.core.caches import ModelCaches
+from mapper.core.collector import collector_paused
 from mapper.core.errors import MapperError
 from mapper.core.graph import Graph
 from mapper.core.result import (
@@ -109,6 +110,7 @@ def dim_roles(source: str | os.PathLike | bytes | ModelHandle) -> dict[str, str]
     return dict(open_model(source).roles)
 
 
+@collector_paused
 def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOptions = PlanOptions()) -> MappingResult:
     """Map a workload onto a device: fusion -> layout -> devices -> tiling + cost -> classes -> placement -> roll-up."""
     graph, caches = workload.graph, workload.caches

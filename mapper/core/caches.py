@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 import onnx
@@ -64,6 +64,11 @@ class ModelCaches:
     def branch_model(self, branches: tuple[tuple[str, int], ...], make: Callable[[], onnx.ModelProto]):
         """The model with bound If branches inlined: the model and the branch values."""
         return self._get("branch_model", branches, make)
+
+    def free_dims(self, sha256: str, make: Callable[[], Mapping[str, tuple[str, int]]]):
+        """Each free dim and branch input -> (graph input, axis) (`bindings.symbolic_dims`): the graph inputs
+        and Ifs of the model as opened, named by its hash; read only (a sweep rebinds without re-reading them)."""
+        return self._get("free_dims", sha256, make)
 
     def initializers(self, sha256: str, make: Callable[[], tuple]):
         """Each initializer's spec and small folded value: the (inlined) model alone, named by its hash

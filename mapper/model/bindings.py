@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import operator
+from collections.abc import Mapping
 
 import numpy as np
 import onnx
@@ -86,7 +87,7 @@ SHOWN_UNBOUND = 8  # unbound dim names listed in the error; the rest are counted
 SHORTCUT_AXES = {"batch": 0, "seq": 1}  # where exporters that name dims s0, s1... put them on the ids
 
 
-def shortcut_targets(free: dict[str, tuple[str, int]], bound: dict[str, int], shortcut: str) -> list[str]:
+def shortcut_targets(free: Mapping[str, tuple[str, int]], bound: dict[str, int], shortcut: str) -> list[str]:
     """The free dims that --batch or --seq binds: by name (batch_size, sequence_length...), else by a name
     containing the word (not a past or total length), else the first unbound dim at the shortcut's axis."""
     matches = [n for n in free if n.lower() in SHORTCUT_NAMES[shortcut]] or [
@@ -113,11 +114,15 @@ def dim_roles_of(model: onnx.ModelProto) -> dict[str, str]:
 
 
 def resolve_bindings(
-    model: onnx.ModelProto, dims: dict[str, int] | None, batch: int | None, seq: int | None
+    model: onnx.ModelProto,
+    dims: dict[str, int] | None,
+    batch: int | None,
+    seq: int | None,
+    free: Mapping[str, tuple[str, int]] | None = None,
 ) -> dict[str, int]:
     """Map the user's bindings (by name, and the --batch/--seq shortcuts) onto the model's dim names;
-    every free dim must end up bound."""
-    free = symbolic_dims(model)
+    every free dim must end up bound. `free`: the model's `symbolic_dims`, where the caller keeps them."""
+    free = symbolic_dims(model) if free is None else free
     bound = apply_bindings(model, dims, batch, seq, free)
     missing = [n for n in free if n not in bound]
     if missing:
@@ -138,7 +143,7 @@ def apply_bindings(
     dims: dict[str, int] | None,
     batch: int | None,
     seq: int | None,
-    free: dict[str, tuple[str, int]] | None = None,
+    free: Mapping[str, tuple[str, int]] | None = None,
 ) -> dict[str, int]:
     """The user's bindings checked and with --batch/--seq written onto the model's own dim names
     (batch_size, sequence_length...); dims left free stay free (a serving simulation varies the batch)."""

@@ -13,6 +13,7 @@ import hashlib
 import mmap
 import os
 from pathlib import Path
+from types import MappingProxyType
 
 import onnx
 from google.protobuf.message import DecodeError
@@ -21,8 +22,8 @@ from mapper.core import limits
 from mapper.core.caches import ModelCaches
 from mapper.core.errors import MapperError, path_text
 from mapper.core.graph import Graph, Node, TensorSpec
-from mapper.model.bindings import graph_inputs, resolve_bindings
-from mapper.model.branches import branch_inputs, inline_bound_branches
+from mapper.model.bindings import graph_inputs, resolve_bindings, symbolic_dims
+from mapper.model.branches import inline_bound_branches
 from mapper.model.nodes import ordered_nodes
 from mapper.model.sandbox import open_regular_file
 from mapper.model.walk import Walk, initializer_walk, value_info_shape
@@ -147,8 +148,11 @@ def import_graph(
     binds symbolic dims by name; `batch`/`seq` bind the dims that mean batch and sequence. An unbound dim
     raises MapperError listing the names."""
     opset = default_opset(model)
-    bound = resolve_bindings(model, dims, batch, seq)
-    branches = {n: bound[n] for n in branch_inputs(model)}
+    free = caches.free_dims(sha256, lambda: MappingProxyType(symbolic_dims(model)))
+    bound = resolve_bindings(model, dims, batch, seq, free)
+    branches = {
+        n: bound[n] for n, (_, axis) in free.items() if axis == -1
+    }  # branch_inputs, as symbolic_dims keeps them
     if branches:  # the graph depends on the branch taken: so do the caches keyed by the model's hash
         choice = tuple(sorted(branches.items()))
         model = caches.branch_model(choice, lambda: inline_bound_branches(model, branches))
