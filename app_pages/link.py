@@ -24,6 +24,11 @@ WIDGETS = {
     "pp": ("pp", int),
     "dp": ("dp", int),
     "sparsity": ("sparsity", str),
+    "runtime": ("runtime", str),
+    "kv_cache": ("kv_cache", str),
+    "launch": ("launch", str),
+    "ep": ("ep", int),
+    "expert_imbalance": ("expert_imbalance", float),
 }
 # Sidebar values a link carries beside the plan: key -> (type, least, most), the widgets' own bounds.
 LINKED_VALUES = {

@@ -12,6 +12,10 @@ LAYOUT = dict(
 )
 
 
+def overloaded(sentence: str) -> None:
+    st.warning(f"**Overloaded:** {ui.md(sentence)}; the percentiles below only measure how long the run was.")
+
+
 def continuous(run) -> None:
     r, c = run.result, run.config
     st.caption(
@@ -20,7 +24,7 @@ def continuous(run) -> None:
         "the profile's run-to-run jitter."
     )
     if r.overload:
-        st.error(f"**Overloaded:** {ui.md(r.overload)}; the percentiles below only measure how long the run was.")
+        overloaded(r.overload)
     cols = st.columns(3)
     for col, (label, prefix, help_text) in zip(
         cols,
@@ -64,9 +68,7 @@ def queue(run) -> None:
         "the profile's run-to-run jitter."
     )
     if report.overload:
-        st.warning(
-            f"**Overloaded:** {ui.md(report.overload)}; the percentiles below only measure how long the run was."
-        )
+        overloaded(report.overload)
     c = st.columns(6)
     for col, (label, value) in zip(c, [("p50", report.p50_s), ("p95", report.p95_s), ("p99", report.p99_s)]):
         col.metric(label, ui.duration(value), border=True)

@@ -29,6 +29,11 @@ from app_pages.session import Selection, Upload
 SCHEDULER_HELP = "prefill-first: prompts prefill as one step; decode-first: the batch drains first; chunked: mixed"
 
 
+RUNTIME_HELP = (
+    "auto: a decoder on a GPU is mapped as vLLM serves it (in-place KV cache, CUDA graphs); else ONNX Runtime"
+)
+
+
 def upload_limit_mb() -> int:
     return int(st.get_option("server.maxUploadSize"))
 
@@ -159,6 +164,7 @@ def _options_section() -> mapper.PlanOptions:
         tp = d1.number_input("TP", min_value=1, max_value=most, step=1, key="tp", help="tensor-parallel degree")
         pp = d2.number_input("PP", min_value=1, max_value=most, step=1, key="pp", help="pipeline stages")
         dp = d3.number_input("DP", min_value=1, max_value=most, step=1, key="dp", help="data-parallel replicas")
+    runtime = _runtime_section()
     linked = session.get().link_options  # options without a widget, as the link set them
     if linked:
         st.caption("From the link: " + ui.md(", ".join(f"{k}={v}" for k, v in linked.items())))
@@ -173,8 +179,29 @@ def _options_section() -> mapper.PlanOptions:
         pp=int(pp),
         dp=int(dp),
         sparsity=sparsity,
+        **runtime,
         **linked,
     )
+
+
+def _runtime_section() -> dict:
+    """The serving runtime (a preset of KV-cache update and launch, or each set) and mixture-of-experts
+    options: PlanOptions' runtime, kv_cache, launch, ep and expert_imbalance, as `mapper map` takes them."""
+    with st.expander("Runtime and experts"):
+        r1, r2, r3 = st.columns(3)
+        choice = {
+            "runtime": r1.selectbox("runtime", mapper.RUNTIMES, key="runtime", help=RUNTIME_HELP),
+            "kv_cache": r2.selectbox("KV cache", mapper.KV_CACHE_MODES, key="kv_cache", help="auto: the preset's"),
+            "launch": r3.selectbox("launch", mapper.LAUNCHES, key="launch", help="graph: CUDA-graph replay"),
+        }
+        e1, e2 = st.columns(2)
+        most = mapper.MAX_PARALLEL_DEGREE
+        ep = e1.number_input("EP", min_value=1, max_value=most, step=1, key="ep", help="expert-parallel degree")
+        imbalance = e2.number_input(
+            "expert imbalance", min_value=1.0, max_value=float(most), step=0.25, key="expert_imbalance",
+            help="busiest expert's tokens over the mean (MoE)",
+        )  # fmt: skip
+    return choice | {"ep": int(ep), "expert_imbalance": float(imbalance)}
 
 
 def _serving_section(decoder: bool) -> mapper.ServeRequest:

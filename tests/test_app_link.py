@@ -104,3 +104,19 @@ def test_validation_measures_an_uploaded_model_on_the_cpu_profile():
     header = shown(at.caption[0].value)
     assert "measured here on" in header and "probed" in header and "H100" not in header.split(";")[0]
     assert any("Calibration" in h.value for h in at.subheader)
+
+
+def test_the_runtime_and_expert_options_have_sidebar_controls_that_change_the_numbers():
+    """runtime, KV-cache update, launch, EP and expert imbalance are widgets (not only link values): eager
+    launches on Llama-2-7B decode add each kernel's launch back, and the link and the reproduce line carry them."""
+    at = start(model="llama2-7b", seq=1, past=512)
+    assert_clean(at, "llama2-7b decode")
+    graph_s = state(at).doc["totals"]["latency_s"]
+    at.selectbox(key="launch").set_value("eager").run()
+    assert_clean(at, "eager launches")
+    doc = state(at).doc
+    assert doc["options"]["launch"] == "eager" and doc["totals"]["latency_s"] > graph_s
+    assert "--launch eager" in at.code[0].value and dict(at.query_params)["launch"] == "eager"
+    mixtral = start(model="mixtral-8x7b", seq=1, past=128, ep=2)
+    assert_clean(mixtral, "mixtral ep 2")
+    assert mixtral.number_input(key="ep").value == 2 and state(mixtral).doc["options"]["ep"] == 2
