@@ -7,7 +7,6 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import uuid
@@ -15,6 +14,7 @@ import uuid
 import pytest
 import sqlalchemy as sa
 
+from bench.load_dashboard import free_port
 from tests.test_store import (  # noqa: F401 (collected here again, with this module's store_url)
     test_a_rerun_of_one_revision_is_not_compared_with_itself,
     test_cli_records_a_real_mapping_with_its_sheet_and_trend_reads_it,
@@ -38,12 +38,6 @@ def _as_owner(argv: list[str]) -> list[str]:
     return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def postgres_server():
     bindir = _bindir()
@@ -56,7 +50,7 @@ def postgres_server():
     folder = tempfile.mkdtemp(prefix="mapper-pg-")
     if os.geteuid() == 0:
         shutil.chown(folder, "postgres")
-    data, port = os.path.join(folder, "data"), _free_port()
+    data, port = os.path.join(folder, "data"), free_port()
     run = dict(capture_output=True, timeout=START_TIMEOUT_S)
     subprocess.run(
         _as_owner([f"{bindir}/initdb", "-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8"]), check=True, **run
