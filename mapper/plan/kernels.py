@@ -205,11 +205,16 @@ def _absorb_views(graph: Graph, made: set[str], inside: set[int], first: int) ->
     """Views of what the group makes are free and stay on chip with it (a fused attention's Reshape of GQA's
     expanded K and V): their outputs count as made inside and the views as members, so neither the
     expanded tensor's write nor its re-read through the view is charged as DRAM traffic."""
-    for index in range(first, len(graph.nodes)):
-        node = graph.nodes[index]
-        if node.op_type in VIEWS and node.inputs and node.inputs[0] in made:
-            made.update(t for t in node.outputs if t)
-            inside.add(index)
+    frontier = list(made)  # followed through the consumers: linear in the views found, not in the graph
+    while frontier:
+        tensor = frontier.pop()
+        for index in graph.consumers.get(tensor, ()):
+            node = graph.nodes[index]
+            if index >= first and index not in inside and node.op_type in VIEWS and node.inputs[0] == tensor:
+                inside.add(index)
+                new = [t for t in node.outputs if t and t not in made]
+                made.update(new)
+                frontier.extend(new)
 
 
 def _read_bytes(
