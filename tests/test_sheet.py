@@ -7,6 +7,7 @@ import html
 import io
 import json
 import re
+from pathlib import Path
 
 import openpyxl
 import pandas as pd
@@ -301,3 +302,42 @@ def test_module_path_of_exported_names(name, path, pattern):
     assert mapper.module_path(name) == path
     if pattern:
         assert mapper.layer_pattern(path) == pattern
+
+
+def test_dynamo_exports_take_their_module_path_from_the_name_scopes_metadata():
+    """torch.onnx's dynamo exporter names nodes "node_linear_7" and writes each node's module path in its
+    `pkg.torch.onnx.name_scopes` metadata: kernels are named from it, ops numbered within their module as
+    TorchScript numbers them, so both layers of the tiny Llama group (names from the file, not hand-typed)."""
+    import onnx
+
+    path = Path(__file__).parent / "models" / "hf_llama_tiny.onnx"
+    layers = {p.value for n in onnx.load(path, load_external_data=False).graph.node for p in n.metadata_props
+              if p.key == "pkg.torch.onnx.name_scopes" and "'model.layers.1'" in p.value}  # fmt: skip
+    assert layers, "the export carries name scopes for its second layer"
+    doc = mapper.mapping_document(
+        mapper.map_workload(mapper.load_workload(str(path), {"batch": 1, "seq": 16}), mapper.load_hardware("h100-sxm"))
+    )
+    names = [k["name"] for k in doc["kernels"]]
+    assert "/model/layers.0/self_attn/q_proj/linear" in names and "/model/layers.1/self_attn/q_proj/linear" in names
+    groups = {g["kernel"]: g["count"] for g in mapper.group_kernels(doc["kernels"], doc["totals"]["latency_s"])}
+    assert groups["model.layers.*.mlp.up_proj x 2"] == 2 and groups["model.layers.*.self_attn.k_proj x 2"] == 2
+
+
+@pytest.mark.parametrize(
+    "scopes",
+    ["['', 'model', 'model.<script>', 'op']", "['', '=cmd|x', 'op']", "__import__('os')", "[" * 5000, "['only']"],
+)
+def test_hostile_name_scopes_never_become_a_kernel_name(scopes):
+    from mapper.model.nodes import module_scope
+
+    node = onnx_node_with_scopes(scopes)
+    assert module_scope(node) == ""
+
+
+def onnx_node_with_scopes(text: str):
+    import onnx
+
+    node = onnx.helper.make_node("Relu", ["x"], ["y"], name="node_relu")
+    entry = node.metadata_props.add()
+    entry.key, entry.value = "pkg.torch.onnx.name_scopes", text
+    return node

@@ -101,6 +101,9 @@ class Node:
     # nodes of one signature at the same input shapes have the same output shapes and work (the
     # importer infers and costs each such combination once; 80 identical decoder layers are one).
     signature: int | None = field(default=None, compare=False, repr=False)
+    # The exporter's module path where the node's name does not carry it (torch.onnx's dynamo exporter names
+    # nodes "node_linear_3" and writes the path in its `pkg.torch.onnx.name_scopes` metadata): "" otherwise.
+    scope: str = field(default="", compare=False, repr=False)
 
     def attr(self, key: str, default: Any = None) -> Any:
         return self.attrs.get(key, default)

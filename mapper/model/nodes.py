@@ -7,7 +7,10 @@ topological order. Nodes are the same at every binding, so a model's are convert
 
 from __future__ import annotations
 
+import ast
+import re
 from collections import deque
+from dataclasses import replace
 from itertools import chain
 
 import onnx
@@ -103,6 +106,56 @@ def _tensors_as_bytes(attrs: dict) -> dict:
     }
 
 
+NAME_SCOPES = "pkg.torch.onnx.name_scopes"  # torch.onnx (dynamo): the module path of each node, as a list literal
+SCOPE_PART = re.compile(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*")  # "layers.0", "mlp", "up_proj", "linear_1"
+MAX_SCOPE_TEXT = 4096  # characters of the metadata read; a longer value is not a module path list
+
+
+def module_scope(node: onnx.NodeProto) -> str:
+    """The node's name as TorchScript exports write it ("/model/layers.0/mlp/up_proj/linear"), from the dynamo
+    exporter's name scopes (['', 'model', 'model.layers.0', 'model.layers.0.mlp', 'model.layers.0.mlp.up_proj',
+    'linear']: each scope extends its parent, the last is the op, numbered within its module); "" where
+    absent or not plain dotted names (hostile text never becomes a kernel name)."""
+    if not node.metadata_props or node.name.startswith("/"):  # a scoped name (TorchScript) says it already
+        return ""
+    text = next((p.value for p in node.metadata_props if p.key == NAME_SCOPES), "")
+    if not text or len(text) > MAX_SCOPE_TEXT:
+        return ""
+    try:
+        scopes = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return ""
+    if not isinstance(scopes, list) or not all(isinstance(x, str) for x in scopes):
+        return ""
+    parts, parent = [], ""
+    for scope in (x for x in scopes if x):
+        local = scope[len(parent) + 1 :] if parent and scope.startswith(parent + ".") else scope
+        if not SCOPE_PART.fullmatch(local):
+            return ""
+        parts.append(local)
+        parent = scope
+    return "/" + "/".join(parts) if len(parts) > 1 else ""
+
+
+OP_NUMBER = re.compile(r"_\d+$")  # fx numbers its nodes across the whole graph: "linear_8" in layer 1
+
+
+def local_leaves(scopes: list[str]) -> list[str]:
+    """Each node's scoped name with its op numbered within its module, as TorchScript numbers it ("/.../linear",
+    "/.../linear_1" in every layer), so the same op of every layer reads alike and groups."""
+    counts: dict[tuple[str, str], int] = {}
+    out = []
+    for scoped in scopes:
+        if not scoped:
+            out.append("")
+            continue
+        module, _, leaf = scoped.rpartition("/")
+        base = OP_NUMBER.sub("", leaf)
+        n = counts[module, base] = counts.get((module, base), -1) + 1
+        out.append(f"{module}/{base}" + (f"_{n}" if n else ""))
+    return out
+
+
 def to_nodes(model: onnx.ModelProto) -> list[Node]:
     nodes, interned = [], {}
     for i, n in enumerate(model.graph.node):
@@ -116,8 +169,12 @@ def to_nodes(model: onnx.ModelProto) -> list[Node]:
         signature = node_signature(op_type, domain, attrs, inputs, outputs, interned)
         if signature is None:  # a tensor attribute (ConstantOfShape's fill): a small one signs by its bytes
             signature = node_signature(op_type, domain, _tensors_as_bytes(attrs), inputs, outputs, interned)
-        nodes.append(Node(name, op_type, domain, inputs, outputs, attrs, signature))
+        nodes.append(Node(name, op_type, domain, inputs, outputs, attrs, signature, module_scope(n)))
     _check_text(nodes)
+    if any(node.scope for node in nodes):
+        nodes = [
+            replace(n, scope=s) if s != n.scope else n for n, s in zip(nodes, local_leaves([n.scope for n in nodes]))
+        ]
     if len({node.name for node in nodes}) == len(nodes):
         return nodes
     seen: dict[str, int] = {}
@@ -125,13 +182,7 @@ def to_nodes(model: onnx.ModelProto) -> list[Node]:
     for node in nodes:  # duplicate node names (hostile or sloppy exporters) get a suffix
         count = seen.get(node.name, 0)
         seen[node.name] = count + 1
-        unique.append(
-            node
-            if count == 0
-            else Node(
-                f"{node.name}#{count}", node.op_type, node.domain, node.inputs, node.outputs, node.attrs, node.signature
-            )
-        )
+        unique.append(node if count == 0 else replace(node, name=f"{node.name}#{count}"))
     return unique
 
 

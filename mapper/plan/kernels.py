@@ -338,6 +338,7 @@ def _build_kernels(
     graph, weight_shares, experts = workload.graph, workload.weight_shares, workload.expert_gemms
     by_name = {w.name: w for w in workload.nodes}
     nodes_by_name = index_of = None
+    scopes = {n.name: n.scope for n in graph.nodes if n.scope}  # named by module path (report/groups.py)
 
     def kernel(group: Group) -> Kernel:
         nonlocal nodes_by_name, index_of
@@ -348,7 +349,9 @@ def _build_kernels(
                 index_of = {n.name: i for i, n in enumerate(graph.nodes)}
             boundary = boundaries[group] = group_boundary(graph, group, nodes_by_name, index_of)
         routed = next((experts[n].token_share for n in group.nodes if n in experts), 1.0)
-        return build_kernel(graph, group, boundary, by_name, sizer, weight_shares, routed)
+        built = build_kernel(graph, group, boundary, by_name, sizer, weight_shares, routed)
+        scoped = scopes.get(group.nodes[0])  # the module path and the op, plus "+N" for the fused nodes
+        return replace(built, name=scoped + built.name.removeprefix(group.nodes[0])) if scoped else built
 
     kernels = []
     for group in groups:
