@@ -70,6 +70,11 @@ class ModelCaches:
         and Ifs of the model as opened, named by its hash; read only (a sweep rebinds without re-reading them)."""
         return self._get("free_dims", sha256, make)
 
+    def graph_inputs(self, sha256: str, make: Callable[[], list]):
+        """The graph's inputs that are not initializers (`bindings.graph_inputs`): the (inlined) model alone,
+        named by its hash; read only (every binding reads their shapes)."""
+        return self._get("graph_inputs", sha256, make)
+
     def initializers(self, sha256: str, make: Callable[[], tuple]):
         """Each initializer's spec and small folded value: the (inlined) model alone, named by its hash
         (a file's initializers do not depend on the bindings)."""

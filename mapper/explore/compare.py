@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, replace
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from mapper.core import limits
 from mapper.core.errors import MapperError
@@ -24,6 +23,9 @@ from mapper.explore.sweep import check_slices
 from mapper.hardware.profile import HardwareProfile
 from mapper.pipeline import map_workload
 from mapper.serve.serving import ServingConfig, simulate_serving
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 DEFAULT_LOAD_FRACTION = 0.7  # offered load as a share of the baseline's capacity at that slice
 DEFAULT_REQUESTS = 20_000
@@ -175,14 +177,13 @@ def compare_plans(
             progress(done + 1, len(slices))
     overall, summary = overall_verdict(verdicts, boundary)
     provenance = _provenance(baseline, candidate, shapes, thresholds, settings, notes)
-    frame = lambda rows: _with_seq(pd.DataFrame(rows))
     return Comparison(
         baseline,
         candidate,
-        frame(matrix),
-        frame(verdicts),
-        frame(boundary),
-        _with_seq(pd.DataFrame(changes, columns=KERNEL_CHANGE_COLUMNS)),
+        _frame(matrix),
+        _frame(verdicts),
+        _frame(boundary),
+        _frame(changes, KERNEL_CHANGE_COLUMNS),
         overall,
         summary,
         provenance,
@@ -309,6 +310,12 @@ def _provenance(
 
 def map_plan(shapes: ModelShapes, plan: PlanSpec, batch: int, seq: int | None) -> MappingResult:
     return map_workload(shapes.workload(batch, seq if shapes.model.has_seq else None), plan.hardware, plan.options)
+
+
+def _frame(rows: list[dict], columns: tuple[str, ...] | list[str] | None = None) -> pd.DataFrame:
+    import pandas as pd  # lazy: `import mapper` and the CLI's --help start without pandas
+
+    return _with_seq(pd.DataFrame(rows, columns=columns))
 
 
 def _with_seq(df: pd.DataFrame) -> pd.DataFrame:

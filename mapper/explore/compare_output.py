@@ -6,13 +6,15 @@ Reads only the Comparison record that mapper.explore.compare builds.
 from __future__ import annotations
 
 import json
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from mapper.core.errors import MapperError
 from mapper.core.version import __version__
 from mapper.explore.compare import Comparison
 from mapper.report.tables import write_bytes, xlsx_bytes
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def comparison_document(c: Comparison) -> dict:
@@ -48,6 +50,8 @@ FILL = {
 
 def write_comparison(c: Comparison, path: str) -> str:
     """.xlsx (Matrix, Verdicts, Rollback boundary, Kernel class changes, Provenance) or .json."""
+    import pandas as pd  # lazy: `import mapper` and the CLI's --help start without pandas
+
     if path.endswith(".json"):
         with open(path, "w") as f:
             json.dump(comparison_document(c), f, indent=1)

@@ -13,8 +13,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from mapper.core import limits
 from mapper.core.errors import MapperError
@@ -26,6 +25,9 @@ from mapper.hardware.load import load_hardware
 from mapper.hardware.profile import HardwareProfile
 from mapper.pipeline import map_workload, validate_options
 from mapper.report.tables import csv_bytes, write_bytes, xlsx_bytes
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 MAX_SLICES = limits.MAX_SLICES
 NO_SEQ_NOTE = "model has no sequence dim: --seq values ignored (one slice per batch)"
@@ -209,6 +211,8 @@ def run_sweep(
     spec: SweepSpec, executor: ExecutorSpec = ExecutorSpec(), progress: Progress | None = None
 ) -> SweepResult:
     """Map every slice of the grid; the table is sorted by slice id (identical on every executor)."""
+    import pandas as pd  # lazy: `import mapper` and the CLI's --help start without pandas
+
     tasks, total = plan_tasks(spec)
     started = datetime.now(UTC)
     rows, done = [], 0
@@ -259,6 +263,8 @@ def best_plans(table: pd.DataFrame) -> pd.DataFrame:
 
 def plan_flips(best: pd.DataFrame) -> pd.DataFrame:
     """Each step along batch (at a fixed seq) or seq (at a fixed batch) where the best plan changes."""
+    import pandas as pd  # lazy: `import mapper` and the CLI's --help start without pandas
+
     flips = []
     if best.empty:
         return pd.DataFrame(

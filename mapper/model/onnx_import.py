@@ -159,7 +159,7 @@ def import_graph(
         sha256 = hashlib.sha256(f"{sha256} {list(choice)}".encode()).hexdigest()
     walk = Walk(model, bound, sha256, caches)
     walk.seed(caches.initializers(sha256, lambda: initializer_walk(model)))
-    inputs = graph_inputs(model)
+    inputs = caches.graph_inputs(sha256, lambda: graph_inputs(model))
     for vi in inputs:
         spec = value_info_shape(vi, bound)
         if spec is None:

@@ -162,13 +162,13 @@ class Walk:
                 self.const.add(node.outputs[0])
             self.folded.add(node.name)
             return
-        ids, kid = [], self.kid
-        for i in node.inputs:
-            k = kid.get(i, -1) if i else -1
-            if k < 0 and i:
-                self.unresolved[node.name] = f"input {i!r} has no known shape"
+        kid = self.kid
+        ids = [kid.get(i, -1) if i else -1 for i in node.inputs]  # -1: no input there (or its shape unknown)
+        if -1 in ids:
+            missing = next((i for i in node.inputs if i and i not in kid), None)
+            if missing is not None:
+                self.unresolved[node.name] = f"input {missing!r} has no known shape"
                 return
-            ids.append(k)
         # A node of a signature seen before, at the same input shapes and constants (`ids`), has the
         # outputs found then: the layers of a transformer repeat, shape subgraphs and all.
         key = (node.signature, *ids) if node.signature is not None else None
@@ -187,7 +187,7 @@ class Walk:
             if value is not None:
                 values[o] = value
         if folded or (
-            node.op_type not in SUBGRAPH_OPS and any(node.inputs) and all(i in self.const for i in node.inputs if i)
+            node.op_type not in SUBGRAPH_OPS and any(node.inputs) and self.const.issuperset(filter(None, node.inputs))
         ):
             self.folded.add(node.name)
             self.const.update(o for o in node.outputs if o and o in specs)

@@ -8,6 +8,7 @@ its working set fits on chip; every kernel records its nodes and its rule.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -293,9 +294,9 @@ class _Planner:
 def tiny_nodes(graph: Graph) -> frozenset[str]:
     """Nodes whose outputs hold at most EPILOGUE_OPERAND_ELEMENTS elements: the one fact about sizes the
     planner reads (a tiny operand waits for the kernel that reads it), so part of the plan's cache key."""
-    tiny = set()
+    tiny, tensors, prod = set(), graph.tensors, math.prod
     for n in graph.nodes:
-        if sum(spec.elements for o in n.outputs if (spec := graph.spec(o)) is not None) <= EPILOGUE_OPERAND_ELEMENTS:
+        if sum(prod(spec.shape) for o in n.outputs if o and (spec := tensors.get(o))) <= EPILOGUE_OPERAND_ELEMENTS:
             tiny.add(n.name)
     return frozenset(tiny)
 

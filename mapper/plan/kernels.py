@@ -8,16 +8,16 @@ dtype); integer tensors (token ids, indices) keep their own size.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import fields, replace
 
 from mapper.core.caches import ModelCaches
 from mapper.core.errors import MapperError
-from mapper.core.graph import Graph, LayerType, Node, OpClass, TensorSpec
+from mapper.core.graph import Graph, LayerType, OpClass, TensorSpec
 from mapper.core.result import Kernel, MatrixShape, NodeWork
 from mapper.core.vocab import Engine, KernelRule, PlanDtype
 from mapper.hardware.profile import HardwareProfile
+from mapper.plan.boundary import Boundary, group_boundary
 from mapper.plan.fusion import Group
-from mapper.work.op_table import VIEWS
 from mapper.work.workload import Workload
 
 PLAN_DTYPE_BYTES = {
@@ -49,8 +49,6 @@ WIDER_PRECISIONS = {
     "int8": ("fp16", "bf16", "fp32"),
     "fp8": ("fp16", "bf16", "fp32"),
 }
-# Ops whose DRAM reads are only the elements they select (the work model's partial-read rule).
-PARTIAL_READ_OPS = frozenset({"Gather", "GatherElements", "GatherND", "Slice", "Expand", "Tile", "Pad"})
 LOW_REUSE_K = 16  # a matrix op with K below this has too little reuse for a matrix engine (PRIMER s2)
 # Skinny products (a decode step's GEMV, M of a few rows) are not sent to an engine here: the cost stage
 # prices them on both the matrix engine (padded to its instruction tile) and the vector units (a GEMV
@@ -153,68 +151,6 @@ def _engine(members: list[NodeWork], matrix: MatrixShape | None) -> Engine:
             return Engine.VECTOR  # an empty product (a dim bound to 0): nothing for the matrix engine to do
         return Engine.VECTOR if matrix.depthwise or matrix.k < LOW_REUSE_K else Engine.MATRIX
     return Engine.VECTOR
-
-
-REDUCING_OPS = frozenset(
-    {
-        "Softmax",
-        "LogSoftmax",
-        "LayerNormalization",
-        "SimplifiedLayerNormalization",
-        "RMSNormalization",
-        "ReduceMean",
-        "SkipLayerNormalization",
-        "GroupNormalization",
-        "InstanceNormalization",
-        "ReduceSum",
-        "ReduceMax",
-    }
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Boundary:
-    """What crosses a group's kernel boundary. Structural: the same at every binding of the model."""
-
-    reads: tuple[tuple[str, str], ...]  # (tensor read from DRAM, the partial-read node reading it, or "")
-    writes: tuple[str, ...]  # tensors written to DRAM: graph outputs or used outside the group
-    reduce_inputs: tuple[str, ...]  # first inputs of the reducing members, in order
-
-
-def group_boundary(graph: Graph, group: Group, nodes_by_name: dict[str, Node], index_of: dict[str, int]) -> Boundary:
-    inside = {index_of[n] for n in group.nodes}
-    members = [nodes_by_name[name] for name in group.nodes]
-    made = {t for n in members for t in n.outputs if t}
-    _absorb_views(graph, made, inside, min(inside, default=0))
-    reads: dict[str, str] = {}
-    for node in members:
-        for t in node.inputs:
-            if t and t not in made and t not in reads:
-                reads[t] = node.name if node.op_type in PARTIAL_READ_OPS and t == node.inputs[0] else ""
-    writes = tuple(
-        t
-        for n in members
-        for t in n.outputs
-        if t and (t in graph.output_set or not inside.issuperset(graph.consumers.get(t, ())))
-    )
-    reduce_inputs = tuple(n.inputs[0] for n in members if n.op_type in REDUCING_OPS and n.inputs)
-    return Boundary(tuple(reads.items()), writes, reduce_inputs)
-
-
-def _absorb_views(graph: Graph, made: set[str], inside: set[int], first: int) -> None:
-    """Views of what the group makes are free and stay on chip with it (a fused attention's Reshape of GQA's
-    expanded K and V): their outputs count as made inside and the views as members, so neither the
-    expanded tensor's write nor its re-read through the view is charged as DRAM traffic."""
-    frontier = list(made)  # followed through the consumers: linear in the views found, not in the graph
-    while frontier:
-        tensor = frontier.pop()
-        for index in graph.consumers.get(tensor, ()):
-            node = graph.nodes[index]
-            if index >= first and index not in inside and node.op_type in VIEWS and node.inputs[0] == tensor:
-                inside.add(index)
-                new = [t for t in node.outputs if t and t not in made]
-                made.update(new)
-                frontier.extend(new)
 
 
 def _read_bytes(
@@ -339,6 +275,8 @@ def _build_kernels(
     by_name = {w.name: w for w in workload.nodes}
     nodes_by_name = index_of = None
     scopes = {n.name: n.scope for n in graph.nodes if n.scope}  # named by module path (report/groups.py)
+    kinds = _kinds_by_name(workload)
+    built: dict[tuple, tuple] = {}  # (rule, boundary layout, members' kinds) -> the kernel's fields but its name
 
     def kernel(group: Group) -> Kernel:
         nonlocal nodes_by_name, index_of
@@ -348,10 +286,18 @@ def _build_kernels(
                 nodes_by_name = {n.name: n for n in graph.nodes}
                 index_of = {n.name: i for i, n in enumerate(graph.nodes)}
             boundary = boundaries[group] = group_boundary(graph, group, nodes_by_name, index_of)
+        key = None
+        if kinds is not None:
+            members = tuple(kinds[n] for n in group.nodes)
+            key = None if any(m[0] < 0 for m in members) else (group.rule, boundary.layout, members)
+            fields = built.get(key)
+            if fields is not None:
+                return Kernel(_kernel_name(group, scopes), group.nodes, *fields)
         routed = next((experts[n].token_share for n in group.nodes if n in experts), 1.0)
-        built = build_kernel(graph, group, boundary, by_name, sizer, weight_shares, routed)
-        scoped = scopes.get(group.nodes[0])  # the module path and the op, plus "+N" for the fused nodes
-        return replace(built, name=scoped + built.name.removeprefix(group.nodes[0])) if scoped else built
+        k = build_kernel(graph, group, boundary, by_name, sizer, weight_shares, routed)
+        if key is not None:
+            built[key] = tuple(getattr(k, f) for f in KERNEL_FIELDS_BUT_NAME)
+        return replace(k, name=_kernel_name(group, scopes)) if group.nodes[0] in scopes else k
 
     kernels = []
     for group in groups:
@@ -365,6 +311,24 @@ def _build_kernels(
                 continue
         kernels.append(kernel(group))
     return kernels
+
+
+KERNEL_FIELDS_BUT_NAME = tuple(f.name for f in fields(Kernel))[2:]  # all but name and nodes, in their order
+
+
+def _kinds_by_name(workload: Workload) -> dict[str, tuple[int, LayerType]] | None:
+    """Node name -> (its work kind, layer type): what a kernel reads of a member besides its specs and name;
+    None where kinds are unknown or a mixture of experts scales some nodes' traffic by their weights' shares."""
+    if len(workload.work_kinds) != len(workload.nodes) or workload.weight_shares or workload.expert_gemms:
+        return None
+    return {w.name: (kind, w.layer_type) for w, kind in zip(workload.nodes, workload.work_kinds)}
+
+
+def _kernel_name(group: Group, scopes: dict[str, str]) -> str:
+    """`build_kernel`'s name: the first member's (its module path and op where the export gives them only in
+    metadata: `Node.scope`), with how many more it holds."""
+    first = scopes.get(group.nodes[0], group.nodes[0])
+    return first if len(group.nodes) == 1 else f"{first}+{len(group.nodes) - 1}"
 
 
 def precision_caveats(model_precision: str, dtype: str, weight_dtype: str) -> list[str]:

@@ -15,10 +15,12 @@ import io
 import os
 import re
 from collections.abc import Callable
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from mapper.core.errors import MapperError, path_text
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n", "\uff1d", "\uff0b", "\uff0d", "\uff20")  # ＝＋－＠ too
 # The C0 controls but tab, LF and CR (openpyxl's own ILLEGAL_CHARACTERS_RE), DEL and the C1 controls.
@@ -36,6 +38,8 @@ def safe_cell(value):
 
 def safe_frame(frame: pd.DataFrame) -> pd.DataFrame:
     """The frame with every string cell, and every column name, through safe_cell."""
+    import pandas as pd  # lazy: `import mapper` and the CLI's --help start without pandas
+
     out = frame.copy()
     for column in out.columns:
         if out[column].dtype == object or pd.api.types.is_string_dtype(out[column]):
@@ -51,12 +55,14 @@ def csv_bytes(frame: pd.DataFrame) -> bytes:
     return safe_frame(frame).to_csv(index=False, lineterminator="\r\n").encode()
 
 
-SheetHook = Callable[[object, pd.DataFrame], None]
+SheetHook = Callable[[object, "pd.DataFrame"], None]
 
 
 def xlsx_bytes(frames: dict[str, pd.DataFrame], hook: SheetHook | None = None) -> bytes:
     """Sheet name -> frame as one workbook, formulas neutralised; `hook(worksheet, frame)` styles a
     sheet (freeze panes, widths, fills) after it is written."""
+    import pandas as pd  # lazy: `import mapper` and the CLI's --help start without pandas
+
     buffer = io.BytesIO()
     used: set[str] = set()
     with pd.ExcelWriter(buffer, engine="openpyxl") as writer:

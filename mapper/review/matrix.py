@@ -8,12 +8,14 @@ KV-cache length), one comparison per length. The rollback boundary is the slices
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from mapper.explore.compare import CompareSettings, compare_plans
 from mapper.explore.compare_inputs import PlanSpec
 from mapper.explore.compare_verdict import overall_verdict
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 MATRIX_REQUESTS = 5_000  # per slice and plan: p99 of 5k requests moves under the 2 % threshold (compare's note)
 
@@ -72,6 +74,8 @@ def validate_fix(
     baseline: PlanSpec, candidate: PlanSpec, grid: Grid, frozen: dict[str, int], roles: dict[str, str]
 ) -> Validation:
     """compare_plans over the grid (one run per context length for a decoder), tables joined."""
+    import pandas as pd  # lazy: `import mapper` and the CLI's --help start without pandas
+
     settings = CompareSettings(requests=MATRIX_REQUESTS)
     past_name = next((n for n, r in roles.items() if r == "past"), None)
     seq_value = next((frozen[n] for n, r in roles.items() if r == "seq" and n in frozen), 1)

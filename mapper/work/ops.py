@@ -309,8 +309,20 @@ def estimate_work(
     classes: dict[str, int] | None = None,
     roles: tuple[tuple, ...] | None = None,
 ) -> tuple[NodeWork, ...]:
+    """Work of every live (not folded) node, in graph order (see `estimate_work_kinds`)."""
+    return estimate_work_kinds(graph, place, classes, roles)[0]
+
+
+def estimate_work_kinds(
+    graph: Graph,
+    place: LayerPlacer | None = None,
+    classes: dict[str, int] | None = None,
+    roles: tuple[tuple, ...] | None = None,
+) -> tuple[tuple[NodeWork, ...], tuple[int, ...]]:
     """Work of every live (not folded) node, in graph order, with the layer type and block `place`
-    gives it (none given: every node Other).
+    gives it (none given: every node Other), and each node's work kind: nodes of one kind have equal
+    input and output specs, weight roles and work, all but the name, layer type and block (-1: a node
+    estimated alone). The kernel builder reuses one kernel per kind of group (`plan.kernels`).
 
     Nodes of one signature whose inputs and outputs have the same shapes, types and weight roles do
     the same work: each such combination is estimated once (a transformer's layers repeat). `classes`
@@ -319,7 +331,8 @@ def estimate_work(
     tensors, weights, stored = graph.tensors, graph.weights, graph.stored_dtypes
     classes = classes if roles is not None and classes else {}
     seen: dict[tuple, NodeWork] = {}
-    out = []
+    kind_of: dict[tuple, int] = {}  # key -> its kind, numbered in the order first met
+    out, kinds = [], []
     for k, node in enumerate(graph.nodes):
         key = w = None
         cls = classes.get(node.name)
@@ -340,24 +353,16 @@ def estimate_work(
             w = estimate_node_work(node, graph)
             if key is not None:
                 seen[key] = w
+                kind_of[key] = len(kind_of)
+        kinds.append(-1 if key is None else kind_of[key])
         layer, group = place(node.name, w.op_type, w.op_class) if place else (w.layer_type, w.layer_group)
-        out.append(
-            w
-            if w.name == node.name and (layer, group) == (w.layer_type, w.layer_group)
-            else NodeWork(
-                node.name,
-                w.op_type,
-                w.op_class,
-                w.flops,
-                w.matrix_flops,
-                w.sfu_ops,
-                w.bytes_read,
-                w.bytes_written,
-                w.weight_bytes,
-                w.matrix,
-                w.reason,
-                layer,
-                group,
-            )
-        )
-    return tuple(out)
+        out.append(_placed(w, node.name, layer, group))
+    return tuple(out), tuple(kinds)
+
+
+def _placed(w: NodeWork, name: str, layer: LayerType, group: int) -> NodeWork:
+    """`w` as the work of the node `name` in this layer and block (itself where it already is)."""
+    if w.name == name and (layer, group) == (w.layer_type, w.layer_group):
+        return w
+    return NodeWork(name, w.op_type, w.op_class, w.flops, w.matrix_flops, w.sfu_ops, w.bytes_read, w.bytes_written,
+                    w.weight_bytes, w.matrix, w.reason, layer, group)  # fmt: skip

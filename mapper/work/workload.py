@@ -14,7 +14,7 @@ from mapper.core.graph import Graph, OpClass
 from mapper.core.result import NodeWork
 from mapper.work.layers import layer_placer
 from mapper.work.moe import ExpertGemm, route_work
-from mapper.work.ops import estimate_work, work_roles
+from mapper.work.ops import estimate_work_kinds, work_roles
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +29,9 @@ class Workload:
     # and expert GEMM node -> its routing figures (tokens present, mean tokens per expert, k/E)
     expert_gemms: dict[str, ExpertGemm] = field(default_factory=dict, compare=False, repr=False)
     builtin: bool = False  # a built-in model (mapper.zoo), reproduced by its name
+    # each node's work kind (`ops.estimate_work_kinds`), aligned with `nodes`; () where not known (a workload
+    # built by hand, or a mixture of experts whose routed nodes were rescaled): kernels are then built one by one
+    work_kinds: tuple[int, ...] = field(default=(), compare=False, repr=False)
     flops: float = field(init=False)  # totals over the nodes, summed once (every mapping reads them)
     matrix_flops: float = field(init=False)
     unmodeled: tuple[NodeWork, ...] = field(init=False)
@@ -64,5 +67,6 @@ def analyze_graph(
     `classes`: the import walk's node classes (`import_graph`), so that each class is estimated once."""
     caches = caches if caches is not None else ModelCaches()
     roles = caches.work_roles(graph.structure, lambda: work_roles(graph)) if classes else None
-    nodes, shares, experts = route_work(graph, estimate_work(graph, layer_placer(graph, caches), classes, roles))
-    return Workload(graph, nodes, caches, shares, experts, builtin)
+    estimated, kinds = estimate_work_kinds(graph, layer_placer(graph, caches), classes, roles)
+    nodes, shares, experts = route_work(graph, estimated)
+    return Workload(graph, nodes, caches, shares, experts, builtin, () if nodes is not estimated else kinds)

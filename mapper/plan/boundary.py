@@ -1,0 +1,97 @@
+"""Kernel boundaries: which tensors cross a fusion group's boundary (read from or written to DRAM).
+
+Part of stage five (`kernels` builds the `Kernel` records from them). Structural: decided by the live
+graph and the groups, the same at every binding of a model, so kept per structure (`ModelCaches`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mapper.core.graph import Graph, Node
+from mapper.plan.fusion import Group
+from mapper.work.op_table import VIEWS
+
+# Ops whose DRAM reads are only the elements they select (the work model's partial-read rule).
+PARTIAL_READ_OPS = frozenset({"Gather", "GatherElements", "GatherND", "Slice", "Expand", "Tile", "Pad"})
+REDUCING_OPS = frozenset(
+    {
+        "Softmax",
+        "LogSoftmax",
+        "LayerNormalization",
+        "SimplifiedLayerNormalization",
+        "RMSNormalization",
+        "ReduceMean",
+        "SkipLayerNormalization",
+        "GroupNormalization",
+        "InstanceNormalization",
+        "ReduceSum",
+        "ReduceMax",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Boundary:
+    """What crosses a group's kernel boundary. Structural: the same at every binding of the model."""
+
+    reads: tuple[tuple[str, str], ...]  # (tensor read from DRAM, the partial-read node reading it, or "")
+    writes: tuple[str, ...]  # tensors written to DRAM: graph outputs or used outside the group
+    reduce_inputs: tuple[str, ...]  # first inputs of the reducing members, in order
+    # the same by position: per member, each input's part (NO_INPUT...) and each output's write, with what the
+    # sizer reads of the tensor's name (weight, stored type). Groups of one layout whose members are of the
+    # same work kinds (`Workload.work_kinds`) make kernels equal but for their names (`_build_kernels`).
+    layout: tuple
+
+
+# An input's part in a kernel's DRAM reads: no tensor, made inside the kernel, read here first, read before.
+NO_INPUT, MADE_INSIDE, READ, READ_AGAIN = range(4)
+
+
+def group_boundary(graph: Graph, group: Group, nodes_by_name: dict[str, Node], index_of: dict[str, int]) -> Boundary:
+    inside = {index_of[n] for n in group.nodes}
+    members = [nodes_by_name[name] for name in group.nodes]
+    made = {t for n in members for t in n.outputs if t}
+    _absorb_views(graph, made, inside, min(inside, default=0))
+    reads: dict[str, str] = {}
+    layout = []
+    for node in members:
+        parts = []
+        for t in node.inputs:
+            part = NO_INPUT if not t else MADE_INSIDE if t in made else READ_AGAIN if t in reads else READ
+            if part == READ:
+                reads[t] = node.name if node.op_type in PARTIAL_READ_OPS and t == node.inputs[0] else ""
+            parts.append((part, _sized_as(graph, t)))
+        layout.append(tuple(parts))
+    writes = []
+    for n in members:
+        written = []
+        for t in n.outputs:
+            write = bool(t) and (t in graph.output_set or not inside.issuperset(graph.consumers.get(t, ())))
+            if write:
+                writes.append(t)
+            written.append((write, _sized_as(graph, t)))
+        layout.append(tuple(written))
+    reduce_inputs = tuple(n.inputs[0] for n in members if n.op_type in REDUCING_OPS and n.inputs)
+    return Boundary(tuple(reads.items()), tuple(writes), reduce_inputs, tuple(layout))
+
+
+def _sized_as(graph: Graph, tensor: str) -> tuple[bool, str | None]:
+    """What `Sizer.bytes` reads of a tensor's name: whether it is a weight, and the type a QDQ weight is stored in."""
+    return tensor in graph.weights, graph.stored_dtypes.get(tensor)
+
+
+def _absorb_views(graph: Graph, made: set[str], inside: set[int], first: int) -> None:
+    """Views of what the group makes are free and stay on chip with it (a fused attention's Reshape of GQA's
+    expanded K and V): their outputs count as made inside and the views as members, so neither the
+    expanded tensor's write nor its re-read through the view is charged as DRAM traffic."""
+    frontier = list(made)  # followed through the consumers: linear in the views found, not in the graph
+    while frontier:
+        tensor = frontier.pop()
+        for index in graph.consumers.get(tensor, ()):
+            node = graph.nodes[index]
+            if index >= first and index not in inside and node.op_type in VIEWS and node.inputs[0] == tensor:
+                inside.add(index)
+                new = [t for t in node.outputs if t and t not in made]
+                made.update(new)
+                frontier.extend(new)
