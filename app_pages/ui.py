@@ -44,7 +44,8 @@ TIMING_LOG = os.environ.get("MAPPER_APP_TIMING")  # a file: each timed section's
 
 @contextmanager
 def timed(section: str) -> Iterator[None]:
-    """Time a part of a script run into the MAPPER_APP_TIMING file (bench/bench_dashboard.py reads it)."""
+    """Time a part of a script run into the MAPPER_APP_TIMING file (bench/bench_dashboard.py reads it): its
+    name, seconds and the wall-clock time it ended, to set beside a browser's clock."""
     if not TIMING_LOG:
         yield
         return

@@ -28,11 +28,14 @@ from bench.load_dashboard import ARGS, CAPTION, CHROMIUM, start_server
 
 GOALS_S = {"llama2-70b": 0.5, "resnet50": 0.2}
 IDLE = "!document.querySelector('[data-testid=\"stStatusWidget\"]')"
+# Loaded: every element drawn. Streamlit loads an element's code on first use and shows a skeleton until then
+# (30 of them when the verdict first shows); timing a change before that timed the page's load instead.
+LOADED = "!document.querySelector('[data-testid=\"stSkeleton\"]')"
 
 
 def server_seconds(log: Path, since: int) -> tuple[float, float]:
     """(script run, full gc passes) in seconds from the timing log's lines after line `since`."""
-    lines = [line.split("\t") for line in log.read_text(encoding="utf-8").splitlines()[since:]]
+    lines = [line.split("\t")[:2] for line in log.read_text(encoding="utf-8").splitlines()[since:]]
     script = sum(float(s) for name, s in lines if name == "script run")
     return script, sum(float(s) for name, s in lines if name == "full gc pass")
 
@@ -46,6 +49,7 @@ def rerender_times(page, url: str, model: str, changes: int, log: Path) -> list[
     page.goto(f"{url}/?model={model}")
     page.get_by_text("Verdict.").wait_for()
     page.wait_for_function(IDLE)
+    page.wait_for_function(LOADED)
     box = page.locator("[data-testid='stSidebar']").get_by_label("batch", exact=True).first
     times = []
     for i in range(changes):
