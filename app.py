@@ -43,15 +43,18 @@ page = st.navigation(SECTIONS, position="top")
 
 def run() -> None:
     first_run = not session.get().initialised
-    selection = state.sidebar()  # reads the link's query params into the widgets on the first run
+    with ui.timed("sidebar"):
+        selection = state.sidebar()  # reads the link's query params into the widgets on the first run
     wanted = st.query_params.get("page")
     if first_run and wanted and wanted != page.url_path:
         target = next((p for p in PAGES if p.url_path == wanted), None)
         if target is not None:
             st.switch_page(target)
     if selection is not None:
-        map_selection(selection)
-    page.run()
+        with ui.timed("mapping"):
+            map_selection(selection)
+    with ui.timed(f"page {page.title}"):
+        page.run()
 
 
 def map_selection(selection: state.Selection) -> None:
@@ -71,4 +74,5 @@ def map_selection(selection: state.Selection) -> None:
     link.write_query_params(selection, page.url_path)
 
 
-ui.guarded(run)  # every page inside the one failure wrapper: one line in the page, the traceback in the log
+with ui.timed("script run"):
+    ui.guarded(run)  # every page inside the one failure wrapper: one line in the page, the traceback in the log

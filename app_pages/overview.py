@@ -10,7 +10,8 @@ from app_pages import serving_model, ui
 doc, result, sel = ui.current()
 t = doc["totals"]
 ui.header("Overview", doc)
-served, refusal = serving_model.attempt(sel, curve=False)  # a refusal is shown under the table
+with ui.timed("overview serving"):
+    served, refusal = serving_model.attempt(sel, curve=False)  # a refusal is shown under the table
 queue = served is not None and not served.continuous
 # The latency check reads the sidebar's own serving run (its load and batching) against its p99 target.
 judged = {**doc, "serving": served.section()} if queue else doc
@@ -95,7 +96,8 @@ tile(
 )
 
 st.subheader("Top bottlenecks")
-top = mapper.group_kernels(doc["kernels"], t["latency_s"])[:5]  # repeated layers as one row: "... x 32"
+with ui.timed("overview group"):
+    top = mapper.group_kernels(doc["kernels"], t["latency_s"])[:5]  # repeated layers as one row: "... x 32"
 st.dataframe(
     pd.DataFrame(
         [

@@ -8,10 +8,14 @@ passes data with unsafe_allow_html.
 
 from __future__ import annotations
 
+import gc
 import logging
+import os
 import re
 import shlex
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pandas as pd
 import streamlit as st
@@ -35,6 +39,39 @@ def show_error(what: str, exc: BaseException) -> None:
 
 
 LOG = logging.getLogger("mapper.app")
+TIMING_LOG = os.environ.get("MAPPER_APP_TIMING")  # a file: each timed section's seconds are appended to it
+
+
+@contextmanager
+def timed(section: str) -> Iterator[None]:
+    """Time a part of a script run into the MAPPER_APP_TIMING file (bench/bench_dashboard.py reads it): its
+    name, seconds and the wall-clock time it ended, to set beside a browser's clock."""
+    if not TIMING_LOG:
+        yield
+        return
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        with open(TIMING_LOG, "a", encoding="utf-8") as log:
+            log.write(f"{section}\t{time.perf_counter() - start:.4f}\n")
+
+
+OLDEST_GENERATION = 2  # the cyclic collector's pass over the whole heap (gc.get_threshold has three)
+_pass_started = [0.0]
+
+
+def _time_full_passes(phase: str, info: dict) -> None:
+    """gc callback: each full pass of the cyclic collector into the timing log (it stops every thread)."""
+    if phase == "start":
+        _pass_started[0] = time.perf_counter()
+    elif info["generation"] == OLDEST_GENERATION:
+        with open(TIMING_LOG, "a", encoding="utf-8") as log:
+            log.write(f"full gc pass\t{time.perf_counter() - _pass_started[0]:.4f}\n")
+
+
+if TIMING_LOG:
+    gc.callbacks.append(_time_full_passes)
 
 
 def guarded(run: Callable[[], None]) -> None:

@@ -141,6 +141,7 @@ def test_the_one_writer_quotes_strings_and_keeps_numbers():
 
 def downloads(at: AppTest) -> dict[str, bytes]:
     """label -> the bytes behind each download button (AppTest keeps them in its in-memory media store)."""
+    gc.unfreeze()  # the dashboard freezes what it holds (app_pages/cache.kept); get_objects skips frozen objects
     stores = [o for o in gc.get_objects() if isinstance(o, MemoryMediaFileStorage)]
     out = {}
     for button in at.get("download_button"):
