@@ -67,9 +67,21 @@ doc = mapper.review_document(review)
 k = review.kpis
 
 
+FRACTIONS = ("share", "mfu", "stall_fraction", "memory_stall_fraction")  # columns shown as percentages
+
+
 def table(df: pd.DataFrame) -> None:
-    """A step's table, at most TABLE_PX tall (it scrolls inside): each step stays one 1280x720 screen."""
-    st.dataframe(df, hide_index=True, height=min(ROW_PX * (len(df) + 1) + 3, TABLE_PX))
+    """A step's table for people (headers in words, times in one unit, shares as percentages), at most
+    TABLE_PX tall (it scrolls inside): each step stays one 1280x720 screen."""
+    shown = ui.people_table(df)
+    percent = {
+        ui.header_text(c): st.column_config.NumberColumn(format="percent")
+        for c in df.columns
+        if c in FRACTIONS and pd.api.types.is_numeric_dtype(df[c])
+    }
+    st.dataframe(
+        shown, hide_index=True, height=min(ROW_PX * (len(df) + 1) + 3, TABLE_PX), column_config=percent or None
+    )
 
 
 def step_one() -> None:

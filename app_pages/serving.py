@@ -117,7 +117,7 @@ def histogram(report, target_ms: float) -> go.Figure:
         title="Request latency distribution"
         + ("" if target_ms <= x_max else f" (p99 target {target_ms:g} ms is off the right)"),
         xaxis=dict(title="latency (ms)", range=[0, x_max]),
-        yaxis=dict(title="share of requests", tickformat=".0%"),
+        yaxis=dict(title="share of requests", tickformat=".1%"),
         **LAYOUT,
     )
     return fig

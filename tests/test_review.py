@@ -175,6 +175,11 @@ def test_review_page_runs_the_review_and_shows_the_frozen_slice():
     assert not at.error
     assert any("Frozen slice" in c.value and "sha256" in c.value for c in at.caption)  # provenance in small type
     assert any("target: no target set" in m.value for m in at.markdown)
+    for step in at.radio[0].options:  # every step's table speaks words, not the engine's keys
+        at.radio[0].set_value(step).run()
+        assert not at.error, step
+        headers = [str(c) for frame in at.dataframe for c in frame.value.columns]
+        assert headers and not [h for h in headers if "_" in h], (step, headers)
 
 
 def test_gains_read_as_speed_ups_not_percent_of_latency():
