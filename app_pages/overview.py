@@ -11,7 +11,7 @@ doc, result, sel = ui.current()
 t = doc["totals"]
 ui.header("Overview", doc)
 with ui.timed("overview serving"):
-    served, refusal = serving_model.attempt(sel, curve=False)  # a refusal is shown under the table
+    served, refusal = serving_model.attempt(sel, curve=False, mapped=result)  # a refusal is shown under the table
 queue = served is not None and not served.continuous
 # The latency check reads the sidebar's own serving run (its load and batching) against its p99 target.
 judged = {**doc, "serving": served.section()} if queue else doc

@@ -150,7 +150,7 @@ def against_load(load, target_ms: float, rate_per_s: float) -> go.Figure:
 
 doc, result, sel = ui.current()
 ui.header("Serving", doc)
-served = serving_model.run(sel)
+served = serving_model.run(sel, mapped=result)
 if served is None:
     st.stop()
 if served.continuous:

@@ -20,12 +20,21 @@ def batch_dims(sel) -> set[str]:
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def _run(
-    model_key: str, dims: tuple, hw_key: str, options: mapper.PlanOptions, request: mapper.ServeRequest, _sel
+    model_key: str,
+    dims: tuple,
+    hw_key: str,
+    options: mapper.PlanOptions,
+    request: mapper.ServeRequest,
+    _sel,
+    _mapped: mapper.MappingResult | None = None,
 ) -> tuple[mapper.ServingRun | None, str | None]:
     """(the run, None), or (None, the engine's one line): a refusal is kept too, so a rerun that changes
-    only the batch does not ask again (a decoder that leaves no room for its KV cache)."""
+    only the batch does not ask again (a decoder that leaves no room for its KV cache). `_mapped`: the
+    selection's mapping, whose batch the engine then does not map a second time (the run is the same
+    with or without it, so it is no part of the key)."""
     try:
-        return mapper.serve_model(cache.model_of(_sel), _sel.hw, options, request, dict(dims) or None), None
+        served = mapper.serve_model(cache.model_of(_sel), _sel.hw, options, request, dict(dims) or None, _mapped)
+        return served, None
     except mapper.MapperError as e:
         return None, mapper.error_line(e)
 
@@ -36,16 +45,18 @@ def follows_mapping(sel) -> bool:
     return sel.serving.serving.max_batch == defaults.DEFAULTS["max_batch"]
 
 
-def run(sel, curve: bool = True) -> mapper.ServingRun | None:
+def run(sel, curve: bool = True, mapped: mapper.MappingResult | None = None) -> mapper.ServingRun | None:
     """The serving run of the sidebar's question (`curve=False`: without the load curve), or None with a
-    warning where the engine cannot serve this selection."""
-    served, refusal = attempt(sel, curve)
+    warning where the engine cannot serve this selection (`mapped`: the selection's mapping, reused)."""
+    served, refusal = attempt(sel, curve, mapped)
     if refusal is not None:  # the mapping stands; only serving is not possible here (like the Devices page's misfit)
         st.warning(f"No serving simulation for this selection: {ui.md(refusal)}")
     return served
 
 
-def attempt(sel, curve: bool = True) -> tuple[mapper.ServingRun | None, str | None]:
+def attempt(
+    sel, curve: bool = True, mapped: mapper.MappingResult | None = None
+) -> tuple[mapper.ServingRun | None, str | None]:
     """(the run, None) or (None, the engine's refusal), for a page that places the refusal itself. While it
     follows the mapped batch the key holds every binding; once the user sets a max batch the scheduler forms
     its own batches, so the key holds the other bindings only and changing the mapped batch re-runs nothing."""
@@ -54,7 +65,7 @@ def attempt(sel, curve: bool = True) -> tuple[mapper.ServingRun | None, str | No
     model = cache.model_of(sel)
     dims = dict(sel.dims) if follow else (model.dims_without_batch(dict(sel.dims)) or {})
     with st.spinner("Simulating requests ..."):
-        return _run(sel.model_key, tuple(sorted(dims.items())), sel.hw.sha256, sel.options, request, sel)
+        return _run(sel.model_key, tuple(sorted(dims.items())), sel.hw.sha256, sel.options, request, sel, mapped)
 
 
 @st.cache_data(max_entries=32, show_spinner=False)

@@ -90,6 +90,7 @@ def main() -> int:
                     f" full gc passes {sum(passes):.3f} s in all"
                 )
             browser.close()
+        print(f"timing log (every timed section of every run): {log}")
     finally:
         proc.terminate()
         proc.wait(timeout=10)

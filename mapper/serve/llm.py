@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from mapper.core.errors import MapperError
+from mapper.core.result import MappingResult
 from mapper.handle import open_model
 from mapper.pipeline import map_workload
 from mapper.plan.kernels import Sizer, model_dtype
@@ -262,11 +263,17 @@ def follow_batch(config: ServingConfig, batch: int | None, decoder: bool) -> Ser
 
 
 def serve_model(
-    model, hw, options, request: ServeRequest = ServeRequest(), dims: dict[str, int] | None = None
+    model,
+    hw,
+    options,
+    request: ServeRequest = ServeRequest(),
+    dims: dict[str, int] | None = None,
+    mapped: MappingResult | None = None,
 ) -> ServingRun:
     """Serve `model` (a handle, or what `open_model` takes) on `hw`: continuous batching for a decoder,
     else a request queue whose batch time is the engine's latency at each batch size (`dims`: the other
-    bindings). The one place that picks the simulation, so the CLI and the dashboard agree."""
+    bindings; `mapped`: a mapping already made, whose batch a request queue then does not map again).
+    The one place that picks the simulation, so the CLI and the dashboard agree."""
     model = open_model(model)
     s = request.serving
     s = replace(
@@ -295,7 +302,9 @@ def serve_model(
             return ServingRun(config, runs[SCHEDULERS.index(config.scheduler)], schedulers=runs)
         return ServingRun(config, simulate_model_llm_serving(model, hw, options, config))
     service = (
-        request.service_time_s if request.service_time_s is not None else engine_batch_time(model, dims, hw, options)
+        request.service_time_s
+        if request.service_time_s is not None
+        else engine_batch_time(model, dims, hw, options, mapped)
     )
     curve = load_curve(service, s, p99_target_s=request.p99_target_s) if request.load_curve else None
     return ServingRun(s, simulate_serving(service, s), curve)
