@@ -6,6 +6,7 @@ Bad input of any kind: a MapperError (printed as one line beginning `error:`, ex
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 import mapper
 from mapper.core.errors import MapperError
@@ -82,25 +83,12 @@ def parallel_degrees(devices: int | None, tp: int, pp: int, dp: int | None) -> t
 
 
 def options_from(args) -> mapper.PlanOptions:
+    """Every plan option from its flag (each PlanOptions field's flag writes the field's name: tests/test_reproduce.py
+    checks the table), with --devices resolved into TP x PP x DP and --attention-fusion's auto/on/off."""
     tp, pp, dp = parallel_degrees(args.devices, args.tp, args.pp, args.dp)
-    return mapper.PlanOptions(
-        dtype=args.dtype,
-        weight_dtype=args.weight_dtype,
-        fusion=args.fusion,
-        attention_fusion={"auto": None, "on": True, "off": False}[args.attention_fusion],
-        layout=args.layout,
-        power_cap_w=args.power_cap_w,
-        tp=tp,
-        pp=pp,
-        dp=dp,
-        overlap_collectives=args.overlap_collectives,
-        runtime=args.runtime,
-        kv_cache=args.kv_cache,
-        launch=args.launch,
-        sparsity=args.sparsity,
-        ep=args.ep,
-        expert_imbalance=args.expert_imbalance,
-    )
+    chosen = {f.name: getattr(args, f.name) for f in dataclasses.fields(mapper.PlanOptions)}
+    attention = {"auto": None, "on": True, "off": False}[args.attention_fusion]
+    return mapper.PlanOptions(**chosen | {"tp": tp, "pp": pp, "dp": dp, "attention_fusion": attention})
 
 
 def workload_from(args) -> mapper.Workload:
