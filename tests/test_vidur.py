@@ -1,6 +1,6 @@
 """Kernel-level evidence on A100 without a GPU here: the engine against Vidur's measured Llama-2 layer ops.
 
-../shared/data/vidur_a100/ (microsoft/vidur profiling data, MIT licence; its README says what each column is):
+data/evidence/vidur_a100/ (microsoft/vidur profiling data, MIT licence; its README says what each column is):
 measured A100 times (CUDA events, fp16) of every Llama-2-7B and 70B layer op except attention at 1-4096 tokens
 and TP 1-8, and all-reduce times on a DGX A100. Each op is mapped as a one-op graph of the same shapes and plan
 (fp16; CUDA events time the GPU only, so kernels are charged the profile's graph-replay launch); each all-reduce
@@ -21,9 +21,7 @@ from mapper.cost.collectives import collective_time
 from mapper.zoo import blocks
 from mapper.zoo.builder import GraphBuilder
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "vidur_a100"
-if not DATA.is_dir():  # a worktree beside ../shared, or the main checkout under /work
-    DATA = Path("/work/shared/data/vidur_a100")
+DATA = Path(__file__).resolve().parents[1] / "data" / "evidence" / "vidur_a100"  # microsoft/vidur, MIT
 PLAN = mapper.PlanOptions(dtype="fp16", runtime="vllm", launch="graph")
 HEAD_DIM = 128
 # Acceptance (issue #18): median |error| over each group of rows
@@ -114,7 +112,7 @@ def _median_error(pairs) -> float:
 @pytest.fixture(scope="module")
 def scored():
     if not DATA.is_dir():
-        pytest.skip("the Vidur A100 data (../shared/data/vidur_a100) is not here")
+        pytest.skip("the Vidur A100 data (data/evidence/vidur_a100) is not here")
     return layer_rows(), all_reduce_rows()
 
 
