@@ -87,10 +87,11 @@ def table(df: pd.DataFrame) -> None:
 def step_one() -> None:
     f = review.frozen
     st.caption(
-        f"**Frozen slice** · model {ui.md(f['model'])} sha256 `{f['model_sha256'][:16]}` · dims {ui.md(f['dims'])}"
+        f"**Frozen slice** · model {ui.md(f['model'])} sha256 `{f['model_sha256'][:16]}`"
+        f" · {ui.md(', '.join(f'{k} {v}' for k, v in f['dims'].items()))}"
         f" · profile {ui.md(f['hardware'])} sha256 `{f['hardware_sha256'][:16]}` · engine {f['engine_version']}"
     )
-    st.code(mapper.review_command(review), language="sh")
+    st.code(mapper.review_command(review), language="sh", wrap_lines=True)
     m = st.columns(6)  # units in the labels: a value stays on one line at a shared screen's 1280 px
     m[0].metric("TPOT (ms)" if "tpot_s" in k else "latency (ms)", f"{k['latency_s'] * 1e3:.3g}")
     m[1].metric("tokens/s" if "tpot_s" in k else "items/s", f"{k['throughput_per_s']:,.0f}")
