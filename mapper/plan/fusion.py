@@ -294,9 +294,14 @@ class _Planner:
 def tiny_nodes(graph: Graph) -> frozenset[str]:
     """Nodes whose outputs hold at most EPILOGUE_OPERAND_ELEMENTS elements: the one fact about sizes the
     planner reads (a tiny operand waits for the kernel that reads it), so part of the plan's cache key."""
-    tiny, tensors, prod = set(), graph.tensors, math.prod
+    tiny, get, prod = set(), graph.tensors.get, math.prod
     for n in graph.nodes:
-        if sum(prod(spec.shape) for o in n.outputs if o and (spec := tensors.get(o))) <= EPILOGUE_OPERAND_ELEMENTS:
+        total = 0  # a plain loop: this runs over every node of every binding
+        for o in n.outputs:
+            spec = get(o) if o else None
+            if spec is not None:
+                total += prod(spec.shape)
+        if total <= EPILOGUE_OPERAND_ELEMENTS:
             tiny.add(n.name)
     return frozenset(tiny)
 
