@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mapper.core.caches import ModelCaches
 from mapper.core.graph import Graph, Node, OpClass
@@ -39,6 +39,17 @@ class Group:
 
     nodes: tuple[str, ...]
     rule: str
+    # hashed once: a plan's groups key three lookups a slice (its boundaries, its kernels, each group's place)
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "_hash", hash((self.nodes, self.rule)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self):  # another process hashes strings with its own seed: it hashes again
+        return Group, (self.nodes, self.rule)
 
 
 class _Planner:
