@@ -8,7 +8,6 @@ reuses what depends on structure alone, and the two keys those stages need, comp
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from operator import attrgetter
 
 from mapper.core.caches import ModelCaches
 from mapper.core.graph import Graph, OpClass
@@ -16,11 +15,6 @@ from mapper.core.result import NodeWork
 from mapper.work.layers import layer_placer
 from mapper.work.moe import ExpertGemm, route_work
 from mapper.work.ops import estimate_work_kinds, work_roles
-
-# What the two keys read of each node (C-level getters: every binding hashes every node)
-_PLAN_FIELDS = attrgetter("name", "op_class", "layer_type", "layer_group")
-_COST_FIELDS = attrgetter("name", "op_class", "flops", "bytes_read")
-_FLOPS, _MATRIX_FLOPS = attrgetter("flops"), attrgetter("matrix_flops")
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,12 +39,17 @@ class Workload:
     cost_key: int = field(init=False, repr=False)  # what kernels read of each node: name, class, FLOPs, bytes
 
     def __post_init__(self):
-        nodes = self.nodes
-        object.__setattr__(self, "flops", sum(map(_FLOPS, nodes)))
-        object.__setattr__(self, "matrix_flops", sum(map(_MATRIX_FLOPS, nodes)))
-        object.__setattr__(self, "unmodeled", tuple(n for n in nodes if n.op_class is OpClass.UNMODELED or n.reason))
-        object.__setattr__(self, "plan_key", hash(tuple(map(_PLAN_FIELDS, nodes))))
-        object.__setattr__(self, "cost_key", hash(tuple(map(_COST_FIELDS, nodes))))
+        object.__setattr__(self, "flops", sum(n.flops for n in self.nodes))
+        object.__setattr__(self, "matrix_flops", sum(n.matrix_flops for n in self.nodes))
+        object.__setattr__(
+            self, "unmodeled", tuple(n for n in self.nodes if n.op_class is OpClass.UNMODELED or n.reason)
+        )
+        object.__setattr__(
+            self, "plan_key", hash(tuple((w.name, w.op_class, w.layer_type, w.layer_group) for w in self.nodes))
+        )
+        object.__setattr__(
+            self, "cost_key", hash(tuple((w.name, w.op_class, w.flops, w.bytes_read) for w in self.nodes))
+        )
 
     @property
     def bytes(self) -> float:
