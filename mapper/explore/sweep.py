@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from mapper.core import limits
+from mapper.core.collector import collector_paused
 from mapper.core.errors import MapperError
 from mapper.core.result import MappingResult, PlanOptions
 from mapper.core.version import __version__
@@ -131,6 +132,10 @@ ERROR_ROW = {
 }
 
 
+# The cyclic collector is paused for a whole task (mapper/core/collector.py): its slices make ~3 reference cycles
+# per 64 slices, yet between slices its passes walked the model's caches, 0.2 of a 200-shape sweep's 2.0 CPU-s
+# (gc callbacks; 0.09 paused per task)
+@collector_paused
 def run_task(task: SweepTask) -> list[dict]:
     """Map every slice of one task (runs on a worker; the parse and each shape are reused)."""
     shapes = ModelShapes(task.model)
