@@ -13,8 +13,9 @@ import pytest
 
 import mapper
 from mapper.core.graph import LayerType, OpClass
-from mapper.core.result import MatrixShape, NodeWork
+from mapper.core.result import Kernel, MatrixShape, NodeWork
 from mapper.plan.fusion import Group
+from mapper.plan.kernels import KERNEL_FIELDS_BUT_NAME, _renamed
 from mapper.work.ops import _placed
 
 
@@ -49,3 +50,17 @@ def test_group_hash_and_pickle():
     assert g == Group(("a", "b"), "single") and g != Group(("a", "b"), "gemm-epilogue")
     back = pickle.loads(pickle.dumps(g))
     assert back == g and hash(back) == hash(g) and {g: 1}[back] == 1
+
+
+def test_renamed_kernel_is_the_constructors():
+    result = mapper.map_workload(
+        mapper.open_model("bert-base").bind({"batch": 2, "seq": 40}), mapper.load_hardware("h100-sxm")
+    )
+    for i, e in enumerate(result.kernels):
+        k = e.kernel
+        values = tuple(getattr(k, f) for f in KERNEL_FIELDS_BUT_NAME)
+        renamed = _renamed(f"{k.name}/copy", (f"n{i}",), values)
+        assert renamed == Kernel(f"{k.name}/copy", (f"n{i}",), *values)
+        assert renamed == dataclasses.replace(k, name=f"{k.name}/copy", nodes=(f"n{i}",))
+    with pytest.raises(ValueError):
+        _renamed("x", ("y",), values[:-1])  # a field short: refused, not a half-built kernel
