@@ -36,6 +36,7 @@ OVERLAP_EXPONENT = 6.0
 # default to 2-CTA clusters): each panel crosses the L2->SM path once per cluster, not once per CTA.
 L2_CLUSTER_SHARING = 2.0
 ALTERNATIVES_KEPT = 3
+PICK_CHUNK = 32  # ranked candidates read at a time (`_pick`): 19-28 ranks held the 4 kept tiles of BERT-base's GEMMs
 ATTENTION_BLOCKS_Q = (64, 128)  # FlashAttention-2/3 query block sizes
 ATTENTION_BLOCKS_KV = (64, 128, 256)
 SOFTMAX_VECTOR_FLOPS = 4  # per score besides the exp: max, subtract, sum, rescale (FlashAttention-2)
@@ -181,37 +182,44 @@ class _Candidates:
 
 
 def _pick(kind: str, c: _Candidates) -> TilePlan:
+    """The fastest candidate and the next ALTERNATIVES_KEPT of other (tile m, tile n, split-K), ties in the
+    candidates' order. Ranked candidates are read in chunks of PICK_CHUNK: reading a numpy scalar costs
+    as much as a chunk's list, and the first few distinct tiles are usually within ~30 ranks."""
     time = c.time_s
     compute, memory = np.broadcast_to(c.compute_s, time.shape), np.broadcast_to(c.memory_s, time.shape)
     order = np.argsort(time, kind="stable")
     choices, seen = [], set()
-    for i in order:
-        key = (c.tile_m[i], c.tile_n[i], c.split_k[i])
-        if key in seen:
-            continue
-        seen.add(key)
-        choices.append(
-            TileChoice(
-                int(c.tile_m[i]),
-                int(c.tile_n[i]),
-                int(c.tile_k[i]),
-                int(c.stages[i]),
-                int(c.split_k[i]),
-                int(c.tiles[i]),
-                int(c.waves[i]),
-                float(c.wave_efficiency[i]),
-                float(c.padding_efficiency[i]),
-                int(c.sram_bytes[i]),
-                float(c.dram_bytes[i]),
-                float(c.l2_bytes[i]),
-                float(compute[i]),
-                float(memory[i]),
-                float(time[i]),
-            )
-        )
-        if len(choices) > ALTERNATIVES_KEPT:
-            break
+    for start in range(0, len(order), PICK_CHUNK):
+        ranked = order[start : start + PICK_CHUNK]
+        keys = zip(c.tile_m[ranked].tolist(), c.tile_n[ranked].tolist(), c.split_k[ranked].tolist())
+        for i, key in zip(ranked.tolist(), keys):
+            if key in seen:
+                continue
+            seen.add(key)
+            choices.append(_choice(c, compute, memory, i))
+            if len(choices) > ALTERNATIVES_KEPT:
+                return TilePlan(kind, choices[0], tuple(choices[1:]))
     return TilePlan(kind, choices[0], tuple(choices[1:]))
+
+
+def _choice(c: _Candidates, compute: np.ndarray, memory: np.ndarray, i: int) -> TileChoice:
+    return TileChoice(
+        int(c.tile_m[i]),
+        int(c.tile_n[i]),
+        int(c.tile_k[i]),
+        int(c.stages[i]),
+        int(c.split_k[i]),
+        int(c.tiles[i]),
+        int(c.waves[i]),
+        float(c.wave_efficiency[i]),
+        float(c.padding_efficiency[i]),
+        int(c.sram_bytes[i]),
+        float(c.dram_bytes[i]),
+        float(c.l2_bytes[i]),
+        float(compute[i]),
+        float(memory[i]),
+        float(c.time_s[i]),
+    )
 
 
 def _attention_grid(d: int, act_bytes: float, hw: HardwareProfile):
