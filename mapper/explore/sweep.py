@@ -280,8 +280,10 @@ def plan_flips(best: pd.DataFrame) -> pd.DataFrame:
             for at, line in group.groupby(fixed, sort=True, dropna=False):
                 line = line.sort_values(axis)
                 previous = None
-                for row in line.itertuples(index=False):
-                    plan = {k: getattr(row, k) for k in PLAN_KEYS}
+                # columns as lists (the values itertuples gives, without a namedtuple class made per line)
+                steps, plans = line[axis].tolist(), zip(*(line[k].tolist() for k in PLAN_KEYS))
+                for step, values in zip(steps, plans):
+                    plan = dict(zip(PLAN_KEYS, values))
                     if previous is not None and plan != previous[1]:
                         changed = [k for k in PLAN_KEYS if plan[k] != previous[1][k]]
                         flips.append(
@@ -291,13 +293,13 @@ def plan_flips(best: pd.DataFrame) -> pd.DataFrame:
                                 "axis": axis,
                                 "at": f"{fixed}={'-' if pd.isna(at) else int(at)}",
                                 "from": int(previous[0]),
-                                "to": int(getattr(row, axis)),
+                                "to": int(step),
                                 "changed": ",".join(changed),
                                 "from_plan": plan_text(previous[1]),
                                 "to_plan": plan_text(plan),
                             }
                         )
-                    previous = (getattr(row, axis), plan)
+                    previous = (step, plan)
     return pd.DataFrame(
         flips, columns=["model", "hardware", "axis", "at", "from", "to", "changed", "from_plan", "to_plan"]
     )
