@@ -162,17 +162,19 @@ class Walk:
                 self.const.add(node.outputs[0])
             self.folded.add(node.name)
             return
-        kid = self.kid
-        ids = [kid.get(i, -1) if i else -1 for i in node.inputs]  # -1: no input there (or its shape unknown)
+        kid, inputs = self.kid, node.inputs
+        ids = [kid.get(i, -1) if i else -1 for i in inputs]  # -1: no input there (or its shape unknown)
         if -1 in ids:
-            missing = next((i for i in node.inputs if i and i not in kid), None)
+            missing = next((i for i in inputs if i and i not in kid), None)
             if missing is not None:
                 self.unresolved[node.name] = f"input {missing!r} has no known shape"
                 return
         # A node of a signature seen before, at the same input shapes and constants (`ids`), has the
         # outputs found then: the layers of a transformer repeat, shape subgraphs and all.
-        key = (node.signature, *ids) if node.signature is not None else None
-        found = self.memo.get(key) if key is not None else None
+        key = found = None
+        if node.signature is not None:
+            key = (node.signature, *ids)
+            found = self.memo.get(key)
         if found is None:
             found = self.outputs(node, key)
             if found is None:
@@ -180,17 +182,22 @@ class Walk:
         entries, folded, cls = found
         if cls >= 0:
             self.classes[node.name] = cls
-        specs, values = self.specs, self.values
-        for o, (shape, dtype, value, sid) in zip([o for o in node.outputs if o], entries):
+        specs, values, outputs = self.specs, self.values, node.outputs
+        if len(outputs) == 1 and len(entries) == 1:  # most nodes: one output, no list of the present ones
+            o = outputs[0]
+            shape, dtype, value, kid[o] = entries[0]
             specs[o] = TensorSpec(o, shape, dtype)
-            kid[o] = sid
             if value is not None:
                 values[o] = value
-        if folded or (
-            node.op_type not in SUBGRAPH_OPS and any(node.inputs) and self.const.issuperset(filter(None, node.inputs))
-        ):
+        else:
+            for o, (shape, dtype, value, sid) in zip([o for o in outputs if o], entries):
+                specs[o] = TensorSpec(o, shape, dtype)
+                kid[o] = sid
+                if value is not None:
+                    values[o] = value
+        if folded or (node.op_type not in SUBGRAPH_OPS and any(inputs) and self.const.issuperset(filter(None, inputs))):
             self.folded.add(node.name)
-            self.const.update(o for o in node.outputs if o and o in specs)
+            self.const.update(o for o in outputs if o and o in specs)
 
     def outputs(self, node: Node, key: tuple | None) -> tuple[tuple, bool, int] | None:
         """Each output's (shape, dtype, folded value, interned id), whether the node folded and its class (the

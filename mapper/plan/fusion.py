@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mapper.core.caches import ModelCaches
 from mapper.core.graph import Graph, Node, OpClass
@@ -39,6 +39,17 @@ class Group:
 
     nodes: tuple[str, ...]
     rule: str
+    # hashed once: a plan's groups key three lookups a slice (its boundaries, its kernels, each group's place)
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "_hash", hash((self.nodes, self.rule)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self):  # another process hashes strings with its own seed: it hashes again
+        return Group, (self.nodes, self.rule)
 
 
 class _Planner:
@@ -294,9 +305,14 @@ class _Planner:
 def tiny_nodes(graph: Graph) -> frozenset[str]:
     """Nodes whose outputs hold at most EPILOGUE_OPERAND_ELEMENTS elements: the one fact about sizes the
     planner reads (a tiny operand waits for the kernel that reads it), so part of the plan's cache key."""
-    tiny, tensors, prod = set(), graph.tensors, math.prod
+    tiny, get, prod = set(), graph.tensors.get, math.prod
     for n in graph.nodes:
-        if sum(prod(spec.shape) for o in n.outputs if o and (spec := tensors.get(o))) <= EPILOGUE_OPERAND_ELEMENTS:
+        total = 0  # a plain loop: this runs over every node of every binding
+        for o in n.outputs:
+            spec = get(o) if o else None
+            if spec is not None:
+                total += prod(spec.shape)
+        if total <= EPILOGUE_OPERAND_ELEMENTS:
             tiny.add(n.name)
     return frozenset(tiny)
 

@@ -249,7 +249,8 @@ def build_kernels(workload: Workload, groups: list[Group], sizer: Sizer, hw: Har
     graph, caches = workload.graph, workload.caches
     flash = any(g.rule == "flash-attention" for g in groups)  # only fused attention asks the SRAM size
     groups_key = tuple(groups)
-    boundaries = caches.group_boundaries(graph.structure, groups_key, dict)
+    # group -> (its boundary, its kernel's name): both structural, so every binding of a sweep shares them
+    placed = caches.group_boundaries(graph.structure, groups_key, dict)
     return list(
         caches.kernels(
             graph.sha256,
@@ -258,7 +259,7 @@ def build_kernels(workload: Workload, groups: list[Group], sizer: Sizer, hw: Har
             (sizer.act, sizer.weight),
             hw.sram_per_unit_bytes if flash else None,
             workload.cost_key,
-            lambda: _build_kernels(workload, groups, sizer, hw, attention_fits, boundaries),
+            lambda: _build_kernels(workload, groups, sizer, hw, attention_fits, placed),
         )
     )
 
@@ -269,35 +270,28 @@ def _build_kernels(
     sizer: Sizer,
     hw: HardwareProfile,
     attention_fits,
-    boundaries: dict[Group, Boundary],
+    placed: dict[Group, tuple[Boundary, str]],
 ) -> list:
     graph, weight_shares, experts = workload.graph, workload.weight_shares, workload.expert_gemms
     by_name = {w.name: w for w in workload.nodes}
-    nodes_by_name = index_of = None
-    scopes = {n.name: n.scope for n in graph.nodes if n.scope}  # named by module path (report/groups.py)
     kinds = _kinds_by_name(workload)
     built: dict[tuple, tuple] = {}  # (rule, boundary layout, members' kinds) -> the kernel's fields but its name
+    structure = _GroupStructure(graph)
 
     def kernel(group: Group) -> Kernel:
-        nonlocal nodes_by_name, index_of
-        boundary = boundaries.get(group)
-        if boundary is None:
-            if nodes_by_name is None:
-                nodes_by_name = {n.name: n for n in graph.nodes}
-                index_of = {n.name: i for i, n in enumerate(graph.nodes)}
-            boundary = boundaries[group] = group_boundary(graph, group, nodes_by_name, index_of)
+        boundary, name = placed.get(group) or structure.place(group, placed)
         key = None
         if kinds is not None:
-            members = tuple(kinds[n] for n in group.nodes)
-            key = None if any(m[0] < 0 for m in members) else (group.rule, boundary.layout, members)
+            members = tuple(map(kinds.__getitem__, group.nodes))
+            key = None if min(members)[0] < 0 else (group.rule, boundary.layout, members)
             fields = built.get(key)
             if fields is not None:
-                return Kernel(_kernel_name(group, scopes), group.nodes, *fields)
+                return _renamed(name, group.nodes, fields)
         routed = next((experts[n].token_share for n in group.nodes if n in experts), 1.0)
         k = build_kernel(graph, group, boundary, by_name, sizer, weight_shares, routed)
         if key is not None:
             built[key] = tuple(getattr(k, f) for f in KERNEL_FIELDS_BUT_NAME)
-        return replace(k, name=_kernel_name(group, scopes)) if group.nodes[0] in scopes else k
+        return k if k.name == name else replace(k, name=name)
 
     kernels = []
     for group in groups:
@@ -313,7 +307,39 @@ def _build_kernels(
     return kernels
 
 
+class _GroupStructure:
+    """What a group's boundary and name are read from (the live graph's nodes), indexed on first need:
+    a binding whose groups were all placed before builds nothing here."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.nodes_by_name = self.index_of = self.scopes = None
+
+    def place(self, group: Group, placed: dict[Group, tuple[Boundary, str]]) -> tuple[Boundary, str]:
+        if self.nodes_by_name is None:
+            nodes = self.graph.nodes
+            self.nodes_by_name = {n.name: n for n in nodes}
+            self.index_of = {n.name: i for i, n in enumerate(nodes)}
+            self.scopes = {n.name: n.scope for n in nodes if n.scope}  # named by module path (report/groups.py)
+        boundary = group_boundary(self.graph, group, self.nodes_by_name, self.index_of)
+        placed[group] = found = (boundary, _kernel_name(group, self.scopes))
+        return found
+
+
 KERNEL_FIELDS_BUT_NAME = tuple(f.name for f in fields(Kernel))[2:]  # all but name and nodes, in their order
+# Kernel's slots, written directly for a repeated layer's kernel (~190 a BERT-base slice): the frozen __init__
+# costs an object.__setattr__ a field and a default's fill (0.47 -> 0.33 ms a slice's kernels); tests/test_records.py
+_PUT_NAME, _PUT_NODES, *_PUT_REST = (getattr(Kernel, f.name).__set__ for f in fields(Kernel))
+
+
+def _renamed(name: str, nodes: tuple[str, ...], fields_but_name: tuple) -> Kernel:
+    """The kernel `Kernel(name, nodes, *fields_but_name)`, its fields in KERNEL_FIELDS_BUT_NAME's order."""
+    k = object.__new__(Kernel)
+    _PUT_NAME(k, name)
+    _PUT_NODES(k, nodes)
+    for put, value in zip(_PUT_REST, fields_but_name, strict=True):
+        put(k, value)
+    return k
 
 
 def _kinds_by_name(workload: Workload) -> dict[str, tuple[int, LayerType]] | None:

@@ -36,6 +36,7 @@ OVERLAP_EXPONENT = 6.0
 # default to 2-CTA clusters): each panel crosses the L2->SM path once per cluster, not once per CTA.
 L2_CLUSTER_SHARING = 2.0
 ALTERNATIVES_KEPT = 3
+PICK_CHUNK = 32  # ranked candidates read at a time (`_pick`): 19-28 ranks held the 4 kept tiles of BERT-base's GEMMs
 ATTENTION_BLOCKS_Q = (64, 128)  # FlashAttention-2/3 query block sizes
 ATTENTION_BLOCKS_KV = (64, 128, 256)
 SOFTMAX_VECTOR_FLOPS = 4  # per score besides the exp: max, subtract, sum, rescale (FlashAttention-2)
@@ -82,28 +83,52 @@ def _candidates(instruction: tuple[int, int, int], act_bytes: float) -> tuple[np
     return out
 
 
+@functools.lru_cache(maxsize=64)  # pure, like `_candidates`: a device's figures, not state
+def _fitting(
+    instruction: tuple[int, int, int], act_bytes: float, sram_bytes: float, macs_per_clock: float
+) -> tuple[np.ndarray, ...]:
+    """The candidates whose working set fits the unit's SRAM, in their order (what every search on the
+    device starts from), whether each runs without split-K, and each tile's operand-delivery efficiency
+    (the share of the matrix units' rate that SRAM's bytes per clock sustain). Read-only arrays."""
+    tm, tn, tk, st, sk, sram = _candidates(instruction, act_bytes)
+    fits = sram <= sram_bytes
+    tm, tn, tk, st, sk, sram = (a[fits] for a in (tm, tn, tk, st, sk, sram))
+    need = macs_per_clock * (tm + tn) / (tm * tn) * act_bytes
+    out = (tm, tn, tk, st, sk, sram, sk == 1, np.minimum(1.0, SRAM_BYTES_PER_CLOCK / need))
+    for a in out:
+        a.setflags(write=False)
+    return out
+
+
 def plan_matrix(
     kernel: Kernel, hw: HardwareProfile, peak: float, act_bytes: float, weight_bytes_per: float
 ) -> TilePlan:
     s = kernel.matrix
     M, N, K, B = float(s.m), float(s.n), float(s.k), float(s.batch)
     P = hw.compute_units
-    tm, tn, tk, st, sk, sram = _candidates(hw.matrix_instruction_mnk, act_bytes)
+    macs = _macs_per_clock_per_unit(hw, peak)
+    tm, tn, tk, st, sk, sram, single, tile_eff = _fitting(
+        hw.matrix_instruction_mnk, act_bytes, hw.sram_per_unit_bytes, macs
+    )
     tiles_m, tiles_n = np.ceil(M / tm), np.ceil(N / tn)
     base_tiles = B * tiles_m * tiles_n
-    ok = (sram <= hw.sram_per_unit_bytes) & ((sk == 1) | ((base_tiles < P) & (sk <= np.ceil(K / tk))))
+    ok = single | ((base_tiles < P) & (sk <= np.ceil(K / tk)))
     if not ok.any():  # nothing fits: fall back to the smallest aligned tile, single stage
+        tm, tn, tk, st, sk, sram = _candidates(hw.matrix_instruction_mnk, act_bytes)
         ok = (tm == tm.min()) & (tn == tn.min()) & (tk == tk.min()) & (st == st.min()) & (sk == 1)
-    tm, tn, tk, st, sk, sram, tiles_m, tiles_n, base_tiles = (
-        a[ok] for a in (tm, tn, tk, st, sk, sram, tiles_m, tiles_n, base_tiles)
-    )
+        tiles_m, tiles_n = np.ceil(M / tm), np.ceil(N / tn)
+        base_tiles = B * tiles_m * tiles_n
+        need = macs * (tm + tn) / (tm * tn) * act_bytes
+        tile_eff = np.minimum(1.0, SRAM_BYTES_PER_CLOCK / need)
+    if not ok.all():
+        tm, tn, tk, st, sk, sram, tiles_m, tiles_n, base_tiles, tile_eff = (
+            a[ok] for a in (tm, tn, tk, st, sk, sram, tiles_m, tiles_n, base_tiles, tile_eff)
+        )
     tiles = base_tiles * sk
     waves = np.ceil(tiles / P)
     wave_eff = tiles / (waves * P)
     pad_eff = (M * N) / (tiles_m * tm * tiles_n * tn)
     k_eff = K / (np.ceil(K / (sk * tk)) * tk * sk)
-    need = _macs_per_clock_per_unit(hw, peak) * (tm + tn) / (tm * tn) * act_bytes
-    tile_eff = np.minimum(1.0, SRAM_BYTES_PER_CLOCK / need)
     base_eff = hw.matrix_efficiency.at(kernel.matrix_flops)
     compute = kernel.matrix_flops / (peak * base_eff * wave_eff * pad_eff * k_eff * tile_eff)
     # traffic: operands re-read once per tile row/column, except what L2 keeps across a wave
@@ -157,37 +182,44 @@ class _Candidates:
 
 
 def _pick(kind: str, c: _Candidates) -> TilePlan:
+    """The fastest candidate and the next ALTERNATIVES_KEPT of other (tile m, tile n, split-K), ties in the
+    candidates' order. Ranked candidates are read in chunks of PICK_CHUNK: reading a numpy scalar costs
+    as much as a chunk's list, and the first few distinct tiles are usually within ~30 ranks."""
     time = c.time_s
     compute, memory = np.broadcast_to(c.compute_s, time.shape), np.broadcast_to(c.memory_s, time.shape)
     order = np.argsort(time, kind="stable")
     choices, seen = [], set()
-    for i in order:
-        key = (c.tile_m[i], c.tile_n[i], c.split_k[i])
-        if key in seen:
-            continue
-        seen.add(key)
-        choices.append(
-            TileChoice(
-                int(c.tile_m[i]),
-                int(c.tile_n[i]),
-                int(c.tile_k[i]),
-                int(c.stages[i]),
-                int(c.split_k[i]),
-                int(c.tiles[i]),
-                int(c.waves[i]),
-                float(c.wave_efficiency[i]),
-                float(c.padding_efficiency[i]),
-                int(c.sram_bytes[i]),
-                float(c.dram_bytes[i]),
-                float(c.l2_bytes[i]),
-                float(compute[i]),
-                float(memory[i]),
-                float(time[i]),
-            )
-        )
-        if len(choices) > ALTERNATIVES_KEPT:
-            break
+    for start in range(0, len(order), PICK_CHUNK):
+        ranked = order[start : start + PICK_CHUNK]
+        keys = zip(c.tile_m[ranked].tolist(), c.tile_n[ranked].tolist(), c.split_k[ranked].tolist())
+        for i, key in zip(ranked.tolist(), keys):
+            if key in seen:
+                continue
+            seen.add(key)
+            choices.append(_choice(c, compute, memory, i))
+            if len(choices) > ALTERNATIVES_KEPT:
+                return TilePlan(kind, choices[0], tuple(choices[1:]))
     return TilePlan(kind, choices[0], tuple(choices[1:]))
+
+
+def _choice(c: _Candidates, compute: np.ndarray, memory: np.ndarray, i: int) -> TileChoice:
+    return TileChoice(
+        int(c.tile_m[i]),
+        int(c.tile_n[i]),
+        int(c.tile_k[i]),
+        int(c.stages[i]),
+        int(c.split_k[i]),
+        int(c.tiles[i]),
+        int(c.waves[i]),
+        float(c.wave_efficiency[i]),
+        float(c.padding_efficiency[i]),
+        int(c.sram_bytes[i]),
+        float(c.dram_bytes[i]),
+        float(c.l2_bytes[i]),
+        float(compute[i]),
+        float(memory[i]),
+        float(c.time_s[i]),
+    )
 
 
 def _attention_grid(d: int, act_bytes: float, hw: HardwareProfile):

@@ -1,0 +1,66 @@
+"""Records the hot loops build without their dataclass constructor are the constructor's, field for field.
+
+`work.ops._placed` writes a NodeWork's slots directly (every binding copies ~400 of them), and fusion groups
+keep their hash (a slice keys three tables by them); both must stay what the plain dataclass would give.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+
+import pytest
+
+import mapper
+from mapper.core.graph import LayerType, OpClass
+from mapper.core.result import Kernel, MatrixShape, NodeWork
+from mapper.plan.fusion import Group
+from mapper.plan.kernels import KERNEL_FIELDS_BUT_NAME, _renamed
+from mapper.work.ops import _placed
+
+
+@pytest.mark.parametrize("model, dims", [("bert-base", {"batch": 2, "seq": 40}), ("resnet50", {"batch": 3})])
+def test_placed_node_work_is_the_constructors(model, dims):
+    workload = mapper.open_model(model).bind(dims)
+    for i, w in enumerate(workload.nodes):
+        layer = LayerType.ATTENTION if i % 2 else w.layer_type
+        placed = _placed(w, f"{w.name}/copy", layer, i)
+        fields = {f.name: getattr(w, f.name) for f in dataclasses.fields(NodeWork)}  # not asdict: it copies MatrixShape
+        expected = NodeWork(**(fields | {"name": f"{w.name}/copy", "layer_type": layer, "layer_group": i}))
+        assert placed == expected
+        assert [getattr(placed, f.name) for f in dataclasses.fields(NodeWork)] == [
+            getattr(expected, f.name) for f in dataclasses.fields(NodeWork)
+        ]
+        assert pickle.loads(pickle.dumps(placed)) == expected
+    w = workload.nodes[0]
+    assert _placed(w, w.name, w.layer_type, w.layer_group) is w  # already placed: itself
+
+
+def test_placed_keeps_every_field_apart():
+    """A record whose fields all differ: a field written from another is seen (real ones share values)."""
+    w = NodeWork("n", "MatMul", list(OpClass)[1], 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, MatrixShape(7, 8, 9, 10), "why")
+    placed = _placed(w, "m", LayerType.LINEAR, 11)
+    assert placed == NodeWork("m", "MatMul", list(OpClass)[1], 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, w.matrix, "why",
+                              LayerType.LINEAR, 11)  # fmt: skip
+
+
+def test_group_hash_and_pickle():
+    g = Group(("a", "b"), "single")
+    assert hash(g) == hash((("a", "b"), "single"))
+    assert g == Group(("a", "b"), "single") and g != Group(("a", "b"), "gemm-epilogue")
+    back = pickle.loads(pickle.dumps(g))
+    assert back == g and hash(back) == hash(g) and {g: 1}[back] == 1
+
+
+def test_renamed_kernel_is_the_constructors():
+    result = mapper.map_workload(
+        mapper.open_model("bert-base").bind({"batch": 2, "seq": 40}), mapper.load_hardware("h100-sxm")
+    )
+    for i, e in enumerate(result.kernels):
+        k = e.kernel
+        values = tuple(getattr(k, f) for f in KERNEL_FIELDS_BUT_NAME)
+        renamed = _renamed(f"{k.name}/copy", (f"n{i}",), values)
+        assert renamed == Kernel(f"{k.name}/copy", (f"n{i}",), *values)
+        assert renamed == dataclasses.replace(k, name=f"{k.name}/copy", nodes=(f"n{i}",))
+    with pytest.raises(ValueError):
+        _renamed("x", ("y",), values[:-1])  # a field short: refused, not a half-built kernel
