@@ -6,7 +6,7 @@ import json
 import streamlit as st
 
 import mapper
-from app_pages import session, ui
+from app_pages import cache, session, ui
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)
 SEQS = (64, 128, 256, 512, 1024, 2048, 4096)
@@ -33,11 +33,16 @@ def selection():
     the matrix sweeps batch and seq and holds the model's other dims at the sidebar's values."""
     sel = session.get().selection
     if sel is None:
-        return "bert-base", "bert-base", mapper.load_hardware("h100-sxm"), mapper.PlanOptions(dtype="bf16"), ()
-    return sel.model_label, sel.source, sel.hw, sel.options, sel.dims
+        roles = {"batch": "batch", "seq": "seq"}
+        return "bert-base", "bert-base", mapper.load_hardware("h100-sxm"), mapper.PlanOptions(dtype="bf16"), (), roles
+    return sel.model_label, sel.source, sel.hw, sel.options, sel.dims, cache.model_of(sel).roles
 
 
-label, source, hw, options, held = selection()
+label, source, hw, options, held, roles = selection()
+# The matrix starts at the sidebar's batch and sequence (a person compares the slice they are looking at);
+# a model without a seq dim gets no seq axis.
+bound = {roles.get(name, ""): value for name, value in held}
+has_seq = "seq" in roles.values()
 st.title("Compare")
 st.caption(
     f"{ui.md(label)} · baseline against candidate, every (batch, seq) slice; a slice that regresses on any"
@@ -81,8 +86,13 @@ field = c[0].selectbox(
 )
 base_value, cand_value = plan_values(field, c)
 c = st.columns(2)
-batches = c[0].multiselect("batch", BATCHES, default=[1], key="compare_batches")
-seqs = c[1].multiselect("seq", SEQS, default=[128, 512, 4096], key="compare_seqs")
+batch_choices = tuple(sorted({*BATCHES, bound.get("batch", 1)}))
+batches = c[0].multiselect("batch", batch_choices, default=[bound.get("batch", 1)], key="compare_batches")
+if has_seq:
+    seqs = c[1].multiselect("seq", SEQS, default=[128, 512, 4096], key="compare_seqs")
+else:
+    seqs = []
+    c[1].caption("No seq axis: this model has no sequence dim.")
 with st.expander("Thresholds (relative change that counts)"):
     cols = st.columns(len(mapper.COMPARE_METRICS))
     thresholds = {
@@ -126,7 +136,7 @@ result = ui.run_stored(
     "compare_result",
     key,
     "Compare",
-    not (batches and seqs),
+    not batches or (has_seq and not seqs),
     _compare,
     "Cannot compare these plans",
     "Choose the two plans and the slices, then press **Compare**.",

@@ -54,3 +54,19 @@ def test_the_candidate_can_change_its_serving():
     assert "candidate: bert-base on h100-sxm (max_batch=8)" in captions, captions
     matrix = next(d.value for d in at.dataframe if "p99 latency" in d.value.columns)
     assert (matrix["p99 latency"] != 0).any()
+
+
+def test_compare_starts_at_the_sidebars_slice_and_has_no_seq_axis_for_a_model_without_one():
+    """ResNet-50 at batch 256 in the sidebar: the matrix starts at batch 256 and offers no seq axis (it had a
+    seq selector and batch 1 whatever the sidebar said)."""
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params.update({"model": "resnet50", "batch": "256"})
+    at.run()
+    at.switch_page("app_pages/compare.py").run()
+    assert at.multiselect(key="compare_batches").value == [256]
+    assert not any(m.key == "compare_seqs" for m in at.multiselect)
+    assert any("no sequence dim" in c.value for c in at.caption)
+    next(b for b in at.button if b.label == "Compare").click().run()
+    assert_clean(at, "resnet50 compare at batch 256")
+    verdict = " ".join(shown(e.value) for e in (*at.success, *at.info, *at.warning, *at.error))
+    assert "slices)" in verdict, verdict  # the verdict line with its slice counts: the comparison ran
