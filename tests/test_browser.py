@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench.load_dashboard import start_server
+from bench.load_dashboard import ARGS, start_server  # one Chromium command line for the benches and tests
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
@@ -33,15 +33,6 @@ PAGES = [
     "Compare",
     "Hardware",
     "Export",
-]
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
 ]
 
 if not Path(CHROMIUM).exists():

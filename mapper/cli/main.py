@@ -33,11 +33,12 @@ def cmd_map(args) -> int:
     result = mapper.map_slice(workload_from(args), hw, options_from(args))
     if args.out:
         write_sheet(result, args.out)
+    doc = json_document(result, args) if args.json or store_cli.store_of(args) else None  # built once for both
     if store_cli.store_of(args):  # the sheet written, else the XLSX one
         sheet = None if args.out else (sheet_bytes(result, "xlsx"), "xlsx")
-        store_cli.record_from_args(args, mapper.mapping_document(result), "map", args.out, sheet)
+        store_cli.record_from_args(args, doc, "map", args.out, sheet)
     if args.json:
-        print(json.dumps(json_document(result, args), indent=1, allow_nan=False))
+        print(json.dumps(doc, indent=1, allow_nan=False))
     else:
         print_summary(result)
     return 0

@@ -201,9 +201,9 @@ def build_kernel(
     rows, length = _rows(tensors, boundary.reduce_inputs)
     first = members[0]
     if len(members) == 1:
-        name, flops, matrix_flops, sfu = first.name, first.flops, first.matrix_flops, first.sfu_ops
+        flops, matrix_flops, sfu = first.flops, first.matrix_flops, first.sfu_ops
     else:
-        name, flops, matrix_flops, sfu = f"{first.name}+{len(members) - 1}", 0.0, 0.0, 0.0
+        flops, matrix_flops, sfu = 0.0, 0.0, 0.0
         for w in members:
             flops += w.flops
             matrix_flops += w.matrix_flops
@@ -211,7 +211,7 @@ def build_kernel(
     matrix = _matrix_shape(members, group.rule)
     out_rows, out_length = _rows(tensors, boundary.writes) if matrix is None else (0, 0)
     return Kernel(
-        name=name,
+        name=_kernel_name(group, {}),
         nodes=group.nodes,
         op_types=tuple(w.op_type for w in members),
         rule=group.rule,
@@ -351,8 +351,8 @@ def _kinds_by_name(workload: Workload) -> dict[str, tuple[int, LayerType]] | Non
 
 
 def _kernel_name(group: Group, scopes: dict[str, str]) -> str:
-    """`build_kernel`'s name: the first member's (its module path and op where the export gives them only in
-    metadata: `Node.scope`), with how many more it holds."""
+    """A group's kernel name: its first member's (`scopes`: the module path and op where the export gives them
+    only in metadata, `Node.scope`), with how many more it holds."""
     first = scopes.get(group.nodes[0], group.nodes[0])
     return first if len(group.nodes) == 1 else f"{first}+{len(group.nodes) - 1}"
 
