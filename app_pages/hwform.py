@@ -92,7 +92,9 @@ def hardware_section(custom_label: str) -> tuple[mapper.HardwareProfile, str]:
         format_func=lambda n: f"custom: {custom.display_name}" if n == custom_label and custom else n,
     )
     chosen = custom if choice == custom_label else cache.hardware(choice)
-    with st.expander("Your own profile (upload or edit)"):
+    # A toggle, not an expander: an expander's content is built and sent on every rerun, closed or open (the
+    # editor's table of some 80 values was a tenth of a batch change's script run, and the browser redrew it)
+    if st.toggle("Your own profile (upload or edit)", key="hw_own"):
         st.file_uploader(
             "Profile file (.toml or .json)",
             type=["toml", "json"],
