@@ -1,6 +1,6 @@
 """Records the hot loops build without their dataclass constructor are the constructor's, field for field.
 
-`work.ops._placed` writes a NodeWork's slots directly (every binding copies ~400 of them), and fusion groups
+`work.kinds._placed` writes a NodeWork's slots directly (every binding copies ~400 of them), and fusion groups
 keep their hash (a slice keys three tables by them); both must stay what the plain dataclass would give.
 """
 
@@ -16,7 +16,7 @@ from mapper.core.graph import LayerType, OpClass
 from mapper.core.result import Kernel, MatrixShape, NodeWork
 from mapper.plan.fusion import Group
 from mapper.plan.kernels import KERNEL_FIELDS_BUT_NAME, _renamed
-from mapper.work.ops import _placed
+from mapper.work.kinds import _placed
 
 
 @pytest.mark.parametrize("model, dims", [("bert-base", {"batch": 2, "seq": 40}), ("resnet50", {"batch": 3})])

@@ -85,9 +85,14 @@ class ModelCaches:
         available before any node runs (initializers and inputs)."""
         return self._get("ordered_nodes", (sha256, available), make)
 
+    def repeats(self, sha256: str, available: frozenset[str], make):
+        """Which nodes copy the node one period earlier (`repeats.find_repeats`): the nodes in execution order
+        (the same key as `ordered_nodes`) and the initializers' facts (the model's own)."""
+        return self._get("repeats", (sha256, available), make)
+
     def live_structure(self, sha256: str, folded: frozenset[str], make):
-        """Live nodes, weights, producers, consumers, QDQ storage types: the graph and which nodes folded
-        (the constants follow from those; storage types from the initializers' types)."""
+        """Live nodes, weights, producers, consumers, QDQ storage types, twins: the graph and which nodes folded
+        (the constants follow from those; storage types from the initializers' types; twins from its repeats)."""
         return self._get("live_structure", (sha256, folded), make)
 
     def ort_inferred(self, sha256: str, bound: tuple[tuple[str, int], ...], make):

@@ -156,6 +156,9 @@ class Graph:
     # Weights stored narrower than their tensor type: in a QDQ-quantized model a Conv reads
     # DequantizeLinear(int8 constant), folded at import to a float weight that memory holds as int8.
     stored_dtypes: dict[str, str] = field(default_factory=dict)
+    # Each node's twin: the index of the node one period earlier whose outputs, class and folding it copied at
+    # import (`model.repeats`: a repeated layer's node); -1 where none, () where the import copied not all.
+    twins: tuple[int, ...] = field(default=(), compare=False, repr=False)
     # `inputs` and `outputs` as sets, for the membership tests of every later stage: a graph may have
     # 10^5 outputs, and a test against the tuple per tensor would make each stage quadratic.
     input_set: frozenset[str] = field(init=False, repr=False, compare=False)

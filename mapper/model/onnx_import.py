@@ -25,6 +25,7 @@ from mapper.core.graph import Graph, Node, TensorSpec
 from mapper.model.bindings import graph_inputs, resolve_bindings, symbolic_dims
 from mapper.model.branches import inline_bound_branches
 from mapper.model.nodes import ordered_nodes
+from mapper.model.repeats import Repeats, find_repeats
 from mapper.model.sandbox import open_regular_file
 from mapper.model.walk import Walk, initializer_walk, value_info_shape
 from mapper.model.wire import Structure, read_structure
@@ -158,7 +159,8 @@ def import_graph(
         model = caches.branch_model(choice, lambda: inline_bound_branches(model, branches))
         sha256 = hashlib.sha256(f"{sha256} {list(choice)}".encode()).hexdigest()
     walk = Walk(model, bound, sha256, caches)
-    walk.seed(caches.initializers(sha256, lambda: initializer_walk(model)))
+    initialized = caches.initializers(sha256, lambda: initializer_walk(model))
+    walk.seed(initialized)
     inputs = caches.graph_inputs(sha256, lambda: graph_inputs(model))
     for vi in inputs:
         spec = value_info_shape(vi, bound)
@@ -167,11 +169,11 @@ def import_graph(
         walk.set(vi.name, spec, None)
     available = frozenset(walk.specs)
     ordered = caches.ordered_nodes(sha256, available, lambda: ordered_nodes(model, available))
-    for node in ordered:
-        walk.visit(node)
+    repeats = caches.repeats(sha256, available, lambda: find_repeats(ordered, initialized.kid))
+    copied = walk.visit_all(ordered, repeats)
     folded = frozenset(walk.folded)
-    live, weights, producers, consumers, stored = caches.live_structure(  # keyed as the Graph's `structure`
-        sha256, folded, lambda: live_structure(ordered, folded, walk.const, walk.specs)
+    live, weights, producers, consumers, stored, twins = caches.live_structure(  # keyed as the Graph's `structure`
+        sha256, folded, lambda: live_structure(ordered, folded, walk.const, walk.specs, repeats)
     )
     graph = Graph(
         name=name,
@@ -188,6 +190,7 @@ def import_graph(
         consumers=consumers,
         unresolved=tuple(sorted(walk.unresolved.items())),
         stored_dtypes=stored,
+        twins=twins if copied else (),
     )
     return graph, walk.classes
 
@@ -204,12 +207,15 @@ def _dequantized_weights(ordered: list[Node], folded: frozenset[str], specs: dic
     return stored
 
 
-def live_structure(ordered: list[Node], folded: frozenset[str], const: set[str], specs: dict[str, TensorSpec]):
-    """The nodes left after folding, the weights they read, who makes and uses each tensor, and the
-    storage types of QDQ weights. Decided by which nodes folded (and so which tensors are constants)
-    and the initializers' types, not by sizes: every binding that folds the same nodes shares one
-    (read-only) structure."""
-    live = tuple(n for n in ordered if n.name not in folded)
+def live_structure(
+    ordered: list[Node], folded: frozenset[str], const: set[str], specs: dict[str, TensorSpec], repeats: Repeats
+):
+    """The nodes left after folding, the weights they read, who makes and uses each tensor, the storage types
+    of QDQ weights, and each live node's twin (the live index of the node it copies, `repeats`; -1: none).
+    Decided by which nodes folded (and so which tensors are constants) and the initializers' types, not by
+    sizes: every binding that folds the same nodes shares one (read-only) structure."""
+    live_at = [k for k, n in enumerate(ordered) if n.name not in folded]  # live index -> position
+    live = tuple(ordered[k] for k in live_at)
     weights = frozenset(i for n in live for i in n.inputs if i in const)
     producers = {o: k for k, n in enumerate(live) for o in n.outputs if o}
     consumers: dict[str, list[int]] = {}
@@ -217,10 +223,13 @@ def live_structure(ordered: list[Node], folded: frozenset[str], const: set[str],
         for i in n.inputs:
             if i:
                 consumers.setdefault(i, []).append(k)
+    index_of = {pos: k for k, pos in enumerate(live_at)}
+    twins = tuple(index_of.get(repeats.twin[pos], -1) if repeats.twin else -1 for pos in live_at)
     return (
         live,
         weights,
         producers,
         {k: tuple(v) for k, v in consumers.items()},
         _dequantized_weights(ordered, folded, specs),
+        twins,
     )

@@ -19,6 +19,7 @@ from mapper.core.graph import SUBGRAPH_OPS, Node, TensorSpec
 from mapper.model.bindings import eval_dim, graph_inputs
 from mapper.model.dtypes import dtype_name, tensor_dtype
 from mapper.model.ort_shapes import ort_inferred_value_info, ort_node_value_info
+from mapper.model.repeats import Repeats
 from mapper.model.shapes import Ctx, NoRule, infer_node
 from mapper.model.values import constant_node_value, evaluate, small_value
 
@@ -154,21 +155,50 @@ class Walk:
         found = self.caches.ort_node_inferred(key, query)
         return found or {}
 
-    def visit(self, node: Node) -> None:
+    def visit_all(self, nodes: list[Node], repeats: Repeats) -> bool:
+        """Visit `nodes` in execution order; a copy in a stretch of `repeats` whose boundary tensors agree at
+        this binding takes the outputs its twin's visit found (the memo entry the copy's own visit would
+        hit: the same signature at inputs of the same facts), without computing its memo key again. Whether
+        every copy of every stretch was taken (then each has its twin's class and folding, `Graph.twins`)."""
+        twin, stretch_of, stretches = repeats.twin, repeats.stretch_of, repeats.stretches
+        found: list[tuple | None] = [None] * len(nodes)
+        holds: dict[int, bool] = {}
+        taken = 0
+        for pos, node in enumerate(nodes):
+            t = twin[pos] if twin else -1
+            if t >= 0 and (copied := found[t]) is not None:
+                s = stretch_of[pos]
+                if s not in holds:
+                    holds[s] = self.agree(stretches[s].checks)
+                if holds[s]:
+                    self.put(node, *copied)
+                    found[pos] = copied
+                    taken += 1
+                    continue
+            found[pos] = self.visit(node)
+        return taken == repeats.copies
+
+    def agree(self, pairs: tuple[tuple[str, str], ...]) -> bool:
+        """Whether each pair of tensors has one shape, type and constant value, and both are constants or not."""
+        kid, const = self.kid, self.const
+        return all(x in kid and kid.get(y) == kid[x] and (x in const) == (y in const) for x, y in pairs)
+
+    def visit(self, node: Node) -> tuple | None:
+        """Infer the node's outputs; (entries, class, folded) where a copy of it may take them (`put`)."""
         if node.op_type == "Constant":
             if node.outputs and node.outputs[0]:  # a Constant without an output (a damaged file) makes nothing
                 value, shape, dtype = constant_node_value(node)
                 self.set(node.outputs[0], TensorSpec(node.outputs[0], shape, dtype), value)
                 self.const.add(node.outputs[0])
             self.folded.add(node.name)
-            return
+            return None
         kid, inputs = self.kid, node.inputs
         ids = [kid.get(i, -1) if i else -1 for i in inputs]  # -1: no input there (or its shape unknown)
         if -1 in ids:
             missing = next((i for i in inputs if i and i not in kid), None)
             if missing is not None:
                 self.unresolved[node.name] = f"input {missing!r} has no known shape"
-                return
+                return None
         # A node of a signature seen before, at the same input shapes and constants (`ids`), has the
         # outputs found then: the layers of a transformer repeat, shape subgraphs and all.
         key = found = None
@@ -178,11 +208,19 @@ class Walk:
         if found is None:
             found = self.outputs(node, key)
             if found is None:
-                return
+                return None
         entries, folded, cls = found
+        folded = folded or (
+            node.op_type not in SUBGRAPH_OPS and any(inputs) and self.const.issuperset(filter(None, inputs))
+        )
+        self.put(node, entries, cls, folded)
+        return (entries, cls, folded) if cls >= 0 else None
+
+    def put(self, node: Node, entries: tuple, cls: int, folded: bool) -> None:
+        """Write the node's outputs (each (shape, dtype, folded value, interned id)), class and folding."""
         if cls >= 0:
             self.classes[node.name] = cls
-        specs, values, outputs = self.specs, self.values, node.outputs
+        specs, values, kid, outputs = self.specs, self.values, self.kid, node.outputs
         if len(outputs) == 1 and len(entries) == 1:  # most nodes: one output, no list of the present ones
             o = outputs[0]
             shape, dtype, value, kid[o] = entries[0]
@@ -195,7 +233,7 @@ class Walk:
                 kid[o] = sid
                 if value is not None:
                     values[o] = value
-        if folded or (node.op_type not in SUBGRAPH_OPS and any(inputs) and self.const.issuperset(filter(None, inputs))):
+        if folded:
             self.folded.add(node.name)
             self.const.update(o for o in outputs if o and o in specs)
 

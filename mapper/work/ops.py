@@ -1,7 +1,7 @@
 """The work model: per node FLOPs (2 x MACs), bytes and op class, from one table.
 
 Stage two of the pipeline (after import). `OP_TABLE` maps every ONNX op type we
-model to its class and its rule; `estimate_work` applies it node by node. An op
+model to its class and its rule; `kinds.estimate_work_kinds` applies it node by node. An op
 not in the table is `unmodeled` with a reason: never a silent zero.
 Conventions: FLOPs count multiply and add separately (FLOPs = 2 x MACs); bytes
 are the compulsory traffic of the op alone (inputs read once, outputs written
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import fields
 
 from mapper.core.graph import SUBGRAPH_OPS, Graph, LayerType, Node, OpClass, TensorSpec
 from mapper.core.result import MatrixShape, NodeWork
@@ -295,97 +294,3 @@ def estimate_node_work(node: Node, graph: Graph) -> NodeWork:
 
 
 LayerPlacer = Callable[[str, str, OpClass], tuple[LayerType, int]]  # (name, op type, class) -> (layer, group)
-
-
-def work_roles(graph: Graph) -> tuple[tuple, ...]:
-    """Per live node, what its work depends on of each input besides the shapes: the type memory holds a
-    weight in (QDQ models) and whether it is a weight. Structural: the same at every binding."""
-    weights, stored = graph.weights, graph.stored_dtypes
-    return tuple(tuple(i and (stored.get(i), i in weights) for i in node.inputs) for node in graph.nodes)
-
-
-def estimate_work(
-    graph: Graph,
-    place: LayerPlacer | None = None,
-    classes: dict[str, int] | None = None,
-    roles: tuple[tuple, ...] | None = None,
-) -> tuple[NodeWork, ...]:
-    """Work of every live (not folded) node, in graph order (see `estimate_work_kinds`)."""
-    return estimate_work_kinds(graph, place, classes, roles)[0]
-
-
-def estimate_work_kinds(
-    graph: Graph,
-    place: LayerPlacer | None = None,
-    classes: dict[str, int] | None = None,
-    roles: tuple[tuple, ...] | None = None,
-) -> tuple[tuple[NodeWork, ...], tuple[int, ...]]:
-    """Work of every live (not folded) node, in graph order, with the layer type and block `place`
-    gives it (none given: every node Other), and each node's work kind: nodes of one kind have equal
-    input and output specs, weight roles and work, all but the name, layer type and block (-1: a node
-    estimated alone). The kernel builder reuses one kernel per kind of group (`plan.kernels`).
-
-    Nodes of one signature whose inputs and outputs have the same shapes, types and weight roles do
-    the same work: each such combination is estimated once (a transformer's layers repeat). `classes`
-    (the import walk's, see `Walk.classes`) and `roles` (`work_roles`, kept per structure) name that
-    combination without re-reading the shapes."""
-    tensors, weights, stored = graph.tensors, graph.weights, graph.stored_dtypes
-    classes = classes if roles is not None and classes else {}
-    seen: dict[tuple, NodeWork] = {}
-    kind_of: dict[tuple, int] = {}  # key -> its kind, numbered in the order first met
-    out, kinds = [], []
-    for k, node in enumerate(graph.nodes):
-        key = w = None
-        cls = classes.get(node.name)
-        if cls is not None:
-            key = (cls, roles[k])
-        elif node.signature is not None:
-            try:
-                key = (
-                    node.signature,
-                    tuple(i and ((s := tensors[i]).shape, stored.get(i, s.dtype), i in weights) for i in node.inputs),
-                    tuple(o and ((s := tensors[o]).shape, s.dtype) for o in node.outputs),
-                )
-            except KeyError:  # a shape is unknown: the node is estimated (and explained) on its own
-                pass
-        if key is not None:
-            w = seen.get(key)
-        if w is None:
-            w = estimate_node_work(node, graph)
-            if key is not None:
-                seen[key] = w
-                kind_of[key] = len(kind_of)
-        kinds.append(-1 if key is None else kind_of[key])
-        layer, group = place(node.name, w.op_type, w.op_class) if place else (w.layer_type, w.layer_group)
-        out.append(_placed(w, node.name, layer, group))
-    return tuple(out), tuple(kinds)
-
-
-# NodeWork's slots written directly, in field order: `_placed` copies a repeated node's work under its own name at
-# every binding (~400 records a BERT-base binding), and the frozen dataclass's __init__ (an object.__setattr__ a
-# field) was half of the work model's time (0.63 -> 0.34 ms). A field added to NodeWork fails the unpacking below;
-# tests/test_records.py compares the record with the constructor's.
-_NODEWORK_SETTERS = tuple(getattr(NodeWork, f.name).__set__ for f in fields(NodeWork))
-
-
-def _placed(w: NodeWork, name: str, layer: LayerType, group: int) -> NodeWork:
-    """`w` as the work of the node `name` in this layer and block (itself where it already is)."""
-    if w.name == name and (layer, group) == (w.layer_type, w.layer_group):
-        return w
-    put_name, put_op, put_class, put_flops, put_matrix_flops, put_sfu, put_read, put_written, put_weight, put_matrix, \
-        put_reason, put_layer, put_group = _NODEWORK_SETTERS  # fmt: skip
-    n = object.__new__(NodeWork)
-    put_name(n, name)
-    put_op(n, w.op_type)
-    put_class(n, w.op_class)
-    put_flops(n, w.flops)
-    put_matrix_flops(n, w.matrix_flops)
-    put_sfu(n, w.sfu_ops)
-    put_read(n, w.bytes_read)
-    put_written(n, w.bytes_written)
-    put_weight(n, w.weight_bytes)
-    put_matrix(n, w.matrix)
-    put_reason(n, w.reason)
-    put_layer(n, layer)
-    put_group(n, group)
-    return n

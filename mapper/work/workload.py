@@ -1,6 +1,6 @@
 """The workload: a model's graph at concrete shapes and the work of each node (stage two's output).
 
-`analyze_graph` runs the work model (`ops.estimate_work`) with the layer placer (`layers`) over an
+`analyze_graph` runs the work model (`kinds.estimate_work_kinds`) with the layer placer (`layers`) over an
 imported graph; the workload carries its model's caches (`ModelCaches`) so that every later stage
 reuses what depends on structure alone, and the two keys those stages need, computed once.
 """
@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from mapper.core.caches import ModelCaches
 from mapper.core.graph import Graph, OpClass
 from mapper.core.result import NodeWork
+from mapper.work.kinds import estimate_work_kinds, work_roles
 from mapper.work.layers import layer_placer
 from mapper.work.moe import ExpertGemm, route_work
-from mapper.work.ops import estimate_work_kinds, work_roles
 
 
 @dataclass(frozen=True, slots=True)

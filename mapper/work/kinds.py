@@ -1,0 +1,109 @@
+"""The work of every node of a graph, each kind of node estimated once (stage two's loop over the nodes).
+
+`estimate_work_kinds` runs `ops.estimate_node_work` once per kind (nodes of one walk class and weight
+roles, or one signature at equal shapes) and renames the estimate for the other nodes of the kind; a
+repeated layer's node takes its twin's (`Graph.twins`, the import's copies) without naming its kind again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+from mapper.core.graph import Graph, LayerType, Node
+from mapper.core.result import NodeWork
+from mapper.work.ops import LayerPlacer, estimate_node_work
+
+
+def work_roles(graph: Graph) -> tuple[tuple, ...]:
+    """Per live node, what its work depends on of each input besides the shapes: the type memory holds a
+    weight in (QDQ models) and whether it is a weight. Structural: the same at every binding."""
+    weights, stored = graph.weights, graph.stored_dtypes
+    return tuple(tuple(i and (stored.get(i), i in weights) for i in node.inputs) for node in graph.nodes)
+
+
+def estimate_work_kinds(
+    graph: Graph,
+    place: LayerPlacer | None = None,
+    classes: dict[str, int] | None = None,
+    roles: tuple[tuple, ...] | None = None,
+) -> tuple[tuple[NodeWork, ...], tuple[int, ...]]:
+    """Work of every live (not folded) node, in graph order, with the layer type and block `place`
+    gives it (none given: every node Other), and each node's work kind: nodes of one kind have equal
+    input and output specs, weight roles and work, all but the name, layer type and block (-1: a node
+    estimated alone). The kernel builder reuses one kernel per kind of group (`plan.kernels`).
+
+    Nodes of one signature whose inputs and outputs have the same shapes, types and weight roles do
+    the same work: each such combination is estimated once (a transformer's layers repeat). `classes`
+    (the import walk's, see `Walk.classes`) and `roles` (`work_roles`, kept per structure) name that
+    combination without re-reading the shapes."""
+    classes = classes if roles is not None and classes else {}
+    twins = graph.twins if classes else ()  # a copy has its twin's class and weight roles: its key and work
+    seen: dict[tuple, NodeWork] = {}
+    kind_of: dict[tuple, int] = {}  # key -> its kind, numbered in the order first met
+    out, kinds, estimated = [], [], []
+    for k, node in enumerate(graph.nodes):
+        t = twins[k] if twins else -1
+        if t >= 0 and roles[k] == roles[t]:
+            w, kind = estimated[t], kinds[t]
+        else:
+            key = _work_key(graph, node, classes.get(node.name), roles[k] if roles is not None else ())
+            w = None if key is None else seen.get(key)
+            if w is None:
+                w = estimate_node_work(node, graph)
+                if key is not None:
+                    seen[key] = w
+                    kind_of[key] = len(kind_of)
+            kind = -1 if key is None else kind_of[key]
+        estimated.append(w)
+        kinds.append(kind)
+        layer, group = place(node.name, w.op_type, w.op_class) if place else (w.layer_type, w.layer_group)
+        out.append(_placed(w, node.name, layer, group))
+    return tuple(out), tuple(kinds)
+
+
+def _work_key(graph: Graph, node: Node, cls: int | None, roles: tuple) -> tuple | None:
+    """What names a node's work besides its name: its walk class and weight roles, else its signature and its
+    inputs' and outputs' shapes and types; None where a shape is unknown (the node is estimated alone)."""
+    if cls is not None:
+        return cls, roles
+    if node.signature is None:
+        return None
+    tensors, weights, stored = graph.tensors, graph.weights, graph.stored_dtypes
+    try:
+        return (
+            node.signature,
+            tuple(i and ((s := tensors[i]).shape, stored.get(i, s.dtype), i in weights) for i in node.inputs),
+            tuple(o and ((s := tensors[o]).shape, s.dtype) for o in node.outputs),
+        )
+    except KeyError:  # a shape is unknown: estimated (and explained) on its own
+        return None
+
+
+# NodeWork's slots written directly, in field order: `_placed` copies a repeated node's work under its own name at
+# every binding (~400 records a BERT-base binding), and the frozen dataclass's __init__ (an object.__setattr__ a
+# field) was half of the work model's time (0.63 -> 0.34 ms). A field added to NodeWork fails the unpacking below;
+# tests/test_records.py compares the record with the constructor's.
+_NODEWORK_SETTERS = tuple(getattr(NodeWork, f.name).__set__ for f in fields(NodeWork))
+
+
+def _placed(w: NodeWork, name: str, layer: LayerType, group: int) -> NodeWork:
+    """`w` as the work of the node `name` in this layer and block (itself where it already is)."""
+    if w.name == name and (layer, group) == (w.layer_type, w.layer_group):
+        return w
+    put_name, put_op, put_class, put_flops, put_matrix_flops, put_sfu, put_read, put_written, put_weight, put_matrix, \
+        put_reason, put_layer, put_group = _NODEWORK_SETTERS  # fmt: skip
+    n = object.__new__(NodeWork)
+    put_name(n, name)
+    put_op(n, w.op_type)
+    put_class(n, w.op_class)
+    put_flops(n, w.flops)
+    put_matrix_flops(n, w.matrix_flops)
+    put_sfu(n, w.sfu_ops)
+    put_read(n, w.bytes_read)
+    put_written(n, w.bytes_written)
+    put_weight(n, w.weight_bytes)
+    put_matrix(n, w.matrix)
+    put_reason(n, w.reason)
+    put_layer(n, layer)
+    put_group(n, group)
+    return n
