@@ -8,20 +8,23 @@ few boundary tensors agree: those it reads from before the stretch (the first la
 second's). The walk then copies node i's outputs instead of inferring them again (`Walk.visit_all`).
 
 Found once per model from its nodes in execution order and its initializers (`ModelCaches.repeats`),
-in time linear in the nodes: a few candidate periods, each one pass over the nodes.
+in time linear in the nodes: each gap up to MAX_PERIOD scored by one vectorized comparison of signatures,
+then the best few read node by node where the signatures a period apart agree.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
+
+import numpy as np
 
 from mapper.core.graph import Node
 
 CANDIDATE_PERIODS = 4  # periods tried, best first
-NEXT_OCCURRENCES = 16  # a node's gaps to this many earlier nodes of its signature vote for a period
+# The longest layer looked for: Llama-2's exported layer is ~74 nodes, BERT's 39; a longer one is inferred node
+# by node (correct, only slower). Scoring a gap is one vectorized comparison over the nodes: linear in them.
+MAX_PERIOD = 512
 BEFORE_ANY_NODE = -1  # where a graph input is made, for the boundary checks
-GAPS_SCORED = 12  # the commonest gaps, each scored by one pass over the nodes
 MIN_STRETCH = 8  # matched nodes a stretch needs: a shorter one saves less than its boundary check costs
 
 
@@ -51,18 +54,18 @@ def find_repeats(nodes: list[Node], initializer_ids: dict[str, int]) -> Repeats:
     """The stretches of copies among `nodes` (execution order); `initializer_ids`: each initializer's
     interned (shape, type, small value), by which two layers' weights are alike."""
     made = _producers(nodes)
-    if made is None:  # a tensor made twice (a damaged file): nothing is copied
+    if made is None or len(nodes) < 2 * MIN_STRETCH:  # a tensor made twice (a damaged file), or too few nodes
         return Repeats()
-    twin, stretch_of, stretches = [-1] * len(nodes), [-1] * len(nodes), []
-    for period in _candidate_periods(nodes):
-        for start, stop, checks in _stretches(nodes, made, initializer_ids, period):
+    # each node's signature, a node without one (a tensor attribute) unlike every other
+    sigs = np.array([-1 - k if n.signature is None else n.signature for k, n in enumerate(nodes)], dtype=np.int64)
+    twin, stretch_of, stretches = np.full(len(nodes), -1, dtype=np.int64), [-1] * len(nodes), []
+    for period in _candidate_periods(sigs):
+        for start, stop, checks in _stretches(nodes, sigs, twin < 0, made, initializer_ids, period):
             copies = range(start + period, stop + period)
-            if any(twin[j] >= 0 for j in copies):
-                continue  # claimed by a stretch of a commoner period
-            for j in copies:
-                twin[j], stretch_of[j] = j - period, len(stretches)
+            twin[copies.start : copies.stop] = np.arange(start, stop)
+            stretch_of[copies.start : copies.stop] = [len(stretches)] * len(copies)
             stretches.append(Stretch(period, copies.start, copies.stop, checks))
-    return Repeats(tuple(stretches), tuple(twin), tuple(stretch_of), sum(t >= 0 for t in twin))
+    return Repeats(tuple(stretches), tuple(twin.tolist()), tuple(stretch_of), int((twin >= 0).sum()))
 
 
 def _producers(nodes: list[Node]) -> dict[str, tuple[int, int]] | None:
@@ -77,41 +80,44 @@ def _producers(nodes: list[Node]) -> dict[str, tuple[int, int]] | None:
     return made
 
 
-def _candidate_periods(nodes: list[Node]) -> list[int]:
-    """Periods worth a pass, best first: the gaps between a node and the next NEXT_OCCURRENCES nodes of its
-    signature (a layer of six MatMuls puts each one layer from the sixth next), the commonest
-    GAPS_SCORED of them ranked by how many positions hold one signature at both ends."""
-    sigs = [n.signature for n in nodes]
-    seen: dict[int, list[int]] = {}
-    gaps: Counter[int] = Counter()
-    for pos, sig in enumerate(sigs):
-        if sig is None:
-            continue
-        earlier = seen.setdefault(sig, [])
-        gaps.update(pos - e for e in earlier[-NEXT_OCCURRENCES:])
-        earlier.append(pos)
-    scored = [
-        (sum(a is not None and a == b for a, b in zip(sigs, sigs[gap:])), gap)
-        for gap, _ in gaps.most_common(GAPS_SCORED)
-    ]
-    return [gap for score, gap in sorted(scored, key=lambda sg: (-sg[0], sg[1]))[:CANDIDATE_PERIODS] if score]
+def _candidate_periods(sigs: np.ndarray) -> list[int]:
+    """Periods worth a pass, best first: of the gaps 1..MAX_PERIOD, those at which the most positions hold one
+    signature at both ends (a layer's length, where its ops repeat), a gap's multiples after it dropped."""
+    gaps = np.arange(1, min(MAX_PERIOD, len(sigs) // 2) + 1)
+    alike = np.array([np.count_nonzero(sigs[:-g] == sigs[g:]) for g in gaps])
+    periods: list[int] = []
+    for g in gaps[np.argsort(-alike, kind="stable")].tolist():
+        if alike[g - 1] < MIN_STRETCH or len(periods) == CANDIDATE_PERIODS:
+            break
+        if not any(g % p == 0 for p in periods):
+            periods.append(g)
+    return periods
 
 
-def _stretches(nodes: list[Node], made: dict, initializer_ids: dict[str, int], period: int):
+def _stretches(nodes: list[Node], sigs: np.ndarray, free: np.ndarray, made: dict, initializer_ids: dict, period: int):
     """(start, stop, checks) of each maximal run of positions i in [start, stop) whose node i + period is
-    a copy of node i (`_alike`), at least MIN_STRETCH long; `checks`: the pairs read from before `start`."""
-    start, pending = None, []
-    for i in range(len(nodes) - period + 1):
-        pairs = _alike(nodes[i], nodes[i + period], period, made, initializer_ids) if i + period < len(nodes) else None
-        if pairs is not None:
-            if start is None:
-                start, pending = i, []
-            pending.append(pairs)
-            continue
-        if start is not None and i - start >= MIN_STRETCH:
-            checks = {(x, y) for group in pending for (x, y, px) in group if px < start}
-            yield start, i, tuple(sorted(checks))
-        start = None
+    a copy of node i (`_alike`) not yet claimed (`free`), at least MIN_STRETCH long; `checks`: the pairs
+    read from before `start`. Only runs of one signature a period apart are read node by node."""
+    same = (sigs[:-period] == sigs[period:]) & free[period:]
+    for lo, hi in _runs(same):
+        start, pending = None, []
+        for i in range(lo, hi + 1):
+            pairs = _alike(nodes[i], nodes[i + period], period, made, initializer_ids) if i < hi else None
+            if pairs is not None:
+                if start is None:
+                    start, pending = i, []
+                pending.append(pairs)
+                continue
+            if start is not None and i - start >= MIN_STRETCH:
+                checks = {(x, y) for group in pending for (x, y, px) in group if px < start}
+                yield start, i, tuple(sorted(checks))
+            start = None
+
+
+def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
+    """[lo, hi) of each run of True in `mask` at least MIN_STRETCH long."""
+    edges = np.flatnonzero(np.diff(np.concatenate(([False], mask, [False])).astype(np.int8)))
+    return [(lo, hi) for lo, hi in zip(edges[::2].tolist(), edges[1::2].tolist()) if hi - lo >= MIN_STRETCH]
 
 
 def _alike(a: Node, b: Node, period: int, made: dict, initializer_ids: dict[str, int]):
