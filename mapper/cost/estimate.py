@@ -10,14 +10,18 @@ the kernel (the clock drops).
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from mapper.core.result import Kernel, TileChoice, TilePlan
+import numpy as np
+
+from mapper.core.result import Kernel, TilePlan
 from mapper.core.vocab import Engine
 from mapper.cost.collectives import collective_time
 from mapper.cost.row_kernels import row_kernel_memory_s
 from mapper.hardware.profile import HardwareProfile
-from mapper.plan.tiling import plan_attention, plan_matrix, plan_vector, smooth_max
+from mapper.plan.tiling import OVERLAP_EXPONENT, plan_attention, plan_matrices, plan_vector
 
 HOST_TRANSFER_FRACTION = 1.0  # a host fallback moves its inputs and outputs over the host link once each way
 
@@ -40,8 +44,20 @@ class Cost:
 
 
 def kernel_time(compute_s: float, memory_s: float, overhead_s: float, sync_s: float) -> float:
-    """The one roofline: imperfect overlap of compute and memory, then fixed costs."""
-    return float(smooth_max(compute_s, memory_s)) + overhead_s + sync_s
+    """The one roofline: imperfect overlap of compute and memory (`tiling.smooth_max`), then fixed costs."""
+    return kernel_times((compute_s,), (memory_s,), overhead_s, (sync_s,))[0]
+
+
+def kernel_times(
+    compute_s: Sequence[float], memory_s: Sequence[float], overhead_s: float, sync_s: Sequence[float]
+) -> list[float]:
+    """`kernel_time` of several (compute, memory, sync) at one overhead, the powers in one numpy call. The
+    same floats as `tiling.smooth_max` of scalars: numpy's power loop raises to the exponent, the root
+    is the C library's pow (numpy's float64 scalar power and math.pow both call it)."""
+    n = len(compute_s)
+    powered = (np.array((*compute_s, *memory_s), float) ** OVERLAP_EXPONENT).tolist()
+    root = 1 / OVERLAP_EXPONENT
+    return [math.pow(powered[i] + powered[n + i], root) + overhead_s + sync_s[i] for i in range(n)]
 
 
 def roofline_time(kernel: Kernel, engine: str, hw: HardwareProfile, dtype: str) -> float:
@@ -84,12 +100,50 @@ def estimate_cost(
     sparse: bool = False,
 ) -> Cost:
     """`sparse`: a 2:4-sparse weight GEMM (`weight_bytes_per` already compressed): the sparse matrix peak."""
+    (searched,) = search_matrices((kernel,), (weight_bytes_per,), (sparse,), hw, dtype, act_bytes)
+    return estimate_searched(kernel, searched, hw, dtype, act_bytes, power_cap_w)
+
+
+def takes_matrix_search(kernel: Kernel) -> bool:
+    """A kernel `plan_matrices` tiles: a GEMM or conv on the matrix engine (fused attention has its own search)."""
+    return kernel.engine == "matrix" and kernel.rule != "flash-attention"
+
+
+def search_matrices(
+    kernels: Sequence[Kernel],
+    weight_bytes_per: Sequence[float],
+    sparse: Sequence[bool],
+    hw: HardwareProfile,
+    dtype: str,
+    act_bytes: float,
+) -> list[TilePlan | None]:
+    """The matrix tile search of each kernel that takes one (`takes_matrix_search`; None for the others),
+    one `plan_matrices` call per (peak, weight element size): a slice's new GEMMs in one numpy evaluation."""
+    out: list[TilePlan | None] = [None] * len(kernels)
+    groups: dict[tuple[bool, float], list[int]] = {}
+    for i, k in enumerate(kernels):
+        if takes_matrix_search(k):
+            groups.setdefault((sparse[i], weight_bytes_per[i]), []).append(i)
+    for (is_sparse, weight_per), members in groups.items():
+        peak = hw.sparse_matrix_peak(dtype) if is_sparse else hw.matrix_peak(dtype)
+        for i, plan in zip(members, plan_matrices([kernels[i] for i in members], hw, peak, act_bytes, weight_per)):
+            out[i] = plan
+    return out
+
+
+def estimate_searched(
+    kernel: Kernel,
+    searched: TilePlan | None,
+    hw: HardwareProfile,
+    dtype: str,
+    act_bytes: float,
+    power_cap_w: float | None = None,
+) -> Cost:
+    """`estimate_cost` given the kernel's matrix tile search (`search_matrices`; None where it takes none)."""
     if kernel.engine == "interconnect":
         return _interconnect_cost(kernel, hw)
     overhead_s = hw.kernel_launch_s
-    tiling, compute_s, memory_s, dram, l2, engine, sync_s = _engine_times(
-        kernel, hw, dtype, act_bytes, weight_bytes_per, sparse
-    )
+    tiling, compute_s, memory_s, dram, l2, engine, sync_s = _engine_times(kernel, searched, hw, dtype, act_bytes)
     scale = max((hw.op_time_scale.get(op, 1.0) for op in kernel.op_types), default=1.0)
     if scale != 1.0:  # the device's software runs this op slower (or faster) than the model's roofline says
         compute_s, memory_s = compute_s * scale, memory_s * scale
@@ -144,15 +198,18 @@ def _on_kernel_basis(
     cap, so a runner-up compares with the chosen tile (the search ranks them without the fixed costs)."""
     if tiling.chosen is None:
         return tiling
-
-    def timed(c: TileChoice) -> TileChoice:
-        sync_s = hw.grid_sync_s if c.split_k > 1 else 0.0
-        raw = kernel_time(c.compute_s * scale, c.memory_s * scale, overhead_s, sync_s)
-        return replace(
-            c, time_s=_under_cap(raw, _dynamic_energy(kernel, hw, dtype, c.dram_bytes, c.l2_bytes), headroom_w)[0]
-        )
-
-    return replace(tiling, chosen=timed(tiling.chosen), alternatives=tuple(timed(a) for a in tiling.alternatives))
+    choices = (tiling.chosen, *tiling.alternatives)
+    raw = kernel_times(
+        [c.compute_s * scale for c in choices],
+        [c.memory_s * scale for c in choices],
+        overhead_s,
+        [hw.grid_sync_s if c.split_k > 1 else 0.0 for c in choices],
+    )
+    timed = [
+        c.with_time(_under_cap(t, _dynamic_energy(kernel, hw, dtype, c.dram_bytes, c.l2_bytes), headroom_w)[0])
+        for c, t in zip(choices, raw)
+    ]
+    return replace(tiling, chosen=timed[0], alternatives=tuple(timed[1:]))
 
 
 def _interconnect_cost(kernel: Kernel, hw: HardwareProfile) -> Cost:
@@ -178,10 +235,9 @@ def _interconnect_cost(kernel: Kernel, hw: HardwareProfile) -> Cost:
     )
 
 
-def _engine_times(
-    kernel: Kernel, hw: HardwareProfile, dtype: str, act_bytes: float, weight_bytes_per: float, sparse: bool = False
-):
-    """The tiling, compute and memory time, DRAM and L2 traffic, engine and sync time of a kernel on its engine."""
+def _engine_times(kernel: Kernel, searched: TilePlan | None, hw: HardwareProfile, dtype: str, act_bytes: float):
+    """The tiling, compute and memory time, DRAM and L2 traffic, engine and sync time of a kernel on its engine
+    (`searched`: its matrix tile search)."""
     engine = kernel.engine
     sync_s = 0.0
     if engine == "host":
@@ -193,8 +249,7 @@ def _engine_times(
         tiling = plan_attention(kernel, hw, hw.matrix_peak(dtype), hw.vector_peak(dtype), act_bytes)
         compute_s, memory_s, dram, l2 = _split(tiling)
     elif engine == "matrix":
-        peak = hw.sparse_matrix_peak(dtype) if sparse else hw.matrix_peak(dtype)
-        tiling = plan_matrix(kernel, hw, peak, act_bytes, weight_bytes_per)
+        tiling = searched
         compute_s, memory_s, dram, l2 = _split(tiling)
         if tiling.chosen.split_k > 1:
             sync_s = hw.grid_sync_s
