@@ -100,7 +100,7 @@ def estimate_cost(
     sparse: bool = False,
 ) -> Cost:
     """`sparse`: a 2:4-sparse weight GEMM (`weight_bytes_per` already compressed): the sparse matrix peak."""
-    (searched,) = search_matrices((kernel,), (weight_bytes_per,), (sparse,), hw, dtype, act_bytes)
+    (searched,) = search_matrices((kernel,), (weight_bytes_per,), (sparse,), hw, dtype, act_bytes, power_cap_w)
     return estimate_searched(kernel, searched, hw, dtype, act_bytes, power_cap_w)
 
 
@@ -116,9 +116,11 @@ def search_matrices(
     hw: HardwareProfile,
     dtype: str,
     act_bytes: float,
+    power_cap_w: float | None = None,
 ) -> list[TilePlan | None]:
     """The matrix tile search of each kernel that takes one (`takes_matrix_search`; None for the others),
-    one `plan_matrices` call per (peak, weight element size): a slice's new GEMMs in one numpy evaluation."""
+    one `plan_matrices` call per (peak, weight element size): a slice's new GEMMs in one numpy evaluation.
+    The kept candidates come timed as their kernel (`Basis`), each record built once."""
     out: list[TilePlan | None] = [None] * len(kernels)
     groups: dict[tuple[bool, float], list[int]] = {}
     for i, k in enumerate(kernels):
@@ -126,7 +128,9 @@ def search_matrices(
             groups.setdefault((sparse[i], weight_bytes_per[i]), []).append(i)
     for (is_sparse, weight_per), members in groups.items():
         peak = hw.sparse_matrix_peak(dtype) if is_sparse else hw.matrix_peak(dtype)
-        for i, plan in zip(members, plan_matrices([kernels[i] for i in members], hw, peak, act_bytes, weight_per)):
+        bases = [Basis.of(kernels[i], hw, dtype, power_cap_w) for i in members]
+        plans = plan_matrices([kernels[i] for i in members], hw, peak, act_bytes, weight_per, bases)
+        for i, plan in zip(members, plans):
             out[i] = plan
     return out
 
@@ -142,16 +146,15 @@ def estimate_searched(
     """`estimate_cost` given the kernel's matrix tile search (`search_matrices`; None where it takes none)."""
     if kernel.engine == "interconnect":
         return _interconnect_cost(kernel, hw)
-    overhead_s = hw.kernel_launch_s
+    basis = Basis.of(kernel, hw, dtype, power_cap_w)
+    overhead_s, scale, headroom_w = basis.overhead_s, basis.scale, basis.headroom_w
     tiling, compute_s, memory_s, dram, l2, engine, sync_s = _engine_times(kernel, searched, hw, dtype, act_bytes)
-    scale = max((hw.op_time_scale.get(op, 1.0) for op in kernel.op_types), default=1.0)
     if scale != 1.0:  # the device's software runs this op slower (or faster) than the model's roofline says
         compute_s, memory_s = compute_s * scale, memory_s * scale
-    cap = power_cap_w if power_cap_w is not None else hw.tdp_w
-    headroom_w = max(cap - hw.idle_w, 1e-3)
     dynamic_j = _dynamic_energy(kernel, hw, dtype, dram, l2)
     time_s, throttled = _under_cap(kernel_time(compute_s, memory_s, overhead_s, sync_s), dynamic_j, headroom_w)
-    tiling = _on_kernel_basis(tiling, kernel, hw, dtype, scale, overhead_s, headroom_w)
+    if tiling is not searched:  # the matrix search's candidates came timed as the kernel (`search_matrices`)
+        tiling = _on_kernel_basis(tiling, basis)
     energy_j = dynamic_j + hw.idle_w * time_s
     return Cost(
         tiling,
@@ -185,30 +188,63 @@ def _under_cap(time_s: float, dynamic_j: float, headroom_w: float) -> tuple[floa
     return time_s, False
 
 
-def _on_kernel_basis(
-    tiling: TilePlan,
-    kernel: Kernel,
-    hw: HardwareProfile,
-    dtype: str,
-    scale: float,
-    overhead_s: float,
-    headroom_w: float,
-) -> TilePlan:
-    """Every tile candidate timed as the kernel itself is: the same launch, op scale, grid sync and power
-    cap, so a runner-up compares with the chosen tile (the search ranks them without the fixed costs)."""
+@dataclass(frozen=True, slots=True)
+class Basis:
+    """What times a tile candidate as its kernel: the same launch, op scale, grid sync and power cap, so a
+    runner-up compares with the chosen tile (the search ranks them without the fixed costs)."""
+
+    scale: float  # the device's op-time scale of the kernel's slowest op
+    overhead_s: float
+    headroom_w: float  # power above idle under the cap
+    flop_j: float  # the kernel's FLOPs' energy (`_dynamic_energy`'s first term)
+    dram_j: float  # per DRAM byte
+    l2_j: float  # per L2 byte that did not go on to DRAM
+    grid_sync_s: float  # a split-K candidate's reduction
+
+    @staticmethod
+    def of(kernel: Kernel, hw: HardwareProfile, dtype: str, power_cap_w: float | None) -> Basis:
+        cap = power_cap_w if power_cap_w is not None else hw.tdp_w
+        return Basis(
+            max((hw.op_time_scale.get(op, 1.0) for op in kernel.op_types), default=1.0),
+            hw.kernel_launch_s,
+            max(cap - hw.idle_w, 1e-3),
+            _energy_per_flop(hw, dtype) * kernel.flops,
+            hw.energy_per_dram_byte_j,
+            hw.energy_per_l2_byte_j,
+            hw.grid_sync_s,
+        )
+
+    def times(
+        self, compute_s: list[float], memory_s: list[float], dram: list[float], l2: list[float], split_k: list[int]
+    ) -> list[float]:
+        """Candidates' times as the kernel's: `kernel_time` of their scaled work, then the power cap."""
+        scale = self.scale
+        raw = kernel_times(
+            [c * scale for c in compute_s],
+            [m * scale for m in memory_s],
+            self.overhead_s,
+            [self.grid_sync_s if s > 1 else 0.0 for s in split_k],
+        )
+        dram_j, l2_j = self.dram_j, self.l2_j
+        return [  # `_dynamic_energy` of each, the same sum in the same order
+            _under_cap(t, self.flop_j + dram_j * d + l2_j * max(b - d, 0.0), self.headroom_w)[0]
+            for t, d, b in zip(raw, dram, l2)
+        ]
+
+
+def _on_kernel_basis(tiling: TilePlan, basis: Basis) -> TilePlan:
+    """Every tile candidate timed as the kernel itself is (`Basis`)."""
     if tiling.chosen is None:
         return tiling
     choices = (tiling.chosen, *tiling.alternatives)
-    raw = kernel_times(
-        [c.compute_s * scale for c in choices],
-        [c.memory_s * scale for c in choices],
-        overhead_s,
-        [hw.grid_sync_s if c.split_k > 1 else 0.0 for c in choices],
+    times = basis.times(
+        [c.compute_s for c in choices],
+        [c.memory_s for c in choices],
+        [c.dram_bytes for c in choices],
+        [c.l2_bytes for c in choices],
+        [c.split_k for c in choices],
     )
-    timed = [
-        c.with_time(_under_cap(t, _dynamic_energy(kernel, hw, dtype, c.dram_bytes, c.l2_bytes), headroom_w)[0])
-        for c, t in zip(choices, raw)
-    ]
+    timed = [c.with_time(t) for c, t in zip(choices, times)]
     return replace(tiling, chosen=timed[0], alternatives=tuple(timed[1:]))
 
 

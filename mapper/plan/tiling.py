@@ -11,9 +11,11 @@ Vector kernels get a block size, a pass count and their grid synchronizations.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -129,6 +131,11 @@ class _Candidates:
     time_s: np.ndarray
 
 
+# `_Candidates` rows that TileChoice holds as ints (tile, stages, split-K, tiles, waves, SRAM bytes), the rest floats
+_COUNT_FIELDS = [0, 1, 2, 3, 4, 5, 6, 9]
+_MEASURED_FIELDS = [7, 8, 10, 11, 12, 13, 14]
+
+
 def plan_matrix(
     kernel: Kernel, hw: HardwareProfile, peak: float, act_bytes: float, weight_bytes_per: float
 ) -> TilePlan:
@@ -136,12 +143,26 @@ def plan_matrix(
     return plan_matrices((kernel,), hw, peak, act_bytes, weight_bytes_per)[0]
 
 
+class CandidateTimer(Protocol):
+    """Times a kernel's kept candidates as the kernel runs (cost.estimate's `Basis`: launch, op scale, power cap)."""
+
+    def times(
+        self, compute_s: list[float], memory_s: list[float], dram: list[float], l2: list[float], split_k: list[int]
+    ) -> list[float]: ...
+
+
 def plan_matrices(
-    kernels: Sequence[Kernel], hw: HardwareProfile, peak: float, act_bytes: float, weight_bytes_per: float
+    kernels: Sequence[Kernel],
+    hw: HardwareProfile,
+    peak: float,
+    act_bytes: float,
+    weight_bytes_per: float,
+    timers: Sequence[CandidateTimer] | None = None,
 ) -> list[TilePlan]:
     """The tile search of several matrix kernels in one numpy evaluation (a slice's new GEMMs): every
     (kernel, candidate) pair that may run is one element of flat arrays, kernels in order, so each
-    element goes through the same floating-point operations as a search of its kernel alone."""
+    element goes through the same floating-point operations as a search of its kernel alone. With
+    `timers` (one a kernel), the kept candidates' `time_s` is their kernel's time, not the search's."""
     P = hw.compute_units
     macs = _macs_per_clock_per_unit(hw, peak)
     tm, tn, tk, st, sk, sram, single, tile_eff, key_id = _fitting(
@@ -154,28 +175,38 @@ def plan_matrices(
     counts = ok.sum(axis=1).tolist()
     plans: list[TilePlan | None] = [None] * len(kernels)
     if any(counts):
-        rows, cols = np.nonzero(ok)
+        rows, cols = ok.nonzero()
         kept = [i for i, n in enumerate(counts) if n]
         figures = np.array([_matrix_figures(kernels[i], hw, act_bytes, weight_bytes_per) for i in kept], float)
         candidates = _matrix_times(figures, rows, cols, (tm, tn, tk, st, sk, sram, tile_eff), hw, peak)
-        for i, plan in zip(kept, _pick_rows("matrix", candidates, key_id[cols], [counts[i] for i in kept])):
+        kept_timers = [timers[i] for i in kept] if timers else None
+        for i, plan in zip(
+            kept, _pick_rows("matrix", candidates, key_id[cols], [counts[i] for i in kept], kept_timers)
+        ):
             plans[i] = plan
     for i, n in enumerate(counts):
         if not n:  # nothing fits: fall back to the smallest aligned tile, single stage
-            plans[i] = _plan_unfit(kernels[i], hw, peak, act_bytes, weight_bytes_per)
+            plans[i] = _plan_unfit(kernels[i], hw, peak, act_bytes, weight_bytes_per, timers[i] if timers else None)
     return plans
 
 
-def _plan_unfit(kernel: Kernel, hw: HardwareProfile, peak: float, act_bytes: float, weight_bytes_per: float):
+def _plan_unfit(
+    kernel: Kernel,
+    hw: HardwareProfile,
+    peak: float,
+    act_bytes: float,
+    weight_bytes_per: float,
+    timer: CandidateTimer | None,
+) -> TilePlan:
     tm, tn, tk, st, sk, sram = _candidates(hw.matrix_instruction_mnk, act_bytes)
     ok = (tm == tm.min()) & (tn == tn.min()) & (tk == tk.min()) & (st == st.min()) & (sk == 1)
     macs = _macs_per_clock_per_unit(hw, peak)
     tile_eff = np.minimum(1.0, SRAM_BYTES_PER_CLOCK / (macs * (tm + tn) / (tm * tn) * act_bytes))
-    (cols,) = np.nonzero(ok)
+    (cols,) = ok.nonzero()
     table = (tm, tn, tk, st, sk, sram, tile_eff)
     figures = np.array([_matrix_figures(kernel, hw, act_bytes, weight_bytes_per)], float)
     candidates = _matrix_times(figures, np.zeros_like(cols), cols, table, hw, peak)
-    return _pick_rows("matrix", candidates, _key_ids(tm, tn, sk)[cols], [len(cols)])[0]
+    return _pick_rows("matrix", candidates, _key_ids(tm, tn, sk)[cols], [len(cols)], [timer] if timer else None)[0]
 
 
 def _matrix_times(
@@ -231,18 +262,24 @@ def _matrix_figures(kernel: Kernel, hw: HardwareProfile, act_bytes: float, weigh
     return M, N, K, B, kernel.matrix_flops, kernel.dram_bytes, a_bytes, b_bytes, base_eff
 
 
-def _pick_rows(kind: str, c: _Candidates, key_id: np.ndarray, counts: Sequence[int]) -> list[TilePlan]:
+def _pick_rows(
+    kind: str,
+    c: _Candidates,
+    key_id: np.ndarray,
+    counts: Sequence[int],
+    timers: Sequence[CandidateTimer] | None = None,
+) -> list[TilePlan]:
     """For each row (a kernel's run of `counts[i]` candidates, rows one after another): the fastest candidate
     and the next ALTERNATIVES_KEPT of other (tile m, tile n, split-K), ties in the candidates' order.
     Each row's first PICK_CHUNK ranks are read at once (the first few distinct tiles are usually within
     ~30 ranks); a row that needs more reads on in chunks."""
     rows = np.repeat(np.arange(len(counts)), counts)
     order = np.lexsort((c.time_s, rows))  # by row, then time; stable: ties keep the candidates' order
-    starts = np.cumsum((0, *counts[:-1]))
-    window = np.minimum(starts[:, None] + np.arange(PICK_CHUNK), len(order) - 1)
+    starts = list(itertools.accumulate(counts[:-1], initial=0))
+    window = np.minimum(np.array(starts)[:, None] + np.arange(PICK_CHUNK), len(order) - 1)
     ranked = order[window]
     chosen = []
-    for start, count, first, keys in zip(starts.tolist(), counts, ranked.tolist(), key_id[ranked].tolist()):
+    for start, count, first, keys in zip(starts, counts, ranked.tolist(), key_id[ranked].tolist()):
         picks, seen = [], set()
         for offset in range(0, count, PICK_CHUNK):
             if offset:  # past the window: read this row on
@@ -257,9 +294,19 @@ def _pick_rows(kind: str, c: _Candidates, key_id: np.ndarray, counts: Sequence[i
             if len(picks) > ALTERNATIVES_KEPT:
                 break
         chosen.append(picks)
-    flat = [i for picks in chosen for i in picks]
-    fields = np.stack([getattr(c, f)[flat] for f in _Candidates.__slots__])
-    choices = iter(_choice(values) for values in fields.T.tolist())
+    flat = np.array([i for picks in chosen for i in picks])
+    values = np.stack([getattr(c, f)[flat] for f in _Candidates.__slots__])
+    counted = values[_COUNT_FIELDS].astype(np.int64).T.tolist()  # int() of each: truncation, as the record's ints
+    measured = values[_MEASURED_FIELDS].T.tolist()
+    if timers:  # each row's kept candidates timed as its kernel (`CandidateTimer`) before the records are built
+        at = 0
+        for timer, picks in zip(timers, chosen):
+            rows_n, rows_x = counted[at : at + len(picks)], measured[at : at + len(picks)]
+            at += len(picks)
+            times = timer.times(*([x[i] for x in rows_x] for i in (4, 5, 2, 3)), [n[4] for n in rows_n])
+            for x, t in zip(rows_x, times):
+                x[6] = t
+    choices = iter(map(_choice, counted, measured))
     return [_plan(kind, [next(choices) for _ in picks]) for picks in chosen]
 
 
@@ -267,12 +314,9 @@ def _plan(kind: str, choices: list[TileChoice]) -> TilePlan:
     return TilePlan(kind, choices[0], tuple(choices[1:]))
 
 
-def _choice(v: list[float]) -> TileChoice:
-    """A candidate's fields (a `_Candidates` column, as floats) as the record: counts as ints."""
-    return TileChoice(
-        int(v[0]), int(v[1]), int(v[2]), int(v[3]), int(v[4]), int(v[5]), int(v[6]), v[7], v[8], int(v[9]),
-        v[10], v[11], v[12], v[13], v[14],
-    )  # fmt: skip
+def _choice(n: list[int], x: list[float]) -> TileChoice:
+    """A candidate's counts (`_COUNT_FIELDS`) and measures (`_MEASURED_FIELDS`) as the record."""
+    return TileChoice(n[0], n[1], n[2], n[3], n[4], n[5], n[6], x[0], x[1], n[7], x[2], x[3], x[4], x[5], x[6])
 
 
 def _attention_grid(d: int, act_bytes: float, hw: HardwareProfile):
