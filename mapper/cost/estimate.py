@@ -45,7 +45,8 @@ class Cost:
 
 def kernel_time(compute_s: float, memory_s: float, overhead_s: float, sync_s: float) -> float:
     """The one roofline: imperfect overlap of compute and memory (`tiling.smooth_max`), then fixed costs."""
-    return kernel_times((compute_s,), (memory_s,), overhead_s, (sync_s,))[0]
+    powered, other = (np.array((compute_s, memory_s), float) ** OVERLAP_EXPONENT).tolist()  # as `kernel_times`
+    return math.pow(powered + other, 1 / OVERLAP_EXPONENT) + overhead_s + sync_s
 
 
 def kernel_times(
@@ -146,15 +147,16 @@ def estimate_searched(
     """`estimate_cost` given the kernel's matrix tile search (`search_matrices`; None where it takes none)."""
     if kernel.engine == "interconnect":
         return _interconnect_cost(kernel, hw)
-    basis = Basis.of(kernel, hw, dtype, power_cap_w)
-    overhead_s, scale, headroom_w = basis.overhead_s, basis.scale, basis.headroom_w
+    overhead_s = hw.kernel_launch_s
     tiling, compute_s, memory_s, dram, l2, engine, sync_s = _engine_times(kernel, searched, hw, dtype, act_bytes)
+    scale = _op_scale(kernel, hw)
     if scale != 1.0:  # the device's software runs this op slower (or faster) than the model's roofline says
         compute_s, memory_s = compute_s * scale, memory_s * scale
+    headroom_w = _headroom_w(hw, power_cap_w)
     dynamic_j = _dynamic_energy(kernel, hw, dtype, dram, l2)
     time_s, throttled = _under_cap(kernel_time(compute_s, memory_s, overhead_s, sync_s), dynamic_j, headroom_w)
     if tiling is not searched:  # the matrix search's candidates came timed as the kernel (`search_matrices`)
-        tiling = _on_kernel_basis(tiling, basis)
+        tiling = _on_kernel_basis(tiling, Basis.of(kernel, hw, dtype, power_cap_w))
     energy_j = dynamic_j + hw.idle_w * time_s
     return Cost(
         tiling,
@@ -203,11 +205,10 @@ class Basis:
 
     @staticmethod
     def of(kernel: Kernel, hw: HardwareProfile, dtype: str, power_cap_w: float | None) -> Basis:
-        cap = power_cap_w if power_cap_w is not None else hw.tdp_w
         return Basis(
-            max((hw.op_time_scale.get(op, 1.0) for op in kernel.op_types), default=1.0),
+            _op_scale(kernel, hw),
             hw.kernel_launch_s,
-            max(cap - hw.idle_w, 1e-3),
+            _headroom_w(hw, power_cap_w),
             _energy_per_flop(hw, dtype) * kernel.flops,
             hw.energy_per_dram_byte_j,
             hw.energy_per_l2_byte_j,
@@ -230,6 +231,17 @@ class Basis:
             _under_cap(t, self.flop_j + dram_j * d + l2_j * max(b - d, 0.0), self.headroom_w)[0]
             for t, d, b in zip(raw, dram, l2)
         ]
+
+
+def _op_scale(kernel: Kernel, hw: HardwareProfile) -> float:
+    """The device's time scale of the kernel's slowest op (1.0: as the roofline says)."""
+    return max((hw.op_time_scale.get(op, 1.0) for op in kernel.op_types), default=1.0) if hw.op_time_scale else 1.0
+
+
+def _headroom_w(hw: HardwareProfile, power_cap_w: float | None) -> float:
+    """Power above idle under the cap (the profile's TDP without one)."""
+    cap = power_cap_w if power_cap_w is not None else hw.tdp_w
+    return max(cap - hw.idle_w, 1e-3)
 
 
 def _on_kernel_basis(tiling: TilePlan, basis: Basis) -> TilePlan:
