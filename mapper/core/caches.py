@@ -23,6 +23,7 @@ WORKLOAD_ENTRIES = 16
 # Assessments are per distinct kernel (a BERT-base slice has ~15): a 200-shape sweep on one profile keeps
 # a few thousand, and one is a few hundred bytes.
 ASSESSMENT_ENTRIES = 8192
+_MISSING = object()  # a table's answer for a key it does not hold (a kept value may be None)
 
 
 class ModelCaches:
@@ -158,11 +159,23 @@ class ModelCaches:
         """Weight elements per element type (`kernels.weight_tally`): the graph at its bindings (hash and dims)."""
         return self._get("weight_tally", (sha256, dims), make)
 
-    def assessment(self, hardware_sha256: str, plan: tuple, kernel: tuple, make):
-        """One kernel's tiling, cost and class (`assess.assess_kernel`): the profile's content (its hash),
-        the plan's figures (dtype, element sizes, power cap, ridge point, 2:4 sparsity) and every kernel field the
-        assessment reads (`assess.assessment_key`): repeated layers and slices of equal extents share one."""
-        return self._get("assessment", (hardware_sha256, plan, kernel), make, ASSESSMENT_ENTRIES)
+    def assessments(self, hardware_sha256: str, plan: tuple, kernels: list[tuple], make: Callable[[list[int]], list]):
+        """Kernels' tiling, cost and class (`assess.assess_kernels`), each keyed by the profile's content (its
+        hash), the plan's figures (dtype, element sizes, power cap, ridge point, 2:4 sparsity) and every kernel
+        field the assessment reads (`assess.assessment_key`): repeated layers and slices of equal extents share
+        one. `make(positions)` assesses the kernels not kept, given their positions in `kernels`, in one call
+        (a slice's new tile searches run as one numpy evaluation); the answer is in `kernels`' order."""
+        keys = [(hardware_sha256, plan, kernel) for kernel in kernels]
+        with self._lock:  # held while computing, as `_get`
+            entries = self._tables.setdefault("assessment", OrderedDict())
+            values = [entries.get(key, _MISSING) for key in keys]
+            missing = [i for i, value in enumerate(values) if value is _MISSING]
+            for i, value in zip(missing, make(missing) if missing else ()):
+                values[i] = value
+                if len(entries) >= ASSESSMENT_ENTRIES:
+                    entries.popitem(last=False)
+                entries[keys[i]] = value
+            return values
 
     def assumptions(self, hardware_sha256: str, dtype: str, layout: str, make):
         """The sheet's assumption rows: the profile's content (its hash), the dtype and the layout."""

@@ -30,7 +30,10 @@ MINUTE_S = 60.0  # from a minute up a duration is minutes (or hours) and seconds
 
 
 def _scaled(value: float, units: tuple[tuple[float, str], ...]) -> str:
-    scale, unit = next(((s, u) for s, u in units if abs(value) >= s), units[-1])
+    size = abs(value)
+    for scale, unit in units:  # the first unit the value is at least one of, else the smallest
+        if size >= scale:
+            break
     return f"{_significant(value / scale)} {unit}"
 
 

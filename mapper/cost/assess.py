@@ -11,7 +11,7 @@ from dataclasses import replace
 from mapper.core.caches import ModelCaches
 from mapper.core.result import Kernel, KernelAssessment, KernelEstimate
 from mapper.cost.bottleneck import Facts, classify, speedup_if_removed
-from mapper.cost.estimate import estimate_cost, roofline_time
+from mapper.cost.estimate import Cost, estimate_searched, roofline_time, search_matrices
 from mapper.hardware.profile import HardwareProfile
 from mapper.plan.kernels import Sizer
 
@@ -34,8 +34,8 @@ def estimate_kernels(
     """Tile, cost and classify each kernel, placing it on the one-stream timeline. With sparsity "2:4",
     weight GEMMs read compressed weights and run at the profile's sparse matrix peak. With the model's
     `caches`, an assessment is kept across slices: a sweep's shapes of equal extents (batch 2 x seq 256
-    and batch 4 x seq 128 give the same projections) search each tiling once."""
-    out, start = [], 0.0
+    and batch 4 x seq 128 give the same projections) search each tiling once, and the new ones of a slice
+    are assessed together (`assess_kernels`: one numpy evaluation of their tile searches)."""
     ridge = (
         hw.ridge_point(dtype)
         if dtype != "fp32" or "fp32" in hw.matrix_peak_flops_per_s
@@ -43,19 +43,24 @@ def estimate_kernels(
     )
     sparse = sparsity == "2:4"
     plan = (dtype, sizer.act, sizer.weight, power_cap_w, ridge, sparse)
-    seen: dict[tuple, tuple[str, KernelAssessment]] = {}  # repeated layers (80 decoder blocks) are assessed once
-    for k in kernels:
-        key = assessment_key(k)
-        if key not in seen:
-            seen[key] = (
-                assess_kernel(k, hw, dtype, sizer, power_cap_w, ridge, sparse)
-                if caches is None
-                else caches.assessment(
-                    hw.sha256, plan, key, lambda k=k: assess_kernel(k, hw, dtype, sizer, power_cap_w, ridge, sparse)
-                )
-            )
+    keys = [assessment_key(k) for k in kernels]
+    distinct: dict[tuple, Kernel] = {}  # repeated layers (80 decoder blocks) are assessed once: the first
+    for key, k in zip(keys, kernels):
+        distinct.setdefault(key, k)
+
+    def assess(positions: list[int]) -> list[tuple[str, KernelAssessment]]:
+        firsts = list(distinct.values())
+        return assess_kernels([firsts[i] for i in positions], hw, dtype, sizer, power_cap_w, ridge, sparse)
+
+    if caches is None:
+        assessed = assess(list(range(len(distinct))))
+    else:
+        assessed = caches.assessments(hw.sha256, plan, list(distinct), assess)
+    seen = dict(zip(distinct, assessed))
+    out, start = [], 0.0
+    for k, key in zip(kernels, keys):
         engine, assessment = seen[key]
-        out.append(KernelEstimate(k if k.engine == engine else replace(k, engine=engine), assessment, start))
+        out.append(KernelEstimate(k if k.engine == engine else k.with_engine(engine), assessment, start))
         start += assessment.time_s
     return out
 
@@ -77,24 +82,36 @@ def sparse_weight_bytes_per(weight_bytes_per: float) -> float:
     return weight_bytes_per * SPARSE_KEPT_FRACTION + SPARSE_METADATA_BYTES_PER_ELEMENT
 
 
-def assess_kernel(
-    k: Kernel,
+def assess_kernels(
+    kernels: list[Kernel],
     hw: HardwareProfile,
     dtype: str,
     sizer: Sizer,
     power_cap_w: float | None,
     ridge: float,
     sparse: bool = False,
-) -> tuple[str, KernelAssessment]:
-    """(the engine the tile search chose, the kernel's assessment): its tile, time, traffic and class."""
-    weight_per = sizer.weight
-    if sparse and is_sparse_gemm(k):
-        weight_per = sparse_weight_bytes_per(sizer.weight)
-        saved = k.weight_bytes * (1 - weight_per / sizer.weight)
-        k = replace(k, dram_bytes=k.dram_bytes - saved, weight_bytes=k.weight_bytes - saved)
-    else:
-        sparse = False
-    c = estimate_cost(k, hw, dtype, sizer.act, weight_per, power_cap_w, sparse)
+) -> list[tuple[str, KernelAssessment]]:
+    """(the engine the tile search chose, the kernel's assessment) of each kernel: its tile, time, traffic and
+    class. The matrix tile searches of all of them run as one numpy evaluation (`search_matrices`)."""
+    compressed = sparse_weight_bytes_per(sizer.weight)
+    kernels = [_sparsified(k, sizer.weight, compressed) if sparse and is_sparse_gemm(k) else k for k in kernels]
+    flags = [sparse and is_sparse_gemm(k) for k in kernels]
+    searched = search_matrices(
+        kernels, [compressed if f else sizer.weight for f in flags], flags, hw, dtype, sizer.act
+    )  # fmt: skip
+    return [
+        _assessed(k, estimate_searched(k, s, hw, dtype, sizer.act, power_cap_w), hw, dtype, ridge)
+        for k, s in zip(kernels, searched)
+    ]
+
+
+def _sparsified(k: Kernel, weight_per: float, compressed: float) -> Kernel:
+    """A 2:4-sparse weight GEMM reads its weights compressed: fewer weight (and boundary) bytes."""
+    saved = k.weight_bytes * (1 - compressed / weight_per)
+    return replace(k, dram_bytes=k.dram_bytes - saved, weight_bytes=k.weight_bytes - saved)
+
+
+def _assessed(k: Kernel, c: Cost, hw: HardwareProfile, dtype: str, ridge: float) -> tuple[str, KernelAssessment]:
     chosen = c.tiling.chosen
     intensity = k.flops / c.dram_bytes if c.dram_bytes else float("inf")
     facts = Facts(

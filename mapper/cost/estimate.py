@@ -10,14 +10,18 @@ the kernel (the clock drops).
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from mapper.core.result import Kernel, TileChoice, TilePlan
+import numpy as np
+
+from mapper.core.result import Kernel, TilePlan
 from mapper.core.vocab import Engine
 from mapper.cost.collectives import collective_time
 from mapper.cost.row_kernels import row_kernel_memory_s
 from mapper.hardware.profile import HardwareProfile
-from mapper.plan.tiling import plan_attention, plan_matrix, plan_vector, smooth_max
+from mapper.plan.tiling import OVERLAP_EXPONENT, plan_attention, plan_matrices, plan_vector
 
 HOST_TRANSFER_FRACTION = 1.0  # a host fallback moves its inputs and outputs over the host link once each way
 
@@ -40,8 +44,21 @@ class Cost:
 
 
 def kernel_time(compute_s: float, memory_s: float, overhead_s: float, sync_s: float) -> float:
-    """The one roofline: imperfect overlap of compute and memory, then fixed costs."""
-    return float(smooth_max(compute_s, memory_s)) + overhead_s + sync_s
+    """The one roofline: imperfect overlap of compute and memory (`tiling.smooth_max`), then fixed costs."""
+    powered, other = (np.array((compute_s, memory_s), float) ** OVERLAP_EXPONENT).tolist()  # as `kernel_times`
+    return math.pow(powered + other, 1 / OVERLAP_EXPONENT) + overhead_s + sync_s
+
+
+def kernel_times(
+    compute_s: Sequence[float], memory_s: Sequence[float], overhead_s: float, sync_s: Sequence[float]
+) -> list[float]:
+    """`kernel_time` of several (compute, memory, sync) at one overhead, the powers in one numpy call. The
+    same floats as `tiling.smooth_max` of scalars: numpy's power loop raises to the exponent, the root
+    is the C library's pow (numpy's float64 scalar power and math.pow both call it)."""
+    n = len(compute_s)
+    powered = (np.array((*compute_s, *memory_s), float) ** OVERLAP_EXPONENT).tolist()
+    root = 1 / OVERLAP_EXPONENT
+    return [math.pow(powered[i] + powered[n + i], root) + overhead_s + sync_s[i] for i in range(n)]
 
 
 def roofline_time(kernel: Kernel, engine: str, hw: HardwareProfile, dtype: str) -> float:
@@ -84,20 +101,62 @@ def estimate_cost(
     sparse: bool = False,
 ) -> Cost:
     """`sparse`: a 2:4-sparse weight GEMM (`weight_bytes_per` already compressed): the sparse matrix peak."""
+    (searched,) = search_matrices((kernel,), (weight_bytes_per,), (sparse,), hw, dtype, act_bytes, power_cap_w)
+    return estimate_searched(kernel, searched, hw, dtype, act_bytes, power_cap_w)
+
+
+def takes_matrix_search(kernel: Kernel) -> bool:
+    """A kernel `plan_matrices` tiles: a GEMM or conv on the matrix engine (fused attention has its own search)."""
+    return kernel.engine == "matrix" and kernel.rule != "flash-attention"
+
+
+def search_matrices(
+    kernels: Sequence[Kernel],
+    weight_bytes_per: Sequence[float],
+    sparse: Sequence[bool],
+    hw: HardwareProfile,
+    dtype: str,
+    act_bytes: float,
+    power_cap_w: float | None = None,
+) -> list[TilePlan | None]:
+    """The matrix tile search of each kernel that takes one (`takes_matrix_search`; None for the others),
+    one `plan_matrices` call per (peak, weight element size): a slice's new GEMMs in one numpy evaluation.
+    The kept candidates come timed as their kernel (`Basis`), each record built once."""
+    out: list[TilePlan | None] = [None] * len(kernels)
+    groups: dict[tuple[bool, float], list[int]] = {}
+    for i, k in enumerate(kernels):
+        if takes_matrix_search(k):
+            groups.setdefault((sparse[i], weight_bytes_per[i]), []).append(i)
+    for (is_sparse, weight_per), members in groups.items():
+        peak = hw.sparse_matrix_peak(dtype) if is_sparse else hw.matrix_peak(dtype)
+        bases = [Basis.of(kernels[i], hw, dtype, power_cap_w) for i in members]
+        plans = plan_matrices([kernels[i] for i in members], hw, peak, act_bytes, weight_per, bases)
+        for i, plan in zip(members, plans):
+            out[i] = plan
+    return out
+
+
+def estimate_searched(
+    kernel: Kernel,
+    searched: TilePlan | None,
+    hw: HardwareProfile,
+    dtype: str,
+    act_bytes: float,
+    power_cap_w: float | None = None,
+) -> Cost:
+    """`estimate_cost` given the kernel's matrix tile search (`search_matrices`; None where it takes none)."""
     if kernel.engine == "interconnect":
         return _interconnect_cost(kernel, hw)
     overhead_s = hw.kernel_launch_s
-    tiling, compute_s, memory_s, dram, l2, engine, sync_s = _engine_times(
-        kernel, hw, dtype, act_bytes, weight_bytes_per, sparse
-    )
-    scale = max((hw.op_time_scale.get(op, 1.0) for op in kernel.op_types), default=1.0)
+    tiling, compute_s, memory_s, dram, l2, engine, sync_s = _engine_times(kernel, searched, hw, dtype, act_bytes)
+    scale = _op_scale(kernel, hw)
     if scale != 1.0:  # the device's software runs this op slower (or faster) than the model's roofline says
         compute_s, memory_s = compute_s * scale, memory_s * scale
-    cap = power_cap_w if power_cap_w is not None else hw.tdp_w
-    headroom_w = max(cap - hw.idle_w, 1e-3)
+    headroom_w = _headroom_w(hw, power_cap_w)
     dynamic_j = _dynamic_energy(kernel, hw, dtype, dram, l2)
     time_s, throttled = _under_cap(kernel_time(compute_s, memory_s, overhead_s, sync_s), dynamic_j, headroom_w)
-    tiling = _on_kernel_basis(tiling, kernel, hw, dtype, scale, overhead_s, headroom_w)
+    if tiling is not searched:  # the matrix search's candidates came timed as the kernel (`search_matrices`)
+        tiling = _on_kernel_basis(tiling, Basis.of(kernel, hw, dtype, power_cap_w))
     energy_j = dynamic_j + hw.idle_w * time_s
     return Cost(
         tiling,
@@ -131,28 +190,74 @@ def _under_cap(time_s: float, dynamic_j: float, headroom_w: float) -> tuple[floa
     return time_s, False
 
 
-def _on_kernel_basis(
-    tiling: TilePlan,
-    kernel: Kernel,
-    hw: HardwareProfile,
-    dtype: str,
-    scale: float,
-    overhead_s: float,
-    headroom_w: float,
-) -> TilePlan:
-    """Every tile candidate timed as the kernel itself is: the same launch, op scale, grid sync and power
-    cap, so a runner-up compares with the chosen tile (the search ranks them without the fixed costs)."""
-    if tiling.chosen is None:
-        return tiling
+@dataclass(frozen=True, slots=True)
+class Basis:
+    """What times a tile candidate as its kernel: the same launch, op scale, grid sync and power cap, so a
+    runner-up compares with the chosen tile (the search ranks them without the fixed costs)."""
 
-    def timed(c: TileChoice) -> TileChoice:
-        sync_s = hw.grid_sync_s if c.split_k > 1 else 0.0
-        raw = kernel_time(c.compute_s * scale, c.memory_s * scale, overhead_s, sync_s)
-        return replace(
-            c, time_s=_under_cap(raw, _dynamic_energy(kernel, hw, dtype, c.dram_bytes, c.l2_bytes), headroom_w)[0]
+    scale: float  # the device's op-time scale of the kernel's slowest op
+    overhead_s: float
+    headroom_w: float  # power above idle under the cap
+    flop_j: float  # the kernel's FLOPs' energy (`_dynamic_energy`'s first term)
+    dram_j: float  # per DRAM byte
+    l2_j: float  # per L2 byte that did not go on to DRAM
+    grid_sync_s: float  # a split-K candidate's reduction
+
+    @staticmethod
+    def of(kernel: Kernel, hw: HardwareProfile, dtype: str, power_cap_w: float | None) -> Basis:
+        return Basis(
+            _op_scale(kernel, hw),
+            hw.kernel_launch_s,
+            _headroom_w(hw, power_cap_w),
+            _energy_per_flop(hw, dtype) * kernel.flops,
+            hw.energy_per_dram_byte_j,
+            hw.energy_per_l2_byte_j,
+            hw.grid_sync_s,
         )
 
-    return replace(tiling, chosen=timed(tiling.chosen), alternatives=tuple(timed(a) for a in tiling.alternatives))
+    def times(
+        self, compute_s: list[float], memory_s: list[float], dram: list[float], l2: list[float], split_k: list[int]
+    ) -> list[float]:
+        """Candidates' times as the kernel's: `kernel_time` of their scaled work, then the power cap."""
+        scale = self.scale
+        raw = kernel_times(
+            [c * scale for c in compute_s],
+            [m * scale for m in memory_s],
+            self.overhead_s,
+            [self.grid_sync_s if s > 1 else 0.0 for s in split_k],
+        )
+        dram_j, l2_j = self.dram_j, self.l2_j
+        return [  # `_dynamic_energy` of each, the same sum in the same order
+            _under_cap(t, self.flop_j + dram_j * d + l2_j * max(b - d, 0.0), self.headroom_w)[0]
+            for t, d, b in zip(raw, dram, l2)
+        ]
+
+
+def _op_scale(kernel: Kernel, hw: HardwareProfile) -> float:
+    """The device's time scale of the kernel's slowest op (1.0: as the roofline says)."""
+    return max((hw.op_time_scale.get(op, 1.0) for op in kernel.op_types), default=1.0) if hw.op_time_scale else 1.0
+
+
+def _headroom_w(hw: HardwareProfile, power_cap_w: float | None) -> float:
+    """Power above idle under the cap (the profile's TDP without one)."""
+    cap = power_cap_w if power_cap_w is not None else hw.tdp_w
+    return max(cap - hw.idle_w, 1e-3)
+
+
+def _on_kernel_basis(tiling: TilePlan, basis: Basis) -> TilePlan:
+    """Every tile candidate timed as the kernel itself is (`Basis`)."""
+    if tiling.chosen is None:
+        return tiling
+    choices = (tiling.chosen, *tiling.alternatives)
+    times = basis.times(
+        [c.compute_s for c in choices],
+        [c.memory_s for c in choices],
+        [c.dram_bytes for c in choices],
+        [c.l2_bytes for c in choices],
+        [c.split_k for c in choices],
+    )
+    timed = [c.with_time(t) for c, t in zip(choices, times)]
+    return replace(tiling, chosen=timed[0], alternatives=tuple(timed[1:]))
 
 
 def _interconnect_cost(kernel: Kernel, hw: HardwareProfile) -> Cost:
@@ -178,10 +283,9 @@ def _interconnect_cost(kernel: Kernel, hw: HardwareProfile) -> Cost:
     )
 
 
-def _engine_times(
-    kernel: Kernel, hw: HardwareProfile, dtype: str, act_bytes: float, weight_bytes_per: float, sparse: bool = False
-):
-    """The tiling, compute and memory time, DRAM and L2 traffic, engine and sync time of a kernel on its engine."""
+def _engine_times(kernel: Kernel, searched: TilePlan | None, hw: HardwareProfile, dtype: str, act_bytes: float):
+    """The tiling, compute and memory time, DRAM and L2 traffic, engine and sync time of a kernel on its engine
+    (`searched`: its matrix tile search)."""
     engine = kernel.engine
     sync_s = 0.0
     if engine == "host":
@@ -193,8 +297,7 @@ def _engine_times(
         tiling = plan_attention(kernel, hw, hw.matrix_peak(dtype), hw.vector_peak(dtype), act_bytes)
         compute_s, memory_s, dram, l2 = _split(tiling)
     elif engine == "matrix":
-        peak = hw.sparse_matrix_peak(dtype) if sparse else hw.matrix_peak(dtype)
-        tiling = plan_matrix(kernel, hw, peak, act_bytes, weight_bytes_per)
+        tiling = searched
         compute_s, memory_s, dram, l2 = _split(tiling)
         if tiling.chosen.split_k > 1:
             sync_s = hw.grid_sync_s

@@ -11,8 +11,11 @@ Vector kernels get a block size, a pass count and their grid synchronizations.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -83,81 +86,28 @@ def _candidates(instruction: tuple[int, int, int], act_bytes: float) -> tuple[np
     return out
 
 
+def _key_ids(tile_m: np.ndarray, tile_n: np.ndarray, split_k: np.ndarray) -> np.ndarray:
+    """Each candidate's (tile m, tile n, split-K) as one integer: equal triples, equal ids (`_pick_rows` keeps
+    one candidate of each)."""
+    return np.unique(np.stack((tile_m, tile_n, split_k), axis=1), axis=0, return_inverse=True)[1].reshape(-1)
+
+
 @functools.lru_cache(maxsize=64)  # pure, like `_candidates`: a device's figures, not state
 def _fitting(
     instruction: tuple[int, int, int], act_bytes: float, sram_bytes: float, macs_per_clock: float
 ) -> tuple[np.ndarray, ...]:
     """The candidates whose working set fits the unit's SRAM, in their order (what every search on the
     device starts from), whether each runs without split-K, and each tile's operand-delivery efficiency
-    (the share of the matrix units' rate that SRAM's bytes per clock sustain). Read-only arrays."""
+    (the share of the matrix units' rate that SRAM's bytes per clock sustain), and each one's (tile m, tile n,
+    split-K) as one number (`_key_ids`). Read-only arrays."""
     tm, tn, tk, st, sk, sram = _candidates(instruction, act_bytes)
     fits = sram <= sram_bytes
     tm, tn, tk, st, sk, sram = (a[fits] for a in (tm, tn, tk, st, sk, sram))
     need = macs_per_clock * (tm + tn) / (tm * tn) * act_bytes
-    out = (tm, tn, tk, st, sk, sram, sk == 1, np.minimum(1.0, SRAM_BYTES_PER_CLOCK / need))
+    out = (tm, tn, tk, st, sk, sram, sk == 1, np.minimum(1.0, SRAM_BYTES_PER_CLOCK / need), _key_ids(tm, tn, sk))
     for a in out:
         a.setflags(write=False)
     return out
-
-
-def plan_matrix(
-    kernel: Kernel, hw: HardwareProfile, peak: float, act_bytes: float, weight_bytes_per: float
-) -> TilePlan:
-    s = kernel.matrix
-    M, N, K, B = float(s.m), float(s.n), float(s.k), float(s.batch)
-    P = hw.compute_units
-    macs = _macs_per_clock_per_unit(hw, peak)
-    tm, tn, tk, st, sk, sram, single, tile_eff = _fitting(
-        hw.matrix_instruction_mnk, act_bytes, hw.sram_per_unit_bytes, macs
-    )
-    tiles_m, tiles_n = np.ceil(M / tm), np.ceil(N / tn)
-    base_tiles = B * tiles_m * tiles_n
-    ok = single | ((base_tiles < P) & (sk <= np.ceil(K / tk)))
-    if not ok.any():  # nothing fits: fall back to the smallest aligned tile, single stage
-        tm, tn, tk, st, sk, sram = _candidates(hw.matrix_instruction_mnk, act_bytes)
-        ok = (tm == tm.min()) & (tn == tn.min()) & (tk == tk.min()) & (st == st.min()) & (sk == 1)
-        tiles_m, tiles_n = np.ceil(M / tm), np.ceil(N / tn)
-        base_tiles = B * tiles_m * tiles_n
-        need = macs * (tm + tn) / (tm * tn) * act_bytes
-        tile_eff = np.minimum(1.0, SRAM_BYTES_PER_CLOCK / need)
-    if not ok.all():
-        tm, tn, tk, st, sk, sram, tiles_m, tiles_n, base_tiles, tile_eff = (
-            a[ok] for a in (tm, tn, tk, st, sk, sram, tiles_m, tiles_n, base_tiles, tile_eff)
-        )
-    tiles = base_tiles * sk
-    waves = np.ceil(tiles / P)
-    wave_eff = tiles / (waves * P)
-    pad_eff = (M * N) / (tiles_m * tm * tiles_n * tn)
-    k_eff = K / (np.ceil(K / (sk * tk)) * tk * sk)
-    base_eff = hw.matrix_efficiency.at(kernel.matrix_flops)
-    compute = kernel.matrix_flops / (peak * base_eff * wave_eff * pad_eff * k_eff * tile_eff)
-    # traffic: operands re-read once per tile row/column, except what L2 keeps across a wave
-    # implicit GEMM never materializes im2col: A's distinct bytes are the input's, its tap re-reads hit L1
-    a_bytes = B * (s.a_elements or M * K) * act_bytes
-    b_bytes = (
-        (1 if kernel.weight_bytes > 0 else B) * K * N * (weight_bytes_per if kernel.weight_bytes > 0 else act_bytes)
-    )
-    # A wave runs as a near-square block of tiles (swizzled rasterization) moving through K together:
-    # the tiles of one block row share A's k-slices in L2, those of one block column share B's.
-    wave_m = np.minimum(tiles_m, np.ceil(np.sqrt(P)))
-    wave_n = np.minimum(tiles_n, np.ceil(P / wave_m))
-    passes_a = np.where(a_bytes <= L2_REUSE_FRACTION * hw.l2_bytes, 1, np.ceil(tiles_n / wave_n))
-    passes_b = np.where(b_bytes <= L2_REUSE_FRACTION * hw.l2_bytes, 1, np.ceil(tiles_m / wave_m))
-    partials = np.where(sk > 1, 2 * sk * B * M * N * ACCUMULATOR_BYTES, 0.0)
-    dram = (
-        kernel.dram_bytes
-        + a_bytes * (passes_a - 1)
-        + b_bytes * (passes_b - 1)
-        + np.where(partials > hw.l2_bytes, partials, 0)
-    )
-    l2 = (a_bytes * tiles_n + b_bytes * tiles_m) / L2_CLUSTER_SHARING + partials
-    # DRAM and L2 transfers pipeline with each other: the slower level sets the memory time
-    memory = np.maximum(
-        dram / (hw.dram_bandwidth_bytes_per_s * hw.dram_efficiency.at_array(dram)), l2 / hw.l2_bandwidth_bytes_per_s
-    )
-    time = smooth_max(compute, memory) + np.where(sk > 1, hw.grid_sync_s, 0.0)
-    candidates = _Candidates(tm, tn, tk, st, sk, tiles, waves, wave_eff, pad_eff, sram, dram, l2, compute, memory, time)
-    return _pick("matrix", candidates)
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,50 +126,197 @@ class _Candidates:
     sram_bytes: np.ndarray
     dram_bytes: np.ndarray
     l2_bytes: np.ndarray
-    compute_s: np.ndarray | float
-    memory_s: np.ndarray | float
+    compute_s: np.ndarray
+    memory_s: np.ndarray
     time_s: np.ndarray
 
 
-def _pick(kind: str, c: _Candidates) -> TilePlan:
-    """The fastest candidate and the next ALTERNATIVES_KEPT of other (tile m, tile n, split-K), ties in the
-    candidates' order. Ranked candidates are read in chunks of PICK_CHUNK: reading a numpy scalar costs
-    as much as a chunk's list, and the first few distinct tiles are usually within ~30 ranks."""
-    time = c.time_s
-    compute, memory = np.broadcast_to(c.compute_s, time.shape), np.broadcast_to(c.memory_s, time.shape)
-    order = np.argsort(time, kind="stable")
-    choices, seen = [], set()
-    for start in range(0, len(order), PICK_CHUNK):
-        ranked = order[start : start + PICK_CHUNK]
-        keys = zip(c.tile_m[ranked].tolist(), c.tile_n[ranked].tolist(), c.split_k[ranked].tolist())
-        for i, key in zip(ranked.tolist(), keys):
-            if key in seen:
-                continue
-            seen.add(key)
-            choices.append(_choice(c, compute, memory, i))
-            if len(choices) > ALTERNATIVES_KEPT:
-                return TilePlan(kind, choices[0], tuple(choices[1:]))
+# `_Candidates` rows that TileChoice holds as ints (tile, stages, split-K, tiles, waves, SRAM bytes), the rest floats
+_COUNT_FIELDS = [0, 1, 2, 3, 4, 5, 6, 9]
+_MEASURED_FIELDS = [7, 8, 10, 11, 12, 13, 14]
+
+
+def plan_matrix(
+    kernel: Kernel, hw: HardwareProfile, peak: float, act_bytes: float, weight_bytes_per: float
+) -> TilePlan:
+    """The tile search of one matrix kernel (`plan_matrices` of one)."""
+    return plan_matrices((kernel,), hw, peak, act_bytes, weight_bytes_per)[0]
+
+
+class CandidateTimer(Protocol):
+    """Times a kernel's kept candidates as the kernel runs (cost.estimate's `Basis`: launch, op scale, power cap)."""
+
+    def times(
+        self, compute_s: list[float], memory_s: list[float], dram: list[float], l2: list[float], split_k: list[int]
+    ) -> list[float]: ...
+
+
+def plan_matrices(
+    kernels: Sequence[Kernel],
+    hw: HardwareProfile,
+    peak: float,
+    act_bytes: float,
+    weight_bytes_per: float,
+    timers: Sequence[CandidateTimer] | None = None,
+) -> list[TilePlan]:
+    """The tile search of several matrix kernels in one numpy evaluation (a slice's new GEMMs): every
+    (kernel, candidate) pair that may run is one element of flat arrays, kernels in order, so each
+    element goes through the same floating-point operations as a search of its kernel alone. With
+    `timers` (one a kernel), the kept candidates' `time_s` is their kernel's time, not the search's."""
+    P = hw.compute_units
+    macs = _macs_per_clock_per_unit(hw, peak)
+    tm, tn, tk, st, sk, sram, single, tile_eff, key_id = _fitting(
+        hw.matrix_instruction_mnk, act_bytes, hw.sram_per_unit_bytes, macs
+    )
+    shapes = np.array([(s.m, s.n, s.k, s.batch) for s in (k.matrix for k in kernels)], float)
+    M, N, K, B = (shapes[:, i : i + 1] for i in range(4))
+    base_tiles = B * np.ceil(M / tm) * np.ceil(N / tn)
+    ok = single | ((base_tiles < P) & (sk <= np.ceil(K / tk)))
+    counts = ok.sum(axis=1).tolist()
+    plans: list[TilePlan | None] = [None] * len(kernels)
+    if any(counts):
+        rows, cols = ok.nonzero()
+        kept = [i for i, n in enumerate(counts) if n]
+        figures = np.array([_matrix_figures(kernels[i], hw, act_bytes, weight_bytes_per) for i in kept], float)
+        candidates = _matrix_times(figures, rows, cols, (tm, tn, tk, st, sk, sram, tile_eff), hw, peak)
+        kept_timers = [timers[i] for i in kept] if timers else None
+        for i, plan in zip(
+            kept, _pick_rows("matrix", candidates, key_id[cols], [counts[i] for i in kept], kept_timers)
+        ):
+            plans[i] = plan
+    for i, n in enumerate(counts):
+        if not n:  # nothing fits: fall back to the smallest aligned tile, single stage
+            plans[i] = _plan_unfit(kernels[i], hw, peak, act_bytes, weight_bytes_per, timers[i] if timers else None)
+    return plans
+
+
+def _plan_unfit(
+    kernel: Kernel,
+    hw: HardwareProfile,
+    peak: float,
+    act_bytes: float,
+    weight_bytes_per: float,
+    timer: CandidateTimer | None,
+) -> TilePlan:
+    tm, tn, tk, st, sk, sram = _candidates(hw.matrix_instruction_mnk, act_bytes)
+    ok = (tm == tm.min()) & (tn == tn.min()) & (tk == tk.min()) & (st == st.min()) & (sk == 1)
+    macs = _macs_per_clock_per_unit(hw, peak)
+    tile_eff = np.minimum(1.0, SRAM_BYTES_PER_CLOCK / (macs * (tm + tn) / (tm * tn) * act_bytes))
+    (cols,) = ok.nonzero()
+    table = (tm, tn, tk, st, sk, sram, tile_eff)
+    figures = np.array([_matrix_figures(kernel, hw, act_bytes, weight_bytes_per)], float)
+    candidates = _matrix_times(figures, np.zeros_like(cols), cols, table, hw, peak)
+    return _pick_rows("matrix", candidates, _key_ids(tm, tn, sk)[cols], [len(cols)], [timer] if timer else None)[0]
+
+
+def _matrix_times(
+    figures: np.ndarray,
+    rows: np.ndarray,
+    cols: np.ndarray,
+    table: tuple[np.ndarray, ...],
+    hw: HardwareProfile,
+    peak: float,
+) -> _Candidates:
+    """Each (kernel row, candidate column) pair's waves, padding, traffic and time, as flat arrays: `figures`
+    holds a row of `_matrix_figures` per kernel, `table` the candidates' tile, stages, split-K, SRAM and
+    operand-delivery efficiency."""
+    P = hw.compute_units
+    M, N, K, B, flops, boundary, a_bytes, b_bytes, base_eff = figures.T[:, rows]
+    tm, tn, tk, st, sk, sram, tile_eff = (a[cols] for a in table)
+    tiles_m, tiles_n = np.ceil(M / tm), np.ceil(N / tn)
+    tiles = B * tiles_m * tiles_n * sk
+    waves = np.ceil(tiles / P)
+    wave_eff = tiles / (waves * P)
+    pad_eff = (M * N) / (tiles_m * tm * tiles_n * tn)
+    k_eff = K / (np.ceil(K / (sk * tk)) * tk * sk)
+    compute = flops / (peak * base_eff * wave_eff * pad_eff * k_eff * tile_eff)
+    # A wave runs as a near-square block of tiles (swizzled rasterization) moving through K together:
+    # the tiles of one block row share A's k-slices in L2, those of one block column share B's.
+    wave_m = np.minimum(tiles_m, np.ceil(np.sqrt(P)))
+    wave_n = np.minimum(tiles_n, np.ceil(P / wave_m))
+    passes_a = np.where(a_bytes <= L2_REUSE_FRACTION * hw.l2_bytes, 1, np.ceil(tiles_n / wave_n))
+    passes_b = np.where(b_bytes <= L2_REUSE_FRACTION * hw.l2_bytes, 1, np.ceil(tiles_m / wave_m))
+    partials = np.where(sk > 1, 2 * sk * B * M * N * ACCUMULATOR_BYTES, 0.0)
+    dram = (
+        boundary + a_bytes * (passes_a - 1) + b_bytes * (passes_b - 1) + np.where(partials > hw.l2_bytes, partials, 0)
+    )
+    l2 = (a_bytes * tiles_n + b_bytes * tiles_m) / L2_CLUSTER_SHARING + partials
+    # DRAM and L2 transfers pipeline with each other: the slower level sets the memory time
+    memory = np.maximum(
+        dram / (hw.dram_bandwidth_bytes_per_s * hw.dram_efficiency.at_array(dram)), l2 / hw.l2_bandwidth_bytes_per_s
+    )
+    time = smooth_max(compute, memory) + np.where(sk > 1, hw.grid_sync_s, 0.0)
+    return _Candidates(tm, tn, tk, st, sk, tiles, waves, wave_eff, pad_eff, sram, dram, l2, compute, memory, time)
+
+
+def _matrix_figures(kernel: Kernel, hw: HardwareProfile, act_bytes: float, weight_bytes_per: float) -> tuple:
+    """A kernel's scalars the search reads: M, N, K, batch, matrix FLOPs, boundary bytes, A's and B's bytes
+    (operands re-read once per tile row/column, except what L2 keeps across a wave) and the size efficiency."""
+    s = kernel.matrix
+    M, N, K, B = float(s.m), float(s.n), float(s.k), float(s.batch)
+    # implicit GEMM never materializes im2col: A's distinct bytes are the input's, its tap re-reads hit L1
+    a_bytes = B * (s.a_elements or M * K) * act_bytes
+    weights = kernel.weight_bytes > 0
+    b_bytes = (1 if weights else B) * K * N * (weight_bytes_per if weights else act_bytes)
+    base_eff = hw.matrix_efficiency.at(kernel.matrix_flops)
+    return M, N, K, B, kernel.matrix_flops, kernel.dram_bytes, a_bytes, b_bytes, base_eff
+
+
+def _pick_rows(
+    kind: str,
+    c: _Candidates,
+    key_id: np.ndarray,
+    counts: Sequence[int],
+    timers: Sequence[CandidateTimer] | None = None,
+) -> list[TilePlan]:
+    """For each row (a kernel's run of `counts[i]` candidates, rows one after another): the fastest candidate
+    and the next ALTERNATIVES_KEPT of other (tile m, tile n, split-K), ties in the candidates' order.
+    Each row's first PICK_CHUNK ranks are read at once (the first few distinct tiles are usually within
+    ~30 ranks); a row that needs more reads on in chunks."""
+    rows = np.repeat(np.arange(len(counts)), counts)
+    order = np.lexsort((c.time_s, rows))  # by row, then time; stable: ties keep the candidates' order
+    starts = list(itertools.accumulate(counts[:-1], initial=0))
+    window = np.minimum(np.array(starts)[:, None] + np.arange(PICK_CHUNK), len(order) - 1)
+    ranked = order[window]
+    chosen = []
+    for start, count, first, keys in zip(starts, counts, ranked.tolist(), key_id[ranked].tolist()):
+        picks, seen = [], set()
+        for offset in range(0, count, PICK_CHUNK):
+            if offset:  # past the window: read this row on
+                first = order[start + offset : start + min(count, offset + PICK_CHUNK)].tolist()
+                keys = key_id[first].tolist()
+            for i, key in zip(first[: count - offset], keys[: count - offset]):
+                if key not in seen:
+                    seen.add(key)
+                    picks.append(i)
+                    if len(picks) > ALTERNATIVES_KEPT:
+                        break
+            if len(picks) > ALTERNATIVES_KEPT:
+                break
+        chosen.append(picks)
+    flat = np.array([i for picks in chosen for i in picks])
+    values = np.stack([getattr(c, f)[flat] for f in _Candidates.__slots__])
+    counted = values[_COUNT_FIELDS].astype(np.int64).T.tolist()  # int() of each: truncation, as the record's ints
+    measured = values[_MEASURED_FIELDS].T.tolist()
+    if timers:  # each row's kept candidates timed as its kernel (`CandidateTimer`) before the records are built
+        at = 0
+        for timer, picks in zip(timers, chosen):
+            rows_n, rows_x = counted[at : at + len(picks)], measured[at : at + len(picks)]
+            at += len(picks)
+            times = timer.times(*([x[i] for x in rows_x] for i in (4, 5, 2, 3)), [n[4] for n in rows_n])
+            for x, t in zip(rows_x, times):
+                x[6] = t
+    choices = iter(map(_choice, counted, measured))
+    return [_plan(kind, [next(choices) for _ in picks]) for picks in chosen]
+
+
+def _plan(kind: str, choices: list[TileChoice]) -> TilePlan:
     return TilePlan(kind, choices[0], tuple(choices[1:]))
 
 
-def _choice(c: _Candidates, compute: np.ndarray, memory: np.ndarray, i: int) -> TileChoice:
-    return TileChoice(
-        int(c.tile_m[i]),
-        int(c.tile_n[i]),
-        int(c.tile_k[i]),
-        int(c.stages[i]),
-        int(c.split_k[i]),
-        int(c.tiles[i]),
-        int(c.waves[i]),
-        float(c.wave_efficiency[i]),
-        float(c.padding_efficiency[i]),
-        int(c.sram_bytes[i]),
-        float(c.dram_bytes[i]),
-        float(c.l2_bytes[i]),
-        float(compute[i]),
-        float(memory[i]),
-        float(c.time_s[i]),
-    )
+def _choice(n: list[int], x: list[float]) -> TileChoice:
+    """A candidate's counts (`_COUNT_FIELDS`) and measures (`_MEASURED_FIELDS`) as the record."""
+    return TileChoice(n[0], n[1], n[2], n[3], n[4], n[5], n[6], x[0], x[1], n[7], x[2], x[3], x[4], x[5], x[6])
 
 
 def _attention_grid(d: int, act_bytes: float, hw: HardwareProfile):
@@ -261,12 +358,10 @@ def plan_attention(kernel: Kernel, hw: HardwareProfile, peak: float, vector_peak
     time = smooth_max(compute, memory)
     ones = np.ones_like(bq)
     stages = 2 * ones
-    return _pick(
-        "attention",
-        _Candidates(
-            bq, bkv, s.k * ones, stages, ones, tiles, waves, wave_eff, pad_eff, sram, dram, l2, compute, memory, time
-        ),
+    candidates = _Candidates(
+        bq, bkv, s.k * ones, stages, ones, tiles, waves, wave_eff, pad_eff, sram, dram, l2, compute, memory, time
     )
+    return _pick_rows("attention", candidates, _key_ids(bq, bkv, ones), [len(bq)])[0]
 
 
 def plan_vector(kernel: Kernel, hw: HardwareProfile, act_bytes: float) -> TilePlan:
