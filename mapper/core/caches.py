@@ -86,15 +86,29 @@ class ModelCaches:
         available before any node runs (initializers and inputs)."""
         return self._get("ordered_nodes", (sha256, available), make)
 
-    def repeats(self, sha256: str, available: frozenset[str], make):
+    def repeats(self, sha256: str, available: frozenset[str], make, none):
         """Which nodes copy the node one period earlier (`repeats.find_repeats`): the nodes in execution order
-        (the same key as `ordered_nodes`) and the initializers' facts (the model's own)."""
-        return self._get("repeats", (sha256, available), make)
+        (the same key as `ordered_nodes`) and the initializers' facts (the model's own). Looked for from the
+        model's second binding on (`none` before): a single mapping (the CLI's, a cold decode step) would pay
+        the search (14 ms on Llama-2-70B) for nothing, a sweep's rebinding pays it once. A walk copies the
+        outputs a visit would find, so a binding maps the same with or without them."""
+        key = (sha256, available)
+        with self._lock:
+            asked = self._tables.setdefault("repeats_asked", OrderedDict())
+            if key not in asked:
+                asked[key] = True
+                return none
+        return self._get("repeats", key, make)
 
     def live_structure(self, sha256: str, folded: frozenset[str], make):
-        """Live nodes, weights, producers, consumers, QDQ storage types, twins: the graph and which nodes folded
-        (the constants follow from those; storage types from the initializers' types; twins from its repeats)."""
+        """Live nodes, weights, producers, consumers, QDQ storage types, live positions: the graph and which nodes
+        folded (the constants follow from those; storage types from the initializers' types)."""
         return self._get("live_structure", (sha256, folded), make)
+
+    def twins(self, sha256: str, folded: frozenset[str], make):
+        """Each live node's twin (`onnx_import.live_twins`): the live structure (the graph and which nodes
+        folded) and the model's repeats (asked only once they are found: fixed for the graph from then on)."""
+        return self._get("twins", (sha256, folded), make)
 
     def ort_inferred(self, sha256: str, bound: tuple[tuple[str, int], ...], make):
         """ONNX Runtime's inference over the whole model: the graph and every binding."""

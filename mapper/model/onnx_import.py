@@ -169,12 +169,13 @@ def import_graph(
         walk.set(vi.name, spec, None)
     available = frozenset(walk.specs)
     ordered = caches.ordered_nodes(sha256, available, lambda: ordered_nodes(model, available))
-    repeats = caches.repeats(sha256, available, lambda: find_repeats(ordered, initialized.kid))
+    repeats = caches.repeats(sha256, available, lambda: find_repeats(ordered, initialized.kid), Repeats())
     copied = walk.visit_all(ordered, repeats)
     folded = frozenset(walk.folded)
-    live, weights, producers, consumers, stored, twins = caches.live_structure(  # keyed as the Graph's `structure`
-        sha256, folded, lambda: live_structure(ordered, folded, walk.const, walk.specs, repeats)
+    live, weights, producers, consumers, stored, live_at = caches.live_structure(  # keyed as the Graph's `structure`
+        sha256, folded, lambda: live_structure(ordered, folded, walk.const, walk.specs)
     )
+    twins = caches.twins(sha256, folded, lambda: live_twins(live_at, repeats)) if repeats.copies and copied else ()
     graph = Graph(
         name=name,
         nodes=live,
@@ -190,7 +191,7 @@ def import_graph(
         consumers=consumers,
         unresolved=tuple(sorted(walk.unresolved.items())),
         stored_dtypes=stored,
-        twins=twins if copied else (),
+        twins=twins,
     )
     return graph, walk.classes
 
@@ -207,14 +208,12 @@ def _dequantized_weights(ordered: list[Node], folded: frozenset[str], specs: dic
     return stored
 
 
-def live_structure(
-    ordered: list[Node], folded: frozenset[str], const: set[str], specs: dict[str, TensorSpec], repeats: Repeats
-):
+def live_structure(ordered: list[Node], folded: frozenset[str], const: set[str], specs: dict[str, TensorSpec]):
     """The nodes left after folding, the weights they read, who makes and uses each tensor, the storage types
-    of QDQ weights, and each live node's twin (the live index of the node it copies, `repeats`; -1: none).
-    Decided by which nodes folded (and so which tensors are constants) and the initializers' types, not by
-    sizes: every binding that folds the same nodes shares one (read-only) structure."""
-    live_at = [k for k, n in enumerate(ordered) if n.name not in folded]  # live index -> position
+    of QDQ weights, and each live node's position in `ordered`. Decided by which nodes folded (and so which
+    tensors are constants) and the initializers' types, not by sizes: every binding that folds the same nodes
+    shares one (read-only) structure."""
+    live_at = tuple(k for k, n in enumerate(ordered) if n.name not in folded)  # live index -> position
     live = tuple(ordered[k] for k in live_at)
     weights = frozenset(i for n in live for i in n.inputs if i in const)
     producers = {o: k for k, n in enumerate(live) for o in n.outputs if o}
@@ -223,13 +222,17 @@ def live_structure(
         for i in n.inputs:
             if i:
                 consumers.setdefault(i, []).append(k)
-    index_of = {pos: k for k, pos in enumerate(live_at)}
-    twins = tuple(index_of.get(repeats.twin[pos], -1) if repeats.twin else -1 for pos in live_at)
     return (
         live,
         weights,
         producers,
         {k: tuple(v) for k, v in consumers.items()},
         _dequantized_weights(ordered, folded, specs),
-        twins,
+        live_at,
     )
+
+
+def live_twins(live_at: tuple[int, ...], repeats: Repeats) -> tuple[int, ...]:
+    """Each live node's twin as a live index (`Graph.twins`): the node `repeats` says it copies, -1 for none."""
+    index_of = {pos: k for k, pos in enumerate(live_at)}
+    return tuple(index_of.get(repeats.twin[pos], -1) for pos in live_at)

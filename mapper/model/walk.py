@@ -160,12 +160,16 @@ class Walk:
         this binding takes the outputs its twin's visit found (the memo entry the copy's own visit would
         hit: the same signature at inputs of the same facts), without computing its memo key again. Whether
         every copy of every stretch was taken (then each has its twin's class and folding, `Graph.twins`)."""
+        if not repeats.copies:  # none found (yet: a model's first binding looks for none)
+            for node in nodes:
+                self.visit(node)
+            return True
         twin, stretch_of, stretches = repeats.twin, repeats.stretch_of, repeats.stretches
         found: list[tuple | None] = [None] * len(nodes)
         holds: dict[int, bool] = {}
         taken = 0
         for pos, node in enumerate(nodes):
-            t = twin[pos] if twin else -1
+            t = twin[pos]
             if t >= 0 and (copied := found[t]) is not None:
                 s = stretch_of[pos]
                 if s not in holds:
