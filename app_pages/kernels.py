@@ -11,13 +11,14 @@ ui.header("Kernels", doc)
 if st.toggle("Group repeated layers", key="group_layers", help="one row per module across layers: ... x 32"):
     groups = pd.DataFrame(mapper.group_kernels(doc["kernels"], doc["totals"]["latency_s"]))
     groups["ops"] = groups["ops"].map(" ".join)
+    groups["time_s"] = groups["time_s"] * 1e6  # the per-kernel table's unit, so the two read alike
     st.caption(f"{len(groups)} groups of {len(doc['kernels'])} kernels, slowest total first.")
     st.dataframe(
-        groups.drop(columns=["first"]).rename(columns={"time_s": "time (s)", "bottleneck": "class"}),
+        groups.drop(columns=["first"]).rename(columns={"time_s": "time (µs)", "bottleneck": "class"}),
         hide_index=True,
         width="stretch",
         height=380,
-        column_config={"share": ui.TABLE_FORMAT["share"]},
+        column_config=ui.TABLE_FORMAT,
     )
     ui.notices(doc)
     st.stop()  # the drill-down below is per kernel

@@ -406,3 +406,6 @@ def test_kernels_page_toggle_groups_repeated_layers():
     assert len(grouped) < flat and grouped["kernel"].is_unique
     row = grouped.set_index("kernel").loc["model.layers.*.mlp.down_proj x 32"]
     assert row["count"] == 32
+    # in the flat table's unit (µs), not raw seconds (a 32-layer GEMM group of Llama-2-7B takes milliseconds)
+    assert "time (µs)" in grouped.columns and "time (s)" not in grouped.columns
+    assert row["time (µs)"] > 100.0
