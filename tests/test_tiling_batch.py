@@ -18,7 +18,7 @@ from mapper.core.caches import ModelCaches
 from mapper.core.graph import LayerType
 from mapper.core.result import Kernel, MatrixShape, TileChoice, TilePlan
 from mapper.core.vocab import Engine, KernelRule
-from mapper.cost.estimate import Basis, _on_kernel_basis, kernel_time, kernel_times
+from mapper.cost.estimate import Basis, _on_kernel_basis, estimate_cost, kernel_time, kernel_times
 from mapper.plan.tiling import (
     ACCUMULATOR_BYTES,
     ALTERNATIVES_KEPT,
@@ -29,7 +29,6 @@ from mapper.plan.tiling import (
     _fitting,
     _macs_per_clock_per_unit,
     plan_matrices,
-    plan_matrix,
     smooth_max,
 )
 
@@ -131,7 +130,7 @@ def test_batched_search_equals_the_one_kernel_search(h100, act_bytes):
     expected = [_reference_plan(k, h100, peak, act_bytes, act_bytes) for k in kernels]
     assert any(p.chosen.split_k > 1 for p in expected)  # the split-K path is covered
     assert plan_matrices(kernels, h100, peak, act_bytes, act_bytes) == expected
-    assert [plan_matrix(k, h100, peak, act_bytes, act_bytes) for k in kernels] == expected
+    assert [plan_matrices((k,), h100, peak, act_bytes, act_bytes)[0] for k in kernels] == expected  # one each
     order = list(range(len(kernels)))
     random.Random(7).shuffle(order)
     shuffled = plan_matrices([kernels[i] for i in order], h100, peak, act_bytes, act_bytes)
@@ -165,6 +164,23 @@ def test_candidates_timed_in_the_search_equal_the_cost_stages_re_timing(h100):
         plain = plan_matrices(kernels, h100, peak, 2.0, 2.0)
         assert timed == [_on_kernel_basis(p, b) for p, b in zip(plain, bases)]
         assert timed != plain
+
+
+def test_a_mappings_power_cap_times_its_batched_search_as_each_kernels_own_cost():
+    """The cost stage hands a slice's searches the plan's power cap: each matrix kernel's tiling (chosen tile and
+    runners-up, timed as the kernel) is the one its own `estimate_cost` under that cap gives. Without the cap
+    the batched search timed the candidates against the profile's TDP."""
+    hw = mapper.load_hardware("h100-sxm")
+    workload = mapper.open_model("bert-base").bind({"batch": 8, "seq": 256})
+    for cap in (150.0, None):
+        result = mapper.map_workload(workload, hw, mapper.PlanOptions(dtype="bf16", power_cap_w=cap))
+        matrix = [e for e in result.kernels if e.assessment.tiling.kind == "matrix"]
+        assert matrix
+        for e in matrix:
+            assert e.assessment.tiling == estimate_cost(e.kernel, hw, "bf16", 2.0, 2.0, cap).tiling, (
+                cap,
+                e.kernel.name,
+            )
 
 
 def test_kernel_time_is_the_smooth_max_of_scalars():

@@ -94,11 +94,10 @@ def assess_kernels(
     """(the engine the tile search chose, the kernel's assessment) of each kernel: its tile, time, traffic and
     class. The matrix tile searches of all of them run as one numpy evaluation (`search_matrices`)."""
     compressed = sparse_weight_bytes_per(sizer.weight)
-    kernels = [_sparsified(k, sizer.weight, compressed) if sparse and is_sparse_gemm(k) else k for k in kernels]
     flags = [sparse and is_sparse_gemm(k) for k in kernels]
-    searched = search_matrices(
-        kernels, [compressed if f else sizer.weight for f in flags], flags, hw, dtype, sizer.act
-    )  # fmt: skip
+    kernels = [_sparsified(k, sizer.weight, compressed) if f else k for k, f in zip(kernels, flags)]
+    weight_per = [compressed if f else sizer.weight for f in flags]
+    searched = search_matrices(kernels, weight_per, flags, hw, dtype, sizer.act, power_cap_w)
     return [
         _assessed(k, estimate_searched(k, s, hw, dtype, sizer.act, power_cap_w), hw, dtype, ridge)
         for k, s in zip(kernels, searched)

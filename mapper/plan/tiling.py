@@ -136,13 +136,6 @@ _COUNT_FIELDS = [0, 1, 2, 3, 4, 5, 6, 9]
 _MEASURED_FIELDS = [7, 8, 10, 11, 12, 13, 14]
 
 
-def plan_matrix(
-    kernel: Kernel, hw: HardwareProfile, peak: float, act_bytes: float, weight_bytes_per: float
-) -> TilePlan:
-    """The tile search of one matrix kernel (`plan_matrices` of one)."""
-    return plan_matrices((kernel,), hw, peak, act_bytes, weight_bytes_per)[0]
-
-
 class CandidateTimer(Protocol):
     """Times a kernel's kept candidates as the kernel runs (cost.estimate's `Basis`: launch, op scale, power cap)."""
 
