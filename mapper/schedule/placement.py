@@ -67,8 +67,8 @@ def _stage_sends(graph: Graph, estimates: list[KernelEstimate], stage_of: list[i
         for name in e.kernel.nodes:
             for t in graph.nodes[node_index[name]].inputs:
                 src = made_in.get(t)
-                if src is None or src >= s:
-                    continue
+                if src is None or src >= s or t not in graph.tensors:
+                    continue  # not made by an earlier stage, or of no known shape (its node is unresolved)
                 for boundary in range(src, s):  # an activation is relayed through every stage between
                     if (t, boundary) not in counted:
                         counted.add((t, boundary))
