@@ -45,8 +45,7 @@ class Cost:
 
 def kernel_time(compute_s: float, memory_s: float, overhead_s: float, sync_s: float) -> float:
     """The one roofline: imperfect overlap of compute and memory (`tiling.smooth_max`), then fixed costs."""
-    powered, other = (np.array((compute_s, memory_s), float) ** OVERLAP_EXPONENT).tolist()  # as `kernel_times`
-    return math.pow(powered + other, 1 / OVERLAP_EXPONENT) + overhead_s + sync_s
+    return kernel_times((compute_s,), (memory_s,), overhead_s, (sync_s,))[0]
 
 
 def kernel_times(
@@ -147,16 +146,15 @@ def estimate_searched(
     """`estimate_cost` given the kernel's matrix tile search (`search_matrices`; None where it takes none)."""
     if kernel.engine == "interconnect":
         return _interconnect_cost(kernel, hw)
-    overhead_s = hw.kernel_launch_s
+    basis = Basis.of(kernel, hw, dtype, power_cap_w)
+    overhead_s, scale = basis.overhead_s, basis.scale
     tiling, compute_s, memory_s, dram, l2, engine, sync_s = _engine_times(kernel, searched, hw, dtype, act_bytes)
-    scale = _op_scale(kernel, hw)
     if scale != 1.0:  # the device's software runs this op slower (or faster) than the model's roofline says
         compute_s, memory_s = compute_s * scale, memory_s * scale
-    headroom_w = _headroom_w(hw, power_cap_w)
-    dynamic_j = _dynamic_energy(kernel, hw, dtype, dram, l2)
-    time_s, throttled = _under_cap(kernel_time(compute_s, memory_s, overhead_s, sync_s), dynamic_j, headroom_w)
+    dynamic_j = basis.energy_j(dram, l2)
+    time_s, throttled = _under_cap(kernel_time(compute_s, memory_s, overhead_s, sync_s), dynamic_j, basis.headroom_w)
     if tiling is not searched:  # the matrix search's candidates came timed as the kernel (`search_matrices`)
-        tiling = _on_kernel_basis(tiling, Basis.of(kernel, hw, dtype, power_cap_w))
+        tiling = _on_kernel_basis(tiling, basis)
     energy_j = dynamic_j + hw.idle_w * time_s
     return Cost(
         tiling,
@@ -171,15 +169,6 @@ def estimate_searched(
         energy_j / time_s,
         throttled,
         engine,
-    )
-
-
-def _dynamic_energy(kernel: Kernel, hw: HardwareProfile, dtype: str, dram: float, l2: float) -> float:
-    """Energy above idle: per FLOP at the dtype, per DRAM byte, per L2 byte that did not go on to DRAM."""
-    return (
-        _energy_per_flop(hw, dtype) * kernel.flops
-        + hw.energy_per_dram_byte_j * dram
-        + hw.energy_per_l2_byte_j * max(l2 - dram, 0.0)
     )
 
 
@@ -198,7 +187,7 @@ class Basis:
     scale: float  # the device's op-time scale of the kernel's slowest op
     overhead_s: float
     headroom_w: float  # power above idle under the cap
-    flop_j: float  # the kernel's FLOPs' energy (`_dynamic_energy`'s first term)
+    flop_j: float  # the kernel's FLOPs' energy at the dtype
     dram_j: float  # per DRAM byte
     l2_j: float  # per L2 byte that did not go on to DRAM
     grid_sync_s: float  # a split-K candidate's reduction
@@ -226,11 +215,11 @@ class Basis:
             self.overhead_s,
             [self.grid_sync_s if s > 1 else 0.0 for s in split_k],
         )
-        dram_j, l2_j = self.dram_j, self.l2_j
-        return [  # `_dynamic_energy` of each, the same sum in the same order
-            _under_cap(t, self.flop_j + dram_j * d + l2_j * max(b - d, 0.0), self.headroom_w)[0]
-            for t, d, b in zip(raw, dram, l2)
-        ]
+        return [_under_cap(t, self.energy_j(d, b), self.headroom_w)[0] for t, d, b in zip(raw, dram, l2)]
+
+    def energy_j(self, dram: float, l2: float) -> float:
+        """Energy above idle: the kernel's FLOPs', per DRAM byte, per L2 byte that did not go on to DRAM."""
+        return self.flop_j + self.dram_j * dram + self.l2_j * max(l2 - dram, 0.0)
 
 
 def _op_scale(kernel: Kernel, hw: HardwareProfile) -> float:
