@@ -49,8 +49,9 @@ class ModelCaches:
     def _get(self, table: str, key: Hashable, make: Callable[[], Any], entries_max: int | None = None) -> Any:
         with self._lock:  # held while computing: two sessions mapping one model share the first's work
             entries = self._tables.setdefault(table, OrderedDict())
-            if key in entries:
-                return entries[key]
+            value = entries.get(key, _MISSING)  # one hash of the key (a plan's groups are 200 of them)
+            if value is not _MISSING:
+                return value
             value = make()
             if len(entries) >= (entries_max or self._entries):
                 entries.popitem(last=False)

@@ -43,23 +43,29 @@ def estimate_kernels(
     )
     sparse = sparsity == "2:4"
     plan = (dtype, sizer.act, sizer.weight, power_cap_w, ridge, sparse)
-    keys = [assessment_key(k) for k in kernels]
-    distinct: dict[tuple, Kernel] = {}  # repeated layers (80 decoder blocks) are assessed once: the first
-    for key, k in zip(keys, kernels):
-        distinct.setdefault(key, k)
+    # repeated layers (80 decoder blocks) are assessed once, as the first of their key: each kernel's key is
+    # hashed once, into the position of its distinct kernel
+    distinct: dict[tuple, int] = {}
+    firsts: list[Kernel] = []
+    at = []
+    for k in kernels:
+        key = assessment_key(k)
+        i = distinct.get(key)
+        if i is None:
+            i = distinct[key] = len(firsts)
+            firsts.append(k)
+        at.append(i)
 
     def assess(positions: list[int]) -> list[tuple[str, KernelAssessment]]:
-        firsts = list(distinct.values())
         return assess_kernels([firsts[i] for i in positions], hw, dtype, sizer, power_cap_w, ridge, sparse)
 
     if caches is None:
-        assessed = assess(list(range(len(distinct))))
+        assessed = assess(list(range(len(firsts))))
     else:
         assessed = caches.assessments(hw.sha256, plan, list(distinct), assess)
-    seen = dict(zip(distinct, assessed))
     out, start = [], 0.0
-    for k, key in zip(kernels, keys):
-        engine, assessment = seen[key]
+    for k, i in zip(kernels, at):
+        engine, assessment = assessed[i]
         out.append(KernelEstimate(k if k.engine == engine else k.with_engine(engine), assessment, start))
         start += assessment.time_s
     return out

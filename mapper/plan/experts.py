@@ -38,6 +38,8 @@ def check_expert_parallel(workload: Workload, ep: int) -> None:
 def resident_kernels(workload: Workload, kernels: list[Kernel], ep: int) -> list[Kernel]:
     """The kernels as memory sees them: every expert's weights resident (not the share a step reads),
     E/ep experts a device."""
+    if not workload.expert_gemms:  # a dense model: memory sees the kernels as they are
+        return list(kernels)
     out = []
     for k in kernels:
         g = expert_of(workload, k)

@@ -305,16 +305,20 @@ class _Planner:
 def tiny_nodes(graph: Graph) -> frozenset[str]:
     """Nodes whose outputs hold at most EPILOGUE_OPERAND_ELEMENTS elements: the one fact about sizes the
     planner reads (a tiny operand waits for the kernel that reads it), so part of the plan's cache key."""
-    tiny, get, prod = set(), graph.tensors.get, math.prod
-    for n in graph.nodes:
+    get, prod, twins = graph.tensors.get, math.prod, graph.twins
+    is_tiny = []
+    for k, n in enumerate(graph.nodes):
+        t = twins[k] if twins else -1
+        if t >= 0:  # a repeated layer's node has its twin's output shapes (`Graph.twins`)
+            is_tiny.append(is_tiny[t])
+            continue
         total = 0  # a plain loop: this runs over every node of every binding
         for o in n.outputs:
             spec = get(o) if o else None
             if spec is not None:
                 total += prod(spec.shape)
-        if total <= EPILOGUE_OPERAND_ELEMENTS:
-            tiny.add(n.name)
-    return frozenset(tiny)
+        is_tiny.append(total <= EPILOGUE_OPERAND_ELEMENTS)
+    return frozenset(n.name for n, tiny in zip(graph.nodes, is_tiny) if tiny)
 
 
 def plan_fusion(

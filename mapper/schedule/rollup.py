@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mapper.core.graph import Graph
-from mapper.core.result import KernelEstimate, LayerRollup, Totals
+from mapper.core.result import Kernel, KernelAssessment, KernelEstimate, LayerRollup, Totals
 from mapper.work.workload import Workload
 
 STALL_DEFINITION = (
@@ -53,9 +53,10 @@ def roll_up(
     """Model totals and per-layer-type figures of `workload`'s kernel estimates, spread over devices as
     `spread` says. Energy: each kernel runs on `spread.ranks` devices at once while the other stages' devices
     idle; power and perf-per-watt are over every device of every replica."""
-    latency = sum(e.time_s for e in estimates)
-    stall_time = sum(e.stall_fraction * e.time_s for e in estimates)
-    energy = spread.ranks * sum(e.energy_j for e in estimates) + spread.idle_others_w * latency
+    assessed = [e.assessment for e in estimates]  # read once: an estimate's figures are properties of it
+    latency = sum(a.time_s for a in assessed)
+    stall_time = sum(a.stall_fraction * a.time_s for a in assessed)
+    energy = spread.ranks * sum(a.energy_j for a in assessed) + spread.idle_others_w * latency
     batch = batch_size(workload.graph)
     layers = _layers(estimates, latency, peak)
     power = spread.replicas * energy / latency if latency else 0.0
@@ -68,7 +69,7 @@ def roll_up(
         throughput_per_s=throughput,
         flops=model_flops,
         matrix_flops=workload.matrix_flops,
-        dram_bytes=sum(e.dram_bytes for e in estimates),
+        dram_bytes=sum(a.dram_bytes for a in assessed),
         weight_bytes=weight_bytes,
         mfu=model_flops / (latency * peak * spread.devices) if latency else 0.0,
         memory_stall_fraction=stall_time / latency if latency else 0.0,
@@ -84,13 +85,14 @@ def roll_up(
 
 def _layers(estimates: list[KernelEstimate], latency: float, peak: float) -> tuple[LayerRollup, ...]:
     """One row per layer type, the most time first."""
-    by_layer: dict[str, list[KernelEstimate]] = {}
+    by_layer: dict[str, list[tuple[Kernel, KernelAssessment]]] = {}
     for e in estimates:
-        by_layer.setdefault(str(e.kernel.layer_type), []).append(e)
+        by_layer.setdefault(str(e.kernel.layer_type), []).append((e.kernel, e.assessment))
+    times = {layer: sum(a.time_s for _, a in group) for layer, group in by_layer.items()}
     layers = []
-    for layer, group in sorted(by_layer.items(), key=lambda kv: -sum(e.time_s for e in kv[1])):
-        t = sum(e.time_s for e in group)
-        flops = sum(e.kernel.flops for e in group)
+    for layer, group in sorted(by_layer.items(), key=lambda kv: -times[kv[0]]):
+        t = times[layer]
+        flops = sum(k.flops for k, _ in group)
         layers.append(
             LayerRollup(
                 layer,
@@ -99,7 +101,7 @@ def _layers(estimates: list[KernelEstimate], latency: float, peak: float) -> tup
                 t / latency if latency else 0.0,
                 flops,
                 flops / (t * peak) if t else 0.0,  # per-device kernels on one device's peak
-                sum(e.stall_fraction * e.time_s for e in group) / t if t else 0.0,
+                sum(a.stall_fraction * a.time_s for _, a in group) / t if t else 0.0,
             )
         )
     return tuple(layers)

@@ -39,17 +39,20 @@ class Workload:
     cost_key: int = field(init=False, repr=False)  # what kernels read of each node: name, class, FLOPs, bytes
 
     def __post_init__(self):
-        object.__setattr__(self, "flops", sum(n.flops for n in self.nodes))
-        object.__setattr__(self, "matrix_flops", sum(n.matrix_flops for n in self.nodes))
-        object.__setattr__(
-            self, "unmodeled", tuple(n for n in self.nodes if n.op_class is OpClass.UNMODELED or n.reason)
-        )
-        object.__setattr__(
-            self, "plan_key", hash(tuple((w.name, w.op_class, w.layer_type, w.layer_group) for w in self.nodes))
-        )
-        object.__setattr__(
-            self, "cost_key", hash(tuple((w.name, w.op_class, w.flops, w.bytes_read) for w in self.nodes))
-        )
+        flops = matrix_flops = 0  # one pass (every binding builds a workload): sums in node order, as sum() adds
+        unmodeled, plan, cost = [], [], []
+        for n in self.nodes:
+            flops += n.flops
+            matrix_flops += n.matrix_flops
+            if n.op_class is OpClass.UNMODELED or n.reason:
+                unmodeled.append(n)
+            plan.append((n.name, n.op_class, n.layer_type, n.layer_group))
+            cost.append((n.name, n.op_class, n.flops, n.bytes_read))
+        object.__setattr__(self, "flops", flops)
+        object.__setattr__(self, "matrix_flops", matrix_flops)
+        object.__setattr__(self, "unmodeled", tuple(unmodeled))
+        object.__setattr__(self, "plan_key", hash(tuple(plan)))
+        object.__setattr__(self, "cost_key", hash(tuple(cost)))
 
     @property
     def bytes(self) -> float:
