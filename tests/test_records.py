@@ -1,7 +1,8 @@
 """Records the hot loops build without their dataclass constructor are the constructor's, field for field.
 
-`work.kinds._placed` writes a NodeWork's slots directly (every binding copies ~400 of them), and fusion groups
-keep their hash (a slice keys three tables by them); both must stay what the plain dataclass would give.
+`core.records.writer` writes a record's slots directly: the import's tensor specs, `work.kinds._placed`'s node works
+(every binding copies ~400 of them), `plan.kernels._renamed`'s kernels and the cost stage's estimates. Fusion groups
+keep their hash (a slice keys three tables by them). All must stay what the plain dataclass would give.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import pickle
 import pytest
 
 import mapper
-from mapper.core.graph import LayerType, OpClass
-from mapper.core.result import Kernel, MatrixShape, NodeWork
+from mapper.core.graph import LayerType, OpClass, TensorSpec
+from mapper.core.records import writer
+from mapper.core.result import Kernel, KernelEstimate, MatrixShape, NodeWork
 from mapper.plan.fusion import Group
 from mapper.plan.kernels import KERNEL_FIELDS_BUT_NAME, _renamed
 from mapper.work.kinds import _placed
@@ -62,5 +64,35 @@ def test_renamed_kernel_is_the_constructors():
         renamed = _renamed(f"{k.name}/copy", (f"n{i}",), values)
         assert renamed == Kernel(f"{k.name}/copy", (f"n{i}",), *values)
         assert renamed == dataclasses.replace(k, name=f"{k.name}/copy", nodes=(f"n{i}",))
-    with pytest.raises(ValueError):
+    with pytest.raises(TypeError):
         _renamed("x", ("y",), values[:-1])  # a field short: refused, not a half-built kernel
+
+
+def _fields(record) -> list:
+    return [getattr(record, f.name) for f in dataclasses.fields(record)]
+
+
+def test_writers_give_the_constructors_records():
+    """A mapping's every tensor spec and estimate, written again by `writer`, is the constructor's record."""
+    workload = mapper.open_model("bert-base").bind({"batch": 2, "seq": 40})
+    result = mapper.map_workload(workload, mapper.load_hardware("h100-sxm"))
+    for cls, records in ((TensorSpec, workload.graph.tensors.values()), (KernelEstimate, result.kernels)):
+        write = writer(cls)
+        for record in records:
+            written = write(*_fields(record))
+            assert type(written) is cls and written == cls(*_fields(record)) and _fields(written) == _fields(record)
+            assert pickle.loads(pickle.dumps(written)) == record
+    spec = writer(TensorSpec)("t", (2, 3), "float16")
+    assert (spec.name, spec.shape, spec.dtype, spec.bytes) == ("t", (2, 3), "float16", 12)  # each field its own
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.name = "u"  # still frozen
+
+
+def test_writer_refuses_records_it_would_build_wrong():
+    @dataclasses.dataclass(frozen=True)
+    class Plain:  # no slots: its fields are no descriptors to write
+        x: int
+
+    for cls in (Group, Plain):  # Group's __post_init__ keeps its hash: a writer would skip it
+        with pytest.raises(TypeError):
+            writer(cls)

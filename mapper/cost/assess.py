@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from mapper.core.caches import ModelCaches
+from mapper.core.records import writer
 from mapper.core.result import Kernel, KernelAssessment, KernelEstimate
 from mapper.cost.bottleneck import Facts, classify, speedup_if_removed
 from mapper.cost.estimate import Cost, estimate_searched, roofline_time, search_matrices
@@ -66,9 +67,12 @@ def estimate_kernels(
     out, start = [], 0.0
     for k, i in zip(kernels, at):
         engine, assessment = assessed[i]
-        out.append(KernelEstimate(k if k.engine == engine else k.with_engine(engine), assessment, start))
+        out.append(_write_estimate(k if k.engine == engine else k.with_engine(engine), assessment, start))
         start += assessment.time_s
     return out
+
+
+_write_estimate = writer(KernelEstimate)  # one a kernel a slice, without the frozen constructor (`core.records`)
 
 
 def assessment_key(k: Kernel) -> tuple:

@@ -16,6 +16,7 @@ from mapper.core import limits
 from mapper.core.caches import ModelCaches
 from mapper.core.errors import MapperError
 from mapper.core.graph import SUBGRAPH_OPS, Node, TensorSpec
+from mapper.core.records import writer
 from mapper.model.bindings import eval_dim, graph_inputs
 from mapper.model.dtypes import dtype_name, tensor_dtype
 from mapper.model.ort_shapes import ort_inferred_value_info, ort_node_value_info
@@ -44,6 +45,11 @@ def value_info_shape(vi: onnx.ValueInfoProto, bound: dict[str, int]) -> TensorSp
 
 
 # --- the graph walk --------------------------------------------------------------------------------
+# every output of every node at every binding (a repeated layer's copies too): written without the frozen
+# constructor (`core.records`)
+_write_spec = writer(TensorSpec)
+
+
 class Walk:
     """Mutable state of one import (kept out of the frozen result)."""
 
@@ -228,12 +234,12 @@ class Walk:
         if len(outputs) == 1 and len(entries) == 1:  # most nodes: one output, no list of the present ones
             o = outputs[0]
             shape, dtype, value, kid[o] = entries[0]
-            specs[o] = TensorSpec(o, shape, dtype)
+            specs[o] = _write_spec(o, shape, dtype)
             if value is not None:
                 values[o] = value
         else:
             for o, (shape, dtype, value, sid) in zip([o for o in outputs if o], entries):
-                specs[o] = TensorSpec(o, shape, dtype)
+                specs[o] = _write_spec(o, shape, dtype)
                 kid[o] = sid
                 if value is not None:
                     values[o] = value

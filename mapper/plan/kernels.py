@@ -13,6 +13,7 @@ from dataclasses import fields, replace
 from mapper.core.caches import ModelCaches
 from mapper.core.errors import MapperError
 from mapper.core.graph import Graph, LayerType, OpClass, TensorSpec
+from mapper.core.records import writer
 from mapper.core.result import Kernel, MatrixShape, NodeWork
 from mapper.core.vocab import Engine, KernelRule, PlanDtype
 from mapper.hardware.profile import HardwareProfile
@@ -327,19 +328,13 @@ class _GroupStructure:
 
 
 KERNEL_FIELDS_BUT_NAME = tuple(f.name for f in fields(Kernel))[2:]  # all but name and nodes, in their order
-# Kernel's slots, written directly for a repeated layer's kernel (~190 a BERT-base slice): the frozen __init__
-# costs an object.__setattr__ a field and a default's fill (0.47 -> 0.33 ms a slice's kernels); tests/test_records.py
-_PUT_NAME, _PUT_NODES, *_PUT_REST = (getattr(Kernel, f.name).__set__ for f in fields(Kernel))
+# A repeated layer's kernel (~190 a BERT-base slice) is written without the frozen constructor (`core.records`)
+_write_kernel = writer(Kernel)
 
 
 def _renamed(name: str, nodes: tuple[str, ...], fields_but_name: tuple) -> Kernel:
     """The kernel `Kernel(name, nodes, *fields_but_name)`, its fields in KERNEL_FIELDS_BUT_NAME's order."""
-    k = object.__new__(Kernel)
-    _PUT_NAME(k, name)
-    _PUT_NODES(k, nodes)
-    for put, value in zip(_PUT_REST, fields_but_name, strict=True):
-        put(k, value)
-    return k
+    return _write_kernel(name, nodes, *fields_but_name)
 
 
 def _kinds_by_name(workload: Workload) -> dict[str, tuple[int, LayerType]] | None:

@@ -7,9 +7,8 @@ repeated layer's node takes its twin's (`Graph.twins`, the import's copies) with
 
 from __future__ import annotations
 
-from dataclasses import fields
-
 from mapper.core.graph import Graph, LayerType, Node
+from mapper.core.records import writer
 from mapper.core.result import NodeWork
 from mapper.work.ops import LayerPlacer, estimate_node_work
 
@@ -79,31 +78,14 @@ def _work_key(graph: Graph, node: Node, cls: int | None, roles: tuple) -> tuple 
         return None
 
 
-# NodeWork's slots written directly, in field order: `_placed` copies a repeated node's work under its own name at
-# every binding (~400 records a BERT-base binding), and the frozen dataclass's __init__ (an object.__setattr__ a
-# field) was half of the work model's time (0.63 -> 0.34 ms). A field added to NodeWork fails the unpacking below;
-# tests/test_records.py compares the record with the constructor's.
-_NODEWORK_SETTERS = tuple(getattr(NodeWork, f.name).__set__ for f in fields(NodeWork))
+# A repeated node's work is copied under its own name at every binding (~400 records a BERT-base binding): written
+# without the frozen constructor (`core.records`), which was half of the work model's time (0.63 -> 0.34 ms).
+_write_work = writer(NodeWork)
 
 
 def _placed(w: NodeWork, name: str, layer: LayerType, group: int) -> NodeWork:
     """`w` as the work of the node `name` in this layer and block (itself where it already is)."""
     if w.name == name and (layer, group) == (w.layer_type, w.layer_group):
         return w
-    put_name, put_op, put_class, put_flops, put_matrix_flops, put_sfu, put_read, put_written, put_weight, put_matrix, \
-        put_reason, put_layer, put_group = _NODEWORK_SETTERS  # fmt: skip
-    n = object.__new__(NodeWork)
-    put_name(n, name)
-    put_op(n, w.op_type)
-    put_class(n, w.op_class)
-    put_flops(n, w.flops)
-    put_matrix_flops(n, w.matrix_flops)
-    put_sfu(n, w.sfu_ops)
-    put_read(n, w.bytes_read)
-    put_written(n, w.bytes_written)
-    put_weight(n, w.weight_bytes)
-    put_matrix(n, w.matrix)
-    put_reason(n, w.reason)
-    put_layer(n, layer)
-    put_group(n, group)
-    return n
+    return _write_work(name, w.op_type, w.op_class, w.flops, w.matrix_flops, w.sfu_ops, w.bytes_read,
+                       w.bytes_written, w.weight_bytes, w.matrix, w.reason, layer, group)  # fmt: skip
