@@ -151,8 +151,9 @@ class ModelCaches:
         return self._get("fusion_plan", (structure, work_key, tiny, policy, attention_fusion), make)
 
     def group_boundaries(self, structure: tuple[str, frozenset[str]], groups: tuple, make):
-        """Each group's boundary (the tensors crossing it) and its kernel's name (its first member's, scoped by
-        module path): the live graph's structure and the groups."""
+        """Each group's boundary (the tensors crossing it), its kernel's name (its first member's, scoped by
+        module path), its shape and its members' positions (`kernels.GroupPlaces`): the live graph's structure and
+        the groups."""
         return self._get("group_boundaries", (structure, groups), make)
 
     def kernels(

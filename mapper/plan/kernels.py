@@ -8,6 +8,7 @@ dtype); integer tensors (token ids, indices) keep their own size.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import fields, replace
 
 from mapper.core.caches import ModelCaches
@@ -246,12 +247,11 @@ def build_kernels(workload: Workload, groups: list[Group], sizer: Sizer, hw: Har
     Kernels depend on the model, its bindings, the groups, the element sizes and (for attention) the
     SRAM size: a sweep that varies only the profile or between dtypes of one width builds them once.
     Group boundaries depend on the structure alone (the groups and which nodes were folded away):
-    every binding of a sweep shares them."""
+    every binding of a sweep shares them (`GroupPlaces`)."""
     graph, caches = workload.graph, workload.caches
     flash = any(g.rule == "flash-attention" for g in groups)  # only fused attention asks the SRAM size
     groups_key = tuple(groups)
-    # group -> (its boundary, its kernel's name): both structural, so every binding of a sweep shares them
-    placed = caches.group_boundaries(graph.structure, groups_key, dict)
+    places = caches.group_boundaries(graph.structure, groups_key, lambda: GroupPlaces(graph, groups_key))
     return list(
         caches.kernels(
             graph.sha256,
@@ -260,31 +260,25 @@ def build_kernels(workload: Workload, groups: list[Group], sizer: Sizer, hw: Har
             (sizer.act, sizer.weight),
             hw.sram_per_unit_bytes if flash else None,
             workload.cost_key,
-            lambda: _build_kernels(workload, groups, sizer, hw, attention_fits, placed),
+            lambda: _build_kernels(workload, groups, sizer, hw, attention_fits, places),
         )
     )
 
 
 def _build_kernels(
-    workload: Workload,
-    groups: list[Group],
-    sizer: Sizer,
-    hw: HardwareProfile,
-    attention_fits,
-    placed: dict[Group, tuple[Boundary, str]],
+    workload: Workload, groups: list[Group], sizer: Sizer, hw: HardwareProfile, attention_fits, places: GroupPlaces
 ) -> list:
     graph, weight_shares, experts = workload.graph, workload.weight_shares, workload.expert_gemms
     by_name = {w.name: w for w in workload.nodes}
-    kinds = _kinds_by_name(workload)
-    built: dict[tuple, tuple] = {}  # (rule, boundary layout, members' kinds) -> the kernel's fields but its name
-    structure = _GroupStructure(graph)
+    codes = _member_codes(workload)
+    built: dict[tuple, tuple] = {}  # (group shape, members' codes) -> the kernel's fields but its name
 
-    def kernel(group: Group) -> Kernel:
-        boundary, name = placed.get(group) or structure.place(group, placed)
+    def kernel(group: Group, place: Place) -> Kernel:
+        boundary, name, shape, positions = place
         key = None
-        if kinds is not None:
-            members = tuple(map(kinds.__getitem__, group.nodes))
-            key = None if min(members)[0] < 0 else (group.rule, boundary.layout, members)
+        if codes is not None:
+            members = tuple(map(codes.__getitem__, positions))
+            key = None if min(members) < 0 else (shape, members)
             fields = built.get(key)
             if fields is not None:
                 return _renamed(name, group.nodes, fields)
@@ -295,36 +289,58 @@ def _build_kernels(
         return k if k.name == name else replace(k, name=name)
 
     kernels = []
-    for group in groups:
+    for group, place in zip(groups, places.of_plan, strict=True):
         if group.rule == "flash-attention":
             members = [by_name[n] for n in group.nodes]
             shape = _matrix_shape(members, group.rule)
             if shape is None or not attention_fits(shape, sizer.act, hw):
                 for n in group.nodes:
-                    k = kernel(Group((n,), KernelRule.SINGLE))
+                    single = Group((n,), KernelRule.SINGLE)
+                    k = kernel(single, places.of(single))
                     kernels.append(replace(k, note="flash-attention rejected: its tiles do not fit on-chip SRAM"))
                 continue
-        kernels.append(kernel(group))
+        kernels.append(kernel(group, place))
     return kernels
 
 
-class _GroupStructure:
-    """What a group's boundary and name are read from (the live graph's nodes), indexed on first need:
-    a binding whose groups were all placed before builds nothing here."""
+# A group's place in the structure: its boundary, its kernel's name, its shape (what its kernel reads of the group
+# besides its members' work: the rule and the boundary's layout) and its members' positions among the live nodes.
+Place = tuple[Boundary, str, Hashable, tuple[int, ...]]
 
-    def __init__(self, graph: Graph):
+
+class GroupPlaces:
+    """Each group of a plan placed in the live graph (`Place`): structural, so every binding of a sweep shares
+    them (`ModelCaches.group_boundaries`). A group's shape is a small number, one per distinct (rule, boundary
+    layout) of the plan, so that a slice's kernel keys hash no layout; a group split back from a rejected
+    flash attention is placed on first need, its shape the (rule, layout) itself (never equal to a number)."""
+
+    def __init__(self, graph: Graph, groups: tuple[Group, ...]):
+        nodes = graph.nodes
         self.graph = graph
-        self.nodes_by_name = self.index_of = self.scopes = None
+        self.nodes_by_name = {n.name: n for n in nodes}
+        self.index_of = {n.name: i for i, n in enumerate(nodes)}
+        self.scopes = {n.name: n.scope for n in nodes if n.scope}  # named by module path (report/groups.py)
+        shapes: dict[tuple, int] = {}
+        self.of_plan: list[Place] = []
+        for group in groups:
+            boundary, name = self._boundary(group)
+            shape = shapes.setdefault((group.rule, boundary.layout), len(shapes))
+            self.of_plan.append((boundary, name, shape, self._positions(group)))
+        self.split: dict[Group, Place] = {}
 
-    def place(self, group: Group, placed: dict[Group, tuple[Boundary, str]]) -> tuple[Boundary, str]:
-        if self.nodes_by_name is None:
-            nodes = self.graph.nodes
-            self.nodes_by_name = {n.name: n for n in nodes}
-            self.index_of = {n.name: i for i, n in enumerate(nodes)}
-            self.scopes = {n.name: n.scope for n in nodes if n.scope}  # named by module path (report/groups.py)
-        boundary = group_boundary(self.graph, group, self.nodes_by_name, self.index_of)
-        placed[group] = found = (boundary, _kernel_name(group, self.scopes))
+    def of(self, group: Group) -> Place:
+        """A group outside the plan (a member of a rejected flash attention, alone)."""
+        found = self.split.get(group)
+        if found is None:
+            boundary, name = self._boundary(group)
+            found = self.split[group] = (boundary, name, (group.rule, boundary.layout), self._positions(group))
         return found
+
+    def _boundary(self, group: Group) -> tuple[Boundary, str]:
+        return group_boundary(self.graph, group, self.nodes_by_name, self.index_of), _kernel_name(group, self.scopes)
+
+    def _positions(self, group: Group) -> tuple[int, ...]:
+        return tuple(self.index_of[n] for n in group.nodes)
 
 
 KERNEL_FIELDS_BUT_NAME = tuple(f.name for f in fields(Kernel))[2:]  # all but name and nodes, in their order
@@ -337,12 +353,20 @@ def _renamed(name: str, nodes: tuple[str, ...], fields_but_name: tuple) -> Kerne
     return _write_kernel(name, nodes, *fields_but_name)
 
 
-def _kinds_by_name(workload: Workload) -> dict[str, tuple[int, LayerType]] | None:
-    """Node name -> (its work kind, layer type): what a kernel reads of a member besides its specs and name;
-    None where kinds are unknown or a mixture of experts scales some nodes' traffic by their weights' shares."""
+_LAYER_NUMBER = {layer: i for i, layer in enumerate(LayerType)}
+
+
+def _member_codes(workload: Workload) -> list[int] | None:
+    """Per live node, a number naming what a kernel reads of a member besides its specs and name: its work kind
+    and layer type (-1: a node estimated alone); None where kinds are unknown or a mixture of experts scales some
+    nodes' traffic by their weights' shares."""
     if len(workload.work_kinds) != len(workload.nodes) or workload.weight_shares or workload.expert_gemms:
         return None
-    return {w.name: (kind, w.layer_type) for w, kind in zip(workload.nodes, workload.work_kinds)}
+    layers, number = len(_LAYER_NUMBER), _LAYER_NUMBER
+    return [
+        kind * layers + number[w.layer_type] if kind >= 0 else -1
+        for w, kind in zip(workload.nodes, workload.work_kinds)
+    ]
 
 
 def _kernel_name(group: Group, scopes: dict[str, str]) -> str:
