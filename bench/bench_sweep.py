@@ -3,6 +3,7 @@
     .venv/bin/python bench/bench_sweep.py            # the acceptance grid, then BERT-base alone
     .venv/bin/python bench/bench_sweep.py --profile  # where one BERT-base slice's time goes
     .venv/bin/python bench/bench_sweep.py --shapes 5  # the 200-shape BERT-base sweep, 5 cold processes
+    .venv/bin/python bench/bench_sweep.py --shapes 5 --workers 2  # the same on a 2-process pool (CPU: all of it)
 
 The 200-shape sweep (issue 16's goal): BERT-base at batch 1-40 x seq 64, 128, 256, 384, 512 on h100-sxm with
 one option set, each run in a fresh process; it prints the sweep's slices per CPU-second and the whole
@@ -62,18 +63,22 @@ def timed(spec: SweepSpec, executor, label: str, bar: bool = False):
 
 
 SHAPES_CHILD = r"""
-import json, time
+import json, resource, sys, time
 import mapper
+workers = int(sys.argv[1])
 cpu = time.process_time()
 spec = mapper.SweepSpec(models=("bert-base",), hardware=("h100-sxm",), batches=tuple(range(1, 41)),
                         seqs=(64, 128, 256, 384, 512))
-n = len(mapper.run_sweep(spec).table)
-print(json.dumps({"slices": n, "sweep_cpu_s": time.process_time() - cpu}))
+executor = mapper.executor_spec("processes", workers=workers) if workers else mapper.executor_spec("inprocess")
+n = len(mapper.run_sweep(spec, executor).table)
+children = resource.getrusage(resource.RUSAGE_CHILDREN)  # the pool's workers, once they have exited
+print(json.dumps({"slices": n, "sweep_cpu_s": time.process_time() - cpu + children.ru_utime + children.ru_stime}))
 """
 
 
-def shapes_sweep(runs: int) -> None:
-    """The 200-shape BERT-base sweep from cold processes: medians of slices/CPU-s and whole-command wall."""
+def shapes_sweep(runs: int, workers: int = 0) -> None:
+    """The 200-shape BERT-base sweep from cold processes: medians of slices/CPU-s and whole-command wall. With
+    `workers`, on a process pool of that many: its workers' CPU is counted with the parent's."""
     rates, walls = [], []
     # As a user's Python runs it: with its bytecode cache (this machine's environment turns the cache off, and
     # every run then compiled the engine's modules again, ~0.07 s); one run first writes it, not counted.
@@ -81,7 +86,8 @@ def shapes_sweep(runs: int) -> None:
     subprocess.run([sys.executable, "-c", "import mapper"], env=env, check=True)
     for run in range(1, runs + 1):
         wall = time.perf_counter()
-        out = subprocess.run([sys.executable, "-c", SHAPES_CHILD], capture_output=True, text=True, check=True, env=env)
+        command = [sys.executable, "-c", SHAPES_CHILD, str(workers)]
+        out = subprocess.run(command, capture_output=True, text=True, check=True, env=env)
         wall = time.perf_counter() - wall
         r = json.loads(out.stdout.strip().splitlines()[-1])
         rates.append(r["slices"] / r["sweep_cpu_s"])
@@ -91,7 +97,8 @@ def shapes_sweep(runs: int) -> None:
             f" CPU-second), whole command {wall:.2f} s wall"
         )
     print(
-        f"median over {runs}: {statistics.median(rates):.0f} slices per CPU-second (goal >= 200),"
+        f"median over {runs} ({f'{workers} worker processes' if workers else 'in-process'}):"
+        f" {statistics.median(rates):.0f} slices per CPU-second (goal >= 200),"
         f" whole command {statistics.median(walls):.2f} s (goal < 2 s); load average {os.getloadavg()[0]:.2f}"
     )
 
@@ -123,9 +130,10 @@ def main() -> int:
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--skip-dask", action="store_true")
     ap.add_argument("--shapes", type=int, metavar="RUNS", help="the 200-shape BERT-base sweep, RUNS cold processes")
+    ap.add_argument("--workers", type=int, default=0, help="with --shapes: run it on a process pool of this many")
     args = ap.parse_args()
     if args.shapes:
-        shapes_sweep(args.shapes)
+        shapes_sweep(args.shapes, args.workers)
         return 0
     if args.profile:
         profile_one()
