@@ -163,10 +163,15 @@ class Graph:
     # 10^5 outputs, and a test against the tuple per tensor would make each stage quadratic.
     input_set: frozenset[str] = field(init=False, repr=False, compare=False)
     output_set: frozenset[str] = field(init=False, repr=False, compare=False)
+    # the live nodes' op types: what a stage that looks for one kind of node (a router's TopK, a KV-cache Concat, a
+    # QuantizeLinear) asks before it walks every node; structural, so the import passes its live structure's
+    op_types: frozenset[str] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
         object.__setattr__(self, "input_set", frozenset(self.inputs))
         object.__setattr__(self, "output_set", frozenset(self.outputs))
+        if self.op_types is None:
+            object.__setattr__(self, "op_types", frozenset(n.op_type for n in self.nodes))
 
     @property
     def structure(self) -> tuple[str, frozenset[str]]:

@@ -172,7 +172,7 @@ def import_graph(
     repeats = caches.repeats(sha256, available, lambda: find_repeats(ordered, initialized.kid), Repeats())
     copied = walk.visit_all(ordered, repeats)
     folded = frozenset(walk.folded)
-    live, weights, producers, consumers, stored, live_at = caches.live_structure(  # keyed as the Graph's `structure`
+    live, weights, producers, consumers, stored, live_at, op_types = caches.live_structure(  # as `Graph.structure`
         sha256, folded, lambda: live_structure(ordered, folded, walk.const, walk.specs)
     )
     twins = caches.twins(sha256, folded, lambda: live_twins(live_at, repeats)) if repeats.copies and copied else ()
@@ -192,6 +192,7 @@ def import_graph(
         unresolved=tuple(sorted(walk.unresolved.items())),
         stored_dtypes=stored,
         twins=twins,
+        op_types=op_types,
     )
     return graph, walk.classes
 
@@ -212,7 +213,7 @@ def live_structure(ordered: list[Node], folded: frozenset[str], const: set[str],
     """The nodes left after folding, the weights they read, who makes and uses each tensor, the storage types
     of QDQ weights, and each live node's position in `ordered`. Decided by which nodes folded (and so which
     tensors are constants) and the initializers' types, not by sizes: every binding that folds the same nodes
-    shares one (read-only) structure."""
+    shares one (read-only) structure. Last, the live nodes' op types (`Graph.op_types`)."""
     live_at = tuple(k for k, n in enumerate(ordered) if n.name not in folded)  # live index -> position
     live = tuple(ordered[k] for k in live_at)
     weights = frozenset(i for n in live for i in n.inputs if i in const)
@@ -229,6 +230,7 @@ def live_structure(ordered: list[Node], folded: frozenset[str], const: set[str],
         {k: tuple(v) for k, v in consumers.items()},
         _dequantized_weights(ordered, folded, specs),
         live_at,
+        frozenset(n.op_type for n in live),
     )
 
 

@@ -72,7 +72,7 @@ def weight_tally(graph: Graph, caches: ModelCaches | None = None) -> tuple[dict[
     other, eight_bit = 0.0, 0
     # QDQ int8 weights make an int8 model only beside quantized activations; alone they are
     # weight-only quantization, computed at the activations' float type
-    int8_compute = any(n.op_type in ("QuantizeLinear", "DynamicQuantizeLinear") for n in graph.nodes)
+    int8_compute = not graph.op_types.isdisjoint(("QuantizeLinear", "DynamicQuantizeLinear"))
     for w in graph.weights:
         spec = graph.tensors[w]
         if w in graph.stored_dtypes:  # a QDQ model's dequantized integer weight

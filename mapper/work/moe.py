@@ -64,7 +64,7 @@ def find_routings(graph: Graph) -> tuple[Routing, ...]:
     """Each TopK over a Softmax of router logits whose indices scatter into a routing table, with the
     expert GEMMs between the router's input and the Muls by that table's columns."""
     found = []
-    for topk in graph.nodes:
+    for topk in graph.nodes if "TopK" in graph.op_types else ():
         if topk.op_type != "TopK" or len(topk.outputs) < 2 or not topk.inputs:  # noqa: PLR2004 (values, indices)
             continue
         softmax = graph.producer(topk.inputs[0])
@@ -153,7 +153,7 @@ def routing_caveats(graph: Graph, gemms: dict[str, ExpertGemm]) -> list[str]:
                 f" E(1-(1-k/E)^T), not at a measured routing."
             )
         ]
-    if any(n.op_type == "TopK" for n in graph.nodes) and any(n.op_type in DYNAMIC_ROUTING_OPS for n in graph.nodes):
+    if "TopK" in graph.op_types and not graph.op_types.isdisjoint(DYNAMIC_ROUTING_OPS):
         return [
             (
                 "This graph routes tokens with data-dependent ops (TopK then NonZero): its expert GEMMs are costed at"
