@@ -39,17 +39,15 @@ class Workload:
     cost_key: int = field(init=False, repr=False)  # what kernels read of each node: name, class, FLOPs, bytes
 
     def __post_init__(self):
-        flops = matrix_flops = 0  # one pass (every binding builds a workload): sums in node order, as sum() adds
+        # the totals by sum() (Python 3.12's adds floats compensated: a loop's += would not); the rest in one pass
+        object.__setattr__(self, "flops", sum(n.flops for n in self.nodes))
+        object.__setattr__(self, "matrix_flops", sum(n.matrix_flops for n in self.nodes))
         unmodeled, plan, cost = [], [], []
         for n in self.nodes:
-            flops += n.flops
-            matrix_flops += n.matrix_flops
             if n.op_class is OpClass.UNMODELED or n.reason:
                 unmodeled.append(n)
             plan.append((n.name, n.op_class, n.layer_type, n.layer_group))
             cost.append((n.name, n.op_class, n.flops, n.bytes_read))
-        object.__setattr__(self, "flops", flops)
-        object.__setattr__(self, "matrix_flops", matrix_flops)
         object.__setattr__(self, "unmodeled", tuple(unmodeled))
         object.__setattr__(self, "plan_key", hash(tuple(plan)))
         object.__setattr__(self, "cost_key", hash(tuple(cost)))
