@@ -96,3 +96,21 @@ def test_writer_refuses_records_it_would_build_wrong():
     for cls in (Group, Plain):  # Group's __post_init__ keeps its hash: a writer would skip it
         with pytest.raises(TypeError):
             writer(cls)
+
+
+def test_replaced_kernel_is_dataclasses_replace():
+    result = mapper.map_workload(
+        mapper.open_model("bert-base").bind({"batch": 2, "seq": 40}),
+        mapper.load_hardware("h100-sxm"),
+        mapper.PlanOptions(tp=2),
+    )
+    for i, e in enumerate(result.kernels):
+        k = e.kernel
+        changes = {"shard": "row", "flops": k.flops / 3, "stage": i, "note": f"n{i}"}
+        replaced = k.replaced(**changes)
+        assert replaced == dataclasses.replace(k, **changes) and _fields(replaced) == _fields(
+            dataclasses.replace(k, **changes)
+        )
+        assert k.replaced() == k and k.with_engine(k.engine) == k
+    with pytest.raises(TypeError):
+        k.replaced(shards="row")  # a misspelt field: refused, as dataclasses.replace does

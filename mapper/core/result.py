@@ -12,7 +12,7 @@ from operator import attrgetter
 
 from mapper.core.classes import Bottleneck, Owner
 from mapper.core.graph import LayerType, OpClass
-from mapper.core.records import writer
+from mapper.core.records import replacer
 from mapper.core.vocab import Engine, KernelRule
 
 
@@ -99,11 +99,15 @@ class Kernel:
     shard: str = ""  # tensor-parallel role: column | row | sharded | replicated
     stage: int = 0  # pipeline stage (device group) the kernel runs on
 
+    def replaced(self, **changes) -> Kernel:
+        """`dataclasses.replace(self, **changes)` without its per-field Python loop or the frozen constructor
+        (`core.records.replacer`): the stages after fusion copy kernels by the thousand (tensor parallelism's
+        roles and shards, an 80-layer decoder's)."""
+        return _replace_kernel(self, **changes)
+
     def with_engine(self, engine: Engine) -> Kernel:
-        """`dataclasses.replace(self, engine=engine)` without its per-field Python loop or the frozen constructor
-        (the cost stage gives every kernel the engine its assessment chose: ~25 a BERT-base slice)."""
-        values = _KERNEL_VALUES(self)
-        return _write_kernel(*values[:_KERNEL_ENGINE_AT], engine, *values[_KERNEL_ENGINE_AT + 1 :])
+        """The kernel at the engine its assessment chose (the cost stage: ~25 a BERT-base slice)."""
+        return _replace_kernel(self, engine=engine)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,9 +138,7 @@ class TileChoice:
 
 
 # Every field of a record at once, in its order (one C call): what the `with_` copies above rebuild from.
-_KERNEL_VALUES = attrgetter(*(f.name for f in fields(Kernel)))
-_write_kernel = writer(Kernel)
-_KERNEL_ENGINE_AT = [f.name for f in fields(Kernel)].index("engine")
+_replace_kernel = replacer(Kernel)
 _TILE_CHOICE_VALUES = attrgetter(*(f.name for f in fields(TileChoice)))
 _TILE_CHOICE_TIME_AT = [f.name for f in fields(TileChoice)].index("time_s")
 

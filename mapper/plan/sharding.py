@@ -50,7 +50,7 @@ def assign_roles(graph: Graph, kernels: list[Kernel]) -> list[Kernel]:
     out = []
     for k in kernels:
         if not k.nodes:  # inserted kernels (layout transposes) follow their neighbours: replicated
-            out.append(replace(k, shard="replicated"))
+            out.append(k.replaced(shard="replicated"))
             continue
         ins, outs = _boundary(graph, k, index_of)
         reads_sharded = any(_through_views(graph, t) in sharded for t in ins)
@@ -74,7 +74,7 @@ def assign_roles(graph: Graph, kernels: list[Kernel]) -> list[Kernel]:
             role = "sharded" if reads_sharded else "replicated"
         if role in ("column", "sharded"):
             sharded.update(outs)
-        out.append(replace(k, shard=role))
+        out.append(k.replaced(shard=role))
     return out
 
 
@@ -132,8 +132,7 @@ def shard_kernels(graph: Graph, kernels: list[Kernel], tp: int, sizer: Sizer) ->
         full_out = sum(sizer.bytes(graph.tensors[t]) for t in outs)
         dram = k.dram_bytes / tp + (full_out * (1 - 1 / tp) if k.shard == "row" else 0.0)
         out.append(
-            replace(
-                k,
+            k.replaced(
                 flops=k.flops / tp,
                 matrix_flops=k.matrix_flops / tp,
                 sfu_ops=k.sfu_ops / tp,
