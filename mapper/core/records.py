@@ -3,8 +3,11 @@
 A frozen dataclass's `__init__` writes each field through `object.__setattr__` (its own `__setattr__`
 refuses): a BERT-base binding builds ~1,300 such records (its tensors, node works, kernels and estimates), most
 of them a repeated layer's copy of its twin's. `writer(cls)` gives a function of every field, in field order,
-that writes the slots directly; a class with a `__post_init__` is refused (the writer would skip it).
-tests/test_records.py compares each writer's record with the constructor's, field for field.
+that fills a draft: an instance of a plain class with the same slots, whose attribute writes are the
+interpreter's fast slot stores, and then makes it a `cls` (`__class__` assignment, which Python allows between
+classes of one layout: the same slots on the same base). A 22-field Kernel: 2.3 -> 0.8 us. A class with a
+`__post_init__` is refused (the writer would skip it), as is one whose slots or base differ from a plain
+slotted dataclass's. tests/test_records.py compares each writer's record with the constructor's, field by field.
 """
 
 from __future__ import annotations
@@ -17,14 +20,19 @@ from typing import Any
 
 def writer(cls: type) -> Callable[..., Any]:
     """`cls(*values)` for a frozen, slotted dataclass without `__post_init__`, every field given in order."""
-    if not (is_dataclass(cls) and hasattr(cls, "__slots__")) or hasattr(cls, "__post_init__"):
-        raise TypeError(f"{cls.__name__} is not a slotted dataclass without __post_init__")
-    names = [f.name for f in fields(cls)]
-    scope: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
-    scope |= {f"_set_{name}": getattr(cls, name).__set__ for name in names}
-    lines = [f"def write({', '.join(names)}):", "    record = _new(_cls)"]
-    lines += [f"    _set_{name}(record, {name})" for name in names]
-    lines.append("    return record")
+    names = [f.name for f in fields(cls)] if is_dataclass(cls) else []
+    if (
+        getattr(cls, "__slots__", None) != tuple(names)
+        or cls.__bases__ != (object,)
+        or hasattr(cls, "__post_init__")
+        or set(names) & {"_new", "_draft", "_cls", "record"}  # the generated function's own names
+    ):
+        raise TypeError(f"{cls.__name__} is not a slotted dataclass of its fields alone, without __post_init__")
+    draft = type(f"_{cls.__name__}Draft", (), {"__slots__": cls.__slots__})  # the layout, without the refusal
+    scope: dict[str, Any] = {"_new": object.__new__, "_draft": draft, "_cls": cls}
+    lines = [f"def write({', '.join(names)}):", "    record = _new(_draft)"]
+    lines += [f"    record.{name} = {name}" for name in names]
+    lines += ["    record.__class__ = _cls", "    return record"]
     exec("\n".join(lines), scope)  # noqa: S102 - source built above from the dataclass's own field names
     return scope["write"]
 
