@@ -9,6 +9,7 @@ and 34 after batch 1 x seq 1.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pickle
 import subprocess
@@ -28,7 +29,10 @@ H100 = mapper.load_hardware("h100-sxm")
 
 
 def document(workload: mapper.Workload) -> str:
-    result = mapper.map_slice(workload, H100, mapper.PlanOptions(dtype="bf16"))
+    return result_document(mapper.map_slice(workload, H100, mapper.PlanOptions(dtype="bf16")))
+
+
+def result_document(result: mapper.MappingResult) -> str:
     doc = mapper.mapping_document(result)
     doc.get("provenance", {}).pop("created_utc", None)
     doc.pop("created_utc", None)
@@ -117,3 +121,22 @@ def test_no_engine_module_keeps_a_cache():
         if any(marker in p.read_text() for marker in ("BoundedCache(", "per_object(", "_CACHES"))
     ]
     assert offenders == []
+
+
+def test_a_flash_attention_split_back_maps_the_same_on_a_rebound_handle():
+    """On 4 KiB of SRAM a fused attention's tiles do not fit: its members become single kernels, each placed on
+    first need beside the plan's groups (`kernels.GroupPlaces.of`); a handle that placed them at another binding
+    (and found the layers' repeats) gives the cold mapping's document."""
+    small = mapper.edit_profile(mapper.load_hardware("h100-sxm"), {"memory.sram_per_unit_bytes": 4096})
+    options = mapper.PlanOptions(dtype="bf16", fusion="aggressive")
+    handle = mapper.open_model("bert-base")
+    for dims in ({"batch": 1, "seq": 32}, {"batch": 2, "seq": 128}, {"batch": 3, "seq": 64}):
+        warm = mapper.map_workload(handle.bind(dims), small, options)
+        cold = mapper.map_workload(mapper.open_model("bert-base").bind(dims), small, options)
+        assert result_document(warm) == result_document(cold)
+        split = [e.kernel for e in warm.kernels if e.kernel.note.startswith("flash-attention rejected")]
+        assert len(split) > 12 and all(len(k.nodes) == 1 and k.rule == "single" for k in split)
+        # each is the node's own kernel, as the one-kernel-per-op policy builds it, but for the note
+        unfused = mapper.map_workload(handle.bind(dims), small, dataclasses.replace(options, fusion="none"))
+        alone = {e.kernel.nodes[0]: e.kernel for e in unfused.kernels if len(e.kernel.nodes) == 1}
+        assert all(dataclasses.replace(k, note="") == dataclasses.replace(alone[k.nodes[0]], note="") for k in split)
