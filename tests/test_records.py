@@ -114,3 +114,16 @@ def test_replaced_kernel_is_dataclasses_replace():
         assert k.replaced() == k and k.with_engine(k.engine) == k
     with pytest.raises(TypeError):
         k.replaced(shards="row")  # a misspelt field: refused, as dataclasses.replace does
+
+
+def test_a_writer_with_defaults_is_the_constructor_and_a_strict_one_refuses_a_missing_field():
+    given = {"name": "k", "nodes": ("a",), "op_types": ("MatMul",), "rule": "single", "engine": "matrix"}
+    given |= {"layer_type": LayerType.LINEAR, "flops": 2.0, "matrix_flops": 2.0, "sfu_ops": 0.0}
+    given |= {"dram_bytes": 8.0, "weight_bytes": 4.0, "note": "why"}
+    made = writer(Kernel, defaults=True)(**given)
+    assert made == Kernel(**given) and _fields(made) == _fields(Kernel(**given))  # the defaults filled in
+    assert writer(NodeWork, defaults=True)("n", "Relu", OpClass.ELEMENTWISE, 1.0, 0.0, 0.0, 4.0, 4.0, 0.0) == NodeWork(
+        "n", "Relu", OpClass.ELEMENTWISE, 1.0, 0.0, 0.0, 4.0, 4.0, 0.0
+    )
+    with pytest.raises(TypeError):
+        writer(Kernel)(**given)  # strict: a copy missing a field is refused, not filled in

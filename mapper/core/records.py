@@ -13,24 +13,39 @@ slotted dataclass's. tests/test_records.py compares each writer's record with th
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import fields, is_dataclass
+from dataclasses import MISSING, fields, is_dataclass
 from operator import attrgetter
 from typing import Any
 
 
-def writer(cls: type) -> Callable[..., Any]:
-    """`cls(*values)` for a frozen, slotted dataclass without `__post_init__`, every field given in order."""
-    names = [f.name for f in fields(cls)] if is_dataclass(cls) else []
+def writer(cls: type, defaults: bool = False) -> Callable[..., Any]:
+    """`cls(...)` for a frozen, slotted dataclass without `__post_init__`: the same parameters, by position or
+    name; with `defaults`, the fields' defaults too (one with a default factory has none here: it must be
+    given), else every field must be given (a copy that misses one is refused, not filled in)."""
+    found = fields(cls) if is_dataclass(cls) else ()
+    names = [f.name for f in found]
     if (
         getattr(cls, "__slots__", None) != tuple(names)
         or cls.__bases__ != (object,)
         or hasattr(cls, "__post_init__")
-        or set(names) & {"_new", "_draft", "_cls", "record"}  # the generated function's own names
+        or any(not f.init for f in found)
+        or set(names) & {"_new", "_draft", "_cls", "record"}
+        or any(n.startswith("_default_") for n in names)
     ):
         raise TypeError(f"{cls.__name__} is not a slotted dataclass of its fields alone, without __post_init__")
     draft = type(f"_{cls.__name__}Draft", (), {"__slots__": cls.__slots__})  # the layout, without the refusal
     scope: dict[str, Any] = {"_new": object.__new__, "_draft": draft, "_cls": cls}
-    lines = [f"def write({', '.join(names)}):", "    record = _new(_draft)"]
+    parameters, defaulted = [], False
+    for f in found:
+        if defaults and f.default is not MISSING:
+            scope[f"_default_{f.name}"] = f.default
+            parameters.append(f"{f.name}=_default_{f.name}")
+            defaulted = True
+        elif defaulted:  # a field without a default after one with: as a dataclass refuses, refused
+            raise TypeError(f"{cls.__name__}.{f.name} has no default after a field with one")
+        else:
+            parameters.append(f.name)
+    lines = [f"def write({', '.join(parameters)}):", "    record = _new(_draft)"]
     lines += [f"    record.{name} = {name}" for name in names]
     lines += ["    record.__class__ = _cls", "    return record"]
     exec("\n".join(lines), scope)  # noqa: S102 - source built above from the dataclass's own field names

@@ -7,7 +7,7 @@ Units are in field names (SI: seconds, bytes, FLOPs, joules, watts).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from operator import attrgetter
 
 from mapper.core.classes import Bottleneck, Owner
@@ -131,16 +131,14 @@ class TileChoice:
     time_s: float  # the search ranks by the work; cost.estimate re-times every candidate as the kernel (launch incl.)
 
     def with_time(self, time_s: float) -> TileChoice:
-        """`dataclasses.replace(self, time_s=time_s)` without its per-field Python loop (cost.estimate re-times
-        every kept candidate)."""
-        values = _TILE_CHOICE_VALUES(self)
-        return TileChoice(*values[:_TILE_CHOICE_TIME_AT], time_s, *values[_TILE_CHOICE_TIME_AT + 1 :])
+        """`dataclasses.replace(self, time_s=time_s)` without its per-field Python loop or the frozen constructor
+        (cost.estimate re-times every kept candidate)."""
+        return _replace_choice(self, time_s=time_s)
 
 
-# Every field of a record at once, in its order (one C call): what the `with_` copies above rebuild from.
+# the copies above, each a record's fields with the changed ones written over (`core.records.replacer`)
 _replace_kernel = replacer(Kernel)
-_TILE_CHOICE_VALUES = attrgetter(*(f.name for f in fields(TileChoice)))
-_TILE_CHOICE_TIME_AT = [f.name for f in fields(TileChoice)].index("time_s")
+_replace_choice = replacer(TileChoice)
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,7 +72,10 @@ def estimate_kernels(
     return out
 
 
-_write_estimate = writer(KernelEstimate)  # one a kernel a slice, without the frozen constructor (`core.records`)
+_write_estimate = writer(KernelEstimate)
+_new_assessment = writer(
+    KernelAssessment, defaults=True
+)  # one a new kernel (~11 a BERT-base slice)  # one a kernel a slice, without the frozen constructor (`core.records`)
 
 
 def assessment_key(k: Kernel) -> tuple:
@@ -130,7 +133,7 @@ def _assessed(k: Kernel, c: Cost, hw: HardwareProfile, dtype: str, ridge: float)
     )  # fmt: skip
     stall = min(max(0.0, c.memory_time_s - c.compute_time_s) / c.time_s if c.time_s else 0.0, 1.0)
     bottleneck, evidence, owner = classify(facts)
-    return c.engine, KernelAssessment(
+    return c.engine, _new_assessment(
         tiling=c.tiling, dtype=dtype, time_s=c.time_s, compute_time_s=c.compute_time_s,
         memory_time_s=c.memory_time_s, overhead_s=c.overhead_s, sync_s=c.sync_s, dram_bytes=c.dram_bytes,
         l2_bytes=c.l2_bytes, intensity_flop_per_byte=intensity,

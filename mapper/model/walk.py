@@ -277,7 +277,7 @@ class Walk:
         """Output specs, and whether the shape rules gave them (not the model's declared shapes)."""
         try:
             shapes = infer_node(Ctx(node, specs, values))
-            out = [TensorSpec(o, tuple(int(d) for d in shp), dt) for o, (shp, dt) in zip(node.outputs, shapes) if o]
+            out = [_write_spec(o, tuple(int(d) for d in shp), dt) for o, (shp, dt) in zip(node.outputs, shapes) if o]
             from_rule = True
         except NoRule as exc:
             out, from_rule = self.fallback(node, specs, values), False

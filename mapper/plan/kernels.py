@@ -212,7 +212,7 @@ def build_kernel(
             sfu += w.sfu_ops
     matrix = _matrix_shape(members, group.rule)
     out_rows, out_length = _rows(tensors, boundary.writes) if matrix is None else (0, 0)
-    return Kernel(
+    return _new_kernel(
         name=_kernel_name(group, {}),
         nodes=group.nodes,
         op_types=tuple(w.op_type for w in members),
@@ -346,6 +346,7 @@ class GroupPlaces:
 KERNEL_FIELDS_BUT_NAME = tuple(f.name for f in fields(Kernel))[2:]  # all but name and nodes, in their order
 # A repeated layer's kernel (~190 a BERT-base slice) is written without the frozen constructor (`core.records`)
 _write_kernel = writer(Kernel)
+_new_kernel = writer(Kernel, defaults=True)  # Kernel(...) without the frozen constructor: ~20 new kernels a slice
 
 
 def _renamed(name: str, nodes: tuple[str, ...], fields_but_name: tuple) -> Kernel:

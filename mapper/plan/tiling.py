@@ -19,6 +19,7 @@ from typing import Protocol
 
 import numpy as np
 
+from mapper.core.records import writer
 from mapper.core.result import Kernel, TileChoice, TilePlan
 from mapper.hardware.profile import HardwareProfile
 
@@ -307,9 +308,12 @@ def _plan(kind: str, choices: list[TileChoice]) -> TilePlan:
     return TilePlan(kind, choices[0], tuple(choices[1:]))
 
 
+_new_choice = writer(TileChoice)  # each kept candidate of each new GEMM's search, without the frozen constructor
+
+
 def _choice(n: list[int], x: list[float]) -> TileChoice:
     """A candidate's counts (`_COUNT_FIELDS`) and measures (`_MEASURED_FIELDS`) as the record."""
-    return TileChoice(n[0], n[1], n[2], n[3], n[4], n[5], n[6], x[0], x[1], n[7], x[2], x[3], x[4], x[5], x[6])
+    return _new_choice(n[0], n[1], n[2], n[3], n[4], n[5], n[6], x[0], x[1], n[7], x[2], x[3], x[4], x[5], x[6])
 
 
 def _attention_grid(d: int, act_bytes: float, hw: HardwareProfile):

@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable
 
 from mapper.core.graph import SUBGRAPH_OPS, Graph, LayerType, Node, OpClass, TensorSpec
+from mapper.core.records import writer
 from mapper.core.result import MatrixShape, NodeWork
 from mapper.model.quantized import QUANTIZED_OPS, twin_node
 from mapper.work.op_table import (
@@ -231,6 +232,9 @@ def _traffic(node: Node, op_class: OpClass, ins, outs, graph: Graph) -> tuple[fl
     return read, written, weight_bytes
 
 
+_new_work = writer(NodeWork, defaults=True)  # NodeWork(...) without the frozen constructor (`core.records`)
+
+
 def estimate_node_work(node: Node, graph: Graph) -> NodeWork:
     op_class = classify_op(node.op_type)
     ins = [graph.spec(i) for i in node.inputs]
@@ -278,7 +282,7 @@ def estimate_node_work(node: Node, graph: Graph) -> NodeWork:
         flops, matrix_flops = flops + (REQUANTIZE * outs[0].elements if quantized else 0.0), 0.0
     read, written, weight = _traffic(node, op_class, ins, outs, graph)
     reason = HOST_REASONS[node.op_type in SUBGRAPH_OPS] if op_class is OpClass.CONTROL else ""
-    return NodeWork(
+    return _new_work(
         node.name,
         node.op_type,
         op_class,
