@@ -296,7 +296,7 @@ def _build_kernels(
             if shape is None or not attention_fits(shape, sizer.act, hw):
                 for n in group.nodes:
                     single = Group((n,), KernelRule.SINGLE)
-                    k = kernel(single, places.of(single))
+                    k = kernel(single, places.of(graph, single))
                     kernels.append(replace(k, note="flash-attention rejected: its tiles do not fit on-chip SRAM"))
                 continue
         kernels.append(kernel(group, place))
@@ -315,29 +315,28 @@ class GroupPlaces:
     flash attention is placed on first need, its shape the (rule, layout) itself (never equal to a number)."""
 
     def __init__(self, graph: Graph, groups: tuple[Group, ...]):
-        nodes = graph.nodes
-        self.graph = graph
+        nodes = graph.nodes  # the graph's structure is read, never kept: a binding's tensors would stay alive
         self.nodes_by_name = {n.name: n for n in nodes}
         self.index_of = {n.name: i for i, n in enumerate(nodes)}
         self.scopes = {n.name: n.scope for n in nodes if n.scope}  # named by module path (report/groups.py)
         shapes: dict[tuple, int] = {}
         self.of_plan: list[Place] = []
         for group in groups:
-            boundary, name = self._boundary(group)
+            boundary, name = self._boundary(graph, group)
             shape = shapes.setdefault((group.rule, boundary.layout), len(shapes))
             self.of_plan.append((boundary, name, shape, self._positions(group)))
         self.split: dict[Group, Place] = {}
 
-    def of(self, group: Group) -> Place:
-        """A group outside the plan (a member of a rejected flash attention, alone)."""
+    def of(self, graph: Graph, group: Group) -> Place:
+        """A group outside the plan (a member of a rejected flash attention, alone), in `graph` (of this structure)."""
         found = self.split.get(group)
         if found is None:
-            boundary, name = self._boundary(group)
+            boundary, name = self._boundary(graph, group)
             found = self.split[group] = (boundary, name, (group.rule, boundary.layout), self._positions(group))
         return found
 
-    def _boundary(self, group: Group) -> tuple[Boundary, str]:
-        return group_boundary(self.graph, group, self.nodes_by_name, self.index_of), _kernel_name(group, self.scopes)
+    def _boundary(self, graph: Graph, group: Group) -> tuple[Boundary, str]:
+        return group_boundary(graph, group, self.nodes_by_name, self.index_of), _kernel_name(group, self.scopes)
 
     def _positions(self, group: Group) -> tuple[int, ...]:
         return tuple(self.index_of[n] for n in group.nodes)

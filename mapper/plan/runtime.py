@@ -87,8 +87,10 @@ class KvAppend:
 def find_kv_appends(graph: Graph) -> tuple[KvAppend, ...]:
     """The exported KV-cache updates: a Concat or ScatterND that takes a graph input (the past cache) and
     writes a graph output (the present cache)."""
+    if graph.op_types.isdisjoint(KV_UPDATE_OPS):  # no Concat or ScatterND at all: no update to look for
+        return ()
     found = []
-    for node in graph.nodes if not graph.op_types.isdisjoint(KV_UPDATE_OPS) else ():
+    for node in graph.nodes:
         if node.op_type not in KV_UPDATE_OPS or not node.outputs or node.outputs[0] not in graph.output_set:
             continue
         past = node.inputs[0] if node.inputs else ""

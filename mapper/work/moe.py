@@ -63,8 +63,10 @@ def expected_experts(experts: int, top_k: int, tokens: int) -> float:
 def find_routings(graph: Graph) -> tuple[Routing, ...]:
     """Each TopK over a Softmax of router logits whose indices scatter into a routing table, with the
     expert GEMMs between the router's input and the Muls by that table's columns."""
+    if "TopK" not in graph.op_types:  # no router to look for
+        return ()
     found = []
-    for topk in graph.nodes if "TopK" in graph.op_types else ():
+    for topk in graph.nodes:
         if topk.op_type != "TopK" or len(topk.outputs) < 2 or not topk.inputs:  # noqa: PLR2004 (values, indices)
             continue
         softmax = graph.producer(topk.inputs[0])
