@@ -13,6 +13,7 @@ import pickle
 import pytest
 
 import mapper
+from mapper.core import records as record_module
 from mapper.core.graph import LayerType, OpClass, TensorSpec
 from mapper.core.records import writer
 from mapper.core.result import Kernel, KernelEstimate, MatrixShape, NodeWork
@@ -127,3 +128,21 @@ def test_a_writer_with_defaults_is_the_constructor_and_a_strict_one_refuses_a_mi
     )
     with pytest.raises(TypeError):
         writer(Kernel)(**given)  # strict: a copy missing a field is refused, not filled in
+
+
+def test_a_writer_falls_back_where_the_class_change_is_refused(monkeypatch):
+    """Where an interpreter refuses the draft's class change, the writer writes each slot through its descriptor:
+    the same records (a draft of another layout stands in for the refusal here)."""
+
+    def other_layout(name, bases, namespace):  # one slot more: Python refuses the __class__ change
+        return type(name, bases, {"__slots__": (*namespace["__slots__"], "extra")})
+
+    monkeypatch.setattr(record_module, "type", other_layout, raising=False)
+    write = record_module.writer(TensorSpec)
+    assert "_set_name" in write.__code__.co_names  # the descriptor writes were taken
+    spec = write("t", (2, 3), "float16")
+    assert type(spec) is TensorSpec and spec == TensorSpec("t", (2, 3), "float16") and spec.bytes == 12
+    kernel = record_module.writer(Kernel, defaults=True)(
+        "k", ("a",), ("Relu",), "single", "vector", LayerType.OTHER, 1, 0, 0, 8, 0
+    )
+    assert kernel == Kernel("k", ("a",), ("Relu",), "single", "vector", LayerType.OTHER, 1, 0, 0, 8, 0)
