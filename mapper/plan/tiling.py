@@ -68,6 +68,13 @@ def _macs_per_clock_per_unit(hw: HardwareProfile, peak: float) -> float:
     return peak / 2 / max(hw.compute_units, 1) / max(hw.clock_hz, 1.0)
 
 
+def _delivery_efficiency(macs_per_clock: float, tile_m, tile_n, act_bytes: float):
+    """A tile's operand-delivery efficiency: the share of the matrix units' rate that SRAM's bytes per clock
+    sustain, given the operand bytes a tile needs per MAC (small tiles starve the units)."""
+    need = macs_per_clock * (tile_m + tile_n) / (tile_m * tile_n) * act_bytes
+    return np.minimum(1.0, SRAM_BYTES_PER_CLOCK / need)
+
+
 @functools.lru_cache(maxsize=64)  # a pure function of its arguments: a constant table built lazily, not state
 def _candidates(instruction: tuple[int, int, int], act_bytes: float) -> tuple[np.ndarray, ...]:
     """Every (tile m, n, k, stages, split-K) for an instruction shape, with its SRAM working set
@@ -104,8 +111,8 @@ def _fitting(
     tm, tn, tk, st, sk, sram = _candidates(instruction, act_bytes)
     fits = sram <= sram_bytes
     tm, tn, tk, st, sk, sram = (a[fits] for a in (tm, tn, tk, st, sk, sram))
-    need = macs_per_clock * (tm + tn) / (tm * tn) * act_bytes
-    out = (tm, tn, tk, st, sk, sram, sk == 1, np.minimum(1.0, SRAM_BYTES_PER_CLOCK / need), _key_ids(tm, tn, sk))
+    delivery = _delivery_efficiency(macs_per_clock, tm, tn, act_bytes)
+    out = (tm, tn, tk, st, sk, sram, sk == 1, delivery, _key_ids(tm, tn, sk))
     for a in out:
         a.setflags(write=False)
     return out
@@ -195,7 +202,7 @@ def _plan_unfit(
     tm, tn, tk, st, sk, sram = _candidates(hw.matrix_instruction_mnk, act_bytes)
     ok = (tm == tm.min()) & (tn == tn.min()) & (tk == tk.min()) & (st == st.min()) & (sk == 1)
     macs = _macs_per_clock_per_unit(hw, peak)
-    tile_eff = np.minimum(1.0, SRAM_BYTES_PER_CLOCK / (macs * (tm + tn) / (tm * tn) * act_bytes))
+    tile_eff = _delivery_efficiency(macs, tm, tn, act_bytes)
     (cols,) = ok.nonzero()
     table = (tm, tn, tk, st, sk, sram, tile_eff)
     figures = np.array([_matrix_figures(kernel, hw, act_bytes, weight_bytes_per)], float)
@@ -337,8 +344,7 @@ def plan_attention(kernel: Kernel, hw: HardwareProfile, peak: float, vector_peak
     waves = np.ceil(tiles / P)
     wave_eff = tiles / (waves * P)
     pad_eff = (s.m / (np.ceil(s.m / bq) * bq)) * (s.n / (np.ceil(s.n / bkv) * bkv))
-    need = _macs_per_clock_per_unit(hw, peak) * (bq + bkv) / (bq * bkv) * act_bytes
-    tile_eff = np.minimum(1.0, SRAM_BYTES_PER_CLOCK / need)
+    tile_eff = _delivery_efficiency(_macs_per_clock_per_unit(hw, peak), bq, bkv, act_bytes)
     matrix = kernel.matrix_flops / (peak * hw.matrix_efficiency.at(kernel.matrix_flops) * wave_eff * pad_eff * tile_eff)
     scores = s.batch * s.m * s.n
     # the softmax's exp runs on the special-function unit between the two GEMMs (FlashAttention-3 s3)
