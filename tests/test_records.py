@@ -112,7 +112,7 @@ def test_replaced_kernel_is_dataclasses_replace():
         assert replaced == dataclasses.replace(k, **changes) and _fields(replaced) == _fields(
             dataclasses.replace(k, **changes)
         )
-        assert k.replaced() == k and k.with_engine(k.engine) == k
+        assert k.replaced() == k and k.replaced(engine=k.engine) == k
     with pytest.raises(TypeError):
         k.replaced(shards="row")  # a misspelt field: refused, as dataclasses.replace does
 

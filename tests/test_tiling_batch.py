@@ -196,7 +196,7 @@ def test_record_copies_equal_dataclasses_replace():
     choice = TileChoice(*range(2, 2 + len(dataclasses.fields(TileChoice))))  # every field its own value
     assert choice.with_time(9.5) == dataclasses.replace(choice, time_s=9.5)
     kernel = dataclasses.replace(_gemm(64, 64, 64), reduction_rows=3, layout="nhwc", note="n", devices=2, stage=1)
-    assert kernel.with_engine(Engine.SFU) == dataclasses.replace(kernel, engine=Engine.SFU)
+    assert kernel.replaced(engine=Engine.SFU) == dataclasses.replace(kernel, engine=Engine.SFU)
 
 
 def test_assessments_make_only_the_missing_in_order():

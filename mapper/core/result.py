@@ -101,13 +101,9 @@ class Kernel:
 
     def replaced(self, **changes) -> Kernel:
         """`dataclasses.replace(self, **changes)` without its per-field Python loop or the frozen constructor
-        (`core.records.replacer`): the stages after fusion copy kernels by the thousand (tensor parallelism's
-        roles and shards, an 80-layer decoder's)."""
+        (`core.records.replacer`): the stages after fusion copy kernels by the thousand (the engine an assessment
+        chose, tensor parallelism's roles and shards of an 80-layer decoder)."""
         return _replace_kernel(self, **changes)
-
-    def with_engine(self, engine: Engine) -> Kernel:
-        """The kernel at the engine its assessment chose (the cost stage: ~25 a BERT-base slice)."""
-        return _replace_kernel(self, engine=engine)
 
 
 @dataclass(frozen=True, slots=True)

@@ -67,15 +67,15 @@ def estimate_kernels(
     out, start = [], 0.0
     for k, i in zip(kernels, at):
         engine, assessment = assessed[i]
-        out.append(_write_estimate(k if k.engine == engine else k.with_engine(engine), assessment, start))
+        out.append(_write_estimate(k if k.engine == engine else k.replaced(engine=engine), assessment, start))
         start += assessment.time_s
     return out
 
 
+# without the frozen constructors (`core.records`): an estimate per kernel a slice, an assessment per new kernel
+# (~11 a BERT-base slice)
 _write_estimate = writer(KernelEstimate)
-_new_assessment = writer(
-    KernelAssessment, defaults=True
-)  # one a new kernel (~11 a BERT-base slice)  # one a kernel a slice, without the frozen constructor (`core.records`)
+_new_assessment = writer(KernelAssessment, defaults=True)
 
 
 def assessment_key(k: Kernel) -> tuple:

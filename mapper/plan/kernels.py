@@ -9,7 +9,7 @@ dtype); integer tensors (token ids, indices) keep their own size.
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import fields, replace
+from dataclasses import fields
 
 from mapper.core.caches import ModelCaches
 from mapper.core.errors import MapperError
@@ -183,15 +183,16 @@ def _read_bytes(
 def build_kernel(
     graph: Graph,
     group: Group,
-    boundary: Boundary,
+    place: Place,
     work: dict[str, NodeWork],
     sizer: Sizer,
     weight_shares: dict[str, float] | None = None,
     token_share: float = 1.0,
 ) -> Kernel:
-    """`weight_shares`: weight -> the share of it read (a mixture of experts' routed weights, work/moe.py);
-    `token_share`: the share of the tokens an expert kernel sees (k/E): it reads and writes only their
-    activations."""
+    """The group's kernel at its place (`GroupPlaces`: its boundary and name). `weight_shares`: weight -> the
+    share of it read (a mixture of experts' routed weights, work/moe.py); `token_share`: the share of the
+    tokens an expert kernel sees (k/E): it reads and writes only their activations."""
+    boundary, name = place[0], place[1]
     members = [work[n] for n in group.nodes]
     tensors, size = graph.tensors, sizer.bytes
     read, weight = _read_bytes(graph, boundary, work, sizer, weight_shares, token_share)
@@ -213,7 +214,7 @@ def build_kernel(
     matrix = _matrix_shape(members, group.rule)
     out_rows, out_length = _rows(tensors, boundary.writes) if matrix is None else (0, 0)
     return _new_kernel(
-        name=_kernel_name(group, {}),
+        name=name,
         nodes=group.nodes,
         op_types=tuple(w.op_type for w in members),
         rule=group.rule,
@@ -274,7 +275,7 @@ def _build_kernels(
     built: dict[tuple, tuple] = {}  # (group shape, members' codes) -> the kernel's fields but its name
 
     def kernel(group: Group, place: Place) -> Kernel:
-        boundary, name, shape, positions = place
+        name, shape, positions = place[1:]
         key = None
         if codes is not None:
             members = tuple(map(codes.__getitem__, positions))
@@ -283,10 +284,10 @@ def _build_kernels(
             if fields is not None:
                 return _renamed(name, group.nodes, fields)
         routed = next((experts[n].token_share for n in group.nodes if n in experts), 1.0)
-        k = build_kernel(graph, group, boundary, by_name, sizer, weight_shares, routed)
+        k = build_kernel(graph, group, place, by_name, sizer, weight_shares, routed)
         if key is not None:
             built[key] = tuple(getattr(k, f) for f in KERNEL_FIELDS_BUT_NAME)
-        return k if k.name == name else replace(k, name=name)
+        return k
 
     kernels = []
     for group, place in zip(groups, places.of_plan, strict=True):
@@ -297,7 +298,7 @@ def _build_kernels(
                 for n in group.nodes:
                     single = Group((n,), KernelRule.SINGLE)
                     k = kernel(single, places.of(graph, single))
-                    kernels.append(replace(k, note="flash-attention rejected: its tiles do not fit on-chip SRAM"))
+                    kernels.append(k.replaced(note="flash-attention rejected: its tiles do not fit on-chip SRAM"))
                 continue
         kernels.append(kernel(group, place))
     return kernels
