@@ -125,7 +125,7 @@ def test_no_engine_module_keeps_a_cache():
 
 def test_a_flash_attention_split_back_maps_the_same_on_a_rebound_handle():
     """On 4 KiB of SRAM a fused attention's tiles do not fit: its members become single kernels, each placed on
-    first need beside the plan's groups (`kernels.GroupPlaces.of`); a handle that placed them at another binding
+    first need beside the plan's groups (`boundary.GroupPlaces.of`); a handle that placed them at another binding
     (and found the layers' repeats) gives the cold mapping's document."""
     small = mapper.edit_profile(mapper.load_hardware("h100-sxm"), {"memory.sram_per_unit_bytes": 4096})
     options = mapper.PlanOptions(dtype="bf16", fusion="aggressive")

@@ -1,7 +1,7 @@
 """Records the hot loops build without their dataclass constructor are the constructor's, field for field.
 
-`core.records.writer` writes a record's slots directly: the import's tensor specs, `work.kinds._placed`'s node works
-(every binding copies ~400 of them), `plan.kernels._renamed`'s kernels and the cost stage's estimates. Fusion groups
+`core.records.writer` writes a record's slots directly: the import's tensor specs, `work.works.NodeWorks`' node records
+(written when read), `plan.kernels._renamed`'s kernels and the cost stage's estimates. Fusion groups
 keep their hash (a slice keys three tables by them). All must stay what the plain dataclass would give.
 """
 
@@ -19,32 +19,59 @@ from mapper.core.records import writer
 from mapper.core.result import Kernel, KernelEstimate, MatrixShape, NodeWork
 from mapper.plan.fusion import Group
 from mapper.plan.kernels import KERNEL_FIELDS_BUT_NAME, _renamed
-from mapper.work.kinds import _placed
+from mapper.work.works import NodeWorks
 
 
 @pytest.mark.parametrize("model, dims", [("bert-base", {"batch": 2, "seq": 40}), ("resnet50", {"batch": 3})])
-def test_placed_node_work_is_the_constructors(model, dims):
+def test_node_works_records_are_the_constructors(model, dims):
+    """Each node's record, written on first read from the estimate it shares and its place, is the one the
+    constructor gives; a record already named and placed is itself."""
     workload = mapper.open_model(model).bind(dims)
-    for i, w in enumerate(workload.nodes):
-        layer = LayerType.ATTENTION if i % 2 else w.layer_type
-        placed = _placed(w, f"{w.name}/copy", layer, i)
+    sources = list(workload.nodes)
+    renamed = [TensorSpec(f"{w.name}/copy", (), "float32") for w in sources]  # anything with a name
+    places = [(LayerType.ATTENTION if i % 2 else w.layer_type, i) for i, w in enumerate(sources)]
+    works = NodeWorks(sources, renamed, places)
+    assert len(works) == len(sources) and works[-1] == works[len(sources) - 1]
+    for w, named, (layer, group), placed in zip(sources, renamed, places, works):
         fields = {f.name: getattr(w, f.name) for f in dataclasses.fields(NodeWork)}  # not asdict: it copies MatrixShape
-        expected = NodeWork(**(fields | {"name": f"{w.name}/copy", "layer_type": layer, "layer_group": i}))
+        expected = NodeWork(**(fields | {"name": named.name, "layer_type": layer, "layer_group": group}))
         assert placed == expected
         assert [getattr(placed, f.name) for f in dataclasses.fields(NodeWork)] == [
             getattr(expected, f.name) for f in dataclasses.fields(NodeWork)
         ]
         assert pickle.loads(pickle.dumps(placed)) == expected
-    w = workload.nodes[0]
-    assert _placed(w, w.name, w.layer_type, w.layer_group) is w  # already placed: itself
+    assert works[0] is works[0]  # written once, then kept
+    same = NodeWorks(sources, sources, [(w.layer_type, w.layer_group) for w in sources])
+    assert all(a is b for a, b in zip(same, sources))  # already named and placed: the records themselves
+    assert same == tuple(sources) and tuple(sources) == same and same != works and same[1:3] == tuple(sources[1:3])
+    assert hash(same) == hash(tuple(sources))
+    back = pickle.loads(pickle.dumps(works))
+    assert isinstance(back, NodeWorks) and back == works and back.places == places
 
 
-def test_placed_keeps_every_field_apart():
+def test_node_works_keeps_every_field_apart():
     """A record whose fields all differ: a field written from another is seen (real ones share values)."""
     w = NodeWork("n", "MatMul", list(OpClass)[1], 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, MatrixShape(7, 8, 9, 10), "why")
-    placed = _placed(w, "m", LayerType.LINEAR, 11)
+    (placed,) = NodeWorks([w], [TensorSpec("m", (), "float32")], [(LayerType.LINEAR, 11)])
     assert placed == NodeWork("m", "MatMul", list(OpClass)[1], 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, w.matrix, "why",
                               LayerType.LINEAR, 11)  # fmt: skip
+    with pytest.raises(IndexError):
+        NodeWorks([w], [w], [(w.layer_type, w.layer_group)])[1]
+    with pytest.raises(ValueError, match="one source, name and place"):
+        NodeWorks([w], [], [])
+
+
+def test_a_sweep_slice_writes_no_repeated_layer_record():
+    """Mapping a rebound BERT-base reads its nodes' figures, not their records: only the new kernels' members
+    are written (none of the 11 repeated layers' ~400 nodes), and reading them afterwards gives every record."""
+    handle, hw = mapper.open_model("bert-base"), mapper.load_hardware("h100-sxm")
+    mapper.map_workload(handle.bind(batch=1, seq=32), hw)
+    workload = handle.bind(batch=3, seq=48)
+    result = mapper.map_workload(workload, hw)
+    written = sum(made is not None for made in workload.nodes._made)
+    assert 0 < written < len(workload.nodes) // 4
+    fresh = mapper.open_model("bert-base").bind(batch=3, seq=48).nodes
+    assert list(result.nodes) == list(fresh)
 
 
 def test_group_hash_and_pickle():

@@ -152,7 +152,7 @@ class ModelCaches:
 
     def group_boundaries(self, structure: tuple[str, frozenset[str]], groups: tuple, make):
         """Each group's boundary (the tensors crossing it), its kernel's name (its first member's, scoped by
-        module path), its shape and its members' positions (`kernels.GroupPlaces`): the live graph's structure and
+        module path), its shape and its members' positions (`boundary.GroupPlaces`): the live graph's structure and
         the groups."""
         return self._get("group_boundaries", (structure, groups), make)
 
@@ -171,9 +171,11 @@ class ModelCaches:
         (`Workload.cost_key`)."""
         return self._get("kernels", (sha256, dims, groups, element_bytes, sram_bytes, work_key), make)
 
-    def weight_tally(self, sha256: str, dims: tuple, make):
-        """Weight elements per element type (`kernels.weight_tally`): the graph at its bindings (hash and dims)."""
-        return self._get("weight_tally", (sha256, dims), make)
+    def weight_tally(self, structure: tuple[str, frozenset[str]], varying: tuple, make):
+        """Weight elements per element type (`kernels.weight_tally`): the graph's structure (its weights, their
+        storage types and consumers) and the specs of the weights that may change with the bindings (`varying`:
+        `Graph.derived_weights`; an initializer's and a Constant's are the model's). A sweep's bindings share one."""
+        return self._get("weight_tally", (structure, varying), make)
 
     def assessments(self, hardware_sha256: str, plan: tuple, kernels: list[tuple], make: Callable[[list[int]], list]):
         """Kernels' tiling, cost and class (`assess.assess_kernels`), each keyed by the profile's content (its

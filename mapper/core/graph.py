@@ -166,6 +166,10 @@ class Graph:
     # the live nodes' op types: what a stage that looks for one kind of node (a router's TopK, a KV-cache Concat, a
     # QuantizeLinear) asks before it walks every node; structural, so the import passes its live structure's
     op_types: frozenset[str] | None = field(default=None, repr=False, compare=False)
+    # The weights a folded node computes (a Gather of constant indices, a ConstantOfShape): the only weights whose
+    # specs may change with the bindings, as initializers' and Constant outputs' cannot; None where not known (a
+    # graph built by hand: then any weight may)
+    derived_weights: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
         object.__setattr__(self, "input_set", frozenset(self.inputs))

@@ -151,9 +151,7 @@ def import_graph(
     opset = default_opset(model)
     free = caches.free_dims(sha256, lambda: MappingProxyType(symbolic_dims(model)))
     bound = resolve_bindings(model, dims, batch, seq, free)
-    branches = {
-        n: bound[n] for n, (_, axis) in free.items() if axis == -1
-    }  # branch_inputs, as symbolic_dims keeps them
+    branches = {n: bound[n] for n, (_, axis) in free.items() if axis == -1}  # branch inputs, as symbolic_dims has them
     if branches:  # the graph depends on the branch taken: so do the caches keyed by the model's hash
         choice = tuple(sorted(branches.items()))
         model = caches.branch_model(choice, lambda: inline_bound_branches(model, branches))
@@ -172,9 +170,9 @@ def import_graph(
     repeats = caches.repeats(sha256, available, lambda: find_repeats(ordered, initialized.kid), Repeats())
     copied = walk.visit_all(ordered, repeats)
     folded = frozenset(walk.folded)
-    live, weights, producers, consumers, stored, live_at, op_types = caches.live_structure(  # as `Graph.structure`
+    live, weights, producers, consumers, stored, live_at, op_types, derived = caches.live_structure(
         sha256, folded, lambda: live_structure(ordered, folded, walk.const, walk.specs)
-    )
+    )  # keyed as `Graph.structure`
     twins = caches.twins(sha256, folded, lambda: live_twins(live_at, repeats)) if repeats.copies and copied else ()
     graph = Graph(
         name=name,
@@ -193,6 +191,7 @@ def import_graph(
         stored_dtypes=stored,
         twins=twins,
         op_types=op_types,
+        derived_weights=derived,
     )
     return graph, walk.classes
 
@@ -213,7 +212,8 @@ def live_structure(ordered: list[Node], folded: frozenset[str], const: set[str],
     """The nodes left after folding, the weights they read, who makes and uses each tensor, the storage types
     of QDQ weights, and each live node's position in `ordered`. Decided by which nodes folded (and so which
     tensors are constants) and the initializers' types, not by sizes: every binding that folds the same nodes
-    shares one (read-only) structure. Last, the live nodes' op types (`Graph.op_types`)."""
+    shares one (read-only) structure. Last, the live nodes' op types (`Graph.op_types`) and the weights a folded
+    node computes (`Graph.derived_weights`)."""
     live_at = tuple(k for k, n in enumerate(ordered) if n.name not in folded)  # live index -> position
     live = tuple(ordered[k] for k in live_at)
     weights = frozenset(i for n in live for i in n.inputs if i in const)
@@ -231,6 +231,11 @@ def live_structure(ordered: list[Node], folded: frozenset[str], const: set[str],
         _dequantized_weights(ordered, folded, specs),
         live_at,
         frozenset(n.op_type for n in live),
+        tuple(
+            sorted(
+                o for n in ordered if n.name in folded and n.op_type != "Constant" for o in n.outputs if o in weights
+            )
+        ),
     )
 
 

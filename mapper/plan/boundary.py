@@ -1,4 +1,5 @@
-"""Kernel boundaries: which tensors cross a fusion group's boundary (read from or written to DRAM).
+"""Kernel boundaries and places: which tensors cross a fusion group's boundary (read from or written to DRAM),
+and each group's place in the live graph (its boundary, its kernel's name, its shape and its members' positions).
 
 Part of stage five (`kernels` builds the `Kernel` records from them). Structural: decided by the live
 graph and the groups, the same at every binding of a model, so kept per structure (`ModelCaches`).
@@ -6,6 +7,7 @@ graph and the groups, the same at every binding of a model, so kept per structur
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 from mapper.core.graph import Graph, Node
@@ -95,3 +97,49 @@ def _absorb_views(graph: Graph, made: set[str], inside: set[int], first: int) ->
                 new = [t for t in node.outputs if t and t not in made]
                 made.update(new)
                 frontier.extend(new)
+
+
+# A group's place in the structure: its boundary, its kernel's name, its shape (what its kernel reads of the group
+# besides its members' work: the rule and the boundary's layout) and its members' positions among the live nodes.
+Place = tuple[Boundary, str, Hashable, tuple[int, ...]]
+
+
+class GroupPlaces:
+    """Each group of a plan placed in the live graph (`Place`): structural, so every binding of a sweep shares
+    them (`ModelCaches.group_boundaries`). A group's shape is a small number, one per distinct (rule, boundary
+    layout) of the plan, so that a slice's kernel keys hash no layout; a group split back from a rejected
+    flash attention is placed on first need, its shape the (rule, layout) itself (never equal to a number)."""
+
+    def __init__(self, graph: Graph, groups: tuple[Group, ...]):
+        nodes = graph.nodes  # the graph's structure is read, never kept: a binding's tensors would stay alive
+        self.nodes_by_name = {n.name: n for n in nodes}
+        self.index_of = {n.name: i for i, n in enumerate(nodes)}
+        self.scopes = {n.name: n.scope for n in nodes if n.scope}  # named by module path (report/groups.py)
+        shapes: dict[tuple, int] = {}
+        self.of_plan: list[Place] = []
+        for group in groups:
+            boundary, name = self._boundary(graph, group)
+            shape = shapes.setdefault((group.rule, boundary.layout), len(shapes))
+            self.of_plan.append((boundary, name, shape, self._positions(group)))
+        self.split: dict[Group, Place] = {}
+
+    def of(self, graph: Graph, group: Group) -> Place:
+        """A group outside the plan (a member of a rejected flash attention, alone), in `graph` (of this structure)."""
+        found = self.split.get(group)
+        if found is None:
+            boundary, name = self._boundary(graph, group)
+            found = self.split[group] = (boundary, name, (group.rule, boundary.layout), self._positions(group))
+        return found
+
+    def _boundary(self, graph: Graph, group: Group) -> tuple[Boundary, str]:
+        return group_boundary(graph, group, self.nodes_by_name, self.index_of), _kernel_name(group, self.scopes)
+
+    def _positions(self, group: Group) -> tuple[int, ...]:
+        return tuple(self.index_of[n] for n in group.nodes)
+
+
+def _kernel_name(group: Group, scopes: dict[str, str]) -> str:
+    """A group's kernel name: its first member's (`scopes`: the module path and op where the export gives them
+    only in metadata, `Node.scope`), with how many more it holds."""
+    first = scopes.get(group.nodes[0], group.nodes[0])
+    return first if len(group.nodes) == 1 else f"{first}+{len(group.nodes) - 1}"

@@ -8,7 +8,6 @@ dtype); integer tensors (token ids, indices) keep their own size.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
 from dataclasses import fields
 
 from mapper.core.caches import ModelCaches
@@ -18,9 +17,10 @@ from mapper.core.records import writer
 from mapper.core.result import Kernel, MatrixShape, NodeWork
 from mapper.core.vocab import Engine, KernelRule, PlanDtype
 from mapper.hardware.profile import HardwareProfile
-from mapper.plan.boundary import Boundary, group_boundary
+from mapper.plan.boundary import Boundary, GroupPlaces, Place
 from mapper.plan.fusion import Group
 from mapper.work.workload import Workload
+from mapper.work.works import NodeWorks
 
 PLAN_DTYPE_BYTES = {
     PlanDtype.FP32: 4.0,
@@ -67,7 +67,9 @@ def weight_tally(graph: Graph, caches: ModelCaches | None = None) -> tuple[dict[
     """(float weight elements per element type, bytes of the other weights, elements of the 8-bit integer
     weights among those): one pass over the weights, kept in the model's `caches` where given (read-only)."""
     if caches is not None:
-        return caches.weight_tally(graph.sha256, graph.dims, lambda: weight_tally(graph))
+        varying = graph.derived_weights if graph.derived_weights is not None else sorted(graph.weights)
+        specs = tuple(graph.tensors.get(w) for w in varying)
+        return caches.weight_tally(graph.structure, specs, lambda: weight_tally(graph))
     counts: dict[str, int] = {}
     other, eight_bit = 0.0, 0
     # QDQ int8 weights make an int8 model only beside quantized activations; alone they are
@@ -158,7 +160,7 @@ def _engine(members: list[NodeWork], matrix: MatrixShape | None) -> Engine:
 def _read_bytes(
     graph: Graph,
     boundary: Boundary,
-    work: dict[str, NodeWork],
+    work: _ByName,
     sizer: Sizer,
     weight_shares: dict[str, float] | None,
     token_share: float,
@@ -184,7 +186,7 @@ def build_kernel(
     graph: Graph,
     group: Group,
     place: Place,
-    work: dict[str, NodeWork],
+    work: _ByName,
     sizer: Sizer,
     weight_shares: dict[str, float] | None = None,
     token_share: float = 1.0,
@@ -270,7 +272,7 @@ def _build_kernels(
     workload: Workload, groups: list[Group], sizer: Sizer, hw: HardwareProfile, attention_fits, places: GroupPlaces
 ) -> list:
     graph, weight_shares, experts = workload.graph, workload.weight_shares, workload.expert_gemms
-    by_name = {w.name: w for w in workload.nodes}
+    by_name = _ByName(workload.nodes, places.index_of)  # a node's record is written only where a new kernel reads it
     codes = _member_codes(workload)
     built: dict[tuple, tuple] = {}  # (group shape, members' codes) -> the kernel's fields but its name
 
@@ -304,45 +306,6 @@ def _build_kernels(
     return kernels
 
 
-# A group's place in the structure: its boundary, its kernel's name, its shape (what its kernel reads of the group
-# besides its members' work: the rule and the boundary's layout) and its members' positions among the live nodes.
-Place = tuple[Boundary, str, Hashable, tuple[int, ...]]
-
-
-class GroupPlaces:
-    """Each group of a plan placed in the live graph (`Place`): structural, so every binding of a sweep shares
-    them (`ModelCaches.group_boundaries`). A group's shape is a small number, one per distinct (rule, boundary
-    layout) of the plan, so that a slice's kernel keys hash no layout; a group split back from a rejected
-    flash attention is placed on first need, its shape the (rule, layout) itself (never equal to a number)."""
-
-    def __init__(self, graph: Graph, groups: tuple[Group, ...]):
-        nodes = graph.nodes  # the graph's structure is read, never kept: a binding's tensors would stay alive
-        self.nodes_by_name = {n.name: n for n in nodes}
-        self.index_of = {n.name: i for i, n in enumerate(nodes)}
-        self.scopes = {n.name: n.scope for n in nodes if n.scope}  # named by module path (report/groups.py)
-        shapes: dict[tuple, int] = {}
-        self.of_plan: list[Place] = []
-        for group in groups:
-            boundary, name = self._boundary(graph, group)
-            shape = shapes.setdefault((group.rule, boundary.layout), len(shapes))
-            self.of_plan.append((boundary, name, shape, self._positions(group)))
-        self.split: dict[Group, Place] = {}
-
-    def of(self, graph: Graph, group: Group) -> Place:
-        """A group outside the plan (a member of a rejected flash attention, alone), in `graph` (of this structure)."""
-        found = self.split.get(group)
-        if found is None:
-            boundary, name = self._boundary(graph, group)
-            found = self.split[group] = (boundary, name, (group.rule, boundary.layout), self._positions(group))
-        return found
-
-    def _boundary(self, graph: Graph, group: Group) -> tuple[Boundary, str]:
-        return group_boundary(graph, group, self.nodes_by_name, self.index_of), _kernel_name(group, self.scopes)
-
-    def _positions(self, group: Group) -> tuple[int, ...]:
-        return tuple(self.index_of[n] for n in group.nodes)
-
-
 KERNEL_FIELDS_BUT_NAME = tuple(f.name for f in fields(Kernel))[2:]  # all but name and nodes, in their order
 # A repeated layer's kernel (~190 a BERT-base slice) is written without the frozen constructor (`core.records`)
 _write_kernel = writer(Kernel)
@@ -357,6 +320,18 @@ def _renamed(name: str, nodes: tuple[str, ...], fields_but_name: tuple) -> Kerne
 _LAYER_NUMBER = {layer: i for i, layer in enumerate(LayerType)}
 
 
+class _ByName:
+    """A workload's node records by node name (`index_of`: each live node's position, `GroupPlaces`)."""
+
+    __slots__ = ("index_of", "nodes")
+
+    def __init__(self, nodes: NodeWorks, index_of: dict[str, int]):
+        self.nodes, self.index_of = nodes, index_of
+
+    def __getitem__(self, name: str) -> NodeWork:
+        return self.nodes[self.index_of[name]]
+
+
 def _member_codes(workload: Workload) -> list[int] | None:
     """Per live node, a number naming what a kernel reads of a member besides its specs and name: its work kind
     and layer type (-1: a node estimated alone); None where kinds are unknown or a mixture of experts scales some
@@ -365,16 +340,9 @@ def _member_codes(workload: Workload) -> list[int] | None:
         return None
     layers, number = len(_LAYER_NUMBER), _LAYER_NUMBER
     return [
-        kind * layers + number[w.layer_type] if kind >= 0 else -1
-        for w, kind in zip(workload.nodes, workload.work_kinds)
+        kind * layers + number[layer] if kind >= 0 else -1
+        for (layer, _), kind in zip(workload.nodes.places, workload.work_kinds)
     ]
-
-
-def _kernel_name(group: Group, scopes: dict[str, str]) -> str:
-    """A group's kernel name: its first member's (`scopes`: the module path and op where the export gives them
-    only in metadata, `Node.scope`), with how many more it holds."""
-    first = scopes.get(group.nodes[0], group.nodes[0])
-    return first if len(group.nodes) == 1 else f"{first}+{len(group.nodes) - 1}"
 
 
 def precision_caveats(model_precision: str, dtype: str, weight_dtype: str) -> list[str]:

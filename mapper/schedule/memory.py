@@ -17,7 +17,9 @@ PARALLEL_DEGREES = (1, 2, 4, 8, 16, 32, 64)
 
 def kv_cache_bytes(graph: Graph, sizer: Sizer) -> float:
     """The KV cache after this step: every Concat that appends to a graph input (the past keys/values)."""
-    inputs = set(graph.inputs)
+    if "Concat" not in graph.op_types:  # an encoder's or a CNN's: no node to look at
+        return 0.0
+    inputs = graph.input_set
     return sum(
         sizer.bytes(graph.tensors[o])
         for n in graph.nodes

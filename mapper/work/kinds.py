@@ -2,15 +2,16 @@
 
 `estimate_work_kinds` runs `ops.estimate_node_work` once per kind (nodes of one walk class and weight
 roles, or one signature at equal shapes) and renames the estimate for the other nodes of the kind; a
-repeated layer's node takes its twin's (`Graph.twins`, the import's copies) without naming its kind again.
+repeated layer's node takes its twin's (`Graph.twins`, the import's copies) without naming its kind again;
+each node's own record is written when read (`works.NodeWorks`).
 """
 
 from __future__ import annotations
 
-from mapper.core.graph import Graph, LayerType, Node
-from mapper.core.records import writer
+from mapper.core.graph import Graph, Node
 from mapper.core.result import NodeWork
 from mapper.work.ops import LayerPlacer, estimate_node_work
+from mapper.work.works import NodeWorks
 
 
 def work_roles(graph: Graph) -> tuple[tuple, ...]:
@@ -25,7 +26,7 @@ def estimate_work_kinds(
     place: LayerPlacer | None = None,
     classes: dict[str, int] | None = None,
     roles: tuple[tuple, ...] | None = None,
-) -> tuple[tuple[NodeWork, ...], tuple[int, ...]]:
+) -> tuple[NodeWorks, tuple[int, ...]]:
     """Work of every live (not folded) node, in graph order, with the layer type and block `place`
     gives it (none given: every node Other), and each node's work kind: nodes of one kind have equal
     input and output specs, weight roles and work, all but the name, layer type and block (-1: a node
@@ -39,7 +40,7 @@ def estimate_work_kinds(
     twins = graph.twins if classes else ()  # a copy has its twin's class and weight roles: its key and work
     seen: dict[tuple, NodeWork] = {}
     kind_of: dict[tuple, int] = {}  # key -> its kind, numbered in the order first met
-    out, kinds, estimated = [], [], []
+    places, kinds, estimated = [], [], []
     for k, node in enumerate(graph.nodes):
         t = twins[k] if twins else -1
         if t >= 0 and roles[k] == roles[t]:
@@ -55,9 +56,8 @@ def estimate_work_kinds(
             kind = -1 if key is None else kind_of[key]
         estimated.append(w)
         kinds.append(kind)
-        layer, group = place(node.name, w.op_type, w.op_class) if place else (w.layer_type, w.layer_group)
-        out.append(_placed(w, node.name, layer, group))
-    return tuple(out), tuple(kinds)
+        places.append(place(node.name, w.op_type, w.op_class) if place else (w.layer_type, w.layer_group))
+    return NodeWorks(estimated, graph.nodes, places), tuple(kinds)
 
 
 def _work_key(graph: Graph, node: Node, cls: int | None, roles: tuple) -> tuple | None:
@@ -76,16 +76,3 @@ def _work_key(graph: Graph, node: Node, cls: int | None, roles: tuple) -> tuple 
         )
     except KeyError:  # a shape is unknown: estimated (and explained) on its own
         return None
-
-
-# A repeated node's work is copied under its own name at every binding (~400 records a BERT-base binding): written
-# without the frozen constructor (`core.records`), which was half of the work model's time (0.63 -> 0.34 ms).
-_write_work = writer(NodeWork)
-
-
-def _placed(w: NodeWork, name: str, layer: LayerType, group: int) -> NodeWork:
-    """`w` as the work of the node `name` in this layer and block (itself where it already is)."""
-    if w.name == name and (layer, group) == (w.layer_type, w.layer_group):
-        return w
-    return _write_work(name, w.op_type, w.op_class, w.flops, w.matrix_flops, w.sfu_ops, w.bytes_read,
-                       w.bytes_written, w.weight_bytes, w.matrix, w.reason, layer, group)  # fmt: skip

@@ -15,6 +15,7 @@ from mapper.core.result import NodeWork
 from mapper.work.kinds import estimate_work_kinds, work_roles
 from mapper.work.layers import layer_placer
 from mapper.work.moe import ExpertGemm, route_work
+from mapper.work.works import NodeWorks
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,7 +23,7 @@ class Workload:
     """A model's graph at concrete shapes and the work of each of its nodes."""
 
     graph: Graph
-    nodes: tuple[NodeWork, ...]
+    nodes: NodeWorks  # any sequence of records given is kept as one (`works.NodeWorks.of`)
     caches: ModelCaches = field(default_factory=ModelCaches, compare=False, repr=False)
     # mixture of experts (work/moe.py): weight name -> the share of it read (the experts the tokens use)
     weight_shares: dict[str, float] = field(default_factory=dict, compare=False, repr=False)
@@ -39,18 +40,24 @@ class Workload:
     cost_key: int = field(init=False, repr=False)  # what kernels read of each node: name, class, FLOPs, bytes
 
     def __post_init__(self):
-        # the totals by sum() (Python 3.12's adds floats compensated: a loop's += would not); the rest in one pass
-        object.__setattr__(self, "flops", sum(n.flops for n in self.nodes))
-        object.__setattr__(self, "matrix_flops", sum(n.matrix_flops for n in self.nodes))
-        unmodeled, plan, cost = [], [], []
-        for n in self.nodes:
-            if n.op_class is OpClass.UNMODELED or n.reason:
-                unmodeled.append(n)
-            plan.append((n.name, n.op_class, n.layer_type, n.layer_group))
-            cost.append((n.name, n.op_class, n.flops, n.bytes_read))
+        nodes = self.nodes if isinstance(self.nodes, NodeWorks) else NodeWorks.of(self.nodes)
+        object.__setattr__(self, "nodes", nodes)
+        # From each node's source record (its work, named for the node it was estimated for) and place, so that no
+        # node's own record is written here. The totals by sum() (Python 3.12's adds floats compensated: a loop's
+        # += would not); the rest in one pass.
+        works = nodes.sources
+        object.__setattr__(self, "flops", sum(w.flops for w in works))
+        object.__setattr__(self, "matrix_flops", sum(w.matrix_flops for w in works))
+        unmodeled, classes, costs = [], [], []
+        for k, w in enumerate(works):
+            if w.op_class is OpClass.UNMODELED or w.reason:
+                unmodeled.append(nodes[k])
+            classes.append(w.op_class)
+            costs.append((w.op_class, w.flops, w.bytes_read))
+        names = tuple(n.name for n in nodes.named)
         object.__setattr__(self, "unmodeled", tuple(unmodeled))
-        object.__setattr__(self, "plan_key", hash(tuple(plan)))
-        object.__setattr__(self, "cost_key", hash(tuple(cost)))
+        object.__setattr__(self, "plan_key", hash((names, tuple(classes), tuple(nodes.places))))
+        object.__setattr__(self, "cost_key", hash((names, tuple(costs))))
 
     @property
     def bytes(self) -> float:
