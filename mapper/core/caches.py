@@ -147,8 +147,15 @@ class ModelCaches:
     ):
         """Fusion groups: the live graph's structure, each node's op class, layer type and block
         (`Workload.plan_key`), which nodes are tiny enough to ride in an epilogue (the one place
-        where the planner reads sizes), the policy and the attention-fusion choice."""
-        return self._get("fusion_plan", (structure, work_key, tiny, policy, attention_fusion), make)
+        where the planner reads sizes), the policy and the attention-fusion choice. A plan equal to one made
+        before (another tiny set that moved no group) is that plan, its groups the same objects: the tables
+        keyed by a plan's groups then compare them by identity, not field by field."""
+
+        def planned() -> tuple:
+            plan = tuple(make())
+            return self._get("fusion_plans_made", (structure, plan), lambda: plan)
+
+        return self._get("fusion_plan", (structure, work_key, tiny, policy, attention_fusion), planned)
 
     def group_boundaries(self, structure: tuple[str, frozenset[str]], groups: tuple, make):
         """Each group's boundary (the tensors crossing it), its kernel's name (its first member's, scoped by
@@ -171,11 +178,10 @@ class ModelCaches:
         (`Workload.cost_key`)."""
         return self._get("kernels", (sha256, dims, groups, element_bytes, sram_bytes, work_key), make)
 
-    def weight_tally(self, structure: tuple[str, frozenset[str]], varying: tuple, make):
-        """Weight elements per element type (`kernels.weight_tally`): the graph's structure (its weights, their
-        storage types and consumers) and the specs of the weights that may change with the bindings (`varying`:
-        `Graph.derived_weights`; an initializer's and a Constant's are the model's). A sweep's bindings share one."""
-        return self._get("weight_tally", (structure, varying), make)
+    def weight_tally(self, structure: tuple[str, frozenset[str]], make):
+        """The tally of the weights whose specs are the model's (`kernels.weight_tally`: all but those a folded
+        node derives): the graph's structure (its weights, their storage types and consumers)."""
+        return self._get("weight_tally", structure, make)
 
     def assessments(self, hardware_sha256: str, plan: tuple, kernels: list[tuple], make: Callable[[list[int]], list]):
         """Kernels' tiling, cost and class (`assess.assess_kernels`), each keyed by the profile's content (its

@@ -65,17 +65,28 @@ EIGHT_BIT_INTS = frozenset({"int8", "uint8"})
 
 def weight_tally(graph: Graph, caches: ModelCaches | None = None) -> tuple[dict[str, int], float, int]:
     """(float weight elements per element type, bytes of the other weights, elements of the 8-bit integer
-    weights among those): one pass over the weights, kept in the model's `caches` where given (read-only)."""
-    if caches is not None:
-        varying = graph.derived_weights if graph.derived_weights is not None else sorted(graph.weights)
-        specs = tuple(graph.tensors.get(w) for w in varying)
-        return caches.weight_tally(graph.structure, specs, lambda: weight_tally(graph))
+    weights among those). With the model's `caches`, the weights whose specs are the model's (all but
+    `Graph.derived_weights`) are tallied once per structure (read-only) and a binding adds the few it derives;
+    the figures are whole numbers of elements and (half) bytes, so the sum is exact in any order."""
+    derived = graph.derived_weights
+    if caches is None or derived is None:
+        return _tally(graph, graph.weights)
+    fixed = caches.weight_tally(graph.structure, lambda: _tally(graph, graph.weights.difference(derived)))
+    if not derived:
+        return fixed
+    counts, other, eight_bit = _tally(graph, derived)
+    for dtype, n in fixed[0].items():
+        counts[dtype] = n + counts.get(dtype, 0)
+    return counts, fixed[1] + other, fixed[2] + eight_bit
+
+
+def _tally(graph: Graph, weights) -> tuple[dict[str, int], float, int]:
     counts: dict[str, int] = {}
     other, eight_bit = 0.0, 0
     # QDQ int8 weights make an int8 model only beside quantized activations; alone they are
     # weight-only quantization, computed at the activations' float type
     int8_compute = not graph.op_types.isdisjoint(("QuantizeLinear", "DynamicQuantizeLinear"))
-    for w in graph.weights:
+    for w in weights:
         spec = graph.tensors[w]
         if w in graph.stored_dtypes:  # a QDQ model's dequantized integer weight
             other += graph.stored_bytes(spec)

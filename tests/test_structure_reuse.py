@@ -1,0 +1,66 @@
+"""What a handle keeps per structure gives what computing it at each binding gives.
+
+The weight tally is kept per structure for the weights whose specs are the model's, a binding adding those a
+folded node derives (`Graph.derived_weights`); equal fusion plans made for two tiny sets are one plan.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import mapper
+from mapper.core.caches import ModelCaches
+from mapper.plan.fusion import Group
+from mapper.plan.kernels import weight_tally
+
+MODELS = Path(__file__).parent / "models"
+
+
+@pytest.mark.parametrize(
+    "source, bindings",
+    [
+        ("bert-base", ({"batch": 1, "seq": 16}, {"batch": 7, "seq": 96})),  # two derived embedding Gathers
+        ("resnet50", ({"batch": 1}, {"batch": 5})),
+        (MODELS / "resnet50_int8_qdq.onnx", ({"batch": 1}, {"batch": 3})),  # folded DequantizeLinear weights
+        (MODELS / "bert_base_int8_dynamic.onnx", ({"batch": 1, "seq": 8}, {"batch": 2, "seq": 40})),
+        (
+            MODELS / "hf_gpt2_tiny.onnx",
+            ({"batch": 1, "seq": 4}, {"batch": 3, "seq": 9}),
+        ),
+    ],
+)
+def test_the_kept_weight_tally_is_the_bindings_own(source, bindings):
+    handle = mapper.open_model(str(source) if isinstance(source, Path) else source)
+    tallies = []
+    for dims in bindings:
+        graph = handle.bind(dims).graph
+        assert graph.derived_weights is not None and set(graph.derived_weights) <= graph.weights
+        kept = weight_tally(graph, handle.caches)
+        assert kept == weight_tally(graph)  # every weight tallied afresh, no cache
+        tallies.append(kept)
+    assert handle.caches._tables["weight_tally"].__len__() == 1  # one structure: one kept tally
+
+
+def test_a_derived_weight_changes_the_tally_with_the_binding():
+    """BERT-base's position and token-type embeddings are Gathers of constant indices, folded to weights of
+    the bound shape: the kept part is the same, the tally is not."""
+    handle = mapper.open_model("bert-base")
+    small, large = (handle.bind(batch=b, seq=s).graph for b, s in ((1, 16), (4, 64)))
+    assert small.derived_weights == large.derived_weights and small.derived_weights
+    assert weight_tally(small, handle.caches) != weight_tally(large, handle.caches)
+    assert weight_tally(large, handle.caches) == weight_tally(large)
+
+
+def test_equal_fusion_plans_are_one_plan():
+    """Two tiny sets that move no group give one plan: its groups are the same objects, so the tables keyed
+    by a plan's groups compare them by identity."""
+    caches, structure = ModelCaches(), ("sha", frozenset())
+    groups = [Group(("a", "b"), "gemm-epilogue"), Group(("c",), "single")]
+    first = caches.fusion_plan(structure, 1, frozenset({"a"}), "default", False, lambda: list(groups))
+    equal = [Group(("a", "b"), "gemm-epilogue"), Group(("c",), "single")]  # equal groups, other objects
+    again = caches.fusion_plan(structure, 1, frozenset(), "default", False, lambda: list(equal))
+    assert again is first and all(x is y for x, y in zip(again, groups))
+    other = caches.fusion_plan(structure, 1, frozenset({"c"}), "default", False, lambda: [Group(("a",), "single")])
+    assert other != first and list(other) == [Group(("a",), "single")]
