@@ -29,7 +29,7 @@ from mapper.core.errors import MapperError
 from mapper.core.graph import Graph
 from mapper.core.result import (
     Kernel,
-    KernelEstimate,
+    KernelEstimates,
     LayerRollup,
     MappingResult,
     MemoryPlan,
@@ -133,7 +133,7 @@ def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOpt
         hardware_sha256=hardware.sha256,
         options=options,
         nodes=workload.nodes,
-        kernels=tuple(estimates),
+        kernels=estimates,
         layers=layers,
         totals=totals,
         unmodeled=tuple((n.name, n.op_type, n.reason) for n in workload.unmodeled),
@@ -210,7 +210,7 @@ def plan_devices(
 
 def roll_up_slice(
     workload: Workload,
-    estimates: list[KernelEstimate],
+    estimates: KernelEstimates,
     sizer: Sizer,
     hardware: HardwareProfile,
     dtype: str,

@@ -17,6 +17,7 @@ from mapper.core import records as record_module
 from mapper.core.graph import LayerType, OpClass, TensorSpec
 from mapper.core.records import writer
 from mapper.core.result import Kernel, KernelEstimate, MatrixShape, NodeWork
+from mapper.explore.sweep import slice_row
 from mapper.plan.fusion import Group
 from mapper.plan.kernels import KERNEL_FIELDS_BUT_NAME, _renamed
 from mapper.work.works import NodeWorks
@@ -72,6 +73,20 @@ def test_a_sweep_slice_writes_no_repeated_layer_record():
     assert 0 < written < len(workload.nodes) // 4
     fresh = mapper.open_model("bert-base").bind(batch=3, seq=48).nodes
     assert list(result.nodes) == list(fresh)
+
+
+def test_a_mapping_writes_its_estimates_when_read():
+    """The cost stage, the placement, the roll-up and a sweep's row read the timeline's columns: a mapped
+    slice holds no written estimate until one is read, and then each is the constructor's."""
+    handle, hw = mapper.open_model("bert-base"), mapper.load_hardware("h100-sxm")
+    result = mapper.map_workload(handle.bind(batch=2, seq=40), hw)
+    slice_row(result)
+    assert all(made is None for made in result.kernels._made)
+    for e, k, a, start in zip(
+        result.kernels, result.kernels.kernels, result.kernels.assessments, result.kernels.starts
+    ):
+        assert e == KernelEstimate(k, a, start) and e.start_s == start
+    assert pickle.loads(pickle.dumps(result)) == result
 
 
 def test_group_hash_and_pickle():

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from mapper.core.caches import ModelCaches
 from mapper.core.records import writer
-from mapper.core.result import Kernel, KernelAssessment, KernelEstimate
+from mapper.core.result import Kernel, KernelAssessment, KernelEstimates
 from mapper.cost.bottleneck import Facts, classify, speedup_if_removed
 from mapper.cost.estimate import Cost, estimate_searched, roofline_time, search_matrices
 from mapper.hardware.profile import HardwareProfile
@@ -31,7 +31,7 @@ def estimate_kernels(
     power_cap_w: float | None,
     sparsity: str = "dense",
     caches: ModelCaches | None = None,
-) -> list[KernelEstimate]:
+) -> KernelEstimates:
     """Tile, cost and classify each kernel, placing it on the one-stream timeline. With sparsity "2:4",
     weight GEMMs read compressed weights and run at the profile's sparse matrix peak. With the model's
     `caches`, an assessment is kept across slices: a sweep's shapes of equal extents (batch 2 x seq 256
@@ -64,17 +64,17 @@ def estimate_kernels(
         assessed = assess(list(range(len(firsts))))
     else:
         assessed = caches.assessments(hw.sha256, plan, list(distinct), assess)
-    out, start = [], 0.0
+    placed, assessments, starts, start = [], [], [], 0.0
     for k, i in zip(kernels, at):
         engine, assessment = assessed[i]
-        out.append(_write_estimate(k if k.engine == engine else k.replaced(engine=engine), assessment, start))
+        placed.append(k if k.engine == engine else k.replaced(engine=engine))
+        assessments.append(assessment)
+        starts.append(start)
         start += assessment.time_s
-    return out
+    return KernelEstimates(placed, assessments, starts)
 
 
-# without the frozen constructors (`core.records`): an estimate per kernel a slice, an assessment per new kernel
-# (~11 a BERT-base slice)
-_write_estimate = writer(KernelEstimate)
+# an assessment per new kernel (~11 a BERT-base slice), without the frozen constructor (`core.records`)
 _new_assessment = writer(KernelAssessment, defaults=True)
 
 

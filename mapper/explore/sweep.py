@@ -76,13 +76,14 @@ class SweepResult:
 def slice_row(result: MappingResult) -> dict:
     """The totals of one mapping, its dominant class and the plan that was chosen."""
     t = result.totals
+    kernels, assessed = result.kernels.kernels, result.kernels.assessments  # the columns: no estimate is written
     by_class: dict[str, float] = {}
-    for k in result.kernels:
-        by_class[k.bottleneck] = by_class.get(k.bottleneck, 0.0) + k.time_s
+    for a in assessed:
+        by_class[a.bottleneck] = by_class.get(a.bottleneck, 0.0) + a.time_s
     dominant = max(sorted(by_class), key=by_class.__getitem__) if by_class else ""
-    tiled = [k for k in result.kernels if k.tiling.chosen is not None and k.kernel.matrix_flops > 0]
-    largest = max(tiled, key=lambda k: k.kernel.matrix_flops, default=None)
-    tile = largest.tiling.chosen if largest else None
+    tiled = [i for i, (k, a) in enumerate(zip(kernels, assessed)) if a.tiling.chosen is not None and k.matrix_flops > 0]
+    largest = max(tiled, key=lambda i: kernels[i].matrix_flops, default=None)
+    tile = assessed[largest].tiling.chosen if largest is not None else None
     return {
         "status": "ok",
         "error": "",
@@ -100,7 +101,7 @@ def slice_row(result: MappingResult) -> dict:
         "dominant_bottleneck": dominant,
         "dominant_share": by_class[dominant] / t.latency_s if dominant and t.latency_s else 0.0,
         "kernel_count": len(result.kernels),
-        "largest_matrix_kernel": largest.kernel.name if largest else "",
+        "largest_matrix_kernel": kernels[largest].name if largest is not None else "",
         "tile": f"{tile.tile_m}x{tile.tile_n}x{tile.tile_k}" if tile else "",
         "tile_split_k": tile.split_k if tile else 0,
         "tile_stages": tile.stages if tile else 0,

@@ -11,7 +11,14 @@ from dataclasses import replace
 
 from mapper.core.errors import MapperError
 from mapper.core.graph import Graph
-from mapper.core.result import CollectiveRecord, KernelAssessment, KernelEstimate, ParallelPlan, PlanOptions
+from mapper.core.result import (
+    CollectiveRecord,
+    KernelAssessment,
+    KernelEstimate,
+    KernelEstimates,
+    ParallelPlan,
+    PlanOptions,
+)
 from mapper.core.vocab import Engine
 from mapper.cost.bottleneck import Facts, classify, speedup_if_removed
 from mapper.cost.estimate import estimate_cost
@@ -77,8 +84,8 @@ def _stage_sends(graph: Graph, estimates: list[KernelEstimate], stage_of: list[i
 
 
 def place_on_devices(
-    graph: Graph, estimates: list[KernelEstimate], options: PlanOptions, hw: HardwareProfile, dtype: str, sizer: Sizer
-) -> tuple[list[KernelEstimate], ParallelPlan]:
+    graph: Graph, estimates: KernelEstimates, options: PlanOptions, hw: HardwareProfile, dtype: str, sizer: Sizer
+) -> tuple[KernelEstimates, ParallelPlan]:
     tp, pp, dp, ep = options.tp, options.pp, options.dp, options.ep
     devices = tp * pp * ep * dp  # an expert-parallel group of ep devices per tensor/pipeline rank, dp replicas
     if tp * pp * ep > 1 and tp * pp * ep > hw.interconnect.max_devices:
@@ -88,12 +95,15 @@ def place_on_devices(
         )
     if options.overlap_collectives:
         estimates = _overlap(estimates)
-    if pp == 1 and not options.overlap_collectives:
-        placed, start = estimates, sum(e.time_s for e in estimates)  # one stage: the timeline stands as costed
+    if pp == 1 and not options.overlap_collectives:  # one stage: the timeline stands as costed
+        placed = KernelEstimates.of(estimates)
+        start = sum(a.time_s for a in placed.assessments)
     else:
-        placed, start = _pipeline(graph, estimates, pp, hw, dtype, sizer)
-    per_stage = stage_times([e.time_s for e in placed], [e.kernel.stage for e in placed], max(pp, 1))
-    collectives = [e for e in placed if e.kernel.collective]
+        timeline, start = _pipeline(graph, estimates, pp, hw, dtype, sizer)
+        placed = KernelEstimates.of(timeline)
+    times = [a.time_s for a in placed.assessments]  # the columns: no estimate of a slice is written here
+    per_stage = stage_times(times, [k.stage for k in placed.kernels], max(pp, 1))
+    collectives = [placed[i] for i, k in enumerate(placed.kernels) if k.collective]
     comm = sum(e.time_s for e in collectives)
     section = ParallelPlan(
         tp=tp,

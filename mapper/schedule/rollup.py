@@ -7,10 +7,11 @@ memory-stall fraction is the time-weighted mean of kernels' stall fractions.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mapper.core.graph import Graph
-from mapper.core.result import Kernel, KernelAssessment, KernelEstimate, LayerRollup, Totals
+from mapper.core.result import Kernel, KernelAssessment, KernelEstimate, KernelEstimates, LayerRollup, Totals
 from mapper.work.workload import Workload
 
 STALL_DEFINITION = (
@@ -43,7 +44,7 @@ class Spread:
 
 
 def roll_up(
-    estimates: list[KernelEstimate],
+    estimates: Sequence[KernelEstimate],
     workload: Workload,
     weight_bytes: float,
     peak: float,
@@ -53,7 +54,8 @@ def roll_up(
     """Model totals and per-layer-type figures of `workload`'s kernel estimates, spread over devices as
     `spread` says. Energy: each kernel runs on `spread.ranks` devices at once while the other stages' devices
     idle; power and perf-per-watt are over every device of every replica."""
-    assessed = [e.assessment for e in estimates]  # read once: an estimate's figures are properties of it
+    estimates = KernelEstimates.of(estimates)
+    assessed = estimates.assessments  # the columns: an estimate's figures are properties of it, none is written
     latency = sum(a.time_s for a in assessed)
     stall_time = sum(a.stall_fraction * a.time_s for a in assessed)
     energy = spread.ranks * sum(a.energy_j for a in assessed) + spread.idle_others_w * latency
@@ -83,11 +85,11 @@ def roll_up(
     return layers, totals
 
 
-def _layers(estimates: list[KernelEstimate], latency: float, peak: float) -> tuple[LayerRollup, ...]:
+def _layers(estimates: KernelEstimates, latency: float, peak: float) -> tuple[LayerRollup, ...]:
     """One row per layer type, the most time first."""
     by_layer: dict[str, list[tuple[Kernel, KernelAssessment]]] = {}
-    for e in estimates:
-        by_layer.setdefault(str(e.kernel.layer_type), []).append((e.kernel, e.assessment))
+    for k, a in zip(estimates.kernels, estimates.assessments):
+        by_layer.setdefault(str(k.layer_type), []).append((k, a))
     times = {layer: sum(a.time_s for _, a in group) for layer, group in by_layer.items()}
     layers = []
     for layer, group in sorted(by_layer.items(), key=lambda kv: -times[kv[0]]):
