@@ -29,13 +29,13 @@ from mapper.core.errors import MapperError
 from mapper.core.graph import Graph
 from mapper.core.result import (
     Kernel,
-    KernelEstimates,
     LayerRollup,
     MappingResult,
     MemoryPlan,
     PlanOptions,
     Totals,
 )
+from mapper.core.timeline import KernelEstimates
 from mapper.core.version import __version__
 from mapper.core.vocab import FusionPolicy, KvCache, Launch, PlanDtype, Runtime, Sparsity, WeightDtype, values
 from mapper.cost import bottleneck

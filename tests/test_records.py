@@ -1,7 +1,7 @@
 """Records the hot loops build without their dataclass constructor are the constructor's, field for field.
 
 `core.records.writer` writes a record's slots directly: the import's tensor specs, `work.works.NodeWorks`' node records
-(written when read), `plan.kernels._renamed`'s kernels and the cost stage's estimates. Fusion groups
+(written when read), `core.timeline`'s kernels and estimates (the same). Fusion groups
 keep their hash (a slice keys three tables by them). All must stay what the plain dataclass would give.
 """
 
@@ -17,9 +17,9 @@ from mapper.core import records as record_module
 from mapper.core.graph import LayerType, OpClass, TensorSpec
 from mapper.core.records import writer
 from mapper.core.result import Kernel, KernelEstimate, MatrixShape, NodeWork
+from mapper.core.timeline import Kernels
 from mapper.explore.sweep import slice_row
 from mapper.plan.fusion import Group
-from mapper.plan.kernels import KERNEL_FIELDS_BUT_NAME, _renamed
 from mapper.work.works import NodeWorks
 
 
@@ -82,6 +82,7 @@ def test_a_mapping_writes_its_estimates_when_read():
     result = mapper.map_workload(handle.bind(batch=2, seq=40), hw)
     slice_row(result)
     assert all(made is None for made in result.kernels._made)
+    assert sum(made is not None for made in result.kernels.kernels._made) == 0  # nor a kernel
     for e, k, a, start in zip(
         result.kernels, result.kernels.kernels, result.kernels.assessments, result.kernels.starts
     ):
@@ -97,18 +98,23 @@ def test_group_hash_and_pickle():
     assert back == g and hash(back) == hash(g) and {g: 1}[back] == 1
 
 
-def test_renamed_kernel_is_the_constructors():
+def test_kernels_records_are_the_constructors():
+    """A position's kernel, written on first read from the kernel it shares under its own name and nodes, is the
+    constructor's; one already named is itself."""
     result = mapper.map_workload(
         mapper.open_model("bert-base").bind({"batch": 2, "seq": 40}), mapper.load_hardware("h100-sxm")
     )
-    for i, e in enumerate(result.kernels):
-        k = e.kernel
-        values = tuple(getattr(k, f) for f in KERNEL_FIELDS_BUT_NAME)
-        renamed = _renamed(f"{k.name}/copy", (f"n{i}",), values)
-        assert renamed == Kernel(f"{k.name}/copy", (f"n{i}",), *values)
-        assert renamed == dataclasses.replace(k, name=f"{k.name}/copy", nodes=(f"n{i}",))
-    with pytest.raises(TypeError):
-        _renamed("x", ("y",), values[:-1])  # a field short: refused, not a half-built kernel
+    built = list(result.kernels.kernels)
+    names, nodes = [f"{k.name}/copy" for k in built], [(f"n{i}",) for i in range(len(built))]
+    renamed = Kernels(built, names, nodes)
+    for k, name, members, written in zip(built, names, nodes, renamed):
+        assert written == dataclasses.replace(k, name=name, nodes=members)
+        assert _fields(written) == _fields(Kernel(name, members, *_fields(k)[2:]))
+    same = Kernels(built, [k.name for k in built], [k.nodes for k in built])
+    assert all(a is b for a, b in zip(same, built)) and Kernels.of(same) is same and Kernels.of(built) == same
+    assert pickle.loads(pickle.dumps(renamed)) == renamed
+    with pytest.raises(ValueError, match="one source, name and node list"):
+        Kernels(built, names[:-1], nodes)
 
 
 def _fields(record) -> list:

@@ -13,7 +13,7 @@ from operator import attrgetter
 
 from mapper.core.classes import Bottleneck, Owner
 from mapper.core.graph import LayerType, OpClass
-from mapper.core.records import WrittenWhenRead, replacer, writer
+from mapper.core.records import replacer
 from mapper.core.vocab import Engine, KernelRule
 
 
@@ -212,38 +212,6 @@ class KernelEstimate:
     speedup_if_removed = _assessed("speedup_if_removed")
 
 
-# An estimate per kernel a slice is written only when read (`KernelEstimates`), without the frozen constructor
-_write_estimate = writer(KernelEstimate)
-
-
-class KernelEstimates(WrittenWhenRead):
-    """The timeline of a mapping, as three columns: each kernel (as the cost stage chose its engine), its
-    assessment (a repeated layer's kernels share one) and its start; the `KernelEstimate` of a position is
-    written when first read (`core.records.WrittenWhenRead`). The placement, the roll-up and a sweep's row
-    read the columns, so a sweep's slice writes no estimate."""
-
-    __slots__ = ("assessments", "kernels", "starts")
-
-    def __init__(self, kernels: Sequence[Kernel], assessments: Sequence[KernelAssessment], starts: Sequence[float]):
-        if not len(kernels) == len(assessments) == len(starts):
-            raise ValueError("KernelEstimates needs one kernel, assessment and start per position")
-        super().__init__(len(kernels))
-        self.kernels, self.assessments, self.starts = kernels, assessments, starts
-
-    @classmethod
-    def of(cls, estimates: Sequence[KernelEstimate]) -> KernelEstimates:
-        """Estimates already written (a pipeline's re-laid timeline, a document read back)."""
-        if isinstance(estimates, KernelEstimates):
-            return estimates
-        estimates = tuple(estimates)
-        timeline = cls([e.kernel for e in estimates], [e.assessment for e in estimates], [e.start_s for e in estimates])
-        timeline._made = list(estimates)
-        return timeline
-
-    def _write(self, k: int) -> KernelEstimate:
-        return _write_estimate(self.kernels[k], self.assessments[k], self.starts[k])
-
-
 @dataclass(frozen=True, slots=True)
 class LayerRollup:
     layer_type: str
@@ -334,7 +302,7 @@ class MappingResult:
     hardware_sha256: str
     options: PlanOptions
     nodes: Sequence[NodeWork]  # the workload's (`work.works.NodeWorks`: each record written when read)
-    kernels: KernelEstimates  # any sequence of estimates given is kept as one (`KernelEstimates.of`)
+    kernels: Sequence[KernelEstimate]  # the timeline (`core.timeline.KernelEstimates`: written when read)
     layers: tuple[LayerRollup, ...]
     totals: Totals
     unmodeled: tuple[tuple[str, str, str], ...]  # (node, op type, reason)
@@ -350,6 +318,3 @@ class MappingResult:
     measured: dict | None = None  # predicted against measured (`mapper.compare_measured`)
     model_builtin: bool = False  # the model is a built-in (reproduced by its name)
     hardware_builtin: bool = False  # the profile is a built-in's file, unedited (reproduced by its name)
-
-    def __post_init__(self):
-        object.__setattr__(self, "kernels", KernelEstimates.of(self.kernels))

@@ -10,7 +10,8 @@ from dataclasses import replace
 
 from mapper.core.caches import ModelCaches
 from mapper.core.records import writer
-from mapper.core.result import Kernel, KernelAssessment, KernelEstimates
+from mapper.core.result import Kernel, KernelAssessment
+from mapper.core.timeline import KernelEstimates, Kernels
 from mapper.cost.bottleneck import Facts, classify, speedup_if_removed
 from mapper.cost.estimate import Cost, estimate_searched, roofline_time, search_matrices
 from mapper.hardware.profile import HardwareProfile
@@ -46,10 +47,11 @@ def estimate_kernels(
     plan = (dtype, sizer.act, sizer.weight, power_cap_w, ridge, sparse)
     # repeated layers (80 decoder blocks) are assessed once, as the first of their key: each kernel's key is
     # hashed once, into the position of its distinct kernel
+    kernels = Kernels.of(kernels)
     distinct: dict[tuple, int] = {}
     firsts: list[Kernel] = []
     at = []
-    for k in kernels:
+    for k in kernels.sources:  # figures only: a repeated layer's kernel is not written
         key = assessment_key(k)
         i = distinct.get(key)
         if i is None:
@@ -65,13 +67,13 @@ def estimate_kernels(
     else:
         assessed = caches.assessments(hw.sha256, plan, list(distinct), assess)
     placed, assessments, starts, start = [], [], [], 0.0
-    for k, i in zip(kernels, at):
+    for k, i in zip(kernels.sources, at):
         engine, assessment = assessed[i]
         placed.append(k if k.engine == engine else k.replaced(engine=engine))
         assessments.append(assessment)
         starts.append(start)
         start += assessment.time_s
-    return KernelEstimates(placed, assessments, starts)
+    return KernelEstimates(Kernels(placed, kernels.names, kernels.nodes), assessments, starts)
 
 
 # an assessment per new kernel (~11 a BERT-base slice), without the frozen constructor (`core.records`)

@@ -19,6 +19,7 @@ from mapper.core import limits
 from mapper.core.collector import collector_paused
 from mapper.core.errors import MapperError
 from mapper.core.result import MappingResult, PlanOptions
+from mapper.core.timeline import KernelEstimates
 from mapper.core.version import __version__
 from mapper.explore.executors import ExecutorSpec, run_tasks
 from mapper.explore.models import ModelShapes, ModelSource, model_source
@@ -76,7 +77,8 @@ class SweepResult:
 def slice_row(result: MappingResult) -> dict:
     """The totals of one mapping, its dominant class and the plan that was chosen."""
     t = result.totals
-    kernels, assessed = result.kernels.kernels, result.kernels.assessments  # the columns: no estimate is written
+    timeline = KernelEstimates.of(result.kernels)
+    kernels, assessed = timeline.kernels.sources, timeline.assessments  # the columns: no estimate is written
     by_class: dict[str, float] = {}
     for a in assessed:
         by_class[a.bottleneck] = by_class.get(a.bottleneck, 0.0) + a.time_s
@@ -101,7 +103,7 @@ def slice_row(result: MappingResult) -> dict:
         "dominant_bottleneck": dominant,
         "dominant_share": by_class[dominant] / t.latency_s if dominant and t.latency_s else 0.0,
         "kernel_count": len(result.kernels),
-        "largest_matrix_kernel": kernels[largest].name if largest is not None else "",
+        "largest_matrix_kernel": timeline.kernels.names[largest] if largest is not None else "",
         "tile": f"{tile.tile_m}x{tile.tile_n}x{tile.tile_k}" if tile else "",
         "tile_split_k": tile.split_k if tile else 0,
         "tile_stages": tile.stages if tile else 0,

@@ -39,7 +39,7 @@ def resident_kernels(workload: Workload, kernels: list[Kernel], ep: int) -> list
     """The kernels as memory sees them: every expert's weights resident (not the share a step reads),
     E/ep experts a device."""
     if not workload.expert_gemms:  # a dense model: memory sees the kernels as they are
-        return list(kernels)
+        return kernels
     out = []
     for k in kernels:
         g = expert_of(workload, k)

@@ -8,13 +8,12 @@ dtype); integer tensors (token ids, indices) keep their own size.
 
 from __future__ import annotations
 
-from dataclasses import fields
-
 from mapper.core.caches import ModelCaches
 from mapper.core.errors import MapperError
 from mapper.core.graph import Graph, LayerType, OpClass, TensorSpec
 from mapper.core.records import writer
 from mapper.core.result import Kernel, MatrixShape, NodeWork
+from mapper.core.timeline import Kernels
 from mapper.core.vocab import Engine, KernelRule, PlanDtype
 from mapper.hardware.profile import HardwareProfile
 from mapper.plan.boundary import Boundary, GroupPlaces, Place
@@ -255,7 +254,9 @@ def _rows(tensors, names) -> tuple[int, int]:
     return 0, 0
 
 
-def build_kernels(workload: Workload, groups: list[Group], sizer: Sizer, hw: HardwareProfile, attention_fits) -> list:
+def build_kernels(
+    workload: Workload, groups: list[Group], sizer: Sizer, hw: HardwareProfile, attention_fits
+) -> Kernels:
     """Kernels for the groups; a flash-attention group whose tiles do not fit SRAM is split back.
 
     Kernels depend on the model, its bindings, the groups, the element sizes and (for attention) the
@@ -266,43 +267,43 @@ def build_kernels(workload: Workload, groups: list[Group], sizer: Sizer, hw: Har
     flash = any(g.rule == "flash-attention" for g in groups)  # only fused attention asks the SRAM size
     groups_key = tuple(groups)
     places = caches.group_boundaries(graph.structure, groups_key, lambda: GroupPlaces(graph, groups_key))
-    return list(
-        caches.kernels(
-            graph.sha256,
-            graph.dims,
-            groups_key,
-            (sizer.act, sizer.weight),
-            hw.sram_per_unit_bytes if flash else None,
-            workload.cost_key,
-            lambda: _build_kernels(workload, groups, sizer, hw, attention_fits, places),
-        )
+    return caches.kernels(
+        graph.sha256,
+        graph.dims,
+        groups_key,
+        (sizer.act, sizer.weight),
+        hw.sram_per_unit_bytes if flash else None,
+        workload.cost_key,
+        lambda: _build_kernels(workload, groups, sizer, hw, attention_fits, places),
     )
 
 
 def _build_kernels(
     workload: Workload, groups: list[Group], sizer: Sizer, hw: HardwareProfile, attention_fits, places: GroupPlaces
-) -> list:
+) -> Kernels:
     graph, weight_shares, experts = workload.graph, workload.weight_shares, workload.expert_gemms
     by_name = _ByName(workload.nodes, places.index_of)  # a node's record is written only where a new kernel reads it
     codes = _member_codes(workload)
-    built: dict[tuple, tuple] = {}  # (group shape, members' codes) -> the kernel's fields but its name
+    built: dict[tuple, Kernel] = {}  # (group shape, members' codes) -> the kernel built first for them
 
     def kernel(group: Group, place: Place) -> Kernel:
-        name, shape, positions = place[1:]
+        """The group's kernel, or the one built for a group of the same shape and members (its name and nodes
+        that group's: `Kernels` gives each position its own)."""
+        shape, positions = place[2:]
         key = None
         if codes is not None:
             members = tuple(map(codes.__getitem__, positions))
             key = None if min(members) < 0 else (shape, members)
-            fields = built.get(key)
-            if fields is not None:
-                return _renamed(name, group.nodes, fields)
+            source = built.get(key)
+            if source is not None:
+                return source
         routed = next((experts[n].token_share for n in group.nodes if n in experts), 1.0)
         k = build_kernel(graph, group, place, by_name, sizer, weight_shares, routed)
         if key is not None:
-            built[key] = tuple(getattr(k, f) for f in KERNEL_FIELDS_BUT_NAME)
+            built[key] = k
         return k
 
-    kernels = []
+    sources, names, nodes = [], [], []
     for group, place in zip(groups, places.of_plan, strict=True):
         if group.rule == "flash-attention":
             members = [by_name[n] for n in group.nodes]
@@ -310,22 +311,19 @@ def _build_kernels(
             if shape is None or not attention_fits(shape, sizer.act, hw):
                 for n in group.nodes:
                     single = Group((n,), KernelRule.SINGLE)
-                    k = kernel(single, places.of(graph, single))
-                    kernels.append(k.replaced(note="flash-attention rejected: its tiles do not fit on-chip SRAM"))
+                    at = places.of(graph, single)
+                    note = "flash-attention rejected: its tiles do not fit on-chip SRAM"
+                    sources.append(kernel(single, at).replaced(name=at[1], nodes=single.nodes, note=note))
+                    names.append(at[1])
+                    nodes.append(single.nodes)
                 continue
-        kernels.append(kernel(group, place))
-    return kernels
+        sources.append(kernel(group, place))
+        names.append(place[1])
+        nodes.append(group.nodes)
+    return Kernels(sources, names, nodes)
 
 
-KERNEL_FIELDS_BUT_NAME = tuple(f.name for f in fields(Kernel))[2:]  # all but name and nodes, in their order
-# A repeated layer's kernel (~190 a BERT-base slice) is written without the frozen constructor (`core.records`)
-_write_kernel = writer(Kernel)
 _new_kernel = writer(Kernel, defaults=True)  # Kernel(...) without the frozen constructor: ~20 new kernels a slice
-
-
-def _renamed(name: str, nodes: tuple[str, ...], fields_but_name: tuple) -> Kernel:
-    """The kernel `Kernel(name, nodes, *fields_but_name)`, its fields in KERNEL_FIELDS_BUT_NAME's order."""
-    return _write_kernel(name, nodes, *fields_but_name)
 
 
 _LAYER_NUMBER = {layer: i for i, layer in enumerate(LayerType)}

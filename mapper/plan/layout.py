@@ -15,6 +15,7 @@ from dataclasses import replace
 from mapper.core.errors import MapperError
 from mapper.core.graph import Graph, LayerType
 from mapper.core.result import Kernel
+from mapper.core.timeline import Kernels
 from mapper.core.vocab import Engine, KernelRule, Layout, values
 from mapper.plan.kernels import Sizer
 
@@ -48,7 +49,7 @@ def plan_layout(
     """Kernels with conv layouts set and transposes inserted; and the layout chosen."""
     if layout not in LAYOUTS:
         raise MapperError(f"layout {layout!r} is not one of {', '.join(LAYOUTS)}")
-    if not any(k.layer_type is LayerType.CONV for k in kernels):
+    if not any(k.layer_type is LayerType.CONV for k in Kernels.of(kernels).sources):  # read, none written
         return kernels, "n/a"
     chosen = preferred if layout == "auto" else layout
     region = {n for k in kernels if k.layer_type in REGION_LAYERS for n in k.nodes}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from mapper.core.graph import Graph
 from mapper.core.result import DeviceFit, Kernel, MemoryPlan
+from mapper.core.timeline import Kernels
 from mapper.plan.kernels import Sizer
 
 PARALLEL_DEGREES = (1, 2, 4, 8, 16, 32, 64)
@@ -37,6 +38,7 @@ def plan_memory(
     graph: Graph, kernels: list[Kernel], sizer: Sizer, capacity_bytes: float, tp: int, pp: int, max_devices: int
 ) -> MemoryPlan:
     """`kernels` carry their tensor-parallel roles (full size, before the split)."""
+    kernels = Kernels.of(kernels).sources  # every figure but the names: none written
     sharded_w = sum(k.weight_bytes for k in kernels if k.shard in ("column", "row"))
     replicated_w = sum(k.weight_bytes for k in kernels if k.shard not in ("column", "row"))
     kv = kv_cache_bytes(graph, sizer)

@@ -15,10 +15,10 @@ from mapper.core.result import (
     CollectiveRecord,
     KernelAssessment,
     KernelEstimate,
-    KernelEstimates,
     ParallelPlan,
     PlanOptions,
 )
+from mapper.core.timeline import KernelEstimates
 from mapper.core.vocab import Engine
 from mapper.cost.bottleneck import Facts, classify, speedup_if_removed
 from mapper.cost.estimate import estimate_cost
@@ -102,8 +102,8 @@ def place_on_devices(
         timeline, start = _pipeline(graph, estimates, pp, hw, dtype, sizer)
         placed = KernelEstimates.of(timeline)
     times = [a.time_s for a in placed.assessments]  # the columns: no estimate of a slice is written here
-    per_stage = stage_times(times, [k.stage for k in placed.kernels], max(pp, 1))
-    collectives = [placed[i] for i, k in enumerate(placed.kernels) if k.collective]
+    per_stage = stage_times(times, [k.stage for k in placed.kernels.sources], max(pp, 1))
+    collectives = [placed[i] for i, k in enumerate(placed.kernels.sources) if k.collective]
     comm = sum(e.time_s for e in collectives)
     section = ParallelPlan(
         tp=tp,

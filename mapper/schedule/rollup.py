@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mapper.core.graph import Graph
-from mapper.core.result import Kernel, KernelAssessment, KernelEstimate, KernelEstimates, LayerRollup, Totals
+from mapper.core.result import Kernel, KernelAssessment, KernelEstimate, LayerRollup, Totals
+from mapper.core.timeline import KernelEstimates
 from mapper.work.workload import Workload
 
 STALL_DEFINITION = (
@@ -88,7 +89,7 @@ def roll_up(
 def _layers(estimates: KernelEstimates, latency: float, peak: float) -> tuple[LayerRollup, ...]:
     """One row per layer type, the most time first."""
     by_layer: dict[str, list[tuple[Kernel, KernelAssessment]]] = {}
-    for k, a in zip(estimates.kernels, estimates.assessments):
+    for k, a in zip(estimates.kernels.sources, estimates.assessments):
         by_layer.setdefault(str(k.layer_type), []).append((k, a))
     times = {layer: sum(a.time_s for _, a in group) for layer, group in by_layer.items()}
     layers = []

@@ -1,0 +1,75 @@
+"""The timeline a mapping gives, as columns: its kernels and their estimates, each record written when read.
+
+A repeated layer's kernels are its twin's under their own names and nodes (`Kernels`: the built kernel each
+shares, and each one's name and nodes), and its estimates are the kernels beside their assessments and starts
+(`KernelEstimates`). The stages after the kernel builder read the figures of every kernel from the columns;
+only what a reader asks for is written (`core.records.WrittenWhenRead`): the whole timeline for a document,
+none of it for a sweep's row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mapper.core.records import WrittenWhenRead, writer
+from mapper.core.result import Kernel, KernelAssessment, KernelEstimate
+
+
+class Kernels(WrittenWhenRead):
+    """Kernels in timeline order: `sources[k]`, the built kernel the position shares (named for the group it was
+    built for), under the name `names[k]` and nodes `nodes[k]`. Every field but the name and the nodes reads from
+    `sources` without writing a record."""
+
+    __slots__ = ("names", "nodes", "sources")
+
+    def __init__(self, sources: Sequence[Kernel], names: Sequence[str], nodes: Sequence[tuple[str, ...]]):
+        if not len(sources) == len(names) == len(nodes):
+            raise ValueError("Kernels needs one source, name and node list per kernel")
+        super().__init__(len(sources))
+        self.sources, self.names, self.nodes = sources, names, nodes
+
+    @classmethod
+    def of(cls, kernels: Sequence[Kernel]) -> Kernels:
+        """Kernels already named (those a later stage rewrote, a list built by hand); a `Kernels`, itself."""
+        if isinstance(kernels, Kernels):
+            return kernels
+        kernels = tuple(kernels)
+        named = cls(kernels, [k.name for k in kernels], [k.nodes for k in kernels])
+        named._made = list(kernels)
+        return named
+
+    def _write(self, k: int) -> Kernel:
+        source, name, nodes = self.sources[k], self.names[k], self.nodes[k]
+        return source if source.name == name and source.nodes == nodes else source.replaced(name=name, nodes=nodes)
+
+
+# An estimate per kernel a slice is written only when read (`KernelEstimates`), without the frozen constructor
+_write_estimate = writer(KernelEstimate)
+
+
+class KernelEstimates(WrittenWhenRead):
+    """The timeline of a mapping, as three columns: each kernel (as the cost stage chose its engine), its
+    assessment (a repeated layer's kernels share one) and its start; the `KernelEstimate` of a position is
+    written when first read (`core.records.WrittenWhenRead`). The placement, the roll-up and a sweep's row
+    read the columns, so a sweep's slice writes no estimate."""
+
+    __slots__ = ("assessments", "kernels", "starts")
+
+    def __init__(self, kernels: Sequence[Kernel], assessments: Sequence[KernelAssessment], starts: Sequence[float]):
+        if not len(kernels) == len(assessments) == len(starts):
+            raise ValueError("KernelEstimates needs one kernel, assessment and start per position")
+        super().__init__(len(kernels))
+        self.kernels, self.assessments, self.starts = Kernels.of(kernels), assessments, starts
+
+    @classmethod
+    def of(cls, estimates: Sequence[KernelEstimate]) -> KernelEstimates:
+        """Estimates already written (a pipeline's re-laid timeline, a document read back)."""
+        if isinstance(estimates, KernelEstimates):
+            return estimates
+        estimates = tuple(estimates)
+        timeline = cls([e.kernel for e in estimates], [e.assessment for e in estimates], [e.start_s for e in estimates])
+        timeline._made = list(estimates)
+        return timeline
+
+    def _write(self, k: int) -> KernelEstimate:
+        return _write_estimate(self.kernels[k], self.assessments[k], self.starts[k])
