@@ -1,7 +1,8 @@
 """What a handle keeps per structure gives what computing it at each binding gives.
 
 The weight tally is kept per structure for the weights whose specs are the model's, a binding adding those a
-folded node derives (`Graph.derived_weights`); equal fusion plans made for two tiny sets are one plan.
+folded node derives (`Graph.derived_weights`); equal fusion plans made for two tiny sets are one plan; a repeated
+layer's kernel is assessed as the first of its kind.
 """
 
 from __future__ import annotations
@@ -12,8 +13,11 @@ import pytest
 
 import mapper
 from mapper.core.caches import ModelCaches
-from mapper.plan.fusion import Group
-from mapper.plan.kernels import weight_tally
+from mapper.core.timeline import Kernels
+from mapper.cost.assess import estimate_kernels
+from mapper.plan.fusion import Group, plan_fusion
+from mapper.plan.kernels import Sizer, build_kernels, weight_tally
+from mapper.plan.tiling import attention_fits
 
 MODELS = Path(__file__).parent / "models"
 
@@ -64,3 +68,20 @@ def test_equal_fusion_plans_are_one_plan():
     assert again is first and all(x is y for x, y in zip(again, groups))
     other = caches.fusion_plan(structure, 1, frozenset({"c"}), "default", False, lambda: [Group(("a",), "single")])
     assert other != first and list(other) == [Group(("a",), "single")]
+
+
+@pytest.mark.parametrize("fusion", ["none", "aggressive"])
+def test_a_repeated_kernel_is_assessed_as_its_first(fusion):
+    """The builder says which positions repeat an earlier one's kernel (`Kernels.shared`); the cost stage
+    answers them with that one's assessment and engine: the same estimates as from the kernels written out."""
+    workload, hw = mapper.open_model("bert-base").bind(batch=2, seq=24), mapper.load_hardware("h100-sxm")
+    groups = plan_fusion(
+        workload.graph, workload.nodes, workload.plan_key, fusion, fusion == "aggressive", workload.caches
+    )
+    sizer = Sizer(workload.graph, "bf16", "same", workload.caches)
+    kernels = build_kernels(workload, groups, sizer, hw, attention_fits)
+    repeats = [k for k, first in enumerate(kernels.shared) if first != k]
+    assert len(repeats) > 100 and all(kernels.sources[kernels.shared[k]] is kernels.sources[k] for k in repeats)
+    shared = estimate_kernels(kernels, hw, "bf16", sizer, None, "dense", workload.caches)
+    written = estimate_kernels(Kernels.of(list(kernels)), hw, "bf16", sizer, None, "dense")
+    assert Kernels.of(list(kernels)).shared is None and list(shared) == list(written)

@@ -18,15 +18,22 @@ from mapper.core.result import Kernel, KernelAssessment, KernelEstimate
 class Kernels(WrittenWhenRead):
     """Kernels in timeline order: `sources[k]`, the built kernel the position shares (named for the group it was
     built for), under the name `names[k]` and nodes `nodes[k]`. Every field but the name and the nodes reads from
-    `sources` without writing a record."""
+    `sources` without writing a record. `shared[k]`, where the builder gives it: the first position whose source
+    is position k's (a stage that reads only figures answers a repeat with that position's answer)."""
 
-    __slots__ = ("names", "nodes", "sources")
+    __slots__ = ("names", "nodes", "shared", "sources")
 
-    def __init__(self, sources: Sequence[Kernel], names: Sequence[str], nodes: Sequence[tuple[str, ...]]):
-        if not len(sources) == len(names) == len(nodes):
+    def __init__(
+        self,
+        sources: Sequence[Kernel],
+        names: Sequence[str],
+        nodes: Sequence[tuple[str, ...]],
+        shared: Sequence[int] | None = None,
+    ):
+        if not len(sources) == len(names) == len(nodes) == len(shared if shared is not None else sources):
             raise ValueError("Kernels needs one source, name and node list per kernel")
         super().__init__(len(sources))
-        self.sources, self.names, self.nodes = sources, names, nodes
+        self.sources, self.names, self.nodes, self.shared = sources, names, nodes, shared
 
     @classmethod
     def of(cls, kernels: Sequence[Kernel]) -> Kernels:

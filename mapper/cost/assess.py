@@ -46,12 +46,17 @@ def estimate_kernels(
     sparse = sparsity == "2:4"
     plan = (dtype, sizer.act, sizer.weight, power_cap_w, ridge, sparse)
     # repeated layers (80 decoder blocks) are assessed once, as the first of their key: each kernel's key is
-    # hashed once, into the position of its distinct kernel
+    # hashed once, into the position of its distinct kernel; a position the builder says repeats an earlier one's
+    # kernel (`Kernels.shared`) takes that one's without a key
     kernels = Kernels.of(kernels)
+    sources, shared = kernels.sources, kernels.shared
     distinct: dict[tuple, int] = {}
     firsts: list[Kernel] = []
-    at = []
-    for k in kernels.sources:  # figures only: a repeated layer's kernel is not written
+    at: list[int] = []
+    for j, k in enumerate(sources):  # figures only: a repeated layer's kernel is not written
+        if shared is not None and shared[j] != j:
+            at.append(at[shared[j]])
+            continue
         key = assessment_key(k)
         i = distinct.get(key)
         if i is None:
@@ -66,14 +71,18 @@ def estimate_kernels(
         assessed = assess(list(range(len(firsts))))
     else:
         assessed = caches.assessments(hw.sha256, plan, list(distinct), assess)
-    placed, assessments, starts, start = [], [], [], 0.0
-    for k, i in zip(kernels.sources, at):
+    placed: list[Kernel] = []  # each source as the search chose its engine (a repeat: its first's record)
+    assessments, starts, start = [], [], 0.0
+    for j, (k, i) in enumerate(zip(sources, at)):
         engine, assessment = assessed[i]
-        placed.append(k if k.engine == engine else k.replaced(engine=engine))
+        if shared is not None and shared[j] != j:
+            placed.append(placed[shared[j]])
+        else:
+            placed.append(k if k.engine == engine else k.replaced(engine=engine))
         assessments.append(assessment)
         starts.append(start)
         start += assessment.time_s
-    return KernelEstimates(Kernels(placed, kernels.names, kernels.nodes), assessments, starts)
+    return KernelEstimates(Kernels(placed, kernels.names, kernels.nodes, shared), assessments, starts)
 
 
 # an assessment per new kernel (~11 a BERT-base slice), without the frozen constructor (`core.records`)

@@ -284,26 +284,27 @@ def _build_kernels(
     graph, weight_shares, experts = workload.graph, workload.weight_shares, workload.expert_gemms
     by_name = _ByName(workload.nodes, places.index_of)  # a node's record is written only where a new kernel reads it
     codes = _member_codes(workload)
-    built: dict[tuple, Kernel] = {}  # (group shape, members' codes) -> the kernel built first for them
+    built: dict[tuple, int] = {}  # (group shape, members' codes) -> the position of the kernel built first for them
+    sources, names, nodes, shared = [], [], [], []
 
-    def kernel(group: Group, place: Place) -> Kernel:
-        """The group's kernel, or the one built for a group of the same shape and members (its name and nodes
-        that group's: `Kernels` gives each position its own)."""
+    def kernel(group: Group, place: Place) -> tuple[Kernel, int]:
+        """The group's kernel and the position it was first built at: a kernel of its own (this position), or the
+        one built for a group of the same shape and members (its name and nodes that group's: `Kernels` gives each
+        position its own)."""
         shape, positions = place[2:]
         key = None
         if codes is not None:
             members = tuple(map(codes.__getitem__, positions))
             key = None if min(members) < 0 else (shape, members)
-            source = built.get(key)
-            if source is not None:
-                return source
+            first = built.get(key)
+            if first is not None:
+                return sources[first], first
         routed = next((experts[n].token_share for n in group.nodes if n in experts), 1.0)
         k = build_kernel(graph, group, place, by_name, sizer, weight_shares, routed)
         if key is not None:
-            built[key] = k
-        return k
+            built[key] = len(sources)
+        return k, len(sources)
 
-    sources, names, nodes = [], [], []
     for group, place in zip(groups, places.of_plan, strict=True):
         if group.rule == "flash-attention":
             members = [by_name[n] for n in group.nodes]
@@ -313,14 +314,18 @@ def _build_kernels(
                     single = Group((n,), KernelRule.SINGLE)
                     at = places.of(graph, single)
                     note = "flash-attention rejected: its tiles do not fit on-chip SRAM"
-                    sources.append(kernel(single, at).replaced(name=at[1], nodes=single.nodes, note=note))
+                    own = kernel(single, at)[0].replaced(name=at[1], nodes=single.nodes, note=note)
+                    shared.append(len(sources))  # a kernel of its own: its note is this position's
+                    sources.append(own)
                     names.append(at[1])
                     nodes.append(single.nodes)
                 continue
-        sources.append(kernel(group, place))
+        source, first = kernel(group, place)
+        shared.append(first)
+        sources.append(source)
         names.append(place[1])
         nodes.append(group.nodes)
-    return Kernels(sources, names, nodes)
+    return Kernels(sources, names, nodes, shared)
 
 
 _new_kernel = writer(Kernel, defaults=True)  # Kernel(...) without the frozen constructor: ~20 new kernels a slice
