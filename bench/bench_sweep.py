@@ -67,7 +67,8 @@ SHAPES_CHILD = r"""
 import json, resource, sys, time
 start = time.process_time()
 import mapper
-import mapper.explore.sweep  # the sweep's modules and its table's library (pandas, which imports pyarrow)
+import mapper.explore.sweep  # the sweep's modules
+import pandas  # and its table's library (which imports pyarrow), which the sweep would import on first use
 imported = time.process_time()
 workers = int(sys.argv[1])
 spec = mapper.SweepSpec(models=("bert-base",), hardware=("h100-sxm",), batches=tuple(range(1, 41)),

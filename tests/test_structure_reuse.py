@@ -15,9 +15,12 @@ import mapper
 from mapper.core.caches import ModelCaches
 from mapper.core.timeline import Kernels
 from mapper.cost.assess import estimate_kernels
+from mapper.model.onnx_import import import_graph
 from mapper.plan.fusion import Group, plan_fusion
 from mapper.plan.kernels import Sizer, build_kernels, weight_tally
 from mapper.plan.tiling import attention_fits
+from mapper.work.kinds import estimate_work_kinds, work_roles
+from mapper.work.layers import layer_placer
 
 MODELS = Path(__file__).parent / "models"
 
@@ -85,3 +88,30 @@ def test_a_repeated_kernel_is_assessed_as_its_first(fusion):
     shared = estimate_kernels(kernels, hw, "bf16", sizer, None, "dense", workload.caches)
     written = estimate_kernels(Kernels.of(list(kernels)), hw, "bf16", sizer, None, "dense")
     assert Kernels.of(list(kernels)).shared is None and list(shared) == list(written)
+
+
+@pytest.mark.parametrize(
+    "source, dims",
+    [
+        ("bert-base", {"batch": 3, "seq": 20}),
+        ("llama2-7b", {"batch": 2, "seq": 16, "past": 8}),
+        ("gpt2-small", {"batch": 2, "seq": 9, "past": 4}),
+        (MODELS / "hf_gpt2_tiny.onnx", {"batch": 2, "seq": 7}),  # 2 layers: one short run
+    ],
+)
+def test_copy_runs_give_the_node_by_node_work(source, dims):
+    """A repeated layer's nodes copied from their twins a period at a time (`kinds.copy_runs`) have the work,
+    kinds and places the node-by-node loop gives them."""
+    handle = mapper.open_model(str(source) if isinstance(source, Path) else source)
+    handle.bind({k: v + 1 for k, v in dims.items()})  # the first binding finds the repeats
+    workload = handle.bind(dims)
+    graph, caches = workload.graph, handle.caches
+    runs = caches._tables["copy_runs"][graph.structure]
+    assert runs and all(0 < period <= start < end for start, end, period, _ in runs)
+    classes = import_graph(handle.proto, handle.sha256, handle.name, caches, dims)[1]
+    roles = work_roles(graph)
+    place = layer_placer(graph, caches)
+    node_by_node = estimate_work_kinds(graph, place, classes, roles)
+    copied = estimate_work_kinds(graph, place, classes, roles, runs)
+    assert list(copied[0]) == list(node_by_node[0]) == list(workload.nodes) and copied[1] == node_by_node[1]
+    assert copied[0].places == node_by_node[0].places

@@ -136,6 +136,11 @@ class ModelCaches:
         structure (weights and QDQ storage types follow from which nodes folded)."""
         return self._get("work_roles", structure, make)
 
+    def copy_runs(self, structure: tuple[str, frozenset[str]], make):
+        """The stretches of nodes whose work is their twins' (`kinds.copy_runs`): the live graph's structure (its
+        twins, its nodes' weight roles and recognized blocks), asked only where every copy of the import was taken."""
+        return self._get("copy_runs", structure, make)
+
     def fusion_plan(
         self,
         structure: tuple[str, frozenset[str]],

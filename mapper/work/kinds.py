@@ -21,11 +21,40 @@ def work_roles(graph: Graph) -> tuple[tuple, ...]:
     return tuple(tuple(i and (stored.get(i), i in weights) for i in node.inputs) for node in graph.nodes)
 
 
+# A stretch of live positions [start, end) whose nodes copy the node `period` earlier (`Graph.twins`) with its weight
+# roles, and each one's recognized block place (None: its op's plain place, which is then its twin's): their work,
+# kind and place are their twins', copied a period at a time (`copy_runs`)
+CopyRun = tuple[int, int, int, tuple]
+
+
+def copy_runs(graph: Graph, roles: tuple[tuple, ...], blocks: dict[str, tuple]) -> tuple[CopyRun, ...]:
+    """The graph's copy runs (`CopyRun`), found from its twins, its nodes' weight roles and recognized blocks
+    (`layers.recognized_blocks`): structural, so kept per structure. A position outside a block whose twin is
+    in one is not in a run (its place is its own op's)."""
+    twins, nodes, runs, k = graph.twins, graph.nodes, [], 0
+    while k < len(twins):
+        t = twins[k]
+        if t < 0 or roles[k] != roles[t] or (nodes[k].name not in blocks and nodes[t].name in blocks):
+            k += 1
+            continue
+        start, period = k, k - t
+        while (
+            k < len(twins)
+            and twins[k] == k - period
+            and roles[k] == roles[k - period]
+            and (nodes[k].name in blocks or nodes[k - period].name not in blocks)
+        ):
+            k += 1
+        runs.append((start, k, period, tuple(blocks.get(n.name) for n in nodes[start:k])))
+    return tuple(runs)
+
+
 def estimate_work_kinds(
     graph: Graph,
     place: LayerPlacer | None = None,
     classes: dict[str, int] | None = None,
     roles: tuple[tuple, ...] | None = None,
+    runs: tuple[CopyRun, ...] = (),
 ) -> tuple[NodeWorks, tuple[int, ...]]:
     """Work of every live (not folded) node, in graph order, with the layer type and block `place`
     gives it (none given: every node Other), and each node's work kind: nodes of one kind have equal
@@ -35,14 +64,27 @@ def estimate_work_kinds(
     Nodes of one signature whose inputs and outputs have the same shapes, types and weight roles do
     the same work: each such combination is estimated once (a transformer's layers repeat). `classes`
     (the import walk's, see `Walk.classes`) and `roles` (`work_roles`, kept per structure) name that
-    combination without re-reading the shapes."""
+    combination without re-reading the shapes; `runs` (`copy_runs`, with `place`'s blocks, where every copy
+    of the import was taken) are copied from their twins a period at a time, in list slices."""
     classes = classes if roles is not None and classes else {}
     twins = graph.twins if classes else ()  # a copy has its twin's class and weight roles: its key and work
+    runs = runs if twins and place else ()
     seen: dict[tuple, NodeWork] = {}
     kind_of: dict[tuple, int] = {}  # key -> its kind, numbered in the order first met
     places, kinds, estimated = [], [], []
-    for k, node in enumerate(graph.nodes):
-        t = twins[k] if twins else -1
+    nodes, k, at = graph.nodes, 0, 0  # at: the next run
+    while k < len(nodes):
+        if at < len(runs) and k == runs[at][0]:
+            start, end, period, blocks = runs[at]
+            for first in range(start, end, period):  # a period at a time: each slice reads positions made
+                last = min(first + period, end)
+                estimated.extend(estimated[first - period : last - period])
+                kinds.extend(kinds[first - period : last - period])
+                twin_places = places[first - period : last - period]
+                places.extend([b or p for b, p in zip(blocks[first - start : last - start], twin_places)])
+            k, at = end, at + 1
+            continue
+        node, t = nodes[k], twins[k] if twins else -1
         if t >= 0 and roles[k] == roles[t]:
             w, kind = estimated[t], kinds[t]
         else:
@@ -57,6 +99,7 @@ def estimate_work_kinds(
         estimated.append(w)
         kinds.append(kind)
         places.append(place(node.name, w.op_type, w.op_class) if place else (w.layer_type, w.layer_group))
+        k += 1
     return NodeWorks(estimated, graph.nodes, places), tuple(kinds)
 
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from mapper.core.caches import ModelCaches
 from mapper.core.graph import Graph, OpClass
 from mapper.core.result import NodeWork
-from mapper.work.kinds import estimate_work_kinds, work_roles
-from mapper.work.layers import layer_placer
+from mapper.work.kinds import copy_runs, estimate_work_kinds, work_roles
+from mapper.work.layers import layer_placer, recognized_blocks
 from mapper.work.moe import ExpertGemm, route_work
 from mapper.work.works import NodeWorks
 
@@ -74,6 +74,11 @@ def analyze_graph(
     `classes`: the import walk's node classes (`import_graph`), so that each class is estimated once."""
     caches = caches if caches is not None else ModelCaches()
     roles = caches.work_roles(graph.structure, lambda: work_roles(graph)) if classes else None
-    estimated, kinds = estimate_work_kinds(graph, layer_placer(graph, caches), classes, roles)
+    runs = (
+        caches.copy_runs(graph.structure, lambda: copy_runs(graph, roles, recognized_blocks(graph, caches)))
+        if classes and graph.twins
+        else ()
+    )
+    estimated, kinds = estimate_work_kinds(graph, layer_placer(graph, caches), classes, roles, runs)
     nodes, shares, experts = route_work(graph, estimated)
     return Workload(graph, nodes, caches, shares, experts, builtin, () if nodes is not estimated else kinds)
