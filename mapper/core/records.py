@@ -85,12 +85,27 @@ class WrittenWhenRead(Sequence):
     """A sequence of records a stage could give without writing them (a repeated layer's, most of a slice's):
     each is written by `_write(k)` on its first read and kept (a thread racing another writes an equal one).
     The stages that read only figures read the subclass's columns instead. Equal to any sequence of equal
-    records; pickled as its records (`of`, which a subclass gives)."""
+    records; pickled as its records (`of`)."""
 
     __slots__ = ("_made",)
 
     def __init__(self, count: int):
         self._made: list[Any] = [None] * count
+
+    @classmethod
+    def of(cls, records: Sequence) -> Any:
+        """Records already written, as this sequence (its columns read from them: `_columns`); one, itself."""
+        if isinstance(records, cls):
+            return records
+        records = tuple(records)
+        written = cls(*cls._columns(records))
+        written._made = list(records)
+        return written
+
+    @classmethod
+    def _columns(cls, records: tuple) -> tuple:
+        """The constructor's arguments that give back `records`."""
+        raise NotImplementedError
 
     def _write(self, k: int) -> Any:
         raise NotImplementedError

@@ -36,14 +36,9 @@ class Kernels(WrittenWhenRead):
         self.sources, self.names, self.nodes, self.shared = sources, names, nodes, shared
 
     @classmethod
-    def of(cls, kernels: Sequence[Kernel]) -> Kernels:
-        """Kernels already named (those a later stage rewrote, a list built by hand); a `Kernels`, itself."""
-        if isinstance(kernels, Kernels):
-            return kernels
-        kernels = tuple(kernels)
-        named = cls(kernels, [k.name for k in kernels], [k.nodes for k in kernels])
-        named._made = list(kernels)
-        return named
+    def _columns(cls, kernels: tuple[Kernel, ...]) -> tuple:
+        """Kernels already named (those a later stage rewrote, a list built by hand): each its own source."""
+        return kernels, [k.name for k in kernels], [k.nodes for k in kernels]
 
     def _write(self, k: int) -> Kernel:
         source, name, nodes = self.sources[k], self.names[k], self.nodes[k]
@@ -69,14 +64,9 @@ class KernelEstimates(WrittenWhenRead):
         self.kernels, self.assessments, self.starts = Kernels.of(kernels), assessments, starts
 
     @classmethod
-    def of(cls, estimates: Sequence[KernelEstimate]) -> KernelEstimates:
+    def _columns(cls, estimates: tuple[KernelEstimate, ...]) -> tuple:
         """Estimates already written (a pipeline's re-laid timeline, a document read back)."""
-        if isinstance(estimates, KernelEstimates):
-            return estimates
-        estimates = tuple(estimates)
-        timeline = cls([e.kernel for e in estimates], [e.assessment for e in estimates], [e.start_s for e in estimates])
-        timeline._made = list(estimates)
-        return timeline
+        return [e.kernel for e in estimates], [e.assessment for e in estimates], [e.start_s for e in estimates]
 
     def _write(self, k: int) -> KernelEstimate:
         return _write_estimate(self.kernels[k], self.assessments[k], self.starts[k])

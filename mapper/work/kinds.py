@@ -32,18 +32,17 @@ def copy_runs(graph: Graph, roles: tuple[tuple, ...], blocks: dict[str, tuple]) 
     (`layers.recognized_blocks`): structural, so kept per structure. A position outside a block whose twin is
     in one is not in a run (its place is its own op's)."""
     twins, nodes, runs, k = graph.twins, graph.nodes, [], 0
+
+    def copies(k: int, period: int) -> bool:  # position k takes its work and place from position k - period
+        t = k - period
+        return twins[k] == t and roles[k] == roles[t] and (nodes[k].name in blocks or nodes[t].name not in blocks)
+
     while k < len(twins):
-        t = twins[k]
-        if t < 0 or roles[k] != roles[t] or (nodes[k].name not in blocks and nodes[t].name in blocks):
+        if twins[k] < 0 or not copies(k, k - twins[k]):
             k += 1
             continue
-        start, period = k, k - t
-        while (
-            k < len(twins)
-            and twins[k] == k - period
-            and roles[k] == roles[k - period]
-            and (nodes[k].name in blocks or nodes[k - period].name not in blocks)
-        ):
+        start, period = k, k - twins[k]
+        while k < len(twins) and copies(k, period):
             k += 1
         runs.append((start, k, period, tuple(blocks.get(n.name) for n in nodes[start:k])))
     return tuple(runs)

@@ -40,7 +40,7 @@ class Workload:
     cost_key: int = field(init=False, repr=False)  # what kernels read of each node: name, class, FLOPs, bytes
 
     def __post_init__(self):
-        nodes = self.nodes if isinstance(self.nodes, NodeWorks) else NodeWorks.of(self.nodes)
+        nodes = NodeWorks.of(self.nodes)
         object.__setattr__(self, "nodes", nodes)
         # From each node's source record (its work, named for the node it was estimated for) and place, so that no
         # node's own record is written here; as columns (list comprehensions read slots faster than a loop that

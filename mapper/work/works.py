@@ -38,12 +38,9 @@ class NodeWorks(WrittenWhenRead):
         self.sources, self.named, self.places = sources, named, places
 
     @classmethod
-    def of(cls, records: Sequence[NodeWork]) -> NodeWorks:
+    def _columns(cls, records: tuple[NodeWork, ...]) -> tuple:
         """Records already named and placed (a workload built by hand, a mixture of experts' rescaled nodes)."""
-        records = tuple(records)
-        works = cls(records, records, [(w.layer_type, w.layer_group) for w in records])
-        works._made = list(records)
-        return works
+        return records, records, [(w.layer_type, w.layer_group) for w in records]
 
     def _write(self, k: int) -> NodeWork:
         w, name, (layer, group) = self.sources[k], self.named[k].name, self.places[k]
