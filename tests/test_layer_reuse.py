@@ -152,3 +152,19 @@ def walk_classes(model: mapper.ModelHandle, dims: dict) -> dict[str, int]:
     """Each node's class from a walk that copies nothing (a built-in's free dims at their defaults)."""
     defaults = {k: mapper.BUILTIN_DEFAULT_DIMS[k] for k in model.roles if model.builtin and k not in dims}
     return walked(model, {**defaults, **dims}, Repeats())[0].classes
+
+
+def test_a_stretch_whose_twins_were_found_is_copied_whole(monkeypatch):
+    """BERT-base's one stretch (11 layers) is written at once (`Walk.copy_stretch`), not node by node, and gives
+    the walk of every node."""
+    model = mapper.open_model("bert-base")
+    repeats = find_repeats(*structure(model))
+    whole = []
+    copy_stretch = Walk.copy_stretch
+    monkeypatch.setattr(Walk, "copy_stretch", lambda walk, s: whole.append(s) or copy_stretch(walk, s))
+    (fast, copied), (slow, _) = (
+        walked(model, {"batch": 3, "seq": 40}, repeats),
+        walked(model, {"batch": 3, "seq": 40}, Repeats()),
+    )
+    assert copied and whole == list(repeats.stretches)
+    assert_same_walk(fast, slow)

@@ -38,6 +38,12 @@ class Stretch:
     first: int
     end: int
     checks: tuple[tuple[str, str], ...]
+    # for the walk's copy of the whole stretch at once (`Walk.copy_stretch`): each position's node and its root
+    # (the twin it copies in the period before `first`), and each present output beside its root's
+    nodes: tuple[str, ...] = ()
+    roots: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ()
+    root_outputs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +70,27 @@ def find_repeats(nodes: list[Node], initializer_ids: dict[str, int]) -> Repeats:
             copies = range(start + period, stop + period)
             twin[copies.start : copies.stop] = np.arange(start, stop)
             stretch_of[copies.start : copies.stop] = [len(stretches)] * len(copies)
-            stretches.append(Stretch(period, copies.start, copies.stop, checks))
+            stretches.append(_stretch(nodes, period, copies, checks))
     return Repeats(tuple(stretches), tuple(twin.tolist()), tuple(stretch_of), int((twin >= 0).sum()))
+
+
+def _stretch(nodes: list[Node], period: int, copies: range, checks: tuple) -> Stretch:
+    """The stretch of `copies`, with the names the walk's copy of it reads (`Stretch.nodes` and the rest)."""
+    roots = [nodes[copies.start - period + (pos - copies.start) % period] for pos in copies]
+    own = [nodes[pos] for pos in copies]
+    outputs = [
+        (o, r) for n, t in zip(own, roots) for o, r in zip([o for o in n.outputs if o], [o for o in t.outputs if o])
+    ]
+    return Stretch(
+        period,
+        copies.start,
+        copies.stop,
+        checks,
+        tuple(n.name for n in own),
+        tuple(t.name for t in roots),
+        tuple(o for o, _ in outputs),
+        tuple(r for _, r in outputs),
+    )
 
 
 def _producers(nodes: list[Node]) -> dict[str, tuple[int, int]] | None:

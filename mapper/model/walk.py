@@ -20,7 +20,7 @@ from mapper.core.records import writer
 from mapper.model.bindings import eval_dim, graph_inputs
 from mapper.model.dtypes import dtype_name, tensor_dtype
 from mapper.model.ort_shapes import ort_inferred_value_info, ort_node_value_info
-from mapper.model.repeats import Repeats
+from mapper.model.repeats import Repeats, Stretch
 from mapper.model.shapes import Ctx, NoRule, infer_node
 from mapper.model.values import constant_node_value, evaluate, small_value
 
@@ -164,8 +164,10 @@ class Walk:
     def visit_all(self, nodes: list[Node], repeats: Repeats) -> bool:
         """Visit `nodes` in execution order; a copy in a stretch of `repeats` whose boundary tensors agree at
         this binding takes the outputs its twin's visit found (the memo entry the copy's own visit would
-        hit: the same signature at inputs of the same facts), without computing its memo key again. Whether
-        every copy of every stretch was taken (then each has its twin's class and folding, `Graph.twins`)."""
+        hit: the same signature at inputs of the same facts), without computing its memo key again: the whole
+        stretch at once where every twin in the period before it was found (`copy_stretch`), else node by
+        node. Whether every copy of every stretch was taken (then each has its twin's class and folding,
+        `Graph.twins`)."""
         if not repeats.copies:  # none found (yet: a model's first binding looks for none)
             for node in nodes:
                 self.visit(node)
@@ -173,20 +175,44 @@ class Walk:
         twin, stretch_of, stretches = repeats.twin, repeats.stretch_of, repeats.stretches
         found: list[tuple | None] = [None] * len(nodes)
         holds: dict[int, bool] = {}
-        taken = 0
-        for pos, node in enumerate(nodes):
+        taken, pos = 0, 0
+        while pos < len(nodes):
             t = twin[pos]
             if t >= 0 and (copied := found[t]) is not None:
                 s = stretch_of[pos]
                 if s not in holds:
                     holds[s] = self.agree(stretches[s].checks)
                 if holds[s]:
-                    self.put(node, *copied)
+                    stretch = stretches[s]
+                    window = found[stretch.first - stretch.period : stretch.first]
+                    if pos == stretch.first and None not in window[: stretch.end - stretch.first]:
+                        self.copy_stretch(stretch)
+                        length = stretch.end - stretch.first
+                        found[stretch.first : stretch.end] = (window * -(-length // stretch.period))[:length]
+                        taken, pos = taken + length, stretch.end
+                        continue
+                    self.put(nodes[pos], *copied)
                     found[pos] = copied
                     taken += 1
+                    pos += 1
                     continue
-            found[pos] = self.visit(node)
+            found[pos] = self.visit(nodes[pos])
+            pos += 1
         return taken == repeats.copies
+
+    def copy_stretch(self, stretch: Stretch) -> None:
+        """Write a stretch's copies at once from their roots (`Stretch.roots`, visited or copied before it): as
+        `put` of each copy in turn with its twin's entries, which are its root's."""
+        specs, kid, values, classes, folded = self.specs, self.kid, self.values, self.classes, self.folded
+        roots, outputs, root_outputs = stretch.roots, stretch.outputs, stretch.root_outputs
+        classes.update(zip(stretch.nodes, map(classes.__getitem__, roots)))
+        kid.update(zip(outputs, map(kid.__getitem__, root_outputs)))
+        specs.update({o: _write_spec(o, (r := specs[x]).shape, r.dtype) for o, x in zip(outputs, root_outputs)})
+        if values:
+            values.update({o: values[x] for o, x in zip(outputs, root_outputs) if x in values})
+        if not folded.isdisjoint(roots):
+            folded.update([n for n, x in zip(stretch.nodes, roots) if x in folded])
+            self.const.update([o for o, x in zip(outputs, root_outputs) if x in self.const])
 
     def agree(self, pairs: tuple[tuple[str, str], ...]) -> bool:
         """Whether each pair of tensors has one shape, type and constant value, and both are constants or not."""
