@@ -213,11 +213,11 @@ def _concat(node, v, shapes):
 @evaluator("Unsqueeze")
 def _unsqueeze(node, v, shapes):
     axes = node.attr("axes") or tuple(int(a) for a in v[1].reshape(-1))
-    out = v[0]
-    rank = out.ndim + len(axes)
-    for a in sorted(a % rank for a in axes):
-        out = np.expand_dims(out, a)
-    return [out]
+    shape = list(v[0].shape)
+    rank = len(shape) + len(axes)
+    for a in sorted(a % rank for a in axes):  # np.expand_dims a time, as one reshape (the same view)
+        shape.insert(a, 1)
+    return [v[0].reshape(shape)]
 
 
 @evaluator("Squeeze")

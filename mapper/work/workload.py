@@ -53,10 +53,9 @@ class Workload:
         object.__setattr__(
             self, "unmodeled", tuple(nodes[k] for k, w in enumerate(works) if w.op_class is unmodeled or w.reason)
         )
-        names = tuple([n.name for n in nodes.named])
-        costs = tuple(zip(classes, flops, [w.bytes_read for w in works]))
-        object.__setattr__(self, "plan_key", hash((names, tuple(classes), tuple(nodes.places))))
-        object.__setattr__(self, "cost_key", hash((names, costs)))
+        names, classes = tuple([n.name for n in nodes.named]), tuple(classes)  # the keys hash columns: no tuple a node
+        object.__setattr__(self, "plan_key", hash((names, classes, tuple(nodes.places))))
+        object.__setattr__(self, "cost_key", hash((names, classes, tuple(flops), tuple([w.bytes_read for w in works]))))
 
     @property
     def bytes(self) -> float:

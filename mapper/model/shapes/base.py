@@ -108,6 +108,8 @@ OPTIONAL_MIN_RANKS: dict[str, dict[int, int]] = {  # optional inputs: input inde
 
 def check_ranks(ctx: Ctx) -> None:
     op = ctx.node.op_type
+    if op not in _RANKED:  # most ops: nothing to check
+        return
     if op in QUANTIZED_OPS:  # the float twin's ranks, at the data operands' positions
         positions = operand_positions(op, len(ctx.node.inputs))
         required = dict(zip(positions, MIN_RANKS.get(QUANTIZED_OPS[op].twin, ())))
@@ -116,6 +118,9 @@ def check_ranks(ctx: Ctx) -> None:
     for i, least in (required | OPTIONAL_MIN_RANKS.get(op, {})).items():
         if (i in required or ctx.has(i)) and len(ctx.shape(i)) < least:
             raise ValueError(f"input {i} of {op} has rank {len(ctx.shape(i))}, below {least}")
+
+
+_RANKED = frozenset(MIN_RANKS) | frozenset(OPTIONAL_MIN_RANKS) | frozenset(QUANTIZED_OPS)  # ops check_ranks reads
 
 
 def infer_node(ctx: Ctx) -> Out:
@@ -129,6 +134,9 @@ def infer_node(ctx: Ctx) -> Out:
 def broadcast(*shapes: Shape) -> Shape:
     """numpy's broadcasting rule at any rank (np.broadcast_shapes stops at 64 dims with a RuntimeError;
     a hostile file's initializer can have more)."""
+    first = shapes[0] if shapes else ()
+    if all(s == first for s in shapes):  # the usual case (a residual add): one shape
+        return tuple([int(d) for d in first])
     rank = max((len(s) for s in shapes), default=0)
     out = []
     for axis in range(rank):
