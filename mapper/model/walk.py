@@ -48,6 +48,7 @@ def value_info_shape(vi: onnx.ValueInfoProto, bound: dict[str, int]) -> TensorSp
 # every output of every node at every binding (a repeated layer's copies too): written without the frozen
 # constructor (`core.records`)
 _write_spec = writer(TensorSpec)
+_new_ctx = writer(Ctx)  # what a shape rule sees of a node (~45 fresh nodes a binding)
 
 
 class Walk:
@@ -277,18 +278,16 @@ class Walk:
         """Each output's (shape, dtype, folded value, interned id), whether the node folded and its class (the
         memo entry's index, -1 when not kept); kept in the memo under `key` when the shape rules gave them
         (declared shapes belong to these output names only)."""
-        specs = tuple(self.specs[i] if i else None for i in node.inputs)
-        values = tuple(self.values.get(i) if i else None for i in node.inputs)
+        specs = tuple([self.specs[i] if i else None for i in node.inputs])
+        values = tuple([self.values.get(i) if i else None for i in node.inputs])
         out, from_rule = self.infer(node, specs, values)
         if out is None:
             return None
-        present = sum(s is not None for s in specs)
-        known = sum(v is not None for v in values)
+        shapes = [s.shape for s in specs if s is not None]
+        known = [v for v in values if v is not None]
         folded_values = None
-        if present and (known == present or node.op_type in ("Shape", "Size")):
-            folded_values = evaluate(
-                node, [v for v in values if v is not None], [s.shape for s in specs if s], [spec.shape for spec in out]
-            )
+        if shapes and (len(known) == len(shapes) or node.op_type in ("Shape", "Size")):
+            folded_values = evaluate(node, known, shapes, [spec.shape for spec in out])
         entries = []
         for k, spec in enumerate(out):
             value = folded_values[k] if folded_values is not None and k < len(folded_values) else None
@@ -302,8 +301,8 @@ class Walk:
     def infer(self, node: Node, specs: tuple, values: tuple) -> tuple[list[TensorSpec] | None, bool]:
         """Output specs, and whether the shape rules gave them (not the model's declared shapes)."""
         try:
-            shapes = infer_node(Ctx(node, specs, values))
-            out = [_write_spec(o, tuple(int(d) for d in shp), dt) for o, (shp, dt) in zip(node.outputs, shapes) if o]
+            shapes = infer_node(_new_ctx(node, specs, values))
+            out = [_write_spec(o, tuple([int(d) for d in shp]), dt) for o, (shp, dt) in zip(node.outputs, shapes) if o]
             from_rule = True
         except NoRule as exc:
             out, from_rule = self.fallback(node, specs, values), False
@@ -316,7 +315,7 @@ class Walk:
             )
             return None, False
         for spec in out:
-            if any(d < 0 for d in spec.shape):
+            if spec.shape and min(spec.shape) < 0:
                 self.unresolved[node.name] = f"output {spec.name!r} has a negative dim {spec.shape}"
                 return None, False
             if math.prod(spec.shape) > limits.MAX_TENSOR_ELEMENTS:
