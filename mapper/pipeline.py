@@ -201,10 +201,10 @@ def plan_devices(
         else None
     )
     if memory is None or not memory.fits:
-        full = assign_roles(graph, kernels)
+        full, written = assign_roles(graph, kernels)
         resident = resident_kernels(workload, full, ep)
         memory = plan_memory(graph, resident, sizer, hardware.dram_bytes, options.tp, options.pp, max_devices)
-        kernels = shard_kernels(graph, full, options.tp, sizer)
+        kernels = shard_kernels(graph, full, written, options.tp, sizer)
     return plan_experts(workload, kernels, ep, options.expert_imbalance, sizer.act), memory
 
 

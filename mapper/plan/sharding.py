@@ -43,16 +43,19 @@ def _through_views(graph: Graph, tensor: str) -> str:
     return tensor
 
 
-def assign_roles(graph: Graph, kernels: list[Kernel]) -> list[Kernel]:
-    """Each kernel's tensor-parallel role (computed whatever tp is: memory planning needs it too)."""
+def assign_roles(graph: Graph, kernels: list[Kernel]) -> tuple[list[Kernel], list[list[str]]]:
+    """Each kernel's tensor-parallel role (computed whatever tp is: memory planning needs it too), and the
+    tensors each writes for outside (`_boundary`), which `shard_kernels` sizes."""
     index_of = {n.name: k for k, n in enumerate(graph.nodes)}
     sharded: set[str] = set()
-    out = []
+    out, written = [], []
     for k in kernels:
         if not k.nodes:  # inserted kernels (layout transposes) follow their neighbours: replicated
             out.append(k.replaced(shard="replicated"))
+            written.append([])
             continue
         ins, outs = _boundary(graph, k, index_of)
+        written.append(outs)
         reads_sharded = any(_through_views(graph, t) in sharded for t in ins)
         weight_gemm = (
             k.matrix is not None
@@ -75,7 +78,7 @@ def assign_roles(graph: Graph, kernels: list[Kernel]) -> list[Kernel]:
         if role in ("column", "sharded"):
             sharded.update(outs)
         out.append(k.replaced(shard=role))
-    return out
+    return out, written
 
 
 def _split(shape: MatrixShape | None, role: str, tp: int) -> MatrixShape | None:
@@ -117,18 +120,16 @@ def collective_kernel(name: str, kind: str, message_bytes: float, devices: int, 
     )
 
 
-def shard_kernels(graph: Graph, kernels: list[Kernel], tp: int, sizer: Sizer) -> list[Kernel]:
+def shard_kernels(graph: Graph, kernels: list[Kernel], written: list[list[str]], tp: int, sizer: Sizer) -> list[Kernel]:
     """Per-device kernels at tensor-parallel degree `tp`, with the collectives each split implies.
-    `kernels` carry their roles (assign_roles)."""
+    `kernels` carry their roles and `written` what each writes for outside (`assign_roles`)."""
     if tp <= 1:
         return kernels
-    index_of = {n.name: k for k, n in enumerate(graph.nodes)}
     out: list[Kernel] = []
-    for k in kernels:
+    for k, outs in zip(kernels, written, strict=True):
         if k.shard == "replicated":
             out.append(k)
             continue
-        outs = _boundary(graph, k, index_of)[1]  # once per kernel: its output bytes and whether it is gathered
         full_out = sum(sizer.bytes(graph.tensors[t]) for t in outs)
         dram = k.dram_bytes / tp + (full_out * (1 - 1 / tp) if k.shard == "row" else 0.0)
         out.append(
