@@ -4,6 +4,7 @@
     .venv/bin/python bench/bench_sweep.py --profile  # where one BERT-base slice's time goes
     .venv/bin/python bench/bench_sweep.py --shapes 5  # the 200-shape BERT-base sweep, 5 cold processes
     .venv/bin/python bench/bench_sweep.py --shapes 5 --workers 2  # the same on a 2-process pool (CPU: all of it)
+    .venv/bin/python bench/bench_sweep.py --instructions --against ../other-checkout  # instructions a slice
 
 The 200-shape sweep (issue 16's goal): BERT-base at batch 1-40 x seq 64, 128, 256, 384, 512 on h100-sxm with
 one option set, each run in a fresh process; it prints the sweep's slices per CPU-second (`run_sweep` from a
@@ -23,10 +24,14 @@ import cProfile
 import json
 import os
 import pstats
+import re
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import pandas as pd
 
@@ -128,6 +133,43 @@ def shapes_sweep(runs: int, workers: int = 0) -> None:
     )
 
 
+# The sweep's grid, or its first slice alone, in a fresh process: the difference of their instruction counts
+# is the cost of 199 slices at a warm structure, free of the start-up both share
+INSTRUCTIONS_CHILD = r"""
+import sys
+import mapper, mapper.explore.sweep, pandas
+full = sys.argv[1] == "full"
+spec = mapper.SweepSpec(models=("bert-base",), hardware=("h100-sxm",), batches=tuple(range(1, 41)) if full else (1,),
+                        seqs=(64, 128, 256, 384, 512) if full else (64,))
+mapper.run_sweep(spec, mapper.executor_spec("inprocess"))
+"""
+
+
+def instructions(against: list[str]) -> None:
+    """Instructions a sweep slice executes (valgrind's callgrind, string hashes seeded): this machine's speed
+    swings by half within minutes, a count does not (two runs agree within ~0.6%). With `against`, other
+    checkouts of the engine counted the same way beside this one, and each one's ratio to this one."""
+    if shutil.which("valgrind") is None:
+        raise SystemExit("valgrind is not installed: apt-get install valgrind (the count needs its callgrind tool)")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"} | {"PYTHONHASHSEED": "0"}
+    here = str(Path(__file__).resolve().parents[1])
+    counts = {}
+    for tree in [here, *against]:
+        tree_env = env | {"PYTHONPATH": tree}
+        subprocess.run([sys.executable, "-c", "import mapper"], env=tree_env, cwd=tempfile.gettempdir(), check=True)
+        total = {}
+        for mode in ("one", "full"):
+            out = subprocess.run(
+                ["valgrind", "--tool=callgrind", "--cache-sim=no", "--callgrind-out-file=/dev/null",
+                 sys.executable, "-c", INSTRUCTIONS_CHILD, mode],
+                env=tree_env, cwd=tempfile.gettempdir(), capture_output=True, text=True, check=True,
+            )  # fmt: skip
+            total[mode] = int(re.search(r"Collected : (\d+)", out.stderr).group(1))
+        counts[tree] = (total["full"] - total["one"]) / 199
+        ratio = f"; {counts[tree] / counts[here]:.3f} of this checkout's" if tree != here else ""
+        print(f"{tree}: {counts[tree] / 1e6:.2f} M instructions a BERT-base sweep slice{ratio}")
+
+
 def profile_one() -> None:
     import mapper
     from mapper.explore.models import ModelShapes, model_source
@@ -156,7 +198,12 @@ def main() -> int:
     ap.add_argument("--skip-dask", action="store_true")
     ap.add_argument("--shapes", type=int, metavar="RUNS", help="the 200-shape BERT-base sweep, RUNS cold processes")
     ap.add_argument("--workers", type=int, default=0, help="with --shapes: run it on a process pool of this many")
+    ap.add_argument("--instructions", action="store_true", help="instructions a sweep slice executes (callgrind)")
+    ap.add_argument("--against", nargs="*", default=[], metavar="CHECKOUT", help="with --instructions: beside these")
     args = ap.parse_args()
+    if args.instructions:
+        instructions(args.against)
+        return 0
     if args.shapes:
         shapes_sweep(args.shapes, args.workers)
         return 0
