@@ -161,7 +161,14 @@ def test_a_stretch_whose_twins_were_found_is_copied_whole(monkeypatch):
     repeats = find_repeats(*structure(model))
     whole = []
     copy_stretch = Walk.copy_stretch
-    monkeypatch.setattr(Walk, "copy_stretch", lambda walk, s: whole.append(s) or copy_stretch(walk, s))
+
+    def counted(walk, stretch, found):
+        copied = copy_stretch(walk, stretch, found)
+        if copied:
+            whole.append(stretch)
+        return copied
+
+    monkeypatch.setattr(Walk, "copy_stretch", counted)
     (fast, copied), (slow, _) = (
         walked(model, {"batch": 3, "seq": 40}, repeats),
         walked(model, {"batch": 3, "seq": 40}, Repeats()),

@@ -185,12 +185,8 @@ class Walk:
                     holds[s] = self.agree(stretches[s].checks)
                 if holds[s]:
                     stretch = stretches[s]
-                    window = found[stretch.first - stretch.period : stretch.first]
-                    if pos == stretch.first and None not in window[: stretch.end - stretch.first]:
-                        self.copy_stretch(stretch)
-                        length = stretch.end - stretch.first
-                        found[stretch.first : stretch.end] = (window * -(-length // stretch.period))[:length]
-                        taken, pos = taken + length, stretch.end
+                    if pos == stretch.first and self.copy_stretch(stretch, found):
+                        taken, pos = taken + stretch.end - stretch.first, stretch.end
                         continue
                     self.put(nodes[pos], *copied)
                     found[pos] = copied
@@ -201,19 +197,25 @@ class Walk:
             pos += 1
         return taken == repeats.copies
 
-    def copy_stretch(self, stretch: Stretch) -> None:
-        """Write a stretch's copies at once from their roots (`Stretch.roots`, visited or copied before it): as
-        `put` of each copy in turn with its twin's entries, which are its root's."""
+    def copy_stretch(self, stretch: Stretch, found: list[tuple | None]) -> bool:
+        """Write a stretch's copies at once from their roots (`Stretch.roots`, visited or copied before it), as
+        `put` of each copy in turn with its twin's entries, which are its root's, and give each copy its root's
+        entry in `found`; whether it could (every root was found: else nothing is written)."""
+        length = stretch.end - stretch.first
+        window = found[stretch.first - stretch.period : stretch.first]  # each root's entry, in the period before
+        if None in window[:length]:
+            return False
         specs, kid, values, classes, folded = self.specs, self.kid, self.values, self.classes, self.folded
         roots, outputs, root_outputs = stretch.roots, stretch.outputs, stretch.root_outputs
         classes.update(zip(stretch.nodes, map(classes.__getitem__, roots)))
         kid.update(zip(outputs, map(kid.__getitem__, root_outputs)))
         specs.update({o: _write_spec(o, (r := specs[x]).shape, r.dtype) for o, x in zip(outputs, root_outputs)})
-        if values:
-            values.update({o: values[x] for o, x in zip(outputs, root_outputs) if x in values})
+        values.update({o: values[x] for o, x in zip(outputs, root_outputs) if x in values})
         if not folded.isdisjoint(roots):
             folded.update([n for n, x in zip(stretch.nodes, roots) if x in folded])
             self.const.update([o for o, x in zip(outputs, root_outputs) if x in self.const])
+        found[stretch.first : stretch.end] = (window * -(-length // stretch.period))[:length]
+        return True
 
     def agree(self, pairs: tuple[tuple[str, str], ...]) -> bool:
         """Whether each pair of tensors has one shape, type and constant value, and both are constants or not."""

@@ -106,6 +106,9 @@ OPTIONAL_MIN_RANKS: dict[str, dict[int, int]] = {  # optional inputs: input inde
 }
 
 
+_RANKED = frozenset(MIN_RANKS) | frozenset(OPTIONAL_MIN_RANKS) | frozenset(QUANTIZED_OPS)  # ops check_ranks reads
+
+
 def check_ranks(ctx: Ctx) -> None:
     op = ctx.node.op_type
     if op not in _RANKED:  # most ops: nothing to check
@@ -118,9 +121,6 @@ def check_ranks(ctx: Ctx) -> None:
     for i, least in (required | OPTIONAL_MIN_RANKS.get(op, {})).items():
         if (i in required or ctx.has(i)) and len(ctx.shape(i)) < least:
             raise ValueError(f"input {i} of {op} has rank {len(ctx.shape(i))}, below {least}")
-
-
-_RANKED = frozenset(MIN_RANKS) | frozenset(OPTIONAL_MIN_RANKS) | frozenset(QUANTIZED_OPS)  # ops check_ranks reads
 
 
 def infer_node(ctx: Ctx) -> Out:
