@@ -68,7 +68,15 @@ def timed(spec: SweepSpec, executor, label: str, bar: bool = False):
     return result
 
 
-SHAPES_CHILD = r"""
+# Issue 16's grid: BERT-base at batch 1-40 x seq 64, 128, 256, 384, 512 on h100-sxm, one option set (each child's
+# source, where mapper is imported)
+SHAPES_SPEC = (
+    'mapper.SweepSpec(models=("bert-base",), hardware=("h100-sxm",), batches=tuple(range(1, 41)),'
+    " seqs=(64, 128, 256, 384, 512))"
+)
+
+SHAPES_CHILD = (
+    r"""
 import json, resource, sys, time
 start = time.process_time()
 import mapper
@@ -76,14 +84,16 @@ import mapper.explore.sweep  # the sweep's modules
 import pandas  # and its table's library (which imports pyarrow), which the sweep would import on first use
 imported = time.process_time()
 workers = int(sys.argv[1])
-spec = mapper.SweepSpec(models=("bert-base",), hardware=("h100-sxm",), batches=tuple(range(1, 41)),
-                        seqs=(64, 128, 256, 384, 512))
+spec = """
+    + SHAPES_SPEC
+    + r"""
 executor = mapper.executor_spec("processes", workers=workers) if workers else mapper.executor_spec("inprocess")
 n = len(mapper.run_sweep(spec, executor).table)
 children = resource.getrusage(resource.RUSAGE_CHILDREN)  # the pool's workers, once they have exited
 sweep = time.process_time() - imported + children.ru_utime + children.ru_stime
 print(json.dumps({"slices": n, "sweep_cpu_s": sweep, "import_cpu_s": imported - start}))
 """
+)
 
 # What importing pandas costs a process that has imported mapper (numpy, onnx): the part of the start-up that the
 # sweep's table brings, shown beside the sweep's own CPU
@@ -135,14 +145,19 @@ def shapes_sweep(runs: int, workers: int = 0) -> None:
 
 # The sweep's grid, or its first slice alone, in a fresh process: the difference of their instruction counts
 # is the cost of 199 slices at a warm structure, free of the start-up both share
-INSTRUCTIONS_CHILD = r"""
-import sys
+INSTRUCTIONS_CHILD = (
+    r"""
+import dataclasses, sys
 import mapper, mapper.explore.sweep, pandas
 full = sys.argv[1] == "full"
-spec = mapper.SweepSpec(models=("bert-base",), hardware=("h100-sxm",), batches=tuple(range(1, 41)) if full else (1,),
-                        seqs=(64, 128, 256, 384, 512) if full else (64,))
+spec = """
+    + SHAPES_SPEC
+    + r"""
+if not full:  # the grid's first slice alone
+    spec = dataclasses.replace(spec, batches=spec.batches[:1], seqs=spec.seqs[:1])
 mapper.run_sweep(spec, mapper.executor_spec("inprocess"))
 """
+)
 
 
 def instructions(against: list[str]) -> None:
