@@ -1,5 +1,8 @@
 """The batched tile search (`plan_matrices`) against the one-kernel search it replaced, record for record.
 
+The reference searches every fitting candidate, each stage count too; `plan_matrices` searches the fewest
+stages of each tile (stages set the working set, not the time), and must pick the same.
+
 `plan_matrices` evaluates a slice's new matrix kernels together as flat (kernel, candidate) arrays; every
 TilePlan must equal the one the per-kernel search (kept below as the reference, as it stood before the
 batching) gives, to the last bit: shapes that fit, split-K shapes, one where nothing fits, mixed in one batch.
@@ -39,9 +42,12 @@ def _reference_plan(kernel, hw, peak, act_bytes, weight_bytes_per) -> TilePlan:
     M, N, K, B = float(s.m), float(s.n), float(s.k), float(s.batch)
     P = hw.compute_units
     macs = _macs_per_clock_per_unit(hw, peak)
-    tm, tn, tk, st, sk, sram, single, tile_eff = _fitting(
-        hw.matrix_instruction_mnk, act_bytes, hw.sram_per_unit_bytes, macs
-    )[:8]
+    # every candidate that fits, each stage count too (`_fitting` keeps the fewest stages of each tile)
+    tm, tn, tk, st, sk, sram = _candidates(hw.matrix_instruction_mnk, act_bytes)
+    fits = sram <= hw.sram_per_unit_bytes
+    tm, tn, tk, st, sk, sram = (a[fits] for a in (tm, tn, tk, st, sk, sram))
+    single = sk == 1
+    tile_eff = np.minimum(1.0, SRAM_BYTES_PER_CLOCK / (macs * (tm + tn) / (tm * tn) * act_bytes))
     tiles_m, tiles_n = np.ceil(M / tm), np.ceil(N / tn)
     base_tiles = B * tiles_m * tiles_n
     ok = single | ((base_tiles < P) & (sk <= np.ceil(K / tk)))
@@ -153,6 +159,20 @@ def test_a_batch_mixing_runnable_and_unfit_rows(h100):
     kernels = [_gemm(*s) for s in SHAPES]
     peak = h100.matrix_peak("bf16")
     assert plan_matrices(kernels, mid, peak, 2.0, 2.0) == [_reference_plan(k, mid, peak, 2.0, 2.0) for k in kernels]
+
+
+@pytest.mark.parametrize("profile", mapper.list_hardware())
+def test_every_profiles_search_equals_the_search_over_every_stage_count(profile):
+    hw = mapper.load_hardware(profile)
+    rng = random.Random(profile)
+    shapes = SHAPES + [
+        (rng.randint(1, 9000), rng.randint(1, 9000), rng.randint(1, 20000), rng.choice((1, 1, 4, 48)))
+        for _ in range(12)
+    ]
+    kernels = [_gemm(*s) for s in shapes]
+    dtype, act = ("bf16", 2.0) if hw.has_matrix_peak("bf16") else ("fp32", 4.0)
+    peak = hw.matrix_peak(dtype)
+    assert plan_matrices(kernels, hw, peak, act, act) == [_reference_plan(k, hw, peak, act, act) for k in kernels]
 
 
 def test_candidates_timed_in_the_search_equal_the_cost_stages_re_timing(h100):

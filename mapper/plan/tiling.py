@@ -109,8 +109,13 @@ def _fitting(
     (the share of the matrix units' rate that SRAM's bytes per clock sustain), and each one's (tile m, tile n,
     split-K) as one number (`_key_ids`). Read-only arrays."""
     tm, tn, tk, st, sk, sram = _candidates(instruction, act_bytes)
-    fits = sram <= sram_bytes
-    tm, tn, tk, st, sk, sram = (a[fits] for a in (tm, tn, tk, st, sk, sram))
+    # Stages set the working set alone, not the time: of one (tile m, n, k, split-K) the fewest stages that fit
+    # comes first at an equal time and holds the (m, n, split-K) key of every deeper one, which `_pick_rows`
+    # would pass over; only it is searched (665 -> 245 candidates on H100, the same picks)
+    fitting = np.flatnonzero(sram <= sram_bytes)
+    first = np.unique(np.stack((tm, tn, tk, sk), axis=1)[fitting], axis=0, return_index=True)[1]
+    kept = fitting[np.sort(first)]
+    tm, tn, tk, st, sk, sram = (a[kept] for a in (tm, tn, tk, st, sk, sram))
     delivery = _delivery_efficiency(macs_per_clock, tm, tn, act_bytes)
     out = (tm, tn, tk, st, sk, sram, sk == 1, delivery, _key_ids(tm, tn, sk))
     for a in out:
