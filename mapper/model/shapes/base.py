@@ -137,13 +137,16 @@ def broadcast(*shapes: Shape) -> Shape:
     first = shapes[0] if shapes else ()
     if all(s == first for s in shapes):  # the usual case (a residual add): one shape
         return tuple([int(d) for d in first])
-    rank = max((len(s) for s in shapes), default=0)
-    out = []
-    for axis in range(rank):
-        sizes = {int(s[axis - rank + len(s)]) for s in shapes if axis - rank + len(s) >= 0} - {1}
-        if len(sizes) > 1:
-            raise NoRule(f"shapes {list(shapes)} do not broadcast")
-        out.append(sizes.pop() if sizes else 1)
+    rank = max([len(s) for s in shapes])
+    out = [1] * rank
+    for s in shapes:  # right-aligned: each axis takes the one size other than 1 its shapes have
+        for axis, d in enumerate(s, rank - len(s)):
+            d = int(d)
+            if d != 1:
+                if out[axis] == 1:
+                    out[axis] = d
+                elif out[axis] != d:
+                    raise NoRule(f"shapes {list(shapes)} do not broadcast")
     return tuple(out)
 
 
