@@ -1,11 +1,10 @@
 """The batched tile search (`plan_matrices`) against the one-kernel search it replaced, record for record.
 
-The reference searches every fitting candidate, each stage count too; `plan_matrices` searches the fewest
-stages of each tile (stages set the working set, not the time), and must pick the same.
-
 `plan_matrices` evaluates a slice's new matrix kernels together as flat (kernel, candidate) arrays; every
 TilePlan must equal the one the per-kernel search (kept below as the reference, as it stood before the
 batching) gives, to the last bit: shapes that fit, split-K shapes, one where nothing fits, mixed in one batch.
+The reference searches every fitting candidate, each stage count too; `plan_matrices` searches the fewest
+stages of each tile (stages set the working set, not the time), and must pick the same.
 """
 
 from __future__ import annotations
@@ -46,18 +45,16 @@ def _reference_plan(kernel, hw, peak, act_bytes, weight_bytes_per) -> TilePlan:
     tm, tn, tk, st, sk, sram = _candidates(hw.matrix_instruction_mnk, act_bytes)
     fits = sram <= hw.sram_per_unit_bytes
     tm, tn, tk, st, sk, sram = (a[fits] for a in (tm, tn, tk, st, sk, sram))
-    single = sk == 1
-    tile_eff = np.minimum(1.0, SRAM_BYTES_PER_CLOCK / (macs * (tm + tn) / (tm * tn) * act_bytes))
     tiles_m, tiles_n = np.ceil(M / tm), np.ceil(N / tn)
     base_tiles = B * tiles_m * tiles_n
-    ok = single | ((base_tiles < P) & (sk <= np.ceil(K / tk)))
+    ok = (sk == 1) | ((base_tiles < P) & (sk <= np.ceil(K / tk)))
     if not ok.any():
         tm, tn, tk, st, sk, sram = _candidates(hw.matrix_instruction_mnk, act_bytes)
         ok = (tm == tm.min()) & (tn == tn.min()) & (tk == tk.min()) & (st == st.min()) & (sk == 1)
         tiles_m, tiles_n = np.ceil(M / tm), np.ceil(N / tn)
         base_tiles = B * tiles_m * tiles_n
-        need = macs * (tm + tn) / (tm * tn) * act_bytes
-        tile_eff = np.minimum(1.0, SRAM_BYTES_PER_CLOCK / need)
+    need = macs * (tm + tn) / (tm * tn) * act_bytes  # of the table searched: the fitting one or the fallback
+    tile_eff = np.minimum(1.0, SRAM_BYTES_PER_CLOCK / need)
     if not ok.all():
         tm, tn, tk, st, sk, sram, tiles_m, tiles_n, base_tiles, tile_eff = (
             a[ok] for a in (tm, tn, tk, st, sk, sram, tiles_m, tiles_n, base_tiles, tile_eff)

@@ -104,14 +104,15 @@ def _key_ids(tile_m: np.ndarray, tile_n: np.ndarray, split_k: np.ndarray) -> np.
 def _fitting(
     instruction: tuple[int, int, int], act_bytes: float, sram_bytes: float, macs_per_clock: float
 ) -> tuple[np.ndarray, ...]:
-    """The candidates whose working set fits the unit's SRAM, in their order (what every search on the
-    device starts from), whether each runs without split-K, and each tile's operand-delivery efficiency
-    (the share of the matrix units' rate that SRAM's bytes per clock sustain), and each one's (tile m, tile n,
-    split-K) as one number (`_key_ids`). Read-only arrays."""
+    """The candidates whose working set fits the unit's SRAM, the fewest stages of each (tile m, n, k,
+    split-K), in their order (what every search on the device starts from), whether each runs without
+    split-K, and each tile's operand-delivery efficiency (the share of the matrix units' rate that SRAM's
+    bytes per clock sustain), and each one's (tile m, tile n, split-K) as one number (`_key_ids`). Read-only.
+
+    Stages set the working set alone, not the time: the fewest that fit come first at an equal time and hold
+    the (m, n, split-K) key of every deeper one, which `_pick_rows` would pass over (665 -> 245 candidates on
+    H100, the same picks)."""
     tm, tn, tk, st, sk, sram = _candidates(instruction, act_bytes)
-    # Stages set the working set alone, not the time: of one (tile m, n, k, split-K) the fewest stages that fit
-    # comes first at an equal time and holds the (m, n, split-K) key of every deeper one, which `_pick_rows`
-    # would pass over; only it is searched (665 -> 245 candidates on H100, the same picks)
     fitting = np.flatnonzero(sram <= sram_bytes)
     first = np.unique(np.stack((tm, tn, tk, sk), axis=1)[fitting], axis=0, return_index=True)[1]
     kept = fitting[np.sort(first)]
