@@ -1,6 +1,9 @@
 """Set a `bench/gpu_kernels.py` CSV against the engine's predictions for the matching profile.
 
-.venv/bin/python bench/compare_gpu.py data/measured/h200_kernels.csv --hw h200-sxm [--out errors.csv]
+.venv/bin/python bench/compare_gpu.py data/evidence/h200/kernels.csv --hw h200-sxm [--timing eager] [--out errors.csv]
+
+`--timing graph` (the default) sets each row's CUDA-graph time against the profile's graph launch cost;
+`--timing eager`, its eagerly launched median against the profile's kernel launch cost.
 """
 
 from __future__ import annotations
@@ -18,10 +21,11 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("csv")
     parser.add_argument("--hw", required=True)
+    parser.add_argument("--timing", default="graph", choices=("graph", "eager"))
     parser.add_argument("--out")
     args = parser.parse_args(argv)
     try:
-        rows = compare_kernel_csv(args.csv, mapper.load_hardware(args.hw))
+        rows = compare_kernel_csv(args.csv, mapper.load_hardware(args.hw), args.timing)
     except mapper.MapperError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
