@@ -9,6 +9,7 @@ LM head over every position of the step. Weights are random bf16 (timing does no
 every layer its own, every layer its own cache.
 
     python3 bench/gpu_decode.py --out $OUT/decode.csv              # ~1 minute on an H200
+    python3 bench/gpu_decode.py --power $OUT/decode_power.csv --out $OUT/d.csv --only-power  # energy per token
     python3 bench/gpu_decode.py --device cpu --quick --out /tmp/d.csv  # a 2-layer toy: checks the script
 
 Each row: the model, phase (decode | prefill), batch, seq (new tokens), past (cached tokens), `graph_s`
@@ -19,11 +20,15 @@ step reads. `bench/compare_gpu.py --steps decode.csv --hw h200-sxm` sets them ag
 
 from __future__ import annotations
 
-import argparse
 import csv
 import statistics
 import sys
 import time
+
+try:
+    from bench.gpu_common import capture, event_times, hold, parser
+except ImportError:  # run as a script: bench/ is on the path, the repository root is not
+    from gpu_common import capture, event_times, hold, parser
 
 CONFIGS = {  # HF config.json figures, as mapper/zoo/llama.py has them
     "llama2-7b": {"layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 32, "ffn": 11008, "vocab": 32000},
@@ -32,6 +37,7 @@ CONFIGS = {  # HF config.json figures, as mapper/zoo/llama.py has them
 DECODE = [(b, past) for b in (1, 8, 32, 64) for past in (512, 2048)] + [(1, 8192), (8, 8192)]
 PREFILL = [(1, 512), (1, 2048), (8, 512)]
 QUICK = {"decode": [(1, 64), (2, 64)], "prefill": [(1, 32)]}
+POWER_STEPS = [("decode", 1, 1, 2048), ("decode", 32, 1, 2048), ("decode", 64, 1, 512), ("prefill", 1, 2048, 0)]
 KV_LIMIT_BYTES = 96 << 30  # a batch whose cache would not fit beside the weights is left out
 FIELDS = [
     "model",
@@ -118,18 +124,6 @@ class Llama:
         return F.rms_norm(x, (c["hidden"],), self.norm, 1e-5) @ self.lm_head
 
 
-def _events(torch, fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return statistics.median(times)
-
-
 def time_step(torch, model: Llama, batch: int, seq: int, past: int, device: str) -> tuple[float, float]:
     """(graph_s, eager_s) of one step at (batch, seq new tokens, past cached tokens)."""
     ids = torch.randint(0, model.c["vocab"], (batch, seq), device=device)
@@ -141,28 +135,37 @@ def time_step(torch, model: Llama, batch: int, seq: int, past: int, device: str)
         started = time.perf_counter()
         run()
         return float("nan"), time.perf_counter() - started
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            run()
-    torch.cuda.current_stream().wait_stream(side)
-    eager = _events(torch, run, 3)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        run()
+    graph = capture(torch, run, 1)  # after warm-up calls, so the eager timing below is warm too
+    eager = statistics.median(event_times(torch, run, 3))
     for _ in range(3):
         graph.replay()
-    return _events(torch, graph.replay, 10), eager
+    return statistics.median(event_times(torch, graph.replay, 10)), eager
+
+
+def power_rows(torch, model: Llama) -> list[dict]:
+    """Board power, tokens per second and SM clock while each of POWER_STEPS replays back to back for 3 s."""
+    rows = []
+    for phase, batch, seq, past in POWER_STEPS:
+        ids = torch.randint(0, model.c["vocab"], (batch, seq), device="cuda")
+        cache = model.cache(batch, past + seq)
+        cos, sin = model.rope(past, seq)
+        got = hold(
+            torch,
+            lambda ids=ids, cache=cache, cos=cos, sin=sin, past=past: model.step(ids, cache, past, cos, sin),
+            batch * seq,
+        )
+        rows.append({"phase": phase, "batch": batch, "seq": seq, "past": past, **got, "unit": "tokens/s"})
+        del cache
+        torch.cuda.empty_cache()
+    return rows
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--model", default="llama2-7b", choices=sorted(CONFIGS))
-    args = parser.parse_args(argv)
+    parse = parser(__doc__)
+    parse.add_argument("--model", default="llama2-7b", choices=sorted(CONFIGS))
+    parse.add_argument("--power", help="also write board power while whole steps replay back to back (GPU only)")
+    parse.add_argument("--only-power", action="store_true", help="with --power: time no steps")
+    args = parse.parse_args(argv)
     import torch
 
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -175,6 +178,7 @@ def main(argv=None) -> int:
     kv_per_token = 2 * c["layers"] * c["kv_heads"] * model.head_dim * 2
     plan = [("decode", b, 1, p) for b, p in (QUICK["decode"] if args.quick else DECODE)]
     plan += [("prefill", b, s, 0) for b, s in (QUICK["prefill"] if args.quick else PREFILL)]
+    plan = [] if args.only_power else plan
     with torch.inference_mode(), open(args.out, "w", newline="") as handle:
         out = csv.DictWriter(handle, fieldnames=FIELDS)
         out.writeheader()
@@ -207,6 +211,15 @@ def main(argv=None) -> int:
             handle.flush()
             figures = f"graph {graph_s * 1e3:8.3f} ms  eager {eager_s * 1e3:8.3f} ms"
             print(f"{phase:8s} batch {batch:3d} seq {seq:5d} past {past:5d}  {figures}", flush=True)
+        if args.power and args.device == "cuda":
+            rows = power_rows(torch, model)
+            with open(args.power, "w", newline="") as power:
+                writer = csv.DictWriter(power, fieldnames=list(rows[0]))
+                writer.writeheader()
+                writer.writerows(rows)
+            for r in rows:
+                step = f"{r['phase']} b{r['batch']} s{r['seq']} p{r['past']}"
+                print(f"power {step}: {r['mean_w']:.0f} W {r['rate']:.0f} tok/s {r['sm_mhz']:.0f} MHz")
     return 0
 
 

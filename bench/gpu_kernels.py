@@ -16,18 +16,24 @@ How each row is timed:
 - `graph_s`: the calls captured in one CUDA graph, replayed, events around the whole replay, divided by
   the calls (the GPU's time a kernel with back-to-back launches), median of 5 replays.
 FLOPs (2 x MACs) and bytes (inputs + outputs once) are counted exactly as the engine counts them.
-`--power` samples the board's power (NVML through torch) while a large GEMM and a streaming add run for
-a few seconds each, and at rest: the figures behind the profile's energy per FLOP, per byte and idle.
+`--power` also writes the board's power (NVML through torch), the achieved rate and the SM clock at rest and
+while each of `power_loads` (compute-bound, mixed and streaming GEMMs, fp8, fused attention, a norm, a
+streaming add) runs back to back from a CUDA graph for 3 s (bench/gpu_common.py): the figures behind the
+profile's idle power and energy per FLOP and per byte. `--groups ""` measures power alone.
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import math
 import statistics
 import sys
 import time
+
+try:
+    from bench.gpu_common import at_rest, capture, event_times, graph_of, hold, parser, replay_s
+except ImportError:  # run as a script: bench/ is on the path, the repository root is not
+    from gpu_common import at_rest, capture, event_times, graph_of, hold, parser, replay_s
 
 # Generic grid (bf16 and fp16), with the wave-quantization pairs (132 tiles against 133 on an H100/H200).
 GEMM_SIZES = [(m, n, k) for m in (128, 1024, 4096, 8192) for n in (1024, 4096, 8192) for k in (1024, 4096, 8192)]
@@ -65,6 +71,10 @@ ATTENTION = [(16384 // s, 16, s, 128) for s in (512, 1024, 2048, 4096, 8192, 163
 DECODE = [(b, 32, past, 128) for b in (1, 8, 32) for past in (512, 2048, 8192)]
 # few sequences over long caches: where a kernel must split the cache across SMs to fill them (flash-decoding)
 DECODE += [(b, h, past, 128) for b in (1, 2, 4) for h in (8, 32) for past in (1024, 4096, 16384, 32768)]
+# (batch, query heads, key/value heads, past, head_dim): grouped-query decode attention (Llama-2-70B at TP 8 and
+# TP 1, Llama-3-8B), SDPA with enable_gqa
+DECODE_GQA = [(b, hq, hkv, past, 128) for hq, hkv in ((8, 1), (64, 8), (32, 8)) for b in (1, 8, 32, 64)
+              for past in (1024, 4096, 16384)]  # fmt: skip
 NORMS = [(rows, cols) for rows in (1024, 8192, 32768) for cols in (768, 4096, 8192)]
 NORMS += [(1, 256), (1, 4096), (64, 4096), (64, 8192)]  # launch floors and decode-sized rows
 QUICK = {
@@ -162,6 +172,29 @@ def _attention_cases(torch, device, dtype_name, shapes, decode_shapes):
         )
 
 
+def _gqa_cases(torch, device, dtype_name, shapes):
+    """One decode step's grouped-query attention: each key/value head serves hq / hkv query heads."""
+    import torch.nn.functional as F
+
+    dtype = getattr(torch, dtype_name)
+    size = torch.empty((), dtype=dtype).element_size()
+    for batch, hq, hkv, past, d in shapes:
+
+        def make(batch=batch, hq=hq, hkv=hkv, past=past, d=d):
+            q = torch.randn(batch, hq, 1, d, device=device, dtype=dtype)
+            return (q, *(torch.randn(batch, hkv, past, d, device=device, dtype=dtype) for _ in range(2)))
+
+        yield Case(
+            "attention-decode-gqa",
+            f"{batch}x{hq}x{hkv}x{past}x{d}",
+            dtype_name,
+            make,
+            lambda a: F.scaled_dot_product_attention(*a, enable_gqa=True),
+            4 * batch * hq * past * d,
+            (2 * batch * hq * d + 2 * batch * hkv * past * d) * size,
+        )
+
+
 def _row_cases(torch, device, dtype_name, shapes):
     import torch.nn.functional as F
 
@@ -226,7 +259,7 @@ def _fp8_cases(torch, device, sizes):
         )
 
 
-GROUPS = ("gemm", "model", "align", "fp8", "attention", "decode", "rows")
+GROUPS = ("gemm", "model", "align", "fp8", "attention", "decode", "gqa", "rows")
 
 
 def cases(torch, device: str, quick: bool, groups=GROUPS):
@@ -239,12 +272,14 @@ def cases(torch, device: str, quick: bool, groups=GROUPS):
     model += pick("align", ALIGN_GEMMS)
     attn = pick("attention", ATTENTION, QUICK["attention"])
     decode = pick("decode", DECODE, QUICK["decode"])
+    gqa = pick("gqa", DECODE_GQA, DECODE_GQA[:1])
     norms = pick("rows", NORMS, QUICK["norm"])
     dtypes = ("bfloat16", "float16") if device == "cuda" else ("float32",)  # CPU: only checks the script
     for dtype_name in dtypes:
         first = dtype_name == dtypes[0]
         yield from _gemm_cases(torch, device, dtype_name, gemms + (model if first else []))
         yield from _attention_cases(torch, device, dtype_name, attn, decode if first else [])
+        yield from _gqa_cases(torch, device, dtype_name, gqa if first else [])
         yield from _row_cases(torch, device, dtype_name, norms)
     if device == "cuda" and hasattr(torch, "_scaled_mm"):
         yield from _fp8_cases(torch, device, pick("fp8", FP8_GEMMS, FP8_GEMMS[:2]))
@@ -254,51 +289,41 @@ def _copies(case_bytes: int) -> int:
     return max(1, min(MAX_COPIES, math.ceil(2 * L2_BYTES / max(case_bytes, 1))))
 
 
+def _cycling(inputs: list):
+    """A function that hands out `inputs` in turn (a graph captures each call's own set)."""
+    turn = [-1]
+
+    def next_inputs():
+        turn[0] = (turn[0] + 1) % len(inputs)
+        return inputs[turn[0]]
+
+    return next_inputs
+
+
 def _time_eager(torch, device, fn, inputs, repeats: int, warmup: int) -> list[float]:
-    for i in range(warmup):
-        fn(inputs[i % len(inputs)])
+    pick = _cycling(inputs)
+    for _ in range(warmup):
+        fn(pick())
+    if device == "cuda":
+        torch.cuda.synchronize()
+        return event_times(torch, lambda: fn(pick()), repeats)
     times = []
-    if device != "cuda":
-        for i in range(repeats):
-            t = time.perf_counter()
-            fn(inputs[i % len(inputs)])
-            times.append(time.perf_counter() - t)
-        return times
-    torch.cuda.synchronize()
-    for i in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn(inputs[i % len(inputs)])
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn(pick())
+        times.append(time.perf_counter() - t)
     return times
 
 
 def _time_graph(torch, fn, inputs, per_call_s: float) -> float:
     """Seconds a call when `calls` calls over the rotating copies replay from one CUDA graph."""
     calls = max(len(inputs), min(200, math.ceil(GRAPH_TARGET_S / max(per_call_s, 1e-7))))
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for i in range(3):
-            fn(inputs[i % len(inputs)])
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for i in range(calls):
-            fn(inputs[i % len(inputs)])
+    pick = _cycling(inputs)
+    graph = capture(torch, lambda: fn(pick()), calls)
     graph.replay()
-    times = []
-    for _ in range(5):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3 / calls)
+    seconds = statistics.median(event_times(torch, graph.replay, 5)) / calls
     del graph
-    return statistics.median(times)
+    return seconds
 
 
 def measure(torch, device: str, case: Case, repeats: int) -> dict:
@@ -327,85 +352,99 @@ def measure(torch, device: str, case: Case, repeats: int) -> dict:
     }
 
 
-def _power_w(torch) -> float:
-    return torch.cuda.power_draw() / 1e3  # NVML reports milliwatts
+def power_loads(torch) -> list[tuple]:
+    """(load, shape, fn, work a call, unit) of each held load: compute-bound, mixed and streaming GEMMs, fp8,
+    fused attention, a norm and a streaming add."""
+    import torch.nn.functional as F
 
+    bf16 = torch.bfloat16
+    rand = lambda *shape, dtype=bf16: torch.randn(*shape, device="cuda", dtype=dtype)
+    loads = []
+    for m, n, k, copies in ((8192, 8192, 8192, 1), (4096, 4096, 4096, 4), (128, 12288, 4096, 2), (1, 12288, 4096, 2)):
+        pick = _cycling([(rand(m, k), rand(k, n)) for _ in range(copies)])
 
-def idle_row(torch, seconds: float = 3.0) -> dict:
-    """Board power at rest (taken before any kernel has run, so the clocks have not been raised)."""
-    return {
-        "load": "idle",
-        "shape": "",
-        "seconds": seconds,
-        "mean_w": _sample(torch, None, seconds),
-        "rate": 0.0,
-        "unit": "",
-    }
+        def gemm(pick=pick):
+            a, b = pick()
+            return a @ b
 
-
-def power_rows(torch, seconds: float = 4.0) -> list[dict]:
-    """Board power under a large bf16 GEMM and under a streaming add, each held `seconds`."""
-    rows = []
-    a, b = (torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    x, y = (torch.randn(1 << 28, device="cuda", dtype=torch.bfloat16) for _ in range(2))  # 512 MiB each
-    for load, shape, fn, work, unit in (
-        ("gemm-bf16", "8192x8192x8192", lambda: a @ b, 2 * 8192**3, "TFLOP/s"),
-        ("add-bf16", f"{1 << 28}", lambda: x + y, 3 * (1 << 28) * 2, "GB/s"),
-    ):
-        calls = [0]
-
-        def run(fn=fn, calls=calls):
-            fn()
-            calls[0] += 1
-
-        started = time.perf_counter()
-        mean_w = _sample(torch, run, seconds)
-        elapsed = time.perf_counter() - started
-        scale = 1e12 if unit == "TFLOP/s" else 1e9
-        rows.append(
-            {
-                "load": load,
-                "shape": shape,
-                "seconds": elapsed,
-                "mean_w": mean_w,
-                "rate": calls[0] * work / elapsed / scale,
-                "unit": unit,
-            }
+        loads.append(("gemm-bf16", f"{m}x{n}x{k}", gemm, 2 * m * n * k, "TFLOP/s"))
+    fp8, one = torch.float8_e4m3fn, torch.ones((), device="cuda")
+    a8, b8 = rand(8192, 8192).to(fp8), rand(8192, 8192).to(fp8).t()
+    loads.append(
+        (
+            "gemm-fp8",
+            "8192x8192x8192",
+            lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=bf16),
+            2 * 8192**3,
+            "TFLOP/s",
         )
+    )
+    q, k_, v = (rand(4, 16, 4096, 128) for _ in range(3))
+    loads.append(
+        (
+            "attention-fused-bf16",
+            "4x16x4096x128",
+            lambda: F.scaled_dot_product_attention(q, k_, v),
+            4 * 4 * 16 * 4096**2 * 128,
+            "TFLOP/s",
+        )
+    )
+    x, w = rand(32768, 8192), torch.ones(8192, device="cuda", dtype=bf16)
+    loads.append(("layernorm-bf16", "32768x8192", lambda: F.layer_norm(x, (8192,), w), 2 * x.numel() * 2, "GB/s"))
+    y, z = rand(1 << 28), rand(1 << 28)  # 512 MiB each
+    loads.append(("add-bf16", f"{1 << 28}", lambda: y + z, 3 * (1 << 28) * 2, "GB/s"))
+    return loads
+
+
+def power_rows(torch, seconds: float = 3.0) -> list[dict]:
+    """Board power, achieved rate and SM clock under each of `power_loads`, held `seconds` each."""
+    rows = []
+    for load, shape, fn, work, unit in power_loads(torch):
+        got = hold(torch, fn, work / (1e12 if unit == "TFLOP/s" else 1e9), seconds)
+        rows.append({"load": load, "shape": shape, "seconds": seconds, **got, "unit": unit})
+        torch.cuda.empty_cache()
     return rows
 
 
-def _sample(torch, run, seconds: float) -> float:
-    """Mean power over the last two thirds of `seconds` while `run` is called back to back (None: at rest)."""
-    torch.cuda.synchronize()
-    started, readings = time.perf_counter(), []
-    while (now := time.perf_counter()) - started < seconds:
-        if run is not None:
-            for _ in range(8):
-                run()
-            torch.cuda.synchronize()
-        else:
-            time.sleep(0.02)
-        if now - started > seconds / 3:
-            readings.append(_power_w(torch))
-    return statistics.mean(readings) if readings else float("nan")
+L2_SIZES_MB = (4, 8, 16, 24, 32)  # buffers that stay in the 50-60 MB L2 once read
+
+
+def l2_rows(torch) -> list[dict]:
+    """L2 bandwidth a kernel sees: a sum over (reads) and a copy of (reads and writes) one bf16 buffer that stays
+    in L2, replayed 200 times from a CUDA graph; bytes moved a call over the time a call (launch included, so
+    a lower bound)."""
+    rows = []
+    for mb in L2_SIZES_MB:
+        x = torch.randn(mb << 19, device="cuda", dtype=torch.bfloat16)  # mb MiB of bf16
+        y = torch.empty_like(x)
+        for op, fn, moved in (
+            ("sum", lambda x=x: x.sum(), x.numel() * 2),
+            ("copy", lambda x=x, y=y: y.copy_(x), x.numel() * 4),
+        ):
+            graph, calls = graph_of(torch, fn, 1e-3 / 200)
+            per_call = min(replay_s(torch, graph) for _ in range(5)) / calls
+            rows.append(
+                {"op": op, "mib": mb, "calls": calls, "per_call_s": per_call, "tb_per_s": moved / per_call / 1e12}
+            )
+            del graph
+        torch.cuda.empty_cache()
+    return rows
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--groups", default=",".join(GROUPS), help=f"comma-separated, of: {', '.join(GROUPS)}")
-    parser.add_argument("--power", help="also write board power at rest and under load to this CSV (GPU only)")
-    args = parser.parse_args(argv)
+    parse = parser(__doc__)
+    parse.add_argument("--repeats", type=int, default=20)
+    parse.add_argument("--groups", default=",".join(GROUPS), help=f"comma-separated, of: {', '.join(GROUPS)}")
+    parse.add_argument("--power", help="also write board power at rest and under load to this CSV (GPU only)")
+    parse.add_argument("--l2", help="also write the L2 bandwidth a sum and a copy see to this CSV (GPU only)")
+    args = parse.parse_args(argv)
     import torch
 
     if args.device == "cuda" and not torch.cuda.is_available():
         print("error: no CUDA device; use --device cpu to check the script", file=sys.stderr)
         return 2
-    idle = idle_row(torch) if args.power and args.device == "cuda" else None
+    if args.power and args.device == "cuda":
+        idle = {"load": "idle", "shape": "", "seconds": 3.0, **at_rest(torch), "unit": ""}  # before any kernel
     started = time.perf_counter()
     with open(args.out, "w", newline="") as handle:
         out = csv.DictWriter(handle, fieldnames=FIELDS)
@@ -435,7 +474,16 @@ def main(argv=None) -> int:
             writer.writeheader()
             writer.writerows(rows)
         for r in rows:
-            print(f"power {r['load']:10s} {r['mean_w']:7.1f} W  {r['rate']:8.1f} {r['unit']}")
+            rate = f"{r['rate']:8.1f} {r['unit']} {r['sm_mhz']:5.0f} MHz"
+            print(f"power {r['load']:20s} {r['shape']:16s} {r['mean_w']:7.1f} W {rate}")
+    if args.l2 and args.device == "cuda":
+        rows = l2_rows(torch)
+        with open(args.l2, "w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+        for r in rows:
+            print(f"l2 {r['op']:5s} {r['mib']:3d} MiB {r['per_call_s'] * 1e6:8.2f} us {r['tb_per_s']:6.2f} TB/s")
     where = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
     print(f"wrote {args.out} in {time.perf_counter() - started:.0f} s on {where}")
     return 0

@@ -43,13 +43,13 @@ from mapper.cost.assess import estimate_kernels
 from mapper.handle import ModelHandle, open_model
 from mapper.hardware.profile import HardwareProfile
 from mapper.plan import tiling
+from mapper.plan.attention_tiling import attention_fits
 from mapper.plan.experts import check_expert_parallel, plan_experts, resident_kernels
 from mapper.plan.fusion import plan_fusion
 from mapper.plan.kernels import WIDER_PRECISIONS, Sizer, build_kernels, model_dtype, precision_caveats
 from mapper.plan.layout import LAYOUTS, plan_layout
 from mapper.plan.runtime import apply_kv_cache, choose_runtime, launch_profile, runtime_assumptions
 from mapper.plan.sharding import assign_roles, shard_kernels
-from mapper.plan.tiling import attention_fits
 from mapper.schedule.memory import plan_memory
 from mapper.schedule.placement import place_on_devices
 from mapper.schedule.rollup import STALL_DEFINITION, Spread, roll_up

@@ -37,8 +37,9 @@ def gemm_model(m: int, n: int, k: int, dtype=TensorProto.FLOAT16) -> bytes:
     )
 
 
-def attention_model(batch: int, heads: int, seq: int, head_dim: int) -> bytes:
-    """Q K^T -> scale -> softmax -> P V, as exporters emit unfused attention."""
+def attention_model(batch: int, heads: int, seq: int, head_dim: int, q_len: int | None = None) -> bytes:
+    """Q K^T -> scale -> softmax -> P V, as exporters emit unfused attention; `q_len` queries over `seq` keys
+    (1: a decode step over a cache of `seq`), `seq` queries when not given."""
     nodes = [
         helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
         helper.make_node("MatMul", ["q", "kt"], ["s"]),
@@ -46,11 +47,11 @@ def attention_model(batch: int, heads: int, seq: int, head_dim: int) -> bytes:
         helper.make_node("Softmax", ["ss"], ["p"], axis=-1),
         helper.make_node("MatMul", ["p", "v"], ["o"]),
     ]
-    shape = [batch, heads, seq, head_dim]
+    shape, q_shape = [batch, heads, seq, head_dim], [batch, heads, seq if q_len is None else q_len, head_dim]
     return make_model(
         nodes,
-        [tensor(n, shape, TensorProto.FLOAT16) for n in "qkv"],
-        [tensor("o", shape, TensorProto.FLOAT16)],
+        [tensor("q", q_shape, TensorProto.FLOAT16), *(tensor(n, shape, TensorProto.FLOAT16) for n in "kv")],
+        [tensor("o", q_shape, TensorProto.FLOAT16)],
         [numpy_helper.from_array(np.array(head_dim**-0.5, dtype=np.float16), "scale")],
     )
 

@@ -21,6 +21,7 @@ def test_every_row_is_mapped_with_the_plan_it_ran(h100):
         "gemm",
         "attention-fused",
         "attention-unfused",
+        "attention-decode-gqa",
         "attention-decode",
         "layernorm",
         "rmsnorm",
@@ -30,6 +31,7 @@ def test_every_row_is_mapped_with_the_plan_it_ran(h100):
     assert set(rows) == kinds
     assert rows["attention-fused"]["kernels"] == 1  # FlashAttention: one kernel
     assert rows["attention-decode"]["kernels"] == 1
+    assert rows["attention-decode-gqa"]["kernels"] == 1  # the repeated K and V ride inside the fused kernel
     assert rows["attention-unfused"]["kernels"] >= 4  # QK^T, scale, softmax, PV apart
     gemm = rows["gemm"]
     assert gemm["predicted_tflops_per_s"] == pytest.approx(2 * 8192**3 / gemm["predicted_s"] / 1e12)

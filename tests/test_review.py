@@ -125,11 +125,12 @@ def test_first_failing_slice_along_batch():
 def test_first_failing_slice_along_a_decoders_context_stops_at_a_round_value_within_its_positions():
     model = mapper.open_model("llama2-7b")
     dims, options = {"batch": 1, "seq": 1, "past": 1024}, mapper.PlanOptions(dtype="bf16")
-    found = mapper.first_failing_slice(model, dims, H100, options, mapper.parse_target("p99=48"))
+    # (decode attention splits the cache across SMs at batch 1: p99 grows ~1.3 ms per 1024 cached tokens)
+    found = mapper.first_failing_slice(model, dims, H100, options, mapper.parse_target("p99=46"))
     assert found["max_length"] == 4095  # Llama-2's 4096 positions less the step's own token
     assert "at past 3072 (batch 1)" in found["sentence"], found["sentence"]
     p99 = {p: mapper.map_slice(model.bind({**dims, "past": p}), H100, options).serving["p99_s"] for p in (2048, 3072)}
-    assert p99[2048] <= 0.048 < p99[3072]
+    assert p99[2048] <= 0.046 < p99[3072]
     gpt2 = mapper.first_failing_slice(
         mapper.open_model("gpt2-small"), {"batch": 1, "seq": 1, "past": 128}, H100, options, mapper.parse_target("fit")
     )

@@ -16,9 +16,9 @@ from mapper.core.caches import ModelCaches
 from mapper.core.timeline import Kernels
 from mapper.cost.assess import estimate_kernels
 from mapper.model.onnx_import import import_graph
+from mapper.plan.attention_tiling import attention_fits
 from mapper.plan.fusion import Group, plan_fusion
 from mapper.plan.kernels import Sizer, build_kernels, weight_tally
-from mapper.plan.tiling import attention_fits
 from mapper.work.kinds import estimate_work_kinds, work_roles
 from mapper.work.layers import layer_placer
 

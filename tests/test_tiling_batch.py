@@ -20,7 +20,8 @@ from mapper.core.caches import ModelCaches
 from mapper.core.graph import LayerType
 from mapper.core.result import Kernel, MatrixShape, TileChoice, TilePlan
 from mapper.core.vocab import Engine, KernelRule
-from mapper.cost.estimate import Basis, _on_kernel_basis, estimate_cost, kernel_time, kernel_times
+from mapper.cost.estimate import Basis, _on_kernel_basis, estimate_cost
+from mapper.cost.roofline import kernel_time, kernel_times
 from mapper.plan.tiling import (
     ACCUMULATOR_BYTES,
     ALTERNATIVES_KEPT,
@@ -29,7 +30,7 @@ from mapper.plan.tiling import (
     SRAM_BYTES_PER_CLOCK,
     _candidates,
     _fitting,
-    _macs_per_clock_per_unit,
+    macs_per_clock_per_unit,
     plan_matrices,
     smooth_max,
 )
@@ -40,7 +41,7 @@ def _reference_plan(kernel, hw, peak, act_bytes, weight_bytes_per) -> TilePlan:
     s = kernel.matrix
     M, N, K, B = float(s.m), float(s.n), float(s.k), float(s.batch)
     P = hw.compute_units
-    macs = _macs_per_clock_per_unit(hw, peak)
+    macs = macs_per_clock_per_unit(hw, peak)
     # every candidate that fits, each stage count too (`_fitting` keeps the fewest stages of each tile)
     tm, tn, tk, st, sk, sram = _candidates(hw.matrix_instruction_mnk, act_bytes)
     fits = sram <= hw.sram_per_unit_bytes
@@ -64,7 +65,11 @@ def _reference_plan(kernel, hw, peak, act_bytes, weight_bytes_per) -> TilePlan:
     wave_eff = tiles / (waves * P)
     pad_eff = (M * N) / (tiles_m * tm * tiles_n * tn)
     k_eff = K / (np.ceil(K / (sk * tk)) * tk * sk)
-    base_eff = hw.matrix_efficiency.at(kernel.matrix_flops)
+    # a GEMM's row strides (K, N) off the profile's alignment keep only its unaligned shares
+    align = hw.matrix_alignment_bytes
+    off = align is not None and s.kind == "gemm" and ((K * act_bytes) % align or (N * act_bytes) % align)
+    rate_share, dram_share = (hw.unaligned_matrix, hw.unaligned_dram) if off else (1.0, 1.0)
+    base_eff = hw.matrix_efficiency.at(kernel.matrix_flops) * rate_share
     compute = kernel.matrix_flops / (peak * base_eff * wave_eff * pad_eff * k_eff * tile_eff)
     a_bytes = B * (s.a_elements or M * K) * act_bytes
     weights = kernel.weight_bytes > 0
@@ -81,8 +86,9 @@ def _reference_plan(kernel, hw, peak, act_bytes, weight_bytes_per) -> TilePlan:
         + np.where(partials > hw.l2_bytes, partials, 0)
     )
     l2 = (a_bytes * tiles_n + b_bytes * tiles_m) / L2_CLUSTER_SHARING + partials
+    curve = hw.matrix_dram_efficiency or hw.dram_efficiency  # a matrix kernel's own stream, where the profile has one
     memory = np.maximum(
-        dram / (hw.dram_bandwidth_bytes_per_s * hw.dram_efficiency.at_array(dram)), l2 / hw.l2_bandwidth_bytes_per_s
+        dram / (hw.dram_bandwidth_bytes_per_s * (curve.at_array(dram) * dram_share)), l2 / hw.l2_bandwidth_bytes_per_s
     )
     time = smooth_max(compute, memory) + np.where(sk > 1, hw.grid_sync_s, 0.0)
     fields = (tm, tn, tk, st, sk, tiles, waves, wave_eff, pad_eff, sram, dram, l2, compute, memory, time)
@@ -146,7 +152,7 @@ def test_nothing_fits_falls_back_alone_inside_a_batch(h100):
     kernels = [_gemm(*s) for s in SHAPES[:4]]
     peak = h100.matrix_peak("bf16")
     expected = [_reference_plan(k, tiny, peak, 2.0, 2.0) for k in kernels]
-    assert len(_fitting(tiny.matrix_instruction_mnk, 2.0, 4096, _macs_per_clock_per_unit(tiny, peak))[0]) == 0
+    assert len(_fitting(tiny.matrix_instruction_mnk, 2.0, 4096, macs_per_clock_per_unit(tiny, peak))[0]) == 0
     assert plan_matrices(kernels, tiny, peak, 2.0, 2.0) == expected
 
 

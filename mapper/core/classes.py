@@ -25,6 +25,7 @@ class Bottleneck(StrEnum):
     COMPUTE_VECTOR = "compute-bound (vector/SFU)"
     MEMORY = "memory-bound"
     OCCUPANCY = "occupancy / wave quantization"
+    ALIGNMENT = "unaligned leading dimension"
     LAUNCH = "launch / latency-bound"
     SYNCHRONIZATION = "synchronization"
     INTERCONNECT = "interconnect"
@@ -45,6 +46,10 @@ CLASSES: dict[Bottleneck, BottleneckClass] = {
     Bottleneck.COMPUTE_VECTOR: BottleneckClass(Owner.ML_COMPILER, "fuse it, or use a cheaper approximation"),
     Bottleneck.MEMORY: BottleneckClass(Owner.ML_COMPILER, "fuse it, change layout, or quantize weights"),
     Bottleneck.OCCUPANCY: BottleneckClass(Owner.ML_COMPILER, "split-K, retile, or a larger batch"),
+    Bottleneck.ALIGNMENT: BottleneckClass(
+        Owner.ML_COMPILER,
+        "pad K and N to a multiple of 16 bytes (a vocabulary of 50257 to 50304; the compiler's shape padding)",
+    ),
     Bottleneck.LAUNCH: BottleneckClass(Owner.RUNTIME, "fuse kernels or capture a CUDA graph"),
     Bottleneck.SYNCHRONIZATION: BottleneckClass(Owner.RUNTIME, "a one-pass algorithm"),
     Bottleneck.INTERCONNECT: BottleneckClass(Owner.RUNTIME, "overlap the collective or shard differently"),

@@ -16,6 +16,7 @@ from mapper.cost.bottleneck import Facts, classify, speedup_if_removed
 from mapper.cost.estimate import Cost, estimate_searched, roofline_time, search_matrices
 from mapper.hardware.profile import HardwareProfile
 from mapper.plan.kernels import Sizer
+from mapper.plan.tiling import alignment_shares
 
 # 2:4 structured sparsity (NVIDIA Ampere and later; Mishra et al. 2021, arXiv:2104.08378): two of every four
 # weights are kept, each with a 2-bit position index, so a dense element costs half its bytes plus 1 bit.
@@ -123,7 +124,7 @@ def assess_kernels(
     weight_per = [compressed if f else sizer.weight for f in flags]
     searched = search_matrices(kernels, weight_per, flags, hw, dtype, sizer.act, power_cap_w)
     return [
-        _assessed(k, estimate_searched(k, s, hw, dtype, sizer.act, power_cap_w), hw, dtype, ridge)
+        _assessed(k, estimate_searched(k, s, hw, dtype, sizer.act, power_cap_w), hw, dtype, ridge, sizer.act)
         for k, s in zip(kernels, searched)
     ]
 
@@ -134,13 +135,16 @@ def _sparsified(k: Kernel, weight_per: float, compressed: float) -> Kernel:
     return replace(k, dram_bytes=k.dram_bytes - saved, weight_bytes=k.weight_bytes - saved)
 
 
-def _assessed(k: Kernel, c: Cost, hw: HardwareProfile, dtype: str, ridge: float) -> tuple[str, KernelAssessment]:
+def _assessed(
+    k: Kernel, c: Cost, hw: HardwareProfile, dtype: str, ridge: float, act_bytes: float
+) -> tuple[str, KernelAssessment]:
     chosen = c.tiling.chosen
     intensity = k.flops / c.dram_bytes if c.dram_bytes else float("inf")
+    rate_share, dram_share = alignment_shares(k, hw, act_bytes)
     facts = Facts(
         c.engine, c.time_s, c.compute_time_s, c.memory_time_s, c.overhead_s, c.sync_s, intensity, ridge,
         chosen.waves if chosen else 0, chosen.wave_efficiency if chosen else 1.0,
-        chosen.padding_efficiency if chosen else 1.0, c.interconnect_s,
+        chosen.padding_efficiency if chosen else 1.0, c.interconnect_s, rate_share, dram_share,
     )  # fmt: skip
     stall = min(max(0.0, c.memory_time_s - c.compute_time_s) / c.time_s if c.time_s else 0.0, 1.0)
     bottleneck, evidence, owner = classify(facts)

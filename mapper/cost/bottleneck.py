@@ -11,12 +11,13 @@ from dataclasses import dataclass
 
 from mapper.core.classes import CLASSES, Bottleneck, Owner
 from mapper.core.units import format_duration  # evidence times for people: 1.27 ms, not 1269.0 us
-from mapper.cost.estimate import kernel_time
+from mapper.cost.roofline import kernel_time
 
 # Named thresholds: each rule below cites the one it uses.
 LAUNCH_SHARE = 0.5  # fixed launch overhead at least this share of the kernel's time
 SYNC_SHARE = 0.3  # grid-wide synchronization at least this share
 OCCUPANCY_LIMIT = 0.6  # wave x padding efficiency below this, on a compute-dominated matrix kernel
+ALIGNMENT_SHARE = 0.3  # the time an unaligned GEMM's slower path adds, at least this share
 INTERCONNECT_SHARE = 0.5  # a collective's wire time at least this share (multi-device plans)
 
 
@@ -36,6 +37,22 @@ class Facts:
     wave_efficiency: float
     padding_efficiency: float
     interconnect_s: float = 0.0
+    aligned_rate_share: float = 1.0  # the matrix rate an unaligned GEMM keeps (tiling.alignment_shares)
+    aligned_dram_share: float = 1.0  # the DRAM efficiency it keeps
+
+
+def _aligned_time(f: Facts) -> float:
+    """The kernel's time on the aligned path: its compute and memory at the rates an aligned GEMM has (the same
+    stretch under the power cap, if any, as its time has over its roofline)."""
+    parts = kernel_time(f.compute_s, f.memory_s, f.overhead_s, f.sync_s)
+    aligned = kernel_time(f.compute_s * f.aligned_rate_share, f.memory_s * f.aligned_dram_share, f.overhead_s, f.sync_s)
+    return f.time_s * aligned / parts if parts > 0 else f.time_s
+
+
+def _unaligned(f: Facts) -> bool:
+    """Off the alignment, and the slower path costs at least ALIGNMENT_SHARE of the kernel's time."""
+    off = f.aligned_rate_share < 1.0 or f.aligned_dram_share < 1.0
+    return off and f.time_s - _aligned_time(f) >= ALIGNMENT_SHARE * f.time_s > 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +85,14 @@ RULES: tuple[BottleneckRule, ...] = (
         Bottleneck.SYNCHRONIZATION,
         lambda f: f.sync_s >= SYNC_SHARE * f.time_s,
         lambda f: f"grid sync {format_duration(f.sync_s)} of {format_duration(f.time_s)}",
+    ),
+    BottleneckRule(
+        Bottleneck.ALIGNMENT,
+        _unaligned,
+        lambda f: (
+            f"a row stride off the fast kernels' alignment: {format_duration(f.time_s)}, aligned"
+            f" {format_duration(_aligned_time(f))}"
+        ),
     ),
     BottleneckRule(
         Bottleneck.OCCUPANCY,
@@ -113,6 +138,7 @@ WITHOUT_BOTTLENECK: dict[Bottleneck, Callable[[Facts], float]] = {
     Bottleneck.INTERCONNECT: lambda f: max(f.time_s - f.interconnect_s, 0.0),
     Bottleneck.LAUNCH: lambda f: kernel_time(f.compute_s, f.memory_s, 0.0, f.sync_s),
     Bottleneck.SYNCHRONIZATION: lambda f: kernel_time(f.compute_s, f.memory_s, f.overhead_s, 0.0),
+    Bottleneck.ALIGNMENT: _aligned_time,
     Bottleneck.OCCUPANCY: lambda f: kernel_time(
         f.compute_s * f.wave_efficiency * f.padding_efficiency, f.memory_s, f.overhead_s, f.sync_s
     ),

@@ -1,27 +1,27 @@
 """Cost of one kernel: time and its parts, traffic, energy and power under the cap.
 
-Stage seven. The roofline lives here once (`kernel_time`): a smooth max of
-compute and memory time plus fixed overheads. Compute time uses the engine's
-peak at the plan dtype and the profile's size-dependent efficiency; memory time
-uses DRAM (with its size-dependent efficiency) and L2. Power follows PRIMER s7:
-idle power plus energy per FLOP and per byte, capped at the TDP by stretching
-the kernel (the clock drops).
+Stage seven. Each kernel's compute and memory time on its engine go through the one roofline
+(`cost.roofline.kernel_time`: a smooth max plus fixed overheads). Compute time uses the engine's peak at the
+plan dtype and the profile's size-dependent efficiency; memory time uses DRAM (with its size-dependent
+efficiency, a matrix kernel's own curve where the profile has one) and L2. Power follows PRIMER s7: idle
+power plus energy per FLOP and per byte, capped at the TDP (`cost.power_cap`: the clock drops, compute
+stretches and a FLOP's energy falls; memory does not).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-
-import numpy as np
 
 from mapper.core.result import Kernel, TilePlan
 from mapper.core.vocab import Engine
 from mapper.cost.collectives import collective_time
+from mapper.cost.power_cap import under_cap
+from mapper.cost.roofline import kernel_time, kernel_times
 from mapper.cost.row_kernels import row_kernel_memory_s
 from mapper.hardware.profile import HardwareProfile
-from mapper.plan.tiling import OVERLAP_EXPONENT, plan_attention, plan_matrices, plan_vector
+from mapper.plan.attention_tiling import plan_attention
+from mapper.plan.tiling import alignment_shares, plan_matrices, plan_vector
 
 HOST_TRANSFER_FRACTION = 1.0  # a host fallback moves its inputs and outputs over the host link once each way
 
@@ -43,23 +43,6 @@ class Cost:
     interconnect_s: float = 0.0
 
 
-def kernel_time(compute_s: float, memory_s: float, overhead_s: float, sync_s: float) -> float:
-    """The one roofline: imperfect overlap of compute and memory (`tiling.smooth_max`), then fixed costs."""
-    return kernel_times((compute_s,), (memory_s,), overhead_s, (sync_s,))[0]
-
-
-def kernel_times(
-    compute_s: Sequence[float], memory_s: Sequence[float], overhead_s: float, sync_s: Sequence[float]
-) -> list[float]:
-    """`kernel_time` of several (compute, memory, sync) at one overhead, the powers in one numpy call. The
-    same floats as `tiling.smooth_max` of scalars: numpy's power loop raises to the exponent, the root
-    is the C library's pow (numpy's float64 scalar power and math.pow both call it)."""
-    n = len(compute_s)
-    powered = (np.array((*compute_s, *memory_s), float) ** OVERLAP_EXPONENT).tolist()
-    root = 1 / OVERLAP_EXPONENT
-    return [math.pow(powered[i] + powered[n + i], root) + overhead_s + sync_s[i] for i in range(n)]
-
-
 def roofline_time(kernel: Kernel, engine: str, hw: HardwareProfile, dtype: str) -> float:
     """The kernel at its roofline (PRIMER s5): its FLOPs at the engine's peak or its boundary bytes at DRAM
     bandwidth, whichever is longer; no efficiency, tiling re-reads, launch or sync. A host op has no
@@ -79,11 +62,17 @@ def _energy_per_flop(hw: HardwareProfile, dtype: str) -> float:
     return table.get(dtype) or table.get("bf16") or table.get("fp32") or next(iter(table.values()))
 
 
-def _vector_cost(kernel: Kernel, tiling: TilePlan, hw: HardwareProfile, dtype: str, act_bytes: float):
+def _vector_cost(
+    kernel: Kernel, tiling: TilePlan, hw: HardwareProfile, dtype: str, act_bytes: float, gemv: bool = False
+):
+    """`gemv`: a skinny GEMM on the vector units streams its weights as the matrix kernels do (the matrix DRAM
+    curve, and what an unaligned stride keeps of it)."""
     vector_s = kernel.flops / (hw.vector_peak(dtype) * hw.vector_efficiency.at(kernel.dram_bytes))
     sfu_s = kernel.sfu_ops / hw.sfu_peak_ops_per_s
     dram = kernel.dram_bytes * tiling.passes if tiling.passes > 1 else kernel.dram_bytes
-    memory_s = dram / (hw.dram_bandwidth_bytes_per_s * hw.dram_efficiency.at(dram))
+    curve = hw.matrix_dram_efficiency if gemv and hw.matrix_dram_efficiency else hw.dram_efficiency
+    dram_eff = curve.at(dram) * (alignment_shares(kernel, hw, act_bytes)[1] if gemv else 1.0)
+    memory_s = dram / (hw.dram_bandwidth_bytes_per_s * dram_eff)
     row_s = row_kernel_memory_s(kernel, hw, act_bytes, memory_s)  # a serving engine's row-per-block kernel
     memory_s = memory_s if row_s is None else row_s
     engine = Engine.SFU if sfu_s > vector_s else Engine.VECTOR
@@ -151,14 +140,14 @@ def estimate_searched(
     tiling, compute_s, memory_s, dram, l2, engine, sync_s = _engine_times(kernel, searched, hw, dtype, act_bytes)
     if scale != 1.0:  # the device's software runs this op slower (or faster) than the model's roofline says
         compute_s, memory_s = compute_s * scale, memory_s * scale
-    dynamic_j = basis.energy_j(dram, l2)
-    time_s, throttled = _under_cap(kernel_time(compute_s, memory_s, overhead_s, sync_s), dynamic_j, basis.headroom_w)
+    parts = (compute_s, memory_s, overhead_s, sync_s)
+    capped = under_cap(kernel_time(*parts), parts, basis.flop_j, basis.energy_j(dram, l2), basis.headroom_w)
     if tiling is not searched:  # the matrix search's candidates came timed as the kernel (`search_matrices`)
         tiling = _on_kernel_basis(tiling, basis)
-    energy_j = dynamic_j + hw.idle_w * time_s
+    energy_j = capped.dynamic_j + hw.idle_w * capped.time_s
     return Cost(
         tiling,
-        time_s,
+        capped.time_s,
         compute_s,
         memory_s,
         overhead_s,
@@ -166,17 +155,10 @@ def estimate_searched(
         dram,
         l2,
         energy_j,
-        energy_j / time_s,
-        throttled,
+        energy_j / capped.time_s,
+        capped.throttled,
         engine,
     )
-
-
-def _under_cap(time_s: float, dynamic_j: float, headroom_w: float) -> tuple[float, bool]:
-    """(time, throttled): over the cap the clock drops until the power fits (the kernel stretches)."""
-    if dynamic_j / time_s > headroom_w:
-        return dynamic_j / headroom_w, True
-    return time_s, False
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,14 +190,15 @@ class Basis:
         self, compute_s: list[float], memory_s: list[float], dram: list[float], l2: list[float], split_k: list[int]
     ) -> list[float]:
         """Candidates' times as the kernel's: `kernel_time` of their scaled work, then the power cap."""
-        scale = self.scale
-        raw = kernel_times(
-            [c * scale for c in compute_s],
-            [m * scale for m in memory_s],
-            self.overhead_s,
-            [self.grid_sync_s if s > 1 else 0.0 for s in split_k],
-        )
-        return [_under_cap(t, self.energy_j(d, b), self.headroom_w)[0] for t, d, b in zip(raw, dram, l2)]
+        scale, overhead = self.scale, self.overhead_s
+        compute = [c * scale for c in compute_s]
+        memory = [m * scale for m in memory_s]
+        sync = [self.grid_sync_s if s > 1 else 0.0 for s in split_k]
+        raw = kernel_times(compute, memory, overhead, sync)
+        return [
+            under_cap(t, (c, m, overhead, y), self.flop_j, self.energy_j(d, b), self.headroom_w).time_s
+            for t, c, m, y, d, b in zip(raw, compute, memory, sync, dram, l2)
+        ]
 
     def energy_j(self, dram: float, l2: float) -> float:
         """Energy above idle: the kernel's FLOPs', per DRAM byte, per L2 byte that did not go on to DRAM."""
@@ -285,6 +268,8 @@ def _engine_times(kernel: Kernel, searched: TilePlan | None, hw: HardwareProfile
     elif engine == "matrix" and kernel.rule == "flash-attention":
         tiling = plan_attention(kernel, hw, hw.matrix_peak(dtype), hw.vector_peak(dtype), act_bytes)
         compute_s, memory_s, dram, l2 = _split(tiling)
+        if tiling.chosen.split_k > 1:  # split key/value sequence: the partial outputs' combine pass
+            sync_s = hw.grid_sync_s
     elif engine == "matrix":
         tiling = searched
         compute_s, memory_s, dram, l2 = _split(tiling)
@@ -292,7 +277,7 @@ def _engine_times(kernel: Kernel, searched: TilePlan | None, hw: HardwareProfile
             sync_s = hw.grid_sync_s
         if _skinny(kernel, hw):  # a GEMV-shaped product: the vector units' kernel where it is cheaper
             vector = plan_vector(kernel, hw, act_bytes)
-            v_compute, v_memory, v_dram, v_l2, v_engine = _vector_cost(kernel, vector, hw, dtype, act_bytes)
+            v_compute, v_memory, v_dram, v_l2, v_engine = _vector_cost(kernel, vector, hw, dtype, act_bytes, True)
             if kernel_time(v_compute, v_memory, 0.0, 0.0) < kernel_time(compute_s, memory_s, 0.0, sync_s):
                 return vector, v_compute, v_memory, v_dram, v_l2, v_engine, 0.0
     else:

@@ -31,6 +31,7 @@ PLANS = {
     "gemm": "default",
     "attention-fused": "aggressive",
     "attention-decode": "aggressive",
+    "attention-decode-gqa": "aggressive",
     "attention-unfused": "none",
     "layernorm": "default",
     "rmsnorm": "default",
@@ -53,6 +54,8 @@ def kernel_model(kind: str, shape: tuple[int, ...], elem: int) -> bytes:
         return _model(
             [helper.make_node("MatMul", ["a", "b"], ["c"])], [t("a", (m, k)), t("b", (k, n))], [t("c", (m, n))]
         )
+    if kind == "attention-decode-gqa":
+        return _gqa_model(shape, elem, t)
     if kind.startswith("attention"):
         b, h, s, d = shape
         q_len = 1 if kind == "attention-decode" else s  # decode: one query a sequence over s cached keys
@@ -88,6 +91,35 @@ def kernel_model(kind: str, shape: tuple[int, ...], elem: int) -> bytes:
     else:
         raise MapperError(f"kernel kind {kind!r} is not one of {', '.join(PLANS)}")
     return _model(nodes, [t("x", (rows, cols))], [t("y", (rows, cols))], [weight] if weight is not None else [])
+
+
+def _gqa_model(shape: tuple[int, ...], elem: int, t) -> bytes:
+    """One decode step's grouped-query attention as exporters write it: K and V repeated to every query head
+    (HF repeat_kv: Unsqueeze -> Expand -> Reshape), then QK^T, scale, softmax, PV."""
+    b, hq, hkv, s, d = shape
+    consts = {
+        "scale": np.array(d**-0.5, dtype=np.float32),
+        "axis2": np.array([2], dtype=np.int64),
+        "expand_to": np.array([b, hkv, hq // hkv, s, d], dtype=np.int64),
+        "heads": np.array([b, hq, s, d], dtype=np.int64),
+    }
+    nodes = [helper.make_node("Cast", ["scale"], ["scale_c"], to=elem)]
+    for x in "kv":
+        nodes += [
+            helper.make_node("Unsqueeze", [x, "axis2"], [f"{x}_u"]),
+            helper.make_node("Expand", [f"{x}_u", "expand_to"], [f"{x}_e"]),
+            helper.make_node("Reshape", [f"{x}_e", "heads"], [f"{x}_r"]),
+        ]
+    nodes += [
+        helper.make_node("Transpose", ["k_r"], ["kt"], perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["q", "kt"], ["scores"]),
+        helper.make_node("Mul", ["scores", "scale_c"], ["scaled"]),
+        helper.make_node("Softmax", ["scaled"], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "v_r"], ["o"]),
+    ]
+    inputs = [t("q", (b, hq, 1, d)), t("k", (b, hkv, s, d)), t("v", (b, hkv, s, d))]
+    inits = [numpy_helper.from_array(v, n) for n, v in consts.items()]
+    return _model(nodes, inputs, [t("o", (b, hq, 1, d))], inits)
 
 
 def compare_kernel_csv(path: str | os.PathLike, hw, timing: str = "graph") -> list[dict]:
@@ -127,7 +159,13 @@ def compare_kernel_csv(path: str | os.PathLike, hw, timing: str = "graph") -> li
     return out
 
 
-SHAPE_RANKS = {"gemm": 3, "attention-fused": 4, "attention-unfused": 4, "attention-decode": 4}  # others: rows x cols
+SHAPE_RANKS = {
+    "gemm": 3,
+    "attention-fused": 4,
+    "attention-unfused": 4,
+    "attention-decode": 4,
+    "attention-decode-gqa": 5,
+}
 
 
 def _parse_row(row: dict, column: str, where: str):

@@ -123,6 +123,10 @@ class HardwareProfile:
     graph_launch_s: float | None = None  # per-kernel cost under graph replay (CUDA graphs); None: not given
     dram_latency_s: float | None = None  # one DRAM load's latency under load (row kernels); None: not given
     threads_per_unit: int | None = None  # resident threads per compute unit (row kernels); None: not given
+    matrix_dram_efficiency: EfficiencyCurve | None = None  # a matrix kernel's DRAM stream; None: dram_efficiency
+    matrix_alignment_bytes: int | None = None  # GEMM row strides the fast kernels need; None: no alignment rule
+    unaligned_matrix: float | None = None  # the matrix rate an unaligned GEMM keeps
+    unaligned_dram: float | None = None  # the DRAM efficiency a memory-bound unaligned GEMM keeps
     builtin: bool = field(default=False, compare=False)  # read from data/hardware by its name, unedited
 
     def __hash__(self) -> int:  # dict fields are unhashable; the content hash identifies a profile
@@ -162,6 +166,11 @@ class HardwareProfile:
     def vector_peak(self, dtype: str) -> float:
         """Vector (SIMD) peak in FLOP/s; a dtype without its own figure uses the fp32 figure (conservative)."""
         return self.vector_peak_flops_per_s.get(canonical_dtype(dtype), self.vector_peak_flops_per_s["fp32"])
+
+    def matrix_dram_at(self, nbytes: np.ndarray) -> np.ndarray:
+        """DRAM efficiency of matrix kernels' streams of these sizes (the matrix curve where the profile gives
+        one, else the DRAM curve every kernel reads)."""
+        return (self.matrix_dram_efficiency or self.dram_efficiency).at_array(nbytes)
 
     def ridge_point(self, dtype: str) -> float:
         """FLOP per DRAM byte at which the matrix engine and DRAM take equal time (roofline ridge)."""
@@ -223,7 +232,11 @@ _OPTIONAL = (  # (key, attribute, type): numbers a profile may leave out (None t
     ("overhead.graph_launch_s", "graph_launch_s", float),
     ("memory.dram_latency_s", "dram_latency_s", float),
     ("compute.threads_per_unit", "threads_per_unit", int),
+    ("compute.matrix_alignment_bytes", "matrix_alignment_bytes", int),
+    ("efficiency.unaligned_matrix", "unaligned_matrix", float),
+    ("efficiency.unaligned_dram", "unaligned_dram", float),
 )
+_OPTIONAL_CURVES = (("efficiency.matrix_dram_by_bytes", "matrix_dram_efficiency"),)  # absent: None
 
 
 def tree_get(tree: dict[str, Any], dotted: str) -> Any:
@@ -272,6 +285,11 @@ def build_profile(tree: dict[str, Any]) -> HardwareProfile:
         section, leaf = key.split(".")
         if (entry := tree_get(tree, section).get(leaf)) is not None:
             fields[attr], sources[key] = kind(entry["value"]), entry["source"]
+    for key, attr in _OPTIONAL_CURVES:
+        section, leaf = key.split(".")
+        if (entry := tree_get(tree, section).get(leaf)) is not None:
+            fields[attr] = EfficiencyCurve(tuple((float(x), float(e)) for x, e in entry["value"]))
+            sources[key] = entry["source"]
     fields["matrix_instruction_mnk"] = tuple(fields.pop(f"matrix_instruction_mnk.{i}") for i in range(3))
     fields["interconnect"] = Interconnect(
         **{
@@ -310,6 +328,9 @@ def profile_tree(profile: HardwareProfile) -> dict[str, Any]:
     for key, attr, _kind in _OPTIONAL:
         if getattr(profile, attr) is not None:
             _put(tree, key, {"value": getattr(profile, attr), "source": profile.sources[key]})
+    for key, attr in _OPTIONAL_CURVES:
+        if (curve := getattr(profile, attr)) is not None:
+            _put(tree, key, {"value": [[x, e] for x, e in curve.points], "source": profile.sources[key]})
     if profile.op_time_scale:  # optional: absent from a profile until calibration finds an op that needs it
         _put(
             tree,

@@ -125,6 +125,9 @@ class Compute(_Strict):
     # never as a dense figure, so each must sit above the dense peak of its dtype.
     sparse_matrix_peak_flops_per_s: dict[Dtype, Positive] = {}
     threads_per_unit: Count | None = None  # resident threads per compute unit (GPU row kernels)
+    # A GEMM whose row strides (K and N, in bytes) are not multiples of this leaves the fast matrix kernels
+    # (Hopper's TMA needs 16-byte strides); absent: no alignment rule
+    matrix_alignment_bytes: Count | None = None
 
     @model_validator(mode="after")
     def _vector_has_fp32(self) -> Compute:
@@ -196,10 +199,21 @@ class OpScale(_Sourced):
     value: Annotated[float, Field(ge=0.01, le=1000.0, allow_inf_nan=False)]
 
 
+class Share(_Sourced):
+    """A share of a rate a slower path keeps: above 0, at most 1."""
+
+    value: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
+
+
 class Efficiency(_Strict):
     matrix_by_flops: Curve
     vector_by_bytes: Curve
     dram_by_bytes: Curve
+    # a matrix kernel's own DRAM stream by its bytes (skinny GEMMs stream weights through few tiles); absent:
+    # dram_by_bytes
+    matrix_dram_by_bytes: Curve | None = None
+    unaligned_matrix: Share | None = None  # the matrix rate an unaligned GEMM keeps (compute.matrix_alignment_bytes)
+    unaligned_dram: Share | None = None  # the DRAM efficiency a memory-bound unaligned GEMM keeps
     op_time_scale: Annotated[dict[OpType, OpScale], Field(max_length=256)] = {}
 
 
@@ -232,6 +246,16 @@ class ProfileModel(_Strict):
         if missing:
             raise ValueError(
                 f"power.energy_per_flop_j lacks {', '.join(missing)}: every dtype with a peak needs an energy per FLOP"
+            )
+        alignment = (
+            self.compute.matrix_alignment_bytes,
+            self.efficiency.unaligned_matrix,
+            self.efficiency.unaligned_dram,
+        )
+        if any(a is not None for a in alignment) and not all(a is not None for a in alignment):
+            raise ValueError(
+                "compute.matrix_alignment_bytes, efficiency.unaligned_matrix and efficiency.unaligned_dram go"
+                " together: give all three (the alignment and what an unaligned GEMM keeps) or none"
             )
         return self
 

@@ -3,7 +3,7 @@
 Stage six. Matrix kernels (GEMM, conv as implicit GEMM) try every tile aligned to
 the matrix instruction whose multi-stage working set fits the unit's SRAM, with
 split-K when there are too few tiles; fused attention tries query/key block
-sizes. Each candidate gets wave and padding (tile) quantization, DRAM traffic
+sizes (`plan.attention_tiling`). Each candidate gets wave and padding (tile) quantization, DRAM traffic
 with L2 reuse, and a time; the fastest wins and the runners-up are kept.
 Vector kernels get a block size, a pass count and their grid synchronizations.
 """
@@ -41,9 +41,6 @@ OVERLAP_EXPONENT = 6.0
 L2_CLUSTER_SHARING = 2.0
 ALTERNATIVES_KEPT = 3
 PICK_CHUNK = 32  # ranked candidates read at a time (`_pick`): 19-28 ranks held the 4 kept tiles of BERT-base's GEMMs
-ATTENTION_BLOCKS_Q = (64, 128)  # FlashAttention-2/3 query block sizes
-ATTENTION_BLOCKS_KV = (64, 128, 256)
-SOFTMAX_VECTOR_FLOPS = 4  # per score besides the exp: max, subtract, sum, rescale (FlashAttention-2)
 VECTOR_BLOCK_MAX = 1024
 ROW_IN_SRAM_SHARE = 0.5  # a reduced row that fits in half a unit's SRAM is reduced in one pass
 
@@ -59,16 +56,16 @@ def _edges(instr: int) -> np.ndarray:
     return np.array(sorted(c for c in cands if c >= instr and c <= max(256, instr)), dtype=float)
 
 
-def _grid(*axes):
+def grid(*axes):
     mesh = np.meshgrid(*axes, indexing="ij")
     return [m.reshape(-1) for m in mesh]
 
 
-def _macs_per_clock_per_unit(hw: HardwareProfile, peak: float) -> float:
+def macs_per_clock_per_unit(hw: HardwareProfile, peak: float) -> float:
     return peak / 2 / max(hw.compute_units, 1) / max(hw.clock_hz, 1.0)
 
 
-def _delivery_efficiency(macs_per_clock: float, tile_m, tile_n, act_bytes: float):
+def delivery_efficiency(macs_per_clock: float, tile_m, tile_n, act_bytes: float):
     """A tile's operand-delivery efficiency: the share of the matrix units' rate that SRAM's bytes per clock
     sustain, given the operand bytes a tile needs per MAC (small tiles starve the units)."""
     need = macs_per_clock * (tile_m + tile_n) / (tile_m * tile_n) * act_bytes
@@ -80,7 +77,7 @@ def _candidates(instruction: tuple[int, int, int], act_bytes: float) -> tuple[np
     """Every (tile m, n, k, stages, split-K) for an instruction shape, with its SRAM working set
     (PRIMER s4); the same for every kernel on a device, so built once. Read-only arrays."""
     im, in_, ik = instruction
-    tm, tn, tk, st, sk = _grid(
+    tm, tn, tk, st, sk = grid(
         _edges(im),
         _edges(in_),
         np.array([k for k in TILE_K if k % max(ik, 1) == 0] or [ik], float),
@@ -94,8 +91,8 @@ def _candidates(instruction: tuple[int, int, int], act_bytes: float) -> tuple[np
     return out
 
 
-def _key_ids(tile_m: np.ndarray, tile_n: np.ndarray, split_k: np.ndarray) -> np.ndarray:
-    """Each candidate's (tile m, tile n, split-K) as one integer: equal triples, equal ids (`_pick_rows` keeps
+def key_ids(tile_m: np.ndarray, tile_n: np.ndarray, split_k: np.ndarray) -> np.ndarray:
+    """Each candidate's (tile m, tile n, split-K) as one integer: equal triples, equal ids (`pick_rows` keeps
     one candidate of each)."""
     return np.unique(np.stack((tile_m, tile_n, split_k), axis=1), axis=0, return_inverse=True)[1].reshape(-1)
 
@@ -107,25 +104,25 @@ def _fitting(
     """The candidates whose working set fits the unit's SRAM, the fewest stages of each (tile m, n, k,
     split-K), in their order (what every search on the device starts from), whether each runs without
     split-K, and each tile's operand-delivery efficiency (the share of the matrix units' rate that SRAM's
-    bytes per clock sustain), and each one's (tile m, tile n, split-K) as one number (`_key_ids`). Read-only.
+    bytes per clock sustain), and each one's (tile m, tile n, split-K) as one number (`key_ids`). Read-only.
 
     Stages set the working set alone, not the time: the fewest that fit come first at an equal time and hold
-    the (m, n, split-K) key of every deeper one, which `_pick_rows` would pass over (665 -> 245 candidates on
+    the (m, n, split-K) key of every deeper one, which `pick_rows` would pass over (665 -> 245 candidates on
     H100, the same picks)."""
     tm, tn, tk, st, sk, sram = _candidates(instruction, act_bytes)
     fitting = np.flatnonzero(sram <= sram_bytes)
     first = np.unique(np.stack((tm, tn, tk, sk), axis=1)[fitting], axis=0, return_index=True)[1]
     kept = fitting[np.sort(first)]
     tm, tn, tk, st, sk, sram = (a[kept] for a in (tm, tn, tk, st, sk, sram))
-    delivery = _delivery_efficiency(macs_per_clock, tm, tn, act_bytes)
-    out = (tm, tn, tk, st, sk, sram, sk == 1, delivery, _key_ids(tm, tn, sk))
+    delivery = delivery_efficiency(macs_per_clock, tm, tn, act_bytes)
+    out = (tm, tn, tk, st, sk, sram, sk == 1, delivery, key_ids(tm, tn, sk))
     for a in out:
         a.setflags(write=False)
     return out
 
 
 @dataclass(frozen=True, slots=True)
-class _Candidates:
+class Candidates:
     """Every candidate tiling as arrays, one per TileChoice field in its order; `_pick` ranks them."""
 
     tile_m: np.ndarray
@@ -145,7 +142,7 @@ class _Candidates:
     time_s: np.ndarray
 
 
-# `_Candidates` rows that TileChoice holds as ints (tile, stages, split-K, tiles, waves, SRAM bytes), the rest floats
+# `Candidates` rows that TileChoice holds as ints (tile, stages, split-K, tiles, waves, SRAM bytes), the rest floats
 _COUNT_FIELDS = [0, 1, 2, 3, 4, 5, 6, 9]
 _MEASURED_FIELDS = [7, 8, 10, 11, 12, 13, 14]
 
@@ -171,7 +168,7 @@ def plan_matrices(
     element goes through the same floating-point operations as a search of its kernel alone. With
     `timers` (one a kernel), the kept candidates' `time_s` is their kernel's time, not the search's."""
     P = hw.compute_units
-    macs = _macs_per_clock_per_unit(hw, peak)
+    macs = macs_per_clock_per_unit(hw, peak)
     tm, tn, tk, st, sk, sram, single, tile_eff, key_id = _fitting(
         hw.matrix_instruction_mnk, act_bytes, hw.sram_per_unit_bytes, macs
     )
@@ -187,9 +184,7 @@ def plan_matrices(
         figures = np.array([_matrix_figures(kernels[i], hw, act_bytes, weight_bytes_per) for i in kept], float)
         candidates = _matrix_times(figures, rows, cols, (tm, tn, tk, st, sk, sram, tile_eff), hw, peak)
         kept_timers = [timers[i] for i in kept] if timers else None
-        for i, plan in zip(
-            kept, _pick_rows("matrix", candidates, key_id[cols], [counts[i] for i in kept], kept_timers)
-        ):
+        for i, plan in zip(kept, pick_rows("matrix", candidates, key_id[cols], [counts[i] for i in kept], kept_timers)):
             plans[i] = plan
     for i, n in enumerate(counts):
         if not n:  # nothing fits: fall back to the smallest aligned tile, single stage
@@ -207,13 +202,13 @@ def _plan_unfit(
 ) -> TilePlan:
     tm, tn, tk, st, sk, sram = _candidates(hw.matrix_instruction_mnk, act_bytes)
     ok = (tm == tm.min()) & (tn == tn.min()) & (tk == tk.min()) & (st == st.min()) & (sk == 1)
-    macs = _macs_per_clock_per_unit(hw, peak)
-    tile_eff = _delivery_efficiency(macs, tm, tn, act_bytes)
+    macs = macs_per_clock_per_unit(hw, peak)
+    tile_eff = delivery_efficiency(macs, tm, tn, act_bytes)
     (cols,) = ok.nonzero()
     table = (tm, tn, tk, st, sk, sram, tile_eff)
     figures = np.array([_matrix_figures(kernel, hw, act_bytes, weight_bytes_per)], float)
     candidates = _matrix_times(figures, np.zeros_like(cols), cols, table, hw, peak)
-    return _pick_rows("matrix", candidates, _key_ids(tm, tn, sk)[cols], [len(cols)], [timer] if timer else None)[0]
+    return pick_rows("matrix", candidates, key_ids(tm, tn, sk)[cols], [len(cols)], [timer] if timer else None)[0]
 
 
 def _matrix_times(
@@ -223,12 +218,12 @@ def _matrix_times(
     table: tuple[np.ndarray, ...],
     hw: HardwareProfile,
     peak: float,
-) -> _Candidates:
+) -> Candidates:
     """Each (kernel row, candidate column) pair's waves, padding, traffic and time, as flat arrays: `figures`
     holds a row of `_matrix_figures` per kernel, `table` the candidates' tile, stages, split-K, SRAM and
     operand-delivery efficiency."""
     P = hw.compute_units
-    M, N, K, B, flops, boundary, a_bytes, b_bytes, base_eff = figures.T[:, rows]
+    M, N, K, B, flops, boundary, a_bytes, b_bytes, base_eff, dram_share = figures.T[:, rows]
     tm, tn, tk, st, sk, sram, tile_eff = (a[cols] for a in table)
     tiles_m, tiles_n = np.ceil(M / tm), np.ceil(N / tn)
     tiles = B * tiles_m * tiles_n * sk
@@ -249,16 +244,29 @@ def _matrix_times(
     )
     l2 = (a_bytes * tiles_n + b_bytes * tiles_m) / L2_CLUSTER_SHARING + partials
     # DRAM and L2 transfers pipeline with each other: the slower level sets the memory time
-    memory = np.maximum(
-        dram / (hw.dram_bandwidth_bytes_per_s * hw.dram_efficiency.at_array(dram)), l2 / hw.l2_bandwidth_bytes_per_s
-    )
+    dram_eff = hw.matrix_dram_at(dram) * dram_share
+    memory = np.maximum(dram / (hw.dram_bandwidth_bytes_per_s * dram_eff), l2 / hw.l2_bandwidth_bytes_per_s)
     time = smooth_max(compute, memory) + np.where(sk > 1, hw.grid_sync_s, 0.0)
-    return _Candidates(tm, tn, tk, st, sk, tiles, waves, wave_eff, pad_eff, sram, dram, l2, compute, memory, time)
+    return Candidates(tm, tn, tk, st, sk, tiles, waves, wave_eff, pad_eff, sram, dram, l2, compute, memory, time)
+
+
+def alignment_shares(kernel: Kernel, hw: HardwareProfile, act_bytes: float) -> tuple[float, float]:
+    """(matrix rate, DRAM efficiency) shares a GEMM keeps on the device's slower path when its row strides (K of
+    A, N of B and C, in bytes) are off the profile's `matrix_alignment_bytes`: Hopper's TMA-fed cuBLAS kernels
+    need 16-byte strides (measured on H200: n = 3073 at 0.13 of n = 3072's rate, GPT-2's vocabulary 50257 at
+    0.18 of the padded 50304's, data/evidence/h200). (1.0, 1.0): aligned, not a GEMM, or no rule."""
+    s, align = kernel.matrix, hw.matrix_alignment_bytes
+    if align is None or s is None or s.kind != "gemm" or kernel.rule == "flash-attention":
+        return 1.0, 1.0
+    if (s.k * act_bytes) % align == 0 and (s.n * act_bytes) % align == 0:
+        return 1.0, 1.0
+    return hw.unaligned_matrix, hw.unaligned_dram
 
 
 def _matrix_figures(kernel: Kernel, hw: HardwareProfile, act_bytes: float, weight_bytes_per: float) -> tuple:
     """A kernel's scalars the search reads: M, N, K, batch, matrix FLOPs, boundary bytes, A's and B's bytes
-    (operands re-read once per tile row/column, except what L2 keeps across a wave) and the size efficiency."""
+    (operands re-read once per tile row/column, except what L2 keeps across a wave), the size efficiency
+    and the shares of the matrix rate and DRAM efficiency its alignment keeps (`alignment_shares`)."""
     s = kernel.matrix
     M, N, K, B = float(s.m), float(s.n), float(s.k), float(s.batch)
     # implicit GEMM never materializes im2col: A's distinct bytes are the input's, its tap re-reads hit L1
@@ -266,12 +274,13 @@ def _matrix_figures(kernel: Kernel, hw: HardwareProfile, act_bytes: float, weigh
     weights = kernel.weight_bytes > 0
     b_bytes = (1 if weights else B) * K * N * (weight_bytes_per if weights else act_bytes)
     base_eff = hw.matrix_efficiency.at(kernel.matrix_flops)
-    return M, N, K, B, kernel.matrix_flops, kernel.dram_bytes, a_bytes, b_bytes, base_eff
+    rate_share, dram_share = alignment_shares(kernel, hw, act_bytes)
+    return M, N, K, B, kernel.matrix_flops, kernel.dram_bytes, a_bytes, b_bytes, base_eff * rate_share, dram_share
 
 
-def _pick_rows(
+def pick_rows(
     kind: str,
-    c: _Candidates,
+    c: Candidates,
     key_id: np.ndarray,
     counts: Sequence[int],
     timers: Sequence[CandidateTimer] | None = None,
@@ -302,7 +311,7 @@ def _pick_rows(
                 break
         chosen.append(picks)
     flat = np.array([i for picks in chosen for i in picks])
-    values = np.stack([getattr(c, f)[flat] for f in _Candidates.__slots__])
+    values = np.stack([getattr(c, f)[flat] for f in Candidates.__slots__])
     counted = values[_COUNT_FIELDS].astype(np.int64).T.tolist()  # int() of each: truncation, as the record's ints
     measured = values[_MEASURED_FIELDS].T.tolist()
     if timers:  # each row's kept candidates timed as its kernel (`CandidateTimer`) before the records are built
@@ -327,50 +336,6 @@ _new_choice = writer(TileChoice)  # each kept candidate of each new GEMM's searc
 def _choice(n: list[int], x: list[float]) -> TileChoice:
     """A candidate's counts (`_COUNT_FIELDS`) and measures (`_MEASURED_FIELDS`) as the record."""
     return _new_choice(n[0], n[1], n[2], n[3], n[4], n[5], n[6], x[0], x[1], n[7], x[2], x[3], x[4], x[5], x[6])
-
-
-def _attention_grid(d: int, act_bytes: float, hw: HardwareProfile):
-    bq, bkv = _grid(np.array(ATTENTION_BLOCKS_Q, float), np.array(ATTENTION_BLOCKS_KV, float))
-    stages = 2.0
-    sram = (bq * d + 2 * stages * bkv * d) * act_bytes + bq * bkv * ACCUMULATOR_BYTES
-    ok = sram <= hw.sram_per_unit_bytes
-    return bq[ok], bkv[ok], sram[ok]
-
-
-def attention_fits(shape, act_bytes: float, hw: HardwareProfile) -> bool:
-    """Does some FlashAttention block size keep the S x S scores on chip?"""
-    return len(_attention_grid(shape.k, act_bytes, hw)[0]) > 0
-
-
-def plan_attention(kernel: Kernel, hw: HardwareProfile, peak: float, vector_peak: float, act_bytes: float) -> TilePlan:
-    s = kernel.matrix  # batch = B*H, m = Sq, n = Skv, k = head dim
-    P = hw.compute_units
-    bq, bkv, sram = _attention_grid(s.k, act_bytes, hw)
-    tiles = s.batch * np.ceil(s.m / bq)
-    waves = np.ceil(tiles / P)
-    wave_eff = tiles / (waves * P)
-    pad_eff = (s.m / (np.ceil(s.m / bq) * bq)) * (s.n / (np.ceil(s.n / bkv) * bkv))
-    tile_eff = _delivery_efficiency(_macs_per_clock_per_unit(hw, peak), bq, bkv, act_bytes)
-    matrix = kernel.matrix_flops / (peak * hw.matrix_efficiency.at(kernel.matrix_flops) * wave_eff * pad_eff * tile_eff)
-    scores = s.batch * s.m * s.n
-    # the softmax's exp runs on the special-function unit between the two GEMMs (FlashAttention-3 s3)
-    softmax = kernel.sfu_ops / hw.sfu_peak_ops_per_s + SOFTMAX_VECTOR_FLOPS * scores / vector_peak
-    compute = matrix + softmax
-    kv_bytes = 2 * s.batch * s.n * s.k * act_bytes
-    heads_per_wave = np.maximum(1, P / np.ceil(s.m / bq))
-    kv_resident = heads_per_wave * 2 * s.n * s.k * act_bytes <= hw.l2_bytes
-    dram = kernel.dram_bytes + np.where(kv_resident, 0.0, kv_bytes * (np.ceil(s.m / bq) - 1))
-    l2 = kernel.dram_bytes + kv_bytes * (np.ceil(s.m / bq) - 1)
-    memory = np.maximum(
-        dram / (hw.dram_bandwidth_bytes_per_s * hw.dram_efficiency.at_array(dram)), l2 / hw.l2_bandwidth_bytes_per_s
-    )
-    time = smooth_max(compute, memory)
-    ones = np.ones_like(bq)
-    stages = 2 * ones
-    candidates = _Candidates(
-        bq, bkv, s.k * ones, stages, ones, tiles, waves, wave_eff, pad_eff, sram, dram, l2, compute, memory, time
-    )
-    return _pick_rows("attention", candidates, _key_ids(bq, bkv, ones), [len(bq)])[0]
 
 
 def plan_vector(kernel: Kernel, hw: HardwareProfile, act_bytes: float) -> TilePlan:

@@ -18,6 +18,7 @@ CLASS_COLORS = {
     "compute-bound (vector/SFU)": "#17becf",
     "memory-bound": "#d62728",
     "occupancy / wave quantization": "#ff7f0e",
+    "unaligned leading dimension": "#ffbb78",
     "launch / latency-bound": "#9467bd",
     "synchronization": "#8c564b",
     "interconnect": "#e377c2",

@@ -193,6 +193,7 @@ CANDIDATES: dict[str, tuple[CandidateRow, ...]] = {
         CandidateRow("aggressive fusion", _set(fusion="aggressive"), Owner.ML_COMPILER, "occupancy-bound kernels"),
         CandidateRow("2:4 sparse weights", _sparse, Owner.ML_COMPILER, "weight GEMMs", SPARSITY_EVIDENCE),
     ),
+    Bottleneck.ALIGNMENT: (),  # the fix is the model's shapes (the class's row says how), not a plan option
     Bottleneck.LAUNCH: (
         CandidateRow("CUDA graph replay", _set(launch="graph"), Owner.RUNTIME, "every kernel"),
         CandidateRow("aggressive fusion", _set(fusion="aggressive"), Owner.ML_COMPILER, "launch-bound kernels"),

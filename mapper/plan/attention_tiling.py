@@ -1,0 +1,98 @@
+"""Fused attention's tile search: query and key block sizes and key/value splits (stage six, beside
+`plan.tiling`'s matrix search, whose candidate records, delivery efficiency and pick it shares).
+
+A FlashAttention kernel keeps the S x S scores on chip: each (sequence, head, query block) walks the keys
+in blocks, its working set the query block, double-buffered key and value blocks and the score tile.
+Where those work items are fewer than the units (a decode step: one query a sequence), the keys are split
+across units and a second pass combines the partial outputs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mapper.core.result import Kernel, TilePlan
+from mapper.hardware.profile import HardwareProfile
+from mapper.plan.tiling import (
+    ACCUMULATOR_BYTES,
+    Candidates,
+    delivery_efficiency,
+    grid,
+    key_ids,
+    macs_per_clock_per_unit,
+    pick_rows,
+    smooth_max,
+)
+
+ATTENTION_BLOCKS_Q = (64, 128)  # FlashAttention-2/3 query block sizes
+ATTENTION_BLOCKS_KV = (64, 128, 256)
+# Splits of the key/value sequence across units, their partial outputs combined by a second pass: what
+# decode kernels do when (sequence, head, query block)s are fewer than units (FlashAttention-2's split-KV,
+# `num_splits_heuristic` in flash_api.cpp, up to 128; FlashDecoding, Dao et al. 2023; vLLM's PagedAttention
+# V2 partitions); each split takes whole key blocks, the count any of 1..128 (FlashAttention-2 tries each).
+# Measured on H200 (data/evidence/h200): one sequence of 32 heads over 8192 cached keys streams 3.6 TB/s,
+# which 32 busy SMs of 132 could not.
+ATTENTION_KV_SPLITS = tuple(range(1, 129))
+SOFTMAX_VECTOR_FLOPS = 4  # per score besides the exp: max, subtract, sum, rescale (FlashAttention-2)
+
+
+def _attention_grid(d: int, act_bytes: float, hw: HardwareProfile):
+    bq, bkv = grid(np.array(ATTENTION_BLOCKS_Q, float), np.array(ATTENTION_BLOCKS_KV, float))
+    stages = 2.0
+    sram = (bq * d + 2 * stages * bkv * d) * act_bytes + bq * bkv * ACCUMULATOR_BYTES
+    ok = sram <= hw.sram_per_unit_bytes
+    return bq[ok], bkv[ok], sram[ok]
+
+
+def attention_fits(shape, act_bytes: float, hw: HardwareProfile) -> bool:
+    """Does some FlashAttention block size keep the S x S scores on chip?"""
+    return len(_attention_grid(shape.k, act_bytes, hw)[0]) > 0
+
+
+def plan_attention(kernel: Kernel, hw: HardwareProfile, peak: float, vector_peak: float, act_bytes: float) -> TilePlan:
+    """Query and key block sizes and key/value splits (`split_k` of the choice: the combine pass costs a grid
+    sync and the partial outputs' traffic) of a fused attention kernel."""
+    s = kernel.matrix  # batch = B*H, m = Sq, n = Skv, k = head dim
+    P = hw.compute_units
+    bq, bkv, sram = _attention_grid(s.k, act_bytes, hw)
+    splits = np.array(ATTENTION_KV_SPLITS, float)
+    pairs = len(bq)
+    bq, bkv, sram = np.tile(bq, len(splits)), np.tile(bkv, len(splits)), np.tile(sram, len(splits))
+    split = np.repeat(splits, pairs)
+    # the key blocks dealt out evenly: the busiest split holds ceil(blocks / splits), and no split is empty
+    kv_blocks = np.ceil(np.ceil(s.n / bkv) / split)
+    ok = (split == 1) | (kv_blocks * (split - 1) < np.ceil(s.n / bkv))
+    bq, bkv, sram, split, kv_blocks = bq[ok], bkv[ok], sram[ok], split[ok], kv_blocks[ok]
+    q_blocks = np.ceil(s.m / bq)
+    tiles = s.batch * q_blocks * split
+    waves = np.ceil(tiles / P)
+    wave_eff = tiles / (waves * P)
+    pad_kv = s.n / (split * kv_blocks * bkv)  # the key blocks' padding (the busiest split's)
+    pad_eff = (s.m / (q_blocks * bq)) * pad_kv
+    tile_eff = delivery_efficiency(macs_per_clock_per_unit(hw, peak), bq, bkv, act_bytes)
+    # the size efficiency is read at one split's work (a split kernel is `split` kernels' worth of work side by
+    # side) over the whole key blocks it covers: at the real FLOPs it rose with every key inside a block and
+    # made one more key faster, and split counts of powers of two padded per split made 513 keys slower than 2049
+    size_eff = hw.matrix_efficiency.at_array(kernel.matrix_flops / (pad_kv * split))
+    matrix = kernel.matrix_flops / (peak * size_eff * wave_eff * pad_eff * tile_eff)
+    scores = s.batch * s.m * s.n
+    # the softmax's exp runs on the special-function unit between the two GEMMs (FlashAttention-3 s3)
+    softmax = kernel.sfu_ops / hw.sfu_peak_ops_per_s + SOFTMAX_VECTOR_FLOPS * scores / vector_peak
+    compute = smooth_max(matrix, softmax)
+    kv_bytes = 2 * s.batch * s.n * s.k * act_bytes
+    heads_per_wave = np.maximum(1, P / q_blocks)
+    kv_resident = heads_per_wave * 2 * s.n * s.k * act_bytes <= hw.l2_bytes
+    # each split writes its rows' partial output and log-sum-exp in fp32; the combine pass reads them back
+    partials = np.where(split > 1, 2 * split * s.batch * s.m * (s.k + 1) * ACCUMULATOR_BYTES, 0.0)
+    dram = kernel.dram_bytes + np.where(kv_resident, 0.0, kv_bytes * (q_blocks - 1))
+    dram = dram + np.where(partials > hw.l2_bytes, partials, 0.0)
+    l2 = kernel.dram_bytes + kv_bytes * (q_blocks - 1) + partials
+    memory = np.maximum(
+        dram / (hw.dram_bandwidth_bytes_per_s * hw.dram_efficiency.at_array(dram)), l2 / hw.l2_bandwidth_bytes_per_s
+    )
+    time = smooth_max(compute, memory) + np.where(split > 1, hw.grid_sync_s, 0.0)
+    ones = np.ones_like(bq)
+    candidates = Candidates(
+        bq, bkv, s.k * ones, 2 * ones, split, tiles, waves, wave_eff, pad_eff, sram, dram, l2, compute, memory, time
+    )
+    return pick_rows("attention", candidates, key_ids(bq, bkv, split), [len(bq)])[0]
