@@ -48,7 +48,7 @@ CLASSES: dict[Bottleneck, BottleneckClass] = {
     Bottleneck.OCCUPANCY: BottleneckClass(Owner.ML_COMPILER, "split-K, retile, or a larger batch"),
     Bottleneck.ALIGNMENT: BottleneckClass(
         Owner.ML_COMPILER,
-        "pad K and N to a multiple of 16 bytes (a vocabulary of 50257 to 50304; the compiler's shape padding)",
+        "pad K and N to a multiple of 16 bytes: a vocabulary of 50257 to 50304, or the compiler's shape padding",
     ),
     Bottleneck.LAUNCH: BottleneckClass(Owner.RUNTIME, "fuse kernels or capture a CUDA graph"),
     Bottleneck.SYNCHRONIZATION: BottleneckClass(Owner.RUNTIME, "a one-pass algorithm"),
