@@ -10,6 +10,7 @@ reading trails the load by about a second). The achieved rate is the work done o
 from __future__ import annotations
 
 import argparse
+import csv
 import math
 import statistics
 import time
@@ -25,6 +26,15 @@ def parser(doc: str) -> argparse.ArgumentParser:
     parse.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parse.add_argument("--quick", action="store_true")
     return parse
+
+
+def write_rows(path: str, rows: list[dict]) -> list[dict]:
+    """The rows as a CSV at `path` (their keys the header); the rows, for printing."""
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return rows
 
 
 def event_times(torch, fn, repeats: int) -> list[float]:

@@ -26,9 +26,9 @@ import sys
 import time
 
 try:
-    from bench.gpu_common import capture, event_times, hold, parser
+    from bench.gpu_common import capture, event_times, hold, parser, write_rows
 except ImportError:  # run as a script: bench/ is on the path, the repository root is not
-    from gpu_common import capture, event_times, hold, parser
+    from gpu_common import capture, event_times, hold, parser, write_rows
 
 CONFIGS = {  # HF config.json figures, as mapper/zoo/llama.py has them
     "llama2-7b": {"layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 32, "ffn": 11008, "vocab": 32000},
@@ -212,11 +212,7 @@ def main(argv=None) -> int:
             figures = f"graph {graph_s * 1e3:8.3f} ms  eager {eager_s * 1e3:8.3f} ms"
             print(f"{phase:8s} batch {batch:3d} seq {seq:5d} past {past:5d}  {figures}", flush=True)
         if args.power and args.device == "cuda":
-            rows = power_rows(torch, model)
-            with open(args.power, "w", newline="") as power:
-                writer = csv.DictWriter(power, fieldnames=list(rows[0]))
-                writer.writeheader()
-                writer.writerows(rows)
+            rows = write_rows(args.power, power_rows(torch, model))
             for r in rows:
                 step = f"{r['phase']} b{r['batch']} s{r['seq']} p{r['past']}"
                 print(f"power {step}: {r['mean_w']:.0f} W {r['rate']:.0f} tok/s {r['sm_mhz']:.0f} MHz")

@@ -31,9 +31,9 @@ import sys
 import time
 
 try:
-    from bench.gpu_common import at_rest, capture, event_times, graph_of, hold, parser, replay_s
+    from bench.gpu_common import at_rest, capture, event_times, graph_of, hold, parser, replay_s, write_rows
 except ImportError:  # run as a script: bench/ is on the path, the repository root is not
-    from gpu_common import at_rest, capture, event_times, graph_of, hold, parser, replay_s
+    from gpu_common import at_rest, capture, event_times, graph_of, hold, parser, replay_s, write_rows
 
 # Generic grid (bf16 and fp16), with the wave-quantization pairs (132 tiles against 133 on an H100/H200).
 GEMM_SIZES = [(m, n, k) for m in (128, 1024, 4096, 8192) for n in (1024, 4096, 8192) for k in (1024, 4096, 8192)]
@@ -68,9 +68,9 @@ ATTENTION = [(16384 // s, 16, s, 128) for s in (512, 1024, 2048, 4096, 8192, 163
     (1, 32, 2048, 128),
 ]
 # (batch, heads, past, head_dim): one decode step's attention, one query per sequence over the KV cache
-DECODE = [(b, 32, past, 128) for b in (1, 8, 32) for past in (512, 2048, 8192)]
+DECODE = [(b, 32, 32, past, 128) for b in (1, 8, 32) for past in (512, 2048, 8192)]
 # few sequences over long caches: where a kernel must split the cache across SMs to fill them (flash-decoding)
-DECODE += [(b, h, past, 128) for b in (1, 2, 4) for h in (8, 32) for past in (1024, 4096, 16384, 32768)]
+DECODE += [(b, h, h, past, 128) for b in (1, 2, 4) for h in (8, 32) for past in (1024, 4096, 16384, 32768)]
 # (batch, query heads, key/value heads, past, head_dim): grouped-query decode attention (Llama-2-70B at TP 8 and
 # TP 1, Llama-3-8B), SDPA with enable_gqa
 DECODE_GQA = [(b, hq, hkv, past, 128) for hq, hkv in ((8, 1), (64, 8), (32, 8)) for b in (1, 8, 32, 64)
@@ -80,7 +80,7 @@ NORMS += [(1, 256), (1, 4096), (64, 4096), (64, 8192)]  # launch floors and deco
 QUICK = {
     "gemm": [(1024, 1024, 1024), (4096, 4096, 4096), (1408, 3072, 4096), (1408, 3073, 4096)],
     "attention": [(32, 16, 512, 128), (2, 16, 8192, 128)],
-    "decode": [(8, 32, 2048, 128)],
+    "decode": [(8, 32, 32, 2048, 128)],
     "norm": [(8192, 4096)],
 }
 L2_BYTES = 60 << 20  # H200's L2 as PyTorch reports it; the copies hold >= 2x this
@@ -132,7 +132,7 @@ def _gemm_cases(torch, device, dtype_name, sizes):
         )
 
 
-def _attention_cases(torch, device, dtype_name, shapes, decode_shapes):
+def _attention_cases(torch, device, dtype_name, shapes):
     import torch.nn.functional as F
 
     dtype = getattr(torch, dtype_name)
@@ -155,25 +155,11 @@ def _attention_cases(torch, device, dtype_name, shapes, decode_shapes):
             yield Case(
                 "attention-unfused", text, dtype_name, make, naive, flops, io + 4 * batch * heads * seq**2 * size
             )
-    for batch, heads, past, d in decode_shapes:
-
-        def make(batch=batch, heads=heads, past=past, d=d):
-            q = torch.randn(batch, heads, 1, d, device=device, dtype=dtype)
-            return (q, *(torch.randn(batch, heads, past, d, device=device, dtype=dtype) for _ in range(2)))
-
-        yield Case(
-            "attention-decode",
-            f"{batch}x{heads}x{past}x{d}",
-            dtype_name,
-            make,
-            lambda a: F.scaled_dot_product_attention(*a),
-            4 * batch * heads * past * d,
-            (2 * batch * heads * d + 2 * batch * heads * past * d) * size,
-        )
 
 
-def _gqa_cases(torch, device, dtype_name, shapes):
-    """One decode step's grouped-query attention: each key/value head serves hq / hkv query heads."""
+def _decode_cases(torch, device, dtype_name, shapes):
+    """One decode step's attention, one query a sequence over the cache: (batch, query heads, key/value heads,
+    past, head_dim), each key/value head serving hq / hkv query heads (SDPA's enable_gqa where they differ)."""
     import torch.nn.functional as F
 
     dtype = getattr(torch, dtype_name)
@@ -184,12 +170,13 @@ def _gqa_cases(torch, device, dtype_name, shapes):
             q = torch.randn(batch, hq, 1, d, device=device, dtype=dtype)
             return (q, *(torch.randn(batch, hkv, past, d, device=device, dtype=dtype) for _ in range(2)))
 
+        gqa = hq != hkv
         yield Case(
-            "attention-decode-gqa",
-            f"{batch}x{hq}x{hkv}x{past}x{d}",
+            "attention-decode-gqa" if gqa else "attention-decode",
+            f"{batch}x{hq}x{hkv}x{past}x{d}" if gqa else f"{batch}x{hq}x{past}x{d}",
             dtype_name,
             make,
-            lambda a: F.scaled_dot_product_attention(*a, enable_gqa=True),
+            lambda a, gqa=gqa: F.scaled_dot_product_attention(*a, enable_gqa=gqa),
             4 * batch * hq * past * d,
             (2 * batch * hq * d + 2 * batch * hkv * past * d) * size,
         )
@@ -278,8 +265,8 @@ def cases(torch, device: str, quick: bool, groups=GROUPS):
     for dtype_name in dtypes:
         first = dtype_name == dtypes[0]
         yield from _gemm_cases(torch, device, dtype_name, gemms + (model if first else []))
-        yield from _attention_cases(torch, device, dtype_name, attn, decode if first else [])
-        yield from _gqa_cases(torch, device, dtype_name, gqa if first else [])
+        yield from _attention_cases(torch, device, dtype_name, attn)
+        yield from _decode_cases(torch, device, dtype_name, (decode + gqa) if first else [])
         yield from _row_cases(torch, device, dtype_name, norms)
     if device == "cuda" and hasattr(torch, "_scaled_mm"):
         yield from _fp8_cases(torch, device, pick("fp8", FP8_GEMMS, FP8_GEMMS[:2]))
@@ -468,20 +455,12 @@ def main(argv=None) -> int:
                 flush=True,
             )
     if args.power and args.device == "cuda":
-        rows = [idle, *power_rows(torch)]
-        with open(args.power, "w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+        rows = write_rows(args.power, [idle, *power_rows(torch)])
         for r in rows:
             rate = f"{r['rate']:8.1f} {r['unit']} {r['sm_mhz']:5.0f} MHz"
             print(f"power {r['load']:20s} {r['shape']:16s} {r['mean_w']:7.1f} W {rate}")
     if args.l2 and args.device == "cuda":
-        rows = l2_rows(torch)
-        with open(args.l2, "w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+        rows = write_rows(args.l2, l2_rows(torch))
         for r in rows:
             print(f"l2 {r['op']:5s} {r['mib']:3d} MiB {r['per_call_s'] * 1e6:8.2f} us {r['tb_per_s']:6.2f} TB/s")
     where = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"

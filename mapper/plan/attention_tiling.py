@@ -33,6 +33,7 @@ ATTENTION_BLOCKS_KV = (64, 128, 256)
 # Measured on H200 (data/evidence/h200): one sequence of 32 heads over 8192 cached keys streams 3.6 TB/s,
 # which 32 busy SMs of 132 could not.
 ATTENTION_KV_SPLITS = tuple(range(1, 129))
+SPLIT_BELOW_SHARE = 0.8  # only work items under this share of the units split (flash_api.cpp: "enough to almost fill")
 SOFTMAX_VECTOR_FLOPS = 4  # per score besides the exp: max, subtract, sum, rescale (FlashAttention-2)
 
 
@@ -59,9 +60,11 @@ def plan_attention(kernel: Kernel, hw: HardwareProfile, peak: float, vector_peak
     pairs = len(bq)
     bq, bkv, sram = np.tile(bq, len(splits)), np.tile(bkv, len(splits)), np.tile(sram, len(splits))
     split = np.repeat(splits, pairs)
-    # the key blocks dealt out evenly: the busiest split holds ceil(blocks / splits), and no split is empty
+    # the key blocks dealt out evenly: the busiest split holds ceil(blocks / splits), and no split is empty;
+    # work items that almost fill the units run unsplit
     kv_blocks = np.ceil(np.ceil(s.n / bkv) / split)
-    ok = (split == 1) | (kv_blocks * (split - 1) < np.ceil(s.n / bkv))
+    few = s.batch * np.ceil(s.m / bq) < SPLIT_BELOW_SHARE * P
+    ok = (split == 1) | (few & (kv_blocks * (split - 1) < np.ceil(s.n / bkv)))
     bq, bkv, sram, split, kv_blocks = bq[ok], bkv[ok], sram[ok], split[ok], kv_blocks[ok]
     q_blocks = np.ceil(s.m / bq)
     tiles = s.batch * q_blocks * split
