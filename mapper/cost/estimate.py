@@ -70,7 +70,7 @@ def _vector_cost(
     vector_s = kernel.flops / (hw.vector_peak(dtype) * hw.vector_efficiency.at(kernel.dram_bytes))
     sfu_s = kernel.sfu_ops / hw.sfu_peak_ops_per_s
     dram = kernel.dram_bytes * tiling.passes if tiling.passes > 1 else kernel.dram_bytes
-    curve = hw.matrix_dram_efficiency if gemv and hw.matrix_dram_efficiency else hw.dram_efficiency
+    curve = hw.matrix_dram_curve if gemv else hw.dram_efficiency
     dram_eff = curve.at(dram) * (alignment_shares(kernel, hw, act_bytes)[1] if gemv else 1.0)
     memory_s = dram / (hw.dram_bandwidth_bytes_per_s * dram_eff)
     row_s = row_kernel_memory_s(kernel, hw, act_bytes, memory_s)  # a serving engine's row-per-block kernel

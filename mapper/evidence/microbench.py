@@ -60,16 +60,8 @@ def kernel_model(kind: str, shape: tuple[int, ...], elem: int) -> bytes:
         b, h, s, d = shape
         q_len = 1 if kind == "attention-decode" else s  # decode: one query a sequence over s cached keys
         scale = numpy_helper.from_array(np.array(d**-0.5, dtype=np.float32), "scale")
-        nodes = [
-            helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
-            helper.make_node("MatMul", ["q", "kt"], ["scores"]),
-            helper.make_node("Cast", ["scale"], ["scale_c"], to=elem),
-            helper.make_node("Mul", ["scores", "scale_c"], ["scaled"]),
-            helper.make_node("Softmax", ["scaled"], ["p"], axis=-1),
-            helper.make_node("MatMul", ["p", "v"], ["o"]),
-        ]
         inputs = [t("q", (b, h, q_len, d)), t("k", (b, h, s, d)), t("v", (b, h, s, d))]
-        return _model(nodes, inputs, [t("o", (b, h, q_len, d))], [scale])
+        return _model(_attention_nodes("k", "v", elem), inputs, [t("o", (b, h, q_len, d))], [scale])
     rows, cols = shape
     weight = numpy_helper.from_array(np.ones(cols, dtype=np.float32), "w")
     if kind == "layernorm":
@@ -93,6 +85,19 @@ def kernel_model(kind: str, shape: tuple[int, ...], elem: int) -> bytes:
     return _model(nodes, [t("x", (rows, cols))], [t("y", (rows, cols))], [weight] if weight is not None else [])
 
 
+def _attention_nodes(k: str, v: str, elem: int) -> list:
+    """QK^T -> scale -> softmax -> PV over q and the keys and values `k`, `v` (the constant `scale` cast to
+    the element type), as exporters emit unfused attention."""
+    return [
+        helper.make_node("Transpose", [k], ["kt"], perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["q", "kt"], ["scores"]),
+        helper.make_node("Cast", ["scale"], ["scale_c"], to=elem),
+        helper.make_node("Mul", ["scores", "scale_c"], ["scaled"]),
+        helper.make_node("Softmax", ["scaled"], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", v], ["o"]),
+    ]
+
+
 def _gqa_model(shape: tuple[int, ...], elem: int, t) -> bytes:
     """One decode step's grouped-query attention as exporters write it: K and V repeated to every query head
     (HF repeat_kv: Unsqueeze -> Expand -> Reshape), then QK^T, scale, softmax, PV."""
@@ -103,20 +108,14 @@ def _gqa_model(shape: tuple[int, ...], elem: int, t) -> bytes:
         "expand_to": np.array([b, hkv, hq // hkv, s, d], dtype=np.int64),
         "heads": np.array([b, hq, s, d], dtype=np.int64),
     }
-    nodes = [helper.make_node("Cast", ["scale"], ["scale_c"], to=elem)]
+    nodes = []
     for x in "kv":
         nodes += [
             helper.make_node("Unsqueeze", [x, "axis2"], [f"{x}_u"]),
             helper.make_node("Expand", [f"{x}_u", "expand_to"], [f"{x}_e"]),
             helper.make_node("Reshape", [f"{x}_e", "heads"], [f"{x}_r"]),
         ]
-    nodes += [
-        helper.make_node("Transpose", ["k_r"], ["kt"], perm=[0, 1, 3, 2]),
-        helper.make_node("MatMul", ["q", "kt"], ["scores"]),
-        helper.make_node("Mul", ["scores", "scale_c"], ["scaled"]),
-        helper.make_node("Softmax", ["scaled"], ["p"], axis=-1),
-        helper.make_node("MatMul", ["p", "v_r"], ["o"]),
-    ]
+    nodes += _attention_nodes("k_r", "v_r", elem)
     inputs = [t("q", (b, hq, 1, d)), t("k", (b, hkv, s, d)), t("v", (b, hkv, s, d))]
     inits = [numpy_helper.from_array(v, n) for n, v in consts.items()]
     return _model(nodes, inputs, [t("o", (b, hq, 1, d))], inits)
@@ -128,9 +127,7 @@ def compare_kernel_csv(path: str | os.PathLike, hw, timing: str = "graph") -> li
     if timing not in TIMINGS:
         raise MapperError(f"timing {timing!r} is not one of {', '.join(TIMINGS)}")
     column, launch = TIMINGS[timing]
-    path = Path(path)
-    if not path.is_file() or path.stat().st_size > limits.MAX_TRACE_BYTES:
-        raise MapperError(f"kernel CSV {path} is missing or over {limits.limit_text('MAX_TRACE_BYTES')}")
+    path = _checked(path, "kernel CSV")
     out = []
     with path.open(newline="") as handle:
         for i, row in enumerate(csv.DictReader(handle), start=2):
@@ -159,6 +156,14 @@ def compare_kernel_csv(path: str | os.PathLike, hw, timing: str = "graph") -> li
     return out
 
 
+def _checked(path: str | os.PathLike, what: str) -> Path:
+    """The CSV's path, once it is a file within the trace size limit (a bench CSV, read whole)."""
+    path = Path(path)
+    if not path.is_file() or path.stat().st_size > limits.MAX_TRACE_BYTES:
+        raise MapperError(f"{what} {path} is missing or over {limits.limit_text('MAX_TRACE_BYTES')}")
+    return path
+
+
 SHAPE_RANKS = {
     "gemm": 3,
     "attention-fused": 4,
@@ -185,7 +190,6 @@ def _parse_row(row: dict, column: str, where: str):
 
 
 STEP_MODELS = {"llama2-7b": "llama2-7b"}  # a `bench/gpu_decode.py` model name -> the built-in it mirrors
-STEP_FIELDS = ("model", "phase", "batch", "seq", "past", "graph_s")
 
 
 def compare_step_csv(path: str | os.PathLike, hw, opener) -> list[dict]:
@@ -193,9 +197,7 @@ def compare_step_csv(path: str | os.PathLike, hw, opener) -> list[dict]:
     mirrors, bound at its batch, new tokens and cached tokens, bf16, in-place KV cache, the step replayed from
     a CUDA graph (the profile's graph launch cost) and fused attention. `opener(name)` gives a model handle
     (`mapper.open_model`), so one handle serves every row."""
-    path = Path(path)
-    if not path.is_file() or path.stat().st_size > limits.MAX_TRACE_BYTES:
-        raise MapperError(f"step CSV {path} is missing or over {limits.limit_text('MAX_TRACE_BYTES')}")
+    path = _checked(path, "step CSV")
     options = PlanOptions(dtype="bf16", runtime="vllm", launch="graph")
     handles, out = {}, []
     with path.open(newline="") as handle:

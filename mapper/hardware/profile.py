@@ -167,10 +167,11 @@ class HardwareProfile:
         """Vector (SIMD) peak in FLOP/s; a dtype without its own figure uses the fp32 figure (conservative)."""
         return self.vector_peak_flops_per_s.get(canonical_dtype(dtype), self.vector_peak_flops_per_s["fp32"])
 
-    def matrix_dram_at(self, nbytes: np.ndarray) -> np.ndarray:
-        """DRAM efficiency of matrix kernels' streams of these sizes (the matrix curve where the profile gives
-        one, else the DRAM curve every kernel reads)."""
-        return (self.matrix_dram_efficiency or self.dram_efficiency).at_array(nbytes)
+    @property
+    def matrix_dram_curve(self) -> EfficiencyCurve:
+        """The DRAM efficiency of matrix kernels' own streams: the matrix curve where the profile gives one,
+        else the DRAM curve every kernel reads."""
+        return self.matrix_dram_efficiency or self.dram_efficiency
 
     def ridge_point(self, dtype: str) -> float:
         """FLOP per DRAM byte at which the matrix engine and DRAM take equal time (roofline ridge)."""
@@ -274,10 +275,11 @@ def build_profile(tree: dict[str, Any]) -> HardwareProfile:
         table = {dtype: present[dtype] for dtype in DTYPES if dtype in present}
         fields[attr] = {dtype: float(entry["value"]) for dtype, entry in table.items()}
         sources.update({f"{key}.{dtype}": entry["source"] for dtype, entry in table.items()})
-    for key, attr in _CURVES:
-        entry = tree_get(tree, key)
-        fields[attr] = EfficiencyCurve(tuple((float(x), float(e)) for x, e in entry["value"]))
-        sources[key] = entry["source"]
+    for key, attr in _CURVES + _OPTIONAL_CURVES:  # the schema has checked that the required ones are there
+        section, leaf = key.split(".")
+        if (entry := tree_get(tree, section).get(leaf)) is not None:
+            fields[attr] = EfficiencyCurve(tuple((float(x), float(e)) for x, e in entry["value"]))
+            sources[key] = entry["source"]
     scales = tree_get(tree, "efficiency").get("op_time_scale", {})
     fields["op_time_scale"] = {op: float(entry["value"]) for op, entry in scales.items()}
     sources.update({f"efficiency.op_time_scale.{op}": entry["source"] for op, entry in scales.items()})
@@ -285,11 +287,6 @@ def build_profile(tree: dict[str, Any]) -> HardwareProfile:
         section, leaf = key.split(".")
         if (entry := tree_get(tree, section).get(leaf)) is not None:
             fields[attr], sources[key] = kind(entry["value"]), entry["source"]
-    for key, attr in _OPTIONAL_CURVES:
-        section, leaf = key.split(".")
-        if (entry := tree_get(tree, section).get(leaf)) is not None:
-            fields[attr] = EfficiencyCurve(tuple((float(x), float(e)) for x, e in entry["value"]))
-            sources[key] = entry["source"]
     fields["matrix_instruction_mnk"] = tuple(fields.pop(f"matrix_instruction_mnk.{i}") for i in range(3))
     fields["interconnect"] = Interconnect(
         **{
@@ -322,15 +319,12 @@ def profile_tree(profile: HardwareProfile) -> dict[str, Any]:
                 for dtype, value in getattr(profile, attr).items()
             },
         )
-    for key, attr in _CURVES:
-        points = [[x, e] for x, e in getattr(profile, attr).points]
-        _put(tree, key, {"value": points, "source": profile.sources[key]})
+    for key, attr in _CURVES + _OPTIONAL_CURVES:
+        if (curve := getattr(profile, attr)) is not None:
+            _put(tree, key, {"value": [[x, e] for x, e in curve.points], "source": profile.sources[key]})
     for key, attr, _kind in _OPTIONAL:
         if getattr(profile, attr) is not None:
             _put(tree, key, {"value": getattr(profile, attr), "source": profile.sources[key]})
-    for key, attr in _OPTIONAL_CURVES:
-        if (curve := getattr(profile, attr)) is not None:
-            _put(tree, key, {"value": [[x, e] for x, e in curve.points], "source": profile.sources[key]})
     if profile.op_time_scale:  # optional: absent from a profile until calibration finds an op that needs it
         _put(
             tree,

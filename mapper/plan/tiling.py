@@ -244,7 +244,7 @@ def _matrix_times(
     )
     l2 = (a_bytes * tiles_n + b_bytes * tiles_m) / L2_CLUSTER_SHARING + partials
     # DRAM and L2 transfers pipeline with each other: the slower level sets the memory time
-    dram_eff = hw.matrix_dram_at(dram) * dram_share
+    dram_eff = hw.matrix_dram_curve.at_array(dram) * dram_share
     memory = np.maximum(dram / (hw.dram_bandwidth_bytes_per_s * dram_eff), l2 / hw.l2_bandwidth_bytes_per_s)
     time = smooth_max(compute, memory) + np.where(sk > 1, hw.grid_sync_s, 0.0)
     return Candidates(tm, tn, tk, st, sk, tiles, waves, wave_eff, pad_eff, sram, dram, l2, compute, memory, time)
