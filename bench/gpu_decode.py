@@ -99,6 +99,14 @@ class Llama:
         angles = torch.cat((angles, angles), -1)
         return angles.cos().to(self.dtype), angles.sin().to(self.dtype)
 
+    def stepper(self, batch: int, seq: int, past: int):
+        """One step at (batch, seq new tokens, past cached tokens) as a function of nothing: random token ids,
+        a cache of past + seq positions, the rotary tables for the new positions."""
+        ids = self.torch.randint(0, self.c["vocab"], (batch, seq), device=self.device)
+        cache = self.cache(batch, past + seq)
+        cos, sin = self.rope(past, seq)
+        return lambda: self.step(ids, cache, past, cos, sin)
+
     def step(self, ids, cache, past: int, cos, sin):
         torch, F, c, d = self.torch, self.torch.nn.functional, self.c, self.head_dim
         batch, seq = ids.shape
@@ -126,10 +134,7 @@ class Llama:
 
 def time_step(torch, model: Llama, batch: int, seq: int, past: int, device: str) -> tuple[float, float]:
     """(graph_s, eager_s) of one step at (batch, seq new tokens, past cached tokens)."""
-    ids = torch.randint(0, model.c["vocab"], (batch, seq), device=device)
-    cache = model.cache(batch, past + seq)
-    cos, sin = model.rope(past, seq)
-    run = lambda: model.step(ids, cache, past, cos, sin)
+    run = model.stepper(batch, seq, past)
     if device != "cuda":
         run()
         started = time.perf_counter()
@@ -146,17 +151,9 @@ def power_rows(torch, model: Llama) -> list[dict]:
     """Board power, tokens per second and SM clock while each of POWER_STEPS replays back to back for 3 s."""
     rows = []
     for phase, batch, seq, past in POWER_STEPS:
-        ids = torch.randint(0, model.c["vocab"], (batch, seq), device="cuda")
-        cache = model.cache(batch, past + seq)
-        cos, sin = model.rope(past, seq)
-        got = hold(
-            torch,
-            lambda ids=ids, cache=cache, cos=cos, sin=sin, past=past: model.step(ids, cache, past, cos, sin),
-            batch * seq,
-        )
+        got = hold(torch, model.stepper(batch, seq, past), batch * seq)
         rows.append({"phase": phase, "batch": batch, "seq": seq, "past": past, **got, "unit": "tokens/s"})
-        del cache
-        torch.cuda.empty_cache()
+        torch.cuda.empty_cache()  # the step's cache went with its stepper
     return rows
 
 

@@ -67,7 +67,7 @@ ATTENTION = [(16384 // s, 16, s, 128) for s in (512, 1024, 2048, 4096, 8192, 163
     (8, 12, 512, 64),
     (1, 32, 2048, 128),
 ]
-# (batch, heads, past, head_dim): one decode step's attention, one query per sequence over the KV cache
+# (batch, heads, key/value heads, past, head_dim): one decode step's attention, one query a sequence over the cache
 DECODE = [(b, 32, 32, past, 128) for b in (1, 8, 32) for past in (512, 2048, 8192)]
 # few sequences over long caches: where a kernel must split the cache across SMs to fill them (flash-decoding)
 DECODE += [(b, h, h, past, 128) for b in (1, 2, 4) for h in (8, 32) for past in (1024, 4096, 16384, 32768)]

@@ -96,6 +96,12 @@ def _held(load: str, shape: str) -> dict:
         return next(r for r in csv.DictReader(handle) if r["run"] == "3" and r["load"] == load and r["shape"] == shape)
 
 
+def _held_kernel(kind: str, dims: tuple[int, ...]):
+    """A held load's one-op bf16 graph mapped on the H200 profile with graph launches (it was held from a graph)."""
+    workload = mapper.load_workload(kernel_model(kind, dims, TensorProto.BFLOAT16))
+    return mapper.map_workload(workload, mapper.load_hardware("h200-sxm"), mapper.PlanOptions("bf16", launch="graph"))
+
+
 KERNEL_LOADS = [
     ("gemm-bf16", "8192x8192x8192", "gemm"),
     ("gemm-bf16", "4096x4096x4096", "gemm"),
@@ -108,16 +114,13 @@ KERNEL_LOADS = [
 def test_held_kernel_power_within_tolerance(kernel_rows, load, shape, kind):
     """The engine's average power of the kernel (graph launches, as held) against NVML's board power."""
     dims = (1 << 14, 1 << 14) if kind == "add" else tuple(int(x) for x in shape.split("x"))
-    workload = mapper.load_workload(kernel_model(kind, dims, TensorProto.BFLOAT16))
-    result = mapper.map_workload(workload, mapper.load_hardware("h200-sxm"), mapper.PlanOptions("bf16", launch="graph"))
+    result = _held_kernel(kind, dims)
     measured = float(_held(load, shape)["mean_w"])
     assert result.totals.energy_j / result.totals.latency_s == pytest.approx(measured, rel=POWER_TOLERANCE)
 
 
 def test_held_gemm_settles_at_the_measured_rate_under_the_cap(kernel_rows):
-    workload = mapper.load_workload(kernel_model("gemm", (8192, 8192, 8192), TensorProto.BFLOAT16))
-    result = mapper.map_workload(workload, mapper.load_hardware("h200-sxm"), mapper.PlanOptions("bf16", launch="graph"))
-    (kernel,) = result.kernels
+    (kernel,) = _held_kernel("gemm", (8192, 8192, 8192)).kernels
     assert kernel.throttled
     measured = float(_held("gemm-bf16", "8192x8192x8192")["rate"]) * 1e12
     assert kernel.achieved_flops_per_s == pytest.approx(measured, rel=SUSTAINED_RATE_TOLERANCE)
