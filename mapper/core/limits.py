@@ -11,6 +11,10 @@ MAX_MODEL_FILE_BYTES = 2 << 30  # an ONNX file on disk or uploaded, weights insi
 MAX_STRUCTURE_BYTES = 64 * 1024 * 1024  # bytes of a model file the importer reads: its graph with every weight
 # left out (mapper/model/wire.py). Exported Llama-2-70B: ~3 MB; a walk of 64 MB of fields takes ~10 s here
 MAX_CONFIG_BYTES = 1024 * 1024  # a Hugging Face config.json (real ones: 1-3 kB), parsed whole
+MAX_PARAMETERS = 10**14  # parameters a config's sizes imply (the largest published models: ~2e12), computed from
+# its numbers before anything is built (mapper/zoo/config_bounds.py) with MAX_NODES and MAX_CONFIG_TABLE_BYTES
+MAX_CONFIG_TABLE_BYTES = 1 << 20  # an array the config builder computes (the RoPE inverse frequencies: 8 bytes
+# per pair of head_dim; real head_dims of 64-256 take 256 B-1 KiB)
 MAX_MODEL_BYTES = 256 * 1024 * 1024  # a model a sandboxed child writes back (ORT's shapes file, measure's
 # optimized.onnx): built from the structure, so far smaller
 MAX_PROFILE_BYTES = 1024 * 1024  # a hardware profile file (parsed whole: a few MB of objects, milliseconds)
@@ -18,6 +22,13 @@ MAX_PROFILE_NESTING = 32  # arrays/tables inside each other in a hardware profil
 # checked before json/tomllib, which recurse (10^5 deep: RecursionError)
 MAX_NODES = 200_000  # nodes in one graph, If/Loop/Scan bodies included at any depth (Llama-2-70B
 # exports ~7,000); import and mapping are linear: ~1-2 GiB, a minute at most
+MAX_NODE_INPUTS = 65_536  # inputs of one node (real exports: a Concat of a few hundred); counted while the file is
+# read (mapper/model/wire.py), before any of it is parsed
+MAX_EDGES = 2_000_000  # node inputs and outputs in one graph, bodies included (Llama-2-70B: ~20,000); with
+# MAX_NODES, what bounds the importer's tables: ~1 KiB an edge at most (the threat-model page has the figures)
+MAX_TENSORS = 200_000  # initializers, sparse parts and attribute tensors in one file (Llama-2-70B: ~1,500); each
+# costs the importer ~1 KiB and ~17 us (2M one-element initializers, a 43 MB file: 2.3 GB, 36 s)
+MAX_VALUE_INFOS = 1_000_000  # graph inputs, outputs and value_info entries in one file (~300 B each when mapped)
 MAX_DIM = 1 << 31  # one bound dimension
 MAX_TENSOR_ELEMENTS = 1 << 52  # elements in one tensor at the bound shapes (shapes only: never allocated;
 # import evaluates at most onnx_values.FOLD_MAX_ELEMENTS=1024 per tensor)

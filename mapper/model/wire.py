@@ -29,10 +29,21 @@ MAX_MESSAGE_DEPTH = 100  # protobuf's default recursion limit: a deeper file wou
 STRIPPED_LOCATION = "weights-not-included"  # the external-data location of a weight left behind
 TENSOR_DATA_FIELDS = frozenset({4, 5, 6, 7, 9, 10, 11})  # float, int32, string, int64, raw, double, uint64 data
 TENSOR_EXTERNAL_FIELDS = frozenset({13, 14})  # external_data, data_location: rewritten for a stripped tensor
+NODE_INPUT, NODE_OUTPUT = 1, 2  # NodeProto's input and output names: counted against MAX_NODE_INPUTS, MAX_EDGES
+NODE_EDGE_FIELDS = frozenset({NODE_INPUT, NODE_OUTPUT})
+GRAPH_VALUE_INFO_FIELDS = frozenset({11, 12, 13})  # GraphProto input, output, value_info
+# What the walk counts as it reads, each against the limit of that name (mapper/core/limits.py): the importer's
+# tables grow with these, not with bytes (a 43 MB file of 2M one-element initializers mapped at 2.3 GB).
+COUNTED = {
+    "MAX_NODES": "nodes (control-flow bodies and functions included)",
+    "MAX_EDGES": "node inputs and outputs",
+    "MAX_TENSORS": "tensors (initializers, sparse parts and attribute tensors)",
+    "MAX_VALUE_INFOS": "graph inputs, outputs and value_info entries",
+}
 
 # Message kind -> {field number: kind of the message in it} for the fields that can hold tensors (onnx.proto3).
 # Any other field is copied as it is.
-TENSOR, SPARSE = "tensor", "sparse"
+TENSOR, SPARSE, NODE = "tensor", "sparse", "node"
 _CHILDREN = {
     "model": {7: "graph", 20: "training", 25: "function"},
     "training": {1: "graph", 2: "graph"},  # TrainingInfoProto initialization, algorithm
@@ -79,10 +90,11 @@ class Structure:
 
 
 class _Walk:
-    def __init__(self, buf):
-        self.buf = buf
+    def __init__(self, buf, name: str):
+        self.buf, self.name = buf, name
         self.read_bytes = 0
         self.stripped = 0
+        self.counts = dict.fromkeys(COUNTED, 0)  # at any depth: graphs, If/Loop/Scan bodies, functions, training
 
     def _count(self, n: int) -> None:
         self.read_bytes += n
@@ -133,10 +145,19 @@ class _Walk:
         if depth > MAX_MESSAGE_DEPTH:
             raise WireError(f"messages nested over {MAX_MESSAGE_DEPTH} deep (protobuf's recursion limit)")
         if kind == TENSOR:
+            self.count("MAX_TENSORS")
             return self.tensor(start, end)
+        node, graph, inputs = kind == NODE, kind == "graph", 0
+        if node:
+            self.count("MAX_NODES")
         children = _CHILDREN[kind]
         out = []
         for number, wire_type, field_start, value_start, value_end in self.fields(start, end):
+            if node and wire_type == LEN and number in NODE_EDGE_FIELDS:
+                inputs += number == NODE_INPUT
+                self.count_edge(inputs)
+            elif graph and wire_type == LEN and number in GRAPH_VALUE_INFO_FIELDS:
+                self.count("MAX_VALUE_INFOS")
             child = children.get(number) if wire_type == LEN else None
             if child is None:
                 out.append(self.copy(field_start, value_end))
@@ -144,6 +165,24 @@ class _Walk:
                 body = self.message(child, value_start, value_end, depth + 1)
                 out.append(field_key(number, LEN) + varint_bytes(len(body)) + body)
         return b"".join(out)
+
+    # The graph is held to the COUNTED limits and MAX_NODE_INPUTS as it is read: a file over one is refused the
+    # moment the walk passes it, before the rest of the file is read or any of it parsed.
+    def count(self, limit: str) -> None:
+        self.counts[limit] += 1
+        if self.counts[limit] > getattr(limits, limit):
+            raise MapperError(
+                f"{self.name} has over {getattr(limits, limit)} {COUNTED[limit]}, over {limits.limit_text(limit)}"
+            )
+
+    def count_edge(self, inputs: int) -> None:
+        """One more input or output name of the node being read, which has `inputs` inputs so far."""
+        if inputs > limits.MAX_NODE_INPUTS:
+            raise MapperError(
+                f"{self.name}: node {self.counts['MAX_NODES']} has over {limits.MAX_NODE_INPUTS} inputs,"
+                f" over {limits.limit_text('MAX_NODE_INPUTS')}"
+            )
+        self.count("MAX_EDGES")
 
     def tensor(self, start: int, end: int) -> bytes:
         """A TensorProto as it is when its data is small, else its other fields plus the stub reference."""
@@ -164,7 +203,7 @@ def read_structure(buf, name: str = "model") -> Structure:
 
     `buf` needs only `len`, `buf[i]` (an int) and `buf[a:b]` (bytes): nothing else of it is touched.
     Bad wire data: MapperError naming `name`; structure over MAX_STRUCTURE_BYTES: MapperError naming it."""
-    walk = _Walk(buf)
+    walk = _Walk(buf, name)
     try:
         data = walk.message("model", 0, len(buf), 0)
     except WireError as exc:

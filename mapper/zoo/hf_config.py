@@ -10,14 +10,17 @@ Shipped configs (data/configs/*.json, sources in data/configs/SOURCES.md) map by
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import onnx
 
 from mapper.core import limits
 from mapper.core.errors import MapperError
-from mapper.zoo.hf_decoder import DecoderSpec, build_decoder
+from mapper.zoo.config_bounds import Implied, Probe, check_implied, encoder_parameters, implied_nodes, rope_table_bytes
+from mapper.zoo.hf_decoder import DecoderSpec, build_decoder, parameters
 from mapper.zoo.transformers import EncoderConfig, build_bert, build_gpt2
 
 # The activations each family's MLP may name (config hidden_act / hidden_activation / activation_function).
@@ -25,27 +28,52 @@ SILU, GELU_TANH = ("silu", "swish"), ("gelu_pytorch_tanh", "gelu_new", "gelu_fas
 
 
 class _Fields:
-    """The config's fields, read with the one error a person can act on."""
+    """The config's fields, read with the one error a person can act on. `owner` names what has them."""
 
-    def __init__(self, config: dict, where: str):
+    def __init__(self, config: dict, where: str, owner: str | None = None):
         self.config, self.where = config, where
+        self.owner = owner or f"a {str(config.get('model_type'))[:40]} config"
 
     def get(self, key: str, kind: type = int, default=None):
         value = self.config.get(key, default)
         if value is None and default is None:
-            raise MapperError(f"{self.where}: field {key!r} is missing; a {self.kind_name()} config has it")
+            raise MapperError(f"{self.where}: field {key!r} is missing; {self.owner} has it")
         ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
             value, ok = float(value), True
         if not ok or (kind is int and not 0 < value <= limits.MAX_DIM):
             raise MapperError(f"{self.where}: field {key!r} is {str(value)[:40]!r}, not a valid {kind.__name__}")
+        if kind is float and not (math.isfinite(value) and value > 0):  # every float a config gives is a scale
+            raise MapperError(f"{self.where}: field {key!r} is {value!r}; it must be a finite number above 0")
         return value
 
     def optional(self, key: str, kind: type = int, default=None):
         return default if self.config.get(key) is None else self.get(key, kind)
 
-    def kind_name(self) -> str:
-        return str(self.config.get("model_type"))
+
+ROPE_PAIR = 2  # RoPE rotates pairs of a head's channels: head_dim is even
+
+# rope_scaling's type -> the fields its inverse frequencies read (transformers modeling_rope_utils). Another type
+# (yarn, longrope) keeps the unscaled frequencies: scaling changes a constant's values, never the graph's work.
+ROPE_SCALING_FIELDS = {
+    "linear": ("factor",),
+    "dynamic": ("factor",),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+}
+
+
+def _rope_scaling(f: _Fields) -> tuple[tuple[str, object], ...]:
+    """The config's rope_scaling as (key, value) items: its type and the numbers that type reads, each checked."""
+    scaling = f.optional("rope_scaling", dict, {})
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if not isinstance(kind, str):
+        raise MapperError(f"{f.where}: rope_scaling's rope_type is {str(kind)[:40]!r}, not a name such as 'llama3'")
+    needed = ROPE_SCALING_FIELDS.get(kind, ())
+    sub = _Fields(scaling, f"{f.where}: rope_scaling", f"rope_scaling of type {kind[:40]!r}")
+    values = {key: sub.get(key, float) for key in needed}
+    if kind == "llama3" and values["high_freq_factor"] <= values["low_freq_factor"]:
+        raise MapperError(f"{f.where}: rope_scaling's high_freq_factor must be above its low_freq_factor")
+    return (("rope_type", kind), *sorted(values.items())) if needed else ()  # another type: unscaled
 
 
 def _decoder(f: _Fields, family: str) -> DecoderSpec:
@@ -53,7 +81,6 @@ def _decoder(f: _Fields, family: str) -> DecoderSpec:
     act = f.optional("hidden_activation", str) or f.optional("hidden_act", str, "silu")
     if act not in SILU + GELU_TANH:
         raise MapperError(f"{f.where}: hidden_act {act[:40]!r} is not one of {', '.join(SILU + GELU_TANH)}")
-    scaling = f.optional("rope_scaling", dict, {})
     window = f.optional("sliding_window", int)
     if family == "qwen2" and not f.optional("use_sliding_window", bool, False):
         window = None  # Qwen2 ships sliding_window with use_sliding_window false: full attention
@@ -67,7 +94,7 @@ def _decoder(f: _Fields, family: str) -> DecoderSpec:
         vocab=f.get("vocab_size"),
         rope_theta=f.optional("rope_theta", float, 10000.0),
         norm_eps=f.optional("rms_norm_eps", float, 1e-6),
-        rope_scaling=tuple(sorted((str(k), v) for k, v in scaling.items())),
+        rope_scaling=_rope_scaling(f),
         tied=f.optional("tie_word_embeddings", bool, family == "gemma"),
         qkv_bias=family == "qwen2" or f.optional("attention_bias", bool, False),
         sliding_window=window,
@@ -78,49 +105,74 @@ def _decoder(f: _Fields, family: str) -> DecoderSpec:
     )
     if spec.heads % spec.kv_heads:
         raise MapperError(f"{f.where}: num_attention_heads {heads} is not a multiple of num_key_value_heads")
+    if spec.head_dim < ROPE_PAIR or spec.head_dim % ROPE_PAIR:
+        raise MapperError(
+            f"{f.where}: head_dim is {spec.head_dim}; rotary attention needs an even head_dim of 2 or more"
+        )
     if spec.experts and spec.top_k > spec.experts:
         raise MapperError(f"{f.where}: num_experts_per_tok {spec.top_k} is over num_local_experts {spec.experts}")
     return spec
 
 
-def _gpt2(f: _Fields, name: str) -> onnx.ModelProto:
-    hidden = f.get("n_embd")
+def _decoder_implied(c: DecoderSpec) -> Implied:
+    def build(layers: int, experts: int) -> onnx.ModelProto:
+        tiny = replace(
+            c, layers=layers, hidden=8, heads=2, kv_heads=1 if c.heads > c.kv_heads else 2, head_dim=4, ffn=8, vocab=8
+        )
+        return build_decoder(replace(tiny, experts=experts, top_k=min(experts, 1)), "probe")
+
+    nodes = implied_nodes(Probe(build, c.layers, c.experts))
+    fields = "num_hidden_layers x num_local_experts" if c.experts else "num_hidden_layers"
+    return Implied(nodes, parameters(c), rope_table_bytes(c.head_dim), fields)
+
+
+def _encoder(f: _Fields, gpt2: bool) -> EncoderConfig:
+    hidden = f.get("n_embd" if gpt2 else "hidden_size")
     c = EncoderConfig(
-        layers=f.get("n_layer"),
+        layers=f.get("n_layer" if gpt2 else "num_hidden_layers"),
         hidden=hidden,
-        heads=f.get("n_head"),
-        ffn=f.optional("n_inner", int, 4 * hidden),
+        heads=f.get("n_head" if gpt2 else "num_attention_heads"),
+        ffn=f.optional("n_inner", int, 4 * hidden) if gpt2 else f.get("intermediate_size"),
         vocab=f.get("vocab_size"),
-        max_positions=f.get("n_positions"),
-        norm_eps=f.optional("layer_norm_epsilon", float, 1e-5),
+        max_positions=f.get("n_positions" if gpt2 else "max_position_embeddings"),
+        type_vocab=0 if gpt2 else f.optional("type_vocab_size", int, 2),
+        norm_eps=f.optional("layer_norm_epsilon", float, 1e-5) if gpt2 else f.optional("layer_norm_eps", float, 1e-12),
     )
-    return build_gpt2(c, name)
+    if c.hidden % c.heads:
+        raise MapperError(f"{f.where}: the hidden size {c.hidden} is not a multiple of the {c.heads} attention heads")
+    return c
 
 
-def _bert(f: _Fields, name: str) -> onnx.ModelProto:
-    c = EncoderConfig(
-        layers=f.get("num_hidden_layers"),
-        hidden=f.get("hidden_size"),
-        heads=f.get("num_attention_heads"),
-        ffn=f.get("intermediate_size"),
-        vocab=f.get("vocab_size"),
-        max_positions=f.get("max_position_embeddings"),
-        type_vocab=f.optional("type_vocab_size", int, 2),
-        norm_eps=f.optional("layer_norm_eps", float, 1e-12),
-    )
-    return build_bert(c, name)
+def _encoder_implied(c: EncoderConfig, build: Callable[[EncoderConfig, str], onnx.ModelProto]) -> Implied:
+    def tiny(layers: int, _experts: int) -> onnx.ModelProto:
+        shrunk = replace(c, layers=layers, hidden=8, heads=2, ffn=8, vocab=8, max_positions=8, type_vocab=2)
+        return build(shrunk, "probe")
+
+    embeddings = c.vocab + c.max_positions + c.type_vocab
+    pooler = build is build_bert
+    params = encoder_parameters(c.layers, c.hidden, c.ffn, embeddings, pooler)
+    return Implied(implied_nodes(Probe(tiny, c.layers)), params, 0, "num_hidden_layers" if pooler else "n_layer")
 
 
-def _decoder_builder(family: str) -> Callable[[_Fields, str], onnx.ModelProto]:
-    return lambda f, name: build_decoder(_decoder(f, family), name)
+@dataclass(frozen=True, slots=True)
+class Family:
+    """How one model_type's config becomes a graph: its numbers read and checked, what they would build, the build."""
+
+    read: Callable[[_Fields], DecoderSpec | EncoderConfig]
+    implied: Callable  # the spec -> Implied (config_bounds)
+    build: Callable  # (the spec, the graph's name) -> the graph
 
 
-# model_type -> builder. Llama 1, 2 and 3 share "llama"; RoBERTa and DistilBERT-style encoders differ in
+def _decoder_family(family: str) -> Family:
+    return Family(lambda f: _decoder(f, family), _decoder_implied, build_decoder)
+
+
+# model_type -> its family. Llama 1, 2 and 3 share "llama"; RoBERTa and DistilBERT-style encoders differ in
 # names, not in the layer's work, but are left out until a config of theirs is checked.
-FAMILIES: dict[str, Callable[[_Fields, str], onnx.ModelProto]] = {
-    **{family: _decoder_builder(family) for family in ("llama", "mistral", "qwen2", "gemma", "mixtral")},
-    "gpt2": _gpt2,
-    "bert": _bert,
+FAMILIES: dict[str, Family] = {
+    **{family: _decoder_family(family) for family in ("llama", "mistral", "qwen2", "gemma", "mixtral")},
+    "gpt2": Family(lambda f: _encoder(f, gpt2=True), lambda c: _encoder_implied(c, build_gpt2), build_gpt2),
+    "bert": Family(lambda f: _encoder(f, gpt2=False), lambda c: _encoder_implied(c, build_bert), build_bert),
 }
 
 
@@ -129,19 +181,33 @@ def decoder_spec(config: dict, where: str = "config") -> DecoderSpec:
     return _decoder(_Fields(config, where), str(config.get("model_type")))
 
 
-def config_model(config: dict, where: str = "config") -> onnx.ModelProto:
-    """The graph of a Hugging Face config (a parsed config.json), named after its _name_or_path if any."""
+def _family(config: object, where: str) -> Family:
     if not isinstance(config, dict):
         raise MapperError(f"{where} is not a Hugging Face config (a JSON object with model_type)")
     family = config.get("model_type")
-    builder = FAMILIES.get(family) if isinstance(family, str) else None
-    if builder is None:
+    found = FAMILIES.get(family) if isinstance(family, str) else None
+    if found is None:
         raise MapperError(
             f"{where}: model_type {str(family)[:40]!r} is not one this tool builds; known: {', '.join(FAMILIES)}"
         )
+    return found
+
+
+def implied_by(config: dict, where: str = "config") -> Implied:
+    """What the config would build (nodes, parameters, table bytes), computed from its numbers alone."""
+    family = _family(config, where)
+    return family.implied(family.read(_Fields(config, where)))
+
+
+def config_model(config: dict, where: str = "config") -> onnx.ModelProto:
+    """The graph of a Hugging Face config (a parsed config.json), named after its _name_or_path if any. What it
+    would build is checked against the limits first (config_bounds): a hostile config is refused unbuilt."""
+    family = _family(config, where)
+    spec = family.read(_Fields(config, where))
+    check_implied(family.implied(spec), where)
     source = config.get("_name_or_path")
     name = re.sub(r"[^A-Za-z0-9._-]", "", source.rsplit("/", 1)[-1])[:64] if isinstance(source, str) else ""
-    return builder(_Fields(config, where), name)  # no name: the file's stem names it (handle.py)
+    return family.build(spec, name)  # no name: the file's stem names it (handle.py)
 
 
 def config_model_bytes(text: bytes, where: str) -> bytes:
