@@ -45,6 +45,9 @@ def run() -> None:
     first_run = not session.get().initialised
     with ui.timed("sidebar"):
         selection = state.sidebar()  # reads the link's query params into the widgets on the first run
+    if cache.STORE is not None:  # the browser keeps its session token, below the sidebar (what it records is its own)
+        with st.sidebar:
+            session.remember_token()
     wanted = st.query_params.get("page")
     if first_run and wanted and wanted != page.url_path:
         target = next((p for p in PAGES if p.url_path == wanted), None)
@@ -67,8 +70,9 @@ def map_selection(selection: state.Selection) -> None:
         session.update(map_error=f"Cannot map this selection: {mapper.error_line(e)}")
         result = None
     if result is not None and cache.STORE is not None:  # the operator configured a store: record what is mapped
-        try:
-            cache.recorded(selection.key, result, doc)
+        try:  # as this browser's run (its token's hash): only it reads the run back
+            owner = mapper.session_owner(session.token())
+            cache.recorded((*selection.key, selection.model_label), owner, result, doc)
         except mapper.MapperError as e:
             ui.show_error("Not recorded in the run store", e)
     link.write_query_params(selection, page.url_path)

@@ -1,7 +1,9 @@
 """Cached calls into the engine's public API: the only place the dashboard runs the engine.
 
 Keys are content hashes (model sha / zoo name, profile sha, options), never the raw bytes,
-so a rerun that changes nothing costs a dictionary lookup.
+so a rerun that changes nothing costs a dictionary lookup. Models, their workloads and mappings are shared by
+every session within one byte budget (app_pages/held.py); what is recorded and read back from the run store is
+one session's (its token, app_pages/session.py), and the team's when the operator shares it.
 """
 
 from __future__ import annotations
@@ -10,10 +12,14 @@ import gc
 import itertools
 
 import streamlit as st
+from streamlit import runtime
+from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 import mapper
+from app_pages import held
 
 STORE = mapper.store_url_from_env()  # the operator's run store, read once at server start; None: record nothing
+TEAM_VIEW = mapper.team_view_from_env()  # the shared view's name ($MAPPER_TEAM_VIEW), or None: no runs shared
 
 
 @st.cache_resource(max_entries=32, show_spinner=False)
@@ -21,15 +27,31 @@ def hardware(name: str) -> mapper.HardwareProfile:
     return mapper.load_hardware(name)
 
 
-@st.cache_resource(max_entries=8, show_spinner=False)
+def _session_alive(session_id: str) -> bool:
+    """Whether a session still runs here (Streamlit's runtime; a disconnected one waiting to resume does not)."""
+    return not runtime.exists() or runtime.get_instance().is_active_session(session_id)
+
+
+def _holder() -> str | None:
+    """The session asking (it holds the model it asks for), or None outside a session."""
+    ctx = get_script_run_ctx()
+    return ctx.session_id if ctx is not None else None
+
+
+MODELS = held.HeldModels(
+    mapper.MODEL_CACHE_BYTES, mapper.MODEL_IDLE_SECONDS, mapper.MAPPINGS_PER_MODEL, alive=_session_alive
+)
+
+
 def model(model_key: str, _source, label: str = "") -> mapper.ModelHandle:
-    """The model parsed once (it owns every structure cache of the model, shared by all sessions).
-    `label`: an upload's file name (it names a model whose graph name is an exporter's default)."""
-    return mapper.open_model(_source, file_name=label or None)
+    """The model parsed once (it owns every structure cache of the model, shared by all sessions), keyed by its
+    content (zoo name or upload:<sha256>) and `label`: an upload's file name names a model whose graph name is an
+    exporter's default, and one session's file name must not show in another's sheet."""
+    return MODELS.model((model_key, label), lambda: mapper.open_model(_source, file_name=label or None), _holder())
 
 
-@st.cache_resource(max_entries=16, show_spinner=False)
 def workload(model_key: str, dims: tuple, _source, label: str = "") -> mapper.Workload:
+    """The workload at `dims`: the handle keeps it (caches.WORKLOAD_ENTRIES), and its bytes are the handle's."""
     return model(model_key, _source, label).bind(dict(dims))
 
 
@@ -38,19 +60,22 @@ def model_of(sel) -> mapper.ModelHandle:
     return model(sel.model_key, sel.source, sel.model_label)
 
 
-# A resource, not data: st.cache_data pickles the value on a miss and unpickles it on every hit, and every
-# rerun asks (Llama-2-70B's result and document are 2.6 MB: 0.05 s to store, 0.05 s each rerun). The result
-# is frozen and no page writes into the document, so sessions can share the one object.
-@st.cache_resource(max_entries=64, show_spinner=False)
+# Kept with the model, not copied per session: the result is frozen and no page writes into the document, so
+# sessions share the one object (Llama-2-70B's result and document are 2.6 MB).
 def mapping(
     model_key: str, dims: tuple, hw_key: str, options: mapper.PlanOptions, _source, _hw, label: str = ""
 ) -> tuple:
     """(MappingResult, mapping document) for one (model, bindings, profile, options): the slice `mapper map`
     maps (`mapper.map_slice`, its Serving section included). Read only."""
-    result = mapper.map_slice(workload(model_key, dims, _source, label), _hw, options)
-    doc = mapper.mapping_document(result)
-    kept()
-    return result, doc
+
+    def mapped() -> tuple:
+        result = mapper.map_slice(workload(model_key, dims, _source, label), _hw, options)
+        doc = mapper.mapping_document(result)
+        kept()
+        return result, doc
+
+    model(model_key, _source, label)  # held (and charged) before its mapping is
+    return MODELS.mapping((model_key, label), (dims, hw_key, options), mapped, _holder())
 
 
 # Every this many new mappings the frozen heap is handed back to the collector for one full pass, which frees
@@ -74,12 +99,19 @@ def kept() -> None:
     gc.freeze()
 
 
-@st.cache_data(max_entries=32, show_spinner=False)
 def sheet(key: tuple, fmt: str, _result) -> bytes:
+    """The result's sheet: keyed by the selection and the model's name (an upload's file name is one session's)."""
+    return _sheet((*key, _result.model_name), fmt, _result)
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def _sheet(key: tuple, fmt: str, _result) -> bytes:
     return mapper.sheet_bytes(_result, fmt)
 
 
 @st.cache_data(max_entries=256, show_spinner=False)
-def recorded(key: tuple, _result, _doc: dict) -> int:
-    """Record one mapping in the operator's store, once per distinct mapping (`key`) on this server."""
-    return mapper.record_run(STORE, _doc, command="dashboard", sheet=(sheet(key, "xlsx", _result), "xlsx"))
+def recorded(key: tuple, owner: str, _result, _doc: dict) -> int:
+    """Record one mapping in the operator's store as `owner`'s (a session's token's hash), once per distinct
+    mapping (`key`, with the model's name) and owner on this server."""
+    sheet_file = (sheet(key, "xlsx", _result), "xlsx")
+    return mapper.record_run(STORE, _doc, command="dashboard", sheet=sheet_file, owner=owner)

@@ -1,6 +1,12 @@
 """The dashboard's session: one typed object under one st.session_state key, read with get() and
 changed with update(), so every page reads the same named fields (no string keys spread over pages).
 
+The session's token (`token`) names this browser to the run store: what it records is its own, and only it reads
+those runs back. It lives in a cookie, not the URL: a link is made to be shared (app_pages/link.py writes the
+view into it), and a shared link must not hand over the session; a cookie is one browser's, and a reload sends
+it back. Streamlit reads cookies (st.context.cookies, from the request that opened the session) but has no
+call to set one, so a script in an empty iframe writes it from the browser (`remember_token`).
+
 Widget keys (the sidebar's "dtype", "dim_batch"...) stay in st.session_state because Streamlit keeps a
 widget's value there; only the sidebar (app_pages/state.py) touches them, and it hands the pages a Selection.
 """
@@ -14,6 +20,8 @@ import streamlit as st
 import mapper
 
 KEY = "dashboard"
+COOKIE = "mapper_session"  # the cookie that carries the session token
+COOKIE_MAX_AGE_S = 30 * 86_400  # a browser keeps its runs for 30 days of not coming back (the cookie's life)
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,7 @@ class Selection:
 @dataclass(frozen=True)
 class DashboardState:
     initialised: bool = False  # defaults and the link's query params applied
+    token: str | None = field(default=None, repr=False)  # this browser's session token (its cookie's), once read
     query_notice: str | None = None  # a link value that was ignored, shown once
     pending_upload: tuple[str, bytes] | None = None  # handled like a sidebar upload on the next run (test hook)
     upload: Upload | None = None
@@ -87,3 +96,33 @@ def stored_run(name: str):
 
 def store_run(name: str, key: tuple, value) -> None:
     update(runs={**get().runs, name: (key, value)})
+
+
+def token() -> str:
+    """This browser's session token: its cookie's when it sent a well-formed one, else a new one (remembered
+    for the session; `remember_token` writes it into the browser)."""
+    state = get()
+    if state.token is None:
+        sent = _sent_cookie()
+        state = update(token=sent if mapper.is_session_token(sent) else mapper.new_session_token())
+    return state.token
+
+
+def _sent_cookie() -> object:
+    return st.context.cookies.get(COOKIE)  # user's text (or nothing): token() checks its form
+
+
+def remember_token() -> None:
+    """Write the token into the browser's cookie while the browser did not send it (a first visit, a cleared or
+    forged cookie): a reload then sends it and finds the same runs. The component runs in a same-origin iframe
+    (Streamlit's sandbox allows it) and sets the cookie on the page, not on its own about:srcdoc document,
+    which keeps no cookies. The token is 43 URL-safe characters (mapper.is_session_token): nothing to escape."""
+    current = token()
+    if _sent_cookie() == current:
+        return
+    st.iframe(
+        "<script>window.parent.document.cookie = "
+        f"'{COOKIE}={current}; Path=/; Max-Age={COOKIE_MAX_AGE_S}; SameSite=Strict'"
+        " + (window.parent.location.protocol === 'https:' ? '; Secure' : '');</script>",
+        height="content",
+    )

@@ -11,7 +11,7 @@ The public API. The dashboard and the CLI use only these names.
 
 from mapper.core.errors import MapperError, error_line, printable
 from mapper.core.graph import Graph, LayerType, OpClass
-from mapper.core.limits import MAX_PARALLEL_DEGREE
+from mapper.core.limits import MAPPINGS_PER_MODEL, MAX_PARALLEL_DEGREE, MODEL_CACHE_BYTES, MODEL_IDLE_SECONDS
 from mapper.core.result import KernelAssessment, KernelEstimate, MappingResult, PlanOptions
 from mapper.core.units import (
     DURATION_UNITS,
@@ -106,7 +106,14 @@ _LAZY = {
     "record_run": "mapper.store.record:record",
     "run_sheet": "mapper.store.record",
     "store_url_from_env": "mapper.store.kpis",
+    "team_view_from_env": "mapper.store.kpis",
+    "RunScope": "mapper.store.owners",
+    "new_session_token": "mapper.store.owners",
+    "is_session_token": "mapper.store.owners",
+    "public_run_id": "mapper.store.owners",
     "load_trends": "mapper.store.trend",
+    "read_trends": "mapper.store.trend",
+    "session_owner": "mapper.store.owners:owner_of",
     "trend_regressions": "mapper.store.trend:regressions",
     "trend_document": "mapper.store.trend",
     "TREND_KPIS": "mapper.store.kpis:KPIS",
@@ -163,6 +170,9 @@ __all__ = [
     "FUSION_POLICIES",
     "LAYOUTS",
     "MAX_PARALLEL_DEGREE",
+    "MODEL_CACHE_BYTES",
+    "MODEL_IDLE_SECONDS",
+    "MAPPINGS_PER_MODEL",
     "mapping_document",
     "group_kernels",
     "module_path",

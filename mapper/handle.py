@@ -20,6 +20,7 @@ import onnx
 from mapper.core.caches import ModelCaches
 from mapper.core.collector import collector_paused
 from mapper.core.errors import MapperError
+from mapper.core.footprint import Footprint, count_nodes, model_footprint
 from mapper.model.bindings import apply_bindings, dim_roles_of
 from mapper.model.branches import branch_inputs
 from mapper.model.onnx_import import GENERIC_GRAPH_NAMES, import_graph, parse_model, read_model_bytes
@@ -51,6 +52,15 @@ class ModelHandle:
     @property
     def dims(self) -> tuple[str, ...]:
         return tuple(self.roles)
+
+    def footprint(self) -> Footprint:
+        """Estimated bytes of this handle, of a workload of it and of a mapping of it (mapper/core/footprint.py)."""
+        return model_footprint(len(self.data), count_nodes(self.proto.graph))
+
+    @property
+    def workloads_kept(self) -> int:
+        """Workloads this handle keeps now (at most caches.WORKLOAD_ENTRIES)."""
+        return self.caches.entries("workload")
 
     def bind(self, dims: dict[str, int] | None = None, *, batch: int | None = None, seq: int | None = None) -> Workload:
         """The workload at these bindings (built-ins start from batch 1, seq 128, past 0 where left free)."""

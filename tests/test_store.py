@@ -64,7 +64,7 @@ def test_cli_records_a_real_mapping_with_its_sheet_and_trend_reads_it(store_url,
     assert latest["kpis"]["mfu"] == mapped["totals"]["mfu"]
     assert latest["kpis"]["memory_per_device_bytes"] == mapped["memory"]["per_device_bytes"]
     assert latest["model_sha256"] == mapped["model"]["sha256"] and latest["first_failure"]
-    data, fmt = run_sheet(store_url, latest["run_id"])
+    data, fmt = run_sheet(store_url, latest["public_id"])
     assert fmt == "xlsx" and data[:2] == b"PK"  # the workbook itself, read back whole
     assert not only["regressions"]  # the same mapping twice moved nothing
 
@@ -128,17 +128,18 @@ def test_mapper_store_env_records_and_without_it_nothing_is(tmp_path, monkeypatc
 def test_schema_version_is_checked_and_migrations_upgrade_in_place(store_url, monkeypatch):
     engine = schema.open_engine(store_url)
     record(engine, doc(1.0), command="map", revision="r1")
-    assert schema.migrate(engine) == 1
+    latest = schema.MIGRATIONS[-1][0]
+    assert schema.migrate(engine) == latest
 
     def add_note(conn):
         conn.execute(sa.text("ALTER TABLE runs ADD COLUMN note TEXT"))
 
-    monkeypatch.setattr(schema, "MIGRATIONS", [*schema.MIGRATIONS, (2, add_note)])
-    assert schema.migrate(schema.open_engine(store_url)) == 2
+    monkeypatch.setattr(schema, "MIGRATIONS", [*schema.MIGRATIONS, (latest + 1, add_note)])
+    assert schema.migrate(schema.open_engine(store_url)) == latest + 1
     with engine.connect() as conn:  # the old row is still there, with the new column
         assert conn.execute(sa.text("SELECT count(*), max(note) FROM runs")).one() == (1, None)
-        assert conn.execute(sa.select(schema.schema_version.c.version)).scalars().all() == [2]
-    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:1])
+        assert conn.execute(sa.select(schema.schema_version.c.version)).scalars().all() == [latest + 1]
+    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:latest])
     with pytest.raises(MapperError, match="newer than this mapper"):
         schema.open_engine(store_url)
 
@@ -171,6 +172,7 @@ def test_dashboard_records_once_and_the_trends_page_shows_the_store(store_url, m
     from app_pages import cache
 
     monkeypatch.setattr(cache, "STORE", store_url)
+    monkeypatch.setattr(cache, "TEAM_VIEW", "the team")  # the CLI's runs below are shared (owned by no session)
     cache.recorded.clear()
     at = AppTest.from_file(APP, default_timeout=120).run()
     at.run()  # a rerun of the same selection is the same mapping: recorded once
@@ -184,7 +186,7 @@ def test_dashboard_records_once_and_the_trends_page_shows_the_store(store_url, m
     assert any("Regression: p99 +100.0% worse" in e.value for e in at.error)
     assert len(at.get("plotly_chart")) == 2
     assert any(r"evil \<b\>\*net\*\</b\>" in s.value for s in at.subheader)  # the name escaped, shown verbatim
-    at.query_params["run"] = str(trend.points[0].run_id)
+    at.query_params["run"] = trend.points[0].public_id
     at.run()
     assert any("its sheet" in s.value for s in at.success)
 

@@ -95,14 +95,21 @@ def add_arguments(subparsers) -> None:
 
 
 def cmd_trend(args) -> int:
-    from mapper.store.trend import load_trends, parse_thresholds, trend_document
+    from mapper.store.trend import parse_thresholds, read_trends, trend_document
 
     store = store_of(args)
     if store is None:
         raise MapperError(f"trend needs --store URL (or ${STORE_ENV})")
     thresholds = parse_thresholds(args.fail_on_regression)
     dims = dict(parse_dim(d) for d in args.dim)
-    doc = trend_document(load_trends(store, args.model, args.hw, dims), thresholds)
+    trends = read_trends(store, args.model, args.hw, dims)  # every run: whoever has the URL has the database
+    if trends.skipped_runs:
+        print(
+            f"warning: skipped {trends.skipped_runs} recorded run(s) whose stored fields do not read back"
+            " (dims or options not JSON, or a KPI not a number): the store was written by hand or is damaged",
+            file=sys.stderr,
+        )
+    doc = trend_document(list(trends.slices), thresholds, trends.skipped_runs)
     if args.json:
         print(json.dumps(doc, indent=1, allow_nan=False))
     else:

@@ -62,6 +62,11 @@ class ModelCaches:
         with self._lock:
             return sum(len(t) for t in self._tables.values())
 
+    def entries(self, table: str) -> int:
+        """Entries one table keeps now (a memory estimate counts the workloads)."""
+        with self._lock:
+            return len(self._tables.get(table, ()))
+
     # ---- import: depend on the model and the branch taken (the inlined graph) ----------------
     def branch_model(self, branches: tuple[tuple[str, int], ...], make: Callable[[], onnx.ModelProto]):
         """The model with bound If branches inlined: the model and the branch values."""

@@ -1,6 +1,6 @@
 """The trend chart: a slice's primary metric across revisions, predicted against measured, as a Plotly line.
 
-Each point carries its run id (customdata): a click on it is a selection the Trends page answers with that
+Each point carries its run's public id (customdata): a click on it is a selection the Trends page answers with that
 run's sheet. (Plotly lays its drag and hover layers over in-plot and tick-label links, so those never click.)
 Revision labels are the user's text: html-escaped here, because plotly renders labels as a subset of HTML.
 """
@@ -33,7 +33,7 @@ def trend_figure(trend: SliceTrend, metric: str | None = None) -> go.Figure:
             x=x,
             y=[p.kpis[column] for p in points],
             mode="lines+markers",
-            customdata=[p.run_id for p in points],
+            customdata=[p.public_id for p in points],
             hovertext=hover,
             hoverinfo="text+y",
             name=f"{metric} (predicted)",

@@ -15,13 +15,15 @@ import random
 import subprocess
 import time
 import uuid
+import zlib
 from datetime import UTC, datetime
 
 import sqlalchemy as sa
 
 from mapper.core.errors import MapperError
 from mapper.report.verdict import first_failure
-from mapper.store.schema import open_engine, runs
+from mapper.store.owners import EVERY_RUN, RunScope, new_public_id, public_run_id
+from mapper.store.schema import first_line, open_engine, runs
 
 WRITE_ATTEMPTS = 8  # SQLite 'database is locked' past the busy timeout, a PostgreSQL serialization failure
 RETRY_BASE_S = 0.05  # backoff doubles from here, jittered, between attempts
@@ -88,14 +90,15 @@ def kpis_of(document: dict) -> dict:
     return {**kpis, "first_failure": failure}
 
 
-def _row(document: dict, command: str, revision: str | None, kpis: dict | None, model_name: str | None) -> dict:
+def _row(document: dict, command: str, revision: str | None, model_name: str | None, owner: str | None) -> dict:
     model, hardware = document.get("model") or {}, document.get("hardware") or {}
     dims, options = dict(model.get("dims") or {}), dict(document.get("options") or {})
     names = (str(model_name or model.get("name") or "?"), str(hardware.get("name") or "?"))
     found = kpis_of(document)
-    found.update({k: v for k, v in (kpis or {}).items() if k in found})
     return {
         "uid": uuid.uuid4().hex,
+        "public_id": new_public_id(),
+        "owner": owner,
         "recorded_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
         "command": command,
         "revision": revision or default_revision(),
@@ -123,16 +126,16 @@ def record(
     *,
     command: str,
     revision: str | None = None,
-    kpis: dict | None = None,
     sheet: tuple[bytes, str] | None = None,
     model_name: str | None = None,
+    owner: str | None = None,
 ) -> int:
-    """Write one run; its id. `sheet`: (bytes, format: xlsx, json...). `kpis` overrides what `kpis_of(document)`
-    finds (a review's own figures);
+    """Write one run; its row id. `sheet`: (bytes, format: xlsx, json...); the KPIs are `kpis_of(document)`'s.
     `model_name` the document's model name (the CLI passes the file's stem: two exports may share a graph name).
+    `owner`: the recording session's `owners.owner_of(token)` (the dashboard's); None: a team run (CLI, CI).
     A transient lock is retried; the row's uid makes a retry after a lost reply a no-op, never a double."""
     engine = open_engine(store) if isinstance(store, str) else store
-    row = _row(document, command, revision, kpis, model_name)
+    row = _row(document, command, revision, model_name, owner)
     data, fmt = sheet or (None, None)
     row.update(sheet=gzip.compress(data, mtime=0) if data is not None else None, sheet_format=fmt)
     for attempt in itertools.count(1):
@@ -148,6 +151,8 @@ def record(
             if not _transient(exc) or attempt >= WRITE_ATTEMPTS:
                 raise MapperError(f"--store: cannot record the run: {str(exc.orig).strip()}") from None
             time.sleep(RETRY_BASE_S * 2**attempt * (1 + random.random()))
+        except sa.exc.SQLAlchemyError as exc:  # a store damaged since it was opened
+            raise MapperError(f"--store: cannot record the run: {first_line(exc)}") from None
 
 
 def _run_id(engine: sa.Engine, uid: str) -> int | None:
@@ -155,11 +160,21 @@ def _run_id(engine: sa.Engine, uid: str) -> int | None:
         return conn.execute(sa.select(runs.c.id).where(runs.c.uid == uid)).scalar()
 
 
-def run_sheet(store: str | sa.Engine, run_id: int) -> tuple[bytes, str] | None:
-    """(sheet bytes, format) of one recorded run, or None when it has none or no such run."""
+def run_sheet(store: str | sa.Engine, public_id: str, scope: RunScope = EVERY_RUN) -> tuple[bytes, str] | None:
+    """(sheet bytes, format) of the run whose link carries `public_id`, when `scope` may read it; None when it has
+    no sheet, there is no such run, or it is another session's (the three read alike: an id says nothing).
+    A malformed id or a damaged sheet: one-line MapperError."""
+    public_id = public_run_id(public_id)
     engine = open_engine(store) if isinstance(store, str) else store
-    with engine.connect() as conn:
-        got = conn.execute(sa.select(runs.c.sheet, runs.c.sheet_format).where(runs.c.id == run_id)).first()
-    if got is None or got.sheet is None:
+    query = sa.select(runs.c.sheet, runs.c.sheet_format, runs.c.owner).where(runs.c.public_id == public_id)
+    try:
+        with engine.connect() as conn:
+            got = conn.execute(query).first()
+    except sa.exc.SQLAlchemyError as exc:
+        raise MapperError(f"--store: cannot read the store: {first_line(exc)}") from None
+    if got is None or got.sheet is None or not scope.sees(got.owner):
         return None
-    return gzip.decompress(got.sheet), got.sheet_format or "bin"
+    try:
+        return gzip.decompress(got.sheet), str(got.sheet_format or "bin")
+    except (OSError, EOFError, zlib.error):
+        raise MapperError(f"run {public_id}: its sheet in the store is damaged (not gzip data)") from None

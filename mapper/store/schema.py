@@ -15,9 +15,15 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from mapper.core.errors import MapperError
+from mapper.store.owners import new_public_id
 
 SQLITE_BUSY_TIMEOUT_S = 60  # a writer waits this long for another's lock (8 CI jobs x 200 runs: well under 1 s)
 PG_MIGRATION_LOCK = 0x6D617070  # "mapp": the advisory-lock key every mapper process migrates under
+MIGRATION_BATCH_ROWS = 1000  # rows given public ids per UPDATE batch when version 2 upgrades a store
+# Databases a store may live in: the DDL of MIGRATIONS is written and tested for these two (tests/test_store.py,
+# tests/test_store_postgres.py); any other URL is refused before a driver is looked for.
+DIALECTS = ("sqlite", "postgresql")
+MISSING_COLUMNS_NAMED = 4  # columns a refused store's message names (a table made by hand can lack all 30)
 
 metadata = sa.MetaData()
 
@@ -39,36 +45,58 @@ KPI_COLUMNS = (
     "measured_p99_s",
 )
 
-runs = sa.Table(
-    "runs",
-    metadata,
-    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
-    sa.Column("uid", sa.String(32), nullable=False, unique=True),  # a retried insert is recognised, not doubled
-    sa.Column("recorded_utc", sa.String(32), nullable=False),
-    sa.Column("command", sa.String(32), nullable=False),
-    sa.Column("revision", sa.Text, nullable=False),
-    sa.Column("slice_key", sa.String(64), nullable=False, index=True),
-    sa.Column("model_name", sa.Text, nullable=False),
-    sa.Column("model_sha256", sa.String(64), nullable=False),
-    sa.Column("dims", sa.Text, nullable=False),  # JSON, keys sorted
-    sa.Column("hardware_name", sa.Text, nullable=False),
-    sa.Column("hardware_sha256", sa.String(64), nullable=False),
-    sa.Column("options", sa.Text, nullable=False),  # JSON, keys sorted
-    sa.Column("engine_version", sa.String(64), nullable=False),
-    *(sa.Column(name, sa.Float, nullable=True) for name in KPI_COLUMNS),
-    sa.Column("first_failure", sa.Text, nullable=True),
-    sa.Column("document", sa.Text, nullable=False),
-    sa.Column("sheet", sa.LargeBinary, nullable=True),
-    sa.Column("sheet_format", sa.String(8), nullable=True),
-)
+
+def _v1_columns() -> list[sa.Column]:
+    """The columns version 1 created (fresh objects: a Column belongs to one Table)."""
+    return [
+        sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+        sa.Column("uid", sa.String(32), nullable=False, unique=True),  # a retried insert is recognised, not doubled
+        sa.Column("recorded_utc", sa.String(32), nullable=False),
+        sa.Column("command", sa.String(32), nullable=False),
+        sa.Column("revision", sa.Text, nullable=False),
+        sa.Column("slice_key", sa.String(64), nullable=False, index=True),
+        sa.Column("model_name", sa.Text, nullable=False),
+        sa.Column("model_sha256", sa.String(64), nullable=False),
+        sa.Column("dims", sa.Text, nullable=False),  # JSON, keys sorted
+        sa.Column("hardware_name", sa.Text, nullable=False),
+        sa.Column("hardware_sha256", sa.String(64), nullable=False),
+        sa.Column("options", sa.Text, nullable=False),  # JSON, keys sorted
+        sa.Column("engine_version", sa.String(64), nullable=False),
+        *(sa.Column(name, sa.Float, nullable=True) for name in KPI_COLUMNS),
+        sa.Column("first_failure", sa.Text, nullable=True),
+        sa.Column("document", sa.Text, nullable=False),
+        sa.Column("sheet", sa.LargeBinary, nullable=True),
+        sa.Column("sheet_format", sa.String(8), nullable=True),
+    ]
+
+
+# Version 2: who may read a run, and the id its links carry (mapper/store/owners.py).
+OWNER = sa.Column("owner", sa.String(64), nullable=True)  # SHA-256 of the recording session's token; NULL: team
+PUBLIC_ID = sa.Column("public_id", sa.String(32), nullable=True)  # 128 random bits, hex; set on every row
+
+runs = sa.Table("runs", metadata, *_v1_columns(), OWNER, PUBLIC_ID)  # the table as this mapper reads it
 
 
 def _create_v1(conn: sa.Connection) -> None:
-    runs.create(conn)
+    sa.Table("runs", sa.MetaData(), *_v1_columns()).create(conn)  # as version 1 made it, whatever came after
+
+
+def _owners_and_public_ids_v2(conn: sa.Connection) -> None:
+    """Add `owner` and `public_id`; every run already recorded gets a public id and no owner (a team run)."""
+    conn.execute(sa.text("ALTER TABLE runs ADD COLUMN owner VARCHAR(64)"))
+    conn.execute(sa.text("ALTER TABLE runs ADD COLUMN public_id VARCHAR(32)"))
+    ids = conn.execute(sa.text("SELECT id FROM runs")).scalars().all()
+    update = sa.text("UPDATE runs SET public_id = :public_id WHERE id = :id")
+    for start in range(0, len(ids), MIGRATION_BATCH_ROWS):
+        conn.execute(
+            update, [{"id": i, "public_id": new_public_id()} for i in ids[start : start + MIGRATION_BATCH_ROWS]]
+        )
+    conn.execute(sa.text("CREATE UNIQUE INDEX ix_runs_public_id ON runs (public_id)"))
+    conn.execute(sa.text("CREATE INDEX ix_runs_owner ON runs (owner)"))
 
 
 # Append only: (version, step). A released step never changes; a new column is a new step.
-MIGRATIONS: list[tuple[int, Callable[[sa.Connection], None]]] = [(1, _create_v1)]
+MIGRATIONS: list[tuple[int, Callable[[sa.Connection], None]]] = [(1, _create_v1), (2, _owners_and_public_ids_v2)]
 
 
 def default_store_url() -> str:
@@ -111,16 +139,45 @@ def _sqlite_engine(url: str) -> sa.Engine:
 
 
 def open_engine(url: str) -> sa.Engine:
-    """An engine on the store at `url`, its schema brought up to date. Bad URL or server: MapperError."""
+    """An engine on the store at `url`, its schema brought up to date and its table checked. A bad URL, an
+    unsupported database, a file that is no database, a table that lacks columns: one-line MapperError."""
     url = normalize_url(url)
     try:
-        engine = _sqlite_engine(url) if url.startswith("sqlite") else sa.create_engine(url, pool_pre_ping=True)
+        dialect = sa.make_url(url).get_backend_name()
+    except sa.exc.ArgumentError:
+        raise MapperError(
+            f"--store: not a database URL: give a SQLite file or a postgresql:// URL ({url[:80]!r})"
+        ) from None
+    if dialect not in DIALECTS:
+        raise MapperError(f"--store: {dialect} is not supported: give a SQLite file or a postgresql:// URL")
+    try:
+        engine = _sqlite_engine(url) if dialect == "sqlite" else sa.create_engine(url, pool_pre_ping=True)
         migrate(engine)
-    except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError) as exc:
-        raise MapperError(f"--store: not a database URL ({exc})") from None
-    except sa.exc.OperationalError as exc:
-        raise MapperError(f"--store: cannot open the store: {str(exc.orig).strip().splitlines()[0]}") from None
+        _check_columns(engine)
+    except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError, ImportError) as exc:
+        raise MapperError(f"--store: cannot use this URL: {first_line(exc)}") from None
+    except sa.exc.SQLAlchemyError as exc:  # OperationalError, DatabaseError ('file is not a database'), ...
+        raise MapperError(f"--store: cannot open the store: {first_line(exc)}") from None
     return engine
+
+
+def first_line(exc: BaseException) -> str:
+    """A database error's own first line (the driver's text, without SQLAlchemy's SQL and background link)."""
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _check_columns(engine: sa.Engine) -> None:
+    """A store whose `runs` table lacks a column this mapper reads (made by hand, or damaged) is refused here,
+    not by the first query that names it."""
+    with engine.connect() as conn:
+        have = {c["name"] for c in sa.inspect(conn).get_columns("runs")}
+    missing = [c.name for c in runs.columns if c.name not in have]
+    if missing:
+        named = ", ".join(missing[:MISSING_COLUMNS_NAMED]) + (", ..." if len(missing) > MISSING_COLUMNS_NAMED else "")
+        raise MapperError(
+            f"--store: its runs table lacks {len(missing)} of mapper's columns ({named}): not a mapper store or damaged"
+        )
 
 
 def migrate(engine: sa.Engine) -> int:

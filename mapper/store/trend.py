@@ -1,6 +1,9 @@
 """Trends: a slice's KPIs across revisions, read from the run store, and the regression flag on them.
 
 A slice is one (command, model, profile, dims, options); its points are its runs in the order recorded.
+A reader sees the runs of its scope (mapper/store/owners.py): a session its own, the team's when the operator
+shares them, the CLI every run. A row whose stored fields do not read back (dims that are not JSON, a KPI that
+is not a number: a store written by hand or damaged) is skipped and counted, never the end of every trend.
 A regression compares the latest revision's last run with the previous revision's last run (two runs
 of one revision are a re-run, not a change), each KPI in its own direction (p99 up is worse, MFU down).
 """
@@ -14,12 +17,14 @@ import sqlalchemy as sa
 
 from mapper.core.errors import MapperError
 from mapper.store.kpis import KPIS, PRIMARY_ORDER
-from mapper.store.schema import KPI_COLUMNS, open_engine, runs
+from mapper.store.owners import EVERY_RUN, RunScope
+from mapper.store.schema import KPI_COLUMNS, first_line, open_engine, runs
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class TrendPoint:
-    run_id: int
+    run_id: int  # the row's number (the CLI's; it counts up, so links never carry it)
+    public_id: str | None  # what a link to the run carries (`?run=`): 128 random bits
     revision: str
     recorded_utc: str
     model_sha256: str
@@ -76,45 +81,96 @@ def parse_thresholds(items: list[str] | tuple[str, ...]) -> dict[str, float]:
     return out
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Trends:
+    """The slices a reader asked for, and how many of their rows were skipped as unreadable."""
+
+    slices: tuple[SliceTrend, ...]
+    skipped_runs: int
+
+
 def load_trends(
-    store: str | sa.Engine, model: str | None = None, hw: str | None = None, dims: dict | None = None
+    store: str | sa.Engine,
+    model: str | None = None,
+    hw: str | None = None,
+    dims: dict | None = None,
+    scope: RunScope = EVERY_RUN,
 ) -> list[SliceTrend]:
-    """Every slice in the store matching the filters (dims: each given dim at its value), its runs in order."""
+    """Every slice in `scope` matching the filters (dims: each given dim at its value), its runs in order;
+    unreadable rows left out (read_trends counts them)."""
+    return list(read_trends(store, model, hw, dims, scope).slices)
+
+
+def read_trends(
+    store: str | sa.Engine,
+    model: str | None = None,
+    hw: str | None = None,
+    dims: dict | None = None,
+    scope: RunScope = EVERY_RUN,
+) -> Trends:
+    """The slices as load_trends, and the number of rows skipped because a stored field does not read back."""
     engine = open_engine(store) if isinstance(store, str) else store
     query = sa.select(*(c for c in runs.c if c.name not in ("document", "sheet")), runs.c.sheet.is_not(None))
-    query = query.order_by(runs.c.id)
+    query = _scoped(query.order_by(runs.c.id), scope)
     if model:
         query = query.where(runs.c.model_name == model)
     if hw:
         query = query.where(runs.c.hardware_name == hw)
-    with engine.connect() as conn:
-        rows = conn.execute(query).all()
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(query).all()
+    except sa.exc.SQLAlchemyError as exc:
+        raise MapperError(f"--store: cannot read the store: {first_line(exc)}") from None
     slices: dict[str, list] = {}
+    skipped = 0
     for row in rows:
-        row_dims = json.loads(row.dims)
-        if all(row_dims.get(k) == v for k, v in (dims or {}).items()):
-            slices.setdefault(row.slice_key, []).append(row)
-    return [_slice(key, group) for key, group in slices.items()]
+        read = _read_row(row)
+        if read is None:
+            skipped += 1
+        elif all(read[1].get(k) == v for k, v in (dims or {}).items()):
+            slices.setdefault(row.slice_key, []).append(read)
+    return Trends(tuple(_slice(key, group) for key, group in slices.items()), skipped)
 
 
-def _slice(key: str, group: list) -> SliceTrend:
-    first = group[0]
+def _scoped(query: sa.Select, scope: RunScope) -> sa.Select:
+    """Only the rows `scope` may read (RunScope.sees, as SQL)."""
+    if scope.every:
+        return query
+    allowed = [runs.c.owner.is_(None)] if scope.team else []
+    if scope.owner is not None:
+        allowed.append(runs.c.owner == scope.owner)
+    return query.where(sa.or_(*allowed)) if allowed else query.where(sa.false())
+
+
+def _read_row(row) -> tuple | None:
+    """(row, dims, options, kpis) with the JSON fields parsed and every KPI a number or None; None when a field
+    does not read back."""
+    try:
+        dims, options = json.loads(row.dims), json.loads(row.options)
+    except (TypeError, ValueError):
+        return None
+    kpis = {c: getattr(row, c) for c in KPI_COLUMNS}
+    numbers = all(v is None or (isinstance(v, int | float) and not isinstance(v, bool)) for v in kpis.values())
+    if not (isinstance(dims, dict) and isinstance(options, dict) and numbers):
+        return None
+    return row, dims, options, kpis
+
+
+def _slice(key: str, group: list[tuple]) -> SliceTrend:
+    first, dims, options, _ = group[0]
     points = tuple(
         TrendPoint(
             r.id,
-            r.revision,
-            r.recorded_utc,
-            r.model_sha256,
-            r.hardware_sha256,
-            r.engine_version,
-            {c: getattr(r, c) for c in KPI_COLUMNS},
-            r.first_failure,
+            r.public_id,
+            *(str(v) for v in (r.revision, r.recorded_utc, r.model_sha256, r.hardware_sha256, r.engine_version)),
+            kpis,
+            None if r.first_failure is None else str(r.first_failure),
             bool(r[-1]),
         )
-        for r in group
+        for r, _, _, kpis in group
     )
-    dims, options = json.loads(first.dims), json.loads(first.options)
-    return SliceTrend(key, first.command, first.model_name, first.hardware_name, dims, options, points)
+    names = (str(first.command), str(first.model_name), str(first.hardware_name))  # SQLite keeps any type
+    return SliceTrend(key, *names, dims, options, points)
 
 
 def regressions(trend: SliceTrend, thresholds: dict[str, float]) -> list[Regression]:
@@ -135,8 +191,9 @@ def regressions(trend: SliceTrend, thresholds: dict[str, float]) -> list[Regress
     return found
 
 
-def trend_document(trends: list[SliceTrend], thresholds: dict[str, float]) -> dict:
-    """What `mapper trend --json` prints: each slice, its points, its regressions; `regressed` overall."""
+def trend_document(trends: list[SliceTrend], thresholds: dict[str, float], skipped_runs: int = 0) -> dict:
+    """What `mapper trend --json` prints: each slice, its points, its regressions; `regressed` overall; how many
+    unreadable runs were skipped."""
     slices = []
     for t in trends:
         flagged = regressions(t, thresholds)
@@ -159,4 +216,5 @@ def trend_document(trends: list[SliceTrend], thresholds: dict[str, float]) -> di
         "thresholds": thresholds,
         "slices": slices,
         "regressed": any(s["regressions"] for s in slices),
+        "skipped_runs": skipped_runs,
     }
