@@ -23,7 +23,7 @@ MIGRATION_BATCH_ROWS = 1000  # rows given public ids per UPDATE batch when versi
 # Databases a store may live in: the DDL of MIGRATIONS is written and tested for these two (tests/test_store.py,
 # tests/test_store_postgres.py); any other URL is refused before a driver is looked for.
 DIALECTS = ("sqlite", "postgresql")
-MISSING_COLUMNS_NAMED = 4  # columns a refused store's message names (a table made by hand can lack all 30)
+MISSING_COLUMNS_NAMED = 4  # columns a refused store's message names (a table made by hand can lack them all)
 
 metadata = sa.MetaData()
 
