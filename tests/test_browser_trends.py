@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from mapper.store.record import record
+from mapper.store.trend import load_trends
 from tests import test_browser
 from tests.test_browser import ARGS, CHROMIUM, no_exception, settle, sync_api
 from tests.test_store import doc
@@ -28,17 +29,19 @@ def store_url(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module", autouse=True)
 def store_env(store_url):
-    """MAPPER_STORE for the dashboard tests/test_browser.py's `server` starts (autouse: set before it)."""
-    before = os.environ.get("MAPPER_STORE")
-    os.environ["MAPPER_STORE"] = store_url
+    """MAPPER_STORE for the dashboard tests/test_browser.py's `server` starts (autouse: set before it), and a team
+    view: the runs recorded here are the CLI's, shared with every session only under one."""
+    saved = {k: os.environ.get(k) for k in ("MAPPER_STORE", "MAPPER_TEAM_VIEW")}
+    os.environ.update(MAPPER_STORE=store_url, MAPPER_TEAM_VIEW="the team")
     yield
-    if before is None:
-        os.environ.pop("MAPPER_STORE")
-    else:
-        os.environ["MAPPER_STORE"] = before
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
-def test_trends_page_reads_the_store_and_links_each_point_to_its_sheet(server, tmp_path):
+def test_trends_page_reads_the_store_and_links_each_point_to_its_sheet(server, store_url, tmp_path):
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         page = browser.new_page(viewport={"width": 1600, "height": 1000}, accept_downloads=True)
@@ -55,11 +58,13 @@ def test_trends_page_reads_the_store_and_links_each_point_to_its_sheet(server, t
         points = chart.locator(".scatterlayer .trace").first.locator(".points path")
         assert points.count() == 3  # one per revision
         page.screenshot(path=str(tmp_path / "trends.png"), full_page=True)
+        chart.scroll_into_view_if_needed()  # below the session's own runs: the team's section
         box = points.nth(1).bounding_box()  # r2's point: a click selects it (the drag layer above takes the click)
         page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
-        page.get_by_text("Run 2: its sheet").wait_for()
+        r2 = next(t for t in load_trends(store_url) if t.model_name == "trend-net").points[1].public_id[:12]
+        page.get_by_text(f"Run {r2}: its sheet").wait_for()  # links name a run by its public id
         settle(page)
         with page.expect_download() as download:
-            page.get_by_role("button", name="Download the sheet of run 2").click()
+            page.get_by_role("button", name=f"Download the sheet of run {r2}").click()
         assert Path(download.value.path()).read_bytes().startswith(b"PK")
         browser.close()
