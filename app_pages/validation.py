@@ -50,8 +50,10 @@ def probed_profile() -> mapper.HardwareProfile:
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
-def measured(model_key: str, dims: tuple, _source, runs: int):
-    return mapper.measure_model(_source, dict(dims), threads=1, runs=runs)
+def measured(model_key: str, dims: tuple, _source, runs: int, _on_wait=None):
+    """One run at a time per two cores across every session (mapper.measure_model waits its turn, telling
+    _on_wait its place in line, or refuses in one line after a while)."""
+    return mapper.measure_model(_source, dict(dims), threads=1, runs=runs, on_wait=_on_wait)
 
 
 def _scatter(kernels: pd.DataFrame, label: str) -> go.Figure:
@@ -134,9 +136,19 @@ with local:
         runs = st.slider("timed runs", 3, 30, 5, key="validation_runs")
         if st.button("Probe this machine and measure", type="primary"):
             with st.spinner("Probing this machine (a few seconds) and running the model on ONNX Runtime ..."):
+                waiting = st.empty()
                 try:
                     hw = probed_profile()
-                    m = measured(sel.model_key, sel.dims, sel.source, runs)
+                    m = measured(
+                        sel.model_key,
+                        sel.dims,
+                        sel.source,
+                        runs,
+                        lambda place: waiting.info(
+                            f"Other sessions are measuring on this machine: waiting for a turn, #{place} in line."
+                        ),
+                    )
+                    waiting.empty()
                     options = dataclasses.replace(sel.options, dtype="fp32", tp=1, pp=1, dp=1)
                     workload = cache.workload(sel.model_key, sel.dims, sel.source, sel.model_label)
                     before = mapper.compare_measured(mapper.map_workload(workload, hw, options), m)
@@ -146,6 +158,7 @@ with local:
                     after = mapper.compare_measured(mapper.map_workload(workload, tuned, options), m)
                     session.update(validation=(sel.key, before, after, f"{hw.display_name} ({hw.name})"))
                 except mapper.MapperError as e:
+                    waiting.empty()
                     ui.show_error("Cannot measure this model", e)
         stored = session.get().validation
         if stored and stored[0] == sel.key:

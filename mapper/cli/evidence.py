@@ -13,9 +13,11 @@ from pathlib import Path
 import mapper
 from mapper.cli import store as store_cli
 from mapper.cli.args import add_store_args, parse_dim
+from mapper.core.settings import setting_text
 from mapper.evidence.calibrate import calibrate, holdout_report
 from mapper.evidence.compare import compare_measured
 from mapper.evidence.measure import ORT_PLAN, measure_model, measurement_from_profile
+from mapper.evidence.measure_slots import ordinal
 from mapper.evidence.probe import probe_machine
 from mapper.evidence.profile_toml import write_toml
 from mapper.report.sheet import write_sheet
@@ -37,7 +39,14 @@ def add_arguments(subparsers) -> None:
     p.add_argument("--quick", action="store_true", help="a fast, rougher probe (~1 s)")
     p.add_argument("--name", default="probed-cpu", help="meta.name of the profile (the file's stem should match)")
     p.set_defaults(func=cmd_probe)
-    m = subparsers.add_parser("measure", help="run a model on ONNX Runtime CPU and compare with the prediction")
+    m = subparsers.add_parser(
+        "measure",
+        help="run a model on ONNX Runtime CPU and compare with the prediction",
+        description="The model runs in a child process under MAPPER_MEASURE_MEMORY_BYTES, MAPPER_MEASURE_CPU_SECONDS "
+        "and MAPPER_MEASURE_WALL_SECONDS (environment; defaults in mapper/core/limits.py); at most "
+        "MAPPER_MEASURE_CONCURRENT run at once on the machine, the rest wait their turn (place shown on stderr) for "
+        "up to MAPPER_MEASURE_QUEUE_SECONDS, then are refused.",
+    )
     m.add_argument("model", help="an .onnx file or a built-in name")
     m.add_argument("--threads", type=int, default=1)
     m.add_argument("--runs", type=int, default=10)
@@ -81,13 +90,23 @@ def _hardware(spec):
     return mapper.load_hardware(probe_machine(None, quick=True))
 
 
+def _waiting(place: int) -> None:
+    """A measurement waiting for its turn (evidence/measure_slots.py) says its place on stderr as it changes."""
+    print(
+        f"measure: waiting for a turn to run, {ordinal(place)} in line ({setting_text('MEASURE_CONCURRENT')} at "
+        f"once; refused after {setting_text('MEASURE_QUEUE_SECONDS')})",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 def cmd_measure(args) -> int:
     model = mapper.open_model(args.model)  # parsed once for the run, the mapping and the node matching
     dims = _dims(args, model)
     if args.profile:
         measurement = measurement_from_profile(args.profile, model)
     else:
-        measurement = measure_model(model, dims, threads=args.threads, runs=args.runs)
+        measurement = measure_model(model, dims, threads=args.threads, runs=args.runs, on_wait=_waiting)
     result = mapper.map_workload(model.bind(dims), _hardware(args.hw), ORT_PLAN)
     comparison = compare_measured(result, measurement)
     if args.out:  # the mapping sheet with its Measured section
@@ -134,7 +153,7 @@ def cmd_calibrate(args) -> int:
     def measure(models):
         out = []
         for model in models:
-            out.append(measure_model(model, dims, threads=1, runs=args.runs))
+            out.append(measure_model(model, dims, threads=1, runs=args.runs, on_wait=_waiting))
             print(f"measured {model}: min {min(out[-1].latencies_s) * 1e3:.2f} ms", file=sys.stderr)
         return out
 

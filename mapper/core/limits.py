@@ -67,9 +67,23 @@ ORT_NODE_QUERIES = 4  # single-node ONNX Runtime inferences one import may start
 # Running an uploaded model (mapper measure, the Validation page): a child process under these limits
 # (mapper/model/sandbox.py), and an estimate of the run checked against them before it starts
 # (evidence/measure_gate.py).
+# What the graph computes is known only once it runs (a row count computed from an input, ConstantOfShape of
+# it, then a 2048 x 2048 MatMul: 1.1 TFLOP a run, rated 1 FLOP by the gate), so the three limits of the child and
+# the count of children hold whatever the estimate said. Each may be set when the server or the CLI starts, as
+# MAPPER_<NAME> in its environment (a whole number; mapper/core/settings.py); the figures below are the defaults.
 MEASURE_MEMORY_BYTES = 4 << 30  # address space (RLIMIT_AS) of the child running ONNX Runtime; its estimated peak too
-MEASURE_CPU_SECONDS = 600  # CPU time of that child (RLIMIT_CPU): 5 minutes of both cores of a 2-core machine
-MEASURE_WALL_SECONDS = 300  # its wall clock: at 5 minutes the child and its process group are killed
+# (the per-request budget of the reference machine; BERT-base at seq 32 is estimated at ~2.3 GB)
+MEASURE_CPU_SECONDS = 120  # CPU time of that child (RLIMIT_CPU), all its threads: 2 minutes of one core. The whole
+# `mapper measure` of ResNet-50 took 3.7 s here, BERT-base at seq 32 31 s; the Validation page's largest model (50
+# GFLOP a run, 37 runs) ~25 s of running. The computed-row MatMul above ran 213 s at 2.5 GB when this was 600
+MEASURE_WALL_SECONDS = 120  # its wall clock: at 2 minutes the child and its process group are killed
+MEASURE_CORES_PER_RUN = 2  # measure children run at once across every session and CLI on the machine: one per this
+# many cores (1 on the 2-core reference machine), MAPPER_MEASURE_CONCURRENT to set the count itself
+MEASURE_QUEUE_SECONDS = 300  # how long a measurement waits for its turn, its place in line shown; then refused
+# (0: refused at once when every slot is taken). A wait is at most ~MEASURE_WALL_SECONDS per run ahead of it
+MAX_TRACE_EVENTS = 4_000_000  # events (values) of one profile / trace, with MAX_TRACE_BYTES: each costs ~1-3 us to
+# decode whatever its size, so 256 MB of `1,` took 132 s here before this bound (behind one event now: 6 s);
+# ORT's ~300-byte events fill MAX_TRACE_BYTES with ~1.8*10^6. Kept ones ~150 B each: at most ~0.6 GB beside the file
 MEASURE_NODE_RUNS = 2_000_000  # node executions of one measurement, all runs, Loop/Scan bodies x trip counts
 # (ORT takes ~1-5 us a small node: seconds; a profiled one is a ~300-byte event)
 MEASURE_FLOPS = 10**13  # FLOPs of one measurement, all runs: ~3 minutes at ~50 GFLOP/s (one core, fp32)

@@ -3,9 +3,9 @@
 `json.loads` of a 256 MB profile builds every event as dicts at once (6.7 GB peak); here the
 top-level array (an ORT profile) or the object's "traceEvents" array (a Chrome trace) is read in
 chunks and each element decoded alone by the standard library's C decoder, so the largest thing
-held is one chunk and one event (MAX_TRACE_EVENT_BYTES). The file's other top-level values are
-decoded under the same cap and dropped. A value nested past what the decoder allows is a one-line
-error, not a RecursionError.
+held is one chunk and one event (MAX_TRACE_EVENT_BYTES), and at most MAX_TRACE_EVENTS are decoded.
+The file's other top-level values are decoded under the same caps and dropped. A value nested past
+what the decoder allows is a one-line error, not a RecursionError.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ class _Stream:
         self.utf8 = codecs.getincrementaldecoder("utf-8")()
         self.buf, self.i, self.eof = "", 0, False
         self.found = False  # an event array was met
+        self.values = 0  # decoded so far: each costs ~1-3 us whatever its size (MAX_TRACE_EVENTS)
 
     def more(self) -> bool:
         if self.eof:
@@ -68,7 +69,13 @@ class _Stream:
         return char
 
     def value(self) -> object:
-        """The next JSON value, decoded alone; a value longer than MAX_TRACE_EVENT_BYTES is refused."""
+        """The next JSON value, decoded alone; a value longer than MAX_TRACE_EVENT_BYTES is refused, and so is
+        the value past MAX_TRACE_EVENTS (256 MB of `1,` is 1.3*10^8 of them: minutes)."""
+        self.values += 1
+        if self.values > limits.MAX_TRACE_EVENTS:
+            raise MapperError(
+                f"{self.label}: more than {limits.limit_text('MAX_TRACE_EVENTS')} events; profile fewer runs"
+            )
         self.peek()
         while True:
             try:

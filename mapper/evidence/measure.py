@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,10 +24,11 @@ import onnx
 
 from mapper.core import limits
 from mapper.core.errors import MapperError
-from mapper.core.limits import limit_text
 from mapper.core.result import PlanOptions
+from mapper.core.settings import check_settings, setting_text
 from mapper.core.vocab import Runtime
 from mapper.evidence.measure_gate import check_run, estimate_run
+from mapper.evidence.measure_slots import measure_slot
 from mapper.evidence.profiles import NodeMatch, ProfileTimes, load_profile, match_nodes
 from mapper.handle import open_model
 from mapper.model.sandbox import external_tensors, run_child
@@ -210,14 +212,17 @@ def _child_error(label: str, result) -> MapperError:
         "",
     )
     if result.returncode == -signal.SIGXCPU:
-        return MapperError(f"measure {label}: the run was stopped at {limit_text('MEASURE_CPU_SECONDS')} of CPU time")
+        return MapperError(f"measure {label}: the run was stopped at {setting_text('MEASURE_CPU_SECONDS')} of CPU time")
     if result.returncode == -signal.SIGKILL:  # the hard CPU limit (5 s past the soft one), or the system out of memory
         return MapperError(
-            f"measure {label}: the run was killed (past {limit_text('MEASURE_CPU_SECONDS')} of CPU "
+            f"measure {label}: the run was killed (past {setting_text('MEASURE_CPU_SECONDS')} of CPU "
             f"time, or the machine out of memory)"
         )
     if result.returncode == -signal.SIGXFSZ or "MemoryError" in said or "alloc" in said.lower():
-        return MapperError(f"measure {label}: the run hit {limit_text('MEASURE_MEMORY_BYTES')} ({said[:120]})")
+        return MapperError(
+            f"measure {label}: the run ran out of its address space, {setting_text('MEASURE_MEMORY_BYTES')} "
+            f"({said.removeprefix('MemoryError: ')[:120] or 'a file it wrote grew past it'})"
+        )
     why = said or f"the child process ended with status {result.returncode}"
     return MapperError(f"measure {label}: ONNX Runtime could not run it ({why[:160]})")
 
@@ -263,18 +268,21 @@ def measure_model(
     runs: int = 10,
     providers: list[str] | None = None,
     profiled_runs: int = 3,
+    on_wait: Callable[[int], None] | None = None,
 ) -> Measurement:
     """Run the model on ONNX Runtime: `runs` timed runs (after warm-up) for wall-time percentiles, then
     `profiled_runs` in a second, profiled session for per-node times (min per node: best-of on a shared machine).
 
     The run is estimated and refused over the MEASURE_* limits first (measure_gate), every external-data
-    reference is replaced (synthesize_weights), and ORT runs in a sandboxed child process (_run_in_child)."""
+    reference is replaced (synthesize_weights), and ORT runs in a sandboxed child (_run_in_child) when its turn
+    comes (measure_slots; on_wait(place) hears the place in line)."""
     import onnxruntime as ort
 
     if runs < 1 or threads < 1 or profiled_runs < 1:
         raise MapperError(
             f"measure: runs={runs}, profiled_runs={profiled_runs} and threads={threads} must all be at least 1"
         )
+    check_settings()  # a bad MAPPER_MEASURE_* is refused before any work
     handle = open_model(source)  # parsed once: the run, the gate and the prediction read this one
     workload = handle.bind(dims)
     model = _onnx_model(handle)
@@ -282,14 +290,10 @@ def measure_model(
     check_run(estimate_run(workload, model), 2 * WARMUP_RUNS + runs + profiled_runs, label)
     replaced = synthesize_weights(model)
     feeds = synthesize_inputs(model, workload.graph)
-    spec = {
-        "threads": threads,
-        "providers": providers or ["CPUExecutionProvider"],
-        "warmup": WARMUP_RUNS,
-        "runs": runs,
-        "profiled_runs": profiled_runs,
-    }
-    latencies, profile, optimized = _run_in_child(label, model.SerializeToString(), feeds, spec)
+    providers = providers or ["CPUExecutionProvider"]
+    spec = dict(threads=threads, providers=providers, warmup=WARMUP_RUNS, runs=runs, profiled_runs=profiled_runs)
+    with measure_slot(label, on_wait):
+        latencies, profile, optimized = _run_in_child(label, model.SerializeToString(), feeds, spec)
     times = load_profile(profile, statistic="min")
     try:  # the optimized graph names its large weights in weights.bin, which is neither kept nor read
         optimized_model = onnx.load_from_string(optimized) if optimized else None
@@ -307,7 +311,7 @@ def measure_model(
         threads,
         tuple(latencies),
         nodes,
-        ",".join(spec["providers"]),
+        ",".join(providers),
         ort.__version__,
         datetime.now(UTC).isoformat(timespec="seconds"),
         tuple(notes),

@@ -25,6 +25,7 @@ from mapper.core import limits
 from mapper.core.errors import MapperError
 from mapper.core.graph import DTYPE_BYTES
 from mapper.core.limits import limit_text
+from mapper.core.settings import setting, setting_text
 from mapper.model.sandbox import is_external, model_graphs, model_tensors
 
 # Copies of the weights alive at once: the parent's serialized model handed over, the child's read of it,
@@ -176,10 +177,10 @@ def estimate_run(workload, model: onnx.ModelProto) -> RunEstimate:
 
 def check_run(estimate: RunEstimate, runs: int, label: str) -> None:
     """Refuse a measurement of `runs` runs (warm-up and profiled ones included) that would exceed a limit."""
-    if estimate.memory_bytes > limits.MEASURE_MEMORY_BYTES:
+    if estimate.memory_bytes > setting("MEASURE_MEMORY_BYTES"):
         raise MapperError(
             f"measure {label}: a run would need about {estimate.memory_bytes / 2**30:.1f} GiB (tensors "
-            f"at the bound shapes, weights x{WEIGHT_COPIES}), over {limit_text('MEASURE_MEMORY_BYTES')}; "
+            f"at the bound shapes, weights x{WEIGHT_COPIES}), over {setting_text('MEASURE_MEMORY_BYTES')}; "
             f"bind smaller dims"
         )
     if estimate.node_runs * runs > limits.MEASURE_NODE_RUNS:

@@ -11,6 +11,7 @@ optimized graph, for node matching) in its directory; on failure, one line "meas
 import io
 import json
 import os
+import re
 import sys
 import time
 
@@ -61,6 +62,14 @@ if __name__ == "__main__":  # as `python -c` runs it; importing this file runs n
     try:
         main()
     except Exception as exc:  # noqa: BLE001 - ORT raises its own types (Fail, InvalidArgument...), MemoryError at RLIMIT_AS
-        lines = str(exc).splitlines() or [""]
-        sys.stderr.write(f"\nmeasure-child: {type(exc).__name__}: {lines[0][:200]}\n")
+        text = " ".join(str(exc).split())
+        # ORT at RLIMIT_AS: Fail "... running ConstantOfShape node ... Failed to allocate memory for requested
+        # buffer of size 1073741824", its reason at the end of a long line: said as a MemoryError, with the node
+        failed = re.search(r"[Ff]ailed to allocate memory[^.]*|bad_alloc", text)
+        if isinstance(exc, MemoryError) or failed:
+            node = re.search(r"running (\w+) node", text)
+            said = "; ".join(m.group(0) for m in (node, failed) if m) or text[:200]
+            sys.stderr.write(f"\nmeasure-child: MemoryError: {said[:200]}\n")
+        else:
+            sys.stderr.write(f"\nmeasure-child: {type(exc).__name__}: {text[:200]}\n")
         sys.exit(3)

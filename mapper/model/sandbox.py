@@ -24,9 +24,8 @@ from typing import BinaryIO, NamedTuple
 
 import onnx
 
-from mapper.core import limits
 from mapper.core.errors import MapperError
-from mapper.core.limits import limit_text
+from mapper.core.settings import setting, setting_text
 
 
 class Found(NamedTuple):
@@ -104,11 +103,17 @@ class ChildResult:
 def _child_prologue(memory_bytes: int, cpu_s: int) -> str:
     # The child sets its limits itself, first thing: preexec_fn is unsafe in a threaded parent (Streamlit).
     # No file it writes may exceed its memory cap either (RLIMIT_FSIZE): a profile cannot fill the disk.
+    # A limit the child inherited lower (a server run under `ulimit -v`) stays: only root may raise a hard limit.
     return (
         "import resource\n"
-        f"resource.setrlimit(resource.RLIMIT_AS, ({memory_bytes}, {memory_bytes}))\n"
-        f"resource.setrlimit(resource.RLIMIT_FSIZE, ({memory_bytes}, {memory_bytes}))\n"
-        f"resource.setrlimit(resource.RLIMIT_CPU, ({cpu_s}, {cpu_s + 5}))\n"
+        "def _cap(kind, soft, hard):\n"
+        "    _, held = resource.getrlimit(kind)\n"
+        "    low = lambda v: v if held == resource.RLIM_INFINITY else min(v, held)\n"
+        "    resource.setrlimit(kind, (low(soft), low(hard)))\n"
+        f"_cap(resource.RLIMIT_AS, {memory_bytes}, {memory_bytes})\n"
+        f"_cap(resource.RLIMIT_FSIZE, {memory_bytes}, {memory_bytes})\n"
+        f"_cap(resource.RLIMIT_CPU, {cpu_s}, {cpu_s + 5})\n"
+        "del _cap\n"
     )
 
 
@@ -123,11 +128,11 @@ def run_child(
     keep: dict[str, int] | None = None,
 ) -> ChildResult:
     """Run `script` (Python source that imports nothing of mapper) as `python -I` in a fresh, empty scratch
-    directory, under the values of the named limits of mapper/core/limits.py. `keep`: files the child writes in
-    its scratch directory to hand back (name -> most bytes); its stdout and stderr go to files there too, so a
-    chatty child cannot grow the parent's memory. A child still running at the wall limit is killed with its
-    process group: MapperError naming the limit."""
-    memory, cpu, wall = (getattr(limits, name) for name in (memory_limit, cpu_limit, wall_limit))
+    directory, under the values of the named limits of mapper/core/limits.py (as set at start:
+    mapper/core/settings.py). `keep`: files the child writes in its scratch directory to hand back (name -> most
+    bytes); its stdout and stderr go to files there too, so a chatty child cannot grow the parent's memory. A
+    child still running at the wall limit is killed with its process group: MapperError naming the limit."""
+    memory, cpu, wall = (setting(name) for name in (memory_limit, cpu_limit, wall_limit))
     with tempfile.TemporaryDirectory(prefix="mapper-child-") as scratch:
         cmd = [sys.executable, "-I", "-c", _child_prologue(memory, cpu) + script, *args]
         with (
@@ -147,7 +152,7 @@ def run_child(
             proc.communicate(stdin, timeout=wall)
         except subprocess.TimeoutExpired:
             _kill_group(proc)
-            raise MapperError(f"ran past {limit_text(wall_limit)} and was killed") from None
+            raise MapperError(f"ran past {setting_text(wall_limit)} and was killed") from None
         except BaseException:  # the parent interrupted: the child's whole group goes too
             _kill_group(proc)
             raise
