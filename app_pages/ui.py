@@ -11,7 +11,6 @@ from __future__ import annotations
 import gc
 import logging
 import os
-import re
 import shlex
 import time
 from collections.abc import Callable, Iterator
@@ -23,14 +22,11 @@ import streamlit as st
 import mapper
 from app_pages import session
 
-# Every ASCII character markdown, streamlit (:red[...], :material/...:) or KaTeX ($...$) gives a meaning to.
-MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~$:&=^\"'])")
-
 
 def md(value) -> str:
-    """Data as markdown that shows it verbatim: on one line, control characters written out, every
-    special character backslash-escaped. Escape the interpolated data, never the template."""
-    return MARKDOWN_SPECIALS.sub(r"\\\1", mapper.printable(" ".join(str(value).split())))
+    """Data as markdown that shows it verbatim (mapper.markdown_text): escape the interpolated data, never the
+    template."""
+    return mapper.markdown_text(value)
 
 
 def show_error(what: str, exc: BaseException) -> None:
@@ -233,7 +229,7 @@ def reproduce(doc: dict) -> None:
     """The `mapper map` line that maps this slice again (st.code shows names verbatim: no markdown)."""
     st.code(doc["reproduce"], language="bash", wrap_lines=True)
     files = []
-    if shlex.split(doc["reproduce"])[2] == "MODEL.onnx":  # an upload, whatever its name (the engine checks sha)
+    if shlex.split(doc["reproduce"])[-1] == "MODEL.onnx":  # an upload, whatever its name (the engine checks sha)
         files.append(f"MODEL.onnx is the uploaded file (sha256 {doc['model']['sha256']})")
     if doc["hardware"]["name"] not in mapper.list_hardware():
         files.append(f"{doc['hardware']['name']}.json is the user's own profile (the Export page writes it)")

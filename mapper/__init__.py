@@ -45,6 +45,7 @@ from mapper.pipeline import (
 from mapper.plan.layout import LAYOUTS
 from mapper.report.document import mapping_document
 from mapper.report.groups import group_kernels, layer_pattern, module_path
+from mapper.report.markdown import markdown_text
 from mapper.report.reproduce import (
     PLAN_FIELDS,
     PlanField,
@@ -136,6 +137,7 @@ __all__ = [
     "ProfileError",
     "error_line",
     "printable",
+    "markdown_text",
     "format_bytes",
     "DURATION_UNITS",
     "MINUTE_S",

@@ -157,10 +157,11 @@ def model_argument(doc: dict) -> str:
 
 
 def reproduce_command(doc: dict, model: str | None = None, hw: str | None = None) -> str:
-    """`mapper map MODEL --hw HW --dim NAME=VALUE ... [option flags]`: the command that maps this slice again.
-    `model`/`hw` name the file the caller read them from; by default what the document itself says."""
+    """`mapper map --hw HW --dim NAME=VALUE ... [option flags] -- MODEL`: the command that maps this slice again.
+    `model`/`hw` name the file the caller read them from; by default what the document itself says. The model
+    comes last, after `--`, so a file named like an option (`--out=x.onnx`) is read as the model."""
     options = PlanOptions(**doc["options"])
-    words = ["mapper", "map", model or model_argument(doc), "--hw", hw or hardware_argument(doc)]
+    words = ["mapper", "map", f"--hw={hw or hardware_argument(doc)}"]
     for name, value in doc["model"]["dims"].items():
-        words += ["--dim", f"{name}={value}"]
-    return shlex.join(words + option_flags(options))
+        words.append(f"--dim={name}={value}")  # `=`: a dim name the model gives may start with a dash
+    return shlex.join([*words, *option_flags(options), "--", model or model_argument(doc)])

@@ -12,14 +12,14 @@ import io
 import json
 import re
 import zipfile
-from pathlib import Path
 
 from mapper.core.units import format_duration, format_number
+from mapper.report.markdown import markdown_text
 from mapper.report.sheet import sheet_bytes
 from mapper.report.tables import csv_bytes
 from mapper.review.candidates import Candidate
 from mapper.review.ranking import ranking_table
-from mapper.review.review import Review, review_args
+from mapper.review.review import UPLOADED, Review, review_flags
 
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # the earliest date a zip entry holds: no build time leaks in
 CORE_DATES = re.compile(rb"(<dcterms:(?:created|modified)[^>]*>)[^<]*(</dcterms:)")
@@ -48,10 +48,9 @@ def pinned_xlsx(data: bytes, created_utc: str) -> bytes:
 
 
 def model_arg(review: Review) -> str:
+    """The model argument of reproduce.sh: the built-in's name, or the file's name beside it."""
     source = review.frozen["model_source"]
-    if review.baseline.model_name == source or source in ("", "(uploaded)"):
-        return source if source not in ("", "(uploaded)") else (review.request.file_name or "model.onnx")
-    return Path(source).name  # a path: the file sits beside reproduce.sh
+    return "model.onnx" if source == UPLOADED else source
 
 
 def profile_path(review: Review) -> str:
@@ -59,8 +58,16 @@ def profile_path(review: Review) -> str:
 
 
 def review_command(review: Review) -> str:
-    args = ["mapper", "review", *review_args(review, model_arg(review), profile_path(review))]
-    return " ".join(_quote(a) for a in args) + " --out packet.zip"
+    """The model last, after `--`: a file named like an option (`--out=x.onnx`) is read as the model."""
+    args = [
+        "mapper",
+        "review",
+        *review_flags(review, profile_path(review)),
+        "--out=packet.zip",
+        "--",
+        model_arg(review),
+    ]
+    return " ".join(_quote(a) for a in args)
 
 
 def _quote(arg: str) -> str:
@@ -122,44 +129,45 @@ def review_document(review: Review) -> dict:
 
 
 def readme(review: Review, doc: dict) -> str:
-    chosen, k = review.chosen, review.kpis
+    chosen, k, t = review.chosen, review.kpis, markdown_text  # t: data written as inert text (names, free text)
     fix = (
-        f"**{chosen.label}** (`{chosen.option_text()}`), owner: {review.owner}; expected: {chosen.gain_text()};"
-        f" {review.chosen_reason};"
-        f" touches {chosen.blast_kernels} kernels ({', '.join(chosen.blast_layer_types)})."
-        + (f"\n  Quality evidence and fallback: {chosen.evidence}." if chosen.evidence else "")
+        f"**{t(chosen.label)}** ({t(chosen.option_text())}), owner: {t(review.owner)}; expected:"
+        f" {t(chosen.gain_text())}; {t(review.chosen_reason)};"
+        f" touches {chosen.blast_kernels} kernels ({t(', '.join(chosen.blast_layer_types))})."
+        + (f"\n  Quality evidence and fallback: {t(chosen.evidence)}." if chosen.evidence else "")
         if chosen
         else "none proposed (no plan option addresses this class): see the follow-ups."
     )
     boundary = ", ".join(json.dumps(s) for s in doc["rollback_boundary"]) or "none: the fix holds on every slice"
+    summary = doc["validation"]["summary"] if doc["validation"] else "not run"
     lines = [
-        f"# Review: {review.baseline.model_name} on {review.baseline.hardware_name}",
+        f"# Review: {t(review.baseline.model_name)} on {t(review.baseline.hardware_name)}",
         "",
         (
-            f"1. **Workload and KPI.** Slice {json.dumps(review.frozen['dims'])}, {review.baseline.totals.dtype};"
+            f"1. **Workload and KPI.** Slice {t(json.dumps(review.frozen['dims']))}, {review.baseline.totals.dtype};"
             f" latency {format_duration(k['latency_s'])}, throughput {format_number(k['throughput_per_s'], '/s')},"
             f" MFU {k['mfu']:.1%},"
             f" memory stall {k['memory_stall_fraction']:.0%}, perf/W {k['perf_per_watt']:.3g}."
         ),
-        f"2. **First mechanism failure ({review.failure.check}).** {review.mechanism}",
+        f"2. **First mechanism failure ({review.failure.check}).** {t(review.mechanism)}",
         (
             f"3. **Proving artifact.** `baseline.xlsx` / `baseline.html`: {review.artifact['kernels_of_class']}"
             f" {review.dominant} kernels (Kernels sheet: tile, fusion rule, class, evidence)."
         ),
         f"4. **Bounded fix.** {fix}",
         (
-            f"5. **Validation and rollback.** {doc['validation']['summary'] if doc['validation'] else 'not run'}."
-            f" Rollback boundary (slices that keep the baseline): {boundary}."
+            f"5. **Validation and rollback.** {t(summary)}."
+            f" Rollback boundary (slices that keep the baseline): {t(boundary)}."
         ),
         "",
-        f"First failing slice: {review.first_slice['sentence']}.",
+        f"First failing slice: {t(review.first_slice['sentence'])}.",
         "",
         (
             "Files: baseline.xlsx/.html and fix.xlsx/.html (mapping sheets), validation_matrix.csv,"
             " validation_verdicts.csv, rollback_boundary.csv, profiles/ (the profile used), review.json."
         ),
         "Rebuild every file: `sh reproduce.sh` in this folder (needs `mapper` on PATH"
-        + ("" if review.request.model and isinstance(review.request.model, str) else ", and the model file beside it")
+        + ("" if review.baseline.model_builtin else ", and the model file beside it")
         + ").",
         "",
     ]

@@ -7,8 +7,10 @@ by candidates.py and re-mapped), and the validation matrix with its rollback bou
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC, datetime
+from pathlib import Path
 
 from mapper.core.classes import Bottleneck, Owner
 from mapper.core.errors import MapperError
@@ -28,6 +30,7 @@ from mapper.review.ranking import chosen_because, rank
 from mapper.serve.engine import map_slice
 
 OWNERS = tuple(str(o) for o in Owner)
+UPLOADED = "(uploaded)"  # the model source of bytes uploaded without a file name
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,10 +123,11 @@ def run_review(request: ReviewRequest, progress=None) -> Review:
         plans = (PlanSpec(source, hw, request.options), PlanSpec(source, hw, chosen.options))
         validation = validate_fix(*plans, grid, dims, roles)
     target = request.target or (Target("p99", request.p99_target_s) if request.p99_target_s else Target("fit"))
+    source = model_source(model, request.file_name)
     return Review(
         request=request,
         created_utc=created,
-        frozen=frozen_slice(baseline, model),
+        frozen=frozen_slice(baseline, model, request.file_name),
         kpis=steps.kpis(doc, request.p99_target_s, _ttft(model, dims, hw, request.options) if decode else None),
         failure=failure,
         dominant=dominant,
@@ -134,7 +138,7 @@ def run_review(request: ReviewRequest, progress=None) -> Review:
         chosen=chosen,
         chosen_reason=reason,
         owner=request.owner or (chosen.owner if chosen else failure.owner),
-        follow_ups=follow_ups(doc, dominant, model.source or "MODEL.onnx", hw.name),
+        follow_ups=follow_ups(doc, dominant, "MODEL.onnx" if source == UPLOADED else source, hw.name),
         validation=validation,
         first_slice=first_failing_slice(model, dims, hw, request.options, target, request.max_length),
         baseline=baseline,
@@ -157,10 +161,18 @@ def _ttft(model, dims: dict[str, int], hw, options) -> float:
     return map_workload(model.bind(prefill), hw, options).totals.latency_s
 
 
-def frozen_slice(result: MappingResult, model) -> dict:
+def model_source(model, file_name: str) -> str:
+    """What names the model in the packet, the same when reproduce.sh rebuilds it beside the file: a built-in's
+    name, a file's name (not its path), an upload's file name ("(uploaded)" without one)."""
+    if model.builtin:
+        return model.source
+    return Path(model.source).name if model.source else file_name or UPLOADED
+
+
+def frozen_slice(result: MappingResult, model, file_name: str = "") -> dict:
     return {
         "model": result.model_name,
-        "model_source": model.source or "(uploaded)",
+        "model_source": model_source(model, file_name),
         "model_sha256": result.model_sha256,
         "dims": dict(result.dims),
         "hardware": result.hardware_name,
@@ -176,13 +188,15 @@ def follow_ups(doc: dict, dominant: str, model: str, hw: str) -> list[dict]:
     return [
         {
             "owner": owner,
-            "action": f"measure the frozen slice and compare it with this prediction (`mapper measure {model}`"
-            " on a machine that runs it, or score a profile made there with --profile)",
+            "action": "measure the frozen slice and compare it with this prediction"
+            f" (`mapper measure -- {shlex.quote(model)}` on a machine that runs it, or score a profile made there"
+            " with --profile)",
         },
         {
             "owner": owner,
             "action": f"calibrate {hw}'s efficiency curves behind the {dominant or 'dominant'} kernels"
-            f" (`mapper calibrate --hw {hw} --on {model} --out calibrated.toml`) and re-run the review on it",
+            f" (`mapper calibrate --hw={shlex.quote(hw)} --on={shlex.quote(model)} --out=calibrated.toml`)"
+            " and re-run the review on it",
         },
     ]
 
@@ -202,21 +216,22 @@ def option_flags(options: PlanOptions) -> list[str]:
     return flags
 
 
-def review_args(review: Review, model_arg: str, hw_arg: str) -> list[str]:
-    """The `mapper review` arguments that rebuild this review's packet byte for byte."""
+def review_flags(review: Review, hw_arg: str) -> list[str]:
+    """The `mapper review` flags that rebuild this review's packet byte for byte, the model argument aside. Free text
+    and names are written as --flag=value, so no value can be read as an option."""
     r = review.request
-    args = [model_arg, "--hw", hw_arg]
+    args = [f"--hw={hw_arg}"]
     for name, value in sorted(review.frozen["dims"].items()):
-        args += ["--dim", f"{name}={value}"]
+        args.append(f"--dim={name}={value}")
     args += option_flags(r.options)
     if r.p99_target_s is not None:
         args += ["--p99-target-ms", f"{r.p99_target_s * 1e3:g}"]
     if r.fix and review.chosen is not None:  # the default pick re-derives itself (and keeps its reason)
         args += ["--fix", review.chosen.option_text()]
     if r.owner:
-        args += ["--owner", r.owner]
+        args.append(f"--owner={r.owner}")
     if r.note:
-        args += ["--note", r.note]
+        args.append(f"--note={r.note}")
     if r.target is not None:
         args += ["--target", _target_text(r.target)]
     if r.max_length:
@@ -225,7 +240,7 @@ def review_args(review: Review, model_arg: str, hw_arg: str) -> list[str]:
         args += ["--matrix-batch", ",".join(map(str, r.grid.batches))]
         if r.grid.axis:
             args += ["--matrix-length", ",".join(map(str, r.grid.lengths))]
-    return [*args, "--created-utc", review.created_utc]
+    return [*args, f"--created-utc={review.created_utc}"]
 
 
 def _target_text(target: Target) -> str:
