@@ -12,7 +12,7 @@ measure child, from wait4):
                  of which is a node's kernel time; and for scale, a valid ORT profile of that size (accepted)
   queue          two measurements of a small model started together, MAPPER_MEASURE_CONCURRENT=1: the second
                  waits its turn (its place on stderr)
-Times are wall seconds on whatever machine runs it; nothing here asserts them (docs/threat-model-measure.md
+Times are wall seconds on whatever machine runs it; nothing here asserts them (docs/threat-model.md
 quotes them). The test suite runs this on a tiny setting (tests/security/test_measure_bounds.py).
 """
 

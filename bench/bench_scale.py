@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import argparse
 import gc
+import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import mapper
 from bench.scale_graphs import SHAPES
 from mapper.core import limits
-from mapper.model.onnx_import import load_model
+from mapper.pipeline import load_model
 from mapper.report.sheet import sheet_bytes
 
 STAGES = ("import", "work", "map", "document")

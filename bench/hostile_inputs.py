@@ -89,9 +89,28 @@ def wide_sum(inputs: int, nodes: int = 1) -> bytes:
     return onnx_bytes(body, [("x", [8])], [(f"s{i}", [8]) for i in range(nodes)])
 
 
+def relu() -> bytes:
+    return _node("Relu", ["x"], ["y"])
+
+
+def initializers(count: int) -> bytes:
+    """`count` one-element float initializers (TensorProto dims, data_type, name, raw_data) beside one Relu."""
+    one = field_key(1, VARINT) + varint_bytes(1) + field_key(2, VARINT) + varint_bytes(1)
+    tensors = b"".join(_field(5, one + _text(8, f"w{i}") + _field(9, b"\0\0\0\0")) for i in range(count))
+    return onnx_bytes(relu() + tensors, [("x", [8])], [("y", [8])])
+
+
+def value_infos(count: int) -> bytes:
+    """`count` value_info entries beside one Relu."""
+    infos = b"".join(_field(13, _value_info(f"v{i}", [8])) for i in range(count))
+    return onnx_bytes(relu() + infos, [("x", [8])], [("y", [8])])
+
+
 # name -> (the file's bytes, built on demand, and the limit its one error line names)
 HOSTILE_ONNX = {
     "1M nodes": (lambda: relu_chain(1_000_000), "MAX_NODES"),
     "Sum of 12M inputs": (lambda: wide_sum(12_000_000), "MAX_NODE_INPUTS"),
     "40 Sums of 60k inputs": (lambda: wide_sum(60_000, 40), "MAX_EDGES"),
+    "2M initializers": (lambda: initializers(2_000_000), "MAX_TENSORS"),
+    "2M value infos": (lambda: value_infos(2_000_000), "MAX_VALUE_INFOS"),
 }

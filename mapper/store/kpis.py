@@ -8,7 +8,7 @@ import os
 
 STORE_ENV = "MAPPER_STORE"  # the store every command and the dashboard record into when set
 # The team view's name: set, the dashboard shows every session the runs recorded by no session (CLI, CI) under
-# it, labelled as shared; unset or empty, a session sees only its own runs (docs/threat-model-store.md).
+# it, labelled as shared; unset or empty, a session sees only its own runs (docs/threat-model.md).
 TEAM_VIEW_ENV = "MAPPER_TEAM_VIEW"
 TEAM_VIEW_NAME_CHARS = 80  # of the name shown as the shared section's heading
 
