@@ -9,7 +9,6 @@ Needs /usr/bin/chromium and playwright, as tests/test_browser.py (skipped there 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from mapper.store.record import record
 from mapper.store.trend import load_trends
 from tests import test_browser
 from tests.test_browser import ARGS, BERT_TINY, CHROMIUM, no_exception, open_page, settle, sync_api
+from tests.test_browser_trends import server_environment
 from tests.test_store import doc
 
 server = test_browser.server  # the dashboard fixture, started here with MAPPER_STORE (store_env, autouse)
@@ -39,14 +39,7 @@ def store_url(tmp_path_factory) -> str:
 @pytest.fixture(scope="module", autouse=True)
 def store_env(store_url):
     """MAPPER_STORE and MAPPER_TEAM_VIEW for the server tests/test_browser.py's `server` starts."""
-    saved = {k: os.environ.get(k) for k in ("MAPPER_STORE", "MAPPER_TEAM_VIEW")}
-    os.environ.update(MAPPER_STORE=store_url, MAPPER_TEAM_VIEW=TEAM)
-    yield
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+    yield from server_environment(MAPPER_STORE=store_url, MAPPER_TEAM_VIEW=TEAM)
 
 
 def new_browser(browser):

@@ -31,8 +31,13 @@ def store_url(tmp_path_factory) -> str:
 def store_env(store_url):
     """MAPPER_STORE for the dashboard tests/test_browser.py's `server` starts (autouse: set before it), and a team
     view: the runs recorded here are the CLI's, shared with every session only under one."""
-    saved = {k: os.environ.get(k) for k in ("MAPPER_STORE", "MAPPER_TEAM_VIEW")}
-    os.environ.update(MAPPER_STORE=store_url, MAPPER_TEAM_VIEW="the team")
+    yield from server_environment(MAPPER_STORE=store_url, MAPPER_TEAM_VIEW="the team")
+
+
+def server_environment(**variables: str):
+    """Set `variables` in this process's environment (a server the module starts inherits them), then restore."""
+    saved = {k: os.environ.get(k) for k in variables}
+    os.environ.update(variables)
     yield
     for key, value in saved.items():
         if value is None:

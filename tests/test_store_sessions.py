@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,39 +20,17 @@ from mapper.store.owners import EVERY_RUN, RunScope, new_session_token, owner_of
 from mapper.store.record import record, run_sheet
 from mapper.store.trend import load_trends, read_trends
 from tests.conftest import APP
+from tests.security.bounded import assert_one_line, run_cli
 from tests.test_store import doc
 
 ROOT = Path(__file__).resolve().parents[1]
 SHEET = (b"PK" + b"1" * 64, "xlsx")
-CLI_TIMEOUT_S = 120
+STORE_BOUND_BYTES = 256 << 20  # a refused store: the process, SQLAlchemy and a driver (threat-model page)
 
 
 @pytest.fixture
 def store_url(tmp_path) -> str:
     return f"sqlite:///{tmp_path / 'runs.sqlite'}"
-
-
-def cli(*args: str) -> subprocess.CompletedProcess:
-    """`mapper ARGS` in a child process, as a user runs it (its exit code and its stderr as printed)."""
-    return subprocess.run(
-        [sys.executable, "-m", "mapper", *args],
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT_S,
-        cwd=ROOT,
-        check=False,
-    )
-
-
-def one_line(outcome: subprocess.CompletedProcess, *needles: str) -> str:
-    """Exit 2 and one line on stderr beginning `error:`, no traceback, naming each needle."""
-    lines = [line for line in outcome.stderr.splitlines() if line.strip()]
-    assert "Traceback" not in outcome.stderr, outcome.stderr[-2000:]
-    assert outcome.returncode == 2, (outcome.returncode, outcome.stderr[-2000:])
-    assert len(lines) == 1 and lines[0].startswith("error: "), outcome.stderr[-2000:]
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 # ---- ownership, the team view, public ids ---------------------------------------------------------------
@@ -164,7 +140,7 @@ def _lacking_columns(tmp_path: Path) -> str:
 def test_a_hostile_store_is_one_line_and_exit_2(tmp_path, make, command, needles):
     store = make(tmp_path)
     args = ["trend", "--store", store] if command == "trend" else ["map", "resnet50", "--store", store]
-    line = one_line(cli(*args), *needles)
+    line = assert_one_line(run_cli(args, extra_bytes=STORE_BOUND_BYTES, cwd=ROOT), *needles)
     assert "secret" not in line  # a URL's password is never printed
 
 
@@ -187,7 +163,7 @@ def test_a_row_that_does_not_read_back_is_skipped_and_counted(store_url, tmp_pat
     assert trends.skipped_runs == 3
     (good,) = trends.slices
     assert [p.revision for p in good.points] == ["r1", "r2"]
-    outcome = cli("trend", "--store", store_url.removeprefix("sqlite:///"), "--json")
+    outcome = run_cli(["trend", "--store", store_url.removeprefix("sqlite:///"), "--json"], extra_bytes=0, cwd=ROOT)
     assert outcome.returncode == 0, outcome.stderr
     (warning,) = [line for line in outcome.stderr.splitlines() if line.strip()]
     assert warning.startswith("warning: skipped 3 recorded run(s)")

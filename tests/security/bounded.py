@@ -58,11 +58,12 @@ def run_cli(args: list[str], *, extra_bytes: int, cwd: str | Path | None = None,
 
 
 def assert_one_line(outcome: Outcome, *needles: str) -> str:
-    """Exit 2 and one line on stderr, no traceback, naming each needle; the line."""
+    """Exit 2 and one line on stderr beginning `error: `, no traceback, naming each needle; the line."""
     assert "Traceback" not in outcome.stderr, outcome.stderr[-2000:]
     assert outcome.returncode == 2, (outcome.returncode, outcome.stderr[-2000:])
     assert len(outcome.lines) == 1, outcome.stderr[-2000:]
     line = outcome.lines[0]
+    assert line.startswith("error: "), line
     for needle in needles:
         assert needle in line, line
     return line
