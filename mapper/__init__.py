@@ -45,7 +45,7 @@ from mapper.pipeline import (
 from mapper.plan.layout import LAYOUTS
 from mapper.report.document import mapping_document
 from mapper.report.groups import group_kernels, layer_pattern, module_path
-from mapper.report.markdown import markdown_text
+from mapper.report.markdown import markdown_code, markdown_text
 from mapper.report.reproduce import (
     PLAN_FIELDS,
     PlanField,
@@ -138,6 +138,7 @@ __all__ = [
     "error_line",
     "printable",
     "markdown_text",
+    "markdown_code",
     "format_bytes",
     "DURATION_UNITS",
     "MINUTE_S",

@@ -70,9 +70,13 @@ def test_review_packet_downloads_and_each_step_fits_one_screen(screen):
     assert doc["first_failure"]["dominant_class"] == "memory-bound"
     assert doc["chosen_fix"]["plan_options"] == {"weight_dtype": "int4"}
     assert doc["chosen_fix"]["chosen_because"].startswith("chosen because")
-    assert files["reproduce.sh"].startswith(b"#!/bin/sh") and b"mapper review llama2-7b" in files["reproduce.sh"]
+    assert (
+        files["reproduce.sh"].startswith(b"#!/bin/sh")
+        and b"mapper review " in files["reproduce.sh"]
+        and b" -- llama2-7b\n" in files["reproduce.sh"]
+    )
     assert files["baseline.xlsx"][:2] == b"PK" and b"<html" in files["fix.html"][:500].lower()
-    assert "# Review: llama2-7b on" in files["README.md"].decode()
+    assert "# Review: `llama2-7b` on" in files["README.md"].decode()
 
     dirs, overflow = shots(), {}
     for n, step in enumerate(STEPS, start=1):

@@ -3,7 +3,8 @@
 Names reach markdown from the model (graph, node and dim names), the upload's file name, the profile and the
 reviewer's own --owner and --note: each can hold markdown (a heading, an image beacon), HTML, streamlit
 directives (:red[...]), KaTeX ($...$) or a bare address that GFM turns into a live link. `markdown_text` is the
-one escape for all of them; a template's own markup is never passed through it.
+one escape for all of them inside prose; `markdown_code` writes a name that stands alone as a code span (the
+README, read raw as often as rendered). A template's own markup is never passed through either.
 """
 
 from __future__ import annotations
@@ -28,3 +29,13 @@ def markdown_text(value: object) -> str:
     character backslash-escaped, and no autolink."""
     text = printable(" ".join(str(value).split()))
     return MARKDOWN_SPECIALS.sub(r"\\\1", AUTOLINK_STARTS.sub(WORD_JOINER, text))
+
+
+def markdown_code(value: object) -> str:
+    """`value` as an inline code span: inert (no markup, no autolink) and readable as plain text, for a name that
+    stands alone. Its fence is one backtick longer than any run inside it (CommonMark), padded where it touches a
+    backtick."""
+    text = printable(" ".join(str(value).split()))
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"

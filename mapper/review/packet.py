@@ -14,7 +14,7 @@ import re
 import zipfile
 
 from mapper.core.units import format_duration, format_number
-from mapper.report.markdown import markdown_text
+from mapper.report.markdown import markdown_code, markdown_text
 from mapper.report.sheet import sheet_bytes
 from mapper.report.tables import csv_bytes
 from mapper.review.candidates import Candidate
@@ -129,22 +129,23 @@ def review_document(review: Review) -> dict:
 
 
 def readme(review: Review, doc: dict) -> str:
-    chosen, k, t = review.chosen, review.kpis, markdown_text  # t: data written as inert text (names, free text)
+    chosen, k = review.chosen, review.kpis
+    t, c = markdown_text, markdown_code  # data as inert text: inside prose, and a name on its own
     fix = (
-        f"**{t(chosen.label)}** ({t(chosen.option_text())}), owner: {t(review.owner)}; expected:"
+        f"**{t(chosen.label)}** ({c(chosen.option_text())}), owner: {c(review.owner)}; expected:"
         f" {t(chosen.gain_text())}; {t(review.chosen_reason)};"
         f" touches {chosen.blast_kernels} kernels ({t(', '.join(chosen.blast_layer_types))})."
         + (f"\n  Quality evidence and fallback: {t(chosen.evidence)}." if chosen.evidence else "")
         if chosen
         else "none proposed (no plan option addresses this class): see the follow-ups."
     )
-    boundary = ", ".join(json.dumps(s) for s in doc["rollback_boundary"]) or "none: the fix holds on every slice"
+    boundary = ", ".join(c(json.dumps(s)) for s in doc["rollback_boundary"]) or "none: the fix holds on every slice"
     summary = doc["validation"]["summary"] if doc["validation"] else "not run"
     lines = [
-        f"# Review: {t(review.baseline.model_name)} on {t(review.baseline.hardware_name)}",
+        f"# Review: {c(review.baseline.model_name)} on {c(review.baseline.hardware_name)}",
         "",
         (
-            f"1. **Workload and KPI.** Slice {t(json.dumps(review.frozen['dims']))}, {review.baseline.totals.dtype};"
+            f"1. **Workload and KPI.** Slice {c(json.dumps(review.frozen['dims']))}, {review.baseline.totals.dtype};"
             f" latency {format_duration(k['latency_s'])}, throughput {format_number(k['throughput_per_s'], '/s')},"
             f" MFU {k['mfu']:.1%},"
             f" memory stall {k['memory_stall_fraction']:.0%}, perf/W {k['perf_per_watt']:.3g}."
@@ -157,7 +158,7 @@ def readme(review: Review, doc: dict) -> str:
         f"4. **Bounded fix.** {fix}",
         (
             f"5. **Validation and rollback.** {t(summary)}."
-            f" Rollback boundary (slices that keep the baseline): {t(boundary)}."
+            f" Rollback boundary (slices that keep the baseline): {boundary}."
         ),
         "",
         f"First failing slice: {t(review.first_slice['sentence'])}.",

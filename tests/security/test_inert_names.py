@@ -45,14 +45,16 @@ MARKUP = {"link_open", "image", "heading_open", "html_inline", "html_block", "co
 
 
 def rendered(markdown: str) -> tuple[set[str], str]:
-    """The token types a CommonMark parser makes of `markdown`, and the text it shows."""
+    """The token types a CommonMark parser makes of `markdown`, and the text it shows outside code spans (where GFM
+    looks for autolinks)."""
     tokens = MarkdownIt("commonmark").parse(markdown)
     types, text = set(), []
     for token in tokens:
         types.add(token.type)
         for child in token.children or ():
             types.add(child.type)
-            text.append(child.content)
+            if child.type == "text":
+                text.append(child.content)
     return types, " ".join(text)
 
 
@@ -62,6 +64,12 @@ def test_markdown_text_is_inert_and_shows_the_text(text):
     assert not types & MARKUP, types
     assert not GFM_URL.search(shown) and not GFM_EMAIL.search(shown), shown
     assert shown.replace("\u2060", "") == " ".join(text.split())  # what it shows is the name, less the joiners
+
+
+@pytest.mark.parametrize("text", [*HOSTILE_TEXTS, "a `tick` and ``two``", "`edge`"])
+def test_markdown_code_is_one_code_span_of_the_text(text):
+    tokens = MarkdownIt("commonmark").parseInline(mapper.markdown_code(text))[0].children
+    assert [t.type for t in tokens] == ["code_inline"] and tokens[0].content == " ".join(text.split())
 
 
 def test_the_dashboard_escapes_with_the_engines_function():
