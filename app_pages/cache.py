@@ -38,8 +38,11 @@ def _holder() -> str | None:
     return ctx.session_id if ctx is not None else None
 
 
-MODELS = held.HeldModels(
-    mapper.MODEL_CACHE_BYTES, mapper.MODEL_IDLE_SECONDS, mapper.MAPPINGS_PER_MODEL, alive=_session_alive
+MODELS = held.HeldModels(  # the operator may set both (MAPPER_MODEL_CACHE_BYTES, MAPPER_MODEL_IDLE_SECONDS)
+    mapper.setting("MODEL_CACHE_BYTES"),
+    mapper.setting("MODEL_IDLE_SECONDS"),
+    mapper.MAPPINGS_PER_MODEL,
+    alive=_session_alive,
 )
 
 

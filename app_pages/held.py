@@ -70,7 +70,7 @@ class HeldModels:
             raise mapper.MapperError(
                 f"this model would hold ~{mapper.format_bytes(footprint.handle_bytes)} of the server's memory,"
                 f" over the {mapper.format_bytes(self.budget_bytes)} every session's models share"
-                " (MODEL_CACHE_BYTES, mapper/core/limits.py)"
+                f" ({mapper.setting_text('MODEL_CACHE_BYTES')})"
             )
         with self._lock:
             self._entries[key] = Entry(handle, footprint)

@@ -13,6 +13,7 @@ from mapper.core.errors import MapperError, error_line, printable
 from mapper.core.graph import Graph, LayerType, OpClass
 from mapper.core.limits import MAPPINGS_PER_MODEL, MAX_PARALLEL_DEGREE, MODEL_CACHE_BYTES, MODEL_IDLE_SECONDS
 from mapper.core.result import KernelAssessment, KernelEstimate, MappingResult, PlanOptions
+from mapper.core.settings import setting, setting_text
 from mapper.core.units import (
     DURATION_UNITS,
     MINUTE_S,
@@ -174,6 +175,8 @@ __all__ = [
     "LAYOUTS",
     "MAX_PARALLEL_DEGREE",
     "MODEL_CACHE_BYTES",
+    "setting",
+    "setting_text",
     "MODEL_IDLE_SECONDS",
     "MAPPINGS_PER_MODEL",
     "mapping_document",

@@ -179,3 +179,14 @@ def test_the_estimate_covers_what_a_node_dense_model_allocates(h100):
         tracemalloc.stop()
     estimate = model.footprint().total(model.workloads_kept, 1)
     assert doc["kernels"] and allocated < estimate < 4 * allocated, (allocated, estimate)
+
+
+def test_the_operator_sets_the_budget_and_a_bad_value_is_one_line(monkeypatch):
+    monkeypatch.setenv("MAPPER_MODEL_CACHE_BYTES", "1_073_741_824")
+    monkeypatch.setenv("MAPPER_MODEL_IDLE_SECONDS", "60")
+    assert mapper.setting("MODEL_CACHE_BYTES") == 1 << 30 and mapper.setting("MODEL_IDLE_SECONDS") == 60
+    assert mapper.setting_text("MODEL_CACHE_BYTES") == "MODEL_CACHE_BYTES=1073741824 (MAPPER_MODEL_CACHE_BYTES)"
+    monkeypatch.setenv("MAPPER_MODEL_CACHE_BYTES", "2GB")
+    with pytest.raises(mapper.MapperError, match="MAPPER_MODEL_CACHE_BYTES") as caught:
+        mapper.setting("MODEL_CACHE_BYTES")
+    assert "\n" not in str(caught.value)

@@ -33,6 +33,9 @@ SETTINGS = {
         Setting("MEASURE_WALL_SECONDS", 1, DAY_S),
         Setting("MEASURE_CONCURRENT", 1, limits.MAX_WORKERS),
         Setting("MEASURE_QUEUE_SECONDS", 0, DAY_S),
+        # the dashboard's shared models: 64 MiB holds a few real models; 1 TiB is past any server
+        Setting("MODEL_CACHE_BYTES", 64 << 20, 1 << 40),
+        Setting("MODEL_IDLE_SECONDS", 1, DAY_S),
     )
 }
 
