@@ -20,10 +20,10 @@ import onnx
 from mapper.core.caches import ModelCaches
 from mapper.core.collector import collector_paused
 from mapper.core.errors import MapperError
-from mapper.core.footprint import Footprint, count_nodes, model_footprint
+from mapper.core.footprint import Footprint, model_footprint
 from mapper.model.bindings import apply_bindings, dim_roles_of
 from mapper.model.branches import branch_inputs
-from mapper.model.onnx_import import GENERIC_GRAPH_NAMES, import_graph, parse_model, read_model_bytes
+from mapper.model.onnx_import import GENERIC_GRAPH_NAMES, count_nodes, import_graph, parse_model, read_model_bytes
 from mapper.work.workload import Workload, analyze_graph
 from mapper.zoo import ZOO_NAMES, zoo_model
 

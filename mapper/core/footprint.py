@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import onnx
-
 HANDLE_BYTES_PER_DATA_BYTE = 2.0  # the structure's bytes kept, and protobuf's parse of them (measured 1.5-1.9x)
 HANDLE_BYTES_PER_NODE = 400  # the parsed nodes' own objects (measured 300-360 B a node, node-dense)
 WORKLOAD_BYTES_PER_DATA_BYTE = 1.5  # a workload's copies of names and attributes (measured up to 1.0x)
@@ -34,20 +32,6 @@ class Footprint:
 
     def total(self, workloads: int, mappings: int) -> int:
         return self.handle_bytes + workloads * self.workload_bytes + mappings * self.mapping_bytes
-
-
-def count_nodes(graph: onnx.GraphProto) -> int:
-    """Nodes of a graph and of every If/Loop/Scan body in it, at any depth."""
-    total, stack = 0, [graph]
-    while stack:
-        g = stack.pop()
-        total += len(g.node)
-        for node in g.node:
-            for attribute in node.attribute:
-                if attribute.HasField("g"):
-                    stack.append(attribute.g)
-                stack.extend(attribute.graphs)
-    return total
 
 
 def model_footprint(data_bytes: int, nodes: int) -> Footprint:

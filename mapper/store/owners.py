@@ -71,9 +71,5 @@ class RunScope:
     def team_only(cls) -> RunScope:
         return cls(team=True)
 
-    def sees(self, owner: str | None) -> bool:
-        """Whether a run of this owner (None: the team's) is in the scope (the SQL filter's rule, in Python)."""
-        return self.every or (owner is None and self.team) or (owner is not None and owner == self.owner)
-
 
 EVERY_RUN = RunScope(every=True)

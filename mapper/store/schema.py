@@ -15,7 +15,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from mapper.core.errors import MapperError
-from mapper.store.owners import new_public_id
+from mapper.store.owners import RunScope, new_public_id
 
 SQLITE_BUSY_TIMEOUT_S = 60  # a writer waits this long for another's lock (8 CI jobs x 200 runs: well under 1 s)
 PG_MIGRATION_LOCK = 0x6D617070  # "mapp": the advisory-lock key every mapper process migrates under
@@ -196,3 +196,14 @@ def migrate(engine: sa.Engine) -> int:
                 conn.execute(schema_version.delete())
                 conn.execute(schema_version.insert().values(version=step_version))
         return max(version, latest)
+
+
+def scoped(query: sa.Select, scope: RunScope) -> sa.Select:
+    """Only the rows `scope` may read: a session's own (owner), the team's (no owner) when shared, or every row.
+    The one place a reader's scope becomes a filter: the trends and a run's sheet both read through it."""
+    if scope.every:
+        return query
+    allowed = [runs.c.owner.is_(None)] if scope.team else []
+    if scope.owner is not None:
+        allowed.append(runs.c.owner == scope.owner)
+    return query.where(sa.or_(*allowed)) if allowed else query.where(sa.false())

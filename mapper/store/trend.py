@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from mapper.core.errors import MapperError
 from mapper.store.kpis import KPIS, PRIMARY_ORDER
 from mapper.store.owners import EVERY_RUN, RunScope
-from mapper.store.schema import KPI_COLUMNS, first_line, open_engine, runs
+from mapper.store.schema import KPI_COLUMNS, first_line, open_engine, runs, scoped
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -111,7 +111,7 @@ def read_trends(
     """The slices as load_trends, and the number of rows skipped because a stored field does not read back."""
     engine = open_engine(store) if isinstance(store, str) else store
     query = sa.select(*(c for c in runs.c if c.name not in ("document", "sheet")), runs.c.sheet.is_not(None))
-    query = _scoped(query.order_by(runs.c.id), scope)
+    query = scoped(query.order_by(runs.c.id), scope)
     if model:
         query = query.where(runs.c.model_name == model)
     if hw:
@@ -130,16 +130,6 @@ def read_trends(
         elif all(read[1].get(k) == v for k, v in (dims or {}).items()):
             slices.setdefault(row.slice_key, []).append(read)
     return Trends(tuple(_slice(key, group) for key, group in slices.items()), skipped)
-
-
-def _scoped(query: sa.Select, scope: RunScope) -> sa.Select:
-    """Only the rows `scope` may read (RunScope.sees, as SQL)."""
-    if scope.every:
-        return query
-    allowed = [runs.c.owner.is_(None)] if scope.team else []
-    if scope.owner is not None:
-        allowed.append(runs.c.owner == scope.owner)
-    return query.where(sa.or_(*allowed)) if allowed else query.where(sa.false())
 
 
 def _read_row(row) -> tuple | None:
