@@ -1,4 +1,4 @@
-"""scripts/ci_recipe.sh, the README's CI job, run twice against one store: a model repository at
+"""scripts/ci_recipe.sh, the manual's CI job (docs/manual.md), run twice against one store: a model repository at
 revision r1, then with a model changed (a 4x larger GEMM) at r2. The second run fails on the p99
 regression (exit 1) and both leave their sheets as artifacts."""
 
