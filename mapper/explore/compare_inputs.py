@@ -8,6 +8,7 @@ mapper.explore.compare maps and judges them.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import asdict, dataclass, fields
 
 from mapper.core.errors import MapperError
@@ -76,7 +77,8 @@ class PlanSpec:
             for f in fields(PlanOptions)
             if getattr(self.options, f.name) != getattr(PlanOptions(), f.name)
         ] + self.serving.changed()
-        name = self.model if isinstance(self.model, str) else "uploaded model"
+        # a file by its name, never its folder: this text goes into packets and shared sheets
+        name = os.path.basename(self.model) if isinstance(self.model, str) else "uploaded model"
         return f"{name} on {self.hardware.name}" + (f" ({', '.join(changed)})" if changed else "")
 
 

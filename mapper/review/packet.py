@@ -3,15 +3,19 @@
 Baseline and fix mapping sheets (XLSX and HTML, through mapper.report), the validation matrix (CSV),
 the profile used (as JSON, edited ones included), review.json, README.md and reproduce.sh, whose
 `mapper review` command rebuilds every file byte for byte: every file carries the review's pinned
-created_utc, zip entries have a fixed date, and workbooks are rewritten with the same date inside.
+created_utc, zip entries have a fixed date, and workbooks are rewritten with the same date inside. A model that
+came as a file or an upload is named by its file name and sha256: the rebuild reads it beside reproduce.sh,
+which checks the sha256 first. Nothing names a folder of the machine that wrote the packet.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import re
 import zipfile
+from pathlib import Path
 
 from mapper.core.units import format_duration, format_number
 from mapper.report.markdown import markdown_code, markdown_text
@@ -19,7 +23,7 @@ from mapper.report.sheet import sheet_bytes
 from mapper.report.tables import csv_bytes
 from mapper.review.candidates import Candidate
 from mapper.review.ranking import ranking_table
-from mapper.review.review import UPLOADED, Review, review_flags
+from mapper.review.review import Review, review_flags
 
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # the earliest date a zip entry holds: no build time leaks in
 CORE_DATES = re.compile(rb"(<dcterms:(?:created|modified)[^>]*>)[^<]*(</dcterms:)")
@@ -47,27 +51,39 @@ def pinned_xlsx(data: bytes, created_utc: str) -> bytes:
     return _zip(files)
 
 
+def model_file(review: Review) -> dict | None:
+    """The model file a rebuild reads beside reproduce.sh: its name and the sha256 of the bytes the review read (the
+    file's, or the upload's); None for a built-in, which the engine builds."""
+    if review.baseline.model_builtin:
+        return None
+    source = review.request.model
+    if isinstance(source, bytes | bytearray | memoryview):
+        digest = hashlib.sha256(source).hexdigest()
+    else:
+        with Path(source).open("rb") as f:  # the file the review read, hashed as `sha256sum` hashes it
+            digest = hashlib.file_digest(f, "sha256").hexdigest()
+    return {"name": review.frozen["model_source"], "sha256": digest}
+
+
 def model_arg(review: Review) -> str:
-    """The model argument of reproduce.sh: the built-in's name, or the file's name beside it."""
+    """The model argument of reproduce.sh: the built-in's name, or the file beside it as ./NAME (a file named like
+    a built-in is still the file)."""
     source = review.frozen["model_source"]
-    return "model.onnx" if source == UPLOADED else source
+    return source if review.baseline.model_builtin else f"./{source}"
 
 
 def profile_path(review: Review) -> str:
     return f"profiles/{review.request.hardware.name}.json"
 
 
+def review_args(review: Review) -> list[str]:
+    """`mapper review`'s arguments that rebuild the packet. The model last, after `--`: a file named like an option
+    (`--out=x.onnx`) is read as the model."""
+    return ["review", *review_flags(review, profile_path(review)), "--out=packet.zip", "--", model_arg(review)]
+
+
 def review_command(review: Review) -> str:
-    """The model last, after `--`: a file named like an option (`--out=x.onnx`) is read as the model."""
-    args = [
-        "mapper",
-        "review",
-        *review_flags(review, profile_path(review)),
-        "--out=packet.zip",
-        "--",
-        model_arg(review),
-    ]
-    return " ".join(_quote(a) for a in args)
+    return " ".join(_quote(a) for a in ["mapper", *review_args(review)])
 
 
 def _quote(arg: str) -> str:
@@ -87,6 +103,8 @@ def candidate_record(c: Candidate) -> dict:
         "cost": c.cost,
         "latency_s": c.latency_s,
         "fits": c.fits,
+        "fixes": c.fixes,
+        "rejected": c.rejected,
         "p99_s": c.p99_s,
         "blast_radius": {"rule": c.blast_rule, "kernels": c.blast_kernels, "layer_types": list(c.blast_layer_types)},
         "quality_evidence_and_fallback": c.evidence,
@@ -100,6 +118,7 @@ def review_document(review: Review) -> dict:
     return {
         "created_utc": review.created_utc,
         "slice": review.frozen,
+        "model_file": model_file(review),
         "reproduce": review_command(review),
         "kpis": review.kpis,
         "first_failure": {
@@ -167,24 +186,80 @@ def readme(review: Review, doc: dict) -> str:
             "Files: baseline.xlsx/.html and fix.xlsx/.html (mapping sheets), validation_matrix.csv,"
             " validation_verdicts.csv, rollback_boundary.csv, profiles/ (the profile used), review.json."
         ),
-        "Rebuild every file: `sh reproduce.sh` in this folder (needs `mapper` on PATH"
-        + ("" if review.baseline.model_builtin else ", and the model file beside it")
-        + ").",
         "",
+        *rebuild_lines(review, doc["model_file"]),
     ]
     return "\n".join(lines)
 
 
-def reproduce_script(review: Review) -> str:
-    return (
-        "#!/bin/sh\n"
-        "# Rebuilds every file of this packet, byte for byte, from the engine and the profile in profiles/.\n"
-        "set -eu\n"
-        'cd "$(dirname "$0")"\n'
-        f"{review_command(review)}\n"
-        "python -c \"import zipfile; zipfile.ZipFile('packet.zip').extractall('.')\"\n"
-        "rm packet.zip\n"
+def rebuild_lines(review: Review, model: dict | None) -> list[str]:
+    """README's rebuild section: where the model file goes and how to check it, then the one command."""
+    c, version = markdown_code, review.frozen["engine_version"]
+    if model is None:
+        where = f"The model is the built-in {c(review.frozen['model_source'])}: the engine builds it, no file needed."
+    else:
+        name, quoted = c(model["name"]), _quote(model["name"])
+        where = (
+            f"Put the model file beside reproduce.sh, in this folder, named {name}; its sha256 must be"
+            f" {c(model['sha256'])}. Check it with `sha256sum {quoted}` (macOS: `shasum -a 256 {quoted}`);"
+            " reproduce.sh checks it too and stops on any other file. The sha256 is of the bytes the review read; a"
+            " dashboard upload keeps only the graph, so where your file holds its weights,"
+            f" `mapper strip YOUR_MODEL.onnx -o {quoted}` writes the graph it read."
+        )
+    run = (
+        f"Then run `sh reproduce.sh` in this folder with mapper {c(version)}: it rewrites every file of this packet"
+        " byte for byte. It runs `mapper` from PATH, or the command in MAPPER (`MAPPER='python3 -m mapper' sh"
+        " reproduce.sh`), and unpacks with `python3`, or the interpreter in PYTHON."
     )
+    return ["## Rebuild every file", "", where, "", run, ""]
+
+
+# reproduce.sh. Its body is one function, read whole before it runs: unpacking the rebuilt packet rewrites this
+# file while the shell reads it. MAPPER is left unquoted: it may be several words (python3 -m mapper).
+SCRIPT = """#!/bin/sh
+# Rebuilds every file of this packet, byte for byte, from the engine, the profile in profiles/ and the model.
+# MAPPER: the command that runs mapper (default: mapper); PYTHON: a Python 3 (default: python3). See README.md.
+set -eu
+rebuild() {
+    cd "$(dirname "$0")"
+    MAPPER="${MAPPER:-mapper}"
+    PYTHON="${PYTHON:-python3}"
+    if ! command -v ${MAPPER%% *} >/dev/null 2>&1; then
+        echo "reproduce.sh: no command $MAPPER: put mapper on PATH or set MAPPER='python3 -m mapper'" >&2
+        exit 2
+    fi
+@CHECK@    $MAPPER @ARGS@
+    "$PYTHON" -m zipfile -e packet.zip .
+    rm packet.zip
+}
+rebuild
+exit
+"""
+MODEL_CHECK = """    model=@NAME@
+    sha256=@SHA256@
+    if [ ! -f "$model" ]; then
+        echo "reproduce.sh: model file $model not found: put it beside reproduce.sh, named $model" >&2
+        exit 2
+    fi
+    got=$("$PYTHON" -c '@DIGEST@' "$model")
+    if [ "$got" != "$sha256" ]; then
+        echo "reproduce.sh: $model has sha256 $got, not $sha256: not the model of this packet" >&2
+        exit 2
+    fi
+"""
+DIGEST = (  # a file's sha256 in any Python 3, a MiB at a time (a model file may be gigabytes)
+    'import hashlib, sys; h = hashlib.sha256(); f = open(sys.argv[1], "rb");'
+    ' [h.update(b) for b in iter(lambda: f.read(1 << 20), b"")]; print(h.hexdigest())'
+)
+
+
+def reproduce_script(review: Review, model: dict | None) -> str:
+    """reproduce.sh: check the model file (`model_file`), rebuild the packet, unpack it over this folder."""
+    check = ""
+    if model is not None:
+        check = MODEL_CHECK.replace("@NAME@", _quote(model["name"])).replace("@SHA256@", model["sha256"])
+    args = " ".join(_quote(a) for a in review_args(review))
+    return SCRIPT.replace("@CHECK@", check.replace("@DIGEST@", DIGEST)).replace("@ARGS@", args)
 
 
 def packet_files(review: Review) -> dict[str, bytes]:
@@ -192,7 +267,7 @@ def packet_files(review: Review) -> dict[str, bytes]:
     files = {
         "review.json": (json.dumps(doc, indent=1, allow_nan=False) + "\n").encode(),
         "README.md": readme(review, doc).encode(),
-        "reproduce.sh": reproduce_script(review).encode(),
+        "reproduce.sh": reproduce_script(review, doc["model_file"]).encode(),
         profile_path(review): (json.dumps(review.request.hardware.to_dict(), indent=1) + "\n").encode(),
     }
     for label, result in (("baseline", review.baseline), ("fix", review.fixed)):

@@ -7,10 +7,10 @@ by candidates.py and re-mapped), and the validation matrix with its rollback bou
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC, datetime
-from pathlib import Path
 
 from mapper.core.classes import Bottleneck, Owner
 from mapper.core.errors import MapperError
@@ -31,6 +31,7 @@ from mapper.serve.engine import map_slice
 
 OWNERS = tuple(str(o) for o in Owner)
 UPLOADED = "(uploaded)"  # the model source of bytes uploaded without a file name
+UPLOADED_FILE = "upload.onnx"  # the file name a packet gives bytes uploaded without one
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,10 +164,12 @@ def _ttft(model, dims: dict[str, int], hw, options) -> float:
 
 def model_source(model, file_name: str) -> str:
     """What names the model in the packet, the same when reproduce.sh rebuilds it beside the file: a built-in's
-    name, a file's name (not its path), an upload's file name ("(uploaded)" without one)."""
+    name, a file's name (never its folder), an upload's file name, else "upload.onnx" (a file of that name opens
+    as a model named "upload", as the bytes were)."""
     if model.builtin:
         return model.source
-    return Path(model.source).name if model.source else file_name or UPLOADED
+    name = re.split(r"[\\/]", model.source or file_name)[-1]  # a browser may send C:\dir\name.onnx
+    return UPLOADED_FILE if name in ("", ".", "..") else name
 
 
 def frozen_slice(result: MappingResult, model, file_name: str = "") -> dict:
