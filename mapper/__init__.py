@@ -103,6 +103,8 @@ _LAZY = {
     "review_document": "mapper.review.packet",
     "packet_bytes": "mapper.review.packet",
     "review_command": "mapper.review.packet",
+    "proving_artifact": "mapper.review.proof",
+    "ProvingArtifact": "mapper.review.proof",
     "first_failing_slice": "mapper.review.first_slice",
     "parse_target": "mapper.review.first_slice",
     "record_run": "mapper.store.record:record",

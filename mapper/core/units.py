@@ -26,6 +26,7 @@ def _significant(x: float, digits: int = 3) -> str:
 # (scale, unit) from the largest: a value takes the first unit it is at least one of.
 DURATION_UNITS = ((3600.0, "h"), (60.0, "min"), (1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns"))
 ENERGY_UNITS = ((1e3, "kJ"), (1.0, "J"), (1e-3, "mJ"), (1e-6, "µJ"))
+FLOP_UNITS = ((1e15, "PFLOP"), (1e12, "TFLOP"), (1e9, "GFLOP"), (1e6, "MFLOP"), (1e3, "kFLOP"), (1.0, "FLOP"))
 MINUTE_S = 60.0  # from a minute up a duration is minutes (or hours) and seconds, never "216 s"
 
 
@@ -51,6 +52,11 @@ def format_duration(seconds: float | None) -> str:
 def format_energy(joules: float | None) -> str:
     """An energy for people: 3 significant figures in µJ, mJ, J or kJ (never 17,386.82 mJ)."""
     return "—" if joules is None or not math.isfinite(joules) else _scaled(joules, ENERGY_UNITS)
+
+
+def format_flops(flops: float | None) -> str:
+    """A FLOP count for people: 3 significant figures in FLOP, kFLOP, MFLOP, GFLOP, TFLOP or PFLOP."""
+    return "—" if flops is None or not math.isfinite(flops) else _scaled(flops, FLOP_UNITS)
 
 
 def format_number(x: float | None, unit: str = "") -> str:

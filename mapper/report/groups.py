@@ -36,11 +36,10 @@ def _leaf(kernel_name: str) -> str:
     return kernel_name.rsplit("/", 1)[-1] if kernel_name.startswith("/") else kernel_name
 
 
-def group_kernels(kernels: list[dict], latency_s: float) -> list[dict]:
-    """The document's kernels with repeated layers as one row each, slowest total first: `kernel` (the
-    pattern, "x N" when repeated, the op leaf added where two groups of one module would read alike),
-    `count`, `time_s` (total), `share` of the latency, and the class, evidence and owner of the group's
-    slowest member. Kernels of one module path pattern and op leaf group; anything else stays alone."""
+def repeated_groups(kernels: list[dict]) -> list[tuple[str, list[dict]]]:
+    """The document's kernels with repeated layers together, in first-seen order: (label, members). The label
+    is the pattern, "x N" when repeated, the op leaf added where two groups of one module would read alike.
+    Kernels of one module path pattern and op leaf group; anything else stays alone."""
     groups: dict[tuple[str, str], list[dict]] = {}
     for k in kernels:
         pattern = layer_pattern(module_path(k["name"]))
@@ -49,14 +48,24 @@ def group_kernels(kernels: list[dict], latency_s: float) -> list[dict]:
     uses: dict[str, int] = {}
     for label in base.values():
         uses[label] = uses.get(label, 0) + 1
-    rows = []
+    out = []
     for key, members in groups.items():
+        label = base[key] if uses[base[key]] == 1 or base[key] == key[1] else f"{base[key]}/{key[1]}"
+        out.append((f"{label} x {len(members)}" if len(members) > 1 else label, members))
+    return out
+
+
+def group_kernels(kernels: list[dict], latency_s: float) -> list[dict]:
+    """The document's kernels with repeated layers as one row each (`repeated_groups`), slowest total first:
+    `kernel` (the group's label), `count`, `time_s` (total), `share` of the latency, and the class, evidence
+    and owner of the group's slowest member."""
+    rows = []
+    for label, members in repeated_groups(kernels):
         slowest = max(members, key=lambda k: k["time_s"])
         time_s = sum(k["time_s"] for k in members)
-        label = base[key] if uses[base[key]] == 1 or base[key] == key[1] else f"{base[key]}/{key[1]}"
         rows.append(
             {
-                "kernel": f"{label} x {len(members)}" if len(members) > 1 else label,
+                "kernel": label,
                 "count": len(members),
                 "time_s": time_s,
                 "share": time_s / latency_s if latency_s else 0.0,
