@@ -78,6 +78,30 @@ def test_the_slice_key_separates_slices_and_filters_select_them(store_url):
     assert load_trends(store_url, hw="no-such-device") == []
 
 
+def test_trend_titles_name_options_dims_and_hardware_so_slices_read_apart(store_url):
+    """Slices that differ only in their options print different headers: each names the options away from the
+    defaults (a comparison its two plans, a value no option takes as JSON), the dims and the profile."""
+    tuned = {"dtype": "bf16", "fusion": "aggressive", "tp": 2, "attention_fusion": None, "overlap_collectives": True}
+    sides = (("baseline", "dtype=bf16"), ("candidate", "dtype=fp8"))  # a comparison's record: both plans
+    plans = {side: {"options": {}, "describe": f"net on h100-sxm ({text})"} for side, text in sides}
+    for options in ({"dtype": "bf16"}, tuned, {}, {"attention_fusion": "maybe", "retired_knob": 3}, plans):
+        record(store_url, doc(1.0) | {"options": options}, command="map", revision="r1")
+    rc, text = cli("trend", "--store", store_url)
+    assert rc == 0
+    assert [line for line in text.splitlines() if not line.startswith(" ")] == [
+        "map net on h100-sxm, batch=1, dtype=bf16: p99 by revision",
+        "map net on h100-sxm, batch=1, dtype=bf16 fusion=aggressive tp=2 overlap_collectives=on: p99 by revision",
+        "map net on h100-sxm, batch=1, default options: p99 by revision",
+        'map net on h100-sxm, batch=1, attention_fusion="maybe" retired_knob=3: p99 by revision',
+        (
+            "map net on h100-sxm, batch=1, baseline (net on h100-sxm (dtype=bf16)) vs candidate (net on h100-sxm"
+            " (dtype=fp8)): p99 by revision"
+        ),
+    ]
+    rc, text = cli("trend", "--store", store_url, "--json")
+    assert json.loads(text)["slices"][0]["slice"]["title"] == "map net on h100-sxm, batch=1, dtype=bf16"
+
+
 @pytest.mark.parametrize(
     ("threshold", "p99_after", "mfu_after", "rc"),
     [

@@ -123,7 +123,7 @@ def print_trends(doc: dict, metric: str | None) -> None:
     for s in doc["slices"]:
         key, name = s["slice"], metric or s["primary_metric"] or "latency"
         column = KPIS[name][0]
-        print(f"{key['command']} {key['model']} on {key['hardware']} {key['dims']}: {name} by revision")
+        print(f"{key['title']}: {name} by revision")
         for p in s["points"]:
             value = p["kpis"][column]
             shown_value = "-" if value is None else format_field(column, value)

@@ -1,6 +1,7 @@
 """Trends: a slice's KPIs across revisions, read from the run store, and the regression flag on them.
 
-A slice is one (command, model, profile, dims, options); its points are its runs in the order recorded.
+A slice is one (command, model, profile, dims, options); its points are its runs in the order recorded. Its title
+names all five (options: those away from PlanOptions' defaults), so two slices never read alike.
 A reader sees the runs of its scope (mapper/store/owners.py): a session its own, the team's when the operator
 shares them, the CLI every run. A row whose stored fields do not read back (dims that are not JSON, a KPI that
 is not a number: a store written by hand or damaged) is skipped and counted, never the end of every trend.
@@ -16,6 +17,7 @@ import json
 import sqlalchemy as sa
 
 from mapper.core.errors import MapperError
+from mapper.report.reproduce import DEFAULT_OPTIONS, PLAN_FIELDS, format_option
 from mapper.store.kpis import KPIS, PRIMARY_ORDER
 from mapper.store.owners import EVERY_RUN, RunScope
 from mapper.store.schema import KPI_COLUMNS, first_line, open_engine, runs, scoped
@@ -48,6 +50,11 @@ class SliceTrend:
     def primary_metric(self) -> str | None:
         return next((m for m in PRIMARY_ORDER if any(p.kpis[KPIS[m][0]] is not None for p in self.points)), None)
 
+    def title(self) -> str:
+        """What the slice is, all its key holds: "map resnet50 on h100-sxm, batch=8, dtype=bf16 tp=2"."""
+        dims = " ".join(f"{k}={v}" for k, v in self.dims.items()) or "no dims"
+        return f"{self.command} {self.model_name} on {self.hardware_name}, {dims}, {options_text(self.options)}"
+
     def by_revision(self) -> tuple[TrendPoint, ...]:
         """The last run of each revision, in the order their last runs were recorded."""
         last = {p.revision: p for p in self.points}
@@ -63,6 +70,29 @@ class Regression:
     latest: float
     change: float  # signed relative change, worse is positive
     threshold: float
+
+
+def options_text(options: dict) -> str:
+    """A slice's options as `mapper map` reads them, those away from the defaults ("dtype=bf16 tp=2", else "default
+    options"), a key no plan option has as KEY=JSON; a comparison's two plans by their descriptions."""
+    if isinstance(options.get("baseline"), dict) and isinstance(options.get("candidate"), dict):
+        return " vs ".join(f"{side} ({options[side].get('describe', '?')})" for side in ("baseline", "candidate"))
+    known = {f.name: f for f in PLAN_FIELDS}
+    words = [
+        f"{f.name}={_option_text(f, options[f.name])}"
+        for f in PLAN_FIELDS
+        if f.name in options and options[f.name] != getattr(DEFAULT_OPTIONS, f.name)
+    ]
+    words += [f"{k}={json.dumps(v, sort_keys=True)}" for k, v in sorted(options.items()) if k not in known]
+    return " ".join(words) or "default options"
+
+
+def _option_text(f, value) -> str:
+    """The option as a link writes it; a stored value no option takes (a store written by hand) as JSON."""
+    try:
+        return format_option(f, value)
+    except (StopIteration, TypeError, ValueError):
+        return json.dumps(value)
 
 
 def parse_thresholds(items: list[str] | tuple[str, ...]) -> dict[str, float]:
@@ -196,6 +226,7 @@ def trend_document(trends: list[SliceTrend], thresholds: dict[str, float], skipp
                     "hardware": t.hardware_name,
                     "dims": t.dims,
                     "options": t.options,
+                    "title": t.title(),
                 },
                 "primary_metric": t.primary_metric(),
                 "points": [dataclasses.asdict(p) for p in t.points],
