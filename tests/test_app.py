@@ -386,12 +386,13 @@ def test_profile_editor_shows_one_line_per_bad_field():
 
 
 def test_overview_groups_repeated_layers_under_their_module_path():
-    """Llama-2-7B's top bottlenecks are the exporter's module paths with the layer as "*" and the count
-    ("model.layers.*.mlp.up_proj x 32"), each once: not five copies of one layer's kernel."""
+    """Llama-2-7B's top bottlenecks are the kernels' names (module path and what it is) with the layer as "*"
+    and the count ("model.layers.*.mlp.up_proj · matmul + mul x 32"), each once: not five copies of one
+    layer's kernel."""
     at = start(model="llama2-7b")
     assert_clean(at, "llama2-7b")
     top = at.dataframe[0].value
-    assert "model.layers.*.mlp.up_proj x 32" in list(top["kernel"])
+    assert "model.layers.*.mlp.up_proj · matmul + mul x 32" in list(top["kernel"])
     assert top["kernel"].is_unique and len(top) == 5
     assert top["share"].iloc[0] > 0.1  # 32 layers' share together, not one layer's 1-3%
 
@@ -404,7 +405,7 @@ def test_kernels_page_toggle_groups_repeated_layers():
     assert_clean(at, "kernels grouped")
     grouped = at.dataframe[0].value
     assert len(grouped) < flat and grouped["kernel"].is_unique
-    row = grouped.set_index("kernel").loc["model.layers.*.mlp.down_proj x 32"]
+    row = grouped.set_index("kernel").loc["model.layers.*.mlp.down_proj · matmul + add x 32"]
     assert row["count"] == 32
     # in the flat table's unit (µs), not raw seconds (a 32-layer GEMM group of Llama-2-7B takes milliseconds)
     assert "time (µs)" in grouped.columns and "time (s)" not in grouped.columns

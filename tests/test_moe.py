@@ -55,13 +55,13 @@ def test_expert_gemm_m_is_the_tokens_per_used_expert_and_flops_are_top_k():
 
 
 def expert_kernels(result, layer: int = 0):
-    return [k for k in result.kernels if f"layers.{layer}/block_sparse_moe/experts." in k.kernel.name]
+    return [k for k in result.kernels if f"layers.{layer}.block_sparse_moe.experts." in k.kernel.name]
 
 
 def test_expert_kernels_read_and_write_only_their_routed_tokens_activations():
     """Batch 64: an expert's up projection (w3 MatMul fused with silu(w1) * w3) reads h [64, 4096] and
     silu(w1) [64, 14336] and writes [64, 14336], all for k/E = 1/4 of the tokens (16 of 64), at bf16."""
-    (up,) = [k.kernel for k in expert_kernels(decode_step(64)) if "experts.0/w3/" in k.kernel.name]
+    (up,) = [k.kernel for k in expert_kernels(decode_step(64)) if "experts.0.w3 · " in k.kernel.name]
     assert up.dram_bytes - up.weight_bytes == pytest.approx((64 * c.hidden + 2 * 64 * c.ffn) * 2 * K / E)
 
 
@@ -73,7 +73,7 @@ def test_imbalance_runs_expert_gemms_at_the_busiest_experts_tokens():
     for imbalance, busiest in ((1.5, 1.5 * mean), (8.0, 64.0)):
         options = mapper.PlanOptions(dtype="bf16", expert_imbalance=imbalance)
         w = mapper.load_workload("mixtral-8x7b", {"batch": 64, "seq": 1, "past": 128})
-        gemms = [k.kernel for k in expert_kernels(mapper.map_workload(w, HW, options)) if "/w1/" in k.kernel.name]
+        gemms = [k.kernel for k in expert_kernels(mapper.map_workload(w, HW, options)) if ".w1 · " in k.kernel.name]
         assert len(gemms) == E and {g.matrix.m for g in gemms} == {round(busiest)}
         matmul = 2 * busiest * c.hidden * c.ffn
         assert all(matmul <= g.flops <= matmul * 1.01 for g in gemms)  # + the fused silu's few FLOPs a token

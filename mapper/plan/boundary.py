@@ -1,5 +1,6 @@
 """Kernel boundaries and places: which tensors cross a fusion group's boundary (read from or written to DRAM),
 and each group's place in the live graph (its boundary, its kernel's name, its shape and its members' positions).
+Names are the module path and what the kernel is (`kernel_names`), unique in the plan.
 
 Part of stage five (`kernels` builds the `Kernel` records from them). Structural: decided by the live
 graph and the groups, the same at every binding of a model, so kept per structure (`ModelCaches`).
@@ -11,7 +12,9 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 from mapper.core.graph import Graph, Node
+from mapper.core.vocab import KernelRule
 from mapper.plan.fusion import Group
+from mapper.plan.kernel_names import plan_names, split_names, what_it_is, where_it_is
 from mapper.work.op_table import VIEWS
 
 # Ops whose DRAM reads are only the elements they select (the work model's partial-read rule).
@@ -108,17 +111,18 @@ class GroupPlaces:
     """Each group of a plan placed in the live graph (`Place`): structural, so every binding of a sweep shares
     them (`ModelCaches.group_boundaries`). A group's shape is a small number, one per distinct (rule, boundary
     layout) of the plan, so that a slice's kernel keys hash no layout; a group split back from a rejected
-    flash attention is placed on first need, its shape the (rule, layout) itself (never equal to a number)."""
+    flash attention is placed on first need, its shape the (rule, layout) itself (never equal to a number).
+    Every name is made here, for the plan's groups and the members of its fused attentions alike."""
 
     def __init__(self, graph: Graph, groups: tuple[Group, ...]):
         nodes = graph.nodes  # the graph's structure is read, never kept: a binding's tensors would stay alive
         self.nodes_by_name = {n.name: n for n in nodes}
         self.index_of = {n.name: i for i, n in enumerate(nodes)}
-        self.scopes = {n.name: n.scope for n in nodes if n.scope}  # named by module path (report/groups.py)
+        names, self.split_named = self._names(graph, groups)
         shapes: dict[tuple, int] = {}
         self.of_plan: list[Place] = []
-        for group in groups:
-            boundary, name = self._boundary(graph, group)
+        for group, name in zip(groups, names, strict=True):
+            boundary = group_boundary(graph, group, self.nodes_by_name, self.index_of)
             shape = shapes.setdefault((group.rule, boundary.layout), len(shapes))
             self.of_plan.append((boundary, name, shape, self._positions(group)))
         self.split: dict[Group, Place] = {}
@@ -127,19 +131,23 @@ class GroupPlaces:
         """A group outside the plan (a member of a rejected flash attention, alone), in `graph` (of this structure)."""
         found = self.split.get(group)
         if found is None:
-            boundary, name = self._boundary(graph, group)
+            boundary = group_boundary(graph, group, self.nodes_by_name, self.index_of)
+            name = self.split_named[group.nodes[0]]
             found = self.split[group] = (boundary, name, (group.rule, boundary.layout), self._positions(group))
         return found
 
-    def _boundary(self, graph: Graph, group: Group) -> tuple[Boundary, str]:
-        return group_boundary(graph, group, self.nodes_by_name, self.index_of), _kernel_name(group, self.scopes)
+    def _names(self, graph: Graph, groups: tuple[Group, ...]) -> tuple[list[str], dict[str, str]]:
+        """The plan's kernel names, and the name each member of a fused attention takes if it runs alone."""
+        scopes = {n.name: n.scope for n in graph.nodes if n.scope}  # module paths the export kept in metadata
+        members = [[self.nodes_by_name[n] for n in g.nodes] for g in groups]
+        wheres = [where_it_is(m, scopes) for m in members]
+        names = plan_names([(w, what_it_is(g.rule, m, graph.weights)) for g, m, w in zip(groups, members, wheres)])
+        split: dict[str, str] = {}
+        for group, member, where, name in zip(groups, members, wheres, names):
+            if group.rule == KernelRule.FLASH_ATTENTION:
+                whats = [what_it_is(KernelRule.SINGLE, (n,), graph.weights) for n in member]
+                split.update(zip(group.nodes, split_names(where, name, whats)))
+        return names, split
 
     def _positions(self, group: Group) -> tuple[int, ...]:
         return tuple(self.index_of[n] for n in group.nodes)
-
-
-def _kernel_name(group: Group, scopes: dict[str, str]) -> str:
-    """A group's kernel name: its first member's (`scopes`: the module path and op where the export gives them
-    only in metadata, `Node.scope`), with how many more it holds."""
-    first = scopes.get(group.nodes[0], group.nodes[0])
-    return first if len(group.nodes) == 1 else f"{first}+{len(group.nodes) - 1}"

@@ -15,6 +15,7 @@ from dataclasses import replace
 
 from mapper.core.errors import MapperError
 from mapper.core.result import Kernel
+from mapper.plan.kernel_names import SEPARATOR, kernel_module
 from mapper.plan.sharding import collective_kernel
 from mapper.work.moe import ExpertGemm
 from mapper.work.workload import Workload
@@ -69,8 +70,10 @@ def _busiest(k: Kernel, g: ExpertGemm, imbalance: float, ep: int) -> Kernel:
 
 
 def _all_to_all(k: Kernel, g: ExpertGemm, step: str, ep: int, act_bytes: float) -> Kernel:
-    layer = k.name.split("/experts.")[0]
-    return collective_kernel(f"{layer}:{step} all-to-all", "all-to-all", g.tokens * g.top_k * g.hidden * act_bytes, ep)
+    layer = kernel_module(k.name).split(".experts.")[0]  # "model.layers.0.block_sparse_moe"
+    return collective_kernel(
+        f"{layer}{SEPARATOR}{step} all-to-all", "all-to-all", g.tokens * g.top_k * g.hidden * act_bytes, ep
+    )
 
 
 def plan_experts(
