@@ -24,7 +24,7 @@ if st.toggle("Group repeated layers", key="group_layers", help="one row per modu
     st.stop()  # the drill-down below is per kernel
 table = ui.kernel_table(doc).sort_values("time (µs)", ascending=False)
 c1, c2, c3 = st.columns([2, 2, 2])
-text = c1.text_input("Filter by name or op", placeholder="e.g. MatMul, attention, conv")
+text = c1.text_input("Filter by name or op", placeholder="e.g. self_attn, fused attention, conv")
 classes = c2.multiselect("Bottleneck class", sorted(table["class"].unique()))
 layers = c3.multiselect("Layer type", sorted(table["layer type"].unique()))
 shown = table
@@ -48,12 +48,14 @@ event = st.dataframe(
     key="kernel_table",
     column_config=ui.TABLE_FORMAT,
 )
+st.caption(mapper.MEMORY_STALL_DEFINITION)
 rows = event.selection.rows if event is not None else []
 picked = shown.iloc[rows[0]]["kernel"] if rows else session.get().picked_kernel
 if picked in set(shown["kernel"]):
     session.update(picked_kernel=picked)
     st.divider()
     ui.drilldown(doc, sel.hw, picked)
+    st.caption(mapper.SPEEDUP_DEFINITION)
 else:
     st.info("Select a kernel in the table to see its fusion, tiling, roofline point, evidence and owner.")
 ui.notices(doc)

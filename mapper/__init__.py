@@ -24,6 +24,8 @@ from mapper.core.units import (
     overload_sentence,
 )
 from mapper.core.version import __version__
+from mapper.cost.bottleneck import SPEEDUP_DEFINITION
+from mapper.cost.roofline import MEMORY_STALL_DEFINITION
 from mapper.explore.power import power_curve
 from mapper.handle import BUILTIN_DEFAULT_DIMS, ModelHandle, open_model
 from mapper.hardware.load import edit_profile, list_hardware, load_hardware
@@ -185,6 +187,8 @@ __all__ = [
     "group_kernels",
     "module_path",
     "layer_pattern",
+    "MEMORY_STALL_DEFINITION",
+    "SPEEDUP_DEFINITION",
     "PLAN_FIELDS",
     "PlanField",
     "format_option",

@@ -13,7 +13,8 @@ from mapper.core.records import writer
 from mapper.core.result import Kernel, KernelAssessment
 from mapper.core.timeline import KernelEstimates, Kernels
 from mapper.cost.bottleneck import Facts, classify, speedup_if_removed
-from mapper.cost.estimate import Cost, estimate_searched, roofline_time, search_matrices
+from mapper.cost.estimate import Cost, estimate_searched, roofline_parts, search_matrices
+from mapper.cost.roofline import memory_stall_fraction
 from mapper.hardware.profile import HardwareProfile
 from mapper.plan.kernels import Sizer
 from mapper.plan.tiling import alignment_shares
@@ -141,12 +142,14 @@ def _assessed(
     chosen = c.tiling.chosen
     intensity = k.flops / c.dram_bytes if c.dram_bytes else float("inf")
     rate_share, dram_share = alignment_shares(k, hw, act_bytes)
+    compute_roof, memory_roof = roofline_parts(k, c.engine, hw, dtype)
     facts = Facts(
         c.engine, c.time_s, c.compute_time_s, c.memory_time_s, c.overhead_s, c.sync_s, intensity, ridge,
         chosen.waves if chosen else 0, chosen.wave_efficiency if chosen else 1.0,
         chosen.padding_efficiency if chosen else 1.0, c.interconnect_s, rate_share, dram_share,
+        compute_roof, memory_roof, max(compute_roof, memory_roof),
     )  # fmt: skip
-    stall = min(max(0.0, c.memory_time_s - c.compute_time_s) / c.time_s if c.time_s else 0.0, 1.0)
+    stall = memory_stall_fraction(c.compute_time_s, c.memory_time_s, c.time_s)
     bottleneck, evidence, owner = classify(facts)
     return c.engine, _new_assessment(
         tiling=c.tiling, dtype=dtype, time_s=c.time_s, compute_time_s=c.compute_time_s,
@@ -154,5 +157,5 @@ def _assessed(
         l2_bytes=c.l2_bytes, intensity_flop_per_byte=intensity,
         achieved_flops_per_s=k.flops / c.time_s if c.time_s else 0.0, stall_fraction=stall, energy_j=c.energy_j,
         avg_power_w=c.avg_power_w, throttled=c.throttled, bottleneck=bottleneck, evidence=evidence, owner=owner,
-        roofline_time_s=roofline_time(k, c.engine, hw, dtype), speedup_if_removed=speedup_if_removed(bottleneck, facts),
+        roofline_time_s=facts.roofline_s, speedup_if_removed=speedup_if_removed(bottleneck, facts),
     )  # fmt: skip

@@ -39,6 +39,9 @@ class Facts:
     interconnect_s: float = 0.0
     aligned_rate_share: float = 1.0  # the matrix rate an unaligned GEMM keeps (tiling.alignment_shares)
     aligned_dram_share: float = 1.0  # the DRAM efficiency it keeps
+    compute_roofline_s: float = 0.0  # its FLOPs at the engine's peak (`estimate.roofline_parts`)
+    memory_roofline_s: float = 0.0  # its boundary bytes at DRAM bandwidth (a host op: over the host link)
+    roofline_s: float = 0.0  # the kernel at its roofline: no time without its bottleneck is below it
 
 
 def _aligned_time(f: Facts) -> float:
@@ -131,8 +134,11 @@ RULES: tuple[BottleneckRule, ...] = (
 )
 
 
-# The kernel's time with its class's cost taken away (the same roofline, kernel_time): what a fix that
-# removed the bottleneck entirely would leave. Its ratio to the time is the most that fix can give.
+# The kernel's time with its class's loss taken away, on the same roofline the drill-down shows (kernel_time, its
+# compute and memory at the peaks `roofline_s` takes): a compute- or memory-bound kernel's bound resource at its
+# roofline, an occupancy-bound one's compute without its wave and padding loss, launch or sync at zero, the
+# aligned path, the op on the device. What a fix that removed the bottleneck entirely would leave: never below the
+# kernel's roofline (a collective's wire time is its floor), so its ratio to the time is at most time / roofline.
 WITHOUT_BOTTLENECK: dict[Bottleneck, Callable[[Facts], float]] = {
     Bottleneck.HOST: lambda f: kernel_time(0.0, f.memory_s, f.overhead_s, f.sync_s),  # the op on the device
     Bottleneck.INTERCONNECT: lambda f: max(f.time_s - f.interconnect_s, 0.0),
@@ -140,18 +146,30 @@ WITHOUT_BOTTLENECK: dict[Bottleneck, Callable[[Facts], float]] = {
     Bottleneck.SYNCHRONIZATION: lambda f: kernel_time(f.compute_s, f.memory_s, f.overhead_s, 0.0),
     Bottleneck.ALIGNMENT: _aligned_time,
     Bottleneck.OCCUPANCY: lambda f: kernel_time(
-        f.compute_s * f.wave_efficiency * f.padding_efficiency, f.memory_s, f.overhead_s, f.sync_s
+        max(f.compute_s * f.wave_efficiency * f.padding_efficiency, f.compute_roofline_s),
+        f.memory_s,
+        f.overhead_s,
+        f.sync_s,
     ),
-    Bottleneck.MEMORY: lambda f: kernel_time(f.compute_s, 0.0, f.overhead_s, f.sync_s),
-    Bottleneck.COMPUTE_MATRIX: lambda f: kernel_time(0.0, f.memory_s, f.overhead_s, f.sync_s),
-    Bottleneck.COMPUTE_VECTOR: lambda f: kernel_time(0.0, f.memory_s, f.overhead_s, f.sync_s),
+    Bottleneck.MEMORY: lambda f: kernel_time(f.compute_s, f.memory_roofline_s, f.overhead_s, f.sync_s),
+    Bottleneck.COMPUTE_MATRIX: lambda f: kernel_time(f.compute_roofline_s, f.memory_s, f.overhead_s, f.sync_s),
+    Bottleneck.COMPUTE_VECTOR: lambda f: kernel_time(f.compute_roofline_s, f.memory_s, f.overhead_s, f.sync_s),
 }
 
 
+SPEEDUP_DEFINITION = (
+    "Speed-up without its bottleneck = the kernel's time over its time with its class's loss removed on the same"
+    " roofline: a memory- or compute-bound kernel's bound resource at its peak, an occupancy-bound one's compute"
+    " without its wave and padding loss, no launch or sync cost, the aligned path, the op on the device. That time"
+    " is never below the kernel at its roofline, so the speed-up is at most its time over its roofline time."
+)
+
+
 def speedup_if_removed(bottleneck: Bottleneck, facts: Facts) -> float:
-    """The kernel's time over its time without its bottleneck's cost (1.0: nothing to gain)."""
-    rest = WITHOUT_BOTTLENECK[bottleneck](facts)
-    return facts.time_s / rest if rest > 0 else 1.0
+    """The kernel's time over its time without its bottleneck's loss (`WITHOUT_BOTTLENECK`, never below its
+    roofline); 1.0: nothing to gain."""
+    rest = max(WITHOUT_BOTTLENECK[bottleneck](facts), facts.roofline_s)
+    return max(facts.time_s / rest, 1.0) if rest > 0 else 1.0
 
 
 def classify(facts: Facts) -> tuple[Bottleneck, str, Owner]:

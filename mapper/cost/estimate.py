@@ -43,18 +43,23 @@ class Cost:
     interconnect_s: float = 0.0
 
 
-def roofline_time(kernel: Kernel, engine: str, hw: HardwareProfile, dtype: str) -> float:
-    """The kernel at its roofline (PRIMER s5): its FLOPs at the engine's peak or its boundary bytes at DRAM
-    bandwidth, whichever is longer; no efficiency, tiling re-reads, launch or sync. A host op has no
-    device roofline: its transfers over the host link are the floor."""
+def roofline_parts(kernel: Kernel, engine: str, hw: HardwareProfile, dtype: str) -> tuple[float, float]:
+    """(compute, memory) of the kernel at its roofline (PRIMER s5): its FLOPs at the engine's peak and its boundary
+    bytes at DRAM bandwidth; no efficiency, tiling re-reads, launch or sync. A host op has no device roofline:
+    its transfers over the host link are the floor (as memory)."""
     if engine == Engine.HOST:
-        return kernel.dram_bytes / max(hw.interconnect.link_bandwidth_bytes_per_s, 1.0)
+        return 0.0, kernel.dram_bytes / max(hw.interconnect.link_bandwidth_bytes_per_s, 1.0)
     if engine == Engine.MATRIX:
         other = kernel.flops - kernel.matrix_flops
         compute_s = kernel.matrix_flops / hw.matrix_peak(dtype) + max(other, 0.0) / hw.vector_peak(dtype)
     else:
         compute_s = max(kernel.flops / hw.vector_peak(dtype), kernel.sfu_ops / hw.sfu_peak_ops_per_s)
-    return max(compute_s, kernel.dram_bytes / hw.dram_bandwidth_bytes_per_s)
+    return compute_s, kernel.dram_bytes / hw.dram_bandwidth_bytes_per_s
+
+
+def roofline_time(kernel: Kernel, engine: str, hw: HardwareProfile, dtype: str) -> float:
+    """The kernel at its roofline: the longer of its compute and memory there (`roofline_parts`)."""
+    return max(roofline_parts(kernel, engine, hw, dtype))
 
 
 def _energy_per_flop(hw: HardwareProfile, dtype: str) -> float:

@@ -1,6 +1,8 @@
-"""The one roofline of a kernel's time (PRIMER s5): a smooth max of compute and memory time plus fixed costs.
+"""The one roofline of a kernel's time (PRIMER s5): a smooth max of compute and memory time plus fixed costs,
+and the memory stall read off it.
 
-The cost stage (`cost.estimate`), the power cap (`cost.power_cap`) and the bottleneck classes read it here.
+The cost stage (`cost.estimate`), the power cap (`cost.power_cap`), the bottleneck classes and the roll-up
+read them here.
 """
 
 from __future__ import annotations
@@ -28,3 +30,23 @@ def kernel_times(
     powered = (np.array((*compute_s, *memory_s), float) ** OVERLAP_EXPONENT).tolist()
     root = 1 / OVERLAP_EXPONENT
     return [math.pow(powered[i] + powered[n + i], root) + overhead_s + sync_s[i] for i in range(n)]
+
+
+# The one definition of memory stall: every page, sheet and roll-up shows this sentence (`mapper.__all__`).
+MEMORY_STALL_DEFINITION = (
+    "Memory stall = the share of a kernel's time its engines wait on DRAM: its compute and memory time overlapped"
+    " as its roofline overlaps them, less its compute time, over its time. A memory-bound kernel (memory time at"
+    " least its compute time) waits at least (memory - compute) / time, so it is never 0% stalled; a layer"
+    " type's and the model's stall are time-weighted over their kernels."
+)
+
+
+def memory_stall_fraction(compute_s: float, memory_s: float, time_s: float) -> float:
+    """The share of a kernel's `time_s` its engines wait on DRAM (`MEMORY_STALL_DEFINITION`): the roofline's overlap
+    of its compute and memory (`kernel_time` without fixed costs) less its compute, over its time. With launch,
+    sync and stall its time splits as compute + stall + launch + sync (at the full clock: under a power cap the
+    compute's stretch is in the time, not the stall)."""
+    if time_s <= 0:
+        return 0.0
+    waits_s = max(kernel_time(compute_s, memory_s, 0.0, 0.0) - compute_s, 0.0)
+    return min(waits_s / time_s, 1.0)

@@ -2,7 +2,8 @@
 
 Stage nine. On one stream, latency is the sum of kernel times. MFU is model
 FLOPs (algorithmic, unpadded) over latency x the dtype's matrix peak; the
-memory-stall fraction is the time-weighted mean of kernels' stall fractions.
+memory-stall fraction is the time-weighted mean of kernels' stall fractions
+(`cost.roofline.MEMORY_STALL_DEFINITION`, the one definition).
 """
 
 from __future__ import annotations
@@ -13,12 +14,10 @@ from dataclasses import dataclass
 from mapper.core.graph import Graph
 from mapper.core.result import Kernel, KernelAssessment, KernelEstimate, LayerRollup, Totals
 from mapper.core.timeline import KernelEstimates
+from mapper.cost.roofline import MEMORY_STALL_DEFINITION
 from mapper.work.workload import Workload
 
-STALL_DEFINITION = (
-    "memory-stall fraction = max(0, memory time - compute time) / kernel time: the share of a"
-    " kernel's time in which its engine waits on memory; model and layer figures are time-weighted"
-)
+STALL_DEFINITION = MEMORY_STALL_DEFINITION  # the name the assumptions' row reads (pipeline.assumptions_used)
 
 
 def batch_size(graph: Graph) -> int:
