@@ -142,3 +142,4 @@ def test_a_flash_attention_split_back_maps_the_same_on_a_rebound_handle():
         alone = {e.kernel.nodes[0]: e.kernel for e in unfused.kernels if len(e.kernel.nodes) == 1}
         bare = {"note": "", "name": ""}
         assert all(dataclasses.replace(k, **bare) == dataclasses.replace(alone[k.nodes[0]], **bare) for k in split)
+        assert all(" · attention step " in k.name for k in split)
