@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import onnx
@@ -21,11 +21,12 @@ from mapper.core.caches import ModelCaches
 from mapper.core.collector import collector_paused
 from mapper.core.errors import MapperError
 from mapper.core.footprint import Footprint, model_footprint
+from mapper.core.graph import ReleasedPrecision
 from mapper.model.bindings import apply_bindings, dim_roles_of
 from mapper.model.branches import branch_inputs
-from mapper.model.onnx_import import GENERIC_GRAPH_NAMES, count_nodes, import_graph, parse_model, read_model_bytes
+from mapper.model.onnx_import import GENERIC_GRAPH_NAMES, count_nodes, import_graph, parse_model, read_model_structure
 from mapper.work.workload import Workload, analyze_graph
-from mapper.zoo import ZOO_NAMES, zoo_model
+from mapper.zoo import ZOO_NAMES, released_precision, zoo_model
 
 # Bindings a built-in model starts from when the user gives none (the dashboard's
 # default view; files get no defaults: an unbound dim there is an error).
@@ -44,10 +45,13 @@ class ModelHandle:
     builtin: bool
     roles: dict[str, str]  # each free dim (and branch input) -> its role (see `dim_roles`)
     branches: tuple[str, ...]  # boolean inputs that a top-level If branches on
+    # the precision the model is published in: a built-in's table row, a config's torch_dtype; None for an ONNX
+    # file or upload, whose weight tensors say (`plan.kernels.released_precision`)
+    released: ReleasedPrecision | None
     caches: ModelCaches = field(default_factory=ModelCaches, repr=False)
 
     def __reduce__(self):  # pickles as what reopens it (a built-in's name, else the bytes), caches empty
-        return _reopen, (self.source, None if self.builtin else self.data, self.name)
+        return _reopen, (self.source, None if self.builtin else self.data, self.name, self.released)
 
     @property
     def dims(self) -> tuple[str, ...]:
@@ -80,6 +84,8 @@ class ModelHandle:
     @collector_paused
     def _bind(self, dims: dict[str, int] | None, batch: int | None, seq: int | None) -> Workload:
         graph, classes = import_graph(self.proto, self.sha256, self.name, self.caches, dims, batch, seq)
+        if self.released is not None:  # a built-in's or a config's: its tensors (fp32, dims only) do not say
+            graph = replace(graph, released=self.released)
         return analyze_graph(graph, self.caches, classes, self.builtin)
 
     def shortcut_dims(
@@ -97,15 +103,15 @@ class ModelHandle:
 
 
 @collector_paused
-def _reopen(source: str, data: bytes | None, name: str) -> ModelHandle:
+def _reopen(source: str, data: bytes | None, name: str, released: ReleasedPrecision | None) -> ModelHandle:
     if data is None:
         return _builtin(source, name)
-    return _handle(source, data, False, lambda proto: name)
+    return _handle(source, data, False, lambda proto: name, released)
 
 
 def _builtin(source: str, name: str) -> ModelHandle:
     proto, data = zoo_model(source)  # built here: its bytes are trusted and need no parse back
-    return _handle(source, data, True, lambda _: name, proto)
+    return _handle(source, data, True, lambda _: name, released_precision(source), proto)
 
 
 def _handle(
@@ -113,6 +119,7 @@ def _handle(
     data: bytes,
     builtin: bool,
     naming: Callable[[onnx.ModelProto], str],
+    released: ReleasedPrecision | None,
     proto: onnx.ModelProto | None = None,
 ) -> ModelHandle:
     proto = parse_model(data, source or "upload") if proto is None else proto
@@ -125,6 +132,7 @@ def _handle(
         builtin=builtin,
         roles=dim_roles_of(proto),
         branches=tuple(branch_inputs(proto)),
+        released=released,
     )
 
 
@@ -143,7 +151,7 @@ def open_model(
         return _builtin(source, name or source)
     if isinstance(source, str) and not os.path.exists(source) and not source.endswith(".onnx"):
         raise MapperError(f"model {source!r} is neither a file nor a built-in; built-ins: {', '.join(ZOO_NAMES)}")
-    data, default_name = read_model_bytes(source)
+    structure, default_name = read_model_structure(source)
     uploaded = isinstance(source, (bytes, bytearray, memoryview))
     if file_name and uploaded:
         default_name = Path(file_name).stem or default_name
@@ -152,4 +160,4 @@ def open_model(
         own = proto.graph.name if proto.graph.name not in GENERIC_GRAPH_NAMES else ""
         return name or own or default_name
 
-    return _handle("" if uploaded else os.fspath(source), data, False, naming)
+    return _handle("" if uploaded else os.fspath(source), structure.data, False, naming, structure.released)

@@ -23,10 +23,9 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from mapper.core import limits
-from mapper.core.caches import ModelCaches
 from mapper.core.collector import collector_paused
 from mapper.core.errors import MapperError
-from mapper.core.graph import Graph
+from mapper.core.graph import Graph, ReleasedPrecision
 from mapper.core.result import (
     Kernel,
     LayerRollup,
@@ -46,7 +45,7 @@ from mapper.plan import tiling
 from mapper.plan.attention_tiling import attention_fits
 from mapper.plan.experts import check_expert_parallel, plan_experts, resident_kernels
 from mapper.plan.fusion import plan_fusion
-from mapper.plan.kernels import WIDER_PRECISIONS, Sizer, build_kernels, model_dtype, precision_caveats
+from mapper.plan.kernels import WIDER_PRECISIONS, Sizer, build_kernels, precision_caveats, released_precision
 from mapper.plan.layout import LAYOUTS, plan_layout
 from mapper.plan.runtime import apply_kv_cache, choose_runtime, launch_profile, runtime_assumptions
 from mapper.plan.sharding import assign_roles, shard_kernels
@@ -58,7 +57,7 @@ from mapper.work.workload import Workload
 from mapper.zoo import ZOO_NAMES
 
 FUSION_POLICIES = values(FusionPolicy)
-PLAN_DTYPES = values(PlanDtype)  # PlanOptions.dtype: auto keeps the model's own precision
+PLAN_DTYPES = values(PlanDtype)  # PlanOptions.dtype: auto maps at the model's released precision
 WEIGHT_DTYPES = values(WeightDtype)  # PlanOptions.weight_dtype: weight-only quantization
 RUNTIMES = values(Runtime)  # PlanOptions.runtime: a preset of kv_cache and launch
 KV_CACHE_MODES = values(KvCache)  # PlanOptions.kv_cache
@@ -115,7 +114,8 @@ def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOpt
     """Map a workload onto a device: fusion -> layout -> devices -> tiling + cost -> classes -> placement -> roll-up."""
     graph, caches = workload.graph, workload.caches
     options = validate_options(options)
-    dtype, caveats = choose_dtype(graph, hardware, options, caches)
+    released = released_precision(graph, caches)
+    dtype, caveats = choose_dtype(released, hardware, options)
     sizer = Sizer(graph, dtype, options.weight_dtype, caches)
     run = choose_runtime(graph, hardware, options)
     kernels, layout = plan_kernels(workload, hardware, replace(options, attention_fusion=run.attention_fusion), sizer)
@@ -149,23 +149,22 @@ def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOpt
         hardware_builtin=hardware.builtin,
         memory=memory,
         parallel=parallel,
+        released=released,
     )
 
 
-def choose_dtype(
-    graph: Graph, hardware: HardwareProfile, options: PlanOptions, caches: ModelCaches | None = None
-) -> tuple[str, list[str]]:
-    """The precision the plan runs at and the caveats it brings (auto: the model's own, or the nearest wider
-    one the device has a matrix peak for)."""
-    own = model_dtype(graph, caches)
+def choose_dtype(released: ReleasedPrecision, hardware: HardwareProfile, options: PlanOptions) -> tuple[str, list[str]]:
+    """The precision the plan runs at and the caveats it brings (auto: the model's released precision, or the
+    nearest wider one the device has a matrix peak for), each caveat against the released precision."""
+    own = str(released.dtype)
     dtype = own if options.dtype == "auto" else options.dtype
-    caveats = precision_caveats(own, dtype, options.weight_dtype)
+    caveats = precision_caveats(released, dtype, options.weight_dtype)
     if options.dtype == "auto" and not hardware.has_matrix_peak(own):
         # e.g. an int8 model on Gaudi 2, an fp16 one on a TPU: the nearest wider precision the device has
         dtype = next(d for d in WIDER_PRECISIONS.get(own, ("fp32",)) if hardware.has_matrix_peak(d))
         caveats.append(
-            f"{hardware.name} has no {own} matrix peak: the {own} model is mapped at {dtype};"
-            " choose a dtype the device has (--dtype) to see another."
+            f"{hardware.name} has no {own} matrix peak: the model, released at {own} ({released.source}), is mapped"
+            f" at {dtype}, the nearest wider precision it has; choose a dtype the device has (--dtype) to see another."
         )
     if dtype != "fp32":
         hardware.matrix_peak(dtype)  # an unsupported dtype is an error naming the dtypes the device has
@@ -269,7 +268,7 @@ def validate_options(options: PlanOptions) -> PlanOptions:
 def assumptions_used(hw: HardwareProfile, dtype: str, layout: str) -> tuple[tuple[str, str, str], ...]:
     """Every profile value (with its source) and every modeling constant the estimate used."""
     rows = [(key, str(value), hw.sources.get(key, "")) for key, value in flatten_profile(hw)]
-    rows.append(("plan.dtype", dtype, "plan option (auto = the model's own precision)"))
+    rows.append(("plan.dtype", dtype, "plan option (auto = the model's released precision)"))
     rows.append(("plan.conv_layout", layout, "plan option (auto = the profile's preferred layout)"))
     for mod, names in (
         (tiling, ("SRAM_BYTES_PER_CLOCK", "OVERLAP_EXPONENT", "L2_REUSE_FRACTION", "ACCUMULATOR_BYTES")),

@@ -193,7 +193,7 @@ def test_lower_precision_is_marked_with_its_caveat(h100):
     w = mapper.load_workload("bert-base")
     assert mapper.map_workload(w, h100, PlanOptions()).caveats == ()
     fp8 = mapper.map_workload(w, h100, PlanOptions(dtype="fp8"))
-    assert any("below the model's own fp32" in c for c in fp8.caveats)
+    assert any("below the model's released fp32" in c for c in fp8.caveats)
     bf16 = mapper.map_workload(w, h100, PlanOptions(dtype="bf16"))
     assert fp8.totals.latency_s < bf16.totals.latency_s
 

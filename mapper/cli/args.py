@@ -35,7 +35,10 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seq", type=int, help="binds the model's sequence dim")
     p.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE", help="binds a symbolic dim by name")
     p.add_argument(
-        "--dtype", default="auto", choices=mapper.PLAN_DTYPES, help="the plan's precision; auto: the model's own"
+        "--dtype",
+        default="auto",
+        choices=mapper.PLAN_DTYPES,
+        help="the plan's precision; auto: the model's released precision",
     )
     p.add_argument(
         "--weight-dtype", default="same", choices=mapper.WEIGHT_DTYPES, help="weight-only quantization (decoder LLMs)"

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from mapper.core.vocab import PlanDtype
+
 # Bytes per element of the ONNX element types we model (onnx.TensorProto enum names, lower case).
 DTYPE_BYTES: dict[str, float] = {
     "float": 4,
@@ -130,6 +132,19 @@ def node_signature(
     )
 
 
+# `ReleasedPrecision.source` of a model file or upload: the precision of its own weight tensors.
+FILE_TENSORS = "the file's tensors"
+
+
+@dataclass(frozen=True, slots=True)
+class ReleasedPrecision:
+    """The precision a model is published in (what `--dtype auto` maps at) and where that was read: a built-in's
+    table row (mapper/zoo), a Hugging Face config's torch_dtype, or `FILE_TENSORS`."""
+
+    dtype: PlanDtype
+    source: str
+
+
 @dataclass(frozen=True, slots=True)
 class Graph:
     """A model at concrete shapes.
@@ -170,6 +185,8 @@ class Graph:
     # specs may change with the bindings, as initializers' and Constant outputs' cannot; None where not known (a
     # graph built by hand: then any weight may)
     derived_weights: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
+    # The precision the model is published in (a built-in's or a config's); None: its weight tensors' (a file's)
+    released: ReleasedPrecision | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "input_set", frozenset(self.inputs))

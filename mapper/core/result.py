@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 
 from mapper.core.classes import Bottleneck, Owner
-from mapper.core.graph import LayerType, OpClass
+from mapper.core.graph import LayerType, OpClass, ReleasedPrecision
 from mapper.core.records import replacer
 from mapper.core.vocab import Engine, KernelRule
 
@@ -53,7 +53,7 @@ class NodeWork:
 
 @dataclass(frozen=True, slots=True)
 class PlanOptions:
-    """What the user chose for the plan. `dtype="auto"` keeps the model's own precision."""
+    """What the user chose for the plan. `dtype="auto"` maps at the model's released precision."""
 
     dtype: str = "auto"  # auto | fp32 | tf32 | bf16 | fp16 | fp8 | int8
     weight_dtype: str = "same"  # same | int8 | int4 (weight-only quantization for decoders)
@@ -318,3 +318,4 @@ class MappingResult:
     measured: dict | None = None  # predicted against measured (`mapper.compare_measured`)
     model_builtin: bool = False  # the model is a built-in (reproduced by its name)
     hardware_builtin: bool = False  # the profile is a built-in's file, unedited (reproduced by its name)
+    released: ReleasedPrecision | None = None  # the precision the model is published in, and where that was read

@@ -34,7 +34,7 @@ class KernelRule(StrEnum):
 
 
 class PlanDtype(StrEnum):
-    """`PlanOptions.dtype`: auto keeps the model's own precision."""
+    """`PlanOptions.dtype`: auto maps at the model's released precision (`plan.kernels.released_precision`)."""
 
     AUTO = "auto"
     FP32 = "fp32"

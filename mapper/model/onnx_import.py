@@ -21,7 +21,7 @@ from google.protobuf.message import DecodeError
 from mapper.core import limits
 from mapper.core.caches import ModelCaches
 from mapper.core.errors import MapperError, path_text
-from mapper.core.graph import Graph, Node, TensorSpec
+from mapper.core.graph import Graph, Node, ReleasedPrecision, TensorSpec
 from mapper.model.bindings import graph_inputs, resolve_bindings, symbolic_dims
 from mapper.model.branches import inline_bound_branches
 from mapper.model.nodes import ordered_nodes
@@ -29,30 +29,24 @@ from mapper.model.repeats import Repeats, find_repeats
 from mapper.model.sandbox import open_regular_file
 from mapper.model.walk import Walk, initializer_walk, value_info_shape
 from mapper.model.wire import Structure, read_structure
-from mapper.zoo.hf_config import config_model_bytes
+from mapper.zoo.hf_config import read_config
 
 # Graph names exporters give every model (PyTorch's "main_graph", Optimum's merged decoders "merged"): the file's
 # name says more on a sheet and in the dashboard.
 GENERIC_GRAPH_NAMES = frozenset({"", "main_graph", "torch_jit", "torch-jit-export", "tf2onnx", "graph", "merged"})
 
 
-def read_model_bytes(source: str | os.PathLike | bytes) -> tuple[bytes, str]:
-    """The model's structure (see `read_model_structure`) and a display name."""
-    structure, name = read_model_structure(source)
-    return structure.data, name
-
-
 def read_model_structure(source: str | os.PathLike | bytes) -> tuple[Structure, str]:
     """The model's structure and a display name. An ONNX file (up to MAX_MODEL_FILE_BYTES, weights inside
     included) is memory-mapped and only its graph is read: every large tensor comes back as a shape-only
     external reference (`wire.read_structure`). A Hugging Face config.json (a path ending .json, or bytes
-    starting with '{') becomes its decoder's graph (`hf_config`). A path is opened once, as given;
-    nothing beside it is read."""
+    starting with '{') becomes its decoder's graph (`hf_config`), with its torch_dtype as `Structure.released`.
+    A path is opened once, as given; nothing beside it is read."""
     if isinstance(source, (bytes, bytearray, memoryview)):
         data = bytes(source)
         _check_file_size(len(data), "the uploaded model")
         if data.lstrip()[:1] == b"{":
-            return _built(config_model_bytes(data, "upload")), "upload"
+            return _built(*read_config(data, "upload")), "upload"
         return read_structure(data, "upload"), "upload"
     path = Path(source)
     try:  # a path the system refuses (ENAMETOOLONG, EACCES) or a FIFO is bad input, not a crash
@@ -60,7 +54,7 @@ def read_model_structure(source: str | os.PathLike | bytes) -> tuple[Structure, 
             size = os.fstat(f.fileno()).st_size
             _check_file_size(size, f"model file {path.name}")
             if path.suffix.lower() == ".json":
-                return _built(config_model_bytes(f.read(limits.MAX_CONFIG_BYTES + 1), path.name)), path.stem
+                return _built(*read_config(f.read(limits.MAX_CONFIG_BYTES + 1), path.name)), path.stem
             if size == 0:
                 raise MapperError(f"model file {path.name} is empty; give an .onnx file")
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
@@ -73,8 +67,8 @@ def read_model_structure(source: str | os.PathLike | bytes) -> tuple[Structure, 
         raise MapperError(f"model file {path_text(path)}: {exc.strerror}; check the path") from None
 
 
-def _built(data: bytes) -> Structure:
-    return Structure(data, 0, 0)  # a graph built from a config: nothing of a model file read
+def _built(data: bytes, released: ReleasedPrecision) -> Structure:
+    return Structure(data, 0, 0, released)  # a graph built from a config: nothing of a model file read
 
 
 def _check_file_size(size: int, what: str) -> None:

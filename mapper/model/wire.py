@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from mapper.core import limits
 from mapper.core.errors import MapperError
+from mapper.core.graph import ReleasedPrecision
 from mapper.model.values import FOLD_MAX_ELEMENTS
 
 VARINT, FIXED64, LEN, START_GROUP, END_GROUP, FIXED32 = range(6)  # protobuf wire types
@@ -87,6 +88,7 @@ class Structure:
     data: bytes  # the ModelProto with weights as shape-only external references
     read_bytes: int  # bytes of the input the walk looked at (headers parsed, fields copied): an upper bound
     stripped: int  # tensors whose data was left behind
+    released: ReleasedPrecision | None = None  # a config's published precision; None: the file's tensors say
 
 
 class _Walk:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from mapper.core.caches import ModelCaches
 from mapper.core.errors import MapperError
-from mapper.core.graph import Graph, LayerType, OpClass, TensorSpec
+from mapper.core.graph import FILE_TENSORS, Graph, LayerType, OpClass, ReleasedPrecision, TensorSpec
 from mapper.core.records import writer
 from mapper.core.result import Kernel, MatrixShape, NodeWork
 from mapper.core.timeline import Kernels
@@ -109,6 +109,12 @@ def model_dtype(graph: Graph, caches: ModelCaches | None = None) -> str:
     if not counts:
         return "fp32"
     return MODEL_DTYPES.get(max(counts, key=counts.get), "fp32")
+
+
+def released_precision(graph: Graph, caches: ModelCaches | None = None) -> ReleasedPrecision:
+    """The precision the model is published in (what `--dtype auto` maps at): a built-in's or a config's
+    (`Graph.released`), else a file's own weight tensors' (`model_dtype`)."""
+    return graph.released or ReleasedPrecision(PlanDtype(model_dtype(graph, caches)), FILE_TENSORS)
 
 
 class Sizer:
@@ -359,13 +365,20 @@ def _member_codes(workload: Workload) -> list[int] | None:
     ]
 
 
-def precision_caveats(model_precision: str, dtype: str, weight_dtype: str) -> list[str]:
-    caveats = []
-    if PRECISION_RANK.get(dtype, 5) < PRECISION_RANK.get(model_precision, 5):
-        caveats.append(
-            f"Runs at {dtype}, below the model's own {model_precision}: accept it only with accuracy"
-            f" evidence on production data and a fallback plan at {model_precision}."
-        )
+# A plan's precision against the model's released one (rank below or above) -> its caveat; the same rank: none.
+RANK_CAVEATS = {
+    -1: "Runs at {dtype}, below the model's released {released} ({source}): accept it only with accuracy evidence"
+    " on production data and a fallback plan at {released}.",
+    1: "Runs at {dtype}, above the model's released {released} ({source}): memory and time are for {dtype} copies"
+    " of {released} weights, which gain no accuracy; --dtype auto maps it as released.",
+}
+
+
+def precision_caveats(released: ReleasedPrecision, dtype: str, weight_dtype: str) -> list[str]:
+    """The quality caveats of a plan at `dtype` (and `weight_dtype`) on a model published at `released`."""
+    plan_rank, released_rank = PRECISION_RANK.get(dtype, 5), PRECISION_RANK.get(released.dtype, 5)
+    caveat = RANK_CAVEATS.get((plan_rank > released_rank) - (plan_rank < released_rank))
+    caveats = [caveat.format(dtype=dtype, released=released.dtype, source=released.source)] if caveat else []
     if weight_dtype != "same":
         caveats.append(
             f"Weight-only {weight_dtype} quantization: needs quality evidence (perplexity/accuracy)"

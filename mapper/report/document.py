@@ -113,6 +113,7 @@ def mapping_document(result: MappingResult) -> dict:
             "dtype": t.dtype,
             "kernels": len(result.kernels),
         },
+        "precision": precision_record(result),
         "layer_types": [dataclasses.asdict(layer) for layer in result.layers],
         "kernels": [kernel_record(e) for e in result.kernels],
         "nodes": [
@@ -137,6 +138,17 @@ def mapping_document(result: MappingResult) -> dict:
     }
     doc["reproduce"] = reproduce_command(doc)  # the `mapper map` line that maps this slice again
     return doc
+
+
+def precision_record(result: MappingResult) -> dict:
+    """The `precision` section: the plan's dtype, the model's released one and where that was read (a built-in's
+    table row, a config's torch_dtype, the file's tensors); released and source null where not known."""
+    released = result.released
+    return {
+        "dtype": result.totals.dtype,
+        "released": str(released.dtype) if released else None,
+        "source": released.source if released else None,
+    }
 
 
 def memory_record(plan: MemoryPlan) -> dict:

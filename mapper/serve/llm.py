@@ -18,7 +18,7 @@ from mapper.core.errors import MapperError
 from mapper.core.result import MappingResult
 from mapper.handle import open_model
 from mapper.pipeline import map_workload
-from mapper.plan.kernels import Sizer, model_dtype
+from mapper.plan.kernels import Sizer, released_precision
 from mapper.serve.continuous import (
     DEFAULT_CHUNK_TOKENS,
     SCHEDULERS,
@@ -116,7 +116,7 @@ def kv_capacity_tokens(source, hw, options) -> int:
     past = 16
     model = open_model(source)
     graph = model.bind(decoder_dims(model)(1, past), batch=1, seq=1).graph
-    dtype = model_dtype(graph) if options.dtype == "auto" else options.dtype
+    dtype = released_precision(graph).dtype if options.dtype == "auto" else options.dtype
     sizer = Sizer(graph, dtype, options.weight_dtype)
     kv = sum(sizer.bytes(graph.tensors[name]) for name in graph.inputs if "past" in name) / past
     if not kv:

@@ -19,6 +19,8 @@ import onnx
 
 from mapper.core import limits
 from mapper.core.errors import MapperError
+from mapper.core.graph import ReleasedPrecision
+from mapper.core.vocab import PlanDtype
 from mapper.zoo.config_bounds import Implied, Probe, check_implied, encoder_parameters, implied_nodes, rope_table_bytes
 from mapper.zoo.hf_decoder import DecoderSpec, build_decoder, parameters
 from mapper.zoo.transformers import EncoderConfig, build_bert, build_gpt2
@@ -210,12 +212,39 @@ def config_model(config: dict, where: str = "config") -> onnx.ModelProto:
     return family.build(spec, name)  # no name: the file's stem names it (handle.py)
 
 
-def config_model_bytes(text: bytes, where: str) -> bytes:
-    """A config.json's bytes (at most MAX_CONFIG_BYTES) -> the serialized graph of its model."""
+# A config's torch_dtype -> the precision its weights are published in. transformers writes it as "dtype" since
+# v4.56 (PR #39782) and as "torch_dtype" before. float64 maps at fp32, the widest plan precision.
+TORCH_DTYPES = {
+    "float32": PlanDtype.FP32,
+    "float16": PlanDtype.FP16,
+    "bfloat16": PlanDtype.BF16,
+    "float64": PlanDtype.FP32,
+}
+# A config without one is an old checkpoint's (bert-base-uncased, gpt2): transformers loads it at torch's default
+# float32 unless told otherwise, and those checkpoints hold fp32 weights.
+NO_TORCH_DTYPE = ReleasedPrecision(PlanDtype.FP32, "config has no torch_dtype: transformers loads it at float32")
+
+
+def released_precision(config: dict, where: str = "config") -> ReleasedPrecision:
+    """The precision a config's weights are published in: its torch_dtype (or dtype), fp32 where it has none."""
+    key = next((k for k in ("torch_dtype", "dtype") if config.get(k) is not None), None)
+    if key is None:
+        return NO_TORCH_DTYPE
+    value = config[key]
+    name = value.removeprefix("torch.") if isinstance(value, str) else None
+    if name not in TORCH_DTYPES:
+        raise MapperError(f"{where}: field {key!r} is {str(value)[:40]!r}, not one of {', '.join(TORCH_DTYPES)}")
+    return ReleasedPrecision(TORCH_DTYPES[name], f"config {key} {name}")
+
+
+def read_config(text: bytes, where: str) -> tuple[bytes, ReleasedPrecision]:
+    """A config.json's bytes (at most MAX_CONFIG_BYTES) -> the serialized graph of its model and the precision
+    its weights are published in."""
     if len(text) > limits.MAX_CONFIG_BYTES:
         raise MapperError(f"{where} is over {limits.limit_text('MAX_CONFIG_BYTES')}; a config.json is a few kB")
     try:
         config = json.loads(text)
     except (ValueError, RecursionError) as exc:
         raise MapperError(f"{where} is not valid JSON ({str(exc)[:80]}); give a Hugging Face config.json") from None
-    return config_model(config, where).SerializeToString()
+    data = config_model(config, where).SerializeToString()  # checks it is an object of a known model_type
+    return data, released_precision(config, where)
