@@ -27,6 +27,7 @@ def _significant(x: float, digits: int = 3) -> str:
 DURATION_UNITS = ((3600.0, "h"), (60.0, "min"), (1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns"))
 ENERGY_UNITS = ((1e3, "kJ"), (1.0, "J"), (1e-3, "mJ"), (1e-6, "µJ"))
 FLOP_UNITS = ((1e15, "PFLOP"), (1e12, "TFLOP"), (1e9, "GFLOP"), (1e6, "MFLOP"), (1e3, "kFLOP"), (1.0, "FLOP"))
+SI_PREFIXES = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""))
 MINUTE_S = 60.0  # from a minute up a duration is minutes (or hours) and seconds, never "216 s"
 
 
@@ -59,26 +60,64 @@ def format_flops(flops: float | None) -> str:
     return "—" if flops is None or not math.isfinite(flops) else _scaled(flops, FLOP_UNITS)
 
 
+INTEGER_UP_TO = 1e15  # a whole number below this is a count (stages 2, waves 9): shown whole, never "2.00"
+
+
 def format_number(x: float | None, unit: str = "") -> str:
-    """A plain quantity to 3 significant figures, thousands separated, with its unit."""
-    return "—" if x is None or not math.isfinite(x) else _significant(x) + (f" {unit}" if unit else "")
+    """A plain quantity to 3 significant figures, thousands separated, with its unit; a whole number whole."""
+    if x is None or not math.isfinite(x):
+        return "—"
+    whole = float(x).is_integer() and abs(x) < INTEGER_UP_TO
+    return (f"{int(x):,}" if whole else _significant(x)) + (f" {unit}" if unit else "")
+
+
+def duration_unit(largest_s: float | None, units: tuple[tuple[float, str], ...] = DURATION_UNITS[2:]) -> tuple:
+    """(scale, unit) for a set of times whose largest is `largest_s`: the largest unit it is at least one of
+    (s, ms, µs, ns by default), so an axis or a column reads 0.5-999 of it (120 ms, not 120,000 µs)."""
+    size = abs(largest_s or 0.0)
+    return next(((s, u) for s, u in units if size >= s), units[-1])
+
+
+def format_rate(per_s: float | None, unit: str) -> str:
+    """A rate in SI prefixes: 3.35 TB/s, 989 TFLOP/s, 1.98 GHz (`unit` the thing counted: B, FLOP, Hz)."""
+    if per_s is None or not math.isfinite(per_s):
+        return "—"
+    return _scaled(per_s, tuple((scale, f"{prefix}{unit}") for scale, prefix in SI_PREFIXES))
+
+
+def format_percent(share: float | None) -> str:
+    """A share of one as a percentage: 0.243 -> 24.3%."""
+    return "—" if share is None or not math.isfinite(share) else f"{share * 100:.1f}%"
 
 
 def format_field(key: str, value: object) -> str:
-    """A document field for people by its key's unit suffix (`*_per_s` a rate, `*_s` a time, `*_bytes` bytes,
-    `*_w` watts, `*_j` energy); other numbers to 3 significant figures; text as it is."""
+    """A document field for people by its key's unit suffix (FIELD_UNITS: `*_bytes_per_s` 3.35 TB/s, `*_per_s` a
+    rate, `*_s` a time, `*_bytes` bytes, `*_hz` GHz, `*_w` watts, `*_j` energy, `*_fraction` a percentage); other
+    numbers to 3 significant figures, whole ones whole; text as it is."""
     if not isinstance(value, float | int) or isinstance(value, bool):
         return str(value)
-    for suffix, shown in (
-        ("_per_s", lambda v: format_number(v, "/s")),
-        ("_s", format_duration),
-        ("_bytes", format_bytes),
-        ("_w", lambda v: format_number(v, "W")),
-        ("_j", format_energy),
-    ):
+    for suffix, shown in FIELD_UNITS:
         if key.endswith(suffix):
             return shown(float(value))
     return format_number(float(value)) if isinstance(value, float) else f"{value:,}"
+
+
+# A key's unit suffix -> how it reads (first match wins: the longer suffixes first)
+FIELD_UNITS = (
+    ("_bytes_per_s", lambda v: format_rate(v, "B/s")),
+    ("_flops_per_s", lambda v: format_rate(v, "FLOP/s")),
+    ("_per_s", lambda v: format_number(v, "/s")),
+    ("_s", format_duration),
+    ("_bytes", format_bytes),
+    ("_flops", lambda v: format_rate(v, "FLOP")),
+    ("_hz", lambda v: format_rate(v, "Hz")),
+    ("_w", lambda v: format_number(v, "W")),
+    ("_j", format_energy),
+    ("_fraction", format_percent),
+    ("_share", format_percent),
+    ("utilization", format_percent),
+    ("mfu", format_percent),
+)
 
 
 def overload_sentence(offered_per_s: float, capacity_per_s: float) -> str:

@@ -1,7 +1,8 @@
 """Plotly figures of a mapping document, shared by the HTML sheet and the dashboard.
 
 Each builder takes the plain-data document (`mapping_document(result)`) and
-returns a `plotly.graph_objects.Figure`; none formats numbers into the data.
+returns a `plotly.graph_objects.Figure`; none formats numbers into the data. Axes read in people's units
+(a timeline in the unit of its length, FLOP/s with SI prefixes) and a log axis says so in its title.
 Text from the model (kernel and node names) is html-escaped here, because
 plotly renders hover text as a subset of HTML.
 """
@@ -11,6 +12,8 @@ from __future__ import annotations
 import html
 
 import plotly.graph_objects as go
+
+from mapper.core.units import duration_unit, format_duration
 
 # One colour per bottleneck class (PRIMER s6), stable across every chart and page.
 CLASS_COLORS = {
@@ -71,8 +74,8 @@ def layer_share_figure(doc: dict) -> go.Figure:
             x=[r["share"] for r in layers],
             y=[html.escape(r["layer_type"]) for r in layers],
             orientation="h",
-            customdata=[[r["time_s"] * 1e6, r["kernels"], r["mfu"], r["stall_fraction"]] for r in layers],
-            hovertemplate="%{y}: %{x:.1%} of time<br>%{customdata[0]:.1f} us in %{customdata[1]} kernels"
+            customdata=[[format_duration(r["time_s"]), r["kernels"], r["mfu"], r["stall_fraction"]] for r in layers],
+            hovertemplate="%{y}: %{x:.1%} of time<br>%{customdata[0]} in %{customdata[1]} kernels"
             "<br>MFU %{customdata[2]:.1%}, memory stall %{customdata[3]:.1%}<extra></extra>",
             marker_color="#1f77b4",
         )
@@ -118,8 +121,8 @@ def roofline_figure(doc: dict, hw_peak: float | None = None, dram_bw: float | No
         title += f"; {skipped} kernel{'s' if skipped != 1 else ''} without FLOPs or DRAM traffic not shown"
     fig.update_layout(
         title=title,
-        xaxis=dict(type="log", title="arithmetic intensity (FLOP/B of DRAM traffic)"),
-        yaxis=dict(type="log", title="achieved FLOP/s"),
+        xaxis=dict(type="log", title="arithmetic intensity (FLOP/B of DRAM traffic, log scale)"),
+        yaxis=dict(type="log", title="achieved FLOP/s (log scale)", exponentformat="SI"),  # 100T, never 1e+14
         height=480,
         **LAYOUT,
     )
@@ -144,8 +147,8 @@ def _kernel_points(fig: go.Figure, plotted: list[dict]) -> None:
                     opacity=0.8,
                 ),
                 text=[html.escape(k["name"]) for k in ks],
-                customdata=[k["time_s"] * 1e6 for k in ks],
-                hovertemplate="%{text}<br>%{x:.3g} FLOP/B, %{y:.3g} FLOP/s<br>%{customdata:.1f} us<extra></extra>",
+                customdata=[format_duration(k["time_s"]) for k in ks],
+                hovertemplate="%{text}<br>%{x:,.3~r} FLOP/B, %{y:.3s}FLOP/s<br>%{customdata}<extra></extra>",
             )
         )
 
@@ -155,22 +158,26 @@ def _roof(fig: go.Figure, x: list[float], y: list[float], name: str, line: dict)
 
 
 def timeline_figure(doc: dict) -> go.Figure:
-    """Kernels on the device timeline (one stream): a bar per kernel from start_s, lanes by layer type."""
+    """Kernels on the device timeline (one stream): a bar per kernel from start_s, lanes by layer type, in the
+    unit of the batch's length (µs, ms or s: 120 ms, never 120,000 µs)."""
     kernels = doc.get("kernels", [])
+    end = max((k["start_s"] + k["time_s"] for k in kernels), default=0.0)
+    scale, unit = duration_unit(end)
     fig = go.Figure()
     for cls in _classes(kernels):
         ks = [k for k in kernels if k["bottleneck"] == cls]
         fig.add_trace(
             go.Bar(
-                base=[k["start_s"] * 1e6 for k in ks],
-                x=[k["time_s"] * 1e6 for k in ks],
+                base=[k["start_s"] / scale for k in ks],
+                x=[k["time_s"] / scale for k in ks],
                 y=[html.escape(k["layer_type"]) for k in ks],
                 orientation="h",
                 name=html.escape(cls),
                 marker=dict(color=class_color(cls), line=dict(width=0)),
                 text=[html.escape(k["name"]) for k in ks],
+                customdata=[[format_duration(k["start_s"]), format_duration(k["time_s"])] for k in ks],
                 textposition="none",
-                hovertemplate="%{text}<br>start %{base:.1f} us, %{x:.1f} us<extra></extra>",
+                hovertemplate="%{text}<br>start %{customdata[0]}, %{customdata[1]}<extra></extra>",
             )
         )
     lanes = len({k["layer_type"] for k in kernels})
@@ -178,7 +185,7 @@ def timeline_figure(doc: dict) -> go.Figure:
         title="Kernel timeline (one stream)",
         barmode="overlay",
         bargap=0.3,
-        xaxis=dict(title="time (us)"),
+        xaxis=dict(title=f"time ({unit})"),
         height=max(260, 120 + 40 * lanes),
         **LAYOUT,
     )
