@@ -44,24 +44,28 @@ parts = {
     "KV cache": memory["kv_cache_bytes"],
     "activations": memory["activation_bytes"],
 }
-fig = go.Figure([go.Bar(y=["per device"], x=[v / 1e9], name=k, orientation="h") for k, v in parts.items()])
-fig.add_vline(x=memory["capacity_bytes"] / 1e9, line_dash="dash", annotation_text="capacity")
-fig.update_layout(barmode="stack", height=200, xaxis_title="GB", margin=dict(l=10, r=10, t=30, b=10))
+scale, unit = ui.unit_for(max(memory["capacity_bytes"], memory["per_device_bytes"]), ui.BYTE_UNITS)
+fig = go.Figure([go.Bar(y=["per device"], x=[v / scale], name=k, orientation="h") for k, v in parts.items()])
+fig.add_vline(x=memory["capacity_bytes"] / scale, line_dash="dash", annotation_text="capacity")
+fig.update_layout(barmode="stack", height=200, xaxis_title=f"memory ({unit})", margin=dict(l=10, r=10, t=30, b=10))
 st.plotly_chart(fig, key="memory_chart")
 
 if parallel["pp"] > 1:
     st.subheader("Pipeline stages")
+    scale, unit = ui.unit_for(max(parallel["stage_times_s"]))
     stages = pd.DataFrame(
-        {"stage": range(len(parallel["stage_times_s"])), "time (ms)": [t * 1e3 for t in parallel["stage_times_s"]]}
+        {
+            "stage": range(len(parallel["stage_times_s"])),
+            f"time ({unit})": [t / scale for t in parallel["stage_times_s"]],
+        }
     )
-    st.bar_chart(stages, x="stage", y="time (ms)", height=220)
+    st.bar_chart(stages, x="stage", y=f"time ({unit})", height=220)
     st.caption(
         "One batch visits every stage in turn; back-to-back batches overlap, so the slowest stage sets the throughput."
     )
 if parallel["collectives"]:
     st.subheader("Collectives")
-    table = pd.DataFrame(parallel["collectives"])
-    table["message (MB)"] = table.pop("message_bytes") / 1e6
-    st.dataframe(ui.people_table(table), hide_index=True, width="stretch")
+    table = pd.DataFrame(parallel["collectives"])  # message_bytes and time_s: people_table picks their units
+    st.dataframe(ui.people_table(table), hide_index=True, width="stretch", column_config=ui.people_config(table))
 for line in parallel["assumptions"]:
     st.caption(ui.md(line))

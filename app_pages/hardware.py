@@ -23,7 +23,7 @@ def ridge_table(profile) -> pd.DataFrame:
 c = st.columns(4)
 c[0].metric("DRAM bandwidth", ui.gbps(hw.dram_bandwidth_bytes_per_s), border=True)
 c[1].metric("Compute units", f"{hw.compute_units}", border=True)
-c[2].metric("TDP", f"{hw.tdp_w:,.0f} W", border=True)
+c[2].metric("TDP", ui.num(hw.tdp_w, "W"), border=True)
 c[3].metric(
     f"Ridge ({doc['totals']['dtype']})",
     f"{doc['totals']['peak_flops_per_s'] / hw.dram_bandwidth_bytes_per_s:,.0f} FLOP/B",
@@ -40,29 +40,39 @@ st.dataframe(
     },
 )
 st.subheader("Every value and its source")
+
+
+def people_values(profile) -> pd.DataFrame:
+    """The profile's fields, each value in its key's unit (3.35 TB/s, 0.699 pJ), its source beside it."""
+    values = hwform.flatten(profile)
+    return values.assign(value=[ui.field_text(f, v) for f, v in zip(values["field"], values["value"])])
+
+
 st.dataframe(
-    hwform.flatten(hw),
+    people_values(hw),
     hide_index=True,
     width="stretch",
     height=420,
-    column_config={
-        "value": st.column_config.NumberColumn(format="engineering"),
-        "source": st.column_config.TextColumn(width="large"),
-    },
+    column_config={"source": st.column_config.TextColumn(width="large")},
 )
 
 st.subheader("Side by side")
 others = [n for n in mapper.list_hardware() if n != hw.name]
 other_name = st.selectbox("Compare with", others, index=others.index("h200-sxm") if "h200-sxm" in others else 0)
 other = cache.hardware(other_name)
-left = hwform.flatten(hw)[["field", "value"]].rename(columns={"value": hw.display_name})
-right = hwform.flatten(other)[["field", "value"]].rename(columns={"value": other.display_name})
-both = left.merge(right, on="field", how="outer", suffixes=(" (this)", " (other)"))
-both["other / this"] = both.iloc[:, 2] / both.iloc[:, 1]
+this_values, other_values = hwform.flatten(hw), hwform.flatten(other)
+both = people_values(hw)[["field", "value"]].merge(
+    people_values(other)[["field", "value"]], on="field", how="outer", suffixes=(" (this)", " (other)")
+)
+ratio = this_values.merge(other_values, on="field", how="outer", suffixes=("_this", "_other"))
+both["other / this"] = (ratio["value_other"] / ratio["value_this"]).to_numpy()
+both = both.fillna({"value (this)": "—", "value (other)": "—"}).rename(
+    columns={"value (this)": hw.display_name, "value (other)": other.display_name}
+)
 st.dataframe(
     both,
     hide_index=True,
     width="stretch",
     height=420,
-    column_config={c: st.column_config.NumberColumn(format="engineering") for c in both.columns[1:]},
+    column_config={"other / this": st.column_config.NumberColumn(format="%.2f×")},
 )

@@ -10,18 +10,28 @@ doc, result, sel = ui.current()
 ui.header("Layers", doc)
 ui.chart(mapper.layer_share_figure, doc, key="layer_share")
 table = pd.DataFrame(doc["layer_types"]).sort_values("share", ascending=False)
-table = table.assign(time_us=table["time_s"] * 1e6, gflop=table["flops"] / 1e9)
+scale, unit = ui.unit_for(float(table["time_s"].max()))  # one unit for the column: the longest layer type's
+shown = pd.DataFrame(
+    {
+        "layer type": table["layer_type"],
+        "kernels": table["kernels"],
+        f"time ({unit})": table["time_s"] / scale,
+        "share": table["share"],
+        "MFU": table["mfu"],
+        "memory stall": table["stall_fraction"],
+        "GFLOP": table["flops"] / 1e9,
+    }
+)
 st.dataframe(
-    table[["layer_type", "kernels", "time_us", "share", "mfu", "stall_fraction", "gflop"]],
+    shown,
     hide_index=True,
     width="stretch",
     column_config={
-        "layer_type": "layer type",
-        "time_us": st.column_config.NumberColumn("time (µs)", format="%.1f"),
+        f"time ({unit})": st.column_config.NumberColumn(format="%.3f" if unit == "s" else "%.1f"),
         "share": ui.TABLE_FORMAT["share"],
-        "mfu": st.column_config.NumberColumn("MFU", format="percent"),
-        "stall_fraction": st.column_config.NumberColumn("memory stall", format="percent"),
-        "gflop": st.column_config.NumberColumn("GFLOP", format="%.3g"),
+        "MFU": st.column_config.NumberColumn(format="percent"),
+        "memory stall": st.column_config.NumberColumn(format="percent"),
+        "GFLOP": st.column_config.NumberColumn(format="%.1f"),
     },
 )
 st.caption(

@@ -96,6 +96,7 @@ ok["seq_label"] = seq_labels(ok["seq"])
 
 
 def heatmap(values, title: str, fmt: str, colorscale="Viridis", text=None, hover=None):
+    """A batch x seq grid; each cell's text `fmt` of its value (or `text`), the colour its value."""
     z = values.to_numpy(dtype=float)
     fig = go.Figure(
         go.Heatmap(
@@ -137,7 +138,9 @@ c1, c2 = st.columns(2)
 mfu = grid("mfu")
 c1.plotly_chart(heatmap(mfu * 100, "MFU (%)", "{:.1f}"), key="sweep_mfu")
 lat = grid("latency_s")
-c2.plotly_chart(heatmap(lat * 1e3, "Latency (ms)", "{:.3g}", colorscale="Reds"), key="sweep_latency")
+scale, unit = ui.unit_for(float(lat.abs().max().max()))  # the colour bar in the unit of the longest slice
+cells = [[ui.duration(v) for v in row] for row in lat.to_numpy(dtype=float)]  # each cell in its own unit
+c2.plotly_chart(heatmap(lat / scale, f"Latency ({unit})", "", colorscale="Reds", text=cells), key="sweep_latency")
 
 classes = sorted(view["dominant_bottleneck"].unique())
 code = {c: i for i, c in enumerate(classes)}
@@ -180,11 +183,12 @@ st.subheader("Where the best plan flips")
 if result.flips.empty:
     st.write("The best plan is the same on every slice.")
 else:
-    st.dataframe(result.flips, hide_index=True, width="stretch")
+    st.dataframe(ui.people_table(result.flips), hide_index=True, width="stretch")
 st.subheader("First failing slice")
 first_failing_slice()  # after the sweep's own button: the grid's run comes first on this page
 with st.expander("Every slice"):
-    st.dataframe(table.drop(columns=["model_sha256", "hardware_sha256"]), hide_index=True, width="stretch")
+    every = table.drop(columns=["model_sha256", "hardware_sha256"])  # the CSV below keeps the keys and numbers
+    st.dataframe(ui.people_table(every), hide_index=True, width="stretch", column_config=ui.people_config(every))
 st.download_button(
     "Download the table (CSV)", mapper.csv_bytes(table), "sweep.csv", "text/csv"
 )  # no formula from a name

@@ -75,7 +75,9 @@ def section(trends, threshold: float, where: str) -> None:
             for p in trend.points
         ]
         sheet_link = st.column_config.LinkColumn("sheet", display_text="open")  # the page at ?run=ID: its sheet
-        st.dataframe(pd.DataFrame(rows), hide_index=True, column_config={"sheet": sheet_link})
+        runs = pd.DataFrame(rows)  # each KPI under its key (p99_s, mfu): in its unit and in words for people
+        config = ui.people_config(runs) | {"sheet": sheet_link}
+        st.dataframe(ui.people_table(runs), hide_index=True, column_config=config)
 
 
 run = st.query_params.get("run")

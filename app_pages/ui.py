@@ -21,6 +21,15 @@ import streamlit as st
 
 import mapper
 from app_pages import session
+from app_pages.people import (  # noqa: F401  people's units for tables and axes, read as ui.* by the pages
+    BYTE_UNITS,
+    TABLE_TIME_UNITS,
+    field_text,
+    header_text,
+    people_config,
+    people_table,
+    unit_for,
+)
 
 
 def md(value) -> str:
@@ -94,9 +103,7 @@ def verdict(doc: dict) -> str:
     return mapper.verdict_sentence(doc)
 
 
-PRESENTATION_FONT_PX = (
-    18  # chart type in presentation mode (plotly's default is 12 px): legible on a shared 720p screen
-)
+PRESENTATION_FONT_PX = 18  # chart type in presentation mode (plotly's default is 12 px): legible on a 720p screen
 
 
 def scaled(fig):
@@ -156,34 +163,6 @@ num = mapper.format_number  # 3 significant figures, thousands separated, with a
 def lower_percentiles(p50: float, p95: float) -> str:
     """'p50 512 µs · p95 984 µs': the note under a p99 tile."""
     return f"p50 {duration(p50)} · p95 {duration(p95)}"
-
-
-def header_text(column: str) -> str:
-    """A column's key as a person reads it: 'plan_kept' -> 'plan kept', 'measured_mfu' -> 'measured MFU'."""
-    return " ".join("MFU" if word == "mfu" else word for word in str(column).split("_"))
-
-
-TABLE_TIME_UNITS = tuple((s, u) for s, u in mapper.DURATION_UNITS if s <= 1.0)  # s, ms, µs, ns: one per column
-
-
-def people_table(table: pd.DataFrame) -> pd.DataFrame:
-    """An engine table for people: each seconds column (`*_s`) in the one unit that suits its largest value,
-    named in its header ('predicted (ms)'); every other key in words."""
-    out = table.copy()
-    names = {}
-    for column in table.columns:
-        if (
-            str(column).endswith("_s")
-            and not str(column).endswith("_per_s")
-            and pd.api.types.is_numeric_dtype(table[column])
-        ):
-            largest = float(table[column].abs().max()) if len(table) else 0.0
-            scale, unit = next(((s, u) for s, u in TABLE_TIME_UNITS if largest >= s), TABLE_TIME_UNITS[-1])
-            out[column] = table[column] / scale
-            names[column] = f"{header_text(str(column)[:-2])} ({unit})"
-        else:
-            names[column] = header_text(column)
-    return out.rename(columns=names)
 
 
 def tflops(flops_per_s: float | None) -> str:

@@ -57,21 +57,22 @@ def measured(model_key: str, dims: tuple, _source, runs: int, _on_wait=None):
 
 
 def _scatter(kernels: pd.DataFrame, label: str) -> go.Figure:
-    """Each measured kernel group at (measured, predicted), one trace per layer type, and the diagonal."""
+    """Each measured kernel group at (measured, predicted), one trace per layer type, and the diagonal; both
+    axes in the unit of the longest time (µs, ms or s)."""
+    times = kernels[["measured_s", "predicted_s"]]
+    scale, unit = ui.unit_for(float(times.max().max()))
     fig = go.Figure()
     for layer, group in kernels.groupby("layer_type"):
         fig.add_scatter(
-            x=group["measured_s"] * 1e6,
-            y=group["predicted_s"] * 1e6,
+            x=group["measured_s"] / scale,
+            y=group["predicted_s"] / scale,
             mode="markers",
             name=html.escape(layer),
             text=[html.escape(k[0]) for k in group["kernels"]],
-            hovertemplate="%{text}<br>measured %{x:.1f} us, predicted %{y:.1f} us<extra></extra>",
+            customdata=[[ui.duration(m), ui.duration(p)] for m, p in zip(group["measured_s"], group["predicted_s"])],
+            hovertemplate="%{text}<br>measured %{customdata[0]}, predicted %{customdata[1]}<extra></extra>",
         )
-    lo, hi = (
-        kernels[["measured_s", "predicted_s"]].min().min() * 1e6,
-        kernels[["measured_s", "predicted_s"]].max().max() * 1e6,
-    )
+    lo, hi = times.min().min() / scale, times.max().max() / scale
     fig.add_scatter(
         x=[lo, hi], y=[lo, hi], mode="lines", name="predicted = measured", line=dict(dash="dash", color="#444")
     )
@@ -79,8 +80,8 @@ def _scatter(kernels: pd.DataFrame, label: str) -> go.Figure:
         title=f"Kernels: predicted against measured ({html.escape(label)})",
         height=460,
         **mapper.CHART_LAYOUT,
-        xaxis=dict(type="log", title="measured (us)"),
-        yaxis=dict(type="log", title="predicted (us)"),
+        xaxis=dict(type="log", title=f"measured ({unit}, log scale)"),
+        yaxis=dict(type="log", title=f"predicted ({unit}, log scale)"),
     )
     return fig
 
