@@ -30,11 +30,10 @@ c[1].caption(f"{devices} device{'s' if devices > 1 else ''} (TP × PP)")
 c[2].metric("Energy / inference", ui.energy(t["energy_per_inference_j"]), border=True)
 c[3].metric("Perf per watt", ui.num(t["perf_per_watt"], "inf/s/W"), help="over every device's power", border=True)
 
-MS_AXIS_FROM_S = 1e-2  # a batch this long or longer: its power timeline in ms, shorter in µs
-scale, unit = (1e3, "ms") if t["latency_s"] >= MS_AXIS_FROM_S else (1e6, "µs")
+scale, unit = ui.unit_for(t["latency_s"])  # the timeline in the unit of the batch's length: 6.13 ms, not 6,129 µs
 steps_x, steps_y = [], []
 for k in doc["kernels"]:
-    steps_x += [k["start_s"] * scale, (k["start_s"] + k["time_s"]) * scale]
+    steps_x += [k["start_s"] / scale, (k["start_s"] + k["time_s"]) / scale]
     steps_y += [k["avg_power_w"], k["avg_power_w"]]
 fig = go.Figure(
     go.Scatter(
@@ -43,10 +42,10 @@ fig = go.Figure(
         mode="lines",
         line=dict(color="#d62728"),
         name="power",
-        hovertemplate="%{x:.3s} " + unit + ": %{y:.0f} W<extra></extra>",
+        hovertemplate="%{x:,.3~r} " + unit + ": %{y:,.0f} W<extra></extra>",
     )
 )
-fig.add_hline(y=sel.hw.tdp_w, line_dash="dash", annotation_text=f"TDP per device {sel.hw.tdp_w:,.0f} W")
+fig.add_hline(y=sel.hw.tdp_w, line_dash="dash", annotation_text=f"TDP per device {ui.num(sel.hw.tdp_w, 'W')}")
 fig.update_layout(
     title="Board power of one device over one batch",
     xaxis_title=f"time ({unit})",
@@ -72,14 +71,16 @@ fig = go.Figure(
         name="perf per watt",
         line_color="#2ca02c",
         customdata=[[p.avg_power_w, p.throughput_per_s, p.throttled_share] for p in points],
-        hovertemplate="batch %{x}: %{y:.3g} inf/s/W<br>%{customdata[0]:.0f} W, "
+        hovertemplate="batch %{x}: %{y:,.3~r} inf/s/W<br>%{customdata[0]:,.0f} W, "
         "%{customdata[1]:,.0f} inf/s, %{customdata[2]:.0%} throttled<extra></extra>",
     )
 )
-fig.add_vline(x=current, line_dash="dot", annotation_text=f"batch {current}")
+# Named in the legend, not annotated: on a log axis an annotation's x is read as log10(x), so "batch 32" stood
+# at 10^32 and stretched the axis to it (plotly draws the line itself at the data's x).
+fig.add_vline(x=current, line_dash="dot", name=f"this batch ({current})", showlegend=True)
 fig.update_layout(
     title="Perf per watt against batch",
-    xaxis=dict(title="batch", type="log"),
+    xaxis=dict(title="batch (log scale)", type="log"),
     yaxis_title="inferences per second per watt",
     template="plotly_white",
     height=380,
