@@ -72,10 +72,14 @@ def serving_config(serving: PlanServing, batch: int, shared_rate: float) -> Serv
     return ServingConfig(max_batch=serving.max_batch, max_wait_s=serving.max_wait_ms / 1e3, rate_per_s=rate)
 
 
-def baseline_peak(plan: PlanSpec, result: MappingResult) -> tuple[float, str]:
-    """The one peak both plans' MFU is measured against: the baseline's matrix peak at its dtype (x devices)."""
-    peak = result.totals.peak_flops_per_s
-    return peak, f"the baseline's {result.totals.dtype} peak on {plan.hardware.name} ({peak / 1e12:,.0f} TFLOP/s)"
+def shared_peak(plans: tuple[PlanSpec, PlanSpec], results: list[MappingResult]) -> tuple[float, str]:
+    """The one peak both plans' MFU is measured against: the higher of the two plans' own matrix peaks (each at
+    its dtype, x devices), so a plan at a lower precision is not judged against a yardstick it moved and no MFU
+    can exceed 100% (an fp8 plan against an fp16 baseline's peak read 191%)."""
+    at = max(range(len(results)), key=lambda i: results[i].totals.peak_flops_per_s)
+    peak, which = results[at].totals.peak_flops_per_s, ("the baseline's", "the candidate's")[at]
+    dtype, hw = results[at].totals.dtype, plans[at].hardware.name
+    return peak, f"the higher of the two plans' peaks, {which} {dtype} peak on {hw} ({peak / 1e12:,.0f} TFLOP/s)"
 
 
 def verdict_of(metric: Metric, base: float, cand: float, threshold: float) -> tuple[float, str]:
@@ -250,7 +254,7 @@ def _metric_values(
 ) -> list[dict]:
     """Each plan's metrics at one slice, served at the same offered load; how each was found goes to `notes`."""
     rate = settings.load_fraction * results[0].totals.throughput_per_s  # requests/s, shared unless a plan sets its own
-    peak, peak_text = baseline_peak(plans[0], results[0])
+    peak, peak_text = shared_peak(plans, results)
     notes.add(
         f"mfu: both plans' model FLOP/s against one peak, {peak_text}, so a precision change is not judged"
         " against a yardstick it moved"
