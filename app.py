@@ -64,8 +64,10 @@ def map_selection(selection: state.Selection) -> None:
     session.update(selection=selection)
     try:
         with st.spinner(f"Mapping {ui.md(selection.model_label)} onto {ui.md(selection.hw.display_name)} ..."):
-            result, doc = cache.mapping(*selection.key, selection.source, selection.hw, selection.model_label)
-        session.update(result=result, doc=doc, map_error=None)
+            result, doc, assessment = cache.mapping(
+                *selection.key, selection.source, selection.hw, selection.model_label
+            )
+        session.update(result=result, doc=doc, assessment=assessment, map_error=None)
     except mapper.MapperError as e:
         session.update(map_error=f"Cannot map this selection: {mapper.error_line(e)}")
         result = None

@@ -66,19 +66,26 @@ def model_of(sel) -> mapper.ModelHandle:
 # Kept with the model, not copied per session: the result is frozen and no page writes into the document, so
 # sessions share the one object (Llama-2-70B's result and document are 2.6 MB).
 def mapping(
-    model_key: str, dims: tuple, hw_key: str, options: mapper.PlanOptions, _source, _hw, label: str = ""
+    model_key: str,
+    dims: tuple,
+    hw_key: str,
+    options: mapper.PlanOptions,
+    question: mapper.Question,
+    _source,
+    _hw,
+    label: str = "",
 ) -> tuple:
-    """(MappingResult, mapping document) for one (model, bindings, profile, options): the slice `mapper map`
-    maps (`mapper.map_slice`, its Serving section included). Read only."""
+    """(MappingResult, mapping document, Assessment) for one (model, bindings, profile, options, serving
+    question): the slice's one assessment, as `mapper map` makes it (mapper.assess_slice). Read only."""
 
-    def mapped() -> tuple:
-        result = mapper.map_slice(workload(model_key, dims, _source, label), _hw, options)
-        doc = mapper.mapping_document(result)
+    def assessed() -> tuple:
+        handle = model(model_key, _source, label)
+        assessment = mapper.assess_slice(handle, dict(dims), _hw, options, question)
         kept()
-        return result, doc
+        return assessment.result, assessment.document(), assessment
 
     model(model_key, _source, label)  # held (and charged) before its mapping is
-    return MODELS.mapping((model_key, label), (dims, hw_key, options), mapped, _holder())
+    return MODELS.mapping((model_key, label), (dims, hw_key, options, question), assessed, _holder())
 
 
 # Every this many new mappings the frozen heap is handed back to the collector for one full pass, which frees

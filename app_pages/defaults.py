@@ -4,8 +4,6 @@ QUERY_DIM_MAX = 1 << 20  # the sidebar's own bound on a dim (its number_input ma
 UPLOADED = "(uploaded model)"
 CUSTOM_HW = "(custom profile)"
 ATTENTION = {"as the fusion policy says": None, "on": True, "off": False}  # PlanOptions.attention_fusion
-REQUESTS = 20_000  # per simulated load point of a request queue: p99 from 200 tail samples, quick on a click
-LLM_REQUESTS = 1_000  # decoder requests per continuous-batching run (each decodes its output tokens)
 DEFAULTS = {
     "model": "resnet50",
     "hw": "h100-sxm",
@@ -24,12 +22,13 @@ DEFAULTS = {
     "launch": "auto",
     "ep": 1,
     "expert_imbalance": 1.0,
-    "rate_per_s": 500.0,
-    "max_batch": 8,
-    "max_wait_ms": 2.0,
-    "p99_target_ms": 20.0,
-    "llm_rate_per_s": 1.0,
-    "prompt_tokens": 512,
+    "rate_per_s": None,  # derived: the highest rate meeting the targets, else the saturation rate
+    "max_batch": None,  # the mapped batch
+    "max_wait_ms": 0.0,  # the engine's (and `mapper map`'s) default: a batch is what has arrived
+    "p99_target_ms": None,
+    "ttft_p99_ms": None,
+    "tpot_p99_ms": None,
+    "prompt_tokens": None,  # the slice's context
     "output_tokens": 128,
     "scheduler": "prefill-first",
     "chunk_tokens": 512,

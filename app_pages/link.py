@@ -32,11 +32,12 @@ WIDGETS = {
 }
 # Sidebar values a link carries beside the plan: key -> (type, least, most), the widgets' own bounds.
 LINKED_VALUES = {
-    "rate_per_s": (float, 1.0, 1e7),
+    "rate_per_s": (float, 0.01, 1e7),
     "max_batch": (int, 1, 1024),
     "max_wait_ms": (float, 0.0, 1e5),
     "p99_target_ms": (float, 0.1, 1e7),
-    "llm_rate_per_s": (float, 0.01, 1e7),
+    "ttft_p99_ms": (float, 0.1, 1e7),
+    "tpot_p99_ms": (float, 0.1, 1e7),
     "prompt_tokens": (int, 1, QUERY_DIM_MAX),
     "output_tokens": (int, 1, QUERY_DIM_MAX),
     "scheduler": (tuple(mapper.SCHEDULERS), None, None),  # a choice: one of the engine's schedulers

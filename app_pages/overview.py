@@ -1,29 +1,26 @@
-"""Overview: the verdict (the first failure, in the decision table's order), the six KPI tiles and the top
-bottlenecks with their owners."""
+"""Overview: the slice's one assessment (mapper.assess_slice, made once for the sidebar's selection): the verdict
+(the first failure, in the decision table's order), the load its percentiles are at (given or derived), the KPI
+tiles, the chosen fix, and the top bottlenecks with their owners. Nothing here is computed: every figure is
+the assessment's, as the Review, the sheet and `mapper map` show it."""
 
 import pandas as pd
 import streamlit as st
 
 import mapper
-from app_pages import serving_model, ui
+from app_pages import ui
 
 doc, result, sel = ui.current()
-t = doc["totals"]
+t, a = doc["totals"], doc["assessment"]
+decode = a["decode_step"]
 ui.header("Overview", doc)
-with ui.timed("overview serving"):
-    served, refusal = serving_model.attempt(sel, curve=False, mapped=result)  # a refusal is shown under the table
-queue = served is not None and not served.continuous
-# The latency check reads the sidebar's own serving run (its load and batching) against its p99 target.
-judged = {**doc, "serving": served.section()} if queue else doc
-target_s = sel.serving.p99_target_s
-first = mapper.first_failure(judged, target_s)
+first = mapper.assessed_failure(doc)
 with st.container(key="verdict"):  # styled by its key (style.BASE_CSS): no HTML around the model's name
     st.markdown(
-        f"**Verdict.** {ui.md(mapper.verdict_sentence(judged, target_s))}"
-        f" *First failure: {first.check}; owner: {first.owner}.*"
+        f"**Verdict.** {ui.md(mapper.verdict_sentence(doc))} *First failure: {first.check}; owner: {first.owner}.*"
     )
 if first.kpis_unreachable:
     st.warning("Unreachable on this device as mapped: the figures below assume memory it does not have.")
+load_line = a["load"]["sentence"]
 
 
 def tile(column, label: str, value: str, help_text: str, note: str | None = None) -> None:
@@ -35,65 +32,48 @@ def tile(column, label: str, value: str, help_text: str, note: str | None = None
 
 
 def percentile_tiles(columns) -> None:
-    """Request latency p99 of the mapped batch at the sidebar's load, large, with p50/p95, the load and the
-    batching in its note (a decoder: TTFT and TPOT); the overload flag instead of a runaway p99."""
-    if served is None:
-        tile(columns[0], "Latency p99", "—", f"no serving simulation: {refusal}", "not simulated")
-        tile(columns[1], "Memory stall", ui.pct(t["memory_stall_fraction"]), "share of time the engines wait on DRAM")
-        return
-    r, c = served.result, served.config
-    if served.continuous:  # a decoder: continuous batching, as `mapper serve` runs it
-        sequences = f"{c.max_batch} sequence{'s' if c.max_batch != 1 else ''}"
-        assumed = f"{ui.num(c.rate_per_s)} req/s offered, continuous batching of up to {sequences}"
-        if r.overload:  # the queue grows without bound: no percentile describes it
-            tile(columns[0], "TTFT p99", "overloaded", f"{r.overload}; {assumed}", r.overload)
-            tile(columns[1], "TPOT p99", ui.duration(r.tpot_p99_s), f"time per output token; {assumed}")
-            return
-        ttft = ui.lower_percentiles(r.ttft_p50_s, r.ttft_p95_s)
-        tile(
-            columns[0],
-            "TTFT p99",
-            ui.duration(r.ttft_p99_s),
-            f"time to first token as `mapper serve` runs it; {assumed}",
-            f"{ttft}; {assumed}",
-        )
-        tpot = ui.lower_percentiles(r.tpot_p50_s, r.tpot_p95_s)
-        tile(columns[1], "TPOT p99", ui.duration(r.tpot_p99_s), f"time per output token; {assumed}", tpot)
-        return
-    batching = f"static batches of {c.max_batch}" if c.policy == "static" else f"dynamic batching up to {c.max_batch}"
-    assumed = f"{ui.num(r.offered_rate_per_s)} req/s offered, {batching}"
-    if r.overload:
-        tile(columns[0], "Latency p99", "overloaded", f"{r.overload}; {assumed}", r.overload)
-    else:
-        tile(
-            columns[0],
-            "Latency p99",
-            ui.duration(r.p99_s),
-            f"request latency as `mapper serve` runs it; {assumed}",
-            f"{ui.lower_percentiles(r.p50_s, r.p95_s)}; {assumed}",
-        )
-    tile(columns[1], "Memory stall", ui.pct(t["memory_stall_fraction"]), "share of time the engines wait on DRAM")
+    """The p99 of each latency the assessment served at its load (a decoder: TTFT and TPOT per request), with
+    the load in the note; "—" at the saturation rate, where no percentile exists."""
+    rows = {r.name: r.text for r in mapper.answer_rows(doc) if r.section == "latency"}
+    note = mapper.load_text(doc)
+    shown = mapper.headline(doc)
+    for column, (label, value) in zip(columns, shown.items(), strict=False):
+        name = label.removesuffix(" p99")
+        help_text = f"{rows.get(name, 'no percentile: give a rate or a target')}; load {load_line}"
+        tile(column, label, value, help_text, note if value != "—" else "give a rate or a target")
+    if len(shown) < len(columns):  # a request queue has one latency: the stall takes the second tile
+        tile(columns[1], "Memory stall", ui.pct(t["memory_stall_fraction"]), mapper.MEMORY_STALL_DEFINITION)
 
 
 row1 = st.columns(3)
+per = "tok/s" if decode else "/s"
 tile(
     row1[0],
     "Throughput",
-    f"{ui.num(t['throughput_per_s'])} /s",
-    f"batch {t['batch']} per {ui.duration(t['latency_s'])}",
+    ui.num(t["throughput_per_s"], per),
+    f"batch {t['batch']} per {ui.duration(t['latency_s'])}" + (" (one decode step: a token each)" if decode else ""),
 )
-tile(row1[1], "Batch latency", ui.duration(t["latency_s"]), "one batch, end to end on the device")
+tile(
+    row1[1],
+    "TPOT (decode step)" if decode else "Batch latency",
+    ui.duration(t["latency_s"]),
+    "one decode step of the whole batch" if decode else "one batch, end to end on the device",
+)
 tile(
     row1[2], "MFU", ui.pct(t["mfu"]), f"model FLOPs / (latency × {ui.tflops(t['peak_flops_per_s'])} {t['dtype']} peak)"
 )
 row2 = st.columns(3)
-percentile_tiles(row2)
+percentile_tiles(row2[:2])
 tile(
     row2[2],
     "Energy / inference",
     ui.energy(t["energy_per_inference_j"]),
     f"{ui.num(t['perf_per_watt'])} inferences/s per W at {ui.num(t['avg_power_w'], 'W')} average",
 )
+st.caption(f"Load: {ui.md(load_line)}")
+fix = [r for r in mapper.answer_rows(doc) if r.section == "fix"]
+if fix:
+    st.markdown(" · ".join(f"**{ui.md(r.name.capitalize())}:** {ui.md(r.text)}" for r in fix[:1]))
 
 st.subheader("Top bottlenecks")
 with ui.timed("overview group"):
@@ -120,6 +100,4 @@ st.dataframe(
         "evidence": st.column_config.TextColumn(width="large"),
     },
 )
-if refusal is not None:  # under the table: the verdict, the tiles and the table come first on a shared screen
-    st.warning(f"No serving simulation for this selection: {ui.md(refusal)}")
 ui.notices(doc)

@@ -3,7 +3,7 @@
 import plotly.graph_objects as go
 import streamlit as st
 
-from app_pages import serving_model, ui
+from app_pages import power_model, ui
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64)
 
@@ -56,12 +56,12 @@ fig.update_layout(
 )
 st.plotly_chart(ui.scaled(fig), key="power_timeline")
 
-batch_dim = next((k for k, _ in sel.dims if k in serving_model.batch_dims(sel)), None)
+batch_dim = next((k for k, _ in sel.dims if k in power_model.batch_dims(sel)), None)
 if batch_dim is None:
     st.info("This model has no batch dim, so there is no perf-per-watt curve against batch.")
     st.stop()
 with st.spinner("Mapping the model at each batch size ..."):
-    points = serving_model.power(sel.key, BATCHES, sel)
+    points = power_model.power(sel.key, BATCHES, sel)
 current = dict(sel.dims)[batch_dim]
 fig = go.Figure(
     go.Scatter(

@@ -11,7 +11,7 @@ import streamlit as st
 import mapper
 from app_pages import ui
 
-CHART_PX = 280  # each chart's height: two side by side and a table fit one 1280x720 shared-screen step
+CHART_PX = 240  # each chart's height: two side by side and a table fit one 1280x720 shared-screen step
 TABLE_PX = 180  # a table's height at most (it scrolls inside)
 ROW_PX = 35  # Streamlit's dataframe row height
 MARKER_PX = 26  # the longest failing kernel's marker (area grows with time)
@@ -32,8 +32,10 @@ def roofline(a) -> go.Figure:
         _points(fig, measured, "measured", None)
     fig.update_layout(
         title=dict(text=f"Roofline ({html.escape(a.roof.dtype)}), ridge {a.roof.ridge_flop_per_byte:,.0f} FLOP/B"),
-        xaxis=dict(type="log", title=None, ticksuffix=" FLOP/B", dtick=1),
-        yaxis=dict(type="log", title=None, ticksuffix="FLOP/s", exponentformat="SI", dtick=1),
+        xaxis=dict(type="log", title=dict(text="intensity (log scale)"), ticksuffix=" FLOP/B", dtick=1),
+        yaxis=dict(
+            type="log", title=dict(text="achieved (log scale)"), ticksuffix="FLOP/s", exponentformat="SI", dtick=1
+        ),
         legend=dict(x=0.01, y=0.99, bgcolor="rgba(255,255,255,0.7)", itemsizing="constant"),
         **LAYOUT,
     )
@@ -57,7 +59,7 @@ def _points(fig: go.Figure, part: pd.DataFrame, name: str, failing: bool | None)
         marker=marker,
         text=[html.escape(n) for n in part["name"]],
         customdata=[mapper.format_duration(t) for t in part["time_s"]],
-        hovertemplate="%{text}<br>%{x:.3g} FLOP/B, %{y:.3s}FLOP/s, %{customdata}<extra></extra>",
+        hovertemplate="%{text}<br>%{x:,.1f} FLOP/B, %{y:.3s}FLOP/s, %{customdata}<extra></extra>",
     )
 
 

@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 import mapper
-from app_pages import session, ui
+from app_pages import proof, session, ui
 
 TABLE_PX, ROW_PX = 160, 35  # a step's table height at most, and Streamlit's dataframe row height (px)
 STEPS = ("1 Workload and KPI", "2 First failure", "3 Proving artifact", "4 Fix and owner", "5 Validation")
@@ -19,29 +19,30 @@ st.title("Review")
 bindings = ", ".join(f"{k} {v}" for k, v in sel.dims)
 st.caption(f"{ui.md(sel.model_label)} on {ui.md(sel.hw.name)} · {ui.md(bindings)} · the five steps of the review")
 row = st.columns([1, 1.4, 3])  # one row above the steps: run, download, the review's inputs folded
-with row[2].expander("p99 target, your fix, owner, note", expanded=session.stored_run("review_result") is None):
+with row[2].expander("your fix, owner, note", expanded=session.stored_run("review_result") is None):
     c = st.columns(2)
-    target_ms = c[0].number_input("p99 target (ms, 0 = none)", min_value=0.0, step=5.0, key="review_p99_ms")
-    fix = c[1].text_input("fix (KEY=VALUE,...; empty = the best proposed)", key="review_fix")
-    owner = c[0].selectbox("owner", ("(the fix's own)", *mapper.REVIEW_OWNERS), key="review_owner")
-    note = c[1].text_input("note", key="review_note")
+    fix = c[0].text_input("fix (KEY=VALUE,...; empty = the best proposed)", key="review_fix")
+    owner = c[1].selectbox("owner", ("(the fix's own)", *mapper.REVIEW_OWNERS), key="review_owner")
+    note = c[0].text_input("note", key="review_note")
+    c[1].caption("The load and the latency targets are the sidebar's (Serving): the Overview's assessment.")
 request = mapper.ReviewRequest(
     model=sel.source,
     dims=dict(sel.dims),
     hardware=sel.hw,
     options=sel.options,
-    p99_target_s=target_ms / 1e3 if target_ms else None,
+    question=sel.serving,
     fix=fix.strip(),
     owner="" if owner.startswith("(") else owner,
     note=note,
     file_name=sel.model_label if isinstance(sel.source, bytes) else "",
 )
-key = (sel.key, target_ms, fix.strip(), owner, note)
+key = (sel.key, fix.strip(), owner, note)
+assessed = session.get().assessment  # the Overview's: the review's steps 1, 2 and 4 are this one answer
 
 
 def run(request: mapper.ReviewRequest) -> tuple:
     """The review and its packet, built once per run (not on every rerun of the page)."""
-    done = mapper.run_review(request)
+    done = mapper.run_review(request, assessment=assessed)
     return done, mapper.packet_bytes(done)
 
 
@@ -64,6 +65,7 @@ row[1].download_button(
 )
 step = st.radio("step", STEPS, horizontal=True, key="review_step", label_visibility="collapsed")
 doc = mapper.review_document(review)
+baseline_doc = mapper.mapping_document(review.baseline)  # the assessed slice: its load, percentiles and fix
 k = review.kpis
 
 
@@ -92,17 +94,15 @@ def step_one() -> None:
         f" · profile {ui.md(f['hardware'])} sha256 `{f['hardware_sha256'][:16]}` · engine {f['engine_version']}"
     )
     st.code(mapper.review_command(review), language="sh", wrap_lines=True)
-    m = st.columns(6)  # units in the labels: a value stays on one line at a shared screen's 1280 px
-    m[0].metric("TPOT (ms)" if "tpot_s" in k else "latency (ms)", f"{k['latency_s'] * 1e3:.3g}")
-    m[1].metric("tokens/s" if "tpot_s" in k else "items/s", f"{k['throughput_per_s']:,.0f}")
+    decode = k["latency_is_tpot"]
+    m = st.columns(5)
+    m[0].metric("TPOT (decode step)" if decode else "batch latency", ui.duration(k["latency_s"]))
+    m[1].metric("throughput", ui.num(k["throughput_per_s"], "tok/s" if decode else "/s"))
     m[2].metric("MFU", ui.pct(k["mfu"]))
     m[3].metric("memory stall", ui.pct(k["memory_stall_fraction"]))
-    m[4].metric("perf/W (/s/W)", f"{k['perf_per_watt']:.3g}")
-    last = k.get("ttft_s", k["p99_s"])
-    m[5].metric("TTFT (ms)" if "ttft_s" in k else "p99 (ms)", "—" if last is None else f"{last * 1e3:.3g}")
-    met = k["p99_target_met"]
-    target = "no target set" if met is None else ("meets" if met else "MISSES") + f" {ui.ms(k['p99_target_s'])}"
-    st.markdown(f"p50 {ui.ms(k['p50_s'])} · p95 {ui.ms(k['p95_s'])} · p99 {ui.ms(k['p99_s'])} · target: {target}")
+    m[4].metric("perf per watt", ui.num(k["perf_per_watt"], "/s/W"))
+    rows = [r for r in mapper.answer_rows(baseline_doc) if r.section in ("load", "latency", "target")]
+    st.markdown("  \n".join(f"**{ui.md(r.name.capitalize())}:** {ui.md(r.text)}" for r in rows))
     table(pd.DataFrame(k["layer_types"]))
 
 
@@ -114,18 +114,16 @@ def step_two() -> None:
 
 
 def step_three() -> None:
-    a = review.artifact
-    st.subheader(f"Proving artifact: {a['kernels_of_class']} {ui.md(a['class'])} kernels")
-    table(pd.DataFrame(a["kernels"]).astype(str))
-    st.caption("Fusion plan (kernels per rule): " + ui.md(", ".join(f"{r} {n}" for r, n in a["fusion_plan"].items())))
-    if a["measured"] is None:
-        st.caption("Not measured: the follow-ups ask the performance modeling owner for a measurement.")
+    """What proves the class: the roofline with the failing kernels marked, the time split by class with the
+    bytes or FLOPs behind it, measured evidence where there is some, and the kernels in people's words."""
+    proof.show(mapper.proving_artifact(baseline_doc, review.dominant))  # its fusion rules are a column of the table
 
 
 def step_four() -> None:
     rows = [
         {
             "fix": c["label"],
+            "status": f"rejected: {c['rejected']}" if c.get("rejected") else "can be adopted",
             "change": ",".join(f"{o}={v}" for o, v in {**c["plan_options"], **c["slice_changes"]}.items()),
             "expected gain": c["gain_text"] + (f"; {c['cost']}" if c["cost"] else ""),
             "owner": c["owner"],
@@ -136,6 +134,8 @@ def step_four() -> None:
     ]
     table(pd.DataFrame(rows).astype(str))
     chosen = doc["chosen_fix"]
+    if not chosen:
+        st.warning(ui.md(review.chosen_reason or "No candidate applies to the failing check on this slice."))
     if chosen:
         st.markdown(
             f"**Chosen: {ui.md(chosen['label'])}** · owner {ui.md(review.owner)} · {ui.md(chosen['gain_text'])}"
@@ -160,7 +160,7 @@ def step_five() -> None:
         return
     st.markdown(f"**{ui.md(v.summary)}**")
     table(v.verdicts.astype(str))
-    st.caption(f"Rollback boundary (slices that keep the baseline): {ui.md(v.rollback_slices() or 'none')}")
+    st.caption(f"Rollback boundary (slices that keep the baseline): {ui.md(v.rollback_text())}")
 
 
 {STEPS[0]: step_one, STEPS[1]: step_two, STEPS[2]: step_three, STEPS[3]: step_four, STEPS[4]: step_five}[step]()

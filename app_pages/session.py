@@ -49,11 +49,11 @@ class Selection:
     hw: mapper.HardwareProfile = field(repr=False)
     hw_choice: str  # the profile selectbox's value: a built-in's name or the custom entry
     options: mapper.PlanOptions
-    serving: mapper.ServeRequest
+    serving: mapper.Question  # the load and the latency targets: part of the slice's one assessment
 
     @property
     def key(self) -> tuple:
-        return (self.model_key, self.dims, self.hw.sha256, self.options)
+        return (self.model_key, self.dims, self.hw.sha256, self.options, self.serving)
 
 
 @dataclass(frozen=True)
@@ -67,8 +67,9 @@ class DashboardState:
     custom_hw: mapper.HardwareProfile | None = None  # the user's own profile (uploaded or edited)
     hw_errors: tuple[str, ...] = ()  # one line per bad field of the last profile tried
     selection: Selection | None = None
-    result: mapper.MappingResult | None = None
+    result: mapper.MappingResult | None = None  # the assessment's result (its Serving and assessment sections)
     doc: dict | None = None  # mapper.mapping_document(result)
+    assessment: mapper.Assessment | None = None  # the slice's one assessment: every page renders it
     map_error: str | None = None
     picked_kernel: str | None = None  # Kernels and Roofline share the drill-down
     runs: dict = field(default_factory=dict)  # button-run results (sweep, compare): name -> (key, value)

@@ -18,9 +18,7 @@ from app_pages.defaults import (
     ATTENTION,
     CUSTOM_HW,
     DEFAULTS,
-    LLM_REQUESTS,
     QUERY_DIM_MAX,
-    REQUESTS,
     UPLOADED,
     least_value,
 )
@@ -204,39 +202,48 @@ def _runtime_section() -> dict:
     return choice | {"ep": int(ep), "expert_imbalance": float(imbalance)}
 
 
-def _serving_section(decoder: bool) -> mapper.ServeRequest:
-    """The serving question for mapper.serve_model: continuous batching for a decoder (its rate and request
-    lengths), else a request queue with dynamic batching and a p99 target."""
+def _optional(column, label: str, key: str, help_text: str, least: float = 0.01, step: float = 1.0) -> float | None:
+    """A number the user may leave empty (None: the engine derives it and says so)."""
+    return column.number_input(label, min_value=least, step=step, key=key, help=help_text, placeholder="derived")
+
+
+def _serving_section(decoder: bool) -> mapper.Question:
+    """The serving question (mapper.Question), under the names `mapper map/serve/review` use: the rate (empty:
+    derived from the targets, else the saturation rate), the max batch (empty: the mapped batch), the latency
+    targets; a decoder's request lengths and scheduler, a request queue's batching wait."""
     st.subheader("Serving")
     c1, c2 = st.columns(2)
+    rate = _optional(c1, "rate (req/s)", "rate_per_s", "empty: the highest rate meeting the targets, else saturation")
+    max_batch = c2.number_input(
+        "max sequences" if decoder else "max batch", min_value=1, max_value=1024, step=1, key="max_batch",
+        help="empty: the mapped batch" + ("; sequences decoding together" if decoder else ""), placeholder="mapped",
+    )  # fmt: skip
+    targets = {"p99_s": _optional(c1, "p99 target (ms)", "p99_target_ms", "request latency, end to end", 0.1)}
+    request: dict = {}
     if decoder:
-        rate = c1.number_input("rate (req/s)", min_value=0.01, step=1.0, key="llm_rate_per_s")
-        max_batch = c2.number_input(
-            "max sequences",
-            min_value=1,
-            max_value=1024,
-            step=1,
-            key="max_batch",
-            help="sequences decoding together (continuous batching)",
-        )
-        prompt = c1.number_input("prompt tokens", min_value=1, step=64, key="prompt_tokens")
-        output = c2.number_input("output tokens", min_value=1, step=16, key="output_tokens")
-        scheduler = c1.selectbox("scheduler", mapper.SCHEDULERS, key="scheduler", help=SCHEDULER_HELP)
-        chunk = c2.number_input(
+        targets["ttft_p99_s"] = _optional(c2, "TTFT p99 target (ms)", "ttft_p99_ms", "time to first token", 0.1)
+        targets["tpot_p99_s"] = _optional(c1, "TPOT p99 target (ms)", "tpot_p99_ms", "time per output token", 0.1)
+        prompt = c2.number_input(
+            "prompt tokens", min_value=1, step=64, key="prompt_tokens", placeholder="context",
+            help="empty: the slice's context (its KV cache, else its sequence)",
+        )  # fmt: skip
+        output = c1.number_input("output tokens", min_value=1, step=16, key="output_tokens")
+        scheduler = c2.selectbox("scheduler", mapper.SCHEDULERS, key="scheduler", help=SCHEDULER_HELP)
+        chunk = c1.number_input(
             "chunk tokens", min_value=1, step=128, key="chunk_tokens", disabled=scheduler != "chunked"
         )
-        config = mapper.ServingConfig(max_batch=int(max_batch), rate_per_s=float(rate), requests=LLM_REQUESTS)
-        return mapper.ServeRequest(
-            config, prompt_tokens=int(prompt), output_tokens=int(output), scheduler=scheduler, chunk_tokens=int(chunk)
-        )
-    rate = c1.number_input("rate (req/s)", min_value=1.0, step=50.0, key="rate_per_s")
-    max_batch = c2.number_input("max batch", min_value=1, max_value=1024, step=1, key="max_batch")
-    wait_ms = c1.number_input("max wait (ms)", min_value=0.0, step=0.5, key="max_wait_ms")
-    target_ms = c2.number_input("p99 target (ms)", min_value=0.1, step=1.0, key="p99_target_ms")
+        request = {"output_tokens": int(output), "scheduler": scheduler, "chunk_tokens": int(chunk)}
+        wait_ms = 0.0
+    else:
+        prompt = None
+        wait_ms = c2.number_input("max wait (ms)", min_value=0.0, step=0.5, key="max_wait_ms")
+        request = {"load_curve": True}
     config = mapper.ServingConfig(
-        policy="dynamic", max_batch=int(max_batch), max_wait_s=wait_ms / 1e3, rate_per_s=float(rate), requests=REQUESTS
+        max_batch=int(max_batch or 1), max_wait_s=wait_ms / 1e3, rate_per_s=float(rate or 1.0)
     )
-    return mapper.ServeRequest(config, load_curve=True, p99_target_s=target_ms / 1e3)
+    serve = mapper.ServeRequest(config, follow_mapped_batch=max_batch is None, **request)
+    chosen = mapper.Targets(**{k: v / 1e3 if v else None for k, v in targets.items()})
+    return mapper.Question(serve, rate is not None, chosen, int(prompt) if prompt else None)  # requests: the engine's
 
 
 def sidebar() -> Selection | None:

@@ -5,8 +5,9 @@ The public API. The dashboard and the CLI use only these names.
     model = open_model("resnet50")                               # or a path, or uploaded bytes: parsed once
     workload = model.bind({"batch": 8})                          # the graph at these shapes, its work
     result = map_workload(workload, load_hardware("h100-sxm"), PlanOptions(dtype="bf16"))
-    result = map_slice(workload, load_hardware("h100-sxm"))       # the same, with its Serving section
     document = mapping_document(result)                          # what --json prints
+    answer = assess_slice(model, {"batch": 8}, load_hardware("h100-sxm"), PlanOptions(), Question())
+    answer.document()                                             # the slice's one assessment: every view's
 """
 
 from mapper.core.errors import MapperError, error_line, printable
@@ -14,6 +15,7 @@ from mapper.core.graph import Graph, LayerType, OpClass
 from mapper.core.limits import MAPPINGS_PER_MODEL, MAX_PARALLEL_DEGREE, MODEL_CACHE_BYTES, MODEL_IDLE_SECONDS
 from mapper.core.result import KernelAssessment, KernelEstimate, MappingResult, PlanOptions
 from mapper.core.settings import setting, setting_text
+from mapper.core.targets import TARGET_ROWS, Targets
 from mapper.core.units import (
     DURATION_UNITS,
     MINUTE_S,
@@ -46,6 +48,7 @@ from mapper.pipeline import (
     map_workload,
 )
 from mapper.plan.layout import LAYOUTS
+from mapper.report.answer import AnswerRow, answer_rows, headline, load_text
 from mapper.report.document import mapping_document
 from mapper.report.groups import group_kernels, layer_pattern, module_path
 from mapper.report.markdown import markdown_code, markdown_text
@@ -58,11 +61,12 @@ from mapper.report.reproduce import (
     parse_option,
     reproduce_command,
 )
-from mapper.report.verdict import Finding, first_failure, verdict_sentence
+from mapper.report.verdict import Finding, assessed_failure, first_failure, verdict_sentence
 from mapper.serve.continuous import SCHEDULERS, LLMServingConfig, LLMServingResult
-from mapper.serve.engine import map_slice, simulate_model_serving
-from mapper.serve.llm import ServeRequest, ServingRun, is_decoder, serve_model
+from mapper.serve.engine import simulate_model_serving
+from mapper.serve.llm import DEFAULT_OUTPUT_TOKENS, ServeRequest, ServingRun, is_decoder, serve_model
 from mapper.serve.load_curve import load_curve
+from mapper.serve.question import LoadSource, Question, ServedLoad
 from mapper.serve.serving import ServingConfig, ServingResult, simulate_serving
 from mapper.work.workload import Workload, analyze_graph
 from mapper.zoo import ZOO_NAMES, build_zoo_model, list_zoo, zoo_model_bytes
@@ -98,6 +102,9 @@ _LAZY = {
     "roofline_figure": "mapper.report.charts",
     "timeline_figure": "mapper.report.charts",
     "CHART_LAYOUT": "mapper.report.charts:LAYOUT",
+    "Assessment": "mapper.review.assessment",
+    "assess_slice": "mapper.review.assessment",
+    "question_flags": "mapper.review.assessment",
     "ReviewRequest": "mapper.review.review",
     "Review": "mapper.review.review",
     "run_review": "mapper.review.review",
@@ -168,7 +175,15 @@ __all__ = [
     "dim_roles",
     "load_workload",
     "map_workload",
-    "map_slice",
+    "Question",
+    "DEFAULT_OUTPUT_TOKENS",
+    "Targets",
+    "TARGET_ROWS",
+    "LoadSource",
+    "ServedLoad",
+    "Assessment",
+    "assess_slice",
+    "question_flags",
     "PLAN_DTYPES",
     "WEIGHT_DTYPES",
     "RUNTIMES",
@@ -198,6 +213,11 @@ __all__ = [
     "reproduce_command",
     "Finding",
     "first_failure",
+    "assessed_failure",
+    "AnswerRow",
+    "answer_rows",
+    "headline",
+    "load_text",
     "verdict_sentence",
     "KernelAssessment",
     "KernelEstimate",

@@ -11,7 +11,7 @@
         estimate_kernels  tiling search, cost, power cap, bottleneck     (tiling, cost, bottleneck)
         place_on_devices  pipeline stages, sends, collective overlap     (placement)
         roll_up_slice     totals and layer-type figures                   (rollup)
-    map_slice         map_workload + the Serving section               (serve/engine)
+then review.assessment.assess_slice: the slice served at its load, checked, its fixes judged (every view's)
 
 Follow one model through here to see every stage in order.
 """

@@ -11,7 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 import mapper
 from app_pages import session, ui
-from app_pages.defaults import DEFAULTS, LLM_REQUESTS, REQUESTS
+from app_pages.defaults import DEFAULTS
 from mapper.cli.main import main
 from tests.conftest import APP, PAGES
 from tests.security.test_formulas import downloads
@@ -249,8 +249,9 @@ def test_validation_page_measures_and_calibrates_a_small_model():
 )
 def test_export_sheet_is_the_cli_document(query, args, capsys):
     """The dashboard's Export JSON of a slice is `mapper map --json` of the same slice (less created_utc),
-    its Serving section included: both run mapper.map_slice."""
-    flags = [f"--{k}={v}" for k, v in query.items() if k in ("dtype", "fusion")]
+    its Serving and assessment sections included: both run mapper.assess_slice, here at a given rate."""
+    query = {**query, "rate_per_s": 100}
+    flags = [f"--{k}={v}" for k, v in query.items() if k in ("dtype", "fusion")] + ["--rate=100", "--load-curve"]
     assert main(["map", *args, *flags, "--json"]) == 0
     cli = json.loads(capsys.readouterr().out)
     at = start(**query, page="export")
@@ -293,42 +294,24 @@ def test_serving_and_power_vary_an_uploads_batch_dim_whatever_its_name():
         path.read_bytes(), mapper.load_hardware("h100-sxm"), mapper.PlanOptions(), (1, 64), dict(sel.dims)
     )
     assert points[1].latency_s > points[0].latency_s  # batch 64 is not the batch-1 step
+    at.session_state["rate_per_s"] = 1.0  # a given load: its percentiles (none at the derived saturation rate)
     at.switch_page("app_pages/serving.py").run()
     assert_clean(at, "serving of an upload")
     assert {m.label for m in at.metric} >= {"TTFT p99", "TPOT p99"}
 
 
-SERVE_ARGS = {  # the sidebar's defaults, spelled as `mapper serve` options: serving follows the mapped batch (1)
-    "decoder": [
-        "gpt2-small",
-        "--max-batch",
-        "1",
-        "--rate",
-        str(DEFAULTS["llm_rate_per_s"]),
-        "--prompt-tokens",
-        str(DEFAULTS["prompt_tokens"]),
-        "--output-tokens",
-        str(DEFAULTS["output_tokens"]),
-        "--requests",
-        str(LLM_REQUESTS),
-    ],
+SERVE_ARGS = {  # the sidebar's defaults and a rate, as `mapper serve` options: the mapped batch, the slice's context
+    "decoder": ["gpt2-small", "--rate", "1"],
     "queue": [
         "resnet50",
-        "--batch-policy",
-        "static",
-        "--max-batch",
-        "1",
         "--max-wait-ms",
         str(DEFAULTS["max_wait_ms"]),
         "--rate",
-        str(DEFAULTS["rate_per_s"]),
+        "500",
         "--load-curve",
-        "--p99-target-ms",
-        str(DEFAULTS["p99_target_ms"]),
-        "--requests",
-        str(REQUESTS),
     ],
 }
+RATES = {"decoder": 1, "queue": 500}
 SHOWN = {
     "decoder": {
         "TTFT p50": "ttft_p50_s",
@@ -349,7 +332,7 @@ def test_serving_page_shows_what_mapper_serve_reports(kind, capsys):
     with TTFT/TPOT (it showed a request queue for Llama); for other models the request queue. Same figures."""
     assert main(["serve", *SERVE_ARGS[kind], "--hw", "h100-sxm", "--json"]) == 0
     section = json.loads(capsys.readouterr().out)
-    at = start(model=SERVE_ARGS[kind][0], page="serving")
+    at = start(model=SERVE_ARGS[kind][0], page="serving", rate_per_s=RATES[kind])
     assert_clean(at, f"serving {kind}")
     assert at.title[0].value == "Serving"
     shown_metrics = {m.label: m.value for m in at.metric}

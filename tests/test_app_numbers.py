@@ -39,30 +39,33 @@ def test_the_overview_leads_with_capacity_and_marks_every_kpi_unreachable():
 
 
 def test_the_latency_target_is_the_sidebars_and_comes_before_the_bottleneck():
-    at = start(model="resnet50", batch=256)
+    at = start(model="resnet50", batch=256, rate_per_s=500, p99_target_ms=1)
     verdict = shown(next(m.value for m in at.markdown if m.value.startswith("**Verdict.**")))
-    assert "misses the p99 target" in verdict and "First failure: latency target" in verdict
+    assert "misses the latency target: request latency p99" in verdict and "First failure: latency target" in verdict
     at.session_state["p99_target_ms"] = 10_000.0
     at.run()
     verdict = shown(next(m.value for m in at.markdown if m.value.startswith("**Verdict.**")))
     assert "First failure: dominant bottleneck" in verdict
 
 
-def test_percentiles_describe_the_mapped_batch_and_say_their_load():
-    """ResNet-50 at batch 1 and 256: the tile shows p99 of static batches of the mapped batch (the sidebar's
-    max batch is untouched), p50/p95 with the offered load and batching in its note, and they differ."""
+def test_percentiles_are_the_assessments_at_the_load_it_says():
+    """ResNet-50 at batch 1 and 256 at a given rate: the tile shows the assessment's p99 (dynamic batching up to
+    the mapped batch), the load in its note; without a rate or target there is no percentile, and it says why."""
     shown_at = {}
     for batch in (1, 256):
-        at = start(model="resnet50", batch=batch)
+        at = start(model="resnet50", batch=batch, rate_per_s=500)
         assert_clean(at, f"batch {batch}")
-        value = tiles(at)["Latency p99"]
+        doc = state(at).doc
+        value = tiles(at)["request latency p99"]
+        assert value == mapper.headline(doc)["request latency p99"]
         assert re.fullmatch(r"[\d.,]+ (µs|ms|s)", value), value  # one short value: it does not wrap at 1280x720
-        note = next(m.delta for m in at.metric if m.label == "Latency p99")
-        assert re.fullmatch(
-            rf"p50 [\d.,]+ (µs|ms|s) · p95 [\d.,]+ (µs|ms|s); 500 req/s offered, static batches of {batch}", note
-        ), note
+        note = next(m.delta for m in at.metric if m.label == "request latency p99")
+        assert note == "500 req/s, given", note
         shown_at[batch] = value
     assert shown_at[1] != shown_at[256]
+    at = start(model="resnet50", batch=8)
+    assert tiles(at)["request latency p99"] == "—"
+    assert any("derived: the saturation rate" in shown(c.value) for c in at.caption)
 
 
 def test_an_overloaded_queue_is_flagged_not_given_a_p99():
@@ -70,30 +73,20 @@ def test_an_overloaded_queue_is_flagged_not_given_a_p99():
     at.session_state["rate_per_s"] = 1_000_000.0
     at.run()
     assert_clean(at, "overload")
-    assert tiles(at)["Latency p99"] == "overloaded"
-    flag = next(m.delta for m in at.metric if m.label == "Latency p99")
-    assert re.search(r"offered 1,000,000 req/s > capacity [\d,.]+ req/s: the queue grows without bound", flag), flag
+    assert tiles(at)["request latency p99"] == "overloaded"
     verdict = shown(next(m.value for m in at.markdown if m.value.startswith("**Verdict.**")))
     assert "is overloaded: offered 1,000,000 req/s" in verdict
 
 
-def test_a_decoder_shows_ttft_and_tpot_percentiles_from_mapper_serve():
-    at = start(model="gpt2-small")
+def test_a_decoder_shows_ttft_and_tpot_percentiles_of_its_assessment():
+    at = start(model="gpt2-small", rate_per_s=1)
     assert_clean(at, "gpt2-small")
-    sel = state(at).selection
-    run = mapper.serve_model(
-        sel.source,
-        sel.hw,
-        sel.options,
-        replace(sel.serving, follow_mapped_batch=True),
-        dict(sel.dims),
-    )
-    r = run.result
+    doc = state(at).doc
+    serving = doc["serving"]
     shown_tiles = {m.label: (m.value, m.delta) for m in at.metric}
     for kind in ("ttft", "tpot"):
         value, note = shown_tiles[f"{kind.upper()} p99"]
-        p50, p95, p99 = (getattr(r, f"{kind}_p{p}_s") for p in (50, 95, 99))
-        assert value == ui.duration(p99) and note.startswith(f"p50 {ui.duration(p50)} · p95 {ui.duration(p95)}")
+        assert value == ui.duration(serving[f"{kind}_p99_s"]) and note == "1 req/s, given"
     at.switch_page("app_pages/serving.py").run()
     assert {m.label for m in at.metric} >= {f"{k} p{p}" for k in ("TTFT", "TPOT") for p in (50, 95, 99)}
 

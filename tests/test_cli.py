@@ -16,7 +16,20 @@ def _json(capsys, *argv):
 
 def test_map_json_has_the_stable_keys(capsys):
     doc = _json(
-        capsys, "map", "bert-base", "--hw", "h100-sxm", "--batch", "2", "--seq", "64", "--dtype", "bf16", "--json"
+        capsys,
+        "map",
+        "bert-base",
+        "--hw",
+        "h100-sxm",
+        "--batch",
+        "2",
+        "--seq",
+        "64",
+        "--dtype",
+        "bf16",
+        "--rate",
+        "1000",
+        "--json",
     )
     assert {"name", "sha256", "nodes"} <= set(doc["model"]) and doc["hardware"]["name"] == "h100-sxm"
     assert {
@@ -57,6 +70,9 @@ def test_map_json_has_the_stable_keys(capsys):
     assert doc["options"]["dtype"] == "bf16" and doc["unmodeled"] == []
     serving = doc["serving"]
     assert serving["p50_s"] <= serving["p95_s"] <= serving["p99_s"] and serving["assumptions"]
+    assessment = doc["assessment"]
+    assert {"question", "load", "first_failure", "candidates", "chosen", "chosen_reason"} <= set(assessment)
+    assert assessment["load"]["rate_per_s"] == 1000 and not assessment["load"]["derived"]
     assert sum(k["time_s"] for k in doc["kernels"]) == pytest.approx(doc["totals"]["latency_s"])
 
 

@@ -29,7 +29,14 @@ H100 = mapper.load_hardware("h100-sxm")
 
 
 def document(workload: mapper.Workload) -> str:
-    return result_document(mapper.map_slice(workload, H100, mapper.PlanOptions(dtype="bf16")))
+    return result_document(mapper.map_workload(workload, H100, mapper.PlanOptions(dtype="bf16")))
+
+
+def assessed_document(model: str, dims: dict) -> str:
+    """The slice's assessment (served at a given rate, its fixes re-mapped) as the document every view reads."""
+    question = mapper.Question(mapper.ServeRequest(mapper.ServingConfig(rate_per_s=2.0)), rate_given=True)
+    handle = mapper.open_model(model)
+    return result_document(mapper.assess_slice(handle, dims, H100, mapper.PlanOptions(dtype="bf16"), question).result)
 
 
 def result_document(result: mapper.MappingResult) -> str:
@@ -100,7 +107,9 @@ def test_another_process_gives_the_same_document():
     root = str(Path(__file__).parents[1])
     code = (
         f"import sys; sys.path.insert(0, {root!r}); from tests.test_determinism import document; import mapper;"
-        "print(document(mapper.load_workload('gpt2-small', {'batch': 2, 'seq': 16, 'past': 8})))"
+        "print(document(mapper.load_workload('gpt2-small', {'batch': 2, 'seq': 16, 'past': 8})));"
+        "from tests.test_determinism import assessed_document;"
+        "print(assessed_document('gpt2-small', {'batch': 2, 'seq': 1, 'past': 64}))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code],
@@ -109,7 +118,8 @@ def test_another_process_gives_the_same_document():
         check=True,
         env={"PYTHONHASHSEED": "12345", "PATH": ""},
     ).stdout.strip()
-    assert out == document(mapper.load_workload("gpt2-small", {"batch": 2, "seq": 16, "past": 8}))
+    mapped = document(mapper.load_workload("gpt2-small", {"batch": 2, "seq": 16, "past": 8}))
+    assert out == mapped + "\n" + assessed_document("gpt2-small", {"batch": 2, "seq": 1, "past": 64})
 
 
 def test_no_engine_module_keeps_a_cache():

@@ -171,7 +171,7 @@ def test_the_estimate_covers_what_a_node_dense_model_allocates(h100):
     tracemalloc.start()
     try:
         model = mapper.open_model(data, file_name="chain.onnx")
-        result = mapper.map_slice(model.bind({"batch": 1}), h100, mapper.PlanOptions())
+        result = mapper.map_workload(model.bind({"batch": 1}), h100, mapper.PlanOptions())
         doc = mapper.mapping_document(result)
         gc.collect()
         allocated = tracemalloc.get_traced_memory()[0]

@@ -32,7 +32,7 @@ CASES = [
 
 
 def document(workload: mapper.Workload, fusion: str) -> str:
-    doc = mapper.mapping_document(mapper.map_slice(workload, H100, mapper.PlanOptions(dtype="bf16", fusion=fusion)))
+    doc = mapper.mapping_document(mapper.map_workload(workload, H100, mapper.PlanOptions(dtype="bf16", fusion=fusion)))
     doc.pop("created_utc", None)
     doc.get("provenance", {}).pop("created_utc", None)
     return json.dumps(doc, sort_keys=True)

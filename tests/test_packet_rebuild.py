@@ -72,12 +72,6 @@ def _unzip(data: bytes, folder: Path) -> dict[str, bytes]:
         return {n: z.read(n) for n in z.namelist()}
 
 
-UPLOAD_FALLBACK = (
-    "the matrix's fallback names the baseline plan by PlanSpec.describe: 'uploaded model' for the upload's bytes,"
-    " the file's name when reproduce.sh rebuilds it from the file (run_review passes bytes or the path)"
-)
-
-
 @pytest.mark.parametrize(
     "source",
     [
@@ -85,7 +79,7 @@ UPLOAD_FALLBACK = (
         "upload",
         "upload-unnamed",
         "builtin",
-        pytest.param("upload-precision", marks=pytest.mark.xfail(strict=True, reason=UPLOAD_FALLBACK)),
+        "upload-precision",  # the matrix's fallback names the plan the same from the upload and from its file
     ],
 )
 def test_packet_rebuilds_byte_for_byte_in_an_empty_folder(source, tmp_path):

@@ -122,11 +122,11 @@ def test_serving_page_scheduler_selector_shows_the_clis_chunked_figures_and_keep
     """The sidebar's scheduler and chunk tokens (from a link, or chosen) serve the decoder as `mapper serve
     --scheduler chunked --chunk-tokens 64` does; the app writes them back into its URL."""
     from app_pages import ui
-    from tests.test_app import SERVE_ARGS, SHOWN, assert_clean, start
+    from tests.test_app import RATES, SERVE_ARGS, SHOWN, assert_clean, start
 
     assert main(["serve", *SERVE_ARGS["decoder"], "--scheduler", "chunked", "--chunk-tokens", "64"] + HW_JSON) == 0
     section = json.loads(capsys.readouterr().out)
-    at = start(model="gpt2-small", page="serving", scheduler="chunked", chunk_tokens=64)
+    at = start(model="gpt2-small", page="serving", scheduler="chunked", chunk_tokens=64, rate_per_s=RATES["decoder"])
     assert_clean(at, "chunked serving")
     assert at.selectbox(key="scheduler").value == "chunked" and at.number_input(key="chunk_tokens").value == 64
     shown = {m.label: m.value for m in at.metric}

@@ -380,7 +380,10 @@ def test_serve_cli_seq_binds_a_file_whose_sequence_dim_has_its_own_name(tmp_path
             d.dim_param = {"batch": "batch_size", "seq": "sequence_length"}.get(d.dim_param, d.dim_param)
     path = tmp_path / "bert_named.onnx"
     onnx.save(m, path)
-    assert main(["serve", str(path), "--seq", "16", "--max-batch", "4", "--requests", "50", "--json"]) == 0
+    assert (
+        main(["serve", str(path), "--seq", "16", "--max-batch", "4", "--rate", "100", "--requests", "50", "--json"])
+        == 0
+    )
     assert json.loads(capsys.readouterr().out)["p99_s"] > 0
 
 

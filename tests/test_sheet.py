@@ -32,7 +32,7 @@ CORE_SHEETS = [
     "Unmodeled",
 ]
 # every mapping also carries its memory-capacity and device-placement sections
-MAPPING_SHEETS = CORE_SHEETS + ["Memory", "Parallel"]
+MAPPING_SHEETS = CORE_SHEETS + ["Precision", "Memory", "Parallel"]
 EXTERNAL_SCRIPT = re.compile(r"<script[^>]*\bsrc\s*=\s*[\"']?(https?:)?//", re.IGNORECASE)
 
 
@@ -101,27 +101,25 @@ def test_xlsx_numbers_read_back_as_numbers_equal_to_the_result(xlsx, result):
 
 
 def test_summary_holds_the_metrics_bottlenecks_and_caveats(xlsx, result):
+    """The Summary is a people's tab: each KPI a number in the unit that suits it, named in words, its key kept."""
+    from mapper.report.summary import SUMMARY_METRICS, people_value
+
     summary = xlsx[1]["Summary"]
-    value = dict(zip(summary["name"], summary["value"]))
+    rows = summary[summary["key"] != ""].set_index("key")
     t = result.totals
-    for key in (
-        "latency_s",
-        "throughput_per_s",
-        "mfu",
-        "memory_stall_fraction",
-        "energy_per_inference_j",
-        "avg_power_w",
-        "perf_per_watt",
-        "flops",
-        "dram_bytes",
-        "weight_bytes",
-    ):
-        assert isinstance(value[key], (int, float)), key  # a number in the cell, never "12.3B"
-        assert value[key] == pytest.approx(getattr(t, key), rel=1e-12), key
-    assert value["dtype"] == "bf16" and value["batch"] == 8
+    for key, _label, units in SUMMARY_METRICS:
+        if key in ("dtype", "batch", "kernels", "peak_flops_per_s", "matrix_flops", "energy_j"):
+            continue
+        value, unit, _fmt = people_value(getattr(t, key), units)
+        assert isinstance(rows.loc[key, "value"], (int, float)), key  # a number in the cell, never "12.3B"
+        shown_unit = rows.loc[key, "unit"] if isinstance(rows.loc[key, "unit"], str) else ""  # "" reads back as NaN
+        assert rows.loc[key, "value"] == pytest.approx(value, rel=1e-12) and shown_unit == unit, key
+    assert rows.loc["dtype", "value"] == "bf16" and rows.loc["batch", "value"] == 8
+    assert rows.loc["latency_s", "name"] == "batch latency" and rows.loc["latency_s", "unit"] == "µs"
     top = summary[summary["section"] == "top bottleneck"]
     slowest = sorted(result.kernels, key=lambda e: -e.time_s)[:5]
     assert list(top["name"]) == [e.kernel.name for e in slowest]
+    assert list(top["unit"]) == [mapper.format_duration(e.time_s).split()[-1] for e in slowest]
     assert list(top["owner"]) == [e.owner for e in slowest] and top["evidence"].str.len().min() > 0
     assert list(summary.loc[summary["section"] == "caveat", "value"]) == list(result.caveats)
     verdict = summary.loc[(summary["section"] == "verdict") & (summary["name"] == "verdict"), "value"].item()

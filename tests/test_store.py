@@ -50,7 +50,9 @@ def doc(p99_s: float, mfu: float = 0.5, model: str = "net", dims: dict | None = 
 
 def test_cli_records_a_real_mapping_with_its_sheet_and_trend_reads_it(store_url, tmp_path):
     for revision, fusion in (("rev-a", "default"), ("rev-b", "default")):
-        rc, text = cli("map", "resnet50", "--fusion", fusion, "--store", store_url, "--revision", revision, "--json")
+        rc, text = cli(
+            "map", "resnet50", "--fusion", fusion, "--rate=1000", "--store", store_url, "--revision", revision, "--json"
+        )
         assert rc == 0
     mapped = json.loads(text)
     rc, text = cli("trend", "--store", store_url, "--model", "resnet50", "--json")

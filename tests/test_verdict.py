@@ -11,10 +11,13 @@ from mapper.report.verdict import DECISION_TABLE, first_failure, verdict_sentenc
 H100 = mapper.load_hardware("h100-sxm")
 
 
-def document(model: str, dims: dict, **options) -> dict:
-    return mapper.mapping_document(
-        mapper.map_slice(mapper.load_workload(model, dims), H100, mapper.PlanOptions(**options))
+def document(model: str, dims: dict, rate: float | None = None, **options) -> dict:
+    """The assessed slice's document (at the rate given, else the derived load)."""
+    handle = mapper.open_model(model)
+    question = mapper.Question(
+        mapper.ServeRequest(mapper.ServingConfig(rate_per_s=rate or 1.0), follow_mapped_batch=True), rate is not None
     )
+    return mapper.assess_slice(handle, dims, H100, mapper.PlanOptions(**options), question).document()
 
 
 def test_the_table_is_capacity_then_latency_then_bottleneck():
@@ -23,7 +26,7 @@ def test_the_table_is_capacity_then_latency_then_bottleneck():
 
 def test_llama2_70b_on_one_h100_fails_capacity_first_and_names_the_smallest_tp():
     doc = document("llama2-70b", {"batch": 1, "seq": 1, "past": 2048}, dtype="bf16")
-    finding = first_failure(doc, p99_target_s=1e-9)  # even a target it misses comes second
+    finding = first_failure(doc, mapper.Targets(p99_s=1e-9))  # even a target it misses comes second
     assert finding.check == "capacity" and finding.kpis_unreachable
     assert finding.owner == "runtime systems engineer"
     assert "does not fit" in finding.sentence and "smallest fit TP 2" in finding.sentence
@@ -32,18 +35,26 @@ def test_llama2_70b_on_one_h100_fails_capacity_first_and_names_the_smallest_tp()
 
 
 def test_a_missed_p99_target_comes_before_the_bottleneck():
-    doc = document("resnet50", {"batch": 8}, dtype="bf16")
+    doc = document("resnet50", {"batch": 8}, rate=500.0, dtype="bf16")
     assert first_failure(doc).check == "dominant bottleneck"
     tight = doc["serving"]["p99_s"] / 2
-    finding = first_failure(doc, p99_target_s=tight)
-    assert finding.check == "latency target" and "misses the p99 target" in finding.sentence
-    assert first_failure(doc, p99_target_s=doc["serving"]["p99_s"] * 2).check == "dominant bottleneck"
+    finding = first_failure(doc, mapper.Targets(p99_s=tight))
+    assert finding.check == "latency target" and "misses the latency target: request latency p99" in finding.sentence
+    assert first_failure(doc, mapper.Targets(p99_s=doc["serving"]["p99_s"] * 2)).check == "dominant bottleneck"
+
+
+def test_without_a_rate_or_target_no_percentile_is_shown_and_the_load_is_the_saturation_rate():
+    doc = document("resnet50", {"batch": 8}, dtype="bf16")
+    load = doc["assessment"]["load"]
+    assert load["derived"] and load["source"] == "saturation rate"
+    assert doc["serving"]["requests"] == 0 and "p99_s" not in doc["serving"]
+    assert load["saturation_per_s"] == pytest.approx(doc["totals"]["throughput_per_s"], rel=0.01)
 
 
 def test_an_offered_load_over_capacity_says_the_queue_grows():
-    doc = document("resnet50", {"batch": 8}, dtype="bf16")
+    doc = document("resnet50", {"batch": 8}, rate=500.0, dtype="bf16")
     doc["serving"] = doc["serving"] | {"offered_rate_per_s": 10 * doc["totals"]["throughput_per_s"]}
-    finding = first_failure(doc, p99_target_s=1.0)
+    finding = first_failure(doc, mapper.Targets(p99_s=1.0))
     assert finding.check == "latency target" and "grows without bound" in finding.sentence
 
 

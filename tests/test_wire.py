@@ -44,7 +44,7 @@ def embedded(request, tmp_path_factory) -> tuple[Path, Path]:
 
 
 def mapped(path: Path) -> mapper.MappingResult:
-    return mapper.map_slice(mapper.open_model(str(path)).bind(), H100)
+    return mapper.map_workload(mapper.open_model(str(path)).bind(), H100)
 
 
 def test_embedded_weights_map_as_the_graph_only_twin(embedded):

@@ -113,3 +113,76 @@ def add_store_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--revision", help="the revision label of what was mapped (default: the git commit of the current directory)"
     )
+
+
+def add_load_args(p: argparse.ArgumentParser) -> None:
+    """The serving question of `map`, `serve` and `review`, under the same names with one meaning each."""
+    p.add_argument(
+        "--rate", type=float, help="offered requests per second (default: derived from the targets, else saturation)"
+    )
+    p.add_argument(
+        "--max-batch", type=int, help="requests per batch at most; decoders: running sequences (default: the batch)"
+    )
+    p.add_argument(
+        "--max-wait-ms", type=float, default=0.0, help="dynamic batching: longest wait for a batch to fill (ms)"
+    )
+    for row in mapper.TARGET_ROWS:
+        p.add_argument(f"--{row.flag}", type=float, metavar="MS", help=f"the {row.label} target (milliseconds)")
+    p.add_argument("--prompt-tokens", type=int, help="decoders: the prompt length (default: the slice's context)")
+    p.add_argument(
+        "--output-tokens", type=int, default=mapper.DEFAULT_OUTPUT_TOKENS, help="decoders: output tokens per request"
+    )
+    p.add_argument("--requests", type=int, help="requests simulated (default: 20000, decoders 1000)")
+    p.add_argument("--load-curve", action="store_true", help="request queues: also sweep offered load to saturation")
+
+
+def targets_from(args) -> mapper.Targets:
+    values = {row.field: getattr(args, row.flag.replace("-", "_")) for row in mapper.TARGET_ROWS}
+    for row in mapper.TARGET_ROWS:
+        if values[row.field] is not None and not values[row.field] > 0:
+            raise MapperError(f"--{row.flag} {values[row.field]:g} must be a positive number of milliseconds")
+    return mapper.Targets(**{k: v / 1e3 if v is not None else None for k, v in values.items()})
+
+
+def question_from(args, serving: mapper.ServingConfig | None = None, **request) -> mapper.Question:
+    """The Question of the load flags (`serving`: `serve`'s own batching, seed, jitter and trace; `request`: the
+    rest of its ServeRequest). Without --max-batch the serving follows the mapped batch."""
+    for name in ("rate", "max_batch", "prompt_tokens", "output_tokens", "requests"):
+        value = getattr(args, name)
+        if value is not None and not value > 0:
+            raise MapperError(f"--{name.replace('_', '-')} {value:g} must be positive")
+    serving = serving or mapper.ServingConfig()
+    if not args.max_wait_ms >= 0:
+        raise MapperError(f"--max-wait-ms {args.max_wait_ms:g} must be zero or more")
+    serving = dataclasses.replace(
+        serving,
+        rate_per_s=args.rate or serving.rate_per_s,
+        max_batch=args.max_batch or serving.max_batch,
+        max_wait_s=args.max_wait_ms / 1e3,
+    )
+    request = {"load_curve": args.load_curve, **request}
+    serve = mapper.ServeRequest(
+        serving, output_tokens=args.output_tokens, follow_mapped_batch=args.max_batch is None, **request
+    )
+    return mapper.Question(
+        serve, args.rate is not None, targets_from(args), prompt_tokens=args.prompt_tokens, requests=args.requests
+    )
+
+
+# `serve`'s slice where the user binds none of a dim: what the simulation serves (its batch, a prompt's prefill).
+SERVED_DEFAULTS = {"batch": 1, "past": 0, "branch": 0}
+
+
+def slice_from(args, served: bool = False) -> tuple[mapper.ModelHandle, dict[str, int]]:
+    """The model (parsed once) and the slice's complete bindings from --dim, --batch and --seq (`served`:
+    `serve`'s, whose simulation binds each batch and step itself: a dim left free takes its role's default,
+    a sequence the prompt's length)."""
+    model = mapper.open_model(args.model)
+    dims = model.shortcut_dims(dict(parse_dim(d) for d in args.dim), batch=getattr(args, "batch", None), seq=args.seq)
+    dims = dict(dims or {})
+    if served:
+        prompt = args.prompt_tokens or 128
+        for name, role in model.roles.items():
+            if name not in dims and role in (*SERVED_DEFAULTS, "seq", "total"):
+                dims[name] = prompt if role in ("seq", "total") else SERVED_DEFAULTS[role]
+    return model, dict(model.bind(dims or None).graph.dims)

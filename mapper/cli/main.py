@@ -15,32 +15,42 @@ import mapper
 from mapper.cli import review as review_cli
 from mapper.cli import store as store_cli
 from mapper.cli import sweep as sweep_cli
-from mapper.cli.args import Parser, add_model_args, add_store_args, options_from, parse_dim, workload_from
+from mapper.cli.args import (
+    Parser,
+    add_load_args,
+    add_model_args,
+    add_store_args,
+    options_from,
+    question_from,
+    slice_from,
+)
 from mapper.cli.evidence import add_arguments as add_evidence_commands
+from mapper.cli.text import print_answer
 from mapper.core.errors import MapperError, error_line, path_text, printable
-from mapper.core.units import format_bytes, format_duration, format_field, format_number
+from mapper.core.units import field_label, format_bytes, format_duration, format_field, format_number
 from mapper.model.onnx_import import read_model_structure
 from mapper.model.wire import STRIPPED_LOCATION
 from mapper.report.reproduce import reproduce_command
 from mapper.report.sheet import sheet_bytes, write_sheet
-from mapper.serve.llm import ServeRequest, serve_model
 from mapper.serve.serving import ServingConfig
 from mapper.serve.trace import load_trace
 
 
 def cmd_map(args) -> int:
     hw = mapper.load_hardware(args.hw)
-    result = mapper.map_slice(workload_from(args), hw, options_from(args))
+    model, dims = slice_from(args)
+    assessment = mapper.assess_slice(model, dims, hw, options_from(args), question_from(args))
+    result = assessment.result
     if args.out:
         write_sheet(result, args.out)
-    doc = json_document(result, args) if args.json or store_cli.store_of(args) else None  # built once for both
+    doc = json_document(result, args)
     if store_cli.store_of(args):  # the sheet written, else the XLSX one
         sheet = None if args.out else (sheet_bytes(result, "xlsx"), "xlsx")
         store_cli.record_from_args(args, doc, "map", args.out, sheet)
     if args.json:
         print(json.dumps(doc, indent=1, allow_nan=False))
     else:
-        print_summary(result)
+        print_summary(doc)
     return 0
 
 
@@ -53,41 +63,39 @@ def json_document(result: mapper.MappingResult, args) -> dict:
     return doc
 
 
-def print_summary(result: mapper.MappingResult) -> None:
-    t = result.totals
+def print_summary(doc: dict) -> None:
+    """`mapper map`'s text: the slice and its KPIs, the assessment's rows, layer types, top kernels, memory."""
+    t, memory, parallel = doc["totals"], doc["memory"], doc["parallel"]
+    dims = ", ".join(f"{k} {v}" for k, v in doc["model"]["dims"].items()) or "static shapes"
     print(
-        f"{result.model_name} on {result.hardware_name} ({t.dtype}, {dict(result.dims)}):"
-        f" latency {t.latency_s * 1e3:.3f} ms, throughput {t.throughput_per_s:,.1f}/s, MFU {t.mfu:.1%},"
-        f" memory stall {t.memory_stall_fraction:.1%}, {t.avg_power_w:.0f} W, {len(result.kernels)} kernels"
+        f"{doc['model']['name']} on {doc['hardware']['name']} ({t['dtype']}; {dims}): batch latency"
+        f" {format_duration(t['latency_s'])}, throughput {format_number(t['throughput_per_s'], '/s')}, MFU"
+        f" {t['mfu']:.1%}, memory stall {t['memory_stall_fraction']:.1%}, {format_number(t['avg_power_w'], 'W')},"
+        f" {t['kernels']} kernels"
     )
-    print(f"first failure: {mapper.first_failure(mapper.mapping_document(result)).sentence}")
+    print_answer(doc)
     print(f"{'layer type':24s} {'time share':>10s} {'MFU':>7s} {'stall':>7s}")
-    for layer in result.layers:
-        print(f"{layer.layer_type:24s} {layer.share:10.1%} {layer.mfu:7.1%} {layer.stall_fraction:7.1%}")
+    for layer in doc["layer_types"]:
+        print(f"{layer['layer_type']:24s} {layer['share']:10.1%} {layer['mfu']:7.1%} {layer['stall_fraction']:7.1%}")
     print("top kernels:")
-    for e in sorted(result.kernels, key=lambda e: -e.time_s)[:5]:
-        print(f"  {e.time_s * 1e6:9.1f} us  {e.bottleneck:30s} {e.kernel.name[:40]:40s} {e.evidence} -> {e.owner}")
-    memory, parallel = result.memory, result.parallel
-    fit = "fits" if memory.fits else f"DOES NOT FIT: short by {format_bytes(memory.shortfall_bytes)}"
-    smallest = memory.smallest_fit
-    hint = (
-        f"; smallest plan that fits: tp={smallest.tp} pp={smallest.pp}"
-        if smallest
-        else "; no tp x pp within the interconnect fits"
-    )
+    for k in sorted(doc["kernels"], key=lambda k: -k["time_s"])[:5]:
+        print(f"  {format_duration(k['time_s']):>9s}  {k['bottleneck']:30s} {k['name'][:48]:48s} -> {k['owner']}")
+    fit = "fits" if memory["fits"] else f"does not fit: short by {format_bytes(memory['shortfall_bytes'])}"
     print(
-        f"memory per device {format_bytes(memory.per_device_bytes)} of {format_bytes(memory.capacity_bytes)}:"
-        f" {fit}{hint if not memory.fits else ''}"
+        f"memory per device {format_bytes(memory['per_device_bytes'])} of {format_bytes(memory['capacity_bytes'])}:"
+        f" {fit}"
     )
-    if parallel.devices > 1:
+    if parallel["devices"] > 1:
         print(
-            f"parallel: tp={parallel.tp} pp={parallel.pp} dp={parallel.dp} over {parallel.topology},"
-            f" {len(parallel.collectives)} collectives, interconnect {parallel.interconnect_share:.1%} of the time"
+            f"parallel: TP {parallel['tp']} x PP {parallel['pp']} x DP {parallel['dp']} over {parallel['topology']},"
+            f" {len(parallel['collectives'])} collectives, interconnect {parallel['interconnect_share']:.1%} of the"
+            " time"
         )
-    for c in result.caveats:
+    for c in doc["caveats"]:
         print(f"caveat: {c}")
-    if result.unmodeled:
-        print(f"unmodeled: {len(result.unmodeled)} nodes (first: {result.unmodeled[0][1]}: {result.unmodeled[0][2]})")
+    if doc["unmodeled"]:
+        first = doc["unmodeled"][0]
+        print(f"unmodeled: {len(doc['unmodeled'])} nodes (first: {first['op_type']}: {first['reason']})")
 
 
 def cmd_hw(args) -> int:
@@ -128,28 +136,21 @@ def cmd_zoo(args) -> int:
 
 def add_serve_args(p: argparse.ArgumentParser) -> None:
     add_model_args(p)
+    add_load_args(p)
     p.add_argument(
         "--batch-policy",
         choices=("static", "dynamic"),
         default="dynamic",
         help="static: full batches only; dynamic: full or the oldest has waited --max-wait-ms",
     )
-    p.add_argument("--max-batch", type=int, default=1, help="requests per batch at most (LLMs: running sequences)")
-    p.add_argument("--max-wait-ms", type=float, default=0.0, help="dynamic batching: longest wait for a batch to fill")
-    p.add_argument("--rate", type=float, default=100.0, help="Poisson arrival rate, requests per second")
-    p.add_argument("--requests", type=int, default=100_000, help="requests to simulate")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--trace", help="CSV of arrivals: arrival_s[, prompt_tokens, output_tokens] (replaces --rate)")
     p.add_argument("--jitter-cv", type=float, help="run-to-run coefficient of variation (default: the profile's)")
     p.add_argument("--jitter-dist", choices=("none", "lognormal", "exponential"), help="default: the profile's")
     p.add_argument("--service-time-s", type=float, help="a fixed batch time instead of the engine's (what-if)")
-    p.add_argument("--load-curve", action="store_true", help="also sweep offered load up to saturation")
-    p.add_argument("--p99-target-ms", type=float, help="with --load-curve: the highest rate meeting this p99")
     p.add_argument(
         "--llm", action="store_true", help="prefill/decode serving (default for a model with a KV-cache input)"
     )
-    p.add_argument("--prompt-tokens", type=int, default=512, help="LLM: prompt length (where the trace gives none)")
-    p.add_argument("--output-tokens", type=int, default=128, help="LLM: output length (where the trace gives none)")
     p.add_argument(
         "--scheduler",
         choices=mapper.SCHEDULERS,
@@ -168,47 +169,43 @@ def cmd_serve(args) -> int:
     if args.batch is not None:
         raise MapperError("serve forms its own batches: use --max-batch (and --batch-policy), not --batch")
     hw, options = mapper.load_hardware(args.hw), options_from(args)
-    dims = dict(parse_dim(d) for d in args.dim)
+    model, dims = slice_from(args, served=True)  # parsed once: every batch size and step binds this handle
     trace = load_trace(args.trace) if args.trace else None
-    model = mapper.open_model(args.model)  # parsed once: every batch size and step binds this handle
     config = ServingConfig(
         args.batch_policy,
-        args.max_batch,
-        args.max_wait_ms / 1e3,
-        args.rate,
-        args.requests,
-        args.seed,
-        args.jitter_cv,
-        args.jitter_dist,
-        trace,
+        seed=args.seed,
+        jitter_cv=args.jitter_cv,
+        jitter_dist=args.jitter_dist,
+        trace=trace,
     )  # jitter None: the profile's
-    request = ServeRequest(
+    question = question_from(
+        args,
         config,
-        args.prompt_tokens,
-        args.output_tokens,
-        True if args.llm else None,
-        args.service_time_s,
-        args.load_curve,
-        args.p99_target_ms / 1e3 if args.p99_target_ms is not None else None,
-        args.scheduler,
-        args.chunk_tokens,
-        args.compare_schedulers,
+        decoder=True if args.llm else None,
+        service_time_s=args.service_time_s,
+        scheduler=args.scheduler,
+        chunk_tokens=args.chunk_tokens,
+        compare_schedulers=args.compare_schedulers,
     )
-    bound = model.shortcut_dims(dims, seq=args.seq)
-    section = serve_model(model, hw, options, request, bound).section()
-    store_cli.record_from_args(args, store_cli.serving_document(model, hw, options, bound, section), "serve")
+    assessment = mapper.assess_slice(model, dims, hw, options, question)
+    if assessment.load.source == mapper.LoadSource.REFUSED:
+        raise MapperError(assessment.load.refusal)
+    doc = assessment.document()
+    section = doc["serving"] | {"assessment": doc["assessment"]}
+    store_cli.record_from_args(args, store_cli.serving_document(model, hw, options, dims, doc["serving"]), "serve")
     if args.json:
         print(json.dumps(section, indent=1, allow_nan=False))
     else:
-        print_serving(section)
+        print_answer(doc)
+        print_serving(doc["serving"])
     return 0
 
 
 def print_serving(section: dict) -> None:
     """`mapper serve`'s text form: each field in people's units, the load curve and its knee, the assumptions."""
     for key, value in section.items():
-        if key not in ("assumptions", "load_curve", "schedulers"):
-            print(f"{key:28s} {format_field(key, value)}")
+        if key not in ("assumptions", "load_curve", "schedulers", "load"):
+            print(f"{field_label(key):28s} {format_field(key, value)}")
     for point in section.get("load_curve", {}).get("points", []):
         print(
             f"load {point['load']:5.2f}  {format_number(point['offered_rate_per_s'], '/s'):>12s}"
@@ -265,6 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=fn)
         if name == "map":
             add_model_args(p)
+            add_load_args(p)
             p.add_argument("--out", help="write the mapping sheet: .xlsx, .csv, .json or .html")
         elif name == "serve":
             add_serve_args(p)

@@ -11,7 +11,8 @@ import json
 
 import mapper
 from mapper.cli import store as store_cli
-from mapper.cli.args import add_model_args, add_store_args, options_from, parse_dim
+from mapper.cli.args import add_load_args, add_model_args, add_store_args, options_from, question_from, slice_from
+from mapper.cli.text import print_answer
 from mapper.core.errors import MapperError
 from mapper.report.tables import write_bytes
 from mapper.review.first_slice import parse_target
@@ -24,7 +25,7 @@ def add_arguments(subparsers) -> None:
     text = "review one slice in five steps (KPI, first failure, artifact, fix with owner, validation) -> packet.zip"
     p = subparsers.add_parser("review", help=text, description=text)
     add_model_args(p)
-    p.add_argument("--p99-target-ms", type=float, help="the p99 latency target of the KPI (ms)")
+    add_load_args(p)
     p.add_argument("--fix", action="append", default=[], metavar="OPTION=VALUE", help="your fix (default: the best)")
     p.add_argument("--owner", default="", choices=("", *OWNERS), help="who owns the fix (default: the fix's owner)")
     p.add_argument("--note", default="", help="a note for the packet")
@@ -55,9 +56,7 @@ def _numbers(text: str | None, what: str) -> tuple[int, ...] | None:
 def request_from(args: argparse.Namespace) -> ReviewRequest:
     if args.out and not args.out.endswith(".zip"):
         raise MapperError(f"--out {args.out!r}: a review packet is a .zip file")
-    model = mapper.open_model(args.model)
-    dims = model.shortcut_dims(dict(parse_dim(d) for d in args.dim), batch=args.batch, seq=args.seq)
-    dims = dict(model.bind(dims).graph.dims)
+    model, dims = slice_from(args)
     grid = None
     batches, lengths = _numbers(args.matrix_batch, "matrix-batch"), _numbers(args.matrix_length, "matrix-length")
     if batches or lengths:
@@ -68,7 +67,7 @@ def request_from(args: argparse.Namespace) -> ReviewRequest:
         dims=dims,
         hardware=mapper.load_hardware(args.hw),
         options=options_from(args),
-        p99_target_s=args.p99_target_ms / 1e3 if args.p99_target_ms is not None else None,
+        question=question_from(args),
         fix=",".join(args.fix),
         owner=args.owner,
         note=args.note,
@@ -88,13 +87,14 @@ def cmd_review(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(doc, indent=1, allow_nan=False))
     else:
-        chosen = review.chosen
-        print(f"first failure ({review.failure.check}): {review.mechanism}")
+        print_answer(mapper.mapping_document(review.baseline))
+        print(f"mechanism: {review.mechanism}")
         for c in review.candidates:
             cost = f" ({c.cost})" if c.cost else ""
-            print(f"  candidate {c.label:36s} {c.option_text():28s} {c.gain_text()}{cost}  {c.owner}")
-        if chosen:
-            print(f"chosen fix: {chosen.label} ({chosen.option_text()}), owner {review.owner}; {review.chosen_reason}")
+            state = f"rejected: {c.rejected}" if c.rejected else c.owner
+            print(f"  candidate {c.label:36s} {c.option_text():28s} {c.gain_text()}{cost}  {state}")
+        if review.request.fix and review.chosen:
+            print(f"your fix: {review.chosen.label} ({review.chosen.option_text()}); {review.chosen_reason}")
         if review.validation:
             print(f"validation: {review.validation.summary}")
         print(f"first failing slice: {review.first_slice['sentence']}")

@@ -314,7 +314,8 @@ class MappingResult:
     memory: MemoryPlan
     parallel: ParallelPlan
     # Sections later stages attach, JSON-ready (each in the document under its own key):
-    serving: dict | None = None  # the Serving section (`mapper.map_slice`: the CLI's and the dashboard's)
+    serving: dict | None = None  # the Serving section at the assessment's load (mapper.review.assessment)
+    assessment: dict | None = None  # the slice's one assessment: first failure, load, fixes (every view's)
     measured: dict | None = None  # predicted against measured (`mapper.compare_measured`)
     model_builtin: bool = False  # the model is a built-in (reproduced by its name)
     hardware_builtin: bool = False  # the profile is a built-in's file, unedited (reproduced by its name)

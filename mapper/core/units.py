@@ -120,6 +120,16 @@ FIELD_UNITS = (
 )
 
 
+UNIT_SUFFIXES = ("_per_s", "_s", "_bytes", "_w", "_j")  # a document key's unit, dropped from its label
+
+
+def field_label(key: str) -> str:
+    """A document key as a label people read: its unit suffix dropped (the value carries the unit), words apart
+    ("max_batch" -> "max batch", "ttft_p99_s" -> "ttft p99", "offered_rate_per_s" -> "offered rate")."""
+    stem = next((key.removesuffix(u) for u in UNIT_SUFFIXES if key.endswith(u) and key != u.lstrip("_")), key)
+    return stem.replace("_", " ")
+
+
 def overload_sentence(offered_per_s: float, capacity_per_s: float) -> str:
     """The one wording of an overload (the dashboard, `mapper serve`, the sheet and the verdict): a queue
     offered more than it can serve grows without bound, so its percentiles only measure the run's length."""

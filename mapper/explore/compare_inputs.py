@@ -78,7 +78,7 @@ class PlanSpec:
             if getattr(self.options, f.name) != getattr(PlanOptions(), f.name)
         ] + self.serving.changed()
         # a file by its name, never its folder: this text goes into packets and shared sheets
-        name = os.path.basename(self.model) if isinstance(self.model, str) else "uploaded model"
+        name = os.path.basename(self.model) if isinstance(self.model, str) else "the model"
         return f"{name} on {self.hardware.name}" + (f" ({', '.join(changed)})" if changed else "")
 
 

@@ -134,7 +134,15 @@ def mapping_document(result: MappingResult) -> dict:
         "assumptions": [{"name": n, "value": v, "source": s} for n, v, s in result.assumptions],
         "memory": memory_record(result.memory),
         "parallel": parallel_record(result.parallel),
-        **{key: section for key, section in (("serving", result.serving), ("measured", result.measured)) if section},
+        **{
+            key: section
+            for key, section in (
+                ("serving", result.serving),
+                ("measured", result.measured),
+                ("assessment", result.assessment),
+            )
+            if section
+        },
     }
     doc["reproduce"] = reproduce_command(doc)  # the `mapper map` line that maps this slice again
     return doc

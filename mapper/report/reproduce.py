@@ -157,11 +157,13 @@ def model_argument(doc: dict) -> str:
 
 
 def reproduce_command(doc: dict, model: str | None = None, hw: str | None = None) -> str:
-    """`mapper map --hw HW --dim NAME=VALUE ... [option flags] -- MODEL`: the command that maps this slice again.
+    """`mapper map --hw HW --dim NAME=VALUE ... [option flags] [question flags] -- MODEL`: the command that maps
+    and assesses this slice again (the assessment's load and targets included).
     `model`/`hw` name the file the caller read them from; by default what the document itself says. The model
     comes last, after `--`, so a file named like an option (`--out=x.onnx`) is read as the model."""
     options = PlanOptions(**doc["options"])
     words = ["mapper", "map", f"--hw={hw or hardware_argument(doc)}"]
     for name, value in doc["model"]["dims"].items():
         words.append(f"--dim={name}={value}")  # `=`: a dim name the model gives may start with a dash
-    return shlex.join([*words, *option_flags(options), "--", model or model_argument(doc)])
+    asked = ((doc.get("assessment") or {}).get("question") or {}).get("flags", [])  # the load and the targets
+    return shlex.join([*words, *option_flags(options), *asked, "--", model or model_argument(doc)])

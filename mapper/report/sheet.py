@@ -14,17 +14,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from mapper.core.classes import fix_of
 from mapper.core.errors import MapperError
 from mapper.core.result import MappingResult
 from mapper.report import tables
 from mapper.report.document import mapping_document
 from mapper.report.groups import group_kernels
 from mapper.report.html import render_html
+from mapper.report.summary import review_frame, summary_frame
 from mapper.report.verdict import verdict_sentence
 
 FORMATS = ("xlsx", "csv", "json", "html")
-TOP_BOTTLENECKS = 5
 # Sections of the document that have their own sheet; any other key is an extra section (serving...).
 CORE_KEYS = {
     "reproduce",
@@ -40,27 +39,9 @@ CORE_KEYS = {
     "unmodeled",
     "caveats",
     "assumptions",
+    "assessment",  # the Review tab, in people's words (report.summary.review_frame); JSON keeps the section
 }
 
-# Summary metrics: (key in document totals, unit). Fractions are 0..1, never percent.
-SUMMARY_METRICS = (
-    ("latency_s", "s"),
-    ("throughput_per_s", "inferences/s"),
-    ("mfu", "fraction"),
-    ("memory_stall_fraction", "fraction of latency"),
-    ("energy_per_inference_j", "J"),
-    ("energy_j", "J per batch"),
-    ("avg_power_w", "W"),
-    ("perf_per_watt", "inferences/s/W"),
-    ("flops", "FLOP (2 per MAC)"),
-    ("matrix_flops", "FLOP (2 per MAC)"),
-    ("dram_bytes", "B"),
-    ("weight_bytes", "B"),
-    ("peak_flops_per_s", "FLOP/s"),
-    ("dtype", ""),
-    ("batch", "inferences"),
-    ("kernels", "kernels"),
-)
 # Kernel record fields that are numbers (None -> NaN); the others are text or flags.
 KERNEL_NUMERIC = (
     "stages",
@@ -152,59 +133,6 @@ def kernels_frame(doc: dict) -> pd.DataFrame:
     return frame
 
 
-def class_times(doc: dict) -> list[tuple[str, float, str]]:
-    """(class, time_s, owner) per bottleneck class, most time first."""
-    times: dict[str, list] = {}
-    for k in doc["kernels"]:
-        entry = times.setdefault(k["bottleneck"], [0.0, k["owner"]])
-        entry[0] += k["time_s"]
-    return sorted(((c, t, o) for c, (t, o) in times.items()), key=lambda x: -x[1])
-
-
-def summary_frame(doc: dict) -> pd.DataFrame:
-    t = doc["totals"]
-    rows = [
-        {"section": "model", "name": "model", "value": doc["model"]["name"], "unit": ""},
-        {"section": "model", "name": "hardware", "value": doc["hardware"]["name"], "unit": ""},
-    ]
-    rows += [
-        {"section": "metric", "name": key, "value": t[key], "unit": unit} for key, unit in SUMMARY_METRICS if key in t
-    ]
-    if t.get("dram_bytes"):
-        rows.append(
-            {
-                "section": "metric",
-                "name": "intensity_flop_per_byte",
-                "value": t["flops"] / t["dram_bytes"],
-                "unit": "FLOP/B",
-            }
-        )
-    rows.append({"section": "metric", "name": "unmodeled_nodes", "value": len(doc["unmodeled"]), "unit": "nodes"})
-    rows.append({"section": "verdict", "name": "first failure", "value": verdict_sentence(doc), "unit": ""})
-    for cls, time_s, owner in class_times(doc):
-        rows.append(
-            {"section": "time by class", "name": cls, "value": time_s, "unit": "s", "owner": owner, "fix": fix_of(cls)}
-        )
-    for k in sorted(doc["kernels"], key=lambda k: -k["time_s"])[:TOP_BOTTLENECKS]:
-        rows.append(
-            {
-                "section": "top bottleneck",
-                "name": k["name"],
-                "value": k["time_s"],
-                "unit": "s",
-                "bottleneck": k["bottleneck"],
-                "evidence": k["evidence"],
-                "owner": k["owner"],
-                "fix": fix_of(k["bottleneck"]),
-            }
-        )
-    rows += [
-        {"section": "caveat", "name": f"caveat {i}", "value": c, "unit": ""} for i, c in enumerate(doc["caveats"], 1)
-    ]
-    text = ["unit", "bottleneck", "evidence", "owner", "fix"]
-    return pd.DataFrame(rows, columns=["section", "name", "value", *text]).fillna({c: "" for c in text})
-
-
 def _number_or_text(value):
     """Assumption values arrive as text; a number reads back as a number."""
     if isinstance(value, str):
@@ -274,6 +202,7 @@ def frames_from_document(doc: dict) -> dict[str, pd.DataFrame]:
     kernels = kernels_frame(doc)
     frames = {
         "Summary": summary_frame(doc),
+        **({"Review": review_frame(doc)} if doc.get("assessment") else {}),
         "Kernels": kernels,
         "Kernel groups": kernel_groups_frame(doc),
         "Layer types": pd.DataFrame(
@@ -308,7 +237,8 @@ def _column_width(frame: pd.DataFrame, column: str) -> float:
 
 
 def _style_sheet(ws, frame: pd.DataFrame) -> None:
-    """Header frozen, a filter over the table, columns as wide as their text."""
+    """Header frozen, a filter over the table, columns as wide as their text; a people's tab (one with a "format"
+    column: the Summary) shows each value through its row's number format, the format column itself hidden."""
     ws.freeze_panes = "A2"
     if len(frame.columns) and len(frame):
         ws.auto_filter.ref = ws.dimensions
@@ -319,6 +249,11 @@ def _style_sheet(ws, frame: pd.DataFrame) -> None:
         if fmt is not None:
             for (cell,) in ws.iter_rows(min_row=2, min_col=i, max_col=i):
                 cell.number_format = fmt
+    if "format" in frame.columns and "value" in frame.columns:
+        value_at = list(frame.columns).index("value") + 1
+        for row, fmt in enumerate(frame["format"], 2):
+            ws.cell(row=row, column=value_at).number_format = fmt
+        ws.column_dimensions[ws.cell(row=1, column=list(frame.columns).index("format") + 1).column_letter].hidden = True
 
 
 def xlsx_bytes(frames: dict[str, pd.DataFrame]) -> bytes:

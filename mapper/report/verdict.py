@@ -3,7 +3,8 @@
 A review decides in this order: does the model fit the device (capacity), does it meet the latency
 target at the offered load, and only then which bottleneck class holds the time. A number shown before
 the failure that invalidates it misleads the meeting (a p99 for a model that does not fit), so the
-Overview, the CLI line and the sheet's Summary all lead with `first_failure(doc)`.
+Overview, the CLI line and the sheet's Summary all lead with the assessment's first failure, which the
+assessment computes once with `first_failure(doc, targets)` and writes into the document.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mapper.core.classes import CLASSES, Bottleneck, Owner, fix_of
+from mapper.core.targets import Targets
 from mapper.core.units import format_bytes, format_duration, format_number, overload_sentence
 
 
@@ -29,10 +31,10 @@ class Finding:
 @dataclass(frozen=True, slots=True)
 class Check:
     name: str
-    failure: Callable[[dict, float | None], Finding | None]  # (document, p99 target s) -> Finding if it fails
+    failure: Callable[[dict, Targets], Finding | None]  # (document, latency targets) -> Finding if it fails
 
 
-def _capacity(doc: dict, _target: float | None) -> Finding | None:
+def _capacity(doc: dict, _targets: Targets) -> Finding | None:
     memory = doc.get("memory") or {}
     if not memory or memory.get("fits", True):
         return None
@@ -52,7 +54,8 @@ def _capacity(doc: dict, _target: float | None) -> Finding | None:
     )
 
 
-def _latency_target(doc: dict, target_s: float | None) -> Finding | None:
+def _latency_target(doc: dict, targets: Targets) -> Finding | None:
+    """The Serving section's figures at the assessment's load against every target asked (overload first)."""
     serving = doc.get("serving") or {}
     if not serving.get("requests"):
         return None
@@ -63,16 +66,21 @@ def _latency_target(doc: dict, target_s: float | None) -> Finding | None:
         return Finding(
             "latency target", f"is overloaded: {overload}, so no percentile is meaningful at this load.", Owner.RUNTIME
         )
-    p99 = serving.get("p99_s", 0.0)
-    if target_s is None or p99 <= target_s:
+    missed = [c for c in targets.checks(serving) if not c.met]
+    if not missed:
         return None
+    what = ", ".join(f"{c.label} {format_duration(c.value_s)} against {format_duration(c.target_s)}" for c in missed)
     return Finding(
         "latency target",
-        f"misses the p99 target: {format_duration(p99)} against {format_duration(target_s)} at"
-        f" {format_number(offered)} req/s"
-        f" ({serving.get('policy', '')} batching up to {serving.get('max_batch', 1)}).",
+        f"misses the latency target: {what} at {format_number(offered)} req/s ({_batching(serving)}).",
         Owner.RUNTIME,
     )
+
+
+def _batching(serving: dict) -> str:
+    if serving.get("policy") == "continuous":
+        return f"continuous batching of up to {serving.get('max_batch', 1)} sequences"
+    return f"{serving.get('policy', '')} batching up to {serving.get('max_batch', 1)}"
 
 
 def _capacity_per_s(doc: dict) -> float:
@@ -81,7 +89,7 @@ def _capacity_per_s(doc: dict) -> float:
     return totals.get("batch", 1) / latency if latency else 0.0
 
 
-def _dominant(doc: dict, _target: float | None) -> Finding | None:
+def _dominant(doc: dict, _targets: Targets) -> Finding | None:
     times: dict[str, float] = {}
     for k in doc.get("kernels", ()):
         times[k["bottleneck"]] = times.get(k["bottleneck"], 0.0) + k["time_s"]
@@ -108,15 +116,23 @@ DECISION_TABLE: tuple[Check, ...] = (
 )
 
 
-def first_failure(doc: dict, p99_target_s: float | None = None) -> Finding:
-    """The first check of DECISION_TABLE that fails for the mapping document (the bottleneck if none)."""
+def first_failure(doc: dict, targets: Targets | None = None) -> Finding:
+    """The first check of DECISION_TABLE that fails for the mapping document (the bottleneck if none). The
+    assessment (mapper.review.assessment) runs it once per slice; views read its answer from the document."""
     for check in DECISION_TABLE:
-        finding = check.failure(doc, p99_target_s)
+        finding = check.failure(doc, targets or Targets())
         if finding is not None:
             return finding
     raise AssertionError("the dominant-bottleneck check always answers")  # pragma: no cover
 
 
-def verdict_sentence(doc: dict, p99_target_s: float | None = None) -> str:
+def assessed_failure(doc: dict) -> Finding:
+    """The document's first failure as its assessment found it (a document without one, from a bare
+    map_workload: the decision table on the document alone, with no latency target)."""
+    found = (doc.get("assessment") or {}).get("first_failure")
+    return Finding(**found) if found else first_failure(doc)
+
+
+def verdict_sentence(doc: dict) -> str:
     """'<model> on <hardware> <first failure>': the line the Overview, the CLI and the sheet lead with."""
-    return f"{doc['model']['name']} on {doc['hardware']['name']} {first_failure(doc, p99_target_s).sentence}"
+    return f"{doc['model']['name']} on {doc['hardware']['name']} {assessed_failure(doc).sentence}"

@@ -16,10 +16,11 @@ from dataclasses import dataclass, fields, replace
 
 from mapper.core.classes import Bottleneck, Owner
 from mapper.core.result import MappingResult, PlanOptions
+from mapper.core.targets import TargetCheck
 from mapper.core.units import format_duration
 from mapper.handle import ModelHandle
 from mapper.hardware.profile import HardwareProfile
-from mapper.serve.engine import map_slice
+from mapper.pipeline import map_workload
 from mapper.work.workload import Workload
 
 PRECISION_EVIDENCE = (
@@ -31,6 +32,7 @@ SPARSITY_EVIDENCE = (
     " fallback: the dense weights, kept deployable"
 )
 NO_GAIN = 0.0
+KV_CACHE_TOO = " (activations and KV cache in fp8)"  # what fp8 compute stores in fp8 on a decoder
 BATCH_FACTORS = (2, 4)  # a memory-bound decode step's slice candidates: its weights read once for 2x, 4x the tokens
 
 
@@ -86,11 +88,16 @@ class Candidate:
     gain: float  # baseline latency / candidate latency - 1 on the primary KPI (positive: faster)
     fits: bool
     caveats: tuple[str, ...]
-    p99_s: float | None = None  # the serving p99 at the frozen slice's load (the latency target's check)
+    p99_s: float | None = None  # the request latency p99 at the assessment's load (a latency target's check)
     kind: str = "plan"  # "plan": plan options on the frozen slice; "slice": the slice itself changes
     slice_changes: tuple[tuple[str, int], ...] = ()  # dim -> new value (kind "slice")
     kpi: str = "latency"  # what `gain` is measured on
     cost: str = ""  # what the change costs on another KPI (a larger batch's TPOT)
+    per_device_bytes: float = 0.0  # memory it needs per device (against capacity_bytes)
+    capacity_bytes: float = 0.0
+    target_checks: tuple[TargetCheck, ...] = ()  # each latency target at the assessment's load (latency check)
+    fixes: bool = False  # clears the failing check (ranking.judge)
+    rejected: str = ""  # why it cannot be chosen ("" : it can)
 
     def gain_text(self) -> str:
         return gain_text(self.gain, self.kpi)
@@ -149,7 +156,9 @@ def _more_replicas(ctx: Context) -> dict | None:
 
 
 def _attention_on(ctx: Context) -> dict | None:
-    return {"attention_fusion": True} if ctx.options.attention_fusion is not True else None
+    """Fused attention, where the model has attention kernels and the plan does not fuse them yet."""
+    attention = any(k["layer_type"] == "Attention" for k in ctx.doc["kernels"])
+    return {"attention_fusion": True} if attention and ctx.options.attention_fusion is not True else None
 
 
 CAPACITY = "capacity"
@@ -169,13 +178,7 @@ CANDIDATES: dict[str, tuple[CandidateRow, ...]] = {
     Bottleneck.MEMORY: (
         CandidateRow("int4 weights", _weights("int4"), Owner.ML_COMPILER, "weight GEMMs", PRECISION_EVIDENCE),
         CandidateRow("int8 weights", _weights("int8"), Owner.ML_COMPILER, "weight GEMMs", PRECISION_EVIDENCE),
-        CandidateRow(
-            "fp8 compute (activations and KV cache in fp8)",
-            _dtype("fp8"),
-            Owner.ML_COMPILER,
-            "every kernel",
-            PRECISION_EVIDENCE,
-        ),
+        CandidateRow("fp8 compute", _dtype("fp8"), Owner.ML_COMPILER, "every kernel", PRECISION_EVIDENCE),
         CandidateRow("fused attention", _attention_on, Owner.ML_COMPILER, "attention kernels"),
         CandidateRow("aggressive fusion", _set(fusion="aggressive"), Owner.ML_COMPILER, "memory-bound kernels"),
         CandidateRow("2:4 sparse weights", _sparse, Owner.ML_COMPILER, "weight GEMMs", SPARSITY_EVIDENCE),
@@ -236,7 +239,7 @@ def remap(
     """Map the frozen slice with the changes applied and measure the gain against the baseline."""
     workload, hardware, options = base
     new = replace(options, **changes)
-    result: MappingResult = map_slice(workload, hardware, new)
+    result: MappingResult = map_workload(workload, hardware, new)
     rule = row.blast if row else "every kernel"
     kernels, layer_types = blast_radius(rule, doc)
     latency = result.totals.latency_s
@@ -255,7 +258,8 @@ def remap(
         gain=gain,
         fits=result.memory.fits,
         caveats=tuple(c for c in result.caveats if c not in doc["caveats"]),
-        p99_s=(result.serving or {}).get("p99_s"),
+        per_device_bytes=result.memory.per_device_bytes,
+        capacity_bytes=result.memory.capacity_bytes,
     )
 
 
@@ -281,7 +285,8 @@ def propose(
         changes = row.changes(ctx)
         if changes and changes not in seen:  # two rows may ask for the same change (fp8 for two reasons)
             seen.append(changes)
-            out.append(replace(remap(row.label, changes, row, base, doc), kpi=kpi))
+            label = f"{row.label}{KV_CACHE_TOO if decoder and changes.get('dtype') == 'fp8' else ''}"
+            out.append(replace(remap(label, changes, row, base, doc), kpi=kpi))
     return tuple(out)
 
 
@@ -297,7 +302,7 @@ def larger_batches(model: ModelHandle, dims: dict[str, int], base: tuple, doc: d
     out = []
     for factor in BATCH_FACTORS:
         batch = dims[batch_name] * factor
-        result = map_slice(model.bind({**dims, batch_name: batch}), hardware, options)
+        result = map_workload(model.bind({**dims, batch_name: batch}), hardware, options)
         t = result.totals
         cost = f"TPOT {t.latency_s / tpot - 1:+.0%} ({format_duration(tpot)} -> {format_duration(t.latency_s)})"
         out.append(
@@ -314,7 +319,8 @@ def larger_batches(model: ModelHandle, dims: dict[str, int], base: tuple, doc: d
                 gain=t.throughput_per_s / throughput - 1 if throughput > 0 else NO_GAIN,
                 fits=result.memory.fits,
                 caveats=tuple(c for c in result.caveats if c not in doc["caveats"]),
-                p99_s=(result.serving or {}).get("p99_s"),
+                per_device_bytes=result.memory.per_device_bytes,
+                capacity_bytes=result.memory.capacity_bytes,
                 kind="slice",
                 slice_changes=((batch_name, batch),),
                 kpi="throughput per device",

@@ -43,6 +43,10 @@ class Validation:
         kept = self.boundary[self.boundary["plan_kept"] == "baseline"]
         return [_slice(row, self.grid.axis) for row in kept.to_dict("records")]
 
+    def rollback_text(self) -> str:
+        """The rollback boundary in people's words: "batch 64, past 4096; batch 128, past 2048" ("none")."""
+        return "; ".join(", ".join(f"{k} {v}" for k, v in s.items()) for s in self.rollback_slices()) or "none"
+
     def regressed_slices(self) -> list[dict]:
         rows = self.verdicts[self.verdicts["verdict"].isin(("regressed", "error"))]
         return [_slice(row, self.grid.axis) for row in rows.to_dict("records")]

@@ -103,6 +103,8 @@ def candidate_record(c: Candidate) -> dict:
         "cost": c.cost,
         "latency_s": c.latency_s,
         "fits": c.fits,
+        "fixes": c.fixes,
+        "rejected": c.rejected,
         "p99_s": c.p99_s,
         "blast_radius": {"rule": c.blast_rule, "kernels": c.blast_kernels, "layer_types": list(c.blast_layer_types)},
         "quality_evidence_and_fallback": c.evidence,

@@ -6,8 +6,9 @@ decides, and each key carries the reason a person reads on the page and in revie
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from mapper.core.units import format_bytes, format_duration
 from mapper.review.candidates import CAPACITY, LATENCY_TARGET, Candidate
 
 # A bottleneck counts as addressed from a 2 % gain on the primary KPI: `mapper compare`'s default threshold
@@ -22,6 +23,11 @@ class Key:
 
 
 RANKING = (
+    Key(
+        "can be adopted",
+        "a candidate that does not fit, or does not change the failing check, is listed as rejected with its"
+        " reason and never chosen",
+    ),
     Key(
         "a plan change",
         "the validation matrix compares two plans on the same slices, so a slice change (a larger batch) is"
@@ -43,40 +49,78 @@ RANKING = (
 )
 
 
-def fixes(c: Candidate, check: str, p99_target_s: float | None) -> bool:
-    """Whether the candidate clears the first failing check (see RANKING's second key)."""
+def fixes(c: Candidate, check: str) -> bool:
+    """Whether the candidate clears the first failing check (see RANKING's second key): a capacity failure by
+    fitting, a missed latency target by meeting every target at the assessment's load, a bottleneck by at least
+    MIN_FIX_GAIN on the primary KPI while fitting."""
     if check == CAPACITY:
         return c.fits
-    if check == LATENCY_TARGET and p99_target_s is not None:
-        return c.p99_s is not None and c.p99_s <= p99_target_s
-    return c.gain >= MIN_FIX_GAIN
+    if check == LATENCY_TARGET:
+        return c.fits and bool(c.target_checks) and all(t.met for t in c.target_checks)
+    return c.fits and c.gain >= MIN_FIX_GAIN
 
 
-def rank_key(c: Candidate, check: str, p99_target_s: float | None) -> tuple:
-    """RANKING's keys as one sort key (Python's sort is stable: equal keys keep the table order)."""
-    return (c.kind != "plan", not fixes(c, check, p99_target_s), bool(c.evidence), -round(c.gain, 6))
-
-
-def rank(candidates, check: str, p99_target_s: float | None) -> tuple[Candidate, ...]:
-    return tuple(sorted(candidates, key=lambda c: rank_key(c, check, p99_target_s)))
-
-
-def chosen_because(ranked: tuple[Candidate, ...], check: str, p99_target_s: float | None) -> str:
-    """Why the first candidate wins: the keys it holds, and the key that set it above the runner-up."""
-    if not ranked:
+def rejection(c: Candidate, check: str) -> str:
+    """Why a candidate cannot be chosen, in people's words ("" where it can)."""
+    if not c.fits:
+        return f"does not fit: needs {format_bytes(c.per_device_bytes)} of {format_bytes(c.capacity_bytes)} per device"
+    if fixes(c, check):
         return ""
-    best = ranked[0]
-    held = ["it is a plan change"] if best.kind == "plan" else []
-    if fixes(best, check, p99_target_s):
-        held.append(f"it fixes the failing check ({_how(best, check)})")
-    if not best.evidence:
+    if check == LATENCY_TARGET:
+        missed = [t for t in c.target_checks if not t.met]
+        if not c.target_checks:
+            return "not served at the assessment's load"
+        return "still misses the target: " + ", ".join(
+            f"{t.label} {format_duration(t.value_s)} against {format_duration(t.target_s)}" for t in missed
+        )
+    return f"does not change the failing check: {c.gain_text()} (a fix needs {MIN_FIX_GAIN:.0%})"
+
+
+def judge(candidates, check: str) -> tuple[Candidate, ...]:
+    """Each candidate with whether it fixes the failing check and, if it cannot be chosen, why."""
+    return tuple(replace(c, fixes=fixes(c, check), rejected=rejection(c, check)) for c in candidates)
+
+
+def rank_key(c: Candidate) -> tuple:
+    """RANKING's keys as one sort key (Python's sort is stable: equal keys keep the table order); a rejected
+    candidate sorts after every one that can be chosen."""
+    return (bool(c.rejected), c.kind != "plan", not c.fixes, bool(c.evidence), -round(c.gain, 6))
+
+
+def rank(candidates, check: str) -> tuple[Candidate, ...]:
+    return tuple(sorted(judge(candidates, check), key=rank_key))
+
+
+def best(ranked: tuple[Candidate, ...]) -> Candidate | None:
+    """The first ranked plan change that fixes the failing check; None where none does."""
+    first = ranked[0] if ranked else None
+    return first if first is not None and first.kind == "plan" and not first.rejected else None
+
+
+def none_fixes(ranked: tuple[Candidate, ...], check: str) -> str:
+    """The Review's sentence where no candidate fixes the failing check."""
+    if not ranked:
+        return f"no candidate in the table applies to the failing check ({check}) on this slice"
+    return f"no candidate fixes the failing check ({check}): " + "; ".join(
+        f"{c.label} {c.rejected or 'is a slice change, offered only'}" for c in ranked
+    )
+
+
+def chosen_because(ranked: tuple[Candidate, ...], check: str) -> str:
+    """Why the first candidate wins: the keys it holds, and the key that set it above the runner-up."""
+    chosen = best(ranked)
+    if chosen is None:
+        return none_fixes(ranked, check)
+    held = ["it is a plan change", f"it fixes the failing check ({_how(chosen, check)})"]
+    if not chosen.evidence:
         held.append("it needs no quality evidence")
-    held.append(f"it is {best.gain_text()}")
+    held.append(f"it is {chosen.gain_text()}")
     decided = ""
-    if len(ranked) > 1:
-        a, b = rank_key(best, check, p99_target_s), rank_key(ranked[1], check, p99_target_s)
+    runner = next((c for c in ranked[1:] if not c.rejected), None)
+    if runner is not None:
+        a, b = rank_key(chosen), rank_key(runner)
         at = next((i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), len(RANKING) - 1)
-        decided = f'; over {ranked[1].label} ({ranked[1].gain_text()}) by "{RANKING[at].name}": {RANKING[at].reason}'
+        decided = f'; over {runner.label} ({runner.gain_text()}) by "{RANKING[at].name}": {RANKING[at].reason}'
     return "chosen because " + ", ".join(held) + decided
 
 
@@ -84,7 +128,9 @@ def _how(c: Candidate, check: str) -> str:
     if check == CAPACITY:
         return "capacity: it fits"
     if check == LATENCY_TARGET:
-        return "the p99 target: it meets it"
+        return "the latency target: " + ", ".join(
+            f"{t.label} {format_duration(t.value_s)} within {format_duration(t.target_s)}" for t in c.target_checks
+        )
     return f"{check}: at least {MIN_FIX_GAIN:.0%}"
 
 

@@ -12,7 +12,7 @@ import shlex
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC, datetime
 
-from mapper.core.classes import Bottleneck, Owner
+from mapper.core.classes import Owner
 from mapper.core.errors import MapperError
 from mapper.core.result import MappingResult, PlanOptions
 from mapper.core.version import __version__
@@ -21,13 +21,14 @@ from mapper.handle import open_model
 from mapper.hardware.profile import HardwareProfile
 from mapper.pipeline import map_workload
 from mapper.report.document import mapping_document
-from mapper.report.verdict import Finding, first_failure
+from mapper.report.verdict import Finding
 from mapper.review import steps
-from mapper.review.candidates import Candidate, larger_batches, option_value, propose, remap
+from mapper.review.assessment import Assessment, assess_slice, question_flags
+from mapper.review.candidates import Candidate, option_value, remap
 from mapper.review.first_slice import Target, first_failing_slice
 from mapper.review.matrix import Grid, Validation, default_grid, validate_fix
-from mapper.review.ranking import chosen_because, rank
-from mapper.serve.engine import map_slice
+from mapper.review.ranking import judge
+from mapper.serve.question import Question
 
 OWNERS = tuple(str(o) for o in Owner)
 UPLOADED = "(uploaded)"  # the model source of bytes uploaded without a file name
@@ -40,12 +41,12 @@ class ReviewRequest:
     dims: dict[str, int]  # the frozen slice's bindings (completed from the model's defaults)
     hardware: HardwareProfile
     options: PlanOptions = PlanOptions()
-    p99_target_s: float | None = None
+    question: Question = field(default_factory=Question)  # the load and the latency targets (mapper.serve.question)
     fix: str = ""  # KEY=VALUE[,KEY=VALUE] plan options; "": the best proposed fix
     owner: str = ""  # "" : the fix's own owner
     note: str = ""
     grid: Grid | None = None  # None: half, same and double batch and length around the frozen slice
-    target: Target | None = None  # the first failing slice's KPI target (None: the p99 target, else memory fit)
+    target: Target | None = None  # the first failing slice's KPI target (None: memory fit)
     max_length: int = 0  # the first failing slice's cap on the length axis (0: the model's own maximum context)
     file_name: str = ""  # the uploaded model's file name ("" for built-ins and paths)
     created_utc: str = ""  # pinned into every file (reproduce.sh passes it); "": now
@@ -54,6 +55,7 @@ class ReviewRequest:
 @dataclass(frozen=True, slots=True)
 class Review:
     request: ReviewRequest
+    assessment: Assessment  # steps 1, 2 and 4 as every view shows them (mapper.review.assessment)
     created_utc: str
     frozen: dict  # step 1: the slice as provenance (hashes, dims, options, engine version)
     kpis: dict
@@ -85,63 +87,62 @@ def fix_changes(text: str, request: ReviewRequest) -> dict:
     }
 
 
-def _choose(request: ReviewRequest, candidates, base, doc, check: str) -> tuple[Candidate | None, str]:
-    """The user's --fix, else the first plan candidate of the ranking, with the reason."""
+def _choose(request: ReviewRequest, assessment: Assessment, base) -> tuple[Candidate | None, str]:
+    """The user's --fix (re-mapped and judged like any candidate), else the assessment's choice."""
     if not request.fix:
-        best = candidates[0] if candidates and candidates[0].kind == "plan" else None
-        return best, chosen_because(candidates, check, request.p99_target_s) if best else ""
+        return assessment.chosen, assessment.chosen_reason
     changes = fix_changes(request.fix, request)
     if not changes:
         raise MapperError(f"fix {request.fix!r} changes no plan option of the baseline")
-    same = next((c for c in candidates if c.kind == "plan" and dict(c.changes) == changes), None)
-    return same or remap("your fix", changes, None, base, doc), "chosen by you (--fix)"
+    check = assessment.failure.check
+    same = next((c for c in assessment.candidates if c.kind == "plan" and dict(c.changes) == changes), None)
+    mine = same or judge((remap("your fix", changes, None, base, assessment.document()),), check)[0]
+    return mine, "chosen by you (--fix)" + (f"; note: it {mine.rejected}" if mine.rejected else "")
 
 
-def run_review(request: ReviewRequest, progress=None) -> Review:
-    """The five steps on the frozen slice (see the module docstring)."""
+def run_review(request: ReviewRequest, progress=None, assessment: Assessment | None = None) -> Review:
+    """The five steps on the frozen slice (see the module docstring). `assessment`: the slice's assessment where
+    the caller holds it (the dashboard's, cached), else assessed here: the same function, the same answer."""
     if request.owner and request.owner not in OWNERS:
         raise MapperError(f"owner {request.owner!r} must be one of: {', '.join(OWNERS)}")
     created = request.created_utc or datetime.now(UTC).isoformat(timespec="seconds")
     model = open_model(request.model, file_name=request.file_name or None)
     dims = dict(model.bind(request.dims).graph.dims)
-    workload, hw = model.bind(dims), request.hardware
-    baseline = replace(map_slice(workload, hw, request.options), created_utc=created)
+    hw = request.hardware
+    if assessment is None:
+        assessment = assess_slice(model, dims, hw, request.options, request.question, created)
+    baseline = replace(assessment.result, created_utc=created)
     doc = mapping_document(baseline)
-    roles = model.roles
-    decode = "past" in roles.values() and any(dims.get(n) == 1 for n, r in roles.items() if r == "seq")
-    failure, dominant = first_failure(doc, request.p99_target_s), steps.dominant_class(doc)
-    base = (workload, hw, request.options)
-    candidates = propose(failure.check, dominant, base, doc, "past" in roles.values(), decode)
-    if decode and dominant == Bottleneck.MEMORY and baseline.memory.fits:  # more tokens per weight read
-        candidates += larger_batches(model, dims, base, doc)
-    candidates = rank(candidates, failure.check, request.p99_target_s)
-    chosen, reason = _choose(request, candidates, base, doc, failure.check)
-    fixed = _fixed(workload, hw, chosen, created)
+    failure, dominant = assessment.failure, assessment.dominant
+    chosen, reason = _choose(request, assessment, (model.bind(dims), hw, request.options))
+    fixed = _fixed(model.bind(dims), hw, chosen, created)
     validation = None
     if chosen is not None:
-        source = model.source or model.data
-        grid = request.grid or default_grid(dims, roles)
+        source = model.source if model.builtin else model.data  # a file and its upload: the same bytes, one text
+        grid = request.grid or default_grid(dims, model.roles)
         plans = (PlanSpec(source, hw, request.options), PlanSpec(source, hw, chosen.options))
-        validation = validate_fix(*plans, grid, dims, roles)
-    target = request.target or (Target("p99", request.p99_target_s) if request.p99_target_s else Target("fit"))
+        validation = validate_fix(*plans, grid, dims, model.roles)
     source = model_source(model, request.file_name)
     return Review(
         request=request,
+        assessment=assessment,
         created_utc=created,
         frozen=frozen_slice(baseline, model, request.file_name),
-        kpis=steps.kpis(doc, request.p99_target_s, _ttft(model, dims, hw, request.options) if decode else None),
+        kpis=steps.kpis(doc, assessment.question.targets, assessment.decode),
         failure=failure,
         dominant=dominant,
-        mechanism=steps.mechanism(doc, failure, hw, decode),
+        mechanism=steps.mechanism(doc, failure, hw, assessment.decode),
         behind=steps.behind(doc, dominant),
         artifact=steps.artifact(doc, dominant),
-        candidates=candidates,
+        candidates=assessment.candidates,
         chosen=chosen,
         chosen_reason=reason,
         owner=request.owner or (chosen.owner if chosen else failure.owner),
         follow_ups=follow_ups(doc, dominant, "MODEL.onnx" if source == UPLOADED else source, hw.name),
         validation=validation,
-        first_slice=first_failing_slice(model, dims, hw, request.options, target, request.max_length),
+        first_slice=first_failing_slice(
+            model, dims, hw, request.options, request.target or Target("fit"), request.max_length
+        ),
         baseline=baseline,
         fixed=fixed,
     )
@@ -150,16 +151,7 @@ def run_review(request: ReviewRequest, progress=None) -> Review:
 def _fixed(workload, hw, chosen: Candidate | None, created: str) -> MappingResult | None:
     if chosen is None:
         return None
-    return replace(map_slice(workload, hw, chosen.options), created_utc=created)
-
-
-def _ttft(model, dims: dict[str, int], hw, options) -> float:
-    """A decode step's time to first token: the prefill of its context as the prompt (one mapping)."""
-    roles = model.roles
-    prompt = max((dims[n] for n, r in roles.items() if r == "past"), default=1) or 1
-    prefill = {n: (prompt if r == "seq" else 0 if r == "past" else dims[n]) for n, r in roles.items() if n in dims}
-    prefill |= {n: prompt for n, r in roles.items() if r == "total"}
-    return map_workload(model.bind(prefill), hw, options).totals.latency_s
+    return replace(map_workload(workload, hw, chosen.options), created_utc=created)
 
 
 def model_source(model, file_name: str) -> str:
@@ -227,8 +219,7 @@ def review_flags(review: Review, hw_arg: str) -> list[str]:
     for name, value in sorted(review.frozen["dims"].items()):
         args.append(f"--dim={name}={value}")
     args += option_flags(r.options)
-    if r.p99_target_s is not None:
-        args += ["--p99-target-ms", f"{r.p99_target_s * 1e3:g}"]
+    args += question_flags(r.question)
     if r.fix and review.chosen is not None:  # the default pick re-derives itself (and keeps its reason)
         args += ["--fix", review.chosen.option_text()]
     if r.owner:

@@ -6,6 +6,7 @@ of the mapping sheet that proves it (the failing kernels' tiling, fusion rule an
 from __future__ import annotations
 
 from mapper.core.classes import Bottleneck
+from mapper.core.targets import Targets
 from mapper.core.units import format_bytes, format_duration
 from mapper.hardware.profile import HardwareProfile
 from mapper.report.verdict import Finding
@@ -18,30 +19,39 @@ KERNEL_FIELDS = (
 TERA = 1e12  # display units: T/s from 1e12, else G/s
 
 
-def kpis(doc: dict, p99_target_s: float | None, ttft_s: float | None) -> dict:
-    """Step 1's KPIs: MFU and stall by layer type, throughput, percentiles against the target, perf/W."""
+SERVING_KPIS = (  # the Serving section's percentiles step 1 shows, by the kind of serving (None: not simulated)
+    "p50_s", "p95_s", "p99_s",
+    "ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "tpot_p50_s", "tpot_p95_s", "tpot_p99_s",
+    "latency_p50_s", "latency_p90_s", "latency_p99_s",
+)  # fmt: skip
+
+
+def kpis(doc: dict, targets: Targets, decode: bool) -> dict:
+    """Step 1's KPIs, all read off the assessed document: the batch's latency (a decode step's: the time per
+    output token of a full batch), throughput, MFU, stall and perf/W, and the per-request percentiles at the
+    assessment's load (its rate and whether it was given or derived), each target with whether it is met."""
     t, serving = doc["totals"], doc.get("serving") or {}
-    p99 = serving.get("p99_s")
-    out = {
+    load = (doc.get("assessment") or {}).get("load") or {}
+    return {
         "latency_s": t["latency_s"],
+        "latency_is_tpot": decode,
         "throughput_per_s": t["throughput_per_s"],
         "mfu": t["mfu"],
         "memory_stall_fraction": t["memory_stall_fraction"],
         "perf_per_watt": t["perf_per_watt"],
         "avg_power_w": t["avg_power_w"],
-        "p50_s": serving.get("p50_s"),
-        "p95_s": serving.get("p95_s"),
-        "p99_s": p99,
-        "offered_rate_per_s": serving.get("offered_rate_per_s"),
-        "p99_target_s": p99_target_s,
-        "p99_target_met": None if p99_target_s is None or p99 is None else p99 <= p99_target_s,
+        **{k: serving.get(k) for k in SERVING_KPIS},
+        "load_rate_per_s": load.get("rate_per_s"),
+        "load_derived": load.get("derived"),
+        "load_sentence": load.get("sentence", ""),
+        "targets": [
+            {"label": c.label, "value_s": c.value_s, "target_s": c.target_s, "met": c.met}
+            for c in targets.checks(serving)
+        ],
         "layer_types": [
             {k: layer[k] for k in ("layer_type", "share", "mfu", "stall_fraction")} for layer in doc["layer_types"]
         ],
     }
-    if ttft_s is not None:  # a decoder at a decode step: the step is the time per output token
-        out |= {"tpot_s": t["latency_s"], "ttft_s": ttft_s}
-    return out
 
 
 def dominant_class(doc: dict) -> str:

@@ -30,7 +30,7 @@ from mapper.serve.continuous import (
 from mapper.serve.engine import engine_batch_time
 from mapper.serve.load_curve import LoadCurve, load_curve, serving_section
 from mapper.serve.scheduler import Scheduler
-from mapper.serve.serving import MAX_REQUESTS, ServingConfig, ServingResult, simulate_serving
+from mapper.serve.serving import ServingConfig, ServingResult, simulate_serving
 
 KV_MEMORY_FRACTION = (
     0.9  # of device memory left after the weights (runtime, activations and fragmentation take the rest)
@@ -181,6 +181,9 @@ def llm_section(result: LLMServingResult, config: LLMServingConfig) -> dict:
 # ---- one serving question, answered as `mapper serve` answers it ----------------------------------
 
 
+DEFAULT_OUTPUT_TOKENS = 128  # a decoder's output tokens per request where neither the trace nor the user gives them
+
+
 @dataclass(frozen=True, slots=True)
 class ServeRequest:
     """What `mapper serve` and the dashboard's Serving page ask about one model: the load and the batching
@@ -190,7 +193,7 @@ class ServeRequest:
 
     serving: ServingConfig = field(default_factory=ServingConfig)
     prompt_tokens: int = 512  # decoders, where the trace gives none
-    output_tokens: int = 128
+    output_tokens: int = DEFAULT_OUTPUT_TOKENS
     decoder: bool | None = None
     service_time_s: float | None = None  # a fixed batch time instead of the engine's (what-if): a request queue
     load_curve: bool = False  # request queue: also sweep offered load up to saturation
@@ -249,17 +252,14 @@ def mapped_batch(model, dims: dict[str, int] | None) -> int | None:
 
 
 def follow_batch(config: ServingConfig, batch: int | None, decoder: bool) -> ServingConfig:
-    """The serving config at the mapped batch: a decoder runs that many sequences; a request queue runs
-    static batches of it (the mapped latency is exactly one batch's service time), over whole batches
-    so no short final batch is mapped apart."""
+    """The serving config at the mapped batch: a decoder runs that many sequences; a request queue batches
+    dynamically up to it (a server does not hold a lone request for a full batch: at a light load a batch is
+    what has arrived, each size's service time the engine's latency at that size)."""
     if batch is None or batch < 1:
         return config
     if decoder:
         return replace(config, max_batch=batch)
-    whole = -(-config.requests // batch) * batch
-    return replace(
-        config, policy="static", max_batch=batch, requests=whole if whole <= MAX_REQUESTS else config.requests
-    )
+    return replace(config, policy="dynamic", max_batch=batch)
 
 
 def serve_model(

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 
 from mapper.core.errors import MapperError
-from mapper.report.verdict import first_failure
+from mapper.report.verdict import assessed_failure
 from mapper.store.owners import EVERY_RUN, RunScope, new_public_id, public_run_id
 from mapper.store.schema import first_line, open_engine, runs, scoped
 
@@ -85,7 +85,7 @@ def kpis_of(document: dict) -> dict:
     }
     failure = None
     if totals and document.get("kernels") is not None:
-        finding = first_failure(document)
+        finding = assessed_failure(document)
         failure = f"{finding.check}: {finding.sentence}"
     return {**kpis, "first_failure": failure}
 

@@ -195,15 +195,16 @@ def test_trace_token_counts_beyond_max_tokens_are_refused(tmp_path, row):
 
 
 def test_identity_only_model_serves_without_zero_division():
-    """Every node is free: the sheet's serving section says nothing was simulated, and serve says why."""
-    from mapper.serve.engine import serving_for_result
+    """Every node is free: the assessment serves nothing and says why, in its load and the Serving section."""
     from mapper.serve.serving import ServingConfig, simulate_serving
 
     data = _model([helper.make_node("Identity", ["x"], ["y"])], [_vi("x", [1, 4])], [_vi("y", [1, 4])])
     hw = mapper.load_hardware("cpu-x86")
     result = mapper.map_workload(mapper.load_workload(data), hw)
-    section = serving_for_result(result, hw)
-    assert section["requests"] == 0 and "not simulated" in section["assumptions"][0]
+    answer = mapper.assess_slice(mapper.open_model(data), {}, hw)
+    assert answer.load.source == mapper.LoadSource.REFUSED and "takes no time" in answer.load.refusal
+    section = answer.document()["serving"]
+    assert section["requests"] == 0 and section["assumptions"][0].startswith("not served:")
     with pytest.raises(MapperError, match="takes no time"):
         simulate_serving(lambda batch: result.totals.latency_s, ServingConfig(requests=10))
 
