@@ -146,7 +146,12 @@ def _dims_section(dims: list[tuple[str, str, str]]) -> tuple:
 def _options_section() -> mapper.PlanOptions:
     st.subheader("Plan options")
     c1, c2 = st.columns(2)
-    dtype = c1.selectbox("dtype", mapper.PLAN_DTYPES, key="dtype", help="auto keeps the model's own precision")
+    dtype = c1.selectbox(
+        "dtype",
+        mapper.PLAN_DTYPES,
+        key="dtype",
+        help="auto: the model's released precision (a config's torch_dtype, a built-in's release, a file's tensors)",
+    )
     weight_dtype = c2.selectbox("weights", mapper.WEIGHT_DTYPES, key="weight_dtype", help="weight-only quantization")
     fusion = c1.selectbox("fusion", mapper.FUSION_POLICIES, key="fusion")
     layout = c2.selectbox("layout", mapper.LAYOUTS, key="layout")
@@ -202,9 +207,9 @@ def _runtime_section() -> dict:
     return choice | {"ep": int(ep), "expert_imbalance": float(imbalance)}
 
 
-def _optional(column, label: str, key: str, help_text: str, least: float = 0.01, step: float = 1.0) -> float | None:
-    """A number the user may leave empty (None: the engine derives it and says so)."""
-    return column.number_input(label, min_value=least, step=step, key=key, help=help_text, placeholder="derived")
+def _optional(column, label: str, key: str, help_text: str, least: float = 0.01, empty: str = "none") -> float | None:
+    """A number the user may leave empty (None: no target, or a rate the engine derives and says so)."""
+    return column.number_input(label, min_value=least, step=1.0, key=key, help=help_text, placeholder=empty)
 
 
 def _serving_section(decoder: bool) -> mapper.Question:
@@ -213,7 +218,13 @@ def _serving_section(decoder: bool) -> mapper.Question:
     targets; a decoder's request lengths and scheduler, a request queue's batching wait."""
     st.subheader("Serving")
     c1, c2 = st.columns(2)
-    rate = _optional(c1, "rate (req/s)", "rate_per_s", "empty: the highest rate meeting the targets, else saturation")
+    rate = _optional(
+        c1,
+        "rate (req/s)",
+        "rate_per_s",
+        "empty: the highest rate meeting the targets, else saturation",
+        empty="derived",
+    )
     max_batch = c2.number_input(
         "max sequences" if decoder else "max batch", min_value=1, max_value=1024, step=1, key="max_batch",
         help="empty: the mapped batch" + ("; sequences decoding together" if decoder else ""), placeholder="mapped",

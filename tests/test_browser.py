@@ -213,8 +213,9 @@ def sidebar_first(page) -> None:
 
 def test_review_agenda_at_a_shared_screen(screen, server):
     """The review meeting's agenda (issue 17) as a person reads it at 1280x720: Llama-2-70B on one H100 fails
-    capacity first and names the smallest tensor-parallel degree that fits; ResNet-50's percentiles follow
-    the mapped batch; then every page in presentation mode, screenshotted above the fold."""
+    capacity first and names the smallest tensor-parallel degree that fits; ResNet-50's percentiles are the
+    assessment's at the given rate, dynamic batching up to the mapped batch; then every page in presentation mode,
+    screenshotted above the fold."""
     verdict = open_view(screen, server, "model=llama2-70b&dtype=bf16")
     assert "does not fit: short by" in verdict and "smallest fit TP 2" in verdict, verdict
     assert "First failure: capacity; owner: runtime systems engineer" in verdict
@@ -222,9 +223,9 @@ def test_review_agenda_at_a_shared_screen(screen, server):
 
     percentiles = {}
     for batch in (1, 256):
-        open_view(screen, server, f"model=resnet50&batch={batch}")
-        percentiles[batch] = tile_value(screen, "Latency p99")
-        assert f"static batches of {batch}" in screen.locator("[data-testid='stMain']").inner_text()
+        open_view(screen, server, f"model=resnet50&batch={batch}&rate_per_s=500")
+        percentiles[batch] = tile_value(screen, "request latency p99")
+        assert "500 req/s, given" in screen.locator("[data-testid='stMain']").inner_text()
     assert percentiles[1] != percentiles[256], percentiles
 
     screen.get_by_text("Presentation mode").click()

@@ -113,7 +113,7 @@ def test_serve_cli_compares_schedulers(capsys):
     chunked = doc["schedulers"][2]
     assert chunked["ttft_p99_s"] == doc["ttft_p99_s"] and chunked["tpot_p50_s"] == doc["tpot_p50_s"]
     assert main(args) == 0  # alone, the chosen scheduler gives the same figures as in the comparison
-    assert f"ttft_p99_s                   {format_duration(doc['ttft_p99_s'])}\n" in capsys.readouterr().out
+    assert f"ttft p99                     {format_duration(doc['ttft_p99_s'])}\n" in capsys.readouterr().out
     assert main([*args, "--compare-schedulers"]) == 0
     assert "decode-first" in capsys.readouterr().out
 

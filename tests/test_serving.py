@@ -402,7 +402,7 @@ def test_an_llm_queue_offered_more_than_its_capacity_is_flagged_not_given_a_perc
 
     over, under = served(2.0), served(0.1)
     assert 0.1 < over.capacity_per_s < 2.0
-    assert over.overload.startswith("offered 2.00 req/s > capacity") and over.ttft_p99_s > 60
+    assert over.overload.startswith("offered 2 req/s > capacity") and over.ttft_p99_s > 60
     assert under.overload == "" and under.capacity_per_s == over.capacity_per_s
     doc_verdict = mapper.first_failure({"serving": serve_section(over), "memory": {"fits": True}, "kernels": []})
     assert doc_verdict.check == "latency target" and "overloaded" in doc_verdict.sentence

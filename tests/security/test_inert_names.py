@@ -94,7 +94,7 @@ def test_a_file_named_like_an_option_reproduces_as_the_model(tmp_path, capsys, m
 @pytest.mark.slow
 def test_a_hostile_packet_readme_is_text_and_rebuilds_from_a_file_named_like_an_option(tmp_path):
     """The graph name a heading, an image beacon and an address; the upload's file name an option; the note an
-    option and markdown: the README has one heading (its own) and no image or link, and reproduce.sh rebuilds
+    option and markdown: the README has its own two headings only and no image or link, and reproduce.sh rebuilds
     every file in an empty folder with the model beside it under that name."""
     data = hostile_model(graph_name="# Owned " + BEACON + " https://evil.example", dim="batch")
     request = mapper.ReviewRequest(
@@ -108,11 +108,14 @@ def test_a_hostile_packet_readme_is_text_and_rebuilds_from_a_file_named_like_an_
         files = {n: z.read(n) for n in z.namelist()}
     readme = files["README.md"].decode()
     types, shown = rendered(readme)
-    assert sum(1 for t in MarkdownIt("commonmark").parse(readme) if t.type == "heading_open") == 1
+    tokens = MarkdownIt("commonmark").parse(readme)
+    headings = [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open"]
+    assert len(headings) == 2 and headings[1] == "Rebuild every file", headings  # its own two, none of the name's
+    assert not any("Owned" in h for h in headings[1:]) and headings[0].startswith("Review: `")
     assert not types & {"image", "link_open", "html_inline", "html_block"}, types
     assert not GFM_URL.search(shown), shown
     script = files["reproduce.sh"].decode()
-    assert "-- '--out=x.onnx'" in script or "-- --out=x.onnx" in script
+    assert "-- ./--out=x.onnx" in script  # the file named like an option, after `--` and as a path
     folder = tmp_path / "rebuilt"
     (folder / "profiles").mkdir(parents=True)
     for name in ("reproduce.sh", "profiles/h100-sxm.json"):
