@@ -197,7 +197,8 @@ def header(title: str, doc: dict) -> None:
     dims = ", ".join(f"{k}={v}" for k, v in doc["model"]["dims"].items())
     st.title(title)
     st.caption(
-        f"{md(doc['model']['name'])} ({md(dims)}) on {md(doc['hardware']['name'])} · {doc['totals']['dtype']} · "
+        f"{md(doc['model']['name'])} ({md(dims)}) on {md(doc['hardware']['name'])} · "
+        f"{md(mapper.precision_text(doc))} · "
         f"fusion {doc['options']['fusion']} · model sha {doc['model']['sha256'][:12]} · "
         f"profile sha {doc['hardware']['sha256'][:12]} · engine {doc.get('engine_version', '')}"
     )

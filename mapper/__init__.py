@@ -48,7 +48,7 @@ from mapper.pipeline import (
     map_workload,
 )
 from mapper.plan.layout import LAYOUTS
-from mapper.report.answer import AnswerRow, answer_rows, headline, load_text
+from mapper.report.answer import AnswerRow, answer_rows, headline, load_text, precision_text
 from mapper.report.document import mapping_document
 from mapper.report.groups import group_kernels, layer_pattern, module_path
 from mapper.report.markdown import markdown_code, markdown_text
@@ -218,6 +218,7 @@ __all__ = [
     "answer_rows",
     "headline",
     "load_text",
+    "precision_text",
     "verdict_sentence",
     "KernelAssessment",
     "KernelEstimate",

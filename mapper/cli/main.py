@@ -67,9 +67,11 @@ def print_summary(doc: dict) -> None:
     """`mapper map`'s text: the slice and its KPIs, the assessment's rows, layer types, top kernels, memory."""
     t, memory, parallel = doc["totals"], doc["memory"], doc["parallel"]
     dims = ", ".join(f"{k} {v}" for k, v in doc["model"]["dims"].items()) or "static shapes"
+    decode = (doc.get("assessment") or {}).get("decode_step")  # a decode step: its latency a TPOT, a token each
+    latency, per = ("TPOT (decode step)", "tok/s") if decode else ("batch latency", "/s")
     print(
-        f"{doc['model']['name']} on {doc['hardware']['name']} ({t['dtype']}; {dims}): batch latency"
-        f" {format_duration(t['latency_s'])}, throughput {format_number(t['throughput_per_s'], '/s')}, MFU"
+        f"{doc['model']['name']} on {doc['hardware']['name']} ({mapper.precision_text(doc)}; {dims}):"
+        f" {latency} {format_duration(t['latency_s'])}, throughput {format_number(t['throughput_per_s'], per)}, MFU"
         f" {t['mfu']:.1%}, memory stall {t['memory_stall_fraction']:.1%}, {format_number(t['avg_power_w'], 'W')},"
         f" {t['kernels']} kernels"
     )

@@ -118,3 +118,13 @@ def load_text(doc: dict) -> str:
     if not load:
         return ""
     return f"{format_number(load['rate_per_s'])} req/s, {'derived' if load['derived'] else 'given'}"
+
+
+def precision_text(doc: dict) -> str:
+    """The plan's precision and the model's released one, as every view heads a slice: "fp16, as released",
+    "bf16, released fp32", "int8, the file's tensors"."""
+    p = doc.get("precision") or {}
+    dtype, released = p.get("dtype") or doc["totals"]["dtype"], p.get("released")
+    if released is None:
+        return f"{dtype}, the file's tensors"
+    return f"{dtype}, as released" if released == dtype else f"{dtype}, released {released}"
