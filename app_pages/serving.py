@@ -60,9 +60,14 @@ def queue(run, load) -> None:
     report, config = run.result, run.config
     target_ms = load.p99_target_s * 1e3 if load.p99_target_s is not None else None
     batching = (
-        f"static batches of {config.max_batch} (the mapped batch; set a max batch in the sidebar to batch dynamically)"
+        f"static batches of {config.max_batch}"
         if config.policy == "static"
-        else f"dynamic batching up to {config.max_batch} (wait ≤ {ui.duration(config.max_wait_s)})"
+        else f"dynamic batching up to {config.max_batch}"
+        + (
+            f" (wait ≤ {ui.duration(config.max_wait_s)})"
+            if config.max_wait_s
+            else " (no wait: a batch is what has arrived)"
+        )
     )
     st.caption(
         f"Poisson arrivals at {ui.num(config.rate_per_s)} req/s, {batching}, {report.requests:,} requests, "

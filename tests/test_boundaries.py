@@ -25,6 +25,19 @@ def test_engine_never_imports_streamlit():
         assert not any(name.split(".")[0] == "streamlit" for name in names), path
 
 
+def test_map_json_loads_no_frame_plot_store_or_cluster_library():
+    """`mapper map --json` (the assessment included) needs onnx and numpy: no pandas, plotting, SQLAlchemy,
+    Streamlit or Dask; a command that writes a sheet, plots or records loads its library where it does."""
+    code = (
+        "import sys, io, contextlib; from mapper.cli.main import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()): main(['map', 'resnet50', '--json'])\n"
+        "heavy = ('pandas', 'plotly', 'sqlalchemy', 'streamlit', 'dask', 'openpyxl')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    assert out.strip() == "[]"
+
+
 def test_modules_stay_under_400_lines():
     big = [
         (p.name, n)

@@ -20,7 +20,6 @@ from mapper.evidence.measure import ORT_PLAN, measure_model, measurement_from_pr
 from mapper.evidence.measure_slots import ordinal
 from mapper.evidence.probe import probe_machine
 from mapper.evidence.profile_toml import write_toml
-from mapper.report.sheet import write_sheet
 
 
 def _dims(args, model=None) -> dict[str, int] | None:
@@ -109,7 +108,9 @@ def cmd_measure(args) -> int:
         measurement = measure_model(model, dims, threads=args.threads, runs=args.runs, on_wait=_waiting)
     result = mapper.map_workload(model.bind(dims), _hardware(args.hw), ORT_PLAN)
     comparison = compare_measured(result, measurement)
-    if args.out:  # the mapping sheet with its Measured section
+    if args.out:  # the mapping sheet with its Measured section (pandas: loaded where a sheet is written)
+        from mapper.report.sheet import write_sheet
+
         write_sheet(dataclasses.replace(result, measured=comparison), args.out)
     if store_cli.store_of(args):
         measured = dataclasses.replace(result, measured=comparison)

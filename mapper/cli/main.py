@@ -31,7 +31,6 @@ from mapper.core.units import field_label, format_bytes, format_duration, format
 from mapper.model.onnx_import import read_model_structure
 from mapper.model.wire import STRIPPED_LOCATION
 from mapper.report.reproduce import reproduce_command
-from mapper.report.sheet import sheet_bytes, write_sheet
 from mapper.serve.serving import ServingConfig
 from mapper.serve.trace import load_trace
 
@@ -42,10 +41,10 @@ def cmd_map(args) -> int:
     assessment = mapper.assess_slice(model, dims, hw, options_from(args), question_from(args))
     result = assessment.result
     if args.out:
-        write_sheet(result, args.out)
+        mapper.write_sheet(result, args.out)  # pandas: loaded only where a sheet is written
     doc = json_document(result, args)
     if store_cli.store_of(args):  # the sheet written, else the XLSX one
-        sheet = None if args.out else (sheet_bytes(result, "xlsx"), "xlsx")
+        sheet = None if args.out else (mapper.sheet_bytes(result, "xlsx"), "xlsx")
         store_cli.record_from_args(args, doc, "map", args.out, sheet)
     if args.json:
         print(json.dumps(doc, indent=1, allow_nan=False))

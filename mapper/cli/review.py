@@ -13,12 +13,10 @@ import mapper
 from mapper.cli import store as store_cli
 from mapper.cli.args import add_load_args, add_model_args, add_store_args, options_from, question_from, slice_from
 from mapper.cli.text import print_answer
+from mapper.core.classes import OWNERS
 from mapper.core.errors import MapperError
 from mapper.report.tables import write_bytes
 from mapper.review.first_slice import parse_target
-from mapper.review.matrix import Grid, default_grid
-from mapper.review.packet import packet_bytes, review_document
-from mapper.review.review import OWNERS, ReviewRequest, run_review
 
 
 def add_arguments(subparsers) -> None:
@@ -53,7 +51,12 @@ def _numbers(text: str | None, what: str) -> tuple[int, ...] | None:
     return values
 
 
-def request_from(args: argparse.Namespace) -> ReviewRequest:
+def request_from(args: argparse.Namespace):
+    """The ReviewRequest of the flags (the review's modules, which load pandas, imported here: `mapper map`
+    without a sheet loads none)."""
+    from mapper.review.matrix import Grid, default_grid
+    from mapper.review.review import ReviewRequest
+
     if args.out and not args.out.endswith(".zip"):
         raise MapperError(f"--out {args.out!r}: a review packet is a .zip file")
     model, dims = slice_from(args)
@@ -79,6 +82,9 @@ def request_from(args: argparse.Namespace) -> ReviewRequest:
 
 
 def cmd_review(args: argparse.Namespace) -> int:
+    from mapper.review.packet import packet_bytes, review_document
+    from mapper.review.review import run_review
+
     review = run_review(request_from(args))
     doc = review_document(review)
     if args.out:

@@ -10,18 +10,17 @@ import argparse
 import json
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from mapper.cli import store as store_cli
 from mapper.cli.args import parse_dim
 from mapper.core import limits
 from mapper.core.errors import MapperError
 from mapper.core.result import PlanOptions
-from mapper.explore.compare import CompareSettings, compare_plans
-from mapper.explore.compare_inputs import plan_spec
-from mapper.explore.compare_output import comparison_document, write_comparison
-from mapper.explore.executors import executor_spec
-from mapper.explore.sweep import SweepResult, SweepSpec, parse_int_list, run_sweep, write_table
 from mapper.pipeline import FUSION_POLICIES, PLAN_DTYPES
+
+if TYPE_CHECKING:
+    from mapper.explore.sweep import SweepResult
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -127,6 +126,9 @@ class _Bar:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from mapper.explore.executors import executor_spec  # pandas and Dask: loaded by the commands that use them
+    from mapper.explore.sweep import SweepSpec, parse_int_list, run_sweep, write_table
+
     spec = SweepSpec(
         tuple(args.models),
         _names(args.hw),
@@ -198,6 +200,10 @@ def _print_sweep(result: SweepResult, elapsed: float, executor: str, out: str | 
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from mapper.explore.compare import CompareSettings, compare_plans
+    from mapper.explore.compare_inputs import plan_spec
+    from mapper.explore.compare_output import comparison_document, write_comparison
+    from mapper.explore.sweep import parse_int_list
 
     base = PlanOptions(dtype=args.dtype, fusion=args.fusion)
     baseline = plan_spec(args.baseline, args.model, args.hw, base)

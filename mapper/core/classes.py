@@ -18,6 +18,9 @@ class Owner(StrEnum):
     FRAMEWORK = "framework integration lead"
 
 
+OWNERS = tuple(str(o) for o in Owner)  # who a review's fix may name (`--owner`, the Review page's choice)
+
+
 class Bottleneck(StrEnum):
     """One vocabulary for predicted and measured classes (PRIMER s6); the value is the label people read."""
 

@@ -12,7 +12,7 @@ import shlex
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC, datetime
 
-from mapper.core.classes import Owner
+from mapper.core.classes import OWNERS, Owner
 from mapper.core.errors import MapperError
 from mapper.core.result import MappingResult, PlanOptions
 from mapper.core.version import __version__
@@ -30,7 +30,6 @@ from mapper.review.matrix import Grid, Validation, default_grid, validate_fix
 from mapper.review.ranking import judge
 from mapper.serve.question import Question
 
-OWNERS = tuple(str(o) for o in Owner)
 UPLOADED = "(uploaded)"  # the model source of bytes uploaded without a file name
 UPLOADED_FILE = "upload.onnx"  # the file name a packet gives bytes uploaded without one
 
