@@ -13,6 +13,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from mapper.core import limits
+
 OPSET = 17
 WIDTH = 16
 ELEMENTWISE_CYCLE = ("Relu", "Add", "Mul")  # the long chain alternates these
@@ -38,15 +40,23 @@ def _vector(name: str) -> TensorProto:
 
 
 def fan_in(n: int, op: str = "Sum") -> tuple[onnx.ModelProto, dict]:
-    """One Sum (or Concat, or Max) of n - 1 Relu outputs, each Relu reading x: a node of n - 1 inputs.
-    Max can ride in a kernel's epilogue with its tiny operands; each Relu's result is also a graph
-    output there, so that no kernel may take them all."""
+    """One Sum (or Concat, or Max) of n - 1 Relu outputs, each Relu reading x: a node of n - 1 inputs, or, past
+    the engine's MAX_NODE_INPUTS (an upload's bound), that many-input joins of the Relus joined once more.
+    Max can ride in a kernel's epilogue with its tiny operands; each Relu's result is also a graph output
+    there, so that no kernel may take them all."""
     relus = [helper.make_node("Relu", ["x"], [f"r{i}"], name=f"relu{i}") for i in range(n - 1)]
     attrs = {"axis": 1} if op == "Concat" else {}
-    last = helper.make_node(op, [f"r{i}" for i in range(n - 1)], ["y"], name="fan_in", **attrs)
+    names = [f"r{i}" for i in range(n - 1)]
+    width = limits.MAX_NODE_INPUTS
+    joins = []
+    if len(names) > width:  # partial joins of at most `width` inputs each, then the last join of those
+        parts = [names[i : i + width] for i in range(0, len(names), width)]
+        joins = [helper.make_node(op, p, [f"j{k}"], name=f"join{k}", **attrs) for k, p in enumerate(parts)]
+        names = [f"j{k}" for k in range(len(parts))]
+    last = helper.make_node(op, names, ["y"], name="fan_in", **attrs)
     out = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, WIDTH * (n - 1) if op == "Concat" else WIDTH])
     escaping = [_out(f"r{i}") for i in range(n - 1)] if op == "Max" else []
-    return _model([*relus, last], f"fan-in-{op.lower()}-{n}", [_x()], [out, *escaping]), {}
+    return _model([*relus, *joins, last], f"fan-in-{op.lower()}-{n}", [_x()], [out, *escaping]), {}
 
 
 def fan_out(n: int) -> tuple[onnx.ModelProto, dict]:
