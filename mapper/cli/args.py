@@ -10,6 +10,7 @@ import dataclasses
 
 import mapper
 from mapper.core.errors import MapperError
+from mapper.model.dim_defaults import default_bindings
 
 
 class Parser(argparse.ArgumentParser):
@@ -169,20 +170,14 @@ def question_from(args, serving: mapper.ServingConfig | None = None, **request) 
     )
 
 
-# `serve`'s slice where the user binds none of a dim: what the simulation serves (its batch, a prompt's prefill).
-SERVED_DEFAULTS = {"batch": 1, "past": 0, "branch": 0}
-
-
 def slice_from(args, served: bool = False) -> tuple[mapper.ModelHandle, dict[str, int]]:
     """The model (parsed once) and the slice's complete bindings from --dim, --batch and --seq (`served`:
-    `serve`'s, whose simulation binds each batch and step itself: a dim left free takes its role's default,
-    a sequence the prompt's length)."""
+    `serve`'s, whose simulation binds each batch and step itself: a dim left free takes the default of its
+    role or name (mapper.model.dim_defaults, the CI recipe's table), a sequence the prompt's length)."""
     model = mapper.open_model(args.model)
     dims = model.shortcut_dims(dict(parse_dim(d) for d in args.dim), batch=getattr(args, "batch", None), seq=args.seq)
     dims = dict(dims or {})
     if served:
-        prompt = args.prompt_tokens or 128
-        for name, role in model.roles.items():
-            if name not in dims and role in (*SERVED_DEFAULTS, "seq", "total"):
-                dims[name] = prompt if role in ("seq", "total") else SERVED_DEFAULTS[role]
+        prompt = {"seq": args.prompt_tokens} if args.prompt_tokens else {}
+        dims = default_bindings(model.roles, {**prompt, **dims}) | dims
     return model, dict(model.bind(dims or None).graph.dims)

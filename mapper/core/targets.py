@@ -27,6 +27,11 @@ TARGET_ROWS = (
 )
 
 
+def is_continuous(section: dict) -> bool:
+    """Whether a Serving section is a decoder's continuous batching (else a request queue)."""
+    return section.get("policy") == "continuous"
+
+
 @dataclass(frozen=True, slots=True)
 class TargetCheck:
     label: str
@@ -37,6 +42,9 @@ class TargetCheck:
     def met(self) -> bool:
         return self.value_s <= self.target_s
 
+    def as_dict(self) -> dict:
+        return {"label": self.label, "value_s": self.value_s, "target_s": self.target_s, "met": self.met}
+
 
 @dataclass(frozen=True, slots=True)
 class Targets:
@@ -46,12 +54,17 @@ class Targets:
     ttft_p99_s: float | None = None
     tpot_p99_s: float | None = None
 
+    @classmethod
+    def of(cls, values: dict) -> Targets:
+        """The targets of a mapping that holds them under their fields (the assessment's `question`)."""
+        return cls(**{row.field: values.get(row.field) for row in TARGET_ROWS})
+
     def given(self) -> bool:
         return any(getattr(self, row.field) is not None for row in TARGET_ROWS)
 
     def checks(self, section: dict) -> tuple[TargetCheck, ...]:
         """Each asked target against the section's figure (a decoder's section is continuous batching)."""
-        decoder = section.get("policy") == "continuous"
+        decoder = is_continuous(section)
         out = []
         for row in TARGET_ROWS:
             target, key = getattr(self, row.field), row.decoder_key if decoder else row.queue_key

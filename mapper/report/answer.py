@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mapper.core.targets import Targets
+from mapper.core.targets import Targets, is_continuous
 from mapper.core.units import format_duration, format_number
 from mapper.report.verdict import assessed_failure, verdict_sentence
 
@@ -38,7 +38,7 @@ def percentile_rows(doc: dict) -> tuple[AnswerRow, ...]:
     serving = doc.get("serving") or {}
     if not serving.get("requests"):
         return ()
-    kind = "continuous" if serving.get("policy") == "continuous" else "queue"
+    kind = "continuous" if is_continuous(serving) else "queue"
     if serving.get("overload"):  # a queue that grows without bound: no percentile describes it
         return (AnswerRow("latency", PERCENTILES[kind][0][0], f"overloaded: {serving['overload']}"),)
     rows = []
@@ -53,7 +53,7 @@ def percentile_rows(doc: dict) -> tuple[AnswerRow, ...]:
 def headline(doc: dict) -> dict[str, str]:
     """The Overview's latency tiles: label -> the p99 as people read it ("—" where no percentile exists)."""
     serving = doc.get("serving") or {}
-    kind = "continuous" if serving.get("policy") == "continuous" else "queue"
+    kind = "continuous" if is_continuous(serving) else "queue"
     out = {}
     for label, keys in PERCENTILES[kind][:2]:
         value = serving.get(keys[-1]) if serving.get("requests") else None
@@ -82,14 +82,13 @@ def answer_rows(doc: dict) -> tuple[AnswerRow, ...]:
 def target_rows(doc: dict) -> tuple[AnswerRow, ...]:
     question = (doc.get("assessment") or {}).get("question") or {}
     serving = doc.get("serving") or {}
-    targets = Targets(**{k: question.get(k) for k in ("p99_s", "ttft_p99_s", "tpot_p99_s")})
     return tuple(
         AnswerRow(
             "target",
             f"{c.label} target",
             f"{format_duration(c.target_s)}: {'met' if c.met else 'missed'} ({format_duration(c.value_s)})",
         )
-        for c in targets.checks(serving)
+        for c in Targets.of(question).checks(serving)
     )
 
 

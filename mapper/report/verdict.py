@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mapper.core.classes import CLASSES, Bottleneck, Owner, fix_of
-from mapper.core.targets import Targets
+from mapper.core.targets import Targets, is_continuous
 from mapper.core.units import format_bytes, format_duration, format_number, overload_sentence
 
 
@@ -78,7 +78,7 @@ def _latency_target(doc: dict, targets: Targets) -> Finding | None:
 
 
 def _batching(serving: dict) -> str:
-    if serving.get("policy") == "continuous":
+    if is_continuous(serving):
         return f"continuous batching of up to {serving.get('max_batch', 1)} sequences"
     return f"{serving.get('policy', '')} batching up to {serving.get('max_batch', 1)}"
 

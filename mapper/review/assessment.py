@@ -23,7 +23,7 @@ from mapper.report.verdict import Finding, first_failure
 from mapper.review import steps
 from mapper.review.candidates import LATENCY_TARGET, Candidate, larger_batches, propose
 from mapper.review.ranking import best, chosen_because, rank
-from mapper.serve.llm import DEFAULT_OUTPUT_TOKENS, is_decoder, serve_model
+from mapper.serve.llm import DEFAULT_OUTPUT_TOKENS, follow_batch, is_decoder, mapped_batch, serve_model
 from mapper.serve.question import DECODER_REQUESTS, QUEUE_REQUESTS, Question, ServedLoad, serve_at_load
 
 CANDIDATE_FIELDS = ("label", "kind", "owner", "evidence", "latency_s", "gain", "fits", "fixes", "rejected", "cost")
@@ -48,14 +48,13 @@ class Assessment:
 
 
 def is_decode_step(model: ModelHandle, dims: dict[str, int]) -> bool:
-    roles = model.roles
-    return "past" in roles.values() and any(dims.get(n) == 1 for n, r in roles.items() if r == "seq")
+    """A decoder (it has a KV cache) bound at one new token: its latency is a time per output token."""
+    return is_decoder(model) and any(dims.get(n) == 1 for n, r in model.roles.items() if r == "seq")
 
 
-def slice_question(model: ModelHandle, dims: dict[str, int], question: Question) -> Question:
+def slice_question(model: ModelHandle, dims: dict[str, int], question: Question, decoder: bool) -> Question:
     """The question completed from the slice: a decoder's prompt is its context (the KV cache the slice binds,
     else its sequence) unless the question gives one; asking a request queue for TTFT/TPOT is refused."""
-    decoder = is_decoder(model)
     unanswerable = question.targets.unanswerable(decoder)
     if unanswerable:
         raise MapperError(
@@ -84,16 +83,17 @@ def assess_slice(
     """Map, serve, check, propose, choose: the slice's one assessment (see the module docstring)."""
     workload = model.bind(dims)
     dims = dict(workload.graph.dims)  # the slice's complete bindings (the model's defaults filled in)
-    question = slice_question(model, dims, question or Question())
+    decoder = is_decoder(model)
+    question = slice_question(model, dims, question or Question(), decoder)
     mapped = map_workload(workload, hw, options)
     mapped = replace(mapped, created_utc=created_utc) if created_utc else mapped
     load = serve_at_load(model, hw, options, question, dims, mapped)
-    result = replace(mapped, serving=serving_section(load, is_decoder(model), question, mapped.totals.batch))
+    result = replace(mapped, serving=serving_section(load, decoder, question, mapped_batch(model, dims)))
     doc = mapping_document(result)
     failure, dominant = first_failure(doc, question.targets), steps.dominant_class(doc)
     decode = is_decode_step(model, dims)
     base = (workload, hw, options)
-    candidates = propose(failure.check, dominant, base, doc, "past" in model.roles.values(), decode)
+    candidates = propose(failure.check, dominant, base, doc, decoder, decode)
     if decode and dominant == Bottleneck.MEMORY and mapped.memory.fits:  # more tokens per weight read
         candidates += larger_batches(model, dims, base, doc)
     if failure.check == LATENCY_TARGET:
@@ -106,14 +106,16 @@ def assess_slice(
     )
 
 
-def serving_section(load: ServedLoad, decoder: bool, question: Question, batch: int) -> dict:
+def serving_section(load: ServedLoad, decoder: bool, question: Question, batch: int | None) -> dict:
     """The Serving section at the assessment's load; at the saturation rate, the load without percentiles."""
     if load.run is not None:
         return load.run.section() | {"load": load.section()}
-    follow = question.serve.follow_mapped_batch
+    serving = question.serve.serving  # as serve_model would have batched it (follow_batch: the mapped batch)
+    if question.serve.follow_mapped_batch:
+        serving = follow_batch(serving, batch, decoder)
     return {
-        "policy": "continuous" if decoder else "static" if follow else question.serve.serving.policy,
-        "max_batch": batch if follow else question.serve.serving.max_batch,
+        "policy": "continuous" if decoder else serving.policy,
+        "max_batch": serving.max_batch,
         "offered_rate_per_s": load.rate_per_s,
         "capacity_per_s": load.saturation_per_s,
         "requests": 0,
@@ -127,7 +129,7 @@ def _served(c: Candidate, model, hw, question: Question, load: ServedLoad, dims)
     if not c.fits or c.kind != "plan":
         return c
     request = replace(question.serve, serving=replace(question.serve.serving, rate_per_s=load.rate_per_s))
-    section = serve_model(model, hw, c.options, request, dims).section()
+    section = serve_model(model, hw, c.options, request, dims).section()  # a trace, if any, replayed as given
     checks = question.targets.checks(section)
     return replace(c, target_checks=checks, p99_s=section.get("p99_s", section.get("latency_p99_s")))
 
@@ -161,9 +163,7 @@ def candidate_record(c: Candidate) -> dict:
         "changes": c.option_text(),
         "gain_text": c.gain_text(),
         "p99_s": c.p99_s,
-        "target_checks": [
-            {"label": t.label, "value_s": t.value_s, "target_s": t.target_s, "met": t.met} for t in c.target_checks
-        ],
+        "target_checks": [t.as_dict() for t in c.target_checks],
     }
 
 

@@ -9,6 +9,7 @@ from mapper.core.classes import Bottleneck
 from mapper.core.targets import Targets
 from mapper.core.units import format_bytes, format_duration
 from mapper.hardware.profile import HardwareProfile
+from mapper.report.answer import PERCENTILES
 from mapper.report.verdict import Finding
 
 ARTIFACT_KERNELS = 8  # kernels of the failing class the proving artifact lists, longest first
@@ -19,11 +20,8 @@ KERNEL_FIELDS = (
 TERA = 1e12  # display units: T/s from 1e12, else G/s
 
 
-SERVING_KPIS = (  # the Serving section's percentiles step 1 shows, by the kind of serving (None: not simulated)
-    "p50_s", "p95_s", "p99_s",
-    "ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "tpot_p50_s", "tpot_p95_s", "tpot_p99_s",
-    "latency_p50_s", "latency_p90_s", "latency_p99_s",
-)  # fmt: skip
+# The Serving section's percentiles step 1 shows (None: not simulated): every kind's, as report.answer reads them.
+SERVING_KPIS = tuple(key for rows in PERCENTILES.values() for _label, keys in rows for key in keys)
 
 
 def kpis(doc: dict, targets: Targets, decode: bool) -> dict:
@@ -44,10 +42,7 @@ def kpis(doc: dict, targets: Targets, decode: bool) -> dict:
         "load_rate_per_s": load.get("rate_per_s"),
         "load_derived": load.get("derived"),
         "load_sentence": load.get("sentence", ""),
-        "targets": [
-            {"label": c.label, "value_s": c.value_s, "target_s": c.target_s, "met": c.met}
-            for c in targets.checks(serving)
-        ],
+        "targets": [c.as_dict() for c in targets.checks(serving)],
         "layer_types": [
             {k: layer[k] for k in ("layer_type", "share", "mfu", "stall_fraction")} for layer in doc["layer_types"]
         ],

@@ -109,14 +109,14 @@ def _queue_load(model, hw, options, request: ServeRequest, dims, mapped, targets
     """A request queue: the load curve gives the saturation rate and the highest rate meeting the p99 target."""
     probe = serve_model(model, hw, options, replace(request, load_curve=True, p99_target_s=targets.p99_s), dims, mapped)
     curve = probe.curve
-    if curve is None:  # a trace replays its own arrivals: no curve, its run is the load
-        return ServedLoad(probe.result.offered_rate_per_s, LoadSource.GIVEN, probe.result.capacity_per_s, probe)
+    if curve is None:  # pragma: no cover - serve_model returns a curve whenever one is asked
+        raise AssertionError("a request queue's load curve was asked and not returned")
     keep = curve if request.load_curve else None
     if targets.p99_s is None:
         return ServedLoad(curve.saturation_rate_per_s, LoadSource.SATURATION, curve.saturation_rate_per_s, None, keep)
     best = curve.max_rate_meeting_target_per_s
     rate, source = (best, LoadSource.TARGET) if best else (curve.points[0].offered_rate_per_s, LoadSource.UNMET)
-    run = serve_model(model, hw, options, _at(request, rate), dims, mapped)
+    run = serve_model(model, hw, options, at_rate(request, rate), dims, mapped)
     return ServedLoad(rate, source, curve.saturation_rate_per_s, replace(run, curve=keep), keep)
 
 
@@ -128,7 +128,7 @@ def _decoder_load(model, hw, options, request: ServeRequest, dims, targets: Targ
         return ServedLoad(saturation, LoadSource.SATURATION, saturation, None)
 
     def run(rate: float) -> ServingRun:
-        return serve_model(model, hw, options, _at(request, rate), dims)
+        return serve_model(model, hw, options, at_rate(request, rate), dims)
 
     lo, hi = LIGHTEST_LOAD * saturation, HEAVIEST_LOAD * saturation
     lightest = run(lo)
@@ -148,5 +148,6 @@ def _decoder_load(model, hw, options, request: ServeRequest, dims, targets: Targ
     return ServedLoad(lo, LoadSource.TARGET, saturation, best)
 
 
-def _at(request: ServeRequest, rate: float) -> ServeRequest:
+def at_rate(request: ServeRequest, rate: float) -> ServeRequest:
+    """The request at this Poisson rate (a trace's own arrivals set aside)."""
     return replace(request, serving=replace(request.serving, rate_per_s=rate, trace=None))
