@@ -21,6 +21,7 @@ with st.container(key="verdict"):  # styled by its key (style.BASE_CSS): no HTML
 if first.kpis_unreachable:
     st.warning("Unreachable on this device as mapped: the figures below assume memory it does not have.")
 load_line = a["load"]["sentence"]
+answer = mapper.answer_rows(doc)  # the assessment's rows, as the Review, the sheet and `mapper map` print them
 
 
 def tile(column, label: str, value: str, help_text: str, note: str | None = None) -> None:
@@ -34,7 +35,7 @@ def tile(column, label: str, value: str, help_text: str, note: str | None = None
 def percentile_tiles(columns) -> None:
     """The p99 of each latency the assessment served at its load (a decoder: TTFT and TPOT per request), with
     the load in the note; "—" at the saturation rate, where no percentile exists."""
-    rows = {r.name: r.text for r in mapper.answer_rows(doc) if r.section == "latency"}
+    rows = {r.name: r.text for r in answer if r.section == "latency"}
     note = mapper.load_text(doc)
     shown = mapper.headline(doc)
     for column, (label, value) in zip(columns, shown.items(), strict=False):
@@ -71,7 +72,7 @@ tile(
     f"{ui.num(t['perf_per_watt'])} inferences/s per W at {ui.num(t['avg_power_w'], 'W')} average",
 )
 st.caption(f"Load: {ui.md(load_line)}")
-fix = [r for r in mapper.answer_rows(doc) if r.section == "fix"]
+fix = [r for r in answer if r.section == "fix"]
 if fix:
     st.markdown(" · ".join(f"**{ui.md(r.name.capitalize())}:** {ui.md(r.text)}" for r in fix[:1]))
 

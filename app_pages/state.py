@@ -230,7 +230,6 @@ def _serving_section(decoder: bool) -> mapper.Question:
         help="empty: the mapped batch" + ("; sequences decoding together" if decoder else ""), placeholder="mapped",
     )  # fmt: skip
     targets = {"p99_s": _optional(c1, "p99 target (ms)", "p99_target_ms", "request latency, end to end", 0.1)}
-    request: dict = {}
     if decoder:
         targets["ttft_p99_s"] = _optional(c2, "TTFT p99 target (ms)", "ttft_p99_ms", "time to first token", 0.1)
         targets["tpot_p99_s"] = _optional(c1, "TPOT p99 target (ms)", "tpot_p99_ms", "time per output token", 0.1)
