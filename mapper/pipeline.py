@@ -41,13 +41,14 @@ from mapper.cost import bottleneck
 from mapper.cost.assess import estimate_kernels
 from mapper.handle import ModelHandle, open_model
 from mapper.hardware.profile import HardwareProfile
+from mapper.hardware.target import device_target
 from mapper.plan import tiling
 from mapper.plan.attention_tiling import attention_fits
 from mapper.plan.experts import check_expert_parallel, plan_experts, resident_kernels
 from mapper.plan.fusion import plan_fusion
 from mapper.plan.kernels import WIDER_PRECISIONS, Sizer, build_kernels, precision_caveats, released_precision
 from mapper.plan.layout import LAYOUTS, plan_layout
-from mapper.plan.runtime import apply_kv_cache, choose_runtime, launch_profile, runtime_assumptions
+from mapper.plan.runtime import apply_kv_cache, choose_runtime, launch_cost_s, runtime_assumptions
 from mapper.plan.sharding import assign_roles, shard_kernels
 from mapper.schedule.memory import plan_memory
 from mapper.schedule.placement import place_on_devices
@@ -121,9 +122,10 @@ def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOpt
     kernels, layout = plan_kernels(workload, hardware, replace(options, attention_fusion=run.attention_fusion), sizer)
     kernels = apply_kv_cache(graph, kernels, run.kv_cache, sizer)
     kernels, memory = plan_devices(workload, kernels, sizer, hardware, options)
-    launched = launch_profile(hardware, run.launch)  # the cost stage charges the runtime's per-kernel launch
-    estimates = estimate_kernels(kernels, launched, dtype, sizer, options.power_cap_w, options.sparsity, caches)
-    estimates, parallel = place_on_devices(graph, estimates, options, launched, dtype, sizer)
+    sparse, launch_s = options.sparsity == Sparsity.TWO_FOUR, launch_cost_s(hardware, run.launch)
+    target = device_target(hardware, dtype, sizer.act, sizer.weight, options.power_cap_w, sparse, launch_s)
+    estimates = estimate_kernels(kernels, target, caches)
+    estimates, parallel = place_on_devices(graph, estimates, options, target, sizer)
     layers, totals = roll_up_slice(workload, estimates, sizer, hardware, dtype, options, parallel.slowest_stage_s)
     return MappingResult(
         model_name=graph.name,
@@ -271,7 +273,7 @@ def assumptions_used(hw: HardwareProfile, dtype: str, layout: str) -> tuple[tupl
     rows.append(("plan.dtype", dtype, "plan option (auto = the model's released precision)"))
     rows.append(("plan.conv_layout", layout, "plan option (auto = the profile's preferred layout)"))
     for mod, names in (
-        (tiling, ("SRAM_BYTES_PER_CLOCK", "OVERLAP_EXPONENT", "L2_REUSE_FRACTION", "ACCUMULATOR_BYTES")),
+        (tiling, ("L2_REUSE_FRACTION", "ACCUMULATOR_BYTES")),
         (bottleneck, ("LAUNCH_SHARE", "SYNC_SHARE", "OCCUPANCY_LIMIT")),
     ):
         for name in names:

@@ -12,7 +12,6 @@ from mapper.core.vocab import KernelRule
 from mapper.cost.bottleneck import Facts, speedup_if_removed
 from mapper.cost.roofline import kernel_time, memory_stall_fraction
 from mapper.plan.kernel_names import module_of, plan_names, what_it_is
-from mapper.plan.tiling import OVERLAP_EXPONENT
 
 A100 = mapper.load_hardware("a100-sxm-80gb")
 DECODE = {"batch": 32, "past": 2048, "seq": 1}  # mapper map llama2-7b --batch 32 --dim past=2048 --dim seq=1
@@ -133,15 +132,17 @@ def test_repeated_layers_group_under_the_kernel_name(decode):
 
 
 def test_memory_stall_is_the_memory_time_the_overlap_leaves_beyond_compute():
-    """The fused decode attention's figures (Llama-2-7B fp16 on A100, 696.5 us): compute 458.3 us (one query row
-    padded to the query block), memory 685.7 us; overlapped (p = 6): (458.3^6 + 685.7^6)^(1/6) = 695.5 us, of
-    which 695.5 - 458.3 = 237.2 us the engines wait on DRAM: 34.1% of 696.5 us (max(0, m - c) / t said 32.6%)."""
-    c, m, t = 458.3e-6, 685.7e-6, 696.5e-6
-    overlapped = (c**OVERLAP_EXPONENT + m**OVERLAP_EXPONENT) ** (1 / OVERLAP_EXPONENT)
-    assert overlapped == pytest.approx(695.5e-6, abs=0.1e-6)
-    assert memory_stall_fraction(c, m, t) == pytest.approx((overlapped - c) / t, rel=1e-12)
-    assert memory_stall_fraction(c, m, t) == pytest.approx(0.341, abs=0.001)
-    assert memory_stall_fraction(0.0, 0.0, 1e-6) == 0.0 and memory_stall_fraction(1.0, 1.0, 0.0) == 0.0
+    """The fused decode attention's figures (Llama-2-7B fp16 on A100, 689.5 us): compute 369.6 us (one query row
+    padded to the query block), memory 685.7 us; overlapped (p = 6): (369.6^6 + 685.7^6)^(1/6) = 688.5 us, of
+    which 688.5 - 369.6 = 318.9 us the engines wait on DRAM: 46.2% of 689.5 us (max(0, m - c) / t says 45.8%)."""
+    c, m, t = 369.6e-6, 685.7e-6, 689.5e-6
+    p = mapper.load_hardware("a100-sxm-80gb").overlap_exponent
+    assert p == 6.0
+    overlapped = (c**p + m**p) ** (1 / p)
+    assert overlapped == pytest.approx(688.5e-6, abs=0.1e-6)
+    assert memory_stall_fraction(c, m, t, p) == pytest.approx((overlapped - c) / t, rel=1e-12)
+    assert memory_stall_fraction(c, m, t, p) == pytest.approx(0.462, abs=0.001)
+    assert memory_stall_fraction(0.0, 0.0, 1e-6, p) == 0.0 and memory_stall_fraction(1.0, 1.0, 0.0, p) == 0.0
     assert "waits on DRAM" in mapper.MEMORY_STALL_DEFINITION or "wait on DRAM" in mapper.MEMORY_STALL_DEFINITION
 
 
@@ -157,7 +158,8 @@ def test_stall_agrees_with_the_class_and_the_time_split(decode):
     t = decode.totals
     weighted = sum(e.stall_fraction * e.time_s for e in decode.kernels) / t.latency_s
     assert t.memory_stall_fraction == pytest.approx(weighted, rel=1e-12)
-    assert t.memory_stall_fraction == pytest.approx(0.408, abs=0.002)  # 39.8% under max(0, m - c) / t
+    # 51.4% since the A100 GEMM curve's refit (40.8% before: its GEMMs computed slower, overlapping more of memory)
+    assert t.memory_stall_fraction == pytest.approx(0.514, abs=0.002)
     attention = next(layer for layer in decode.layers if layer.layer_type == "Attention")
     assert attention.share == pytest.approx(0.688, abs=0.005) and attention.stall_fraction > 0.3
 
@@ -185,14 +187,14 @@ def test_a_compute_bound_kernel_without_its_bottleneck_computes_at_its_peak():
     """Compute 111.4 us at 49% of the peak (roofline 55.1 us), memory 44.2 us, launch 1 us: without the compute
     loss it computes at its roofline and still streams its memory: (55.1^6 + 44.2^6)^(1/6) + 1 = 58.3 us, so
     112.5 / 58.3 = 1.93x, not 112.5 / (44.2 + 1) = 2.49x."""
-    f = Facts("matrix", 112.5e-6, 111.4e-6, 44.2e-6, 1e-6, 0.0, 100.0, 153.0, 4, 1.0, 1.0,
+    f = Facts("matrix", 112.5e-6, 111.4e-6, 44.2e-6, 1e-6, 0.0, 100.0, 153.0, 4, 1.0, 1.0, 6.0,
               compute_roofline_s=55.1e-6, memory_roofline_s=40e-6, roofline_s=55.1e-6)  # fmt: skip
-    rest = kernel_time(55.1e-6, 44.2e-6, 1e-6, 0.0)
+    rest = kernel_time(55.1e-6, 44.2e-6, 1e-6, 0.0, 6.0)
     assert rest == pytest.approx(58.3e-6, abs=0.05e-6)
     assert speedup_if_removed(Bottleneck.COMPUTE_MATRIX, f) == pytest.approx(112.5 / 58.3, rel=1e-3)
-    memory_bound = Facts("matrix", 23.7e-6, 11.1e-6, 22.7e-6, 1e-6, 0.0, 32.0, 153.0, 1, 1.0, 1.0,
+    memory_bound = Facts("matrix", 23.7e-6, 11.1e-6, 22.7e-6, 1e-6, 0.0, 32.0, 153.0, 1, 1.0, 1.0, 6.0,
                          compute_roofline_s=3.4e-6, memory_roofline_s=16.6e-6, roofline_s=16.6e-6)  # fmt: skip
-    expected = 23.7e-6 / kernel_time(11.1e-6, 16.6e-6, 1e-6, 0.0)  # its bytes at DRAM's peak, compute as costed
+    expected = 23.7e-6 / kernel_time(11.1e-6, 16.6e-6, 1e-6, 0.0, 6.0)  # its bytes at DRAM's peak, compute as costed
     assert speedup_if_removed(Bottleneck.MEMORY, memory_bound) == pytest.approx(expected, rel=1e-12)
     assert math.isclose(speedup_if_removed(Bottleneck.MEMORY, memory_bound), 1.33, abs_tol=0.01)
     assert "roofline" in mapper.SPEEDUP_DEFINITION

@@ -19,17 +19,18 @@ from mapper.plan.tiling import alignment_shares
 from tests.test_tiling_batch import _gemm
 
 HEADROOM_W = 500.0
+P = 6.0  # every built-in profile's overlap exponent
 
 
 def _cap(compute_s, memory_s, flop_j, byte_j, headroom_w=HEADROOM_W, overhead_s=1e-6):
     parts = (compute_s, memory_s, overhead_s, 0.0)
-    return under_cap(kernel_time(*parts), parts, flop_j, flop_j + byte_j, headroom_w)
+    return under_cap(kernel_time(*parts, P), parts, flop_j, flop_j + byte_j, headroom_w, P)
 
 
 def test_under_the_cap_nothing_changes():
     capped = _cap(100e-6, 50e-6, 0.01, 0.005)  # 150 W over ~100 us
     assert not capped.throttled
-    assert capped.time_s == kernel_time(100e-6, 50e-6, 1e-6, 0.0) and capped.dynamic_j == 0.015
+    assert capped.time_s == kernel_time(100e-6, 50e-6, 1e-6, 0.0, P) and capped.dynamic_j == 0.015
 
 
 def test_a_compute_bound_kernel_settles_at_the_cap():
@@ -56,8 +57,8 @@ def test_a_kernel_that_stays_memory_bound_keeps_its_time():
     where 0.04 c^2 + 0.03 J = 500 W x 100 us gives c = sqrt(0.5)."""
     capped = _cap(5e-6, 100e-6, 0.04, 0.03, overhead_s=0.0)  # 700 W at the full clock
     assert capped.throttled
-    assert capped.time_s == pytest.approx(kernel_time(5e-6 / 0.5**0.5, 100e-6, 0.0, 0.0), rel=1e-9)
-    assert capped.time_s < 1.001 * kernel_time(5e-6, 100e-6, 0.0, 0.0)
+    assert capped.time_s == pytest.approx(kernel_time(5e-6 / 0.5**0.5, 100e-6, 0.0, 0.0, P), rel=1e-9)
+    assert capped.time_s < 1.001 * kernel_time(5e-6, 100e-6, 0.0, 0.0, P)
 
 
 def test_a_stream_with_no_flops_stretches_by_its_energy():
@@ -113,7 +114,8 @@ def test_optional_curves_and_alignment_round_trip():
 
 def test_classify_reads_the_shares():
     facts = dict(engine="matrix", time_s=10e-6, compute_s=9e-6, memory_s=2e-6, overhead_s=1e-6, sync_s=0.0,
-                 intensity=500.0, ridge=200.0, waves=4, wave_efficiency=0.95, padding_efficiency=1.0)  # fmt: skip
+                 intensity=500.0, ridge=200.0, waves=4, wave_efficiency=0.95, padding_efficiency=1.0,
+                 overlap_exponent=P)  # fmt: skip
     assert classify(Facts(**facts))[0] == Bottleneck.COMPUTE_MATRIX
     unaligned = Facts(**facts, aligned_rate_share=0.2)
     assert classify(unaligned)[0] == Bottleneck.ALIGNMENT

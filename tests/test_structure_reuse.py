@@ -15,6 +15,7 @@ import mapper
 from mapper.core.caches import ModelCaches
 from mapper.core.timeline import Kernels
 from mapper.cost.assess import estimate_kernels
+from mapper.hardware.target import device_target
 from mapper.model.onnx_import import import_graph
 from mapper.plan.attention_tiling import attention_fits
 from mapper.plan.fusion import Group, plan_fusion
@@ -85,8 +86,9 @@ def test_a_repeated_kernel_is_assessed_as_its_first(fusion):
     kernels = build_kernels(workload, groups, sizer, hw, attention_fits)
     repeats = [k for k, first in enumerate(kernels.shared) if first != k]
     assert len(repeats) > 100 and all(kernels.sources[kernels.shared[k]] is kernels.sources[k] for k in repeats)
-    shared = estimate_kernels(kernels, hw, "bf16", sizer, None, "dense", workload.caches)
-    written = estimate_kernels(Kernels.of(list(kernels)), hw, "bf16", sizer, None, "dense")
+    target = device_target(hw, "bf16", sizer.act, sizer.weight, None, False, hw.kernel_launch_s)
+    shared = estimate_kernels(kernels, target, workload.caches)
+    written = estimate_kernels(Kernels.of(list(kernels)), target)
     assert Kernels.of(list(kernels)).shared is None and list(shared) == list(written)
 
 

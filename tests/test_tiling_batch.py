@@ -22,18 +22,24 @@ from mapper.core.result import Kernel, MatrixShape, TileChoice, TilePlan
 from mapper.core.vocab import Engine, KernelRule
 from mapper.cost.estimate import Basis, _on_kernel_basis, estimate_cost
 from mapper.cost.roofline import kernel_time, kernel_times
+from mapper.hardware.target import device_target
 from mapper.plan.tiling import (
     ACCUMULATOR_BYTES,
     ALTERNATIVES_KEPT,
-    L2_CLUSTER_SHARING,
     L2_REUSE_FRACTION,
-    SRAM_BYTES_PER_CLOCK,
     _candidates,
     _fitting,
     macs_per_clock_per_unit,
     plan_matrices,
     smooth_max,
 )
+
+P = 6.0  # every built-in profile's overlap exponent
+
+
+def _target(hw, cap):
+    """H100 at bf16, its eager launch, under `cap`."""
+    return device_target(hw, "bf16", 2.0, 2.0, cap, False, hw.kernel_launch_s)
 
 
 def _reference_plan(kernel, hw, peak, act_bytes, weight_bytes_per) -> TilePlan:
@@ -55,7 +61,7 @@ def _reference_plan(kernel, hw, peak, act_bytes, weight_bytes_per) -> TilePlan:
         tiles_m, tiles_n = np.ceil(M / tm), np.ceil(N / tn)
         base_tiles = B * tiles_m * tiles_n
     need = macs * (tm + tn) / (tm * tn) * act_bytes  # of the table searched: the fitting one or the fallback
-    tile_eff = np.minimum(1.0, SRAM_BYTES_PER_CLOCK / need)
+    tile_eff = np.minimum(1.0, hw.sram_bytes_per_clock_per_unit / need)
     if not ok.all():
         tm, tn, tk, st, sk, sram, tiles_m, tiles_n, base_tiles, tile_eff = (
             a[ok] for a in (tm, tn, tk, st, sk, sram, tiles_m, tiles_n, base_tiles, tile_eff)
@@ -85,12 +91,12 @@ def _reference_plan(kernel, hw, peak, act_bytes, weight_bytes_per) -> TilePlan:
         + b_bytes * (passes_b - 1)
         + np.where(partials > hw.l2_bytes, partials, 0)
     )
-    l2 = (a_bytes * tiles_n + b_bytes * tiles_m) / L2_CLUSTER_SHARING + partials
+    l2 = (a_bytes * tiles_n + b_bytes * tiles_m) / hw.l2_cluster_sharing + partials
     curve = hw.matrix_dram_efficiency or hw.dram_efficiency  # a matrix kernel's own stream, where the profile has one
     memory = np.maximum(
         dram / (hw.dram_bandwidth_bytes_per_s * (curve.at_array(dram) * dram_share)), l2 / hw.l2_bandwidth_bytes_per_s
     )
-    time = smooth_max(compute, memory) + np.where(sk > 1, hw.grid_sync_s, 0.0)
+    time = smooth_max(compute, memory, hw.overlap_exponent) + np.where(sk > 1, hw.grid_sync_s, 0.0)
     fields = (tm, tn, tk, st, sk, tiles, waves, wave_eff, pad_eff, sram, dram, l2, compute, memory, time)
     choices, seen = [], set()
     for i in np.argsort(time, kind="stable").tolist():
@@ -152,7 +158,8 @@ def test_nothing_fits_falls_back_alone_inside_a_batch(h100):
     kernels = [_gemm(*s) for s in SHAPES[:4]]
     peak = h100.matrix_peak("bf16")
     expected = [_reference_plan(k, tiny, peak, 2.0, 2.0) for k in kernels]
-    assert len(_fitting(tiny.matrix_instruction_mnk, 2.0, 4096, macs_per_clock_per_unit(tiny, peak))[0]) == 0
+    macs = macs_per_clock_per_unit(tiny, peak)
+    assert len(_fitting(tiny.matrix_instruction_mnk, 2.0, 4096, macs, tiny.sram_bytes_per_clock_per_unit)[0]) == 0
     assert plan_matrices(kernels, tiny, peak, 2.0, 2.0) == expected
 
 
@@ -182,7 +189,7 @@ def test_candidates_timed_in_the_search_equal_the_cost_stages_re_timing(h100):
     kernels = [_gemm(*s) for s in SHAPES]
     peak = h100.matrix_peak("bf16")
     for cap in (None, 150.0):  # a low power cap throttles some candidates
-        bases = [Basis.of(k, h100, "bf16", cap) for k in kernels]
+        bases = [Basis.of(k, _target(h100, cap)) for k in kernels]
         timed = plan_matrices(kernels, h100, peak, 2.0, 2.0, bases)
         plain = plan_matrices(kernels, h100, peak, 2.0, 2.0)
         assert timed == [_on_kernel_basis(p, b) for p, b in zip(plain, bases)]
@@ -200,7 +207,7 @@ def test_a_mappings_power_cap_times_its_batched_search_as_each_kernels_own_cost(
         matrix = [e for e in result.kernels if e.assessment.tiling.kind == "matrix"]
         assert matrix
         for e in matrix:
-            assert e.assessment.tiling == estimate_cost(e.kernel, hw, "bf16", 2.0, 2.0, cap).tiling, (
+            assert e.assessment.tiling == estimate_cost(e.kernel, _target(hw, cap)).tiling, (
                 cap,
                 e.kernel.name,
             )
@@ -210,9 +217,9 @@ def test_kernel_time_is_the_smooth_max_of_scalars():
     rng = random.Random(3)
     pairs = [(10 ** rng.uniform(-8, -1), 10 ** rng.uniform(-8, -1)) for _ in range(20000)] + [(0.0, 1e-5), (1e-5, 0.0)]
     for c, m in pairs:
-        assert kernel_time(c, m, 2e-6, 1e-6) == float(smooth_max(c, m)) + 2e-6 + 1e-6
+        assert kernel_time(c, m, 2e-6, 1e-6, P) == float(smooth_max(c, m, P)) + 2e-6 + 1e-6
     cs, ms = zip(*pairs[:500])
-    assert kernel_times(cs, ms, 2e-6, [0.0] * 500) == [kernel_time(c, m, 2e-6, 0.0) for c, m in zip(cs, ms)]
+    assert kernel_times(cs, ms, 2e-6, [0.0] * 500, P) == [kernel_time(c, m, 2e-6, 0.0, P) for c, m in zip(cs, ms)]
 
 
 def test_record_copies_equal_dataclasses_replace():
@@ -230,7 +237,7 @@ def test_assessments_make_only_the_missing_in_order():
         asked.append(list(positions))
         return [f"v{i}" for i in positions]
 
-    assert caches.assessments("hw", ("plan",), ["a", "b"], make) == ["v0", "v1"]
-    assert caches.assessments("hw", ("plan",), ["c", "a", "d"], make) == ["v0", "v0", "v2"]
-    assert caches.assessments("hw", ("other",), ["a"], make) == ["v0"]  # the plan is in the key
+    assert caches.assessments(("hw", "plan"), ["a", "b"], make) == ["v0", "v1"]
+    assert caches.assessments(("hw", "plan"), ["c", "a", "d"], make) == ["v0", "v0", "v2"]
+    assert caches.assessments(("hw", "other"), ["a"], make) == ["v0"]  # the target is in the key
     assert asked == [[0, 1], [0, 2], [0]]

@@ -317,6 +317,7 @@ def _facts(**kw):
         waves=4,
         wave_efficiency=0.95,
         padding_efficiency=1.0,
+        overlap_exponent=6.0,
     )
     return Facts(**{**base, **kw})
 

@@ -193,13 +193,13 @@ class ModelCaches:
         node derives): the graph's structure (its weights, their storage types and consumers)."""
         return self._get("weight_tally", structure, make)
 
-    def assessments(self, hardware_sha256: str, plan: tuple, kernels: list[tuple], make: Callable[[list[int]], list]):
-        """Kernels' tiling, cost and class (`assess.assess_kernels`), each keyed by the profile's content (its
-        hash), the plan's figures (dtype, element sizes, power cap, ridge point, 2:4 sparsity) and every kernel
-        field the assessment reads (`assess.assessment_key`): repeated layers and slices of equal extents share
-        one. `make(positions)` assesses the kernels not kept, given their positions in `kernels`, in one call
-        (a slice's new tile searches run as one numpy evaluation); the answer is in `kernels`' order."""
-        keys = [(hardware_sha256, plan, kernel) for kernel in kernels]
+    def assessments(self, target: tuple, kernels: list[tuple], make: Callable[[list[int]], list]):
+        """Kernels' tiling, cost and class (`assess.assess_kernels`), each keyed by its target (`Target.key`: the
+        profile's content hash, the plan's dtype, element sizes, power cap, 2:4 sparsity and launch cost) and
+        every kernel field the assessment reads (`assess.assessment_key`): repeated layers and slices of equal
+        extents share one. `make(positions)` assesses the kernels not kept, given their positions in `kernels`, in
+        one call (a slice's new tile searches run as one numpy evaluation); the answer is in `kernels`' order."""
+        keys = [(target, kernel) for kernel in kernels]
         with self._lock:  # held while computing, as `_get`
             entries = self._tables.setdefault("assessment", OrderedDict())
             values = [entries.get(key, _MISSING) for key in keys]

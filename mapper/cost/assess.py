@@ -1,4 +1,4 @@
-"""Stage six: each kernel tiled, costed and classed, placed on the one-stream timeline.
+"""Each kernel tiled, costed and classed, placed on the one-stream timeline.
 
 `estimate_kernels` runs the tiling search and roofline cost (`estimate`) and the bottleneck classes
 (`bottleneck`) over a mapping's kernels; identical kernels (a decoder's repeated blocks) are assessed once.
@@ -15,8 +15,7 @@ from mapper.core.timeline import KernelEstimates, Kernels
 from mapper.cost.bottleneck import Facts, classify, speedup_if_removed
 from mapper.cost.estimate import Cost, estimate_searched, roofline_parts, search_matrices
 from mapper.cost.roofline import memory_stall_fraction
-from mapper.hardware.profile import HardwareProfile
-from mapper.plan.kernels import Sizer
+from mapper.hardware.target import Target
 from mapper.plan.tiling import alignment_shares
 
 # 2:4 structured sparsity (NVIDIA Ampere and later; Mishra et al. 2021, arXiv:2104.08378): two of every four
@@ -26,27 +25,12 @@ SPARSE_METADATA_BYTES_PER_ELEMENT = 2 * 2 / 4 / 8  # 2 bits x 2 kept values per 
 SPARSE_MATRIX_KINDS = ("gemm", "conv")  # weight GEMMs (convs as implicit GEMMs); attention has no weights
 
 
-def estimate_kernels(
-    kernels: list[Kernel],
-    hw: HardwareProfile,
-    dtype: str,
-    sizer: Sizer,
-    power_cap_w: float | None,
-    sparsity: str = "dense",
-    caches: ModelCaches | None = None,
-) -> KernelEstimates:
-    """Tile, cost and classify each kernel, placing it on the one-stream timeline. With sparsity "2:4",
-    weight GEMMs read compressed weights and run at the profile's sparse matrix peak. With the model's
+def estimate_kernels(kernels: list[Kernel], target: Target, caches: ModelCaches | None = None) -> KernelEstimates:
+    """Tile, cost and classify each kernel on the target, placing it on the one-stream timeline. On a 2:4 sparse
+    target, weight GEMMs read compressed weights and run at the profile's sparse matrix peak. With the model's
     `caches`, an assessment is kept across slices: a sweep's shapes of equal extents (batch 2 x seq 256
     and batch 4 x seq 128 give the same projections) search each tiling once, and the new ones of a slice
     are assessed together (`assess_kernels`: one numpy evaluation of their tile searches)."""
-    ridge = (
-        hw.ridge_point(dtype)
-        if dtype != "fp32" or "fp32" in hw.matrix_peak_flops_per_s
-        else hw.vector_peak("fp32") / hw.dram_bandwidth_bytes_per_s
-    )
-    sparse = sparsity == "2:4"
-    plan = (dtype, sizer.act, sizer.weight, power_cap_w, ridge, sparse)
     # repeated layers (80 decoder blocks) are assessed once, as the first of their key: each kernel's key is
     # hashed once, into the position of its distinct kernel; a position the builder says repeats an earlier one's
     # kernel (`Kernels.shared`) takes that one's without a key
@@ -67,12 +51,12 @@ def estimate_kernels(
         at.append(i)
 
     def assess(positions: list[int]) -> list[tuple[str, KernelAssessment]]:
-        return assess_kernels([firsts[i] for i in positions], hw, dtype, sizer, power_cap_w, ridge, sparse)
+        return assess_kernels([firsts[i] for i in positions], target)
 
     if caches is None:
         assessed = assess(list(range(len(firsts))))
     else:
-        assessed = caches.assessments(hw.sha256, plan, list(distinct), assess)
+        assessed = caches.assessments(target.key, list(distinct), assess)
     placed: list[Kernel] = []  # each source as the search chose its engine (a repeat: its first's record)
     assessments, starts, start = [], [], 0.0
     for j, (k, i) in enumerate(zip(sources, at)):
@@ -108,26 +92,15 @@ def sparse_weight_bytes_per(weight_bytes_per: float) -> float:
     return weight_bytes_per * SPARSE_KEPT_FRACTION + SPARSE_METADATA_BYTES_PER_ELEMENT
 
 
-def assess_kernels(
-    kernels: list[Kernel],
-    hw: HardwareProfile,
-    dtype: str,
-    sizer: Sizer,
-    power_cap_w: float | None,
-    ridge: float,
-    sparse: bool = False,
-) -> list[tuple[str, KernelAssessment]]:
+def assess_kernels(kernels: list[Kernel], target: Target) -> list[tuple[str, KernelAssessment]]:
     """(the engine the tile search chose, the kernel's assessment) of each kernel: its tile, time, traffic and
     class. The matrix tile searches of all of them run as one numpy evaluation (`search_matrices`)."""
-    compressed = sparse_weight_bytes_per(sizer.weight)
-    flags = [sparse and is_sparse_gemm(k) for k in kernels]
-    kernels = [_sparsified(k, sizer.weight, compressed) if f else k for k, f in zip(kernels, flags)]
-    weight_per = [compressed if f else sizer.weight for f in flags]
-    searched = search_matrices(kernels, weight_per, flags, hw, dtype, sizer.act, power_cap_w)
-    return [
-        _assessed(k, estimate_searched(k, s, hw, dtype, sizer.act, power_cap_w), hw, dtype, ridge, sizer.act)
-        for k, s in zip(kernels, searched)
-    ]
+    compressed = sparse_weight_bytes_per(target.weight_bytes)
+    flags = [target.sparse and is_sparse_gemm(k) for k in kernels]
+    kernels = [_sparsified(k, target.weight_bytes, compressed) if f else k for k, f in zip(kernels, flags)]
+    weight_per = [compressed if f else target.weight_bytes for f in flags]
+    searched = search_matrices(kernels, weight_per, flags, target)
+    return [_assessed(k, estimate_searched(k, s, target), target) for k, s in zip(kernels, searched)]
 
 
 def _sparsified(k: Kernel, weight_per: float, compressed: float) -> Kernel:
@@ -136,20 +109,18 @@ def _sparsified(k: Kernel, weight_per: float, compressed: float) -> Kernel:
     return replace(k, dram_bytes=k.dram_bytes - saved, weight_bytes=k.weight_bytes - saved)
 
 
-def _assessed(
-    k: Kernel, c: Cost, hw: HardwareProfile, dtype: str, ridge: float, act_bytes: float
-) -> tuple[str, KernelAssessment]:
-    chosen = c.tiling.chosen
+def _assessed(k: Kernel, c: Cost, target: Target) -> tuple[str, KernelAssessment]:
+    chosen, dtype, exponent = c.tiling.chosen, target.dtype, target.overlap_exponent
     intensity = k.flops / c.dram_bytes if c.dram_bytes else float("inf")
-    rate_share, dram_share = alignment_shares(k, hw, act_bytes)
-    compute_roof, memory_roof = roofline_parts(k, c.engine, hw, dtype)
+    rate_share, dram_share = alignment_shares(k, target.hw, target.act_bytes)
+    compute_roof, memory_roof = roofline_parts(k, c.engine, target)
     facts = Facts(
-        c.engine, c.time_s, c.compute_time_s, c.memory_time_s, c.overhead_s, c.sync_s, intensity, ridge,
-        chosen.waves if chosen else 0, chosen.wave_efficiency if chosen else 1.0,
-        chosen.padding_efficiency if chosen else 1.0, c.interconnect_s, rate_share, dram_share,
+        c.engine, c.time_s, c.compute_time_s, c.memory_time_s, c.overhead_s, c.sync_s, intensity,
+        target.ridge_flop_per_byte, chosen.waves if chosen else 0, chosen.wave_efficiency if chosen else 1.0,
+        chosen.padding_efficiency if chosen else 1.0, exponent, c.interconnect_s, rate_share, dram_share,
         compute_roof, memory_roof, max(compute_roof, memory_roof),
     )  # fmt: skip
-    stall = memory_stall_fraction(c.compute_time_s, c.memory_time_s, c.time_s)
+    stall = memory_stall_fraction(c.compute_time_s, c.memory_time_s, c.time_s, exponent)
     bottleneck, evidence, owner = classify(facts)
     return c.engine, _new_assessment(
         tiling=c.tiling, dtype=dtype, time_s=c.time_s, compute_time_s=c.compute_time_s,

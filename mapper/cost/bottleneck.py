@@ -1,6 +1,6 @@
 """Bottleneck classes: an ordered rule table with named thresholds (first match wins).
 
-Stage eight. Every kernel gets exactly one class (PRIMER s6), the evidence in
+Every kernel gets exactly one class (PRIMER s6), the evidence in
 words a reviewer can check, and the owner who acts on it.
 """
 
@@ -36,6 +36,7 @@ class Facts:
     waves: int
     wave_efficiency: float
     padding_efficiency: float
+    overlap_exponent: float  # the profile's smooth max of compute and memory (`roofline.kernel_time`)
     interconnect_s: float = 0.0
     aligned_rate_share: float = 1.0  # the matrix rate an unaligned GEMM keeps (tiling.alignment_shares)
     aligned_dram_share: float = 1.0  # the DRAM efficiency it keeps
@@ -47,8 +48,9 @@ class Facts:
 def _aligned_time(f: Facts) -> float:
     """The kernel's time on the aligned path: its compute and memory at the rates an aligned GEMM has (the same
     stretch under the power cap, if any, as its time has over its roofline)."""
-    parts = kernel_time(f.compute_s, f.memory_s, f.overhead_s, f.sync_s)
-    aligned = kernel_time(f.compute_s * f.aligned_rate_share, f.memory_s * f.aligned_dram_share, f.overhead_s, f.sync_s)
+    parts = kernel_time(f.compute_s, f.memory_s, f.overhead_s, f.sync_s, f.overlap_exponent)
+    compute_s, memory_s = f.compute_s * f.aligned_rate_share, f.memory_s * f.aligned_dram_share
+    aligned = kernel_time(compute_s, memory_s, f.overhead_s, f.sync_s, f.overlap_exponent)
     return f.time_s * aligned / parts if parts > 0 else f.time_s
 
 
@@ -140,20 +142,29 @@ RULES: tuple[BottleneckRule, ...] = (
 # aligned path, the op on the device. What a fix that removed the bottleneck entirely would leave: never below the
 # kernel's roofline (a collective's wire time is its floor), so its ratio to the time is at most time / roofline.
 WITHOUT_BOTTLENECK: dict[Bottleneck, Callable[[Facts], float]] = {
-    Bottleneck.HOST: lambda f: kernel_time(0.0, f.memory_s, f.overhead_s, f.sync_s),  # the op on the device
+    Bottleneck.HOST: lambda f: kernel_time(
+        0.0, f.memory_s, f.overhead_s, f.sync_s, f.overlap_exponent
+    ),  # the op on the device
     Bottleneck.INTERCONNECT: lambda f: max(f.time_s - f.interconnect_s, 0.0),
-    Bottleneck.LAUNCH: lambda f: kernel_time(f.compute_s, f.memory_s, 0.0, f.sync_s),
-    Bottleneck.SYNCHRONIZATION: lambda f: kernel_time(f.compute_s, f.memory_s, f.overhead_s, 0.0),
+    Bottleneck.LAUNCH: lambda f: kernel_time(f.compute_s, f.memory_s, 0.0, f.sync_s, f.overlap_exponent),
+    Bottleneck.SYNCHRONIZATION: lambda f: kernel_time(f.compute_s, f.memory_s, f.overhead_s, 0.0, f.overlap_exponent),
     Bottleneck.ALIGNMENT: _aligned_time,
     Bottleneck.OCCUPANCY: lambda f: kernel_time(
         max(f.compute_s * f.wave_efficiency * f.padding_efficiency, f.compute_roofline_s),
         f.memory_s,
         f.overhead_s,
         f.sync_s,
+        f.overlap_exponent,
     ),
-    Bottleneck.MEMORY: lambda f: kernel_time(f.compute_s, f.memory_roofline_s, f.overhead_s, f.sync_s),
-    Bottleneck.COMPUTE_MATRIX: lambda f: kernel_time(f.compute_roofline_s, f.memory_s, f.overhead_s, f.sync_s),
-    Bottleneck.COMPUTE_VECTOR: lambda f: kernel_time(f.compute_roofline_s, f.memory_s, f.overhead_s, f.sync_s),
+    Bottleneck.MEMORY: lambda f: kernel_time(
+        f.compute_s, f.memory_roofline_s, f.overhead_s, f.sync_s, f.overlap_exponent
+    ),
+    Bottleneck.COMPUTE_MATRIX: lambda f: kernel_time(
+        f.compute_roofline_s, f.memory_s, f.overhead_s, f.sync_s, f.overlap_exponent
+    ),
+    Bottleneck.COMPUTE_VECTOR: lambda f: kernel_time(
+        f.compute_roofline_s, f.memory_s, f.overhead_s, f.sync_s, f.overlap_exponent
+    ),
 }
 
 

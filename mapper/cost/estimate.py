@@ -1,6 +1,6 @@
 """Cost of one kernel: time and its parts, traffic, energy and power under the cap.
 
-Stage seven. Each kernel's compute and memory time on its engine go through the one roofline
+Each kernel's compute and memory time on its engine go through the one roofline
 (`cost.roofline.kernel_time`: a smooth max plus fixed overheads). Compute time uses the engine's peak at the
 plan dtype and the profile's size-dependent efficiency; memory time uses DRAM (with its size-dependent
 efficiency, a matrix kernel's own curve where the profile has one) and L2. Power follows PRIMER s7: idle
@@ -14,12 +14,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from mapper.core.result import Kernel, TilePlan
-from mapper.core.vocab import Engine
+from mapper.core.vocab import Engine, KernelRule
 from mapper.cost.collectives import collective_time
 from mapper.cost.power_cap import under_cap
 from mapper.cost.roofline import kernel_time, kernel_times
 from mapper.cost.row_kernels import row_kernel_memory_s
 from mapper.hardware.profile import HardwareProfile
+from mapper.hardware.target import Target
 from mapper.plan.attention_tiling import plan_attention
 from mapper.plan.tiling import alignment_shares, plan_matrices, plan_vector
 
@@ -43,36 +44,28 @@ class Cost:
     interconnect_s: float = 0.0
 
 
-def roofline_parts(kernel: Kernel, engine: str, hw: HardwareProfile, dtype: str) -> tuple[float, float]:
+def roofline_parts(kernel: Kernel, engine: str, target: Target) -> tuple[float, float]:
     """(compute, memory) of the kernel at its roofline (PRIMER s5): its FLOPs at the engine's peak and its boundary
     bytes at DRAM bandwidth; no efficiency, tiling re-reads, launch or sync. A host op has no device roofline:
     its transfers over the host link are the floor (as memory)."""
+    hw = target.hw
     if engine == Engine.HOST:
         return 0.0, kernel.dram_bytes / max(hw.interconnect.link_bandwidth_bytes_per_s, 1.0)
     if engine == Engine.MATRIX:
         other = kernel.flops - kernel.matrix_flops
-        compute_s = kernel.matrix_flops / hw.matrix_peak(dtype) + max(other, 0.0) / hw.vector_peak(dtype)
+        compute_s = (
+            kernel.matrix_flops / target.matrix_peak_flops_per_s + max(other, 0.0) / target.vector_peak_flops_per_s
+        )
     else:
-        compute_s = max(kernel.flops / hw.vector_peak(dtype), kernel.sfu_ops / hw.sfu_peak_ops_per_s)
+        compute_s = max(kernel.flops / target.vector_peak_flops_per_s, kernel.sfu_ops / hw.sfu_peak_ops_per_s)
     return compute_s, kernel.dram_bytes / hw.dram_bandwidth_bytes_per_s
 
 
-def roofline_time(kernel: Kernel, engine: str, hw: HardwareProfile, dtype: str) -> float:
-    """The kernel at its roofline: the longer of its compute and memory there (`roofline_parts`)."""
-    return max(roofline_parts(kernel, engine, hw, dtype))
-
-
-def _energy_per_flop(hw: HardwareProfile, dtype: str) -> float:
-    table = hw.energy_per_flop_j
-    return table.get(dtype) or table.get("bf16") or table.get("fp32") or next(iter(table.values()))
-
-
-def _vector_cost(
-    kernel: Kernel, tiling: TilePlan, hw: HardwareProfile, dtype: str, act_bytes: float, gemv: bool = False
-):
+def _vector_cost(kernel: Kernel, tiling: TilePlan, target: Target, gemv: bool = False):
     """`gemv`: a skinny GEMM on the vector units streams its weights as the matrix kernels do (the matrix DRAM
     curve, and what an unaligned stride keeps of it)."""
-    vector_s = kernel.flops / (hw.vector_peak(dtype) * hw.vector_efficiency.at(kernel.dram_bytes))
+    hw, act_bytes = target.hw, target.act_bytes
+    vector_s = kernel.flops / (target.vector_peak_flops_per_s * hw.vector_efficiency.at(kernel.dram_bytes))
     sfu_s = kernel.sfu_ops / hw.sfu_peak_ops_per_s
     dram = kernel.dram_bytes * tiling.passes if tiling.passes > 1 else kernel.dram_bytes
     curve = hw.matrix_dram_curve if gemv else hw.dram_efficiency
@@ -84,33 +77,19 @@ def _vector_cost(
     return max(vector_s, sfu_s), memory_s, dram, dram, engine
 
 
-def estimate_cost(
-    kernel: Kernel,
-    hw: HardwareProfile,
-    dtype: str,
-    act_bytes: float,
-    weight_bytes_per: float,
-    power_cap_w: float | None = None,
-    sparse: bool = False,
-) -> Cost:
-    """`sparse`: a 2:4-sparse weight GEMM (`weight_bytes_per` already compressed): the sparse matrix peak."""
-    (searched,) = search_matrices((kernel,), (weight_bytes_per,), (sparse,), hw, dtype, act_bytes, power_cap_w)
-    return estimate_searched(kernel, searched, hw, dtype, act_bytes, power_cap_w)
+def estimate_cost(kernel: Kernel, target: Target) -> Cost:
+    """One kernel's cost on the target, its weights dense (a sweep's or a placement's single kernel)."""
+    (searched,) = search_matrices((kernel,), (target.weight_bytes,), (False,), target)
+    return estimate_searched(kernel, searched, target)
 
 
 def takes_matrix_search(kernel: Kernel) -> bool:
     """A kernel `plan_matrices` tiles: a GEMM or conv on the matrix engine (fused attention has its own search)."""
-    return kernel.engine == "matrix" and kernel.rule != "flash-attention"
+    return kernel.engine == Engine.MATRIX and kernel.rule != KernelRule.FLASH_ATTENTION
 
 
 def search_matrices(
-    kernels: Sequence[Kernel],
-    weight_bytes_per: Sequence[float],
-    sparse: Sequence[bool],
-    hw: HardwareProfile,
-    dtype: str,
-    act_bytes: float,
-    power_cap_w: float | None = None,
+    kernels: Sequence[Kernel], weight_bytes_per: Sequence[float], sparse: Sequence[bool], target: Target
 ) -> list[TilePlan | None]:
     """The matrix tile search of each kernel that takes one (`takes_matrix_search`; None for the others),
     one `plan_matrices` call per (peak, weight element size): a slice's new GEMMs in one numpy evaluation.
@@ -121,32 +100,29 @@ def search_matrices(
         if takes_matrix_search(k):
             groups.setdefault((sparse[i], weight_bytes_per[i]), []).append(i)
     for (is_sparse, weight_per), members in groups.items():
-        peak = hw.sparse_matrix_peak(dtype) if is_sparse else hw.matrix_peak(dtype)
-        bases = [Basis.of(kernels[i], hw, dtype, power_cap_w) for i in members]
-        plans = plan_matrices([kernels[i] for i in members], hw, peak, act_bytes, weight_per, bases)
+        peak = target.sparse_matrix_peak() if is_sparse else target.matrix_peak_flops_per_s
+        bases = [Basis.of(kernels[i], target) for i in members]
+        plans = plan_matrices([kernels[i] for i in members], target.hw, peak, target.act_bytes, weight_per, bases)
         for i, plan in zip(members, plans):
             out[i] = plan
     return out
 
 
-def estimate_searched(
-    kernel: Kernel,
-    searched: TilePlan | None,
-    hw: HardwareProfile,
-    dtype: str,
-    act_bytes: float,
-    power_cap_w: float | None = None,
-) -> Cost:
+def estimate_searched(kernel: Kernel, searched: TilePlan | None, target: Target) -> Cost:
     """`estimate_cost` given the kernel's matrix tile search (`search_matrices`; None where it takes none)."""
-    if kernel.engine == "interconnect":
-        return _interconnect_cost(kernel, hw)
-    basis = Basis.of(kernel, hw, dtype, power_cap_w)
+    hw = target.hw
+    if kernel.engine == Engine.INTERCONNECT:
+        return _interconnect_cost(kernel, target)
+    basis = Basis.of(kernel, target)
     overhead_s, scale = basis.overhead_s, basis.scale
-    tiling, compute_s, memory_s, dram, l2, engine, sync_s = _engine_times(kernel, searched, hw, dtype, act_bytes)
+    tiling, compute_s, memory_s, dram, l2, engine, sync_s = _engine_times(kernel, searched, target)
     if scale != 1.0:  # the device's software runs this op slower (or faster) than the model's roofline says
         compute_s, memory_s = compute_s * scale, memory_s * scale
     parts = (compute_s, memory_s, overhead_s, sync_s)
-    capped = under_cap(kernel_time(*parts), parts, basis.flop_j, basis.energy_j(dram, l2), basis.headroom_w)
+    full_clock_s = kernel_time(*parts, basis.overlap_exponent)
+    capped = under_cap(
+        full_clock_s, parts, basis.flop_j, basis.energy_j(dram, l2), basis.headroom_w, basis.overlap_exponent
+    )
     if tiling is not searched:  # the matrix search's candidates came timed as the kernel (`search_matrices`)
         tiling = _on_kernel_basis(tiling, basis)
     energy_j = capped.dynamic_j + hw.idle_w * capped.time_s
@@ -178,17 +154,20 @@ class Basis:
     dram_j: float  # per DRAM byte
     l2_j: float  # per L2 byte that did not go on to DRAM
     grid_sync_s: float  # a split-K candidate's reduction
+    overlap_exponent: float  # the profile's smooth max of compute and memory
 
     @staticmethod
-    def of(kernel: Kernel, hw: HardwareProfile, dtype: str, power_cap_w: float | None) -> Basis:
+    def of(kernel: Kernel, target: Target) -> Basis:
+        hw = target.hw
         return Basis(
             _op_scale(kernel, hw),
-            hw.kernel_launch_s,
-            _headroom_w(hw, power_cap_w),
-            _energy_per_flop(hw, dtype) * kernel.flops,
+            target.launch_s,
+            target.headroom_w,
+            target.energy_per_flop_j * kernel.flops,
             hw.energy_per_dram_byte_j,
             hw.energy_per_l2_byte_j,
             hw.grid_sync_s,
+            hw.overlap_exponent,
         )
 
     def times(
@@ -199,9 +178,10 @@ class Basis:
         compute = [c * scale for c in compute_s]
         memory = [m * scale for m in memory_s]
         sync = [self.grid_sync_s if s > 1 else 0.0 for s in split_k]
-        raw = kernel_times(compute, memory, overhead, sync)
+        raw = kernel_times(compute, memory, overhead, sync, self.overlap_exponent)
+        flop_j, headroom_w, exponent = self.flop_j, self.headroom_w, self.overlap_exponent
         return [
-            under_cap(t, (c, m, overhead, y), self.flop_j, self.energy_j(d, b), self.headroom_w).time_s
+            under_cap(t, (c, m, overhead, y), flop_j, self.energy_j(d, b), headroom_w, exponent).time_s
             for t, c, m, y, d, b in zip(raw, compute, memory, sync, dram, l2)
         ]
 
@@ -213,12 +193,6 @@ class Basis:
 def _op_scale(kernel: Kernel, hw: HardwareProfile) -> float:
     """The device's time scale of the kernel's slowest op (1.0: as the roofline says)."""
     return max((hw.op_time_scale.get(op, 1.0) for op in kernel.op_types), default=1.0) if hw.op_time_scale else 1.0
-
-
-def _headroom_w(hw: HardwareProfile, power_cap_w: float | None) -> float:
-    """Power above idle under the cap (the profile's TDP without one)."""
-    cap = power_cap_w if power_cap_w is not None else hw.tdp_w
-    return max(cap - hw.idle_w, 1e-3)
 
 
 def _on_kernel_basis(tiling: TilePlan, basis: Basis) -> TilePlan:
@@ -237,9 +211,9 @@ def _on_kernel_basis(tiling: TilePlan, basis: Basis) -> TilePlan:
     return replace(tiling, chosen=timed[0], alternatives=tuple(timed[1:]))
 
 
-def _interconnect_cost(kernel: Kernel, hw: HardwareProfile) -> Cost:
+def _interconnect_cost(kernel: Kernel, target: Target) -> Cost:
     """A collective: its wire time on the interconnect plus a launch; energy per byte on the wire."""
-    overhead_s = hw.kernel_launch_s
+    hw, overhead_s = target.hw, target.launch_s
     wire = collective_time(kernel.collective, kernel.devices, kernel.dram_bytes, hw.interconnect)
     time_s = wire.time_s + overhead_s
     energy_j = hw.energy_per_dram_byte_j * wire.wire_bytes + hw.idle_w * time_s
@@ -260,34 +234,37 @@ def _interconnect_cost(kernel: Kernel, hw: HardwareProfile) -> Cost:
     )
 
 
-def _engine_times(kernel: Kernel, searched: TilePlan | None, hw: HardwareProfile, dtype: str, act_bytes: float):
+def _engine_times(kernel: Kernel, searched: TilePlan | None, target: Target):
     """The tiling, compute and memory time, DRAM and L2 traffic, engine and sync time of a kernel on its engine
     (`searched`: its matrix tile search)."""
+    hw, act_bytes, exponent = target.hw, target.act_bytes, target.overlap_exponent
     engine = kernel.engine
     sync_s = 0.0
-    if engine == "host":
+    if engine == Engine.HOST:
         tiling = TilePlan("host", None)
         link = max(hw.interconnect.link_bandwidth_bytes_per_s, 1.0)
         compute_s, memory_s = hw.host_op_s, HOST_TRANSFER_FRACTION * kernel.dram_bytes / link
         dram = l2 = kernel.dram_bytes
-    elif engine == "matrix" and kernel.rule == "flash-attention":
-        tiling = plan_attention(kernel, hw, hw.matrix_peak(dtype), hw.vector_peak(dtype), act_bytes)
+    elif engine == Engine.MATRIX and kernel.rule == KernelRule.FLASH_ATTENTION:
+        tiling = plan_attention(kernel, target)
         compute_s, memory_s, dram, l2 = _split(tiling)
         if tiling.chosen.split_k > 1:  # split key/value sequence: the partial outputs' combine pass
             sync_s = hw.grid_sync_s
-    elif engine == "matrix":
+    elif engine == Engine.MATRIX:
         tiling = searched
         compute_s, memory_s, dram, l2 = _split(tiling)
         if tiling.chosen.split_k > 1:
             sync_s = hw.grid_sync_s
         if _skinny(kernel, hw):  # a GEMV-shaped product: the vector units' kernel where it is cheaper
             vector = plan_vector(kernel, hw, act_bytes)
-            v_compute, v_memory, v_dram, v_l2, v_engine = _vector_cost(kernel, vector, hw, dtype, act_bytes, True)
-            if kernel_time(v_compute, v_memory, 0.0, 0.0) < kernel_time(compute_s, memory_s, 0.0, sync_s):
+            v_compute, v_memory, v_dram, v_l2, v_engine = _vector_cost(kernel, vector, target, True)
+            if kernel_time(v_compute, v_memory, 0.0, 0.0, exponent) < kernel_time(
+                compute_s, memory_s, 0.0, sync_s, exponent
+            ):
                 return vector, v_compute, v_memory, v_dram, v_l2, v_engine, 0.0
     else:
         tiling = plan_vector(kernel, hw, act_bytes)
-        compute_s, memory_s, dram, l2, engine = _vector_cost(kernel, tiling, hw, dtype, act_bytes)
+        compute_s, memory_s, dram, l2, engine = _vector_cost(kernel, tiling, target)
         sync_s = tiling.grid_syncs * hw.grid_sync_s
     return tiling, compute_s, memory_s, dram, l2, engine, sync_s
 
@@ -298,7 +275,7 @@ def _skinny(kernel: Kernel, hw: HardwareProfile) -> bool:
     return (
         shape is not None
         and shape.kind == "gemm"
-        and kernel.rule != "flash-attention"
+        and kernel.rule != KernelRule.FLASH_ATTENTION
         and min(shape.m, shape.n) < hw.matrix_instruction_mnk[0]
     )
 

@@ -34,10 +34,16 @@ class Capped:
 
 
 def under_cap(
-    time_s: float, parts: tuple[float, float, float, float], flop_j: float, dynamic_j: float, headroom_w: float
+    time_s: float,
+    parts: tuple[float, float, float, float],
+    flop_j: float,
+    dynamic_j: float,
+    headroom_w: float,
+    overlap_exponent: float,
 ) -> Capped:
     """`time_s` and `dynamic_j` (energy above idle, `flop_j` of it the FLOPs') at the full clock, `parts` its
-    (compute, memory, launch, sync) seconds, `headroom_w` the power above idle the cap leaves."""
+    (compute, memory, launch, sync) seconds, `headroom_w` the power above idle the cap leaves, `overlap_exponent`
+    the profile's (the roofline's smooth max)."""
     if dynamic_j / time_s <= headroom_w:
         return Capped(time_s, dynamic_j, False)
     compute_s, memory_s, overhead_s, sync_s = parts
@@ -45,7 +51,8 @@ def under_cap(
     if flop_j <= 0.0 or compute_s <= 0.0:  # no clock to lower: the stream itself stretches until it fits
         return Capped(dynamic_j / headroom_w, dynamic_j, True)
     clock = _clock(compute_s, memory_s, overhead_s + sync_s, flop_j, byte_j, headroom_w)
-    return Capped(kernel_time(compute_s / clock, memory_s, overhead_s, sync_s), flop_j * clock * clock + byte_j, True)
+    time_s = kernel_time(compute_s / clock, memory_s, overhead_s, sync_s, overlap_exponent)
+    return Capped(time_s, flop_j * clock * clock + byte_j, True)
 
 
 def _clock(compute_s: float, memory_s: float, fixed_s: float, flop_j: float, byte_j: float, headroom_w: float):

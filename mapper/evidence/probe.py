@@ -287,6 +287,8 @@ def _fill_compute(comp: dict, m: _Probed) -> None:
         "value": m.exp_rate,
         "source": f"measured: {m.tag}, numpy fp32 exp of 16384 elements, best of 200",
     }
+    kept = comp["sram_bytes_per_clock_per_unit"]
+    kept["source"] = "cpu-x86 value kept (not probed): " + kept["source"]
 
 
 def _fill_memory(mem: dict, m: _Probed) -> None:
@@ -336,6 +338,7 @@ def _fill_overhead_and_efficiency(over: dict, eff: dict, m: _Probed) -> None:
         "(cache-resident sizes clamp at 1)",
     }
     eff["vector_by_bytes"]["source"] = "cpu-x86 assumption kept (not probed): " + eff["vector_by_bytes"]["source"]
+    eff["overlap_exponent"]["source"] = "cpu-x86 value kept (not probed): " + eff["overlap_exponent"]["source"]
 
 
 def _fill_power(power: dict, m: _Probed) -> None:

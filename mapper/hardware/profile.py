@@ -118,6 +118,9 @@ class HardwareProfile:
     preferred_conv_layout: str
     jitter_cv: float
     jitter_dist: str
+    sram_bytes_per_clock_per_unit: float  # operand bytes a unit's SRAM delivers per clock (tile operand delivery)
+    l2_cluster_sharing: float  # units sharing one L2 fetch of an operand panel (TMA multicast); 1: none
+    overlap_exponent: float  # the smooth max's power: how well a kernel's memory time hides behind its compute
     sources: dict[str, str]
     sha256: str
     graph_launch_s: float | None = None  # per-kernel cost under graph replay (CUDA graphs); None: not given
@@ -216,6 +219,9 @@ _NUMBERS = (
     ("interconnect.latency_s", "interconnect.latency_s", float),
     ("interconnect.max_devices", "interconnect.max_devices", int),
     ("serving.jitter_cv", "jitter_cv", float),
+    ("compute.sram_bytes_per_clock_per_unit", "sram_bytes_per_clock_per_unit", float),
+    ("memory.l2_cluster_sharing", "l2_cluster_sharing", float),
+    ("efficiency.overlap_exponent", "overlap_exponent", float),
 )
 _PER_DTYPE = (
     ("compute.matrix_peak_flops_per_s", "matrix_peak_flops_per_s"),

@@ -71,11 +71,25 @@ class NonNegative(_Sourced):
     value: Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
+MAX_CLUSTER_UNITS = 16  # the largest thread-block cluster (non-portable size on Hopper, CUDA Programming Guide)
+MAX_OVERLAP_EXPONENT = 64.0  # past this the smooth max is the max to 1%: a larger figure says nothing more
 MAX_COUNT = 1 << 53  # counts (units, bytes) stay exact as floats; 2^53 bytes is 9 PB, no device is near it
 
 
 class Count(_Sourced):
     value: Annotated[int, BeforeValidator(_integral), Field(gt=0, le=MAX_COUNT)]
+
+
+class Sharing(_Sourced):
+    """How many units share one fetch: 1 (each its own) up to a cluster's size."""
+
+    value: Annotated[float, Field(ge=1, le=MAX_CLUSTER_UNITS, allow_inf_nan=False)]
+
+
+class Exponent(_Sourced):
+    """The power of a smooth max (p-norm) of two times: above 1 (their sum) up to a near-perfect overlap."""
+
+    value: Annotated[float, Field(gt=1, le=MAX_OVERLAP_EXPONENT, allow_inf_nan=False)]
 
 
 class Ratio(_Sourced):
@@ -124,6 +138,8 @@ class Compute(_Strict):
     # 2:4 structured-sparsity peaks (optional): used only for weight GEMMs of a plan with sparsity=2:4,
     # never as a dense figure, so each must sit above the dense peak of its dtype.
     sparse_matrix_peak_flops_per_s: dict[Dtype, Positive] = {}
+    # operand bytes a unit's SRAM delivers per clock: small tiles need more bytes per MAC and starve the matrix units
+    sram_bytes_per_clock_per_unit: Positive
     threads_per_unit: Count | None = None  # resident threads per compute unit (GPU row kernels)
     # A GEMM whose row strides (K and N, in bytes) are not multiples of this leaves the fast matrix kernels
     # (Hopper's TMA needs 16-byte strides); absent: no alignment rule
@@ -149,6 +165,8 @@ class Memory(_Strict):
     l2_bandwidth_bytes_per_s: Positive
     dram_bytes: Count
     dram_bandwidth_bytes_per_s: Positive
+    # units that share one fetch of an operand panel from L2 (Hopper's TMA multicast to a CTA cluster); 1: none
+    l2_cluster_sharing: Sharing
     dram_latency_s: Positive | None = None  # one DRAM load's latency under load (GPU row kernels)
 
 
@@ -212,6 +230,8 @@ class Efficiency(_Strict):
     # a matrix kernel's own DRAM stream by its bytes (skinny GEMMs stream weights through few tiles); absent:
     # dram_by_bytes
     matrix_dram_by_bytes: Curve | None = None
+    # the power of the smooth max of a kernel's compute and memory time: how well its loads hide behind its math
+    overlap_exponent: Exponent
     unaligned_matrix: Share | None = None  # the matrix rate an unaligned GEMM keeps (compute.matrix_alignment_bytes)
     unaligned_dram: Share | None = None  # the DRAM efficiency a memory-bound unaligned GEMM keeps
     op_time_scale: Annotated[dict[OpType, OpScale], Field(max_length=256)] = {}

@@ -1,4 +1,4 @@
-"""Fused attention's tile search: query and key block sizes and key/value splits (stage six, beside
+"""Fused attention's tile search: query and key block sizes and key/value splits (beside
 `plan.tiling`'s matrix search, whose candidate records, delivery efficiency and pick it shares).
 
 A FlashAttention kernel keeps the S x S scores on chip: each (sequence, head, query block) walks the keys
@@ -13,6 +13,7 @@ import numpy as np
 
 from mapper.core.result import Kernel, TilePlan
 from mapper.hardware.profile import HardwareProfile
+from mapper.hardware.target import Target
 from mapper.plan.tiling import (
     ACCUMULATOR_BYTES,
     Candidates,
@@ -50,9 +51,11 @@ def attention_fits(shape, act_bytes: float, hw: HardwareProfile) -> bool:
     return len(_attention_grid(shape.k, act_bytes, hw)[0]) > 0
 
 
-def plan_attention(kernel: Kernel, hw: HardwareProfile, peak: float, vector_peak: float, act_bytes: float) -> TilePlan:
+def plan_attention(kernel: Kernel, target: Target) -> TilePlan:
     """Query and key block sizes and key/value splits (`split_k` of the choice: the combine pass costs a grid
     sync and the partial outputs' traffic) of a fused attention kernel."""
+    hw, act_bytes = target.hw, target.act_bytes
+    peak, vector_peak = target.matrix_peak_flops_per_s, target.vector_peak_flops_per_s
     s = kernel.matrix  # batch = B*H, m = Sq, n = Skv, k = head dim
     P = hw.compute_units
     bq, bkv, sram = _attention_grid(s.k, act_bytes, hw)
@@ -72,7 +75,9 @@ def plan_attention(kernel: Kernel, hw: HardwareProfile, peak: float, vector_peak
     wave_eff = tiles / (waves * P)
     pad_kv = s.n / (split * kv_blocks * bkv)  # the key blocks' padding (the busiest split's)
     pad_eff = (s.m / (q_blocks * bq)) * pad_kv
-    tile_eff = delivery_efficiency(macs_per_clock_per_unit(hw, peak), bq, bkv, act_bytes)
+    tile_eff = delivery_efficiency(
+        macs_per_clock_per_unit(hw, peak), bq, bkv, act_bytes, hw.sram_bytes_per_clock_per_unit
+    )
     # the size efficiency is read at one split's work (a split kernel is `split` kernels' worth of work side by
     # side) over the whole key blocks it covers: at the real FLOPs it rose with every key inside a block and
     # made one more key faster, and split counts of powers of two padded per split made 513 keys slower than 2049
@@ -81,7 +86,7 @@ def plan_attention(kernel: Kernel, hw: HardwareProfile, peak: float, vector_peak
     scores = s.batch * s.m * s.n
     # the softmax's exp runs on the special-function unit between the two GEMMs (FlashAttention-3 s3)
     softmax = kernel.sfu_ops / hw.sfu_peak_ops_per_s + SOFTMAX_VECTOR_FLOPS * scores / vector_peak
-    compute = smooth_max(matrix, softmax)
+    compute = smooth_max(matrix, softmax, hw.overlap_exponent)
     kv_bytes = 2 * s.batch * s.n * s.k * act_bytes
     heads_per_wave = np.maximum(1, P / q_blocks)
     kv_resident = heads_per_wave * 2 * s.n * s.k * act_bytes <= hw.l2_bytes
@@ -93,7 +98,7 @@ def plan_attention(kernel: Kernel, hw: HardwareProfile, peak: float, vector_peak
     memory = np.maximum(
         dram / (hw.dram_bandwidth_bytes_per_s * hw.dram_efficiency.at_array(dram)), l2 / hw.l2_bandwidth_bytes_per_s
     )
-    time = smooth_max(compute, memory) + np.where(split > 1, hw.grid_sync_s, 0.0)
+    time = smooth_max(compute, memory, hw.overlap_exponent) + np.where(split > 1, hw.grid_sync_s, 0.0)
     ones = np.ones_like(bq)
     candidates = Candidates(
         bq, bkv, s.k * ones, 2 * ones, split, tiles, waves, wave_eff, pad_eff, sram, dram, l2, compute, memory, time

@@ -3,12 +3,11 @@
 Stage four-and-a-half (between fusion and devices). `choose_runtime` resolves the plan options' `runtime`,
 `kv_cache` and `launch` from the preset table; `apply_kv_cache` prices the exported past -> present
 KV-cache update as the runtime does it (a whole-cache copy, or an in-place append of the new token's K
-and V); `launch_profile` gives the profile whose per-kernel launch cost the cost stage charges.
+and V); `launch_cost_s` gives the per-kernel launch cost the cost stage charges.
 """
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, replace
 
 from mapper.core.errors import MapperError
@@ -165,13 +164,12 @@ def apply_kv_cache(graph: Graph, kernels: list[Kernel], kv_cache: str, sizer: Si
     return out
 
 
-def launch_profile(hw: HardwareProfile, launch: str) -> HardwareProfile:
-    """The profile the cost stage reads: under graph replay each kernel costs `graph_launch_s`, not a launch.
-    Its content hash differs from the profile's, so nothing cached for eager launches is reused."""
-    if launch != Launch.GRAPH or hw.graph_launch_s is None:
-        return hw
-    digest = hashlib.sha256(f"{hw.sha256}:launch=graph".encode()).hexdigest()
-    return replace(hw, kernel_launch_s=hw.graph_launch_s, sha256=digest)
+def launch_cost_s(hw: HardwareProfile, launch: str) -> float:
+    """Each kernel's fixed launch cost as the runtime launches it: `graph_launch_s` under graph replay (where the
+    profile gives it), else `kernel_launch_s`. An input of the cost stage's target (`hardware.target`)."""
+    if launch == Launch.GRAPH and hw.graph_launch_s is not None:
+        return hw.graph_launch_s
+    return hw.kernel_launch_s
 
 
 def runtime_assumptions(choice: RuntimeChoice, hw: HardwareProfile) -> tuple[tuple[str, str, str], ...]:

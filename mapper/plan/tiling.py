@@ -1,6 +1,6 @@
 """Tiling search: the compile-time scheduling step, vectorized over candidates with numpy.
 
-Stage six. Matrix kernels (GEMM, conv as implicit GEMM) try every tile aligned to
+Matrix kernels (GEMM, conv as implicit GEMM) try every tile aligned to
 the matrix instruction whose multi-stage working set fits the unit's SRAM, with
 split-K when there are too few tiles; fused attention tries query/key block
 sizes (`plan.attention_tiling`). Each candidate gets wave and padding (tile) quantization, DRAM traffic
@@ -30,25 +30,20 @@ STAGES = (2, 3, 4)  # multi-stage (cp.async / TMA) buffering depth
 SPLIT_K = (1, 2, 4, 8, 16)
 ACCUMULATOR_BYTES = 4  # fp32 accumulators (PRIMER s4 working-set formula)
 L2_REUSE_FRACTION = 0.5  # an operand this share of L2 or smaller stays resident across tiles
-# Operand bytes an SM's shared memory delivers per clock: 32 banks x 4 B (NVIDIA CUDA C Programming Guide,
-# "Shared Memory" section). Small tiles need more operand bytes per MAC and starve the matrix units.
-SRAM_BYTES_PER_CLOCK = 128
-# Smooth max of compute and memory time: overlap is imperfect (PRIMER s5), but multi-stage software
-# pipelining hides most loads behind the MMAs; 6 costs 12% at equal compute and memory time.
-OVERLAP_EXPONENT = 6.0
-# CTAs of one cluster share operand panels fetched from L2 (Hopper TMA multicast; CUTLASS SM90 kernels
-# default to 2-CTA clusters): each panel crosses the L2->SM path once per cluster, not once per CTA.
-L2_CLUSTER_SHARING = 2.0
+# The device's own figures the search reads from its profile, each with its source there: the operand bytes a
+# unit's SRAM delivers per clock (`sram_bytes_per_clock_per_unit`: small tiles need more bytes per MAC and
+# starve the matrix units), the units sharing one L2 fetch of an operand panel (`l2_cluster_sharing`: Hopper's
+# TMA multicast to a 2-CTA cluster) and the smooth max's power (`overlap_exponent`: multi-stage pipelining
+# hides most loads behind the math).
 ALTERNATIVES_KEPT = 3
 PICK_CHUNK = 32  # ranked candidates read at a time (`_pick`): 19-28 ranks held the 4 kept tiles of BERT-base's GEMMs
 VECTOR_BLOCK_MAX = 1024
 ROW_IN_SRAM_SHARE = 0.5  # a reduced row that fits in half a unit's SRAM is reduced in one pass
 
 
-def smooth_max(a, b):
-    return (np.asarray(a, float) ** OVERLAP_EXPONENT + np.asarray(b, float) ** OVERLAP_EXPONENT) ** (
-        1 / OVERLAP_EXPONENT
-    )
+def smooth_max(a, b, exponent: float):
+    """The p-norm of two times at the profile's `overlap_exponent`: imperfect overlap of compute and memory."""
+    return (np.asarray(a, float) ** exponent + np.asarray(b, float) ** exponent) ** (1 / exponent)
 
 
 def _edges(instr: int) -> np.ndarray:
@@ -65,11 +60,11 @@ def macs_per_clock_per_unit(hw: HardwareProfile, peak: float) -> float:
     return peak / 2 / max(hw.compute_units, 1) / max(hw.clock_hz, 1.0)
 
 
-def delivery_efficiency(macs_per_clock: float, tile_m, tile_n, act_bytes: float):
+def delivery_efficiency(macs_per_clock: float, tile_m, tile_n, act_bytes: float, sram_bytes_per_clock: float):
     """A tile's operand-delivery efficiency: the share of the matrix units' rate that SRAM's bytes per clock
     sustain, given the operand bytes a tile needs per MAC (small tiles starve the units)."""
     need = macs_per_clock * (tile_m + tile_n) / (tile_m * tile_n) * act_bytes
-    return np.minimum(1.0, SRAM_BYTES_PER_CLOCK / need)
+    return np.minimum(1.0, sram_bytes_per_clock / need)
 
 
 @functools.lru_cache(maxsize=64)  # a pure function of its arguments: a constant table built lazily, not state
@@ -99,7 +94,11 @@ def key_ids(tile_m: np.ndarray, tile_n: np.ndarray, split_k: np.ndarray) -> np.n
 
 @functools.lru_cache(maxsize=64)  # pure, like `_candidates`: a device's figures, not state
 def _fitting(
-    instruction: tuple[int, int, int], act_bytes: float, sram_bytes: float, macs_per_clock: float
+    instruction: tuple[int, int, int],
+    act_bytes: float,
+    sram_bytes: float,
+    macs_per_clock: float,
+    sram_bytes_per_clock: float,
 ) -> tuple[np.ndarray, ...]:
     """The candidates whose working set fits the unit's SRAM, the fewest stages of each (tile m, n, k,
     split-K), in their order (what every search on the device starts from), whether each runs without
@@ -114,7 +113,7 @@ def _fitting(
     first = np.unique(np.stack((tm, tn, tk, sk), axis=1)[fitting], axis=0, return_index=True)[1]
     kept = fitting[np.sort(first)]
     tm, tn, tk, st, sk, sram = (a[kept] for a in (tm, tn, tk, st, sk, sram))
-    delivery = delivery_efficiency(macs_per_clock, tm, tn, act_bytes)
+    delivery = delivery_efficiency(macs_per_clock, tm, tn, act_bytes, sram_bytes_per_clock)
     out = (tm, tn, tk, st, sk, sram, sk == 1, delivery, key_ids(tm, tn, sk))
     for a in out:
         a.setflags(write=False)
@@ -170,7 +169,7 @@ def plan_matrices(
     P = hw.compute_units
     macs = macs_per_clock_per_unit(hw, peak)
     tm, tn, tk, st, sk, sram, single, tile_eff, key_id = _fitting(
-        hw.matrix_instruction_mnk, act_bytes, hw.sram_per_unit_bytes, macs
+        hw.matrix_instruction_mnk, act_bytes, hw.sram_per_unit_bytes, macs, hw.sram_bytes_per_clock_per_unit
     )
     shapes = np.array([(s.m, s.n, s.k, s.batch) for s in (k.matrix for k in kernels)], float)
     M, N, K, B = (shapes[:, i : i + 1] for i in range(4))
@@ -203,7 +202,7 @@ def _plan_unfit(
     tm, tn, tk, st, sk, sram = _candidates(hw.matrix_instruction_mnk, act_bytes)
     ok = (tm == tm.min()) & (tn == tn.min()) & (tk == tk.min()) & (st == st.min()) & (sk == 1)
     macs = macs_per_clock_per_unit(hw, peak)
-    tile_eff = delivery_efficiency(macs, tm, tn, act_bytes)
+    tile_eff = delivery_efficiency(macs, tm, tn, act_bytes, hw.sram_bytes_per_clock_per_unit)
     (cols,) = ok.nonzero()
     table = (tm, tn, tk, st, sk, sram, tile_eff)
     figures = np.array([_matrix_figures(kernel, hw, act_bytes, weight_bytes_per)], float)
@@ -242,11 +241,11 @@ def _matrix_times(
     dram = (
         boundary + a_bytes * (passes_a - 1) + b_bytes * (passes_b - 1) + np.where(partials > hw.l2_bytes, partials, 0)
     )
-    l2 = (a_bytes * tiles_n + b_bytes * tiles_m) / L2_CLUSTER_SHARING + partials
+    l2 = (a_bytes * tiles_n + b_bytes * tiles_m) / hw.l2_cluster_sharing + partials
     # DRAM and L2 transfers pipeline with each other: the slower level sets the memory time
     dram_eff = hw.matrix_dram_curve.at_array(dram) * dram_share
     memory = np.maximum(dram / (hw.dram_bandwidth_bytes_per_s * dram_eff), l2 / hw.l2_bandwidth_bytes_per_s)
-    time = smooth_max(compute, memory) + np.where(sk > 1, hw.grid_sync_s, 0.0)
+    time = smooth_max(compute, memory, hw.overlap_exponent) + np.where(sk > 1, hw.grid_sync_s, 0.0)
     return Candidates(tm, tn, tk, st, sk, tiles, waves, wave_eff, pad_eff, sram, dram, l2, compute, memory, time)
 
 

@@ -107,10 +107,10 @@ def mechanism(doc: dict, finding: Finding, hw: HardwareProfile, decode: bool) ->
             f" they take {_ms(spent)}."
         )
     if cls == Bottleneck.LAUNCH:
-        n = len(doc["kernels"])
-        return (
-            f"{n} kernels at {_ms(hw.kernel_launch_s)} of launch overhead each spend {_ms(n * hw.kernel_launch_s)}"
-            f" on launches alone, {n * hw.kernel_launch_s / doc['totals']['latency_s']:.0%} of the"
+        n, launches_s = len(doc["kernels"]), sum(k["overhead_s"] for k in doc["kernels"])
+        return (  # the launch the cost charged each kernel (the runtime's: eager, or graph replay)
+            f"{n} kernels at {_ms(launches_s / n)} of launch overhead each spend {_ms(launches_s)}"
+            f" on launches alone, {launches_s / doc['totals']['latency_s']:.0%} of the"
             f" {_ms(doc['totals']['latency_s'])} {step}: launch-bound."
         )
     if cls == Bottleneck.OCCUPANCY:

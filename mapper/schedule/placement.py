@@ -22,21 +22,24 @@ from mapper.core.timeline import KernelEstimates
 from mapper.core.vocab import Engine
 from mapper.cost.bottleneck import Facts, classify, speedup_if_removed
 from mapper.cost.estimate import estimate_cost
-from mapper.hardware.profile import HardwareProfile
+from mapper.hardware.target import Target
 from mapper.plan.kernels import Sizer
 from mapper.plan.sharding import collective_kernel
 from mapper.schedule.stages import balance_stages, stage_times
 
 
-def _estimate_collective(kernel, hw: HardwareProfile, dtype: str, sizer: Sizer) -> KernelEstimate:
-    c = estimate_cost(kernel, hw, dtype, sizer.act, sizer.weight)
-    facts = Facts(Engine.INTERCONNECT, c.time_s, 0.0, 0.0, c.overhead_s, 0.0, 0.0, 1.0, 0, 1.0, 1.0, c.interconnect_s)
+def _estimate_collective(kernel, target: Target) -> KernelEstimate:
+    c = estimate_cost(kernel, target)
+    exponent = target.overlap_exponent
+    facts = Facts(
+        Engine.INTERCONNECT, c.time_s, 0.0, 0.0, c.overhead_s, 0.0, 0.0, 1.0, 0, 1.0, 1.0, exponent, c.interconnect_s
+    )
     cls, evidence, owner = classify(facts)
     return KernelEstimate(
         kernel,
         KernelAssessment(
             tiling=c.tiling,
-            dtype=dtype,
+            dtype=target.dtype,
             time_s=c.time_s,
             compute_time_s=0.0,
             memory_time_s=0.0,
@@ -84,8 +87,9 @@ def _stage_sends(graph: Graph, estimates: list[KernelEstimate], stage_of: list[i
 
 
 def place_on_devices(
-    graph: Graph, estimates: KernelEstimates, options: PlanOptions, hw: HardwareProfile, dtype: str, sizer: Sizer
+    graph: Graph, estimates: KernelEstimates, options: PlanOptions, target: Target, sizer: Sizer
 ) -> tuple[KernelEstimates, ParallelPlan]:
+    hw = target.hw
     tp, pp, dp, ep = options.tp, options.pp, options.dp, options.ep
     devices = tp * pp * ep * dp  # an expert-parallel group of ep devices per tensor/pipeline rank, dp replicas
     if tp * pp * ep > 1 and tp * pp * ep > hw.interconnect.max_devices:
@@ -99,7 +103,7 @@ def place_on_devices(
         placed = KernelEstimates.of(estimates)
         start = sum(a.time_s for a in placed.assessments)
     else:
-        timeline, start = _pipeline(graph, estimates, pp, hw, dtype, sizer)
+        timeline, start = _pipeline(graph, estimates, pp, target, sizer)
         placed = KernelEstimates.of(timeline)
     times = [a.time_s for a in placed.assessments]  # the columns: no estimate of a slice is written here
     per_stage = stage_times(times, [k.stage for k in placed.kernels.sources], max(pp, 1))
@@ -145,7 +149,7 @@ def place_on_devices(
 
 
 def _pipeline(
-    graph: Graph, estimates: list[KernelEstimate], pp: int, hw: HardwareProfile, dtype: str, sizer: Sizer
+    graph: Graph, estimates: list[KernelEstimate], pp: int, target: Target, sizer: Sizer
 ) -> tuple[list[KernelEstimate], float]:
     """Stages balanced by time, the sends between them, and the timeline re-laid from zero."""
     stage_of = balance_stages([e.time_s for e in estimates], pp)
@@ -155,7 +159,7 @@ def _pipeline(
         timeline.append(replace(e, kernel=replace(e.kernel, stage=s)) if s else e)
         if i + 1 < len(estimates) and stage_of[i + 1] != s:
             send = collective_kernel(f"stage{s}->stage{s + 1}:send", "p2p", sends.get(s, 0.0), 2, stage=s)
-            timeline.append(_estimate_collective(send, hw, dtype, sizer))
+            timeline.append(_estimate_collective(send, target))
     start, placed = 0.0, []
     for e in timeline:
         placed.append(replace(e, start_s=start))

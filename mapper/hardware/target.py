@@ -1,0 +1,77 @@
+"""The device as one plan runs on it: the profile's rates at the plan's precision, built once per mapping.
+
+The tiling search, the cost, the bottleneck classes and the placement read a `Target` instead of a profile
+beside the dtype, element sizes, power cap, sparsity and launch cost threaded through every call. The
+runtime's per-kernel launch (eager or graph replay) is one of its inputs, not a profile edited to carry it.
+`key` is what an assessment of a kernel on it depends on besides the kernel: the stage's memo keys on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mapper.hardware.profile import HardwareProfile
+
+IDLE_HEADROOM_MIN_W = 1e-3  # a cap at or below idle still leaves this much power for work (no division by 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A profile at one plan's precision, power cap, sparsity and launch (`device_target` builds it)."""
+
+    hw: HardwareProfile
+    dtype: str  # the plan's precision (`core.vocab.PlanDtype`)
+    act_bytes: float  # an activation element at the plan's precision
+    weight_bytes: float  # a weight element as stored (weight-only quantization may narrow it)
+    power_cap_w: float | None  # None: the profile's TDP
+    sparse: bool  # 2:4 structured sparsity of weight GEMMs (their sparse matrix peak)
+    launch_s: float  # each kernel's fixed launch cost as the runtime launches it (eager, or graph replay)
+    matrix_peak_flops_per_s: float  # dense, at the dtype (fp32 without a matrix entry: the vector units')
+    vector_peak_flops_per_s: float
+    energy_per_flop_j: float  # at the dtype (the profile's bf16, else fp32, figure where it has none)
+    headroom_w: float  # power above idle the cap leaves
+    ridge_flop_per_byte: float  # FLOP per DRAM byte where the dtype's compute and DRAM take equal time
+
+    @property
+    def key(self) -> tuple:
+        """What an assessment depends on besides its kernel: the profile's content and the plan's figures."""
+        return (self.hw.sha256, self.dtype, self.act_bytes, self.weight_bytes, self.power_cap_w, self.sparse,
+                self.launch_s)  # fmt: skip
+
+    @property
+    def overlap_exponent(self) -> float:
+        return self.hw.overlap_exponent
+
+    def sparse_matrix_peak(self) -> float:
+        """The 2:4 sparse matrix peak at the dtype (an error naming those the profile has, where it has none)."""
+        return self.hw.sparse_matrix_peak(self.dtype)
+
+
+def device_target(
+    hw: HardwareProfile,
+    dtype: str,
+    act_bytes: float,
+    weight_bytes: float,
+    power_cap_w: float | None,
+    sparse: bool,
+    launch_s: float,
+) -> Target:
+    """The profile's rates at `dtype`, read once (see `Target`)."""
+    energy = hw.energy_per_flop_j
+    has_fp32_matrix = dtype != "fp32" or "fp32" in hw.matrix_peak_flops_per_s
+    ridge = hw.ridge_point(dtype) if has_fp32_matrix else hw.vector_peak("fp32") / hw.dram_bandwidth_bytes_per_s
+    cap = power_cap_w if power_cap_w is not None else hw.tdp_w
+    return Target(
+        hw=hw,
+        dtype=dtype,
+        act_bytes=act_bytes,
+        weight_bytes=weight_bytes,
+        power_cap_w=power_cap_w,
+        sparse=sparse,
+        launch_s=launch_s,
+        matrix_peak_flops_per_s=hw.matrix_peak(dtype),
+        vector_peak_flops_per_s=hw.vector_peak(dtype),
+        energy_per_flop_j=energy.get(dtype) or energy.get("bf16") or energy.get("fp32") or next(iter(energy.values())),
+        headroom_w=max(cap - hw.idle_w, IDLE_HEADROOM_MIN_W),
+        ridge_flop_per_byte=ridge,
+    )
