@@ -22,9 +22,7 @@ import os
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from mapper.core import limits
 from mapper.core.collector import collector_paused
-from mapper.core.errors import MapperError
 from mapper.core.graph import Graph, ReleasedPrecision
 from mapper.core.result import (
     Kernel,
@@ -47,7 +45,7 @@ from mapper.plan.attention_tiling import attention_fits
 from mapper.plan.experts import check_expert_parallel, plan_experts, resident_kernels
 from mapper.plan.fusion import plan_fusion
 from mapper.plan.kernels import WIDER_PRECISIONS, Sizer, build_kernels, precision_caveats, released_precision
-from mapper.plan.layout import LAYOUTS, plan_layout
+from mapper.plan.layout import plan_layout
 from mapper.plan.runtime import apply_kv_cache, choose_runtime, launch_cost_s, runtime_assumptions
 from mapper.plan.sharding import assign_roles, shard_kernels
 from mapper.schedule.memory import plan_memory
@@ -114,7 +112,6 @@ def dim_roles(source: str | os.PathLike | bytes | ModelHandle) -> dict[str, str]
 def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOptions = PlanOptions()) -> MappingResult:
     """Map a workload onto a device: fusion -> layout -> devices -> tiling + cost -> classes -> placement -> roll-up."""
     graph, caches = workload.graph, workload.caches
-    options = validate_options(options)
     released = released_precision(graph, caches)
     dtype, caveats = choose_dtype(released, hardware, options)
     sizer = Sizer(graph, dtype, options.weight_dtype, caches)
@@ -159,9 +156,9 @@ def choose_dtype(released: ReleasedPrecision, hardware: HardwareProfile, options
     """The precision the plan runs at and the caveats it brings (auto: the model's released precision, or the
     nearest wider one the device has a matrix peak for), each caveat against the released precision."""
     own = str(released.dtype)
-    dtype = own if options.dtype == "auto" else options.dtype
+    dtype = own if options.dtype == PlanDtype.AUTO else options.dtype
     caveats = precision_caveats(released, dtype, options.weight_dtype)
-    if options.dtype == "auto" and not hardware.has_matrix_peak(own):
+    if options.dtype == PlanDtype.AUTO and not hardware.has_matrix_peak(own):
         # e.g. an int8 model on Gaudi 2, an fp16 one on a TPU: the nearest wider precision the device has
         dtype = next(d for d in WIDER_PRECISIONS.get(own, ("fp32",)) if hardware.has_matrix_peak(d))
         caveats.append(
@@ -170,7 +167,7 @@ def choose_dtype(released: ReleasedPrecision, hardware: HardwareProfile, options
         )
     if dtype != "fp32":
         hardware.matrix_peak(dtype)  # an unsupported dtype is an error naming the dtypes the device has
-    if options.sparsity == "2:4":
+    if options.sparsity == Sparsity.TWO_FOUR:
         hardware.sparse_matrix_peak(dtype)  # a device without a 2:4 peak at this dtype is an error naming those it has
         caveats.append(SPARSITY_CAVEAT)
     return dtype, caveats
@@ -181,7 +178,9 @@ def plan_kernels(
 ) -> tuple[list[Kernel], str]:
     """Fusion groups -> kernels with their boundary traffic and engine -> the conv layout (and its transposes)."""
     graph, caches = workload.graph, workload.caches
-    attention_fusion = options.fusion == "aggressive" if options.attention_fusion is None else options.attention_fusion
+    attention_fusion = (
+        options.fusion == FusionPolicy.AGGRESSIVE if options.attention_fusion is None else options.attention_fusion
+    )
     groups = plan_fusion(graph, workload.nodes, workload.plan_key, options.fusion, attention_fusion, caches)
     kernels = build_kernels(workload, groups, sizer, hardware, attention_fits)
     return plan_layout(graph, kernels, options.layout, hardware.preferred_conv_layout, sizer)
@@ -227,44 +226,6 @@ def roll_up_slice(
         idle_others_w=hardware.idle_w * options.tp * (options.pp - 1),
     )
     return roll_up(estimates, workload, sizer.weight_bytes(), hardware.matrix_peak(dtype), dtype, spread)
-
-
-def validate_options(options: PlanOptions) -> PlanOptions:
-    checks = (
-        ("dtype", options.dtype, PLAN_DTYPES),
-        ("fusion", options.fusion, FUSION_POLICIES),
-        ("weight_dtype", options.weight_dtype, WEIGHT_DTYPES),
-        ("layout", options.layout, LAYOUTS),
-        ("runtime", options.runtime, RUNTIMES),
-        ("kv_cache", options.kv_cache, KV_CACHE_MODES),
-        ("launch", options.launch, LAUNCHES),
-        ("sparsity", options.sparsity, SPARSITIES),
-    )
-    for name, value, allowed in checks:
-        if value not in allowed:
-            raise MapperError(f"option {name}={value!r} is not one of {', '.join(allowed)}")
-    if options.power_cap_w is not None and not (
-        options.power_cap_w > 0 and options.power_cap_w < limits.MAX_POWER_CAP_W
-    ):
-        raise MapperError(
-            f"option power_cap_w={options.power_cap_w!r} must be a positive number of watts"
-            f" below {limits.limit_text('MAX_POWER_CAP_W')}"
-        )
-    if not (
-        isinstance(options.expert_imbalance, int | float)
-        and 1 <= options.expert_imbalance <= limits.MAX_PARALLEL_DEGREE
-    ):
-        raise MapperError(
-            f"option expert_imbalance={options.expert_imbalance!r} must be a number from 1 (balanced experts)"
-            f" to {limits.limit_text('MAX_PARALLEL_DEGREE')}"
-        )
-    for name in ("tp", "pp", "dp", "ep"):
-        value = getattr(options, name)
-        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= limits.MAX_PARALLEL_DEGREE:
-            raise MapperError(
-                f"option {name}={value!r} must be an integer from 1 to {limits.limit_text('MAX_PARALLEL_DEGREE')}"
-            )
-    return options
 
 
 def assumptions_used(hw: HardwareProfile, dtype: str, layout: str) -> tuple[tuple[str, str, str], ...]:

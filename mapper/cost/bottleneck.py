@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from mapper.core.classes import CLASSES, Bottleneck, Owner
 from mapper.core.units import format_duration  # evidence times for people: 1.27 ms, not 1269.0 us
+from mapper.core.vocab import Engine
 from mapper.cost.roofline import kernel_time
 
 # Named thresholds: each rule below cites the one it uses.
@@ -70,7 +71,7 @@ class BottleneckRule:
 RULES: tuple[BottleneckRule, ...] = (
     BottleneckRule(
         Bottleneck.HOST,
-        lambda f: f.engine == "host",
+        lambda f: f.engine == Engine.HOST,
         lambda f: f"runs on the host: {format_duration(f.time_s)} incl. transfers",
     ),
     BottleneckRule(
@@ -102,7 +103,7 @@ RULES: tuple[BottleneckRule, ...] = (
     BottleneckRule(
         Bottleneck.OCCUPANCY,
         lambda f: (
-            f.engine == "matrix"
+            f.engine == Engine.MATRIX
             and f.compute_s >= f.memory_s
             and f.wave_efficiency * f.padding_efficiency < OCCUPANCY_LIMIT
         ),
@@ -122,7 +123,7 @@ RULES: tuple[BottleneckRule, ...] = (
     ),
     BottleneckRule(
         Bottleneck.COMPUTE_MATRIX,
-        lambda f: f.engine == "matrix",
+        lambda f: f.engine == Engine.MATRIX,
         lambda f: (
             f"intensity {f.intensity:.0f} FLOP/B above ridge {f.ridge:.0f};"
             f" compute {format_duration(f.compute_s)} vs memory {format_duration(f.memory_s)}"

@@ -15,6 +15,7 @@ from datetime import date
 import numpy as np
 
 from mapper.core.errors import MapperError
+from mapper.core.vocab import Engine
 from mapper.evidence.compare import kernel_groups
 from mapper.evidence.measure import ORT_PLAN
 from mapper.hardware.load import load_hardware
@@ -51,7 +52,7 @@ def _curve_of(e) -> tuple[str, float, float]:
     """(curve name, size, current efficiency) read by the dominant term of a kernel's predicted time."""
     if e.memory_time_s > e.compute_time_s:
         return "dram", e.dram_bytes, 0.0
-    if e.kernel.engine == "matrix":
+    if e.kernel.engine == Engine.MATRIX:
         return "matrix", e.kernel.flops, 0.0
     return "vector", e.kernel.dram_bytes, 0.0
 
@@ -128,7 +129,7 @@ def fit_op_scales(results, measurements, hw) -> dict[str, tuple[float, int]]:
             if e is None or n.op_type != e.kernel.op_types[0] or work_s <= 0 or n.time_s <= 0:
                 continue
             op = n.op_type
-            engine_of[op] = "vector" if e.kernel.engine == "sfu" else e.kernel.engine  # one curve for both
+            engine_of[op] = "vector" if e.kernel.engine == Engine.SFU else e.kernel.engine  # one curve for both
             ratios.setdefault(op, []).append(n.time_s / work_s)  # node times exclude dispatch
     engine_ratio = {
         eng: float(np.median([r for op, values in ratios.items() if engine_of[op] == eng for r in values]))

@@ -15,7 +15,6 @@ from mapper.core.errors import MapperError
 from mapper.core.result import PlanOptions
 from mapper.hardware.load import load_hardware
 from mapper.hardware.profile import HardwareProfile
-from mapper.pipeline import validate_options
 from mapper.report.reproduce import FIELD_BY_NAME, format_option, parse_option
 
 
@@ -100,7 +99,7 @@ def plan_spec(text: str, model: str | bytes, hw: str | HardwareProfile, base: Pl
             serving[key] = serving_value(key, value)
         else:  # the text form the link and the reproduce command share (mapper.report.reproduce)
             option_values[key] = parse_option(FIELD_BY_NAME[key], value)
-    options = validate_options(PlanOptions(**option_values))
+    options = PlanOptions(**option_values)  # validated where it is built
     hw_value = values["hw"]
     hardware = hw_value if isinstance(hw_value, HardwareProfile) else load_hardware(hw_value)
     return PlanSpec(values["model"], hardware, options, PlanServing(**serving))

@@ -21,11 +21,12 @@ from mapper.core.errors import MapperError
 from mapper.core.result import MappingResult, PlanOptions
 from mapper.core.timeline import KernelEstimates
 from mapper.core.version import __version__
+from mapper.core.vocab import FusionPolicy, PlanDtype
 from mapper.explore.executors import ExecutorSpec, run_tasks
 from mapper.explore.models import ModelShapes, ModelSource, model_source
 from mapper.hardware.load import load_hardware
 from mapper.hardware.profile import HardwareProfile
-from mapper.pipeline import map_workload, validate_options
+from mapper.pipeline import map_workload
 from mapper.report.tables import csv_bytes, write_bytes, xlsx_bytes
 
 if TYPE_CHECKING:
@@ -187,7 +188,7 @@ def plan_tasks(spec: SweepSpec) -> tuple[list[SweepTask], int]:
     if not spec.dtypes or not spec.fusions:
         raise MapperError("a sweep needs at least one dtype and one fusion policy")
     for dtype, fusion in itertools.zip_longest(spec.dtypes, spec.fusions, fillvalue=None):
-        validate_options(PlanOptions(dtype=dtype or "auto", fusion=fusion or "default"))
+        PlanOptions(dtype=dtype or PlanDtype.AUTO, fusion=fusion or FusionPolicy.DEFAULT)  # validated as built
     batches, seqs = sorted(set(spec.batches)), sorted(set(spec.seqs))
     options = tuple(itertools.product(dict.fromkeys(spec.dtypes), dict.fromkeys(spec.fusions)))
     per_shape = len(dict.fromkeys(spec.hardware)) * len(options)

@@ -14,7 +14,7 @@ from mapper.core.graph import FILE_TENSORS, Graph, LayerType, OpClass, ReleasedP
 from mapper.core.records import writer
 from mapper.core.result import Kernel, MatrixShape, NodeWork
 from mapper.core.timeline import Kernels
-from mapper.core.vocab import Engine, KernelRule, PlanDtype
+from mapper.core.vocab import Engine, KernelRule, PlanDtype, WeightDtype
 from mapper.hardware.profile import HardwareProfile
 from mapper.plan.boundary import Boundary, GroupPlaces, Place
 from mapper.plan.fusion import Group
@@ -125,7 +125,7 @@ class Sizer:
             raise MapperError(f"dtype {dtype!r} is not one of {', '.join(PLAN_DTYPE_BYTES)}")
         self.graph, self.caches = graph, caches
         self.act = PLAN_DTYPE_BYTES[dtype]
-        self.weight = PLAN_DTYPE_BYTES[dtype if weight_dtype == "same" else weight_dtype]
+        self.weight = PLAN_DTYPE_BYTES[dtype if weight_dtype == WeightDtype.SAME else weight_dtype]
 
     def weight_bytes(self) -> float:
         """All of the model's weights at the plan's weight precision."""
@@ -153,7 +153,7 @@ def _matrix_shape(members: list[NodeWork], rule: str) -> MatrixShape | None:
     shapes = [w.matrix for w in members if w.matrix is not None]
     if not shapes:
         return None
-    if rule == "flash-attention":  # QK^T: (B*H) x Sq x Skv x d; PV has the same extents
+    if rule == KernelRule.FLASH_ATTENTION:  # QK^T: (B*H) x Sq x Skv x d; PV has the same extents
         qk = shapes[0]
         return MatrixShape(qk.batch, qk.m, qk.n, qk.k, "attention")
     return shapes[0]
@@ -270,7 +270,7 @@ def build_kernels(
     Group boundaries depend on the structure alone (the groups and which nodes were folded away):
     every binding of a sweep shares them (`GroupPlaces`)."""
     graph, caches = workload.graph, workload.caches
-    flash = any(g.rule == "flash-attention" for g in groups)  # only fused attention asks the SRAM size
+    flash = any(g.rule == KernelRule.FLASH_ATTENTION for g in groups)  # only fused attention asks the SRAM size
     groups_key = tuple(groups)
     places = caches.group_boundaries(graph.structure, groups_key, lambda: GroupPlaces(graph, groups_key))
     return caches.kernels(
@@ -312,7 +312,7 @@ def _build_kernels(
         return k, len(sources)
 
     for group, place in zip(groups, places.of_plan, strict=True):
-        if group.rule == "flash-attention":
+        if group.rule == KernelRule.FLASH_ATTENTION:
             members = [by_name[n] for n in group.nodes]
             shape = _matrix_shape(members, group.rule)
             if shape is None or not attention_fits(shape, sizer.act, hw):
@@ -379,7 +379,7 @@ def precision_caveats(released: ReleasedPrecision, dtype: str, weight_dtype: str
     plan_rank, released_rank = PRECISION_RANK.get(dtype, 5), PRECISION_RANK.get(released.dtype, 5)
     caveat = RANK_CAVEATS.get((plan_rank > released_rank) - (plan_rank < released_rank))
     caveats = [caveat.format(dtype=dtype, released=released.dtype, source=released.source)] if caveat else []
-    if weight_dtype != "same":
+    if weight_dtype != WeightDtype.SAME:
         caveats.append(
             f"Weight-only {weight_dtype} quantization: needs quality evidence (perplexity/accuracy)"
             " and a fallback to unquantized weights."

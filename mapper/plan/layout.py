@@ -51,10 +51,10 @@ def plan_layout(
         raise MapperError(f"layout {layout!r} is not one of {', '.join(LAYOUTS)}")
     if not any(k.layer_type is LayerType.CONV for k in Kernels.of(kernels).sources):  # read, none written
         return kernels, "n/a"
-    chosen = preferred if layout == "auto" else layout
+    chosen = preferred if layout == Layout.AUTO else layout
     region = {n for k in kernels if k.layer_type in REGION_LAYERS for n in k.nodes}
     out: list[Kernel] = []
-    if chosen == GRAPH_LAYOUT and layout == "auto":
+    if chosen == GRAPH_LAYOUT and layout == Layout.AUTO:
         return [replace(k, layout=chosen) if k.layer_type is LayerType.CONV else k for k in kernels], chosen
     node_of = {n.name: n for n in graph.nodes}
     converted: set[str] = set()

@@ -60,7 +60,7 @@ def assign_roles(graph: Graph, kernels: list[Kernel]) -> tuple[list[Kernel], lis
         weight_gemm = (
             k.matrix is not None
             and k.weight_bytes > 0
-            and k.rule != "flash-attention"
+            and k.rule != KernelRule.FLASH_ATTENTION
             and k.layer_type in (LayerType.LINEAR, LayerType.CONV)
             and not k.matrix.depthwise
         )

@@ -21,6 +21,7 @@ import numpy as np
 
 from mapper.core.records import writer
 from mapper.core.result import Kernel, TileChoice, TilePlan
+from mapper.core.vocab import KernelRule
 from mapper.hardware.profile import HardwareProfile
 
 TILE_MULTIPLES = (1, 2, 4)  # tile edge = instruction edge x these (and 64..256 for small instructions)
@@ -255,7 +256,7 @@ def alignment_shares(kernel: Kernel, hw: HardwareProfile, act_bytes: float) -> t
     need 16-byte strides (measured on H200: n = 3073 at 0.13 of n = 3072's rate, GPT-2's vocabulary 50257 at
     0.18 of the padded 50304's, data/evidence/h200). (1.0, 1.0): aligned, not a GEMM, or no rule."""
     s, align = kernel.matrix, hw.matrix_alignment_bytes
-    if align is None or s is None or s.kind != "gemm" or kernel.rule == "flash-attention":
+    if align is None or s is None or s.kind != "gemm" or kernel.rule == KernelRule.FLASH_ATTENTION:
         return 1.0, 1.0
     if (s.k * act_bytes) % align == 0 and (s.n * act_bytes) % align == 0:
         return 1.0, 1.0

@@ -4,7 +4,7 @@ command line that reproduces a mapped slice from its document.
 The reproduce command (the sheet's Provenance, `--json`, every dashboard header), the dashboard's link and
 Compare's variable options are all written from PLAN_FIELDS, so a new PlanOptions field needs one row here
 (a test fails on a field without one). Text from a link is hostile: `parse_option` reads it strictly and
-`validate_options` judges the value, one line naming the option when it is refused.
+`PlanOptions` judges the value where it is built, one line naming the option when it is refused.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import math
 import shlex
 from dataclasses import dataclass
 
-from mapper import pipeline  # the option vocabularies (PLAN_DTYPES ...) and validate_options
+from mapper import pipeline  # the option vocabularies (PLAN_DTYPES ...)
 from mapper.core.errors import MapperError
 from mapper.core.result import PlanOptions
 from mapper.plan.layout import LAYOUTS
@@ -82,7 +82,7 @@ def parse_option(f: PlanField, text: str):
     raw = str(text).strip().lower()
     try:
         value = _parse_text(f, raw)
-        return getattr(pipeline.validate_options(dataclasses.replace(DEFAULT_OPTIONS, **{f.name: value})), f.name)
+        return getattr(dataclasses.replace(DEFAULT_OPTIONS, **{f.name: value}), f.name)
     except (ValueError, MapperError):
         shown = str(text)[:MAX_OPTION_TEXT]
         hint = f"one of {', '.join(f.choices)}" if f.choices else f"a {f.kind.removeprefix('optional-')} in range"

@@ -15,9 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 
 from mapper.core.classes import Bottleneck, Owner
+from mapper.core.graph import LayerType
 from mapper.core.result import MappingResult, PlanOptions
 from mapper.core.targets import TargetCheck
 from mapper.core.units import format_duration
+from mapper.core.vocab import Engine, Sparsity
 from mapper.handle import ModelHandle
 from mapper.hardware.profile import HardwareProfile
 from mapper.pipeline import map_workload
@@ -138,7 +140,7 @@ def _dtype(dtype: str) -> Changes:
 
 def _sparse(ctx: Context) -> dict | None:
     dtype = ctx.doc["totals"]["dtype"]
-    ok = ctx.options.sparsity != "2:4" and dtype in ctx.hardware.sparse_matrix_peak_flops_per_s
+    ok = ctx.options.sparsity != Sparsity.TWO_FOUR and dtype in ctx.hardware.sparse_matrix_peak_flops_per_s
     return {"sparsity": "2:4"} if ok else None
 
 
@@ -157,7 +159,7 @@ def _more_replicas(ctx: Context) -> dict | None:
 
 def _attention_on(ctx: Context) -> dict | None:
     """Fused attention, where the model has attention kernels and the plan does not fuse them yet."""
-    attention = any(k["layer_type"] == "Attention" for k in ctx.doc["kernels"])
+    attention = any(k["layer_type"] == LayerType.ATTENTION for k in ctx.doc["kernels"])
     return {"attention_fusion": True} if attention and ctx.options.attention_fusion is not True else None
 
 
@@ -216,10 +218,10 @@ def _touches(rule: str, k: dict) -> bool:
     weight_gemm = k["weight_bytes"] > 0 and any(op in ("MatMul", "Gemm", "Conv", "MatMulNBits") for op in k["ops"])
     return {
         "weight GEMMs": weight_gemm,
-        "attention kernels": k["layer_type"] == "Attention",
-        "matrix kernels": k["engine"] == "matrix",
-        "vector kernels": k["engine"] in ("vector", "sfu"),
-        "collectives": k["engine"] == "interconnect",
+        "attention kernels": k["layer_type"] == LayerType.ATTENTION,
+        "matrix kernels": k["engine"] == Engine.MATRIX,
+        "vector kernels": k["engine"] in (Engine.VECTOR, Engine.SFU),
+        "collectives": k["engine"] == Engine.INTERCONNECT,
         "memory-bound kernels": k["bottleneck"] == Bottleneck.MEMORY,
         "launch-bound kernels": k["bottleneck"] == Bottleneck.LAUNCH,
         "occupancy-bound kernels": k["bottleneck"] == Bottleneck.OCCUPANCY,

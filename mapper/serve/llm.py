@@ -16,6 +16,7 @@ import numpy as np
 
 from mapper.core.errors import MapperError
 from mapper.core.result import MappingResult
+from mapper.core.vocab import PlanDtype
 from mapper.handle import open_model
 from mapper.pipeline import map_workload
 from mapper.plan.kernels import Sizer, released_precision
@@ -116,7 +117,7 @@ def kv_capacity_tokens(source, hw, options) -> int:
     past = 16
     model = open_model(source)
     graph = model.bind(decoder_dims(model)(1, past), batch=1, seq=1).graph
-    dtype = released_precision(graph).dtype if options.dtype == "auto" else options.dtype
+    dtype = released_precision(graph).dtype if options.dtype == PlanDtype.AUTO else options.dtype
     sizer = Sizer(graph, dtype, options.weight_dtype)
     kv = sum(sizer.bytes(graph.tensors[name]) for name in graph.inputs if "past" in name) / past
     if not kv:
