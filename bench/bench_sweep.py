@@ -5,6 +5,7 @@
     .venv/bin/python bench/bench_sweep.py --shapes 5  # the 200-shape BERT-base sweep, 5 cold processes
     .venv/bin/python bench/bench_sweep.py --shapes 5 --workers 2  # the same on a 2-process pool (CPU: all of it)
     .venv/bin/python bench/bench_sweep.py --instructions --against ../other-checkout  # instructions a slice
+    .venv/bin/python bench/bench_sweep.py --executors 3  # the 5,000-slice sweep: one process, Dask, a pool
 
 The 200-shape sweep (issue 16's goal): BERT-base at batch 1-40 x seq 64, 128, 256, 384, 512 on h100-sxm with
 one option set, each run in a fresh process; it prints the sweep's slices per CPU-second (`run_sweep` from a
@@ -207,8 +208,49 @@ def profile_one() -> None:
     print(f"build + analyze one shape: {(time.process_time() - t) / 5 * 1e3:.1f} ms CPU")
 
 
+GRID_5000 = [
+    "bert-base",
+    "--hw", "h100-sxm,a100-sxm-80gb,h200-sxm,b200,l4",
+    "--batch", ",".join(str(b) for b in range(1, 41)),
+    "--seq", "64,128,256,384,512",
+    "--dtype", "bf16,fp16,fp8,int8,fp32",
+    "--no-progress",
+]  # fmt: skip
+
+
+def executors_5000(runs: int) -> None:
+    """The 5,000-slice sweep (BERT-base, 200 shapes x 5 profiles x 5 dtypes) as whole `mapper sweep` commands,
+    in one process, on a 2-worker Dask LocalCluster and on a 2-process pool, taking turns; wall and CPU seconds
+    (children included), medians over the runs, and each executor's speed-up over one process."""
+    kinds = {
+        "in-process": [],
+        "dask, 2 workers": ["--executor", "dask", "--workers", "2"],
+        "process pool, 2 workers": ["--executor", "processes", "--workers", "2"],
+    }
+    walls: dict[str, list[float]] = {k: [] for k in kinds}
+    cpus: dict[str, list[float]] = {k: [] for k in kinds}
+    out = Path(tempfile.gettempdir()) / "bench-sweep-5000.parquet"
+    for _ in range(runs):
+        for kind, extra in kinds.items():
+            before = os.times()
+            wall = time.perf_counter()
+            command = [sys.executable, "-m", "mapper", "sweep", *GRID_5000, "--out", str(out), *extra]
+            subprocess.run(command, check=True, capture_output=True)
+            walls[kind].append(time.perf_counter() - wall)
+            after = os.times()
+            cpus[kind].append(
+                after.children_user + after.children_system - before.children_user - before.children_system
+            )
+    base = statistics.median(walls["in-process"])
+    print(f"5,000-slice sweep, whole command, medians of {runs} (load average {os.getloadavg()[0]:.2f}):")
+    for kind in kinds:
+        wall, cpu = statistics.median(walls[kind]), statistics.median(cpus[kind])
+        print(f"  {kind:24s} {wall:5.2f} s wall, {cpu:5.2f} CPU-s; {base / wall:.2f}x one process")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--executors", type=int, metavar="RUNS", help="the 5,000-slice sweep on each executor")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--skip-dask", action="store_true")
     ap.add_argument("--shapes", type=int, metavar="RUNS", help="the 200-shape BERT-base sweep, RUNS cold processes")
@@ -218,6 +260,9 @@ def main() -> int:
     args = ap.parse_args()
     if args.instructions:
         instructions(args.against)
+        return 0
+    if args.executors:
+        executors_5000(args.executors)
         return 0
     if args.shapes:
         shapes_sweep(args.shapes, args.workers)

@@ -3,6 +3,8 @@ failed slices reported not fatal, best plans and flips, and the same table from 
 
 from __future__ import annotations
 
+import pickle
+
 import pandas as pd
 import pytest
 
@@ -152,11 +154,13 @@ def test_bad_grids_are_errors_a_person_can_act_on(bad, message):
         plan_tasks(bad)
 
 
-def test_tasks_hold_whole_shapes_and_the_parse_travels_once_per_task():
-    tasks, total = plan_tasks(SMALL)
+def test_tasks_hold_whole_shapes_and_name_the_model_shipped_once():
+    shared, tasks, total = plan_tasks(SMALL)
     assert total == 24
     assert sum(len(t.shapes) for t in tasks) == 4 + 2  # every shape in exactly one task
-    assert all(len(t.hardware) == 2 and len(t.options) == 2 for t in tasks)
+    assert len(shared.hardware) == 2 and all(len(t.options) == 2 for t in tasks)
+    assert {t.model for t in tasks} == set(range(len(shared.models)))  # an index: the parse is not in the task
+    assert all(len(pickle.dumps(t)) < 1000 for t in tasks)
 
 
 def test_int_lists():

@@ -52,7 +52,13 @@ def add_arguments(subparsers) -> None:
     )
     p.add_argument("--workers", type=int, help="local workers (process pool or a Dask LocalCluster)")
     p.add_argument("--scheduler", help="a running Dask scheduler, tcp://HOST:PORT")
-    p.add_argument("--chunk", type=int, default=limits.SWEEP_CHUNK_SLICES, help="slices per task (default %(default)s)")
+    p.add_argument(
+        "--chunk",
+        type=int,
+        default=None,
+        help=f"slices per task (default: {limits.SWEEP_CHUNK_SLICES} in-process, else about"
+        f" {limits.SWEEP_TASKS_PER_WORKER} tasks a worker)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print best plans and flips as JSON")
     p.set_defaults(func=cmd_sweep)
@@ -139,7 +145,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         args.chunk,
         tuple(parse_dim(d) for d in args.dim),
     )
-    if not 1 <= spec.chunk_slices <= limits.MAX_CHUNK_SLICES:
+    if spec.chunk_slices is not None and not 1 <= spec.chunk_slices <= limits.MAX_CHUNK_SLICES:
         raise MapperError(f"--chunk {args.chunk} must be from 1 to {limits.limit_text('MAX_CHUNK_SLICES')} slices")
     executor = executor_spec(args.executor, args.workers, args.scheduler)
     start = time.perf_counter()

@@ -61,27 +61,44 @@ def executor_spec(
     return ExecutorSpec(kind, workers, scheduler, dask_processes)
 
 
-def run_tasks(fn: Callable, tasks: Sequence, spec: ExecutorSpec = ExecutorSpec()) -> Iterator[tuple[int, object]]:
-    """Yield (task index, fn(task)) as each task finishes. An exception in a task propagates."""
+def run_tasks(
+    fn: Callable, tasks: Sequence, spec: ExecutorSpec = ExecutorSpec(), shared: object = None
+) -> Iterator[tuple[int, object]]:
+    """Yield (task index, fn(shared, task)) as each task finishes. An exception in a task propagates.
+
+    `shared` (what every task reads: a sweep's parsed models and profiles) goes to each worker once, not with
+    each task: a process pool's initializer installs it, Dask scatters it to every worker, and a worker's tasks
+    then share one object (its model handles' caches warm from one task to the next)."""
     if not tasks:
         return
     if spec.kind == "inprocess":
         for i, task in enumerate(tasks):
-            yield i, fn(task)
+            yield i, fn(shared, task)
     elif spec.kind == "processes":
-        yield from _run_pool(fn, tasks, spec.workers or default_workers())
+        yield from _run_pool(fn, tasks, spec.workers or default_workers(), shared)
     else:
-        yield from _run_dask(fn, tasks, spec)
+        yield from _run_dask(fn, tasks, spec, shared)
 
 
-def _run_pool(fn: Callable, tasks: Sequence, workers: int) -> Iterator[tuple[int, object]]:
-    with ProcessPoolExecutor(max_workers=min(workers, len(tasks))) as pool:
-        futures = {pool.submit(fn, task): i for i, task in enumerate(tasks)}
+_installed: dict[str, object] = {}  # a pool worker's `shared`, set once by its initializer (never in the parent)
+
+
+def _install(shared: object) -> None:
+    _installed["shared"] = shared
+
+
+def _with_installed(fn: Callable, task: object) -> object:
+    return fn(_installed["shared"], task)
+
+
+def _run_pool(fn: Callable, tasks: Sequence, workers: int, shared: object) -> Iterator[tuple[int, object]]:
+    with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), initializer=_install, initargs=(shared,)) as pool:
+        futures = {pool.submit(_with_installed, fn, task): i for i, task in enumerate(tasks)}
         for future in as_completed(futures):
             yield futures[future], future.result()
 
 
-def _run_dask(fn: Callable, tasks: Sequence, spec: ExecutorSpec) -> Iterator[tuple[int, object]]:
+def _run_dask(fn: Callable, tasks: Sequence, spec: ExecutorSpec, shared: object) -> Iterator[tuple[int, object]]:
     try:
         from distributed import Client, LocalCluster
         from distributed import as_completed as dask_completed
@@ -102,9 +119,12 @@ def _run_dask(fn: Callable, tasks: Sequence, spec: ExecutorSpec) -> Iterator[tup
     except OSError as exc:
         raise MapperError(f"cannot reach the Dask scheduler {spec.scheduler}: {exc}") from exc
     try:
+        # once to every worker; each task names the one copy its worker holds
+        held = client.scatter(shared, broadcast=True, hash=False)
         # pure=False: every task is distinct work; the key carries its index so results map back
         futures = [
-            client.submit(fn, task, key=f"mapper-task-{i}-{id(tasks)}", pure=False) for i, task in enumerate(tasks)
+            client.submit(fn, held, task, key=f"mapper-task-{i}-{id(tasks)}", pure=False)
+            for i, task in enumerate(tasks)
         ]
         index = {f.key: i for i, f in enumerate(futures)}
         for future in dask_completed(futures):

@@ -22,7 +22,7 @@ from mapper.core.result import MappingResult, PlanOptions
 from mapper.core.timeline import KernelEstimates
 from mapper.core.version import __version__
 from mapper.core.vocab import FusionPolicy, PlanDtype
-from mapper.explore.executors import ExecutorSpec, run_tasks
+from mapper.explore.executors import ExecutorSpec, default_workers, run_tasks
 from mapper.explore.models import ModelShapes, ModelSource, model_source
 from mapper.hardware.load import load_hardware
 from mapper.hardware.profile import HardwareProfile
@@ -48,18 +48,27 @@ class SweepSpec:
     seqs: tuple[int, ...] = (128,)
     dtypes: tuple[str, ...] = ("auto",)
     fusions: tuple[str, ...] = ("default",)
-    chunk_slices: int = limits.SWEEP_CHUNK_SLICES
+    chunk_slices: int | None = None  # slices per task; None: sized to the executor (`task_slices`)
     # the model's other dims, held for every slice: a KV-cache length, a merged decoder's
     # use_cache_branch ((name, value) pairs; each model takes those it has, built-ins default the rest)
     dims: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
-class SweepTask:
-    """One unit of work: a model, every profile, a chunk of shapes, every option pair."""
+class SweepShared:
+    """What every task of a sweep reads, shipped to each worker once (`executors.run_tasks`): the models,
+    parsed there once (their handles' caches then serve every task the worker runs), and the profiles."""
 
-    model: ModelSource
+    models: tuple[ModelSource, ...]
     hardware: tuple[HardwareProfile, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SweepTask:
+    """One unit of work: a model (its index in `SweepShared.models`), a chunk of shapes, every profile and
+    option pair."""
+
+    model: int
     shapes: tuple[tuple[int, int | None, int], ...]  # (batch, seq or None, first slice id)
     options: tuple[tuple[str, str], ...]  # (dtype, fusion)
 
@@ -140,9 +149,10 @@ ERROR_ROW = {
 # per 64 slices, yet between slices its passes walked the model's caches, 0.2 of a 200-shape sweep's 2.0 CPU-s
 # (gc callbacks; 0.09 paused per task)
 @collector_paused
-def run_task(task: SweepTask) -> list[dict]:
-    """Map every slice of one task (runs on a worker; the parse and each shape are reused)."""
-    shapes = ModelShapes(task.model)
+def run_task(shared: SweepShared, task: SweepTask) -> list[dict]:
+    """Map every slice of one task (runs on a worker, whose copy of `shared` every task of it reads)."""
+    model = shared.models[task.model]
+    shapes = ModelShapes(model)
     rows = []
     for batch, seq, first_id in task.shapes:
         try:
@@ -150,19 +160,19 @@ def run_task(task: SweepTask) -> list[dict]:
         except MapperError as exc:
             workload, shape_error = None, str(exc)
         slice_id = first_id
-        for hw in task.hardware:
+        for hw in shared.hardware:
             for dtype, fusion in task.options:
                 row = {
                     "slice_id": slice_id,
-                    "model": task.model.name,
-                    "model_sha256": task.model.sha256,
+                    "model": model.name,
+                    "model_sha256": model.sha256,
                     "hardware": hw.name,
                     "hardware_sha256": hw.sha256,
                     "batch": batch,
                     "seq": seq,
                     "dtype": dtype,
                     "fusion": fusion,
-                    "note": "" if task.model.has_seq else NO_SEQ_NOTE,
+                    "note": "" if model.has_seq else NO_SEQ_NOTE,
                 }
                 slice_id += 1
                 if workload is None:
@@ -178,8 +188,19 @@ def run_task(task: SweepTask) -> list[dict]:
 # ---- the grid -> tasks -> table ----------------------------------------------------------------------
 
 
-def plan_tasks(spec: SweepSpec) -> tuple[list[SweepTask], int]:
-    """Tasks of whole shapes (about chunk_slices slices each) and the slice count."""
+def task_slices(spec: SweepSpec, slices: int, workers: int | None) -> int:
+    """Slices a task: the spec's, else SWEEP_CHUNK_SLICES in this process (`workers` None), else about
+    SWEEP_TASKS_PER_WORKER tasks a worker (each worker's copy of the models stays warm across its tasks)."""
+    if spec.chunk_slices is not None:
+        return spec.chunk_slices
+    if workers is None:
+        return limits.SWEEP_CHUNK_SLICES
+    return max(limits.SWEEP_CHUNK_SLICES, math.ceil(slices / (limits.SWEEP_TASKS_PER_WORKER * workers)))
+
+
+def plan_tasks(spec: SweepSpec, workers: int | None = None) -> tuple[SweepShared, list[SweepTask], int]:
+    """What every task reads, tasks of whole shapes (`task_slices` each, about) and the slice count; `workers`:
+    how many run them (None: this process)."""
     if not spec.models or not spec.hardware:
         raise MapperError("a sweep needs at least one model and one hardware profile")
     for name, values in (("batch", spec.batches), ("seq", spec.seqs)):
@@ -197,18 +218,19 @@ def plan_tasks(spec: SweepSpec) -> tuple[list[SweepTask], int]:
     check_slices(len(dict.fromkeys(spec.models)) * len(batches) * per_shape)
     hardware = tuple(h if isinstance(h, HardwareProfile) else load_hardware(h) for h in dict.fromkeys(spec.hardware))
     sources = [model_source(model, dims=spec.dims) for model in dict.fromkeys(spec.models)]
-    check_slices(sum(len(batches) * (len(seqs) if s.has_seq else 1) for s in sources) * per_shape)
-    chunk = max(1, spec.chunk_slices // per_shape)
+    check_slices(sum(len(batches) * (len(seqs) if s.has_seq else 1) for s in sources) * per_shape)  # with seqs
+    slices = sum(len(batches) * (len(seqs) if s.has_seq else 1) for s in sources) * per_shape
+    chunk = max(1, task_slices(spec, slices, workers) // per_shape)
     tasks, next_id = [], 0
-    for source in sources:
+    for m, source in enumerate(sources):
         shapes = [(b, s) for b in batches for s in (seqs if source.has_seq else [None])]
         for start in range(0, len(shapes), chunk):
             part = tuple(
                 (b, s, next_id + (start + i) * per_shape) for i, (b, s) in enumerate(shapes[start : start + chunk])
             )
-            tasks.append(SweepTask(source, hardware, part, options))
+            tasks.append(SweepTask(m, part, options))
         next_id += len(shapes) * per_shape
-    return tasks, next_id
+    return SweepShared(tuple(sources), hardware), tasks, next_id
 
 
 def check_slices(count: int, limit: str = "MAX_SLICES", what: str = "sweep") -> None:
@@ -222,12 +244,13 @@ def run_sweep(
     """Map every slice of the grid; the table is sorted by slice id (identical on every executor)."""
     import pandas as pd  # lazy: `import mapper` and the CLI's --help start without pandas
 
-    tasks, total = plan_tasks(spec)
+    workers = None if executor.kind == "inprocess" else executor.workers or default_workers()
+    shared, tasks, total = plan_tasks(spec, workers)
     started = datetime.now(UTC)
     rows, done = [], 0
     if progress:
         progress(0, total)
-    for _, task_rows in run_tasks(run_task, tasks, executor):
+    for _, task_rows in run_tasks(run_task, tasks, executor, shared):
         rows.extend(task_rows)
         done += len(task_rows)
         if progress:
@@ -242,15 +265,15 @@ def run_sweep(
         "tasks": len(tasks),
         "created_utc": started.isoformat(timespec="seconds"),
         "grid": {
-            "models": list(dict.fromkeys(t.model.name for t in tasks)),
-            "hardware": [h.name for h in tasks[0].hardware],
+            "models": [m.name for m in shared.models],
+            "hardware": [h.name for h in shared.hardware],
             "batches": list(spec.batches),
             "seqs": list(spec.seqs),
             "dtypes": list(spec.dtypes),
             "fusions": list(spec.fusions),
         },
-        "models": {t.model.name: t.model.sha256 for t in tasks},
-        "hardware": {h.name: h.sha256 for h in tasks[0].hardware},
+        "models": {m.name: m.sha256 for m in shared.models},
+        "hardware": {h.name: h.sha256 for h in shared.hardware},
     }
     return SweepResult(table, best, plan_flips(best), provenance)
 
