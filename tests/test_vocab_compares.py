@@ -26,6 +26,10 @@ FIELDS = {
     "launch": vocab.Launch,
     "sparsity": vocab.Sparsity,
     "layout": vocab.Layout,
+    "shard": vocab.Shard,
+    "role": vocab.Shard,
+    "collective": vocab.Collective,
+    "kind": vocab.Collective,
     "options.dtype": vocab.PlanDtype,  # a tensor's dtype is another vocabulary: only the plan's is read here
 }
 

@@ -26,6 +26,7 @@ from mapper.core.vocab import (
     Layout,
     PlanDtype,
     Runtime,
+    Shard,
     Sparsity,
     WeightDtype,
 )
@@ -156,7 +157,7 @@ class Kernel:
     note: str = ""  # e.g. "inserted: NCHW->NHWC at the conv region boundary"
     collective: str = ""  # all-reduce | all-gather | reduce-scatter | p2p (interconnect kernels)
     devices: int = 1  # devices taking part in the collective
-    shard: str = ""  # tensor-parallel role: column | row | sharded | replicated
+    shard: Shard | str = ""  # tensor-parallel role (`core.vocab.Shard`); "": not assigned (before sharding)
     stage: int = 0  # pipeline stage (device group) the kernel runs on
 
     def replaced(self, **changes) -> Kernel:

@@ -105,3 +105,36 @@ class Sparsity(StrEnum):
 
     DENSE = "dense"
     TWO_FOUR = "2:4"  # 2:4 structured sparsity (needs accuracy evidence and a dense fallback)
+
+
+class Shard(StrEnum):
+    """`Kernel.shard`: a kernel's tensor-parallel role (Megatron-LM, Shoeybi et al. 2019, section 3)."""
+
+    COLUMN = "column"  # a weight GEMM splitting its output dim N
+    ROW = "row"  # a weight GEMM splitting its K: partial sums, all-reduced
+    SHARDED = "sharded"  # reads a sharded tensor: works on 1/tp of the data (attention on its heads, SwiGLU)
+    REPLICATED = "replicated"  # every rank runs it whole (norms, residual adds, embeddings)
+
+
+class Collective(StrEnum):
+    """`Kernel.collective`: what an interconnect kernel does, costed by `cost.collectives`."""
+
+    ALL_REDUCE = "all-reduce"  # a row-parallel GEMM's partial sums
+    ALL_GATHER = "all-gather"  # column-parallel logits gathered
+    REDUCE_SCATTER = "reduce-scatter"
+    P2P = "p2p"  # a pipeline stage's activations sent to the next
+    ALL_TO_ALL = "all-to-all"  # expert parallelism's dispatch and combine
+
+    @property
+    def op_type(self) -> str:
+        """Its op type in the kernel's op list (AllReduce, SendRecv ...)."""
+        return _COLLECTIVE_OPS[self]
+
+
+_COLLECTIVE_OPS = {
+    Collective.ALL_REDUCE: "AllReduce",
+    Collective.ALL_GATHER: "AllGather",
+    Collective.REDUCE_SCATTER: "ReduceScatter",
+    Collective.P2P: "SendRecv",
+    Collective.ALL_TO_ALL: "AllToAll",
+}

@@ -25,9 +25,10 @@ import math
 from dataclasses import dataclass
 
 from mapper.core.errors import MapperError
+from mapper.core.vocab import Collective, values
 from mapper.hardware.profile import Interconnect
 
-COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "p2p", "all-to-all")
+COLLECTIVES = values(Collective)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,18 +65,18 @@ def collective_time(kind: str, devices: int, message_bytes: float, link: Interco
         raise MapperError(
             f"the profile has no interconnect bandwidth (topology {link.topology!r}); it cannot run multi-device plans"
         )
-    if kind == "p2p":
+    if kind == Collective.P2P:
         return CollectiveCost(kind, "direct", p, n, alpha + n / beta, n)
-    if kind == "all-to-all":
+    if kind == Collective.ALL_TO_ALL:
         return CollectiveCost(kind, "pairwise", p, n, ring_gather(p, n, alpha, beta), (p - 1) / p * n)
     if link.topology == "torus2d":
         side = max(2, round(math.sqrt(p)))
-        if kind == "all-reduce":  # one ring per dimension, each on half the data, concurrently
+        if kind == Collective.ALL_REDUCE:  # one ring per dimension, each on half the data, concurrently
             t = ring_all_reduce(side, n / 2, alpha, beta) * 2
             return CollectiveCost(kind, "2d-ring", p, n, t, 2 * (side - 1) / side * n)
         t = ring_gather(side, n / 2, alpha, beta) * 2
         return CollectiveCost(kind, "2d-ring", p, n, t, (side - 1) / side * n)
-    if kind == "all-reduce":
+    if kind == Collective.ALL_REDUCE:
         ring, tree = ring_all_reduce(p, n, alpha, beta), tree_all_reduce(p, n, alpha, beta)
         if tree < ring:
             return CollectiveCost(kind, "tree", p, n, tree, 2 * n)

@@ -15,6 +15,7 @@ from dataclasses import replace
 
 from mapper.core.errors import MapperError
 from mapper.core.result import Kernel
+from mapper.core.vocab import Collective
 from mapper.plan.kernel_names import SEPARATOR, kernel_module
 from mapper.plan.sharding import collective_kernel
 from mapper.work.moe import ExpertGemm
@@ -72,7 +73,7 @@ def _busiest(k: Kernel, g: ExpertGemm, imbalance: float, ep: int) -> Kernel:
 def _all_to_all(k: Kernel, g: ExpertGemm, step: str, ep: int, act_bytes: float) -> Kernel:
     layer = kernel_module(k.name).split(".experts.")[0]  # "model.layers.0.block_sparse_moe"
     return collective_kernel(
-        f"{layer}{SEPARATOR}{step} all-to-all", "all-to-all", g.tokens * g.top_k * g.hidden * act_bytes, ep
+        f"{layer}{SEPARATOR}{step} all-to-all", Collective.ALL_TO_ALL, g.tokens * g.top_k * g.hidden * act_bytes, ep
     )
 
 

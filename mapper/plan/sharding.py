@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from mapper.core.graph import Graph, LayerType, OpClass
 from mapper.core.result import Kernel, MatrixShape
-from mapper.core.vocab import Engine, KernelRule
+from mapper.core.vocab import Collective, Engine, KernelRule, Shard
 from mapper.plan.kernels import Sizer
 from mapper.work.ops import classify_op
 
@@ -51,7 +51,7 @@ def assign_roles(graph: Graph, kernels: list[Kernel]) -> tuple[list[Kernel], lis
     out, written = [], []
     for k in kernels:
         if not k.nodes:  # inserted kernels (layout transposes) follow their neighbours: replicated
-            out.append(k.replaced(shard="replicated"))
+            out.append(k.replaced(shard=Shard.REPLICATED))
             written.append([])
             continue
         ins, outs = _boundary(graph, k, index_of)
@@ -72,38 +72,30 @@ def assign_roles(graph: Graph, kernels: list[Kernel]) -> tuple[list[Kernel], lis
                 for t in gemm.inputs
                 if t and t not in graph.weights and t in graph.tensors
             )
-            role = "row" if gemm_reads_sharded else "column"
+            role = Shard.ROW if gemm_reads_sharded else Shard.COLUMN
         else:
-            role = "sharded" if reads_sharded else "replicated"
-        if role in ("column", "sharded"):
+            role = Shard.SHARDED if reads_sharded else Shard.REPLICATED
+        if role in (Shard.COLUMN, Shard.SHARDED):
             sharded.update(outs)
         out.append(k.replaced(shard=role))
     return out, written
 
 
-def _split(shape: MatrixShape | None, role: str, tp: int) -> MatrixShape | None:
+def _split(shape: MatrixShape | None, role: Shard, tp: int) -> MatrixShape | None:
     if shape is None:
         return None
-    if role == "column":
+    if role == Shard.COLUMN:
         return replace(shape, n=math.ceil(shape.n / tp))
-    if role == "row":
+    if role == Shard.ROW:
         return replace(shape, k=math.ceil(shape.k / tp), a_elements=math.ceil(shape.a_elements / tp))
     return replace(shape, batch=math.ceil(shape.batch / tp))
 
 
-def collective_kernel(name: str, kind: str, message_bytes: float, devices: int, stage: int = 0) -> Kernel:
+def collective_kernel(name: str, kind: Collective, message_bytes: float, devices: int, stage: int = 0) -> Kernel:
     return Kernel(
         name=name,
         nodes=(),
-        op_types=(
-            {
-                "all-reduce": "AllReduce",
-                "all-gather": "AllGather",
-                "p2p": "SendRecv",
-                "reduce-scatter": "ReduceScatter",
-                "all-to-all": "AllToAll",
-            }[kind],
-        ),
+        op_types=(kind.op_type,),
         rule=KernelRule.COLLECTIVE,
         engine=Engine.INTERCONNECT,
         layer_type=LayerType.COLLECTIVE,
@@ -114,7 +106,7 @@ def collective_kernel(name: str, kind: str, message_bytes: float, devices: int, 
         weight_bytes=0.0,
         collective=kind,
         devices=devices,
-        shard="replicated",
+        shard=Shard.REPLICATED,
         stage=stage,
         note=f"{kind} of {message_bytes / 1e6:.3g} MB over {devices} devices",
     )
@@ -127,11 +119,11 @@ def shard_kernels(graph: Graph, kernels: list[Kernel], written: list[list[str]],
         return kernels
     out: list[Kernel] = []
     for k, outs in zip(kernels, written, strict=True):
-        if k.shard == "replicated":
+        if k.shard == Shard.REPLICATED:
             out.append(k)
             continue
         full_out = sum(sizer.bytes(graph.tensors[t]) for t in outs)
-        dram = k.dram_bytes / tp + (full_out * (1 - 1 / tp) if k.shard == "row" else 0.0)
+        dram = k.dram_bytes / tp + (full_out * (1 - 1 / tp) if k.shard == Shard.ROW else 0.0)
         out.append(
             k.replaced(
                 flops=k.flops / tp,
@@ -143,9 +135,9 @@ def shard_kernels(graph: Graph, kernels: list[Kernel], written: list[list[str]],
                 reduction_rows=math.ceil(k.reduction_rows / tp),
             )
         )
-        if k.shard == "row":  # partial sums of every rank: sum them
-            out.append(collective_kernel(f"{k.name}:all-reduce", "all-reduce", full_out, tp))
-        elif k.shard == "column" and any(t in graph.output_set for t in outs):
+        if k.shard == Shard.ROW:  # partial sums of every rank: sum them
+            out.append(collective_kernel(f"{k.name}:all-reduce", Collective.ALL_REDUCE, full_out, tp))
+        elif k.shard == Shard.COLUMN and any(t in graph.output_set for t in outs):
             # column-parallel logits are gathered; sharded outputs such as the KV cache stay on their ranks
-            out.append(collective_kernel(f"{k.name}:all-gather", "all-gather", full_out, tp))
+            out.append(collective_kernel(f"{k.name}:all-gather", Collective.ALL_GATHER, full_out, tp))
     return out

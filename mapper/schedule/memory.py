@@ -11,9 +11,11 @@ from __future__ import annotations
 from mapper.core.graph import Graph
 from mapper.core.result import DeviceFit, Kernel, MemoryPlan
 from mapper.core.timeline import Kernels
+from mapper.core.vocab import Shard
 from mapper.plan.kernels import Sizer
 
 PARALLEL_DEGREES = (1, 2, 4, 8, 16, 32, 64)
+WEIGHT_SPLITS = (Shard.COLUMN, Shard.ROW)  # roles whose weights tensor parallelism splits across ranks
 
 
 def kv_cache_bytes(graph: Graph, sizer: Sizer) -> float:
@@ -39,8 +41,8 @@ def plan_memory(
 ) -> MemoryPlan:
     """`kernels` carry their tensor-parallel roles (full size, before the split)."""
     kernels = Kernels.of(kernels).sources  # every figure but the names: none written
-    sharded_w = sum(k.weight_bytes for k in kernels if k.shard in ("column", "row"))
-    replicated_w = sum(k.weight_bytes for k in kernels if k.shard not in ("column", "row"))
+    sharded_w = sum(k.weight_bytes for k in kernels if k.shard in WEIGHT_SPLITS)
+    replicated_w = sum(k.weight_bytes for k in kernels if k.shard not in WEIGHT_SPLITS)
     kv = kv_cache_bytes(graph, sizer)
     act = max((k.dram_bytes - k.weight_bytes for k in kernels), default=0.0)
     per_device = _footprint(sharded_w, replicated_w, kv, act, tp, pp)

@@ -19,7 +19,7 @@ from mapper.core.result import (
     PlanOptions,
 )
 from mapper.core.timeline import KernelEstimates
-from mapper.core.vocab import Engine
+from mapper.core.vocab import Collective, Engine
 from mapper.cost.bottleneck import Facts, classify, speedup_if_removed
 from mapper.cost.estimate import estimate_cost
 from mapper.hardware.target import Target
@@ -158,7 +158,7 @@ def _pipeline(
     for i, (e, s) in enumerate(zip(estimates, stage_of, strict=True)):
         timeline.append(replace(e, kernel=replace(e.kernel, stage=s)) if s else e)
         if i + 1 < len(estimates) and stage_of[i + 1] != s:
-            send = collective_kernel(f"stage{s}->stage{s + 1}:send", "p2p", sends.get(s, 0.0), 2, stage=s)
+            send = collective_kernel(f"stage{s}->stage{s + 1}:send", Collective.P2P, sends.get(s, 0.0), 2, stage=s)
             timeline.append(_estimate_collective(send, target))
     start, placed = 0.0, []
     for e in timeline:
