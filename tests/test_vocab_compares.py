@@ -29,7 +29,7 @@ FIELDS = {
     "shard": vocab.Shard,
     "role": vocab.Shard,
     "collective": vocab.Collective,
-    "kind": vocab.Collective,
+    "kind": (vocab.Collective, vocab.ExecutorKind),
     "options.dtype": vocab.PlanDtype,  # a tensor's dtype is another vocabulary: only the plan's is read here
 }
 
@@ -65,7 +65,8 @@ def string_compares(source: str) -> list[str]:
             vocabulary = FIELDS.get(_field(side) or "")
             if vocabulary is None:
                 continue
-            values = {m.value for m in vocabulary}
+            vocabularies = vocabulary if isinstance(vocabulary, tuple) else (vocabulary,)
+            values = {m.value for v in vocabularies for m in v}
             if any(t in values for other in sides if other is not side for t in _texts(other)):
                 found.append(f"{node.lineno}: {ast.unparse(node)}")
     return found

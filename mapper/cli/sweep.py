@@ -17,6 +17,7 @@ from mapper.cli.args import parse_dim
 from mapper.core import limits
 from mapper.core.errors import MapperError
 from mapper.core.result import PlanOptions
+from mapper.core.vocab import ExecutorKind, values
 from mapper.pipeline import FUSION_POLICIES, PLAN_DTYPES
 
 if TYPE_CHECKING:
@@ -45,9 +46,18 @@ def add_arguments(subparsers) -> None:
         help="holds another dim for every slice, e.g. past_sequence_length=2048 (a model takes those it has)",
     )
     p.add_argument("--out", help="write the table: .parquet, .csv or .xlsx")
+    _add_executor_arguments(p)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print best plans and flips as JSON")
+    p.set_defaults(func=cmd_sweep)
+    _add_compare(subparsers)
+
+
+def _add_executor_arguments(p) -> None:
+    """Where a sweep's slices run and how they are cut into tasks."""
     p.add_argument(
         "--executor",
-        choices=("inprocess", "processes", "dask"),
+        choices=values(ExecutorKind),
         help="where slices run (default in-process; dask when --scheduler or --workers is given)",
     )
     p.add_argument("--workers", type=int, help="local workers (process pool or a Dask LocalCluster)")
@@ -59,10 +69,9 @@ def add_arguments(subparsers) -> None:
         help=f"slices per task (default: {limits.SWEEP_CHUNK_SLICES} in-process, else about"
         f" {limits.SWEEP_TASKS_PER_WORKER} tasks a worker)",
     )
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--json", action="store_true", help="print best plans and flips as JSON")
-    p.set_defaults(func=cmd_sweep)
 
+
+def _add_compare(subparsers) -> None:
     text = "compare a baseline plan with a candidate over a validation matrix; draw the rollback boundary"
     p = subparsers.add_parser("compare", help=text, description=text)
     p.add_argument("model", help="a built-in name or an .onnx file (override per plan with model=...)")

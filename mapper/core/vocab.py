@@ -138,3 +138,11 @@ _COLLECTIVE_OPS = {
     Collective.P2P: "SendRecv",
     Collective.ALL_TO_ALL: "AllToAll",
 }
+
+
+class ExecutorKind(StrEnum):
+    """Where a sweep's tasks run (`explore.executors`)."""
+
+    INPROCESS = "inprocess"
+    PROCESSES = "processes"  # a local process pool
+    DASK = "dask"  # a Dask LocalCluster, or a running scheduler

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 from mapper.core import limits
 from mapper.core.errors import MapperError
+from mapper.core.vocab import ExecutorKind, values
 
-KINDS = ("inprocess", "processes", "dask")
+KINDS = values(ExecutorKind)
 DASK_HINT = "install it with `pip install 'dask[distributed]'`"
 
 
@@ -23,19 +24,19 @@ DASK_HINT = "install it with `pip install 'dask[distributed]'`"
 class ExecutorSpec:
     """What the user asked for: `kind`, how many local workers, or a scheduler address."""
 
-    kind: str = "inprocess"  # inprocess | processes | dask
+    kind: ExecutorKind = ExecutorKind.INPROCESS
     workers: int | None = None  # processes / dask LocalCluster: worker count (None: CPU count)
     scheduler: str | None = None  # dask: tcp://HOST:PORT of a running scheduler (else a LocalCluster)
     dask_processes: bool = True  # dask LocalCluster: worker processes (False: threads in this process)
 
     def describe(self) -> str:
-        if self.kind == "dask":
+        if self.kind == ExecutorKind.DASK:
             return (
                 f"dask scheduler {self.scheduler}"
                 if self.scheduler
                 else f"dask LocalCluster, {self.workers or default_workers()} workers x 1 thread"
             )
-        if self.kind == "processes":
+        if self.kind == ExecutorKind.PROCESSES:
             return f"process pool, {self.workers or default_workers()} workers"
         return "in-process"
 
@@ -49,16 +50,16 @@ def executor_spec(
 ) -> ExecutorSpec:
     """Validate once. A scheduler address or a worker count without a kind means Dask."""
     if kind is None:
-        kind = "dask" if scheduler or workers else "inprocess"
+        kind = ExecutorKind.DASK if scheduler or workers else ExecutorKind.INPROCESS
     if kind not in KINDS:
         raise MapperError(f"executor {kind!r} is not one of {', '.join(KINDS)}")
     if workers is not None and not (isinstance(workers, int) and 1 <= workers <= limits.MAX_WORKERS):
         raise MapperError(f"workers {workers!r} must be an integer from 1 to {limits.limit_text('MAX_WORKERS')}")
-    if scheduler is not None and kind != "dask":
+    if scheduler is not None and kind != ExecutorKind.DASK:
         raise MapperError("a scheduler address needs the dask executor (--executor dask)")
     if scheduler is not None and "://" not in scheduler:
         raise MapperError(f"scheduler {scheduler!r} must look like tcp://HOST:PORT")
-    return ExecutorSpec(kind, workers, scheduler, dask_processes)
+    return ExecutorSpec(ExecutorKind(kind), workers, scheduler, dask_processes)
 
 
 def run_tasks(
@@ -71,10 +72,10 @@ def run_tasks(
     then share one object (its model handles' caches warm from one task to the next)."""
     if not tasks:
         return
-    if spec.kind == "inprocess":
+    if spec.kind == ExecutorKind.INPROCESS:
         for i, task in enumerate(tasks):
             yield i, fn(shared, task)
-    elif spec.kind == "processes":
+    elif spec.kind == ExecutorKind.PROCESSES:
         yield from _run_pool(fn, tasks, spec.workers or default_workers(), shared)
     else:
         yield from _run_dask(fn, tasks, spec, shared)

@@ -21,7 +21,7 @@ from mapper.core.errors import MapperError
 from mapper.core.result import MappingResult, PlanOptions
 from mapper.core.timeline import KernelEstimates
 from mapper.core.version import __version__
-from mapper.core.vocab import FusionPolicy, PlanDtype
+from mapper.core.vocab import ExecutorKind, FusionPolicy, PlanDtype
 from mapper.explore.executors import ExecutorSpec, default_workers, run_tasks
 from mapper.explore.models import ModelShapes, ModelSource, model_source
 from mapper.hardware.load import load_hardware
@@ -244,7 +244,7 @@ def run_sweep(
     """Map every slice of the grid; the table is sorted by slice id (identical on every executor)."""
     import pandas as pd  # lazy: `import mapper` and the CLI's --help start without pandas
 
-    workers = None if executor.kind == "inprocess" else executor.workers or default_workers()
+    workers = None if executor.kind == ExecutorKind.INPROCESS else executor.workers or default_workers()
     shared, tasks, total = plan_tasks(spec, workers)
     started = datetime.now(UTC)
     rows, done = [], 0
