@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import onnx
 
@@ -24,6 +24,7 @@ WORKLOAD_ENTRIES = 16
 # a few thousand, and one is a few hundred bytes.
 ASSESSMENT_ENTRIES = 8192
 _MISSING = object()  # a table's answer for a key it does not hold (a kept value may be None)
+_T = TypeVar("_T")
 
 
 class ModelCaches:
@@ -44,7 +45,7 @@ class ModelCaches:
         return {"entries": self._entries}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["entries"])
+        type(self).__init__(self, state["entries"])
 
     def _get(self, table: str, key: Hashable, make: Callable[[], Any], entries_max: int | None = None) -> Any:
         with self._lock:  # held while computing: two sessions mapping one model share the first's work
@@ -82,7 +83,7 @@ class ModelCaches:
         named by its hash; read only (every binding reads their shapes)."""
         return self._get("graph_inputs", sha256, make)
 
-    def initializers(self, sha256: str, make: Callable[[], tuple]):
+    def initializers(self, sha256: str, make: Callable[[], _T]) -> _T:
         """Each initializer's spec and small folded value: the (inlined) model alone, named by its hash
         (a file's initializers do not depend on the bindings)."""
         return self._get("initializers", sha256, make)

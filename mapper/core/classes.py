@@ -44,7 +44,8 @@ class BottleneckClass:
     fix: str
 
 
-CLASSES: dict[Bottleneck, BottleneckClass] = {
+# keyed by Bottleneck, a str: a label read back from a document looks its row up as it is (`fix_of`)
+CLASSES: dict[str, BottleneckClass] = {
     Bottleneck.COMPUTE_MATRIX: BottleneckClass(Owner.ML_COMPILER, "lower precision or a better tile"),
     Bottleneck.COMPUTE_VECTOR: BottleneckClass(Owner.ML_COMPILER, "fuse it, or use a cheaper approximation"),
     Bottleneck.MEMORY: BottleneckClass(Owner.ML_COMPILER, "fuse it, change layout, or quantize weights"),

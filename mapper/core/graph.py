@@ -179,8 +179,9 @@ class Graph:
     input_set: frozenset[str] = field(init=False, repr=False, compare=False)
     output_set: frozenset[str] = field(init=False, repr=False, compare=False)
     # the live nodes' op types: what a stage that looks for one kind of node (a router's TopK, a KV-cache Concat, a
-    # QuantizeLinear) asks before it walks every node; structural, so the import passes its live structure's
-    op_types: frozenset[str] | None = field(default=None, repr=False, compare=False)
+    # QuantizeLinear) asks before it walks every node; structural, so the import passes its live structure's (left
+    # out or empty: the nodes' own, computed here)
+    op_types: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
     # The weights a folded node computes (a Gather of constant indices, a ConstantOfShape): the only weights whose
     # specs may change with the bindings, as initializers' and Constant outputs' cannot; None where not known (a
     # graph built by hand: then any weight may)
@@ -191,7 +192,7 @@ class Graph:
     def __post_init__(self):
         object.__setattr__(self, "input_set", frozenset(self.inputs))
         object.__setattr__(self, "output_set", frozenset(self.outputs))
-        if self.op_types is None:
+        if not self.op_types:
             object.__setattr__(self, "op_types", frozenset(n.op_type for n in self.nodes))
 
     @property

@@ -25,8 +25,9 @@ def writer(cls: type, defaults: bool = False) -> Callable[..., Any]:
     given), else every field must be given (a copy that misses one is refused, not filled in)."""
     found = fields(cls) if is_dataclass(cls) else ()
     names = [f.name for f in found]
+    slots = getattr(cls, "__slots__", None)
     if (
-        getattr(cls, "__slots__", None) != tuple(names)
+        slots != tuple(names)
         or cls.__bases__ != (object,)
         or hasattr(cls, "__post_init__")
         or any(not f.init for f in found)
@@ -34,7 +35,7 @@ def writer(cls: type, defaults: bool = False) -> Callable[..., Any]:
         or any(n.startswith(("_default_", "_set_")) for n in names)
     ):
         raise TypeError(f"{cls.__name__} is not a slotted dataclass of its fields alone, without __post_init__")
-    draft = type(f"_{cls.__name__}Draft", (), {"__slots__": cls.__slots__})  # the layout, without the refusal
+    draft = type(f"_{cls.__name__}Draft", (), {"__slots__": slots})  # the layout, without the refusal
     scope: dict[str, Any] = {"_new": object.__new__, "_draft": draft, "_cls": cls}
     parameters, defaulted = [], False
     for f in found:

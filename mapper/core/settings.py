@@ -51,7 +51,7 @@ def setting(name: str) -> int:
     """The value in force: MAPPER_<name> where it is set (checked), else the default; a fixed limit's value."""
     spec = SETTINGS.get(name)
     raw = os.environ.get(ENV_PREFIX + name) if spec else None
-    if raw is None:
+    if spec is None or raw is None:
         return default(name)
     try:
         value = int(raw.strip(), 10)  # "4_294_967_296" too

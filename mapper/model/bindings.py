@@ -152,19 +152,19 @@ def apply_bindings(
     for key, value in bound.items():
         if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or not 0 <= value <= limits.MAX_DIM:
             raise MapperError(f"dim {key}={value!r} must be an integer from 0 to {limits.limit_text('MAX_DIM')}")
-    for shortcut, value in (("batch", batch), ("seq", seq)):
-        if value is None:
+    for shortcut, given in (("batch", batch), ("seq", seq)):
+        if given is None:
             continue
-        if not isinstance(value, (int, np.integer)) or not 0 < value <= limits.MAX_DIM:
-            raise MapperError(f"--{shortcut} {value!r} must be an integer from 1 to {limits.MAX_DIM}")
+        if not isinstance(given, (int, np.integer)) or not 0 < given <= limits.MAX_DIM:
+            raise MapperError(f"--{shortcut} {given!r} must be an integer from 1 to {limits.MAX_DIM}")
         matches = shortcut_targets(free, bound, shortcut)
-        if not matches and not _fixed_axis_is(model, SHORTCUT_AXES[shortcut], int(value)):
+        if not matches and not _fixed_axis_is(model, SHORTCUT_AXES[shortcut], int(given)):
             raise MapperError(
-                f"--{shortcut} {value}: this model has no free {shortcut} dim (its inputs are"
+                f"--{shortcut} {given}: this model has no free {shortcut} dim (its inputs are"
                 f" {_input_shapes(model)}); bind its dims by name with --dim NAME=VALUE"
             )
         for n in matches:
-            bound.setdefault(n, int(value))
+            bound.setdefault(n, int(given))
     unknown = [k for k in dims or {} if k not in free]
     if unknown:
         raise MapperError(

@@ -75,7 +75,8 @@ def _check_attrs(node_name: str, op_type: str, attrs: dict) -> None:
     for key, value in attrs.items():
         kind = _ATTR_TYPE.get(key)
         if kind is not None and not (
-            isinstance(value, kind) and (kind is not tuple or all(isinstance(v, int) for v in value))
+            isinstance(value, kind)
+            and (kind is not tuple or (isinstance(value, tuple) and all(isinstance(v, int) for v in value)))
         ):
             want = {int: "an integer", tuple: "a list of integers", str: "a string", onnx.TensorProto: "a tensor"}[kind]
             raise MapperError(
@@ -157,7 +158,8 @@ def local_leaves(scopes: list[str]) -> list[str]:
 
 
 def to_nodes(model: onnx.ModelProto) -> list[Node]:
-    nodes, interned = [], {}
+    nodes: list[Node] = []
+    interned: dict[tuple, int] = {}
     for i, n in enumerate(model.graph.node):
         inputs, outputs = tuple(n.input), tuple(n.output)
         op_type, domain = n.op_type, n.domain
@@ -188,7 +190,7 @@ def to_nodes(model: onnx.ModelProto) -> list[Node]:
 
 def topological_order(nodes: list[Node], available: set[str]) -> list[Node]:
     """Kahn's algorithm; inputs produced by no node are taken as given (dangling ones are caught later)."""
-    producer = {}
+    producer: dict[str, int] = {}
     for i, n in enumerate(nodes):
         for o in n.outputs:
             if o in producer or o in available:

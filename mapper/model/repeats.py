@@ -64,7 +64,8 @@ def find_repeats(nodes: list[Node], initializer_ids: dict[str, int]) -> Repeats:
         return Repeats()
     # each node's signature, a node without one (a tensor attribute) unlike every other
     sigs = np.array([-1 - k if n.signature is None else n.signature for k, n in enumerate(nodes)], dtype=np.int64)
-    twin, stretch_of, stretches = np.full(len(nodes), -1, dtype=np.int64), [-1] * len(nodes), []
+    twin, stretch_of = np.full(len(nodes), -1, dtype=np.int64), [-1] * len(nodes)
+    stretches: list[Stretch] = []
     for period in _candidate_periods(sigs):
         for start, stop, checks in _stretches(nodes, sigs, twin < 0, made, initializer_ids, period):
             copies = range(start + period, stop + period)
@@ -125,7 +126,8 @@ def _stretches(nodes: list[Node], sigs: np.ndarray, free: np.ndarray, made: dict
     read from before `start`. Only runs of one signature a period apart are read node by node."""
     same = (sigs[:-period] == sigs[period:]) & free[period:]
     for lo, hi in _runs(same):
-        start, pending = None, []
+        start: int | None = None
+        pending: list[list[tuple[str, str, int]]] = []
         for i in range(lo, hi + 1):
             pairs = _alike(nodes[i], nodes[i + period], period, made, initializer_ids) if i < hi else None
             if pairs is not None:

@@ -42,7 +42,7 @@ def small_value(t: onnx.TensorProto) -> np.ndarray | None:
 
 
 # Element types whose raw_data numpy reads directly (little-endian, as ONNX stores it).
-_RAW_DTYPES = {
+_RAW_DTYPES: dict[int, str] = {
     onnx.TensorProto.FLOAT: "<f4",
     onnx.TensorProto.DOUBLE: "<f8",
     onnx.TensorProto.INT64: "<i8",

@@ -294,10 +294,10 @@ class Walk:
         for k, spec in enumerate(out):
             value = folded_values[k] if folded_values is not None and k < len(folded_values) else None
             entries.append((spec.shape, spec.dtype, value, self.intern(spec.shape, spec.dtype, value)))
-        memoized = key is not None and from_rule
-        found = (tuple(entries), folded_values is not None, len(self.memo) if memoized else -1)
-        if memoized:
-            self.memo[key] = found
+        memo_key = key if from_rule else None
+        found = (tuple(entries), folded_values is not None, len(self.memo) if memo_key is not None else -1)
+        if memo_key is not None:
+            self.memo[memo_key] = found
         return found
 
     def infer(self, node: Node, specs: tuple, values: tuple) -> tuple[list[TensorSpec] | None, bool]:
@@ -307,10 +307,11 @@ class Walk:
             out = [_write_spec(o, tuple([int(d) for d in shp]), dt) for o, (shp, dt) in zip(node.outputs, shapes) if o]
             from_rule = True
         except NoRule as exc:
-            out, from_rule = self.fallback(node, specs, values), False
-            if out is None:
+            found = self.fallback(node, specs, values)
+            if found is None:
                 self.unresolved[node.name] = str(exc)
                 return None, False
+            out, from_rule = found, False
         except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError, OverflowError) as exc:
             self.unresolved[node.name] = (
                 f"attributes or inputs are inconsistent ({type(exc).__name__}: {str(exc)[:60]})"
