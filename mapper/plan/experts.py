@@ -84,15 +84,16 @@ def plan_experts(
     and combine all-to-all around its experts (ep > 1)."""
     if not workload.expert_gemms or (ep <= 1 and imbalance <= 1):
         return kernels
-    layer_of = [g.layer if (g := expert_of(workload, k)) is not None else None for k in kernels]
+    gemms = [expert_of(workload, k) for k in kernels]
+    layer_of = [g.layer if g is not None else None for g in gemms]
     last = {layer: i for i, layer in enumerate(layer_of) if layer is not None}
     first = {layer: i for i, layer in reversed(list(enumerate(layer_of))) if layer is not None}
     out: list[Kernel] = []
-    for i, (k, layer) in enumerate(zip(kernels, layer_of, strict=True)):
-        if layer is None:
+    for i, (k, g) in enumerate(zip(kernels, gemms, strict=True)):
+        if g is None:
             out.append(k)
             continue
-        g = expert_of(workload, k)
+        layer = g.layer
         if ep > 1 and first[layer] == i:
             out.append(_all_to_all(k, g, "dispatch", ep, act_bytes))
         out.append(_busiest(k, g, imbalance, ep))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
+from typing import overload
 
 from mapper.core.caches import ModelCaches
 from mapper.core.graph import Graph, Node, OpClass
@@ -144,6 +145,10 @@ class _Planner:
             self._origin[t] = found
         return found
 
+    @overload
+    def waiting_on(self, name: str, group: set[str], limit: None = None) -> list[Node]: ...
+    @overload
+    def waiting_on(self, name: str, group: set[str], limit: int) -> list[Node] | None: ...
     def waiting_on(self, name: str, group: set[str], limit: int | None = None) -> list[Node] | None:
         """Producers of the node's inputs that run neither in the group nor in a kernel already planned
         (looking through free views); weights and graph inputs have none. A node absorbed while one is
@@ -306,7 +311,7 @@ def tiny_nodes(graph: Graph) -> frozenset[str]:
     """Nodes whose outputs hold at most EPILOGUE_OPERAND_ELEMENTS elements: the one fact about sizes the
     planner reads (a tiny operand waits for the kernel that reads it), so part of the plan's cache key."""
     get, prod, twins = graph.tensors.get, math.prod, graph.twins
-    is_tiny = []
+    is_tiny: list[bool] = []
     for k, n in enumerate(graph.nodes):
         t = twins[k] if twins else -1
         if t >= 0:  # a repeated layer's node has its twin's output shapes (`Graph.twins`)

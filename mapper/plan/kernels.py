@@ -21,7 +21,8 @@ from mapper.plan.fusion import Group
 from mapper.work.workload import Workload
 from mapper.work.works import NodeWorks
 
-PLAN_DTYPE_BYTES = {
+# keyed by PlanDtype, a str: a plan's dtype as given looks its size up as it is
+PLAN_DTYPE_BYTES: dict[str, float] = {
     PlanDtype.FP32: 4.0,
     PlanDtype.TF32: 4.0,
     PlanDtype.BF16: 2.0,
@@ -108,7 +109,7 @@ def model_dtype(graph: Graph, caches: ModelCaches | None = None) -> str:
     counts = counts | ({"int8": eight_bit} if eight_bit else {})
     if not counts:
         return "fp32"
-    return MODEL_DTYPES.get(max(counts, key=counts.get), "fp32")
+    return MODEL_DTYPES.get(max(counts, key=counts.__getitem__), "fp32")
 
 
 def released_precision(graph: Graph, caches: ModelCaches | None = None) -> ReleasedPrecision:
@@ -291,7 +292,10 @@ def _build_kernels(
     by_name = _ByName(workload.nodes, places.index_of)  # a node's record is written only where a new kernel reads it
     codes = _member_codes(workload)
     built: dict[tuple, int] = {}  # (group shape, members' codes) -> the position of the kernel built first for them
-    sources, names, nodes, shared = [], [], [], []
+    sources: list[Kernel] = []
+    names: list[str] = []
+    nodes: list[tuple[str, ...]] = []
+    shared: list[int] = []
 
     def kernel(group: Group, place: Place) -> tuple[Kernel, int]:
         """The group's kernel and the position it was first built at: a kernel of its own (this position), or the
@@ -301,10 +305,11 @@ def _build_kernels(
         key = None
         if codes is not None:
             members = tuple(map(codes.__getitem__, positions))
-            key = None if min(members) < 0 else (shape, members)
-            first = built.get(key)
-            if first is not None:
-                return sources[first], first
+            if min(members) >= 0:  # else a member without a code: a kernel of its own
+                key = (shape, members)
+                first = built.get(key)
+                if first is not None:
+                    return sources[first], first
         routed = next((experts[n].token_share for n in group.nodes if n in experts), 1.0)
         k = build_kernel(graph, group, place, by_name, sizer, weight_shares, routed)
         if key is not None:

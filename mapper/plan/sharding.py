@@ -48,7 +48,8 @@ def assign_roles(graph: Graph, kernels: list[Kernel]) -> tuple[list[Kernel], lis
     tensors each writes for outside (`_boundary`), which `shard_kernels` sizes."""
     index_of = {n.name: k for k, n in enumerate(graph.nodes)}
     sharded: set[str] = set()
-    out, written = [], []
+    out: list[Kernel] = []
+    written: list[list[str]] = []
     for k in kernels:
         if not k.nodes:  # inserted kernels (layout transposes) follow their neighbours: replicated
             out.append(k.replaced(shard=Shard.REPLICATED))

@@ -7,6 +7,7 @@ interconnect's share of the time and every collective.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from mapper.core.errors import MapperError
@@ -62,7 +63,9 @@ def _estimate_collective(kernel, target: Target) -> KernelEstimate:
     )
 
 
-def _stage_sends(graph: Graph, estimates: list[KernelEstimate], stage_of: list[int], sizer: Sizer) -> dict[int, float]:
+def _stage_sends(
+    graph: Graph, estimates: Sequence[KernelEstimate], stage_of: list[int], sizer: Sizer
+) -> dict[int, float]:
     """Bytes each stage boundary carries: every tensor made before it and read after it."""
     made_in: dict[str, int] = {}
     node_index = {n.name: i for i, n in enumerate(graph.nodes)}
@@ -87,7 +90,7 @@ def _stage_sends(graph: Graph, estimates: list[KernelEstimate], stage_of: list[i
 
 
 def place_on_devices(
-    graph: Graph, estimates: KernelEstimates, options: PlanOptions, target: Target, sizer: Sizer
+    graph: Graph, estimates: Sequence[KernelEstimate], options: PlanOptions, target: Target, sizer: Sizer
 ) -> tuple[KernelEstimates, ParallelPlan]:
     hw = target.hw
     tp, pp, dp, ep = options.tp, options.pp, options.dp, options.ep
@@ -149,7 +152,7 @@ def place_on_devices(
 
 
 def _pipeline(
-    graph: Graph, estimates: list[KernelEstimate], pp: int, target: Target, sizer: Sizer
+    graph: Graph, estimates: Sequence[KernelEstimate], pp: int, target: Target, sizer: Sizer
 ) -> tuple[list[KernelEstimate], float]:
     """Stages balanced by time, the sends between them, and the timeline re-laid from zero."""
     stage_of = balance_stages([e.time_s for e in estimates], pp)
@@ -167,7 +170,7 @@ def _pipeline(
     return placed, start
 
 
-def _overlap(estimates: list[KernelEstimate]) -> list[KernelEstimate]:
+def _overlap(estimates: Sequence[KernelEstimate]) -> list[KernelEstimate]:
     """A collective overlaps the next compute kernel: only its excess over that compute stays exposed."""
     out = list(estimates)
     for i, e in enumerate(out):

@@ -54,13 +54,13 @@ def roll_up(
     """Model totals and per-layer-type figures of `workload`'s kernel estimates, spread over devices as
     `spread` says. Energy: each kernel runs on `spread.ranks` devices at once while the other stages' devices
     idle; power and perf-per-watt are over every device of every replica."""
-    estimates = KernelEstimates.of(estimates)
-    assessed = estimates.assessments  # the columns: an estimate's figures are properties of it, none is written
+    timeline: KernelEstimates = KernelEstimates.of(estimates)
+    assessed = timeline.assessments  # the columns: an estimate's figures are properties of it, none is written
     latency = sum(a.time_s for a in assessed)
     stall_time = sum(a.stall_fraction * a.time_s for a in assessed)
     energy = spread.ranks * sum(a.energy_j for a in assessed) + spread.idle_others_w * latency
     batch = batch_size(workload.graph)
-    layers = _layers(estimates, latency, peak)
+    layers = _layers(timeline, latency, peak)
     power = spread.replicas * energy / latency if latency else 0.0
     period = spread.steady_state_s if spread.steady_state_s else latency
     throughput = spread.replicas * batch / period if period else 0.0

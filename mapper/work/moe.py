@@ -10,6 +10,7 @@ experts, so an expert sees T*k/E tokens on average, is used by some token with p
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from mapper.core.graph import Graph
@@ -104,8 +105,8 @@ def _expert_gemms(graph: Graph, table: str, router) -> list[str]:
 
 
 def route_work(
-    graph: Graph, nodes: tuple[NodeWork, ...]
-) -> tuple[tuple[NodeWork, ...], dict[str, float], dict[str, ExpertGemm]]:
+    graph: Graph, nodes: Sequence[NodeWork]
+) -> tuple[Sequence[NodeWork], dict[str, float], dict[str, ExpertGemm]]:
     """The nodes with every expert GEMM's expected work (FLOPs and activations x k/E; weights read x the
     share of experts used; M the tokens per used expert), weight name -> share read (for the kernels), and
     expert GEMM node -> its routing figures (for activation sizing, imbalance and expert parallelism)."""

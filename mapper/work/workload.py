@@ -72,12 +72,13 @@ def analyze_graph(
     """The graph's workload. `caches`: its model handle's (a graph built by hand gets caches of its own);
     `classes`: the import walk's node classes (`import_graph`), so that each class is estimated once."""
     caches = caches if caches is not None else ModelCaches()
-    roles = caches.work_roles(graph.structure, lambda: work_roles(graph)) if classes else None
+    roles: tuple[tuple, ...] | None = caches.work_roles(graph.structure, lambda: work_roles(graph)) if classes else None
     runs = (
         caches.copy_runs(graph.structure, lambda: copy_runs(graph, roles, recognized_blocks(graph, caches)))
-        if classes and graph.twins
+        if roles is not None and graph.twins
         else ()
     )
     estimated, kinds = estimate_work_kinds(graph, layer_placer(graph, caches), classes, roles, runs)
     nodes, shares, experts = route_work(graph, estimated)
-    return Workload(graph, nodes, caches, shares, experts, builtin, () if nodes is not estimated else kinds)
+    works: NodeWorks = NodeWorks.of(nodes)  # the estimates as they are, or the router's rescaled copy of them
+    return Workload(graph, works, caches, shares, experts, builtin, () if nodes is not estimated else kinds)
