@@ -157,12 +157,13 @@ class GraphBuilder:
         return self.op("Concat", *pieces, axis=0)
 
     # -- result -------------------------------------------------------------------------------
-    def build(self, doc_string: str) -> onnx.ModelProto:
-        """The model (the fields helper.make_model would set, on the graph built in place). Call once."""
+    def build(self, doc_string: str | None) -> onnx.ModelProto:
+        """The model (the fields helper.make_model would set, on the graph built in place). Call once. `doc_string`:
+        the building function's `__doc__`, None under `python -OO` (then the model has none)."""
         model = self._model
         model.graph.input.extend(self._inputs)
         model.graph.output.extend(self._outputs)
         model.opset_import.append(helper.make_opsetid("", OPSET))
-        model.producer_name, model.doc_string = "mapper.zoo", doc_string
+        model.producer_name, model.doc_string = "mapper.zoo", doc_string or ""
         model.ir_version = 8  # the IR that opset 17 shipped with; readable by onnxruntime >= 1.13
         return model

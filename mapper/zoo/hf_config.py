@@ -64,7 +64,7 @@ ROPE_SCALING_FIELDS = {
 }
 
 
-def _rope_scaling(f: _Fields) -> tuple[tuple[str, object], ...]:
+def _rope_scaling(f: _Fields) -> tuple[tuple[str, str | float], ...]:
     """The config's rope_scaling as (key, value) items: its type and the numbers that type reads, each checked."""
     scaling = f.optional("rope_scaling", dict, {})
     kind = scaling.get("rope_type", scaling.get("type", "default"))

@@ -17,7 +17,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from mapper.zoo import blocks, moe_block
-from mapper.zoo.builder import INT64, GraphBuilder
+from mapper.zoo.builder import INT64, Dim, GraphBuilder
 from mapper.zoo.llama import apply_rope, rope_tables
 
 
@@ -32,7 +32,7 @@ class DecoderSpec:
     vocab: int
     rope_theta: float = 10000.0
     norm_eps: float = 1e-5
-    rope_scaling: tuple[tuple[str, object], ...] = ()  # the config's rope_scaling dict, as items
+    rope_scaling: tuple[tuple[str, str | float], ...] = ()  # the config's rope_scaling dict, as items
     tied: bool = False
     qkv_bias: bool = False
     sliding_window: int | None = None
@@ -119,7 +119,7 @@ def build_decoder(c: DecoderSpec, name: str) -> onnx.ModelProto:
     outputs logits [batch, seq, vocab] and present.{i}.key/.value [batch, kv_heads, past+seq, head_dim]."""
     b = GraphBuilder(name)
     ids = b.input("input_ids", ["batch", "seq"], INT64)
-    cache = ["batch", c.kv_heads, "past", c.head_dim]
+    cache: list[Dim] = ["batch", c.kv_heads, "past", c.head_dim]
     past_kv = [tuple(b.input(f"past_key_values.{i}.{t}", cache) for t in ("key", "value")) for i in range(c.layers)]
     batch, seq_1d = b.dims_1d(ids, [0, 1])
     seq, past, total = blocks.cache_lengths(b, ids, past_kv[0][0])

@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 
 from mapper.zoo import blocks
-from mapper.zoo.builder import INT64, GraphBuilder
+from mapper.zoo.builder import INT64, Dim, GraphBuilder
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +74,7 @@ def build_llama(c: LlamaConfig, name: str, inline_weights: bool = False) -> onnx
     b = GraphBuilder(name, inline_weights=inline_weights)
     d = c.head_dim
     ids = b.input("input_ids", ["batch", "seq"], INT64)
-    cache_shape = ["batch", c.kv_heads, "past", d]
+    cache_shape: list[Dim] = ["batch", c.kv_heads, "past", d]
     past_kv = [
         tuple(b.input(f"past_key_values.{i}.{t}", cache_shape) for t in ("key", "value")) for i in range(c.layers)
     ]

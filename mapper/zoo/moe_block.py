@@ -31,9 +31,11 @@ def sparse_moe(b: GraphBuilder, h: str, hidden: int, ffn: int, experts: int, top
         top, chosen = b.op("TopK", probs, b.const([top_k]), axis=-1, outputs=2)
         top = b.op("Div", top, b.op("ReduceSum", top, b.const([-1]), keepdims=1))
         routing = b.op("ScatterElements", b.op("Mul", probs, b.scalar(0.0)), chosen, top, axis=-1)
-        out = None
+        out: str | None = None
         for e in range(experts):
             weight = b.op("Gather", routing, b.const([e]), axis=-1)  # [batch, seq, 1]
             y = b.op("Mul", expert(b, h, hidden, ffn, e), weight)
             out = y if out is None else b.op("Add", out, y)
+        if out is None:
+            raise ValueError("a sparse MoE block needs at least one expert")
         return out

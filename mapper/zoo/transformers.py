@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import onnx
 
 from mapper.zoo import blocks
-from mapper.zoo.builder import FLOAT, INT64, GraphBuilder
+from mapper.zoo.builder import FLOAT, INT64, Dim, GraphBuilder
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +113,7 @@ def build_gpt2(
     """
     b = GraphBuilder(name, inline_weights=inline_weights)
     ids = b.input("input_ids", ["batch", "seq"], INT64)
-    cache_shape = ["batch", c.heads, "past", c.head_dim]
+    cache_shape: list[Dim] = ["batch", c.heads, "past", c.head_dim]
     past_kv = [
         tuple(b.input(f"past_key_values.{i}.{t}", cache_shape) for t in ("key", "value")) for i in range(c.layers)
     ]
