@@ -8,6 +8,7 @@ token (TTFT), time per output token (TPOT) and request latency percentiles come 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -26,7 +27,7 @@ from mapper.serve.scheduler import (
     run_chunked,
     run_whole_prefill,
 )
-from mapper.serve.serving import ServingConfig, draw_jitter, validate_config
+from mapper.serve.serving import ServingConfig, draw_jitter, filled_jitter, validate_config
 from mapper.serve.trace import Trace
 
 MAX_TOKENS = limits.MAX_TOKENS
@@ -140,7 +141,8 @@ def simulate_llm_serving(prefill_time: StepTime, decode_time: StepTime, config: 
             f"request {row + 1} needs {int(need[row])} KV tokens (prompt + output) but the cache holds"
             f" {capacity}; shorten it or use a device with more memory"
         )
-    draw = lambda count: draw_jitter(count, config.jitter_cv, config.jitter_dist, jitter_rng)
+    cv, dist = filled_jitter(config.jitter_cv, config.jitter_dist)
+    draw = lambda count: draw_jitter(count, cv, dist, jitter_rng)
     run = SchedulerRun(
         prefill_time, decode_time, reqs, config.max_batch, capacity, Jitter(draw(2 * n + int(output.sum())), draw)
     )
@@ -151,7 +153,7 @@ def simulate_llm_serving(prefill_time: StepTime, decode_time: StepTime, config: 
     offered = config.rate_per_s if config.trace is None else n / max(float(reqs.arrival[-1] - reqs.arrival[0]), 1e-300)
     capacity_per_s = llm_capacity_per_s(prefill_time, decode_time, reqs, config.max_batch, capacity)
     return replace(
-        _result(reqs, timeline, config),
+        _result(reqs, timeline, config, capacity),
         offered_rate_per_s=offered,
         capacity_per_s=capacity_per_s,
         overload=overload_sentence(offered, capacity_per_s),
@@ -193,7 +195,7 @@ def _requests(config: LLMServingConfig, arrival_rng: np.random.Generator) -> Req
     return Requests(arrival, prompt, output)
 
 
-def _result(reqs: Requests, timeline: Timeline, config: LLMServingConfig) -> LLMServingResult:
+def _result(reqs: Requests, timeline: Timeline, config: LLMServingConfig, capacity: int) -> LLMServingResult:
     arrival, output, n = reqs.arrival, reqs.output, len(reqs.arrival)
     first_token, finish = timeline.first_token, timeline.finish
     ttft = first_token - arrival
@@ -221,14 +223,15 @@ def _result(reqs: Requests, timeline: Timeline, config: LLMServingConfig) -> LLM
         float(output.sum()) / makespan,
         timeline.busy_weighted / makespan,
         n,
-        config.kv_capacity_tokens,
+        capacity,
         config.scheduler,
         timeline.preemptions,
         describe_llm(config, n),
     )
 
 
-SCHEDULER_TEXT = {
+# keyed by Scheduler, a str: a validated config's scheduler (its value) looks its text up as it is
+SCHEDULER_TEXT: dict[str, Callable[[LLMServingConfig], tuple[str, ...]]] = {
     Scheduler.PREFILL_FIRST: lambda c: (
         f"KV cache: {c.kv_capacity_tokens:,} tokens; prompt + output reserved at admission (no preemption)",
         "scheduler prefill-first: newly admitted requests prefill as one step before decoding resumes (decodes wait)",

@@ -222,12 +222,15 @@ class ServingRun:
 
     def section(self) -> dict:
         """The sheet's Serving section (JSON-ready): what `mapper serve --json` prints."""
-        if self.continuous:
-            section = llm_section(self.result, self.config)
+        result, config = self.result, self.config
+        if isinstance(result, LLMServingResult) and isinstance(config, LLMServingConfig):  # `continuous`
+            section = llm_section(result, config)
             if self.schedulers:
                 section["schedulers"] = [scheduler_row(r) for r in self.schedulers]
             return section
-        return serving_section(self.result, self.config, self.curve)
+        if isinstance(result, ServingResult) and isinstance(config, ServingConfig):
+            return serving_section(result, config, self.curve)
+        raise TypeError("a serving run pairs a config and a result of one kind (both continuous or neither)")
 
 
 SCHEDULER_COLUMNS = tuple(

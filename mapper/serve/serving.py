@@ -114,6 +114,13 @@ def draw_arrivals(config: ServingConfig, rng: np.random.Generator) -> np.ndarray
     return np.cumsum(rng.standard_exponential(config.requests)) / config.rate_per_s
 
 
+def filled_jitter(cv: float | None, dist: str | None) -> tuple[float, str]:
+    """A validated configuration's jitter CV and distribution, which `validate_config` fills in (never None)."""
+    if cv is None or dist is None:
+        raise ValueError("the jitter is not filled in: validate the configuration first")
+    return cv, dist
+
+
 def draw_jitter(n: int, cv: float, dist: str, rng: np.random.Generator) -> np.ndarray:
     """Multiplicative run-to-run factors, mean 1, coefficient of variation `cv`.
 
@@ -138,7 +145,8 @@ class BatchTimes:
     def __call__(self, batch: int) -> float:
         t = self.table[batch]
         if t is None:
-            t = float(self.fn) if self.fixed else float(self.fn(batch))
+            fn = self.fn
+            t = float(fn(batch)) if callable(fn) else float(fn)  # a function of the batch, or `fixed`
             if not (math.isfinite(t) and t > 0):
                 zero = (
                     " (the model takes no time: every node is free, e.g. Identity only; nothing queues)"
@@ -247,7 +255,7 @@ def simulate_serving(service_time: ServiceTime, config: ServingConfig) -> Servin
     if n == 0:
         raise MapperError("no requests to simulate (the trace is empty)")
     times = BatchTimes(service_time, config.max_batch)
-    jitter = draw_jitter(n, config.jitter_cv, config.jitter_dist, jitter_rng)
+    jitter = draw_jitter(n, *filled_jitter(config.jitter_cv, config.jitter_dist), jitter_rng)
     b = config.max_batch
     if b == 1 or config.policy == "static":
         sizes = np.full(-(-n // b), b, dtype=np.int64)

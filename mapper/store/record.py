@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import itertools
 import json
 import random
 import subprocess
@@ -138,7 +137,9 @@ def record(
     row = _row(document, command, revision, model_name, owner)
     data, fmt = sheet or (None, None)
     row.update(sheet=gzip.compress(data, mtime=0) if data is not None else None, sheet_format=fmt)
-    for attempt in itertools.count(1):
+    attempt = 0
+    while True:  # until a write commits or fails for good
+        attempt += 1
         try:
             with engine.begin() as conn:
                 return conn.execute(runs.insert().values(**row).returning(runs.c.id)).scalar_one()

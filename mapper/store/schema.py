@@ -203,7 +203,7 @@ def scoped(query: sa.Select, scope: RunScope) -> sa.Select:
     The one place a reader's scope becomes a filter: the trends and a run's sheet both read through it."""
     if scope.every:
         return query
-    allowed = [runs.c.owner.is_(None)] if scope.team else []
+    allowed: list[sa.ColumnElement[bool]] = [runs.c.owner.is_(None)] if scope.team else []
     if scope.owner is not None:
         allowed.append(runs.c.owner == scope.owner)
     return query.where(sa.or_(*allowed)) if allowed else query.where(sa.false())

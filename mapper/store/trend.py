@@ -182,7 +182,11 @@ def _slice(key: str, group: list[tuple]) -> SliceTrend:
         TrendPoint(
             r.id,
             r.public_id,
-            *(str(v) for v in (r.revision, r.recorded_utc, r.model_sha256, r.hardware_sha256, r.engine_version)),
+            str(r.revision),  # SQLite keeps any type: each text column read back as text
+            str(r.recorded_utc),
+            str(r.model_sha256),
+            str(r.hardware_sha256),
+            str(r.engine_version),
             kpis,
             None if r.first_failure is None else str(r.first_failure),
             bool(r[-1]),
