@@ -99,14 +99,14 @@ def fit_curve(points: list[list[float]], samples: list[Sample], ridge: float = R
     for j in range(1, len(xs) - 1):  # smoothness: efficiency curves bend gently from decade to decade
         rows.append(np.sqrt(SMOOTH * total) * (eye[j - 1] - 2 * eye[j] + eye[j + 1]))
         rhs.append(0.0)
-    rows, rhs = np.asarray(rows), np.asarray(rhs)
+    lhs, target = np.asarray(rows), np.asarray(rhs)
     n = len(samples)
     for _ in range(HUBER_PASSES):  # robust: an op the runtime implements badly (ORT's LRN) must not bend the curve
-        solution, *_ = np.linalg.lstsq(rows, rhs, rcond=None)
-        residual = np.abs(rows[:n] @ solution - rhs[:n]) / np.sqrt([max(s.weight, 1e-30) for s in samples])
+        solution, *_ = np.linalg.lstsq(lhs, target, rcond=None)
+        residual = np.abs(lhs[:n] @ solution - target[:n]) / np.sqrt([max(s.weight, 1e-30) for s in samples])
         factor = np.sqrt(np.minimum(1.0, HUBER_LOG / np.maximum(residual, 1e-12)))
-        rows[:n] *= factor[:, None]
-        rhs[:n] *= factor
+        lhs[:n] *= factor[:, None]
+        target[:n] *= factor
     solution = np.clip(np.exp(solution), MIN_EFFICIENCY, 1.0)
     return [[float(10**x), float(e)] for x, e in zip(xs, solution)]
 

@@ -52,7 +52,9 @@ class _Stream:
     def peek(self) -> str:
         """The next character that is not white space ("" at the end of the file)."""
         while True:
-            self.i = _SPACE.match(self.buf, self.i).end()
+            space = _SPACE.match(self.buf, self.i)
+            assert space is not None  # the pattern matches the empty string: it matches everywhere
+            self.i = space.end()
             if self.i < len(self.buf):
                 return self.buf[self.i]
             if not self.more():

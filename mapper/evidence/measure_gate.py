@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NoReturn
 
 import numpy as np
 import onnx
@@ -139,7 +140,7 @@ class _Counter:
             self._refuse(n, "the length of its scan input is not known at the bound shapes")
         return int(shape[axes[0]])
 
-    def _refuse(self, n, why: str):
+    def _refuse(self, n, why: str) -> NoReturn:
         raise MapperError(
             f"measure {self.label}: {n.op_type} node {(n.name or '?')[:80]!r}: {why}, so the work of a "
             f"run cannot be bounded by {limit_text('MEASURE_NODE_RUNS')} before it starts"

@@ -63,7 +63,7 @@ def kernel_model(kind: str, shape: tuple[int, ...], elem: int) -> bytes:
         inputs = [t("q", (b, h, q_len, d)), t("k", (b, h, s, d)), t("v", (b, h, s, d))]
         return _model(_attention_nodes("k", "v", elem), inputs, [t("o", (b, h, q_len, d))], [scale])
     rows, cols = shape
-    weight = numpy_helper.from_array(np.ones(cols, dtype=np.float32), "w")
+    weight: TensorProto | None = numpy_helper.from_array(np.ones(cols, dtype=np.float32), "w")
     if kind == "layernorm":
         nodes = [
             helper.make_node("Cast", ["w"], ["wc"], to=elem),
@@ -102,7 +102,7 @@ def _gqa_model(shape: tuple[int, ...], elem: int, t) -> bytes:
     """One decode step's grouped-query attention as exporters write it: K and V repeated to every query head
     (HF repeat_kv: Unsqueeze -> Expand -> Reshape), then QK^T, scale, softmax, PV."""
     b, hq, hkv, s, d = shape
-    consts = {
+    consts: dict[str, np.ndarray] = {
         "scale": np.array(d**-0.5, dtype=np.float32),
         "axis2": np.array([2], dtype=np.int64),
         "expand_to": np.array([b, hkv, hq // hkv, s, d], dtype=np.int64),

@@ -113,6 +113,7 @@ def measure_gemm(n: int, integer: bool = False, repeats: int = 5) -> float:
     best of `repeats`."""
     sess = _ort_session(_matmul_model(n, integer))
     rng = np.random.default_rng(n)
+    feeds: dict[str, np.ndarray]
     if integer:
         feeds = {"a": rng.integers(0, 255, (n, n), dtype=np.uint8)}
     else:
@@ -241,7 +242,7 @@ def _measure(quick: bool) -> _Probed:
     vector, exp_rate = measure_vector()
     caches = cache_sizes()
     # Efficiency of small copies/adds relative to the stream figure: bytes moved per ORT-free numpy call.
-    dram_points = []
+    dram_points: list[tuple[float, float]] = []
     for nbytes in (4 << 10, 64 << 10, 1 << 20, 16 << 20) if not quick else (64 << 10, 1 << 20):
         a, c = np.ones(nbytes // 4, np.float32), np.empty(nbytes // 4, np.float32)
         best = _best_of(lambda c=c, a=a: np.copyto(c, a), 20, min_time_s=0.02)

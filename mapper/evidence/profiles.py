@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -114,7 +116,8 @@ MAX_TS_US = 1e18  # timestamps are microseconds since an epoch (~1.7e15 now): fi
 def _events(raw: bytes, label: str) -> tuple[list[Event], int]:
     """The complete events with a name and a usable duration and start, and how many complete events
     were skipped because their duration or start is not a finite number in range."""
-    good, skipped, strings = [], 0, {}
+    good, skipped = [], 0
+    strings: dict[str, str] = {}
     share = lambda text: strings.setdefault(text, text)  # a node's name repeats once per run: held once
     for e in trace_events(raw, label):
         if not (isinstance(e, dict) and e.get("ph") == "X" and isinstance(e.get("name"), str)):
@@ -123,7 +126,9 @@ def _events(raw: bytes, label: str) -> tuple[list[Event], int]:
         if dur is None or ts is None:
             skipped += 1
             continue
-        args = e.get("args") if isinstance(e.get("args"), dict) else {}
+        args = e.get("args")
+        if not isinstance(args, dict):
+            args = {}
         cat = e.get("cat")
         good.append(
             Event(
@@ -145,7 +150,8 @@ def _events(raw: bytes, label: str) -> tuple[list[Event], int]:
 
 
 def _per_run(groups: dict[str, list[Event]], runs: int, op_of, provider_of, statistic: str) -> tuple[NodeTime, ...]:
-    out, reduce = [], {"median": np.median, "min": np.min}[statistic]
+    reducers: dict[str, Callable[[np.ndarray], Any]] = {"median": np.median, "min": np.min}
+    out, reduce = [], reducers[statistic]
     for name, evs in groups.items():
         durs = np.asarray([e.dur_us for e in evs], dtype=float) * 1e-6  # trace durations are microseconds
         calls = max(1, round(len(evs) / runs))
@@ -271,7 +277,8 @@ def match_nodes(times: ProfileTimes, model, optimized=None) -> tuple[NodeMatch, 
     found = {node.name: _match_one(node.name, names, producer, ort_outputs, ort_inputs) for node in times.nodes}
     ort_producer = {o: n for n, outs in ort_outputs.items() for o in outs}
     for name, (hits, how) in list(found.items()):  # ORT-made nodes: follow inputs to a matched ORT node
-        frontier, seen = list(ort_inputs.get(name, ())) if not hits else [], set()
+        frontier = list(ort_inputs.get(name, ())) if not hits else []
+        seen: set[str] = set()
         while frontier and len(seen) < MAX_UPSTREAM_HOPS:
             upstream = ort_producer.get(frontier.pop(0))
             if upstream is None or upstream in seen:
