@@ -71,9 +71,9 @@ class ModelHandle:
         if self.builtin:
             dims = dict(dims or {})
             shortcuts = {"batch": batch, "seq": seq}
-            for key in self.roles:
-                if shortcuts.get(key) is None and key not in dims:
-                    dims[key] = BUILTIN_DEFAULT_DIMS[key]
+            for role in self.roles:
+                if shortcuts.get(role) is None and role not in dims:
+                    dims[role] = BUILTIN_DEFAULT_DIMS[role]
         key = tuple(sorted((dims or {}).items()))
         try:
             hash(key)
@@ -160,4 +160,5 @@ def open_model(
         own = proto.graph.name if proto.graph.name not in GENERIC_GRAPH_NAMES else ""
         return name or own or default_name
 
-    return _handle("" if uploaded else os.fspath(source), structure.data, False, naming, structure.released)
+    path = "" if isinstance(source, (bytes, bytearray, memoryview)) else os.fspath(source)  # uploaded: no path
+    return _handle(path, structure.data, False, naming, structure.released)

@@ -10,6 +10,7 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import mapper
 from mapper.cli import review as review_cli
@@ -100,7 +101,7 @@ def print_summary(doc: dict) -> None:
 
 
 def cmd_hw(args) -> int:
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in mapper.list_hardware():
         hw = mapper.load_hardware(name)
         rows.append(

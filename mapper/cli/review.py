@@ -51,6 +51,12 @@ def _numbers(text: str | None, what: str) -> tuple[int, ...] | None:
     return values
 
 
+def _max_length(value: object) -> int:
+    """--max-length's first number; 0 when it is not given."""
+    numbers = _numbers(str(value), "max-length") if value else None
+    return numbers[0] if numbers else 0
+
+
 def request_from(args: argparse.Namespace):
     """The ReviewRequest of the flags (the review's modules, which load pandas, imported here: `mapper map`
     without a sheet loads none)."""
@@ -76,7 +82,7 @@ def request_from(args: argparse.Namespace):
         note=args.note,
         grid=grid,
         target=parse_target(args.target) if args.target else None,
-        max_length=_numbers(str(args.max_length), "max-length")[0] if args.max_length else 0,
+        max_length=_max_length(args.max_length),
         created_utc=args.created_utc,
     )
 

@@ -21,6 +21,8 @@ from mapper.core.vocab import ExecutorKind, values
 from mapper.pipeline import FUSION_POLICIES, PLAN_DTYPES
 
 if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+
     from mapper.explore.sweep import SweepResult
 
 
@@ -108,7 +110,8 @@ class _Bar:
     """A rich progress bar on stderr, driven by the engine's (done, total) callback."""
 
     def __init__(self, label: str, enabled: bool):
-        self.progress = self.task = None
+        self.progress: Progress | None = None
+        self.task: TaskID | None = None
         if enabled:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn

@@ -154,7 +154,8 @@ def compare_plans(
         model: ModelShapes(model_source(model, dims=dims)) for model in dict.fromkeys((baseline.model, candidate.model))
     }
     slices = _slices(batches, seqs, any(s.model.has_seq for s in shapes.values()), settings.requests)
-    matrix, verdicts, boundary, changes, notes = [], [], [], [], set()
+    matrix, verdicts, boundary, changes = [], [], [], []
+    notes: set[str] = set()
     caveats, fallback = precision_caveats(baseline, candidate), precision_fallback(baseline, candidate)
     for done, (batch, seq) in enumerate(slices):
         key = {"batch": batch, "seq": seq}

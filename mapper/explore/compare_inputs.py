@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 from mapper.core.errors import MapperError
 from mapper.core.result import PlanOptions
@@ -83,8 +84,9 @@ class PlanSpec:
 
 def plan_spec(text: str, model: str | bytes, hw: str | HardwareProfile, base: PlanOptions) -> PlanSpec:
     """ "fusion=aggressive,dtype=bf16" or "hw=h200-sxm" or "model=..." on top of the shared options."""
-    values: dict[str, object] = {"model": model, "hw": hw}
-    option_values, serving = asdict(base), {}
+    model_value, hw_value = model, hw
+    option_values = asdict(base)
+    serving: dict[str, Any] = {}  # each setting at its own field's type (`serving_value`)
     for part in filter(None, (p.strip() for p in (text or "").split(","))):
         key, sep, value = part.partition("=")
         key = key.strip().replace("-", "_")
@@ -93,16 +95,17 @@ def plan_spec(text: str, model: str | bytes, hw: str | HardwareProfile, base: Pl
                 f"plan setting {part!r} must look like KEY=VALUE with KEY one of {', '.join(PLAN_FIELDS)}"
             )
         value = value.strip()
-        if key in ("model", "hw"):
-            values[key] = value
+        if key == "model":
+            model_value = value
+        elif key == "hw":
+            hw_value = value
         elif key in SERVING_FIELDS:
             serving[key] = serving_value(key, value)
         else:  # the text form the link and the reproduce command share (mapper.report.reproduce)
             option_values[key] = parse_option(FIELD_BY_NAME[key], value)
     options = PlanOptions(**option_values)  # validated where it is built
-    hw_value = values["hw"]
     hardware = hw_value if isinstance(hw_value, HardwareProfile) else load_hardware(hw_value)
-    return PlanSpec(values["model"], hardware, options, PlanServing(**serving))
+    return PlanSpec(model_value, hardware, options, PlanServing(**serving))
 
 
 def serving_value(key: str, text: str) -> float | int:

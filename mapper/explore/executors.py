@@ -11,6 +11,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
+from typing import TypeVar
 
 from mapper.core import limits
 from mapper.core.errors import MapperError
@@ -18,6 +19,9 @@ from mapper.core.vocab import ExecutorKind, values
 
 KINDS = values(ExecutorKind)
 DASK_HINT = "install it with `pip install 'dask[distributed]'`"
+_Task = TypeVar("_Task")
+_Result = TypeVar("_Result")
+_Shared = TypeVar("_Shared")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,8 +67,11 @@ def executor_spec(
 
 
 def run_tasks(
-    fn: Callable, tasks: Sequence, spec: ExecutorSpec = ExecutorSpec(), shared: object = None
-) -> Iterator[tuple[int, object]]:
+    fn: Callable[[_Shared, _Task], _Result],
+    tasks: Sequence[_Task],
+    shared: _Shared,
+    spec: ExecutorSpec = ExecutorSpec(),
+) -> Iterator[tuple[int, _Result]]:
     """Yield (task index, fn(shared, task)) as each task finishes. An exception in a task propagates.
 
     `shared` (what every task reads: a sweep's parsed models and profiles) goes to each worker once, not with
@@ -88,18 +95,22 @@ def _install(shared: object) -> None:
     _installed["shared"] = shared
 
 
-def _with_installed(fn: Callable, task: object) -> object:
-    return fn(_installed["shared"], task)
+def _with_installed(fn: Callable[[_Shared, _Task], _Result], task: _Task) -> _Result:
+    return fn(_installed["shared"], task)  # type: ignore[arg-type]  # what `_install` put there: the run's shared
 
 
-def _run_pool(fn: Callable, tasks: Sequence, workers: int, shared: object) -> Iterator[tuple[int, object]]:
+def _run_pool(
+    fn: Callable[[_Shared, _Task], _Result], tasks: Sequence[_Task], workers: int, shared: _Shared
+) -> Iterator[tuple[int, _Result]]:
     with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), initializer=_install, initargs=(shared,)) as pool:
         futures = {pool.submit(_with_installed, fn, task): i for i, task in enumerate(tasks)}
         for future in as_completed(futures):
             yield futures[future], future.result()
 
 
-def _run_dask(fn: Callable, tasks: Sequence, spec: ExecutorSpec, shared: object) -> Iterator[tuple[int, object]]:
+def _run_dask(
+    fn: Callable[[_Shared, _Task], _Result], tasks: Sequence[_Task], spec: ExecutorSpec, shared: _Shared
+) -> Iterator[tuple[int, _Result]]:
     try:
         from distributed import Client, LocalCluster
         from distributed import as_completed as dask_completed

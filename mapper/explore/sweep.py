@@ -247,10 +247,11 @@ def run_sweep(
     workers = None if executor.kind == ExecutorKind.INPROCESS else executor.workers or default_workers()
     shared, tasks, total = plan_tasks(spec, workers)
     started = datetime.now(UTC)
-    rows, done = [], 0
+    rows: list[dict] = []
+    done = 0
     if progress:
         progress(0, total)
-    for _, task_rows in run_tasks(run_task, tasks, executor, shared):
+    for _, task_rows in run_tasks(run_task, tasks, shared, executor):
         rows.extend(task_rows)
         done += len(task_rows)
         if progress:

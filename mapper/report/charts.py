@@ -105,7 +105,7 @@ def roofline_figure(doc: dict, hw_peak: float | None = None, dram_bw: float | No
     ridge = peak / bandwidth if peak and bandwidth else None
     x_lo = min(xs + ([ridge] if ridge else []), default=1.0) / 3
     x_hi = max(xs + ([ridge] if ridge else []), default=1.0) * 3
-    if ridge:
+    if ridge and bandwidth:  # a ridge is there only with a bandwidth
         _roof(fig, [x_lo, ridge], [bandwidth * x_lo, peak], "DRAM roof", dict(color="#444", dash="dash"))
     if peak:
         _roof(fig, [ridge or x_lo, x_hi], [peak, peak], "matrix peak", dict(color="#444"))

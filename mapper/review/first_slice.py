@@ -121,7 +121,7 @@ def first_failing_slice(
     batch_name = next((n for n, r in roles.items() if r == "batch"), None)
     past = next((n for n, r in roles.items() if r == "past"), None)
     seq = next((n for n, r in roles.items() if r == "seq"), None)
-    length_name = past if past and dims.get(seq, 1) == 1 else seq
+    length_name = past if past and (seq is None or dims.get(seq, 1) == 1) else seq
     results: dict[tuple, bool] = {}
 
     def fails_at(changes: dict[str, int]) -> bool:

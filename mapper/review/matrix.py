@@ -87,14 +87,16 @@ def validate_fix(
     parts = []
     if grid.axis == "past":
         for past in grid.lengths:
+            # a "past" grid comes from roles that name a past dim, its lengths that dim's values
+            assert past_name is not None and past is not None
             c = compare_plans(
                 baseline, candidate, grid.batches, (seq_value,), settings, dims=((past_name, past), *other)
             )
             parts.append(tuple(_with(df, "past", past) for df in (c.matrix, c.verdicts, c.boundary)))
     else:
         lengths = tuple(v for v in grid.lengths if v is not None) or (seq_value,)
-        past = ((past_name, frozen[past_name]),) if past_name in frozen else ()
-        c = compare_plans(baseline, candidate, grid.batches, lengths, settings, dims=(*past, *other))
+        past_dims = ((past_name, frozen[past_name]),) if past_name is not None and past_name in frozen else ()
+        c = compare_plans(baseline, candidate, grid.batches, lengths, settings, dims=(*past_dims, *other))
         parts.append((c.matrix, c.verdicts, c.boundary))
     matrix, verdicts, boundary = (pd.concat([p[i] for p in parts], ignore_index=True) for i in range(3))
     if grid.axis != "seq":

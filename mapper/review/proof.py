@@ -7,6 +7,7 @@ Read off the baseline's mapping document only; the dashboard's review step draws
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from mapper.core.classes import Bottleneck
@@ -30,7 +31,8 @@ CLASS_COLUMNS = ("class", "time_s", "share", "dram_bytes", "flops", "kernels", "
 
 # What stands behind a class's time, in the unit a person checks it by: bytes at the DRAM bandwidth,
 # FLOPs at the peak, or kernels each paying a fixed cost. A class not listed is read by its bytes.
-BEHIND = {
+# keyed by Bottleneck, a str: a kernel row's class label (a document's) looks its figure up as it is
+BEHIND: dict[str, Callable[[dict], str]] = {
     Bottleneck.COMPUTE_MATRIX: lambda r: format_flops(r["flops"]),
     Bottleneck.COMPUTE_VECTOR: lambda r: format_flops(r["flops"]),
     Bottleneck.OCCUPANCY: lambda r: format_flops(r["flops"]),
