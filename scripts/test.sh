@@ -14,4 +14,6 @@ if ! command -v strace >/dev/null && [ "$(id -u)" = "0" ]; then DEBIAN_FRONTEND=
 # Style is checked, not argued: the formatter and the linter (rules in pyproject.toml) run first.
 .venv/bin/ruff format --check mapper app_pages tests bench scripts app.py
 .venv/bin/ruff check mapper app_pages tests bench scripts app.py
+# Types are checked too: mypy over the engine (settings in pyproject.toml's [tool.mypy]).
+.venv/bin/mypy
 exec .venv/bin/python -m pytest "$@"
