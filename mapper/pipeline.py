@@ -19,6 +19,7 @@ Follow one model through here to see every stage in order.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -175,7 +176,7 @@ def choose_dtype(released: ReleasedPrecision, hardware: HardwareProfile, options
 
 def plan_kernels(
     workload: Workload, hardware: HardwareProfile, options: PlanOptions, sizer: Sizer
-) -> tuple[list[Kernel], str]:
+) -> tuple[Sequence[Kernel], str]:
     """Fusion groups -> kernels with their boundary traffic and engine -> the conv layout (and its transposes)."""
     graph, caches = workload.graph, workload.caches
     attention_fusion = (
@@ -187,8 +188,8 @@ def plan_kernels(
 
 
 def plan_devices(
-    workload: Workload, kernels: list[Kernel], sizer: Sizer, hardware: HardwareProfile, options: PlanOptions
-) -> tuple[list[Kernel], MemoryPlan]:
+    workload: Workload, kernels: Sequence[Kernel], sizer: Sizer, hardware: HardwareProfile, options: PlanOptions
+) -> tuple[Sequence[Kernel], MemoryPlan]:
     """Memory per device (every expert resident, E/ep a device), the kernels split for tensor parallelism
     (their roles are assigned where one device is asked for but the model does not fit, to say how a split
     would shrink it), then the experts at the busiest one's load and split for expert parallelism."""

@@ -73,20 +73,21 @@ class PlanOptions:
     outside it, a degree outside 1..MAX_PARALLEL_DEGREE or a cap outside (0, MAX_POWER_CAP_W) is one MapperError
     naming the option. `dtype=auto` maps at the model's released precision."""
 
-    dtype: PlanDtype = PlanDtype.AUTO
-    weight_dtype: WeightDtype = WeightDtype.SAME  # weight-only quantization for decoders
-    fusion: FusionPolicy = FusionPolicy.DEFAULT
+    # Each choice is given as its vocabulary's member or that member's text ("bf16"): held as the member
+    dtype: PlanDtype | str = PlanDtype.AUTO
+    weight_dtype: WeightDtype | str = WeightDtype.SAME  # weight-only quantization for decoders
+    fusion: FusionPolicy | str = FusionPolicy.DEFAULT
     attention_fusion: bool | None = None  # None: as the fusion policy says (on in aggressive)
-    layout: Layout = Layout.AUTO  # the conv layout (auto: the profile's preferred)
+    layout: Layout | str = Layout.AUTO  # the conv layout (auto: the profile's preferred)
     power_cap_w: float | None = None  # None: the profile's TDP
     tp: int = 1  # tensor-parallel degree (Megatron-style column/row GEMMs, heads split)
     pp: int = 1  # pipeline stages, balanced by time
     dp: int = 1  # data-parallel replicas
     overlap_collectives: bool = False  # hide a collective behind the next kernel's compute
-    runtime: Runtime = Runtime.AUTO  # a preset of kv_cache and launch
-    kv_cache: KvCache = KvCache.AUTO  # as the runtime preset says, or set
-    launch: Launch = Launch.AUTO  # as the runtime preset says, or set
-    sparsity: Sparsity = Sparsity.DENSE  # 2:4: structured sparsity of weight GEMMs
+    runtime: Runtime | str = Runtime.AUTO  # a preset of kv_cache and launch
+    kv_cache: KvCache | str = KvCache.AUTO  # as the runtime preset says, or set
+    launch: Launch | str = Launch.AUTO  # as the runtime preset says, or set
+    sparsity: Sparsity | str = Sparsity.DENSE  # 2:4: structured sparsity of weight GEMMs
     ep: int = 1  # expert-parallel degree (mixture-of-experts layers)
     expert_imbalance: float = 1.0  # busiest expert's tokens over the mean (MoE load imbalance, >= 1)
 
@@ -160,6 +161,14 @@ class Kernel:
     shard: Shard | str = ""  # tensor-parallel role (`core.vocab.Shard`); "": not assigned (before sharding)
     stage: int = 0  # pipeline stage (device group) the kernel runs on
 
+    @property
+    def shape(self) -> MatrixShape:
+        """Its matrix view, where a stage holds a matrix kernel (a tile search, the attention search): an error
+        naming the kernel where it has none."""
+        if self.matrix is None:
+            raise ValueError(f"kernel {self.name!r} has no matrix shape")
+        return self.matrix
+
     def replaced(self, **changes) -> Kernel:
         """`dataclasses.replace(self, **changes)` without its per-field Python loop or the frozen constructor
         (`core.records.replacer`): the stages after fusion copy kernels by the thousand (the engine an assessment
@@ -208,6 +217,13 @@ class TilePlan:
     block_size: int = 0  # vector kernels: threads per block
     passes: int = 1  # vector kernels: passes over the data
     grid_syncs: int = 0  # cross-block synchronizations
+
+    @property
+    def best(self) -> TileChoice:
+        """The chosen tile of a searched plan (matrix, attention): an error where the plan has none."""
+        if self.chosen is None:
+            raise ValueError(f"a {self.kind} tile plan without a chosen tile")
+        return self.chosen
 
 
 @dataclass(frozen=True, slots=True)

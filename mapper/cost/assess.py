@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from mapper.core.caches import ModelCaches
@@ -25,7 +26,7 @@ SPARSE_METADATA_BYTES_PER_ELEMENT = 2 * 2 / 4 / 8  # 2 bits x 2 kept values per 
 SPARSE_MATRIX_KINDS = ("gemm", "conv")  # weight GEMMs (convs as implicit GEMMs); attention has no weights
 
 
-def estimate_kernels(kernels: list[Kernel], target: Target, caches: ModelCaches | None = None) -> KernelEstimates:
+def estimate_kernels(built: Sequence[Kernel], target: Target, caches: ModelCaches | None = None) -> KernelEstimates:
     """Tile, cost and classify each kernel on the target, placing it on the one-stream timeline. On a 2:4 sparse
     target, weight GEMMs read compressed weights and run at the profile's sparse matrix peak. With the model's
     `caches`, an assessment is kept across slices: a sweep's shapes of equal extents (batch 2 x seq 256
@@ -34,7 +35,7 @@ def estimate_kernels(kernels: list[Kernel], target: Target, caches: ModelCaches 
     # repeated layers (80 decoder blocks) are assessed once, as the first of their key: each kernel's key is
     # hashed once, into the position of its distinct kernel; a position the builder says repeats an earlier one's
     # kernel (`Kernels.shared`) takes that one's without a key
-    kernels = Kernels.of(kernels)
+    kernels = Kernels.of(built)
     sources, shared = kernels.sources, kernels.shared
     distinct: dict[tuple, int] = {}
     firsts: list[Kernel] = []

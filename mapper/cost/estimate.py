@@ -248,12 +248,14 @@ def _engine_times(kernel: Kernel, searched: TilePlan | None, target: Target):
     elif engine == Engine.MATRIX and kernel.rule == KernelRule.FLASH_ATTENTION:
         tiling = plan_attention(kernel, target)
         compute_s, memory_s, dram, l2 = _split(tiling)
-        if tiling.chosen.split_k > 1:  # split key/value sequence: the partial outputs' combine pass
+        if tiling.best.split_k > 1:  # split key/value sequence: the partial outputs' combine pass
             sync_s = hw.grid_sync_s
     elif engine == Engine.MATRIX:
+        if searched is None:
+            raise ValueError(f"matrix kernel {kernel.name!r} reached the cost without its tile search")
         tiling = searched
         compute_s, memory_s, dram, l2 = _split(tiling)
-        if tiling.chosen.split_k > 1:
+        if tiling.best.split_k > 1:
             sync_s = hw.grid_sync_s
         if _skinny(kernel, hw):  # a GEMV-shaped product: the vector units' kernel where it is cheaper
             vector = plan_vector(kernel, hw, act_bytes)
@@ -282,5 +284,5 @@ def _skinny(kernel: Kernel, hw: HardwareProfile) -> bool:
 
 def _split(tiling: TilePlan) -> tuple[float, float, float, float]:
     """Compute and memory time of the chosen tile, recovered from its time and traffic."""
-    c = tiling.chosen
+    c = tiling.best
     return c.compute_s, c.memory_s, c.dram_bytes, c.l2_bytes

@@ -7,6 +7,7 @@ pydantic v2 models with `extra="forbid"` and range checks; every number is an in
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -300,7 +301,7 @@ def _shown(value: Any) -> str:
     return text if len(text) <= SHOWN_VALUE_CHARS else text[: SHOWN_VALUE_CHARS - 3] + "..."
 
 
-def _describe(error: dict[str, Any]) -> str:
+def _describe(error: Mapping[str, Any]) -> str:
     kind, ctx, got = error["type"], error.get("ctx") or {}, error.get("input")
     field = _field_path(tuple(error["loc"]))
     if kind == "missing":

@@ -56,7 +56,7 @@ def plan_attention(kernel: Kernel, target: Target) -> TilePlan:
     sync and the partial outputs' traffic) of a fused attention kernel."""
     hw, act_bytes = target.hw, target.act_bytes
     peak, vector_peak = target.matrix_peak_flops_per_s, target.vector_peak_flops_per_s
-    s = kernel.matrix  # batch = B*H, m = Sq, n = Skv, k = head dim
+    s = kernel.shape  # batch = B*H, m = Sq, n = Skv, k = head dim
     P = hw.compute_units
     bq, bkv, sram = _attention_grid(s.k, act_bytes, hw)
     splits = np.array(ATTENTION_KV_SPLITS, float)

@@ -11,6 +11,7 @@ sec. 5). Devices: tp x pp x ep x dp.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from mapper.core.errors import MapperError
@@ -37,7 +38,7 @@ def check_expert_parallel(workload: Workload, ep: int) -> None:
         raise MapperError(f"--ep {ep} must divide the expert count ({counts[0]} experts a layer); choose a divisor")
 
 
-def resident_kernels(workload: Workload, kernels: list[Kernel], ep: int) -> list[Kernel]:
+def resident_kernels(workload: Workload, kernels: Sequence[Kernel], ep: int) -> Sequence[Kernel]:
     """The kernels as memory sees them: every expert's weights resident (not the share a step reads),
     E/ep experts a device."""
     if not workload.expert_gemms:  # a dense model: memory sees the kernels as they are
@@ -78,8 +79,8 @@ def _all_to_all(k: Kernel, g: ExpertGemm, step: str, ep: int, act_bytes: float) 
 
 
 def plan_experts(
-    workload: Workload, kernels: list[Kernel], ep: int, imbalance: float, act_bytes: float
-) -> list[Kernel]:
+    workload: Workload, kernels: Sequence[Kernel], ep: int, imbalance: float, act_bytes: float
+) -> Sequence[Kernel]:
     """Expert kernels at the busiest expert's tokens and 1/ep of the experts, with each layer's dispatch
     and combine all-to-all around its experts (ep > 1)."""
     if not workload.expert_gemms or (ep <= 1 and imbalance <= 1):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import overload
 
@@ -58,7 +59,7 @@ class _Planner:
     readers are walked with explicit stacks (a chain of 10^5 Reshapes is no recursion) and each tensor's
     kernel readers are found once, and a group is trimmed by one forward pass over its prefixes."""
 
-    def __init__(self, graph: Graph, work: tuple[NodeWork, ...], tiny: frozenset[str]):
+    def __init__(self, graph: Graph, work: Sequence[NodeWork], tiny: frozenset[str]):
         self.graph = graph
         self.tiny_set = tiny
         self.work = {w.name: w for w in work}
@@ -327,7 +328,7 @@ def tiny_nodes(graph: Graph) -> frozenset[str]:
 
 
 def plan_fusion(
-    graph: Graph, work: tuple[NodeWork, ...], work_key: int, policy: str, attention_fusion: bool, caches: ModelCaches
+    graph: Graph, work: Sequence[NodeWork], work_key: int, policy: str, attention_fusion: bool, caches: ModelCaches
 ) -> list[Group]:
     """Fusion groups in graph order. `policy` is none | default | aggressive.
 

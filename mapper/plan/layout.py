@@ -10,6 +10,7 @@ that differs from the profile's, every conv pays a conversion of its input.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from mapper.core.errors import MapperError
@@ -44,8 +45,8 @@ def _transpose(name: str, tensor_bytes: float, note: str) -> Kernel:
 
 
 def plan_layout(
-    graph: Graph, kernels: list[Kernel], layout: str, preferred: str, sizer: Sizer
-) -> tuple[list[Kernel], str]:
+    graph: Graph, kernels: Sequence[Kernel], layout: str, preferred: str, sizer: Sizer
+) -> tuple[Sequence[Kernel], str]:
     """Kernels with conv layouts set and transposes inserted; and the layout chosen."""
     if layout not in LAYOUTS:
         raise MapperError(f"layout {layout!r} is not one of {', '.join(LAYOUTS)}")

@@ -8,6 +8,7 @@ and V); `launch_cost_s` gives the per-kernel launch cost the cost stage charges.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from mapper.core.errors import MapperError
@@ -143,7 +144,7 @@ def choose_runtime(graph: Graph, hw: HardwareProfile, options: PlanOptions) -> R
     return RuntimeChoice(str(name), str(kv_cache), str(launch), fusion, why, preset.assumptions)
 
 
-def apply_kv_cache(graph: Graph, kernels: list[Kernel], kv_cache: str, sizer: Sizer) -> list[Kernel]:
+def apply_kv_cache(graph: Graph, kernels: Sequence[Kernel], kv_cache: str, sizer: Sizer) -> Sequence[Kernel]:
     """In place, a cache update kernel reads the new tokens' K (or V) and writes them into the cache: twice
     their bytes, not the whole cache copied. `copy` keeps the exported graph's traffic."""
     appends = {a.node: a for a in find_kv_appends(graph)} if kv_cache == KvCache.IN_PLACE else {}

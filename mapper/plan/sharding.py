@@ -12,6 +12,7 @@ the rest (norms, residual adds, embeddings) is replicated. A sharded graph outpu
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import replace
 
 from mapper.core.graph import Graph, LayerType, OpClass
@@ -43,7 +44,7 @@ def _through_views(graph: Graph, tensor: str) -> str:
     return tensor
 
 
-def assign_roles(graph: Graph, kernels: list[Kernel]) -> tuple[list[Kernel], list[list[str]]]:
+def assign_roles(graph: Graph, kernels: Sequence[Kernel]) -> tuple[list[Kernel], list[list[str]]]:
     """Each kernel's tensor-parallel role (computed whatever tp is: memory planning needs it too), and the
     tensors each writes for outside (`_boundary`), which `shard_kernels` sizes."""
     index_of = {n.name: k for k, n in enumerate(graph.nodes)}
@@ -82,7 +83,7 @@ def assign_roles(graph: Graph, kernels: list[Kernel]) -> tuple[list[Kernel], lis
     return out, written
 
 
-def _split(shape: MatrixShape | None, role: Shard, tp: int) -> MatrixShape | None:
+def _split(shape: MatrixShape | None, role: str, tp: int) -> MatrixShape | None:
     if shape is None:
         return None
     if role == Shard.COLUMN:
@@ -113,7 +114,9 @@ def collective_kernel(name: str, kind: Collective, message_bytes: float, devices
     )
 
 
-def shard_kernels(graph: Graph, kernels: list[Kernel], written: list[list[str]], tp: int, sizer: Sizer) -> list[Kernel]:
+def shard_kernels(
+    graph: Graph, kernels: Sequence[Kernel], written: list[list[str]], tp: int, sizer: Sizer
+) -> Sequence[Kernel]:
     """Per-device kernels at tensor-parallel degree `tp`, with the collectives each split implies.
     `kernels` carry their roles and `written` what each writes for outside (`assign_roles`)."""
     if tp <= 1:

@@ -172,12 +172,12 @@ def plan_matrices(
     tm, tn, tk, st, sk, sram, single, tile_eff, key_id = _fitting(
         hw.matrix_instruction_mnk, act_bytes, hw.sram_per_unit_bytes, macs, hw.sram_bytes_per_clock_per_unit
     )
-    shapes = np.array([(s.m, s.n, s.k, s.batch) for s in (k.matrix for k in kernels)], float)
+    shapes = np.array([(s.m, s.n, s.k, s.batch) for s in (k.shape for k in kernels)], dtype=np.float64)
     M, N, K, B = (shapes[:, i : i + 1] for i in range(4))
     base_tiles = B * np.ceil(M / tm) * np.ceil(N / tn)
     ok = single | ((base_tiles < P) & (sk <= np.ceil(K / tk)))
     counts = ok.sum(axis=1).tolist()
-    plans: list[TilePlan | None] = [None] * len(kernels)
+    plans: dict[int, TilePlan] = {}
     if any(counts):
         rows, cols = ok.nonzero()
         kept = [i for i, n in enumerate(counts) if n]
@@ -189,7 +189,7 @@ def plan_matrices(
     for i, n in enumerate(counts):
         if not n:  # nothing fits: fall back to the smallest aligned tile, single stage
             plans[i] = _plan_unfit(kernels[i], hw, peak, act_bytes, weight_bytes_per, timers[i] if timers else None)
-    return plans
+    return [plans[i] for i in range(len(kernels))]
 
 
 def _plan_unfit(
@@ -256,18 +256,21 @@ def alignment_shares(kernel: Kernel, hw: HardwareProfile, act_bytes: float) -> t
     need 16-byte strides (measured on H200: n = 3073 at 0.13 of n = 3072's rate, GPT-2's vocabulary 50257 at
     0.18 of the padded 50304's, data/evidence/h200). (1.0, 1.0): aligned, not a GEMM, or no rule."""
     s, align = kernel.matrix, hw.matrix_alignment_bytes
-    if align is None or s is None or s.kind != "gemm" or kernel.rule == KernelRule.FLASH_ATTENTION:
+    rate, dram = hw.unaligned_matrix, hw.unaligned_dram  # the schema gives all three or none
+    if align is None or rate is None or dram is None or s is None or s.kind != "gemm":
+        return 1.0, 1.0
+    if kernel.rule == KernelRule.FLASH_ATTENTION:
         return 1.0, 1.0
     if (s.k * act_bytes) % align == 0 and (s.n * act_bytes) % align == 0:
         return 1.0, 1.0
-    return hw.unaligned_matrix, hw.unaligned_dram
+    return rate, dram
 
 
 def _matrix_figures(kernel: Kernel, hw: HardwareProfile, act_bytes: float, weight_bytes_per: float) -> tuple:
     """A kernel's scalars the search reads: M, N, K, batch, matrix FLOPs, boundary bytes, A's and B's bytes
     (operands re-read once per tile row/column, except what L2 keeps across a wave), the size efficiency
     and the shares of the matrix rate and DRAM efficiency its alignment keeps (`alignment_shares`)."""
-    s = kernel.matrix
+    s = kernel.shape
     M, N, K, B = float(s.m), float(s.n), float(s.k), float(s.batch)
     # implicit GEMM never materializes im2col: A's distinct bytes are the input's, its tap re-reads hit L1
     a_bytes = B * (s.a_elements or M * K) * act_bytes
@@ -319,7 +322,8 @@ def pick_rows(
         for timer, picks in zip(timers, chosen):
             rows_n, rows_x = counted[at : at + len(picks)], measured[at : at + len(picks)]
             at += len(picks)
-            times = timer.times(*([x[i] for x in rows_x] for i in (4, 5, 2, 3)), [n[4] for n in rows_n])
+            compute, memory, dram, l2 = ([x[i] for x in rows_x] for i in (4, 5, 2, 3))
+            times = timer.times(compute, memory, dram, l2, [n[4] for n in rows_n])
             for x, t in zip(rows_x, times):
                 x[6] = t
     choices = iter(map(_choice, counted, measured))

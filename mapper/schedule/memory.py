@@ -8,6 +8,8 @@ of one kernel (its non-weight traffic), a lower bound that ignores allocator sla
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from mapper.core.graph import Graph
 from mapper.core.result import DeviceFit, Kernel, MemoryPlan
 from mapper.core.timeline import Kernels
@@ -37,7 +39,7 @@ def _footprint(sharded_w: float, replicated_w: float, kv: float, act: float, tp:
 
 
 def plan_memory(
-    graph: Graph, kernels: list[Kernel], sizer: Sizer, capacity_bytes: float, tp: int, pp: int, max_devices: int
+    graph: Graph, kernels: Sequence[Kernel], sizer: Sizer, capacity_bytes: float, tp: int, pp: int, max_devices: int
 ) -> MemoryPlan:
     """`kernels` carry their tensor-parallel roles (full size, before the split)."""
     kernels = Kernels.of(kernels).sources  # every figure but the names: none written
