@@ -114,6 +114,7 @@ def test_the_dashboard_boundary_check_catches_private_imports():
 # (docs/architecture.md draws the same order.)
 STAGES = (
     ("core",),
+    ("ops",),
     ("hardware", "zoo"),
     ("model",),
     ("work",),

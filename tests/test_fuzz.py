@@ -446,7 +446,7 @@ def test_broadcasting_beyond_numpys_64_dims_is_not_a_crash():
     """Fuzz seed 1531391 (ResNet-50 with an initializer mutated to 64 dims feeding an Expand):
     np.broadcast_shapes raised RuntimeError past its dims limit. Broadcasting is our own rule now, at any
     rank, and agrees with numpy's where numpy answers (checked on random shape sets below)."""
-    from mapper.model.shapes.base import NoRule, broadcast
+    from mapper.ops.shape import NoRule, broadcast
 
     nodes = [helper.make_node("Add", ["a", "b"], ["y"])]
     data = make_model(nodes, [tensor("a", [1] * 70), tensor("b", [1] * 69 + [3])], [tensor("y", [1] * 69 + [3])])

@@ -88,7 +88,7 @@ def test_qlinear_binary_broadcasts_and_requantizes(op, float_twin_flops):
     (n,) = w.nodes
     assert w.graph.tensors["c"].shape == (2, 8, 16, 16)
     assert n.op_class is OpClass.ELEMENTWISE
-    assert n.flops == (float_twin_flops + mapper.work.ops.REQUANTIZE) * 2 * 8 * 16 * 16
+    assert n.flops == (float_twin_flops + mapper.ops.work.REQUANTIZE) * 2 * 8 * 16 * 16
 
 
 def test_qlinear_concat_and_where_pick_their_data_operands():

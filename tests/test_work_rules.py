@@ -365,9 +365,9 @@ def test_onnxruntime_shape_inference_leaves_the_working_folder_alone(tmp_path, m
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_second_shape_rule_for_one_op_type_raises():
-    """Two rules for one op would make the winner depend on import order: registering one raises."""
-    from mapper.model.shapes.base import rule
+def test_a_second_entry_for_one_op_type_raises():
+    """Two entries for one op would make the winner depend on import order: registering one raises."""
+    from mapper.ops import OPS, OpDef
 
-    with pytest.raises(ValueError, match="a second shape rule for Relu"):
-        rule("Relu")(lambda c: [])
+    with pytest.raises(ValueError, match="a second registration of Relu"):
+        OPS.register(OpDef("Relu"))

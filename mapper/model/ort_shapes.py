@@ -17,9 +17,9 @@ import onnx
 from onnx import numpy_helper
 
 from mapper.core import limits
+from mapper.core.dtypes import dtype_code
 from mapper.core.errors import MapperError
 from mapper.core.graph import Node
-from mapper.model.dtypes import dtype_code
 from mapper.model.sandbox import CHILD_STDOUT, drop_external_reference, external_tensors, is_external, run_child
 
 CHILD = r"""

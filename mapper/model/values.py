@@ -14,10 +14,10 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from mapper.core.dtypes import tensor_dtype
 from mapper.core.graph import Node
-from mapper.model.dtypes import tensor_dtype
 from mapper.model.sandbox import is_external
-from mapper.model.shapes.base import NoRule, reshape_target
+from mapper.ops.shape import NoRule, reshape_target
 
 FOLD_MAX_ELEMENTS = (
     1024  # the largest tensor we evaluate at import: shape arithmetic is tiny; masks and weights need no value

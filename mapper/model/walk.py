@@ -14,11 +14,11 @@ import onnx
 
 from mapper.core import limits
 from mapper.core.caches import ModelCaches
+from mapper.core.dtypes import dtype_name, tensor_dtype
 from mapper.core.errors import MapperError
 from mapper.core.graph import SUBGRAPH_OPS, Node, TensorSpec
 from mapper.core.records import writer
 from mapper.model.bindings import eval_dim, graph_inputs
-from mapper.model.dtypes import dtype_name, tensor_dtype
 from mapper.model.ort_shapes import ort_inferred_value_info, ort_node_value_info
 from mapper.model.repeats import Repeats, Stretch
 from mapper.model.shapes import Ctx, NoRule, infer_node

@@ -11,14 +11,15 @@ from __future__ import annotations
 from collections.abc import Hashable
 from dataclasses import dataclass
 
-from mapper.core.graph import Graph, Node
+from mapper.core.graph import Graph, Node, OpClass
 from mapper.core.vocab import KernelRule
+from mapper.ops import OPS, Reads
 from mapper.plan.fusion import Group
 from mapper.plan.kernel_names import plan_names, split_names, what_it_is, where_it_is
-from mapper.work.op_table import VIEWS
 
-# Ops whose DRAM reads are only the elements they select (the work model's partial-read rule).
-PARTIAL_READ_OPS = frozenset({"Gather", "GatherElements", "GatherND", "Slice", "Expand", "Tile", "Pad"})
+# Ops whose DRAM reads are only the elements they select (the registry's `Reads.KEPT`, as the work model reads it).
+PARTIAL_READ_OPS = OPS.with_reads(Reads.KEPT)
+VIEWS = OPS.with_class(OpClass.VIEW)
 REDUCING_OPS = frozenset(
     {
         "Softmax",

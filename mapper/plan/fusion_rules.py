@@ -11,41 +11,16 @@ from dataclasses import dataclass
 from mapper.core.graph import LayerType, OpClass
 from mapper.core.result import NodeWork
 from mapper.core.vocab import KernelRule
-from mapper.model.quantized import QUANTIZED_OPS
+from mapper.ops import OPS, FusionRole
 
-# A QDQ model marks each int8 tensor with a QuantizeLinear -> DequantizeLinear pair; an int8 kernel
-# requantizes its result in the epilogue, so the pair rides along without counting toward max_ops.
-QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
-_FLOAT_EPILOGUE_OPS = {
-    "Add",
-    "Sub",
-    "Mul",
-    "Div",
-    "Relu",
-    "LeakyRelu",
-    "Clip",
-    "Sigmoid",
-    "Tanh",
-    "Erf",
-    "Gelu",
-    "FastGelu",
-    "BiasGelu",
-    "QuickGelu",
-    "HardSwish",
-    "HardSigmoid",
-    "Cast",
-    "Where",
-    "BatchNormalization",
-    "Pow",
-    "Softplus",
-    "Mish",
-    "Elu",
-    "Selu",
-    "Max",
-    "Min",
-    *QDQ_OPS,
-}
-EPILOGUE_OPS = frozenset(_FLOAT_EPILOGUE_OPS | {op for op, q in QUANTIZED_OPS.items() if q.twin in _FLOAT_EPILOGUE_OPS})
+# Each op's part in a kernel is its registry entry's fusion role. A QDQ model marks each int8 tensor with a
+# QuantizeLinear -> DequantizeLinear pair; an int8 kernel requantizes its result in the epilogue, so the pair
+# rides along without counting toward max_ops.
+QDQ_OPS = OPS.with_role(FusionRole.QDQ)
+EPILOGUE_OPS = OPS.with_role(FusionRole.EPILOGUE, FusionRole.QDQ)  # a GEMM's epilogue (and a chain) absorbs these
+CHAIN_OPS = EPILOGUE_OPS | OPS.with_role(FusionRole.CHAIN)  # an elementwise chain absorbs these
+MATRIX_STARTS = OPS.with_role(FusionRole.MATRIX)  # ops that open a GEMM-epilogue kernel
+ROW_OPS = OPS.with_role(FusionRole.ROW)  # elementwise by class, but no chain starts from them
 ELEMENTWISE_CLASSES = frozenset({OpClass.ELEMENTWISE, OpClass.TRANSCENDENTAL})
 
 
@@ -68,42 +43,9 @@ FUSION_RULES: tuple[FusionRule, ...] = (
         KernelRule.ELEMENTWISE_CHAIN,
         frozenset({"default", "aggressive"}),
         "elementwise",
-        EPILOGUE_OPS
-        | {
-            "Exp",
-            "Log",
-            "Sqrt",
-            "Reciprocal",
-            "Neg",
-            "Abs",
-            "Sin",
-            "Cos",
-            "Not",
-            "Equal",
-            "Less",
-            "Greater",
-            "And",
-            "Or",
-            "Softsign",
-            "Sign",
-        },
+        CHAIN_OPS,
         12,
     ),
-)
-_FLOAT_MATRIX_STARTS = {
-    "MatMul",
-    "Gemm",
-    "Conv",
-    "ConvTranspose",
-    "FusedMatMul",
-    "MatMulNBits",
-    "MatMulInteger",
-    "ConvInteger",
-    "FusedConv",
-    "GemmFastGelu",
-}
-MATRIX_STARTS = frozenset(
-    _FLOAT_MATRIX_STARTS | {op for op, q in QUANTIZED_OPS.items() if q.twin in _FLOAT_MATRIX_STARTS}
 )
 
 
@@ -116,6 +58,6 @@ def start_kinds(w: NodeWork) -> tuple[str, ...]:
         kinds.append("norm")
     elif w.op_type in MATRIX_STARTS:
         kinds.append("matrix")
-    elif w.op_class in ELEMENTWISE_CLASSES and w.op_type != "Softmax":
+    elif w.op_class in ELEMENTWISE_CLASSES and w.op_type not in ROW_OPS:
         kinds.append("elementwise")
     return tuple(kinds)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from mapper.core.graph import Node
 from mapper.core.vocab import KernelRule
-from mapper.model.quantized import twin_of
+from mapper.ops import OPS
 from mapper.plan.fusion_rules import MATRIX_STARTS, QDQ_OPS
 
 SEPARATOR = " · "  # between the module path and what the kernel is
@@ -86,7 +86,7 @@ ACTIVATIONS = (
 
 def op_word(op_type: str) -> str:
     """What one op is, in the words of a kernel name."""
-    twin = twin_of(op_type)
+    twin = OPS.twin_of(op_type)
     return OP_WORDS.get(twin) or NORM_WORDS.get(twin) or re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", twin).lower()
 
 
@@ -167,7 +167,7 @@ WHAT_BY_RULE: dict[str, Callable[[Sequence[str], Sequence[bool]], str]] = {
 def what_it_is(rule: str, members: Sequence[Node], weights) -> str:
     """What a group's kernel is, from its rule and its members (`weights`: the graph's weight names)."""
     ops = [n.op_type for n in members]
-    biases = [twin_of(n.op_type) == "Add" and any(t in weights for t in n.inputs) for n in members]
+    biases = [OPS.twin_of(n.op_type) == "Add" and any(t in weights for t in n.inputs) for n in members]
     return WHAT_BY_RULE.get(rule, _single)(ops, biases)
 
 

@@ -10,21 +10,10 @@ from __future__ import annotations
 
 from mapper.core.caches import ModelCaches
 from mapper.core.graph import Graph, LayerType, Node, OpClass
-from mapper.model.quantized import twin_of
-from mapper.work.ops import NORMALIZATION, POOLING, LayerPlacer
+from mapper.ops import OPS
+from mapper.work.ops import LayerPlacer
 
-# op type -> layer type, where the op alone decides it
-LAYER_OF_OP: dict[str, LayerType] = {
-    **{op: LayerType.CONV for op in ("Conv", "ConvTranspose", "ConvInteger", "FusedConv")},
-    **{
-        op: LayerType.LINEAR
-        for op in ("MatMul", "Gemm", "MatMulInteger", "FusedMatMul", "MatMulNBits", "Einsum", "GemmFastGelu")
-    },
-    **{op: LayerType.ATTENTION for op in ("Attention", "MultiHeadAttention", "GroupQueryAttention")},
-    **{op: LayerType.NORMALIZATION for op in (*NORMALIZATION, "LRN")},
-    **{op: LayerType.POOLING for op in POOLING},
-    **{op: LayerType.EMBEDDING for op in ("Gather", "GatherElements", "GatherND", "EmbedLayerNormalization")},
-}
+# A layer type by work class, for an op whose entry names none (an elementwise op, a reshape...)
 LAYER_OF_CLASS: dict[OpClass, LayerType] = {
     OpClass.ELEMENTWISE: LayerType.ELEMENTWISE,
     OpClass.TRANSCENDENTAL: LayerType.ELEMENTWISE,
@@ -97,7 +86,7 @@ def _find_pv(graph: Graph, softmax: Node) -> tuple[Node | None, list[Node]]:
     on_path: set[str] = set()  # the path's names: a Softmax read by 10^5 Casts is no quadratic search
     frontier = [softmax.outputs[0]]
     for _ in range(4):
-        nxt = []
+        nxt: list[str] = []
         for tensor in frontier:
             for user in graph.users(tensor):
                 if user.op_type == "MatMul" and user.inputs[0] == tensor and len(user.inputs) > 1:
@@ -136,7 +125,7 @@ def find_norms(graph: Graph, taken: set[str]) -> list[list[Node]]:
                 if user.name in block or user.name in taken or user.op_type not in NORM_CHAIN_OPS:
                     continue
                 if not all(
-                    i in graph.weights or i == root or graph.producer(i) is None or graph.producer(i).name in block
+                    i in graph.weights or i == root or (maker := graph.producer(i)) is None or maker.name in block
                     for i in user.inputs
                     if i
                 ):
@@ -185,9 +174,8 @@ def layer_placer(graph: Graph, caches: ModelCaches) -> LayerPlacer:
 
 
 def plain_layer(op_type: str, op_class: OpClass) -> LayerType:
-    op_type = twin_of(op_type)  # a QOperator op's layer is its float twin's
-    if op_type in LAYER_OF_OP:
-        return LAYER_OF_OP[op_type]
-    if op_type in ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ArgMax", "ArgMin", "TopK"):
-        return LayerType.OTHER
+    """The op's own layer type (its entry's; a QOperator op's is its float twin's), else its class's."""
+    entry = OPS.get(op_type)
+    if entry is not None and entry.layer is not None:
+        return entry.layer
     return LAYER_OF_CLASS.get(op_class, LayerType.OTHER)

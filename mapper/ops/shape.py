@@ -1,23 +1,22 @@
-"""Shape inference: what every rule shares (the context a rule sees, the registry, broadcasting).
+"""What every shape rule shares: the context a rule sees, `NoRule`, broadcasting, Reshape's target.
 
-The importer calls `infer_node` for every node in topological order. A rule sees the input specs
-(concrete shapes) and, where the importer knows them, the input values (small constants: shape
-arithmetic), and returns the output shapes and element types. An op without a rule raises `NoRule`;
-the importer then falls back to the model's value_info, onnx's inference and, for com.microsoft ops,
-ONNX Runtime's (`ort_shapes`), and finally marks the node unmodeled. The rules register themselves from
-shapes/rules.py and shapes/movement.py, which the package imports.
+A rule (an `OpDef.shape`, mapper/ops/) sees the input specs (concrete shapes) and, where the importer knows them,
+the input values (small constants: shape arithmetic), and returns the output shapes and element types. An op
+without a rule, or a use of one it does not cover, raises `NoRule`; the importer then falls back to the model's
+value_info, onnx's inference and, for com.microsoft ops, ONNX Runtime's (`model/ort_shapes.py`), and finally
+marks the node unmodeled.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
 
 from mapper.core.graph import Node, TensorSpec
-from mapper.model.quantized import QUANTIZED_OPS, operand_positions
 
 Shape = tuple[int, ...]
 
@@ -51,6 +50,10 @@ class Ctx:
     def has(self, i: int) -> bool:
         return i < len(self.node.inputs) and bool(self.node.inputs[i])
 
+    @overload
+    def ints(self, key: str) -> list[int] | None: ...
+    @overload
+    def ints(self, key: str, default: Sequence[int]) -> list[int]: ...
     def ints(self, key: str, default: Sequence[int] | None = None) -> list[int] | None:
         v = self.node.attr(key)
         return list(v) if v is not None else (list(default) if default is not None else None)
@@ -63,72 +66,7 @@ class Ctx:
         return None if axes is None else [a + rank if a < 0 else a for a in axes]
 
 
-Out = list[tuple[Shape, str]]
-RULES: dict[str, Callable[[Ctx], Out]] = {}
-
-
-def rule(*op_types: str):
-    """Register the function as the shape rule of these op types; a second rule for one op type raises
-    (two rules for one op would make the winner depend on import order)."""
-
-    def register(fn: Callable[[Ctx], Out]) -> Callable[[Ctx], Out]:
-        for op in op_types:
-            if op in RULES:
-                raise ValueError(f"a second shape rule for {op} ({fn.__name__}; {RULES[op].__name__} has it)")
-            RULES[op] = fn
-        return fn
-
-    return register
-
-
-# The inputs an op's shape and work rules index, and the least rank of each (ONNX requires these; a
-# hostile file need not honour them). Checked before the rule and before any fallback to declared shapes.
-MIN_RANKS: dict[str, tuple[int, ...]] = {  # required inputs, in order
-    "MatMul": (1, 1),
-    "MatMulInteger": (1, 1),
-    "FusedMatMul": (1, 1),
-    "MatMulNBits": (1,),
-    "Gemm": (2, 2),
-    "GemmFastGelu": (1, 1),
-    "Conv": (3, 3),
-    "ConvInteger": (3, 3),
-    "FusedConv": (3, 3),
-    "ConvTranspose": (3, 3),
-    "Attention": (3, 2),
-    "MultiHeadAttention": (3,),
-    "GroupQueryAttention": (3,),
-    "PackedAttention": (3,),
-    "BiasSplitGelu": (1,),
-}
-OPTIONAL_MIN_RANKS: dict[str, dict[int, int]] = {  # optional inputs: input index -> least rank where present
-    "MultiHeadAttention": {1: 2},
-    "GroupQueryAttention": {1: 2},
-}
-
-
-_RANKED = frozenset(MIN_RANKS) | frozenset(OPTIONAL_MIN_RANKS) | frozenset(QUANTIZED_OPS)  # ops check_ranks reads
-
-
-def check_ranks(ctx: Ctx) -> None:
-    op = ctx.node.op_type
-    if op not in _RANKED:  # most ops: nothing to check
-        return
-    if op in QUANTIZED_OPS:  # the float twin's ranks, at the data operands' positions
-        positions = operand_positions(op, len(ctx.node.inputs))
-        required = dict(zip(positions, MIN_RANKS.get(QUANTIZED_OPS[op].twin, ())))
-    else:
-        required = dict(enumerate(MIN_RANKS.get(op, ())))
-    for i, least in (required | OPTIONAL_MIN_RANKS.get(op, {})).items():
-        if (i in required or ctx.has(i)) and len(ctx.shape(i)) < least:
-            raise ValueError(f"input {i} of {op} has rank {len(ctx.shape(i))}, below {least}")
-
-
-def infer_node(ctx: Ctx) -> Out:
-    check_ranks(ctx)
-    fn = RULES.get(ctx.node.op_type)
-    if fn is None:
-        raise NoRule(f"no shape rule for {ctx.node.op_type}")
-    return fn(ctx)
+Out = list[tuple[Shape, str]]  # per output: its shape and element type
 
 
 def broadcast(*shapes: Shape) -> Shape:
@@ -150,7 +88,7 @@ def broadcast(*shapes: Shape) -> Shape:
     return tuple(out)
 
 
-def reshape_target(x: Shape, target: Sequence[int], allowzero: bool) -> Shape:
+def reshape_target(x: Shape, target: Sequence[int] | np.ndarray, allowzero: bool) -> Shape:
     out = [int(t) for t in target]
     for i, t in enumerate(out):
         if t == 0 and not allowzero:
@@ -168,3 +106,31 @@ def reshape_target(x: Shape, target: Sequence[int], allowzero: bool) -> Shape:
     if math.prod(out) != math.prod(x):
         raise NoRule(f"Reshape of {x} into {tuple(out)} changes the element count")
     return tuple(out)
+
+
+def _pool_out(size: int, k: int, s: int, pad: int, d: int, ceil: bool) -> int:
+    eff = d * (k - 1) + 1
+    span = size + pad - eff
+    out = (math.ceil(span / s) if ceil else span // s) + 1
+    if ceil and (out - 1) * s >= size + pad - (pad // 2 if pad else 0):
+        out -= 1  # the last window must start inside the padded input (onnx semantics)
+    return max(out, 0)
+
+
+def spatial_out(c: Ctx, x: Shape, kernel: Sequence[int], ceil: bool = False) -> tuple[int, ...]:
+    n = len(kernel)
+    strides = c.ints("strides", [1] * n)
+    dil = c.ints("dilations", [1] * n)
+    pads = c.ints("pads", [0] * (2 * n))
+    auto = c.node.attr("auto_pad", "NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    dims = []
+    for i in range(n):
+        size = x[2 + i]
+        if auto in ("SAME_UPPER", "SAME_LOWER"):
+            dims.append(math.ceil(size / strides[i]))
+        elif auto == "VALID":
+            dims.append((size - dil[i] * (kernel[i] - 1) - 1) // strides[i] + 1)
+        else:
+            dims.append(_pool_out(size, kernel[i], strides[i], pads[i] + pads[i + n], dil[i], ceil))
+    return tuple(dims)
