@@ -8,7 +8,7 @@ each node's own record is written when read (`works.NodeWorks`).
 
 from __future__ import annotations
 
-from mapper.core.graph import Graph, Node
+from mapper.core.graph import Graph, LayerType, Node
 from mapper.core.result import NodeWork
 from mapper.work.ops import LayerPlacer, estimate_node_work
 from mapper.work.works import NodeWorks
@@ -70,7 +70,9 @@ def estimate_work_kinds(
     runs = runs if twins and place else ()
     seen: dict[tuple, NodeWork] = {}
     kind_of: dict[tuple, int] = {}  # key -> its kind, numbered in the order first met
-    places, kinds, estimated = [], [], []
+    places: list[tuple[LayerType, int]] = []
+    kinds: list[int] = []
+    estimated: list[NodeWork] = []
     nodes, k, at = graph.nodes, 0, 0  # at: the next run
     while k < len(nodes):
         if at < len(runs) and k == runs[at][0]:
@@ -84,16 +86,15 @@ def estimate_work_kinds(
             k, at = end, at + 1
             continue
         node, t = nodes[k], twins[k] if twins else -1
-        if t >= 0 and roles[k] == roles[t]:
+        if t >= 0 and roles is not None and roles[k] == roles[t]:
             w, kind = estimated[t], kinds[t]
         else:
             key = _work_key(graph, node, classes.get(node.name), roles[k] if roles is not None else ())
-            w = None if key is None else seen.get(key)
-            if w is None:
-                w = estimate_node_work(node, graph)
-                if key is not None:
-                    seen[key] = w
-                    kind_of[key] = len(kind_of)
+            known = None if key is None else seen.get(key)
+            w = known if known is not None else estimate_node_work(node, graph)
+            if known is None and key is not None:
+                seen[key] = w
+                kind_of[key] = len(kind_of)
             kind = -1 if key is None else kind_of[key]
         estimated.append(w)
         kinds.append(kind)

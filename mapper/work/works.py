@@ -18,7 +18,8 @@ from mapper.core.result import NodeWork
 
 
 class Named(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...
 
 
 # A node's record is written without the frozen constructor (`core.records`): ~400 a BERT-base binding read whole
