@@ -16,6 +16,8 @@ import pytest
 
 from bench.load_dashboard import ARGS, start_server  # one Chromium command line for the benches and tests
 
+pytestmark = pytest.mark.slow  # a real browser (headless Chromium) per test, 7-22 s each
+
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
 BERT_TINY = ROOT / "tests" / "models" / "hf_bert_tiny.onnx"

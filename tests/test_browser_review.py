@@ -21,6 +21,8 @@ import pytest
 from bench.load_dashboard import start_server
 from tests.test_browser import ARGS, CHROMIUM, SHARED_SCREEN, no_exception, settle, shots, sync_api
 
+pytestmark = pytest.mark.slow  # a real browser (headless Chromium) per test, 5-11 s each
+
 STEPS = ("1 Workload and KPI", "2 First failure", "3 Proving artifact", "4 Fix and owner", "5 Validation")
 LINK = "page=review&model=llama2-7b&hw=a100-sxm-80gb&batch=32&seq=1&past=2048"
 BERT = "model=bert-base&batch=8&seq=384&p99_target_ms=20"

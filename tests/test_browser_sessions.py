@@ -23,6 +23,8 @@ from tests.test_browser import ARGS, BERT_TINY, CHROMIUM, no_exception, open_pag
 from tests.test_browser_trends import server_environment
 from tests.test_store import doc
 
+pytestmark = pytest.mark.slow  # two real browsers side by side, ~15 s
+
 server = test_browser.server  # the dashboard fixture, started here with MAPPER_STORE (store_env, autouse)
 SECRET = "alice-secret-model"  # Alice's file name: her model's name in her runs
 TEAM = "Perf team"

@@ -16,6 +16,8 @@ from tests import test_browser
 from tests.test_browser import ARGS, CHROMIUM, no_exception, settle, sync_api
 from tests.test_store import doc
 
+pytestmark = pytest.mark.slow  # a real browser (headless Chromium), ~6 s
+
 server = test_browser.server  # the dashboard fixture, started here with MAPPER_STORE (store_env, autouse)
 
 

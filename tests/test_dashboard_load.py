@@ -19,6 +19,8 @@ pytest.importorskip("playwright.async_api", reason="playwright package missing: 
 sys.path.insert(0, str(ROOT / "bench"))
 import load_dashboard
 
+pytestmark = pytest.mark.slow  # concurrent dashboard sessions on a live server, ~8 s
+
 
 def test_concurrent_sessions_keep_their_own_upload_and_the_server_stays_up():
     figures = load_dashboard.run(sessions=2, rounds=1, deadline_s=240)

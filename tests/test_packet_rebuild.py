@@ -18,6 +18,8 @@ import pytest
 
 import mapper
 
+pytestmark = pytest.mark.slow  # each packet rebuilt by its own reproduce.sh in a child process, ~3 s each
+
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "tests" / "models"
 DECODER = MODELS / "optimum_gpt2_tiny_with_past.onnx"  # a real export (Optimum), 83 kB, symbolic dims

@@ -176,6 +176,7 @@ def _writer(url: str, writer: int) -> None:
         record(engine, doc(1.0 + i, dims={"writer": writer, "i": i}), command="map", revision=f"w{writer}")
 
 
+@pytest.mark.slow  # writer processes racing on one store, ~14 s
 def test_concurrent_writers_lose_no_run(store_url):
     ctx = multiprocessing.get_context("spawn")  # a fresh interpreter per writer, as CI jobs are
     procs = [ctx.Process(target=_writer, args=(store_url, w)) for w in range(WRITERS)]

@@ -25,6 +25,8 @@ from tests.test_store import (  # noqa: F401 (collected here again, with this mo
     test_the_slice_key_separates_slices_and_filters_select_them,
 )
 
+pytestmark = pytest.mark.slow  # a PostgreSQL server started for the module
+
 START_TIMEOUT_S = 60
 
 

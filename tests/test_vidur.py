@@ -21,6 +21,8 @@ from mapper.cost.collectives import collective_time
 from mapper.zoo import blocks
 from mapper.zoo.builder import GraphBuilder
 
+pytestmark = pytest.mark.slow  # every Vidur A100 row mapped (2 x 1044 rows x 10 ops), ~10-30 s
+
 DATA = Path(__file__).resolve().parents[1] / "data" / "evidence" / "vidur_a100"  # microsoft/vidur, MIT
 PLAN = mapper.PlanOptions(dtype="fp16", runtime="vllm", launch="graph")
 HEAD_DIM = 128
