@@ -71,8 +71,9 @@ from mapper.serve.serving import ServingConfig, ServingResult, simulate_serving
 from mapper.work.workload import Workload, analyze_graph
 from mapper.zoo import ZOO_NAMES, build_zoo_model, list_zoo, zoo_model_bytes
 
-# Sweeps, comparisons, measurements, sheets and charts load pandas/onnxruntime/plotly: imported on first
-# use, so `import mapper` stays light. "module:attr" gives a public name to an attribute named otherwise.
+# Sweeps, comparisons, measurements, sheets, charts and the run store load pandas/onnxruntime/plotly/SQLAlchemy
+# (the extras, mapper/core/extras.py): imported on first use, so `import mapper` needs onnx and numpy only.
+# "module:attr" gives a public name to an attribute named otherwise.
 _LAZY = {
     "SweepSpec": "mapper.explore.sweep",
     "SweepResult": "mapper.explore.sweep",
@@ -138,10 +139,10 @@ _LAZY = {
 
 def __getattr__(name: str):
     if name in _LAZY:
-        import importlib
+        from mapper.core.extras import require  # an absent extra: one MapperError naming it, not a traceback
 
         module, _, attr = _LAZY[name].partition(":")
-        return getattr(importlib.import_module(module), attr or name)
+        return getattr(require(module, f"mapper.{name}"), attr or name)
     raise AttributeError(f"module 'mapper' has no attribute {name!r}")
 
 

@@ -1,6 +1,6 @@
 """The command line: a second client of the public API (`mapper ...`, `python -m mapper ...`).
 
-Bad input of any kind: exit code 2 and one line on stderr beginning `error:`.
+Bad input of any kind, or a feature whose extra is not installed: exit code 2 and one line on stderr beginning `error:`.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from mapper.cli.args import (
 from mapper.cli.evidence import add_arguments as add_evidence_commands
 from mapper.cli.text import print_answer
 from mapper.core.errors import MapperError, error_line, path_text, printable
+from mapper.core.extras import missing_extra
 from mapper.core.units import field_label, format_bytes, format_duration, format_field, format_number
 from mapper.model.onnx_import import read_model_structure
 from mapper.model.wire import STRIPPED_LOCATION
@@ -321,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     stdout, sys.stdout = sys.stdout, _PrintableStream(sys.stdout)
     try:
         args = build_parser().parse_args(argv)
-        return args.func(args)
+        return _run(args)
     except MapperError as exc:
         print(f"error: {error_line(exc)}", file=sys.stderr)
         return 2
@@ -336,6 +337,17 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         sys.stdout = stdout
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The command; a package of an extra it needs and lacks: the MapperError naming the extra (exit 2)."""
+    try:
+        return args.func(args)
+    except ImportError as exc:
+        error = missing_extra(exc, f"`mapper {args.command}`" if getattr(args, "command", None) else "this command")
+        if error is None:
+            raise
+        raise error from exc
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import onnx
 
 from mapper.core import limits
 from mapper.core.errors import MapperError
+from mapper.core.extras import require
 from mapper.core.result import PlanOptions
 from mapper.core.settings import check_settings, setting_text
 from mapper.core.vocab import Runtime
@@ -276,7 +277,7 @@ def measure_model(
     The run is estimated and refused over the MEASURE_* limits first (measure_gate), every external-data
     reference is replaced (synthesize_weights), and ORT runs in a sandboxed child (_run_in_child) when its turn
     comes (measure_slots; on_wait(place) hears the place in line)."""
-    import onnxruntime as ort
+    ort = require("onnxruntime", "measure_model")  # the `measure` extra
 
     if runs < 1 or threads < 1 or profiled_runs < 1:
         raise MapperError(

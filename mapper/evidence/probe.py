@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from mapper.core.errors import MapperError
+from mapper.core.extras import require
 from mapper.evidence.profile_toml import write_toml
 from mapper.hardware.load import load_hardware
 
@@ -51,7 +52,7 @@ def _best_of(fn, repeats: int, min_time_s: float = 0.0) -> float:
 
 
 def _ort_session(model, threads: int = 1, optimize: bool = True):
-    import onnxruntime as ort
+    ort = require("onnxruntime", "probe_machine")  # the `measure` extra
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads

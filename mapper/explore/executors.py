@@ -15,10 +15,10 @@ from typing import TypeVar
 
 from mapper.core import limits
 from mapper.core.errors import MapperError
+from mapper.core.extras import require
 from mapper.core.vocab import ExecutorKind, values
 
 KINDS = values(ExecutorKind)
-DASK_HINT = "install it with `pip install 'dask[distributed]'`"
 _Task = TypeVar("_Task")
 _Result = TypeVar("_Result")
 _Shared = TypeVar("_Shared")
@@ -111,11 +111,10 @@ def _run_pool(
 def _run_dask(
     fn: Callable[[_Shared, _Task], _Result], tasks: Sequence[_Task], spec: ExecutorSpec, shared: _Shared
 ) -> Iterator[tuple[int, _Result]]:
-    try:
-        from distributed import Client, LocalCluster
-        from distributed import as_completed as dask_completed
-    except ImportError as exc:
-        raise MapperError(f"the dask executor needs dask.distributed; {DASK_HINT}") from exc
+    require("distributed", "the dask executor")  # absent: the one line naming the `dask` extra
+    from distributed import Client, LocalCluster
+    from distributed import as_completed as dask_completed
+
     cluster = None
     try:
         if spec.scheduler:

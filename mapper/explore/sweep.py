@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from mapper.core import limits
 from mapper.core.collector import collector_paused
 from mapper.core.errors import MapperError
+from mapper.core.extras import require
 from mapper.core.result import MappingResult, PlanOptions
 from mapper.core.timeline import KernelEstimates
 from mapper.core.version import __version__
@@ -242,7 +243,7 @@ def run_sweep(
     spec: SweepSpec, executor: ExecutorSpec = ExecutorSpec(), progress: Progress | None = None
 ) -> SweepResult:
     """Map every slice of the grid; the table is sorted by slice id (identical on every executor)."""
-    import pandas as pd  # lazy: `import mapper` and the CLI's --help start without pandas
+    pd = require("pandas", "run_sweep")  # lazy (the `report` extra): `import mapper` starts without pandas
 
     workers = None if executor.kind == ExecutorKind.INPROCESS else executor.workers or default_workers()
     shared, tasks, total = plan_tasks(spec, workers)

@@ -13,6 +13,8 @@ it can read no file. Any failure leaves the nodes as they were: unresolved.
 
 from __future__ import annotations
 
+import importlib.util
+
 import onnx
 from onnx import numpy_helper
 
@@ -52,7 +54,10 @@ def without_external_data(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def ort_inferred_value_info(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
-    """ONNX Runtime's inferred value_info for the model (dims bound by the caller); [] on any failure."""
+    """ONNX Runtime's inferred value_info for the model (dims bound by the caller); [] on any failure, and
+    without a child when ONNX Runtime is not installed (the `measure` extra: mapper/core/extras.py)."""
+    if importlib.util.find_spec("onnxruntime") is None:
+        return []
     data = without_external_data(model).SerializeToString()
     try:  # in a scratch folder: where it cannot infer every shape, ONNX Runtime saves the model into its cwd
         result = run_child(
