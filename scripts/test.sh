@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e ".[test]"
+.venv/bin/python -m pip install -q -e ".[test]"  # the engine, every extra, the test tools and mkdocs
 if [ -f scripts/install_browser.sh ]; then bash scripts/install_browser.sh || echo "note: chromium not installed; the browser test will be skipped"; fi
 if [ -f scripts/install_postgres.sh ]; then bash scripts/install_postgres.sh || echo "note: postgresql not installed; the PostgreSQL store tests will be skipped"; fi
 # strace for the sandbox audit (tests/security/test_sandbox.py), after install_browser.sh's apt-get update
@@ -16,4 +16,6 @@ if ! command -v strace >/dev/null && [ "$(id -u)" = "0" ]; then DEBIAN_FRONTEND=
 .venv/bin/ruff check mapper app_pages tests bench scripts app.py
 # Types are checked too: mypy over the engine (settings in pyproject.toml's [tool.mypy]).
 .venv/bin/mypy
+# The manual's site (mkdocs.yml), strict: a broken link or anchor fails the build.
+.venv/bin/mkdocs build --strict --quiet --site-dir build/site
 exec .venv/bin/python -m pytest "$@"
