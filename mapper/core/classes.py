@@ -10,7 +10,7 @@ from enum import StrEnum
 
 
 class Owner(StrEnum):
-    """The four owners a review assigns work to (seed: workload-mapping-basics)."""
+    """The four owners a review assigns work to (docs/manual.md, "The review meeting")."""
 
     ML_COMPILER = "ML compiler engineer"
     RUNTIME = "runtime systems engineer"
@@ -22,7 +22,7 @@ OWNERS = tuple(str(o) for o in Owner)  # who a review's fix may name (`--owner`,
 
 
 class Bottleneck(StrEnum):
-    """One vocabulary for predicted and measured classes (PRIMER s6); the value is the label people read."""
+    """One vocabulary for predicted and measured classes (the table below); the value is the label people read."""
 
     COMPUTE_MATRIX = "compute-bound (matrix)"
     COMPUTE_VECTOR = "compute-bound (vector/SFU)"

@@ -100,7 +100,7 @@ MAX_ERROR_LINE_CHARS = 300  # one error line as printed or shown (a name can be 
 
 # The dashboard's models, shared by every session (app_pages/held.py): charged by mapper/core/footprint.py's
 # estimate (a parsed model, each workload and each mapping of it), not counted in handles: with a count as the
-# bound, 8 handles of one hostile file (uploaded under 8 names) could hold ~14 GB (issue 31).
+# bound, 8 handles of one hostile file (uploaded under 8 names) could hold ~14 GB.
 MODEL_CACHE_BYTES = 2 << 30  # what every session's models may hold together: a quarter of an 8 GiB server; one
 # node-dense 190,000-node model with a workload and a mapping is estimated at 0.63 GB (0.55 GB measured)
 MODEL_IDLE_SECONDS = 600  # a model no session has shown for this long is released (sooner when the budget is full)

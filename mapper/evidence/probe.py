@@ -1,6 +1,6 @@
 """Probe this machine: micro-benchmarks -> a hardware profile TOML in the data/hardware format.
 
-Evidence stage one (PRIMER s9). GEMM rate per dtype and size (ONNX Runtime MatMul / MatMulInteger, the
+Evidence stage one (docs/manual.md, "Evidence"). GEMM rate per dtype and size (ONNX Runtime MatMul / MatMulInteger, the
 kernels the measured runs use), stream bandwidth (numpy copy/add of arrays far larger than the LLC),
 cache sizes from the OS, ONNX Runtime's per-node dispatch cost (a chain of N tiny Adds against one).
 Every measured value's source says how it was measured; what cannot be measured keeps cpu-x86's figure.

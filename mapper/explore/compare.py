@@ -1,6 +1,6 @@
 """Plan comparison on a validation matrix: a baseline plan against a candidate, slice by slice.
 
-A client of the pipeline (PRIMER s9): both plans are mapped on every (batch, seq) slice, each metric
+A client of the pipeline: both plans are mapped on every (batch, seq) slice, each metric
 gets a direction-aware verdict against its threshold, a slice that regresses anywhere keeps the
 baseline (the rollback boundary), and the kernels whose bottleneck class changed are listed.
 The plans and thresholds are read in compare_inputs.py; the sheet and --json writers are in compare_output.py.
@@ -197,7 +197,7 @@ def compare_plans(
     )
 
 
-# A precision change moves accuracy, which no roofline predicts (PRIMER s10: a low-precision win carries its
+# A precision change moves accuracy, which no roofline predicts (a low-precision win carries its
 # quality caveat and its fallback on the sheet).
 PRECISION_OPTIONS = ("dtype", "weight_dtype", "sparsity")
 

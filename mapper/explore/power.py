@@ -1,4 +1,5 @@
-"""Power and perf-per-watt against batch size (PRIMER s7).
+"""Power and perf-per-watt against batch size (docs/manual.md, "Serving: p50/p95/p99 under load, and
+perf-per-watt").
 
 Per-kernel power (idle + energy per FLOP by dtype + energy per byte, capped at the TDP by a clock
 drop that stretches the kernel) is the cost stage's (mapper/cost/estimate.py); this maps the model at each

@@ -1,4 +1,4 @@
-"""Fused attention's tile search: query and key block sizes and key/value splits (beside
+"""Fused attention's tile search: query and key block sizes and key/value splits (the cost stage asks it, beside
 `plan.tiling`'s matrix search, whose candidate records, delivery efficiency and pick it shares).
 
 A FlashAttention kernel keeps the S x S scores on chip: each (sequence, head, query block) walks the keys

@@ -2,7 +2,7 @@
 and each group's place in the live graph (its boundary, its kernel's name, its shape and its members' positions).
 Names are the module path and what the kernel is (`kernel_names`), unique in the plan.
 
-Part of stage five (`kernels` builds the `Kernel` records from them). Structural: decided by the live
+Part of the plan stage (`kernels` builds the `Kernel` records from them). Structural: decided by the live
 graph and the groups, the same at every binding of a model, so kept per structure (`ModelCaches`).
 """
 

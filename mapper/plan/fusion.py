@@ -1,7 +1,7 @@
 """Fusion planning: nodes -> kernels, by an ordered table of rules (first match wins).
 
-Stage four. Each rule (fusion_rules.py) names the ops it may start from, the ops it may absorb,
-how far it may grow and under which policies it applies. A group is legal only
+Part of the plan stage (pipeline.plan_kernels). Each rule (fusion_rules.py) names the ops it may start from,
+the ops it may absorb, how far it may grow and under which policies it applies. A group is legal only
 when at most one of its tensors is consumed outside it (the kernel's output) and
 its working set fits on chip; every kernel records its nodes and its rule.
 """

@@ -1,6 +1,6 @@
 """Fusion groups -> `Kernel` records: boundary traffic at the plan's precision, engine, layer type.
 
-Stage five. A tensor made and used inside one kernel never reaches DRAM; what
+Part of the plan stage (pipeline.plan_kernels). A tensor made and used inside one kernel never reaches DRAM; what
 crosses the boundary is read or written once. Precision scales the bytes of
 floating-point tensors (activations at the plan dtype, weights at the weight
 dtype); integer tensors (token ids, indices) keep their own size.
@@ -51,7 +51,7 @@ WIDER_PRECISIONS = {
     "int8": ("fp16", "bf16", "fp32"),
     "fp8": ("fp16", "bf16", "fp32"),
 }
-LOW_REUSE_K = 16  # a matrix op with K below this has too little reuse for a matrix engine (PRIMER s2)
+LOW_REUSE_K = 16  # a matrix op with K below this has too little reuse for a matrix engine
 # Skinny products (a decode step's GEMV, M of a few rows) are not sent to an engine here: the cost stage
 # prices them on both the matrix engine (padded to its instruction tile) and the vector units (a GEMV
 # kernel) and keeps the cheaper (`mapper.cost.estimate`).

@@ -1,6 +1,7 @@
 """The runtime a model is served by: how its KV cache is updated and how its kernels are launched.
 
-Stage four-and-a-half (between fusion and devices). `choose_runtime` resolves the plan options' `runtime`,
+Part of the plan stage (pipeline.choose_runtime and apply_kv_cache, between the kernels and the devices).
+`choose_runtime` resolves the plan options' `runtime`,
 `kv_cache` and `launch` from the preset table; `apply_kv_cache` prices the exported past -> present
 KV-cache update as the runtime does it (a whole-cache copy, or an in-place append of the new token's K
 and V); `launch_cost_s` gives the per-kernel launch cost the cost stage charges.

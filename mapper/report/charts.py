@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 
 from mapper.core.units import duration_unit, format_duration
 
-# One colour per bottleneck class (PRIMER s6), stable across every chart and page.
+# One colour per bottleneck class (mapper/core/classes.py), stable across every chart and page.
 CLASS_COLORS = {
     "compute-bound (matrix)": "#1f77b4",
     "compute-bound (vector/SFU)": "#17becf",

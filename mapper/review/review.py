@@ -1,4 +1,4 @@
-"""A review in the five steps of the meeting (seed: workload-mapping-basics): the frozen slice and its
+"""A review in the five steps of the meeting (docs/manual.md, "The review meeting"): the frozen slice and its
 KPIs, the first mechanism failure, the artifact that proves it, a bounded fix with an owner (proposed
 by candidates.py and re-mapped), and the validation matrix with its rollback boundary (matrix.py).
 

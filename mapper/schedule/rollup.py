@@ -1,6 +1,6 @@
 """Roll-up: kernel estimates -> model totals and per-layer-type figures.
 
-Stage nine. On one stream, latency is the sum of kernel times. MFU is model
+The schedule stage (pipeline.roll_up_slice). On one stream, latency is the sum of kernel times. MFU is model
 FLOPs (algorithmic, unpadded) over latency x the dtype's matrix peak; the
 memory-stall fraction is the time-weighted mean of kernels' stall fractions
 (`cost.roofline.MEMORY_STALL_DEFINITION`, the one definition).

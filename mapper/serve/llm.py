@@ -1,8 +1,8 @@
 """Decoder-LLM serving from the engine: step times, KV-cache capacity, and `serve_model`.
 
-Stage ten for decoders (PRIMER s8): per-step times come from the engine (prefill at a batch and
-prompt length, one decode step at a batch and context length) on a coarse grid, interpolated, and feed
-the continuous-batching scheduler (serve/continuous.py), which reports TTFT and TPOT.
+Serving for decoders, above the pipeline (docs/manual.md, "LLM serving"): per-step times come from the
+engine (prefill at a batch and prompt length, one decode step at a batch and context length) on a coarse grid,
+interpolated, and feed the continuous-batching scheduler (serve/continuous.py), which reports TTFT and TPOT.
 `serve_model` picks that or a request queue (serve/serving.py) for one model, as `mapper serve` does.
 """
 

@@ -1,6 +1,7 @@
 """Request-level serving simulation: per-batch latency from the engine -> request latency percentiles.
 
-Stage ten (PRIMER s8). One batch's latency is deterministic in the model; request latency is not.
+Serving, above the pipeline (docs/manual.md, "Serving: p50/p95/p99 under load"). One batch's latency is
+deterministic in the model; request latency is not.
 Arrivals (Poisson or a trace) queue for one device that runs one batch at a time (FIFO); a batching
 policy decides when a batch leaves; the batch's service time is the engine's latency at that batch
 size (computed once per size) times run-to-run jitter. Batch-1 and static batching are the Lindley
