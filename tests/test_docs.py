@@ -17,21 +17,12 @@ LINK = re.compile(r"\]\(([^)\s]+)\)")
 # Documents outside the repository that sources used to cite (notes shared with the project while it was built):
 # a citation names the in-repository document or the public source instead.
 OUTSIDE = re.compile(r"PRIMER|hardware-facts|STYLE\.md|\.\./shared|workload-mapping-basics")
-# Files still citing them, each a list of public sources away (reported, not yet rewritten): the hardware
-# profiles' value sources (changing them changes each profile's sha256 and so the recorded corpus), and the
-# modules another change is editing.
+# Files still citing them, each a list of public sources away: the hardware profiles' value sources (a change
+# changes each profile's sha256 and so the recorded corpus).
 PENDING = {
     "data/hardware/README.md",
     *(f"data/hardware/{name}.toml" for name in ("a100-sxm-80gb", "b200", "cpu-x86", "gaudi2", "h100-sxm")),
     *(f"data/hardware/{name}.toml" for name in ("h200-sxm", "l4", "mi300x", "tpu-v5e")),
-    "mapper/cost/bottleneck.py",
-    "mapper/cost/estimate.py",
-    "mapper/cost/power_cap.py",
-    "mapper/cost/roofline.py",
-    "mapper/cost/row_kernels.py",
-    "mapper/plan/tiling.py",
-    "mapper/work/op_table.py",
-    "mapper/work/ops.py",
 }
 
 
@@ -64,14 +55,8 @@ def test_sources_are_cited_inside_the_repository():
 STAGES = {"model": 1, "work": 2, "plan": 3, "cost": 4, "schedule": 5}
 NUMBERS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10}
 STAGE = re.compile(r"(?<!Evidence )(?<!evidence )\b[Ss]tage (" + "|".join(NUMBERS) + r"|\d+)\b")
-# Modules another change is editing: their numbers come from an older count (reported).
-STAGE_PENDING = {
-    "mapper/work/layers.py",
-    "mapper/plan/tiling.py",
-    "mapper/cost/estimate.py",
-    "mapper/cost/assess.py",
-    "mapper/cost/bottleneck.py",
-}
+# Modules whose numbers come from an older count (none left).
+STAGE_PENDING: set[str] = set()
 
 
 def test_stage_numbers_agree():

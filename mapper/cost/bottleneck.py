@@ -1,6 +1,6 @@
 """Bottleneck classes: an ordered rule table with named thresholds (first match wins).
 
-Every kernel gets exactly one class (PRIMER s6), the evidence in
+Every kernel gets exactly one class (`core.classes.CLASSES`), the evidence in
 words a reviewer can check, and the owner who acts on it.
 """
 

@@ -3,7 +3,7 @@
 Each kernel's compute and memory time on its engine go through the one roofline
 (`cost.roofline.kernel_time`: a smooth max plus fixed overheads). Compute time uses the engine's peak at the
 plan dtype and the profile's size-dependent efficiency; memory time uses DRAM (with its size-dependent
-efficiency, a matrix kernel's own curve where the profile has one) and L2. Power follows PRIMER s7: idle
+efficiency, a matrix kernel's own curve where the profile has one) and L2. Power: idle
 power plus energy per FLOP and per byte, capped at the TDP (`cost.power_cap`: the clock drops, compute
 stretches and a FLOP's energy falls; memory does not).
 """
@@ -45,8 +45,8 @@ class Cost:
 
 
 def roofline_parts(kernel: Kernel, engine: str, target: Target) -> tuple[float, float]:
-    """(compute, memory) of the kernel at its roofline (PRIMER s5): its FLOPs at the engine's peak and its boundary
-    bytes at DRAM bandwidth; no efficiency, tiling re-reads, launch or sync. A host op has no device roofline:
+    """(compute, memory) of the kernel at its roofline (Williams et al., CACM 2009): its FLOPs at the engine's
+    peak and its boundary bytes at DRAM bandwidth; no efficiency, tiling re-reads, launch or sync. A host op has no device roofline:
     its transfers over the host link are the floor (as memory)."""
     hw = target.hw
     if engine == Engine.HOST:

@@ -1,4 +1,4 @@
-"""The power cap (PRIMER s7): above it the clock drops and compute time stretches.
+"""The power cap: above it the clock drops and compute time stretches.
 
 A kernel whose power at the full clock is over the cap runs at the clock ratio c < 1 where its power meets
 the cap: its compute time grows as 1/c, its FLOPs' energy falls as c^2 (dynamic power C V^2 f, the voltage

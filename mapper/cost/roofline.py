@@ -1,5 +1,5 @@
-"""The one roofline of a kernel's time (PRIMER s5): a smooth max of compute and memory time plus fixed costs,
-and the memory stall read off it.
+"""The one roofline of a kernel's time (Williams, Waterman and Patterson, CACM 2009): a smooth max of compute
+and memory time plus fixed costs, and the memory stall read off it.
 
 The cost stage (`cost.estimate`), the power cap (`cost.power_cap`), the bottleneck classes and the roll-up
 read them here.

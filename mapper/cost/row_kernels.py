@@ -2,7 +2,7 @@
 
 vLLM's RMSNorm, SiLU-and-mul and rotary-embedding kernels (the ones Vidur measured, docs/validation.md)
 launch one thread block per row (token) and walk the row one fp16 element per thread per step. Two limits
-follow, both set by one DRAM load latency `L` (PRIMER s7, Little's law):
+follow, both set by one DRAM load latency `L` (Little's law: bytes in flight = bandwidth x latency):
 
 - latency chain: a block's threads take ceil(row / threads) dependent steps of one load each; the rows
   that fit the GPU at once (threads_per_unit / threads per SM) run together, the rest in further waves:

@@ -57,7 +57,7 @@ def bias_split_gelu_shape(c: Ctx) -> Out:
 
 
 def attention_work(node: Node, ins: Ins, outs: Outs) -> Work:
-    """com.microsoft / opset-23 attention: 2 GEMMs of 2*B*H*Sq*Skv*d plus softmax (PRIMER section 2)."""
+    """com.microsoft / opset-23 attention: 2 GEMMs of 2*B*H*Sq*Skv*d plus softmax."""
     q = outs[0].shape
     if node.op_type == "Attention" and node.domain == "com.microsoft":
         b, s, hidden = shape_in(ins, 0)

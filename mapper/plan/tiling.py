@@ -29,7 +29,7 @@ TILE_EDGES = (64, 128, 256)
 TILE_K = (32, 64, 128)
 STAGES = (2, 3, 4)  # multi-stage (cp.async / TMA) buffering depth
 SPLIT_K = (1, 2, 4, 8, 16)
-ACCUMULATOR_BYTES = 4  # fp32 accumulators (PRIMER s4 working-set formula)
+ACCUMULATOR_BYTES = 4  # fp32 accumulators: a tile's working set is stages x (A and B slices) + its C tile
 L2_REUSE_FRACTION = 0.5  # an operand this share of L2 or smaller stays resident across tiles
 # The device's own figures the search reads from its profile, each with its source there: the operand bytes a
 # unit's SRAM delivers per clock (`sram_bytes_per_clock_per_unit`: small tiles need more bytes per MAC and
@@ -71,7 +71,8 @@ def delivery_efficiency(macs_per_clock: float, tile_m, tile_n, act_bytes: float,
 @functools.lru_cache(maxsize=64)  # a pure function of its arguments: a constant table built lazily, not state
 def _candidates(instruction: tuple[int, int, int], act_bytes: float) -> tuple[np.ndarray, ...]:
     """Every (tile m, n, k, stages, split-K) for an instruction shape, with its SRAM working set
-    (PRIMER s4); the same for every kernel on a device, so built once. Read-only arrays."""
+    (stages x the A and B slices, plus the fp32 C tile); the same for every kernel on a device, so built once.
+    Read-only arrays."""
     im, in_, ik = instruction
     tm, tn, tk, st, sk = grid(
         _edges(im),

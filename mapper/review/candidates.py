@@ -2,8 +2,8 @@
 
 CANDIDATES is the table: the failing check (capacity, latency target) or the dominant bottleneck class
 -> rows of plan-option changes, owner, blast-radius rule and the quality evidence and fallback a
-precision or sparsity change needs (seed: "declaring sparse or precision wins without fallback and
-quality evidence"). `propose` re-maps every applicable row on the frozen slice (ranking.py picks the best);
+precision or sparsity change needs (a precision or sparsity win is never declared without them: the
+manual's review section). `propose` re-maps every applicable row on the frozen slice (ranking.py picks the best);
 `larger_batches` offers a memory-bound decode step the slice change the table cannot: 2x and 4x its batch.
 KV cache in fp8 alone is not offered: no plan option stores the KV cache in another dtype than the compute,
 so the honest row is fp8 compute, which sizes activations and the KV cache at 1 byte an element too.

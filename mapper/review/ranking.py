@@ -41,7 +41,7 @@ RANKING = (
     Key(
         "needs no quality evidence",
         "TP/PP, CUDA graphs and fusion change no numerics and ship without an accuracy study; precision and"
-        " sparsity need quality evidence and a fallback (seed: no precision win without them), so they come"
+        " sparsity need quality evidence and a fallback (no precision win without them), so they come"
         " second unless you ask for one with --fix",
     ),
     Key("largest expected gain", "the largest gain on the primary KPI among what is left"),

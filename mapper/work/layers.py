@@ -1,6 +1,6 @@
 """Layer types for roll-ups, and recognition of attention and normalization blocks.
 
-Stage three (after the work model). Exporters decompose attention into
+Part of the work stage (stage 2, after each node's work). Exporters decompose attention into
 MatMul -> scale -> mask -> Softmax -> MatMul (with GQA's K/V Expand) and
 RMSNorm/LayerNorm into ReduceMean chains; this module finds those subgraphs so
 their nodes roll up as one Attention or Normalization layer.
