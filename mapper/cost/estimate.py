@@ -46,8 +46,8 @@ class Cost:
 
 def roofline_parts(kernel: Kernel, engine: str, target: Target) -> tuple[float, float]:
     """(compute, memory) of the kernel at its roofline (Williams et al., CACM 2009): its FLOPs at the engine's
-    peak and its boundary bytes at DRAM bandwidth; no efficiency, tiling re-reads, launch or sync. A host op has no device roofline:
-    its transfers over the host link are the floor (as memory)."""
+    peak and its boundary bytes at DRAM bandwidth; no efficiency, tiling re-reads, launch or sync. A host op has
+    no device roofline: its transfers over the host link are the floor (as memory)."""
     hw = target.hw
     if engine == Engine.HOST:
         return 0.0, kernel.dram_bytes / max(hw.interconnect.link_bandwidth_bytes_per_s, 1.0)
