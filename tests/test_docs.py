@@ -17,13 +17,8 @@ LINK = re.compile(r"\]\(([^)\s]+)\)")
 # Documents outside the repository that sources used to cite (notes shared with the project while it was built):
 # a citation names the in-repository document or the public source instead.
 OUTSIDE = re.compile(r"PRIMER|hardware-facts|STYLE\.md|\.\./shared|workload-mapping-basics")
-# Files still citing them, each a list of public sources away: the hardware profiles' value sources (a change
-# changes each profile's sha256 and so the recorded corpus).
-PENDING = {
-    "data/hardware/README.md",
-    *(f"data/hardware/{name}.toml" for name in ("a100-sxm-80gb", "b200", "cpu-x86", "gaudi2", "h100-sxm")),
-    *(f"data/hardware/{name}.toml" for name in ("h200-sxm", "l4", "mi300x", "tpu-v5e")),
-}
+# Files still citing them (none left: the hardware profiles' value sources now name public documents).
+PENDING: set[str] = set()
 
 
 def test_readme_is_short():
