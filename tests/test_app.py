@@ -61,7 +61,13 @@ def metric(at: AppTest, label: str) -> str:
     return next(m.value for m in at.metric if m.label == label)
 
 
-@pytest.mark.parametrize("model", mapper.ZOO_NAMES)
+# the two largest built-ins render every page for 4 s each: the slow tier's
+BIG_BUILTINS = ("llama2-70b", "mixtral-8x7b")
+
+
+@pytest.mark.parametrize(
+    "model", [pytest.param(m, marks=pytest.mark.slow) if m in BIG_BUILTINS else m for m in mapper.ZOO_NAMES]
+)
 def test_every_page_renders_for_each_builtin(model):
     at = start(model=model)
     assert_clean(at, model)
@@ -222,6 +228,7 @@ def test_tensor_parallel_degree_changes_the_device_plan():
     assert metric(at, "Collectives per batch") != "0"
 
 
+@pytest.mark.slow  # runs the model on ONNX Runtime, then calibrates: ~5 s
 def test_validation_page_measures_and_calibrates_a_small_model():
     at = start()
     at.session_state["model"] = "mobilenetv2"

@@ -5,6 +5,8 @@ is still freed (a long-lived server's memory stays bounded)."""
 import gc
 import weakref
 
+import pytest
+
 from app_pages import cache
 
 
@@ -24,6 +26,7 @@ def unfreezing_call() -> int:
     raise AssertionError(f"{cache.UNFREEZE_EVERY} new mappings and the heap was never handed back")
 
 
+@pytest.mark.slow  # maps until the heap is handed back: ~6 s
 def test_a_new_mapping_freezes_the_heap_and_a_frozen_cycle_is_freed_at_the_unfreeze():
     unfreezing_call()  # line up with the counter (other tests in this process may have mapped)
     cycle = Node()

@@ -6,6 +6,7 @@ import json
 import shlex
 from dataclasses import replace
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
 import mapper
@@ -91,6 +92,7 @@ def test_an_edited_profile_exports_under_its_own_name_with_its_file():
     assert bandwidth["source"].startswith("edited by the user")
 
 
+@pytest.mark.slow  # runs the upload on ONNX Runtime: ~4.5 s
 def test_validation_measures_an_uploaded_model_on_the_cpu_profile():
     """Measuring an upload runs and scores it (and calibrates from the very bytes); the header names the
     probed CPU profile it measured on, not the sidebar's H100."""

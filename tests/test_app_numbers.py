@@ -38,6 +38,7 @@ def test_the_overview_leads_with_capacity_and_marks_every_kpi_unreachable():
     assert len(labels) == 6 and all(label.endswith("(unreachable)") for label in labels), labels
 
 
+@pytest.mark.slow  # derives the load a target allows, page by page: ~5 s
 def test_the_latency_target_is_the_sidebars_and_comes_before_the_bottleneck():
     at = start(model="resnet50", batch=256, rate_per_s=500, p99_target_ms=1)
     verdict = shown(next(m.value for m in at.markdown if m.value.startswith("**Verdict.**")))

@@ -18,6 +18,8 @@ from mapper.model.dim_defaults import default_bindings, parse_bindings
 from mapper.store.trend import load_trends
 from tests.conftest import gemm_model, make_model, tensor
 
+pytestmark = pytest.mark.slow  # the CI recipe's CLI runs in child processes: 4-40 s each
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -79,7 +81,6 @@ def _recorded_dims(store: str, revision: str) -> dict[str, dict]:
     }
 
 
-@pytest.mark.slow  # 12 CLI runs: ~40 s on 2 shared cores
 def test_ci_recipe_binds_every_exporters_symbolic_dims_by_default_and_by_dims(tmp_path):
     """A folder of real exports with symbolic dims maps and reviews with no DIMS (each dim at its role's default),
     DIMS by role rebinds every exporter's own name, and a packet of each model is kept."""

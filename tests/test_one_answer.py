@@ -24,6 +24,8 @@ from mapper.cli.args import question_from, slice_from
 from mapper.cli.main import build_parser, main
 from mapper.report.sheet import sheet_bytes
 
+pytestmark = pytest.mark.slow  # every view of each slice: CLI runs in child processes, 1.5-7.6 s a case
+
 CONFIG = "data/configs/llama-3-8b.json"
 
 
@@ -127,7 +129,6 @@ REVIEWED = [
 ]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("s", REVIEWED, ids=[s.name for s in REVIEWED])
 def test_the_review_is_the_same_assessment(s, assessed, capsys, tmp_path):
     a = assessed[s.name]
