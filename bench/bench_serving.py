@@ -58,7 +58,7 @@ def llm(requests: int) -> None:
     hw, options = mapper.load_hardware("h100-sxm"), mapper.PlanOptions(dtype="bf16")
     start = time.perf_counter()
     prefill, decode = engine_step_times("llama2-7b", hw, options, 64, 512, 640, chunk_tokens=512)
-    kv = kv_capacity_tokens("llama2-7b", hw, options)
+    kv = kv_capacity_tokens("llama2-7b", hw, options, 512)
     print(f"llama2-7b step-time grid mapped in {time.perf_counter() - start:.2f} s (KV cache {kv:,} tokens)")
     for scheduler in SCHEDULERS:
         config = LLMServingConfig(

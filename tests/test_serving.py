@@ -322,7 +322,7 @@ def test_llm_serving_of_exported_decoders(stem):
     assert 100 in dims.values() and all(v in (1, 100, 101) for v in dims.values())
     prefill, decode = engine_step_times(source, hw, options, 4, 64, 2048)
     assert decode(1, 2048) > decode(1, 16) > 0 and prefill(4, 64) > prefill(1, 64) > 0
-    assert kv_capacity_tokens(source, hw, options) > 1_000_000  # a tiny model's cache fills 80 GB slowly
+    assert kv_capacity_tokens(source, hw, options, 64) > 1_000_000  # a tiny model's cache fills 80 GB slowly
 
 
 def test_serve_cli_serves_an_exported_decoder_as_an_llm(capsys):
@@ -411,3 +411,46 @@ def test_an_llm_queue_offered_more_than_its_capacity_is_flagged_not_given_a_perc
 def serve_section(result) -> dict:
     return {"requests": result.requests, "offered_rate_per_s": result.offered_rate_per_s,
             "capacity_per_s": result.capacity_per_s, "p99_s": result.latency_p99_s}  # fmt: skip
+
+
+# ---- serving over devices: the KV cache each device holds under TP (issue 34, item 1) ---------------
+
+# Llama-2-70B (meta-llama/Llama-2-70b-hf config.json): 80 layers of hidden 8192, 64 query and 8 KV heads of 128,
+# an MLP of 28672, a vocabulary of 32000, untied embeddings
+L70_LAYER_LINEAR = 8192 * (8192 + 1024 + 1024 + 8192) + 3 * 8192 * 28672  # q, k, v, o; gate, up, down
+L70_LM_HEAD = L70_EMBED = 32000 * 8192
+L70_NORMS = 8192 * (2 * 80 + 1)
+
+
+def test_70b_serves_at_tp8_on_h100_with_the_kv_capacity_written_out():
+    """The KV cache of one TP 8 replica from three stated inputs: 0.9 of each H100's 80 GB (vLLM's
+    gpu_memory_utilization default), the weights one device holds (Megatron: every linear layer split 8 ways,
+    the embedding and norms whole on each) and the activation reserve of a 512-token profile run; over the
+    40,960 B a token's K and V take on one device (80 layers x 2 x 8 heads x 128 x 2 B / 8)."""
+    from mapper.serve.llm import KV_MEMORY_FRACTION, kv_budget, simulate_model_llm_serving
+
+    h100, options = mapper.load_hardware("h100-sxm"), mapper.PlanOptions(dtype="bf16", tp=8)
+    budget = kv_budget("llama2-70b", h100, options, 512)
+    weights = 2 * ((80 * L70_LAYER_LINEAR + L70_LM_HEAD) / 8 + L70_EMBED + L70_NORMS)  # bf16, per device
+    assert budget.weight_bytes == pytest.approx(weights, rel=1e-4)  # 17.71 GB (the rotary tables: the rest)
+    assert KV_MEMORY_FRACTION == 0.9 and budget.usable_bytes == 0.9 * 80e9
+    assert budget.kv_bytes_per_token == 80 * 2 * 8 * 128 * 2 / 8
+    assert 0 < budget.activation_bytes < 0.1e9
+    by_hand = int((0.9 * 80e9 - budget.weight_bytes - budget.activation_bytes) // 40_960)
+    assert budget.tokens == by_hand and 1_300_000 < by_hand < 1_350_000
+    config = LLMServingConfig(max_batch=8, rate_per_s=1.0, requests=20, prompt_tokens=512, output_tokens=16)
+    served = simulate_model_llm_serving("llama2-70b", h100, options, config)
+    assert served.kv_capacity_tokens == by_hand and served.tpot_p50_s > 0
+    assert any("KV cache per device: 0.9 x memory 80.0 GB" in a for a in served.assumptions)
+
+
+def test_kv_capacity_grows_with_tp_and_pp():
+    """More devices hold the weights and the cache between them: the capacity of one replica grows with TP."""
+    from mapper.serve.llm import kv_capacity_tokens
+
+    h100 = mapper.load_hardware("h100-sxm")
+    tokens = [kv_capacity_tokens("llama2-7b", h100, mapper.PlanOptions(dtype="bf16", tp=tp), 512) for tp in (1, 2, 4)]
+    assert tokens[0] < tokens[1] < tokens[2]
+    assert kv_capacity_tokens("llama2-7b", h100, mapper.PlanOptions(dtype="bf16", pp=2), 512) > tokens[0]
+    with pytest.raises(MapperError, match="leave no room for a KV cache.*raise --tp or --pp"):
+        kv_capacity_tokens("llama2-70b", h100, mapper.PlanOptions(dtype="bf16"), 512)

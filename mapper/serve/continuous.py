@@ -49,6 +49,7 @@ class LLMServingConfig:
     trace: Trace | None = None
     scheduler: str = Scheduler.PREFILL_FIRST
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS  # chunked: prompt tokens prefilled per step beside the decodes
+    kv_capacity_source: str = ""  # how the capacity was computed (serve.llm.KvBudget.text), where it was
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,6 +270,7 @@ def describe_llm(config: LLMServingConfig, n: int) -> tuple[str, ...]:
         lengths,
         f"policy: continuous batching, up to {config.max_batch} sequences; first come first served admission",
         *SCHEDULER_TEXT[config.scheduler](config),
+        *((config.kv_capacity_source,) if config.kv_capacity_source else ()),
         "step times: engine on a coarse grid of batch and context length, linearly interpolated",
         "jitter: none"
         if config.jitter_dist == "none" or not config.jitter_cv

@@ -15,11 +15,9 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from mapper.core.errors import MapperError
-from mapper.core.result import MappingResult
-from mapper.core.vocab import PlanDtype
+from mapper.core.result import MappingResult, MemoryPlan
 from mapper.handle import open_model
 from mapper.pipeline import map_workload
-from mapper.plan.kernels import Sizer, released_precision
 from mapper.serve.continuous import (
     DEFAULT_CHUNK_TOKENS,
     SCHEDULERS,
@@ -33,9 +31,9 @@ from mapper.serve.load_curve import LoadCurve, load_curve, serving_section
 from mapper.serve.scheduler import Scheduler
 from mapper.serve.serving import ServingConfig, ServingResult, simulate_serving
 
-KV_MEMORY_FRACTION = (
-    0.9  # of device memory left after the weights (runtime, activations and fragmentation take the rest)
-)
+# The share of each device's memory the serving engine may hold: weights, the activation reserve and the KV cache
+# (vLLM's `gpu_memory_utilization`, 0.9 by default; the rest is the CUDA context, other processes, fragmentation)
+KV_MEMORY_FRACTION = 0.9
 GRID_POINTS = 4  # context lengths per interpolation grid (times are near-affine in length)
 
 
@@ -111,21 +109,69 @@ def engine_step_times(
     return prefill, decode
 
 
-def kv_capacity_tokens(source, hw, options) -> int:
-    """Tokens the KV cache holds: KV_MEMORY_FRACTION of device memory after the weights, over the
-    KV bytes per token (the graph's past key/value inputs at the plan precision)."""
-    past = 16
+@dataclass(frozen=True, slots=True)
+class KvBudget:
+    """A device's KV-cache room under a plan, and the three inputs it is computed from: what the device may hold
+    (KV_MEMORY_FRACTION of its memory), less the weights it holds and the activation reserve of a profile run
+    at the scheduler's token budget (vLLM profiles one forward pass at its batched-token budget and keeps its
+    peak), over the KV bytes one token adds on the device. Per device: under TP each holds 1/tp of the heads'
+    cache and of the split weights, under PP 1/pp of the layers (`schedule.memory.plan_memory`)."""
+
+    usable_bytes: float  # KV_MEMORY_FRACTION x the device's memory
+    weight_bytes: float  # the weights one device holds under the plan
+    activation_bytes: float  # the profile run's activation peak on one device
+    kv_bytes_per_token: float  # the cache one more token takes on one device
+    token_budget: int  # tokens of the profile run (the scheduler's largest step)
+
+    @property
+    def tokens(self) -> int:
+        return int((self.usable_bytes - self.weight_bytes - self.activation_bytes) // self.kv_bytes_per_token)
+
+    def text(self) -> str:
+        """The derivation, for the serving assumptions."""
+        gb = 1e9
+        return (
+            f"KV cache per device: {KV_MEMORY_FRACTION:g} x memory {self.usable_bytes / KV_MEMORY_FRACTION / gb:.1f}"
+            f" GB - weights {self.weight_bytes / gb:.2f} GB - activations {self.activation_bytes / gb:.2f} GB (a"
+            f" {self.token_budget:,}-token profile run) = {self.tokens:,} tokens at"
+            f" {self.kv_bytes_per_token:,.0f} B per token"
+        )
+
+
+def kv_budget(source, hw, options, token_budget: int) -> KvBudget:
+    """The KV-cache room of one device under `options`' TP x PP (x EP): the plan's memory at a profile run (a
+    prefill of `token_budget` tokens, nothing cached) mapped as every other step is (`KvBudget`)."""
     model = open_model(source)
-    graph = model.bind(decoder_dims(model)(1, past), batch=1, seq=1).graph
-    dtype = released_precision(graph).dtype if options.dtype == PlanDtype.AUTO else options.dtype
-    sizer = Sizer(graph, dtype, options.weight_dtype)
-    kv = sum(sizer.bytes(graph.tensors[name]) for name in graph.inputs if "past" in name) / past
-    if not kv:
-        raise MapperError(f"model {graph.name}: no past key/value inputs; LLM serving needs a decoder with a KV cache")
-    free = hw.dram_bytes - sum(sizer.bytes(graph.tensors[w]) for w in graph.weights)
-    if free <= 0:
-        raise MapperError(f"model {graph.name}: the weights do not fit in {hw.name}'s memory; no room for a KV cache")
-    return int(KV_MEMORY_FRACTION * free // kv)
+    dims = decoder_dims(model)
+
+    def memory(tokens: int) -> MemoryPlan:
+        plan = map_workload(model.bind(dims(tokens, 0), batch=1, seq=tokens), hw, options).memory
+        if plan is None or plan.kv_cache_bytes <= 0:
+            raise MapperError(f"model {model.name}: no KV cache; LLM serving needs a decoder with one")
+        return plan
+
+    # one token, nothing cached: the parameters alone (a long step also folds length-sized constants) and the
+    # cache one token adds; the profile run: the activation peak at the token budget
+    one, profile = memory(1), memory(token_budget)
+    budget = KvBudget(
+        KV_MEMORY_FRACTION * hw.dram_bytes,
+        one.weight_bytes,
+        profile.activation_bytes,
+        one.kv_cache_bytes,
+        token_budget,
+    )
+    if budget.tokens < 1:
+        raise MapperError(
+            f"model {model.name} on {hw.name}: {budget.weight_bytes / 1e9:.1f} GB of weights and"
+            f" {budget.activation_bytes / 1e9:.1f} GB of activations per device leave no room for a KV cache in"
+            f" {KV_MEMORY_FRACTION:g} x {hw.dram_bytes / 1e9:.0f} GB; raise --tp or --pp"
+        )
+    return budget
+
+
+def kv_capacity_tokens(source, hw, options, token_budget: int) -> int:
+    """Tokens one device's KV cache holds under the plan (`kv_budget`)."""
+    return kv_budget(source, hw, options, token_budget).tokens
 
 
 def simulate_model_llm_serving(source, hw, options, config: LLMServingConfig) -> LLMServingResult:
@@ -148,8 +194,6 @@ def _engine_inputs(source, hw, options, config: LLMServingConfig, chunk_tokens: 
     validate_llm_config(config)  # before the engine maps the step grid
     if config.jitter_cv is None:
         config = replace(config, jitter_cv=hw.jitter_cv, jitter_dist=config.jitter_dist or hw.jitter_dist)
-    if config.kv_capacity_tokens is None:
-        config = replace(config, kv_capacity_tokens=kv_capacity_tokens(source, hw, options))
     trace = config.trace
     max_prompt = (
         int(trace.prompt_tokens.max())
@@ -161,6 +205,9 @@ def _engine_inputs(source, hw, options, config: LLMServingConfig, chunk_tokens: 
         if trace is not None and trace.output_tokens is not None
         else config.output_tokens
     )
+    if config.kv_capacity_tokens is None:  # the room the plan leaves on each device (`KvBudget`)
+        budget = kv_budget(source, hw, options, chunk_tokens or max_prompt)
+        config = replace(config, kv_capacity_tokens=budget.tokens, kv_capacity_source=budget.text())
     prefill, decode = engine_step_times(
         source, hw, options, config.max_batch, max_prompt, max_prompt + max_output, chunk_tokens
     )
