@@ -19,6 +19,7 @@ DEFAULTS = {
     "dp": 1,
     "runtime": "auto",
     "kv_cache": "auto",
+    "kv_dtype": "same",
     "launch": "auto",
     "ep": 1,
     "expert_imbalance": 1.0,

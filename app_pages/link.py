@@ -26,6 +26,7 @@ WIDGETS = {
     "sparsity": ("sparsity", str),
     "runtime": ("runtime", str),
     "kv_cache": ("kv_cache", str),
+    "kv_dtype": ("kv_dtype", str),
     "launch": ("launch", str),
     "ep": ("ep", int),
     "expert_imbalance": ("expert_imbalance", float),

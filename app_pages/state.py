@@ -191,11 +191,14 @@ def _runtime_section() -> dict:
     """The serving runtime (a preset of KV-cache update and launch, or each set) and mixture-of-experts
     options: PlanOptions' runtime, kv_cache, launch, ep and expert_imbalance, as `mapper map` takes them."""
     with st.expander("Runtime and experts"):
-        r1, r2, r3 = st.columns(3)
+        r1, r2, r3, r4 = st.columns(4)
         choice = {
             "runtime": r1.selectbox("runtime", mapper.RUNTIMES, key="runtime", help=RUNTIME_HELP),
             "kv_cache": r2.selectbox("KV cache", mapper.KV_CACHE_MODES, key="kv_cache", help="auto: the preset's"),
-            "launch": r3.selectbox("launch", mapper.LAUNCHES, key="launch", help="graph: CUDA-graph replay"),
+            "kv_dtype": r3.selectbox(
+                "KV dtype", mapper.KV_DTYPES, key="kv_dtype", help="the cache's storage precision"
+            ),
+            "launch": r4.selectbox("launch", mapper.LAUNCHES, key="launch", help="graph: CUDA-graph replay"),
         }
         e1, e2 = st.columns(2)
         most = mapper.MAX_PARALLEL_DEGREE

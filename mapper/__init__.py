@@ -13,7 +13,8 @@ The public API. The dashboard and the CLI use only these names.
 from mapper.core.errors import MapperError, error_line, printable
 from mapper.core.graph import Graph, LayerType, OpClass
 from mapper.core.limits import MAPPINGS_PER_MODEL, MAX_PARALLEL_DEGREE, MODEL_CACHE_BYTES, MODEL_IDLE_SECONDS
-from mapper.core.result import KernelAssessment, KernelEstimate, MappingResult, PlanOptions
+from mapper.core.options import PlanOptions
+from mapper.core.result import KernelAssessment, KernelEstimate, MappingResult
 from mapper.core.settings import setting, setting_text
 from mapper.core.targets import TARGET_ROWS, Targets
 from mapper.core.units import (
@@ -36,6 +37,7 @@ from mapper.hardware.schema import ProfileError
 from mapper.pipeline import (
     FUSION_POLICIES,
     KV_CACHE_MODES,
+    KV_DTYPES,
     LAUNCHES,
     PLAN_DTYPES,
     RUNTIMES,
@@ -190,6 +192,7 @@ __all__ = [
     "WEIGHT_DTYPES",
     "RUNTIMES",
     "KV_CACHE_MODES",
+    "KV_DTYPES",
     "LAUNCHES",
     "SPARSITIES",
     "FUSION_POLICIES",

@@ -46,7 +46,7 @@ class ModelHandle:
     roles: dict[str, str]  # each free dim (and branch input) -> its role (see `dim_roles`)
     branches: tuple[str, ...]  # boolean inputs that a top-level If branches on
     # the precision the model is published in: a built-in's table row, a config's torch_dtype; None for an ONNX
-    # file or upload, whose weight tensors say (`plan.kernels.released_precision`)
+    # file or upload, whose weight tensors say (`plan.precision.released_precision`)
     released: ReleasedPrecision | None
     caches: ModelCaches = field(default_factory=ModelCaches, repr=False)
 

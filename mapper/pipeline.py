@@ -25,17 +25,27 @@ from datetime import UTC, datetime
 
 from mapper.core.collector import collector_paused
 from mapper.core.graph import Graph, ReleasedPrecision
+from mapper.core.options import PlanOptions
 from mapper.core.result import (
     Kernel,
     LayerRollup,
     MappingResult,
     MemoryPlan,
-    PlanOptions,
     Totals,
 )
 from mapper.core.timeline import KernelEstimates
 from mapper.core.version import __version__
-from mapper.core.vocab import FusionPolicy, KvCache, Launch, PlanDtype, Runtime, Sparsity, WeightDtype, values
+from mapper.core.vocab import (
+    FusionPolicy,
+    KvCache,
+    KvDtype,
+    Launch,
+    PlanDtype,
+    Runtime,
+    Sparsity,
+    WeightDtype,
+    values,
+)
 from mapper.cost import bottleneck
 from mapper.cost.assess import estimate_kernels
 from mapper.handle import ModelHandle, open_model
@@ -45,9 +55,10 @@ from mapper.plan import tiling
 from mapper.plan.attention_tiling import attention_fits
 from mapper.plan.experts import check_expert_parallel, plan_experts, resident_kernels
 from mapper.plan.fusion import plan_fusion
-from mapper.plan.kernels import WIDER_PRECISIONS, Sizer, build_kernels, precision_caveats, released_precision
+from mapper.plan.kernels import build_kernels
 from mapper.plan.layout import plan_layout
-from mapper.plan.runtime import apply_kv_cache, choose_runtime, launch_cost_s, runtime_assumptions
+from mapper.plan.precision import PLAN_DTYPE_BYTES, WIDER_PRECISIONS, Sizer, precision_caveats, released_precision
+from mapper.plan.runtime import apply_kv_cache, choose_runtime, kv_cache_tensors, launch_cost_s, runtime_assumptions
 from mapper.plan.sharding import assign_roles, shard_kernels
 from mapper.schedule.memory import plan_memory
 from mapper.schedule.placement import place_on_devices
@@ -63,10 +74,18 @@ RUNTIMES = values(Runtime)  # PlanOptions.runtime: a preset of kv_cache and laun
 KV_CACHE_MODES = values(KvCache)  # PlanOptions.kv_cache
 LAUNCHES = values(Launch)  # PlanOptions.launch
 SPARSITIES = values(Sparsity)  # PlanOptions.sparsity
+KV_DTYPES = values(KvDtype)  # PlanOptions.kv_dtype: the KV cache's storage precision
 SPARSITY_CAVEAT = (
     "2:4 structured sparsity of weight GEMMs (half the weights pruned, compressed with 2-bit indices, at the"
     " profile's sparse matrix peak): needs accuracy evidence of the pruned (and fine-tuned) model on production"
     " data and a dense fallback; the memory plan still counts dense weights."
+)
+
+
+KV_DTYPE_CAVEAT = (
+    "KV cache stored in {kv} (the plan computes in {dtype}): needs quality evidence of the model with its cache"
+    " quantized (per-tensor or per-head scales calibrated on production prompts; long-context accuracy) and a"
+    " fallback to a {dtype} cache, kept deployable; attention reads the cache at {kv} and dequantizes on chip."
 )
 
 
@@ -115,13 +134,14 @@ def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOpt
     graph, caches = workload.graph, workload.caches
     released = released_precision(graph, caches)
     dtype, caveats = choose_dtype(released, hardware, options)
-    sizer = Sizer(graph, dtype, options.weight_dtype, caches)
+    kv_tensors = kv_cache_tensors(graph) if options.kv_dtype != KvDtype.SAME else frozenset()
+    sizer = Sizer(graph, dtype, options.weight_dtype, caches, options.kv_dtype, kv_tensors)
     run = choose_runtime(graph, hardware, options)
     kernels, layout = plan_kernels(workload, hardware, replace(options, attention_fusion=run.attention_fusion), sizer)
     kernels = apply_kv_cache(graph, kernels, run.kv_cache, sizer)
     kernels, memory = plan_devices(workload, kernels, sizer, hardware, options)
     sparse, launch_s = options.sparsity == Sparsity.TWO_FOUR, launch_cost_s(hardware, run.launch)
-    target = device_target(hardware, dtype, sizer.act, sizer.weight, options.power_cap_w, sparse, launch_s)
+    target = device_target(hardware, dtype, sizer.key, options.power_cap_w, sparse, launch_s)
     estimates = estimate_kernels(kernels, target, caches)
     estimates, parallel = place_on_devices(graph, estimates, options, target, sizer)
     layers, totals = roll_up_slice(workload, estimates, sizer, hardware, dtype, options, parallel.slowest_stage_s)
@@ -171,6 +191,8 @@ def choose_dtype(released: ReleasedPrecision, hardware: HardwareProfile, options
     if options.sparsity == Sparsity.TWO_FOUR:
         hardware.sparse_matrix_peak(dtype)  # a device without a 2:4 peak at this dtype is an error naming those it has
         caveats.append(SPARSITY_CAVEAT)
+    if options.kv_dtype != KvDtype.SAME and PLAN_DTYPE_BYTES[options.kv_dtype] < PLAN_DTYPE_BYTES[dtype]:
+        caveats.append(KV_DTYPE_CAVEAT.format(kv=options.kv_dtype, dtype=dtype))
     return dtype, caveats
 
 

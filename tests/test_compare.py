@@ -9,7 +9,7 @@ import openpyxl
 import pytest
 
 from mapper.core.errors import MapperError
-from mapper.core.result import PlanOptions
+from mapper.core.options import PlanOptions
 from mapper.explore.compare import CompareSettings, compare_plans, verdict_of
 from mapper.explore.compare_inputs import METRICS, parse_thresholds, plan_spec
 from mapper.explore.compare_output import comparison_document, write_comparison

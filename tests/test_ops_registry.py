@@ -14,7 +14,7 @@ from mapper.ops.elementwise import same_shape
 from mapper.ops.movement import BODY
 from mapper.ops.quantized import QUANTIZED_FORMS
 from mapper.ops.work import PerOutput
-from mapper.plan import boundary, fusion_rules, kernel_names, kernels
+from mapper.plan import boundary, fusion_rules, kernel_names, precision
 from mapper.work import layers
 from tests.conftest import make_model, tensor
 
@@ -44,7 +44,7 @@ def test_every_op_a_stage_names_has_exactly_one_entry():
         *kernel_names.NORM_WORDS,
         *SUBGRAPH_OPS,
         *(rule_op for rule in fusion_rules.FUSION_RULES for rule_op in rule.absorbs),
-        *(kernels.WEIGHT_ONLY_QUANTIZED_OPS - {"GatherBlockQuantized"}),  # no shape or work rule yet
+        *(precision.WEIGHT_ONLY_QUANTIZED_OPS - {"GatherBlockQuantized"}),  # no shape or work rule yet
     }
     assert sorted(named - {e.op_type for e in OPS}) == []
 

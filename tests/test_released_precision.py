@@ -14,11 +14,11 @@ from onnx import TensorProto, helper
 import mapper
 from mapper.core.errors import MapperError
 from mapper.core.graph import FILE_TENSORS, ReleasedPrecision
-from mapper.core.result import PlanOptions
+from mapper.core.options import PlanOptions
 from mapper.core.vocab import PlanDtype
 from mapper.handle import open_model
 from mapper.pipeline import choose_dtype, map_workload
-from mapper.plan.kernels import released_precision
+from mapper.plan.precision import released_precision
 from mapper.report.document import mapping_document
 from mapper.zoo.hf_config import read_config
 from mapper.zoo.hf_config import released_precision as config_precision

@@ -454,3 +454,48 @@ def test_kv_capacity_grows_with_tp_and_pp():
     assert kv_capacity_tokens("llama2-7b", h100, mapper.PlanOptions(dtype="bf16", pp=2), 512) > tokens[0]
     with pytest.raises(MapperError, match="leave no room for a KV cache.*raise --tp or --pp"):
         kv_capacity_tokens("llama2-70b", h100, mapper.PlanOptions(dtype="bf16"), 512)
+
+
+# ---- KV-cache precision (issue 34, item 2) -------------------------------------------------------------
+
+# Llama-2-7B: 32 layers of 32 KV heads of 128; a decode step at batch 32 over 2,048 cached tokens writes 2,049
+L7_KV_ELEMENTS_PER_TOKEN = 32 * 2 * 32 * 128  # layers x (K, V) x heads x head dim
+
+
+@pytest.mark.parametrize(("kv_dtype", "per_element"), [("same", 2), ("fp8", 1), ("int8", 1), ("int4", 0.5)])
+def test_kv_dtype_sizes_the_cache_and_what_a_decode_step_reads(kv_dtype, per_element):
+    """fp16 compute on A100, the cache stored at --kv-dtype: its bytes, and the step's DRAM bytes less the
+    attention's read of it, by hand; a narrower cache says what it needs (quality evidence, a fallback)."""
+    a100, dims = mapper.load_hardware("a100-sxm-80gb"), {"batch": 32, "seq": 1, "past": 2048}
+    workload = mapper.load_workload("llama2-7b", dims)
+    same = mapper.map_workload(workload, a100, mapper.PlanOptions(dtype="fp16"))
+    result = mapper.map_workload(workload, a100, mapper.PlanOptions(dtype="fp16", kv_dtype=kv_dtype))
+    cache = L7_KV_ELEMENTS_PER_TOKEN * 2049 * 32  # the present cache after the step
+    written = L7_KV_ELEMENTS_PER_TOKEN * 32  # the update writes each sequence's new token into it
+    assert result.memory.kv_cache_bytes == cache * per_element
+    saved = (cache + written) * (2 - per_element)  # the attention's read of the cache and the update's write
+    assert same.totals.dram_bytes - result.totals.dram_bytes == pytest.approx(saved, rel=1e-9)
+    assert any("KV cache stored in" in c and "fallback" in c for c in result.caveats) == (kv_dtype != "same")
+
+
+def test_kv_dtype_doubles_the_cache_a_device_holds():
+    from mapper.serve.llm import kv_budget
+
+    h100 = mapper.load_hardware("h100-sxm")
+    same = kv_budget("llama2-7b", h100, mapper.PlanOptions(dtype="bf16"), 512)
+    fp8 = kv_budget("llama2-7b", h100, mapper.PlanOptions(dtype="bf16", kv_dtype="fp8"), 512)
+    assert (
+        same.kv_bytes_per_token == L7_KV_ELEMENTS_PER_TOKEN * 2 and fp8.kv_bytes_per_token == L7_KV_ELEMENTS_PER_TOKEN
+    )
+    assert fp8.tokens == int((0.9 * 80e9 - fp8.weight_bytes - fp8.activation_bytes) // L7_KV_ELEMENTS_PER_TOKEN)
+    assert fp8.tokens > 1.99 * same.tokens
+
+
+def test_the_review_offers_an_fp8_kv_cache_where_the_cache_dominates_a_step():
+    """Llama-2-7B fp16 decode on A100 at batch 32 over 2,048 tokens: the cache is 34 of the 48 GB a step reads;
+    the review chooses the fp8 cache (1.40x) over int4 weights (1.22x), owned by the runtime, with its evidence."""
+    model, a100 = mapper.open_model("llama2-7b"), mapper.load_hardware("a100-sxm-80gb")
+    answer = mapper.assess_slice(model, {"batch": 32, "seq": 1, "past": 2048}, a100, mapper.PlanOptions(dtype="fp16"))
+    chosen = answer.document()["assessment"]["chosen"]
+    assert chosen["changes"] == "kv_dtype=fp8" and chosen["owner"] == "runtime systems engineer"
+    assert chosen["gain_text"] == "1.40x faster: TPOT -29%" and "fallback" in chosen["evidence"]

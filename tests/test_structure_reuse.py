@@ -19,7 +19,8 @@ from mapper.hardware.target import device_target
 from mapper.model.onnx_import import import_graph
 from mapper.plan.attention_tiling import attention_fits
 from mapper.plan.fusion import Group, plan_fusion
-from mapper.plan.kernels import Sizer, build_kernels, weight_tally
+from mapper.plan.kernels import build_kernels
+from mapper.plan.precision import Sizer, weight_tally
 from mapper.work.kinds import estimate_work_kinds, work_roles
 from mapper.work.layers import layer_placer
 
@@ -86,7 +87,7 @@ def test_a_repeated_kernel_is_assessed_as_its_first(fusion):
     kernels = build_kernels(workload, groups, sizer, hw, attention_fits)
     repeats = [k for k, first in enumerate(kernels.shared) if first != k]
     assert len(repeats) > 100 and all(kernels.sources[kernels.shared[k]] is kernels.sources[k] for k in repeats)
-    target = device_target(hw, "bf16", sizer.act, sizer.weight, None, False, hw.kernel_launch_s)
+    target = device_target(hw, "bf16", sizer.key, None, False, hw.kernel_launch_s)
     shared = estimate_kernels(kernels, target, workload.caches)
     written = estimate_kernels(Kernels.of(list(kernels)), target)
     assert Kernels.of(list(kernels)).shared is None and list(shared) == list(written)

@@ -15,7 +15,7 @@ import pytest
 import mapper
 from mapper.hardware.target import Target, device_target
 
-INPUTS = ("hw", "dtype", "act_bytes", "weight_bytes", "power_cap_w", "sparse", "launch_s")
+INPUTS = ("hw", "dtype", "act_bytes", "weight_bytes", "kv_bytes", "power_cap_w", "sparse", "launch_s")
 
 
 @pytest.fixture(scope="module")
@@ -33,19 +33,20 @@ def test_the_rest_of_a_target_follows_from_its_inputs(h100):
         "headroom_w",
         "ridge_flop_per_byte",
     }
-    t = device_target(h100, "fp8", 1.0, 1.0, 400.0, False, 1e-6)
+    t = device_target(h100, "fp8", (1.0, 1.0, 1.0), 400.0, False, 1e-6)
     assert t.matrix_peak_flops_per_s == h100.matrix_peak("fp8") and t.headroom_w == 400.0 - h100.idle_w
     assert t.ridge_flop_per_byte == h100.matrix_peak("fp8") / h100.dram_bandwidth_bytes_per_s
 
 
 def test_every_input_is_in_the_memo_key(h100):
-    base = device_target(h100, "bf16", 2.0, 2.0, None, False, 3e-6)
+    base = device_target(h100, "bf16", (2.0, 2.0, 2.0), None, False, 3e-6)
     edited = mapper.edit_profile(h100, {"memory.l2_cluster_sharing": 1.0})
     changes = {
         "hw": edited,
         "dtype": "fp16",
         "act_bytes": 4.0,
         "weight_bytes": 0.5,
+        "kv_bytes": 1.0,
         "power_cap_w": 300.0,
         "sparse": True,
         "launch_s": 1e-6,
@@ -69,6 +70,7 @@ def _document(result) -> dict:
         {"options": {"dtype": "fp8"}},
         {"options": {"weight_dtype": "int4"}},
         {"options": {"sparsity": "2:4"}},
+        {"options": {"kv_dtype": "fp8"}},
         {"profile": {"memory.l2_cluster_sharing": 1.0}},
         {"profile": {"compute.sram_bytes_per_clock_per_unit": 64.0}},
         {"profile": {"efficiency.overlap_exponent": 3.0}},

@@ -39,7 +39,7 @@ P = 6.0  # every built-in profile's overlap exponent
 
 def _target(hw, cap):
     """H100 at bf16, its eager launch, under `cap`."""
-    return device_target(hw, "bf16", 2.0, 2.0, cap, False, hw.kernel_launch_s)
+    return device_target(hw, "bf16", (2.0, 2.0, 2.0), cap, False, hw.kernel_launch_s)
 
 
 def _reference_plan(kernel, hw, peak, act_bytes, weight_bytes_per) -> TilePlan:

@@ -70,6 +70,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-cache", default="auto", choices=mapper.KV_CACHE_MODES, help="decoder KV-cache update")
     p.add_argument("--launch", default="auto", choices=mapper.LAUNCHES, help="eager launches or graph replay")
     p.add_argument("--sparsity", default="dense", choices=mapper.SPARSITIES, help="structured sparsity of weights")
+    p.add_argument(
+        "--kv-dtype", default="same", choices=mapper.KV_DTYPES, help="the KV cache's storage precision (decoders)"
+    )
 
 
 def parallel_degrees(devices: int | None, tp: int, pp: int, dp: int | None) -> tuple[int, int, int]:

@@ -16,7 +16,7 @@ from mapper.cli import store as store_cli
 from mapper.cli.args import parse_dim
 from mapper.core import limits
 from mapper.core.errors import MapperError
-from mapper.core.result import PlanOptions
+from mapper.core.options import PlanOptions
 from mapper.core.vocab import ExecutorKind, values
 from mapper.pipeline import FUSION_POLICIES, PLAN_DTYPES
 

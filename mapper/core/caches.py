@@ -179,18 +179,18 @@ class ModelCaches:
         sha256: str,
         dims: tuple,
         groups: tuple,
-        element_bytes: tuple[float, float],
+        element_bytes: tuple[float, ...],
         sram_bytes: float | None,
         work_key: int,
         make,
     ):
         """Kernels with their traffic: the graph at its bindings (hash and dims), the groups, the element
-        sizes (activation, weight), the SRAM size when a fused attention must fit it, and each node's work
-        (`Workload.cost_key`)."""
+        sizes (activation, weight, KV cache: `Sizer.key`), the SRAM size when a fused attention must fit it,
+        and each node's work (`Workload.cost_key`)."""
         return self._get("kernels", (sha256, dims, groups, element_bytes, sram_bytes, work_key), make)
 
     def weight_tally(self, structure: tuple[str, frozenset[str]], make):
-        """The tally of the weights whose specs are the model's (`kernels.weight_tally`: all but those a folded
+        """The tally of the weights whose specs are the model's (`precision.weight_tally`: all but those a folded
         node derives): the graph's structure (its weights, their storage types and consumers)."""
         return self._get("weight_tally", structure, make)
 

@@ -34,7 +34,7 @@ class KernelRule(StrEnum):
 
 
 class PlanDtype(StrEnum):
-    """`PlanOptions.dtype`: auto maps at the model's released precision (`plan.kernels.released_precision`)."""
+    """`PlanOptions.dtype`: auto maps at the model's released precision (`plan.precision.released_precision`)."""
 
     AUTO = "auto"
     FP32 = "fp32"
@@ -50,6 +50,15 @@ class WeightDtype(StrEnum):
     """`PlanOptions.weight_dtype`: weight-only quantization (decoder LLMs)."""
 
     SAME = "same"
+    INT8 = "int8"
+    INT4 = "int4"
+
+
+class KvDtype(StrEnum):
+    """`PlanOptions.kv_dtype`: the KV cache's storage precision (same: the plan's activations')."""
+
+    SAME = "same"
+    FP8 = "fp8"
     INT8 = "int8"
     INT4 = "int4"
 

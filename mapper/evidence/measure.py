@@ -25,7 +25,7 @@ import onnx
 from mapper.core import limits
 from mapper.core.errors import MapperError
 from mapper.core.extras import require
-from mapper.core.result import PlanOptions
+from mapper.core.options import PlanOptions
 from mapper.core.settings import check_settings, setting_text
 from mapper.core.vocab import Runtime
 from mapper.evidence.measure_gate import check_run, estimate_run

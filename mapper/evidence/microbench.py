@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from mapper.core import limits
 from mapper.core.errors import MapperError
-from mapper.core.result import PlanOptions
+from mapper.core.options import PlanOptions
 from mapper.pipeline import load_workload, map_workload
 
 DTYPES = {

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from mapper.core.errors import MapperError
-from mapper.core.result import PlanOptions
+from mapper.core.options import PlanOptions
 from mapper.hardware.load import load_hardware
 from mapper.hardware.profile import HardwareProfile
 from mapper.report.reproduce import FIELD_BY_NAME, format_option, parse_option

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from mapper.core import limits
 from mapper.core.errors import MapperError
-from mapper.core.result import PlanOptions
+from mapper.core.options import PlanOptions
 from mapper.handle import open_model
 from mapper.hardware.profile import HardwareProfile
 from mapper.pipeline import map_workload

@@ -19,7 +19,8 @@ from mapper.core import limits
 from mapper.core.collector import collector_paused
 from mapper.core.errors import MapperError
 from mapper.core.extras import require
-from mapper.core.result import MappingResult, PlanOptions
+from mapper.core.options import PlanOptions
+from mapper.core.result import MappingResult
 from mapper.core.timeline import KernelEstimates
 from mapper.core.version import __version__
 from mapper.core.vocab import ExecutorKind, FusionPolicy, PlanDtype

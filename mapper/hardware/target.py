@@ -23,6 +23,7 @@ class Target:
     dtype: str  # the plan's precision (`core.vocab.PlanDtype`)
     act_bytes: float  # an activation element at the plan's precision
     weight_bytes: float  # a weight element as stored (weight-only quantization may narrow it)
+    kv_bytes: float  # a KV-cache element as stored (--kv-dtype may narrow it): fused attention's K and V reads
     power_cap_w: float | None  # None: the profile's TDP
     sparse: bool  # 2:4 structured sparsity of weight GEMMs (their sparse matrix peak)
     launch_s: float  # each kernel's fixed launch cost as the runtime launches it (eager, or graph replay)
@@ -35,8 +36,8 @@ class Target:
     @property
     def key(self) -> tuple:
         """What an assessment depends on besides its kernel: the profile's content and the plan's figures."""
-        return (self.hw.sha256, self.dtype, self.act_bytes, self.weight_bytes, self.power_cap_w, self.sparse,
-                self.launch_s)  # fmt: skip
+        return (self.hw.sha256, self.dtype, self.act_bytes, self.weight_bytes, self.kv_bytes, self.power_cap_w,
+                self.sparse, self.launch_s)  # fmt: skip
 
     @property
     def overlap_exponent(self) -> float:
@@ -50,13 +51,14 @@ class Target:
 def device_target(
     hw: HardwareProfile,
     dtype: str,
-    act_bytes: float,
-    weight_bytes: float,
+    element_bytes: tuple[float, float, float],
     power_cap_w: float | None,
     sparse: bool,
     launch_s: float,
 ) -> Target:
-    """The profile's rates at `dtype`, read once (see `Target`)."""
+    """The profile's rates at `dtype`, read once (see `Target`); `element_bytes`: an activation's, a weight's and a
+    KV-cache element's bytes (`plan.precision.Sizer.key`)."""
+    act_bytes, weight_bytes, kv_bytes = element_bytes
     energy = hw.energy_per_flop_j
     has_fp32_matrix = dtype != "fp32" or "fp32" in hw.matrix_peak_flops_per_s
     ridge = hw.ridge_point(dtype) if has_fp32_matrix else hw.vector_peak("fp32") / hw.dram_bandwidth_bytes_per_s
@@ -66,6 +68,7 @@ def device_target(
         dtype=dtype,
         act_bytes=act_bytes,
         weight_bytes=weight_bytes,
+        kv_bytes=kv_bytes,
         power_cap_w=power_cap_w,
         sparse=sparse,
         launch_s=launch_s,

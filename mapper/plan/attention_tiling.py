@@ -87,9 +87,9 @@ def plan_attention(kernel: Kernel, target: Target) -> TilePlan:
     # the softmax's exp runs on the special-function unit between the two GEMMs (FlashAttention-3 s3)
     softmax = kernel.sfu_ops / hw.sfu_peak_ops_per_s + SOFTMAX_VECTOR_FLOPS * scores / vector_peak
     compute = smooth_max(matrix, softmax, hw.overlap_exponent)
-    kv_bytes = 2 * s.batch * s.n * s.k * act_bytes
+    kv_bytes = 2 * s.batch * s.n * s.k * target.kv_bytes  # K and V as the cache stores them
     heads_per_wave = np.maximum(1, P / q_blocks)
-    kv_resident = heads_per_wave * 2 * s.n * s.k * act_bytes <= hw.l2_bytes
+    kv_resident = heads_per_wave * 2 * s.n * s.k * target.kv_bytes <= hw.l2_bytes
     # each split writes its rows' partial output and log-sum-exp in fp32; the combine pass reads them back
     partials = np.where(split > 1, 2 * split * s.batch * s.m * (s.k + 1) * ACCUMULATOR_BYTES, 0.0)
     dram = kernel.dram_bytes + np.where(kv_resident, 0.0, kv_bytes * (q_blocks - 1))

@@ -18,7 +18,7 @@ from mapper.core.graph import Graph, LayerType
 from mapper.core.result import Kernel
 from mapper.core.timeline import Kernels
 from mapper.core.vocab import Engine, KernelRule, Layout, values
-from mapper.plan.kernels import Sizer
+from mapper.plan.precision import Sizer
 
 LAYOUTS = values(Layout)
 # Kernels whose ops work in either layout: the conv region spreads through them.

@@ -14,10 +14,11 @@ from dataclasses import dataclass, replace
 
 from mapper.core.errors import MapperError
 from mapper.core.graph import Graph
-from mapper.core.result import Kernel, PlanOptions
+from mapper.core.options import PlanOptions
+from mapper.core.result import Kernel
 from mapper.core.vocab import KvCache, Launch, Runtime
 from mapper.hardware.profile import HardwareProfile
-from mapper.plan.kernels import Sizer
+from mapper.plan.precision import Sizer
 
 # Ops an export builds `present` with: Concat(past, new) (HF/Optimum dynamic cache) or ScatterND(past, idx, new)
 # (static-cache exports). Under ONNX semantics either writes a whole new tensor; a serving engine appends.
@@ -83,6 +84,13 @@ class KvAppend:
     node: str
     past: str
     new: str
+
+
+def kv_cache_tensors(graph: Graph) -> frozenset[str]:
+    """The KV cache's own tensors: each update's past input and the present it writes (what `--kv-dtype` stores
+    at its precision; the new tokens' K and V are activations until the update writes them)."""
+    nodes = {n.name: n for n in graph.nodes}
+    return frozenset(t for a in find_kv_appends(graph) for t in (a.past, nodes[a.node].outputs[0]))
 
 
 def find_kv_appends(graph: Graph) -> tuple[KvAppend, ...]:

@@ -18,7 +18,7 @@ from dataclasses import replace
 from mapper.core.graph import Graph, LayerType, OpClass
 from mapper.core.result import Kernel, MatrixShape
 from mapper.core.vocab import Collective, Engine, KernelRule, Shard
-from mapper.plan.kernels import Sizer
+from mapper.plan.precision import Sizer
 from mapper.work.ops import classify_op
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from mapper import pipeline  # the option vocabularies (PLAN_DTYPES ...)
 from mapper.core.errors import MapperError
-from mapper.core.result import PlanOptions
+from mapper.core.options import PlanOptions
 from mapper.plan.layout import LAYOUTS
 
 TRISTATE = {"auto": None, "on": True, "off": False}  # attention_fusion: None follows the fusion policy
@@ -59,6 +59,7 @@ PLAN_FIELDS = (
     PlanField("sparsity", "--sparsity", "sparsity", "choice", "sparsity", pipeline.SPARSITIES),
     PlanField("ep", "--ep", "ep", "int", "EP"),
     PlanField("expert_imbalance", "--expert-imbalance", "expert_imbalance", "float", "expert imbalance"),
+    PlanField("kv_dtype", "--kv-dtype", "kv_dtype", "choice", "KV-cache dtype", pipeline.KV_DTYPES),
 )
 FIELD_BY_NAME = {f.name: f for f in PLAN_FIELDS}
 DEFAULT_OPTIONS = PlanOptions()

@@ -13,7 +13,8 @@ from dataclasses import dataclass, replace
 
 from mapper.core.classes import Bottleneck
 from mapper.core.errors import MapperError
-from mapper.core.result import MappingResult, PlanOptions
+from mapper.core.options import PlanOptions
+from mapper.core.result import MappingResult
 from mapper.core.targets import TARGET_ROWS
 from mapper.handle import ModelHandle
 from mapper.hardware.profile import HardwareProfile

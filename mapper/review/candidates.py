@@ -5,8 +5,9 @@ CANDIDATES is the table: the failing check (capacity, latency target) or the dom
 precision or sparsity change needs (a precision or sparsity win is never declared without them: the
 manual's review section). `propose` re-maps every applicable row on the frozen slice (ranking.py picks the best);
 `larger_batches` offers a memory-bound decode step the slice change the table cannot: 2x and 4x its batch.
-KV cache in fp8 alone is not offered: no plan option stores the KV cache in another dtype than the compute,
-so the honest row is fp8 compute, which sizes activations and the KV cache at 1 byte an element too.
+A decoder whose KV cache is at least half of a step's DRAM bytes is offered its cache in fp8 alone
+(`--kv-dtype fp8`, the lever a serving engineer reaches for first); fp8 compute sizes the cache at 1 byte an
+element too, and says so in its label.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from dataclasses import dataclass, fields, replace
 
 from mapper.core.classes import Bottleneck, Owner
 from mapper.core.graph import LayerType
-from mapper.core.result import MappingResult, PlanOptions
+from mapper.core.options import PlanOptions
+from mapper.core.result import MappingResult
 from mapper.core.targets import TargetCheck
 from mapper.core.units import format_duration
-from mapper.core.vocab import Engine, Sparsity
+from mapper.core.vocab import Engine, KvDtype, Sparsity
 from mapper.handle import ModelHandle
 from mapper.hardware.profile import HardwareProfile
 from mapper.pipeline import map_workload
@@ -32,6 +34,10 @@ PRECISION_EVIDENCE = (
 SPARSITY_EVIDENCE = (
     "needs accuracy evidence of the 2:4-pruned (and fine-tuned) model on production data;"
     " fallback: the dense weights, kept deployable"
+)
+KV_EVIDENCE = (
+    "needs quality evidence of the model with its KV cache in fp8 (scales calibrated on production prompts;"
+    " long-context accuracy against the unquantized cache); fallback: the cache at the compute precision"
 )
 NO_GAIN = 0.0
 KV_CACHE_TOO = " (activations and KV cache in fp8)"  # what fp8 compute stores in fp8 on a decoder
@@ -138,6 +144,16 @@ def _dtype(dtype: str) -> Changes:
     return apply
 
 
+KV_DOMINANT_SHARE = 0.5  # the KV cache's share of a step's DRAM bytes at which its precision is offered
+
+
+def _kv_fp8(ctx: Context) -> dict | None:
+    """The KV cache stored in fp8, where it is the larger part of what a decode step reads and is wider now."""
+    kv, total = (ctx.doc.get("memory") or {}).get("kv_cache_bytes", 0.0), ctx.doc["totals"]["dram_bytes"]
+    wider = ctx.options.kv_dtype == KvDtype.SAME and ctx.doc["totals"]["dtype"] not in ("fp8", "int8", "int4")
+    return {"kv_dtype": "fp8"} if ctx.decoder and wider and total and kv >= KV_DOMINANT_SHARE * total else None
+
+
 def _sparse(ctx: Context) -> dict | None:
     dtype = ctx.doc["totals"]["dtype"]
     ok = ctx.options.sparsity != Sparsity.TWO_FOUR and dtype in ctx.hardware.sparse_matrix_peak_flops_per_s
@@ -174,10 +190,12 @@ CANDIDATES: dict[str, tuple[CandidateRow, ...]] = {
     ),
     LATENCY_TARGET: (
         CandidateRow("one more data-parallel replica", _more_replicas, Owner.RUNTIME, "every kernel"),
+        CandidateRow("fp8 KV cache", _kv_fp8, Owner.RUNTIME, "attention kernels", KV_EVIDENCE),
         CandidateRow("int4 weights", _weights("int4"), Owner.ML_COMPILER, "weight GEMMs", PRECISION_EVIDENCE),
         CandidateRow("fp8 compute", _dtype("fp8"), Owner.ML_COMPILER, "every kernel", PRECISION_EVIDENCE),
     ),
     Bottleneck.MEMORY: (
+        CandidateRow("fp8 KV cache", _kv_fp8, Owner.RUNTIME, "attention kernels", KV_EVIDENCE),
         CandidateRow("int4 weights", _weights("int4"), Owner.ML_COMPILER, "weight GEMMs", PRECISION_EVIDENCE),
         CandidateRow("int8 weights", _weights("int8"), Owner.ML_COMPILER, "weight GEMMs", PRECISION_EVIDENCE),
         CandidateRow("fp8 compute", _dtype("fp8"), Owner.ML_COMPILER, "every kernel", PRECISION_EVIDENCE),

@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mapper.core.errors import MapperError
-from mapper.core.result import MappingResult, PlanOptions
+from mapper.core.options import PlanOptions
+from mapper.core.result import MappingResult
 from mapper.handle import ModelHandle
 from mapper.hardware.profile import HardwareProfile
 from mapper.pipeline import map_workload

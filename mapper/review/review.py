@@ -14,7 +14,8 @@ from datetime import UTC, datetime
 
 from mapper.core.classes import OWNERS, Owner
 from mapper.core.errors import MapperError
-from mapper.core.result import MappingResult, PlanOptions
+from mapper.core.options import PlanOptions
+from mapper.core.result import MappingResult
 from mapper.core.version import __version__
 from mapper.explore.compare_inputs import PlanSpec, plan_spec
 from mapper.handle import open_model

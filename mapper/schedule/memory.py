@@ -14,7 +14,7 @@ from mapper.core.graph import Graph
 from mapper.core.result import DeviceFit, Kernel, MemoryPlan
 from mapper.core.timeline import Kernels
 from mapper.core.vocab import Shard
-from mapper.plan.kernels import Sizer
+from mapper.plan.precision import Sizer
 
 PARALLEL_DEGREES = (1, 2, 4, 8, 16, 32, 64)
 WEIGHT_SPLITS = (Shard.COLUMN, Shard.ROW)  # roles whose weights tensor parallelism splits across ranks

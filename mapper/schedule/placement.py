@@ -12,19 +12,19 @@ from dataclasses import replace
 
 from mapper.core.errors import MapperError
 from mapper.core.graph import Graph
+from mapper.core.options import PlanOptions
 from mapper.core.result import (
     CollectiveRecord,
     KernelAssessment,
     KernelEstimate,
     ParallelPlan,
-    PlanOptions,
 )
 from mapper.core.timeline import KernelEstimates
 from mapper.core.vocab import Collective, Engine
 from mapper.cost.bottleneck import Facts, classify, speedup_if_removed
 from mapper.cost.estimate import estimate_cost
 from mapper.hardware.target import Target
-from mapper.plan.kernels import Sizer
+from mapper.plan.precision import Sizer
 from mapper.plan.sharding import collective_kernel
 from mapper.schedule.stages import balance_stages, stage_times
 

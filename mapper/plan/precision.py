@@ -1,0 +1,167 @@
+"""The plan's precision: element sizes, the model's released precision, and the bytes of a tensor under a plan.
+
+Part of the plan stage. `Sizer` sizes a tensor as the plan stores it: floating-point activations at the plan
+dtype, weights at the weight dtype, the KV cache at its own (`--kv-dtype`); integer tensors (token ids, indices)
+and a QDQ model's stored integer weights keep their own size. `released_precision` is what `--dtype auto` maps
+at; `precision_caveats` the quality caveats a plan's precision brings against it.
+"""
+
+from __future__ import annotations
+
+from mapper.core.caches import ModelCaches
+from mapper.core.errors import MapperError
+from mapper.core.graph import FILE_TENSORS, Graph, ReleasedPrecision, TensorSpec
+from mapper.core.vocab import KvDtype, PlanDtype, WeightDtype
+
+# keyed by PlanDtype, a str: a plan's dtype as given looks its size up as it is
+PLAN_DTYPE_BYTES: dict[str, float] = {
+    PlanDtype.FP32: 4.0,
+    PlanDtype.TF32: 4.0,
+    PlanDtype.BF16: 2.0,
+    PlanDtype.FP16: 2.0,
+    PlanDtype.FP8: 1.0,
+    PlanDtype.INT8: 1.0,
+    PlanDtype.INT4: 0.5,
+}
+MODEL_DTYPES = {
+    "float32": "fp32",
+    "float": "fp32",
+    "float16": "fp16",
+    "bfloat16": "bf16",
+    "double": "fp32",
+    "float8e4m3fn": "fp8",
+    "int8": "int8",
+    "uint8": "int8",
+}
+FLOAT_TYPES = frozenset({"float32", "float", "float16", "bfloat16", "double", "float8e4m3fn", "float8e5m2"})
+PRECISION_RANK = {"fp32": 5, "tf32": 4, "bf16": 3, "fp16": 3, "fp8": 1, "int8": 1, "int4": 0}
+# Where a device has no matrix peak at the model's own precision, `--dtype auto` takes the first of these
+# it has (fp32 always: the vector units'): the same width first, then wider.
+WIDER_PRECISIONS = {
+    "fp16": ("bf16", "fp32"),
+    "bf16": ("fp16", "fp32"),
+    "int8": ("fp16", "bf16", "fp32"),
+    "fp8": ("fp16", "bf16", "fp32"),
+}
+
+
+# Ops that unpack low-bit weights and compute at the activations' float type (int4 LLM weights):
+# their packed uint8 weights do not make the model an int8 one.
+WEIGHT_ONLY_QUANTIZED_OPS = frozenset({"MatMulNBits", "GatherBlockQuantized"})
+EIGHT_BIT_INTS = frozenset({"int8", "uint8"})
+
+
+def weight_tally(graph: Graph, caches: ModelCaches | None = None) -> tuple[dict[str, int], float, int]:
+    """(float weight elements per element type, bytes of the other weights, elements of the 8-bit integer
+    weights among those). With the model's `caches`, the weights whose specs are the model's (all but
+    `Graph.derived_weights`) are tallied once per structure (read-only) and a binding adds the few it derives;
+    the figures are whole numbers of elements and (half) bytes, so the sum is exact in any order."""
+    derived = graph.derived_weights
+    if caches is None or derived is None:
+        return _tally(graph, graph.weights)
+    fixed = caches.weight_tally(graph.structure, lambda: _tally(graph, graph.weights.difference(derived)))
+    if not derived:
+        return fixed
+    counts, other, eight_bit = _tally(graph, derived)
+    for dtype, n in fixed[0].items():
+        counts[dtype] = n + counts.get(dtype, 0)
+    return counts, fixed[1] + other, fixed[2] + eight_bit
+
+
+def _tally(graph: Graph, weights) -> tuple[dict[str, int], float, int]:
+    counts: dict[str, int] = {}
+    other, eight_bit = 0.0, 0
+    # QDQ int8 weights make an int8 model only beside quantized activations; alone they are
+    # weight-only quantization, computed at the activations' float type
+    int8_compute = not graph.op_types.isdisjoint(("QuantizeLinear", "DynamicQuantizeLinear"))
+    for w in weights:
+        spec = graph.tensors[w]
+        if w in graph.stored_dtypes:  # a QDQ model's dequantized integer weight
+            other += graph.stored_bytes(spec)
+            eight_bit += spec.elements if int8_compute and graph.stored_dtypes[w] in EIGHT_BIT_INTS else 0
+        elif spec.dtype in FLOAT_TYPES:
+            counts[spec.dtype] = counts.get(spec.dtype, 0) + spec.elements
+        else:
+            other += spec.bytes
+            if spec.dtype in EIGHT_BIT_INTS and not all(
+                graph.nodes[k].op_type in WEIGHT_ONLY_QUANTIZED_OPS for k in graph.consumers.get(w, ())
+            ):
+                eight_bit += spec.elements
+    return counts, other, eight_bit
+
+
+def model_dtype(graph: Graph, caches: ModelCaches | None = None) -> str:
+    """The model's own precision: the type that holds most weight elements, 8-bit integer weights (a
+    QOperator-quantized model's) counted as int8 beside the float types."""
+    counts, _, eight_bit = weight_tally(graph, caches)
+    counts = counts | ({"int8": eight_bit} if eight_bit else {})
+    if not counts:
+        return "fp32"
+    return MODEL_DTYPES.get(max(counts, key=counts.__getitem__), "fp32")
+
+
+def released_precision(graph: Graph, caches: ModelCaches | None = None) -> ReleasedPrecision:
+    """The precision the model is published in (what `--dtype auto` maps at): a built-in's or a config's
+    (`Graph.released`), else a file's own weight tensors' (`model_dtype`)."""
+    return graph.released or ReleasedPrecision(PlanDtype(model_dtype(graph, caches)), FILE_TENSORS)
+
+
+class Sizer:
+    """Bytes of a tensor under the plan's precision."""
+
+    def __init__(
+        self,
+        graph: Graph,
+        dtype: str,
+        weight_dtype: str,
+        caches: ModelCaches | None = None,
+        kv_dtype: str = KvDtype.SAME,
+        kv_tensors: frozenset[str] = frozenset(),
+    ):
+        if dtype not in PLAN_DTYPE_BYTES:
+            raise MapperError(f"dtype {dtype!r} is not one of {', '.join(PLAN_DTYPE_BYTES)}")
+        self.graph, self.caches = graph, caches
+        self.act = PLAN_DTYPE_BYTES[dtype]
+        self.weight = PLAN_DTYPE_BYTES[dtype if weight_dtype == WeightDtype.SAME else weight_dtype]
+        # the KV cache (the past inputs and the present the update writes) at its own storage precision
+        self.kv = PLAN_DTYPE_BYTES[dtype if kv_dtype == KvDtype.SAME else kv_dtype]
+        self.kv_tensors = kv_tensors if self.kv != self.act else frozenset()
+
+    @property
+    def key(self) -> tuple[float, float, float]:
+        """What a tensor's bytes depend on besides the tensor: the activation, weight and KV element sizes."""
+        return (self.act, self.weight, self.kv)
+
+    def weight_bytes(self) -> float:
+        """All of the model's weights at the plan's weight precision."""
+        counts, other, _ = weight_tally(self.graph, self.caches)
+        return sum(counts.values()) * self.weight + other
+
+    def bytes(self, spec: TensorSpec) -> float:
+        if spec.dtype not in FLOAT_TYPES or spec.name in self.graph.stored_dtypes:
+            return self.graph.stored_bytes(spec)
+        if spec.name in self.graph.weights:
+            return spec.elements * self.weight
+        return spec.elements * (self.kv if spec.name in self.kv_tensors else self.act)
+
+
+# A plan's precision against the model's released one (rank below or above) -> its caveat; the same rank: none.
+RANK_CAVEATS = {
+    -1: "Runs at {dtype}, below the model's released {released} ({source}): accept it only with accuracy evidence"
+    " on production data and a fallback plan at {released}.",
+    1: "Runs at {dtype}, above the model's released {released} ({source}): memory and time are for {dtype} copies"
+    " of {released} weights, which gain no accuracy; --dtype auto maps it as released.",
+}
+
+
+def precision_caveats(released: ReleasedPrecision, dtype: str, weight_dtype: str) -> list[str]:
+    """The quality caveats of a plan at `dtype` (and `weight_dtype`) on a model published at `released`."""
+    plan_rank, released_rank = PRECISION_RANK.get(dtype, 5), PRECISION_RANK.get(released.dtype, 5)
+    caveat = RANK_CAVEATS.get((plan_rank > released_rank) - (plan_rank < released_rank))
+    caveats = [caveat.format(dtype=dtype, released=released.dtype, source=released.source)] if caveat else []
+    if weight_dtype != WeightDtype.SAME:
+        caveats.append(
+            f"Weight-only {weight_dtype} quantization: needs quality evidence (perplexity/accuracy)"
+            " and a fallback to unquantized weights."
+        )
+    return caveats
