@@ -84,23 +84,17 @@ KEY_RANK = ((1, 2),)  # a separate key, where given, is at least a matrix
 
 CONTRIB_OPS: tuple[OpDef, ...] = (
     OpDef("Attention", attention_shape, MAT, attention_work, layer=ATTENTION, min_ranks=(3, 2)),
-    OpDef(
-        "MultiHeadAttention",
-        multi_head_attention_shape,
-        MAT,
-        attention_work,
-        layer=ATTENTION,
-        min_ranks=(3,),
-        optional_min_ranks=KEY_RANK,
-    ),
-    OpDef(
-        "GroupQueryAttention",
-        multi_head_attention_shape,
-        MAT,
-        attention_work,
-        layer=ATTENTION,
-        min_ranks=(3,),
-        optional_min_ranks=KEY_RANK,
+    *(
+        OpDef(
+            op,
+            multi_head_attention_shape,
+            MAT,
+            attention_work,
+            layer=ATTENTION,
+            min_ranks=(3,),
+            optional_min_ranks=KEY_RANK,
+        )
+        for op in ("MultiHeadAttention", "GroupQueryAttention")  # one entry each, the same rules
     ),
     OpDef("PackedAttention", multi_head_attention_shape, min_ranks=(3,)),  # no work rule yet: reported unmodeled
     OpDef(
