@@ -220,8 +220,8 @@ def plan_tasks(spec: SweepSpec, workers: int | None = None) -> tuple[SweepShared
     check_slices(len(dict.fromkeys(spec.models)) * len(batches) * per_shape)
     hardware = tuple(h if isinstance(h, HardwareProfile) else load_hardware(h) for h in dict.fromkeys(spec.hardware))
     sources = [model_source(model, dims=spec.dims) for model in dict.fromkeys(spec.models)]
-    check_slices(sum(len(batches) * (len(seqs) if s.has_seq else 1) for s in sources) * per_shape)  # with seqs
     slices = sum(len(batches) * (len(seqs) if s.has_seq else 1) for s in sources) * per_shape
+    check_slices(slices)  # with each model's seqs
     chunk = max(1, task_slices(spec, slices, workers) // per_shape)
     tasks, next_id = [], 0
     for m, source in enumerate(sources):
