@@ -25,6 +25,7 @@ from mapper.core.vocab import Engine, KvDtype, Sparsity
 from mapper.handle import ModelHandle
 from mapper.hardware.profile import HardwareProfile
 from mapper.pipeline import map_workload
+from mapper.plan.precision import PLAN_DTYPE_BYTES
 from mapper.work.workload import Workload
 
 PRECISION_EVIDENCE = (
@@ -150,7 +151,8 @@ KV_DOMINANT_SHARE = 0.5  # the KV cache's share of a step's DRAM bytes at which 
 def _kv_fp8(ctx: Context) -> dict | None:
     """The KV cache stored in fp8, where it is the larger part of what a decode step reads and is wider now."""
     kv, total = (ctx.doc.get("memory") or {}).get("kv_cache_bytes", 0.0), ctx.doc["totals"]["dram_bytes"]
-    wider = ctx.options.kv_dtype == KvDtype.SAME and ctx.doc["totals"]["dtype"] not in ("fp8", "int8", "int4")
+    fp8 = PLAN_DTYPE_BYTES[KvDtype.FP8]  # narrower than the cache now: the compute's width, the same rule as its caveat
+    wider = ctx.options.kv_dtype == KvDtype.SAME and PLAN_DTYPE_BYTES[ctx.doc["totals"]["dtype"]] > fp8
     return {"kv_dtype": "fp8"} if ctx.decoder and wider and total and kv >= KV_DOMINANT_SHARE * total else None
 
 
