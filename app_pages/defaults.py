@@ -20,6 +20,7 @@ DEFAULTS = {
     "runtime": "auto",
     "kv_cache": "auto",
     "kv_dtype": "same",
+    "gqa_decode": "auto",
     "launch": "auto",
     "ep": 1,
     "expert_imbalance": 1.0,

@@ -27,6 +27,7 @@ WIDGETS = {
     "runtime": ("runtime", str),
     "kv_cache": ("kv_cache", str),
     "kv_dtype": ("kv_dtype", str),
+    "gqa_decode": ("gqa_decode", str),
     "launch": ("launch", str),
     "ep": ("ep", int),
     "expert_imbalance": ("expert_imbalance", float),

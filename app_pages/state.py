@@ -189,7 +189,8 @@ def _options_section() -> mapper.PlanOptions:
 
 def _runtime_section() -> dict:
     """The serving runtime (a preset of KV-cache update and launch, or each set) and mixture-of-experts
-    options: PlanOptions' runtime, kv_cache, launch, ep and expert_imbalance, as `mapper map` takes them."""
+    options: PlanOptions' runtime, kv_cache, kv_dtype, launch, gqa_decode, ep and expert_imbalance, as `mapper map`
+    takes them."""
     with st.expander("Runtime and experts"):
         r1, r2, r3, r4 = st.columns(4)
         choice = {
@@ -200,7 +201,12 @@ def _runtime_section() -> dict:
             ),
             "launch": r4.selectbox("launch", mapper.LAUNCHES, key="launch", help="graph: CUDA-graph replay"),
         }
-        e1, e2 = st.columns(2)
+        e1, e2, e3 = st.columns(3)
+        choice["gqa_decode"] = e3.selectbox(
+            "GQA decode", mapper.GQA_DECODES, key="gqa_decode",
+            help="decode attention over grouped-query heads: packed into one kernel's rows, or per head; auto: the"
+            " runtime preset's",
+        )  # fmt: skip
         most = mapper.MAX_PARALLEL_DEGREE
         ep = e1.number_input("EP", min_value=1, max_value=most, step=1, key="ep", help="expert-parallel degree")
         imbalance = e2.number_input(

@@ -36,6 +36,7 @@ from mapper.hardware.profile import HardwareProfile
 from mapper.hardware.schema import ProfileError
 from mapper.pipeline import (
     FUSION_POLICIES,
+    GQA_DECODES,
     KV_CACHE_MODES,
     KV_DTYPES,
     LAUNCHES,
@@ -193,6 +194,7 @@ __all__ = [
     "RUNTIMES",
     "KV_CACHE_MODES",
     "KV_DTYPES",
+    "GQA_DECODES",
     "LAUNCHES",
     "SPARSITIES",
     "FUSION_POLICIES",

@@ -37,6 +37,7 @@ from mapper.core.timeline import KernelEstimates
 from mapper.core.version import __version__
 from mapper.core.vocab import (
     FusionPolicy,
+    GqaDecode,
     KvCache,
     KvDtype,
     Launch,
@@ -75,6 +76,7 @@ KV_CACHE_MODES = values(KvCache)  # PlanOptions.kv_cache
 LAUNCHES = values(Launch)  # PlanOptions.launch
 SPARSITIES = values(Sparsity)  # PlanOptions.sparsity
 KV_DTYPES = values(KvDtype)  # PlanOptions.kv_dtype: the KV cache's storage precision
+GQA_DECODES = values(GqaDecode)  # PlanOptions.gqa_decode: decode attention's grouped query heads
 SPARSITY_CAVEAT = (
     "2:4 structured sparsity of weight GEMMs (half the weights pruned, compressed with 2-bit indices, at the"
     " profile's sparse matrix peak): needs accuracy evidence of the pruned (and fine-tuned) model on production"
@@ -141,7 +143,7 @@ def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOpt
     kernels = apply_kv_cache(graph, kernels, run.kv_cache, sizer)
     kernels, memory = plan_devices(workload, kernels, sizer, hardware, options)
     sparse, launch_s = options.sparsity == Sparsity.TWO_FOUR, launch_cost_s(hardware, run.launch)
-    target = device_target(hardware, dtype, sizer.key, options.power_cap_w, sparse, launch_s)
+    target = device_target(hardware, dtype, sizer.key, options.power_cap_w, sparse, launch_s, run.decode_attention)
     estimates = estimate_kernels(kernels, target, caches)
     estimates, parallel = place_on_devices(graph, estimates, options, target, sizer)
     layers, totals = roll_up_slice(workload, estimates, sizer, hardware, dtype, options, parallel.slowest_stage_s)

@@ -426,7 +426,8 @@ def test_70b_serves_at_tp8_on_h100_with_the_kv_capacity_written_out():
     """The KV cache of one TP 8 replica from three stated inputs: 0.9 of each H100's 80 GB (vLLM's
     gpu_memory_utilization default), the weights one device holds (Megatron: every linear layer split 8 ways,
     the embedding and norms whole on each) and the activation reserve of a 512-token profile run; over the
-    40,960 B a token's K and V take on one device (80 layers x 2 x 8 heads x 128 x 2 B / 8)."""
+    40,960 B a token's K and V take on one device (80 layers x 2 x 8 heads x 128 x 2 B / 8), in whole pages of
+    vLLM's 16-token blocks."""
     from mapper.serve.llm import KV_MEMORY_FRACTION, kv_budget, simulate_model_llm_serving
 
     h100, options = mapper.load_hardware("h100-sxm"), mapper.PlanOptions(dtype="bf16", tp=8)
@@ -436,8 +437,8 @@ def test_70b_serves_at_tp8_on_h100_with_the_kv_capacity_written_out():
     assert KV_MEMORY_FRACTION == 0.9 and budget.usable_bytes == 0.9 * 80e9
     assert budget.kv_bytes_per_token == 80 * 2 * 8 * 128 * 2 / 8
     assert 0 < budget.activation_bytes < 0.1e9
-    by_hand = int((0.9 * 80e9 - budget.weight_bytes - budget.activation_bytes) // 40_960)
-    assert budget.tokens == by_hand and 1_300_000 < by_hand < 1_350_000
+    by_hand = int((0.9 * 80e9 - budget.weight_bytes - budget.activation_bytes) // 40_960) // 16 * 16
+    assert budget.page_tokens == 16 and budget.tokens == by_hand and 1_300_000 < by_hand < 1_350_000
     config = LLMServingConfig(max_batch=8, rate_per_s=1.0, requests=20, prompt_tokens=512, output_tokens=16)
     served = simulate_model_llm_serving("llama2-70b", h100, options, config)
     assert served.kv_capacity_tokens == by_hand and served.tpot_p50_s > 0
@@ -487,7 +488,8 @@ def test_kv_dtype_doubles_the_cache_a_device_holds():
     assert (
         same.kv_bytes_per_token == L7_KV_ELEMENTS_PER_TOKEN * 2 and fp8.kv_bytes_per_token == L7_KV_ELEMENTS_PER_TOKEN
     )
-    assert fp8.tokens == int((0.9 * 80e9 - fp8.weight_bytes - fp8.activation_bytes) // L7_KV_ELEMENTS_PER_TOKEN)
+    room = int((0.9 * 80e9 - fp8.weight_bytes - fp8.activation_bytes) // L7_KV_ELEMENTS_PER_TOKEN)
+    assert fp8.tokens == room // 16 * 16  # in whole 16-token pages
     assert fp8.tokens > 1.99 * same.tokens
 
 

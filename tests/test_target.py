@@ -15,7 +15,17 @@ import pytest
 import mapper
 from mapper.hardware.target import Target, device_target
 
-INPUTS = ("hw", "dtype", "act_bytes", "weight_bytes", "kv_bytes", "power_cap_w", "sparse", "launch_s")
+INPUTS = (
+    "hw",
+    "dtype",
+    "act_bytes",
+    "weight_bytes",
+    "kv_bytes",
+    "power_cap_w",
+    "sparse",
+    "launch_s",
+    "decode_attention",
+)
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +60,7 @@ def test_every_input_is_in_the_memo_key(h100):
         "power_cap_w": 300.0,
         "sparse": True,
         "launch_s": 1e-6,
+        "decode_attention": dataclasses.replace(base.decode_attention, packs_query_group=True),
     }
     assert set(changes) == set(INPUTS)
     for name, value in changes.items():

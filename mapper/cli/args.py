@@ -73,6 +73,13 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--kv-dtype", default="same", choices=mapper.KV_DTYPES, help="the KV cache's storage precision (decoders)"
     )
+    p.add_argument(
+        "--gqa-decode",
+        default="auto",
+        choices=mapper.GQA_DECODES,
+        help="decode attention over grouped-query heads: packed into one kernel's rows, or per head; auto: the"
+        " runtime preset's",
+    )
 
 
 def parallel_degrees(devices: int | None, tp: int, pp: int, dp: int | None) -> tuple[int, int, int]:

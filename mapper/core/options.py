@@ -11,7 +11,18 @@ from enum import StrEnum
 
 from mapper.core import limits
 from mapper.core.errors import MapperError
-from mapper.core.vocab import FusionPolicy, KvCache, KvDtype, Launch, Layout, PlanDtype, Runtime, Sparsity, WeightDtype
+from mapper.core.vocab import (
+    FusionPolicy,
+    GqaDecode,
+    KvCache,
+    KvDtype,
+    Launch,
+    Layout,
+    PlanDtype,
+    Runtime,
+    Sparsity,
+    WeightDtype,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +50,7 @@ class PlanOptions:
     ep: int = 1  # expert-parallel degree (mixture-of-experts layers)
     expert_imbalance: float = 1.0  # busiest expert's tokens over the mean (MoE load imbalance, >= 1)
     kv_dtype: KvDtype | str = KvDtype.SAME  # the KV cache's storage precision (decoders); same: the activations'
+    gqa_decode: GqaDecode | str = GqaDecode.AUTO  # decode attention's grouped query heads: as the runtime preset says
 
     def __post_init__(self) -> None:
         for name, vocabulary in OPTION_VOCABULARIES.items():
@@ -81,4 +93,5 @@ OPTION_VOCABULARIES: dict[str, type[StrEnum]] = {
     "launch": Launch,
     "sparsity": Sparsity,
     "kv_dtype": KvDtype,
+    "gqa_decode": GqaDecode,
 }

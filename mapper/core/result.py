@@ -33,6 +33,13 @@ class MatrixShape:
     kind: str = "gemm"  # gemm | conv | attention
     depthwise: bool = False  # K = Kh*Kw only: too little reuse for a matrix engine
     a_elements: int = 0  # distinct elements of A when it is not m*k (conv: the input, not its im2col)
+    heads: int = 0  # attention: query heads (batch = sequences x heads); 0 for other kinds
+    kv_heads: int = 0  # attention: the key/value heads they read (grouped-query attention: fewer); 0 elsewhere
+
+    @property
+    def group(self) -> int:
+        """Query heads reading one key/value head (1: multi-head attention, or not attention)."""
+        return self.heads // self.kv_heads if self.kv_heads and self.heads > self.kv_heads else 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -92,6 +92,14 @@ class KvCache(StrEnum):
     COPY = "copy"  # the exported Concat rewrites the whole cache (ONNX Runtime on such a graph)
 
 
+class GqaDecode(StrEnum):
+    """`PlanOptions.gqa_decode`: how decode attention runs grouped-query heads (`hardware.target.DecodeAttention`)."""
+
+    AUTO = "auto"  # as the runtime preset says
+    PACKED = "packed"  # a K/V head's query heads are one work item's rows (FlashAttention-2's swap, XQA)
+    PER_HEAD = "per-head"  # one work item per query head (masked MHA, an exported graph's repeat_kv)
+
+
 class Launch(StrEnum):
     """`PlanOptions.launch`: how kernels are launched."""
 

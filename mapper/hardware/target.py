@@ -2,7 +2,8 @@
 
 The tiling search, the cost, the bottleneck classes and the placement read a `Target` instead of a profile
 beside the dtype, element sizes, power cap, sparsity and launch cost threaded through every call. The
-runtime's per-kernel launch (eager or graph replay) is one of its inputs, not a profile edited to carry it.
+runtime's per-kernel launch (eager or graph replay) and how its decode attention kernel packs and splits its work
+are inputs of it, not a profile edited to carry them.
 `key` is what an assessment of a kernel on it depends on besides the kernel: the stage's memo keys on it.
 """
 
@@ -13,6 +14,32 @@ from dataclasses import dataclass
 from mapper.hardware.profile import HardwareProfile
 
 IDLE_HEADROOM_MIN_W = 1e-3  # a cap at or below idle still leaves this much power for work (no division by 0)
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeAttention:
+    """How the runtime's attention kernel runs a decode step (one new token a sequence): a runtime preset's
+    (`plan.runtime.PRESETS`), read by the attention tile search (`plan.attention_tiling`)."""
+
+    packs_query_group: bool  # grouped-query attention: a K/V head's query heads fill one work item's query rows
+    splits_kv: bool  # the cached keys split across units and the partial outputs combined (flash-decoding)
+    page_tokens: int  # tokens per KV-cache page (paged cache; 0: one contiguous cache per sequence)
+    kernel: str  # the kernel as its runtime names it, with its source
+
+    @property
+    def key(self) -> tuple[bool, bool]:
+        """What a kernel's assessment reads of it (the page size sizes the serving cache, not a kernel)."""
+        return self.packs_query_group, self.splits_kv
+
+
+# A graph as exported and run as it is: each query head its own work item (repeat_kv copies K and V per query
+# head), the keys split where work items are few (what `plan_attention` did before runtimes said otherwise)
+UNPACKED_DECODE = DecodeAttention(
+    packs_query_group=False,
+    splits_kv=True,
+    page_tokens=0,
+    kernel="one work item per (sequence, query head): the exported graph's repeat_kv; keys split across units",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +54,7 @@ class Target:
     power_cap_w: float | None  # None: the profile's TDP
     sparse: bool  # 2:4 structured sparsity of weight GEMMs (their sparse matrix peak)
     launch_s: float  # each kernel's fixed launch cost as the runtime launches it (eager, or graph replay)
+    decode_attention: DecodeAttention  # how the runtime's decode attention kernel packs and splits its work
     matrix_peak_flops_per_s: float  # dense, at the dtype (fp32 without a matrix entry: the vector units')
     vector_peak_flops_per_s: float
     energy_per_flop_j: float  # at the dtype (the profile's bf16, else fp32, figure where it has none)
@@ -37,7 +65,7 @@ class Target:
     def key(self) -> tuple:
         """What an assessment depends on besides its kernel: the profile's content and the plan's figures."""
         return (self.hw.sha256, self.dtype, self.act_bytes, self.weight_bytes, self.kv_bytes, self.power_cap_w,
-                self.sparse, self.launch_s)  # fmt: skip
+                self.sparse, self.launch_s, self.decode_attention.key)  # fmt: skip
 
     @property
     def overlap_exponent(self) -> float:
@@ -55,9 +83,10 @@ def device_target(
     power_cap_w: float | None,
     sparse: bool,
     launch_s: float,
+    decode_attention: DecodeAttention = UNPACKED_DECODE,
 ) -> Target:
     """The profile's rates at `dtype`, read once (see `Target`); `element_bytes`: an activation's, a weight's and a
-    KV-cache element's bytes (`plan.precision.Sizer.key`)."""
+    KV-cache element's bytes (`plan.precision.Sizer.key`); `decode_attention`: the runtime's (`plan.runtime`)."""
     act_bytes, weight_bytes, kv_bytes = element_bytes
     energy = hw.energy_per_flop_j
     has_fp32_matrix = dtype != "fp32" or "fp32" in hw.matrix_peak_flops_per_s
@@ -72,6 +101,7 @@ def device_target(
         power_cap_w=power_cap_w,
         sparse=sparse,
         launch_s=launch_s,
+        decode_attention=decode_attention,
         matrix_peak_flops_per_s=hw.matrix_peak(dtype),
         vector_peak_flops_per_s=hw.vector_peak(dtype),
         energy_per_flop_j=energy.get(dtype) or energy.get("bf16") or energy.get("fp32") or next(iter(energy.values())),

@@ -76,7 +76,9 @@ def attention_work(node: Node, ins: Ins, outs: Outs) -> Work:
         proj = 0.0
     attn = 2 * 2.0 * b * heads * s * skv * d
     softmax = SOFTMAX * b * heads * s * skv
-    return proj + attn + softmax, proj + attn, b * heads * s * skv, MatrixShape(b * heads, s, skv, d, "attention")
+    kv_heads = int(node.attr("kv_num_heads", heads)) or heads  # GroupQueryAttention / opset-23: fewer K/V heads
+    shape = MatrixShape(b * heads, s, skv, d, "attention", heads=heads, kv_heads=kv_heads)
+    return proj + attn + softmax, proj + attn, b * heads * s * skv, shape
 
 
 MAT, ATTENTION = OpClass.MATRIX, LayerType.ATTENTION

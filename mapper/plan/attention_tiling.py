@@ -4,7 +4,9 @@
 A FlashAttention kernel keeps the S x S scores on chip: each (sequence, head, query block) walks the keys
 in blocks, its working set the query block, double-buffered key and value blocks and the score tile.
 Where those work items are fewer than the units (a decode step: one query a sequence), the keys are split
-across units and a second pass combines the partial outputs.
+across units and a second pass combines the partial outputs. How a decode step's work is cut is the runtime's
+(`Target.decode_attention`): one item per (sequence, query head), or, where the runtime packs grouped-query
+attention, the query heads sharing a K/V head as one item's rows (`work_items`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import numpy as np
 
 from mapper.core.result import Kernel, TilePlan
 from mapper.hardware.profile import HardwareProfile
-from mapper.hardware.target import Target
+from mapper.hardware.target import DecodeAttention, Target
 from mapper.plan.tiling import (
     ACCUMULATOR_BYTES,
     Candidates,
@@ -46,6 +48,15 @@ def _attention_grid(d: int, act_bytes: float, hw: HardwareProfile):
     return bq[ok], bkv[ok], sram[ok]
 
 
+def work_items(shape, decode: DecodeAttention) -> tuple[int, int]:
+    """(work items, query rows each) of a fused attention: (sequences x query heads, new tokens), or where the
+    runtime packs a grouped-query decode step (one new token, query heads sharing a K/V head) the group's query
+    heads as the rows of one item per (sequence, K/V head): 8 rows of 64 instead of 1, and K and V read once."""
+    if decode.packs_query_group and shape.m == 1 and shape.group > 1:
+        return shape.batch // shape.group, shape.group
+    return shape.batch, shape.m
+
+
 def attention_fits(shape, act_bytes: float, hw: HardwareProfile) -> bool:
     """Does some FlashAttention block size keep the S x S scores on chip?"""
     return len(_attention_grid(shape.k, act_bytes, hw)[0]) > 0
@@ -57,24 +68,25 @@ def plan_attention(kernel: Kernel, target: Target) -> TilePlan:
     hw, act_bytes = target.hw, target.act_bytes
     peak, vector_peak = target.matrix_peak_flops_per_s, target.vector_peak_flops_per_s
     s = kernel.shape  # batch = B*H, m = Sq, n = Skv, k = head dim
+    items, rows = work_items(s, target.decode_attention)
     P = hw.compute_units
     bq, bkv, sram = _attention_grid(s.k, act_bytes, hw)
-    splits = np.array(ATTENTION_KV_SPLITS, float)
+    splits = np.array(ATTENTION_KV_SPLITS if target.decode_attention.splits_kv else (1,), float)
     pairs = len(bq)
     bq, bkv, sram = np.tile(bq, len(splits)), np.tile(bkv, len(splits)), np.tile(sram, len(splits))
     split = np.repeat(splits, pairs)
     # the key blocks dealt out evenly: the busiest split holds ceil(blocks / splits), and no split is empty;
     # work items that almost fill the units run unsplit
     kv_blocks = np.ceil(np.ceil(s.n / bkv) / split)
-    few = s.batch * np.ceil(s.m / bq) < SPLIT_BELOW_SHARE * P
+    few = items * np.ceil(rows / bq) < SPLIT_BELOW_SHARE * P
     ok = (split == 1) | (few & (kv_blocks * (split - 1) < np.ceil(s.n / bkv)))
     bq, bkv, sram, split, kv_blocks = bq[ok], bkv[ok], sram[ok], split[ok], kv_blocks[ok]
-    q_blocks = np.ceil(s.m / bq)
-    tiles = s.batch * q_blocks * split
+    q_blocks = np.ceil(rows / bq)
+    tiles = items * q_blocks * split
     waves = np.ceil(tiles / P)
     wave_eff = tiles / (waves * P)
     pad_kv = s.n / (split * kv_blocks * bkv)  # the key blocks' padding (the busiest split's)
-    pad_eff = (s.m / (q_blocks * bq)) * pad_kv
+    pad_eff = (rows / (q_blocks * bq)) * pad_kv
     tile_eff = delivery_efficiency(
         macs_per_clock_per_unit(hw, peak), bq, bkv, act_bytes, hw.sram_bytes_per_clock_per_unit
     )
@@ -87,11 +99,11 @@ def plan_attention(kernel: Kernel, target: Target) -> TilePlan:
     # the softmax's exp runs on the special-function unit between the two GEMMs (FlashAttention-3 s3)
     softmax = kernel.sfu_ops / hw.sfu_peak_ops_per_s + SOFTMAX_VECTOR_FLOPS * scores / vector_peak
     compute = smooth_max(matrix, softmax, hw.overlap_exponent)
-    kv_bytes = 2 * s.batch * s.n * s.k * target.kv_bytes  # K and V as the cache stores them
+    kv_bytes = 2 * items * s.n * s.k * target.kv_bytes  # K and V as the cache stores them, once per work item
     heads_per_wave = np.maximum(1, P / q_blocks)
     kv_resident = heads_per_wave * 2 * s.n * s.k * target.kv_bytes <= hw.l2_bytes
     # each split writes its rows' partial output and log-sum-exp in fp32; the combine pass reads them back
-    partials = np.where(split > 1, 2 * split * s.batch * s.m * (s.k + 1) * ACCUMULATOR_BYTES, 0.0)
+    partials = np.where(split > 1, 2 * split * items * rows * (s.k + 1) * ACCUMULATOR_BYTES, 0.0)
     dram = kernel.dram_bytes + np.where(kv_resident, 0.0, kv_bytes * (q_blocks - 1))
     dram = dram + np.where(partials > hw.l2_bytes, partials, 0.0)
     l2 = kernel.dram_bytes + kv_bytes * (q_blocks - 1) + partials

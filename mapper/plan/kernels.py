@@ -6,7 +6,7 @@ crosses the boundary is read or written once, at its size under the plan's preci
 
 from __future__ import annotations
 
-from mapper.core.graph import Graph, LayerType, OpClass
+from mapper.core.graph import Graph, LayerType, Node, OpClass
 from mapper.core.records import writer
 from mapper.core.result import Kernel, MatrixShape, NodeWork
 from mapper.core.timeline import Kernels
@@ -34,14 +34,40 @@ def _layer_type(members: list[NodeWork]) -> LayerType:
     return members[0].layer_type
 
 
-def _matrix_shape(members: list[NodeWork], rule: str) -> MatrixShape | None:
+def _matrix_shape(members: list[NodeWork], rule: str, heads: tuple[int, int] = (0, 0)) -> MatrixShape | None:
+    """The kernel's matrix view: its first matrix member's; a fused attention's QK^T, (B*H) x Sq x Skv x d (PV has
+    the same extents), with its query and key/value heads (`heads`: `_attention_heads`)."""
     shapes = [w.matrix for w in members if w.matrix is not None]
     if not shapes:
         return None
-    if rule == KernelRule.FLASH_ATTENTION:  # QK^T: (B*H) x Sq x Skv x d; PV has the same extents
+    if rule == KernelRule.FLASH_ATTENTION:
         qk = shapes[0]
-        return MatrixShape(qk.batch, qk.m, qk.n, qk.k, "attention")
+        return MatrixShape(qk.batch, qk.m, qk.n, qk.k, "attention", heads=heads[0], kv_heads=heads[1])
     return shapes[0]
+
+
+QUERY_RANK = 4  # a decomposed attention's query [batch, heads, seq, head dim]
+REPEATED_KV_RANK = 4  # repeat_kv's Expand writes [batch, kv heads, group, keys, head dim] (rank 4 or more)
+
+
+def _attention_heads(graph: Graph, nodes: list[Node], head_dim: int) -> tuple[int, int]:
+    """(query heads, key/value heads) of a decomposed fused attention: the heads axis of the first MatMul's query
+    [B, H, Sq, d], and H over the group an Expand of K or V repeats them by (Hugging Face `repeat_kv`: Unsqueeze ->
+    Expand -> Reshape; an Expand whose output ends in the head dim). (0, 0) where the query has no heads axis."""
+    tensors = graph.tensors
+    query = next((tensors.get(n.inputs[0]) for n in nodes if n.op_type == "MatMul" and n.inputs), None)
+    if query is None or len(query.shape) != QUERY_RANK:
+        return 0, 0
+    heads, group = query.shape[1], 1
+    for n in nodes:
+        if n.op_type != "Expand" or not n.inputs or not n.outputs:
+            continue
+        src, out = tensors.get(n.inputs[0]), tensors.get(n.outputs[0])
+        if src is None or out is None or len(out.shape) < REPEATED_KV_RANK or out.shape[-1] != head_dim:
+            continue
+        if src.elements > 0 and out.elements % src.elements == 0:
+            group = max(group, out.elements // src.elements)
+    return (heads, heads // group) if group > 1 and heads % group == 0 else (heads, heads)
 
 
 HOST_CLASSES = (OpClass.CONTROL, OpClass.UNMODELED)
@@ -115,6 +141,9 @@ def build_kernel(
             matrix_flops += w.matrix_flops
             sfu += w.sfu_ops
     matrix = _matrix_shape(members, group.rule)
+    if matrix is not None and group.rule == KernelRule.FLASH_ATTENTION:
+        nodes = [graph.nodes[work.index_of[n]] for n in group.nodes]
+        matrix = _matrix_shape(members, group.rule, _attention_heads(graph, nodes, matrix.k))
     out_rows, out_length = _rows(tensors, boundary.writes) if matrix is None else (0, 0)
     return _new_kernel(
         name=name,

@@ -16,8 +16,9 @@ from mapper.core.errors import MapperError
 from mapper.core.graph import Graph
 from mapper.core.options import PlanOptions
 from mapper.core.result import Kernel
-from mapper.core.vocab import KvCache, Launch, Runtime
+from mapper.core.vocab import GqaDecode, KvCache, Launch, Runtime
 from mapper.hardware.profile import HardwareProfile
+from mapper.hardware.target import UNPACKED_DECODE, DecodeAttention
 from mapper.plan.precision import Sizer
 
 # Ops an export builds `present` with: Concat(past, new) (HF/Optimum dynamic cache) or ScatterND(past, idx, new)
@@ -32,7 +33,29 @@ class RuntimePreset:
     decode_launch: str  # a decode step (one new token per sequence)
     prefill_launch: str  # a prompt (many new tokens)
     attention_fusion: bool | None  # None: as the fusion policy says
+    decode_attention: DecodeAttention  # how its decode attention kernel packs, splits and pages
     assumptions: str
+
+
+# vLLM's default attention backend on NVIDIA GPUs (FLASH_ATTN: vllm-flash-attn, FlashAttention-2/3 with a paged
+# cache). FlashAttention-2's flash_api.cpp swaps a one-token query's grouped heads into its query rows
+# (`seqlenq_ngroups_swapped`: seqlen_q == 1, num_heads > num_heads_k, no ALiBi) and splits the keys where work
+# items are few (`num_splits_heuristic`); the cache is paged in blocks of 16 tokens (vLLM CacheConfig.block_size).
+VLLM_DECODE = DecodeAttention(
+    packs_query_group=True,
+    splits_kv=True,
+    page_tokens=16,
+    kernel="FlashAttention-2/3 (vllm-flash-attn): GQA heads swapped into query rows, split-KV, 16-token pages",
+)
+# TensorRT-LLM's generation-phase attention for MQA/GQA is XQA (docs/source/advanced/gpt-attention.md: the query
+# heads that share a K/V head processed together), with multi-block mode splitting a long sequence across SMs (the
+# same page), paged in KvCacheConfig.tokens_per_block = 32 tokens (the LLM API's default, llmapi/llm_args.py).
+TRTLLM_DECODE = DecodeAttention(
+    packs_query_group=True,
+    splits_kv=True,
+    page_tokens=32,
+    kernel="XQA (TensorRT-LLM gpt-attention.md): a K/V head's query heads together, multi-block mode, 32-token pages",
+)
 
 
 PRESETS: dict[str, RuntimePreset] = {
@@ -41,6 +64,7 @@ PRESETS: dict[str, RuntimePreset] = {
         Launch.EAGER,
         Launch.EAGER,
         None,
+        UNPACKED_DECODE,
         "ONNX Runtime runs the exported graph as it is: the past -> present Concat writes the whole cache each"
         " step, one launch per kernel, attention as the graph and fusion policy have it",
     ),
@@ -49,6 +73,7 @@ PRESETS: dict[str, RuntimePreset] = {
         Launch.GRAPH,
         Launch.EAGER,
         True,
+        VLLM_DECODE,
         "vLLM: paged KV cache (PagedAttention, Kwon et al. SOSP 2023: a step appends the new token's K and V);"
         " decode replayed as a captured CUDA graph, prefill eager (vLLM docs, enforce_eager=False);"
         " fused attention kernels (FlashAttention / PagedAttention)",
@@ -58,6 +83,7 @@ PRESETS: dict[str, RuntimePreset] = {
         Launch.GRAPH,
         Launch.EAGER,
         True,
+        TRTLLM_DECODE,
         "TensorRT-LLM: paged KV cache updated in place by its attention plugin; decode replayed as a CUDA graph"
         " (trtllm-bench / executor cuda_graph_mode), prefill eager; fused multi-head attention (FMHA/XQA)",
     ),
@@ -75,6 +101,7 @@ class RuntimeChoice:
     attention_fusion: bool | None
     why: str  # why this runtime (the `auto` rule, or "plan option")
     assumptions: str
+    decode_attention: DecodeAttention
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +177,26 @@ def choose_runtime(graph: Graph, hw: HardwareProfile, options: PlanOptions) -> R
             f"hardware {hw.name}: launch=graph needs overhead.graph_launch_s (the per-kernel cost under graph"
             " replay) in the profile; add it with its source, or choose --launch eager"
         )
-    return RuntimeChoice(str(name), str(kv_cache), str(launch), fusion, why, preset.assumptions)
+    return RuntimeChoice(
+        str(name), str(kv_cache), str(launch), fusion, why, preset.assumptions, _decode_attention(preset, options)
+    )
+
+
+def gqa_decode_mode(decode: DecodeAttention) -> GqaDecode:
+    """How a decode attention runs grouped query heads, as `--gqa-decode` names it."""
+    return GqaDecode.PACKED if decode.packs_query_group else GqaDecode.PER_HEAD
+
+
+def _decode_attention(preset: RuntimePreset, options: PlanOptions) -> DecodeAttention:
+    """The preset's decode attention, with grouped query heads packed or not as `--gqa-decode` sets it."""
+    decode = preset.decode_attention
+    if options.gqa_decode == GqaDecode.AUTO:
+        return decode
+    packed = options.gqa_decode == GqaDecode.PACKED
+    if packed == decode.packs_query_group:
+        return decode
+    how = "a K/V head's query heads as one work item's rows" if packed else "one work item per query head"
+    return replace(decode, packs_query_group=packed, kernel=f"plan option --gqa-decode {options.gqa_decode}: {how}")
 
 
 def apply_kv_cache(graph: Graph, kernels: Sequence[Kernel], kv_cache: str, sizer: Sizer) -> Sequence[Kernel]:
@@ -193,5 +239,6 @@ def runtime_assumptions(choice: RuntimeChoice, hw: HardwareProfile) -> tuple[tup
         ("plan.kv_cache", choice.kv_cache, "in-place: the new tokens' K/V only; copy: the exported Concat's"),
         ("plan.launch", choice.launch, launch_source),
         ("plan.attention_fusion", str(choice.attention_fusion), "runtime preset (None: as the fusion policy says)"),
+        ("runtime.decode_attention", str(gqa_decode_mode(choice.decode_attention)), choice.decode_attention.kernel),
         ("runtime.assumptions", choice.runtime, choice.assumptions),
     )

@@ -90,6 +90,9 @@ def _split(shape: MatrixShape | None, role: str, tp: int) -> MatrixShape | None:
         return replace(shape, n=math.ceil(shape.n / tp))
     if role == Shard.ROW:
         return replace(shape, k=math.ceil(shape.k / tp), a_elements=math.ceil(shape.a_elements / tp))
+    if shape.kv_heads:  # attention on its heads: 1/tp of the query heads; K/V heads split, or replicated below tp
+        heads, kv_heads = math.ceil(shape.heads / tp), math.ceil(shape.kv_heads / tp)
+        return replace(shape, batch=math.ceil(shape.batch / tp), heads=heads, kv_heads=min(kv_heads, heads))
     return replace(shape, batch=math.ceil(shape.batch / tp))
 
 

@@ -39,6 +39,7 @@ def kernel_record(e: KernelEstimate) -> dict:
         "padding_efficiency": c.padding_efficiency if c else None,
         "sram_bytes": c.sram_bytes if c else None,
         "block_size": e.tiling.block_size or None,
+        "query_heads_per_kv": k.matrix.group if k.matrix is not None and k.matrix.kv_heads else None,
         "passes": e.tiling.passes,
         "grid_syncs": e.tiling.grid_syncs,
         "alternatives": [

@@ -52,6 +52,7 @@ KERNEL_NUMERIC = (
     "padding_efficiency",
     "sram_bytes",
     "block_size",
+    "query_heads_per_kv",
     "passes",
     "grid_syncs",
     "flops",

@@ -21,7 +21,7 @@ from mapper.core.options import PlanOptions
 from mapper.core.result import MappingResult
 from mapper.core.targets import TargetCheck
 from mapper.core.units import format_duration
-from mapper.core.vocab import Engine, KvDtype, Sparsity
+from mapper.core.vocab import Engine, GqaDecode, KvDtype, Sparsity
 from mapper.handle import ModelHandle
 from mapper.hardware.profile import HardwareProfile
 from mapper.pipeline import map_workload
@@ -145,6 +145,7 @@ def _dtype(dtype: str) -> Changes:
     return apply
 
 
+DECODE_ATTENTION_ROW = "runtime.decode_attention"  # the assumptions row saying how decode attention runs GQA heads
 KV_DOMINANT_SHARE = 0.5  # the KV cache's share of a step's DRAM bytes at which its precision is offered
 
 
@@ -154,6 +155,14 @@ def _kv_fp8(ctx: Context) -> dict | None:
     fp8 = PLAN_DTYPE_BYTES[KvDtype.FP8]  # narrower than the cache now: the compute's width, the same rule as its caveat
     wider = ctx.options.kv_dtype == KvDtype.SAME and PLAN_DTYPE_BYTES[ctx.doc["totals"]["dtype"]] > fp8
     return {"kv_dtype": "fp8"} if ctx.decoder and wider and total and kv >= KV_DOMINANT_SHARE * total else None
+
+
+def _gqa_packed(ctx: Context) -> dict | None:
+    """Grouped-query decode attention with a K/V head's query heads packed into one kernel's rows, where the plan
+    runs one work item per query head (`--gqa-decode per-head`, or a runtime preset that does) on a GQA model."""
+    grouped = any((k.get("query_heads_per_kv") or 1) > 1 for k in ctx.doc["kernels"])
+    mode = next((a["value"] for a in ctx.doc["assumptions"] if a["name"] == DECODE_ATTENTION_ROW), None)
+    return {"gqa_decode": "packed"} if ctx.decoder and grouped and mode == GqaDecode.PER_HEAD else None
 
 
 def _sparse(ctx: Context) -> dict | None:
@@ -192,12 +201,14 @@ CANDIDATES: dict[str, tuple[CandidateRow, ...]] = {
     ),
     LATENCY_TARGET: (
         CandidateRow("one more data-parallel replica", _more_replicas, Owner.RUNTIME, "every kernel"),
+        CandidateRow("packed GQA decode attention", _gqa_packed, Owner.RUNTIME, "attention kernels"),
         CandidateRow("fp8 KV cache", _kv_fp8, Owner.RUNTIME, "attention kernels", KV_EVIDENCE),
         CandidateRow("int4 weights", _weights("int4"), Owner.ML_COMPILER, "weight GEMMs", PRECISION_EVIDENCE),
         CandidateRow("fp8 compute", _dtype("fp8"), Owner.ML_COMPILER, "every kernel", PRECISION_EVIDENCE),
     ),
     Bottleneck.MEMORY: (
         CandidateRow("fp8 KV cache", _kv_fp8, Owner.RUNTIME, "attention kernels", KV_EVIDENCE),
+        CandidateRow("packed GQA decode attention", _gqa_packed, Owner.RUNTIME, "attention kernels"),
         CandidateRow("int4 weights", _weights("int4"), Owner.ML_COMPILER, "weight GEMMs", PRECISION_EVIDENCE),
         CandidateRow("int8 weights", _weights("int8"), Owner.ML_COMPILER, "weight GEMMs", PRECISION_EVIDENCE),
         CandidateRow("fp8 compute", _dtype("fp8"), Owner.ML_COMPILER, "every kernel", PRECISION_EVIDENCE),
@@ -215,6 +226,7 @@ CANDIDATES: dict[str, tuple[CandidateRow, ...]] = {
         CandidateRow("aggressive fusion", _set(fusion="aggressive"), Owner.ML_COMPILER, "vector kernels"),
     ),
     Bottleneck.OCCUPANCY: (
+        CandidateRow("packed GQA decode attention", _gqa_packed, Owner.RUNTIME, "attention kernels"),
         CandidateRow("aggressive fusion", _set(fusion="aggressive"), Owner.ML_COMPILER, "occupancy-bound kernels"),
         CandidateRow("2:4 sparse weights", _sparse, Owner.ML_COMPILER, "weight GEMMs", SPARSITY_EVIDENCE),
     ),

@@ -50,6 +50,7 @@ class LLMServingConfig:
     scheduler: str = Scheduler.PREFILL_FIRST
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS  # chunked: prompt tokens prefilled per step beside the decodes
     kv_capacity_source: str = ""  # how the capacity was computed (serve.llm.KvBudget.text), where it was
+    kv_page_tokens: int = 0  # tokens a block of the paged cache holds (the runtime's; 0: contiguous)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +115,9 @@ def validate_llm_config(config: LLMServingConfig) -> LLMServingConfig:
             f"{requests:,} requests x their output tokens is {requests + output:,} steps, over"
             f" {limits.limit_text('MAX_LLM_TOKENS')}; simulate fewer requests or shorter outputs"
         )
+    page = config.kv_page_tokens
+    if not (isinstance(page, int) and not isinstance(page, bool) and 0 <= page <= MAX_TOKENS):
+        raise MapperError(f"KV-cache page {page!r} tokens must be an integer from 0 (contiguous) to {MAX_TOKENS:,}")
     if config.kv_capacity_tokens is not None and not (
         isinstance(config.kv_capacity_tokens, int) and config.kv_capacity_tokens >= 1
     ):
@@ -139,7 +143,7 @@ def simulate_llm_serving(prefill_time: StepTime, decode_time: StepTime, config: 
     if int(need.max()) > capacity:
         row = int(np.argmax(need > capacity))
         raise MapperError(
-            f"request {row + 1} needs {int(need[row])} KV tokens (prompt + output) but the cache holds"
+            f"request {row + 1} needs {int(need[row])} KV tokens (prompt + output, in whole pages) but the cache holds"
             f" {capacity}; shorten it or use a device with more memory"
         )
     cv, dist = filled_jitter(config.jitter_cv, config.jitter_dist)
@@ -193,7 +197,7 @@ def _requests(config: LLMServingConfig, arrival_rng: np.random.Generator) -> Req
         if trace is not None and trace.output_tokens is not None
         else np.full(n, config.output_tokens, dtype=np.int64)
     )
-    return Requests(arrival, prompt, output)
+    return Requests(arrival, prompt, output, config.kv_page_tokens)
 
 
 def _result(reqs: Requests, timeline: Timeline, config: LLMServingConfig, capacity: int) -> LLMServingResult:

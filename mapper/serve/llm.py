@@ -18,6 +18,7 @@ from mapper.core.errors import MapperError
 from mapper.core.result import MappingResult, MemoryPlan
 from mapper.handle import open_model
 from mapper.pipeline import map_workload
+from mapper.plan.runtime import choose_runtime
 from mapper.serve.continuous import (
     DEFAULT_CHUNK_TOKENS,
     SCHEDULERS,
@@ -122,20 +123,29 @@ class KvBudget:
     activation_bytes: float  # the profile run's activation peak on one device
     kv_bytes_per_token: float  # the cache one more token takes on one device
     token_budget: int  # tokens of the profile run (the scheduler's largest step)
+    page_tokens: int = 0  # tokens a block of the runtime's paged cache holds (0: contiguous): whole pages only
 
     @property
     def tokens(self) -> int:
-        return int((self.usable_bytes - self.weight_bytes - self.activation_bytes) // self.kv_bytes_per_token)
+        tokens = int((self.usable_bytes - self.weight_bytes - self.activation_bytes) // self.kv_bytes_per_token)
+        return tokens // self.page_tokens * self.page_tokens if self.page_tokens > 1 else tokens
 
     def text(self) -> str:
         """The derivation, for the serving assumptions."""
         gb = 1e9
+        pages = f" ({self.tokens // self.page_tokens:,} pages of {self.page_tokens})" if self.page_tokens > 1 else ""
         return (
             f"KV cache per device: {KV_MEMORY_FRACTION:g} x memory {self.usable_bytes / KV_MEMORY_FRACTION / gb:.1f}"
             f" GB - weights {self.weight_bytes / gb:.2f} GB - activations {self.activation_bytes / gb:.2f} GB (a"
-            f" {self.token_budget:,}-token profile run) = {self.tokens:,} tokens at"
+            f" {self.token_budget:,}-token profile run) = {self.tokens:,} tokens{pages} at"
             f" {self.kv_bytes_per_token:,.0f} B per token"
         )
+
+
+def kv_page_tokens(model, hw, options) -> int:
+    """Tokens a block of the runtime's paged KV cache holds (`plan.runtime`'s preset for this model and plan)."""
+    graph = model.bind(decoder_dims(model)(1, 1), batch=1, seq=1).graph
+    return choose_runtime(graph, hw, options).decode_attention.page_tokens
 
 
 def kv_budget(source, hw, options, token_budget: int) -> KvBudget:
@@ -159,6 +169,7 @@ def kv_budget(source, hw, options, token_budget: int) -> KvBudget:
         profile.activation_bytes,
         one.kv_cache_bytes,
         token_budget,
+        kv_page_tokens(model, hw, options),
     )
     if budget.tokens < 1:
         raise MapperError(
@@ -207,7 +218,12 @@ def _engine_inputs(source, hw, options, config: LLMServingConfig, chunk_tokens: 
     )
     if config.kv_capacity_tokens is None:  # the room the plan leaves on each device (`KvBudget`)
         budget = kv_budget(source, hw, options, chunk_tokens or max_prompt)
-        config = replace(config, kv_capacity_tokens=budget.tokens, kv_capacity_source=budget.text())
+        config = replace(
+            config,
+            kv_capacity_tokens=budget.tokens,
+            kv_capacity_source=budget.text(),
+            kv_page_tokens=budget.page_tokens,
+        )
     prefill, decode = engine_step_times(
         source, hw, options, config.max_batch, max_prompt, max_prompt + max_output, chunk_tokens
     )

@@ -30,15 +30,19 @@ class Scheduler(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Requests:
-    """Each request's arrival time and prompt and output lengths (tokens)."""
+    """Each request's arrival time and prompt and output lengths (tokens), and the cache's page (tokens a block
+    of a paged KV cache holds; 0: one contiguous cache per sequence)."""
 
     arrival: np.ndarray
     prompt: np.ndarray
     output: np.ndarray
+    page_tokens: int = 0
 
     @property
-    def need(self) -> np.ndarray:  # KV tokens reserved at admission (prefill-first, decode-first)
-        return self.prompt + self.output
+    def need(self) -> np.ndarray:
+        """KV tokens reserved at admission (prefill-first, decode-first): prompt + output in whole pages."""
+        tokens = self.prompt + self.output
+        return -(-tokens // self.page_tokens) * self.page_tokens if self.page_tokens > 1 else tokens
 
 
 @dataclass(frozen=True, slots=True)
