@@ -124,7 +124,10 @@ def step_four() -> None:
         {
             "fix": c["label"],
             "status": f"rejected: {c['rejected']}" if c.get("rejected") else "can be adopted",
-            "change": ",".join(f"{o}={v}" for o, v in {**c["plan_options"], **c["slice_changes"]}.items()),
+            "change": ",".join(
+                f"{o}={v}"
+                for o, v in {**c["plan_options"], **c["slice_changes"], **c.get("serving_changes", {})}.items()
+            ),
             "expected gain": c["gain_text"] + (f"; {c['cost']}" if c["cost"] else ""),
             "owner": c["owner"],
             "blast radius": f"{c['blast_radius']['kernels']} kernels: {', '.join(c['blast_radius']['layer_types'])}",

@@ -71,6 +71,8 @@ from mapper.serve.llm import DEFAULT_OUTPUT_TOKENS, ServeRequest, ServingRun, is
 from mapper.serve.load_curve import load_curve
 from mapper.serve.question import LoadSource, Question, ServedLoad
 from mapper.serve.serving import ServingConfig, ServingResult, simulate_serving
+from mapper.serve.speculative import DEFAULT_DRAFT_TOKENS, SpeculativeConfig, expected_tokens, validate_speculative
+from mapper.serve.steps import open_draft
 from mapper.work.workload import Workload, analyze_graph
 from mapper.zoo import ZOO_NAMES, build_zoo_model, list_zoo, zoo_model_bytes
 
@@ -249,5 +251,10 @@ __all__ = [
     "LLMServingConfig",
     "LLMServingResult",
     "SCHEDULERS",
+    "SpeculativeConfig",
+    "DEFAULT_DRAFT_TOKENS",
+    "expected_tokens",
+    "validate_speculative",
+    "open_draft",
     *_LAZY,
 ]

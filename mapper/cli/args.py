@@ -145,6 +145,22 @@ def add_load_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--requests", type=int, help="requests simulated (default: 20000, decoders 1000)")
     p.add_argument("--load-curve", action="store_true", help="request queues: also sweep offered load to saturation")
+    p.add_argument(
+        "--speculative-draft",
+        metavar="MODEL",
+        help="decoders: serve with speculative decoding, this draft model proposing tokens (a built-in, an .onnx"
+        " file or a config) on the same devices; needs --acceptance-rate",
+    )
+    p.add_argument(
+        "--draft-tokens",
+        type=int,
+        help=f"speculative decoding: tokens the draft proposes a round (default {mapper.DEFAULT_DRAFT_TOKENS})",
+    )
+    p.add_argument(
+        "--acceptance-rate",
+        type=float,
+        help="speculative decoding: the chance the target accepts each draft token, in [0, 1) (measure it)",
+    )
 
 
 def targets_from(args) -> mapper.Targets:
@@ -171,13 +187,33 @@ def question_from(args, serving: mapper.ServingConfig | None = None, **request) 
         max_batch=args.max_batch or serving.max_batch,
         max_wait_s=args.max_wait_ms / 1e3,
     )
-    request = {"load_curve": args.load_curve, **request}
+    request = {"load_curve": args.load_curve, "speculative": speculative_from(args), **request}
     serve = mapper.ServeRequest(
         serving, output_tokens=args.output_tokens, follow_mapped_batch=args.max_batch is None, **request
     )
     return mapper.Question(
         serve, args.rate is not None, targets_from(args), prompt_tokens=args.prompt_tokens, requests=args.requests
     )
+
+
+def speculative_from(args) -> mapper.SpeculativeConfig | None:
+    """Speculative decoding from its flags (None without --speculative-draft; the other two alone are refused),
+    the draft opened once here for every step the serving maps."""
+    draft, tokens, rate = args.speculative_draft, args.draft_tokens, args.acceptance_rate
+    if draft is None:
+        given = [f for f, v in (("--draft-tokens", tokens), ("--acceptance-rate", rate)) if v is not None]
+        if given:
+            verb = "apply" if len(given) > 1 else "applies"
+            raise MapperError(f"{' and '.join(given)} {verb} to speculative decoding: name its --speculative-draft")
+        return None
+    if rate is None:
+        raise MapperError(
+            "--speculative-draft needs --acceptance-rate: the share of draft tokens the target accepts (measured on"
+            " your prompts; the gain depends on it)"
+        )
+    spec = mapper.SpeculativeConfig(draft, rate, mapper.DEFAULT_DRAFT_TOKENS if tokens is None else tokens)
+    spec = mapper.validate_speculative(spec)  # the numbers first: a bad rate is refused before a model is read
+    return dataclasses.replace(spec, draft=mapper.open_draft(spec))
 
 
 def slice_from(args, served: bool = False) -> tuple[mapper.ModelHandle, dict[str, int]]:

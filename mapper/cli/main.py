@@ -207,8 +207,9 @@ def cmd_serve(args) -> int:
 def print_serving(section: dict) -> None:
     """`mapper serve`'s text form: each field in people's units, the load curve and its knee, the assumptions."""
     for key, value in section.items():
-        if key not in ("assumptions", "load_curve", "schedulers", "load"):
+        if key not in ("assumptions", "load_curve", "schedulers", "load", "speculative"):
             print(f"{field_label(key):28s} {format_field(key, value)}")
+    print_speculative(section.get("speculative"))
     for point in section.get("load_curve", {}).get("points", []):
         print(
             f"load {point['load']:5.2f}  {format_number(point['offered_rate_per_s'], '/s'):>12s}"
@@ -231,6 +232,19 @@ def print_serving(section: dict) -> None:
     print_schedulers(section.get("schedulers", ()))
     for line in section["assumptions"]:
         print(f"assumption: {line}")
+
+
+def print_speculative(row: dict | None) -> None:
+    """`mapper serve --speculative-draft`: the round at the operating point against the plain decode step."""
+    if not row:
+        return
+    print(
+        f"speculative round at batch {row['batch']}, context {row['context_tokens']:,.0f}: {row['draft_tokens']}"
+        f" draft steps {format_duration(row['draft_steps_s'])} + verification {format_duration(row['verify_s'])} ="
+        f" {format_duration(row['round_s'])} for {row['tokens_per_round']:.2f} tokens ->"
+        f" {format_duration(row['per_token_s'])} per token against a decode step of"
+        f" {format_duration(row['decode_step_s'])} ({row['speedup']:.2f}x)"
+    )
 
 
 def print_schedulers(rows) -> None:

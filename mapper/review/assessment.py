@@ -24,6 +24,7 @@ from mapper.report.verdict import Finding, first_failure
 from mapper.review import steps
 from mapper.review.candidates import LATENCY_TARGET, Candidate, larger_batches, propose
 from mapper.review.ranking import best, chosen_because, rank
+from mapper.review.speculation import speculation, speculative_of
 from mapper.serve.llm import DEFAULT_OUTPUT_TOKENS, follow_batch, is_decoder, mapped_batch, serve_model
 from mapper.serve.question import DECODER_REQUESTS, QUEUE_REQUESTS, Question, ServedLoad, serve_at_load
 
@@ -97,6 +98,7 @@ def assess_slice(
     candidates = propose(failure.check, dominant, base, doc, decoder, decode)
     if decode and dominant == Bottleneck.MEMORY and mapped.memory.fits:  # more tokens per weight read
         candidates += larger_batches(model, dims, base, doc)
+        candidates += speculation(model, dims, base, doc, question.serve.speculative)
     if failure.check == LATENCY_TARGET:
         candidates = tuple(_served(c, model, hw, question, load, dims) for c in candidates)
     ranked = rank(candidates, failure.check)
@@ -127,9 +129,11 @@ def serving_section(load: ServedLoad, decoder: bool, question: Question, batch: 
 
 def _served(c: Candidate, model, hw, question: Question, load: ServedLoad, dims) -> Candidate:
     """A candidate served at the assessment's load (the latency check's figures), where it fits."""
-    if not c.fits or c.kind != "plan":
+    if not c.fits or c.kind not in ("plan", "serving"):
         return c
     request = replace(question.serve, serving=replace(question.serve.serving, rate_per_s=load.rate_per_s))
+    if c.kind == "serving":  # speculative decoding: the same plan, served with its draft
+        request = replace(request, speculative=speculative_of(c))
     section = serve_model(model, hw, c.options, request, dims).section()  # a trace, if any, replayed as given
     checks = question.targets.checks(section)
     return replace(c, target_checks=checks, p99_s=section.get("p99_s", section.get("latency_p99_s")))
@@ -189,4 +193,6 @@ def question_flags(question: Question) -> list[str]:
         flags.append(f"--requests={question.requests}")
     if question.serve.load_curve:
         flags.append("--load-curve")
+    if question.serve.speculative is not None:
+        flags += question.serve.speculative.flags()
     return flags

@@ -8,6 +8,7 @@ manual's review section). `propose` re-maps every applicable row on the frozen s
 A decoder whose KV cache is at least half of a step's DRAM bytes is offered its cache in fp8 alone
 (`--kv-dtype fp8`, the lever a serving engineer reaches for first); fp8 compute sizes the cache at 1 byte an
 element too, and says so in its label.
+review/speculation.py adds a memory-bound decode step's speculative decoding (a serving change).
 """
 
 from __future__ import annotations
@@ -100,6 +101,7 @@ class Candidate:
     p99_s: float | None = None  # the request latency p99 at the assessment's load (a latency target's check)
     kind: str = "plan"  # "plan": plan options on the frozen slice; "slice": the slice itself changes
     slice_changes: tuple[tuple[str, int], ...] = ()  # dim -> new value (kind "slice")
+    serving_changes: tuple[tuple[str, object], ...] = ()  # serving flag -> value (kind "serving": speculation)
     kpi: str = "latency"  # what `gain` is measured on
     cost: str = ""  # what the change costs on another KPI (a larger batch's TPOT)
     per_device_bytes: float = 0.0  # memory it needs per device (against capacity_bytes)
@@ -112,7 +114,7 @@ class Candidate:
         return gain_text(self.gain, self.kpi)
 
     def option_text(self) -> str:
-        pairs = self.changes if self.kind == "plan" else self.slice_changes
+        pairs = {"plan": self.changes, "serving": self.serving_changes}.get(self.kind, self.slice_changes)
         return ",".join(f"{k}={option_value(v)}" for k, v in pairs)
 
 

@@ -96,6 +96,7 @@ def candidate_record(c: Candidate) -> dict:
         "kind": c.kind,
         "plan_options": dict(c.changes),
         "slice_changes": dict(c.slice_changes),
+        "serving_changes": dict(c.serving_changes),
         "owner": c.owner,
         "expected_gain": c.gain,
         "gain_on": c.kpi,

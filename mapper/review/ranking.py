@@ -30,8 +30,8 @@ RANKING = (
     ),
     Key(
         "a plan change",
-        "the validation matrix compares two plans on the same slices, so a slice change (a larger batch) is"
-        " offered for the serving owner to decide, never taken by default",
+        "the validation matrix compares two plans on the same slices, so a slice change (a larger batch) or a"
+        " serving change (speculative decoding) is offered for the serving owner to decide, never taken by default",
     ),
     Key(
         "fixes the failing check",
@@ -102,7 +102,7 @@ def none_fixes(ranked: tuple[Candidate, ...], check: str) -> str:
     if not ranked:
         return f"no candidate in the table applies to the failing check ({check}) on this slice"
     return f"no candidate fixes the failing check ({check}): " + "; ".join(
-        f"{c.label} {c.rejected or 'is a slice change, offered only'}" for c in ranked
+        f"{c.label} {c.rejected or f'is a {c.kind} change, offered only'}" for c in ranked
     )
 
 

@@ -28,6 +28,7 @@ from mapper.serve.scheduler import (
     run_whole_prefill,
 )
 from mapper.serve.serving import ServingConfig, draw_jitter, filled_jitter, validate_config
+from mapper.serve.speculative import SpeculativeConfig, validate_speculative
 from mapper.serve.trace import Trace
 
 MAX_TOKENS = limits.MAX_TOKENS
@@ -51,6 +52,7 @@ class LLMServingConfig:
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS  # chunked: prompt tokens prefilled per step beside the decodes
     kv_capacity_source: str = ""  # how the capacity was computed (serve.llm.KvBudget.text), where it was
     kv_page_tokens: int = 0  # tokens a block of the paged cache holds (the runtime's; 0: contiguous)
+    speculative: SpeculativeConfig | None = None  # speculative decoding (serve/speculative.py); None: off
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +82,7 @@ class LLMServingResult:
     offered_rate_per_s: float = 0.0  # requests/s arriving (the config's rate, or the trace's)
     capacity_per_s: float = 0.0  # requests/s the engine sustains at its batch (`llm_capacity_per_s`)
     overload: str = ""  # the sentence when the offered rate is over the capacity (overload_sentence), else ""
+    speculative: dict | None = None  # speculative decoding's round at the operating point (serve.llm), where on
 
 
 def validate_llm_config(config: LLMServingConfig) -> LLMServingConfig:
@@ -122,11 +125,20 @@ def validate_llm_config(config: LLMServingConfig) -> LLMServingConfig:
         isinstance(config.kv_capacity_tokens, int) and config.kv_capacity_tokens >= 1
     ):
         raise MapperError(f"KV-cache capacity {config.kv_capacity_tokens!r} tokens must be an integer >= 1")
+    speculative = config.speculative
+    if speculative is not None:
+        speculative = validate_speculative(speculative)
+        if config.scheduler == Scheduler.CHUNKED:
+            raise MapperError(
+                "speculative decoding is modelled with the prefill-first and decode-first schedulers, not beside a"
+                " chunked prefill; choose --scheduler prefill-first or decode-first"
+            )
     return replace(
         config,
         jitter_cv=checked.jitter_cv,
         jitter_dist=checked.jitter_dist,
         scheduler=Scheduler(config.scheduler).value,
+        speculative=speculative,
     )
 
 
@@ -259,6 +271,17 @@ SCHEDULER_TEXT: dict[str, Callable[[LLMServingConfig], tuple[str, ...]]] = {
 }
 
 
+def speculative_text(spec: SpeculativeConfig) -> tuple[str, ...]:
+    return (
+        spec.text(),
+        (
+            "speculative decoding, not modelled: tree attention, acceptance varying by position or prompt, the spread"
+            " of accepted tokens between sequences (each round credits every sequence its expectation), the draft's"
+            " lookahead KV slots"
+        ),
+    )
+
+
 def describe_llm(config: LLMServingConfig, n: int) -> tuple[str, ...]:
     arrivals = (
         f"arrivals: trace {config.trace.source or '(in memory)'}, {n:,} requests"
@@ -276,6 +299,7 @@ def describe_llm(config: LLMServingConfig, n: int) -> tuple[str, ...]:
         *SCHEDULER_TEXT[config.scheduler](config),
         *((config.kv_capacity_source,) if config.kv_capacity_source else ()),
         "step times: engine on a coarse grid of batch and context length, linearly interpolated",
+        *(speculative_text(config.speculative) if config.speculative else ()),
         "jitter: none"
         if config.jitter_dist == "none" or not config.jitter_cv
         else f"jitter: {config.jitter_dist}, multiplicative per step, mean 1, CV {config.jitter_cv:g}",

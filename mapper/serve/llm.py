@@ -4,15 +4,14 @@ Serving for decoders, above the pipeline (docs/manual.md, "LLM serving"): per-st
 engine (prefill at a batch and prompt length, one decode step at a batch and context length) on a coarse grid,
 interpolated, and feed the continuous-batching scheduler (serve/continuous.py), which reports TTFT and TPOT.
 `serve_model` picks that or a request queue (serve/serving.py) for one model, as `mapper serve` does.
+With speculative decoding (serve/speculative.py) the decode step is a speculative round's time per token, from
+grids of the draft's decode step and the target's verification step (serve/steps.py), and the KV cache shares
+the devices with the draft's weights and cache.
 """
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-
-import numpy as np
 
 from mapper.core.errors import MapperError
 from mapper.core.result import MappingResult, MemoryPlan
@@ -31,83 +30,12 @@ from mapper.serve.engine import engine_batch_time
 from mapper.serve.load_curve import LoadCurve, load_curve, serving_section
 from mapper.serve.scheduler import Scheduler
 from mapper.serve.serving import ServingConfig, ServingResult, simulate_serving
+from mapper.serve.speculative import SpeculativeConfig
+from mapper.serve.steps import decoder_dims, engine_step_times, open_draft, speculative_step_times
 
 # The share of each device's memory the serving engine may hold: weights, the activation reserve and the KV cache
 # (vLLM's `gpu_memory_utilization`, 0.9 by default; the rest is the CUDA context, other processes, fragmentation)
 KV_MEMORY_FRACTION = 0.9
-GRID_POINTS = 4  # context lengths per interpolation grid (times are near-affine in length)
-
-
-# ---- step times from the engine ---------------------------------------------------------------------
-
-
-def _grid(top: int) -> list[int]:
-    return sorted({max(1, round(top * f)) for f in np.linspace(1.0 / GRID_POINTS, 1.0, GRID_POINTS)})
-
-
-class GridTime:
-    """(batch, tokens) -> seconds, bilinear on a grid the engine is mapped at once per point. Each integer
-    batch's row is interpolated once and kept, so a call is a bisect (the scheduler calls it every step)."""
-
-    def __init__(self, point: Callable[[int, int], float], batches: list[int], tokens: list[int]):
-        self.batches = np.array(batches, dtype=np.float64)
-        self.tokens = np.array(tokens, dtype=np.float64)
-        self.table = np.array([[point(b, t) for t in tokens] for b in batches])
-        self._tokens = [float(t) for t in tokens]
-        self._rows: dict[int, list[float]] = {}
-
-    def _row(self, batch: int) -> list[float]:
-        row = self._rows.get(batch)
-        if row is None:
-            row = [float(np.interp(batch, self.batches, column)) for column in self.table.T]
-            self._rows[batch] = row
-        return row
-
-    def __call__(self, batch: int, tokens: float) -> float:
-        row, xs = self._row(batch), self._tokens
-        if tokens <= xs[0]:
-            return row[0]
-        if tokens >= xs[-1]:
-            return row[-1]
-        i = bisect.bisect_right(xs, tokens)
-        x0, x1 = xs[i - 1], xs[i]
-        return row[i - 1] + (row[i] - row[i - 1]) * (tokens - x0) / (x1 - x0)
-
-
-def decoder_dims(source) -> Callable[[int, int], dict[str, int]]:
-    """(new tokens, cached tokens) -> a decoder's bindings besides batch and seq (which go by the
-    shortcuts): every past length (`past`, `past_sequence_length`...) the cached tokens, a total length the
-    export declares apart (`total_seq`) their sum, and a merged decoder's branch input the decoder that
-    reads the cache. Built-ins and exported files alike (`ModelHandle.roles`)."""
-    roles = open_model(source).roles
-
-    def dims(seq: int, past: int) -> dict[str, int]:
-        values = {"past": past, "total": past + seq, "branch": 1}
-        return {name: values[role] for name, role in roles.items() if role in values}
-
-    return dims
-
-
-def engine_step_times(
-    source, hw, options, max_batch: int, max_prompt: int, max_context: int, chunk_tokens: int | None = None
-):
-    """Prefill(batch, prompt length) and decode(batch, context) from the engine on coarse grids; the prefill
-    grid holds one token (chunked prefill's shared weight read; short prompts are not clamped up) and the
-    chunk length where one is given, so a chunk and every fixed prompt length are grid points."""
-    model = open_model(source)
-    step_dims = decoder_dims(model)
-
-    def latency(batch: int, seq: int, past: int) -> float:
-        workload = model.bind(step_dims(seq, past), batch=batch, seq=seq)
-        return map_workload(workload, hw, options).totals.latency_s
-
-    batches = sorted(
-        {1, max(1, max_batch // 4), max(1, max_batch // 2), max_batch}
-    )  # step time is near-affine in batch
-    prompts = {1, *_grid(max_prompt), *([chunk_tokens] if chunk_tokens else [])}
-    prefill = GridTime(lambda b, t: latency(b, t, 0), batches, sorted(prompts))
-    decode = GridTime(lambda b, t: latency(b, 1, t), batches, _grid(max_context))
-    return prefill, decode
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,21 +52,33 @@ class KvBudget:
     kv_bytes_per_token: float  # the cache one more token takes on one device
     token_budget: int  # tokens of the profile run (the scheduler's largest step)
     page_tokens: int = 0  # tokens a block of the runtime's paged cache holds (0: contiguous): whole pages only
+    draft: str = ""  # speculative decoding's draft on the same devices, where there is one
+    draft_weight_bytes: float = 0.0  # the draft's weights on one device
+    draft_kv_bytes_per_token: float = 0.0  # the draft's cache of one more token on one device
 
     @property
     def tokens(self) -> int:
-        tokens = int((self.usable_bytes - self.weight_bytes - self.activation_bytes) // self.kv_bytes_per_token)
+        free = self.usable_bytes - self.weight_bytes - self.draft_weight_bytes - self.activation_bytes
+        tokens = int(free // (self.kv_bytes_per_token + self.draft_kv_bytes_per_token))
         return tokens // self.page_tokens * self.page_tokens if self.page_tokens > 1 else tokens
 
     def text(self) -> str:
         """The derivation, for the serving assumptions."""
         gb = 1e9
         pages = f" ({self.tokens // self.page_tokens:,} pages of {self.page_tokens})" if self.page_tokens > 1 else ""
+        if not self.draft:
+            return (
+                f"KV cache per device: {KV_MEMORY_FRACTION:g} x memory"
+                f" {self.usable_bytes / KV_MEMORY_FRACTION / gb:.1f} GB - weights {self.weight_bytes / gb:.2f} GB -"
+                f" activations {self.activation_bytes / gb:.2f} GB (a {self.token_budget:,}-token profile run) ="
+                f" {self.tokens:,} tokens{pages} at {self.kv_bytes_per_token:,.0f} B per token"
+            )
         return (
             f"KV cache per device: {KV_MEMORY_FRACTION:g} x memory {self.usable_bytes / KV_MEMORY_FRACTION / gb:.1f}"
-            f" GB - weights {self.weight_bytes / gb:.2f} GB - activations {self.activation_bytes / gb:.2f} GB (a"
-            f" {self.token_budget:,}-token profile run) = {self.tokens:,} tokens{pages} at"
-            f" {self.kv_bytes_per_token:,.0f} B per token"
+            f" GB - weights {self.weight_bytes / gb:.2f} GB - draft {self.draft}'s weights"
+            f" {self.draft_weight_bytes / gb:.2f} GB - activations {self.activation_bytes / gb:.2f} GB (a"
+            f" {self.token_budget:,}-token profile run, the larger model's) = {self.tokens:,} tokens{pages} at"
+            f" {self.kv_bytes_per_token:,.0f} + {self.draft_kv_bytes_per_token:,.0f} (draft) B per token"
         )
 
 
@@ -148,21 +88,24 @@ def kv_page_tokens(model, hw, options) -> int:
     return choose_runtime(graph, hw, options).decode_attention.page_tokens
 
 
-def kv_budget(source, hw, options, token_budget: int) -> KvBudget:
-    """The KV-cache room of one device under `options`' TP x PP (x EP): the plan's memory at a profile run (a
-    prefill of `token_budget` tokens, nothing cached) mapped as every other step is (`KvBudget`)."""
-    model = open_model(source)
+def _memory(model, hw, options, tokens: int) -> MemoryPlan:
+    """The plan's memory at a prefill of `tokens` tokens with nothing cached."""
     dims = decoder_dims(model)
+    plan = map_workload(model.bind(dims(tokens, 0), batch=1, seq=tokens), hw, options).memory
+    if plan is None or plan.kv_cache_bytes <= 0:
+        raise MapperError(f"model {model.name}: no KV cache; LLM serving needs a decoder with one")
+    return plan
 
-    def memory(tokens: int) -> MemoryPlan:
-        plan = map_workload(model.bind(dims(tokens, 0), batch=1, seq=tokens), hw, options).memory
-        if plan is None or plan.kv_cache_bytes <= 0:
-            raise MapperError(f"model {model.name}: no KV cache; LLM serving needs a decoder with one")
-        return plan
 
+def kv_budget(source, hw, options, token_budget: int, draft=None) -> KvBudget:
+    """The KV-cache room of one device under `options`' TP x PP (x EP): the plan's memory at a profile run (a
+    prefill of `token_budget` tokens, nothing cached) mapped as every other step is (`KvBudget`). `draft`: a
+    speculative draft on the same devices under the same plan, its weights and its cache of every token held
+    beside the target's (the two run one after the other: the activation reserve is the larger profile run's)."""
+    model = open_model(source)
     # one token, nothing cached: the parameters alone (a long step also folds length-sized constants) and the
     # cache one token adds; the profile run: the activation peak at the token budget
-    one, profile = memory(1), memory(token_budget)
+    one, profile = _memory(model, hw, options, 1), _memory(model, hw, options, token_budget)
     budget = KvBudget(
         KV_MEMORY_FRACTION * hw.dram_bytes,
         one.weight_bytes,
@@ -171,11 +114,23 @@ def kv_budget(source, hw, options, token_budget: int) -> KvBudget:
         token_budget,
         kv_page_tokens(model, hw, options),
     )
+    if draft is not None:
+        draft = open_model(draft)
+        d_one, d_profile = _memory(draft, hw, options, 1), _memory(draft, hw, options, token_budget)
+        budget = replace(
+            budget,
+            activation_bytes=max(budget.activation_bytes, d_profile.activation_bytes),
+            draft=draft.source or draft.name,
+            draft_weight_bytes=d_one.weight_bytes,
+            draft_kv_bytes_per_token=d_one.kv_cache_bytes,
+        )
     if budget.tokens < 1:
+        weights = budget.weight_bytes + budget.draft_weight_bytes
         raise MapperError(
-            f"model {model.name} on {hw.name}: {budget.weight_bytes / 1e9:.1f} GB of weights and"
-            f" {budget.activation_bytes / 1e9:.1f} GB of activations per device leave no room for a KV cache in"
-            f" {KV_MEMORY_FRACTION:g} x {hw.dram_bytes / 1e9:.0f} GB; raise --tp or --pp"
+            f"model {model.name} on {hw.name}: {weights / 1e9:.1f} GB of weights"
+            f"{' (target and draft)' if draft is not None else ''} and {budget.activation_bytes / 1e9:.1f} GB of"
+            f" activations per device leave no room for a KV cache in {KV_MEMORY_FRACTION:g} x"
+            f" {hw.dram_bytes / 1e9:.0f} GB; raise --tp or --pp"
         )
     return budget
 
@@ -189,20 +144,46 @@ def simulate_model_llm_serving(source, hw, options, config: LLMServingConfig) ->
     """simulate_llm_serving with the engine's step times, the device's KV capacity and the profile's jitter
     (`source`: a model handle, or what `open_model` takes; opened once for every step mapped)."""
     chunk = config.chunk_tokens if config.scheduler == Scheduler.CHUNKED else None
-    config, prefill, decode = _engine_inputs(open_model(source), hw, options, config, chunk)
-    return simulate_llm_serving(prefill, decode, config)
+    config, prefill, decode, steps = _engine_inputs(open_model(source), hw, options, config, chunk)
+    result = simulate_llm_serving(prefill, decode, config)
+    if steps is None:
+        return result
+    return replace(result, speculative=steps.at(round(result.mean_running) or 1, _mean_context(config)))
+
+
+def _mean_context(config: LLMServingConfig) -> float:
+    """The mean context of a decode step: the prompt and half the output (the trace's means where it gives them)."""
+    trace = config.trace
+    prompt = (
+        float(trace.prompt_tokens.mean())
+        if trace is not None and trace.prompt_tokens is not None
+        else config.prompt_tokens
+    )
+    output = (
+        float(trace.output_tokens.mean())
+        if trace is not None and trace.output_tokens is not None
+        else config.output_tokens
+    )
+    return prompt + output / 2
 
 
 def compare_schedulers(source, hw, options, config: LLMServingConfig) -> tuple[LLMServingResult, ...]:
     """The same requests (trace or seed) served by each scheduler, on one set of engine step times."""
-    config, prefill, decode = _engine_inputs(open_model(source), hw, options, config, config.chunk_tokens)
+    if config.speculative is not None:
+        raise MapperError(
+            "--compare-schedulers serves chunked prefill too, which speculative decoding is not modelled beside;"
+            " drop one of them"
+        )
+    config, prefill, decode, _ = _engine_inputs(open_model(source), hw, options, config, config.chunk_tokens)
     return tuple(simulate_llm_serving(prefill, decode, replace(config, scheduler=s)) for s in SCHEDULERS)
 
 
 def _engine_inputs(source, hw, options, config: LLMServingConfig, chunk_tokens: int | None):
     """The config with the profile's jitter and the device's KV capacity filled in, and the engine's prefill
-    and decode step times over the lengths it will ask for (prompts, or chunks where those are longer)."""
-    validate_llm_config(config)  # before the engine maps the step grid
+    and decode step times over the lengths it will ask for (prompts, or chunks where those are longer); with
+    speculative decoding, a round's time per token as the decode step, and the steps it is made of."""
+    spec = validate_llm_config(config).speculative  # before the engine maps the step grid
+    draft = open_draft(spec) if spec is not None else None
     if config.jitter_cv is None:
         config = replace(config, jitter_cv=hw.jitter_cv, jitter_dist=config.jitter_dist or hw.jitter_dist)
     trace = config.trace
@@ -217,17 +198,21 @@ def _engine_inputs(source, hw, options, config: LLMServingConfig, chunk_tokens: 
         else config.output_tokens
     )
     if config.kv_capacity_tokens is None:  # the room the plan leaves on each device (`KvBudget`)
-        budget = kv_budget(source, hw, options, chunk_tokens or max_prompt)
+        budget = kv_budget(source, hw, options, chunk_tokens or max_prompt, draft)
         config = replace(
             config,
             kv_capacity_tokens=budget.tokens,
             kv_capacity_source=budget.text(),
             kv_page_tokens=budget.page_tokens,
         )
+    if spec is not None and draft is not None:
+        spec = replace(spec, draft=draft)  # opened once for every step mapped
+        steps = speculative_step_times(source, spec, hw, options, config.max_batch, max_prompt, max_prompt + max_output)
+        return config, steps.prefill, steps.decode, steps
     prefill, decode = engine_step_times(
         source, hw, options, config.max_batch, max_prompt, max_prompt + max_output, chunk_tokens
     )
-    return config, prefill, decode
+    return config, prefill, decode, None
 
 
 def llm_section(result: LLMServingResult, config: LLMServingConfig) -> dict:
@@ -237,7 +222,8 @@ def llm_section(result: LLMServingResult, config: LLMServingConfig) -> dict:
         "max_batch": config.max_batch,
         "offered_rate_per_s": config.rate_per_s,
         "seed": config.seed,
-        **{k: getattr(result, k) for k in LLMServingResult.__slots__ if k != "assumptions"},
+        **{k: getattr(result, k) for k in LLMServingResult.__slots__ if k not in ("assumptions", "speculative")},
+        **({"speculative": result.speculative} if result.speculative is not None else {}),
         "assumptions": list(result.assumptions),
     }
 
@@ -265,6 +251,7 @@ class ServeRequest:
     scheduler: str = Scheduler.PREFILL_FIRST.value  # decoders: prefill-first | decode-first | chunked
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS  # decoders, chunked: prompt tokens per step
     compare_schedulers: bool = False  # decoders: also serve the same requests by every scheduler
+    speculative: SpeculativeConfig | None = None  # decoders: speculative decoding (serve/speculative.py); None: off
     # Serve the batch the user mapped (its batch dim in `dims`): a request queue of static batches of that
     # size, a decoder with that many sequences; the serving config's own max batch and policy otherwise.
     follow_mapped_batch: bool = False
@@ -349,6 +336,11 @@ def serve_model(
     decoder = is_decoder(model) if request.decoder is None else request.decoder
     if request.follow_mapped_batch:
         s = follow_batch(s, mapped_batch(model, dims), decoder)
+    if request.speculative is not None and not (decoder and request.service_time_s is None):
+        raise MapperError(
+            f"speculative decoding applies to a decoder served by continuous batching; {model.name} is served as a"
+            " request queue here"
+        )
     if decoder and request.service_time_s is None:
         config = LLMServingConfig(
             s.max_batch,
@@ -363,6 +355,7 @@ def serve_model(
             s.trace,
             request.scheduler,
             request.chunk_tokens,
+            speculative=request.speculative,
         )
         if request.compare_schedulers:
             runs = compare_schedulers(model, hw, options, config)
