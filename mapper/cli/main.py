@@ -240,7 +240,8 @@ def print_speculative(row: dict | None) -> None:
         return
     print(
         f"speculative round at batch {row['batch']}, context {row['context_tokens']:,.0f}: {row['draft_tokens']}"
-        f" draft steps {format_duration(row['draft_steps_s'])} + verification {format_duration(row['verify_s'])} ="
+        f" draft step{'s' if row['draft_tokens'] > 1 else ''} {format_duration(row['draft_steps_s'])} + verification"
+        f" {format_duration(row['verify_s'])} ="
         f" {format_duration(row['round_s'])} for {row['tokens_per_round']:.2f} tokens ->"
         f" {format_duration(row['per_token_s'])} per token against a decode step of"
         f" {format_duration(row['decode_step_s'])} ({row['speedup']:.2f}x)"

@@ -80,10 +80,11 @@ class SpeculativeConfig:
     def text(self) -> str:
         """The assumption line: the inputs, the expected tokens and where the formula comes from."""
         k, a = self.draft_tokens, self.acceptance_rate
+        s = "s" if k > 1 else ""
         return (
-            f"speculative decoding: draft {self.draft_name} proposes {k} tokens a round, each accepted with"
+            f"speculative decoding: draft {self.draft_name} proposes {k} token{s} a round, each accepted with"
             f" probability {a:g} (independent per position) -> (1 - {a:g}^{k + 1}) / (1 - {a:g}) ="
-            f" {self.tokens_per_round:.3f} tokens per round ({SOURCE}); a round = {k} draft decode steps + one"
+            f" {self.tokens_per_round:.3f} tokens per round ({SOURCE}); a round = {k} draft decode step{s} + one"
             f" target verification of {k + 1} tokens per sequence; TPOT = round time / tokens per round; a prompt"
             " prefills both models; draft and target on the same devices under the same plan"
         )
