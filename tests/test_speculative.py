@@ -181,3 +181,13 @@ def test_the_review_offers_speculation_at_a_small_batch_with_its_owner_and_cavea
 def test_no_draft_known_no_row():
     a = mapper.assess_slice(mapper.open_model("llama2-7b"), {"batch": 1, "seq": 1, "past": 1024}, H100)
     assert not any(c.kind == "serving" for c in a.candidates)
+
+
+def test_a_missed_tpot_target_serves_the_speculation_row_with_its_draft(target):
+    """Under a latency target the row is served at the assessment's load with the draft, like a plan change."""
+    serve = mapper.ServeRequest(mapper.ServingConfig(max_batch=1, rate_per_s=0.1, requests=100))
+    question = mapper.Question(serve, True, mapper.Targets(tpot_p99_s=0.012))
+    a = mapper.assess_slice(target, {"batch": 1, "seq": 1, "past": 1024}, H100, TP4, question)
+    c = next(c for c in a.candidates if c.kind == "serving")
+    assert a.failure.check == "latency target" and [t.met for t in c.target_checks] == [True]
+    assert c.target_checks[0].value_s == pytest.approx(c.latency_s, rel=0.05)  # the served TPOT p99: the round's

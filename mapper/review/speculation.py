@@ -35,7 +35,10 @@ def speculative_of(c: Candidate) -> SpeculativeConfig | None:
     if c.kind != "serving":
         return None
     values = dict(c.serving_changes)
-    return SpeculativeConfig(str(values["speculative_draft"]), values["acceptance_rate"], values["draft_tokens"])  # type: ignore[arg-type]
+    draft, rate, tokens = values["speculative_draft"], values["acceptance_rate"], values["draft_tokens"]
+    if not (isinstance(draft, str) and isinstance(rate, float) and isinstance(tokens, int)):
+        raise TypeError(f"a serving candidate's speculation is (draft, tokens, rate), not {values!r}")
+    return SpeculativeConfig(draft, rate, tokens)
 
 
 def speculation(
