@@ -62,7 +62,7 @@ def test_speculation_pays_at_batch_1_and_the_gain_shrinks_with_batch(target, spe
         speedups.append(plain / rnd.tpot_s)
         needed.append(acceptance_to_break_even(rnd.round_s, plain, K))
     assert speedups[0] > 1.5 and speedups == sorted(speedups, reverse=True) and speedups[-1] < 1
-    assert needed[0] < needed[1] < needed[2] < 0.8 < (needed[3] or 1.0)  # the acceptance it takes to break even
+    assert needed[0] < needed[1] < needed[2] < 0.85 < (needed[3] or 1.0)  # the acceptance it takes to break even
 
 
 def test_break_even_solves_the_formula():
@@ -88,7 +88,8 @@ def test_serving_runs_the_round_per_token_and_holds_the_draft_in_memory(target, 
     alone, both = kv_budget(target, H100, TP4, 512), kv_budget(target, H100, TP4, 512, spec.draft)
     assert both.tokens < alone.tokens and fast.kv_capacity_tokens == both.tokens
     free = KV_MEMORY_FRACTION * H100.dram_bytes - both.weight_bytes - both.draft_weight_bytes - both.activation_bytes
-    assert both.tokens == int(free // (both.kv_bytes_per_token + both.draft_kv_bytes_per_token))
+    room = int(free // (both.kv_bytes_per_token + both.draft_kv_bytes_per_token))
+    assert both.tokens == room // 16 * 16  # whole 16-token pages (vLLM's block)
     assert both.draft_weight_bytes > 3e9 and both.draft_kv_bytes_per_token > both.kv_bytes_per_token  # 7B: no GQA
 
 
