@@ -24,6 +24,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from mapper.core.collector import collector_paused
+from mapper.core.errors import MapperError
 from mapper.core.graph import Graph, ReleasedPrecision
 from mapper.core.options import PlanOptions
 from mapper.core.result import (
@@ -58,7 +59,14 @@ from mapper.plan.experts import check_expert_parallel, plan_experts, resident_ke
 from mapper.plan.fusion import plan_fusion
 from mapper.plan.kernels import build_kernels
 from mapper.plan.layout import plan_layout
-from mapper.plan.precision import PLAN_DTYPE_BYTES, WIDER_PRECISIONS, Sizer, precision_caveats, released_precision
+from mapper.plan.precision import (
+    PLAN_DTYPE_BYTES,
+    SCALED_FORMATS,
+    WIDER_PRECISIONS,
+    Sizer,
+    precision_caveats,
+    released_precision,
+)
 from mapper.plan.runtime import apply_kv_cache, choose_runtime, kv_cache_tensors, launch_cost_s, runtime_assumptions
 from mapper.plan.sharding import assign_roles, shard_kernels
 from mapper.schedule.memory import plan_memory
@@ -180,7 +188,7 @@ def choose_dtype(released: ReleasedPrecision, hardware: HardwareProfile, options
     nearest wider one the device has a matrix peak for), each caveat against the released precision."""
     own = str(released.dtype)
     dtype = own if options.dtype == PlanDtype.AUTO else options.dtype
-    caveats = precision_caveats(released, dtype, options.weight_dtype)
+    caveats = precision_caveats(released, dtype, options.weight_dtype, options.kv_dtype)
     if options.dtype == PlanDtype.AUTO and not hardware.has_matrix_peak(own):
         # e.g. an int8 model on Gaudi 2, an fp16 one on a TPU: the nearest wider precision the device has
         dtype = next(d for d in WIDER_PRECISIONS.get(own, ("fp32",)) if hardware.has_matrix_peak(d))
@@ -190,6 +198,16 @@ def choose_dtype(released: ReleasedPrecision, hardware: HardwareProfile, options
         )
     if dtype != "fp32":
         hardware.matrix_peak(dtype)  # an unsupported dtype is an error naming the dtypes the device has
+    stores = (("weight_dtype", options.weight_dtype, WEIGHT_DTYPES), ("kv_dtype", options.kv_dtype, KV_DTYPES))
+    for name, stored, choices in stores:
+        if stored in SCALED_FORMATS and not hardware.has_matrix_peak(stored):  # weights or cache in a block format
+            # the other narrow choices: stored narrow, computed at the activations' precision (KvDtype.SAME too)
+            peakless = [c for c in choices if c not in SCALED_FORMATS and c != WeightDtype.SAME]
+            raise MapperError(
+                f"hardware {hardware.name}: no matrix peak for {name}={stored} (a block-scaled format is mapped only"
+                f" where the datasheet gives its peak); it supports {hardware.matrix_dtypes()};"
+                f" choose another {name} ({', '.join(peakless)} need none) or another device"
+            )
     if options.sparsity == Sparsity.TWO_FOUR:
         hardware.sparse_matrix_peak(dtype)  # a device without a 2:4 peak at this dtype is an error naming those it has
         caveats.append(SPARSITY_CAVEAT)

@@ -44,23 +44,35 @@ class PlanDtype(StrEnum):
     FP8 = "fp8"
     INT8 = "int8"
     INT4 = "int4"
+    # block-scaled (microscaling) floats, each element's share of its block's scale counted in its bytes
+    # (`plan.precision.SCALED_FORMATS`); only on a profile with a matrix peak at the format
+    NVFP4 = "nvfp4"  # E2M1, an FP8 E4M3 scale per 16 (NVIDIA Blackwell)
+    MXFP8 = "mxfp8"  # E4M3/E5M2, an E8M0 scale per 32 (OCP MX v1.0)
+    MXFP6 = "mxfp6"  # E2M3/E3M2, an E8M0 scale per 32 (OCP MX v1.0)
+    MXFP4 = "mxfp4"  # E2M1, an E8M0 scale per 32 (OCP MX v1.0)
 
 
 class WeightDtype(StrEnum):
-    """`PlanOptions.weight_dtype`: weight-only quantization (decoder LLMs)."""
+    """`PlanOptions.weight_dtype`: weight-only quantization (decoder LLMs); the 4-bit float formats need the
+    profile's peak at the format, the integers none (they are unpacked to the activations' type)."""
 
     SAME = "same"
     INT8 = "int8"
     INT4 = "int4"
+    NVFP4 = "nvfp4"
+    MXFP4 = "mxfp4"
 
 
 class KvDtype(StrEnum):
-    """`PlanOptions.kv_dtype`: the KV cache's storage precision (same: the plan's activations')."""
+    """`PlanOptions.kv_dtype`: the KV cache's storage precision (same: the plan's activations'); the 4-bit float
+    formats need the profile's peak at the format, as weights do."""
 
     SAME = "same"
     FP8 = "fp8"
     INT8 = "int8"
     INT4 = "int4"
+    NVFP4 = "nvfp4"
+    MXFP4 = "mxfp4"
 
 
 class FusionPolicy(StrEnum):

@@ -140,6 +140,10 @@ class HardwareProfile:
         key = canonical_dtype(dtype)
         return key == "fp32" or key in self.matrix_peak_flops_per_s
 
+    def matrix_dtypes(self) -> str:
+        """The dtypes the profile has a matrix peak for, in the schema's order ("fp32, tf32, bf16 ...")."""
+        return ", ".join(sorted(self.matrix_peak_flops_per_s, key=DTYPES.index))
+
     def matrix_peak(self, dtype: str) -> float:
         """Dense matrix-engine peak in FLOP/s.
 
@@ -150,9 +154,8 @@ class HardwareProfile:
         if key == "fp32":
             return self.vector_peak_flops_per_s["fp32"]
         raise MapperError(
-            f"hardware {self.name}: no matrix peak for dtype {dtype!r}; it supports "
-            f"{', '.join(sorted(self.matrix_peak_flops_per_s, key=DTYPES.index))}; "
-            "choose one of those or another device"
+            f"hardware {self.name}: no matrix peak for dtype '{dtype}'; it supports {self.matrix_dtypes()};"
+            " choose one of those or another device"
         )
 
     def sparse_matrix_peak(self, dtype: str) -> float:

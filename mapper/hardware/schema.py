@@ -8,7 +8,7 @@ pydantic v2 models with `extra="forbid"` and range checks; every number is an in
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -23,8 +23,10 @@ from pydantic import (
 
 from mapper.core.errors import MapperError
 
-DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4")
-Dtype = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4"]
+# The matrix dtypes a profile may give a peak for: the plan's (`core.vocab.PlanDtype` less auto), the
+# block-scaled formats (nvfp4, mxfp8, mxfp6, mxfp4) only where the device's datasheet has them
+Dtype = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4", "nvfp4", "mxfp8", "mxfp6", "mxfp4"]
+DTYPES: tuple[str, ...] = get_args(Dtype)
 VectorDtype = Literal["fp32", "fp16", "bf16"]
 MAX_CURVE_POINTS = 256
 README_HINT = "see data/hardware/README.md"

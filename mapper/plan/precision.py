@@ -2,16 +2,60 @@
 
 Part of the plan stage. `Sizer` sizes a tensor as the plan stores it: floating-point activations at the plan
 dtype, weights at the weight dtype, the KV cache at its own (`--kv-dtype`); integer tensors (token ids, indices)
-and a QDQ model's stored integer weights keep their own size. `released_precision` is what `--dtype auto` maps
-at; `precision_caveats` the quality caveats a plan's precision brings against it.
+and a QDQ model's stored integer weights keep their own size. The block-scaled formats (`SCALED_FORMATS`: NVFP4,
+MXFP8/6/4) count each element's share of its block's scale in its bytes. `released_precision` is what
+`--dtype auto` maps at; `precision_caveats` the quality caveats a plan's precision brings against it.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from mapper.core.caches import ModelCaches
 from mapper.core.errors import MapperError
 from mapper.core.graph import FILE_TENSORS, Graph, ReleasedPrecision, TensorSpec
 from mapper.core.vocab import KvDtype, PlanDtype, WeightDtype
+
+BITS_PER_BYTE = 8
+OCP_MX = (
+    "OCP Microscaling Formats (MX) Specification v1.0 (Open Compute Project, September 2023), its table of"
+    " concrete MX-compliant formats: blocks of 32 elements share one E8M0 (8-bit power-of-two) scale"
+)
+NVFP4_SOURCE = (
+    "NVIDIA, 'Introducing NVFP4 for Efficient and Accurate Low-Precision Inference' (NVIDIA Technical Blog, June"
+    " 2025) and the cuBLAS documentation's block-scaling section: E2M1 elements, one FP8 E4M3 scale per 16"
+    " elements and one FP32 scale per tensor (4 bytes a tensor, not counted)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ScaledFormat:
+    """A block-scaled float format: `element_bits`-bit elements, each block of `block_elements` sharing one
+    `scale_bits`-bit scale, so an element takes element_bits/8 + scale_bits/8/block_elements bytes."""
+
+    element_bits: int
+    block_elements: int
+    scale_bits: int
+    elements: str  # the element type(s)
+    scale: str  # the block scale's type
+    source: str
+
+    @property
+    def bytes_per_element(self) -> float:
+        """An element's bytes with its share of the block's scale (exact: every figure is a power of two)."""
+        return (self.element_bits + self.scale_bits / self.block_elements) / BITS_PER_BYTE
+
+
+# The block-scaled (microscaling) formats: one row each, keyed by PlanDtype (WeightDtype's and KvDtype's
+# members of the same text look theirs up too). Each computes at its own matrix peak, which only some profiles
+# give (B200: all four); weights or a KV cache stored in one need that peak too.
+SCALED_FORMATS: dict[str, ScaledFormat] = {
+    PlanDtype.NVFP4: ScaledFormat(4, 16, 8, "E2M1", "FP8 E4M3", NVFP4_SOURCE),
+    PlanDtype.MXFP8: ScaledFormat(8, 32, 8, "E4M3 or E5M2", "E8M0", OCP_MX),
+    PlanDtype.MXFP6: ScaledFormat(6, 32, 8, "E2M3 or E3M2", "E8M0", OCP_MX),
+    PlanDtype.MXFP4: ScaledFormat(4, 32, 8, "E2M1", "E8M0", OCP_MX),
+}
+SUB_BYTE_FLOATS = frozenset(f for f, s in SCALED_FORMATS.items() if s.element_bits < BITS_PER_BYTE)
 
 # keyed by PlanDtype, a str: a plan's dtype as given looks its size up as it is
 PLAN_DTYPE_BYTES: dict[str, float] = {
@@ -22,6 +66,7 @@ PLAN_DTYPE_BYTES: dict[str, float] = {
     PlanDtype.FP8: 1.0,
     PlanDtype.INT8: 1.0,
     PlanDtype.INT4: 0.5,
+    **{dtype: f.bytes_per_element for dtype, f in SCALED_FORMATS.items()},
 }
 MODEL_DTYPES = {
     "float32": "fp32",
@@ -34,7 +79,10 @@ MODEL_DTYPES = {
     "uint8": "int8",
 }
 FLOAT_TYPES = frozenset({"float32", "float", "float16", "bfloat16", "double", "float8e4m3fn", "float8e5m2"})
-PRECISION_RANK = {"fp32": 5, "tf32": 4, "bf16": 3, "fp16": 3, "fp8": 1, "int8": 1, "int4": 0}
+PRECISION_RANK = {
+    "fp32": 5, "tf32": 4, "bf16": 3, "fp16": 3, "fp8": 1, "int8": 1, "mxfp8": 1,
+    "int4": 0, "mxfp6": 0, "nvfp4": 0, "mxfp4": 0,
+}  # fmt: skip
 # Where a device has no matrix peak at the model's own precision, `--dtype auto` takes the first of these
 # it has (fp32 always: the vector units'): the same width first, then wider.
 WIDER_PRECISIONS = {
@@ -154,8 +202,20 @@ RANK_CAVEATS = {
 }
 
 
-def precision_caveats(released: ReleasedPrecision, dtype: str, weight_dtype: str) -> list[str]:
-    """The quality caveats of a plan at `dtype` (and `weight_dtype`) on a model published at `released`."""
+# A 4- or 6-bit float format in use (the plan's dtype, weights or KV cache) -> its caveat
+SUB_BYTE_FLOAT_CAVEAT = (
+    "{fmt} ({uses}): {bits}-bit floats ({elements}, one {scale} scale per {block}) lose accuracy without"
+    " calibration (scales fitted on production data) or quantization-aware training, more than fp8 does: needs"
+    " quality evidence (perplexity/accuracy against the unquantized model, with the sensitive layers kept wider)"
+    " and a fallback at fp8 or the released precision; the estimate models its bytes and rate, not its accuracy."
+)
+
+
+def precision_caveats(
+    released: ReleasedPrecision, dtype: str, weight_dtype: str, kv_dtype: str = KvDtype.SAME
+) -> list[str]:
+    """The quality caveats of a plan at `dtype` (and `weight_dtype`, `kv_dtype`) on a model published at
+    `released`: below or above it, weight-only quantization, and each 4- or 6-bit float format it uses."""
     plan_rank, released_rank = PRECISION_RANK.get(dtype, 5), PRECISION_RANK.get(released.dtype, 5)
     caveat = RANK_CAVEATS.get((plan_rank > released_rank) - (plan_rank < released_rank))
     caveats = [caveat.format(dtype=dtype, released=released.dtype, source=released.source)] if caveat else []
@@ -163,5 +223,21 @@ def precision_caveats(released: ReleasedPrecision, dtype: str, weight_dtype: str
         caveats.append(
             f"Weight-only {weight_dtype} quantization: needs quality evidence (perplexity/accuracy)"
             " and a fallback to unquantized weights."
+        )
+    uses: dict[str, list[str]] = {}  # each format -> what it stores (weights or a cache in the plan's own: none)
+    for fmt, use in ((dtype, "weights and activations"), (weight_dtype, "weights"), (kv_dtype, "KV cache")):
+        if fmt in SUB_BYTE_FLOATS and (fmt != dtype or use == "weights and activations"):
+            uses.setdefault(fmt, []).append(use)
+    for fmt, named in uses.items():
+        f = SCALED_FORMATS[fmt]
+        caveats.append(
+            SUB_BYTE_FLOAT_CAVEAT.format(
+                fmt=fmt,
+                uses=" and ".join(named),
+                bits=f.element_bits,
+                elements=f.elements,
+                scale=f.scale,
+                block=f.block_elements,
+            )
         )
     return caveats
