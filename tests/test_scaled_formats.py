@@ -119,3 +119,17 @@ def test_a_profile_without_the_format_says_so_in_one_line(flag, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: hardware h100-sxm: no matrix peak for")
     assert "it supports fp32, tf32, bf16, fp16, fp8, int8;" in err and flag[1] in err
+
+
+def test_the_review_offers_fp4_on_b200_and_not_on_h100():
+    """Llama-2-7B bf16 decode: on B200 the FP4 lever (NVFP4 weights and activations, the cache in fp8) with its
+    owner and quality evidence; H100 has no FP4 peak, so no such candidate."""
+    b200 = mapper.run_review(mapper.ReviewRequest("llama2-7b", DECODE, B200, mapper.PlanOptions(dtype="bf16")))
+    fp4 = next(c for c in b200.candidates if dict(c.changes).get("dtype") == "nvfp4")
+    assert dict(fp4.changes) == {"dtype": "nvfp4", "kv_dtype": "fp8"}
+    assert fp4.label == "FP4 weights and activations (KV cache in fp8)" and fp4.owner == "ML compiler engineer"
+    assert "4-bit floats" in fp4.evidence and "quantization-aware training" in fp4.evidence
+    assert "fallback" in fp4.evidence and any("4-bit floats" in c for c in fp4.caveats)
+    assert fp4.gain > 0.5  # weights at 0.5625 bytes against 2
+    h100 = mapper.run_review(mapper.ReviewRequest("llama2-7b", DECODE, H100, mapper.PlanOptions(dtype="bf16")))
+    assert not any(dict(c.changes).get("dtype") in FORMATS for c in h100.candidates)

@@ -7,7 +7,9 @@ manual's review section). `propose` re-maps every applicable row on the frozen s
 `larger_batches` offers a memory-bound decode step the slice change the table cannot: 2x and 4x its batch.
 A decoder whose KV cache is at least half of a step's DRAM bytes is offered its cache in fp8 alone
 (`--kv-dtype fp8`, the lever a serving engineer reaches for first); fp8 compute sizes the cache at 1 byte an
-element too, and says so in its label.
+element too, and says so in its label. A profile with an FP4 matrix peak (B200) is offered FP4 weights and
+activations (NVFP4, else MXFP4) with the 4-bit quality caveat; a decoder keeps its cache in fp8 there, as FP4
+checkpoints are served.
 review/speculation.py adds a memory-bound decode step's speculative decoding (a serving change).
 """
 
@@ -22,7 +24,7 @@ from mapper.core.options import PlanOptions
 from mapper.core.result import MappingResult
 from mapper.core.targets import TargetCheck
 from mapper.core.units import format_duration
-from mapper.core.vocab import Engine, GqaDecode, KvDtype, Sparsity
+from mapper.core.vocab import Engine, GqaDecode, KvDtype, PlanDtype, Sparsity
 from mapper.handle import ModelHandle
 from mapper.hardware.profile import HardwareProfile
 from mapper.pipeline import map_workload
@@ -41,8 +43,15 @@ KV_EVIDENCE = (
     "needs quality evidence of the model with its KV cache in fp8 (scales calibrated on production prompts;"
     " long-context accuracy against the unquantized cache); fallback: the cache at the compute precision"
 )
+FP4_EVIDENCE = (
+    "needs quality evidence of the model in 4-bit floats (block scales calibrated on production data, or"
+    " quantization-aware training; perplexity or accuracy against the unquantized model, sensitive layers kept"
+    " wider); fallback: fp8 or the baseline precision, kept deployable"
+)
 NO_GAIN = 0.0
 KV_CACHE_TOO = " (activations and KV cache in fp8)"  # what fp8 compute stores in fp8 on a decoder
+FP4_KV_CACHE = " (KV cache in fp8)"  # what the FP4 candidate keeps a decoder's cache in
+FP4_FORMATS = (PlanDtype.NVFP4, PlanDtype.MXFP4)  # the FP4 candidate's format: the first the profile has a peak for
 BATCH_FACTORS = (2, 4)  # a memory-bound decode step's slice candidates: its weights read once for 2x, 4x the tokens
 
 
@@ -147,6 +156,16 @@ def _dtype(dtype: str) -> Changes:
     return apply
 
 
+def _fp4(ctx: Context) -> dict | None:
+    """FP4 weights and activations where the profile has an FP4 matrix peak and the plan is wider; a decoder's
+    cache, at the plan's width now, is kept in fp8 (an FP4 checkpoint's usual serving: FP8 KV cache)."""
+    fmt = next((f for f in FP4_FORMATS if ctx.hardware.has_matrix_peak(f)), None)
+    if fmt is None or PLAN_DTYPE_BYTES[ctx.doc["totals"]["dtype"]] <= PLAN_DTYPE_BYTES[fmt]:
+        return None
+    keep_cache = ctx.decoder and ctx.options.kv_dtype == KvDtype.SAME
+    return {"dtype": fmt} | ({"kv_dtype": KvDtype.FP8} if keep_cache else {})
+
+
 DECODE_ATTENTION_ROW = "runtime.decode_attention"  # the assumptions row saying how decode attention runs GQA heads
 KV_DOMINANT_SHARE = 0.5  # the KV cache's share of a step's DRAM bytes at which its precision is offered
 
@@ -207,6 +226,7 @@ CANDIDATES: dict[str, tuple[CandidateRow, ...]] = {
         CandidateRow("fp8 KV cache", _kv_fp8, Owner.RUNTIME, "attention kernels", KV_EVIDENCE),
         CandidateRow("int4 weights", _weights("int4"), Owner.ML_COMPILER, "weight GEMMs", PRECISION_EVIDENCE),
         CandidateRow("fp8 compute", _dtype("fp8"), Owner.ML_COMPILER, "every kernel", PRECISION_EVIDENCE),
+        CandidateRow("FP4 weights and activations", _fp4, Owner.ML_COMPILER, "every kernel", FP4_EVIDENCE),
     ),
     Bottleneck.MEMORY: (
         CandidateRow("fp8 KV cache", _kv_fp8, Owner.RUNTIME, "attention kernels", KV_EVIDENCE),
@@ -214,6 +234,7 @@ CANDIDATES: dict[str, tuple[CandidateRow, ...]] = {
         CandidateRow("int4 weights", _weights("int4"), Owner.ML_COMPILER, "weight GEMMs", PRECISION_EVIDENCE),
         CandidateRow("int8 weights", _weights("int8"), Owner.ML_COMPILER, "weight GEMMs", PRECISION_EVIDENCE),
         CandidateRow("fp8 compute", _dtype("fp8"), Owner.ML_COMPILER, "every kernel", PRECISION_EVIDENCE),
+        CandidateRow("FP4 weights and activations", _fp4, Owner.ML_COMPILER, "every kernel", FP4_EVIDENCE),
         CandidateRow("fused attention", _attention_on, Owner.ML_COMPILER, "attention kernels"),
         CandidateRow("aggressive fusion", _set(fusion="aggressive"), Owner.ML_COMPILER, "memory-bound kernels"),
         CandidateRow("2:4 sparse weights", _sparse, Owner.ML_COMPILER, "weight GEMMs", SPARSITY_EVIDENCE),
@@ -221,6 +242,7 @@ CANDIDATES: dict[str, tuple[CandidateRow, ...]] = {
     Bottleneck.COMPUTE_MATRIX: (
         CandidateRow("bf16 compute", _dtype("bf16"), Owner.ML_COMPILER, "matrix kernels", PRECISION_EVIDENCE),
         CandidateRow("fp8 compute", _dtype("fp8"), Owner.ML_COMPILER, "matrix kernels", PRECISION_EVIDENCE),
+        CandidateRow("FP4 weights and activations", _fp4, Owner.ML_COMPILER, "matrix kernels", FP4_EVIDENCE),
         CandidateRow("2:4 sparse weights", _sparse, Owner.ML_COMPILER, "weight GEMMs", SPARSITY_EVIDENCE),
     ),
     Bottleneck.COMPUTE_VECTOR: (
@@ -321,9 +343,18 @@ def propose(
         changes = row.changes(ctx)
         if changes and changes not in seen:  # two rows may ask for the same change (fp8 for two reasons)
             seen.append(changes)
-            label = f"{row.label}{KV_CACHE_TOO if decoder and changes.get('dtype') == 'fp8' else ''}"
+            label = f"{row.label}{_label_tail(changes, decoder)}"
             out.append(replace(remap(label, changes, row, base, doc), kpi=kpi))
     return tuple(out)
+
+
+def _label_tail(changes: dict, decoder: bool) -> str:
+    """What a precision change also stores narrower on a decoder, said in its label."""
+    if not decoder or "dtype" not in changes:
+        return ""
+    if changes.get("kv_dtype") == KvDtype.FP8:
+        return FP4_KV_CACHE
+    return KV_CACHE_TOO if changes["dtype"] == PlanDtype.FP8 else ""
 
 
 def larger_batches(model: ModelHandle, dims: dict[str, int], base: tuple, doc: dict) -> tuple[Candidate, ...]:
