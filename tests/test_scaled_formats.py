@@ -133,3 +133,11 @@ def test_the_review_offers_fp4_on_b200_and_not_on_h100():
     assert fp4.gain > 0.5  # weights at 0.5625 bytes against 2
     h100 = mapper.run_review(mapper.ReviewRequest("llama2-7b", DECODE, H100, mapper.PlanOptions(dtype="bf16")))
     assert not any(dict(c.changes).get("dtype") in FORMATS for c in h100.candidates)
+
+
+def test_a_plan_in_a_block_format_is_not_offered_integer_weights():
+    """At nvfp4 the weights are 4-bit floats already: no int4/int8 weight-only row (no kernel feeds integer
+    weights to an FP4 matrix instruction), and no FP4 row either (the plan is not wider)."""
+    r = mapper.run_review(mapper.ReviewRequest("llama2-7b", DECODE, B200, mapper.PlanOptions(dtype="nvfp4")))
+    changed = [dict(c.changes) for c in r.candidates if c.kind == "plan"]
+    assert changed and not any("weight_dtype" in c or c.get("dtype") in ("nvfp4", "mxfp4") for c in changed)

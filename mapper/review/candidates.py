@@ -28,7 +28,7 @@ from mapper.core.vocab import Engine, GqaDecode, KvDtype, PlanDtype, Sparsity
 from mapper.handle import ModelHandle
 from mapper.hardware.profile import HardwareProfile
 from mapper.pipeline import map_workload
-from mapper.plan.precision import PLAN_DTYPE_BYTES
+from mapper.plan.precision import PLAN_DTYPE_BYTES, SCALED_FORMATS
 from mapper.work.workload import Workload
 
 PRECISION_EVIDENCE = (
@@ -145,7 +145,14 @@ def _set(**changes) -> Changes:
 
 
 def _weights(dtype: str) -> Changes:
-    return lambda ctx: {"weight_dtype": dtype} if ctx.decoder and ctx.options.weight_dtype != dtype else None
+    """Weight-only quantization of a decoder, except on a plan computing in a block-scaled format (its weights are
+    in that format already: no kernel feeds integer weights to an FP4 or MX matrix instruction)."""
+
+    def apply(ctx: Context) -> dict | None:
+        scaled = ctx.doc["totals"]["dtype"] in SCALED_FORMATS
+        return {"weight_dtype": dtype} if ctx.decoder and ctx.options.weight_dtype != dtype and not scaled else None
+
+    return apply
 
 
 def _dtype(dtype: str) -> Changes:
