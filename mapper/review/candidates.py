@@ -24,11 +24,12 @@ from mapper.core.options import PlanOptions
 from mapper.core.result import MappingResult
 from mapper.core.targets import TargetCheck
 from mapper.core.units import format_duration
-from mapper.core.vocab import Engine, GqaDecode, KvDtype, PlanDtype, Sparsity
+from mapper.core.vocab import GqaDecode, KvDtype, PlanDtype, Sparsity
 from mapper.handle import ModelHandle
 from mapper.hardware.profile import HardwareProfile
 from mapper.pipeline import map_workload
 from mapper.plan.precision import PLAN_DTYPE_BYTES, SCALED_FORMATS
+from mapper.review.blast import blast_radius
 from mapper.work.workload import Workload
 
 PRECISION_EVIDENCE = (
@@ -275,27 +276,6 @@ CANDIDATES: dict[str, tuple[CandidateRow, ...]] = {
     ),
     Bottleneck.HOST: (),
 }
-
-
-def _touches(rule: str, k: dict) -> bool:
-    weight_gemm = k["weight_bytes"] > 0 and any(op in ("MatMul", "Gemm", "Conv", "MatMulNBits") for op in k["ops"])
-    return {
-        "weight GEMMs": weight_gemm,
-        "attention kernels": k["layer_type"] == LayerType.ATTENTION,
-        "matrix kernels": k["engine"] == Engine.MATRIX,
-        "vector kernels": k["engine"] in (Engine.VECTOR, Engine.SFU),
-        "collectives": k["engine"] == Engine.INTERCONNECT,
-        "memory-bound kernels": k["bottleneck"] == Bottleneck.MEMORY,
-        "launch-bound kernels": k["bottleneck"] == Bottleneck.LAUNCH,
-        "occupancy-bound kernels": k["bottleneck"] == Bottleneck.OCCUPANCY,
-        "synchronization kernels": k["bottleneck"] == Bottleneck.SYNCHRONIZATION,
-    }.get(rule, True)
-
-
-def blast_radius(rule: str, doc: dict) -> tuple[int, tuple[str, ...]]:
-    """The baseline kernels a change touches and their layer types."""
-    hit = [k for k in doc["kernels"] if _touches(rule, k)]
-    return len(hit), tuple(sorted({k["layer_type"] for k in hit}))
 
 
 def remap(

@@ -14,7 +14,8 @@ from mapper.core.classes import Owner
 from mapper.core.units import format_duration
 from mapper.handle import ModelHandle
 from mapper.pipeline import map_workload
-from mapper.review.candidates import Candidate, blast_radius
+from mapper.review.blast import blast_radius
+from mapper.review.candidates import Candidate
 from mapper.serve.speculative import DEFAULT_DRAFT_TOKENS, SpeculativeConfig, acceptance_to_break_even, expected_tokens
 from mapper.serve.steps import mapped_round, open_draft
 
