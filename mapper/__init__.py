@@ -66,6 +66,7 @@ from mapper.report.reproduce import (
 )
 from mapper.report.verdict import Finding, assessed_failure, first_failure, verdict_sentence
 from mapper.serve.continuous import SCHEDULERS, LLMServingConfig, LLMServingResult
+from mapper.serve.disaggregated import DisaggregatedRun, Disaggregation, Pool, simulate_disaggregated
 from mapper.serve.engine import simulate_model_serving
 from mapper.serve.llm import DEFAULT_OUTPUT_TOKENS, ServeRequest, ServingRun, is_decoder, serve_model
 from mapper.serve.load_curve import load_curve
@@ -252,6 +253,10 @@ __all__ = [
     "LLMServingResult",
     "SCHEDULERS",
     "SpeculativeConfig",
+    "Pool",
+    "Disaggregation",
+    "DisaggregatedRun",
+    "simulate_disaggregated",
     "DEFAULT_DRAFT_TOKENS",
     "expected_tokens",
     "validate_speculative",

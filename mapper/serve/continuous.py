@@ -150,7 +150,7 @@ def simulate_llm_serving(prefill_time: StepTime, decode_time: StepTime, config: 
         raise MapperError("KV-cache capacity is unknown: give kv_capacity_tokens (tokens the cache holds)")
     capacity = config.kv_capacity_tokens
     arrival_rng, jitter_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(config.seed).spawn(2))
-    reqs = _requests(config, arrival_rng)
+    reqs = draw_requests(config, arrival_rng)
     n, need, output = len(reqs.arrival), reqs.need, reqs.output
     if int(need.max()) > capacity:
         row = int(np.argmax(need > capacity))
@@ -170,7 +170,7 @@ def simulate_llm_serving(prefill_time: StepTime, decode_time: StepTime, config: 
     offered = config.rate_per_s if config.trace is None else n / max(float(reqs.arrival[-1] - reqs.arrival[0]), 1e-300)
     capacity_per_s = llm_capacity_per_s(prefill_time, decode_time, reqs, config.max_batch, capacity)
     return replace(
-        _result(reqs, timeline, config, capacity),
+        timeline_result(reqs, timeline, config, capacity),
         offered_rate_per_s=offered,
         capacity_per_s=capacity_per_s,
         overload=overload_sentence(offered, capacity_per_s),
@@ -189,7 +189,7 @@ def llm_capacity_per_s(
     return 1.0 / per_request if per_request > 0 else 0.0
 
 
-def _requests(config: LLMServingConfig, arrival_rng: np.random.Generator) -> Requests:
+def draw_requests(config: LLMServingConfig, arrival_rng: np.random.Generator) -> Requests:
     """The trace's requests, or Poisson arrivals at the configured rate; lengths from the trace or the config."""
     trace = config.trace
     if trace is not None:
@@ -212,7 +212,7 @@ def _requests(config: LLMServingConfig, arrival_rng: np.random.Generator) -> Req
     return Requests(arrival, prompt, output, config.kv_page_tokens)
 
 
-def _result(reqs: Requests, timeline: Timeline, config: LLMServingConfig, capacity: int) -> LLMServingResult:
+def timeline_result(reqs: Requests, timeline: Timeline, config: LLMServingConfig, capacity: int) -> LLMServingResult:
     arrival, output, n = reqs.arrival, reqs.output, len(reqs.arrival)
     first_token, finish = timeline.first_token, timeline.finish
     ttft = first_token - arrival
@@ -282,7 +282,8 @@ def speculative_text(spec: SpeculativeConfig) -> tuple[str, ...]:
     )
 
 
-def describe_llm(config: LLMServingConfig, n: int) -> tuple[str, ...]:
+def workload_text(config: LLMServingConfig, n: int) -> tuple[str, str]:
+    """The arrivals and the request lengths, as the assumptions say them."""
     arrivals = (
         f"arrivals: trace {config.trace.source or '(in memory)'}, {n:,} requests"
         if config.trace is not None
@@ -292,9 +293,12 @@ def describe_llm(config: LLMServingConfig, n: int) -> tuple[str, ...]:
         f"lengths: {config.prompt_tokens} prompt and {config.output_tokens} output tokens per request"
         " (where the trace gives none)"
     )
+    return arrivals, lengths
+
+
+def describe_llm(config: LLMServingConfig, n: int) -> tuple[str, ...]:
     return (
-        arrivals,
-        lengths,
+        *workload_text(config, n),
         f"policy: continuous batching, up to {config.max_batch} sequences; first come first served admission",
         *SCHEDULER_TEXT[config.scheduler](config),
         *((config.kv_capacity_source,) if config.kv_capacity_source else ()),
