@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import onnx
@@ -12,7 +13,7 @@ import pytest
 import mapper
 from mapper.cli.main import main as cli_main
 from mapper.zoo.hf_config import config_model, decoder_spec
-from mapper.zoo.hf_decoder import flops_per_token, parameters
+from mapper.zoo.hf_decoder import flops_per_token, inv_freq, parameters
 from mapper.zoo.mixtral import MIXTRAL_8X7B
 
 CONFIGS = Path(__file__).resolve().parents[1] / "data" / "configs"
@@ -24,8 +25,10 @@ PUBLISHED = {
     "mistral-7b": 7.24e9,
     "qwen2-7b": 7.62e9,
     "mixtral-8x7b": 46.7e9,
+    "llama-3.1-8b": 8.03e9,  # safetensors total 8,030,261,248
+    "llama-3.2-1b": 1.23e9,  # model card: "1B (1.23B)"
 }
-CARD_TOLERANCE = 0.005  # the issue's bound for Llama-3-8B, held for all five
+CARD_TOLERANCE = 0.005  # the issue's bound for Llama-3-8B, held for the dense configs
 FLOP_TOLERANCE = 0.002  # matmuls are the closed form; norms, RoPE, softmax and the rest add ~0.05%
 
 
@@ -48,7 +51,7 @@ def test_llama3_8b_is_the_published_count_exactly():
     assert stored_parameters(config_model(config("llama-3-8b"))) == 8_030_261_248  # safetensors index total
 
 
-@pytest.mark.parametrize("name", ["llama-3-8b", "mistral-7b", "qwen2-7b", "mixtral-8x7b"])
+@pytest.mark.parametrize("name", ["llama-3-8b", "mistral-7b", "qwen2-7b", "mixtral-8x7b", "llama-3.2-1b"])
 @pytest.mark.parametrize("dims", [{"batch": 1, "seq": 128, "past": 0}, {"batch": 1, "seq": 1, "past": 1024}])
 def test_configs_map_with_the_closed_form_flops(name, dims):
     model = mapper.open_model(str(CONFIGS / f"{name}.json"))
@@ -102,16 +105,7 @@ def test_family_features_where_the_config_has_them():
     }  # google/gemma-7b config.json: 8.54 B parameters, embeddings tied
     assert abs(parameters(decoder_spec(gemma)) / 8.54e9 - 1) < CARD_TOLERANCE
     assert stored_parameters(config_model(gemma)) == parameters(decoder_spec(gemma))
-    llama31 = config("llama-3-8b") | {
-        "rope_scaling": {
-            "factor": 8.0,
-            "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0,
-            "original_max_position_embeddings": 8192,
-            "rope_type": "llama3",
-        },
-    }
-    assert decoder_spec(llama31).rope_scaling != decoder_spec(config("llama-3-8b")).rope_scaling
+    assert decoder_spec(config("llama-3.1-8b")).rope_scaling != decoder_spec(config("llama-3-8b")).rope_scaling
     assert decoder_spec(config("mistral-7b")).sliding_window == 4096
     assert decoder_spec(config("qwen2-7b")).sliding_window is None  # use_sliding_window false
     assert decoder_spec(config("qwen2-7b")).qkv_bias and decoder_spec(config("llama-3-8b")).kv_heads == 8
@@ -184,3 +178,16 @@ def test_dashboard_takes_a_config_upload_and_names_strip_for_a_big_file():
     error = shown(at.error[0].value)
     assert "over the upload limit of 1 MB" in error and "server.maxUploadSize" in error and "mapper strip" in error
     assert state(at).doc["model"]["name"] == "mistral-7b"  # the previous model stays
+
+
+@pytest.mark.parametrize(("name", "factor"), [("llama-3.1-8b", 8.0), ("llama-3.2-1b", 32.0)])
+def test_llama31_and_32_scale_rope_the_llama3_way(name, factor):
+    """Llama-3.1/3.2 ship rope_scaling {rope_type llama3, factor, low/high_freq_factor 1/4, 8192}: the low
+    frequencies (wavelength over 8192/1 positions) are divided by the factor, the high ones (under 8192/4) kept."""
+    spec = decoder_spec(config(name))
+    assert dict(spec.rope_scaling)["factor"] == factor
+    scaled, plain = inv_freq(spec), inv_freq(replace(spec, rope_scaling=()))
+    wavelength = 2 * math.pi / plain
+    assert scaled[wavelength < 8192 / 4] == pytest.approx(plain[wavelength < 8192 / 4])
+    assert scaled[wavelength > 8192] == pytest.approx(plain[wavelength > 8192] / factor)
+    assert decoder_spec(config("llama-3.2-1b")).tied and decoder_spec(config("llama-3.2-1b")).head_dim == 64
