@@ -22,8 +22,9 @@ LAYER_OF_CLASS: dict[OpClass, LayerType] = {
     OpClass.REDUCTION: LayerType.NORMALIZATION,
 }
 
-# Between QK^T and Softmax: scale, mask, casts. After Softmax: casts, dropout.
-SCORE_OPS = frozenset({"Add", "Mul", "Div", "Sub", "Where", "Cast", "Max", "Min", "Clip"})
+# Between QK^T and Softmax: scale, mask, casts, Gemma-2's soft-capping (cap * tanh(s / cap)). After Softmax:
+# casts, dropout.
+SCORE_OPS = frozenset({"Add", "Mul", "Div", "Sub", "Where", "Cast", "Max", "Min", "Clip", "Tanh"})
 PROB_OPS = frozenset({"Cast", "Dropout", "Identity", "IsNaN", "Where"})  # SDPA exports zero NaN rows
 # How K and V reach the attention MatMuls: head split, transposes, GQA's repeat_kv, scaling.
 KV_PATH_OPS = frozenset(

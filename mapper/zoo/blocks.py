@@ -95,7 +95,7 @@ def split_fused_qkv(b: GraphBuilder, qkv: str, hidden: int) -> tuple[str, str, s
     return b.op("Split", qkv, b.const([hidden, hidden, hidden]), axis=-1, outputs=3)
 
 
-def scaled_dot_product(
+def scaled_dot_product(  # noqa: PLR0913 (two mask kinds and the soft-cap, each optional)
     b: GraphBuilder,
     q: str,
     k: str,
@@ -103,19 +103,28 @@ def scaled_dot_product(
     head_dim: int,
     additive_mask: str | None = None,
     keep_mask: str | None = None,
+    softcap: float = 0.0,
 ) -> str:
     """Unfused eager attention: MatMul(Q, K^T) / sqrt(d) -> mask -> Softmax -> MatMul(P, V).
 
     `additive_mask` is added to the scores (BERT, Llama); `keep_mask` is a bool tensor where
     False positions are replaced by the dtype minimum through Where (GPT-2's causal bias).
+    `softcap` > 0 caps the scores as Gemma-2 does before masking: cap * tanh(scores / cap).
     """
     scores = b.op("MatMul", q, b.op("Transpose", k, perm=[0, 1, 3, 2]))
     scores = b.op("Div", scores, b.scalar(math.sqrt(head_dim)))
+    if softcap:
+        scores = soft_cap(b, scores, softcap)
     if additive_mask is not None:
         scores = b.op("Add", scores, additive_mask)
     if keep_mask is not None:
         scores = b.op("Where", keep_mask, scores, b.scalar(FLOAT32_MIN))
     return b.op("MatMul", b.op("Softmax", scores, axis=-1), v)
+
+
+def soft_cap(b: GraphBuilder, x: str, cap: float) -> str:
+    """Gemma-2's logit soft-capping: cap * tanh(x / cap) (attention scores at 50, final logits at 30)."""
+    return b.op("Mul", b.op("Tanh", b.op("Div", x, b.scalar(cap))), b.scalar(cap))
 
 
 def padding_mask(b: GraphBuilder, attention_mask: str) -> str:

@@ -1,7 +1,7 @@
 """A Hugging Face config.json -> the model's ONNX graph (dims only), for the families people serve.
 
-`config_model(config)` reads `model_type` and builds through a table: decoders (llama, mistral, qwen2,
-gemma, mixtral) with hf_decoder, GPT-2 and BERT-style encoders with the built-in builders
+`config_model(config)` reads `model_type` and builds through a table: decoders (llama, mistral, qwen2, qwen3,
+gemma, gemma2, phi3, mixtral) with hf_decoder, GPT-2 and BERT-style encoders with the built-in builders
 (mapper/zoo/transformers.py). Symbolic dims are the built-ins': `batch`, `seq`, `past` (`batch`, `seq`
 for an encoder). An unknown model_type, a missing or ill-typed field: one-line MapperError naming it.
 Shipped configs (data/configs/*.json, sources in data/configs/SOURCES.md) map by path like a model file.
@@ -78,16 +78,59 @@ def _rope_scaling(f: _Fields) -> tuple[tuple[str, str | float], ...]:
     return (("rope_type", kind), *sorted(values.items())) if needed else ()  # another type: unscaled
 
 
+@dataclass(frozen=True, slots=True)
+class Traits:
+    """What a decoder family fixes that its config does not say (each from the family's transformers modeling)."""
+
+    qkv_bias: bool = False  # Qwen2: q/k/v projections carry biases (no config field says so)
+    tied: bool = False  # tie_word_embeddings' default where the config leaves it out
+    embed_scale: bool = False  # Gemma, Gemma-2: embeddings x sqrt(hidden)
+    window_flag: bool = False  # Qwen2/3 ship sliding_window but use it only with use_sliding_window true
+    fused_projections: bool = False  # Phi-3: qkv_proj and gate_up_proj
+    qk_norm: bool = False  # Qwen3: q_norm and k_norm over each head
+    gemma2: bool = False  # soft-capping, query_pre_attn_scalar, four norms a layer, windows on alternate layers
+
+
+DECODER_TRAITS: dict[str, Traits] = {
+    "llama": Traits(),
+    "mistral": Traits(),
+    "qwen2": Traits(qkv_bias=True, window_flag=True),
+    "qwen3": Traits(window_flag=True, qk_norm=True),
+    "gemma": Traits(tied=True, embed_scale=True),
+    "gemma2": Traits(tied=True, embed_scale=True, gemma2=True),
+    "phi3": Traits(fused_projections=True),
+    "mixtral": Traits(),
+}
+GEMMA2_SLIDING_PERIOD = 2  # Gemma2DecoderLayer: is_sliding = not bool(layer_idx % 2), layer 0 slides
+
+
+def _gemma2(f: _Fields, layers: int) -> dict:
+    """Gemma-2's fields: the soft-caps, query_pre_attn_scalar, and its layer_types where the config has them
+    (transformers >= 4.53 writes them; they must be the alternating pattern the model defines)."""
+    types = f.optional("layer_types", list)
+    expected = ["sliding_attention" if i % GEMMA2_SLIDING_PERIOD == 0 else "full_attention" for i in range(layers)]
+    if types is not None and types != expected:
+        raise MapperError(f"{f.where}: layer_types is not Gemma-2's sliding/full alternation; only that is built")
+    return dict(
+        sliding_period=GEMMA2_SLIDING_PERIOD,
+        attn_softcap=f.optional("attn_logit_softcapping", float, 0.0),
+        final_softcap=f.optional("final_logit_softcapping", float, 0.0),
+        query_scale=f.optional("query_pre_attn_scalar", int, 0),
+        sandwich_norms=True,
+    )
+
+
 def _decoder(f: _Fields, family: str) -> DecoderSpec:
-    hidden, heads = f.get("hidden_size"), f.get("num_attention_heads")
+    traits = DECODER_TRAITS[family]
+    hidden, heads, layers = f.get("hidden_size"), f.get("num_attention_heads"), f.get("num_hidden_layers")
     act = f.optional("hidden_activation", str) or f.optional("hidden_act", str, "silu")
     if act not in SILU + GELU_TANH:
         raise MapperError(f"{f.where}: hidden_act {act[:40]!r} is not one of {', '.join(SILU + GELU_TANH)}")
     window = f.optional("sliding_window", int)
-    if family == "qwen2" and not f.optional("use_sliding_window", bool, False):
-        window = None  # Qwen2 ships sliding_window with use_sliding_window false: full attention
+    if traits.window_flag and not f.optional("use_sliding_window", bool, False):
+        window = None  # Qwen2/3 ship sliding_window with use_sliding_window false: full attention
     spec = DecoderSpec(
-        layers=f.get("num_hidden_layers"),
+        layers=layers,
         hidden=hidden,
         heads=heads,
         kv_heads=f.optional("num_key_value_heads", int, heads),
@@ -97,13 +140,16 @@ def _decoder(f: _Fields, family: str) -> DecoderSpec:
         rope_theta=f.optional("rope_theta", float, 10000.0),
         norm_eps=f.optional("rms_norm_eps", float, 1e-6),
         rope_scaling=_rope_scaling(f),
-        tied=f.optional("tie_word_embeddings", bool, family == "gemma"),
-        qkv_bias=family == "qwen2" or f.optional("attention_bias", bool, False),
+        tied=f.optional("tie_word_embeddings", bool, traits.tied),
+        qkv_bias=traits.qkv_bias or f.optional("attention_bias", bool, False),
         sliding_window=window,
         activation="silu" if act in SILU else "gelu_tanh",
-        embed_scale=family == "gemma",
+        embed_scale=traits.embed_scale,
         experts=f.get("num_local_experts") if family == "mixtral" else 0,
         top_k=f.get("num_experts_per_tok") if family == "mixtral" else 0,
+        fused_projections=traits.fused_projections,
+        qk_norm=traits.qk_norm,
+        **(_gemma2(f, layers) if traits.gemma2 else {}),
     )
     if spec.heads % spec.kv_heads:
         raise MapperError(f"{f.where}: num_attention_heads {heads} is not a multiple of num_key_value_heads")
@@ -169,17 +215,17 @@ def _decoder_family(family: str) -> Family:
     return Family(lambda f: _decoder(f, family), _decoder_implied, build_decoder)
 
 
-# model_type -> its family. Llama 1, 2 and 3 share "llama"; RoBERTa and DistilBERT-style encoders differ in
+# model_type -> its family. Llama 1, 2 and 3.x share "llama"; RoBERTa and DistilBERT-style encoders differ in
 # names, not in the layer's work, but are left out until a config of theirs is checked.
 FAMILIES: dict[str, Family] = {
-    **{family: _decoder_family(family) for family in ("llama", "mistral", "qwen2", "gemma", "mixtral")},
+    **{family: _decoder_family(family) for family in DECODER_TRAITS},
     "gpt2": Family(lambda f: _encoder(f, gpt2=True), lambda c: _encoder_implied(c, build_gpt2), build_gpt2),
     "bert": Family(lambda f: _encoder(f, gpt2=False), lambda c: _encoder_implied(c, build_bert), build_bert),
 }
 
 
 def decoder_spec(config: dict, where: str = "config") -> DecoderSpec:
-    """The decoder numbers of a llama/mistral/qwen2/gemma/mixtral config (for closed forms and tests)."""
+    """The decoder numbers of a decoder family's config (for closed forms and tests)."""
     return _decoder(_Fields(config, where), str(config.get("model_type")))
 
 

@@ -1,10 +1,13 @@
-"""A decoder graph from a Hugging Face config's numbers: Llama 1-3, Mistral, Qwen2, Gemma, Mixtral.
+"""A decoder graph from a Hugging Face config's numbers: Llama 1-3.2, Mistral, Qwen2, Gemma, Gemma-2, Phi-3,
+Mixtral.
 
 One builder, the built-in Llama's (mapper/zoo/llama.py) generalized by what the families differ in:
 head_dim apart from hidden/heads (Gemma), q/k/v biases (Qwen2), tied embeddings (Gemma, Llama-3.2),
-GeGLU (Gemma), embeddings scaled by sqrt(hidden) (Gemma), a sliding-window causal mask (Mistral v0.1),
-RoPE scaling (Llama-3.1's "llama3", "linear", "dynamic" base), and a sparse mixture of experts (Mixtral).
-Dims are named as the built-in decoders' (`batch`, `seq`, `past`); names follow HF's modules.
+GeGLU (Gemma), embeddings scaled by sqrt(hidden) (Gemma), a sliding-window causal mask (Mistral v0.1, Phi-3;
+on alternate layers in Gemma-2), RoPE scaling (Llama-3.1's "llama3", "linear", "dynamic" base), fused
+qkv_proj and gate_up_proj (Phi-3), Gemma-2's soft-capped scores and logits and its norms around both blocks,
+and a sparse mixture of experts (Mixtral). Dims are named as the built-in decoders' (`batch`, `seq`, `past`);
+names follow HF's modules.
 """
 
 from __future__ import annotations
@@ -40,6 +43,13 @@ class DecoderSpec:
     embed_scale: bool = False  # Gemma multiplies the embeddings by sqrt(hidden)
     experts: int = 0  # 0: a dense MLP; else the experts of each sparse MoE block
     top_k: int = 0  # experts each token is routed to
+    fused_projections: bool = False  # Phi-3: one qkv_proj and one gate_up_proj, split after the GEMM
+    qk_norm: bool = False  # Qwen3: an RMSNorm over each head's query and key (q_norm, k_norm)
+    sliding_period: int = 1  # the window masks layers i % period == 0 (Gemma-2: 2, from layer 0); others are full
+    attn_softcap: float = 0.0  # Gemma-2 attn_logit_softcapping: scores -> cap * tanh(scores / cap)
+    final_softcap: float = 0.0  # Gemma-2 final_logit_softcapping, on the logits
+    query_scale: int = 0  # Gemma-2 query_pre_attn_scalar: scores / sqrt(it) (0: / sqrt(head_dim))
+    sandwich_norms: bool = False  # Gemma-2: a norm after attention and one before and after the MLP
 
 
 def inv_freq(c: DecoderSpec) -> np.ndarray:
@@ -60,56 +70,97 @@ def inv_freq(c: DecoderSpec) -> np.ndarray:
     return freqs  # default, dynamic (rescales past the trained length only: same graph)
 
 
-def window_keep_mask(b: GraphBuilder, seq: str, past: str, total: str, window: int | None) -> str:
-    """Bool [seq, total]: the causal mask, and with a sliding window only the last `window` keys
-    (j > past + i - window: Mistral's sliding_window)."""
+def layer_keep_masks(b: GraphBuilder, c: DecoderSpec, seq: str, past: str, total: str) -> list[str]:
+    """Each layer's bool [seq, total] mask: the causal mask, and where the layer slides (a window, on layers
+    i % sliding_period == 0) only the last `window` keys (j > past + i - window: Mistral's sliding_window)."""
     keep = blocks.causal_keep_mask(b, seq, past, total)
-    if window is None:
-        return keep
+    if c.sliding_window is None:
+        return [keep] * c.layers
     ones = b.op(
         "ConstantOfShape",
         b.shape_of(b.op("Unsqueeze", seq, b.const([0])), b.op("Unsqueeze", total, b.const([0]))),
         value=helper.make_tensor("value", TensorProto.FLOAT, [1], [1.0]),
     )
-    too_old = b.op("Cast", b.op("Trilu", ones, b.op("Sub", past, b.const(window)), upper=0), to=9)
-    return b.op("And", keep, b.op("Not", too_old))
+    too_old = b.op("Cast", b.op("Trilu", ones, b.op("Sub", past, b.const(c.sliding_window)), upper=0), to=9)
+    window = b.op("And", keep, b.op("Not", too_old))
+    return [window if i % c.sliding_period == 0 else keep for i in range(c.layers)]
 
 
 def gated_mlp(b: GraphBuilder, x: str, c: DecoderSpec) -> str:
     """The dense MLP: SwiGLU (blocks.swiglu) or Gemma's GeGLU (gelu_pytorch_tanh on the gate)."""
-    if c.activation == "silu":
+    if c.activation == "silu" and not c.fused_projections:
         return blocks.swiglu(b, x, c.hidden, c.ffn, "mlp")
     with b.scope("mlp"):
-        gate = blocks.gelu_tanh(b, blocks.linear(b, x, c.hidden, c.ffn, "gate_proj", bias=False))
-        up = blocks.linear(b, x, c.hidden, c.ffn, "up_proj", bias=False)
-        return blocks.linear(b, b.op("Mul", gate, up), c.ffn, c.hidden, "down_proj", bias=False)
+        if c.fused_projections:  # Phi-3's gate_up_proj: one GEMM, chunked in two
+            fused = blocks.linear(b, x, c.hidden, 2 * c.ffn, "gate_up_proj", bias=False)
+            gate, up = b.op("Split", fused, b.const([c.ffn, c.ffn]), axis=-1, outputs=2)
+        else:
+            gate = blocks.linear(b, x, c.hidden, c.ffn, "gate_proj", bias=False)
+            up = blocks.linear(b, x, c.hidden, c.ffn, "up_proj", bias=False)
+        act = b.op("Mul", gate, b.op("Sigmoid", gate)) if c.activation == "silu" else blocks.gelu_tanh(b, gate)
+        return blocks.linear(b, b.op("Mul", act, up), c.ffn, c.hidden, "down_proj", bias=False)
+
+
+def rotary_heads(b: GraphBuilder, x: str, c: DecoderSpec, ctx: dict, heads: int, norm: str) -> str:
+    """[batch, seq, heads*head_dim] -> its heads with RoPE applied (Qwen3 normalizes each head first)."""
+    x = blocks.split_heads(b, x, ctx["batch"], ctx["seq_1d"], heads, c.head_dim)
+    if c.qk_norm:
+        x = blocks.rms_norm(b, x, c.head_dim, norm, c.norm_eps)
+    return apply_rope(b, x, ctx["cos"], ctx["sin"], c.head_dim)
 
 
 def attention(b: GraphBuilder, h: str, c: DecoderSpec, ctx: dict, i: int) -> str:
     """Self-attention with RoPE, the KV cache in and out and GQA (HF repeat_kv)."""
     d, batch, seq_1d, total = c.head_dim, ctx["batch"], ctx["seq_1d"], ctx["total"]
+    q_width, kv_width = c.heads * d, c.kv_heads * d
     with b.scope("self_attn"):
-        q = blocks.linear(b, h, c.hidden, c.heads * d, "q_proj", bias=c.qkv_bias)
-        k = blocks.linear(b, h, c.hidden, c.kv_heads * d, "k_proj", bias=c.qkv_bias)
-        v = blocks.linear(b, h, c.hidden, c.kv_heads * d, "v_proj", bias=c.qkv_bias)
-        q = apply_rope(b, blocks.split_heads(b, q, batch, seq_1d, c.heads, d), ctx["cos"], ctx["sin"], d)
-        k = apply_rope(b, blocks.split_heads(b, k, batch, seq_1d, c.kv_heads, d), ctx["cos"], ctx["sin"], d)
+        if c.fused_projections:  # Phi-3's qkv_proj: one GEMM, split into q, k, v
+            qkv = blocks.linear(b, h, c.hidden, q_width + 2 * kv_width, "qkv_proj", bias=c.qkv_bias)
+            q, k, v = b.op("Split", qkv, b.const([q_width, kv_width, kv_width]), axis=-1, outputs=3)
+        else:
+            q = blocks.linear(b, h, c.hidden, q_width, "q_proj", bias=c.qkv_bias)
+            k = blocks.linear(b, h, c.hidden, kv_width, "k_proj", bias=c.qkv_bias)
+            v = blocks.linear(b, h, c.hidden, kv_width, "v_proj", bias=c.qkv_bias)
+        q = rotary_heads(b, q, c, ctx, c.heads, "q_norm")
+        k = rotary_heads(b, k, c, ctx, c.kv_heads, "k_norm")
         v = blocks.split_heads(b, v, batch, seq_1d, c.kv_heads, d)
         k = blocks.append_cache(b, ctx["past_kv"][i][0], k, f"present.{i}.key")
         v = blocks.append_cache(b, ctx["past_kv"][i][1], v, f"present.{i}.value")
         n_rep = c.heads // c.kv_heads
         k, v = (blocks.repeat_kv(b, t, batch, total, c.kv_heads, n_rep, d) for t in (k, v))
-        context = blocks.scaled_dot_product(b, q, k, v, d, keep_mask=ctx["keep"])
-        merged = blocks.merge_heads(b, context, batch, seq_1d, c.heads * d)
-        return blocks.linear(b, merged, c.heads * d, c.hidden, "o_proj", bias=False)
+        scale = c.query_scale or d
+        context = blocks.scaled_dot_product(b, q, k, v, scale, keep_mask=ctx["keep"][i], softcap=c.attn_softcap)
+        merged = blocks.merge_heads(b, context, batch, seq_1d, q_width)
+        return blocks.linear(b, merged, q_width, c.hidden, "o_proj", bias=False)
 
 
 def lm_head(b: GraphBuilder, x: str, c: DecoderSpec, embed: str, ctx: dict) -> str:
     if not c.tied:
-        return blocks.linear(b, x, c.hidden, c.vocab, "lm_head", bias=False)
-    with b.scope("lm_head"):  # tied: a Gemm(transB=1) on the embedding itself, so the weight appears once
-        logits = b.op("Gemm", b.op("Reshape", x, b.const([-1, c.hidden])), embed, transB=1)
-        return b.op("Reshape", logits, b.shape_of(ctx["batch"], ctx["seq_1d"], [c.vocab]))
+        logits = blocks.linear(b, x, c.hidden, c.vocab, "lm_head", bias=False)
+    else:
+        with b.scope("lm_head"):  # tied: a Gemm(transB=1) on the embedding itself, so the weight appears once
+            flat = b.op("Gemm", b.op("Reshape", x, b.const([-1, c.hidden])), embed, transB=1)
+            logits = b.op("Reshape", flat, b.shape_of(ctx["batch"], ctx["seq_1d"], [c.vocab]))
+    if not c.final_softcap:
+        return logits
+    with b.scope("lm_head"):  # Gemma2ForCausalLM caps the logits right after the head
+        return blocks.soft_cap(b, logits, c.final_softcap)
+
+
+def decoder_layer(b: GraphBuilder, x: str, c: DecoderSpec, ctx: dict, i: int) -> str:
+    """One layer: pre-norm attention and MLP, each added to the residual (Gemma-2 also normalizes each
+    block's output before the add: post_attention_layernorm, pre_/post_feedforward_layernorm)."""
+    eps = c.norm_eps
+    a = attention(b, blocks.rms_norm(b, x, c.hidden, "input_layernorm", eps), c, ctx, i)
+    if c.sandwich_norms:
+        a = blocks.rms_norm(b, a, c.hidden, "post_attention_layernorm", eps)
+    x = b.op("Add", x, a)
+    pre = "pre_feedforward_layernorm" if c.sandwich_norms else "post_attention_layernorm"
+    h = blocks.rms_norm(b, x, c.hidden, pre, eps)
+    mlp = moe_block.sparse_moe(b, h, c.hidden, c.ffn, c.experts, c.top_k) if c.experts else gated_mlp(b, h, c)
+    if c.sandwich_norms:
+        mlp = blocks.rms_norm(b, mlp, c.hidden, "post_feedforward_layernorm", eps)
+    return b.op("Add", x, mlp)
 
 
 def build_decoder(c: DecoderSpec, name: str) -> onnx.ModelProto:
@@ -124,7 +175,7 @@ def build_decoder(c: DecoderSpec, name: str) -> onnx.ModelProto:
     batch, seq_1d = b.dims_1d(ids, [0, 1])
     seq, past, total = blocks.cache_lengths(b, ids, past_kv[0][0])
     cos, sin = rope_tables(b, c, past, total, inv_freq(c))
-    keep = window_keep_mask(b, seq, past, total, c.sliding_window)
+    keep = layer_keep_masks(b, c, seq, past, total)
     ctx = dict(batch=batch, seq_1d=seq_1d, total=total, cos=cos, sin=sin, keep=keep, past_kv=past_kv)
     embed = b.weight("model.embed_tokens.weight", [c.vocab, c.hidden])
     x = b.op("Gather", embed, ids)
@@ -132,10 +183,7 @@ def build_decoder(c: DecoderSpec, name: str) -> onnx.ModelProto:
         x = b.op("Mul", x, b.scalar(math.sqrt(c.hidden)))
     for i in range(c.layers):
         with b.scope(f"model.layers.{i}"):
-            x = b.op("Add", x, attention(b, blocks.rms_norm(b, x, c.hidden, "input_layernorm", c.norm_eps), c, ctx, i))
-            h = blocks.rms_norm(b, x, c.hidden, "post_attention_layernorm", c.norm_eps)
-            mlp = moe_block.sparse_moe(b, h, c.hidden, c.ffn, c.experts, c.top_k) if c.experts else gated_mlp(b, h, c)
-            x = b.op("Add", x, mlp)
+            x = decoder_layer(b, x, c, ctx, i)
     x = blocks.rms_norm(b, x, c.hidden, "model.norm", c.norm_eps)
     b.output(lm_head(b, x, c, embed, ctx), "logits", ["batch", "seq", c.vocab])
     for i in range(c.layers):
@@ -148,8 +196,10 @@ def parameters(c: DecoderSpec) -> int:
     """The closed-form parameter count (embeddings, attention, MLP or experts and router, norms, head)."""
     q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
     attn = c.hidden * (q + 2 * kv) + q * c.hidden + (q + 2 * kv if c.qkv_bias else 0)
+    attn += 2 * c.head_dim if c.qk_norm else 0
     mlp = 3 * c.hidden * c.ffn * max(c.experts, 1) + (c.hidden * c.experts if c.experts else 0)
-    per_layer = attn + mlp + 2 * c.hidden
+    norms = (4 if c.sandwich_norms else 2) * c.hidden
+    per_layer = attn + mlp + norms
     return c.layers * per_layer + c.vocab * c.hidden * (1 if c.tied else 2) + c.hidden
 
 

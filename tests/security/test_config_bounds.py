@@ -71,7 +71,17 @@ def test_a_graph_at_its_limits_is_read():
     read_model_structure(wide_sum(limits.MAX_NODE_INPUTS, limits.MAX_EDGES // limits.MAX_NODE_INPUTS - 1))
 
 
-CONFIG_NAMES = ["llama-3-8b", "llama-3-70b", "mistral-7b", "qwen2-7b", "mixtral-8x7b", "llama-3.1-8b", "llama-3.2-1b"]
+CONFIG_NAMES = [
+    "llama-3-8b",
+    "llama-3-70b",
+    "mistral-7b",
+    "qwen2-7b",
+    "mixtral-8x7b",
+    "llama-3.1-8b",
+    "llama-3.2-1b",
+    "phi-3-mini-4k-instruct",
+    "gemma-2-9b-it",
+]
 
 
 @pytest.mark.parametrize("name", CONFIG_NAMES)
