@@ -55,7 +55,7 @@ from mapper.hardware.profile import HardwareProfile
 from mapper.hardware.target import device_target
 from mapper.plan import tiling
 from mapper.plan.attention_tiling import attention_fits
-from mapper.plan.experts import check_expert_parallel, plan_experts, resident_kernels
+from mapper.plan.experts import check_expert_parallel, plan_experts, resident_kernels, whole_experts
 from mapper.plan.fusion import plan_fusion
 from mapper.plan.kernels import build_kernels
 from mapper.plan.layout import plan_layout
@@ -236,7 +236,7 @@ def plan_devices(
     (their roles are assigned where one device is asked for but the model does not fit, to say how a split
     would shrink it), then the experts at the busiest one's load and split for expert parallelism."""
     graph, ep = workload.graph, options.ep
-    check_expert_parallel(workload, ep)
+    check_expert_parallel(workload, ep, options.tp)
     max_devices = max(hardware.interconnect.max_devices, 1)
     memory = (
         plan_memory(graph, resident_kernels(workload, kernels, ep), sizer, hardware.dram_bytes, 1, 1, max_devices)
@@ -244,7 +244,7 @@ def plan_devices(
         else None
     )
     if memory is None or not memory.fits:
-        full, written = assign_roles(graph, kernels)
+        full, written = assign_roles(graph, kernels, whole_experts(workload, options.tp, ep))
         resident = resident_kernels(workload, full, ep)
         memory = plan_memory(graph, resident, sizer, hardware.dram_bytes, options.tp, options.pp, max_devices)
         kernels = shard_kernels(graph, full, written, options.tp, sizer)

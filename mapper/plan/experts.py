@@ -3,14 +3,21 @@
 In the parallel stage, after the tensor-parallel split (sharding.py). Expert GEMMs (found by work/moe.py)
 run at the busiest expert's tokens: the mean x PlanOptions.expert_imbalance, at most the tokens present
 (a layer's experts run together and wait for the busiest). At expert-parallel degree ep each device holds
-E/ep experts (its share of every expert kernel's work and weights; attention stays replicated) and each MoE
-layer adds an all-to-all dispatch of the routed tokens' activations before its experts and a combine after
-them: T x k x hidden x bytes, (ep-1)/ep of it on the wire each way (DeepSpeed-MoE, Rajbhandari et al. 2022,
-sec. 5). Devices: tp x pp x ep x dp.
+E/ep experts (its share of every expert kernel's work and weights) and each MoE layer adds an all-to-all
+dispatch of the routed tokens' activations before its experts and a combine after them: T x k x hidden x bytes,
+(ep-1)/ep of it on the wire each way (DeepSpeed-MoE, Rajbhandari et al. 2022, sec. 5).
+
+Where the devices come from: with --tp 1 the ep devices are devices of their own, attention replicated on each
+(devices tp x pp x ep x dp). With --tp above 1 the expert-parallel group is the tensor-parallel group, as vLLM
+(--enable-expert-parallel) and SGLang (--ep-size) lay it: ep must equal tp, attention is split over the ranks
+by heads and the experts over them whole, E/ep a rank, not sliced (devices tp x pp x dp).
+A grouped block's experts split by tensor parallelism alone (ep 1) all-reduce their partial sums once a layer,
+T x hidden, as a fused MoE kernel's caller does, not the [E, T, hidden] stack the graph holds.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -27,8 +34,9 @@ def expert_of(workload: Workload, kernel: Kernel) -> ExpertGemm | None:
     return next((workload.expert_gemms[n] for n in kernel.nodes if n in workload.expert_gemms), None)
 
 
-def check_expert_parallel(workload: Workload, ep: int) -> None:
-    """ep must split whole experts: a one-line error for a dense model or an ep not dividing E."""
+def check_expert_parallel(workload: Workload, ep: int, tp: int = 1) -> None:
+    """ep must split whole experts, over devices of its own (tp 1) or over the tensor-parallel ranks (ep = tp):
+    a one-line error for a dense model, an ep not dividing E, or an ep beside a different tp."""
     if ep <= 1:
         return
     counts = sorted({g.experts for g in workload.expert_gemms.values()})
@@ -36,6 +44,31 @@ def check_expert_parallel(workload: Workload, ep: int) -> None:
         raise MapperError(f"--ep {ep} needs a mixture-of-experts model; {workload.graph.name} has no routed experts")
     if any(e % ep for e in counts):
         raise MapperError(f"--ep {ep} must divide the expert count ({counts[0]} experts a layer); choose a divisor")
+    if tp > 1 and ep != tp:
+        raise MapperError(
+            f"--ep {ep} with --tp {tp}: the expert-parallel group is the tensor-parallel ranks (vLLM, SGLang), so"
+            f" --ep must equal --tp ({tp}), or give --tp 1 for {ep} expert devices of their own"
+        )
+
+
+def experts_over_tp(tp: int, ep: int) -> bool:
+    """Whether the experts are laid whole over the tensor-parallel ranks (not sliced by tensor parallelism)."""
+    return tp > 1 and ep > 1
+
+
+def replica_devices(tp: int, pp: int, ep: int) -> int:
+    """Devices one replica takes: ep devices of their own only where tp is 1 (else ep rides the tp ranks)."""
+    return tp * pp * (1 if experts_over_tp(tp, ep) else ep)
+
+
+def whole_experts(workload: Workload, tp: int, ep: int) -> frozenset[str]:
+    """The MoE nodes tensor parallelism leaves whole: a grouped block's router (every rank routes every token, as
+    vLLM's replicated gate does: a softmax or top-k over a split expert axis would need a collective), and every
+    expert node where the experts ride the tp ranks. Mixtral's per-expert block keeps the roles it was recorded
+    with (its router column-parallel)."""
+    gemms = workload.expert_gemms
+    routers = {g.router for g in gemms.values() if g.grouped and g.router}
+    return frozenset(routers | set(gemms)) if experts_over_tp(tp, ep) else frozenset(routers)
 
 
 def resident_kernels(workload: Workload, kernels: Sequence[Kernel], ep: int) -> Sequence[Kernel]:
@@ -58,6 +91,10 @@ def _busiest(k: Kernel, g: ExpertGemm, imbalance: float, ep: int) -> Kernel:
     busy = g.busiest_tokens(imbalance)
     f = busy / g.mean_tokens
     activations = (k.dram_bytes - k.weight_bytes) * f
+    matrix = k.matrix
+    if matrix is not None:  # a grouped GEMM's batch is its experts: ep splits them
+        batch = math.ceil(matrix.batch / ep) if g.grouped else matrix.batch
+        matrix = replace(matrix, m=max(1, round(busy)), batch=batch)
     return replace(
         k,
         flops=k.flops * f / ep,
@@ -65,7 +102,7 @@ def _busiest(k: Kernel, g: ExpertGemm, imbalance: float, ep: int) -> Kernel:
         sfu_ops=k.sfu_ops * f / ep,
         dram_bytes=(activations + k.weight_bytes) / ep,
         weight_bytes=k.weight_bytes / ep,
-        matrix=replace(k.matrix, m=max(1, round(busy))) if k.matrix is not None else None,
+        matrix=matrix,
         note=f"busiest expert: {busy:.1f} tokens (mean {g.mean_tokens:.1f} x imbalance {imbalance:g}, at most"
         f" {g.tokens}); {g.experts // ep} of {g.experts} experts a device",
     )
@@ -78,12 +115,36 @@ def _all_to_all(k: Kernel, g: ExpertGemm, step: str, ep: int, act_bytes: float) 
     )
 
 
+def _grouped_all_reduces(workload: Workload, kernels: Sequence[Kernel], act_bytes: float) -> list[Kernel]:
+    """A grouped expert GEMM's tensor-parallel all-reduce, and the partial sums its row-parallel GEMM writes, at the
+    layer's T x hidden instead of the [E, T, hidden] stack the graph holds (Mixtral's per-expert GEMMs and every
+    other kernel as they are)."""
+    out: list[Kernel] = []
+    for k in kernels:
+        before = out[-1] if out else None
+        g = expert_of(workload, before) if before is not None else None
+        if before is None or g is None or not g.grouped or k.collective != Collective.ALL_REDUCE:
+            out.append(k)
+            continue
+        if k.name != f"{before.name}:all-reduce" or not k.devices:
+            out.append(k)
+            continue
+        message = g.tokens * g.hidden * act_bytes
+        spare = (k.dram_bytes - message) * (1 - 1 / k.devices)  # the stack's partial sums the GEMM was given
+        out[-1] = replace(before, dram_bytes=max(before.dram_bytes - spare, 0.0))
+        out.append(collective_kernel(k.name, Collective.ALL_REDUCE, message, k.devices))
+    return out
+
+
 def plan_experts(
     workload: Workload, kernels: Sequence[Kernel], ep: int, imbalance: float, act_bytes: float
 ) -> Sequence[Kernel]:
     """Expert kernels at the busiest expert's tokens and 1/ep of the experts, with each layer's dispatch
     and combine all-to-all around its experts (ep > 1)."""
-    if not workload.expert_gemms or (ep <= 1 and imbalance <= 1):
+    if not workload.expert_gemms:
+        return kernels
+    kernels = _grouped_all_reduces(workload, kernels, act_bytes)
+    if ep <= 1 and imbalance <= 1:
         return kernels
     gemms = [expert_of(workload, k) for k in kernels]
     layer_of = [g.layer if g is not None else None for g in gemms]

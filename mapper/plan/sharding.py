@@ -44,17 +44,20 @@ def _through_views(graph: Graph, tensor: str) -> str:
     return tensor
 
 
-def assign_roles(graph: Graph, kernels: Sequence[Kernel]) -> tuple[list[Kernel], list[list[str]]]:
+def assign_roles(
+    graph: Graph, kernels: Sequence[Kernel], whole: frozenset[str] = frozenset()
+) -> tuple[list[Kernel], list[list[str]]]:
     """Each kernel's tensor-parallel role (computed whatever tp is: memory planning needs it too), and the
-    tensors each writes for outside (`_boundary`), which `shard_kernels` sizes."""
+    tensors each writes for outside (`_boundary`), which `shard_kernels` sizes. A kernel holding a node of
+    `whole` runs whole on its rank (experts laid over the tensor-parallel ranks: plan/experts.py)."""
     index_of = {n.name: k for k, n in enumerate(graph.nodes)}
     sharded: set[str] = set()
     out: list[Kernel] = []
     written: list[list[str]] = []
     for k in kernels:
-        if not k.nodes:  # inserted kernels (layout transposes) follow their neighbours: replicated
-            out.append(k.replaced(shard=Shard.REPLICATED))
-            written.append([])
+        if not k.nodes or (whole and not whole.isdisjoint(k.nodes)):  # inserted kernels (layout transposes)
+            out.append(k.replaced(shard=Shard.REPLICATED))  # follow their neighbours: replicated
+            written.append(_boundary(graph, k, index_of)[1] if k.nodes else [])
             continue
         ins, outs = _boundary(graph, k, index_of)
         written.append(outs)

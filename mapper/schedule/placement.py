@@ -24,6 +24,7 @@ from mapper.core.vocab import Collective, Engine
 from mapper.cost.bottleneck import Facts, classify, speedup_if_removed
 from mapper.cost.estimate import estimate_cost
 from mapper.hardware.target import Target
+from mapper.plan.experts import experts_over_tp, replica_devices
 from mapper.plan.precision import Sizer
 from mapper.plan.sharding import collective_kernel
 from mapper.schedule.stages import balance_stages, stage_times
@@ -89,15 +90,29 @@ def _stage_sends(
     return sends
 
 
+# How expert parallelism takes its devices (plan/experts.py): ep devices of their own at tp 1, the tp ranks above
+EXPERTS_OWN_DEVICES = (
+    "expert parallelism: E/ep experts a device, attention replicated; an all-to-all dispatch and"
+    " combine of T x k x hidden activations per MoE layer; devices = tp x pp x ep x dp"
+)
+EXPERTS_OVER_TP = (
+    "expert parallelism over the tensor-parallel ranks (ep = tp: vLLM --enable-expert-parallel, SGLang --ep-size):"
+    " E/ep whole experts a rank, attention split by heads; an all-to-all dispatch and combine of T x k x hidden"
+    " activations per MoE layer; devices = tp x pp x dp"
+)
+
+
 def place_on_devices(
     graph: Graph, estimates: Sequence[KernelEstimate], options: PlanOptions, target: Target, sizer: Sizer
 ) -> tuple[KernelEstimates, ParallelPlan]:
     hw = target.hw
     tp, pp, dp, ep = options.tp, options.pp, options.dp, options.ep
-    devices = tp * pp * ep * dp  # an expert-parallel group of ep devices per tensor/pipeline rank, dp replicas
-    if tp * pp * ep > 1 and tp * pp * ep > hw.interconnect.max_devices:
+    replica = replica_devices(tp, pp, ep)  # ep devices of their own at tp 1, else the experts ride the tp ranks
+    devices = replica * dp
+    if replica > 1 and replica > hw.interconnect.max_devices:
+        what = "tp x pp" if experts_over_tp(tp, ep) else "tp x pp x ep"
         raise MapperError(
-            f"tp x pp x ep = {tp * pp * ep} devices exceeds the {hw.interconnect.max_devices} that"
+            f"{what} = {replica} devices exceeds the {hw.interconnect.max_devices} that"
             f" {hw.name}'s interconnect ({hw.interconnect.topology}) connects; lower --tp/--pp/--ep"
         )
     if options.overlap_collectives:
@@ -136,10 +151,7 @@ def place_on_devices(
                 " back-to-back batches overlap (throughput = batch / slowest stage)"
             ),
             "data parallelism: independent replicas, no collectives at inference",
-            (
-                "expert parallelism: E/ep experts a device, attention replicated; an all-to-all dispatch and"
-                " combine of T x k x hidden activations per MoE layer; devices = tp x pp x ep x dp"
-            ),
+            (EXPERTS_OVER_TP if experts_over_tp(tp, ep) else EXPERTS_OWN_DEVICES),
             "collectives: alpha-beta, the faster of ring and tree for the topology"
             + (
                 " and hidden behind the next kernel's compute"

@@ -18,6 +18,14 @@ from mapper.core.result import MatrixShape, NodeWork
 
 DYNAMIC_ROUTING_OPS = ("NonZero",)  # torch.where(expert_mask) in HF MixtralSparseMoeBlock.forward exports so
 EXPERT_WALK_LIMIT = 16  # nodes between an expert's input and its output (SwiGLU: 3 MatMuls, Sigmoid, 2 Mul)
+# How a router scores the experts: a softmax over the E logits (Mixtral, Qwen-MoE, DeepSeek-V2), or a sigmoid per
+# expert (DeepSeek-V3), where a learnt per-expert bias is added to the scores the TopK chooses by (noaux_tc)
+ROUTER_SCORES = frozenset({"Softmax", "Sigmoid"})
+# A routing table's way to the Muls by its columns: Mixtral's Gather of one expert's column; the grouped block's
+# [tokens, E] -> [E, tokens, 1] views (zoo/moe_block.py)
+ROUTING_PATH_OPS = frozenset({"Gather", "Reshape", "Transpose", "Unsqueeze", "Squeeze"})
+ROUTING_PATH_DEPTH = 4
+STACKED_RANK = 3  # a grouped expert GEMM's weight: [E, K, N], every expert's matrix stacked
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +36,10 @@ class Routing:
     top_k: int
     gemms: tuple[str, ...]  # node names of every expert's GEMMs
     hidden: int = 0  # the router's input width: what each routed token carries to its experts
+    # a grouped block's other expert nodes, [E, tokens, ..] wide in the graph: the activation between its GEMMs,
+    # the weighting by the routing table and the sum over E (each token's k rows are what a fused MoE touches)
+    others: tuple[str, ...] = ()
+    router: str = ""  # the router MatMul's node
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +53,8 @@ class ExpertGemm:
     hidden: int
     tokens: int
     mean_tokens: float
+    grouped: bool = False  # one GEMM for every expert (stacked [E, K, N] weights): its M x batch is tokens x experts
+    router: str = ""  # its layer's router MatMul node
 
     @property
     def token_share(self) -> float:
@@ -70,38 +84,83 @@ def find_routings(graph: Graph) -> tuple[Routing, ...]:
     for topk in graph.nodes:
         if topk.op_type != "TopK" or len(topk.outputs) < 2 or not topk.inputs:  # noqa: PLR2004 (values, indices)
             continue
-        softmax = graph.producer(topk.inputs[0])
-        router = graph.producer(softmax.inputs[0]) if softmax is not None and softmax.op_type == "Softmax" else None
-        if router is None or router.op_type != "MatMul" or topk.outputs[0] not in graph.tensors:
+        router = _router(graph, topk.inputs[0])
+        if router is None or topk.outputs[0] not in graph.tensors:
             continue
         probs, top = graph.tensors[topk.inputs[0]], graph.tensors[topk.outputs[0]]
         experts, k = probs.shape[-1], top.shape[-1]
-        gemms = [name for table in _routing_tables(graph, topk) for name in _expert_gemms(graph, table, router)]
+        gemms, others = [], []
+        for table in _routing_tables(graph, topk):
+            found_gemms, found_others = _expert_nodes(graph, table, router, experts)
+            gemms += found_gemms
+            others += found_others
         if gemms and 0 < k < experts:
-            found.append(Routing(experts, k, tuple(gemms), graph.tensors[router.inputs[0]].shape[-1]))
+            hidden = graph.tensors[router.inputs[0]].shape[-1]
+            found.append(Routing(experts, k, tuple(gemms), hidden, tuple(others), router.name))
     return tuple(found)
+
+
+def _router(graph: Graph, choice: str):
+    """The router MatMul whose scores the TopK chooses from: MatMul -> Softmax or Sigmoid (-> Add of a weight,
+    DeepSeek-V3's bias) -> TopK; None where the TopK is not a router's."""
+    scores = graph.producer(choice)
+    if scores is not None and scores.op_type == "Add" and any(i in graph.weights for i in scores.inputs):
+        scores = next((graph.producer(i) for i in scores.inputs if i and i not in graph.weights), None)
+    if scores is None or scores.op_type not in ROUTER_SCORES or not scores.inputs:
+        return None
+    router = graph.producer(scores.inputs[0])
+    return router if router is not None and router.op_type == "MatMul" else None
 
 
 def _routing_tables(graph: Graph, topk) -> list[str]:
     return [o for u in graph.users(topk.outputs[1]) if u.op_type == "ScatterElements" for o in u.outputs]
 
 
-def _expert_gemms(graph: Graph, table: str, router) -> list[str]:
-    """MatMuls feeding the Muls by each Gather of the routing table, back to the router's input."""
-    h, gemms = router.inputs[0], []
-    for column in (o for u in graph.users(table) if u.op_type == "Gather" for o in u.outputs):
-        for mul in (u for u in graph.users(column) if u.op_type == "Mul"):
-            frontier = [i for i in mul.inputs if i != column]
-            seen: set[str] = set()
-            while frontier and len(seen) < EXPERT_WALK_LIMIT:
-                node = graph.producer(frontier.pop())
-                if node is None or node.name in seen:
-                    continue
-                seen.add(node.name)
-                if node.op_type == "MatMul":
-                    gemms.append(node.name)
-                frontier.extend(i for i in node.inputs if i and i != h and i not in graph.weights)
-    return gemms
+def _expert_nodes(graph: Graph, table: str, router, experts: int) -> tuple[list[str], list[str]]:
+    """MatMuls feeding the Muls by the routing table's columns (each Gather of one, or the table viewed as
+    [E, tokens, 1]), back to the router's input; and where they are grouped (stacked weights), the block's
+    other expert nodes (`Routing.others`)."""
+    h, gemms, others, grouped = router.inputs[0], [], [], False
+    for mul, column in _column_muls(graph, table):
+        frontier = [i for i in mul.inputs if i != column]
+        seen: set[str] = set()
+        while frontier and len(seen) < EXPERT_WALK_LIMIT:
+            node = graph.producer(frontier.pop())
+            if node is None or node.name in seen:
+                continue
+            seen.add(node.name)
+            if node.op_type == "MatMul":
+                gemms.append(node.name)
+                grouped = grouped or _stacked(graph, node, experts)
+            else:
+                others.append(node.name)
+            frontier.extend(i for i in node.inputs if i and i != h and i not in graph.weights)
+        others += [mul.name] + [u.name for o in mul.outputs for u in graph.users(o) if u.op_type == "ReduceSum"]
+    return gemms, others if grouped else []
+
+
+def _column_muls(graph: Graph, table: str) -> list[tuple]:
+    """(Mul, the column it reads) for each Mul the routing table reaches through ROUTING_PATH_OPS."""
+    found, frontier = [], [table]
+    for _ in range(ROUTING_PATH_DEPTH):
+        reached: list[str] = []
+        for tensor in frontier:
+            for user in graph.users(tensor):
+                if user.op_type == "Mul":
+                    found.append((user, tensor))
+                elif user.op_type in ROUTING_PATH_OPS:
+                    reached.extend(o for o in user.outputs if o)
+        frontier = reached
+    return found
+
+
+def _stacked(graph: Graph, node, experts: int) -> bool:
+    """Whether a MatMul multiplies by every expert's weights at once ([E, K, N])."""
+    return any(
+        i in graph.weights and len(graph.tensors[i].shape) == STACKED_RANK and graph.tensors[i].shape[0] == experts
+        for i in node.inputs
+        if i in graph.tensors
+    )
 
 
 def route_work(
@@ -109,7 +168,8 @@ def route_work(
 ) -> tuple[Sequence[NodeWork], dict[str, float], dict[str, ExpertGemm]]:
     """The nodes with every expert GEMM's expected work (FLOPs and activations x k/E; weights read x the
     share of experts used; M the tokens per used expert), weight name -> share read (for the kernels), and
-    expert GEMM node -> its routing figures (for activation sizing, imbalance and expert parallelism)."""
+    expert node -> its routing figures (for activation sizing, imbalance and expert parallelism): every expert
+    GEMM, and a grouped block's other expert nodes (`Routing.others`)."""
     shares: dict[str, float] = {}
     scaled: dict[str, NodeWork] = {}
     gemms: dict[str, ExpertGemm] = {}
@@ -122,11 +182,13 @@ def route_work(
             w = by_name.get(name)
             if w is None or w.matrix is None:
                 continue
-            tokens = w.matrix.batch * w.matrix.m
+            grouped = _stacked(graph, node_of[name], routing.experts)
+            tokens = w.matrix.m if grouped else w.matrix.batch * w.matrix.m
             used = expected_experts(routing.experts, routing.top_k, tokens)
             share, routed = used / routing.experts, routing.top_k / routing.experts
             mean = tokens * routing.top_k / used
             activations = w.bytes_read - w.weight_bytes
+            batch = max(1, round(used)) if grouped else 1  # a grouped GEMM runs the used experts as its batch
             scaled[name] = replace(
                 w,
                 flops=w.flops * routed,
@@ -134,13 +196,36 @@ def route_work(
                 bytes_read=activations * routed + w.weight_bytes * share,
                 bytes_written=w.bytes_written * routed,
                 weight_bytes=w.weight_bytes * share,
-                matrix=MatrixShape(1, max(1, round(mean)), w.matrix.n, w.matrix.k, w.matrix.kind),
+                matrix=MatrixShape(batch, max(1, round(mean)), w.matrix.n, w.matrix.k, w.matrix.kind),
             )
-            gemms[name] = ExpertGemm(layer, routing.experts, routing.top_k, routing.hidden, tokens, mean)
+            figures = ExpertGemm(layer, routing.experts, routing.top_k, routing.hidden, tokens, mean, grouped)
+            gemms[name] = replace(figures, router=routing.router)
             for i in node_of[name].inputs:
                 if i in graph.weights:
                     shares[i] = share
+        _route_others(routing, by_name, scaled, gemms)
     return tuple(scaled.get(w.name, w) for w in nodes), shares, gemms
+
+
+def _route_others(routing: Routing, by_name: dict, scaled: dict, gemms: dict[str, ExpertGemm]) -> None:
+    """A grouped block's other expert nodes at the k/E share of their [E, tokens, ..] work: each token's k rows,
+    the layer's routing figures beside them (so that plan/experts.py splits them with their GEMMs)."""
+    figures = next((gemms[g] for g in routing.gemms if g in gemms), None)
+    if figures is None:
+        return
+    routed = routing.top_k / routing.experts
+    for name in routing.others:
+        w = by_name.get(name)
+        if w is None:
+            continue
+        scaled[name] = replace(
+            w,
+            flops=w.flops * routed,
+            sfu_ops=w.sfu_ops * routed,
+            bytes_read=w.bytes_read * routed,
+            bytes_written=w.bytes_written * routed,
+        )
+        gemms[name] = figures
 
 
 def routing_caveats(graph: Graph, gemms: dict[str, ExpertGemm]) -> list[str]:

@@ -8,7 +8,7 @@ with one line naming the field and the limit:
 - nodes: the family's builder run on a probe of the config at tiny widths (`Probe`): 1 and 2 layers, 1 and 2
   experts. A graph's node count is affine in layers and, per layer, in experts (every layer emits the same nodes;
   an MoE block emits the same nodes per expert), so three tiny builds give it exactly at any size (a test holds
-  this against the full builds);
+  this against the full builds); two more where the first layers are dense and the rest MoE (DeepSeek);
 - parameters: the family's closed form (hf_decoder.parameters, `encoder_parameters`);
 - tables: the bytes of every array the builder computes from the config (the RoPE inverse frequencies).
 
@@ -33,9 +33,10 @@ FLOAT64_BYTES = 8  # the RoPE inverse frequencies are computed in float64 (hf_de
 class Probe:
     """How one family's graph is built at tiny widths: `build(layers, experts)` -> the graph."""
 
-    build: Callable[[int, int], onnx.ModelProto]
+    build: Callable[[int, int], onnx.ModelProto]  # experts 0: every layer dense
     layers: int  # the config's layers
     experts: int = 0  # the config's experts per MoE block (0: dense)
+    dense_layers: int = 0  # of `layers`, the first ones with a dense MLP in place of the experts
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,17 +51,23 @@ class Implied:
 
 
 def implied_nodes(probe: Probe) -> int:
-    """The node count of the full graph, from three builds at tiny widths (two when dense)."""
+    """The node count of the full graph, from three builds at tiny widths (two when dense, five when the first
+    layers are dense and the rest MoE)."""
 
     def nodes(layers: int, experts: int) -> int:
         return len(probe.build(layers, experts).graph.node)
 
     experts = max(probe.experts, 1)  # a dense probe builds with experts=0 throughout
-    dense = 0 if probe.experts == 0 else 1
-    one = nodes(1, dense)
-    per_layer = nodes(2, dense) - one
-    per_expert = nodes(1, 2) - one if dense else 0
-    return one + (probe.layers - 1) * per_layer + probe.layers * (experts - 1) * per_expert
+    routed = 0 if probe.experts == 0 else 1  # the experts of the base probe: 0 for a dense model
+    moe_layers = probe.layers - probe.dense_layers if routed else probe.layers
+    one = nodes(1, routed)
+    per_layer = nodes(2, routed) - one
+    per_expert = nodes(1, 2) - one if routed else 0
+    count = one + (moe_layers - 1) * per_layer + moe_layers * (experts - 1) * per_expert
+    if routed and probe.dense_layers:  # the graph less its layers is the same whichever MLP the layers have
+        dense_one = nodes(1, 0)
+        count += probe.dense_layers * (nodes(2, 0) - dense_one)
+    return count
 
 
 def check_implied(implied: Implied, where: str) -> None:

@@ -23,6 +23,7 @@ from mapper.core.graph import ReleasedPrecision
 from mapper.core.vocab import PlanDtype
 from mapper.zoo.config_bounds import Implied, Probe, check_implied, encoder_parameters, implied_nodes, rope_table_bytes
 from mapper.zoo.hf_decoder import DecoderSpec, build_decoder, parameters
+from mapper.zoo.moe_block import MoeSpec
 from mapper.zoo.transformers import EncoderConfig, build_bert, build_gpt2
 
 # The activations each family's MLP may name (config hidden_act / hidden_activation / activation_function).
@@ -100,6 +101,8 @@ DECODER_TRAITS: dict[str, Traits] = {
     "gemma2": Traits(tied=True, embed_scale=True, gemma2=True),
     "phi3": Traits(fused_projections=True),
     "mixtral": Traits(),
+    "qwen2_moe": Traits(qkv_bias=True, window_flag=True),
+    "qwen3_moe": Traits(window_flag=True, qk_norm=True),
 }
 GEMMA2_SLIDING_PERIOD = 2  # Gemma2DecoderLayer: is_sliding = not bool(layer_idx % 2), layer 0 slides
 
@@ -118,6 +121,41 @@ def _gemma2(f: _Fields, layers: int) -> dict:
         query_scale=f.optional("query_pre_attn_scalar", int, 0),
         sandwich_norms=True,
     )
+
+
+def _qwen_moe(f: _Fields, family: str) -> MoeSpec:
+    """Qwen2-MoE (num_experts, a gated shared expert of shared_expert_intermediate_size) and Qwen3-MoE (no
+    shared expert); every layer sparse (decoder_sparse_step 1, no mlp_only_layers: the published checkpoints)."""
+    if f.optional("decoder_sparse_step", int, 1) != 1 or f.optional("mlp_only_layers", list, []):
+        raise MapperError(
+            f"{f.where}: decoder_sparse_step and mlp_only_layers mix dense layers into the MoE ones; only configs"
+            " with every layer sparse (decoder_sparse_step 1, mlp_only_layers []) are built"
+        )
+    experts = f.optional("num_experts", int) or f.get("num_local_experts")  # transformers 5 writes the latter
+    shared = f.get("shared_expert_intermediate_size") if family == "qwen2_moe" else 0
+    return MoeSpec(
+        experts=experts,
+        top_k=f.get("num_experts_per_tok"),
+        ffn=f.get("moe_intermediate_size"),
+        shared_ffn=shared,
+        shared_gate=bool(shared),
+        renormalize=f.optional("norm_topk_prob", bool, False),
+    )
+
+
+# model_type -> how its grouped mixture of experts is read (the other decoders' MLP is dense, or Mixtral's)
+MOE_READERS: dict[str, Callable[[_Fields], MoeSpec]] = {
+    "qwen2_moe": lambda f: _qwen_moe(f, "qwen2_moe"),
+    "qwen3_moe": lambda f: _qwen_moe(f, "qwen3_moe"),
+}
+
+
+def _check_moe(f: _Fields, m: MoeSpec, layers: int) -> MoeSpec:
+    if m.top_k > m.experts:
+        raise MapperError(f"{f.where}: num_experts_per_tok {m.top_k} is over the {m.experts} routed experts")
+    if m.dense_layers > layers:
+        raise MapperError(f"{f.where}: first_k_dense_replace {m.dense_layers} is over num_hidden_layers {layers}")
+    return m
 
 
 def _decoder(f: _Fields, family: str) -> DecoderSpec:
@@ -149,6 +187,7 @@ def _decoder(f: _Fields, family: str) -> DecoderSpec:
         top_k=f.get("num_experts_per_tok") if family == "mixtral" else 0,
         fused_projections=traits.fused_projections,
         qk_norm=traits.qk_norm,
+        moe=_check_moe(f, MOE_READERS[family](f), layers) if family in MOE_READERS else None,
         **(_gemma2(f, layers) if traits.gemma2 else {}),
     )
     if spec.heads % spec.kv_heads:
@@ -167,9 +206,14 @@ def _decoder_implied(c: DecoderSpec) -> Implied:
         tiny = replace(
             c, layers=layers, hidden=8, heads=2, kv_heads=1 if c.heads > c.kv_heads else 2, head_dim=4, ffn=8, vocab=8
         )
-        return build_decoder(replace(tiny, experts=experts, top_k=min(experts, 1)), "probe")
+        if c.moe is None:
+            return build_decoder(replace(tiny, experts=experts, top_k=min(experts, 1)), "probe")
+        shared = 8 if c.moe.shared_ffn else 0
+        moe = replace(c.moe, experts=experts, top_k=1, ffn=8, shared_ffn=shared, dense_layers=0) if experts else None
+        return build_decoder(replace(tiny, moe=moe), "probe")
 
-    nodes = implied_nodes(Probe(build, c.layers, c.experts))
+    experts = c.moe.experts if c.moe is not None else c.experts
+    nodes = implied_nodes(Probe(build, c.layers, experts, c.moe.dense_layers if c.moe is not None else 0))
     fields = "num_hidden_layers x num_local_experts" if c.experts else "num_hidden_layers"
     return Implied(nodes, parameters(c), rope_table_bytes(c.head_dim), fields)
 

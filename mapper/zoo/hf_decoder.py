@@ -22,6 +22,7 @@ from onnx import TensorProto, helper
 from mapper.zoo import blocks, moe_block
 from mapper.zoo.builder import INT64, Dim, GraphBuilder
 from mapper.zoo.llama import apply_rope, rope_tables
+from mapper.zoo.moe_block import MoeSpec, moe_parameters
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +51,7 @@ class DecoderSpec:
     final_softcap: float = 0.0  # Gemma-2 final_logit_softcapping, on the logits
     query_scale: int = 0  # Gemma-2 query_pre_attn_scalar: scores / sqrt(it) (0: / sqrt(head_dim))
     sandwich_norms: bool = False  # Gemma-2: a norm after attention and one before and after the MLP
+    moe: MoeSpec | None = None  # a grouped mixture of experts (Qwen-MoE, DeepSeek) in place of the dense MLP
 
 
 def inv_freq(c: DecoderSpec) -> np.ndarray:
@@ -157,7 +159,12 @@ def decoder_layer(b: GraphBuilder, x: str, c: DecoderSpec, ctx: dict, i: int) ->
     x = b.op("Add", x, a)
     pre = "pre_feedforward_layernorm" if c.sandwich_norms else "post_attention_layernorm"
     h = blocks.rms_norm(b, x, c.hidden, pre, eps)
-    mlp = moe_block.sparse_moe(b, h, c.hidden, c.ffn, c.experts, c.top_k) if c.experts else gated_mlp(b, h, c)
+    if c.moe is not None and i >= c.moe.dense_layers:
+        mlp = moe_block.grouped_moe(b, h, c.hidden, c.moe)
+    elif c.experts:
+        mlp = moe_block.sparse_moe(b, h, c.hidden, c.ffn, c.experts, c.top_k)
+    else:
+        mlp = gated_mlp(b, h, c)
     if c.sandwich_norms:
         mlp = blocks.rms_norm(b, mlp, c.hidden, "post_feedforward_layernorm", eps)
     return b.op("Add", x, mlp)
@@ -197,17 +204,23 @@ def parameters(c: DecoderSpec) -> int:
     q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
     attn = c.hidden * (q + 2 * kv) + q * c.hidden + (q + 2 * kv if c.qkv_bias else 0)
     attn += 2 * c.head_dim if c.qk_norm else 0
-    mlp = 3 * c.hidden * c.ffn * max(c.experts, 1) + (c.hidden * c.experts if c.experts else 0)
+    dense = 3 * c.hidden * c.ffn * max(c.experts, 1) + (c.hidden * c.experts if c.experts else 0)
     norms = (4 if c.sandwich_norms else 2) * c.hidden
-    per_layer = attn + mlp + norms
-    return c.layers * per_layer + c.vocab * c.hidden * (1 if c.tied else 2) + c.hidden
+    moe_layers = c.layers - c.moe.dense_layers if c.moe is not None else 0
+    mlps = (c.layers - moe_layers) * dense + (moe_layers * moe_parameters(c.hidden, c.moe) if c.moe else 0)
+    return c.layers * (attn + norms) + mlps + c.vocab * c.hidden * (1 if c.tied else 2) + c.hidden
 
 
 def flops_per_token(c: DecoderSpec, context: int) -> int:
     """Closed-form matmul FLOPs of one token attending to `context` keys: 2 x the weights it multiplies
-    (top_k experts of each MoE block, the router, the head; not the embedding lookup) plus attention's
+    (top_k experts of each MoE block, its shared experts, the router, the head; not the embedding lookup nor
+    Qwen2-MoE's one-column shared gate) plus attention's
     QK^T and PV (2 x 2 x heads x head_dim x context a layer)."""
     q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
     experts = c.top_k if c.experts else 1
-    per_layer = c.hidden * (q + 2 * kv) + q * c.hidden + 3 * c.hidden * c.ffn * experts + c.hidden * c.experts
-    return 2 * (c.layers * per_layer + c.vocab * c.hidden) + c.layers * 4 * q * context
+    attn = c.hidden * (q + 2 * kv) + q * c.hidden
+    dense = 3 * c.hidden * c.ffn * experts + c.hidden * c.experts
+    moe_layers, moe = (c.layers - c.moe.dense_layers, c.moe) if c.moe is not None else (0, None)
+    routed = 3 * c.hidden * (moe.ffn * moe.top_k + moe.shared_ffn) + c.hidden * moe.experts if moe else 0
+    weights = c.layers * attn + (c.layers - moe_layers) * dense + moe_layers * routed
+    return 2 * (weights + c.vocab * c.hidden) + c.layers * 4 * q * context

@@ -81,6 +81,8 @@ CONFIG_NAMES = [
     "llama-3.2-1b",
     "phi-3-mini-4k-instruct",
     "gemma-2-9b-it",
+    "qwen1.5-moe-a2.7b",
+    "qwen3-30b-a3b",
 ]
 
 
