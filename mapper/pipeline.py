@@ -244,7 +244,8 @@ def plan_devices(
         else None
     )
     if memory is None or not memory.fits:
-        full, written = assign_roles(graph, kernels, whole_experts(workload, options.tp, ep))
+        experts = frozenset(workload.expert_gemms)
+        full, written = assign_roles(graph, kernels, whole_experts(workload, options.tp, ep), experts)
         resident = resident_kernels(workload, full, ep)
         memory = plan_memory(graph, resident, sizer, hardware.dram_bytes, options.tp, options.pp, max_devices)
         kernels = shard_kernels(graph, full, written, options.tp, sizer)

@@ -13,9 +13,11 @@ import pytest
 
 import mapper
 from mapper.cli.main import main as cli_main
+from mapper.plan.runtime import find_kv_appends
+from mapper.serve.llm import kv_budget
 from mapper.work.moe import find_routings
 from mapper.zoo.hf_config import config_model, decoder_spec
-from mapper.zoo.hf_decoder import flops_per_token, inv_freq, parameters
+from mapper.zoo.hf_decoder import flops_per_token, inv_freq, mtp_parameters, parameters
 from mapper.zoo.mixtral import MIXTRAL_8X7B
 
 CONFIGS = Path(__file__).resolve().parents[1] / "data" / "configs"
@@ -33,6 +35,8 @@ PUBLISHED = {
     "gemma-2-9b-it": 9_241_705_984,  # Gemma 2 report (2024) Table 2: 917,504,000 embedding + 8,324,201,984 other
     "qwen1.5-moe-a2.7b": 14.3e9,  # model card: "14.3B parameters in total and 2.7B activated parameters"
     "qwen3-30b-a3b": 30.5e9,  # model card: "30.5B in total and 3.3B activated"
+    "deepseek-v2-lite": 15.7e9,  # DeepSeek-V2 paper, appendix B: "15.7B total parameters"
+    "deepseek-v3": 671e9,  # model card: "671B of the Main Model weights" (the graph: MTP counted apart)
 }
 CARD_TOLERANCE = 0.005  # the issue's bound for Llama-3-8B, held where the card states three digits or more
 ROUNDED_CARD_TOLERANCE = 0.01  # issue 34's bound, where the card rounds to two digits ("3.8 billion")
@@ -74,6 +78,8 @@ def test_llama3_8b_is_the_published_count_exactly():
         "gemma-2-9b-it",
         "qwen1.5-moe-a2.7b",
         "qwen3-30b-a3b",
+        "deepseek-v2-lite",
+        "deepseek-v3",
     ],
 )
 @pytest.mark.parametrize("dims", [{"batch": 1, "seq": 128, "past": 0}, {"batch": 1, "seq": 1, "past": 1024}])
@@ -311,3 +317,87 @@ def test_expert_parallelism_rides_the_tensor_parallel_ranks():
     assert over_tp.memory.per_device_bytes == pytest.approx(sliced.memory.per_device_bytes, rel=1e-6)
     with pytest.raises(mapper.MapperError, match="--ep must equal --tp"):
         mapper.map_workload(workload, H100, mapper.PlanOptions(dtype="bf16", tp=4, ep=2))
+
+
+# DeepSeek-V2 paper (arXiv 2405.04434), sec. 2.1.4 Table 1: MLA caches (d_c + d_h^R) x l elements a token; DeepSeek-V3
+# keeps d_c = 512, d_h^R = 64 and has l = 61 layers: 576 x 61 = 35,136 elements, 70,272 bytes a token at bf16
+MLA_CACHE_ELEMENTS = (512 + 64) * 61
+
+
+def test_deepseek_v3_counts_its_main_model_and_its_mtp_module():
+    """The card: 685B on the Hub = 671B main model + 14B MTP module. The graph is the main model (what transformers
+    and vLLM/SGLang serve without speculative decoding); the MTP module is counted in closed form: one MoE layer,
+    eh_proj, its norms and its own copies of the embedding and head, 13.46B (11.6B without the two copies; the
+    repository's README_WEIGHTS: "11.5B unique parameters")."""
+    spec = decoder_spec(config("deepseek-v3"))
+    main, mtp = stored_parameters(config_model(config("deepseek-v3"))), mtp_parameters(spec)
+    assert main == parameters(spec) == 671_026_419_200
+    assert abs((main + mtp) / 685e9 - 1) < ROUNDED_CARD_TOLERANCE
+    assert abs((mtp - 2 * spec.vocab * spec.hidden) / 11.5e9 - 1) < ROUNDED_CARD_TOLERANCE
+
+
+def test_deepseek_mla_caches_the_papers_576_elements_a_token_a_layer():
+    """One latent cache a layer, [batch, 1, past, 576], found as the KV cache; 70,272 bytes a token at bf16, held
+    whole by every device under TP 8 (the latent is one key head every query head shares) and 35,136 at fp8."""
+    model = mapper.open_model(str(CONFIGS / "deepseek-v3.json"))
+    graph = model.bind({"batch": 1, "seq": 1, "past": 16}).graph
+    caches = [i for i in graph.inputs if i.startswith("past_key_values.")]
+    assert len(caches) == 61 and graph.tensors[caches[0]].shape == (1, 1, 16, 576)
+    assert len(find_kv_appends(graph)) == 61
+    h200 = mapper.load_hardware("h200-sxm")
+
+    def per_token(options):
+        one, two = (
+            mapper.map_workload(model.bind({"batch": 1, "seq": 1, "past": p}), h200, options).memory.kv_cache_bytes
+            for p in (0, 1)
+        )
+        return two - one
+
+    assert per_token(mapper.PlanOptions(dtype="bf16")) == 2 * MLA_CACHE_ELEMENTS == 70_272
+    assert per_token(mapper.PlanOptions(dtype="bf16", tp=8, ep=8)) == 70_272
+    assert per_token(mapper.PlanOptions(dtype="fp8", tp=8, ep=8)) == MLA_CACHE_ELEMENTS
+    # 8-bit weights, bf16 cache (as SGLang serves the fp8 checkpoint by default): the serving budget's bytes a token
+    budget = kv_budget(model, h200, mapper.PlanOptions(dtype="bf16", weight_dtype="int8", tp=8, ep=8), 256)
+    assert budget.kv_bytes_per_token == 70_272
+
+
+def test_deepseek_mla_is_absorbed_and_split_by_heads():
+    """kv_b_proj is held as its two halves, W^UK [heads, 128, 512] and W^UV [heads, 512, 128] (its parameters
+    exactly); under TP 8 the low-rank q_a_proj and kv_a_proj_with_mqa run whole, q_b_proj is column-parallel, the
+    two absorbed GEMMs split their 128 heads (16 a rank, no all-reduce) and o_proj all-reduces; attention reads the
+    whole latent cache on every rank."""
+    shapes = {w.name: list(w.dims) for w in config_model(config("deepseek-v3")).graph.initializer}
+    assert shapes["model.layers.0.self_attn.kv_b_proj.k_up_weight"] == [128, 128, 512]
+    assert shapes["model.layers.0.self_attn.kv_b_proj.v_up_weight"] == [128, 512, 128]
+    model = mapper.open_model(str(CONFIGS / "deepseek-v3.json"))
+    h200 = mapper.load_hardware("h200-sxm")
+    result = mapper.map_workload(
+        model.bind({"batch": 32, "seq": 1, "past": 4096}), h200, mapper.PlanOptions(dtype="bf16", tp=8, ep=8)
+    )
+    layer = {e.kernel.name: e.kernel for e in result.kernels if e.kernel.name.startswith("model.layers.5.")}
+    role = {name.split(" · ")[0].removeprefix("model.layers.5."): k.shard for name, k in layer.items() if k.matrix}
+    assert role["self_attn.q_a_proj"] == role["self_attn.kv_a_proj_with_mqa"] == "replicated"
+    assert role["self_attn.q_b_proj"] == "column" and role["self_attn.o_proj"] == "row"
+    absorbed = [k for name, k in layer.items() if "kv_b_proj" in name and k.matrix]
+    assert len(absorbed) == 2 and {(k.shard, k.matrix.batch) for k in absorbed} == {("heads", 16)}
+    assert not [n for n in layer if "kv_b_proj" in n and "all-reduce" in n]
+    attention = next(k for name, k in layer.items() if k.rule == "flash-attention")
+    assert attention.dram_bytes > 32 * 4097 * 576 * 2  # the whole latent, not an eighth of it
+
+
+def test_deepseek_v3_maps_at_tp8_ep8_on_h200():
+    """The issue's slice: TP 8 / EP 8 on one 8-GPU H200 board at its released fp8, a decode step of 32 sequences at
+    4,096 tokens: 8 devices, 32 of 256 experts whole on each, a dispatch and combine all-to-all in each of the 58
+    MoE layers, fits 141 GB."""
+    model = mapper.open_model(str(CONFIGS / "deepseek-v3.json"))
+    assert model.released.dtype == "fp8"
+    result = mapper.map_workload(
+        model.bind({"batch": 32, "seq": 1, "past": 4096}),
+        mapper.load_hardware("h200-sxm"),
+        mapper.PlanOptions(tp=8, ep=8),
+    )
+    assert result.parallel.devices == 8 and result.memory.fits and result.unmodeled == ()
+    kinds = Counter(c.kind for c in result.parallel.collectives)
+    assert kinds["all-to-all"] == 2 * 58
+    experts = [e.kernel for e in result.kernels if ".mlp.experts." in e.kernel.name and e.kernel.matrix]
+    assert all(k.shard == "replicated" for k in experts)

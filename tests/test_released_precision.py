@@ -145,3 +145,15 @@ def test_a_device_without_the_released_peak_takes_the_nearest_wider():
     dtype, caveats = choose_dtype(open_model("llama2-7b").released, tpu, PlanOptions())
     assert dtype == "bf16"
     assert "has no fp16 matrix peak: the model, released at fp16" in caveats[0]
+
+
+def test_deepseek_v3_is_released_in_fp8():
+    """DeepSeek-V3's config says torch_dtype bfloat16 but ships FP8 weights (quantization_config quant_method fp8,
+    e4m3 with 128 x 128 block scales): --dtype auto maps it at fp8 and no caveat calls fp8 a step below."""
+    deepseek = CONFIGS / "deepseek-v3.json"
+    assert open_model(deepseek).released == ReleasedPrecision(
+        PlanDtype.FP8, "config quantization_config quant_method fp8"
+    )
+    config = json.loads(deepseek.read_text())
+    gptq = config | {"quantization_config": {"quant_method": "gptq", "bits": 4}}
+    assert config_precision(gptq).dtype == PlanDtype.BF16  # weight-only int4: its torch_dtype stands

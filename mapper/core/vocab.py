@@ -142,6 +142,7 @@ class Shard(StrEnum):
     COLUMN = "column"  # a weight GEMM splitting its output dim N
     ROW = "row"  # a weight GEMM splitting its K: partial sums, all-reduced
     SHARDED = "sharded"  # reads a sharded tensor: works on 1/tp of the data (attention on its heads, SwiGLU)
+    HEADS = "heads"  # a weight GEMM batched over heads (MLA's absorbed W^UK, W^UV): its heads and their weights split
     REPLICATED = "replicated"  # every rank runs it whole (norms, residual adds, embeddings)
 
 

@@ -16,6 +16,7 @@ import numpy as np
 from mapper.core.result import Kernel, TilePlan
 from mapper.hardware.profile import HardwareProfile
 from mapper.hardware.target import DecodeAttention, Target
+from mapper.plan.kernels import LATENT_ATTENTION
 from mapper.plan.tiling import (
     ACCUMULATOR_BYTES,
     Candidates,
@@ -40,10 +41,20 @@ SPLIT_BELOW_SHARE = 0.8  # only work items under this share of the units split (
 SOFTMAX_VECTOR_FLOPS = 4  # per score besides the exp: max, subtract, sum, rescale (FlashAttention-2)
 
 
-def _attention_grid(d: int, act_bytes: float, hw: HardwareProfile):
+def _kv_tiles(shape) -> int:
+    """Key and value tiles a block loads: two, or one where the keys are the values (MLA's latent: FlashMLA's
+    SharedStorageMLA holds one double-buffered 576-wide K tile, its first 512 columns read again as V)."""
+    return 1 if shape.kind == LATENT_ATTENTION else 2
+
+
+def _attention_grid(d: int, act_bytes: float, hw: HardwareProfile, latent: bool = False):
+    """The block sizes whose working set fits a unit's SRAM: the query block, double-buffered key and value
+    blocks (one where the keys are the values), and the score tile: fp32, or for latent attention the
+    probabilities staged at the activations' width for PV (FlashMLA's smem_p)."""
     bq, bkv = grid(np.array(ATTENTION_BLOCKS_Q, float), np.array(ATTENTION_BLOCKS_KV, float))
     stages = 2.0
-    sram = (bq * d + 2 * stages * bkv * d) * act_bytes + bq * bkv * ACCUMULATOR_BYTES
+    kv_tiles, score_bytes = (1, act_bytes) if latent else (2, ACCUMULATOR_BYTES)
+    sram = (bq * d + kv_tiles * stages * bkv * d) * act_bytes + bq * bkv * score_bytes
     ok = sram <= hw.sram_per_unit_bytes
     return bq[ok], bkv[ok], sram[ok]
 
@@ -59,7 +70,7 @@ def work_items(shape, decode: DecodeAttention) -> tuple[int, int]:
 
 def attention_fits(shape, act_bytes: float, hw: HardwareProfile) -> bool:
     """Does some FlashAttention block size keep the S x S scores on chip?"""
-    return len(_attention_grid(shape.k, act_bytes, hw)[0]) > 0
+    return len(_attention_grid(shape.k, act_bytes, hw, shape.kind == LATENT_ATTENTION)[0]) > 0
 
 
 def plan_attention(kernel: Kernel, target: Target) -> TilePlan:
@@ -70,7 +81,7 @@ def plan_attention(kernel: Kernel, target: Target) -> TilePlan:
     s = kernel.shape  # batch = B*H, m = Sq, n = Skv, k = head dim
     items, rows = work_items(s, target.decode_attention)
     P = hw.compute_units
-    bq, bkv, sram = _attention_grid(s.k, act_bytes, hw)
+    bq, bkv, sram = _attention_grid(s.k, act_bytes, hw, s.kind == LATENT_ATTENTION)
     splits = np.array(ATTENTION_KV_SPLITS if target.decode_attention.splits_kv else (1,), float)
     pairs = len(bq)
     bq, bkv, sram = np.tile(bq, len(splits)), np.tile(bkv, len(splits)), np.tile(sram, len(splits))
@@ -99,9 +110,9 @@ def plan_attention(kernel: Kernel, target: Target) -> TilePlan:
     # the softmax's exp runs on the special-function unit between the two GEMMs (FlashAttention-3 s3)
     softmax = kernel.sfu_ops / hw.sfu_peak_ops_per_s + SOFTMAX_VECTOR_FLOPS * scores / vector_peak
     compute = smooth_max(matrix, softmax, hw.overlap_exponent)
-    kv_bytes = 2 * items * s.n * s.k * target.kv_bytes  # K and V as the cache stores them, once per work item
+    kv_bytes = _kv_tiles(s) * items * s.n * s.k * target.kv_bytes  # K and V as the cache stores them, once an item
     heads_per_wave = np.maximum(1, P / q_blocks)
-    kv_resident = heads_per_wave * 2 * s.n * s.k * target.kv_bytes <= hw.l2_bytes
+    kv_resident = heads_per_wave * _kv_tiles(s) * s.n * s.k * target.kv_bytes <= hw.l2_bytes
     # each split writes its rows' partial output and log-sum-exp in fp32; the combine pass reads them back
     partials = np.where(split > 1, 2 * split * items * rows * (s.k + 1) * ACCUMULATOR_BYTES, 0.0)
     dram = kernel.dram_bytes + np.where(kv_resident, 0.0, kv_bytes * (q_blocks - 1))

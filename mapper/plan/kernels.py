@@ -6,6 +6,8 @@ crosses the boundary is read or written once, at its size under the plan's preci
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from mapper.core.graph import Graph, LayerType, Node, OpClass
 from mapper.core.records import writer
 from mapper.core.result import Kernel, MatrixShape, NodeWork
@@ -15,6 +17,7 @@ from mapper.hardware.profile import HardwareProfile
 from mapper.plan.boundary import Boundary, GroupPlaces, Place
 from mapper.plan.fusion import Group
 from mapper.plan.precision import Sizer
+from mapper.work.layers import KV_PATH_OPS
 from mapper.work.workload import Workload
 from mapper.work.works import NodeWorks
 
@@ -34,15 +37,23 @@ def _layer_type(members: list[NodeWork]) -> LayerType:
     return members[0].layer_type
 
 
-def _matrix_shape(members: list[NodeWork], rule: str, heads: tuple[int, int] = (0, 0)) -> MatrixShape | None:
+LATENT_ATTENTION = "latent-attention"  # a fused attention whose keys are its values (MLA): one tile holds both
+KV_SOURCE_DEPTH = 6  # views and transposes between a cache and the attention MatMul reading it (layers.KV_PATH_OPS)
+
+
+def _matrix_shape(
+    members: list[NodeWork], rule: str, heads: tuple[int, int] = (0, 0), latent: bool = False
+) -> MatrixShape | None:
     """The kernel's matrix view: its first matrix member's; a fused attention's QK^T, (B*H) x Sq x Skv x d (PV has
-    the same extents), with its query and key/value heads (`heads`: `_attention_heads`)."""
+    the same extents), with its query and key/value heads (`heads`: `_attention_heads`), latent where its keys
+    are its values (MLA: `_keys_are_values`)."""
     shapes = [w.matrix for w in members if w.matrix is not None]
     if not shapes:
         return None
     if rule == KernelRule.FLASH_ATTENTION:
         qk = shapes[0]
-        return MatrixShape(qk.batch, qk.m, qk.n, qk.k, "attention", heads=heads[0], kv_heads=heads[1])
+        kind = LATENT_ATTENTION if latent else "attention"
+        return MatrixShape(qk.batch, qk.m, qk.n, qk.k, kind, heads=heads[0], kv_heads=heads[1])
     return shapes[0]
 
 
@@ -52,13 +63,18 @@ REPEATED_KV_RANK = 4  # repeat_kv's Expand writes [batch, kv heads, group, keys,
 
 def _attention_heads(graph: Graph, nodes: list[Node], head_dim: int) -> tuple[int, int]:
     """(query heads, key/value heads) of a decomposed fused attention: the heads axis of the first MatMul's query
-    [B, H, Sq, d], and H over the group an Expand of K or V repeats them by (Hugging Face `repeat_kv`: Unsqueeze ->
-    Expand -> Reshape; an Expand whose output ends in the head dim). (0, 0) where the query has no heads axis."""
+    [B, H, Sq, d], and its key operand's heads where it has fewer that broadcast (MLA's one latent), or H over the
+    group an Expand of K or V repeats them by (Hugging Face `repeat_kv`: Unsqueeze -> Expand -> Reshape; an Expand
+    whose output ends in the head dim). (0, 0) where the query has no heads axis."""
     tensors = graph.tensors
-    query = next((tensors.get(n.inputs[0]) for n in nodes if n.op_type == "MatMul" and n.inputs), None)
-    if query is None or len(query.shape) != QUERY_RANK:
+    qk = next((n for n in nodes if n.op_type == "MatMul" and len(n.inputs) > 1), None)
+    query = tensors.get(qk.inputs[0]) if qk is not None else None
+    if qk is None or query is None or len(query.shape) != QUERY_RANK:
         return 0, 0
     heads, group = query.shape[1], 1
+    key = tensors.get(qk.inputs[1])
+    if key is not None and len(key.shape) == QUERY_RANK and 0 < key.shape[1] < heads and heads % key.shape[1] == 0:
+        group = heads // key.shape[1]
     for n in nodes:
         if n.op_type != "Expand" or not n.inputs or not n.outputs:
             continue
@@ -68,6 +84,24 @@ def _attention_heads(graph: Graph, nodes: list[Node], head_dim: int) -> tuple[in
         if src.elements > 0 and out.elements % src.elements == 0:
             group = max(group, out.elements // src.elements)
     return (heads, heads // group) if group > 1 and heads % group == 0 else (heads, heads)
+
+
+def _keys_are_values(graph: Graph, nodes: Sequence[str], index_of: dict[str, int]) -> bool:
+    """Whether a fused attention's PV multiplies the very tensor its QK^T reads as keys (through the key path's
+    views): MLA's latent cache, keys and values in one (zoo/mla.py), which FlashMLA loads once a tile."""
+    matmuls = [graph.nodes[index_of[n]] for n in nodes if graph.nodes[index_of[n]].op_type == "MatMul"]
+    if len(matmuls) < 2 or len(matmuls[0].inputs) < 2 or len(matmuls[-1].inputs) < 2:  # noqa: PLR2004 (QK, PV)
+        return False
+    return _kv_source(graph, matmuls[0].inputs[1]) == _kv_source(graph, matmuls[-1].inputs[1])
+
+
+def _kv_source(graph: Graph, tensor: str) -> str:
+    for _ in range(KV_SOURCE_DEPTH):
+        node = graph.producer(tensor)
+        if node is None or node.op_type not in KV_PATH_OPS or not node.inputs:
+            return tensor
+        tensor = node.inputs[0]
+    return tensor
 
 
 HOST_CLASSES = (OpClass.CONTROL, OpClass.UNMODELED)
@@ -140,10 +174,11 @@ def build_kernel(
             flops += w.flops
             matrix_flops += w.matrix_flops
             sfu += w.sfu_ops
-    matrix = _matrix_shape(members, group.rule)
+    latent = group.rule == KernelRule.FLASH_ATTENTION and _keys_are_values(graph, group.nodes, work.index_of)
+    matrix = _matrix_shape(members, group.rule, latent=latent)
     if matrix is not None and group.rule == KernelRule.FLASH_ATTENTION:
         nodes = [graph.nodes[work.index_of[n]] for n in group.nodes]
-        matrix = _matrix_shape(members, group.rule, _attention_heads(graph, nodes, matrix.k))
+        matrix = _matrix_shape(members, group.rule, _attention_heads(graph, nodes, matrix.k), latent)
     out_rows, out_length = _rows(tensors, boundary.writes) if matrix is None else (0, 0)
     return _new_kernel(
         name=name,
@@ -232,7 +267,7 @@ def _build_kernels(
     for group, place in zip(groups, places.of_plan, strict=True):
         if group.rule == KernelRule.FLASH_ATTENTION:
             members = [by_name[n] for n in group.nodes]
-            shape = _matrix_shape(members, group.rule)
+            shape = _matrix_shape(members, group.rule, latent=_keys_are_values(graph, group.nodes, places.index_of))
             if shape is None or not attention_fits(shape, sizer.act, hw):
                 for n in group.nodes:
                     single = Group((n,), KernelRule.SINGLE)

@@ -7,6 +7,12 @@ output projection, FFN down) and its partial sums are all-reduced. Everything el
 sharded tensor (attention on its heads, SwiGLU, RoPE, the KV-cache concat) works on 1/tp of the data;
 the rest (norms, residual adds, embeddings) is replicated. A sharded graph output is all-gathered.
 (Shoeybi et al., "Megatron-LM", 2019, section 3.)
+
+Latent attention (DeepSeek's MLA, zoo/mla.py) adds two cases, as vLLM and SGLang split it: a low-rank down
+projection whose output is normalized over its width (q_a_proj, kv_a_proj_with_mqa: a norm over a split axis
+would need a collective) runs whole on every rank (vLLM's ReplicatedLinear), and a GEMM batched over heads
+(the absorbed W^UK, W^UV) splits its heads and their weights without partial sums (`Shard.HEADS`). The latent
+cache it writes is replicated: every rank holds it whole and its attention reads it whole.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from mapper.core.graph import Graph, LayerType, OpClass
 from mapper.core.result import Kernel, MatrixShape
 from mapper.core.vocab import Collective, Engine, KernelRule, Shard
 from mapper.plan.precision import Sizer
+from mapper.plan.runtime import find_kv_appends
 from mapper.work.ops import classify_op
 
 
@@ -44,12 +51,62 @@ def _through_views(graph: Graph, tensor: str) -> str:
     return tensor
 
 
+# How far a GEMM's output is followed to a norm over its width: Split (MLA's kv_a_proj into the latent and the
+# rotary key) and the RMSNorm's square; a view would reshape the width into heads (Qwen3's per-head q_norm)
+NORMALIZED_PATH_OPS = frozenset({"Split", "Pow", "Cast"})
+WIDTH_NORMS = frozenset({"ReduceMean", "ReduceSumSquare", "LayerNormalization", "SimplifiedLayerNormalization"})
+NORMALIZED_PATH_DEPTH = 3
+BATCHED_WEIGHT_RANK = 3  # [heads, K, N]: a weight GEMM batched over heads
+
+
+def _normalized(graph: Graph, tensor: str) -> bool:
+    """Whether a GEMM's output reaches a norm over its width (its last axis) through NORMALIZED_PATH_OPS."""
+    frontier = [tensor]
+    for _ in range(NORMALIZED_PATH_DEPTH):
+        reached: list[str] = []
+        for t in frontier:
+            for user in graph.users(t):
+                if user.op_type in WIDTH_NORMS and _reduces_last_axis(graph, user):
+                    return True
+                if user.op_type in NORMALIZED_PATH_OPS:
+                    reached.extend(o for o in user.outputs if o)
+        frontier = reached
+    return False
+
+
+def _reduces_last_axis(graph: Graph, node) -> bool:
+    if node.op_type != "ReduceMean" and node.op_type != "ReduceSumSquare":
+        return int(node.attr("axis", -1)) == -1
+    axes = node.attr("axes", None)
+    rank = len(graph.tensors[node.inputs[0]].shape) if node.inputs and node.inputs[0] in graph.tensors else 0
+    return axes is not None and list(axes) in ([-1], [rank - 1])
+
+
+def _batched_weight(graph: Graph, gemm) -> bool:
+    return any(
+        t in graph.weights and len(graph.tensors[t].shape) >= BATCHED_WEIGHT_RANK
+        for t in gemm.inputs
+        if t in graph.tensors
+    )
+
+
+def _gemm_role(graph: Graph, gemm, reads_sharded: bool, experts: frozenset[str]) -> Shard:
+    """A weight GEMM's role: row-parallel on a sharded input (split by heads where its weight is batched over
+    heads), column-parallel on a replicated one, replicated where its output is normalized over its width."""
+    if reads_sharded:
+        return Shard.HEADS if gemm.name not in experts and _batched_weight(graph, gemm) else Shard.ROW
+    if gemm.outputs and gemm.name not in experts and _normalized(graph, gemm.outputs[0]):
+        return Shard.REPLICATED
+    return Shard.COLUMN
+
+
 def assign_roles(
-    graph: Graph, kernels: Sequence[Kernel], whole: frozenset[str] = frozenset()
+    graph: Graph, kernels: Sequence[Kernel], whole: frozenset[str] = frozenset(), experts: frozenset[str] = frozenset()
 ) -> tuple[list[Kernel], list[list[str]]]:
     """Each kernel's tensor-parallel role (computed whatever tp is: memory planning needs it too), and the
     tensors each writes for outside (`_boundary`), which `shard_kernels` sizes. A kernel holding a node of
-    `whole` runs whole on its rank (experts laid over the tensor-parallel ranks: plan/experts.py)."""
+    `whole` runs whole on its rank (experts laid over the tensor-parallel ranks: plan/experts.py); `experts`
+    (a mixture of experts' nodes) are sliced as Megatron slices an MLP, never split by heads."""
     index_of = {n.name: k for k, n in enumerate(graph.nodes)}
     sharded: set[str] = set()
     out: list[Kernel] = []
@@ -77,13 +134,23 @@ def assign_roles(
                 for t in gemm.inputs
                 if t and t not in graph.weights and t in graph.tensors
             )
-            role = Shard.ROW if gemm_reads_sharded else Shard.COLUMN
+            role = _gemm_role(graph, gemm, gemm_reads_sharded, experts)
         else:
             role = Shard.SHARDED if reads_sharded else Shard.REPLICATED
-        if role in (Shard.COLUMN, Shard.SHARDED):
+        if role in (Shard.COLUMN, Shard.SHARDED, Shard.HEADS):
             sharded.update(outs)
         out.append(k.replaced(shard=role))
     return out, written
+
+
+def _whole_caches(graph: Graph, kernels: Sequence[Kernel]) -> frozenset[str]:
+    """The KV caches every rank holds whole: past and present of each cache update left replicated (MLA's latent,
+    one key head all query heads share; a GQA/MHA cache is split with its heads)."""
+    replicated = {n for k in kernels if k.shard == Shard.REPLICATED for n in k.nodes}
+    if not replicated:
+        return frozenset()
+    made = {n.name: n for n in graph.nodes if n.name in replicated}
+    return frozenset(t for a in find_kv_appends(graph) if a.node in made for t in (a.past, made[a.node].outputs[0]))
 
 
 def _split(shape: MatrixShape | None, role: str, tp: int) -> MatrixShape | None:
@@ -127,13 +194,21 @@ def shard_kernels(
     `kernels` carry their roles and `written` what each writes for outside (`assign_roles`)."""
     if tp <= 1:
         return kernels
+    whole = _whole_caches(graph, kernels)
+    index_of = {n.name: k for k, n in enumerate(graph.nodes)} if whole else {}
     out: list[Kernel] = []
     for k, outs in zip(kernels, written, strict=True):
         if k.shard == Shard.REPLICATED:
             out.append(k)
             continue
         full_out = sum(sizer.bytes(graph.tensors[t]) for t in outs)
-        dram = k.dram_bytes / tp + (full_out * (1 - 1 / tp) if k.shard == Shard.ROW else 0.0)
+        # a replicated cache (MLA's latent) is read whole by every rank's heads
+        kept = (
+            sum(sizer.bytes(graph.tensors[t]) for t in whole.intersection(_boundary(graph, k, index_of)[0]))
+            if whole
+            else 0.0
+        )
+        dram = (k.dram_bytes - kept) / tp + kept + (full_out * (1 - 1 / tp) if k.shard == Shard.ROW else 0.0)
         out.append(
             k.replaced(
                 flops=k.flops / tp,

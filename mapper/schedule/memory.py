@@ -1,9 +1,11 @@
 """Memory capacity per device: weights, activations and the KV cache at the bound batch and length.
 
-Weights of column/row-parallel GEMMs are split across tensor-parallel ranks, the rest replicated;
-pipeline stages hold their own kernels' weights; the KV cache (what the Concat nodes that append to
-the past key/value inputs write: the past plus this step) is split by heads. Activations: the largest live working set
-of one kernel (its non-weight traffic), a lower bound that ignores allocator slack.
+Weights of column/row-parallel GEMMs (and of GEMMs batched over heads) are split across tensor-parallel ranks,
+the rest replicated; pipeline stages hold their own kernels' weights; the KV cache (what the Concat nodes that
+append to the past key/value inputs write: the past plus this step) is split by heads, except a cache whose update
+tensor parallelism leaves replicated (MLA's latent: one key head every query head shares), which every rank holds
+whole. Activations: the largest live working set of one kernel (its non-weight traffic), a lower bound that
+ignores allocator slack.
 """
 
 from __future__ import annotations
@@ -17,25 +19,27 @@ from mapper.core.vocab import Shard
 from mapper.plan.precision import Sizer
 
 PARALLEL_DEGREES = (1, 2, 4, 8, 16, 32, 64)
-WEIGHT_SPLITS = (Shard.COLUMN, Shard.ROW)  # roles whose weights tensor parallelism splits across ranks
+WEIGHT_SPLITS = (Shard.COLUMN, Shard.ROW, Shard.HEADS)  # roles whose weights tensor parallelism splits across ranks
 
 
-def kv_cache_bytes(graph: Graph, sizer: Sizer) -> float:
-    """The KV cache after this step: every Concat that appends to a graph input (the past keys/values)."""
+def kv_cache_bytes(graph: Graph, sizer: Sizer, only: frozenset[str] | None = None) -> float:
+    """The KV cache after this step: every Concat that appends to a graph input (the past keys/values); `only`:
+    those of these nodes alone."""
     if "Concat" not in graph.op_types:  # an encoder's or a CNN's: no node to look at
         return 0.0
     inputs = graph.input_set
     return sum(
         sizer.bytes(graph.tensors[o])
         for n in graph.nodes
-        if n.op_type == "Concat" and any(i in inputs for i in n.inputs)
+        if n.op_type == "Concat" and (only is None or n.name in only) and any(i in inputs for i in n.inputs)
         for o in n.outputs
         if o in graph.tensors
     )
 
 
-def _footprint(sharded_w: float, replicated_w: float, kv: float, act: float, tp: int, pp: int) -> float:
-    return (sharded_w / tp + replicated_w) / pp + kv / (tp * pp) + act / tp
+def _footprint(sharded_w: float, replicated_w: float, kv: tuple[float, float], act: float, tp: int, pp: int) -> float:
+    """Bytes one device holds: `kv` is (the cache split by heads, the cache every rank holds whole)."""
+    return (sharded_w / tp + replicated_w) / pp + kv[0] / (tp * pp) + kv[1] / pp + act / tp
 
 
 def plan_memory(
@@ -45,7 +49,9 @@ def plan_memory(
     kernels = Kernels.of(kernels).sources  # every figure but the names: none written
     sharded_w = sum(k.weight_bytes for k in kernels if k.shard in WEIGHT_SPLITS)
     replicated_w = sum(k.weight_bytes for k in kernels if k.shard not in WEIGHT_SPLITS)
-    kv = kv_cache_bytes(graph, sizer)
+    whole = frozenset(n for k in kernels if k.shard == Shard.REPLICATED for n in k.nodes)
+    whole_kv = kv_cache_bytes(graph, sizer, whole) if whole else 0.0
+    kv = (kv_cache_bytes(graph, sizer) - whole_kv, whole_kv)
     act = max((k.dram_bytes - k.weight_bytes for k in kernels), default=0.0)
     per_device = _footprint(sharded_w, replicated_w, kv, act, tp, pp)
     smallest = None
@@ -64,7 +70,7 @@ def plan_memory(
         per_device <= capacity_bytes,
         max(0.0, per_device - capacity_bytes),
         (sharded_w / tp + replicated_w) / pp,
-        kv / (tp * pp),
+        kv[0] / (tp * pp) + kv[1] / pp,
         act / tp,
         smallest,
     )

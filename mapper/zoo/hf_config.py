@@ -1,7 +1,8 @@
 """A Hugging Face config.json -> the model's ONNX graph (dims only), for the families people serve.
 
 `config_model(config)` reads `model_type` and builds through a table: decoders (llama, mistral, qwen2, qwen3,
-gemma, gemma2, phi3, mixtral) with hf_decoder, GPT-2 and BERT-style encoders with the built-in builders
+gemma, gemma2, phi3, mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3) with hf_decoder, GPT-2 and
+BERT-style encoders with the built-in builders
 (mapper/zoo/transformers.py). Symbolic dims are the built-ins': `batch`, `seq`, `past` (`batch`, `seq`
 for an encoder). An unknown model_type, a missing or ill-typed field: one-line MapperError naming it.
 Shipped configs (data/configs/*.json, sources in data/configs/SOURCES.md) map by path like a model file.
@@ -23,7 +24,8 @@ from mapper.core.graph import ReleasedPrecision
 from mapper.core.vocab import PlanDtype
 from mapper.zoo.config_bounds import Implied, Probe, check_implied, encoder_parameters, implied_nodes, rope_table_bytes
 from mapper.zoo.hf_decoder import DecoderSpec, build_decoder, parameters
-from mapper.zoo.moe_block import MoeSpec
+from mapper.zoo.mla import MlaSpec
+from mapper.zoo.moe_block import MoeSpec, Scoring
 from mapper.zoo.transformers import EncoderConfig, build_bert, build_gpt2
 
 # The activations each family's MLP may name (config hidden_act / hidden_activation / activation_function).
@@ -103,7 +105,10 @@ DECODER_TRAITS: dict[str, Traits] = {
     "mixtral": Traits(),
     "qwen2_moe": Traits(qkv_bias=True, window_flag=True),
     "qwen3_moe": Traits(window_flag=True, qk_norm=True),
+    "deepseek_v2": Traits(),
+    "deepseek_v3": Traits(),
 }
+LATENT_ATTENTION = ("deepseek_v2", "deepseek_v3")  # families whose attention is MLA (zoo/mla.py)
 GEMMA2_SLIDING_PERIOD = 2  # Gemma2DecoderLayer: is_sliding = not bool(layer_idx % 2), layer 0 slides
 
 
@@ -143,10 +148,60 @@ def _qwen_moe(f: _Fields, family: str) -> MoeSpec:
     )
 
 
+def _count(f: _Fields, key: str) -> int:
+    """A count that may be 0 or left out (first_k_dense_replace, n_shared_experts): 0 then, else a valid int."""
+    return 0 if not f.config.get(key) else f.get(key)
+
+
+DEEPSEEK_SCORING = {"softmax": Scoring.SOFTMAX, "sigmoid": Scoring.SIGMOID}  # scoring_func
+# topk_method: V2-Lite's plain top-k, V2's top-k within the best n_group groups, V3's bias-steered choice within
+# groups; the groups say which experts a token may pick, not how many (left out: moe_block.py)
+DEEPSEEK_TOPK = ("greedy", "group_limited_greedy", "noaux_tc")
+
+
+def _deepseek_moe(f: _Fields) -> MoeSpec:
+    """DeepSeek-V2/V3's MoE (modeling_deepseek): n_routed_experts of moe_intermediate_size, n_shared_experts of the
+    same width run together as one, the first first_k_dense_replace layers dense; every layer after (moe_layer_freq
+    1: the published checkpoints)."""
+    if f.optional("moe_layer_freq", int, 1) != 1:
+        raise MapperError(f"{f.where}: moe_layer_freq is not 1; only configs with every layer after the dense ones MoE")
+    scoring, method = f.optional("scoring_func", str, "softmax"), f.optional("topk_method", str, "greedy")
+    if scoring not in DEEPSEEK_SCORING or method not in DEEPSEEK_TOPK:
+        raise MapperError(
+            f"{f.where}: scoring_func {scoring[:40]!r} / topk_method {method[:40]!r} is not one of"
+            f" {', '.join(DEEPSEEK_SCORING)} / {', '.join(DEEPSEEK_TOPK)}"
+        )
+    ffn = f.get("moe_intermediate_size")
+    return MoeSpec(
+        experts=f.get("n_routed_experts"),
+        top_k=f.get("num_experts_per_tok"),
+        ffn=ffn,
+        shared_ffn=_count(f, "n_shared_experts") * ffn,
+        scoring=DEEPSEEK_SCORING[scoring],
+        renormalize=f.optional("norm_topk_prob", bool, False),
+        routed_scale=f.optional("routed_scaling_factor", float, 1.0),
+        dense_layers=_count(f, "first_k_dense_replace"),
+    )
+
+
+def _latent_attention(f: _Fields) -> MlaSpec:
+    """DeepSeek's MLA widths: kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim, q_lora_rank (null:
+    one q_proj)."""
+    return MlaSpec(
+        kv_rank=f.get("kv_lora_rank"),
+        rope_dim=f.get("qk_rope_head_dim"),
+        nope_dim=f.get("qk_nope_head_dim"),
+        v_dim=f.get("v_head_dim"),
+        q_rank=f.optional("q_lora_rank", int, 0),
+    )
+
+
 # model_type -> how its grouped mixture of experts is read (the other decoders' MLP is dense, or Mixtral's)
 MOE_READERS: dict[str, Callable[[_Fields], MoeSpec]] = {
     "qwen2_moe": lambda f: _qwen_moe(f, "qwen2_moe"),
     "qwen3_moe": lambda f: _qwen_moe(f, "qwen3_moe"),
+    "deepseek_v2": _deepseek_moe,
+    "deepseek_v3": _deepseek_moe,
 }
 
 
@@ -167,12 +222,13 @@ def _decoder(f: _Fields, family: str) -> DecoderSpec:
     window = f.optional("sliding_window", int)
     if traits.window_flag and not f.optional("use_sliding_window", bool, False):
         window = None  # Qwen2/3 ship sliding_window with use_sliding_window false: full attention
+    mla = _latent_attention(f) if family in LATENT_ATTENTION else None
     spec = DecoderSpec(
         layers=layers,
         hidden=hidden,
         heads=heads,
         kv_heads=f.optional("num_key_value_heads", int, heads),
-        head_dim=f.optional("head_dim", int, hidden // heads),
+        head_dim=mla.rope_dim if mla is not None else f.optional("head_dim", int, hidden // heads),
         ffn=f.get("intermediate_size"),
         vocab=f.get("vocab_size"),
         rope_theta=f.optional("rope_theta", float, 10000.0),
@@ -188,6 +244,8 @@ def _decoder(f: _Fields, family: str) -> DecoderSpec:
         fused_projections=traits.fused_projections,
         qk_norm=traits.qk_norm,
         moe=_check_moe(f, MOE_READERS[family](f), layers) if family in MOE_READERS else None,
+        mla=mla,
+        mtp_layers=_count(f, "num_nextn_predict_layers"),
         **(_gemma2(f, layers) if traits.gemma2 else {}),
     )
     if spec.heads % spec.kv_heads:
@@ -210,7 +268,8 @@ def _decoder_implied(c: DecoderSpec) -> Implied:
             return build_decoder(replace(tiny, experts=experts, top_k=min(experts, 1)), "probe")
         shared = 8 if c.moe.shared_ffn else 0
         moe = replace(c.moe, experts=experts, top_k=1, ffn=8, shared_ffn=shared, dense_layers=0) if experts else None
-        return build_decoder(replace(tiny, moe=moe), "probe")
+        mla = MlaSpec(kv_rank=4, rope_dim=4, nope_dim=2, v_dim=2, q_rank=4 if c.mla.q_rank else 0) if c.mla else None
+        return build_decoder(replace(tiny, moe=moe, mla=mla), "probe")
 
     experts = c.moe.experts if c.moe is not None else c.experts
     nodes = implied_nodes(Probe(build, c.layers, experts, c.moe.dense_layers if c.moe is not None else 0))
@@ -315,8 +374,19 @@ TORCH_DTYPES = {
 NO_TORCH_DTYPE = ReleasedPrecision(PlanDtype.FP32, "config has no torch_dtype: transformers loads it at float32")
 
 
+# A quantization_config's quant_method -> the precision its weights are published in. DeepSeek-V3 ships FP8 e4m3
+# weights with 128 x 128 block scales ("quant_method": "fp8") under a torch_dtype of bfloat16 (the dtype its
+# unquantized tensors and activations take). Weight-only int4 methods (gptq, awq) have no plan dtype of their own.
+QUANT_METHODS = {"fp8": PlanDtype.FP8}
+
+
 def released_precision(config: dict, where: str = "config") -> ReleasedPrecision:
-    """The precision a config's weights are published in: its torch_dtype (or dtype), fp32 where it has none."""
+    """The precision a config's weights are published in: its quantization_config's where that names one
+    (QUANT_METHODS), else its torch_dtype (or dtype), fp32 where it has none."""
+    quantized = config.get("quantization_config")
+    method = quantized.get("quant_method") if isinstance(quantized, dict) else None
+    if isinstance(method, str) and method in QUANT_METHODS:
+        return ReleasedPrecision(QUANT_METHODS[method], f"config quantization_config quant_method {method}")
     key = next((k for k in ("torch_dtype", "dtype") if config.get(k) is not None), None)
     if key is None:
         return NO_TORCH_DTYPE

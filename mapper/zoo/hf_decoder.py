@@ -22,6 +22,7 @@ from onnx import TensorProto, helper
 from mapper.zoo import blocks, moe_block
 from mapper.zoo.builder import INT64, Dim, GraphBuilder
 from mapper.zoo.llama import apply_rope, rope_tables
+from mapper.zoo.mla import MlaSpec, mla_attention, mla_parameters, mla_weight_flops
 from mapper.zoo.moe_block import MoeSpec, moe_parameters
 
 
@@ -52,6 +53,8 @@ class DecoderSpec:
     query_scale: int = 0  # Gemma-2 query_pre_attn_scalar: scores / sqrt(it) (0: / sqrt(head_dim))
     sandwich_norms: bool = False  # Gemma-2: a norm after attention and one before and after the MLP
     moe: MoeSpec | None = None  # a grouped mixture of experts (Qwen-MoE, DeepSeek) in place of the dense MLP
+    mla: MlaSpec | None = None  # DeepSeek's latent attention (head_dim is then its rotary width)
+    mtp_layers: int = 0  # DeepSeek-V3's multi-token prediction modules: counted (`mtp_parameters`), not built
 
 
 def inv_freq(c: DecoderSpec) -> np.ndarray:
@@ -153,7 +156,11 @@ def decoder_layer(b: GraphBuilder, x: str, c: DecoderSpec, ctx: dict, i: int) ->
     """One layer: pre-norm attention and MLP, each added to the residual (Gemma-2 also normalizes each
     block's output before the add: post_attention_layernorm, pre_/post_feedforward_layernorm)."""
     eps = c.norm_eps
-    a = attention(b, blocks.rms_norm(b, x, c.hidden, "input_layernorm", eps), c, ctx, i)
+    h = blocks.rms_norm(b, x, c.hidden, "input_layernorm", eps)
+    if c.mla is not None:
+        a = mla_attention(b, h, c, ctx, i)
+    else:
+        a = attention(b, h, c, ctx, i)
     if c.sandwich_norms:
         a = blocks.rms_norm(b, a, c.hidden, "post_attention_layernorm", eps)
     x = b.op("Add", x, a)
@@ -177,8 +184,8 @@ def build_decoder(c: DecoderSpec, name: str) -> onnx.ModelProto:
     outputs logits [batch, seq, vocab] and present.{i}.key/.value [batch, kv_heads, past+seq, head_dim]."""
     b = GraphBuilder(name)
     ids = b.input("input_ids", ["batch", "seq"], INT64)
-    cache: list[Dim] = ["batch", c.kv_heads, "past", c.head_dim]
-    past_kv = [tuple(b.input(f"past_key_values.{i}.{t}", cache) for t in ("key", "value")) for i in range(c.layers)]
+    cache, kinds = cache_layout(c)
+    past_kv = [tuple(b.input(f"past_key_values.{i}.{t}", cache) for t in kinds) for i in range(c.layers)]
     batch, seq_1d = b.dims_1d(ids, [0, 1])
     seq, past, total = blocks.cache_lengths(b, ids, past_kv[0][0])
     cos, sin = rope_tables(b, c, past, total, inv_freq(c))
@@ -194,9 +201,18 @@ def build_decoder(c: DecoderSpec, name: str) -> onnx.ModelProto:
     x = blocks.rms_norm(b, x, c.hidden, "model.norm", c.norm_eps)
     b.output(lm_head(b, x, c, embed, ctx), "logits", ["batch", "seq", c.vocab])
     for i in range(c.layers):
-        for t in ("key", "value"):
-            b.output(f"present.{i}.{t}", f"present.{i}.{t}", ["batch", c.kv_heads, None, c.head_dim])
+        for t in kinds:
+            b.output(f"present.{i}.{t}", f"present.{i}.{t}", [cache[0], cache[1], None, cache[3]])
     return b.build(build_decoder.__doc__)
+
+
+def cache_layout(c: DecoderSpec) -> tuple[list[Dim], tuple[str, ...]]:
+    """A layer's cache shape and its tensors: key and value [batch, kv_heads, past, head_dim], or MLA's one
+    latent [batch, 1, past, d_c + d_h^R] (past_key_values.{i}.latent in, present.{i}.latent out). The graph's
+    doc string is build_decoder's, unchanged since the acceptance corpus was recorded: its bytes name the model."""
+    if c.mla is not None:
+        return ["batch", 1, "past", c.mla.cache_width], ("latent",)
+    return ["batch", c.kv_heads, "past", c.head_dim], ("key", "value")
 
 
 def parameters(c: DecoderSpec) -> int:
@@ -204,11 +220,23 @@ def parameters(c: DecoderSpec) -> int:
     q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
     attn = c.hidden * (q + 2 * kv) + q * c.hidden + (q + 2 * kv if c.qkv_bias else 0)
     attn += 2 * c.head_dim if c.qk_norm else 0
+    if c.mla is not None:
+        attn = mla_parameters(c.hidden, c.heads, c.mla)
     dense = 3 * c.hidden * c.ffn * max(c.experts, 1) + (c.hidden * c.experts if c.experts else 0)
     norms = (4 if c.sandwich_norms else 2) * c.hidden
     moe_layers = c.layers - c.moe.dense_layers if c.moe is not None else 0
     mlps = (c.layers - moe_layers) * dense + (moe_layers * moe_parameters(c.hidden, c.moe) if c.moe else 0)
     return c.layers * (attn + norms) + mlps + c.vocab * c.hidden * (1 if c.tied else 2) + c.hidden
+
+
+def mtp_parameters(c: DecoderSpec) -> int:
+    """DeepSeek-V3's multi-token prediction modules as its checkpoint stores them (model.layers.61 on): each an
+    MoE decoder layer, enorm and hnorm, eh_proj [2 x hidden, hidden], shared_head's norm, and its own copies of
+    the embedding and the output head (the paper shares them with the main model; the files hold them again)."""
+    if not c.mtp_layers or c.moe is None or c.mla is None:
+        return 0
+    layer = mla_parameters(c.hidden, c.heads, c.mla) + moe_parameters(c.hidden, c.moe) + 2 * c.hidden
+    return c.mtp_layers * (layer + 3 * c.hidden + 2 * c.hidden * c.hidden + 2 * c.vocab * c.hidden)
 
 
 def flops_per_token(c: DecoderSpec, context: int) -> int:
@@ -219,8 +247,11 @@ def flops_per_token(c: DecoderSpec, context: int) -> int:
     q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
     experts = c.top_k if c.experts else 1
     attn = c.hidden * (q + 2 * kv) + q * c.hidden
+    scored = 4 * q * context  # QK^T and PV, 2 x heads x head_dim x context each
+    if c.mla is not None:  # absorbed: both over the latent row (d_c + d_h^R) on every head
+        attn, scored = mla_weight_flops(c.hidden, c.heads, c.mla), 4 * c.heads * c.mla.cache_width * context
     dense = 3 * c.hidden * c.ffn * experts + c.hidden * c.experts
     moe_layers, moe = (c.layers - c.moe.dense_layers, c.moe) if c.moe is not None else (0, None)
     routed = 3 * c.hidden * (moe.ffn * moe.top_k + moe.shared_ffn) + c.hidden * moe.experts if moe else 0
     weights = c.layers * attn + (c.layers - moe_layers) * dense + moe_layers * routed
-    return 2 * (weights + c.vocab * c.hidden) + c.layers * 4 * q * context
+    return 2 * (weights + c.vocab * c.hidden) + c.layers * scored

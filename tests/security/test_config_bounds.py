@@ -83,6 +83,8 @@ CONFIG_NAMES = [
     "gemma-2-9b-it",
     "qwen1.5-moe-a2.7b",
     "qwen3-30b-a3b",
+    "deepseek-v2-lite",
+    "deepseek-v3",
 ]
 
 
