@@ -401,3 +401,12 @@ def test_deepseek_v3_maps_at_tp8_ep8_on_h200():
     assert kinds["all-to-all"] == 2 * 58
     experts = [e.kernel for e in result.kernels if ".mlp.experts." in e.kernel.name and e.kernel.matrix]
     assert all(k.shard == "replicated" for k in experts)
+
+
+def test_an_unknown_model_type_is_one_line_naming_every_family():
+    with pytest.raises(mapper.MapperError) as raised:
+        mapper.open_model(json.dumps(config("llama-3-8b") | {"model_type": "falcon"}).encode())
+    message = str(raised.value)
+    assert "\n" not in message and "model_type 'falcon' is not one this tool builds" in message
+    built = ("qwen3", "gemma2", "phi3", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "llama", "mixtral")
+    assert all(f" {family}," in message or message.endswith(family) for family in built)
