@@ -1,9 +1,9 @@
 """A Hugging Face config.json -> the model's ONNX graph (dims only), for the families people serve.
 
 `config_model(config)` reads `model_type` and builds through a table: decoders (llama, mistral, qwen2, qwen3,
-gemma, gemma2, phi3, mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3) with hf_decoder, GPT-2 and
-BERT-style encoders with the built-in builders
-(mapper/zoo/transformers.py). Symbolic dims are the built-ins': `batch`, `seq`, `past` (`batch`, `seq`
+gemma, gemma2, phi3, mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3) with hf_decoder (their experts and
+latent attention read by hf_moe, every field through hf_fields), GPT-2 and BERT-style encoders with the built-in
+builders (mapper/zoo/transformers.py). Symbolic dims are the built-ins': `batch`, `seq`, `past` (`batch`, `seq`
 for an encoder). An unknown model_type, a missing or ill-typed field: one-line MapperError naming it.
 Shipped configs (data/configs/*.json, sources in data/configs/SOURCES.md) map by path like a model file.
 """
@@ -11,7 +11,6 @@ Shipped configs (data/configs/*.json, sources in data/configs/SOURCES.md) map by
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -24,37 +23,13 @@ from mapper.core.graph import ReleasedPrecision
 from mapper.core.vocab import PlanDtype
 from mapper.zoo.config_bounds import Implied, Probe, check_implied, encoder_parameters, implied_nodes, rope_table_bytes
 from mapper.zoo.hf_decoder import DecoderSpec, build_decoder, parameters
+from mapper.zoo.hf_fields import Fields
+from mapper.zoo.hf_moe import LATENT_ATTENTION, MOE_READERS, check_moe, latent_attention
 from mapper.zoo.mla import MlaSpec
-from mapper.zoo.moe_block import MoeSpec, Scoring
 from mapper.zoo.transformers import EncoderConfig, build_bert, build_gpt2
 
 # The activations each family's MLP may name (config hidden_act / hidden_activation / activation_function).
 SILU, GELU_TANH = ("silu", "swish"), ("gelu_pytorch_tanh", "gelu_new", "gelu_fast")
-
-
-class _Fields:
-    """The config's fields, read with the one error a person can act on. `owner` names what has them."""
-
-    def __init__(self, config: dict, where: str, owner: str | None = None):
-        self.config, self.where = config, where
-        self.owner = owner or f"a {str(config.get('model_type'))[:40]} config"
-
-    def get(self, key: str, kind: type = int, default=None):
-        value = self.config.get(key, default)
-        if value is None and default is None:
-            raise MapperError(f"{self.where}: field {key!r} is missing; {self.owner} has it")
-        ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            value, ok = float(value), True
-        if not ok or (kind is int and not 0 < value <= limits.MAX_DIM):
-            raise MapperError(f"{self.where}: field {key!r} is {str(value)[:40]!r}, not a valid {kind.__name__}")
-        if kind is float and not (math.isfinite(value) and value > 0):  # every float a config gives is a scale
-            raise MapperError(f"{self.where}: field {key!r} is {value!r}; it must be a finite number above 0")
-        return value
-
-    def optional(self, key: str, kind: type = int, default=None):
-        return default if self.config.get(key) is None else self.get(key, kind)
-
 
 ROPE_PAIR = 2  # RoPE rotates pairs of a head's channels: head_dim is even
 
@@ -67,14 +42,14 @@ ROPE_SCALING_FIELDS = {
 }
 
 
-def _rope_scaling(f: _Fields) -> tuple[tuple[str, str | float], ...]:
+def _rope_scaling(f: Fields) -> tuple[tuple[str, str | float], ...]:
     """The config's rope_scaling as (key, value) items: its type and the numbers that type reads, each checked."""
     scaling = f.optional("rope_scaling", dict, {})
     kind = scaling.get("rope_type", scaling.get("type", "default"))
     if not isinstance(kind, str):
         raise MapperError(f"{f.where}: rope_scaling's rope_type is {str(kind)[:40]!r}, not a name such as 'llama3'")
     needed = ROPE_SCALING_FIELDS.get(kind, ())
-    sub = _Fields(scaling, f"{f.where}: rope_scaling", f"rope_scaling of type {kind[:40]!r}")
+    sub = Fields(scaling, f"{f.where}: rope_scaling", f"rope_scaling of type {kind[:40]!r}")
     values = {key: sub.get(key, float) for key in needed}
     if kind == "llama3" and values["high_freq_factor"] <= values["low_freq_factor"]:
         raise MapperError(f"{f.where}: rope_scaling's high_freq_factor must be above its low_freq_factor")
@@ -108,11 +83,10 @@ DECODER_TRAITS: dict[str, Traits] = {
     "deepseek_v2": Traits(),
     "deepseek_v3": Traits(),
 }
-LATENT_ATTENTION = ("deepseek_v2", "deepseek_v3")  # families whose attention is MLA (zoo/mla.py)
 GEMMA2_SLIDING_PERIOD = 2  # Gemma2DecoderLayer: is_sliding = not bool(layer_idx % 2), layer 0 slides
 
 
-def _gemma2(f: _Fields, layers: int) -> dict:
+def _gemma2(f: Fields, layers: int) -> dict:
     """Gemma-2's fields: the soft-caps, query_pre_attn_scalar, and its layer_types where the config has them
     (transformers >= 4.53 writes them; they must be the alternating pattern the model defines)."""
     types = f.optional("layer_types", list)
@@ -128,92 +102,7 @@ def _gemma2(f: _Fields, layers: int) -> dict:
     )
 
 
-def _qwen_moe(f: _Fields, family: str) -> MoeSpec:
-    """Qwen2-MoE (num_experts, a gated shared expert of shared_expert_intermediate_size) and Qwen3-MoE (no
-    shared expert); every layer sparse (decoder_sparse_step 1, no mlp_only_layers: the published checkpoints)."""
-    if f.optional("decoder_sparse_step", int, 1) != 1 or f.optional("mlp_only_layers", list, []):
-        raise MapperError(
-            f"{f.where}: decoder_sparse_step and mlp_only_layers mix dense layers into the MoE ones; only configs"
-            " with every layer sparse (decoder_sparse_step 1, mlp_only_layers []) are built"
-        )
-    experts = f.optional("num_experts", int) or f.get("num_local_experts")  # transformers 5 writes the latter
-    shared = f.get("shared_expert_intermediate_size") if family == "qwen2_moe" else 0
-    return MoeSpec(
-        experts=experts,
-        top_k=f.get("num_experts_per_tok"),
-        ffn=f.get("moe_intermediate_size"),
-        shared_ffn=shared,
-        shared_gate=bool(shared),
-        renormalize=f.optional("norm_topk_prob", bool, False),
-    )
-
-
-def _count(f: _Fields, key: str) -> int:
-    """A count that may be 0 or left out (first_k_dense_replace, n_shared_experts): 0 then, else a valid int."""
-    return 0 if not f.config.get(key) else f.get(key)
-
-
-DEEPSEEK_SCORING = {"softmax": Scoring.SOFTMAX, "sigmoid": Scoring.SIGMOID}  # scoring_func
-# topk_method: V2-Lite's plain top-k, V2's top-k within the best n_group groups, V3's bias-steered choice within
-# groups; the groups say which experts a token may pick, not how many (left out: moe_block.py)
-DEEPSEEK_TOPK = ("greedy", "group_limited_greedy", "noaux_tc")
-
-
-def _deepseek_moe(f: _Fields) -> MoeSpec:
-    """DeepSeek-V2/V3's MoE (modeling_deepseek): n_routed_experts of moe_intermediate_size, n_shared_experts of the
-    same width run together as one, the first first_k_dense_replace layers dense; every layer after (moe_layer_freq
-    1: the published checkpoints)."""
-    if f.optional("moe_layer_freq", int, 1) != 1:
-        raise MapperError(f"{f.where}: moe_layer_freq is not 1; only configs with every layer after the dense ones MoE")
-    scoring, method = f.optional("scoring_func", str, "softmax"), f.optional("topk_method", str, "greedy")
-    if scoring not in DEEPSEEK_SCORING or method not in DEEPSEEK_TOPK:
-        raise MapperError(
-            f"{f.where}: scoring_func {scoring[:40]!r} / topk_method {method[:40]!r} is not one of"
-            f" {', '.join(DEEPSEEK_SCORING)} / {', '.join(DEEPSEEK_TOPK)}"
-        )
-    ffn = f.get("moe_intermediate_size")
-    return MoeSpec(
-        experts=f.get("n_routed_experts"),
-        top_k=f.get("num_experts_per_tok"),
-        ffn=ffn,
-        shared_ffn=_count(f, "n_shared_experts") * ffn,
-        scoring=DEEPSEEK_SCORING[scoring],
-        renormalize=f.optional("norm_topk_prob", bool, False),
-        routed_scale=f.optional("routed_scaling_factor", float, 1.0),
-        dense_layers=_count(f, "first_k_dense_replace"),
-    )
-
-
-def _latent_attention(f: _Fields) -> MlaSpec:
-    """DeepSeek's MLA widths: kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim, q_lora_rank (null:
-    one q_proj)."""
-    return MlaSpec(
-        kv_rank=f.get("kv_lora_rank"),
-        rope_dim=f.get("qk_rope_head_dim"),
-        nope_dim=f.get("qk_nope_head_dim"),
-        v_dim=f.get("v_head_dim"),
-        q_rank=f.optional("q_lora_rank", int, 0),
-    )
-
-
-# model_type -> how its grouped mixture of experts is read (the other decoders' MLP is dense, or Mixtral's)
-MOE_READERS: dict[str, Callable[[_Fields], MoeSpec]] = {
-    "qwen2_moe": lambda f: _qwen_moe(f, "qwen2_moe"),
-    "qwen3_moe": lambda f: _qwen_moe(f, "qwen3_moe"),
-    "deepseek_v2": _deepseek_moe,
-    "deepseek_v3": _deepseek_moe,
-}
-
-
-def _check_moe(f: _Fields, m: MoeSpec, layers: int) -> MoeSpec:
-    if m.top_k > m.experts:
-        raise MapperError(f"{f.where}: num_experts_per_tok {m.top_k} is over the {m.experts} routed experts")
-    if m.dense_layers > layers:
-        raise MapperError(f"{f.where}: first_k_dense_replace {m.dense_layers} is over num_hidden_layers {layers}")
-    return m
-
-
-def _decoder(f: _Fields, family: str) -> DecoderSpec:
+def _decoder(f: Fields, family: str) -> DecoderSpec:
     traits = DECODER_TRAITS[family]
     hidden, heads, layers = f.get("hidden_size"), f.get("num_attention_heads"), f.get("num_hidden_layers")
     act = f.optional("hidden_activation", str) or f.optional("hidden_act", str, "silu")
@@ -222,7 +111,7 @@ def _decoder(f: _Fields, family: str) -> DecoderSpec:
     window = f.optional("sliding_window", int)
     if traits.window_flag and not f.optional("use_sliding_window", bool, False):
         window = None  # Qwen2/3 ship sliding_window with use_sliding_window false: full attention
-    mla = _latent_attention(f) if family in LATENT_ATTENTION else None
+    mla = latent_attention(f) if family in LATENT_ATTENTION else None
     spec = DecoderSpec(
         layers=layers,
         hidden=hidden,
@@ -243,9 +132,9 @@ def _decoder(f: _Fields, family: str) -> DecoderSpec:
         top_k=f.get("num_experts_per_tok") if family == "mixtral" else 0,
         fused_projections=traits.fused_projections,
         qk_norm=traits.qk_norm,
-        moe=_check_moe(f, MOE_READERS[family](f), layers) if family in MOE_READERS else None,
+        moe=check_moe(f, MOE_READERS[family](f), layers) if family in MOE_READERS else None,
         mla=mla,
-        mtp_layers=_count(f, "num_nextn_predict_layers"),
+        mtp_layers=f.count("num_nextn_predict_layers"),
         **(_gemma2(f, layers) if traits.gemma2 else {}),
     )
     if spec.heads % spec.kv_heads:
@@ -277,7 +166,7 @@ def _decoder_implied(c: DecoderSpec) -> Implied:
     return Implied(nodes, parameters(c), rope_table_bytes(c.head_dim), fields)
 
 
-def _encoder(f: _Fields, gpt2: bool) -> EncoderConfig:
+def _encoder(f: Fields, gpt2: bool) -> EncoderConfig:
     hidden = f.get("n_embd" if gpt2 else "hidden_size")
     c = EncoderConfig(
         layers=f.get("n_layer" if gpt2 else "num_hidden_layers"),
@@ -309,7 +198,7 @@ def _encoder_implied(c: EncoderConfig, build: Callable[[EncoderConfig, str], onn
 class Family:
     """How one model_type's config becomes a graph: its numbers read and checked, what they would build, the build."""
 
-    read: Callable[[_Fields], DecoderSpec | EncoderConfig]
+    read: Callable[[Fields], DecoderSpec | EncoderConfig]
     implied: Callable  # the spec -> Implied (config_bounds)
     build: Callable  # (the spec, the graph's name) -> the graph
 
@@ -329,7 +218,7 @@ FAMILIES: dict[str, Family] = {
 
 def decoder_spec(config: dict, where: str = "config") -> DecoderSpec:
     """The decoder numbers of a decoder family's config (for closed forms and tests)."""
-    return _decoder(_Fields(config, where), str(config.get("model_type")))
+    return _decoder(Fields(config, where), str(config.get("model_type")))
 
 
 def _family(config: object, where: str) -> Family:
@@ -347,14 +236,14 @@ def _family(config: object, where: str) -> Family:
 def implied_by(config: dict, where: str = "config") -> Implied:
     """What the config would build (nodes, parameters, table bytes), computed from its numbers alone."""
     family = _family(config, where)
-    return family.implied(family.read(_Fields(config, where)))
+    return family.implied(family.read(Fields(config, where)))
 
 
 def config_model(config: dict, where: str = "config") -> onnx.ModelProto:
     """The graph of a Hugging Face config (a parsed config.json), named after its _name_or_path if any. What it
     would build is checked against the limits first (config_bounds): a hostile config is refused unbuilt."""
     family = _family(config, where)
-    spec = family.read(_Fields(config, where))
+    spec = family.read(Fields(config, where))
     check_implied(family.implied(spec), where)
     source = config.get("_name_or_path")
     name = re.sub(r"[^A-Za-z0-9._-]", "", source.rsplit("/", 1)[-1])[:64] if isinstance(source, str) else ""

@@ -21,7 +21,8 @@ from mapper.core import limits
 from mapper.core.errors import MapperError
 from mapper.model.onnx_import import read_model_structure
 from mapper.zoo.config_bounds import Probe, implied_nodes
-from mapper.zoo.hf_config import FAMILIES, _Fields, config_model, implied_by
+from mapper.zoo.hf_config import FAMILIES, config_model, implied_by
+from mapper.zoo.hf_fields import Fields
 from tests.security.bounded import assert_one_line, run_cli
 
 CONFIG_BOUND_BYTES = 64 << 20  # the page's bound for refusing a config: a few MB past the process itself
@@ -182,5 +183,5 @@ def test_every_family_is_probed():
     """A family added to the table without its bounds would build unchecked."""
     for family in FAMILIES.values():
         assert callable(family.implied)
-    spec = FAMILIES["llama"].read(_Fields(config("llama-3-8b"), "config"))
+    spec = FAMILIES["llama"].read(Fields(config("llama-3-8b"), "config"))
     assert FAMILIES["llama"].implied(replace(spec, layers=2)).nodes < FAMILIES["llama"].implied(spec).nodes
