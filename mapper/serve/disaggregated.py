@@ -22,6 +22,7 @@ import numpy as np
 from mapper.core.errors import MapperError
 from mapper.core.options import PlanOptions
 from mapper.hardware.profile import HardwareProfile
+from mapper.plan.experts import replica_devices
 from mapper.serve.continuous import (
     LLMServingConfig,
     LLMServingResult,
@@ -47,7 +48,7 @@ class Pool:
 
     @property
     def devices_per_replica(self) -> int:
-        return self.options.tp * self.options.pp * self.options.ep
+        return replica_devices(self.options.tp, self.options.pp, self.options.ep)  # EP rides the TP ranks at tp > 1
 
     @property
     def devices(self) -> int:
@@ -55,7 +56,7 @@ class Pool:
 
     def text(self) -> str:
         o = self.options
-        plan = f"TP {o.tp}" + (f" x PP {o.pp}" if o.pp > 1 else "") + (f" x EP {o.ep}" if o.ep > 1 else "")
+        plan = f"TP {o.tp}" + (f" x PP {o.pp}" if o.pp > 1 else "") + (f", EP {o.ep}" if o.ep > 1 else "")
         return f"{self.replicas} x {plan} ({self.devices} devices)"
 
 
