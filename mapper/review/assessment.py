@@ -23,6 +23,7 @@ from mapper.report.document import mapping_document
 from mapper.report.verdict import Finding, first_failure
 from mapper.review import steps
 from mapper.review.candidates import LATENCY_TARGET, Candidate, larger_batches, propose
+from mapper.review.disaggregation import disaggregation
 from mapper.review.ranking import best, chosen_because, rank
 from mapper.review.speculation import speculation, speculative_of
 from mapper.serve.llm import DEFAULT_OUTPUT_TOKENS, follow_batch, is_decoder, mapped_batch, serve_model
@@ -101,6 +102,8 @@ def assess_slice(
         candidates += speculation(model, dims, base, doc, question.serve.speculative)
     if failure.check == LATENCY_TARGET:
         candidates = tuple(_served(c, model, hw, question, load, dims) for c in candidates)
+        if decoder:  # served at the load by its own simulation, after the others
+            candidates += disaggregation(model, hw, options, question.targets, load, doc)
     ranked = rank(candidates, failure.check)
     chosen, reason = best(ranked), chosen_because(ranked, failure.check)
     section = assessment_section(question, load, failure, dominant, ranked, chosen, reason) | {"decode_step": decode}

@@ -31,7 +31,8 @@ RANKING = (
     Key(
         "a plan change",
         "the validation matrix compares two plans on the same slices, so a slice change (a larger batch) or a"
-        " serving change (speculative decoding) is offered for the serving owner to decide, never taken by default",
+        " serving change (speculative decoding, disaggregated prefill and decode) is offered for the serving owner to"
+        " decide, never taken by default",
     ),
     Key(
         "fixes the failing check",
