@@ -131,6 +131,7 @@ def test_a_warm_memo_answers_the_other_mode_as_a_cold_mapping(h200):
     assert doc(again) == doc(cold) and doc(again)["totals"] != doc(first)["totals"]
 
 
+@pytest.mark.slow  # a review or serving run of a 70B or at load: several seconds
 def test_the_review_offers_packed_decode_attention_where_the_plan_runs_per_head(llama70, h200):
     options = mapper.PlanOptions(tp=8, gqa_decode="per-head")
     chosen = mapper.assess_slice(llama70, STEP, h200, options).document()["assessment"]["chosen"]

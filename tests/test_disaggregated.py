@@ -57,6 +57,7 @@ def test_the_aggregated_run_takes_as_many_devices_and_per_device_figures_follow(
     assert quiet_run.aggregated.scheduler == "chunked" and quiet_run.disaggregated.scheduler == "disaggregated"
 
 
+@pytest.mark.slow  # a review or serving run of a 70B or at load: several seconds
 def test_decode_no_longer_waits_for_prompts_under_load():
     """At a load where prompts arrive while others decode, the aggregated replicas' steps carry prompt chunks and
     their TPOT p99 rises; the decode pool's steps carry none."""
@@ -93,6 +94,7 @@ def test_the_cli_compares_both_ways(capsys):
     assert "give --rate" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a review or serving run of a 70B or at load: several seconds
 def test_the_review_offers_disaggregation_for_a_missed_tpot_target(capsys):
     """Llama-2-7B bf16 on one H100 at 6 req/s of 2,048-token prompts: prefills stall the decodes (TPOT p99 over
     the 12 ms target); prefill and decode on two TP 1 pools meets it at the same load, offered as a serving change

@@ -143,6 +143,7 @@ def test_off_by_default_the_serving_has_no_speculation(capsys):
     assert not any("speculative" in f for f in section["assessment"]["question"]["flags"])
 
 
+@pytest.mark.slow  # a review or serving run of a 70B or at load: several seconds
 def test_serve_with_a_draft_prints_the_round_and_asks_again_with_its_flags(capsys):
     flags = ["--speculative-draft", "llama2-7b", "--draft-tokens", "4", "--acceptance-rate", "0.8"]
     argv = ["serve", "llama2-70b", "--tp", "4", "--max-batch", "1", "--seq", "1", "--dim", "past=512"]
@@ -161,6 +162,7 @@ def test_serve_with_a_draft_prints_the_round_and_asks_again_with_its_flags(capsy
     assert "speculative round at batch 1, context 576: 4 draft steps" in text and "tokens per round" in text
 
 
+@pytest.mark.slow  # a review or serving run of a 70B or at load: several seconds
 def test_the_review_offers_speculation_at_a_small_batch_with_its_owner_and_caveat(target):
     a = mapper.assess_slice(target, {"batch": 1, "seq": 1, "past": 1024}, H100, TP4)
     c = next(c for c in a.candidates if c.kind == "serving")
@@ -184,6 +186,7 @@ def test_no_draft_known_no_row():
     assert not any(c.kind == "serving" for c in a.candidates)
 
 
+@pytest.mark.slow  # a review or serving run of a 70B or at load: several seconds
 def test_a_missed_tpot_target_serves_the_speculation_row_with_its_draft(target):
     """Under a latency target the row is served at the assessment's load with the draft, like a plan change."""
     serve = mapper.ServeRequest(mapper.ServingConfig(max_batch=1, rate_per_s=0.1, requests=100))
