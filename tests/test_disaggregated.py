@@ -80,6 +80,7 @@ def test_pools_beyond_one_node_need_the_link_between_nodes():
         )
 
 
+@pytest.mark.slow  # two serving runs: several seconds
 def test_the_cli_compares_both_ways(capsys):
     args = ["serve", "llama2-7b", "--hw", "h100-sxm", "--dtype", "bf16", "--rate", "0.01", "--requests", "4"]
     args += ["--prompt-tokens", str(PROMPT), "--output-tokens", str(OUTPUT), "--jitter-cv", "0"]

@@ -71,6 +71,7 @@ def test_break_even_solves_the_formula():
     assert acceptance_to_break_even(0.9, 1.0, 4) == 0.0 and acceptance_to_break_even(5.0, 1.0, 4) is None
 
 
+@pytest.mark.slow  # two serving runs: several seconds
 def test_serving_runs_the_round_per_token_and_holds_the_draft_in_memory(target, spec):
     config = mapper.LLMServingConfig(
         max_batch=1, rate_per_s=0.05, requests=40, prompt_tokens=512, output_tokens=128, jitter_cv=0.0
