@@ -351,7 +351,6 @@ def larger_batches(model: ModelHandle, dims: dict[str, int], base: tuple, doc: d
     if batch_name is None:
         return ()
     _, hardware, options = base
-    kernels, layer_types = blast_radius("every kernel", doc)
     tpot, throughput = doc["totals"]["latency_s"], doc["totals"]["throughput_per_s"]
     out = []
     for factor in BATCH_FACTORS:
@@ -360,14 +359,10 @@ def larger_batches(model: ModelHandle, dims: dict[str, int], base: tuple, doc: d
         t = result.totals
         cost = f"TPOT {t.latency_s / tpot - 1:+.0%} ({format_duration(tpot)} -> {format_duration(t.latency_s)})"
         out.append(
-            Candidate(
+            offered(
+                doc,
+                options,
                 label=f"{factor}x batch (batch {batch})",
-                changes=(),
-                options=options,
-                owner=str(Owner.RUNTIME),
-                blast_kernels=kernels,
-                blast_layer_types=layer_types,
-                blast_rule="every kernel",
                 evidence="",
                 latency_s=t.latency_s,
                 gain=t.throughput_per_s / throughput - 1 if throughput > 0 else NO_GAIN,
@@ -382,3 +377,18 @@ def larger_batches(model: ModelHandle, dims: dict[str, int], base: tuple, doc: d
             )
         )
     return tuple(out)
+
+
+def offered(doc: dict, options: PlanOptions, **fields) -> Candidate:
+    """A candidate beside the table: a slice or serving change on the same plan, owned by the runtime systems
+    engineer, whose blast radius is every kernel of the baseline (`doc`); `fields`: the rest of its Candidate."""
+    kernels, layer_types = blast_radius("every kernel", doc)
+    return Candidate(
+        changes=(),
+        options=options,
+        owner=str(Owner.RUNTIME),
+        blast_kernels=kernels,
+        blast_layer_types=layer_types,
+        blast_rule="every kernel",
+        **fields,
+    )

@@ -12,14 +12,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from mapper.core.classes import Owner
 from mapper.core.errors import MapperError
 from mapper.core.options import PlanOptions
 from mapper.core.targets import Targets
 from mapper.core.units import format_duration
 from mapper.hardware.profile import HardwareProfile
-from mapper.review.blast import blast_radius
-from mapper.review.candidates import Candidate
+from mapper.review.candidates import Candidate, offered
 from mapper.serve.continuous import LLMServingConfig
 from mapper.serve.disaggregated import Disaggregation, Pool, simulate_disaggregated
 from mapper.serve.question import ServedLoad
@@ -55,7 +53,6 @@ def disaggregation(
     }
     base = run.section()
     memory = doc.get("memory") or {}
-    kernels, layer_types = blast_radius("every kernel", doc)
     devices = setup.prefill.devices
     cost = (
         f"{2 * devices} devices against {devices}, as one more replica takes; the KV cache crosses the device link"
@@ -63,14 +60,10 @@ def disaggregation(
         f" {format_duration(dis.ttft_p99_s)} against {format_duration(base['ttft_p99_s'])}"
     )
     return (
-        Candidate(
+        offered(
+            doc,
+            options,
             label=f"disaggregated prefill and decode (a TP {options.tp} pool each)",
-            changes=(),
-            options=options,
-            owner=str(Owner.RUNTIME),
-            blast_kernels=kernels,
-            blast_layer_types=layer_types,
-            blast_rule="every kernel",
             evidence=DISAGGREGATION_EVIDENCE,
             latency_s=dis.tpot_p99_s,
             gain=base["tpot_p99_s"] / dis.tpot_p99_s - 1 if dis.tpot_p99_s > 0 else 0.0,

@@ -10,12 +10,10 @@ assumed, not measured, and its cost states the rate it takes to break even.
 
 from __future__ import annotations
 
-from mapper.core.classes import Owner
 from mapper.core.units import format_duration
 from mapper.handle import ModelHandle
 from mapper.pipeline import map_workload
-from mapper.review.blast import blast_radius
-from mapper.review.candidates import Candidate
+from mapper.review.candidates import Candidate, offered
 from mapper.serve.speculative import DEFAULT_DRAFT_TOKENS, SpeculativeConfig, acceptance_to_break_even, expected_tokens
 from mapper.serve.steps import mapped_round, open_draft
 
@@ -72,16 +70,11 @@ def speculation(
     step = map_workload(handle.bind(dims), hardware, options).memory  # the draft's at the slice: its weights, cache
     memory = doc.get("memory") or {}
     need = memory.get("per_device_bytes", 0.0) + step.weight_bytes + step.kv_cache_bytes
-    kernels, layer_types = blast_radius("every kernel", doc)
     return (
-        Candidate(
+        offered(
+            doc,
+            options,
             label=f"speculative decoding (draft {draft}, {k} tokens)",
-            changes=(),
-            options=options,
-            owner=str(Owner.RUNTIME),
-            blast_kernels=kernels,
-            blast_layer_types=layer_types,
-            blast_rule="every kernel",
             evidence=SPECULATION_EVIDENCE,
             latency_s=rnd.tpot_s,
             gain=plain / rnd.tpot_s - 1,

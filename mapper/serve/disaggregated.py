@@ -81,9 +81,6 @@ class DisaggregatedRun:
     transfer_s_per_prompt_token: float
     assumptions: tuple[str, ...]
 
-    def per_device(self, result: LLMServingResult, devices: int) -> float:
-        return result.throughput_tokens_per_s / devices
-
     def section(self) -> dict:
         """The comparison (JSON-ready): each way's figures, its devices and tokens/s per device."""
 

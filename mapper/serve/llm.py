@@ -11,7 +11,10 @@ the devices with the draft's weights and cache.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+
+import numpy as np
 
 from mapper.core.errors import MapperError
 from mapper.core.result import MappingResult, MemoryPlan
@@ -151,19 +154,22 @@ def simulate_model_llm_serving(source, hw, options, config: LLMServingConfig) ->
     return replace(result, speculative=steps.at(round(result.mean_running) or 1, _mean_context(config)))
 
 
-def _mean_context(config: LLMServingConfig) -> float:
-    """The mean context of a decode step: the prompt and half the output (the trace's means where it gives them)."""
+def request_lengths(config: LLMServingConfig, reduce: Callable[[np.ndarray], float]) -> tuple[float, float]:
+    """(prompt, output) tokens of the config's requests: `reduce` (max, mean) over the trace's lengths where it
+    gives them, else the config's own."""
     trace = config.trace
     prompt = (
-        float(trace.prompt_tokens.mean())
-        if trace is not None and trace.prompt_tokens is not None
-        else config.prompt_tokens
+        reduce(trace.prompt_tokens) if trace is not None and trace.prompt_tokens is not None else config.prompt_tokens
     )
     output = (
-        float(trace.output_tokens.mean())
-        if trace is not None and trace.output_tokens is not None
-        else config.output_tokens
+        reduce(trace.output_tokens) if trace is not None and trace.output_tokens is not None else config.output_tokens
     )
+    return prompt, output
+
+
+def _mean_context(config: LLMServingConfig) -> float:
+    """The mean context of a decode step: the prompt and half the output (the trace's means where it gives them)."""
+    prompt, output = request_lengths(config, lambda a: float(a.mean()))
     return prompt + output / 2
 
 
@@ -186,17 +192,7 @@ def _engine_inputs(source, hw, options, config: LLMServingConfig, chunk_tokens: 
     draft = open_draft(spec) if spec is not None else None
     if config.jitter_cv is None:
         config = replace(config, jitter_cv=hw.jitter_cv, jitter_dist=config.jitter_dist or hw.jitter_dist)
-    trace = config.trace
-    max_prompt = (
-        int(trace.prompt_tokens.max())
-        if trace is not None and trace.prompt_tokens is not None
-        else config.prompt_tokens
-    )
-    max_output = (
-        int(trace.output_tokens.max())
-        if trace is not None and trace.output_tokens is not None
-        else config.output_tokens
-    )
+    max_prompt, max_output = (int(n) for n in request_lengths(config, lambda a: int(a.max())))
     if config.kv_capacity_tokens is None:  # the room the plan leaves on each device (`KvBudget`)
         budget = kv_budget(source, hw, options, chunk_tokens or max_prompt, draft)
         config = replace(
