@@ -8,6 +8,7 @@
         plan_kernels      fusion groups -> kernels -> conv layout         (fusion, kernels, layout)
         apply_kv_cache    the past -> present update as the runtime does it (runtime)
         plan_devices      memory per device, tensor-parallel split        (memory, sharding)
+        last_token_logits a prompt's logits as the runtime computes them   (logits)
         estimate_kernels  tiling search, cost, power cap, bottleneck     (tiling, cost, bottleneck)
         place_on_devices  pipeline stages, sends, collective overlap     (placement)
         roll_up_slice     totals and layer-type figures                   (rollup)
@@ -59,6 +60,7 @@ from mapper.plan.experts import check_expert_parallel, plan_experts, resident_ke
 from mapper.plan.fusion import plan_fusion
 from mapper.plan.kernels import build_kernels
 from mapper.plan.layout import plan_layout
+from mapper.plan.logits import last_token_logits
 from mapper.plan.precision import (
     PLAN_DTYPE_BYTES,
     SCALED_FORMATS,
@@ -150,6 +152,7 @@ def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOpt
     kernels, layout = plan_kernels(workload, hardware, replace(options, attention_fusion=run.attention_fusion), sizer)
     kernels = apply_kv_cache(graph, kernels, run.kv_cache, sizer)
     kernels, memory = plan_devices(workload, kernels, sizer, hardware, options)
+    kernels = last_token_logits(graph, kernels) if run.last_token_logits else kernels
     sparse, launch_s = options.sparsity == Sparsity.TWO_FOUR, launch_cost_s(hardware, run.launch)
     target = device_target(hardware, dtype, sizer.key, options.power_cap_w, sparse, launch_s, run.decode_attention)
     estimates = estimate_kernels(kernels, target, caches)

@@ -58,7 +58,7 @@ def group_boundary(graph: Graph, group: Group, nodes_by_name: dict[str, Node], i
     inside = {index_of[n] for n in group.nodes}
     members = [nodes_by_name[name] for name in group.nodes]
     made = {t for n in members for t in n.outputs if t}
-    _absorb_views(graph, made, inside, min(inside, default=0))
+    views = _absorb_views(graph, made, inside, min(inside, default=0))
     reads: dict[str, str] = {}
     layout = []
     for node in members:
@@ -69,13 +69,18 @@ def group_boundary(graph: Graph, group: Group, nodes_by_name: dict[str, Node], i
                 reads[t] = node.name if node.op_type in PARTIAL_READ_OPS and t == node.inputs[0] else ""
             parts.append((part, _sized_as(graph, t)))
         layout.append(tuple(parts))
-    writes = []
-    for n in members:
+    writes: list[str] = []
+    shown: set[str] = set()  # tensors in DRAM after the kernel: written, or a view of one written
+    for n in [*members, *views]:  # an absorbed view writes what it shows outside (an export's Identity logits)
+        view = n.op_type in VIEWS and n not in members
         written = []
         for t in n.outputs:
-            write = bool(t) and (t in graph.output_set or not inside.issuperset(graph.consumers.get(t, ())))
+            needed = bool(t) and (t in graph.output_set or not inside.issuperset(graph.consumers.get(t, ())))
+            write = needed and not (view and n.inputs[0] in shown)  # its source is written: the same bytes
             if write:
                 writes.append(t)
+            if write or (view and n.inputs[0] in shown):
+                shown.add(t)
             written.append((write, _sized_as(graph, t)))
         layout.append(tuple(written))
     reduce_inputs = tuple(n.inputs[0] for n in members if n.op_type in REDUCING_OPS and n.inputs)
@@ -87,20 +92,24 @@ def _sized_as(graph: Graph, tensor: str) -> tuple[bool, str | None]:
     return tensor in graph.weights, graph.stored_dtypes.get(tensor)
 
 
-def _absorb_views(graph: Graph, made: set[str], inside: set[int], first: int) -> None:
+def _absorb_views(graph: Graph, made: set[str], inside: set[int], first: int) -> list[Node]:
     """Views of what the group makes are free and stay on chip with it (a fused attention's Reshape of GQA's
     expanded K and V): their outputs count as made inside and the views as members, so neither the
-    expanded tensor's write nor its re-read through the view is charged as DRAM traffic."""
+    expanded tensor's write nor its re-read through the view is charged as DRAM traffic. Returns the views:
+    what one shows outside the group (a graph output, a tensor read elsewhere) is the group's write."""
     frontier = list(made)  # followed through the consumers: linear in the views found, not in the graph
+    views = []
     while frontier:
         tensor = frontier.pop()
         for index in graph.consumers.get(tensor, ()):
             node = graph.nodes[index]
             if index >= first and index not in inside and node.op_type in VIEWS and node.inputs[0] == tensor:
                 inside.add(index)
+                views.append(node)
                 new = [t for t in node.outputs if t and t not in made]
                 made.update(new)
                 frontier.extend(new)
+    return views
 
 
 # A group's place in the structure: its boundary, its kernel's name, its shape (what its kernel reads of the group

@@ -35,6 +35,7 @@ class RuntimePreset:
     attention_fusion: bool | None  # None: as the fusion policy says
     decode_attention: DecodeAttention  # how its decode attention kernel packs, splits and pages
     assumptions: str
+    last_token_logits: bool = False  # a prompt's logits for its last token only (what sampling reads)
 
 
 # vLLM's default attention backend on NVIDIA GPUs (FLASH_ATTN: vllm-flash-attn, FlashAttention-2/3 with a paged
@@ -76,7 +77,9 @@ PRESETS: dict[str, RuntimePreset] = {
         VLLM_DECODE,
         "vLLM: paged KV cache (PagedAttention, Kwon et al. SOSP 2023: a step appends the new token's K and V);"
         " decode replayed as a captured CUDA graph, prefill eager (vLLM docs, enforce_eager=False);"
-        " fused attention kernels (FlashAttention / PagedAttention)",
+        " fused attention kernels (FlashAttention / PagedAttention); logits only at the positions sampled"
+        " (LogitsProcessor prunes the hidden states to each sequence's last token before the LM head)",
+        last_token_logits=True,
     ),
     Runtime.TENSORRT_LLM: RuntimePreset(
         KvCache.IN_PLACE,
@@ -85,7 +88,9 @@ PRESETS: dict[str, RuntimePreset] = {
         True,
         TRTLLM_DECODE,
         "TensorRT-LLM: paged KV cache updated in place by its attention plugin; decode replayed as a CUDA graph"
-        " (trtllm-bench / executor cuda_graph_mode), prefill eager; fused multi-head attention (FMHA/XQA)",
+        " (trtllm-bench / executor cuda_graph_mode), prefill eager; fused multi-head attention (FMHA/XQA);"
+        " context logits for the last token only (gather_context_logits off by default)",
+        last_token_logits=True,
     ),
 }
 SERVING_PRESET = Runtime.VLLM  # what `auto` gives a decoder on a GPU profile
@@ -102,6 +107,7 @@ class RuntimeChoice:
     why: str  # why this runtime (the `auto` rule, or "plan option")
     assumptions: str
     decode_attention: DecodeAttention
+    last_token_logits: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,8 +183,9 @@ def choose_runtime(graph: Graph, hw: HardwareProfile, options: PlanOptions) -> R
             f"hardware {hw.name}: launch=graph needs overhead.graph_launch_s (the per-kernel cost under graph"
             " replay) in the profile; add it with its source, or choose --launch eager"
         )
+    attention = _decode_attention(preset, options)
     return RuntimeChoice(
-        str(name), str(kv_cache), str(launch), fusion, why, preset.assumptions, _decode_attention(preset, options)
+        str(name), str(kv_cache), str(launch), fusion, why, preset.assumptions, attention, preset.last_token_logits
     )
 
 
@@ -240,5 +247,12 @@ def runtime_assumptions(choice: RuntimeChoice, hw: HardwareProfile) -> tuple[tup
         ("plan.launch", choice.launch, launch_source),
         ("plan.attention_fusion", str(choice.attention_fusion), "runtime preset (None: as the fusion policy says)"),
         ("runtime.decode_attention", str(gqa_decode_mode(choice.decode_attention)), choice.decode_attention.kernel),
+        (
+            "runtime.logits",
+            "last token" if choice.last_token_logits else "every token",
+            "a prompt's LM head on each sequence's last token, the one sampled (plan.logits)"
+            if choice.last_token_logits
+            else "the graph's LM head on every token it is given",
+        ),
         ("runtime.assumptions", choice.runtime, choice.assumptions),
     )

@@ -1,0 +1,94 @@
+"""The logits a runtime computes for a prompt: every token's, as the exported graph writes them, or each sequence's
+last token's, the only one sampling reads.
+
+Part of the plan stage (pipeline.apply_last_token_logits, after the devices). A serving engine prunes the hidden
+states to the sampled positions before the LM head (vLLM's LogitsProcessor; TensorRT-LLM without
+gather_context_logits), so a prefill of S tokens a sequence runs its LM head, and the logits' all-gather under TP,
+on one row a sequence instead of S: a 70B prompt of 4,000 tokens skips a 4,000 x 32,000 x 8,192 GEMM. Only the
+kernels writing the logits change; a decode step (one new token) is unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+
+from mapper.core.graph import Graph, OpClass
+from mapper.core.result import Kernel
+from mapper.core.vocab import Collective
+from mapper.plan.runtime import find_kv_appends, kv_cache_tensors
+from mapper.plan.sharding import collective_kernel
+from mapper.work.ops import classify_op
+
+LOGITS_RANK = 3  # [batch, new tokens, vocab]
+LAST_TOKEN_NOTE = "logits for each sequence's last token only (the runtime prunes before the LM head)"
+
+
+def logits_outputs(graph: Graph) -> dict[str, int]:
+    """A decoder's logits outputs and the new tokens a sequence each holds: the rank-3 graph outputs besides the
+    KV cache, of a graph that updates a KV cache; empty for anything else."""
+    if not find_kv_appends(graph):
+        return {}
+    cache = kv_cache_tensors(graph)
+    out = {}
+    for name in graph.outputs:
+        spec = graph.tensors.get(name)
+        if name not in cache and spec is not None and len(spec.shape) == LOGITS_RANK:
+            out[name] = spec.shape[1]
+    return out
+
+
+def last_token_logits(graph: Graph, kernels: Sequence[Kernel]) -> Sequence[Kernel]:
+    """Per-device kernels with each logits kernel (the one whose nodes write a logits output) and its all-gather
+    on one row a sequence: its work and its activations' traffic over the new tokens, its weights read whole."""
+    tokens = {t: s for t, s in logits_outputs(graph).items() if s > 1}
+    if not tokens:
+        return kernels
+    writers = {}
+    for name, s in tokens.items():
+        node = _maker(graph, name)
+        if node is not None:
+            writers[node] = s
+    scaled: dict[str, int] = {}
+    out = []
+    for k in kernels:
+        s = next((writers[n] for n in k.nodes if n in writers), 0)
+        if s:
+            scaled[k.name] = s
+            k = _one_row(k, s)
+        elif k.collective == Collective.ALL_GATHER and k.name.removesuffix(":all-gather") in scaled:
+            s = scaled[k.name.removesuffix(":all-gather")]
+            k = collective_kernel(k.name, Collective.ALL_GATHER, k.dram_bytes / s, k.devices, k.stage)
+        out.append(k)
+    return out
+
+
+VIEW_DEPTH = 8  # views (Identity, Reshape...) between the LM head and the logits output an exporter writes
+
+
+def _maker(graph: Graph, tensor: str) -> str | None:
+    """The node that computes a tensor, through the free views after it (HF exports end in an Identity)."""
+    for _ in range(VIEW_DEPTH):
+        node = graph.producer(tensor)
+        if node is None:
+            return None
+        if classify_op(node.op_type) is not OpClass.VIEW or not node.inputs:
+            return node.name
+        tensor = node.inputs[0]
+    return None
+
+
+def _one_row(k: Kernel, tokens: int) -> Kernel:
+    matrix = k.matrix
+    if matrix is not None:
+        matrix = replace(matrix, m=max(1, math.ceil(matrix.m / tokens)))
+    return k.replaced(
+        flops=k.flops / tokens,
+        matrix_flops=k.matrix_flops / tokens,
+        sfu_ops=k.sfu_ops / tokens,
+        dram_bytes=k.weight_bytes + (k.dram_bytes - k.weight_bytes) / tokens,
+        matrix=matrix,
+        rows=math.ceil(k.rows / tokens),
+        note=LAST_TOKEN_NOTE,
+    )
