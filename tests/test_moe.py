@@ -116,3 +116,16 @@ def test_ep_must_split_whole_experts(source, ep, message):
 
 def test_the_mapping_says_experts_are_costed_at_expected_tokens():
     assert any("expected tokens per expert" in caveat for caveat in decode_step(1).caveats)
+
+
+def test_tensor_parallel_experts_are_reduced_once_after_the_combine():
+    """Mixtral at TP 4: each expert's w2 is row-parallel and its partial sums flow into the next expert's
+    accumulating Add; the ranks sum them once, after the last (serving engines' one all-reduce after the expert
+    combine), so a layer has two all-reduces (attention's o_proj, the MoE combine), not one per expert plus one."""
+    step = mapper.load_workload("mixtral-8x7b", {"batch": 32, "seq": 1, "past": 512})
+    result = mapper.map_workload(step, mapper.load_hardware("h100-sxm"), mapper.PlanOptions(tp=4))
+    reduces = [e.kernel for e in result.kernels if e.kernel.collective == "all-reduce"]
+    assert len(reduces) == 2 * 32  # 32 layers
+    moe = [k for k in reduces if "block_sparse_moe" in k.name]
+    assert len(moe) == 32 and all(".experts.7.w2" in k.name for k in moe)  # after the last expert's combine
+    assert {k.dram_bytes for k in moe} == {32 * 4096 * 2}  # the layer's output: 32 tokens x 4,096, fp16

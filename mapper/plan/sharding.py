@@ -196,8 +196,9 @@ def shard_kernels(
         return kernels
     whole = _whole_caches(graph, kernels)
     index_of = {n.name: k for k, n in enumerate(graph.nodes)} if whole else {}
+    summed_on = _summed_on(graph, kernels, written)
     out: list[Kernel] = []
-    for k, outs in zip(kernels, written, strict=True):
+    for i, (k, outs) in enumerate(zip(kernels, written, strict=True)):
         if k.shard == Shard.REPLICATED:
             out.append(k)
             continue
@@ -220,9 +221,32 @@ def shard_kernels(
                 reduction_rows=math.ceil(k.reduction_rows / tp),
             )
         )
-        if k.shard == Shard.ROW:  # partial sums of every rank: sum them
+        if k.shard == Shard.ROW and i not in summed_on:  # partial sums of every rank: sum them
             out.append(collective_kernel(f"{k.name}:all-reduce", Collective.ALL_REDUCE, full_out, tp))
         elif k.shard == Shard.COLUMN and any(t in graph.output_set for t in outs):
             # column-parallel logits are gathered; sharded outputs such as the KV cache stay on their ranks
             out.append(collective_kernel(f"{k.name}:all-gather", Collective.ALL_GATHER, full_out, tp))
+    return out
+
+
+ACCUMULATING_OPS = frozenset({"Add", "Sum"})  # linear in each input: a sum of partial sums is a partial sum
+
+
+def _summed_on(graph: Graph, kernels: Sequence[Kernel], written: list[list[str]]) -> set[int]:
+    """Row-parallel kernels whose partial sums only flow on into another row-parallel kernel's accumulating Add
+    (a mixture-of-experts layer's experts, combined one into the next): their ranks' partial sums are summed once,
+    after the last (what serving engines do: one all-reduce after the expert combine, not one per expert)."""
+    kernel_of = {n: i for i, k in enumerate(kernels) for n in k.nodes}
+    out = set()
+    for i, (k, outs) in enumerate(zip(kernels, written, strict=True)):
+        if k.shard != Shard.ROW or not outs or any(t in graph.output_set for t in outs):
+            continue
+        readers = [graph.nodes[j] for t in outs for j in graph.consumers.get(t, ())]
+        if readers and all(
+            r.op_type in ACCUMULATING_OPS
+            and kernels[kernel_of.get(r.name, i)].shard == Shard.ROW
+            and kernel_of.get(r.name, i) != i
+            for r in readers
+        ):
+            out.add(i)
     return out
