@@ -17,6 +17,7 @@ from mapper.cli import review as review_cli
 from mapper.cli import serve as serve_cli
 from mapper.cli import store as store_cli
 from mapper.cli import sweep as sweep_cli
+from mapper.cli import validate as validate_cli
 from mapper.cli.args import (
     Parser,
     add_load_args,
@@ -188,6 +189,7 @@ def register_extra_commands(sub) -> None:
     sweep_cli.add_arguments(sub)
     add_store_args(sub.choices["compare"])  # a comparison is recorded like a mapping
     add_evidence_commands(sub)  # probe, measure, calibrate
+    validate_cli.add_arguments(sub)  # validate: the engine against measured kernels
     review_cli.add_arguments(sub)
     store_cli.add_arguments(sub)  # trend
 

@@ -3,8 +3,9 @@
 `pip install mapper` brings the engine (onnx, numpy, pydantic for the hardware profiles): `import mapper`,
 `map_workload`, `mapper map`/`serve`/`zoo`/`hw` need nothing more. The rest is in extras (pyproject.toml):
 `report` writes sheets, charts, sweeps, comparisons and review packets; `dashboard` adds Streamlit; `store`
-records runs (SQLAlchemy); `dask` runs sweeps on a cluster; `measure` runs models in ONNX Runtime. A feature
-whose package is absent raises MapperError naming the extra (the CLI: `error: ...`, exit 2), never a traceback.
+records runs (SQLAlchemy); `dask` runs sweeps on a cluster; `measure` runs models in ONNX Runtime; `validate`
+reads AIConfigurator's measured tables. A feature whose package is absent raises MapperError naming the extra (the
+CLI: `error: ...`, exit 2), never a traceback.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ EXTRAS = {
     "distributed": ("dask", "dask[distributed]"),
     "onnxruntime": ("measure", "onnxruntime"),
     "sympy": ("measure", "sympy"),
+    "aiconfigurator_core": ("validate", "aiconfigurator-core"),
 }
 
 
@@ -39,6 +41,7 @@ PURPOSES = {
     "store": "the run store",
     "dask": "the dask executor",
     "measure": "running models on ONNX Runtime",
+    "validate": "AIConfigurator's measured tables",
 }
 
 

@@ -37,6 +37,7 @@ PLANS = {
     "rmsnorm": "default",
     "softmax": "default",
     "add": "default",
+    "quantize": "default",
 }
 TIMINGS = {"graph": ("graph_s", "graph"), "eager": ("median_s", "eager")}  # timing -> (CSV column, plan launch)
 
@@ -76,6 +77,14 @@ def kernel_model(kind: str, shape: tuple[int, ...], elem: int) -> bytes:
         ]
     elif kind == "softmax":
         nodes, weight = [helper.make_node("Softmax", ["x"], ["y"], axis=-1)], None
+    elif kind == "quantize":  # an fp8 GEMM module's dynamic activation quantize: a scale pass, then a scaling one
+        nodes, weight = (
+            [
+                helper.make_node("ReduceMax", ["x"], ["amax"], axes=[-1], keepdims=1),
+                helper.make_node("Div", ["x", "amax"], ["y"]),
+            ],
+            None,
+        )
     elif kind == "add":
         nodes = [helper.make_node("Add", ["x", "x2"], ["y"])]
         inputs = [t("x", (rows, cols)), t("x2", (rows, cols))]

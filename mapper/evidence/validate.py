@@ -1,0 +1,320 @@
+"""`mapper validate`: the engine against measured truth, each measured op mapped as a one-op slice.
+
+Sources: AIConfigurator's tables (mapper/evidence/aiconfigurator.py; GEMM, decode and prefill attention,
+all-reduce on A100, H100, H200 and B200), this project's H200 kernels (data/evidence/h200, `compare_kernel_csv`)
+and Vidur's A100 Llama-2 ops (data/evidence/vidur_a100, mapper/evidence/vidur.py). Each row is mapped with the
+plan and launch it ran: CUDA-graph rows at the profile's graph launch cost, fused attention as FlashAttention.
+An fp8 (or fp8-block, nvfp4) GEMM row timed the module, so it is mapped as two slices: the activation's dynamic
+quantize in bf16 (a scale pass and a scaling pass) and the GEMM at the row's precision. Nothing is fitted here:
+rows are split into fit and held-back sets by whole shapes (aiconfigurator.SPLIT_RULE) and reported apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from onnx import TensorProto
+
+from mapper.core.options import PlanOptions
+from mapper.cost.collectives import collective_time
+from mapper.evidence import aiconfigurator as aic
+from mapper.evidence.microbench import compare_kernel_csv, kernel_model
+
+EVIDENCE = Path(__file__).resolve().parents[2] / "data" / "evidence"
+PROJECT_CSVS = ("kernels.csv", "kernels_extra.csv")  # data/evidence/h200: bench/gpu_kernels.py on one H200
+QUANTIZED = {"fp8": "fp8", "fp8-block": "fp8", "nvfp4": "nvfp4"}  # GEMM row dtype -> the GEMM slice's plan dtype
+BF16_BYTES = 2
+GQA_RANK = 5  # a project GQA decode row's shape: batch x query heads x KV heads x past x head dim
+P90 = 0.9
+FLOP_BANDS = ((1e8, "<1e8 FLOP"), (1e10, "1e8-1e10"), (1e12, "1e10-1e12"), (float("inf"), ">=1e12 FLOP"))
+BYTE_BANDS = ((2**16, "<64 KiB"), (2**24, "64 KiB-16 MiB"), (float("inf"), ">=16 MiB"))
+
+
+@dataclass(frozen=True, slots=True)
+class Scored:
+    """One measured row and the engine's prediction for it."""
+
+    source: str  # aiconfigurator, project, vidur
+    table: str
+    device: str  # the profile it was mapped on
+    kind: str
+    dtype: str
+    shape: tuple[int, ...]
+    band: str
+    held_back: bool
+    measured_s: float
+    predicted_s: float
+
+    @property
+    def error(self) -> float:
+        return self.predicted_s / self.measured_s - 1.0
+
+    def to_dict(self) -> dict:
+        return {
+            "source": self.source,
+            "table": self.table,
+            "device": self.device,
+            "kind": self.kind,
+            "dtype": self.dtype,
+            "shape": list(self.shape),
+            "band": self.band,
+            "split": "held-back" if self.held_back else "fit",
+            "measured_s": self.measured_s,
+            "predicted_s": self.predicted_s,
+            "error": self.error,
+        }
+
+
+@cache
+def _hardware(name: str):
+    from mapper.hardware.load import load_hardware
+
+    return load_hardware(name)
+
+
+@cache
+def _slice_s(profile: str, kind: str, shape: tuple[int, ...], plan_dtype: str, launch: str = "graph") -> float:
+    """The mapped latency of one one-op slice (microbench.kernel_model), cached across tables and frameworks."""
+    from mapper.pipeline import load_workload, map_workload
+
+    fusion = "aggressive" if kind.startswith("attention") else "default"
+    graph = kernel_model(kind, shape, TensorProto.BFLOAT16)
+    options = PlanOptions(dtype=plan_dtype, fusion=fusion, launch=launch)
+    return map_workload(load_workload(graph), _hardware(profile), options).totals.latency_s
+
+
+def predict(row: aic.Row, profile: str) -> float | None:
+    """The engine's time for one AIConfigurator row on `profile`; None where the profile cannot run it (an
+    all-reduce over more devices than its node, a precision it has no peak for)."""
+    from mapper.core.errors import MapperError
+
+    try:
+        return _predict(row, profile)
+    except MapperError:
+        return None
+
+
+def _predict(row: aic.Row, profile: str) -> float | None:
+    if row.kind == "gemm":
+        m, _, k = row.shape
+        if row.dtype not in QUANTIZED:
+            return _slice_s(profile, "gemm", row.shape, "bf16")
+        return _slice_s(profile, "quantize", (m, k), "bf16") + _slice_s(
+            profile, "gemm", row.shape, QUANTIZED[row.dtype]
+        )
+    b, h, kv, length, d = row.shape if row.kind.startswith("attention") else (0, 0, 0, 0, 0)
+    plan_dtype = "fp8" if "fp8" in row.dtype else "bf16"
+    if row.kind == "attention-decode" and h == kv:
+        return _slice_s(profile, "attention-decode", (b, h, length, d), plan_dtype)
+    if row.kind == "attention-decode":
+        return _slice_s(profile, "attention-decode-gqa", (b, h, kv, length, d), plan_dtype)
+    if row.kind == "attention-prefill":  # K and V at the query heads: the slice has no GQA prefill form
+        return _slice_s(profile, "attention-fused", (b, h, length, d), plan_dtype)
+    devices, elements = row.shape
+    hw = _hardware(profile)
+    if devices > hw.interconnect.max_devices:
+        return None
+    launch = hw.graph_launch_s if row.timing == "graph" and hw.graph_launch_s is not None else hw.kernel_launch_s
+    return collective_time("all-reduce", devices, elements * BF16_BYTES, hw.interconnect).time_s + launch
+
+
+def work(kind: str, shape: tuple[int, ...]) -> float:
+    """FLOPs of a row's op (bytes for an all-reduce): what its size band is read from, never its time."""
+    if kind == "gemm":
+        m, n, k = shape
+        return 2.0 * m * n * k
+    if kind == "attention-decode":
+        b, h, _, s, d = shape
+        return 4.0 * b * h * s * d
+    if kind == "attention-prefill":
+        b, h, _, s, d = shape
+        return 4.0 * b * h * s * s * d
+    if kind == "all-reduce":
+        return float(shape[1] * BF16_BYTES)
+    return 0.0
+
+
+def band(kind: str, amount: float) -> str:
+    edges = BYTE_BANDS if kind == "all-reduce" else FLOP_BANDS
+    return next(label for edge, label in edges if amount < edge)
+
+
+def score_aiconfigurator(rows, tables_seen: list[dict] | None = None) -> list[Scored]:
+    """Predicted against measured for AIConfigurator rows (aiconfigurator.Row) on their systems' profiles."""
+    out = []
+    for row in rows:
+        profile = aic.SYSTEM_PROFILES[row.system]
+        predicted = predict(row, profile)
+        if predicted is None:
+            continue
+        amount = work(row.kind, row.shape)
+        out.append(
+            Scored(
+                "aiconfigurator", row.table, profile, row.kind, row.dtype, row.shape,
+                band(row.kind, amount), aic.held_back(row), row.measured_s, predicted,
+            )
+        )  # fmt: skip
+    return out
+
+
+def aiconfigurator_rows(device: str | None, kind: str | None, per_table: int | None, seed: str = "") -> tuple:
+    """(rows, table notes): up to `per_table` rows of each covered table with a profile (None: every row),
+    filtered to the profile `device` and the op `kind` where given."""
+    chosen, notes = [], []
+    for table in aic.tables():
+        if table.profile is None or (device and table.profile != device):
+            continue
+        if kind and aic.TABLES[table.name] != kind:
+            continue
+        rows = aic.sample(aic.read_rows(table), per_table, seed)
+        notes.append(
+            {"table": table.label, "profile": table.profile, "rows": aic.table_rows(table), "sampled": len(rows)}
+        )
+        chosen += rows
+    return chosen, notes
+
+
+PROJECT_KINDS = {"attention-fused": "attention-prefill", "attention-decode-gqa": "attention-decode"}
+PROJECT_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float8_e4m3fn": "fp8"}
+
+
+def score_project(device: str | None, kind: str | None) -> list[Scored]:
+    """This project's H200 kernel rows (graph replay), on h200-sxm; the split by the same whole-shape rule."""
+    if device not in (None, "h200-sxm"):
+        return []
+    out = []
+    for name in PROJECT_CSVS:
+        path = EVIDENCE / "h200" / name
+        if not path.is_file():
+            continue
+        for r in compare_kernel_csv(path, _hardware("h200-sxm"), timing="graph"):
+            row_kind = PROJECT_KINDS.get(r["kind"], r["kind"])
+            if (kind and row_kind != kind) or r["error"] is None:
+                continue
+            shape = tuple(int(x) for x in r["shape"].split("x"))
+            flops = r["predicted_tflops_per_s"] * r["predicted_s"] * 1e12
+            held = _held_back_key(_project_key(row_kind, shape))
+            dtype = PROJECT_DTYPES.get(r["dtype"], r["dtype"])
+            where = f"data/evidence/h200/{name}"
+            out.append(
+                Scored(
+                    "project", where, "h200-sxm", row_kind, dtype, shape, band("gemm", flops), held,
+                    r["measured_s"], r["predicted_s"],
+                )
+            )  # fmt: skip
+    return out
+
+
+def _project_key(kind: str, shape: tuple[int, ...]) -> str:
+    """A project row's split key under aiconfigurator.SPLIT_RULE (bf16 KV; norms and adds by their width)."""
+    if kind == "gemm":
+        return f"gemm|{shape[1]}|{shape[2]}"
+    if kind.startswith("attention"):
+        heads, kv_heads = (shape[1], shape[2]) if len(shape) == GQA_RANK else (shape[1], shape[1])
+        return f"attention|{heads}|{kv_heads}|{shape[-1]}|bf16"
+    return f"{kind}|{shape[-1]}"
+
+
+def _held_back_key(key: str) -> bool:
+    return aic.stable_hash(f"{aic.SPLIT_SALT}|{key}") % aic.HELD_BACK_ONE_IN == 0
+
+
+def score_vidur(device: str | None, kind: str | None, per_table: int | None, seed: str = "") -> list[Scored]:
+    """Vidur's A100 Llama-2 GEMMs (the other ops are Vidur-specific: tests/test_vidur.py) and all-reduces."""
+    from mapper.evidence import vidur
+
+    if device not in (None, vidur.PROFILE) or not vidur.DATA.is_dir():
+        return []
+    out = []
+    if kind in (None, "gemm"):
+        gemms = [r for r in vidur.measured_rows() if r[1] in vidur.GROUPS["gemm"]]
+        for name, op, tokens, tp, measured, shape in _sampled(gemms, per_table, seed):
+            hidden, heads, kv_heads, ffn = shape
+            k, n = vidur.gemm_dims(op, hidden, heads, kv_heads, ffn, tp)
+            predicted = vidur.predicted_s(op, shape, tokens, tp)
+            out.append(
+                Scored(
+                    "vidur", f"data/evidence/vidur_a100/llama2_{name}_mlp.csv", vidur.PROFILE, "gemm", "fp16",
+                    (tokens, n, k), band("gemm", 2.0 * tokens * n * k), _held_back_key(f"gemm|{n}|{k}"),
+                    measured, predicted,
+                )
+            )  # fmt: skip
+    if kind in (None, "all-reduce"):
+        for devices, size, measured, predicted in _sampled(vidur.all_reduce_rows(), per_table, seed):
+            out.append(
+                Scored(
+                    "vidur", "data/evidence/vidur_a100/all_reduce_dgx.csv", vidur.PROFILE, "all-reduce", "fp16",
+                    (devices, size), band("all-reduce", size * BF16_BYTES), _held_back_key(f"all-reduce|{size}"),
+                    measured, predicted,
+                )
+            )  # fmt: skip
+    return out
+
+
+def _sampled(rows: list[tuple], n: int | None, seed: str) -> list[tuple]:
+    """The n rows with the smallest stable hash (aiconfigurator.sample's rule, for plain tuples)."""
+    if n is None:
+        return rows
+    return sorted(rows, key=lambda r: aic.stable_hash(f"{seed}|{r[:4]}"))[:n]
+
+
+def summarize(scored: list[Scored], by: tuple[str, ...] = ("source", "device", "kind", "dtype", "band")) -> list[dict]:
+    """Error (predicted / measured - 1) grouped by `by`, the fit and held-back splits apart: n, median |error|,
+    p90 |error|, worst (the signed error of largest size) and bias (the median signed error)."""
+    groups: dict[tuple, dict[str, list[float]]] = {}
+    for s in scored:
+        key = tuple(getattr(s, field) for field in by)
+        groups.setdefault(key, {"fit": [], "held-back": []})["held-back" if s.held_back else "fit"].append(s.error)
+    out = []
+    for key in sorted(groups, key=_group_order):
+        row: dict = dict(zip(by, key, strict=True))
+        for split, errors in groups[key].items():
+            row[split] = error_stats(errors)
+        out.append(row)
+    return out
+
+
+def _group_order(key: tuple) -> tuple:
+    bands = [label for _, label in FLOP_BANDS + BYTE_BANDS]
+    return tuple(bands.index(k) if k in bands else k for k in key)
+
+
+def error_stats(errors: list[float]) -> dict:
+    if not errors:
+        return {"n": 0}
+    size = sorted(abs(e) for e in errors)
+    signed = sorted(errors)
+    return {
+        "n": len(errors),
+        "median_abs": _median(size),
+        "p90_abs": size[min(len(size) - 1, int(P90 * len(size)))],
+        "worst": max(errors, key=abs),
+        "bias": _median(signed),
+    }
+
+
+def _median(values: list[float]) -> float:
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+SOURCES = ("aiconfigurator", "project", "vidur")
+
+
+def run(
+    device: str | None = None, kind: str | None = None, per_table: int | None = 100, sources=SOURCES, seed: str = ""
+) -> tuple[list[Scored], list[dict]]:
+    """(scored rows, the AIConfigurator tables read with their row counts): up to `per_table` rows a table
+    (None: every row), on the profile `device` and of op `kind` where given."""
+    scored: list[Scored] = []
+    notes: list[dict] = []
+    if "aiconfigurator" in sources:
+        rows, notes = aiconfigurator_rows(device, kind, per_table, seed)
+        scored += score_aiconfigurator(rows)
+    if "project" in sources:
+        scored += score_project(device, kind)
+    if "vidur" in sources:
+        scored += score_vidur(device, kind, per_table, seed)
+    return scored, notes

@@ -1,0 +1,133 @@
+"""`mapper validate`: AIConfigurator's measured tables read, split and mapped (mapper/evidence/aiconfigurator.py,
+validate.py). The fast tests parse inline records (no package needed); the slow ones read a small deterministic
+subsample of every covered table from the installed aiconfigurator-core (the `validate` extra)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from mapper.cli.main import main
+from mapper.evidence import aiconfigurator as aic
+from mapper.evidence.validate import error_stats, score_aiconfigurator, summarize
+
+GEMM = aic.Table("h200_sxm", "gemm", "trtllm", "1.3.0rc20", "gemm_perf", None)
+DECODE = aic.Table("h200_sxm", "attention", "vllm", "0.24.0", "generation_attention_perf", None)
+PREFILL = aic.Table("h100_sxm", "attention", "trtllm", "1.3.0rc20", "context_attention_perf", None)
+NCCL = aic.Table("h200_sxm", "comm", "nccl", "2.29.2", "nccl_perf", None)
+
+
+def _gemm(m, n, k, dtype="bfloat16", latency=0.05):
+    return {"gemm_dtype": dtype, "m": m, "n": n, "k": k, "latency": latency, "kernel_source": "torch_flow"}
+
+
+def _attention(step, isl=1, heads=32, kv=8, window=0, kv_dtype="bfloat16", attn="bfloat16"):
+    return {
+        "batch_size": 8, "isl": isl, "num_heads": heads, "num_key_value_heads": kv, "head_dim": 128,
+        "window_size": window, "beam_width": 1, "attn_dtype": attn, "kv_cache_dtype": kv_dtype, "step": step,
+        "latency": 0.02, "kernel_source": "fa3",
+    }  # fmt: skip
+
+
+def test_a_gemm_record_is_typed_in_seconds():
+    row = aic.parse_record(GEMM, _gemm(64, 4096, 1024, "fp8", 0.0125))
+    assert (row.kind, row.dtype, row.shape, row.timing) == ("gemm", "fp8", (64, 4096, 1024), "graph")
+    assert row.measured_s == pytest.approx(12.5e-6)  # the tables' latency is milliseconds
+    assert aic.parse_record(GEMM, _gemm(64, 4096, 1024, "int8_wo")) is None  # no slice for weight-only GEMMs
+
+
+def test_attention_records_read_lengths_and_kv_dtype():
+    decode = aic.parse_record(DECODE, _attention(step=127, kv_dtype="fp8"))
+    assert decode.kind == "attention-decode" and decode.dtype == "bf16/kv-fp8"
+    assert decode.shape == (8, 32, 8, 128, 128)  # 127 cached tokens and the step's own
+    prefill = aic.parse_record(PREFILL, _attention(step=0, isl=2048, attn="fp8", kv_dtype="fp8"))
+    assert prefill.kind == "attention-prefill" and prefill.dtype == "fp8" and prefill.shape[3] == 2048
+    assert aic.parse_record(DECODE, _attention(step=127, window=128)) is None  # sliding window: not covered
+
+
+def test_only_all_reduce_rows_of_nccl_tables_are_read():
+    record = {"op_name": "all_reduce", "nccl_dtype": "half", "num_gpus": 8, "message_size": 4096, "latency": 0.02}
+    row = aic.parse_record(NCCL, record)
+    assert row.kind == "all-reduce" and row.shape == (8, 4096) and row.timing == "eager"
+    assert aic.parse_record(NCCL, {**record, "op_name": "all_gather"}) is None
+
+
+def test_a_malformed_record_is_one_line():
+    with pytest.raises(aic.MapperError, match="gemm_perf"):
+        aic.parse_record(GEMM, _gemm(0, 4096, 1024))
+    with pytest.raises(aic.MapperError, match="unreadable"):
+        aic.parse_record(GEMM, {"gemm_dtype": "bfloat16", "m": "x"})
+
+
+def test_the_split_holds_whole_weight_shapes_back():
+    rows = [aic.parse_record(GEMM, _gemm(m, n, k)) for m in (1, 64, 4096) for n in (512, 4096) for k in (256, 8192)]
+    by_shape: dict[tuple, set[bool]] = {}
+    for row in rows:
+        by_shape.setdefault(row.shape[1:], set()).add(aic.held_back(row))
+    assert all(len(splits) == 1 for splits in by_shape.values())  # every m of an (n, k) on one side
+
+
+def test_the_sample_is_deterministic_and_bounded():
+    rows = [aic.parse_record(GEMM, _gemm(m, 1024, 1024)) for m in range(1, 200)]
+    first = aic.sample(iter(rows), 10)
+    assert first == aic.sample(reversed(rows), 10) and len(first) == 10  # order-free: a hash, not a position
+    assert aic.sample(iter(rows), 10, seed="other") != first
+
+
+def test_rows_are_mapped_and_summarized(h100):
+    rows = [aic.parse_record(GEMM, _gemm(m, 4096, 4096, dtype)) for m in (16, 4096) for dtype in ("bfloat16", "fp8")]
+    rows.append(aic.parse_record(DECODE, _attention(step=1023)))
+    scored = score_aiconfigurator(rows)
+    assert len(scored) == len(rows) and all(math.isfinite(s.error) and s.predicted_s > 0 for s in scored)
+    by = {(s.dtype, s.shape[0]): s.predicted_s for s in scored if s.kind == "gemm"}
+    assert by[("fp8", 4096)] < by[("bf16", 4096)]  # the fp8 module: quantize + a GEMM at twice the peak
+    groups = summarize(scored, ("device", "kind", "dtype"))
+    assert {g["kind"] for g in groups} == {"gemm", "attention-decode"}
+    assert sum(g["fit"]["n"] + g["held-back"]["n"] for g in groups) == len(rows)
+
+
+def test_error_statistics():
+    stats = error_stats([0.1, -0.3, 0.2, -0.05])
+    assert stats["n"] == 4 and stats["worst"] == -0.3
+    assert stats["median_abs"] == pytest.approx(0.15) and stats["bias"] == pytest.approx(0.025)
+
+
+@pytest.mark.slow
+def test_every_covered_table_parses_and_maps():
+    pytest.importorskip("aiconfigurator_core")
+    tables = [t for t in aic.tables() if t.profile]
+    assert {aic.TABLES[t.name] for t in tables} == set(aic.TABLES.values())
+    rows = []
+    for table in tables:
+        sampled = aic.sample(aic.read_rows(table), 3)
+        assert sampled or table.name in ("nccl_perf", "custom_allreduce_perf"), table.label
+        rows += sampled
+    scored = score_aiconfigurator(rows)
+    assert len(scored) >= 0.9 * len(rows)  # only all-reduces over more GPUs than a profile's node drop out
+    assert all(math.isfinite(s.predicted_s) and s.predicted_s > 0 for s in scored)
+    assert len({s.device for s in scored}) == len(aic.SYSTEM_PROFILES)
+
+
+@pytest.mark.slow
+def test_no_weight_shape_straddles_the_split():
+    pytest.importorskip("aiconfigurator_core")
+    table = next(t for t in aic.tables() if t.label == "h200_sxm/gemm/trtllm/1.3.0rc20/gemm_perf")
+    sides: dict[tuple, set[bool]] = {}
+    for row in aic.read_rows(table):
+        sides.setdefault(row.shape[1:], set()).add(aic.held_back(row))
+    assert all(len(s) == 1 for s in sides.values())
+    held = sum(True in s for s in sides.values()) / len(sides)
+    assert 0.1 < held < 0.3  # about one (n, k) in HELD_BACK_ONE_IN
+
+
+@pytest.mark.slow
+def test_the_command_prints_both_splits(capsys):
+    pytest.importorskip("aiconfigurator_core")
+    assert main(["validate", "--device", "h100-sxm", "--kind", "gemm", "--sample", "5", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["rows"] and {r["split"] for r in doc["rows"]} <= {"fit", "held-back"}
+    assert all(r["device"] == "h100-sxm" and r["kind"] == "gemm" for r in doc["rows"])
+    assert main(["validate", "--device", "h100-sxm", "--kind", "gemm", "--sample", "5", "--no-bands"]) == 0
+    assert "held back" in capsys.readouterr().out
