@@ -25,6 +25,7 @@ from mapper.evidence.microbench import compare_kernel_csv, kernel_model
 EVIDENCE = Path(__file__).resolve().parents[2] / "data" / "evidence"
 PROJECT_CSVS = ("kernels.csv", "kernels_extra.csv")  # data/evidence/h200: bench/gpu_kernels.py on one H200
 QUANTIZED = {"fp8": "fp8", "fp8-block": "fp8", "nvfp4": "nvfp4"}  # GEMM row dtype -> the GEMM slice's plan dtype
+RUNTIMES = {"trtllm": "tensorrt-llm", "vllm": "vllm", "sglang": "vllm"}  # AIConfigurator framework -> preset
 BF16_BYTES = 2
 GQA_RANK = 5  # a project GQA decode row's shape: batch x query heads x KV heads x past x head dim
 P90 = 0.9
@@ -75,13 +76,14 @@ def _hardware(name: str):
 
 
 @cache
-def _slice_s(profile: str, kind: str, shape: tuple[int, ...], plan_dtype: str, launch: str = "graph") -> float:
-    """The mapped latency of one one-op slice (microbench.kernel_model), cached across tables and frameworks."""
+def _slice_s(profile: str, kind: str, shape: tuple[int, ...], plan_dtype: str, runtime: str = "auto") -> float:
+    """The mapped latency of one one-op slice (microbench.kernel_model) replayed from a CUDA graph, cached
+    across tables and frameworks."""
     from mapper.pipeline import load_workload, map_workload
 
     fusion = "aggressive" if kind.startswith("attention") else "default"
     graph = kernel_model(kind, shape, TensorProto.BFLOAT16)
-    options = PlanOptions(dtype=plan_dtype, fusion=fusion, launch=launch)
+    options = PlanOptions(dtype=plan_dtype, fusion=fusion, launch="graph", runtime=runtime)
     return map_workload(load_workload(graph), _hardware(profile), options).totals.latency_s
 
 
@@ -106,12 +108,13 @@ def _predict(row: aic.Row, profile: str) -> float | None:
         )
     b, h, kv, length, d = row.shape if row.kind.startswith("attention") else (0, 0, 0, 0, 0)
     plan_dtype = "fp8" if "fp8" in row.dtype else "bf16"
+    runtime = RUNTIMES.get(row.table.split("/")[2], "vllm")  # the preset's decode attention: GQA packed, paged
     if row.kind == "attention-decode" and h == kv:
-        return _slice_s(profile, "attention-decode", (b, h, length, d), plan_dtype)
+        return _slice_s(profile, "attention-decode", (b, h, length, d), plan_dtype, runtime)
     if row.kind == "attention-decode":
-        return _slice_s(profile, "attention-decode-gqa", (b, h, kv, length, d), plan_dtype)
+        return _slice_s(profile, "attention-decode-gqa", (b, h, kv, length, d), plan_dtype, runtime)
     if row.kind == "attention-prefill":  # K and V at the query heads: the slice has no GQA prefill form
-        return _slice_s(profile, "attention-fused", (b, h, length, d), plan_dtype)
+        return _slice_s(profile, "attention-fused", (b, h, length, d), plan_dtype, runtime)
     devices, elements = row.shape
     hw = _hardware(profile)
     if devices > hw.interconnect.max_devices:
