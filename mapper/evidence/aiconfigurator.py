@@ -23,6 +23,7 @@ import heapq
 import importlib.resources
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from mapper.core.errors import MapperError
@@ -37,12 +38,23 @@ SYSTEM_PROFILES = {
     "b200_sxm": "b200",
 }
 # table file stem -> the op kind its rows are mapped as
+
+
+class RowKind(StrEnum):
+    """What a measured row timed, as the harness maps it (the slice it becomes, the band it is scored in)."""
+
+    GEMM = "gemm"
+    ATTENTION_DECODE = "attention-decode"
+    ATTENTION_PREFILL = "attention-prefill"
+    ALL_REDUCE = "all-reduce"
+
+
 TABLES = {
-    "gemm_perf": "gemm",
-    "generation_attention_perf": "attention-decode",
-    "context_attention_perf": "attention-prefill",
-    "custom_allreduce_perf": "all-reduce",
-    "nccl_perf": "all-reduce",
+    "gemm_perf": RowKind.GEMM,
+    "generation_attention_perf": RowKind.ATTENTION_DECODE,
+    "context_attention_perf": RowKind.ATTENTION_PREFILL,
+    "custom_allreduce_perf": RowKind.ALL_REDUCE,
+    "nccl_perf": RowKind.ALL_REDUCE,
 }
 DTYPES = {"bfloat16": "bf16", "half": "fp16", "float16": "fp16", "fp8": "fp8", "fp8_block": "fp8-block"}
 GEMM_DTYPES = {"bf16", "fp8", "fp8-block", "nvfp4"}
@@ -96,7 +108,7 @@ class Row:
 
     @property
     def split_key(self) -> str:
-        if self.kind == "gemm":
+        if self.kind == RowKind.GEMM:
             return f"gemm|{self.shape[1]}|{self.shape[2]}"
         if self.kind.startswith("attention"):
             kv = "fp8" if self.dtype.endswith("kv-fp8") else "bf16"
@@ -164,11 +176,11 @@ def parse_record(table: Table, record: dict) -> Row | None:
     sliding-window or beam attention, a collective other than all-reduce); malformed records raise MapperError."""
     kind = TABLES.get(table.name)
     try:
-        if kind == "gemm":
+        if kind == RowKind.GEMM:
             return _gemm(table, record)
-        if kind in ("attention-decode", "attention-prefill"):
+        if kind in (RowKind.ATTENTION_DECODE, RowKind.ATTENTION_PREFILL):
             return _attention(table, kind, record)
-        if kind == "all-reduce":
+        if kind == RowKind.ALL_REDUCE:
             return _all_reduce(table, record)
     except (KeyError, TypeError, ValueError) as exc:
         raise MapperError(f"{table.label}: record {str(record)[:80]!r} unreadable ({exc!s:.60})") from None
@@ -186,21 +198,21 @@ def _gemm(table: Table, record: dict) -> Row | None:
     dtype = DTYPES.get(record["gemm_dtype"], record["gemm_dtype"])
     if dtype not in GEMM_DTYPES:
         return None
-    return _row(table, "gemm", dtype, (int(record["m"]), int(record["n"]), int(record["k"])), record)
+    return _row(table, RowKind.GEMM, dtype, (int(record["m"]), int(record["n"]), int(record["k"])), record)
 
 
 def _attention(table: Table, kind: str, record: dict) -> Row | None:
     if int(record.get("window_size") or 0) or int(record.get("beam_width") or 1) != 1:
         return None  # sliding-window or beam-search attention: not what the one-op slice does
     heads, kv_heads = int(record["num_heads"]), int(record["num_key_value_heads"])
-    if heads % kv_heads or (kind == "attention-prefill" and int(record["step"])):
+    if heads % kv_heads or (kind == RowKind.ATTENTION_PREFILL and int(record["step"])):
         return None
     dtype = DTYPES[record["attn_dtype"]]
     if DTYPES[record["kv_cache_dtype"]] == "fp8" and dtype != "fp8":
         dtype += "/kv-fp8"
     batch, head_dim = int(record["batch_size"]), int(record["head_dim"])
     # decode: one query a sequence over the `step` cached tokens and its own; prefill: isl tokens, causal
-    length = int(record["step"]) + 1 if kind == "attention-decode" else int(record["isl"])
+    length = int(record["step"]) + 1 if kind == RowKind.ATTENTION_DECODE else int(record["isl"])
     return _row(table, kind, dtype, (batch, heads, kv_heads, length, head_dim), record)
 
 
@@ -211,7 +223,9 @@ def _all_reduce(table: Table, record: dict) -> Row | None:
     if dtype not in ("bf16", "fp16"):
         return None
     timing = "eager" if table.name == "nccl_perf" else "graph"  # nccl-tests launch eagerly
-    return _row(table, "all-reduce", dtype, (int(record["num_gpus"]), int(record["message_size"])), record, timing)
+    return _row(
+        table, RowKind.ALL_REDUCE, dtype, (int(record["num_gpus"]), int(record["message_size"])), record, timing
+    )
 
 
 def sample(rows: Iterable[Row], n: int | None, seed: str = "") -> list[Row]:

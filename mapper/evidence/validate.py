@@ -18,8 +18,10 @@ from pathlib import Path
 from onnx import TensorProto
 
 from mapper.core.options import PlanOptions
+from mapper.core.vocab import Collective
 from mapper.cost.collectives import collective_time
 from mapper.evidence import aiconfigurator as aic
+from mapper.evidence.aiconfigurator import RowKind
 from mapper.evidence.microbench import compare_kernel_csv, kernel_model
 
 EVIDENCE = Path(__file__).resolve().parents[2] / "data" / "evidence"
@@ -99,7 +101,7 @@ def predict(row: aic.Row, profile: str) -> float | None:
 
 
 def _predict(row: aic.Row, profile: str) -> float | None:
-    if row.kind == "gemm":
+    if row.kind == RowKind.GEMM:
         m, _, k = row.shape
         if row.dtype not in QUANTIZED:
             return _slice_s(profile, "gemm", row.shape, "bf16")
@@ -109,38 +111,38 @@ def _predict(row: aic.Row, profile: str) -> float | None:
     b, h, kv, length, d = row.shape if row.kind.startswith("attention") else (0, 0, 0, 0, 0)
     plan_dtype = "fp8" if "fp8" in row.dtype else "bf16"
     runtime = RUNTIMES.get(row.table.split("/")[2], "vllm")  # the preset's decode attention: GQA packed, paged
-    if row.kind == "attention-decode" and h == kv:
+    if row.kind == RowKind.ATTENTION_DECODE and h == kv:
         return _slice_s(profile, "attention-decode", (b, h, length, d), plan_dtype, runtime)
-    if row.kind == "attention-decode":
+    if row.kind == RowKind.ATTENTION_DECODE:
         return _slice_s(profile, "attention-decode-gqa", (b, h, kv, length, d), plan_dtype, runtime)
-    if row.kind == "attention-prefill":  # K and V at the query heads: the slice has no GQA prefill form
+    if row.kind == RowKind.ATTENTION_PREFILL:  # K and V at the query heads: the slice has no GQA prefill form
         return _slice_s(profile, "attention-fused", (b, h, length, d), plan_dtype, runtime)
     devices, elements = row.shape
     hw = _hardware(profile)
     if devices > hw.interconnect.max_devices:
         return None
     launch = hw.graph_launch_s if row.timing == "graph" and hw.graph_launch_s is not None else hw.kernel_launch_s
-    return collective_time("all-reduce", devices, elements * BF16_BYTES, hw.interconnect).time_s + launch
+    return collective_time(Collective.ALL_REDUCE, devices, elements * BF16_BYTES, hw.interconnect).time_s + launch
 
 
 def work(kind: str, shape: tuple[int, ...]) -> float:
     """FLOPs of a row's op (bytes for an all-reduce): what its size band is read from, never its time."""
-    if kind == "gemm":
+    if kind == RowKind.GEMM:
         m, n, k = shape
         return 2.0 * m * n * k
-    if kind == "attention-decode":
+    if kind == RowKind.ATTENTION_DECODE:
         b, h, _, s, d = shape
         return 4.0 * b * h * s * d
-    if kind == "attention-prefill":
+    if kind == RowKind.ATTENTION_PREFILL:
         b, h, _, s, d = shape
         return 4.0 * b * h * s * s * d
-    if kind == "all-reduce":
+    if kind == RowKind.ALL_REDUCE:
         return float(shape[1] * BF16_BYTES)
     return 0.0
 
 
 def band(kind: str, amount: float) -> str:
-    edges = BYTE_BANDS if kind == "all-reduce" else FLOP_BANDS
+    edges = BYTE_BANDS if kind == RowKind.ALL_REDUCE else FLOP_BANDS
     return next(label for edge, label in edges if amount < edge)
 
 
@@ -179,7 +181,7 @@ def aiconfigurator_rows(device: str | None, kind: str | None, per_table: int | N
     return chosen, notes
 
 
-PROJECT_KINDS = {"attention-fused": "attention-prefill", "attention-decode-gqa": "attention-decode"}
+PROJECT_KINDS = {"attention-fused": RowKind.ATTENTION_PREFILL, "attention-decode-gqa": RowKind.ATTENTION_DECODE}
 PROJECT_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float8_e4m3fn": "fp8"}
 
 
@@ -203,7 +205,7 @@ def score_project(device: str | None, kind: str | None) -> list[Scored]:
             where = f"data/evidence/h200/{name}"
             out.append(
                 Scored(
-                    "project", where, "h200-sxm", row_kind, dtype, shape, band("gemm", flops), held,
+                    "project", where, "h200-sxm", row_kind, dtype, shape, band(RowKind.GEMM, flops), held,
                     r["measured_s"], r["predicted_s"],
                 )
             )  # fmt: skip
@@ -212,7 +214,7 @@ def score_project(device: str | None, kind: str | None) -> list[Scored]:
 
 def _project_key(kind: str, shape: tuple[int, ...]) -> str:
     """A project row's split key under aiconfigurator.SPLIT_RULE (bf16 KV; norms and adds by their width)."""
-    if kind == "gemm":
+    if kind == RowKind.GEMM:
         return f"gemm|{shape[1]}|{shape[2]}"
     if kind.startswith("attention"):
         heads, kv_heads = (shape[1], shape[2]) if len(shape) == GQA_RANK else (shape[1], shape[1])
@@ -231,7 +233,7 @@ def score_vidur(device: str | None, kind: str | None, per_table: int | None, see
     if device not in (None, vidur.PROFILE) or not vidur.DATA.is_dir():
         return []
     out = []
-    if kind in (None, "gemm"):
+    if kind in (None, RowKind.GEMM):
         gemms = [r for r in vidur.measured_rows() if r[1] in vidur.GROUPS["gemm"]]
         for name, op, tokens, tp, measured, shape in _sampled(gemms, per_table, seed):
             hidden, heads, kv_heads, ffn = shape
@@ -240,16 +242,16 @@ def score_vidur(device: str | None, kind: str | None, per_table: int | None, see
             out.append(
                 Scored(
                     "vidur", f"data/evidence/vidur_a100/llama2_{name}_mlp.csv", vidur.PROFILE, "gemm", "fp16",
-                    (tokens, n, k), band("gemm", 2.0 * tokens * n * k), _held_back_key(f"gemm|{n}|{k}"),
+                    (tokens, n, k), band(RowKind.GEMM, 2.0 * tokens * n * k), _held_back_key(f"gemm|{n}|{k}"),
                     measured, predicted,
                 )
             )  # fmt: skip
-    if kind in (None, "all-reduce"):
+    if kind in (None, RowKind.ALL_REDUCE):
         for devices, size, measured, predicted in _sampled(vidur.all_reduce_rows(), per_table, seed):
             out.append(
                 Scored(
                     "vidur", "data/evidence/vidur_a100/all_reduce_dgx.csv", vidur.PROFILE, "all-reduce", "fp16",
-                    (devices, size), band("all-reduce", size * BF16_BYTES), _held_back_key(f"all-reduce|{size}"),
+                    (devices, size), band(RowKind.ALL_REDUCE, size * BF16_BYTES), _held_back_key(f"all-reduce|{size}"),
                     measured, predicted,
                 )
             )  # fmt: skip
