@@ -179,12 +179,21 @@ with local:
             )
             session.update(measured=(sel.key, before))
 with imported:
-    upload = st.file_uploader("ONNX Runtime profile JSON or PyTorch Chrome trace", type=["json"], key="profile_upload")
+    upload = st.file_uploader(
+        "ONNX Runtime profile JSON or PyTorch profiler trace (.json, .json.gz)",
+        type=["json", "gz"],
+        key="profile_upload",
+    )
     if upload is not None:
         try:
             m = mapper.measurement_from_profile(upload.getvalue(), sel.source)
             comparison = mapper.compare_measured(result, m)
             show(comparison, f"{upload.name} against {sel.hw.display_name}")
+            if m.trace:  # a PyTorch trace: how much of its time the mapping accounts for
+                st.caption(
+                    f"{m.trace['runtime']}: {m.trace['matched_share']:.1%} of {m.trace['unit']} time matched a "
+                    f"mapped kernel; idle between them {m.trace['idle_s'] * 1e3:.2f} ms per run."
+                )
             session.update(measured=(sel.key, comparison))
         except mapper.MapperError as e:
             ui.show_error("Cannot use this profile", e)

@@ -21,6 +21,8 @@ from mapper.evidence.measure_slots import ordinal
 from mapper.evidence.probe import probe_machine
 from mapper.evidence.profile_toml import write_toml
 
+MIN_SCORED_SHARE = 0.5  # a trace matched below this share gets no whole-model error (it would compare other work)
+
 
 def _dims(args, model=None) -> dict[str, int] | None:
     """--dim bindings; with a model, --batch/--seq are resolved onto its own dim names (batch_size,
@@ -53,7 +55,11 @@ def add_arguments(subparsers) -> None:
     m.add_argument("--seq", type=int)
     m.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE")
     m.add_argument("--hw", default=None, help="profile to predict with (default: probe this machine quickly)")
-    m.add_argument("--profile", default=None, help="score an ORT profile JSON / Chrome trace made elsewhere instead")
+    m.add_argument(
+        "--profile",
+        default=None,
+        help="score a run made elsewhere instead: an ORT profile JSON or a PyTorch profiler trace (.json, .json.gz)",
+    )
     m.add_argument(
         "--out", default=None, help="write the mapping sheet with a Measured section (.xlsx .csv .json .html)"
     )
@@ -121,11 +127,13 @@ def cmd_measure(args) -> int:
         print(json.dumps(doc, indent=1, allow_nan=False))
         return 0
     row = comparison["model"]
+    trace = measurement.trace  # a PyTorch trace says its runtime; ORT runs and profiles say theirs
+    runtime = trace["runtime"] if trace else f"ONNX Runtime ({measurement.provider}, {measurement.threads} thread(s))"
     print(
-        f"{row['model']} on ONNX Runtime ({measurement.provider}, {measurement.threads} thread(s)): measured p50 "
+        f"{row['model']} on {runtime}: measured p50 "
         f"{row['measured_p50_s'] * 1e3:.2f} ms, p95 {row['measured_p95_s'] * 1e3:.2f}, "
         f"p99 {row['measured_p99_s'] * 1e3:.2f}; "
-        f"predicted ({result.hardware_name}) {row['predicted_s'] * 1e3:.2f} ms, error {row['error']:+.1%}"
+        f"predicted ({result.hardware_name}) {row['predicted_s'] * 1e3:.2f} ms, {_model_error(row, trace)}"
     )
     print(
         f"{'layer type':24s} {'predicted ms':>12s} {'measured ms':>12s} {'error':>8s} {'meas. MFU':>9s}  measured class"
@@ -143,9 +151,34 @@ def cmd_measure(args) -> int:
             f"  {g['kernels'][0][:40]:40s} predicted {g['predicted_s'] * 1e3:8.3f} ms, "
             f"measured {g['measured_s'] * 1e3:8.3f} ms"
         )
-    if comparison["unmatched"]:
+    if trace:
+        _print_trace(trace)
+    elif comparison["unmatched"]:
         print(f"unmatched measured time: {row['unmatched_s'] * 1e3:.3f} ms in {len(comparison['unmatched'])} nodes")
     return 0
+
+
+def _model_error(row: dict, trace: dict) -> str:
+    """The whole-model error, unless too little of a trace matched the mapping for it to mean anything."""
+    if trace and trace["matched_share"] < MIN_SCORED_SHARE:
+        return f"error not scored (only {trace['matched_share']:.0%} of the traced time matched a mapped kernel)"
+    return f"error {row['error']:+.1%}" if row["error"] is not None else "error -"
+
+
+def _print_trace(trace: dict) -> None:
+    """What a PyTorch trace says beside per-kernel times: the matched share, idle gaps, launches, what is unmatched."""
+    print(
+        f"traced: {trace['traced_s'] * 1e3:.3f} ms per run in {trace['unit']}s ({trace['units']} over "
+        f"{trace['runs']} step(s)); matched to mapped kernels {trace['matched_share']:.1%}; idle between them "
+        f"{trace['idle_s'] * 1e3:.3f} ms per run"
+        + (
+            f"; {trace['launches_per_run']:.0f} launches per run, {trace['launch_s'] * 1e3:.3f} ms of CPU"
+            if trace["launches_per_run"]
+            else ""
+        )
+    )
+    for why, time_s in list(trace["unmatched_by_reason"].items())[:5]:
+        print(f"  unmatched {time_s * 1e3:8.3f} ms: {why}")
 
 
 def cmd_calibrate(args) -> int:

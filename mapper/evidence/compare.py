@@ -77,6 +77,17 @@ def _error(predicted: float, measured: float) -> float | None:
     return (predicted - measured) / measured if measured > 0 else None
 
 
+def _score(groups: list[dict], peak: float, bandwidth: float, launch: float) -> None:
+    """Each kernel group's error, measured MFU, achieved FLOP/s and bytes/s and measured class, in place."""
+    for g in groups:
+        measured = g["measured_s"]
+        g["error"] = _error(g["predicted_s"], measured)
+        g["measured_mfu"] = g["flops"] / (measured * peak) if measured > 0 else None
+        g["achieved_flops_per_s"] = g["flops"] / measured if measured > 0 else None
+        g["achieved_bytes_per_s"] = g["dram_bytes"] / measured if measured > 0 else None
+        g["measured_class"] = measured_class(g, peak, bandwidth, launch)
+
+
 def compare_measured(result, measurement: Measurement) -> dict:
     """Predicted against measured (JSON-ready; attach as MappingResult.measured): per kernel group, layer, model.
 
@@ -86,10 +97,7 @@ def compare_measured(result, measurement: Measurement) -> dict:
     bandwidth = _assumed(result, "memory.dram_bandwidth_bytes_per_s", 1.0)
     launch = _assumed(result, "overhead.kernel_launch_s", 0.0)
     groups, unmatched_s, unmatched = kernel_groups(result, measurement)
-    for g in groups:
-        g["error"] = _error(g["predicted_s"], g["measured_s"])
-        g["measured_mfu"] = g["flops"] / (g["measured_s"] * peak) if g["measured_s"] > 0 else None
-        g["measured_class"] = measured_class(g, peak, bandwidth, launch)
+    _score(groups, peak, bandwidth, launch)
     layers: dict[str, dict] = {}
     for g in groups:
         row = layers.setdefault(
@@ -132,6 +140,7 @@ def compare_measured(result, measurement: Measurement) -> dict:
         "definitions": {
             "error": "(predicted - measured) / measured",
             "measured_mfu": "FLOPs / (measured time x the plan dtype's matrix peak)",
+            "achieved_flops_per_s": "a kernel group's FLOPs / its measured time (bytes/s likewise, DRAM bytes)",
             "measured_class": "launch-bound under 2x kernel_launch_s, else the larger of FLOP/s/peak "
             "and DRAM B/s/bandwidth at the measured time (compute-bound on the group's engine: matrix, or "
             "vector/SFU); not measured where the run gave the group no time",

@@ -30,7 +30,9 @@ from mapper.core.settings import check_settings, setting_text
 from mapper.core.vocab import Runtime
 from mapper.evidence.measure_gate import check_run, estimate_run
 from mapper.evidence.measure_slots import measure_slot
-from mapper.evidence.profiles import NodeMatch, ProfileTimes, load_profile, match_nodes
+from mapper.evidence.profiles import NodeMatch, ProfileTimes, _read, load_profile, match_nodes
+from mapper.evidence.torch_match import match_trace, trace_summary
+from mapper.evidence.torch_trace import gunzip, is_kineto, read_torch_trace
 from mapper.handle import open_model
 from mapper.model.sandbox import external_tensors, run_child
 
@@ -53,6 +55,7 @@ class Measurement:
     created_utc: str
     notes: tuple[str, ...] = field(default=())
     source: str | bytes = field(default="", repr=False)  # what calibrate re-maps: a built-in, a path or the bytes
+    trace: dict = field(default_factory=dict, compare=False)  # a PyTorch trace's summary (torch_match.trace_summary)
 
     def percentile_s(self, q: float) -> float:
         if not self.latencies_s:
@@ -82,6 +85,7 @@ class Measurement:
                 data["created_utc"],
                 tuple(data.get("notes", ())),
                 data.get("source", ""),
+                dict(data.get("trace") or {}),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise MapperError(f"measurement: missing or bad field ({exc}); write it with Measurement.to_dict") from None
@@ -112,6 +116,7 @@ class Measurement:
                 }
                 for n in self.nodes
             ],
+            **({"trace": self.trace} if self.trace else {}),
         }
 
 
@@ -320,8 +325,41 @@ def measure_model(
     )
 
 
+def _from_torch_trace(raw: bytes, label: str, source, name: str) -> Measurement:
+    """A PyTorch profiler trace matched to the model `source` by module scopes (evidence/torch_match.py)."""
+    trace = read_torch_trace(raw, label)
+    nodes = match_trace(trace, _onnx_model(source))
+    summary = trace_summary(trace, nodes)
+    return Measurement(
+        name or str(source),
+        (),
+        0,
+        trace.step_s,
+        nodes,
+        f"pytorch-{trace.device.lower()}",
+        "",
+        datetime.now(UTC).isoformat(timespec="seconds"),
+        (
+            (
+                f"imported PyTorch profiler trace ({trace.device}), {trace.runs} step(s); per-run time of each "
+                f"{summary['unit']}, matched share {summary['matched_share']:.1%}"
+            ),
+        ),
+        source if isinstance(source, str | bytes) else "",
+        summary,
+    )
+
+
 def measurement_from_profile(profile: str | os.PathLike | bytes | ProfileTimes, source, name: str = "") -> Measurement:
-    """An imported profile (made elsewhere, any EP) matched to the model `source` by node and tensor names."""
+    """An imported profile (made elsewhere, any EP) matched to the model `source` by node and tensor names, or a
+    PyTorch profiler (Kineto) trace, gzipped or not, matched by module scopes."""
+    if not isinstance(profile, ProfileTimes):
+        raw, label = _read(profile)
+        text = gunzip(raw, label)
+        if is_kineto(text, label):
+            return _from_torch_trace(text, label, source, name)
+        if text is not raw:
+            profile = text
     times = profile if isinstance(profile, ProfileTimes) else load_profile(profile)
     nodes = match_nodes(times, _onnx_model(source))
     provider = ",".join(sorted({n.provider for n in times.nodes if n.provider})) or times.kind

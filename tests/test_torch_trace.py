@@ -1,0 +1,138 @@
+"""PyTorch profiler (Kineto) traces: read within bounds, tied to mapped kernels by module scope and correlation id.
+
+The committed traces (data/evidence/torch_cpu, bench/torch_cpu_trace.py) are CPU runs of the built-ins at their
+shapes; data/evidence/hta_sample is a public GPU trace of a model that is not a built-in (AlexNet).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+import mapper
+from mapper.cli.main import main
+from mapper.core.errors import MapperError
+from mapper.evidence.compare import compare_measured
+from mapper.evidence.measure import ORT_PLAN, measurement_from_profile
+from mapper.evidence.torch_match import onnx_types
+from mapper.evidence.torch_trace import is_kineto, read_torch_trace
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "evidence"
+
+
+def _x(cat, name, ts, dur, tid=1, **args):
+    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+def _gpu_trace() -> dict:
+    """Two steps of one conv and one relu, scoped by module path; a kernel per op, plus one of an unknown launch."""
+    events = []
+    for step, t0 in enumerate((0, 1000)):
+        events += [
+            _x("user_annotation", f"ProfilerStep#{step}", t0, 900),
+            _x("user_annotation", "conv1", t0 + 10, 200),
+            _x("cpu_op", "aten::conv2d", t0 + 20, 150),
+            _x("cpu_op", "aten::convolution", t0 + 30, 100),
+            _x("cuda_runtime", "cudaLaunchKernel", t0 + 40, 10, correlation=10 + step * 10),
+            _x("user_annotation", "layer1.0", t0 + 300, 200),
+            _x("cpu_op", "aten::relu_", t0 + 310, 50),
+            _x("cuda_runtime", "cudaLaunchKernel", t0 + 320, 10, correlation=11 + step * 10),
+            _x("kernel", "sm90_xmma_fprop", t0 + 100, 400, tid=7, correlation=10 + step * 10),
+            _x("kernel", "vectorized_elementwise_kernel", t0 + 520, 40, tid=7, correlation=11 + step * 10),
+        ]
+    events.append(_x("kernel", "orphan_kernel", 2000, 60, tid=7, correlation=999))
+    return {"schemaVersion": 1, "traceEvents": events}
+
+
+def test_kernels_go_to_their_launching_op_and_module_scope():
+    raw = json.dumps(_gpu_trace()).encode()
+    for blob in (raw, gzip.compress(raw)):
+        trace = read_torch_trace(blob)
+        assert trace.device == "GPU" and trace.runs == 2 and trace.launches == 4
+        by_name = {u.name: u for u in trace.units}
+        assert (by_name["sm90_xmma_fprop"].op, by_name["sm90_xmma_fprop"].scope) == ("aten::conv2d", "conv1")
+        assert (by_name["vectorized_elementwise_kernel"].op, by_name["vectorized_elementwise_kernel"].scope) == (
+            "aten::relu_",
+            "layer1.0",
+        )
+        assert "correlation 999" in by_name["orphan_kernel"].why
+        assert is_kineto(raw, "t")
+
+
+def test_a_gpu_trace_matches_resnet50_and_keeps_the_orphan_with_its_reason():
+    m = measurement_from_profile(gzip.compress(json.dumps(_gpu_trace()).encode()), "resnet50")
+    matched = {n.name: n for n in m.nodes}
+    assert matched["sm90_xmma_fprop"].onnx_nodes == ("/conv1/Conv",)
+    relus = {n.onnx_nodes for n in m.nodes if n.name == "vectorized_elementwise_kernel"}
+    assert relus == {("/layer1.0/Relu",), ("/layer1.0/Relu_1",)}  # one relu per step: each takes the module's next
+    assert matched["sm90_xmma_fprop"].time_s == pytest.approx(400e-6)  # per step
+    assert matched["orphan_kernel"].onnx_nodes == () and "correlation 999" in matched["orphan_kernel"].how
+    assert m.trace["runtime"] == "PyTorch (GPU profiler trace)" and 0.85 < m.trace["matched_share"] < 0.95
+
+
+def test_aten_ops_become_onnx_types():
+    assert onnx_types("aten::relu_") == {"Relu"}
+    assert "MatMul" in onnx_types("aten::linear") and "Gemm" in onnx_types("aten::addmm")
+    assert onnx_types("aten::arange") == frozenset()
+
+
+@pytest.mark.parametrize("model", ["resnet50", "bert-base", "gpt2-small"])
+def test_committed_cpu_traces_match_at_least_90_percent(model):
+    m = measurement_from_profile(DATA / "torch_cpu" / f"{model}.json.gz", model)
+    assert m.trace["device"] == "CPU" and m.trace["runs"] == 2
+    assert m.trace["matched_share"] >= 0.9
+    result = mapper.map_workload(mapper.open_model(model).bind(None), mapper.load_hardware("cpu-x86"), ORT_PLAN)
+    comparison = compare_measured(result, m)
+    assert all(layer["measured_s"] > 0 for layer in comparison["layers"] if layer["layer_type"] == "Linear/GEMM")
+
+
+def test_the_public_gpu_sample_reads_and_says_why_nothing_matches():
+    m = measurement_from_profile(DATA / "hta_sample" / "alexnet_trace.json.gz", "resnet50")
+    assert m.trace["device"] == "GPU" and m.trace["units"] > 50 and m.trace["matched_share"] == 0.0
+    assert any("no module scopes" in why for why in m.trace["unmatched_by_reason"])
+
+
+def test_measure_says_pytorch_not_onnx_runtime(capsys):
+    trace = str(DATA / "torch_cpu" / "resnet50.json.gz")
+    assert main(["measure", "resnet50", "--hw", "cpu-x86", "--profile", trace]) == 0
+    out = capsys.readouterr().out
+    assert "on PyTorch (CPU profiler trace)" in out and "ONNX Runtime" not in out
+    assert "matched to mapped kernels 100.0%" in out
+
+
+def _deep(n: int) -> bytes:
+    return b'{"traceEvents": [' + b'{"a":' * n + b"1" + b"}" * n + b"]}"
+
+
+HOSTILE = {
+    "malformed": b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::add", ',
+    "deep": _deep(100_000),
+    "no events": b'{"traceEvents": []}',
+    "bomb": gzip.compress(b" " * (600 << 20)),
+    "nan durations": json.dumps({"traceEvents": [_x("cpu_op", "aten::add", 0, "NaN")]}).encode(),
+    "broken gzip": b"\x1f\x8b\x08\x00garbage",
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_traces_are_one_line_exit_2(case, tmp_path, capsys):
+    path = tmp_path / "trace.json"
+    path.write_bytes(HOSTILE[case])
+    with pytest.raises(MapperError):
+        measurement_from_profile(HOSTILE[case], "resnet50")
+    assert main(["measure", "resnet50", "--hw", "cpu-x86", "--profile", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err
+
+
+def test_wrong_correlation_ids_match_nothing_but_are_kept():
+    trace = _gpu_trace()
+    for e in trace["traceEvents"]:
+        if e["cat"] == "kernel":
+            e["args"]["correlation"] += 5000
+    m = measurement_from_profile(json.dumps(trace).encode(), "resnet50")
+    assert m.trace["matched_share"] == 0.0 and all(not n.onnx_nodes for n in m.nodes)
+    assert m.trace["traced_s"] == pytest.approx((2 * 440 + 60) / 2 * 1e-6)
