@@ -9,6 +9,7 @@
         apply_kv_cache    the past -> present update as the runtime does it (runtime)
         plan_devices      memory per device, tensor-parallel split        (memory, sharding)
         last_token_logits a prompt's logits as the runtime computes them   (logits)
+        causal_prompt_attention  a prompt's attention on the causal triangle (causal)
         estimate_kernels  tiling search, cost, power cap, bottleneck     (tiling, cost, bottleneck)
         place_on_devices  pipeline stages, sends, collective overlap     (placement)
         roll_up_slice     totals and layer-type figures                   (rollup)
@@ -56,6 +57,7 @@ from mapper.hardware.profile import HardwareProfile
 from mapper.hardware.target import device_target
 from mapper.plan import tiling
 from mapper.plan.attention_tiling import attention_fits
+from mapper.plan.causal import causal_prompt_attention
 from mapper.plan.experts import check_expert_parallel, plan_experts, resident_kernels, whole_experts
 from mapper.plan.fusion import plan_fusion
 from mapper.plan.kernels import build_kernels
@@ -153,8 +155,11 @@ def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOpt
     kernels = apply_kv_cache(graph, kernels, run.kv_cache, sizer)
     kernels, memory = plan_devices(workload, kernels, sizer, hardware, options)
     kernels = last_token_logits(graph, kernels) if run.last_token_logits else kernels
+    kernels = causal_prompt_attention(kernels) if run.causal_attention else kernels
     sparse, launch_s = options.sparsity == Sparsity.TWO_FOUR, launch_cost_s(hardware, run.launch)
-    target = device_target(hardware, dtype, sizer.key, options.power_cap_w, sparse, launch_s, run.decode_attention)
+    target = device_target(
+        hardware, dtype, sizer.key, options.power_cap_w, sparse, launch_s, run.decode_attention, run.causal_attention
+    )
     estimates = estimate_kernels(kernels, target, caches)
     estimates, parallel = place_on_devices(graph, estimates, options, target, sizer)
     layers, totals = roll_up_slice(workload, estimates, sizer, hardware, dtype, options, parallel.slowest_stage_s)

@@ -25,6 +25,7 @@ INPUTS = (
     "sparse",
     "launch_s",
     "decode_attention",
+    "causal_attention",
 )
 
 
@@ -61,6 +62,7 @@ def test_every_input_is_in_the_memo_key(h100):
         "sparse": True,
         "launch_s": 1e-6,
         "decode_attention": dataclasses.replace(base.decode_attention, packs_query_group=True),
+        "causal_attention": True,
     }
     assert set(changes) == set(INPUTS)
     for name, value in changes.items():

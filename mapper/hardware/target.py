@@ -55,6 +55,7 @@ class Target:
     sparse: bool  # 2:4 structured sparsity of weight GEMMs (their sparse matrix peak)
     launch_s: float  # each kernel's fixed launch cost as the runtime launches it (eager, or graph replay)
     decode_attention: DecodeAttention  # how the runtime's decode attention kernel packs and splits its work
+    causal_attention: bool  # a decoder's self-attention kernel skips the key blocks its causal mask hides
     matrix_peak_flops_per_s: float  # dense, at the dtype (fp32 without a matrix entry: the vector units')
     vector_peak_flops_per_s: float
     energy_per_flop_j: float  # at the dtype (the profile's bf16, else fp32, figure where it has none)
@@ -65,7 +66,7 @@ class Target:
     def key(self) -> tuple:
         """What an assessment depends on besides its kernel: the profile's content and the plan's figures."""
         return (self.hw.sha256, self.dtype, self.act_bytes, self.weight_bytes, self.kv_bytes, self.power_cap_w,
-                self.sparse, self.launch_s, self.decode_attention.key)  # fmt: skip
+                self.sparse, self.launch_s, self.decode_attention.key, self.causal_attention)  # fmt: skip
 
     @property
     def overlap_exponent(self) -> float:
@@ -76,7 +77,7 @@ class Target:
         return self.hw.sparse_matrix_peak(self.dtype)
 
 
-def device_target(
+def device_target(  # noqa: PLR0913 (the target's inputs, each named at the one call)
     hw: HardwareProfile,
     dtype: str,
     element_bytes: tuple[float, float, float],
@@ -84,6 +85,7 @@ def device_target(
     sparse: bool,
     launch_s: float,
     decode_attention: DecodeAttention = UNPACKED_DECODE,
+    causal_attention: bool = False,
 ) -> Target:
     """The profile's rates at `dtype`, read once (see `Target`); `element_bytes`: an activation's, a weight's and a
     KV-cache element's bytes (`plan.precision.Sizer.key`); `decode_attention`: the runtime's (`plan.runtime`)."""
@@ -102,6 +104,7 @@ def device_target(
         sparse=sparse,
         launch_s=launch_s,
         decode_attention=decode_attention,
+        causal_attention=causal_attention,
         matrix_peak_flops_per_s=hw.matrix_peak(dtype),
         vector_peak_flops_per_s=hw.vector_peak(dtype),
         energy_per_flop_j=energy.get(dtype) or energy.get("bf16") or energy.get("fp32") or next(iter(energy.values())),

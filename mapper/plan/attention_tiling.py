@@ -16,6 +16,7 @@ import numpy as np
 from mapper.core.result import Kernel, TilePlan
 from mapper.hardware.profile import HardwareProfile
 from mapper.hardware.target import DecodeAttention, Target
+from mapper.plan.causal import triangle_share
 from mapper.plan.kernels import LATENT_ATTENTION
 from mapper.plan.tiling import (
     ACCUMULATOR_BYTES,
@@ -68,6 +69,17 @@ def work_items(shape, decode: DecodeAttention) -> tuple[int, int]:
     return shape.batch, shape.m
 
 
+def causal_share(shape, bq, bkv):
+    """The share of a causal attention's score blocks a kernel computes (FlashAttention's causal=True skips the
+    key blocks wholly above the diagonal): the S new queries see the P cached keys and the new ones up to their
+    own, a query block's last row deciding its key blocks, so on average P + (S + bq) / 2 keys rounded up to a
+    key block, of the P + S a full square holds. 1 for a single query (decode) or a cross-attention (fewer keys)."""
+    if shape.m <= 1 or shape.n < shape.m:
+        return np.ones_like(bq)
+    past = shape.n - shape.m
+    return np.minimum(1.0, (past + (shape.m + bq) / 2 + bkv / 2) / shape.n)
+
+
 def attention_fits(shape, act_bytes: float, hw: HardwareProfile) -> bool:
     """Does some FlashAttention block size keep the S x S scores on chip?"""
     return len(_attention_grid(shape.k, act_bytes, hw, shape.kind == LATENT_ATTENTION)[0]) > 0
@@ -104,20 +116,24 @@ def plan_attention(kernel: Kernel, target: Target) -> TilePlan:
     # the size efficiency is read at one split's work (a split kernel is `split` kernels' worth of work side by
     # side) over the whole key blocks it covers: at the real FLOPs it rose with every key inside a block and
     # made one more key faster, and split counts of powers of two padded per split made 513 keys slower than 2049
-    size_eff = hw.matrix_efficiency.at_array(kernel.matrix_flops / (pad_kv * split))
-    matrix = kernel.matrix_flops / (peak * size_eff * wave_eff * pad_eff * tile_eff)
-    scores = s.batch * s.m * s.n
+    # a causal prompt's work is the triangle's already (plan.causal); its blocks: the triangle's rounded to blocks
+    kept = causal_share(s, bq, bkv) if target.causal_attention else 1.0
+    blocks = kept / triangle_share(s.m, s.n) if target.causal_attention else 1.0  # diagonal blocks computed whole
+    size_eff = hw.matrix_efficiency.at_array(blocks * kernel.matrix_flops / (pad_kv * split))
+    matrix = blocks * kernel.matrix_flops / (peak * size_eff * wave_eff * pad_eff * tile_eff)
+    scores = kept * s.batch * s.m * s.n
     # the softmax's exp runs on the special-function unit between the two GEMMs (FlashAttention-3 s3)
-    softmax = kernel.sfu_ops / hw.sfu_peak_ops_per_s + SOFTMAX_VECTOR_FLOPS * scores / vector_peak
+    softmax = blocks * kernel.sfu_ops / hw.sfu_peak_ops_per_s + SOFTMAX_VECTOR_FLOPS * scores / vector_peak
     compute = smooth_max(matrix, softmax, hw.overlap_exponent)
     kv_bytes = _kv_tiles(s) * items * s.n * s.k * target.kv_bytes  # K and V as the cache stores them, once an item
     heads_per_wave = np.maximum(1, P / q_blocks)
     kv_resident = heads_per_wave * _kv_tiles(s) * s.n * s.k * target.kv_bytes <= hw.l2_bytes
     # each split writes its rows' partial output and log-sum-exp in fp32; the combine pass reads them back
     partials = np.where(split > 1, 2 * split * items * rows * (s.k + 1) * ACCUMULATOR_BYTES, 0.0)
-    dram = kernel.dram_bytes + np.where(kv_resident, 0.0, kv_bytes * (q_blocks - 1))
+    reread = kept * kv_bytes * (q_blocks - 1)  # each later query block streams the keys it does not skip again
+    dram = kernel.dram_bytes + np.where(kv_resident, 0.0, reread)
     dram = dram + np.where(partials > hw.l2_bytes, partials, 0.0)
-    l2 = kernel.dram_bytes + kv_bytes * (q_blocks - 1) + partials
+    l2 = kernel.dram_bytes + reread + partials
     memory = np.maximum(
         dram / (hw.dram_bandwidth_bytes_per_s * hw.dram_efficiency.at_array(dram)), l2 / hw.l2_bandwidth_bytes_per_s
     )

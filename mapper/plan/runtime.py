@@ -36,6 +36,7 @@ class RuntimePreset:
     decode_attention: DecodeAttention  # how its decode attention kernel packs, splits and pages
     assumptions: str
     last_token_logits: bool = False  # a prompt's logits for its last token only (what sampling reads)
+    causal_attention: bool = False  # a prompt's attention skips the key blocks the causal mask hides
 
 
 # vLLM's default attention backend on NVIDIA GPUs (FLASH_ATTN: vllm-flash-attn, FlashAttention-2/3 with a paged
@@ -80,6 +81,7 @@ PRESETS: dict[str, RuntimePreset] = {
         " fused attention kernels (FlashAttention / PagedAttention); logits only at the positions sampled"
         " (LogitsProcessor prunes the hidden states to each sequence's last token before the LM head)",
         last_token_logits=True,
+        causal_attention=True,
     ),
     Runtime.TENSORRT_LLM: RuntimePreset(
         KvCache.IN_PLACE,
@@ -91,6 +93,7 @@ PRESETS: dict[str, RuntimePreset] = {
         " (trtllm-bench / executor cuda_graph_mode), prefill eager; fused multi-head attention (FMHA/XQA);"
         " context logits for the last token only (gather_context_logits off by default)",
         last_token_logits=True,
+        causal_attention=True,
     ),
 }
 SERVING_PRESET = Runtime.VLLM  # what `auto` gives a decoder on a GPU profile
@@ -108,6 +111,7 @@ class RuntimeChoice:
     assumptions: str
     decode_attention: DecodeAttention
     last_token_logits: bool = False
+    causal_attention: bool = False  # a decoder's self-attention run causal (FlashAttention's causal=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,9 +188,11 @@ def choose_runtime(graph: Graph, hw: HardwareProfile, options: PlanOptions) -> R
             " replay) in the profile; add it with its source, or choose --launch eager"
         )
     attention = _decode_attention(preset, options)
+    causal = preset.causal_attention and bool(appends)  # a decoder's self-attention
     return RuntimeChoice(
-        str(name), str(kv_cache), str(launch), fusion, why, preset.assumptions, attention, preset.last_token_logits
-    )
+        str(name), str(kv_cache), str(launch), fusion, why, preset.assumptions, attention, preset.last_token_logits,
+        causal,
+    )  # fmt: skip
 
 
 def gqa_decode_mode(decode: DecodeAttention) -> GqaDecode:
