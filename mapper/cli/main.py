@@ -14,6 +14,7 @@ from typing import Any
 
 import mapper
 from mapper.cli import review as review_cli
+from mapper.cli import search as search_cli
 from mapper.cli import serve as serve_cli
 from mapper.cli import store as store_cli
 from mapper.cli import sweep as sweep_cli
@@ -142,6 +143,7 @@ COMMANDS: dict[str, tuple[Callable, str]] = {
     "hw": (cmd_hw, "list the built-in hardware profiles"),
     "zoo": (cmd_zoo, "list the built-in models"),
     "serve": (serve_cli.cmd_serve, "simulate serving requests: latency percentiles, throughput, utilization"),
+    "search": (search_cli.cmd_search, "search deployments of a decoder under a latency target: frontier and choice"),
 }
 
 
@@ -158,6 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--out", help="write the mapping sheet: .xlsx, .csv, .json or .html")
         elif name == "serve":
             serve_cli.add_serve_args(p)
+        elif name == "search":
+            search_cli.add_search_args(p)
         if name in ("map", "serve"):
             add_store_args(p)
         p.add_argument("--json", action="store_true", help="print one JSON document")

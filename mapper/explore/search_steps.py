@@ -1,0 +1,128 @@
+"""The engine's steps for a deployment search: each plan's mappings made once, and only where they are read.
+
+A search serves one model under many plans and batch caps. Every step a plan's serving reads is a mapping of
+one binding (batch, new tokens, cached tokens) under that plan's options; `PlanSteps` keeps each mapping once
+(its latency for the step grids, its memory for the KV budget, its energy), so the batch caps of one plan share
+them, and `LazyGrid` maps a grid point only when the scheduler reads a step beside it (a chunked scheduler reads
+prefills of one sequence only, and decode contexts between the prompt and prompt + output). The grids are the
+ones `serve.steps.engine_step_times` lays for the same cap and lengths, so a configuration's figures are the
+ones `mapper serve` gives for it.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable
+
+import numpy as np
+
+from mapper.core.errors import MapperError
+from mapper.core.options import PlanOptions
+from mapper.core.result import MappingResult
+from mapper.handle import ModelHandle
+from mapper.hardware.profile import HardwareProfile
+from mapper.pipeline import map_workload
+from mapper.serve.llm import KV_MEMORY_FRACTION, KvBudget, kv_page_tokens
+from mapper.serve.steps import _batches, _grid, decoder_dims
+
+
+class LazyGrid:
+    """(batch, tokens) -> seconds, the same bilinear interpolation as `serve.steps.GridTime` over the same
+    grid, each point mapped on first read (through `point`, which the plan's cache answers)."""
+
+    def __init__(self, point: Callable[[int, int], float], batches: list[int], tokens: list[int]):
+        self.point = point
+        self.batches, self.tokens = [int(b) for b in batches], [int(t) for t in tokens]
+        self._xb = [float(b) for b in batches]
+        self._xs = [float(t) for t in tokens]
+        self._rows: dict[int, list[float | None]] = {}
+
+    def _at(self, batch: int, column: int) -> float:
+        """The grid's column interpolated in batch (np.interp over the two batches around it), kept per batch."""
+        row = self._rows.get(batch)
+        if row is None:
+            row = self._rows[batch] = [None] * len(self.tokens)
+        value = row[column]
+        if value is None:
+            value = row[column] = self._interpolate(batch, column)
+        return value
+
+    def _interpolate(self, batch: int, column: int) -> float:
+        xb, t = self._xb, self.tokens[column]
+        if batch <= xb[0]:
+            return self.point(self.batches[0], t)
+        if batch >= xb[-1]:
+            return self.point(self.batches[-1], t)
+        j = bisect.bisect_right(xb, batch)
+        low, high = self.point(self.batches[j - 1], t), self.point(self.batches[j], t)
+        return float(np.interp(batch, xb[j - 1 : j + 1], [low, high]))
+
+    def __call__(self, batch: int, tokens: float) -> float:
+        xs = self._xs
+        if tokens <= xs[0]:
+            return self._at(batch, 0)
+        if tokens >= xs[-1]:
+            return self._at(batch, len(xs) - 1)
+        i = bisect.bisect_right(xs, tokens)
+        a, b = self._at(batch, i - 1), self._at(batch, i)
+        return a + (b - a) * (tokens - xs[i - 1]) / (xs[i] - xs[i - 1])
+
+
+class PlanSteps:
+    """One plan's mapped steps: (batch, new tokens, cached tokens) -> its MappingResult, each mapped once."""
+
+    def __init__(self, model: ModelHandle, hw: HardwareProfile, options: PlanOptions):
+        self.model, self.hw, self.options = model, hw, options
+        self._dims = decoder_dims(model)
+        self._mapped: dict[tuple[int, int, int], MappingResult] = {}
+        self._page: int | None = None
+
+    @property
+    def mapped(self) -> int:
+        """Steps this plan has mapped."""
+        return len(self._mapped)
+
+    def result(self, batch: int, seq: int, past: int) -> MappingResult:
+        key = (batch, seq, past)
+        found = self._mapped.get(key)
+        if found is None:
+            workload = self.model.bind(self._dims(seq, past), batch=batch, seq=seq)
+            found = self._mapped[key] = map_workload(workload, self.hw, self.options)
+        return found
+
+    def latency(self, batch: int, seq: int, past: int) -> float:
+        return self.result(batch, seq, past).totals.latency_s
+
+    def kv_budget(self, token_budget: int) -> KvBudget:
+        """`serve.llm.kv_budget` from this plan's mappings (one token, and a prefill of the token budget)."""
+        one, profile = self.result(1, 1, 0).memory, self.result(1, token_budget, 0).memory
+        if one is None or profile is None or one.kv_cache_bytes <= 0:
+            raise MapperError(f"model {self.model.name}: no KV cache; LLM serving needs a decoder with one")
+        if self._page is None:
+            self._page = kv_page_tokens(self.model, self.hw, self.options)
+        return KvBudget(
+            KV_MEMORY_FRACTION * self.hw.dram_bytes,
+            one.weight_bytes,
+            profile.activation_bytes,
+            one.kv_cache_bytes,
+            token_budget,
+            self._page,
+        )
+
+    def grids(self, max_batch: int, prompt: int, context: int, chunk: int) -> tuple[LazyGrid, LazyGrid]:
+        """Prefill and decode on `engine_step_times`' grids for this cap, these lengths and this chunk."""
+        batches = _batches(max_batch)
+        prefill = LazyGrid(lambda b, t: self.latency(b, t, 0), batches, sorted({1, *_grid(prompt), chunk}))
+        decode = LazyGrid(lambda b, t: self.latency(b, 1, t), batches, _grid(context))
+        return prefill, decode
+
+    def energy_per_token_j(self, grid: LazyGrid, running: float, context: int, prompt: int, output: int) -> float:
+        """Joules an output token costs: the decode step's energy at the mean running batch (linear between the
+        decode grid's batches around it, at the grid context nearest the mean) over its sequences, and the
+        prompt's prefill spread over the request's output tokens."""
+        running = min(max(running, 1.0), float(grid.batches[-1]))
+        j = max(1, min(bisect.bisect_left(grid.batches, running), len(grid.batches) - 1))
+        low, high = grid.batches[max(j - 1, 0)], grid.batches[min(j, len(grid.batches) - 1)]
+        energy = [self.result(b, 1, context).totals.energy_j for b in (low, high)]
+        step = float(np.interp(running, [low, high], energy)) if high > low else energy[0]
+        return step / running + self.result(1, prompt, 0).totals.energy_j / output
