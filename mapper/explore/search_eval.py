@@ -201,7 +201,13 @@ def plan_prune(server: PlanServer) -> Pruned | None:
     except MapperError as e:
         return Pruned(what, "capacity", str(e))
     if held < 1:
-        return Pruned(what, "capacity", f"the KV cache holds no {server.context:,}-token request beside the weights")
+        b = server.budget(min(spec.chunks))
+        return Pruned(
+            what,
+            "capacity",
+            f"{b.weight_bytes / 1e9:.1f} GB of weights and {b.activation_bytes / 1e9:.1f} GB of activations a device"
+            f" leave no room for a {server.context:,}-token request's KV cache in {b.usable_bytes / 1e9:.0f} GB",
+        )
     target = spec.targets.tpot_p99_s
     bound = server.budget(spec.chunks[0]).weight_bytes / hw.dram_bandwidth_bytes_per_s
     if target is not None and bound > target:

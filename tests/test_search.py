@@ -1,0 +1,127 @@
+"""The deployment search (mapper/explore/search.py): answers known by hand, a ranking that survives re-mapping,
+infeasible points never chosen and saying why, bad inputs one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+import mapper
+from mapper.cli.main import main
+from mapper.core.targets import Targets
+from mapper.explore.search import run_search
+from mapper.explore.search_eval import requests_at
+from mapper.explore.search_space import PRUNE_REASONS, SearchSpec
+from mapper.serve.continuous import LLMServingConfig
+from mapper.serve.llm import simulate_model_llm_serving
+
+# A small space: one chunk, KV at the activations' precision, short requests.
+SMALL = SearchSpec(
+    2,
+    prompt_tokens=256,
+    output_tokens=32,
+    requests=64,
+    kv_dtypes=("same",),
+    chunks=(512,),
+    pps=(1,),
+    targets=Targets(ttft_p99_s=5.0),
+)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["search", "gpt2-small", "--devices", "0", "--tpot-p99-ms", "30"],
+        ["search", "gpt2-small", "--devices", "2"],  # neither a target nor a rate
+        ["search", "resnet50", "--devices", "2", "--p99-target-ms", "5"],  # no KV cache: not a decoder
+        ["search", "gpt2-small", "--devices", "2", "--tpot-p99-ms", "-1"],
+        ["search", "gpt2-small", "--devices", "2", "--tpot-p99-ms", "30", "--tps", "1,x"],
+        ["search", "gpt2-small", "--devices", "2", "--tpot-p99-ms", "30", "--kv-dtypes", "fp9"],
+        ["search", "gpt2-small", "--tpot-p99-ms", "30"],  # --devices is required
+    ],
+)
+def test_bad_inputs_are_one_line_and_exit_2(argv, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and "\n" not in err and "Traceback" not in err
+
+
+def test_json_answer_has_best_frontier_and_counts(capsys):
+    argv = ["search", "gpt2-small", "--hw", "h100-sxm", "--devices", "2", "--tps", "1,2", "--pps", "1"]
+    argv += ["--prompt-tokens", "128", "--output-tokens", "16", "--requests", "32", "--chunks", "512"]
+    argv += ["--kv-dtypes", "same", "--max-batch", "8", "--tpot-p99-ms", "50", "--json"]
+    assert main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    best = doc["best"]
+    for key in ("tp", "pp", "dtype", "kv_dtype", "max_batch", "tokens_per_s_per_device", "ttft_p99_s", "tpot_p99_s"):
+        assert key in best
+    assert best["meets_sla"] and best["command"].startswith("mapper serve gpt2-small")
+    assert doc["frontier"] and doc["evaluated"]["configurations"] >= len(doc["frontier"])
+    assert set(doc["evaluated"]["pruned"]) == set(PRUNE_REASONS)
+
+
+def test_infeasible_points_are_never_chosen_and_say_why():
+    spec = replace(SMALL, caps=(1, 2, 4, 8, 16, 32), targets=Targets(ttft_p99_s=0.02, tpot_p99_s=0.004))
+    result = run_search("gpt2-small", mapper.load_hardware("l4"), spec)
+    best = result.best
+    misses = [p for p in result.points if not p.feasible]
+    assert misses, "the tight targets leave some configuration infeasible"
+    for p in misses:
+        assert p is not best and p.failure.startswith(("misses", "overloaded")) and "ms" in p.failure
+    assert best is None or best.feasible
+    assert all(p.reason in PRUNE_REASONS and p.detail for p in result.pruned)
+
+
+def test_capacity_forces_tp_2():
+    """Llama-2-70B in bf16 (138 GB of weights) cannot sit on one H200 (0.9 x 141 GB): TP 2 is the answer."""
+    spec = replace(SMALL, caps=(1, 2, 4), tps=(1, 2), requests=32, output_tokens=16)
+    result = run_search("llama2-70b", mapper.load_hardware("h200-sxm"), replace(spec, dtypes=("bf16",)))
+    assert result.best is not None and result.best.plan.options.tp == 2
+    capacity = [p for p in result.pruned if p.reason == "capacity"]
+    assert capacity and capacity[0].what.startswith("TP 1") and "GB of weights" in capacity[0].detail
+
+
+def test_a_tpot_target_met_only_below_a_batch_cap():
+    """One plan: TPOT rises with the cap; a target between two caps' TPOT picks the cap below it."""
+    hw = mapper.load_hardware("h100-sxm")
+    spec = replace(SMALL, devices=1, tps=(1,), caps=(1, 2, 4, 8, 16, 32, 64), prompt_tokens=512, output_tokens=64)
+    loose = run_search("llama2-7b", hw, spec)
+    tpot = {p.max_batch: p.tpot_p99_s for p in loose.points}
+    assert tpot[32] > tpot[8], "a larger batch slows the decode step"
+    target = (tpot[8] + tpot[16]) / 2
+    assert tpot[16] > target
+    tight = run_search("llama2-7b", hw, replace(spec, targets=Targets(ttft_p99_s=5.0, tpot_p99_s=target)))
+    assert tight.best is not None and tight.best.max_batch == 8
+    over = [p for p in tight.points if p.max_batch == 16]
+    assert over and over[0].failure.startswith("misses TPOT p99")
+    assert any(p.reason == "tpot-rises" for p in tight.pruned), "larger caps are not served after a TPOT miss"
+
+
+@pytest.mark.slow
+def test_top_three_remapped_independently_keep_their_order():
+    """Each of the three best configurations served directly (`simulate_model_llm_serving`, its own grids and KV
+    budget from scratch, as its `mapper serve` command does) gives the same figures, so the same order."""
+    hw = mapper.load_hardware("h100-sxm")
+    spec = replace(SMALL, devices=4, tps=(1, 2, 4), caps=(4, 16, 64), targets=Targets(tpot_p99_s=0.05))
+    result = run_search("llama2-7b", hw, spec)
+    top = sorted((p for p in result.points if p.feasible), key=lambda p: -p.tokens_per_s_per_device)[:3]
+    assert len(top) == 3
+    again = []
+    for p in top:
+        config = LLMServingConfig(
+            p.max_batch,
+            p.rate_per_s,
+            requests_at(spec, p.max_batch),
+            spec.seed,
+            spec.prompt_tokens,
+            spec.output_tokens,
+            scheduler="chunked",
+            chunk_tokens=p.chunk_tokens,
+        )
+        served = simulate_model_llm_serving("llama2-7b", hw, p.plan.options, config)
+        again.append(served.throughput_tokens_per_s / p.plan.devices_per_replica)
+        assert served.tpot_p99_s == pytest.approx(p.tpot_p99_s, rel=1e-9)
+    assert again == pytest.approx([p.tokens_per_s_per_device for p in top], rel=1e-9)
+    assert again == sorted(again, reverse=True)
