@@ -93,14 +93,22 @@ def _attention(torch, q, k, v, heads, mask):
     return context.permute(0, 2, 1, 3).contiguous().view(b, t, d)
 
 
-def _bert(torch):
-    nn = torch.nn
+def _named(nn):
+    """A module whose children are given by name (the built-ins' module paths: "self" is a child of attention)."""
 
     class Named(nn.Module):
-        def __init__(this, **children):  # "self" is a child of attention
+        def __init__(this, **children):  # "self" is a child's name here
             super().__init__()
             for key, value in children.items():
                 setattr(this, key, value)
+
+    return Named
+
+
+def _bert(torch):
+    nn = torch.nn
+
+    Named = _named(nn)
 
     class SelfAttention(Named):
         def forward(self, x, mask):
@@ -153,11 +161,7 @@ def _bert(torch):
 def _gpt2(torch):
     nn = torch.nn
 
-    class Named(nn.Module):
-        def __init__(this, **children):  # "self" is a child of attention
-            super().__init__()
-            for key, value in children.items():
-                setattr(this, key, value)
+    Named = _named(nn)
 
     class Attn(Named):
         def forward(self, x, causal):
