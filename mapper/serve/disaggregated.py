@@ -127,7 +127,7 @@ def kv_link(hw: HardwareProfile, setup: Disaggregation) -> tuple[float, str]:
     return hw.interconnect.link_bandwidth_bytes_per_s, f"the device link within one node ({hw.interconnect.topology})"
 
 
-def _dealt(reqs: Requests, order: np.ndarray, replicas: int) -> list[np.ndarray]:
+def _dealt(order: np.ndarray, replicas: int) -> list[np.ndarray]:
     """Request indices per replica, dealt round-robin in `order` (each replica's in that order)."""
     return [order[r::replicas] for r in range(replicas)]
 
@@ -192,7 +192,7 @@ def _disaggregated(
     n = len(reqs.arrival)
     first_token, finish, busy = np.zeros(n), np.zeros(n), 0.0
     ones = np.ones_like(reqs.output)
-    for idx in _dealt(reqs, np.arange(n), setup.prefill.replicas):  # prompts only: one token each
+    for idx in _dealt(np.arange(n), setup.prefill.replicas):  # prompts only: one token each
         run = SchedulerRun(
             prefill_time, decode_time, _sub(paged, idx, reqs.arrival, ones), config.max_batch, p_budget.tokens, jitter()
         )
@@ -200,7 +200,7 @@ def _disaggregated(
     per_token_s = max(p_budget.kv_bytes_per_token, d_budget.kv_bytes_per_token) / link
     ready = first_token + reqs.prompt * per_token_s + hw.interconnect.latency_s
     arrived = lambda b, t: 0.0  # the sequence arrives prefilled: admission runs no prefill step
-    for idx in _dealt(reqs, np.argsort(ready, kind="stable"), setup.decode.replicas):
+    for idx in _dealt(np.argsort(ready, kind="stable"), setup.decode.replicas):
         run = SchedulerRun(arrived, decode_time, _sub(paged, idx, ready), config.max_batch, d_budget.tokens, jitter())
         timeline = run_whole_prefill(run, decode_first=False)
         finish[idx], busy = timeline.finish, busy + timeline.busy_weighted
@@ -231,7 +231,7 @@ def _aggregated(source, hw, pool: Pool, reqs: Requests, config: LLMServingConfig
     first_token, finish, busy, preemptions = np.zeros(n), np.zeros(n), 0.0, 0
     paged = replace(reqs, page_tokens=budget.page_tokens)
     _fits(paged, budget.tokens, "aggregated")
-    for idx in _dealt(reqs, np.arange(n), pool.replicas):
+    for idx in _dealt(np.arange(n), pool.replicas):
         run = SchedulerRun(prefill, decode, _sub(paged, idx, reqs.arrival), config.max_batch, budget.tokens, jitter())
         t = run_chunked(run, chunk_tokens=config.chunk_tokens)
         first_token[idx], finish[idx] = t.first_token, t.finish
