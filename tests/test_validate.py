@@ -11,7 +11,7 @@ import pytest
 
 from mapper.cli.main import main
 from mapper.evidence import aiconfigurator as aic
-from mapper.evidence.validate import error_stats, score_aiconfigurator, summarize
+from mapper.evidence.validate import error_stats, run, score_aiconfigurator, summarize
 
 GEMM = aic.Table("h200_sxm", "gemm", "trtllm", "1.3.0rc20", "gemm_perf", None)
 DECODE = aic.Table("h200_sxm", "attention", "vllm", "0.24.0", "generation_attention_perf", None)
@@ -131,3 +131,36 @@ def test_the_command_prints_both_splits(capsys):
     assert all(r["device"] == "h100-sxm" and r["kind"] == "gemm" for r in doc["rows"])
     assert main(["validate", "--device", "h100-sxm", "--kind", "gemm", "--sample", "5", "--no-bands"]) == 0
     assert "held back" in capsys.readouterr().out
+
+
+# The held-back median |error| per device of three tables (AIConfigurator 0.12, 100 rows a table, the declared
+# split), recorded 2026-12-06 with no value fitted to any row; a change that makes one worse by more than
+# HELD_BACK_SLACK fails here. The goals (GEMM 7%, generation attention 10%, all-reduce 15%) are not met yet.
+HELD_BACK_MEDIANS = {
+    ("a100-sxm-80gb", "gemm", "bf16"): 0.252,
+    ("b200", "gemm", "bf16"): 0.089,
+    ("h100-sxm", "gemm", "bf16"): 0.162,
+    ("h200-sxm", "gemm", "bf16"): 0.153,
+    ("a100-sxm-80gb", "attention-decode", "bf16"): 0.700,
+    ("b200", "attention-decode", "bf16"): 0.630,
+    ("h100-sxm", "attention-decode", "bf16"): 0.731,
+    ("h200-sxm", "attention-decode", "bf16"): 0.622,
+    ("a100-sxm-80gb", "all-reduce", "bf16"): 0.336,
+    ("b200", "all-reduce", "bf16"): 0.375,
+    ("h100-sxm", "all-reduce", "bf16"): 0.434,
+    ("h200-sxm", "all-reduce", "bf16"): 0.535,
+}
+HELD_BACK_SLACK = 0.03
+
+
+@pytest.mark.slow
+def test_the_held_back_medians_hold():
+    pytest.importorskip("aiconfigurator_core")
+    scored, _ = run(per_table=100, sources=("aiconfigurator",))
+    found = {
+        (r["device"], r["kind"], r["dtype"]): r["held-back"]["median_abs"]
+        for r in summarize(scored, ("device", "kind", "dtype"))
+        if r["held-back"]["n"]
+    }
+    worse = {k: (found[k], v) for k, v in HELD_BACK_MEDIANS.items() if found[k] > v + HELD_BACK_SLACK}
+    assert not worse, worse
