@@ -125,3 +125,16 @@ def test_top_three_remapped_independently_keep_their_order():
         assert served.tpot_p99_s == pytest.approx(p.tpot_p99_s, rel=1e-9)
     assert again == pytest.approx([p.tokens_per_s_per_device for p in top], rel=1e-9)
     assert again == sorted(again, reverse=True)
+
+
+@pytest.mark.slow
+def test_a_process_pool_gives_the_same_answer(capsys):
+    """The plans handed to two worker processes come back with the answer one process gives."""
+    args = ["search", "llama2-7b", "--hw", "h100-sxm", "--devices", "2", "--dtype", "bf16", "--prompt-tokens", "512"]
+    args += ["--output-tokens", "64", "--tpot-p99-ms", "30", "--json"]
+    answers = []
+    for workers in ("1", "2"):
+        assert main([*args, "--workers", workers]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        answers.append((doc["best"], doc["frontier"]))
+    assert answers[0] == answers[1]
