@@ -11,7 +11,7 @@ import pytest
 
 from mapper.cli.main import main
 from mapper.evidence import aiconfigurator as aic
-from mapper.evidence.validate import error_stats, run, score_aiconfigurator, summarize
+from mapper.evidence.validate import aiconfigurator_rows, error_stats, score_aiconfigurator, summarize
 
 GEMM = aic.Table("h200_sxm", "gemm", "trtllm", "1.3.0rc20", "gemm_perf", None)
 DECODE = aic.Table("h200_sxm", "attention", "vllm", "0.24.0", "generation_attention_perf", None)
@@ -94,17 +94,22 @@ def test_error_statistics():
     assert stats["median_abs"] == pytest.approx(0.15) and stats["bias"] == pytest.approx(0.025)
 
 
-@pytest.mark.slow
-def test_every_covered_table_parses_and_maps():
+@pytest.fixture(scope="module")
+def sample_100():
+    """Every covered table's 100-row sample, read and scored once (each table is streamed whole to sample it)."""
     pytest.importorskip("aiconfigurator_core")
+    rows, notes = aiconfigurator_rows(None, None, 100)
+    return rows, notes, score_aiconfigurator(rows)
+
+
+@pytest.mark.slow
+def test_every_covered_table_parses_and_maps(sample_100):
+    rows, notes, scored = sample_100
     tables = [t for t in aic.tables() if t.profile]
     assert {aic.TABLES[t.name] for t in tables} == set(aic.TABLES.values())
-    rows = []
-    for table in tables:
-        sampled = aic.sample(aic.read_rows(table), 3)
-        assert sampled or table.name in ("nccl_perf", "custom_allreduce_perf"), table.label
-        rows += sampled
-    scored = score_aiconfigurator(rows)
+    assert {n["table"] for n in notes} == {t.label for t in tables}
+    for note in notes:
+        assert note["sampled"] or "allreduce" in note["table"] or "nccl" in note["table"], note["table"]
     assert len(scored) >= 0.9 * len(rows)  # only all-reduces over more GPUs than a profile's node drop out
     assert all(math.isfinite(s.predicted_s) and s.predicted_s > 0 for s in scored)
     assert len({s.device for s in scored}) == len(aic.SYSTEM_PROFILES)
@@ -154,9 +159,8 @@ HELD_BACK_SLACK = 0.03
 
 
 @pytest.mark.slow
-def test_the_held_back_medians_hold():
-    pytest.importorskip("aiconfigurator_core")
-    scored, _ = run(per_table=100, sources=("aiconfigurator",))
+def test_the_held_back_medians_hold(sample_100):
+    scored = sample_100[2]
     found = {
         (r["device"], r["kind"], r["dtype"]): r["held-back"]["median_abs"]
         for r in summarize(scored, ("device", "kind", "dtype"))
