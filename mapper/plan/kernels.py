@@ -7,6 +7,7 @@ crosses the boundary is read or written once, at its size under the plan's preci
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from mapper.core.graph import Graph, LayerType, Node, OpClass
 from mapper.core.records import writer
@@ -41,19 +42,16 @@ LATENT_ATTENTION = "latent-attention"  # a fused attention whose keys are its va
 KV_SOURCE_DEPTH = 6  # views and transposes between a cache and the attention MatMul reading it (layers.KV_PATH_OPS)
 
 
-def _matrix_shape(
-    members: list[NodeWork], rule: str, heads: tuple[int, int] = (0, 0), latent: bool = False
-) -> MatrixShape | None:
+def _matrix_shape(members: list[NodeWork], rule: str, latent: bool = False) -> MatrixShape | None:
     """The kernel's matrix view: its first matrix member's; a fused attention's QK^T, (B*H) x Sq x Skv x d (PV has
-    the same extents), with its query and key/value heads (`heads`: `_attention_heads`), latent where its keys
-    are its values (MLA: `_keys_are_values`)."""
+    the same extents), latent where its keys are its values (MLA: `_keys_are_values`); its heads are read off the
+    graph after (`_attention_heads`)."""
     shapes = [w.matrix for w in members if w.matrix is not None]
     if not shapes:
         return None
     if rule == KernelRule.FLASH_ATTENTION:
         qk = shapes[0]
-        kind = LATENT_ATTENTION if latent else "attention"
-        return MatrixShape(qk.batch, qk.m, qk.n, qk.k, kind, heads=heads[0], kv_heads=heads[1])
+        return MatrixShape(qk.batch, qk.m, qk.n, qk.k, LATENT_ATTENTION if latent else "attention")
     return shapes[0]
 
 
@@ -177,8 +175,8 @@ def build_kernel(
     latent = group.rule == KernelRule.FLASH_ATTENTION and _keys_are_values(graph, group.nodes, work.index_of)
     matrix = _matrix_shape(members, group.rule, latent=latent)
     if matrix is not None and group.rule == KernelRule.FLASH_ATTENTION:
-        nodes = [graph.nodes[work.index_of[n]] for n in group.nodes]
-        matrix = _matrix_shape(members, group.rule, _attention_heads(graph, nodes, matrix.k), latent)
+        heads, kv_heads = _attention_heads(graph, [graph.nodes[work.index_of[n]] for n in group.nodes], matrix.k)
+        matrix = replace(matrix, heads=heads, kv_heads=kv_heads)
     out_rows, out_length = _rows(tensors, boundary.writes) if matrix is None else (0, 0)
     return _new_kernel(
         name=name,

@@ -14,12 +14,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 
-from mapper.core.graph import Graph, OpClass
+from mapper.core.graph import Graph
 from mapper.core.result import Kernel
 from mapper.core.vocab import Collective
 from mapper.plan.runtime import find_kv_appends, kv_cache_tensors
-from mapper.plan.sharding import collective_kernel
-from mapper.work.ops import classify_op
+from mapper.plan.sharding import collective_kernel, through_views
 
 LOGITS_RANK = 3  # [batch, new tokens, vocab]
 LAST_TOKEN_NOTE = "logits for each sequence's last token only (the runtime prunes before the LM head)"
@@ -45,11 +44,11 @@ def last_token_logits(graph: Graph, kernels: Sequence[Kernel]) -> Sequence[Kerne
     tokens = {t: s for t, s in logits_outputs(graph).items() if s > 1}
     if not tokens:
         return kernels
-    writers = {}
+    writers = {}  # the node computing each logits output, through the free views after it (an export's Identity)
     for name, s in tokens.items():
-        node = _maker(graph, name)
+        node = graph.producer(through_views(graph, name))
         if node is not None:
-            writers[node] = s
+            writers[node.name] = s
     scaled: dict[str, int] = {}
     out = []
     for k in kernels:
@@ -62,21 +61,6 @@ def last_token_logits(graph: Graph, kernels: Sequence[Kernel]) -> Sequence[Kerne
             k = collective_kernel(k.name, Collective.ALL_GATHER, k.dram_bytes / s, k.devices, k.stage)
         out.append(k)
     return out
-
-
-VIEW_DEPTH = 8  # views (Identity, Reshape...) between the LM head and the logits output an exporter writes
-
-
-def _maker(graph: Graph, tensor: str) -> str | None:
-    """The node that computes a tensor, through the free views after it (HF exports end in an Identity)."""
-    for _ in range(VIEW_DEPTH):
-        node = graph.producer(tensor)
-        if node is None:
-            return None
-        if classify_op(node.op_type) is not OpClass.VIEW or not node.inputs:
-            return node.name
-        tensor = node.inputs[0]
-    return None
 
 
 def _one_row(k: Kernel, tokens: int) -> Kernel:

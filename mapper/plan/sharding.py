@@ -41,7 +41,7 @@ def _boundary(graph: Graph, kernel: Kernel, index_of: dict[str, int]) -> tuple[l
     return ins, outs
 
 
-def _through_views(graph: Graph, tensor: str) -> str:
+def through_views(graph: Graph, tensor: str) -> str:
     """The tensor a chain of free views (Reshape, Unsqueeze...) was made from: views have no kernel."""
     for _ in range(16):
         node = graph.producer(tensor)
@@ -118,7 +118,7 @@ def assign_roles(
             continue
         ins, outs = _boundary(graph, k, index_of)
         written.append(outs)
-        reads_sharded = any(_through_views(graph, t) in sharded for t in ins)
+        reads_sharded = any(through_views(graph, t) in sharded for t in ins)
         weight_gemm = (
             k.matrix is not None
             and k.weight_bytes > 0
@@ -130,7 +130,7 @@ def assign_roles(
             # (SwiGLU's up projection multiplies by the column-parallel gate) and stay column-parallel
             gemm = graph.nodes[index_of[k.nodes[0]]]
             gemm_reads_sharded = any(
-                _through_views(graph, t) in sharded
+                through_views(graph, t) in sharded
                 for t in gemm.inputs
                 if t and t not in graph.weights and t in graph.tensors
             )
