@@ -69,19 +69,16 @@ class KvBudget:
         """The derivation, for the serving assumptions."""
         gb = 1e9
         pages = f" ({self.tokens // self.page_tokens:,} pages of {self.page_tokens})" if self.page_tokens > 1 else ""
-        if not self.draft:
-            return (
-                f"KV cache per device: {KV_MEMORY_FRACTION:g} x memory"
-                f" {self.usable_bytes / KV_MEMORY_FRACTION / gb:.1f} GB - weights {self.weight_bytes / gb:.2f} GB -"
-                f" activations {self.activation_bytes / gb:.2f} GB (a {self.token_budget:,}-token profile run) ="
-                f" {self.tokens:,} tokens{pages} at {self.kv_bytes_per_token:,.0f} B per token"
-            )
+        draft = f" - draft {self.draft}'s weights {self.draft_weight_bytes / gb:.2f} GB" if self.draft else ""
+        run = ", the larger model's" if self.draft else ""
+        per_token = f"{self.kv_bytes_per_token:,.0f}" + (
+            f" + {self.draft_kv_bytes_per_token:,.0f} (draft)" if self.draft else ""
+        )
         return (
             f"KV cache per device: {KV_MEMORY_FRACTION:g} x memory {self.usable_bytes / KV_MEMORY_FRACTION / gb:.1f}"
-            f" GB - weights {self.weight_bytes / gb:.2f} GB - draft {self.draft}'s weights"
-            f" {self.draft_weight_bytes / gb:.2f} GB - activations {self.activation_bytes / gb:.2f} GB (a"
-            f" {self.token_budget:,}-token profile run, the larger model's) = {self.tokens:,} tokens{pages} at"
-            f" {self.kv_bytes_per_token:,.0f} + {self.draft_kv_bytes_per_token:,.0f} (draft) B per token"
+            f" GB - weights {self.weight_bytes / gb:.2f} GB{draft} - activations {self.activation_bytes / gb:.2f} GB"
+            f" (a {self.token_budget:,}-token profile run{run}) = {self.tokens:,} tokens{pages} at {per_token} B per"
+            " token"
         )
 
 
