@@ -16,13 +16,12 @@ from collections.abc import Callable
 
 import numpy as np
 
-from mapper.core.errors import MapperError
 from mapper.core.options import PlanOptions
 from mapper.core.result import MappingResult
 from mapper.handle import ModelHandle
 from mapper.hardware.profile import HardwareProfile
 from mapper.pipeline import map_workload
-from mapper.serve.llm import KV_MEMORY_FRACTION, KvBudget, kv_page_tokens
+from mapper.serve.llm import KvBudget, cache_memory, device_budget, kv_page_tokens
 from mapper.serve.steps import _batches, _grid, decoder_dims
 
 
@@ -95,19 +94,12 @@ class PlanSteps:
 
     def kv_budget(self, token_budget: int) -> KvBudget:
         """`serve.llm.kv_budget` from this plan's mappings (one token, and a prefill of the token budget)."""
-        one, profile = self.result(1, 1, 0).memory, self.result(1, token_budget, 0).memory
-        if one is None or profile is None or one.kv_cache_bytes <= 0:
-            raise MapperError(f"model {self.model.name}: no KV cache; LLM serving needs a decoder with one")
+        name = self.model.name
+        one = cache_memory(self.result(1, 1, 0).memory, name)
+        profile = cache_memory(self.result(1, token_budget, 0).memory, name)
         if self._page is None:
             self._page = kv_page_tokens(self.model, self.hw, self.options)
-        return KvBudget(
-            KV_MEMORY_FRACTION * self.hw.dram_bytes,
-            one.weight_bytes,
-            profile.activation_bytes,
-            one.kv_cache_bytes,
-            token_budget,
-            self._page,
-        )
+        return device_budget(self.hw, one, profile, token_budget, self._page)
 
     def grids(self, max_batch: int, prompt: int, context: int, chunk: int) -> tuple[LazyGrid, LazyGrid]:
         """Prefill and decode on `engine_step_times`' grids for this cap, these lengths and this chunk."""

@@ -88,13 +88,31 @@ def kv_page_tokens(model, hw, options) -> int:
     return choose_runtime(graph, hw, options).decode_attention.page_tokens
 
 
+def cache_memory(plan: MemoryPlan | None, model_name: str) -> MemoryPlan:
+    """A step's memory plan, refused in one line where the model keeps no KV cache (not a decoder)."""
+    if plan is None or plan.kv_cache_bytes <= 0:
+        raise MapperError(f"model {model_name}: no KV cache; LLM serving needs a decoder with one")
+    return plan
+
+
+def device_budget(hw, one: MemoryPlan, profile: MemoryPlan, token_budget: int, page_tokens: int) -> KvBudget:
+    """A device's KV budget from a plan's one-token step (nothing cached: the parameters alone, a long step also
+    folds length-sized constants, and the cache one token adds) and its profile run (the activation peak at the
+    token budget)."""
+    return KvBudget(
+        KV_MEMORY_FRACTION * hw.dram_bytes,
+        one.weight_bytes,
+        profile.activation_bytes,
+        one.kv_cache_bytes,
+        token_budget,
+        page_tokens,
+    )
+
+
 def _memory(model, hw, options, tokens: int) -> MemoryPlan:
     """The plan's memory at a prefill of `tokens` tokens with nothing cached."""
     dims = decoder_dims(model)
-    plan = map_workload(model.bind(dims(tokens, 0), batch=1, seq=tokens), hw, options).memory
-    if plan is None or plan.kv_cache_bytes <= 0:
-        raise MapperError(f"model {model.name}: no KV cache; LLM serving needs a decoder with one")
-    return plan
+    return cache_memory(map_workload(model.bind(dims(tokens, 0), batch=1, seq=tokens), hw, options).memory, model.name)
 
 
 def kv_budget(source, hw, options, token_budget: int, draft=None) -> KvBudget:
@@ -103,17 +121,8 @@ def kv_budget(source, hw, options, token_budget: int, draft=None) -> KvBudget:
     speculative draft on the same devices under the same plan, its weights and its cache of every token held
     beside the target's (the two run one after the other: the activation reserve is the larger profile run's)."""
     model = open_model(source)
-    # one token, nothing cached: the parameters alone (a long step also folds length-sized constants) and the
-    # cache one token adds; the profile run: the activation peak at the token budget
     one, profile = _memory(model, hw, options, 1), _memory(model, hw, options, token_budget)
-    budget = KvBudget(
-        KV_MEMORY_FRACTION * hw.dram_bytes,
-        one.weight_bytes,
-        profile.activation_bytes,
-        one.kv_cache_bytes,
-        token_budget,
-        kv_page_tokens(model, hw, options),
-    )
+    budget = device_budget(hw, one, profile, token_budget, kv_page_tokens(model, hw, options))
     if draft is not None:
         draft = open_model(draft)
         d_one, d_profile = _memory(draft, hw, options, 1), _memory(draft, hw, options, token_budget)
