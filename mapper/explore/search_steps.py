@@ -22,7 +22,7 @@ from mapper.handle import ModelHandle
 from mapper.hardware.profile import HardwareProfile
 from mapper.pipeline import map_workload
 from mapper.serve.llm import KvBudget, cache_memory, device_budget, kv_page_tokens
-from mapper.serve.steps import _batches, _grid, decoder_dims
+from mapper.serve.steps import decoder_dims, step_grids
 
 
 class LazyGrid:
@@ -103,9 +103,9 @@ class PlanSteps:
 
     def grids(self, max_batch: int, prompt: int, context: int, chunk: int) -> tuple[LazyGrid, LazyGrid]:
         """Prefill and decode on `engine_step_times`' grids for this cap, these lengths and this chunk."""
-        batches = _batches(max_batch)
-        prefill = LazyGrid(lambda b, t: self.latency(b, t, 0), batches, sorted({1, *_grid(prompt), chunk}))
-        decode = LazyGrid(lambda b, t: self.latency(b, 1, t), batches, _grid(context))
+        batches, prompts, contexts = step_grids(max_batch, prompt, context, chunk)
+        prefill = LazyGrid(lambda b, t: self.latency(b, t, 0), batches, prompts)
+        decode = LazyGrid(lambda b, t: self.latency(b, 1, t), batches, contexts)
         return prefill, decode
 
     def energy_per_token_j(self, grid: LazyGrid, running: float, context: int, prompt: int, output: int) -> float:

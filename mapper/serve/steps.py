@@ -86,17 +86,24 @@ def _batches(max_batch: int) -> list[int]:
     return sorted({1, max(1, max_batch // 4), max(1, max_batch // 2), max_batch})  # step time is near-affine in batch
 
 
+def step_grids(
+    max_batch: int, max_prompt: int, max_context: int, chunk_tokens: int | None = None
+) -> tuple[list[int], list[int], list[int]]:
+    """(batches, prompt lengths, contexts) the engine maps steps at: the prefill grid holds one token (chunked
+    prefill's shared weight read; short prompts are not clamped up) and the chunk length where one is given, so a
+    chunk and every fixed prompt length are grid points."""
+    prompts = {1, *_grid(max_prompt), *([chunk_tokens] if chunk_tokens else [])}
+    return _batches(max_batch), sorted(prompts), _grid(max_context)
+
+
 def engine_step_times(
     source, hw, options, max_batch: int, max_prompt: int, max_context: int, chunk_tokens: int | None = None
 ):
-    """Prefill(batch, prompt length) and decode(batch, context) from the engine on coarse grids; the prefill
-    grid holds one token (chunked prefill's shared weight read; short prompts are not clamped up) and the
-    chunk length where one is given, so a chunk and every fixed prompt length are grid points."""
+    """Prefill(batch, prompt length) and decode(batch, context) from the engine on coarse grids (`step_grids`)."""
     latency = step_latency(source, hw, options)
-    batches = _batches(max_batch)
-    prompts = {1, *_grid(max_prompt), *([chunk_tokens] if chunk_tokens else [])}
-    prefill = GridTime(lambda b, t: latency(b, t, 0), batches, sorted(prompts))
-    decode = GridTime(lambda b, t: latency(b, 1, t), batches, _grid(max_context))
+    batches, prompts, contexts = step_grids(max_batch, max_prompt, max_context, chunk_tokens)
+    prefill = GridTime(lambda b, t: latency(b, t, 0), batches, prompts)
+    decode = GridTime(lambda b, t: latency(b, 1, t), batches, contexts)
     return prefill, decode
 
 
