@@ -34,7 +34,7 @@ from mapper.serve.continuous import (
 from mapper.serve.llm import kv_budget
 from mapper.serve.scheduler import Jitter, Requests, Scheduler, SchedulerRun, Timeline, run_chunked, run_whole_prefill
 from mapper.serve.serving import draw_jitter, filled_jitter
-from mapper.serve.steps import engine_step_times
+from mapper.serve.steps import GridTime, engine_step_times, step_grids, step_latency
 
 GB = 1e9
 
@@ -184,8 +184,10 @@ def _disaggregated(
     p_opts, d_opts = setup.prefill.options, setup.decode.options
     p_budget = kv_budget(source, hw, p_opts, max_prompt)
     d_budget = kv_budget(source, hw, d_opts, config.max_batch)
-    prefill_time, _ = engine_step_times(source, hw, p_opts, config.max_batch, max_prompt, max_prompt + 1)
-    _, decode_time = engine_step_times(source, hw, d_opts, config.max_batch, 1, max_prompt + max_output)
+    batches, prompts, contexts = step_grids(config.max_batch, max_prompt, max_prompt + max_output)
+    prefill_step, decode_step = step_latency(source, hw, p_opts), step_latency(source, hw, d_opts)
+    prefill_time = GridTime(lambda b, t: prefill_step(b, t, 0), batches, prompts)  # each pool maps its own phase
+    decode_time = GridTime(lambda b, t: decode_step(b, 1, t), batches, contexts)
     paged = replace(reqs, page_tokens=d_budget.page_tokens)
     _fits(paged, d_budget.tokens, "decode")
     _fits(replace(reqs, output=np.ones_like(reqs.output), page_tokens=p_budget.page_tokens), p_budget.tokens, "prefill")
