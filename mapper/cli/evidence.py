@@ -6,7 +6,6 @@ Each command is a thin client of mapper.evidence; bad input raises MapperError (
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from mapper.evidence.measure import ORT_PLAN, measure_model, measurement_from_pr
 from mapper.evidence.measure_slots import ordinal
 from mapper.evidence.probe import probe_machine
 from mapper.evidence.profile_toml import write_toml
+from mapper.report.json_text import write_json
 
 MIN_SCORED_SHARE = 0.5  # a trace matched below this share gets no whole-model error (it would compare other work)
 
@@ -124,7 +124,7 @@ def cmd_measure(args) -> int:
         store_cli.record_from_args(args, mapper.mapping_document(measured), "measure", args.out, sheet)
     if args.json:
         doc = {**{k: v for k, v in measurement.to_dict().items() if k != "latencies_s"}, "comparison": comparison}
-        print(json.dumps(doc, indent=1, allow_nan=False))
+        write_json(doc, sys.stdout)
         return 0
     row = comparison["model"]
     trace = measurement.trace  # a PyTorch trace says its runtime; ORT runs and profiles say theirs

@@ -35,6 +35,7 @@ from mapper.core.extras import missing_extra
 from mapper.core.units import format_bytes, format_duration, format_number
 from mapper.model.onnx_import import read_model_structure
 from mapper.model.wire import STRIPPED_LOCATION
+from mapper.report.json_text import write_json
 from mapper.report.reproduce import reproduce_command
 
 
@@ -50,7 +51,7 @@ def cmd_map(args) -> int:
         sheet = None if args.out else (mapper.sheet_bytes(result, "xlsx"), "xlsx")
         store_cli.record_from_args(args, doc, "map", args.out, sheet)
     if args.json:
-        print(json.dumps(doc, indent=1, allow_nan=False))
+        write_json(doc, sys.stdout)
     else:
         print_summary(doc)
     return 0

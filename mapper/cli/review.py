@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 import mapper
 from mapper.cli import store as store_cli
@@ -15,6 +16,7 @@ from mapper.cli.args import add_load_args, add_model_args, add_store_args, optio
 from mapper.cli.text import print_answer
 from mapper.core.classes import OWNERS
 from mapper.core.errors import MapperError
+from mapper.report.json_text import write_json
 from mapper.report.tables import write_bytes
 from mapper.review.first_slice import parse_target
 
@@ -97,7 +99,7 @@ def cmd_review(args: argparse.Namespace) -> int:
         write_bytes(args.out, packet_bytes(review), "the review packet")
     store_cli.record_from_args(args, mapper.mapping_document(review.baseline), "review", args.out)
     if args.json:
-        print(json.dumps(doc, indent=1, allow_nan=False))
+        write_json(doc, sys.stdout)
     else:
         print_answer(mapper.mapping_document(review.baseline))
         print(f"mechanism: {review.mechanism}")

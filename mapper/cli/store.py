@@ -7,7 +7,6 @@ goes to stderr, so --json output stays one document.
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import mapper
 from mapper.cli.args import add_store_args, parse_dim
 from mapper.core.errors import MapperError
 from mapper.core.units import format_field
+from mapper.report.json_text import write_json
 from mapper.store.kpis import KPIS, STORE_ENV, store_url_from_env
 
 # The store's modules (and SQLAlchemy under them) load only when a command records or reads a store: every
@@ -111,7 +111,7 @@ def cmd_trend(args) -> int:
         )
     doc = trend_document(list(trends.slices), thresholds, trends.skipped_runs)
     if args.json:
-        print(json.dumps(doc, indent=1, allow_nan=False))
+        write_json(doc, sys.stdout)
     else:
         print_trends(doc, args.metric)
     return REGRESSION_EXIT if thresholds and doc["regressed"] else 0

@@ -69,4 +69,4 @@ class KernelEstimates(WrittenWhenRead):
         return [e.kernel for e in estimates], [e.assessment for e in estimates], [e.start_s for e in estimates]
 
     def _write(self, k: int) -> KernelEstimate:
-        return _write_estimate(self.kernels[k], self.assessments[k], self.starts[k])
+        return _write_estimate(self.kernels._read(k), self.assessments[k], self.starts[k])

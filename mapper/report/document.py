@@ -1,15 +1,20 @@
 """The mapping document: one JSON-ready dict that `--json`, the sheets and the dashboard share.
 
 Key names are stable (later stages add sections, never rename). Numbers stay
-numbers in SI units; units are in the key names.
+numbers in SI units; units are in the key names. The row sections (a record per kernel and per node, most of
+a large graph's document) can be read once as they are written (`streamed_document`), so writing the document
+out (`report.json_text`) never holds every row's record at once.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
-from mapper.core.result import KernelEstimate, MappingResult, MemoryPlan, ParallelPlan
+from mapper.core.records import WrittenWhenRead
+from mapper.core.result import KernelEstimate, MappingResult, MemoryPlan, NodeWork, ParallelPlan
 from mapper.report.reproduce import reproduce_command
 
 
@@ -89,9 +94,42 @@ def slice_section(result: MappingResult) -> dict:
     }
 
 
+ROW_SECTIONS = ("kernels", "nodes")  # the document's sections of one record per kernel / per node
+
+
+def _each(records: Sequence) -> Iterator:
+    """A result's records in order for one pass (see `WrittenWhenRead.each`)."""
+    return records.each() if isinstance(records, WrittenWhenRead) else iter(records)
+
+
+def node_record(n: NodeWork) -> dict:
+    return {
+        "name": n.name,
+        "op_type": n.op_type,
+        "op_class": str(n.op_class),
+        "layer_type": str(n.layer_type),
+        "flops": n.flops,
+        "matrix_flops": n.matrix_flops,
+        "bytes": n.bytes,
+        "weight_bytes": n.weight_bytes,
+    }
+
+
 def mapping_document(result: MappingResult) -> dict:
     """The whole result as plain data (what `mapper map --json` prints)."""
+    doc = streamed_document(result)
+    for key in ROW_SECTIONS:
+        doc[key] = list(doc[key])
+    return doc
+
+
+def streamed_document(result: MappingResult) -> dict[str, Any]:
+    """`mapping_document` with its row sections (`ROW_SECTIONS`) as iterators to be read once, in key order."""
     t = result.totals
+    rows: dict[str, Iterable[dict]] = {
+        "kernels": map(kernel_record, _each(result.kernels)),
+        "nodes": map(node_record, _each(result.nodes)),
+    }
     doc = {
         **slice_section(result),
         "engine_version": result.engine_version,
@@ -116,20 +154,7 @@ def mapping_document(result: MappingResult) -> dict:
         },
         "precision": precision_record(result),
         "layer_types": [dataclasses.asdict(layer) for layer in result.layers],
-        "kernels": [kernel_record(e) for e in result.kernels],
-        "nodes": [
-            {
-                "name": n.name,
-                "op_type": n.op_type,
-                "op_class": str(n.op_class),
-                "layer_type": str(n.layer_type),
-                "flops": n.flops,
-                "matrix_flops": n.matrix_flops,
-                "bytes": n.bytes,
-                "weight_bytes": n.weight_bytes,
-            }
-            for n in result.nodes
-        ],
+        **rows,
         "unmodeled": [{"name": n, "op_type": op, "reason": why} for n, op, why in result.unmodeled],
         "caveats": list(result.caveats),
         "assumptions": [{"name": n, "value": v, "source": s} for n, v, s in result.assumptions],

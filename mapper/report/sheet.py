@@ -17,9 +17,10 @@ import pandas as pd
 from mapper.core.errors import MapperError
 from mapper.core.result import MappingResult
 from mapper.report import tables
-from mapper.report.document import mapping_document
+from mapper.report.document import mapping_document, streamed_document
 from mapper.report.groups import group_kernels
 from mapper.report.html import render_html
+from mapper.report.json_text import json_bytes
 from mapper.report.summary import review_frame, summary_frame
 from mapper.report.verdict import verdict_sentence
 
@@ -272,9 +273,9 @@ def _check_format(fmt: str, what: str) -> str:
 def sheet_bytes(result: MappingResult, fmt: str) -> bytes:
     """The sheet in one format (xlsx | csv | json | html), e.g. for a download button."""
     fmt = _check_format(fmt, fmt)
+    if fmt == "json":  # written as it is read: the rows are never all held as records
+        return json_bytes(streamed_document(result))
     doc = mapping_document(result)
-    if fmt == "json":
-        return json.dumps(doc, indent=1, allow_nan=False).encode()
     frames = frames_from_document(doc)
     if fmt == "csv":
         return tables.csv_bytes(frames["Kernels"])
