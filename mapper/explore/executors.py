@@ -7,6 +7,8 @@ which executor ran it. Dask is imported only when asked for (it is an optional d
 
 from __future__ import annotations
 
+import contextlib
+import multiprocessing
 import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -115,11 +117,13 @@ def _run_dask(
     from distributed import Client, LocalCluster
     from distributed import as_completed as dask_completed
 
-    cluster = None
+    cluster, started = None, contextlib.ExitStack()
     try:
         if spec.scheduler:
             client = Client(spec.scheduler, timeout="10s")
         else:
+            if spec.dask_processes:
+                started.enter_context(_forked_workers(fn))
             cluster = LocalCluster(
                 n_workers=spec.workers or default_workers(),
                 threads_per_worker=1,
@@ -144,3 +148,28 @@ def _run_dask(
         client.close()
         if cluster is not None:
             cluster.close()
+        started.close()
+
+
+# What a local worker imports before its first task: the engine's stages (the task's own module is added)
+WORKER_PRELOAD = ("mapper.pipeline", "mapper.explore.sweep")
+
+
+@contextlib.contextmanager
+def _forked_workers(fn: Callable) -> Iterator[None]:
+    """A LocalCluster's worker processes forked from a fork server that imported Dask and the engine once, in place
+    of each spawned worker importing them again (spawn: ~0.3 s more to the first task and ~0.3 s to close, two
+    workers on this 2-core machine). The fork server is a fresh single-threaded process, so nothing is forked
+    beside a running thread (plain `fork` from this process would be). Where the platform has no fork server,
+    Dask's own method stays."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        yield
+        return
+    import dask
+    from distributed.utils import get_mp_context
+
+    with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"}):
+        # Dask's preload (distributed and its packages) first, then the engine's; only a server not yet started
+        # reads the list, and a running one keeps what it imported
+        get_mp_context().set_forkserver_preload(["distributed", *WORKER_PRELOAD, fn.__module__])
+        yield
