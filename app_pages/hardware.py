@@ -10,6 +10,12 @@ doc, result, sel = ui.current()
 ui.header("Hardware", doc)
 hw = sel.hw
 st.markdown(f"**{ui.md(hw.display_name)}** ({ui.md(hw.vendor)}, {ui.md(hw.kind)}) · profile sha `{hw.sha256[:12]}`")
+st.subheader("How these figures were obtained and checked")
+if hw.evidence is None:
+    st.text("The profile does not say how its figures were obtained or checked; each value's source is below.")
+else:  # the profile's own words, as plain text (never read as markdown or HTML)
+    st.text(f"Obtained: {hw.evidence.obtained}")
+    st.text(f"Checked: {hw.evidence.checked}")
 
 
 def ridge_table(profile) -> pd.DataFrame:

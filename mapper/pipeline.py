@@ -282,7 +282,13 @@ def roll_up_slice(
 
 def assumptions_used(hw: HardwareProfile, dtype: str, layout: str) -> tuple[tuple[str, str, str], ...]:
     """Every profile value (with its source) and every modeling constant the estimate used."""
-    rows = [(key, str(value), hw.sources.get(key, "")) for key, value in flatten_profile(hw)]
+    # the profile's evidence note describes its figures (the Hardware page and `mapper hw NAME` show it); the
+    # estimate used the figures, so the note stays out of the document and moves no recorded mapping
+    rows = [
+        (key, str(value), hw.sources.get(key, ""))
+        for key, value in flatten_profile(hw)
+        if not key.startswith("meta.evidence.")
+    ]
     rows.append(("plan.dtype", dtype, "plan option (auto = the model's released precision)"))
     rows.append(("plan.conv_layout", layout, "plan option (auto = the profile's preferred layout)"))
     for mod, names in (

@@ -400,3 +400,14 @@ def test_kernels_page_toggle_groups_repeated_layers():
     # in the flat table's unit (µs), not raw seconds (a 32-layer GEMM group of Llama-2-7B takes milliseconds)
     assert "time (µs)" in grouped.columns and "time (s)" not in grouped.columns
     assert row["time (µs)"] > 100.0
+
+
+def test_hardware_page_shows_the_profiles_evidence_as_plain_text():
+    at = start()
+    at.selectbox(key="hw").set_value("mi300x").run()
+    at.switch_page("app_pages/hardware.py").run()
+    assert_clean(at, "hardware mi300x")
+    evidence = mapper.load_hardware("mi300x").evidence
+    assert evidence is not None
+    shown_text = [t.value for t in at.text]
+    assert f"Obtained: {evidence.obtained}" in shown_text and f"Checked: {evidence.checked}" in shown_text

@@ -129,3 +129,23 @@ def test_sweep_holds_a_dim_given_with_dim(capsys):
         "--no-progress",
     )
     assert doc["slices"] == 2 and doc["failed"] == 0
+
+
+def test_hw_name_shows_how_the_figures_were_obtained_and_checked(capsys, tmp_path):
+    from mapper import load_hardware
+
+    assert main(["hw", "mi300x"]) == 0
+    out = capsys.readouterr().out
+    evidence = load_hardware("mi300x").evidence
+    assert evidence is not None
+    assert f"  obtained: {evidence.obtained}\n" in out and f"  checked:  {evidence.checked}\n" in out
+    assert out.startswith("mi300x: AMD Instinct MI300X 192GB (AMD, gpu), profile sha ")
+    doc = _json(capsys, "hw", "mi300x", "--json")
+    assert doc["meta"]["evidence"]["checked"] == evidence.checked and doc["sha256"] == load_hardware("mi300x").sha256
+    tree = load_hardware("l4").to_dict()
+    del tree["meta"]["evidence"]
+    (tmp_path / "mine.json").write_text(json.dumps(tree))
+    assert main(["hw", str(tmp_path / "mine.json")]) == 0
+    assert "obtained: not stated in the profile" in capsys.readouterr().out
+    assert main(["hw", "no-such-device"]) == 2
+    assert "not a built-in profile" in capsys.readouterr().err

@@ -178,6 +178,13 @@ BAD = [
     ("idle above tdp", "power.idle_w.value", 900.0, "power.idle_w", "below power.tdp_w"),
     ("jitter cv", "serving.jitter_cv.value", 1.5, "serving.jitter_cv", "<= 1"),
     ("multi-device without link", "interconnect.topology", "none", "interconnect", "max_devices"),
+    ("evidence too long", "meta.evidence.obtained", "x" * 1501, "meta.evidence.obtained", "at most 1500"),
+    ("evidence not text", "meta.evidence.checked", 42, "meta.evidence.checked", "a string"),
+    ("evidence two lines", "meta.evidence.checked", "one\ntwo", "meta.evidence.checked", "line breaks"),
+    ("evidence bidi", "meta.evidence.obtained", "ok\u202ekcehc", "meta.evidence.obtained", "control characters"),
+    ("evidence blank", "meta.evidence.obtained", "   ", "meta.evidence.obtained", "say something"),
+    ("evidence half", "meta.evidence.checked", _DELETE, "meta.evidence.checked", "missing"),
+    ("evidence extra", "meta.evidence.by", "me", "meta.evidence.by", "not a known field"),
 ]
 
 
@@ -265,3 +272,34 @@ def test_yaml_without_pyyaml_says_use_toml_or_json(tmp_path):
     else:
         with pytest.raises(MapperError, match="meta.name"):
             load_hardware(path)
+
+
+@pytest.mark.parametrize("name", BUILTINS)
+def test_every_builtin_says_how_its_figures_were_obtained_and_checked(name):
+    evidence = load_hardware(name).evidence
+    assert evidence is not None and evidence.obtained.strip() and evidence.checked.strip()
+
+
+def test_evidence_round_trips_and_stays_out_of_the_hash():
+    """The note travels with the profile (to_dict, a file) but the hash is the figures': rewording how far a
+    profile was checked moves no recorded mapping."""
+    tree = load_hardware("mi300x").to_dict()
+    assert "bench/devices_without_tables.py" in tree["meta"]["evidence"]["checked"]
+    tree["meta"]["evidence"]["checked"] = "<b>checked</b> *twice*"
+    reworded = load_hardware(tree)
+    assert reworded.evidence is not None and reworded.evidence.checked == "<b>checked</b> *twice*"
+    assert reworded.sha256 == load_hardware("mi300x").sha256
+    del tree["meta"]["evidence"]
+    assert load_hardware(tree).evidence is None
+    assert load_hardware(tree).sha256 == reworded.sha256
+
+
+def test_an_edited_profile_says_its_edits_are_unchecked():
+    from mapper.hardware.load import edit_profile
+
+    edited = edit_profile(load_hardware("mi300x"), {"memory.dram_bandwidth_bytes_per_s": 5.0e12})
+    assert edited.evidence is not None
+    assert "mi300x with 1 value(s) edited" in edited.evidence.obtained
+    assert edited.evidence.checked == "the edited values are not checked"
+    unchanged = edit_profile(load_hardware("mi300x"), {})
+    assert unchanged.evidence == load_hardware("mi300x").evidence

@@ -103,7 +103,29 @@ def print_summary(doc: dict) -> None:
         print(f"unmodeled: {len(doc['unmodeled'])} nodes (first: {first['op_type']}: {first['reason']})")
 
 
+def cmd_hw_one(spec: str, as_json: bool) -> int:
+    """One profile (a built-in name or a file): its headline figures and how they were obtained and checked."""
+    hw = mapper.load_hardware(spec)
+    evidence = hw.evidence
+    said = "not stated in the profile"
+    if as_json:  # the profile as its file has it (the evidence note under meta) and the hash a document records
+        print(json.dumps({"sha256": hw.sha256, **hw.to_dict()}))
+        return 0
+    bf16 = hw.matrix_peak_flops_per_s.get("bf16")
+    print(f"{hw.name}: {hw.display_name} ({hw.vendor}, {hw.kind}), profile sha {hw.sha256[:12]}")
+    peak = f"{bf16 / 1e12:.1f} TFLOP/s bf16 dense, " if bf16 else ""
+    print(
+        f"  {peak}{hw.dram_bandwidth_bytes_per_s / 1e9:.0f} GB/s DRAM, {hw.tdp_w:.0f} W,"
+        f" {hw.interconnect.link_bandwidth_bytes_per_s / 1e9:.0f} GB/s per device over {hw.interconnect.topology}"
+    )
+    print(f"  obtained: {evidence.obtained if evidence else said}")
+    print(f"  checked:  {evidence.checked if evidence else said}")
+    return 0
+
+
 def cmd_hw(args) -> int:
+    if args.name is not None:
+        return cmd_hw_one(args.name, args.json)
     rows: list[dict[str, Any]] = []
     for name in mapper.list_hardware():
         hw = mapper.load_hardware(name)
@@ -141,7 +163,7 @@ def cmd_zoo(args) -> int:
 
 COMMANDS: dict[str, tuple[Callable, str]] = {
     "map": (cmd_map, "map a model onto a device: kernels, timing, bottlenecks"),
-    "hw": (cmd_hw, "list the built-in hardware profiles"),
+    "hw": (cmd_hw, "list the built-in hardware profiles, or show one and how its figures were obtained"),
     "zoo": (cmd_zoo, "list the built-in models"),
     "serve": (serve_cli.cmd_serve, "simulate serving requests: latency percentiles, throughput, utilization"),
     "search": (search_cli.cmd_search, "search deployments of a decoder under a latency target: frontier and choice"),
@@ -163,6 +185,10 @@ def build_parser() -> argparse.ArgumentParser:
             serve_cli.add_serve_args(p)
         elif name == "search":
             search_cli.add_search_args(p)
+        elif name == "hw":
+            p.add_argument(
+                "name", nargs="?", help="one profile (a built-in name or a .toml file): its figures' evidence"
+            )
         if name in ("map", "serve"):
             add_store_args(p)
         p.add_argument("--json", action="store_true", help="print one JSON document")

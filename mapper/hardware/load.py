@@ -127,6 +127,10 @@ def edit_profile(
         entry["value"] = int(value) if keep_int else value
     if changed:
         tree["meta"]["name"] = profile.name.removesuffix(EDITED_SUFFIX)[: 64 - len(EDITED_SUFFIX)] + EDITED_SUFFIX
+        tree["meta"]["evidence"] = {  # the built-in's note no longer describes the edited figures
+            "obtained": f"{profile.name} with {changed} value(s) {EDITED_SOURCE} (their sources say so)",
+            "checked": "the edited values are not checked",
+        }
     if display_name is not None:
         tree["meta"]["display_name"] = display_name
     return _build_checked(tree, "edited profile")

@@ -20,7 +20,7 @@ import numpy as np
 from mapper.core.errors import MapperError
 from mapper.hardware.schema import DTYPES
 
-__all__ = ["EfficiencyCurve", "Interconnect", "HardwareProfile"]
+__all__ = ["EfficiencyCurve", "Interconnect", "HardwareProfile", "ProfileEvidence"]
 
 # ONNX element-type names (mapper.core.graph.DTYPE_BYTES keys) and common spellings -> profile dtype keys.
 DTYPE_ALIASES: dict[str, str] = {
@@ -85,6 +85,14 @@ class Interconnect:
 
 
 @dataclass(frozen=True, slots=True)
+class ProfileEvidence:
+    """How a profile's figures were obtained and how far they were checked: plain text, one paragraph each."""
+
+    obtained: str
+    checked: str
+
+
+@dataclass(frozen=True, slots=True)
 class HardwareProfile:
     name: str
     display_name: str
@@ -130,6 +138,7 @@ class HardwareProfile:
     matrix_alignment_bytes: int | None = None  # GEMM row strides the fast kernels need; None: no alignment rule
     unaligned_matrix: float | None = None  # the matrix rate an unaligned GEMM keeps
     unaligned_dram: float | None = None  # the DRAM efficiency a memory-bound unaligned GEMM keeps
+    evidence: ProfileEvidence | None = None  # how the figures were obtained and checked; None: not said
     builtin: bool = field(default=False, compare=False)  # read from data/hardware by its name, unedited
 
     def __hash__(self) -> int:  # dict fields are unhashable; the content hash identifies a profile
@@ -303,8 +312,14 @@ def build_profile(tree: dict[str, Any]) -> HardwareProfile:
             for name in ("link_bandwidth_bytes_per_s", "latency_s", "topology", "max_devices")
         }
     )
+    if (evidence := tree_get(tree, "meta").get("evidence")) is not None:
+        fields["evidence"] = ProfileEvidence(evidence["obtained"], evidence["checked"])
     draft = HardwareProfile(**fields, sources=sources, sha256="")
-    digest = hashlib.sha256(json.dumps(profile_tree(draft), sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    hashed = profile_tree(draft)
+    # The hash is the figures and their sources: a profile's evidence note says how far they were checked and
+    # grows as checks are done, without changing a figure or the mappings recorded against them
+    hashed["meta"].pop("evidence", None)
+    digest = hashlib.sha256(json.dumps(hashed, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     return HardwareProfile(**{**fields, "sources": sources, "sha256": digest})
 
 
@@ -317,6 +332,8 @@ def profile_tree(profile: HardwareProfile) -> dict[str, Any]:
     tree: dict[str, Any] = {}
     for key, attr in _STRINGS:
         _put(tree, key, _attr(profile, attr))
+    if profile.evidence is not None:
+        _put(tree, "meta.evidence", {"obtained": profile.evidence.obtained, "checked": profile.evidence.checked})
     for key, attr, _kind in _NUMBERS:
         _put(tree, key, {"value": _attr(profile, attr), "source": profile.sources[key]})
     for key, attr in _PER_DTYPE + tuple(o for o in _OPTIONAL_PER_DTYPE if getattr(profile, o[1])):

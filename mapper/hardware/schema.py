@@ -7,10 +7,12 @@ pydantic v2 models with `extra="forbid"` and range checks; every number is an in
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -122,11 +124,40 @@ class Curve(_Sourced):
         return points
 
 
+MAX_EVIDENCE_CHARS = 1500  # one paragraph each: how the figures were obtained, how far they were checked
+
+
+# Unicode categories a one-line plain paragraph may not hold: control characters (tabs, line breaks), format
+# characters (bidirectional overrides that reorder what a reader sees) and line and paragraph separators
+NOT_PLAIN_TEXT = ("Cc", "Cf", "Zl", "Zp")
+
+
+def _plain_paragraph(text: str) -> str:
+    """Evidence is one paragraph of plain text: words, not blank, no control or format characters, so every
+    client shows it as it is written."""
+    if not text.strip():
+        raise ValueError("must say something (one paragraph of plain text)")
+    if any(unicodedata.category(ch) in NOT_PLAIN_TEXT for ch in text):
+        raise ValueError("must be one line of plain text, without tabs, line breaks or control characters")
+    return text
+
+
+PlainParagraph = Annotated[str, Field(min_length=1, max_length=MAX_EVIDENCE_CHARS), AfterValidator(_plain_paragraph)]
+
+
+class Evidence(_Strict):
+    """How a profile's figures were obtained and how far they were checked (shown with the profile)."""
+
+    obtained: PlainParagraph
+    checked: PlainParagraph
+
+
 class Meta(_Strict):
     name: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")]
     display_name: Annotated[str, Field(min_length=1, max_length=200)]
     kind: Literal["gpu", "tpu", "cpu", "accelerator"]
     vendor: Annotated[str, Field(min_length=1, max_length=100)]
+    evidence: Evidence | None = None  # optional: how the figures were obtained and how far they were checked
 
 
 class Compute(_Strict):
@@ -339,6 +370,10 @@ def _describe(error: Mapping[str, Any]) -> str:
         return f"field {field} must be {wanted} (got {type(got).__name__} {_shown(got)}); fix the value"
     if kind == "literal_error":
         return f"field {field} must be one of {ctx.get('expected')} (got {_shown(got)}); fix the value"
+    if kind == "string_too_long":
+        return f"field {field} has {len(str(got))} characters, at most {ctx.get('max_length')} allowed; shorten it"
+    if kind == "string_too_short":
+        return f"field {field} is empty; say something or leave the field out"
     if kind == "too_long":
         return (
             f"field {field} has {ctx.get('actual_length')} entries, at most {ctx.get('max_length')} allowed; "
