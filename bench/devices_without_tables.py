@@ -17,6 +17,13 @@ whether a profile value was fitted to it ("fit") or not ("held-out"), so the two
   figure (7 links x ~48 GB/s usable of 64 GB/s rated, ROCm blog "Understanding RCCL Bandwidth and xGMI
   Performance on AMD Instinct MI300X", 2025-03-02). The profile's link bandwidth is derived from that figure, so
   this row is "fit": it shows the derivation holds through the alpha-beta formula, not that it was checked.
+- `floor`: AMD's MI300X system-acceptance pass criteria (github.com/ROCm/system-acceptance-docs, docs/gpus/mi300x.md
+  and docs/common/system-validation.md at c5f0a21, 2026-06-12): the least a healthy 8-GPU MI300X node must
+  measure, so a measured value is at or above each. BabelStream (hip-stream -n 50 -s 268435456: 2^28 doubles an
+  array, mapped as fp32 arrays of twice the elements, the same bytes), rccl-tests all_reduce_perf -g 8 at the
+  large-message end (~8 GB), rocBLAS GEMMs. The DRAM asymptote is fitted to the Copy floor ("fit"); the other
+  floors are held out. Against a floor, a prediction below it (a negative error) is certainly too slow; one
+  above it is consistent with it, by an amount the floor cannot tell.
 
 Error = predicted / published - 1 (positive: the engine predicts faster than measured).
 """
@@ -28,7 +35,8 @@ import statistics
 import sys
 from dataclasses import dataclass
 
-from onnx import TensorProto
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
 
 import mapper
 from mapper.cost.collectives import collective_time
@@ -37,7 +45,9 @@ from mapper.pipeline import load_workload
 
 MAMF = "stas00/ml-engineering compute/accelerator/README.md, MAMF table"
 RCCL_BLOG = "rocm.blogs.amd.com/software-tools-optimization/mi300x-rccl-xgmi (2025-03-02)"
+ACCEPT = "ROCm/system-acceptance-docs docs/gpus/mi300x.md (c5f0a21), pass criteria"
 GIB = 1 << 30
+STREAM_ELEMENTS = 2 * 268435456  # BabelStream's -s 2^28 doubles an array, as fp32 elements of the same bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,12 +55,14 @@ class Point:
     """One published figure: the device, what was measured, its value and where it is printed."""
 
     hw: str
-    kind: str  # gemm | all-reduce
-    shape: tuple[int, ...]  # gemm: (m, n, k); all-reduce: (devices, message bytes)
-    published: float  # gemm: TFLOP/s; all-reduce: bus bandwidth GB/s
+    kind: str  # gemm | batched-gemm | all-reduce | stream-copy | stream-mul | stream-add | stream-triad
+    shape: tuple[int, ...]  # gemm: (m, n, k); batched: (batch, m, n, k); all-reduce: (devices, bytes); stream: (n,)
+    published: float  # gemm: TFLOP/s (TOP/s for int8); all-reduce: bus bandwidth GB/s; stream: GB/s
     software: str
     source: str
-    role: str  # "fit": a profile value was derived from it; "held-out": nothing was fitted to it
+    role: str  # "fit": a profile value was derived from it; "held-out": nothing was fitted to it; "floor": held out,
+    # and a minimum a healthy device measures (AMD's acceptance criteria), not a typical value
+    dtype: str = "bf16"  # the plan's dtype for a GEMM
 
 
 POINTS = (
@@ -61,18 +73,70 @@ POINTS = (
     Point("h100-sxm", "gemm", (6144, 2816, 17920), 792.1, "CUDA-12.1", MAMF, "held-out"),
     Point("a100-sxm-80gb", "gemm", (6912, 2048, 16384), 267.9, "CUDA-12.1", MAMF, "held-out"),
     Point("mi300x", "all-reduce", (8, GIB), 7 * 48.0, "RCCL (blog, 2025)", RCCL_BLOG, "fit"),
+    # AMD's acceptance floors (a healthy node measures at or above each)
+    Point("mi300x", "stream-copy", (STREAM_ELEMENTS,), 4177.285, "BabelStream HIP", ACCEPT, "fit"),
+    Point("mi300x", "stream-mul", (STREAM_ELEMENTS,), 4067.069, "BabelStream HIP", ACCEPT, "floor"),
+    Point("mi300x", "stream-add", (STREAM_ELEMENTS,), 3920.853, "BabelStream HIP", ACCEPT, "floor"),
+    Point("mi300x", "stream-triad", (STREAM_ELEMENTS,), 3885.301, "BabelStream HIP", ACCEPT, "floor"),
+    Point("mi300x", "all-reduce", (8, 8 * GIB), 304.0, "rccl-tests", ACCEPT, "floor"),
+    Point("mi300x", "batched-gemm", (5, 1024, 2048, 512), 130.6, "rocBLAS fp16", ACCEPT, "floor"),
+    Point("mi300x", "batched-gemm", (5, 1024, 2048, 512), 162.7, "rocBLAS int8", ACCEPT, "floor", "int8"),
+    Point("mi300x", "gemm", (4000, 4000, 4000), 94.1, "rocBLAS fp32", ACCEPT, "floor", "fp32"),
 )
+ELEM = {"bf16": TensorProto.BFLOAT16, "fp32": TensorProto.FLOAT, "int8": TensorProto.INT8}
 
 
-def predict(point: Point) -> float:
-    """The engine's figure for the point, in the published unit."""
-    hw = mapper.load_hardware(point.hw)
+def _graph(nodes, inputs, outputs, inits=()) -> bytes:
+    graph = helper.make_graph(nodes, "published-point", inputs, outputs, initializer=list(inits))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def stream_model(kind: str, n: int) -> bytes:
+    """BabelStream's kernels on fp32 arrays of n elements: copy c = a (as a scale by 1, so no pass elides it),
+    mul b = s c, add c = a + b, triad a = b + s c."""
+    t = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [n])
+    scalar = numpy_helper.from_array(np.array(0.4, dtype=np.float32), "s")
+    if kind == "stream-add":
+        return _graph([helper.make_node("Add", ["a", "b"], ["c"])], [t("a"), t("b")], [t("c")])
+    if kind == "stream-triad":
+        nodes = [helper.make_node("Mul", ["c", "s"], ["sc"]), helper.make_node("Add", ["b", "sc"], ["a"])]
+        return _graph(nodes, [t("b"), t("c")], [t("a")], [scalar])
+    one = numpy_helper.from_array(np.array(1.0, dtype=np.float32), "s") if kind == "stream-copy" else scalar
+    return _graph([helper.make_node("Mul", ["c", "s"], ["b"])], [t("c")], [t("b")], [one])
+
+
+STREAM_ARRAYS = {"stream-copy": 2, "stream-mul": 2, "stream-add": 3, "stream-triad": 3}  # BabelStream's byte count
+
+
+def batched_gemm_model(batch: int, m: int, n: int, k: int, elem: int) -> bytes:
+    t = lambda name, dims: helper.make_tensor_value_info(name, elem, list(dims))
+    out = TensorProto.INT32 if elem == TensorProto.INT8 else elem
+    c = helper.make_tensor_value_info("c", out, [batch, m, n])
+    node = "MatMulInteger" if elem == TensorProto.INT8 else "MatMul"
+    return _graph([helper.make_node(node, ["a", "b"], ["c"])], [t("a", (batch, m, k)), t("b", (batch, k, n))], [c])
+
+
+def _latency_s(model: bytes, hw: mapper.HardwareProfile, dtype: str) -> float:
+    launch = "graph" if hw.graph_launch_s is not None else "eager"  # a few us against a ~ms kernel either way
+    return mapper.map_workload(
+        load_workload(model), hw, mapper.PlanOptions(dtype=dtype, launch=launch)
+    ).totals.latency_s
+
+
+def predict(point: Point, hw: mapper.HardwareProfile | None = None) -> float:
+    """The engine's figure for the point, in the published unit (on `hw`, else the point's built-in profile)."""
+    hw = hw or mapper.load_hardware(point.hw)
     if point.kind == "gemm":
         m, n, k = point.shape
-        workload = load_workload(kernel_model("gemm", (m, n, k), TensorProto.BFLOAT16))
-        launch = "graph" if hw.graph_launch_s is not None else "eager"  # a few us against a ~ms GEMM either way
-        result = mapper.map_workload(workload, hw, mapper.PlanOptions(dtype="bf16", launch=launch))
-        return 2.0 * m * n * k / result.totals.latency_s / 1e12
+        model = kernel_model("gemm", (m, n, k), ELEM[point.dtype])
+        return 2.0 * m * n * k / _latency_s(model, hw, point.dtype) / 1e12
+    if point.kind == "batched-gemm":
+        b, m, n, k = point.shape
+        model = batched_gemm_model(b, m, n, k, ELEM[point.dtype])
+        return 2.0 * b * m * n * k / _latency_s(model, hw, point.dtype) / 1e12
+    if point.kind in STREAM_ARRAYS:
+        (n,) = point.shape
+        return STREAM_ARRAYS[point.kind] * 4.0 * n / _latency_s(stream_model(point.kind, n), hw, "fp32") / 1e9
     devices, message = point.shape
     cost = collective_time("all-reduce", devices, float(message), hw.interconnect)
     return 2.0 * (devices - 1) / devices * message / cost.time_s / 1e9  # nccl-tests' bus bandwidth
@@ -82,7 +146,7 @@ def rows(points: tuple[Point, ...] = POINTS) -> list[dict]:
     out = []
     for p in points:
         predicted = predict(p)
-        unit = "TFLOP/s" if p.kind == "gemm" else "GB/s busbw"
+        unit = {"gemm": "TFLOP/s", "batched-gemm": "TFLOP/s", "all-reduce": "GB/s busbw"}.get(p.kind, "GB/s")
         out.append(
             {
                 "hw": p.hw,
@@ -121,6 +185,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
             )
     held = [abs(r["error"]) for r in table if r["role"] == "held-out"]
     print(f"held-out median |error| over {len(held)} points: {statistics.median(held):.0%}")
+    under = [f"{r['hw']} {r['kind']} {r['software']}" for r in table if r["role"] == "floor" and r["error"] < 0]
+    print(f"below an acceptance floor: {', '.join(under) or 'none'}")
     return table
 
 
