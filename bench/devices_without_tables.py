@@ -4,19 +4,22 @@
 
 No AIConfigurator table covers the MI300X, Gaudi 2, TPU v5e or L4 profiles, so each is checked against the few
 published measurements that can be read (docs/validation.md, "Devices without measured tables"). Each point says
-whether a profile value was fitted to it ("fit") or not ("held-out"), so the two are never mixed:
+how it relates to the profile, so fitted and unfitted points are never mixed: "fit" (a profile value was fitted
+through the engine so that the engine gives the point back), "source" (a profile value was derived from the point
+by arithmetic, not through the engine: the point checks the rest of the model, but is not independent of the
+profile) or "floor" (held out, and a minimum, see below):
 
 - `gemm`: the best shape of Maximum Achievable Matmul FLOPS (stas00/ml-engineering, compute/accelerator/README.md,
   "Maximum Achievable Matmul FLOPS comparison table", BF16 `torch.matmul` swept by mamf-finder.py; mean TFLOPS
   of the best shape found, software as listed). Mapped as one bf16 MatMul at that shape (graph launch where the
   profile gives one).
   The profiles' matrix asymptotes were derived from these figures divided by an assumed ~0.97 wave efficiency,
-  not fitted through the engine, so the engine's prediction at the same shape is a check of the tile and cache
-  model, marked held-out.
+  not fitted through the engine ("source"): the engine's prediction at the same shape checks the tile and cache
+  model.
 - `all-reduce`: MI300X 8-GPU ring all-reduce bus bandwidth at a 1 GiB message, against the achievable xGMI
   figure (7 links x ~48 GB/s usable of 64 GB/s rated, ROCm blog "Understanding RCCL Bandwidth and xGMI
-  Performance on AMD Instinct MI300X", 2025-03-02). The profile's link bandwidth is derived from that figure, so
-  this row is "fit": it shows the derivation holds through the alpha-beta formula, not that it was checked.
+  Performance on AMD Instinct MI300X", 2025-03-02). The profile's link bandwidth is derived from that figure ("source"):
+  the row shows the derivation holds through the alpha-beta formula, not that it was checked.
 - `floor`: AMD's MI300X system-acceptance pass criteria (github.com/ROCm/system-acceptance-docs, docs/gpus/mi300x.md
   and docs/common/system-validation.md at c5f0a21, 2026-06-12): the least a healthy 8-GPU MI300X node must
   measure, so a measured value is at or above each. BabelStream (hip-stream -n 50 -s 268435456: 2^28 doubles an
@@ -60,19 +63,19 @@ class Point:
     published: float  # gemm: TFLOP/s (TOP/s for int8); all-reduce: bus bandwidth GB/s; stream: GB/s
     software: str
     source: str
-    role: str  # "fit": a profile value was derived from it; "held-out": nothing was fitted to it; "floor": held out,
-    # and a minimum a healthy device measures (AMD's acceptance criteria), not a typical value
+    role: str  # "fit": fitted through the engine; "source": a value derived from it by arithmetic; "floor": held
+    # out, and a minimum a healthy device measures (AMD's acceptance criteria), not a typical value
     dtype: str = "bf16"  # the plan's dtype for a GEMM
 
 
 POINTS = (
-    Point("mi300x", "gemm", (4096, 4864, 10240), 781.9, "ROCm-6.2", MAMF, "held-out"),
-    # Gaudi 2's matrix asymptote is fitted to its point, and this check found its operand feed (see gaudi2.toml)
-    Point("gaudi2", "gemm", (20224, 19968, 11520), 429.3, "Gaudi 1.15", MAMF, "fit"),
+    Point("mi300x", "gemm", (4096, 4864, 10240), 781.9, "ROCm-6.2", MAMF, "source"),
+    # this check found Gaudi 2's operand feed (see gaudi2.toml)
+    Point("gaudi2", "gemm", (20224, 19968, 11520), 429.3, "Gaudi 1.15", MAMF, "source"),
     # the measured NVIDIA tables cover these devices; their MAMF rows are printed for scale, not as evidence
-    Point("h100-sxm", "gemm", (6144, 2816, 17920), 792.1, "CUDA-12.1", MAMF, "held-out"),
-    Point("a100-sxm-80gb", "gemm", (6912, 2048, 16384), 267.9, "CUDA-12.1", MAMF, "held-out"),
-    Point("mi300x", "all-reduce", (8, GIB), 7 * 48.0, "RCCL (blog, 2025)", RCCL_BLOG, "fit"),
+    Point("h100-sxm", "gemm", (6144, 2816, 17920), 792.1, "CUDA-12.1", MAMF, "source"),
+    Point("a100-sxm-80gb", "gemm", (6912, 2048, 16384), 267.9, "CUDA-12.1", MAMF, "source"),
+    Point("mi300x", "all-reduce", (8, GIB), 7 * 48.0, "RCCL (blog, 2025)", RCCL_BLOG, "source"),
     # AMD's acceptance floors (a healthy node measures at or above each)
     Point("mi300x", "stream-copy", (STREAM_ELEMENTS,), 4177.285, "BabelStream HIP", ACCEPT, "fit"),
     Point("mi300x", "stream-mul", (STREAM_ELEMENTS,), 4067.069, "BabelStream HIP", ACCEPT, "floor"),
@@ -183,10 +186,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 f"{r['hw']:14s} {r['kind']:10s} {r['shape']:20s} published {r['published']:7.1f} {r['unit']:10s}"
                 f" predicted {r['predicted']:7.1f}  {r['error']:+5.0%}  {r['role']}"
             )
-    held = [abs(r["error"]) for r in table if r["role"] == "held-out"]
-    print(f"held-out median |error| over {len(held)} points: {statistics.median(held):.0%}")
-    under = [f"{r['hw']} {r['kind']} {r['software']}" for r in table if r["role"] == "floor" and r["error"] < 0]
-    print(f"below an acceptance floor: {', '.join(under) or 'none'}")
+    for hw in dict.fromkeys(r["hw"] for r in table):
+        mine = [r for r in table if r["hw"] == hw]
+        parts = []
+        for role in ("fit", "source", "floor"):
+            errors = [r["error"] for r in mine if r["role"] == role]
+            if errors:
+                met = f", {sum(e >= 0 for e in errors)} met" if role == "floor" else ""
+                parts.append(f"{role} {len(errors)} (median |error| {statistics.median(map(abs, errors)):.0%}{met})")
+        print(f"{hw}: {'; '.join(parts)}")
     return table
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,9 @@ def print_summary(doc: dict) -> None:
         print(f"unmodeled: {len(doc['unmodeled'])} nodes (first: {first['op_type']}: {first['reason']})")
 
 
+HW_TEXT_WIDTH = 110  # `mapper hw NAME` wraps the evidence note to a terminal's width
+
+
 def cmd_hw_one(spec: str, as_json: bool) -> int:
     """One profile (a built-in name or a file): its headline figures and how they were obtained and checked."""
     hw = mapper.load_hardware(spec)
@@ -118,8 +122,12 @@ def cmd_hw_one(spec: str, as_json: bool) -> int:
         f"  {peak}{hw.dram_bandwidth_bytes_per_s / 1e9:.0f} GB/s DRAM, {hw.tdp_w:.0f} W,"
         f" {hw.interconnect.link_bandwidth_bytes_per_s / 1e9:.0f} GB/s per device over {hw.interconnect.topology}"
     )
-    print(f"  obtained: {evidence.obtained if evidence else said}")
-    print(f"  checked:  {evidence.checked if evidence else said}")
+    for label, text in (
+        ("obtained", evidence.obtained if evidence else said),
+        ("checked", evidence.checked if evidence else said),
+    ):
+        lines = textwrap.wrap(text, width=HW_TEXT_WIDTH - 12, break_on_hyphens=False, break_long_words=False)
+        print(f"  {label + ':':10s}" + ("\n" + " " * 12).join(lines))
     return 0
 
 
