@@ -18,15 +18,15 @@ profile) or "floor" (held out, and a minimum, see below):
   model.
 - `all-reduce`: MI300X 8-GPU ring all-reduce bus bandwidth at a 1 GiB message, against the achievable xGMI
   figure (7 links x ~48 GB/s usable of 64 GB/s rated, ROCm blog "Understanding RCCL Bandwidth and xGMI
-  Performance on AMD Instinct MI300X", 2025-03-02). The profile's link bandwidth is derived from that figure ("source"):
-  the row shows the derivation holds through the alpha-beta formula, not that it was checked.
+  Performance on AMD Instinct MI300X", 2025-03-02). The profile's link bandwidth is derived from that figure
+  ("source"): the row shows the derivation holds through the alpha-beta formula, not that it was checked.
 - `floor`: AMD's MI300X system-acceptance pass criteria (github.com/ROCm/system-acceptance-docs, docs/gpus/mi300x.md
   and docs/common/system-validation.md at c5f0a21, 2026-06-12): the least a healthy 8-GPU MI300X node must
   measure, so a measured value is at or above each. BabelStream (hip-stream -n 50 -s 268435456: 2^28 doubles an
-  array, mapped as fp32 arrays of twice the elements, the same bytes), rccl-tests all_reduce_perf -g 8 at the
-  large-message end (~8 GB), rocBLAS GEMMs. The DRAM asymptote is fitted to the Copy floor ("fit"); the other
-  floors are held out. Against a floor, a prediction below it (a negative error) is certainly too slow; one
-  above it is consistent with it, by an amount the floor cannot tell.
+  array, mapped as fp32 arrays of twice the elements, the same bytes), rccl-tests all_reduce_perf -g 8's
+  in-place bus bandwidth at 8 GB (docs/common/rccl-benchmarking.md), rocBLAS GEMMs. The DRAM asymptote is fitted
+  to the Copy floor ("fit"); the other floors are held out. Against a floor, a prediction below it (a negative
+  error) is certainly too slow; one above it is consistent with it, by an amount the floor cannot tell.
 
 Error = predicted / published - 1 (positive: the engine predicts faster than measured).
 """
