@@ -38,7 +38,8 @@ def write_header() -> None:
 
 st.write(
     "An analytical model that is never checked against a real run is a guess. Measure this model here, or "
-    "upload a profile of a real run elsewhere (any ONNX Runtime execution provider, or a PyTorch Chrome trace)."
+    "upload a profile of a real run elsewhere (any ONNX Runtime execution provider, a PyTorch Chrome trace, or an "
+    "Nsight Systems SQLite export)."
 )
 
 
@@ -180,8 +181,8 @@ with local:
             session.update(measured=(sel.key, before))
 with imported:
     upload = st.file_uploader(
-        "ONNX Runtime profile JSON or PyTorch profiler trace (.json, .json.gz)",
-        type=["json", "gz"],
+        "ONNX Runtime profile JSON, PyTorch profiler trace (.json, .json.gz) or Nsight Systems export (.sqlite)",
+        type=["json", "gz", "sqlite"],
         key="profile_upload",
     )
     if upload is not None:
@@ -189,7 +190,7 @@ with imported:
             m = mapper.measurement_from_profile(upload.getvalue(), sel.source)
             comparison = mapper.compare_measured(result, m)
             show(comparison, f"{upload.name} against {sel.hw.display_name}")
-            if m.trace:  # a PyTorch trace: how much of its time the mapping accounts for
+            if m.trace:  # a PyTorch trace or an Nsight export: how much of its time the mapping accounts for
                 st.caption(
                     f"{m.trace['runtime']}: {m.trace['matched_share']:.1%} of {m.trace['unit']} time matched a "
                     f"mapped kernel; idle between them {m.trace['idle_s'] * 1e3:.2f} ms per run."

@@ -58,7 +58,8 @@ def add_arguments(subparsers) -> None:
     m.add_argument(
         "--profile",
         default=None,
-        help="score a run made elsewhere instead: an ORT profile JSON or a PyTorch profiler trace (.json, .json.gz)",
+        help="score a run made elsewhere instead: an ORT profile JSON, a PyTorch profiler trace (.json, .json.gz) "
+        "or an Nsight Systems export (nsys export --type sqlite: .sqlite)",
     )
     m.add_argument(
         "--out", default=None, help="write the mapping sheet with a Measured section (.xlsx .csv .json .html)"

@@ -30,11 +30,12 @@ from mapper.core.settings import check_settings, setting_text
 from mapper.core.vocab import Runtime
 from mapper.evidence.measure_gate import check_run, estimate_run
 from mapper.evidence.measure_slots import measure_slot
+from mapper.evidence.nsys_trace import SQLITE_MAGIC, is_nsys_export, read_nsys_export
 from mapper.evidence.profiles import NodeMatch, ProfileTimes, _read, load_profile, match_nodes
 from mapper.evidence.torch_match import match_trace, trace_summary
-from mapper.evidence.torch_trace import gunzip, is_kineto, read_torch_trace
+from mapper.evidence.torch_trace import TorchTrace, gunzip, is_kineto, read_torch_trace
 from mapper.handle import open_model
-from mapper.model.sandbox import external_tensors, run_child
+from mapper.model.sandbox import external_tensors, open_regular_file, run_child
 
 WARMUP_RUNS = 2
 # What a measurement on ONNX Runtime is compared with: the exported graph as ORT runs it (the past -> present
@@ -325,9 +326,9 @@ def measure_model(
     )
 
 
-def _from_torch_trace(raw: bytes, label: str, source, name: str) -> Measurement:
-    """A PyTorch profiler trace matched to the model `source` by module scopes (evidence/torch_match.py)."""
-    trace = read_torch_trace(raw, label)
+def _from_torch_trace(trace: TorchTrace, source, name: str) -> Measurement:
+    """A PyTorch profiler trace or an Nsight Systems export matched to the model `source` by module scopes
+    (evidence/torch_match.py)."""
     nodes = match_trace(trace, _onnx_model(source))
     summary = trace_summary(trace, nodes)
     return Measurement(
@@ -336,12 +337,12 @@ def _from_torch_trace(raw: bytes, label: str, source, name: str) -> Measurement:
         0,
         trace.step_s,
         nodes,
-        f"pytorch-{trace.device.lower()}",
+        f"{'nsys' if trace.tool == 'Nsight Systems' else 'pytorch'}-{trace.device.lower()}",
         "",
         datetime.now(UTC).isoformat(timespec="seconds"),
         (
             (
-                f"imported PyTorch profiler trace ({trace.device}), {trace.runs} step(s); per-run time of each "
+                f"imported {summary['runtime']} ({trace.device}), {trace.runs} step(s); per-run time of each "
                 f"{summary['unit']}, matched share {summary['matched_share']:.1%}"
             ),
         ),
@@ -350,14 +351,27 @@ def _from_torch_trace(raw: bytes, label: str, source, name: str) -> Measurement:
     )
 
 
+def _head(path: str | os.PathLike) -> bytes:
+    """The first bytes of a file ("" where it cannot be read: the reader that reads it whole says why)."""
+    try:
+        with open_regular_file(Path(path)) as f:
+            return f.read(len(SQLITE_MAGIC))
+    except (OSError, MapperError):
+        return b""
+
+
 def measurement_from_profile(profile: str | os.PathLike | bytes | ProfileTimes, source, name: str = "") -> Measurement:
     """An imported profile (made elsewhere, any EP) matched to the model `source` by node and tensor names, or a
-    PyTorch profiler (Kineto) trace, gzipped or not, matched by module scopes."""
+    PyTorch profiler (Kineto) trace or an Nsight Systems SQLite export, gzipped or not, matched by module scopes."""
+    if isinstance(profile, str | os.PathLike) and _head(profile).startswith(SQLITE_MAGIC):
+        return _from_torch_trace(read_nsys_export(profile, f"export {Path(profile).name}"), source, name)
     if not isinstance(profile, ProfileTimes):
         raw, label = _read(profile)
         text = gunzip(raw, label)
+        if is_nsys_export(text):
+            return _from_torch_trace(read_nsys_export(text, label), source, name)
         if is_kineto(text, label):
-            return _from_torch_trace(text, label, source, name)
+            return _from_torch_trace(read_torch_trace(text, label), source, name)
         if text is not raw:
             profile = text
     times = profile if isinstance(profile, ProfileTimes) else load_profile(profile)

@@ -64,7 +64,8 @@ _SAME_NAME |= {
     "unsqueeze": "Unsqueeze",
 }
 NO_SCOPES = (
-    "the trace has no module scopes (wrap each module in record_function(<its path>): see bench/torch_cpu_trace.py)"
+    "the trace has no module scopes (wrap each module in record_function(<its path>), which an Nsight Systems run"
+    " under emit_nvtx records as NVTX ranges: see bench/torch_cpu_trace.py)"
 )
 
 
@@ -177,7 +178,8 @@ def trace_summary(trace: TorchTrace, nodes: tuple[NodeMatch, ...]) -> dict:
         if not n.onnx_nodes:
             reasons[n.how.removeprefix("unmatched: ")] += n.time_s
     return {
-        "runtime": f"PyTorch ({trace.device} profiler trace)",
+        "runtime": f"PyTorch ({trace.device} profiler trace)" if trace.tool == "PyTorch" else f"{trace.tool} export",
+        "tool": trace.tool,
         "device": trace.device,
         "runs": trace.runs,
         "units": len(trace.units),

@@ -69,6 +69,7 @@ class TorchTrace:
     launches: int  # CUDA runtime kernel launches
     launch_s: float  # their total CPU time
     skipped: int  # complete events without a usable duration or start
+    tool: str = "PyTorch"  # what wrote it: "PyTorch" (profiler / Kineto) or "Nsight Systems" (nsys_trace.py)
 
 
 def gunzip(raw: bytes, label: str) -> bytes:
@@ -180,8 +181,16 @@ def _kernels(events: list[Event], launched: dict[int, tuple[str, str, str]]) -> 
         if e.correlation < 0:
             out.append(Unit(e.name, "", "", e.ts_us, e.dur_us, e.thread, "", "no correlation id on the kernel"))
             continue
-        op, scope, op_key = launched.get(e.correlation, ("", "", ""))
-        why = "" if op_key else f"no CPU launch with correlation {e.correlation} in the trace"
+        found = launched.get(e.correlation)
+        op, scope, op_key = found or ("", "", "")
+        corr = e.correlation & 0xFFFFFFFF  # an Nsight export's id carries its process above bit 32 (nsys_trace._key)
+        why = (
+            f"no CPU launch with correlation {corr} in the trace"
+            if found is None
+            else ""
+            if op_key
+            else "launched outside any op (no cpu_op, or emit_nvtx range, around its launch)"
+        )
         out.append(Unit(e.name, op, scope, e.ts_us, e.dur_us, e.thread, op_key, why))
     return out
 
@@ -189,12 +198,18 @@ def _kernels(events: list[Event], launched: dict[int, tuple[str, str, str]]) -> 
 def read_torch_trace(raw: bytes, label: str = "trace") -> TorchTrace:
     """A Kineto / torch.profiler Chrome trace (bytes, gzipped or not) -> its units, steps and launch costs."""
     events, skipped = _events(gunzip(raw, label), label)
+    return trace_of_events(events, skipped, label)
+
+
+def trace_of_events(events: list[Event], skipped: int, label: str, tool: str = "PyTorch") -> TorchTrace:
+    """Events in Kineto's vocabulary (a Chrome trace's, or an Nsight Systems export's as nsys_trace.py names them)
+    -> the trace's units, each with its launching op and module scope, its steps and its launch costs."""
     units, launched, launches, launch_s = _host_side(events)
     kernels = _kernels(events, launched)
     steps = tuple(e.dur_us * 1e-6 for e in events if e.name.startswith("ProfilerStep#") and e.cat in STEP_CATS)
     device = "GPU" if kernels else "CPU"
     chosen = kernels or units
     if not chosen:
-        raise MapperError(f"{label}: a PyTorch trace with neither GPU kernels nor CPU ops; record CPU or CUDA activity")
+        raise MapperError(f"{label}: a {tool} trace with neither GPU kernels nor CPU ops; record CPU or CUDA activity")
     ordered = tuple(sorted(chosen, key=lambda u: (u.thread, u.ts_us)))
-    return TorchTrace(device, len(steps) or 1, ordered, steps, launches, launch_s, skipped)
+    return TorchTrace(device, len(steps) or 1, ordered, steps, launches, launch_s, skipped, tool)

@@ -1,0 +1,244 @@
+"""Nsight Systems exports (`nsys export --type sqlite`): kernels, their launches and NVTX ranges, read within bounds.
+
+An export's tables (schema: https://docs.nvidia.com/nsight-systems/2021.5/nsys-exporter/exported_data.html; columns
+as Nsight Systems 2022.2 and 2024 write them, e.g. hpcgroup/pipit's test exports): CUPTI_ACTIVITY_KIND_KERNEL (start,
+end in ns; correlationId; shortName / demangledName as StringIds ids; deviceId, streamId, globalPid),
+CUPTI_ACTIVITY_KIND_RUNTIME (the CUDA runtime call of each correlationId, on its thread: globalTid), NVTX_EVENTS
+(ranges: eventType 59 push/pop, 60 start/end; text, or textId into StringIds; globalTid). A serialized global id
+holds the process in bits 24-47 and the thread in bits 0-23 (the exporter's "Serialized process and thread
+identifiers" example). Each row becomes an event in Kineto's vocabulary (a kernel, a "cuda_runtime" launch, a
+"user_annotation" module range or a "cpu_op" op range, as torch.autograd.profiler.emit_nvtx names them:
+"aten::conv2d, seq = 12, ...") and torch_trace.trace_of_events ties kernels to launches (process and correlation
+id) and launches to the ranges open on their thread at their start, as it does for a Kineto trace.
+
+Bounds: the file at most MAX_TRACE_BYTES, opened read-only (a path as an immutable `file:` URI; an upload's bytes
+deserialized into memory, queries only); at most MAX_TRACE_EVENTS rows in all; each value at most
+MAX_TRACE_EVENT_BYTES; every query interrupted at TRACE_SQL_SECONDS. Anything else is one line.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import quote
+
+from mapper.core import limits
+from mapper.core.errors import MapperError
+from mapper.evidence.profiles import MAX_DUR_US, _number
+from mapper.evidence.torch_trace import MAX_NAME, MODULE_PATH, Event, TorchTrace, trace_of_events
+
+SQLITE_MAGIC = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite 3 database (sqlite.org/fileformat.html)
+KERNELS, RUNTIME, NVTX = "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"
+COPIES = {
+    "CUPTI_ACTIVITY_KIND_MEMCPY": ("gpu_memcpy", "Memcpy"),
+    "CUPTI_ACTIVITY_KIND_MEMSET": ("gpu_memset", "Memset"),
+}
+NVTX_RANGES = (59, 60)  # NvtxPushPopRange, NvtxStartEndRange (ENUM_NSYS_EVENT_TYPE); marks and domains are not ranges
+ID_BITS = 24  # a serialized global id: process in bits 24-47, thread in bits 0-23
+ID_MASK = (1 << ID_BITS) - 1
+MAX_NS = 1e21  # timestamps are ns since the session start: finite, and then some
+MAX_ID = 2**62
+CHECK_EVERY = 10_000  # SQLite virtual-machine steps between looks at the clock
+
+
+def is_nsys_export(head: bytes) -> bool:
+    """Whether the bytes open a SQLite database (an Nsight Systems export is one)."""
+    return head.startswith(SQLITE_MAGIC)
+
+
+def _one_line(label: str, exc: sqlite3.Error) -> MapperError:
+    text = str(exc)[:120]
+    if "interrupted" in text:
+        return MapperError(f"{label}: reading it took past {limits.limit_text('TRACE_SQL_SECONDS')}; export fewer runs")
+    if "too big" in text:
+        return MapperError(
+            f"{label}: a value is longer than {limits.limit_text('MAX_TRACE_EVENT_BYTES')}; give the export as written"
+        )
+    return MapperError(
+        f"{label}: not a readable Nsight Systems export ({text}); give `nsys export --type sqlite`'s file"
+    )
+
+
+@contextmanager
+def _connection(source: bytes | Path, label: str) -> Iterator[sqlite3.Connection]:
+    """A read-only connection whose queries stop at the time budget and whose values stop at the value limit."""
+    try:
+        if isinstance(source, bytes):
+            conn = sqlite3.connect(":memory:")
+            conn.deserialize(source)
+        else:
+            conn = sqlite3.connect(f"file:{quote(str(source.resolve()))}?mode=ro&immutable=1", uri=True)
+    except (sqlite3.Error, OverflowError) as exc:
+        raise _one_line(label, exc) if isinstance(exc, sqlite3.Error) else MapperError(f"{label}: too large") from None
+    deadline = time.monotonic() + limits.TRACE_SQL_SECONDS
+    conn.set_progress_handler(lambda: int(time.monotonic() > deadline), CHECK_EVERY)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, limits.MAX_TRACE_EVENT_BYTES)
+    conn.text_factory = lambda b: b.decode("utf-8", "replace")
+    try:
+        conn.execute("PRAGMA query_only = ON")
+        conn.execute("PRAGMA trusted_schema = OFF")  # no function a hostile schema names runs
+        yield conn
+    except sqlite3.Error as exc:
+        raise _one_line(label, exc) from None
+    finally:
+        conn.close()
+
+
+class _Rows:
+    """Rows of the export's tables, counted against MAX_TRACE_EVENTS in all."""
+
+    def __init__(self, conn: sqlite3.Connection, label: str):
+        self.conn, self.label, self.left = conn, label, limits.MAX_TRACE_EVENTS
+        found = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' LIMIT 100000").fetchall()
+        self.tables = {str(name) for (name,) in found}
+        self.columns: dict[str, set[str]] = {}
+
+    def has(self, table: str, *columns: str) -> bool:
+        if table not in self.tables:
+            return False
+        if table not in self.columns:
+            info = self.conn.execute(f'PRAGMA table_info("{table}")').fetchall()
+            self.columns[table] = {str(row[1]) for row in info}
+        return set(columns) <= self.columns[table]
+
+    def query(self, sql: str) -> Iterator[tuple]:
+        for row in self.conn.execute(f"{sql} LIMIT {self.left + 1}"):
+            self.left -= 1
+            if self.left < 0:
+                raise MapperError(
+                    f"{self.label}: more than {limits.limit_text('MAX_TRACE_EVENTS')} rows of kernels, launches and"
+                    " NVTX ranges; export fewer runs (nsys profile --capture-range)"
+                )
+            yield row
+
+
+def _int(value: object, high: float = MAX_ID) -> int | None:
+    number = _number(value, 0, high)
+    return None if number is None else int(number)
+
+
+def _span(start: object, end: object) -> tuple[float, float] | None:
+    """(start, duration) in microseconds, or None where either is not a number or the range runs backwards."""
+    s, e = _number(start, 0, MAX_NS), _number(end, 0, MAX_NS)
+    if s is None or e is None or not 0 <= e - s <= MAX_DUR_US * 1e3:
+        return None
+    return s * 1e-3, (e - s) * 1e-3
+
+
+def _thread(global_tid: object) -> tuple[int, str]:
+    tid = _int(global_tid) or 0
+    return (tid >> ID_BITS) & ID_MASK, f"{(tid >> ID_BITS) & ID_MASK}/{tid & ID_MASK}"
+
+
+def _key(pid: int, correlation: object) -> int:
+    """One correlation id per process: CUPTI numbers each process's calls from 1."""
+    corr = _int(correlation, 2**32 - 1)
+    return -1 if corr is None else (pid << 32) | corr
+
+
+def _range(text: str) -> tuple[str, str]:
+    """(category, name) of an NVTX range in Kineto's words: emit_nvtx's "aten::addmm, seq = 4, op_id = 9" is the
+    op "aten::addmm"; a dotted module path (record_function("layer1.0.conv1")) is a scope; the rest are kept as
+    annotations that name no module."""
+    name = text.split(", ", 1)[0].strip()[:MAX_NAME]
+    if "::" in name and not name.startswith("ProfilerStep#"):
+        return "cpu_op", name
+    return "user_annotation", name if MODULE_PATH.fullmatch(name) or name.startswith("ProfilerStep#") else text
+
+
+def _gpu_events(rows: _Rows, share) -> tuple[list[Event], int]:
+    events, skipped = [], 0
+    name = "COALESCE(substr(s.value, 1, 512), substr(d.value, 1, 512), '')"
+    sql = (
+        f"SELECT k.start, k.end, k.correlationId, k.deviceId, k.streamId, k.globalPid, {name} FROM {KERNELS} AS k"
+        " LEFT JOIN StringIds AS s ON s.id = k.shortName LEFT JOIN StringIds AS d ON d.id = k.demangledName"
+    )
+    queries = [(sql, "kernel")] if rows.has("StringIds", "id", "value") else []
+    for table, (cat, what) in COPIES.items():
+        if rows.has(table, "start", "end", "correlationId", "deviceId", "streamId", "globalPid"):
+            queries.append(
+                (f"SELECT start, end, correlationId, deviceId, streamId, globalPid, '{what}' FROM {table}", cat)
+            )
+    for query, cat in queries:
+        for start, end, corr, device, stream, global_pid, text in rows.query(query):
+            span = _span(start, end)
+            if span is None:
+                skipped += 1
+                continue
+            pid = ((_int(global_pid) or 0) >> ID_BITS) & ID_MASK
+            thread = share(f"{pid}/gpu{_int(device, 2**31)}/stream{_int(stream, 2**31)}")
+            events.append(Event(cat, share(str(text)[:MAX_NAME]), span[0], span[1], thread, _key(pid, corr)))
+    return events, skipped
+
+
+def _host_events(rows: _Rows, share) -> tuple[list[Event], int]:
+    events: list[Event] = []
+    skipped = 0
+    if rows.has(RUNTIME, "start", "end", "globalTid", "correlationId", "nameId"):
+        first: dict[int, Event] = {}  # some versions write a call twice (cudaLaunchKernel and _v7000 inside it)
+        for start, end, tid, corr, text in rows.query(
+            f"SELECT r.start, r.end, r.globalTid, r.correlationId, substr(s.value, 1, 512) FROM {RUNTIME} AS r"
+            " LEFT JOIN StringIds AS s ON s.id = r.nameId WHERE r.correlationId IS NOT NULL"
+        ):
+            span, (pid, thread) = _span(start, end), _thread(tid)
+            key = _key(pid, corr)
+            if span is None or key < 0:
+                skipped += 1
+                continue
+            event = Event("cuda_runtime", share(str(text or "")[:MAX_NAME]), span[0], span[1], share(thread), key)
+            if key not in first or event.ts_us < first[key].ts_us:
+                first[key] = event
+        events += first.values()
+    if rows.has(NVTX, "start", "end", "eventType", "text", "textId", "globalTid"):
+        text = "COALESCE(substr(n.text, 1, 512), substr(s.value, 1, 512), '')"
+        for start, end, tid, name in rows.query(
+            f"SELECT n.start, n.end, n.globalTid, {text} FROM {NVTX} AS n LEFT JOIN StringIds AS s ON s.id = n.textId"
+            f" WHERE n.eventType IN {NVTX_RANGES} AND n.end IS NOT NULL"
+        ):
+            span = _span(start, end)
+            if span is None:
+                skipped += 1
+                continue
+            cat, kept = _range(str(name))
+            events.append(Event(cat, share(kept), span[0], span[1], share(_thread(tid)[1]), -1))
+    return events, skipped
+
+
+def _source(profile: bytes | str | os.PathLike, label: str) -> bytes | Path:
+    if isinstance(profile, bytes):
+        if len(profile) > limits.MAX_TRACE_BYTES:
+            raise MapperError(f"{label}: larger than {limits.limit_text('MAX_TRACE_BYTES')}; export fewer runs")
+        return profile
+    path = Path(profile)
+    try:
+        if not path.is_file():
+            raise MapperError(f"{label}: not a regular file; give the .sqlite file nsys export wrote")
+        if path.stat().st_size > limits.MAX_TRACE_BYTES:
+            raise MapperError(f"{label}: larger than {limits.limit_text('MAX_TRACE_BYTES')}; export fewer runs")
+    except OSError as exc:
+        raise MapperError(f"{label}: cannot read it ({exc.strerror}); check the path") from None
+    return path
+
+
+def read_nsys_export(profile: bytes | str | os.PathLike, label: str = "export") -> TorchTrace:
+    """An Nsight Systems SQLite export (a path, or an upload's bytes) -> its kernels, each with its launching op and
+    module scope from the NVTX ranges open on the launching thread, and its launch costs."""
+    source = _source(profile, label)
+    strings: dict[str, str] = {}
+    share = lambda text: strings.setdefault(text, text)  # kernel and range names repeat per step: held once
+    with _connection(source, label) as conn:
+        rows = _Rows(conn, label)
+        if not rows.has(KERNELS, "start", "end", "correlationId", "deviceId", "streamId", "globalPid"):
+            raise MapperError(
+                f"{label}: a SQLite file without the {KERNELS} table nsys writes; profile with --trace=cuda,nvtx"
+                " and give `nsys export --type sqlite`'s file"
+            )
+        gpu, skipped_gpu = _gpu_events(rows, share)
+        host, skipped_host = _host_events(rows, share)
+    if not gpu:
+        raise MapperError(f"{label}: an Nsight Systems export with no kernel that ran; profile with --trace=cuda")
+    return trace_of_events(gpu + host, skipped_gpu + skipped_host, label, tool="Nsight Systems")
