@@ -25,6 +25,8 @@ with row[2].expander("your fix, owner, note", expanded=session.stored_run("revie
     owner = c[1].selectbox("owner", ("(the fix's own)", *mapper.REVIEW_OWNERS), key="review_owner")
     note = c[0].text_input("note", key="review_note")
     c[1].caption("The load and the latency targets are the sidebar's (Serving): the Overview's assessment.")
+attached = session.get().trace  # the run uploaded on the Validation page for this slice: step 3's evidence
+trace_name, trace = attached[1:] if attached and attached[0] == sel.key else ("", b"")
 request = mapper.ReviewRequest(
     model=sel.source,
     dims=dict(sel.dims),
@@ -35,8 +37,10 @@ request = mapper.ReviewRequest(
     owner="" if owner.startswith("(") else owner,
     note=note,
     file_name=sel.model_label if isinstance(sel.source, bytes) else "",
+    trace=trace,
+    trace_name=trace_name,
 )
-key = (sel.key, fix.strip(), owner, note)
+key = (sel.key, fix.strip(), owner, note, trace_name, hash(trace))
 assessed = session.get().assessment  # the Overview's: the review's steps 1, 2 and 4 are this one answer
 
 
@@ -117,6 +121,12 @@ def step_three() -> None:
     """What proves the class: the roofline with the failing kernels marked, the time split by class with the
     bytes or FLOPs behind it, measured evidence where there is some, and the kernels in people's words."""
     proof.show(mapper.proving_artifact(baseline_doc, review.dominant))  # its fusion rules are a column of the table
+    if review.trace_file is None:
+        st.caption("Attach a run of this slice (Validation page: upload a trace) to prove or refute it here.")
+    else:
+        st.caption(
+            f"Measured evidence: {ui.md(review.trace_file['name'])}, sha256 `{review.trace_file['sha256'][:16]}`."
+        )
 
 
 def step_four() -> None:

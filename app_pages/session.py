@@ -75,6 +75,7 @@ class DashboardState:
     runs: dict = field(default_factory=dict)  # button-run results (sweep, compare): name -> (key, value)
     validation: tuple | None = None  # (selection key, before, after) from the Validation page
     measured: tuple | None = None  # (selection key, comparison): the sheet's Measured section
+    trace: tuple | None = None  # (selection key, file name, bytes): the uploaded run the Review's step 3 scores
     link_options: dict = field(default_factory=dict)  # plan options the link set that have no sidebar widget
 
 

@@ -195,7 +195,7 @@ with imported:
                     f"{m.trace['runtime']}: {m.trace['matched_share']:.1%} of {m.trace['unit']} time matched a "
                     f"mapped kernel; idle between them {m.trace['idle_s'] * 1e3:.2f} ms per run."
                 )
-            session.update(measured=(sel.key, comparison))
+            session.update(measured=(sel.key, comparison), trace=(sel.key, upload.name, upload.getvalue()))
         except mapper.MapperError as e:
             ui.show_error("Cannot use this profile", e)
 if (session.get().measured or (None,))[0] == sel.key:

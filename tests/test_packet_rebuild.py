@@ -131,3 +131,36 @@ def test_reproduce_sh_stops_on_a_missing_or_different_model_file(tmp_path):
     no_mapper = _run(tmp_path / "packet", MAPPER="no-such-mapper-command")
     assert no_mapper.returncode == 2 and "no command no-such-mapper-command" in no_mapper.stderr
     assert (tmp_path / "packet" / "review.json").read_bytes() == files["review.json"]
+
+
+@pytest.mark.parametrize("given", ["path", "upload"])
+def test_a_trace_is_the_proving_artifact_and_rebuilds_beside_reproduce_sh(given, tmp_path):
+    """A run of the slice attached to the review: step 3's measured evidence and verdict, the trace's name, sha256 and
+    summary in review.json, and reproduce.sh that stops without the trace and rebuilds every file with it."""
+    trace = ROOT / "data" / "evidence" / "torch_cpu" / "resnet50.json.gz"
+    if given == "path":
+        copy = tmp_path / "a folder" / "run.json.gz"  # its folder stays out of the packet
+        copy.parent.mkdir()
+        shutil.copy(trace, copy)
+        attached = {"trace": str(copy)}
+    else:
+        attached = {"trace": trace.read_bytes(), "trace_name": "run.json.gz"}
+    hw = mapper.load_hardware("cpu-x86")
+    review = mapper.run_review(mapper.ReviewRequest("resnet50", {"batch": 1}, hw, **attached))
+    files = _unzip(mapper.packet_bytes(review), tmp_path / "rebuilt")
+    doc = json.loads(files["review.json"])
+    record = doc["trace_file"]
+    assert record["name"] == "run.json.gz" and record["sha256"] == hashlib.sha256(trace.read_bytes()).hexdigest()
+    assert record["summary"]["matched_share"] == 1.0 and record["summary"]["runs"] == 2
+    verdict = doc["proving_artifact"]["measured_verdict"]
+    assert verdict["class"] == review.dominant and verdict["verdict"] in ("proves", "refutes")
+    assert verdict["measured_s"] > 0 and 0 < verdict["achieved_flops_per_s"] < verdict["peak_flops_per_s"]
+    assert doc["proving_artifact"]["measured"]["model"]["measured_p50_s"] > 0
+    assert str(tmp_path).encode() not in b"".join(files.values())
+    missing = _run(tmp_path / "rebuilt")
+    assert missing.returncode == 2 and "trace file run.json.gz not found" in missing.stderr
+    (tmp_path / "rebuilt" / "run.json.gz").write_bytes(trace.read_bytes())
+    done = _run(tmp_path / "rebuilt")
+    assert done.returncode == 0, done.stdout + done.stderr
+    for name, content in files.items():
+        assert (tmp_path / "rebuilt" / name).read_bytes() == content, name

@@ -13,6 +13,7 @@ from streamlit.testing.v1 import AppTest
 import mapper
 from mapper.evidence.compare import compare_measured
 from mapper.evidence.measure import Measurement, NodeMatch
+from mapper.review.proof import measured_verdict
 
 # (model, dims, profile, plan options, the failing class): a prefill that is compute-bound at fp32 and a
 # decode step that is memory-bound (the dominant class the review finds: `mapper review` on each slice).
@@ -139,6 +140,24 @@ def test_measured_evidence_rows_where_the_document_has_a_measurement(slice_):
     assert set(m.measured.column("error")) == {"-20%"}  # predicted / measured - 1 at a 1.25x slower run
     assert all(isinstance(c, str) and not RAW.search(c) for row in m.measured.rows for c in row)
     assert m.measured_points.rows and "error -20%" in m.measured_summary
+
+
+def test_the_run_proves_a_class_it_ran_in_and_refutes_one_it_did_not():
+    """llama2-7b's decode step is memory-bound: a run 1.25x slower stays memory-bound (proves); a run whose kernels
+    each took under two launches' time is launch-bound by the measured-class rule, not memory-bound (refutes).
+    Achieved rates are shares of the document's own roofs."""
+    result, cls = with_measurement()
+    doc = mapper.mapping_document(result)
+    proves = measured_verdict(doc, cls)
+    assert proves["verdict"] == "proves" and proves["agreeing_share"] > 0.5
+    assert proves["achieved_dram_bytes_per_s"] < proves["dram_bandwidth_bytes_per_s"]
+    assert "The run proves it" in mapper.proving_artifact(doc, cls).measured_summary
+    achieved = mapper.proving_artifact(doc, cls).measured.column("achieved DRAM B/s")
+    assert all(cell.endswith("%)") and "B/s" in cell for cell in achieved if cell != "—")
+    fast, _ = with_measurement(1e-4)
+    refutes = measured_verdict(mapper.mapping_document(fast), cls)
+    assert refutes["verdict"] == "refutes" and refutes["agreeing_share"] < 0.5
+    assert measured_verdict(mapper.mapping_document(mapped("llama2-7b decode")[0]), cls) == {}
 
 
 def proof_page():

@@ -197,3 +197,26 @@ def test_gains_read_as_speed_ups_not_percent_of_latency():
     assert gain_text(4 / 5 - 1, "latency") == "1.25x slower: latency +25%"
     assert gain_text(0.001, "latency") == "no change on latency"
     assert gain_text(2.72, "throughput per device") == "+272% throughput per device"
+
+
+@pytest.mark.slow  # a review run through the page: ~4 s
+def test_review_page_step_three_scores_the_run_uploaded_for_the_slice():
+    """A trace uploaded on the Validation page for this slice is the review's measured evidence: step 3 names it."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    from app_pages import session
+    from tests.conftest import APP
+
+    trace = Path(__file__).resolve().parents[1] / "data" / "evidence" / "torch_cpu" / "resnet50.json.gz"
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    current = at.session_state[session.KEY]
+    at.session_state[session.KEY] = replace(current, trace=(current.selection.key, "run.json.gz", trace.read_bytes()))
+    at.switch_page("app_pages/review.py").run()
+    next(b for b in at.button if b.label == "Run review").click().run()
+    at.radio[0].set_value("3 Proving artifact").run()
+    assert not at.error and not at.exception
+    assert any(c.value.startswith("Measured evidence: run") and "sha256" in c.value for c in at.caption)
+    assert any(c.value.startswith("Measured p50") for c in at.caption)

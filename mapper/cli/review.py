@@ -33,6 +33,12 @@ def add_arguments(subparsers) -> None:
     p.add_argument("--max-length", type=int, default=0, help="first failing slice: longest length searched")
     p.add_argument("--matrix-batch", help="validation matrix batches, comma-separated (default: half/same/double)")
     p.add_argument("--matrix-length", help="validation matrix lengths (seq, or a decoder's context), comma-separated")
+    p.add_argument(
+        "--trace",
+        default="",
+        help="a run of the slice (PyTorch profiler trace, Nsight Systems .sqlite export or ORT profile): step 3's "
+        "measured evidence; the packet carries its sha256 and expects it beside reproduce.sh",
+    )
     p.add_argument("--created-utc", default="", help="pin the packet's timestamp (reproduce.sh does)")
     p.add_argument("--require-no-regression", action="store_true", help="exit 1 if the fix regresses any slice")
     p.add_argument("--out", help="write the packet: a .zip file")
@@ -86,6 +92,7 @@ def request_from(args: argparse.Namespace):
         target=parse_target(args.target) if args.target else None,
         max_length=_max_length(args.max_length),
         created_utc=args.created_utc,
+        trace=args.trace,
     )
 
 

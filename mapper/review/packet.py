@@ -22,6 +22,7 @@ from mapper.report.markdown import markdown_code, markdown_text
 from mapper.report.sheet import sheet_bytes
 from mapper.report.tables import csv_bytes
 from mapper.review.candidates import Candidate
+from mapper.review.proof import verdict_sentence
 from mapper.review.ranking import ranking_table
 from mapper.review.review import Review, review_flags
 
@@ -120,6 +121,7 @@ def review_document(review: Review) -> dict:
         "created_utc": review.created_utc,
         "slice": review.frozen,
         "model_file": model_file(review),
+        "trace_file": review.trace_file,
         "reproduce": review_command(review),
         "kpis": review.kpis,
         "first_failure": {
@@ -174,6 +176,12 @@ def readme(review: Review, doc: dict) -> str:
         (
             f"3. **Proving artifact.** `baseline.xlsx` / `baseline.html`: {review.artifact['kernels_of_class']}"
             f" {review.dominant} kernels (Kernels sheet: tile, fusion rule, class, evidence)."
+            + (
+                f" Measured: the trace {c(review.trace_file['name'])} (Measured sheet). "
+                f"{t(verdict_sentence(review.artifact['measured_verdict']))}"
+                if review.trace_file
+                else ""
+            )
         ),
         f"4. **Bounded fix.** {fix}",
         (
@@ -212,6 +220,13 @@ def rebuild_lines(review: Review, model: dict | None) -> list[str]:
         " byte for byte. It runs `mapper` from PATH, or the command in MAPPER (`MAPPER='python3 -m mapper' sh"
         " reproduce.sh`), and unpacks with `python3`, or the interpreter in PYTHON."
     )
+    trace = review.trace_file
+    if trace is not None:
+        name = c(trace["name"])
+        where += (
+            f" The run that proves step 3 is the trace {name} (sha256 {c(trace['sha256'])}): put it beside"
+            " reproduce.sh under that name too; reproduce.sh checks it."
+        )
     return ["## Rebuild every file", "", where, "", run, ""]
 
 
@@ -236,15 +251,15 @@ rebuild() {
 rebuild
 exit
 """
-MODEL_CHECK = """    model=@NAME@
+FILE_CHECK = """    file=@NAME@
     sha256=@SHA256@
-    if [ ! -f "$model" ]; then
-        echo "reproduce.sh: model file $model not found: put it beside reproduce.sh, named $model" >&2
+    if [ ! -f "$file" ]; then
+        echo "reproduce.sh: @WHAT@ file $file not found: put it beside reproduce.sh, named $file" >&2
         exit 2
     fi
-    got=$("$PYTHON" -c '@DIGEST@' "$model")
+    got=$("$PYTHON" -c '@DIGEST@' "$file")
     if [ "$got" != "$sha256" ]; then
-        echo "reproduce.sh: $model has sha256 $got, not $sha256: not the model of this packet" >&2
+        echo "reproduce.sh: $file has sha256 $got, not $sha256: not the @WHAT@ of this packet" >&2
         exit 2
     fi
 """
@@ -254,11 +269,20 @@ DIGEST = (  # a file's sha256 in any Python 3, a MiB at a time (a model file may
 )
 
 
+def _file_check(what: str, record: dict | None) -> str:
+    if record is None:
+        return ""
+    return (
+        FILE_CHECK.replace("@NAME@", _quote(record["name"]))
+        .replace("@SHA256@", record["sha256"])
+        .replace("@WHAT@", what)
+    )
+
+
 def reproduce_script(review: Review, model: dict | None) -> str:
-    """reproduce.sh: check the model file (`model_file`), rebuild the packet, unpack it over this folder."""
-    check = ""
-    if model is not None:
-        check = MODEL_CHECK.replace("@NAME@", _quote(model["name"])).replace("@SHA256@", model["sha256"])
+    """reproduce.sh: check the model file (`model_file`) and the trace (`Review.trace_file`), rebuild the packet,
+    unpack it over this folder."""
+    check = _file_check("model", model) + _file_check("trace", review.trace_file)
     args = " ".join(_quote(a) for a in review_args(review))
     return SCRIPT.replace("@CHECK@", check.replace("@DIGEST@", DIGEST)).replace("@ARGS@", args)
 

@@ -7,6 +7,7 @@ by candidates.py and re-mapped), and the validation matrix with its rollback bou
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shlex
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -50,6 +51,8 @@ class ReviewRequest:
     max_length: int = 0  # the first failing slice's cap on the length axis (0: the model's own maximum context)
     file_name: str = ""  # the uploaded model's file name ("" for built-ins and paths)
     created_utc: str = ""  # pinned into every file (reproduce.sh passes it); "": now
+    trace: str | bytes = ""  # a run of the slice: a PyTorch trace, an Nsight export or an ORT profile (path or bytes)
+    trace_name: str = ""  # an uploaded trace's file name ("" for paths)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +76,7 @@ class Review:
     first_slice: dict
     baseline: MappingResult = field(repr=False)
     fixed: MappingResult | None = field(repr=False)
+    trace_file: dict | None = None  # the attached trace: name beside reproduce.sh, sha256, its summary
 
 
 def fix_changes(text: str, request: ReviewRequest) -> dict:
@@ -112,6 +116,10 @@ def run_review(request: ReviewRequest, progress=None, assessment: Assessment | N
     if assessment is None:
         assessment = assess_slice(model, dims, hw, request.options, request.question, created)
     baseline = replace(assessment.result, created_utc=created)
+    trace_file = None
+    if request.trace:  # the proving artifact from a real run: the trace scored against the slice's own plan
+        measured, trace_file = trace_evidence(request, baseline, model_source(model, request.file_name), created)
+        baseline = replace(baseline, measured=measured)
     doc = mapping_document(baseline)
     failure, dominant = assessment.failure, assessment.dominant
     chosen, reason = _choose(request, assessment, (model.bind(dims), hw, request.options))
@@ -145,7 +153,37 @@ def run_review(request: ReviewRequest, progress=None, assessment: Assessment | N
         ),
         baseline=baseline,
         fixed=fixed,
+        trace_file=trace_file,
     )
+
+
+def trace_file_name(request: ReviewRequest, raw: bytes) -> str:
+    """What names the trace beside reproduce.sh: a path's or an upload's file name (never its folder), else a name
+    of its kind."""
+    given = request.trace_name if isinstance(request.trace, bytes) else str(request.trace)
+    name = re.split(r"[\\/]", given)[-1]
+    if name in ("", ".", "..") or not re.fullmatch(r"[A-Za-z0-9_.+-]{1,120}", name):
+        name = "trace.sqlite" if raw.startswith(b"SQLite format 3\x00") else "trace.json"
+    return name
+
+
+def trace_evidence(request: ReviewRequest, baseline: MappingResult, source: str, created: str) -> tuple[dict, dict]:
+    """The trace's Measured section (compare_measured against the baseline: the plan the slice ran) and the file
+    record the packet carries (name, sha256, summary). Pinned to the review's date and named by file name only, so
+    a rebuild beside reproduce.sh writes the same bytes."""
+    from mapper.evidence.compare import compare_measured  # the evidence stage: loaded where a trace is attached
+    from mapper.evidence.measure import measurement_from_profile
+    from mapper.evidence.profiles import _read
+
+    raw, _label = _read(request.trace)
+    measurement = replace(
+        measurement_from_profile(request.trace, request.model, baseline.model_name),
+        created_utc=created,
+        source=source,
+    )
+    summary = measurement.trace or {"runtime": measurement.provider, "runs": len(measurement.latencies_s)}
+    record = {"name": trace_file_name(request, raw), "sha256": hashlib.sha256(raw).hexdigest(), "summary": summary}
+    return compare_measured(baseline, measurement), record
 
 
 def _fixed(workload, hw, chosen: Candidate | None, created: str) -> MappingResult | None:
@@ -230,6 +268,8 @@ def review_flags(review: Review, hw_arg: str) -> list[str]:
         args += ["--target", _target_text(r.target)]
     if r.max_length:
         args += ["--max-length", str(r.max_length)]
+    if review.trace_file is not None:
+        args.append(f"--trace=./{review.trace_file['name']}")
     if r.grid is not None:
         args += ["--matrix-batch", ",".join(map(str, r.grid.batches))]
         if r.grid.axis:

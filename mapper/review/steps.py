@@ -11,6 +11,7 @@ from mapper.core.units import format_bytes, format_duration
 from mapper.hardware.profile import HardwareProfile
 from mapper.report.answer import PERCENTILES
 from mapper.report.verdict import Finding
+from mapper.review.proof import measured_verdict
 
 ARTIFACT_KERNELS = 8  # kernels of the failing class the proving artifact lists, longest first
 KERNEL_FIELDS = (
@@ -135,4 +136,5 @@ def artifact(doc: dict, cls: str) -> dict:
         "kernels_of_class": len(kernels),
         "fusion_plan": dict(sorted(rules.items(), key=lambda kv: -kv[1])),
         "measured": doc.get("measured"),
+        "measured_verdict": measured_verdict(doc, cls),
     }
