@@ -8,6 +8,7 @@ import io
 import json
 import multiprocessing
 from contextlib import redirect_stdout
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -226,3 +227,16 @@ def test_trends_page_without_a_store_says_how_to_configure_one(monkeypatch):
     at.switch_page("app_pages/trends.py").run()
     assert not at.exception
     assert any("MAPPER_STORE" in i.value for i in at.info)
+
+
+def test_measure_records_the_measured_kpis_beside_the_predicted(store_url):
+    """`mapper measure --profile TRACE --store` keeps the run's measured MFU, memory stall, error and matched share in
+    their own columns, beside the predicted ones of the same row."""
+    trace = Path(__file__).resolve().parents[1] / "data" / "evidence" / "torch_cpu" / "resnet50.json.gz"
+    rc, _ = cli("measure", "resnet50", "--hw", "cpu-x86", "--profile", str(trace), "--store", store_url)
+    assert rc == 0
+    (trend,) = load_trends(store_url, model="resnet50")
+    kpis = trend.points[-1].kpis
+    assert kpis["mfu"] > 0 and kpis["latency_s"] > 0  # the prediction
+    assert 0 < kpis["measured_mfu"] < 1 and 0 <= kpis["measured_memory_stall_fraction"] <= 1
+    assert kpis["measured_matched_share"] == 1.0 and kpis["measured_error"] == pytest.approx(-0.0235, abs=0.01)

@@ -87,6 +87,23 @@ def test_committed_cpu_traces_match_at_least_90_percent(model):
     result = mapper.map_workload(mapper.open_model(model).bind(None), mapper.load_hardware("cpu-x86"), ORT_PLAN)
     comparison = compare_measured(result, m)
     assert all(layer["measured_s"] > 0 for layer in comparison["layers"] if layer["layer_type"] == "Linear/GEMM")
+    row = comparison["model"]
+    assert 0 <= row["measured_memory_stall_fraction"] <= 1 and 0 < row["class_agreement"] <= 1
+    for layer in comparison["layers"]:
+        if layer["measured_s"] > 0:  # the roofline's time over the measured time, and rates at the measured time
+            assert layer["roofline_efficiency"] == pytest.approx(layer["roofline_s"] / layer["measured_s"])
+            assert layer["achieved_bytes_per_s"] == pytest.approx(layer["dram_bytes"] / layer["measured_s"])
+            assert layer["predicted_class"] and layer["measured_class"]
+
+
+def test_measured_stall_is_a_memory_bound_groups_time_past_its_compute_floor():
+    from mapper.core.classes import Bottleneck
+    from mapper.evidence.compare import _roofline_s, _stall_s
+
+    group = {"measured_class": Bottleneck.MEMORY, "measured_s": 5e-3, "flops": 2e9}
+    assert _stall_s(group, peak=1e12) == pytest.approx(5e-3 - 2e-3)  # 2 GFLOP at 1 TFLOP/s: a 2 ms floor
+    assert _stall_s({**group, "measured_class": Bottleneck.COMPUTE_MATRIX}, peak=1e12) == 0.0
+    assert _roofline_s(2e9, 3e9, peak=1e12, bandwidth=1e12) == pytest.approx(3e-3)  # the bytes are the slower
 
 
 def test_the_public_gpu_sample_reads_and_says_why_nothing_matches():
@@ -101,6 +118,7 @@ def test_measure_says_pytorch_not_onnx_runtime(capsys):
     out = capsys.readouterr().out
     assert "on PyTorch (CPU profiler trace)" in out and "ONNX Runtime" not in out
     assert "matched to mapped kernels 100.0%" in out
+    assert "memory stall" in out and "compute-bound (matrix) -> " in out and "GFLOP/s" in out
 
 
 def _deep(n: int) -> bytes:

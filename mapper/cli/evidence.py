@@ -13,6 +13,7 @@ import mapper
 from mapper.cli import store as store_cli
 from mapper.cli.args import add_store_args, parse_dim
 from mapper.core.settings import setting_text
+from mapper.core.units import format_rate
 from mapper.evidence.calibrate import calibrate, holdout_report
 from mapper.evidence.compare import compare_measured
 from mapper.evidence.measure import ORT_PLAN, measure_model, measurement_from_profile
@@ -137,26 +138,46 @@ def cmd_measure(args) -> int:
         f"predicted ({result.hardware_name}) {row['predicted_s'] * 1e3:.2f} ms, {_model_error(row, trace)}"
     )
     print(
-        f"{'layer type':24s} {'predicted ms':>12s} {'measured ms':>12s} {'error':>8s} {'meas. MFU':>9s}  measured class"
+        f"measured MFU {_share(row['measured_mfu'])} (predicted {_share(row['predicted_mfu'])}); memory stall"
+        f" {_share(row['measured_memory_stall_fraction'])} of measured kernel time (predicted"
+        f" {_share(row['predicted_memory_stall_fraction'])} of latency); measured class = predicted for"
+        f" {_share(row['class_agreement'])} of it"
+    )
+    print(
+        f"{'layer type':20s} {'predicted ms':>12s} {'measured ms':>11s} {'error':>6s} {'FLOP/s':>12s} {'DRAM B/s':>10s}"
+        f" {'roofline':>8s} {'MFU':>6s}  predicted class -> measured class (agreeing share of its time)"
     )
     for layer in comparison["layers"]:
-        err = f"{layer['error']:+.0%}" if layer["error"] is not None else "-"
-        mfu = f"{layer['measured_mfu']:.1%}" if layer["measured_mfu"] is not None else "-"
         print(
-            f"{layer['layer_type']:24s} {layer['predicted_s'] * 1e3:12.3f} {layer['measured_s'] * 1e3:12.3f} {err:>8s} "
-            f"{mfu:>9s}  {layer['measured_class']}"
+            f"{layer['layer_type'][:20]:20s} {layer['predicted_s'] * 1e3:12.3f} {layer['measured_s'] * 1e3:11.3f}"
+            f" {_signed(layer['error']):>6s} {format_rate(layer['achieved_flops_per_s'], 'FLOP/s'):>12s}"
+            f" {format_rate(layer['achieved_bytes_per_s'], 'B/s'):>10s} {_share(layer['roofline_efficiency']):>8s}"
+            f" {_share(layer['measured_mfu']):>6s}  {layer['predicted_class']} -> {layer['measured_class']}"
+            f" ({_share(layer['class_agreement'])})"
         )
-    print("largest mispredictions:")
+    print("largest mispredictions (kernel group: predicted, measured, achieved, roofline share, class):")
     for g in comparison["kernels"][:5]:
         print(
-            f"  {g['kernels'][0][:40]:40s} predicted {g['predicted_s'] * 1e3:8.3f} ms, "
-            f"measured {g['measured_s'] * 1e3:8.3f} ms"
+            f"  {g['kernels'][0][:40]:40s} {g['predicted_s'] * 1e3:8.3f} ms, {g['measured_s'] * 1e3:8.3f} ms,"
+            f" {format_rate(g['achieved_flops_per_s'], 'FLOP/s')}, {format_rate(g['achieved_bytes_per_s'], 'B/s')},"
+            f" {_share(g['roofline_efficiency'])}, {g['predicted_class']} -> {g['measured_class']}"
         )
     if trace:
         _print_trace(trace)
     elif comparison["unmatched"]:
         print(f"unmatched measured time: {row['unmatched_s'] * 1e3:.3f} ms in {len(comparison['unmatched'])} nodes")
     return 0
+
+
+WHOLE_PERCENT_FROM = 0.1  # shares from 10% up read in whole percent; smaller ones keep a decimal (4.3%)
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}" if value >= WHOLE_PERCENT_FROM else f"{value:.1%}"
+
+
+def _signed(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.0%}"
 
 
 def _model_error(row: dict, trace: dict) -> str:
@@ -174,6 +195,7 @@ def _print_trace(trace: dict) -> None:
         f"{trace['idle_s'] * 1e3:.3f} ms per run"
         + (
             f"; {trace['launches_per_run']:.0f} launches per run, {trace['launch_s'] * 1e3:.3f} ms of CPU"
+            f" ({trace['launch_s'] / trace['launches_per_run'] * 1e6:.1f} us each)"
             if trace["launches_per_run"]
             else ""
         )

@@ -77,15 +77,74 @@ def _error(predicted: float, measured: float) -> float | None:
     return (predicted - measured) / measured if measured > 0 else None
 
 
+def _roofline_s(flops: float, dram_bytes: float, peak: float, bandwidth: float) -> float:
+    """The roofline's time for the work: the slower of its FLOPs at the peak and its DRAM bytes at the bandwidth."""
+    return max(flops / peak if peak > 0 else 0.0, dram_bytes / bandwidth if bandwidth > 0 else 0.0)
+
+
+def _stall_s(group: dict, peak: float) -> float:
+    """Measured memory-stall time: a group the run found memory-bound waited on DRAM for its time past its compute
+    floor (its FLOPs at the peak)."""
+    if group["measured_class"] != Bottleneck.MEMORY:
+        return 0.0
+    return max(group["measured_s"] - (group["flops"] / peak if peak > 0 else 0.0), 0.0)
+
+
+def _rates(row: dict, peak: float, bandwidth: float) -> None:
+    """A row's achieved FLOP/s and DRAM bytes/s at its measured time, and the share of the roofline it reached."""
+    measured = row["measured_s"]
+    row["measured_mfu"] = row["flops"] / (measured * peak) if measured > 0 else None
+    row["achieved_flops_per_s"] = row["flops"] / measured if measured > 0 else None
+    row["achieved_bytes_per_s"] = row["dram_bytes"] / measured if measured > 0 else None
+    row["roofline_s"] = _roofline_s(row["flops"], row["dram_bytes"], peak, bandwidth)
+    row["roofline_efficiency"] = row["roofline_s"] / measured if measured > 0 else None
+
+
 def _score(groups: list[dict], peak: float, bandwidth: float, launch: float) -> None:
-    """Each kernel group's error, measured MFU, achieved FLOP/s and bytes/s and measured class, in place."""
+    """Each kernel group's error, measured MFU, achieved FLOP/s and bytes/s against the roofline, measured class and
+    measured memory-stall time, in place."""
     for g in groups:
-        measured = g["measured_s"]
-        g["error"] = _error(g["predicted_s"], measured)
-        g["measured_mfu"] = g["flops"] / (measured * peak) if measured > 0 else None
-        g["achieved_flops_per_s"] = g["flops"] / measured if measured > 0 else None
-        g["achieved_bytes_per_s"] = g["dram_bytes"] / measured if measured > 0 else None
+        g["error"] = _error(g["predicted_s"], g["measured_s"])
+        _rates(g, peak, bandwidth)
         g["measured_class"] = measured_class(g, peak, bandwidth, launch)
+        g["measured_stall_s"] = _stall_s(g, peak)
+
+
+def _layers(groups: list[dict], peak: float, bandwidth: float) -> list[dict]:
+    """Per layer type: times, FLOPs and bytes summed, the rates they imply, the predicted and measured class (each
+    the class of most of the layer's predicted or measured time) and the share of measured time where they agree."""
+    layers: dict[str, dict] = {}
+    for g in groups:
+        row = layers.setdefault(
+            g["layer_type"],
+            {
+                "layer_type": g["layer_type"],
+                "kernel_groups": 0,
+                "predicted_s": 0.0,
+                "measured_s": 0.0,
+                "flops": 0.0,
+                "dram_bytes": 0.0,
+                "measured_stall_s": 0.0,
+                "agreeing_s": 0.0,
+                "class_time": {},
+                "predicted_time": {},
+            },
+        )
+        row["kernel_groups"] += 1
+        for key in ("predicted_s", "measured_s", "flops", "dram_bytes", "measured_stall_s"):
+            row[key] += g[key]
+        row["agreeing_s"] += g["measured_s"] if g["measured_class"] == g["predicted_class"] else 0.0
+        row["class_time"][g["measured_class"]] = row["class_time"].get(g["measured_class"], 0.0) + g["measured_s"]
+        row["predicted_time"][g["predicted_class"]] = (
+            row["predicted_time"].get(g["predicted_class"], 0.0) + g["predicted_s"]
+        )
+    for row in layers.values():
+        row["error"] = _error(row["predicted_s"], row["measured_s"])
+        _rates(row, peak, bandwidth)
+        row["measured_class"] = max(row.pop("class_time").items(), key=lambda kv: kv[1])[0]
+        row["predicted_class"] = max(row.pop("predicted_time").items(), key=lambda kv: kv[1])[0]
+        row["class_agreement"] = row.pop("agreeing_s") / row["measured_s"] if row["measured_s"] > 0 else None
+    return sorted(layers.values(), key=lambda r: -abs(r["predicted_s"] - r["measured_s"]))
 
 
 def compare_measured(result, measurement: Measurement) -> dict:
@@ -98,22 +157,10 @@ def compare_measured(result, measurement: Measurement) -> dict:
     launch = _assumed(result, "overhead.kernel_launch_s", 0.0)
     groups, unmatched_s, unmatched = kernel_groups(result, measurement)
     _score(groups, peak, bandwidth, launch)
-    layers: dict[str, dict] = {}
-    for g in groups:
-        row = layers.setdefault(
-            g["layer_type"],
-            {"layer_type": g["layer_type"], "predicted_s": 0.0, "measured_s": 0.0, "flops": 0.0, "class_time": {}},
-        )
-        row["predicted_s"] += g["predicted_s"]
-        row["measured_s"] += g["measured_s"]
-        row["flops"] += g["flops"]
-        row["class_time"][g["measured_class"]] = row["class_time"].get(g["measured_class"], 0.0) + g["measured_s"]
-    for row in layers.values():
-        row["error"] = _error(row["predicted_s"], row["measured_s"])
-        row["measured_mfu"] = row["flops"] / (row["measured_s"] * peak) if row["measured_s"] > 0 else None
-        row["measured_class"] = max(row.pop("class_time").items(), key=lambda kv: kv[1])[0]
+    layers = _layers(groups, peak, bandwidth)
     measured_p50 = measurement.p50_s
     node_sum = sum(n.time_s for n in measurement.nodes)
+    kernel_s = sum(g["measured_s"] for g in groups)
     model = {
         "model": result.model_name,
         "hardware": result.hardware_name,
@@ -124,6 +171,12 @@ def compare_measured(result, measurement: Measurement) -> dict:
         "error": _error(result.totals.latency_s, measured_p50),
         "measured_mfu": result.totals.flops / (measured_p50 * peak) if measured_p50 > 0 else None,
         "predicted_mfu": result.totals.mfu,
+        "predicted_memory_stall_fraction": result.totals.memory_stall_fraction,
+        "measured_memory_stall_fraction": sum(g["measured_stall_s"] for g in groups) / kernel_s if kernel_s else None,
+        "class_agreement": sum(g["measured_s"] for g in groups if g["measured_class"] == g["predicted_class"])
+        / kernel_s
+        if kernel_s
+        else None,
         "node_time_s": node_sum,
         "unmatched_s": unmatched_s,
         "framework_overhead_s": max(measured_p50 - node_sum, 0.0) if measurement.latencies_s else 0.0,
@@ -133,7 +186,7 @@ def compare_measured(result, measurement: Measurement) -> dict:
     by_miss = sorted(groups, key=lambda g: -abs(g["predicted_s"] - g["measured_s"]))
     return {
         "model": model,
-        "layers": sorted(layers.values(), key=lambda r: -abs(r["predicted_s"] - r["measured_s"])),
+        "layers": layers,
         "kernels": by_miss,
         "unmatched": sorted(unmatched, key=lambda u: -u["time_s"]),
         "measurement": {k: v for k, v in measurement.to_dict().items() if k != "nodes"},
@@ -144,5 +197,10 @@ def compare_measured(result, measurement: Measurement) -> dict:
             "measured_class": "launch-bound under 2x kernel_launch_s, else the larger of FLOP/s/peak "
             "and DRAM B/s/bandwidth at the measured time (compute-bound on the group's engine: matrix, or "
             "vector/SFU); not measured where the run gave the group no time",
+            "roofline_efficiency": "the roofline's time for the work (max of FLOPs / peak and DRAM bytes / bandwidth)"
+            " / the measured time",
+            "measured_memory_stall_fraction": "over the measured kernel time: the time past their compute floor"
+            " (FLOPs / peak) of the groups whose measured class is memory-bound",
+            "class_agreement": "the share of measured kernel time whose measured class is the predicted one",
         },
     }

@@ -38,6 +38,8 @@ KPIS: dict[str, tuple[str, bool]] = {
     "ppw": ("perf_per_watt", True),
     "memory": ("memory_per_device_bytes", False),
     "measured": ("measured_p50_s", False),
+    "measured-mfu": ("measured_mfu", True),
+    "measured-stall": ("measured_memory_stall_fraction", False),
 }
 PRIMARY_ORDER = ("p99", "ttft", "latency", "throughput")  # a slice's primary metric: the first it has
 MEASURED_OF = {"latency": "measured_p50_s", "p50": "measured_p50_s", "p99": "measured_p99_s"}

@@ -63,9 +63,11 @@ def _first(section: dict, *keys: str) -> float | None:
 
 def kpis_of(document: dict) -> dict:
     """The KPIs a document carries (None where it has none): totals, the serving section (request
-    percentiles or TTFT/TPOT), memory per device, the first failure, measured percentiles."""
+    percentiles or TTFT/TPOT), memory per device, the first failure, and what a measured run says beside them:
+    its percentiles, MFU, memory-stall fraction, error and, for a trace, the share of it the mapping matched."""
     totals, serving = document.get("totals") or {}, document.get("serving") or {}
     measured = (document.get("measured") or {}).get("model") or {}
+    trace = ((document.get("measured") or {}).get("measurement") or {}).get("trace") or {}
     kpis = {
         "latency_s": _first(totals, "latency_s") or _first(serving, "latency_p50_s"),
         "p50_s": _first(serving, "p50_s", "latency_p50_s"),
@@ -81,6 +83,10 @@ def kpis_of(document: dict) -> dict:
         "memory_per_device_bytes": _first(document.get("memory") or {}, "per_device_bytes"),
         "measured_p50_s": _first(measured, "measured_p50_s"),
         "measured_p99_s": _first(measured, "measured_p99_s"),
+        "measured_mfu": _first(measured, "measured_mfu"),
+        "measured_memory_stall_fraction": _first(measured, "measured_memory_stall_fraction"),
+        "measured_error": _first(measured, "error"),
+        "measured_matched_share": _first(trace, "matched_share"),
     }
     failure = None
     if totals and document.get("kernels") is not None:

@@ -29,7 +29,7 @@ metadata = sa.MetaData()
 
 schema_version = sa.Table("schema_version", metadata, sa.Column("version", sa.Integer, nullable=False))
 
-KPI_COLUMNS = (
+V1_KPI_COLUMNS = (
     "latency_s",
     "p50_s",
     "p95_s",
@@ -44,6 +44,9 @@ KPI_COLUMNS = (
     "measured_p50_s",
     "measured_p99_s",
 )
+# Version 3: what a measured run (`mapper measure`, a review with a trace) says beside the predicted KPIs.
+MEASURED_COLUMNS = ("measured_mfu", "measured_memory_stall_fraction", "measured_error", "measured_matched_share")
+KPI_COLUMNS = V1_KPI_COLUMNS + MEASURED_COLUMNS
 
 
 def _v1_columns() -> list[sa.Column]:
@@ -62,7 +65,7 @@ def _v1_columns() -> list[sa.Column]:
         sa.Column("hardware_sha256", sa.String(64), nullable=False),
         sa.Column("options", sa.Text, nullable=False),  # JSON, keys sorted
         sa.Column("engine_version", sa.String(64), nullable=False),
-        *(sa.Column(name, sa.Float, nullable=True) for name in KPI_COLUMNS),
+        *(sa.Column(name, sa.Float, nullable=True) for name in V1_KPI_COLUMNS),
         sa.Column("first_failure", sa.Text, nullable=True),
         sa.Column("document", sa.Text, nullable=False),
         sa.Column("sheet", sa.LargeBinary, nullable=True),
@@ -74,7 +77,14 @@ def _v1_columns() -> list[sa.Column]:
 OWNER = sa.Column("owner", sa.String(64), nullable=True)  # SHA-256 of the recording session's token; NULL: team
 PUBLIC_ID = sa.Column("public_id", sa.String(32), nullable=True)  # 128 random bits, hex; set on every row
 
-runs = sa.Table("runs", metadata, *_v1_columns(), OWNER, PUBLIC_ID)  # the table as this mapper reads it
+runs = sa.Table(  # the table as this mapper reads it
+    "runs",
+    metadata,
+    *_v1_columns(),
+    OWNER,
+    PUBLIC_ID,
+    *(sa.Column(name, sa.Float, nullable=True) for name in MEASURED_COLUMNS),
+)
 
 
 def _create_v1(conn: sa.Connection) -> None:
@@ -95,8 +105,18 @@ def _owners_and_public_ids_v2(conn: sa.Connection) -> None:
     conn.execute(sa.text("CREATE INDEX ix_runs_owner ON runs (owner)"))
 
 
+def _measured_kpis_v3(conn: sa.Connection) -> None:
+    """Add the measured KPIs (MEASURED_COLUMNS); runs recorded before have none (NULL)."""
+    for name in MEASURED_COLUMNS:
+        conn.execute(sa.text(f"ALTER TABLE runs ADD COLUMN {name} DOUBLE PRECISION"))
+
+
 # Append only: (version, step). A released step never changes; a new column is a new step.
-MIGRATIONS: list[tuple[int, Callable[[sa.Connection], None]]] = [(1, _create_v1), (2, _owners_and_public_ids_v2)]
+MIGRATIONS: list[tuple[int, Callable[[sa.Connection], None]]] = [
+    (1, _create_v1),
+    (2, _owners_and_public_ids_v2),
+    (3, _measured_kpis_v3),
+]
 
 
 def default_store_url() -> str:
