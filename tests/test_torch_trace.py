@@ -154,3 +154,31 @@ def test_wrong_correlation_ids_match_nothing_but_are_kept():
     m = measurement_from_profile(json.dumps(trace).encode(), "resnet50")
     assert m.trace["matched_share"] == 0.0 and all(not n.onnx_nodes for n in m.nodes)
     assert m.trace["traced_s"] == pytest.approx((2 * 440 + 60) / 2 * 1e-6)
+
+
+def test_calibrating_on_a_trace_never_sees_its_held_back_kernels(tmp_path, capsys):
+    """The declared split: every 4th measured kernel group is held back. Making those kernels 10x slower leaves the
+    fitted curves as they were (the fit did not read them), and moves only the held-out score."""
+    import dataclasses
+
+    from mapper.evidence.calibrate import _held_nodes, calibrate, held_out_kernels, kernel_groups
+
+    trace = DATA / "torch_cpu" / "resnet50.json.gz"
+    m = measurement_from_profile(trace, "resnet50", "resnet50")
+    result = mapper.map_workload(mapper.open_model("resnet50").bind(None), mapper.load_hardware("cpu-x86"), ORT_PLAN)
+    held = _held_nodes(result, m, 4)
+    slower = dataclasses.replace(
+        m, nodes=tuple(dataclasses.replace(n, time_s=n.time_s * 10) if set(n.onnx_nodes) & held else n for n in m.nodes)
+    )
+    fits = [calibrate("cpu-x86", [x], holdout_every=4) for x in (m, slower)]
+    for key in ("matrix_by_flops", "vector_by_bytes", "dram_by_bytes"):
+        curves = [[e for _size, e in fit["efficiency"][key]["value"]] for fit in fits]
+        assert curves[0] == pytest.approx(curves[1], rel=1e-9)
+    report = held_out_kernels("cpu-x86", fits[0], [m], 4)
+    groups, _, _ = kernel_groups(result, m)
+    assert report["kernel_groups"] == sum(1 for i, g in enumerate(groups) if i % 4 == 3 and g["measured_s"] > 0)
+    assert held_out_kernels("cpu-x86", fits[1], [slower], 4)["measured_s"] > 9 * report["measured_s"]
+    out = tmp_path / "fitted.toml"
+    assert main(["calibrate", "--hw", "cpu-x86", "--trace", f"resnet50={trace}", "--out", str(out)]) == 0
+    assert "held back (every 4th measured kernel group" in capsys.readouterr().out and out.exists()
+    assert main(["calibrate", "--hw", "cpu-x86", "--trace", str(trace), "--out", str(out)]) == 2  # no MODEL=

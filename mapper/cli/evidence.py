@@ -12,9 +12,10 @@ from pathlib import Path
 import mapper
 from mapper.cli import store as store_cli
 from mapper.cli.args import add_store_args, parse_dim
+from mapper.core.errors import MapperError
 from mapper.core.settings import setting_text
 from mapper.core.units import format_rate
-from mapper.evidence.calibrate import calibrate, holdout_report
+from mapper.evidence.calibrate import calibrate, held_out_kernels, holdout_report
 from mapper.evidence.compare import compare_measured
 from mapper.evidence.measure import ORT_PLAN, measure_model, measurement_from_profile
 from mapper.evidence.measure_slots import ordinal
@@ -22,6 +23,7 @@ from mapper.evidence.probe import probe_machine
 from mapper.evidence.profile_toml import write_toml
 from mapper.report.json_text import write_json
 
+HOLDOUT_EVERY = 4  # with --trace, a quarter of the measured kernel groups are held back from the fit by default
 MIN_SCORED_SHARE = 0.5  # a trace matched below this share gets no whole-model error (it would compare other work)
 
 
@@ -70,7 +72,21 @@ def add_arguments(subparsers) -> None:
     m.set_defaults(func=cmd_measure)
     c = subparsers.add_parser("calibrate", help="fit a profile's efficiency curves to measured models")
     c.add_argument("--hw", required=True, help="the profile to start from")
-    c.add_argument("--on", nargs="+", required=True, metavar="MODEL", help="models to fit on (files or built-ins)")
+    c.add_argument("--on", nargs="*", default=[], metavar="MODEL", help="models to measure here and fit on")
+    c.add_argument(
+        "--trace",
+        action="append",
+        default=[],
+        metavar="MODEL=TRACE",
+        help="fit on a run made elsewhere: a model and its PyTorch trace, Nsight export or ORT profile",
+    )
+    c.add_argument(
+        "--holdout-every",
+        type=int,
+        default=None,
+        metavar="K",
+        help="hold back every K-th measured kernel group from the fit and score it (default: 4 with --trace, else 0)",
+    )
     c.add_argument("--holdout", nargs="*", default=[], metavar="MODEL", help="models to score, not fit")
     c.add_argument("--out", required=True, help="the calibrated .toml to write")
     c.add_argument("--runs", type=int, default=7)
@@ -214,9 +230,19 @@ def cmd_calibrate(args) -> int:
             print(f"measured {model}: min {min(out[-1].latencies_s) * 1e3:.2f} ms", file=sys.stderr)
         return out
 
-    train = measure(args.on)
+    traces = []
+    for spec in args.trace:
+        model, sep, path = spec.partition("=")
+        if not sep or not model or not path:
+            raise MapperError(f"--trace {spec!r}: give MODEL=TRACE (resnet50=run.json.gz)")
+        traces.append(measurement_from_profile(path, model, model))
+    if not args.on and not traces:
+        raise MapperError("calibrate: give models to measure here (--on) or runs made elsewhere (--trace MODEL=TRACE)")
+    every = args.holdout_every if args.holdout_every is not None else (HOLDOUT_EVERY if traces else 0)
+    train = measure(args.on) + traces
     name = Path(args.out).stem
-    tree = calibrate(args.hw, train, statistic=args.statistic, name=name)
+    tree = calibrate(args.hw, train, statistic=args.statistic, name=name, holdout_every=every)
+    held = held_out_kernels(args.hw, tree, train, every) if every else None
     report = tree.pop("calibration")
     Path(args.out).write_text(
         f"# calibrated by `mapper calibrate` on {', '.join(report['models'])} ({report['date']})\n"
@@ -226,6 +252,12 @@ def cmd_calibrate(args) -> int:
         f"wrote {args.out}: fit on {len(train)} models, median |error| {report['median_abs_error_before']:.1%} -> "
         f"{report['median_abs_error_after']:.1%}"
     )
+    if held is not None:
+        print(
+            f"  held back ({held['split']}): {held['kernel_groups']} kernel groups, {held['measured_s'] * 1e3:.2f} ms"
+            f" measured; median |error| {held['median_abs_error_before']:.1%} -> {held['median_abs_error_after']:.1%},"
+            f" their summed time {held['total_error_before']:+.1%} -> {held['total_error_after']:+.1%}"
+        )
     if args.holdout:
         for row in holdout_report(args.hw, tree, measure(args.holdout), args.statistic):
             print(f"  held out {row['model']}: error {row['error_before']:+.1%} -> {row['error_after']:+.1%}")

@@ -57,14 +57,20 @@ def _curve_of(e) -> tuple[str, float, float]:
     return "vector", e.kernel.dram_bytes, 0.0
 
 
-def _samples(result, measurement, hw) -> list[Sample]:
+def held_back(group_index: int, every: int) -> bool:
+    """The declared split: with `every` = k > 0, each k-th measured kernel group of a model (in the mapping's order,
+    the k-th, 2k-th, ...) is held back from the fit and scored after it; 0 holds nothing back."""
+    return every > 0 and group_index % every == every - 1
+
+
+def _samples(result, measurement, hw, every: int = 0) -> list[Sample]:
     groups, _, _ = kernel_groups(result, measurement)
     by_name = {e.kernel.name: e for e in result.kernels}
     curves = {"matrix": hw.matrix_efficiency, "vector": hw.vector_efficiency, "dram": hw.dram_efficiency}
     total = sum(g["measured_s"] for g in groups) or 1.0
     out = []
-    for g in groups:
-        if g["measured_s"] <= 0:
+    for i, g in enumerate(groups):
+        if g["measured_s"] <= 0 or held_back(i, every):
             continue
         members = [by_name[name] for name in g["kernels"]]
         work_s = sum(e.time_s - e.overhead_s - e.sync_s for e in members)
@@ -111,7 +117,14 @@ def fit_curve(points: list[list[float]], samples: list[Sample], ridge: float = R
     return [[float(10**x), float(e)] for x, e in zip(xs, solution)]
 
 
-def fit_op_scales(results, measurements, hw) -> dict[str, tuple[float, int]]:
+def _held_nodes(result, measurement, every: int) -> set[str]:
+    """The ONNX nodes of the held-back kernel groups (their measured nodes stay out of every fit)."""
+    groups, _, _ = kernel_groups(result, measurement)
+    nodes_of = {e.kernel.name: e.kernel.nodes for e in result.kernels}
+    return {n for i, g in enumerate(groups) if held_back(i, every) for k in g["kernels"] for n in nodes_of[k]}
+
+
+def fit_op_scales(results, measurements, hw, every: int = 0) -> dict[str, tuple[float, int]]:
     """Op types the runtime runs consistently far from their engine's other kernels: op -> (new scale, samples).
 
     Only clean samples count: a measured node that ran exactly one ONNX node, of the same op type, which the
@@ -122,7 +135,10 @@ def fit_op_scales(results, measurements, hw) -> dict[str, tuple[float, int]]:
     ratios: dict[str, list[float]] = {}
     engine_of: dict[str, str] = {}
     for result, m in zip(results, measurements):
-        alone = {e.kernel.nodes[0]: e for e in result.kernels if len(e.kernel.nodes) == 1}
+        held = _held_nodes(result, m, every) if every else set()
+        alone = {
+            e.kernel.nodes[0]: e for e in result.kernels if len(e.kernel.nodes) == 1 and e.kernel.nodes[0] not in held
+        }
         for n in m.nodes:
             e = alone.get(n.onnx_nodes[0]) if len(n.onnx_nodes) == 1 else None
             work_s = e.time_s - e.overhead_s - e.sync_s if e is not None else 0.0
@@ -174,8 +190,11 @@ def _workloads(measurements):
     return out
 
 
-def calibrate(profile, measurements, statistic: str = "p50", name: str | None = None) -> dict:
+def calibrate(profile, measurements, statistic: str = "p50", name: str | None = None, holdout_every: int = 0) -> dict:
     """Fit the profile's efficiency curves and kernel_launch_s to `measurements`; returns the calibrated profile dict.
+    `holdout_every` = k > 0 fits on all but each k-th measured kernel group (`held_back`): `held_out_kernels` scores
+    the fit on those (a trace's kernels it did not fit). Then kernel_launch_s is kept: its fit (wall time less kernel
+    time) would read the held-back kernels' time.
 
     The dict's ["calibration"] is NOT part of the profile: pop it before writing (cmd_calibrate does)."""
     if not measurements:
@@ -186,7 +205,7 @@ def calibrate(profile, measurements, statistic: str = "p50", name: str | None = 
     tree = hw.to_dict()
     for _ in range(PASSES):
         results = [map_workload(w, hw, ORT_PLAN) for w in workloads]
-        scales = fit_op_scales(results, measurements, hw)
+        scales = fit_op_scales(results, measurements, hw, holdout_every)
         if scales:  # ops the runtime runs far off the roofline get their own multiplier, not a bent curve
             table = tree["efficiency"].setdefault("op_time_scale", {})
             for op, (scale, count) in scales.items():
@@ -197,12 +216,13 @@ def calibrate(profile, measurements, statistic: str = "p50", name: str | None = 
                 }
             hw = load_hardware(tree)
             results = [map_workload(w, hw, ORT_PLAN) for w in workloads]
-        samples = [s for r, m in zip(results, measurements) for s in _samples(r, m, hw)]
+        samples = [s for r, m in zip(results, measurements) for s in _samples(r, m, hw, holdout_every)]
         for curve, key in CURVE_KEYS.items():
             mine = [s for s in samples if s.curve == curve]
             if mine:
                 tree["efficiency"][key]["value"] = fit_curve(tree["efficiency"][key]["value"], mine)
-        tree["overhead"]["kernel_launch_s"]["value"] = fit_launch(results, measurements, statistic)
+        if not holdout_every:  # the gap between wall time and kernel time counts every kernel, held-back ones too
+            tree["overhead"]["kernel_launch_s"]["value"] = fit_launch(results, measurements, statistic)
         hw = load_hardware(tree)
     after = model_errors(hw, workloads, measurements, statistic)
     models = ", ".join(sorted({m.model_name for m in measurements}))
@@ -213,10 +233,11 @@ def calibrate(profile, measurements, statistic: str = "p50", name: str | None = 
     )
     for key in CURVE_KEYS.values():
         tree["efficiency"][key]["source"] = f"{note}; was: {tree['efficiency'][key]['source']}"[:1990]
-    tree["overhead"]["kernel_launch_s"]["source"] = (
-        f"{note}; per-kernel share of measured wall time outside matched "
-        f"ORT nodes; was: {tree['overhead']['kernel_launch_s']['source']}"
-    )[:1990]
+    if not holdout_every:
+        tree["overhead"]["kernel_launch_s"]["source"] = (
+            f"{note}; per-kernel share of measured wall time outside matched "
+            f"ORT nodes; was: {tree['overhead']['kernel_launch_s']['source']}"
+        )[:1990]
     if name:
         tree["meta"]["name"] = name
     load_hardware(tree)
@@ -228,8 +249,50 @@ def calibrate(profile, measurements, statistic: str = "p50", name: str | None = 
         "errors_after": after,
         "median_abs_error_before": med(before),
         "median_abs_error_after": med(after),
+        "holdout_every": holdout_every,
     }
     return tree
+
+
+def held_out_kernels(original, calibrated: dict, measurements, holdout_every: int) -> dict:
+    """The fit scored on what it did not see: each model's held-back kernel groups (`held_back`, the same split the
+    fit used) with the original and the calibrated profile. Per group and in all: error = (predicted - measured) /
+    measured; the median |error| over groups and the error of their summed time (JSON-ready)."""
+    if holdout_every < 2:  # noqa: PLR2004 - every group held back (1) would leave nothing to fit
+        raise MapperError(f"calibrate: --holdout-every {holdout_every}: hold back every k-th kernel group, k >= 2")
+    profiles = (load_hardware(original), load_hardware({k: v for k, v in calibrated.items() if k != "calibration"}))
+    rows = []
+    for workload, m in zip(_workloads(measurements), measurements):
+        before, after = (kernel_groups(map_workload(workload, hw, ORT_PLAN), m)[0] for hw in profiles)
+        predicted_after = {g["kernels"][0]: g["predicted_s"] for g in after}
+        for i, g in enumerate(before):
+            if held_back(i, holdout_every) and g["measured_s"] > 0:
+                rows.append(
+                    {
+                        "model": m.model_name,
+                        "kernel": g["kernels"][0],
+                        "layer_type": g["layer_type"],
+                        "measured_s": g["measured_s"],
+                        "predicted_before_s": g["predicted_s"],
+                        "predicted_after_s": predicted_after.get(g["kernels"][0], g["predicted_s"]),
+                    }
+                )
+    for r in rows:
+        r["error_before"] = r["predicted_before_s"] / r["measured_s"] - 1.0
+        r["error_after"] = r["predicted_after_s"] / r["measured_s"] - 1.0
+    measured = sum(r["measured_s"] for r in rows)
+    total = lambda key: sum(r[key] for r in rows) / measured - 1.0 if measured > 0 else None
+    median = lambda key: float(np.median([abs(r[key]) for r in rows])) if rows else None
+    return {
+        "split": f"every {holdout_every}th measured kernel group of each model, in the mapping's order, held back",
+        "kernel_groups": len(rows),
+        "measured_s": measured,
+        "median_abs_error_before": median("error_before"),
+        "median_abs_error_after": median("error_after"),
+        "total_error_before": total("predicted_before_s"),
+        "total_error_after": total("predicted_after_s"),
+        "groups": rows,
+    }
 
 
 def holdout_report(original, calibrated: dict, measurements, statistic: str = "p50") -> list[dict]:
