@@ -16,9 +16,17 @@ from app_pages import cache, session, ui
 MAX_LOCAL_FLOPS = 50e9  # run on this machine only what finishes in a few seconds per run
 MAX_LOCAL_WEIGHT_BYTES = 1e9
 PEOPLE_FORMAT = {  # ui.people_table's headers: shares as percentages
-    "error": st.column_config.NumberColumn(format="percent"),
-    "measured MFU": st.column_config.NumberColumn(format="percent"),
+    header: st.column_config.NumberColumn(format="percent")
+    for header in ("error", "measured MFU", "roofline efficiency", "class agreement")
 }
+LAYER_COLUMNS = (
+    "layer_type", "predicted_s", "measured_s", "error", "achieved_flops_per_s", "achieved_bytes_per_s",
+    "roofline_efficiency", "measured_mfu", "predicted_class", "measured_class", "class_agreement",
+)  # fmt: skip
+KERNEL_COLUMNS = (
+    "kernel", "layer_type", "predicted_s", "measured_s", "error", "achieved_flops_per_s", "achieved_bytes_per_s",
+    "roofline_efficiency", "predicted_class", "measured_class",
+)  # fmt: skip
 
 doc, result, sel = ui.current()
 st.title("Validation")
@@ -89,7 +97,7 @@ def _scatter(kernels: pd.DataFrame, label: str) -> go.Figure:
 
 def show(comparison: dict, label: str) -> None:
     row = comparison["model"]
-    c1, c2, c3, c4 = st.columns(4)
+    c1, c2, c3, c4, c5 = st.columns(5)
     c1.metric("Predicted", ui.ms(row["predicted_s"]))
     c2.metric(
         "Measured p50",
@@ -97,14 +105,20 @@ def show(comparison: dict, label: str) -> None:
         help=f"p95 {ui.ms(row['measured_p95_s'])}, p99 {ui.ms(row['measured_p99_s'])}",
     )
     c3.metric("Error", "—" if row["error"] is None else f"{row['error']:+.0%}", help=comparison["definitions"]["error"])
-    c4.metric("Measured MFU", ui.pct(row["measured_mfu"]))
+    c4.metric("Measured MFU", ui.pct(row["measured_mfu"]), help=f"predicted {ui.pct(row['predicted_mfu'])}")
+    c5.metric(
+        "Measured memory stall",
+        ui.pct(row["measured_memory_stall_fraction"]),
+        help=f"{comparison['definitions']['measured_memory_stall_fraction']}; predicted"
+        f" {ui.pct(row['predicted_memory_stall_fraction'])} of the predicted latency",
+    )
     kernels = pd.DataFrame([k for k in comparison["kernels"] if k["measured_s"] > 0 and k["predicted_s"] > 0])
     if not kernels.empty:
         st.plotly_chart(_scatter(kernels, label), key=f"scatter_{label}")
     layers = pd.DataFrame(comparison["layers"])
     st.subheader("Error by layer type")
     st.dataframe(
-        ui.people_table(layers[["layer_type", "predicted_s", "measured_s", "error", "measured_mfu", "measured_class"]]),
+        ui.people_table(layers[list(LAYER_COLUMNS)]),
         hide_index=True,
         width="stretch",
         column_config=PEOPLE_FORMAT,
@@ -114,7 +128,7 @@ def show(comparison: dict, label: str) -> None:
     if not top.empty:
         top = top.assign(kernel=top["kernels"].map(lambda ks: ks[0]))
         st.dataframe(
-            ui.people_table(top[["kernel", "layer_type", "predicted_s", "measured_s", "error", "measured_class"]]),
+            ui.people_table(top[list(KERNEL_COLUMNS)]),
             hide_index=True,
             width="stretch",
             column_config=PEOPLE_FORMAT,

@@ -13,7 +13,7 @@ from streamlit.testing.v1 import AppTest
 import mapper
 from mapper.evidence.compare import compare_measured
 from mapper.evidence.measure import Measurement, NodeMatch
-from mapper.review.proof import measured_verdict
+from mapper.review.measured import measured_verdict
 
 # (model, dims, profile, plan options, the failing class): a prefill that is compute-bound at fp32 and a
 # decode step that is memory-bound (the dominant class the review finds: `mapper review` on each slice).

@@ -144,21 +144,31 @@ def cmd_measure(args) -> int:
         doc = {**{k: v for k, v in measurement.to_dict().items() if k != "latencies_s"}, "comparison": comparison}
         write_json(doc, sys.stdout)
         return 0
+    print_comparison(comparison, measurement.trace, measurement, result.hardware_name)
+    return 0
+
+
+WHOLE_PERCENT_FROM = 0.1  # shares from 10% up read in whole percent; smaller ones keep a decimal (4.3%)
+
+
+def print_comparison(comparison: dict, trace: dict, measurement, hardware_name: str) -> None:
+    """`mapper measure`'s text: the model line, the measured MFU and stall, the per-layer table, the largest
+    mispredictions, and what a trace says beside them."""
     row = comparison["model"]
-    trace = measurement.trace  # a PyTorch trace says its runtime; ORT runs and profiles say theirs
     runtime = trace["runtime"] if trace else f"ONNX Runtime ({measurement.provider}, {measurement.threads} thread(s))"
     print(
         f"{row['model']} on {runtime}: measured p50 "
         f"{row['measured_p50_s'] * 1e3:.2f} ms, p95 {row['measured_p95_s'] * 1e3:.2f}, "
         f"p99 {row['measured_p99_s'] * 1e3:.2f}; "
-        f"predicted ({result.hardware_name}) {row['predicted_s'] * 1e3:.2f} ms, {_model_error(row, trace)}"
+        f"predicted ({hardware_name}) {row['predicted_s'] * 1e3:.2f} ms, {_model_error(row, trace)}"
     )
-    print(
-        f"measured MFU {_share(row['measured_mfu'])} (predicted {_share(row['predicted_mfu'])}); memory stall"
-        f" {_share(row['measured_memory_stall_fraction'])} of measured kernel time (predicted"
-        f" {_share(row['predicted_memory_stall_fraction'])} of latency); measured class = predicted for"
-        f" {_share(row['class_agreement'])} of it"
-    )
+    if not (trace and trace["matched_share"] < MIN_SCORED_SHARE):  # else it would describe other work
+        print(
+            f"measured MFU {_share(row['measured_mfu'])} (predicted {_share(row['predicted_mfu'])}); memory stall"
+            f" {_share(row['measured_memory_stall_fraction'])} of measured kernel time (predicted"
+            f" {_share(row['predicted_memory_stall_fraction'])} of latency); measured class = predicted for"
+            f" {_share(row['class_agreement'])} of it"
+        )
     print(
         f"{'layer type':20s} {'predicted ms':>12s} {'measured ms':>11s} {'error':>6s} {'FLOP/s':>12s} {'DRAM B/s':>10s}"
         f" {'roofline':>8s} {'MFU':>6s}  predicted class -> measured class (agreeing share of its time)"
@@ -182,10 +192,6 @@ def cmd_measure(args) -> int:
         _print_trace(trace)
     elif comparison["unmatched"]:
         print(f"unmatched measured time: {row['unmatched_s'] * 1e3:.3f} ms in {len(comparison['unmatched'])} nodes")
-    return 0
-
-
-WHOLE_PERCENT_FROM = 0.1  # shares from 10% up read in whole percent; smaller ones keep a decimal (4.3%)
 
 
 def _share(value: float | None) -> str:
@@ -220,6 +226,17 @@ def _print_trace(trace: dict) -> None:
         print(f"  unmatched {time_s * 1e3:8.3f} ms: {why}")
 
 
+def _traces(specs: list[str]) -> list:
+    """--trace MODEL=TRACE: each run made elsewhere, matched to its model."""
+    out = []
+    for spec in specs:
+        model, sep, path = spec.partition("=")
+        if not sep or not model or not path:
+            raise MapperError(f"--trace {spec!r}: give MODEL=TRACE (resnet50=run.json.gz)")
+        out.append(measurement_from_profile(path, model, model))
+    return out
+
+
 def cmd_calibrate(args) -> int:
     dims = _dims(args)
 
@@ -230,12 +247,7 @@ def cmd_calibrate(args) -> int:
             print(f"measured {model}: min {min(out[-1].latencies_s) * 1e3:.2f} ms", file=sys.stderr)
         return out
 
-    traces = []
-    for spec in args.trace:
-        model, sep, path = spec.partition("=")
-        if not sep or not model or not path:
-            raise MapperError(f"--trace {spec!r}: give MODEL=TRACE (resnet50=run.json.gz)")
-        traces.append(measurement_from_profile(path, model, model))
+    traces = _traces(args.trace)
     if not args.on and not traces:
         raise MapperError("calibrate: give models to measure here (--on) or runs made elsewhere (--trace MODEL=TRACE)")
     every = args.holdout_every if args.holdout_every is not None else (HOLDOUT_EVERY if traces else 0)

@@ -190,6 +190,17 @@ def _workloads(measurements):
     return out
 
 
+def _cite(tree: dict, note: str, launch: bool) -> None:
+    """Each fitted value's source: the calibration, then what it was."""
+    for key in CURVE_KEYS.values():
+        tree["efficiency"][key]["source"] = f"{note}; was: {tree['efficiency'][key]['source']}"[:1990]
+    if launch:
+        tree["overhead"]["kernel_launch_s"]["source"] = (
+            f"{note}; per-kernel share of measured wall time outside matched "
+            f"ORT nodes; was: {tree['overhead']['kernel_launch_s']['source']}"
+        )[:1990]
+
+
 def calibrate(profile, measurements, statistic: str = "p50", name: str | None = None, holdout_every: int = 0) -> dict:
     """Fit the profile's efficiency curves and kernel_launch_s to `measurements`; returns the calibrated profile dict.
     `holdout_every` = k > 0 fits on all but each k-th measured kernel group (`held_back`): `held_out_kernels` scores
@@ -231,13 +242,7 @@ def calibrate(profile, measurements, statistic: str = "p50", name: str | None = 
         f"calibrated: mapper calibrate {date.today().isoformat()} on {len(measurements)} measured models ({models}), "
         f"{statistic} latency, median |error| {med(before):.1%} before -> {med(after):.1%} after"
     )
-    for key in CURVE_KEYS.values():
-        tree["efficiency"][key]["source"] = f"{note}; was: {tree['efficiency'][key]['source']}"[:1990]
-    if not holdout_every:
-        tree["overhead"]["kernel_launch_s"]["source"] = (
-            f"{note}; per-kernel share of measured wall time outside matched "
-            f"ORT nodes; was: {tree['overhead']['kernel_launch_s']['source']}"
-        )[:1990]
+    _cite(tree, note, launch=not holdout_every)
     if name:
         tree["meta"]["name"] = name
     load_hardware(tree)

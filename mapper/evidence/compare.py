@@ -170,6 +170,8 @@ def compare_measured(result, measurement: Measurement) -> dict:
         "measured_p99_s": measurement.percentile_s(99),
         "error": _error(result.totals.latency_s, measured_p50),
         "measured_mfu": result.totals.flops / (measured_p50 * peak) if measured_p50 > 0 else None,
+        "peak_flops_per_s": peak,
+        "dram_bandwidth_bytes_per_s": bandwidth,
         "predicted_mfu": result.totals.mfu,
         "predicted_memory_stall_fraction": result.totals.memory_stall_fraction,
         "measured_memory_stall_fraction": sum(g["measured_stall_s"] for g in groups) / kernel_s if kernel_s else None,

@@ -62,6 +62,12 @@ class NodeMatch:
     how: str  # name | output | stripped-name | optimized-graph | unmatched: <why>
 
 
+def read_bounded(source: str | os.PathLike | bytes) -> tuple[bytes, str]:
+    """A profile's or trace's bytes (a regular file, or an upload's) and how messages name it; past MAX_TRACE_BYTES
+    it is refused before it is read."""
+    return _read(source)
+
+
 def _read(source: str | os.PathLike | bytes) -> tuple[bytes, str]:
     if isinstance(source, (bytes, bytearray)):
         raw, label = bytes(source), "uploaded profile"

@@ -22,7 +22,7 @@ from mapper.report.markdown import markdown_code, markdown_text
 from mapper.report.sheet import sheet_bytes
 from mapper.report.tables import csv_bytes
 from mapper.review.candidates import Candidate
-from mapper.review.proof import verdict_sentence
+from mapper.review.measured import verdict_sentence
 from mapper.review.ranking import ranking_table
 from mapper.review.review import Review, review_flags
 

@@ -11,9 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mapper.core.classes import Bottleneck
-from mapper.core.units import format_bytes, format_duration, format_flops, format_number, format_rate
+from mapper.core.units import format_bytes, format_duration, format_flops, format_number
 from mapper.report.charts import assumption_value, dram_bandwidth
 from mapper.report.groups import repeated_groups
+from mapper.review.measured import measured_verdict, rate_text, verdict_sentence
 
 KERNEL_ROWS = 40  # groups of failing kernels the table lists, longest first (a 32-layer model has ~10)
 MEASURED_ROWS = 8  # measured kernel groups of the failing class, longest measured first
@@ -29,8 +30,7 @@ MEASURED_COLUMNS = (
     "kernels", "layer type", "predicted", "measured", "error", "achieved FLOP/s", "achieved DRAM B/s",
     "predicted class", "measured class",
 )  # fmt: skip
-PROVES_SHARE = 0.5  # the trace proves the failure where the failing class's groups ran in that class for at least
-# this share of their measured time (by the measured-class rule of evidence/compare.py), and refutes it otherwise
+
 POINT_COLUMNS = ("name", "intensity_flop_per_byte", "achieved_flops_per_s", "time_s", "failing")
 CLASS_COLUMNS = ("class", "time_s", "share", "dram_bytes", "flops", "kernels", "behind")
 
@@ -189,64 +189,6 @@ def _error(error: float | None) -> str:
     return NONE if error is None or not math.isfinite(error) else f"{error:+.0%}"
 
 
-def _rate(amount: float, time_s: float, roof: float, unit: str) -> str:
-    """An achieved rate and its share of the roof ("310 TFLOP/s (31%)"); a dash where nothing was timed."""
-    if time_s <= 0 or amount <= 0:
-        return NONE
-    rate = amount / time_s
-    return f"{format_rate(rate, unit)} ({rate / roof:.0%})" if roof > 0 else format_rate(rate, unit)
-
-
-def measured_verdict(doc: dict, cls: str) -> dict:
-    """Whether the attached run proves or refutes the failing class: the failing class's kernel groups, their
-    measured time, the share of it that ran in that class, and what they achieved against the roofs
-    (JSON-ready; {} where the document has no measurement)."""
-    section = doc.get("measured")
-    if not section:
-        return {}
-    groups = [g for g in section.get("kernels", ()) if g["predicted_class"] == cls and g["measured_s"] > 0]
-    measured = sum(g["measured_s"] for g in groups)
-    agreeing = sum(g["measured_s"] for g in groups if g["measured_class"] == cls)
-    peak = doc["totals"].get("peak_flops_per_s") or 0.0
-    bandwidth = dram_bandwidth(doc) or 0.0
-    flops, dram = sum(g["flops"] for g in groups), sum(g["dram_bytes"] for g in groups)
-    share = agreeing / measured if measured > 0 else 0.0
-    verdict = "not measured" if measured <= 0 else "proves" if share >= PROVES_SHARE else "refutes"
-    return {
-        "verdict": verdict,
-        "class": cls,
-        "groups": len(groups),
-        "groups_agreeing": sum(1 for g in groups if g["measured_class"] == cls),
-        "measured_s": measured,
-        "agreeing_share": share,
-        "achieved_flops_per_s": flops / measured if measured > 0 else None,
-        "achieved_dram_bytes_per_s": dram / measured if measured > 0 else None,
-        "peak_flops_per_s": peak,
-        "dram_bandwidth_bytes_per_s": bandwidth,
-        "matched_share": (section.get("measurement", {}).get("trace") or {}).get("matched_share"),
-        "runtime": (section.get("measurement", {}).get("trace") or {}).get("runtime", ""),
-    }
-
-
-def verdict_sentence(v: dict) -> str:
-    """The verdict in one sentence a person reads aloud."""
-    if not v:
-        return "Not measured: no measurement is attached to this mapping."
-    if v["verdict"] == "not measured":
-        return f"The run gave no {v['class']} kernel group any time: it neither proves nor refutes the failure."
-    achieved = [
-        _rate(v["achieved_flops_per_s"] * v["measured_s"], v["measured_s"], v["peak_flops_per_s"], "FLOP/s"),
-        _rate(
-            v["achieved_dram_bytes_per_s"] * v["measured_s"], v["measured_s"], v["dram_bandwidth_bytes_per_s"], "B/s"
-        ),
-    ]
-    return (
-        f"The run {v['verdict']} it: {v['groups_agreeing']} of {v['groups']} {v['class']} kernel groups,"
-        f" {v['agreeing_share']:.0%} of their measured {format_duration(v['measured_s'])}, ran {v['class']};"
-        f" they achieved {achieved[0]} of the peak and {achieved[1]} of the DRAM bandwidth."
-    )
-
-
 def _measured_row(label: str, members: list[dict], peak: float, bandwidth: float) -> tuple[tuple, tuple | None]:
     """One row of measured evidence (a repeated layer's groups summed) and its point at the measured time."""
     predicted, measured = sum(g["predicted_s"] for g in members), sum(g["measured_s"] for g in members)
@@ -262,8 +204,8 @@ def _measured_row(label: str, members: list[dict], peak: float, bandwidth: float
         format_duration(predicted),
         format_duration(measured) if measured > 0 else NONE,
         _error((predicted - measured) / measured if measured > 0 else None),
-        _rate(flops, measured, peak, "FLOP/s"),
-        _rate(dram, measured, bandwidth, "B/s"),
+        rate_text(flops, measured, peak, "FLOP/s"),
+        rate_text(dram, measured, bandwidth, "B/s"),
         members[0]["predicted_class"],
         max(sorted(by_class), key=by_class.__getitem__),
     )
@@ -277,7 +219,9 @@ def _measured(doc: dict, cls: str) -> tuple[Table | None, Table, str]:
     section = doc.get("measured")
     if not section:
         return None, Table(POINT_COLUMNS, ()), verdict_sentence({})
-    peak, bandwidth = doc["totals"].get("peak_flops_per_s") or 0.0, dram_bandwidth(doc) or 0.0
+    roofs = section.get("model", {})  # the roofs the comparison scored against (the document's, older ones aside)
+    peak = roofs.get("peak_flops_per_s") or doc["totals"].get("peak_flops_per_s") or 0.0
+    bandwidth = roofs.get("dram_bandwidth_bytes_per_s") or dram_bandwidth(doc) or 0.0
     groups = [{**g, "name": g["kernels"][0]} for g in section.get("kernels", ()) if g["predicted_class"] == cls]
     repeated = sorted(repeated_groups(groups), key=lambda lg: (-sum(g["measured_s"] for g in lg[1]), lg[0]))
     made = [_measured_row(label, members, peak, bandwidth) for label, members in repeated[:MEASURED_ROWS]]

@@ -18,6 +18,9 @@ from mapper.core.errors import MapperError
 from mapper.core.options import PlanOptions
 from mapper.core.result import MappingResult
 from mapper.core.version import __version__
+from mapper.evidence.compare import compare_measured
+from mapper.evidence.measure import measurement_from_profile
+from mapper.evidence.profiles import read_bounded
 from mapper.explore.compare_inputs import PlanSpec, plan_spec
 from mapper.handle import open_model
 from mapper.hardware.profile import HardwareProfile
@@ -171,11 +174,7 @@ def trace_evidence(request: ReviewRequest, baseline: MappingResult, source: str,
     """The trace's Measured section (compare_measured against the baseline: the plan the slice ran) and the file
     record the packet carries (name, sha256, summary). Pinned to the review's date and named by file name only, so
     a rebuild beside reproduce.sh writes the same bytes."""
-    from mapper.evidence.compare import compare_measured  # the evidence stage: loaded where a trace is attached
-    from mapper.evidence.measure import measurement_from_profile
-    from mapper.evidence.profiles import _read
-
-    raw, _label = _read(request.trace)
+    raw, _label = read_bounded(request.trace)
     measurement = replace(
         measurement_from_profile(request.trace, request.model, baseline.model_name),
         created_utc=created,

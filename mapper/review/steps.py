@@ -11,7 +11,7 @@ from mapper.core.units import format_bytes, format_duration
 from mapper.hardware.profile import HardwareProfile
 from mapper.report.answer import PERCENTILES
 from mapper.report.verdict import Finding
-from mapper.review.proof import measured_verdict
+from mapper.review.measured import measured_verdict
 
 ARTIFACT_KERNELS = 8  # kernels of the failing class the proving artifact lists, longest first
 KERNEL_FIELDS = (
