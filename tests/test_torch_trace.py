@@ -16,7 +16,7 @@ import mapper
 from mapper.cli.main import main
 from mapper.core.errors import MapperError
 from mapper.evidence.compare import compare_measured
-from mapper.evidence.measure import ORT_PLAN, measurement_from_profile
+from mapper.evidence.measure import ORT_PLAN, Measurement, measurement_from_profile
 from mapper.evidence.torch_match import onnx_types
 from mapper.evidence.torch_trace import is_kineto, read_torch_trace
 
@@ -94,6 +94,24 @@ def test_committed_cpu_traces_match_at_least_90_percent(model):
             assert layer["roofline_efficiency"] == pytest.approx(layer["roofline_s"] / layer["measured_s"])
             assert layer["achieved_bytes_per_s"] == pytest.approx(layer["dram_bytes"] / layer["measured_s"])
             assert layer["predicted_class"] and layer["measured_class"]
+
+
+def test_idle_gaps_go_to_the_unit_after_them_and_sum_to_the_traces_idle():
+    """Each unit carries the gap on its stream since the previous unit there ended; per node, kernel group and layer
+    type they sum to the trace's idle time. The synthetic trace: per step a conv kernel at +100..+500 us, a relu kernel
+    at +520 (a 20 us gap); the orphan at 2000 follows step 2's relu (ends 1560): 440 us, over 2 steps."""
+    m = measurement_from_profile(json.dumps(_gpu_trace()).encode(), "resnet50")
+    idle = {n.name: 0.0 for n in m.nodes}
+    for n in m.nodes:
+        idle[n.name] += n.idle_s
+    assert idle["vectorized_elementwise_kernel"] == pytest.approx(2 * 20e-6 / 2)
+    assert idle["sm90_xmma_fprop"] == pytest.approx((1100 - 560) * 1e-6 / 2)  # step 2's conv after step 1's relu
+    assert idle["orphan_kernel"] == pytest.approx(440e-6 / 2)
+    assert sum(idle.values()) == pytest.approx(m.trace["idle_s"])
+    result = mapper.map_workload(mapper.open_model("resnet50").bind(None), mapper.load_hardware("h100-sxm"), ORT_PLAN)
+    layers = compare_measured(result, m)["layers"]
+    assert sum(layer["idle_before_s"] for layer in layers) == pytest.approx(m.trace["idle_s"] - idle["orphan_kernel"])
+    assert Measurement.from_dict({**m.to_dict(), "latencies_s": []}).nodes == m.nodes  # idle survives the round trip
 
 
 def test_measured_stall_is_a_memory_bound_groups_time_past_its_compute_floor():

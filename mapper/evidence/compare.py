@@ -13,6 +13,23 @@ from mapper.evidence.measure import Measurement
 LAUNCH_BOUND_MULTIPLE = 2  # a measured group under this many kernel launches is launch-bound (its fixed cost)
 
 
+DEFINITIONS = {  # how each figure of the comparison is computed (the JSON carries it)
+    "error": "(predicted - measured) / measured",
+    "measured_mfu": "FLOPs / (measured time x the plan dtype's matrix peak)",
+    "achieved_flops_per_s": "a kernel group's FLOPs / its measured time (bytes/s likewise, DRAM bytes)",
+    "measured_class": "launch-bound under 2x kernel_launch_s, else the larger of FLOP/s/peak "
+    "and DRAM B/s/bandwidth at the measured time (compute-bound on the group's engine: matrix, or "
+    "vector/SFU); not measured where the run gave the group no time",
+    "roofline_efficiency": "the roofline's time for the work (max of FLOPs / peak and DRAM bytes / bandwidth)"
+    " / the measured time",
+    "measured_memory_stall_fraction": "over the measured kernel time: the time past their compute floor"
+    " (FLOPs / peak) of the groups whose measured class is memory-bound",
+    "class_agreement": "the share of measured kernel time whose measured class is the predicted one",
+    "idle_before_s": "a trace's idle time on the unit's thread or stream just before the group's units, per"
+    " run (the gap since the previous unit there ended)",
+}
+
+
 def _assumed(result, key: str, default: float) -> float:
     for name, value, _src in result.assumptions:
         if name == key:
@@ -37,11 +54,13 @@ def kernel_groups(result, measurement: Measurement) -> tuple[list[dict], float, 
     """Measured time per engine kernel; kernels ORT ran inside another node's time join the next measured kernel."""
     kernel_of = {node: i for i, e in enumerate(result.kernels) for node in e.kernel.nodes}
     measured = [0.0] * len(result.kernels)
+    idle = [0.0] * len(result.kernels)
     unmatched, unmatched_s = [], 0.0
     for n in measurement.nodes:
         hits = [kernel_of[o] for o in n.onnx_nodes if o in kernel_of]
         if hits:
             measured[max(hits)] += n.time_s
+            idle[max(hits)] += n.idle_s
         else:
             why = (
                 n.how if n.onnx_nodes == () else "unmatched: the engine has no kernel for it (folded shape op or view)"
@@ -68,6 +87,7 @@ def kernel_groups(result, measurement: Measurement) -> tuple[list[dict], float, 
                 "dram_bytes": sum(e.dram_bytes for e in kernels),
                 "predicted_s": sum(e.time_s for e in kernels),
                 "measured_s": sum(measured[i] for i in members),
+                "idle_before_s": sum(idle[i] for i in members),  # a trace's idle gaps before its units, per run
             }
         )
     return out, unmatched_s, unmatched
@@ -125,13 +145,14 @@ def _layers(groups: list[dict], peak: float, bandwidth: float) -> list[dict]:
                 "flops": 0.0,
                 "dram_bytes": 0.0,
                 "measured_stall_s": 0.0,
+                "idle_before_s": 0.0,
                 "agreeing_s": 0.0,
                 "class_time": {},
                 "predicted_time": {},
             },
         )
         row["kernel_groups"] += 1
-        for key in ("predicted_s", "measured_s", "flops", "dram_bytes", "measured_stall_s"):
+        for key in ("predicted_s", "measured_s", "flops", "dram_bytes", "measured_stall_s", "idle_before_s"):
             row[key] += g[key]
         row["agreeing_s"] += g["measured_s"] if g["measured_class"] == g["predicted_class"] else 0.0
         row["class_time"][g["measured_class"]] = row["class_time"].get(g["measured_class"], 0.0) + g["measured_s"]
@@ -192,17 +213,5 @@ def compare_measured(result, measurement: Measurement) -> dict:
         "kernels": by_miss,
         "unmatched": sorted(unmatched, key=lambda u: -u["time_s"]),
         "measurement": {k: v for k, v in measurement.to_dict().items() if k != "nodes"},
-        "definitions": {
-            "error": "(predicted - measured) / measured",
-            "measured_mfu": "FLOPs / (measured time x the plan dtype's matrix peak)",
-            "achieved_flops_per_s": "a kernel group's FLOPs / its measured time (bytes/s likewise, DRAM bytes)",
-            "measured_class": "launch-bound under 2x kernel_launch_s, else the larger of FLOP/s/peak "
-            "and DRAM B/s/bandwidth at the measured time (compute-bound on the group's engine: matrix, or "
-            "vector/SFU); not measured where the run gave the group no time",
-            "roofline_efficiency": "the roofline's time for the work (max of FLOPs / peak and DRAM bytes / bandwidth)"
-            " / the measured time",
-            "measured_memory_stall_fraction": "over the measured kernel time: the time past their compute floor"
-            " (FLOPs / peak) of the groups whose measured class is memory-bound",
-            "class_agreement": "the share of measured kernel time whose measured class is the predicted one",
-        },
+        "definitions": dict(DEFINITIONS),
     }

@@ -72,7 +72,14 @@ class Measurement:
         """Back from to_dict() plus "latencies_s" (what bench/validate_cpu.py caches)."""
         try:
             nodes = tuple(
-                NodeMatch(n["name"], n["op_type"], float(n["time_s"]), tuple(n["onnx_nodes"]), n["match"])
+                NodeMatch(
+                    n["name"],
+                    n["op_type"],
+                    float(n["time_s"]),
+                    tuple(n["onnx_nodes"]),
+                    n["match"],
+                    float(n.get("idle_s", 0.0)),
+                )
                 for n in data["nodes"]
             )
             return cls(
@@ -114,6 +121,7 @@ class Measurement:
                     "time_s": n.time_s,
                     "onnx_nodes": list(n.onnx_nodes),
                     "match": n.how,
+                    **({"idle_s": n.idle_s} if n.idle_s else {}),
                 }
                 for n in self.nodes
             ],

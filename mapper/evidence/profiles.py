@@ -60,6 +60,7 @@ class NodeMatch:
     time_s: float
     onnx_nodes: tuple[str, ...]
     how: str  # name | output | stripped-name | optimized-graph | unmatched: <why>
+    idle_s: float = 0.0  # a trace's idle time on its thread or stream just before these units, per run
 
 
 def read_bounded(source: str | os.PathLike | bytes) -> tuple[bytes, str]:

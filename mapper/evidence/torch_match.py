@@ -146,27 +146,33 @@ def match_trace(trace: TorchTrace, model) -> tuple[NodeMatch, ...]:
     units of one name, node and reason are one row."""
     match = _matcher(_index(model), any(u.scope for u in trace.units))
     rows: dict[tuple[str, str, str], list] = {}
-    for unit in trace.units:
+    for unit, idle_us in zip(trace.units, _gaps_us(trace), strict=True):
         node, how = match(unit)
         label = f"{unit.scope} · {unit.name}" if trace.device == "CPU" and unit.scope else unit.name
-        row = rows.setdefault((label, node, how), [unit.op or unit.name, 0.0])
+        row = rows.setdefault((label, node, how), [unit.op or unit.name, 0.0, 0.0])
         row[1] += unit.dur_us * 1e-6 / trace.runs
+        row[2] += idle_us * 1e-6 / trace.runs
     return tuple(
-        NodeMatch(label[:240], op, time_s, (node,) if node else (), how)
-        for (label, node, how), (op, time_s) in rows.items()
+        NodeMatch(label[:240], op, time_s, (node,) if node else (), how, idle_s)
+        for (label, node, how), (op, time_s, idle_s) in rows.items()
     )
+
+
+def _gaps_us(trace: TorchTrace) -> list[float]:
+    """Each unit's idle gap before it on its thread or stream: the time since the previous unit there ended (none for
+    the first, none where they overlap). Their sum is `_idle_s`."""
+    gaps, end, thread = [], 0.0, None
+    for u in trace.units:  # ordered by thread, then start
+        if u.thread != thread:
+            thread, end = u.thread, u.ts_us
+        gaps.append(max(u.ts_us - end, 0.0))
+        end = max(end, u.ts_us + u.dur_us)
+    return gaps
 
 
 def _idle_s(trace: TorchTrace) -> float:
     """Time between consecutive units on each thread or stream (units overlapping count none)."""
-    idle, end, thread = 0.0, 0.0, None
-    for u in trace.units:  # ordered by thread, then start
-        if u.thread != thread:
-            thread, end = u.thread, u.ts_us + u.dur_us
-            continue
-        idle += max(u.ts_us - end, 0.0)
-        end = max(end, u.ts_us + u.dur_us)
-    return idle * 1e-6
+    return sum(_gaps_us(trace)) * 1e-6
 
 
 def trace_summary(trace: TorchTrace, nodes: tuple[NodeMatch, ...]) -> dict:
