@@ -200,3 +200,12 @@ def test_calibrating_on_a_trace_never_sees_its_held_back_kernels(tmp_path, capsy
     assert main(["calibrate", "--hw", "cpu-x86", "--trace", f"resnet50={trace}", "--out", str(out)]) == 0
     assert "held back (every 4th measured kernel group" in capsys.readouterr().out and out.exists()
     assert main(["calibrate", "--hw", "cpu-x86", "--trace", str(trace), "--out", str(out)]) == 2  # no MODEL=
+
+
+def test_measure_compares_a_trace_with_the_plan_it_ran(capsys):
+    """`measure` takes `map`'s plan flags: the committed CPU trace against an int8 plan is another prediction."""
+    trace = str(DATA / "torch_cpu" / "resnet50.json.gz")
+    assert main(["measure", "resnet50", "--hw", "cpu-x86", "--profile", trace, "--json"]) == 0
+    fp32 = json.loads(capsys.readouterr().out)["comparison"]["model"]["predicted_s"]
+    assert main(["measure", "resnet50", "--hw", "cpu-x86", "--profile", trace, "--dtype", "int8", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["comparison"]["model"]["predicted_s"] != fp32

@@ -35,6 +35,11 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=int, help="binds the model's batch dim")
     p.add_argument("--seq", type=int, help="binds the model's sequence dim")
     p.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE", help="binds a symbolic dim by name")
+    add_plan_args(p)
+
+
+def add_plan_args(p: argparse.ArgumentParser) -> None:
+    """Every plan option's flag (options_from reads them back)."""
     p.add_argument(
         "--dtype",
         default="auto",

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import mapper
 from mapper.cli import store as store_cli
-from mapper.cli.args import add_store_args, parse_dim
+from mapper.cli.args import add_plan_args, add_store_args, options_from, parse_dim
 from mapper.core.errors import MapperError
 from mapper.core.settings import setting_text
 from mapper.core.units import format_rate
+from mapper.core.vocab import Runtime
 from mapper.evidence.calibrate import calibrate, held_out_kernels, holdout_report
 from mapper.evidence.compare import compare_measured
 from mapper.evidence.measure import ORT_PLAN, measure_model, measurement_from_profile
@@ -58,6 +59,7 @@ def add_arguments(subparsers) -> None:
     m.add_argument("--seq", type=int)
     m.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE")
     m.add_argument("--hw", default=None, help="profile to predict with (default: probe this machine quickly)")
+    add_plan_args(m)  # the plan the run ran: an ONNX Runtime run or profile is mapped with --runtime onnxruntime
     m.add_argument(
         "--profile",
         default=None,
@@ -113,6 +115,15 @@ def _hardware(spec):
     return mapper.load_hardware(probe_machine(None, quick=True))
 
 
+def _plan(args, measurement) -> mapper.PlanOptions:
+    """The plan the run ran: the plan flags (as `mapper map` takes them); a run on ONNX Runtime, here or in an
+    imported ORT profile, is the exported graph as ORT runs it (ORT_PLAN's runtime) unless --runtime says otherwise."""
+    options = options_from(args)
+    if not measurement.trace and options.runtime == Runtime.AUTO:
+        return dataclasses.replace(options, runtime=ORT_PLAN.runtime)
+    return options
+
+
 def _waiting(place: int) -> None:
     """A measurement waiting for its turn (evidence/measure_slots.py) says its place on stderr as it changes."""
     print(
@@ -130,7 +141,7 @@ def cmd_measure(args) -> int:
         measurement = measurement_from_profile(args.profile, model)
     else:
         measurement = measure_model(model, dims, threads=args.threads, runs=args.runs, on_wait=_waiting)
-    result = mapper.map_workload(model.bind(dims), _hardware(args.hw), ORT_PLAN)
+    result = mapper.map_workload(model.bind(dims), _hardware(args.hw), _plan(args, measurement))
     comparison = compare_measured(result, measurement)
     if args.out:  # the mapping sheet with its Measured section (pandas: loaded where a sheet is written)
         from mapper.report.sheet import write_sheet
