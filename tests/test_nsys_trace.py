@@ -152,3 +152,23 @@ def test_wrong_correlation_ids_are_kept_with_their_reason(tmp_path):
     trace = read_nsys_export(path)
     kernels = [u for u in trace.units if u.name == "saxpy"]
     assert len(kernels) == 5 and all("no CPU launch with correlation" in u.why for u in kernels)
+
+
+def test_deep_and_garbage_range_names_are_read_bounded(tmp_path):
+    """An NVTX range named by a 100,000-part module path, one of invalid UTF-8 and one of control characters: read,
+    each kept at most MAX_NAME characters, never a crash; the kernel still reaches its launch."""
+    path = tmp_path / "x.sqlite"
+    path.write_bytes(SAXPY.read_bytes())
+    db = sqlite3.connect(path)
+    ((start, end, tid),) = db.execute("SELECT start, end, globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME LIMIT 1")
+    rows = [".".join(["a"] * 100_000), b"\xff\xfe layer1.0".decode("latin-1"), "\x00\x1b[2J aten::conv2d, seq = 1"]
+    for text in rows:
+        db.execute(
+            "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid) VALUES (?, ?, 59, ?, ?)",
+            (start - 10, end + 10, text, tid),
+        )
+    db.execute("UPDATE NVTX_EVENTS SET text = CAST(x'ff41' AS TEXT) WHERE text LIKE 'ÿþ%'")
+    db.commit()
+    db.close()
+    trace = read_nsys_export(path)
+    assert len(trace.units) == 20 and all(len(u.scope) <= 512 and len(u.op) <= 512 for u in trace.units)
