@@ -96,7 +96,7 @@ def test_committed_cpu_traces_match_at_least_90_percent(model):
             assert layer["predicted_class"] and layer["measured_class"]
 
 
-def test_idle_gaps_go_to_the_unit_after_them_and_sum_to_the_traces_idle():
+def test_idle_gaps_and_launch_time_go_to_their_kernels_and_sum_to_the_traces():
     """Each unit carries the gap on its stream since the previous unit there ended; per node, kernel group and layer
     type they sum to the trace's idle time. The synthetic trace: per step a conv kernel at +100..+500 us, a relu kernel
     at +520 (a 20 us gap); the orphan at 2000 follows step 2's relu (ends 1560): 440 us, over 2 steps."""
@@ -108,6 +108,9 @@ def test_idle_gaps_go_to_the_unit_after_them_and_sum_to_the_traces_idle():
     assert idle["sm90_xmma_fprop"] == pytest.approx((1100 - 560) * 1e-6 / 2)  # step 2's conv after step 1's relu
     assert idle["orphan_kernel"] == pytest.approx(440e-6 / 2)
     assert sum(idle.values()) == pytest.approx(m.trace["idle_s"])
+    launch = {n.name: n.launch_s for n in m.nodes if n.name == "sm90_xmma_fprop"}
+    assert launch["sm90_xmma_fprop"] == pytest.approx(10e-6)  # its cudaLaunchKernel's 10 us, each step
+    assert sum(n.launch_s for n in m.nodes) == pytest.approx(m.trace["launch_s"])  # the orphan has no launch
     result = mapper.map_workload(mapper.open_model("resnet50").bind(None), mapper.load_hardware("h100-sxm"), ORT_PLAN)
     layers = compare_measured(result, m)["layers"]
     assert sum(layer["idle_before_s"] for layer in layers) == pytest.approx(m.trace["idle_s"] - idle["orphan_kernel"])

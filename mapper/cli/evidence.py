@@ -181,14 +181,15 @@ def print_comparison(comparison: dict, trace: dict, measurement, hardware_name: 
             f" {_share(row['class_agreement'])} of it"
         )
     print(
-        f"{'layer type':20s} {'predicted ms':>12s} {'measured ms':>11s} {'idle ms':>7s} {'error':>6s} {'FLOP/s':>12s}"
+        f"{'layer type':20s} {'predicted ms':>12s} {'measured ms':>11s} {'idle ms':>7s} {'launch ms':>9s}"
+        f" {'error':>6s} {'FLOP/s':>12s}"
         f" {'DRAM B/s':>10s}"
         f" {'roofline':>8s} {'MFU':>6s}  predicted class -> measured class (agreeing share of its time)"
     )
     for layer in comparison["layers"]:
         print(
             f"{layer['layer_type'][:20]:20s} {layer['predicted_s'] * 1e3:12.3f} {layer['measured_s'] * 1e3:11.3f}"
-            f" {layer['idle_before_s'] * 1e3:7.3f}"
+            f" {layer['idle_before_s'] * 1e3:7.3f} {layer['launch_s'] * 1e3:9.3f}"
             f" {_signed(layer['error']):>6s} {format_rate(layer['achieved_flops_per_s'], 'FLOP/s'):>12s}"
             f" {format_rate(layer['achieved_bytes_per_s'], 'B/s'):>10s} {_share(layer['roofline_efficiency']):>8s}"
             f" {_share(layer['measured_mfu']):>6s}  {layer['predicted_class']} -> {layer['measured_class']}"

@@ -27,7 +27,11 @@ DEFINITIONS = {  # how each figure of the comparison is computed (the JSON carri
     "class_agreement": "the share of measured kernel time whose measured class is the predicted one",
     "idle_before_s": "a trace's idle time on the unit's thread or stream just before the group's units, per"
     " run (the gap since the previous unit there ended)",
+    "launch_s": "a GPU trace's CPU time in the CUDA runtime calls that launched the group's kernels, per run",
 }
+
+
+SUMMED = ("predicted_s", "measured_s", "flops", "dram_bytes", "measured_stall_s", "idle_before_s", "launch_s")
 
 
 def _assumed(result, key: str, default: float) -> float:
@@ -55,12 +59,14 @@ def kernel_groups(result, measurement: Measurement) -> tuple[list[dict], float, 
     kernel_of = {node: i for i, e in enumerate(result.kernels) for node in e.kernel.nodes}
     measured = [0.0] * len(result.kernels)
     idle = [0.0] * len(result.kernels)
+    launch = [0.0] * len(result.kernels)
     unmatched, unmatched_s = [], 0.0
     for n in measurement.nodes:
         hits = [kernel_of[o] for o in n.onnx_nodes if o in kernel_of]
         if hits:
             measured[max(hits)] += n.time_s
             idle[max(hits)] += n.idle_s
+            launch[max(hits)] += n.launch_s
         else:
             why = (
                 n.how if n.onnx_nodes == () else "unmatched: the engine has no kernel for it (folded shape op or view)"
@@ -88,6 +94,7 @@ def kernel_groups(result, measurement: Measurement) -> tuple[list[dict], float, 
                 "predicted_s": sum(e.time_s for e in kernels),
                 "measured_s": sum(measured[i] for i in members),
                 "idle_before_s": sum(idle[i] for i in members),  # a trace's idle gaps before its units, per run
+                "launch_s": sum(launch[i] for i in members),  # a GPU trace's CPU time launching them, per run
             }
         )
     return out, unmatched_s, unmatched
@@ -146,13 +153,14 @@ def _layers(groups: list[dict], peak: float, bandwidth: float) -> list[dict]:
                 "dram_bytes": 0.0,
                 "measured_stall_s": 0.0,
                 "idle_before_s": 0.0,
+                "launch_s": 0.0,
                 "agreeing_s": 0.0,
                 "class_time": {},
                 "predicted_time": {},
             },
         )
         row["kernel_groups"] += 1
-        for key in ("predicted_s", "measured_s", "flops", "dram_bytes", "measured_stall_s", "idle_before_s"):
+        for key in SUMMED:
             row[key] += g[key]
         row["agreeing_s"] += g["measured_s"] if g["measured_class"] == g["predicted_class"] else 0.0
         row["class_time"][g["measured_class"]] = row["class_time"].get(g["measured_class"], 0.0) + g["measured_s"]

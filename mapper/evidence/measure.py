@@ -30,12 +30,12 @@ from mapper.core.settings import check_settings, setting_text
 from mapper.core.vocab import Runtime
 from mapper.evidence.measure_gate import check_run, estimate_run
 from mapper.evidence.measure_slots import measure_slot
-from mapper.evidence.nsys_trace import SQLITE_MAGIC, is_nsys_export, read_nsys_export
+from mapper.evidence.nsys_trace import is_nsys_export, is_nsys_file, read_nsys_export
 from mapper.evidence.profiles import NodeMatch, ProfileTimes, _read, load_profile, match_nodes
 from mapper.evidence.torch_match import match_trace, trace_summary
 from mapper.evidence.torch_trace import TorchTrace, gunzip, is_kineto, read_torch_trace
 from mapper.handle import open_model
-from mapper.model.sandbox import external_tensors, open_regular_file, run_child
+from mapper.model.sandbox import external_tensors, run_child
 
 WARMUP_RUNS = 2
 # What a measurement on ONNX Runtime is compared with: the exported graph as ORT runs it (the past -> present
@@ -79,6 +79,7 @@ class Measurement:
                     tuple(n["onnx_nodes"]),
                     n["match"],
                     float(n.get("idle_s", 0.0)),
+                    float(n.get("launch_s", 0.0)),
                 )
                 for n in data["nodes"]
             )
@@ -122,6 +123,7 @@ class Measurement:
                     "onnx_nodes": list(n.onnx_nodes),
                     "match": n.how,
                     **({"idle_s": n.idle_s} if n.idle_s else {}),
+                    **({"launch_s": n.launch_s} if n.launch_s else {}),
                 }
                 for n in self.nodes
             ],
@@ -359,19 +361,10 @@ def _from_torch_trace(trace: TorchTrace, source, name: str) -> Measurement:
     )
 
 
-def _head(path: str | os.PathLike) -> bytes:
-    """The first bytes of a file ("" where it cannot be read: the reader that reads it whole says why)."""
-    try:
-        with open_regular_file(Path(path)) as f:
-            return f.read(len(SQLITE_MAGIC))
-    except (OSError, MapperError):
-        return b""
-
-
 def measurement_from_profile(profile: str | os.PathLike | bytes | ProfileTimes, source, name: str = "") -> Measurement:
     """An imported profile (made elsewhere, any EP) matched to the model `source` by node and tensor names, or a
     PyTorch profiler (Kineto) trace or an Nsight Systems SQLite export, gzipped or not, matched by module scopes."""
-    if isinstance(profile, str | os.PathLike) and _head(profile).startswith(SQLITE_MAGIC):
+    if isinstance(profile, str | os.PathLike) and is_nsys_file(profile):
         return _from_torch_trace(read_nsys_export(profile, f"export {Path(profile).name}"), source, name)
     if not isinstance(profile, ProfileTimes):
         raw, label = _read(profile)

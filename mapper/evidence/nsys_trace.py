@@ -30,6 +30,7 @@ from mapper.core import limits
 from mapper.core.errors import MapperError
 from mapper.evidence.profiles import MAX_DUR_US, _number
 from mapper.evidence.torch_trace import MAX_NAME, MODULE_PATH, Event, TorchTrace, trace_of_events
+from mapper.model.sandbox import open_regular_file
 
 SQLITE_MAGIC = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite 3 database (sqlite.org/fileformat.html)
 KERNELS, RUNTIME, NVTX = "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"
@@ -48,6 +49,15 @@ CHECK_EVERY = 10_000  # SQLite virtual-machine steps between looks at the clock
 def is_nsys_export(head: bytes) -> bool:
     """Whether the bytes open a SQLite database (an Nsight Systems export is one)."""
     return head.startswith(SQLITE_MAGIC)
+
+
+def is_nsys_file(path: str | os.PathLike) -> bool:
+    """Whether the file opens a SQLite database (False where it cannot be read: the reader that reads it says why)."""
+    try:
+        with open_regular_file(Path(path)) as f:
+            return is_nsys_export(f.read(len(SQLITE_MAGIC)))
+    except (OSError, MapperError):
+        return False
 
 
 def _one_line(label: str, exc: sqlite3.Error) -> MapperError:

@@ -61,6 +61,7 @@ class NodeMatch:
     onnx_nodes: tuple[str, ...]
     how: str  # name | output | stripped-name | optimized-graph | unmatched: <why>
     idle_s: float = 0.0  # a trace's idle time on its thread or stream just before these units, per run
+    launch_s: float = 0.0  # a GPU trace's CPU time in the runtime calls that launched these units, per run
 
 
 def read_bounded(source: str | os.PathLike | bytes) -> tuple[bytes, str]:

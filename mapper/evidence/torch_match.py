@@ -149,12 +149,13 @@ def match_trace(trace: TorchTrace, model) -> tuple[NodeMatch, ...]:
     for unit, idle_us in zip(trace.units, _gaps_us(trace), strict=True):
         node, how = match(unit)
         label = f"{unit.scope} · {unit.name}" if trace.device == "CPU" and unit.scope else unit.name
-        row = rows.setdefault((label, node, how), [unit.op or unit.name, 0.0, 0.0])
+        row = rows.setdefault((label, node, how), [unit.op or unit.name, 0.0, 0.0, 0.0])
         row[1] += unit.dur_us * 1e-6 / trace.runs
         row[2] += idle_us * 1e-6 / trace.runs
+        row[3] += unit.launch_us * 1e-6 / trace.runs
     return tuple(
-        NodeMatch(label[:240], op, time_s, (node,) if node else (), how, idle_s)
-        for (label, node, how), (op, time_s, idle_s) in rows.items()
+        NodeMatch(label[:240], op, time_s, (node,) if node else (), how, idle_s, launch_s)
+        for (label, node, how), (op, time_s, idle_s, launch_s) in rows.items()
     )
 
 

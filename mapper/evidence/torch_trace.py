@@ -58,6 +58,7 @@ class Unit:
     thread: str
     op_key: str  # one per launching op instance: a conv's three kernels share it
     why: str = ""  # why it has no op (a correlation id no launch carries)
+    launch_us: float = 0.0  # the CPU time of the runtime call that launched it (0 on a CPU trace)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +143,7 @@ class _Open:
     scope: str  # the innermost module scope open here
 
 
-def _host_side(events: list[Event]) -> tuple[list[Unit], dict[int, tuple[str, str, str]], int, float]:
+def _host_side(events: list[Event]) -> tuple[list[Unit], dict[int, tuple[str, str, str, float]], int, float]:
     """One sweep per CPU thread over its ranges in start order, a stack of what is open: each outermost CPU op (a
     CPU trace's units), and each launch's correlation -> (op, scope, op_key). Iterative: depth costs no recursion."""
     host = sorted(
@@ -165,7 +166,7 @@ def _host_side(events: list[Event]) -> tuple[list[Unit], dict[int, tuple[str, st
         elif e.cat in SCOPE_CATS and MODULE_PATH.fullmatch(e.name):
             scope = e.name
         elif e.cat == "cuda_runtime" and e.correlation >= 0:
-            launched[e.correlation] = (op, scope, op_key)
+            launched[e.correlation] = (op, scope, op_key, e.dur_us)
             if "Launch" in e.name:  # cudaLaunchKernel(ExC), cuLaunchKernel: not syncs, copies or allocations
                 launches += 1
                 launch_s += e.dur_us * 1e-6
@@ -173,7 +174,7 @@ def _host_side(events: list[Event]) -> tuple[list[Unit], dict[int, tuple[str, st
     return units, launched, launches, launch_s
 
 
-def _kernels(events: list[Event], launched: dict[int, tuple[str, str, str]]) -> list[Unit]:
+def _kernels(events: list[Event], launched: dict[int, tuple[str, str, str, float]]) -> list[Unit]:
     out = []
     for e in events:
         if e.cat not in GPU_CATS:
@@ -182,7 +183,7 @@ def _kernels(events: list[Event], launched: dict[int, tuple[str, str, str]]) -> 
             out.append(Unit(e.name, "", "", e.ts_us, e.dur_us, e.thread, "", "no correlation id on the kernel"))
             continue
         found = launched.get(e.correlation)
-        op, scope, op_key = found or ("", "", "")
+        op, scope, op_key, launch_us = found or ("", "", "", 0.0)
         corr = e.correlation & 0xFFFFFFFF  # an Nsight export's id carries its process above bit 32 (nsys_trace._key)
         why = (
             f"no CPU launch with correlation {corr} in the trace"
@@ -191,7 +192,7 @@ def _kernels(events: list[Event], launched: dict[int, tuple[str, str, str]]) -> 
             if op_key
             else "launched outside any op (no cpu_op, or emit_nvtx range, around its launch)"
         )
-        out.append(Unit(e.name, op, scope, e.ts_us, e.dur_us, e.thread, op_key, why))
+        out.append(Unit(e.name, op, scope, e.ts_us, e.dur_us, e.thread, op_key, why, launch_us))
     return out
 
 
