@@ -86,9 +86,10 @@ MEASURE_QUEUE_SECONDS = 300  # how long a measurement waits for its turn, its pl
 MAX_TRACE_EVENTS = 4_000_000  # events (values) of one profile / trace, with MAX_TRACE_BYTES: each costs ~1-3 us to
 # decode whatever its size, so 256 MB of `1,` took 132 s here before this bound (behind one event now: 6 s);
 # ORT's ~300-byte events fill MAX_TRACE_BYTES with ~1.8*10^6. Kept ones ~150 B each: at most ~0.6 GB beside the file
-TRACE_SQL_SECONDS = 60  # reading one Nsight Systems export (SQLite): a query past this is interrupted (a real
-# 1.6 MB export reads in milliseconds; a hostile file's views or unindexed joins could run for hours). Each table is
-# read at most MAX_TRACE_EVENTS rows, the file at most MAX_TRACE_BYTES
+TRACE_SQL_SECONDS = 60  # reading one Nsight Systems export (SQLite), from opening it: a query still running past
+# this is interrupted (a hostile file's unindexed joins could run for hours). bench/bench_nsys_read.py here: 100,000
+# kernels with their launches and two NVTX ranges each (400,000 rows, 18 MB) read in 5 s at a 113 MB peak, 250,000
+# in 20 s at 281 MB; ~700,000 kernels reach it. At most MAX_TRACE_EVENTS rows in all, the file at most MAX_TRACE_BYTES
 MEASURE_NODE_RUNS = 2_000_000  # node executions of one measurement, all runs, Loop/Scan bodies x trip counts
 # (ORT takes ~1-5 us a small node: seconds; a profiled one is a ~300-byte event)
 MEASURE_FLOPS = 10**13  # FLOPs of one measurement, all runs: ~3 minutes at ~50 GFLOP/s (one core, fp32)

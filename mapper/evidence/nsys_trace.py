@@ -28,7 +28,7 @@ from urllib.parse import quote
 
 from mapper.core import limits
 from mapper.core.errors import MapperError
-from mapper.evidence.profiles import MAX_DUR_US, _number
+from mapper.evidence.profiles import MAX_DUR_US
 from mapper.evidence.torch_trace import MAX_NAME, MODULE_PATH, Event, TorchTrace, trace_of_events
 from mapper.model.sandbox import open_regular_file
 
@@ -41,8 +41,6 @@ COPIES = {
 NVTX_RANGES = (59, 60)  # NvtxPushPopRange, NvtxStartEndRange (ENUM_NSYS_EVENT_TYPE); marks and domains are not ranges
 ID_BITS = 24  # a serialized global id: process in bits 24-47, thread in bits 0-23
 ID_MASK = (1 << ID_BITS) - 1
-MAX_NS = 1e21  # timestamps are ns since the session start: finite, and then some
-MAX_ID = 2**62
 CHECK_EVERY = 10_000  # SQLite virtual-machine steps between looks at the clock
 
 
@@ -126,28 +124,44 @@ class _Rows:
             yield row
 
 
-def _int(value: object, high: float = MAX_ID) -> int | None:
-    number = _number(value, 0, high)
-    return None if number is None else int(number)
+# Each row is checked and its ids unpacked by SQLite (a Python look at every value cost ~60 us a row): a usable row
+# has integer start and end, end not before start, a duration under MAX_TRACE_EVENT_SECONDS; the rest are counted.
+MAX_DUR_NS = int(MAX_DUR_US * 1e3)
 
 
-def _span(start: object, end: object) -> tuple[float, float] | None:
-    """(start, duration) in microseconds, or None where either is not a number or the range runs backwards."""
-    s, e = _number(start, 0, MAX_NS), _number(end, 0, MAX_NS)
-    if s is None or e is None or not 0 <= e - s <= MAX_DUR_US * 1e3:
-        return None
-    return s * 1e-3, (e - s) * 1e-3
+def _usable(alias: str) -> str:
+    a = alias
+    return (
+        f"typeof({a}.start) = 'integer' AND typeof({a}.end) = 'integer' AND {a}.end >= {a}.start"
+        f" AND {a}.end - {a}.start <= {MAX_DUR_NS}"
+    )
 
 
-def _thread(global_tid: object) -> tuple[int, str]:
-    tid = _int(global_tid) or 0
-    return (tid >> ID_BITS) & ID_MASK, f"{(tid >> ID_BITS) & ID_MASK}/{tid & ID_MASK}"
+def _process(column: str) -> str:
+    """A serialized global id's process (bits 24-47), 0 where the value is not an integer."""
+    return f"(CASE WHEN typeof({column}) = 'integer' THEN ({column} >> {ID_BITS}) & {ID_MASK} ELSE 0 END)"
 
 
-def _key(pid: int, correlation: object) -> int:
-    """One correlation id per process: CUPTI numbers each process's calls from 1."""
-    corr = _int(correlation, 2**32 - 1)
-    return -1 if corr is None else (pid << 32) | corr
+def _thread(column: str) -> str:
+    """A serialized global id as "process/thread"."""
+    return (
+        f"({_process(column)} || '/' || (CASE WHEN typeof({column}) = 'integer' THEN {column} & {ID_MASK} ELSE 0 END))"
+    )
+
+
+def _key(process: str, correlation: str) -> str:
+    """One correlation id per process (CUPTI numbers each process's calls from 1): process << 32 | id, -1 where the
+    id is not a 32-bit integer."""
+    return (
+        f"(CASE WHEN typeof({correlation}) = 'integer' AND {correlation} BETWEEN 0 AND 4294967295"
+        f" THEN ({process} << 32) | {correlation} ELSE -1 END)"
+    )
+
+
+def _skipped(rows: _Rows, table: str, alias: str, where: str = "1") -> int:
+    """Rows of the table (those `where` selects) that are not usable: counted, not read."""
+    query = f"SELECT count(*) FROM {table} AS {alias} WHERE ({where}) AND NOT ({_usable(alias)})"
+    return int(rows.conn.execute(query).fetchone()[0])
 
 
 def _range(text: str) -> tuple[str, str]:
@@ -162,26 +176,28 @@ def _range(text: str) -> tuple[str, str]:
 
 def _gpu_events(rows: _Rows, share) -> tuple[list[Event], int]:
     events, skipped = [], 0
-    name = "COALESCE(substr(s.value, 1, 512), substr(d.value, 1, 512), '')"
-    sql = (
-        f"SELECT k.start, k.end, k.correlationId, k.deviceId, k.streamId, k.globalPid, {name} FROM {KERNELS} AS k"
-        " LEFT JOIN StringIds AS s ON s.id = k.shortName LEFT JOIN StringIds AS d ON d.id = k.demangledName"
+    located = (
+        "'/gpu' || substr(CAST(k.deviceId AS TEXT), 1, 16) || '/stream' || substr(CAST(k.streamId AS TEXT), 1, 16)"
     )
-    queries = [(sql, "kernel")] if rows.has("StringIds", "id", "value") else []
+    columns = (
+        f"k.start * 1e-3, (k.end - k.start) * 1e-3, {_process('k.globalPid')} || {located},"
+        f" {_key(_process('k.globalPid'), 'k.correlationId')}"
+    )
+    name = "COALESCE(substr(s.value, 1, 512), substr(d.value, 1, 512), '')"
+    queries = []
+    if rows.has("StringIds", "id", "value"):
+        sql = (
+            f"SELECT {columns}, {name} FROM {KERNELS} AS k LEFT JOIN StringIds AS s ON s.id = k.shortName"
+            f" LEFT JOIN StringIds AS d ON d.id = k.demangledName WHERE {_usable('k')}"
+        )
+        queries.append((sql, "kernel", KERNELS))
     for table, (cat, what) in COPIES.items():
         if rows.has(table, "start", "end", "correlationId", "deviceId", "streamId", "globalPid"):
-            queries.append(
-                (f"SELECT start, end, correlationId, deviceId, streamId, globalPid, '{what}' FROM {table}", cat)
-            )
-    for query, cat in queries:
-        for start, end, corr, device, stream, global_pid, text in rows.query(query):
-            span = _span(start, end)
-            if span is None:
-                skipped += 1
-                continue
-            pid = ((_int(global_pid) or 0) >> ID_BITS) & ID_MASK
-            thread = share(f"{pid}/gpu{_int(device, 2**31)}/stream{_int(stream, 2**31)}")
-            events.append(Event(cat, share(str(text)[:MAX_NAME]), span[0], span[1], thread, _key(pid, corr)))
+            queries.append((f"SELECT {columns}, '{what}' FROM {table} AS k WHERE {_usable('k')}", cat, table))
+    for query, cat, table in queries:
+        skipped += _skipped(rows, table, "k")
+        for ts_us, dur_us, thread, key, text in rows.query(query):
+            events.append(Event(cat, share(str(text)[:MAX_NAME]), ts_us, dur_us, share(str(thread)), int(key)))
     return events, skipped
 
 
@@ -189,32 +205,31 @@ def _host_events(rows: _Rows, share) -> tuple[list[Event], int]:
     events: list[Event] = []
     skipped = 0
     if rows.has(RUNTIME, "start", "end", "globalTid", "correlationId", "nameId"):
-        first: dict[int, Event] = {}  # some versions write a call twice (cudaLaunchKernel and _v7000 inside it)
-        for start, end, tid, corr, text in rows.query(
-            f"SELECT r.start, r.end, r.globalTid, r.correlationId, substr(s.value, 1, 512) FROM {RUNTIME} AS r"
-            " LEFT JOIN StringIds AS s ON s.id = r.nameId WHERE r.correlationId IS NOT NULL"
+        # some versions write a call twice (cudaLaunchKernel and _v7000 inside it): the first of each id is kept
+        first: dict[int, Event] = {}
+        key = _key(_process("r.globalTid"), "r.correlationId")
+        where = f"{_usable('r')} AND {key} >= 0"
+        skipped += _skipped(rows, RUNTIME, "r", "r.correlationId IS NOT NULL") + int(
+            rows.conn.execute(f"SELECT count(*) FROM {RUNTIME} AS r WHERE {_usable('r')} AND {key} < 0").fetchone()[0]
+        )
+        for ts_us, dur_us, thread, corr, text in rows.query(
+            f"SELECT r.start * 1e-3, (r.end - r.start) * 1e-3, {_thread('r.globalTid')}, {key},"
+            f" substr(s.value, 1, 512) FROM {RUNTIME} AS r LEFT JOIN StringIds AS s ON s.id = r.nameId WHERE {where}"
         ):
-            span, (pid, thread) = _span(start, end), _thread(tid)
-            key = _key(pid, corr)
-            if span is None or key < 0:
-                skipped += 1
-                continue
-            event = Event("cuda_runtime", share(str(text or "")[:MAX_NAME]), span[0], span[1], share(thread), key)
-            if key not in first or event.ts_us < first[key].ts_us:
-                first[key] = event
+            event = Event("cuda_runtime", share(str(text or "")[:MAX_NAME]), ts_us, dur_us, share(str(thread)), corr)
+            if corr not in first or ts_us < first[corr].ts_us:
+                first[corr] = event
         events += first.values()
     if rows.has(NVTX, "start", "end", "eventType", "text", "textId", "globalTid"):
         text = "COALESCE(substr(n.text, 1, 512), substr(s.value, 1, 512), '')"
-        for start, end, tid, name in rows.query(
-            f"SELECT n.start, n.end, n.globalTid, {text} FROM {NVTX} AS n LEFT JOIN StringIds AS s ON s.id = n.textId"
-            f" WHERE n.eventType IN {NVTX_RANGES} AND n.end IS NOT NULL"
+        ranges = f"n.eventType IN {NVTX_RANGES} AND n.end IS NOT NULL"
+        skipped += _skipped(rows, NVTX, "n", ranges)
+        for ts_us, dur_us, thread, name in rows.query(
+            f"SELECT n.start * 1e-3, (n.end - n.start) * 1e-3, {_thread('n.globalTid')}, {text} FROM {NVTX} AS n"
+            f" LEFT JOIN StringIds AS s ON s.id = n.textId WHERE {ranges} AND {_usable('n')}"
         ):
-            span = _span(start, end)
-            if span is None:
-                skipped += 1
-                continue
             cat, kept = _range(str(name))
-            events.append(Event(cat, share(kept), span[0], span[1], share(_thread(tid)[1]), -1))
+            events.append(Event(cat, share(kept), ts_us, dur_us, share(str(thread)), -1))
     return events, skipped
 
 
