@@ -2,8 +2,8 @@
 
 Writes exports of N kernels in the schema `nsys export --type sqlite` writes (bench/nsys_schema_fixture.py's
 tables), each kernel with its cudaLaunchKernel row and two NVTX ranges around the launch (a module scope and an
-emit_nvtx op), reads each with mapper.evidence.nsys_trace.read_nsys_export and prints the wall time and (in a second read,
-traced) the peak of Python allocations per size. Rows in all are 4 x N (the bound is MAX_TRACE_EVENTS).
+emit_nvtx op), reads each with mapper.evidence.nsys_trace.read_nsys_export and prints the wall time and (in a
+second read, traced) the peak of Python allocations per size. Rows in all are 4 x N (the bound is MAX_TRACE_EVENTS).
 
     python bench/bench_nsys_read.py --kernels 10000 100000 250000
 """
