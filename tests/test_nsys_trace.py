@@ -81,6 +81,8 @@ def _hostile(tmp_path, case: str) -> Path:
     path = tmp_path / "x.sqlite"
     if case == "truncated":
         path.write_bytes(real[:8192])
+    elif case == "text named .sqlite":
+        path.write_text("not a database")
     elif case == "not sqlite":
         path.write_bytes(b"SQLite format 3\x00" + b"\x07" * 5000)
     elif case == "no kernel table":
@@ -117,7 +119,15 @@ def _hostile(tmp_path, case: str) -> Path:
 
 @pytest.mark.parametrize(
     "case",
-    ["truncated", "not sqlite", "no kernel table", "a view for the kernel table", "garbage columns", "a huge string"],
+    [
+        "truncated",
+        "text named .sqlite",
+        "not sqlite",
+        "no kernel table",
+        "a view for the kernel table",
+        "garbage columns",
+        "a huge string",
+    ],
 )
 def test_hostile_exports_are_one_line_exit_2(case, tmp_path, capsys):
     path = _hostile(tmp_path, case)

@@ -366,6 +366,11 @@ def measurement_from_profile(profile: str | os.PathLike | bytes | ProfileTimes, 
     PyTorch profiler (Kineto) trace or an Nsight Systems SQLite export, gzipped or not, matched by module scopes."""
     if isinstance(profile, str | os.PathLike) and is_nsys_file(profile):
         return _from_torch_trace(read_nsys_export(profile, f"export {Path(profile).name}"), source, name)
+    if isinstance(profile, str | os.PathLike) and Path(profile).suffix in (".sqlite", ".sqlite3", ".db"):
+        raise MapperError(
+            f"profile {Path(profile).name}: not an SQLite database (an Nsight Systems export opens with"
+            " 'SQLite format 3'); give the file `nsys export --type sqlite` wrote"
+        )
     if not isinstance(profile, ProfileTimes):
         raw, label = _read(profile)
         text = gunzip(raw, label)
