@@ -129,11 +129,11 @@ class _Rows:
 MAX_DUR_NS = int(MAX_DUR_US * 1e3)
 
 
-def _usable(alias: str) -> str:
-    a = alias
+def _usable(t: str) -> str:
+    """The SQL condition a usable row of table alias `t` meets."""
     return (
-        f"typeof({a}.start) = 'integer' AND typeof({a}.end) = 'integer' AND {a}.end >= {a}.start"
-        f" AND {a}.end - {a}.start <= {MAX_DUR_NS}"
+        f"typeof({t}.start) = 'integer' AND typeof({t}.end) = 'integer' AND {t}.end >= {t}.start"
+        f" AND {t}.end - {t}.start <= {MAX_DUR_NS}"
     )
 
 

@@ -7,7 +7,8 @@ The units are a GPU trace's kernels (cat "kernel", "gpu_memcpy", "gpu_memset"), 
 launched it through the "cuda_runtime" launch event of the same "correlation" id, or, on a CPU trace (no kernels),
 its outermost "cpu_op" events. Each unit carries its launching op and the innermost enclosing module scope: a
 "user_annotation" range named by a dotted module path (`record_function("layer1.0.conv1")`; bench/torch_cpu_trace.py
-`scope_modules` writes them). `torch_match` ties the units to the mapping.
+`scope_modules` writes them). `torch_match` ties the units to the mapping. An Nsight Systems export comes through the
+same sweep (`trace_of_events`), its rows named as these events by nsys_trace.py.
 
 Holistic Trace Analysis (PyPI HolisticTraceAnalysis) reads these traces too, but it loads each whole trace into
 pandas DataFrames (memory follows the file, not a cap on events) and brings pandas, plotly and friends; the loop
