@@ -33,7 +33,7 @@ from mapper.explore.power import power_curve
 from mapper.handle import BUILTIN_DEFAULT_DIMS, ModelHandle, open_model
 from mapper.hardware.load import edit_profile, list_hardware, load_hardware
 from mapper.hardware.profile import HardwareProfile
-from mapper.hardware.schema import ProfileError
+from mapper.hardware.schema_errors import ProfileError
 from mapper.pipeline import (
     FUSION_POLICIES,
     GQA_DECODES,

@@ -8,7 +8,6 @@ pydantic v2 models with `extra="forbid"` and range checks; every number is an in
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Mapping
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
@@ -24,6 +23,7 @@ from pydantic import (
 )
 
 from mapper.core.errors import MapperError
+from mapper.hardware.schema_errors import README_HINT, ProfileError, describe_error, field_path
 
 # The matrix dtypes a profile may give a peak for: the plan's (`core.vocab.PlanDtype` less auto), the
 # block-scaled formats (nvfp4, mxfp8, mxfp6, mxfp4) only where the device's datasheet has them
@@ -31,7 +31,6 @@ Dtype = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4", "nvfp4", 
 DTYPES: tuple[str, ...] = get_args(Dtype)
 VectorDtype = Literal["fp32", "fp16", "bf16"]
 MAX_CURVE_POINTS = 256
-README_HINT = "see data/hardware/README.md"
 
 
 def _integral(value: Any) -> Any:
@@ -317,81 +316,6 @@ class ProfileModel(_Strict):
 # ---- pydantic error -> one actionable line -------------------------------------------------
 
 
-def _field_path(loc: tuple[Any, ...]) -> str:
-    parts = [str(part) for part in loc if part != "[key]"]
-    if "value" in parts:
-        cut = parts.index("value")
-        tail = parts[cut + 1 :]
-        parts = parts[:cut] + ([f"point {tail[0]}"] if tail else [])
-    return ".".join(parts) if parts else "(top level)"
-
-
-SHOWN_VALUE_CHARS = 60  # a bad value quoted in a per-field error: enough to recognize it, one line with the field
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= SHOWN_VALUE_CHARS else text[: SHOWN_VALUE_CHARS - 3] + "..."
-
-
-def _describe(error: Mapping[str, Any]) -> str:
-    kind, ctx, got = error["type"], error.get("ctx") or {}, error.get("input")
-    field = _field_path(tuple(error["loc"]))
-    if kind == "missing":
-        if field.endswith(".source"):
-            return f"field {field} is missing; every number needs a source ({README_HINT})"
-        return f"field {field} is missing; add it ({README_HINT})"
-    if kind == "extra_forbidden":
-        return f"field {field} is not a known field; remove it or fix its spelling ({README_HINT})"
-    if kind in ("model_type", "dict_type", "model_attributes_type"):
-        return (
-            f'field {field} must be a table such as {{ value = ..., source = "..." }} '
-            f"(got {type(got).__name__} {_shown(got)}); fix the value ({README_HINT})"
-        )
-    bounds = {
-        "greater_than": "> {gt:g}",
-        "greater_than_equal": ">= {ge:g}",
-        "less_than": "< {lt:g}",
-        "less_than_equal": "<= {le:g}",
-    }
-    if kind in bounds:
-        return f"field {field} must be {bounds[kind].format(**ctx)} (got {_shown(got)}); fix the value"
-    if kind == "finite_number":
-        return f"field {field} must be a finite number (got {_shown(got)}); fix the value"
-    if kind in ("float_type", "int_type", "string_type", "int_from_float", "bool_type", "list_type", "tuple_type"):
-        wanted = {
-            "float_type": "a number",
-            "int_type": "a whole number",
-            "int_from_float": "a whole number",
-            "string_type": "a string",
-            "list_type": "a list",
-            "tuple_type": "an [x, efficiency] pair",
-        }.get(kind, kind)
-        return f"field {field} must be {wanted} (got {type(got).__name__} {_shown(got)}); fix the value"
-    if kind == "literal_error":
-        return f"field {field} must be one of {ctx.get('expected')} (got {_shown(got)}); fix the value"
-    if kind == "string_too_long":
-        return f"field {field} has {len(str(got))} characters, at most {ctx.get('max_length')} allowed; shorten it"
-    if kind == "string_too_short":
-        return f"field {field} is empty; say something or leave the field out"
-    if kind == "too_long":
-        return (
-            f"field {field} has {ctx.get('actual_length')} entries, at most {ctx.get('max_length')} allowed; "
-            f"thin the table"
-        )
-    if kind == "too_short":
-        return (
-            f"field {field} needs at least {ctx.get('min_length')} entries "
-            f"(got {ctx.get('actual_length')}); add entries"
-        )
-    if kind == "string_pattern_mismatch":
-        return f"field {field} must be lower-case letters, digits, '.', '_' or '-' (got {_shown(got)}); rename it"
-    if kind == "value_error":
-        text = str(ctx.get("error", error["msg"]))
-        return f"field {field}: {text}" + ("" if "; " in text else "; fix the value")
-    return f"field {field}: {error['msg']} (got {_shown(got)}); fix the value"
-
-
 def validate_profile_dict(data: Any, label: str) -> ProfileModel:
     """Validate a parsed profile; raise one MapperError line naming the first bad field."""
     if not isinstance(data, dict):
@@ -405,14 +329,5 @@ def validate_profile_dict(data: Any, label: str) -> ProfileModel:
         more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
         fields: dict[str, str] = {}
         for error in errors:
-            fields.setdefault(_field_path(tuple(error["loc"])), _describe(error))
-        raise ProfileError(f"{label}: {_describe(errors[0])}{more}", fields) from None
-
-
-class ProfileError(MapperError):
-    """A profile that fails validation: the one-line message, and `fields`, each bad field's dotted name ->
-    its own line (a form shows one per field without taking the message apart)."""
-
-    def __init__(self, message: str, fields: dict[str, str]):
-        super().__init__(message)
-        self.fields = dict(fields)
+            fields.setdefault(field_path(tuple(error["loc"])), describe_error(error))
+        raise ProfileError(f"{label}: {describe_error(errors[0])}{more}", fields) from None
