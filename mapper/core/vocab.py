@@ -127,6 +127,7 @@ class Runtime(StrEnum):
     ONNXRUNTIME = "onnxruntime"
     VLLM = "vllm"
     TENSORRT_LLM = "tensorrt-llm"
+    TRAINING = "training"  # a training framework's forward (Megatron-LM, PyTorch): causal fused attention, every logit
 
 
 class Sparsity(StrEnum):
@@ -168,6 +169,23 @@ _COLLECTIVE_OPS = {
     Collective.P2P: "SendRecv",
     Collective.ALL_TO_ALL: "AllToAll",
 }
+
+
+class Recompute(StrEnum):
+    """`TrainOptions.recompute`: which activations a training step recomputes in the backward pass instead of
+    keeping (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models", sec. 4-5)."""
+
+    NONE = "none"  # every activation the backward reads is kept
+    SELECTIVE = "selective"  # the attention core (scores, softmax, its dropout) recomputed
+    FULL = "full"  # each layer's input kept, the whole layer's forward run again
+
+
+class PipelineSchedule(StrEnum):
+    """`TrainOptions.schedule`: how pipeline stages order their micro-batches (Narayanan et al. 2021, sec. 2.2)."""
+
+    GPIPE = "gpipe"  # all forwards, then all backwards: every micro-batch's activations in flight
+    ONE_F_ONE_B = "1f1b"  # PipeDream-Flush: the first stage holds p micro-batches
+    INTERLEAVED = "interleaved"  # v model chunks a device: the bubble / v, more sends
 
 
 class ExecutorKind(StrEnum):

@@ -95,6 +95,17 @@ PRESETS: dict[str, RuntimePreset] = {
         last_token_logits=True,
         causal_attention=True,
     ),
+    Runtime.TRAINING: RuntimePreset(
+        KvCache.IN_PLACE,
+        Launch.EAGER,
+        Launch.EAGER,
+        True,
+        UNPACKED_DECODE,
+        "a training framework's forward (Megatron-LM, PyTorch with FlashAttention-2: flash_attn_func causal=True):"
+        " fused causal attention, one launch per kernel, the LM head on every token (the loss reads every logit);"
+        " no KV cache is kept (the train stage drops the exported cache writes)",
+        causal_attention=True,
+    ),
 }
 SERVING_PRESET = Runtime.VLLM  # what `auto` gives a decoder on a GPU profile
 
