@@ -74,6 +74,12 @@ from mapper.serve.question import LoadSource, Question, ServedLoad
 from mapper.serve.serving import ServingConfig, ServingResult, simulate_serving
 from mapper.serve.speculative import DEFAULT_DRAFT_TOKENS, SpeculativeConfig, expected_tokens, validate_speculative
 from mapper.serve.steps import open_draft
+from mapper.train.document import training_document
+from mapper.train.options import PIPELINE_SCHEDULES, RECOMPUTE_POLICIES, TRAIN_DTYPES, TrainOptions
+from mapper.train.options import check_devices as check_train_devices
+from mapper.train.review import TrainingReview, review_training
+from mapper.train.step import train_step
+from mapper.train.totals import FLOP_CONVENTION, TrainingResult
 from mapper.work.workload import Workload, analyze_graph
 from mapper.zoo import ZOO_NAMES, build_zoo_model, list_zoo, zoo_model_bytes
 
@@ -153,6 +159,17 @@ def __getattr__(name: str):
 
 
 __all__ = [
+    "FLOP_CONVENTION",
+    "PIPELINE_SCHEDULES",
+    "RECOMPUTE_POLICIES",
+    "TRAIN_DTYPES",
+    "TrainOptions",
+    "TrainingResult",
+    "TrainingReview",
+    "check_train_devices",
+    "review_training",
+    "train_step",
+    "training_document",
     "MapperError",
     "ProfileError",
     "error_line",

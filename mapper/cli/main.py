@@ -19,6 +19,7 @@ from mapper.cli import search as search_cli
 from mapper.cli import serve as serve_cli
 from mapper.cli import store as store_cli
 from mapper.cli import sweep as sweep_cli
+from mapper.cli import train as train_cli
 from mapper.cli import validate as validate_cli
 from mapper.cli.args import (
     Parser,
@@ -230,6 +231,7 @@ def register_extra_commands(sub) -> None:
     add_evidence_commands(sub)  # probe, measure, calibrate
     validate_cli.add_arguments(sub)  # validate: the engine against measured kernels
     review_cli.add_arguments(sub)
+    train_cli.add_arguments(sub)  # train: a training step
     store_cli.add_arguments(sub)  # trend
 
 

@@ -11,10 +11,13 @@ from enum import StrEnum
 
 from mapper.core import limits
 from mapper.core.errors import MapperError
-from mapper.core.vocab import PipelineSchedule, PlanDtype, Recompute
+from mapper.core.vocab import PipelineSchedule, PlanDtype, Recompute, values
 
 MAX_ZERO_STAGE = 3  # ZeRO-3 (= FSDP's full sharding): parameters, gradients and optimizer state over DP
-TRAIN_DTYPES = (PlanDtype.AUTO, PlanDtype.BF16, PlanDtype.FP16, PlanDtype.FP8)  # the step's GEMM precision
+TRAIN_PRECISIONS = (PlanDtype.AUTO, PlanDtype.BF16, PlanDtype.FP16, PlanDtype.FP8)  # the step's GEMM precision
+TRAIN_DTYPES = tuple(str(d) for d in TRAIN_PRECISIONS)  # the CLI's and the page's choices
+RECOMPUTE_POLICIES = values(Recompute)
+PIPELINE_SCHEDULES = values(PipelineSchedule)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +46,7 @@ class TrainOptions:
     def __post_init__(self) -> None:
         for name, vocabulary in (("recompute", Recompute), ("dtype", PlanDtype), ("schedule", PipelineSchedule)):
             _member(self, name, vocabulary)
-        if self.dtype not in TRAIN_DTYPES:
+        if self.dtype not in TRAIN_PRECISIONS:
             raise MapperError(f"option dtype={self.dtype} is not a training precision; choose one of bf16, fp16, fp8")
         for name in ("tp", "pp", "dp", "cp", "ep", "vp", "micro_batch", "seq"):
             _degree(name, getattr(self, name))

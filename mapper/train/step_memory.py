@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from mapper.core.vocab import KernelRule, PipelineSchedule, Recompute
+from mapper.core.vocab import KernelRule, PipelineSchedule, Recompute, Shard
 from mapper.hardware.profile import HardwareProfile
-from mapper.train.forward import Forward
+from mapper.train.backward import holds_parameters
+from mapper.train.forward import Forward, stage_of
 from mapper.train.memory import (
     LOGITS_BYTES,
     OPTIMIZER_BYTES,
@@ -84,15 +85,57 @@ def stage_memory(hw: HardwareProfile, forward: Forward, o: TrainOptions, held: S
     )
 
 
-def step_memory(hw: HardwareProfile, forward: Forward, o: TrainOptions, work, counts: list[int], weight_bytes: float):
-    """The busiest stage's memory per device."""
-    stages = [
-        stage_memory(
-            hw,
-            forward,
-            o,
-            StageHeld(w.stage, w.parameters / weight_bytes, w.layer_parameters / weight_bytes, c, weight_bytes),
-        )
-        for w, c in zip(work, counts)
-    ]
+@dataclass(frozen=True, slots=True)
+class Holdings:
+    """The model's parameters by place, whole (every TP rank's), in bytes at the step's weight precision: one
+    layer's split by TP and kept whole on each rank, and those before the layers (the embedding) and after them
+    (the last norm, the LM head). Any plan's stages are read off it without mapping again."""
+
+    layer_split: float
+    layer_whole: float
+    pre_split: float
+    pre_whole: float
+    post_split: float
+    post_whole: float
+    weight_bytes: float
+
+    @staticmethod
+    def of(forward: Forward, tp: int, weight_bytes: float) -> Holdings:
+        sums = dict.fromkeys(("layer_split", "layer_whole", "pre_split", "pre_whole", "post_split", "post_whole"), 0.0)
+        last = forward.dims.layers
+        for k, layer in zip(forward.kernels, forward.layers):
+            if not holds_parameters(k):
+                continue
+            place = "pre" if layer < 0 else "post" if layer >= last else "layer"
+            split = k.shard != Shard.REPLICATED
+            sums[f"{place}_{'split' if split else 'whole'}"] += k.weight_bytes * (tp if split else 1)
+        sums["layer_split"] /= max(last, 1)
+        sums["layer_whole"] /= max(last, 1)
+        return Holdings(**sums, weight_bytes=weight_bytes)
+
+    def stage(self, o: TrainOptions, stage: int, layers: int) -> StageHeld:
+        """What one device of `stage` holds under `o` (its `layers` of the model)."""
+        layer = self.layer_split / o.tp + self.layer_whole
+        held = layers * layer
+        if stage == 0:
+            held += self.pre_split / o.tp + self.pre_whole
+        if stage == o.pp - 1:
+            held += self.post_split / o.tp + self.post_whole
+        w = self.weight_bytes
+        return StageHeld(stage, held / w, layers * layer / w, layers, w)
+
+
+def stage_counts(layers: int, pp: int) -> list[int]:
+    """Layers each stage holds (`forward.stage_of`)."""
+    counts = [0] * pp
+    for layer in range(layers):
+        counts[stage_of(layer, layers, pp)] += 1
+    return counts
+
+
+def plan_memory(hw: HardwareProfile, forward: Forward, holdings: Holdings, o: TrainOptions) -> TrainMemory:
+    """The busiest stage's memory per device under `o` (`forward`: any mapping of the model; its widths and
+    attention kernel are what is read)."""
+    counts = stage_counts(forward.dims.layers, o.pp)
+    stages = [stage_memory(hw, forward, o, holdings.stage(o, s, c)) for s, c in enumerate(counts)]
     return max(stages, key=lambda m: m.per_device_bytes)

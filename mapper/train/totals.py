@@ -15,18 +15,24 @@ from mapper.cost.estimate import estimate_cost
 from mapper.hardware.profile import HardwareProfile
 from mapper.hardware.target import Target
 from mapper.train.backward import ATTENTION_BACKWARD_FLOPS, holds_parameters
-from mapper.train.forward import Forward, stage_of
+from mapper.train.forward import Forward
 from mapper.train.memory import TrainMemory
 from mapper.train.optimizer import optimizer_kernels
 from mapper.train.options import TrainOptions
 from mapper.train.parallel import GradientSync, bubble_share, gradient_sync, group_time, pipeline_time
-from mapper.train.step_memory import step_memory
+from mapper.train.step_memory import Holdings, plan_memory, stage_counts
 
 FLOP_CONVENTION = (
     "model FLOPs = 3 x the forward's matrix FLOPs (each weight GEMM's 2 x parameters x tokens, the LM head"
     " included and the embedding lookup not: 6N over the GEMMs' parameters) plus attention's two matmuls on the"
     " causal triangle (3 x; FlashAttention's skipped blocks not counted); HFU adds the recomputed forward's"
     " matrix FLOPs and FlashAttention-2's backward recompute of the scores (0.5 x its forward)"
+)
+
+
+OFFLOAD_CAVEAT = (
+    "optimizer state offloaded: the host's AdamW update and the gradients' and parameters' trips over the host"
+    " link are not timed (the step counts only the gradient norm on the device); treat its step time as a floor"
 )
 
 
@@ -114,6 +120,7 @@ class TrainingResult:
     stage_times_s: tuple[float, ...]  # each stage's micro-batch
     assumptions: tuple[str, ...]
     forward: Forward
+    weight_element_bytes: float  # a weight element at the step's precision
 
 
 def _p2p_s(hw: HardwareProfile, forward: Forward, o: TrainOptions) -> float:
@@ -139,14 +146,6 @@ def _ring_s(hw: HardwareProfile, forward: Forward, o: TrainOptions, attention_s:
     return (ahead + back) * layers
 
 
-def stage_layers(forward: Forward, pp: int) -> list[int]:
-    """Layers each stage holds (L / p, the remainder on the first stages)."""
-    counts = [0] * pp
-    for layer in range(forward.dims.layers):
-        counts[stage_of(layer, forward.dims.layers, pp)] += 1
-    return counts
-
-
 def _optimizer_s(hw: HardwareProfile, target: Target, o: TrainOptions, parameters: float, shards: int) -> float:
     """AdamW over the parameters this device updates (1/dp of them under ZeRO 1-3): a memory-bound pass, costed
     as a vector kernel by the cost stage; the gradients' norm for clipping (one read) and its all-reduce of one
@@ -163,7 +162,7 @@ def step_result(
 ) -> TrainingResult:
     """The step's totals from each stage's micro-batch (see the module)."""
     m, weight = o.micro_batches, target.weight_bytes
-    counts = stage_layers(forward, o.pp)
+    counts = stage_counts(forward.dims.layers, o.pp)
     p2p = _p2p_s(hw, forward, o)
     ring = [_ring_s(hw, forward, o, w.attention_s, c) for w, c in zip(work, counts)]
     per_stage = [w.micro_batch_s + p2p + r for w, r in zip(work, ring)]
@@ -203,7 +202,7 @@ def step_result(
         memory_stall_fraction=0.0,
         dtype=target.dtype,
     )
-    memory = step_memory(hw, forward, o, work, counts, weight)
+    memory = plan_memory(hw, forward, Holdings.of(forward, o.tp, weight), o)
     shares = _layer_shares(busiest, m, step, pipe * bubble, sync.exposed_s, optimizer, m * (p2p + ring[slowest]))
     return TrainingResult(
         model_name=name,
@@ -216,8 +215,9 @@ def step_result(
         micro_batch_s=tuple(sorted(busiest.phase_s.items())),
         layer_shares=shares,
         stage_times_s=tuple(per_stage),
-        assumptions=(FLOP_CONVENTION, sync.kind),
+        assumptions=(FLOP_CONVENTION, sync.kind) + ((OFFLOAD_CAVEAT,) if o.offload_optimizer else ()),
         forward=forward,
+        weight_element_bytes=weight,
     )
 
 
