@@ -1,0 +1,187 @@
+"""The train stage (mapper/train): hand-computed memory, bubble, gradient traffic and backward kernels; a 70B step
+on 64 H100s; a 7B step that does not fit and the review's fix; `mapper train`'s bad input and JSON."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+import mapper
+from mapper.cli.main import main
+from mapper.core.graph import LayerType
+from mapper.core.result import Kernel, MatrixShape
+from mapper.core.vocab import Collective, Engine, KernelRule, PipelineSchedule, Recompute, Shard
+from mapper.hardware.load import load_hardware
+from mapper.train.backward import Grad, backward_of
+from mapper.train.memory import ActivationCase, LayerDims, StateCase, layer_activation_bytes, state_bytes
+from mapper.train.options import TrainOptions
+from mapper.train.parallel import bubble_share, gradient_sync, pipeline_time
+
+# GPT-3 175B's layer (Korthikanti et al. 2022, Table 3: h 12288, a 96, s 2048) at micro-batch 1
+GPT = LayerDims(hidden=12288, heads=96, kv_width=12288, ffn=4 * 12288, gated=False, layers=96, vocab=51200)
+S, B, H, A = 2048, 1, 12288, 96
+
+
+def _case(tp=1, sp=False, recompute=Recompute.NONE, fused=False, dropout=True):
+    return ActivationCase(S, B, tp, sp, recompute, fused, dropout)
+
+
+@pytest.mark.parametrize(
+    ("case", "expected"),
+    [
+        # Korthikanti eq. 1: sbh(34 + 5as/h), no parallelism
+        (_case(), S * B * H * (34 + 5 * A * S / H)),
+        # eq. 2: tensor parallel alone, sbh(10 + 24/t + 5as/(ht))
+        (_case(tp=8), S * B * H * (10 + 24 / 8 + 5 * A * S / (H * 8))),
+        # eq. 4: tensor and sequence parallel, sbh/t (34 + 5as/h)
+        (_case(tp=8, sp=True), S * B * H / 8 * (34 + 5 * A * S / H)),
+        # eq. 5: selective recompute with TP + SP, 34 sbh / t
+        (_case(tp=8, sp=True, recompute=Recompute.SELECTIVE), S * B * H / 8 * 34),
+        # full recompute: the layer's input, 2sbh (over t with SP)
+        (_case(recompute=Recompute.FULL), 2 * S * B * H),
+        (_case(tp=8, sp=True, recompute=Recompute.FULL), 2 * S * B * H / 8),
+        # fused (FlashAttention): no score matrix, the fp32 log-sum-exp a query row (4 bytes x a x s x b)
+        (_case(fused=True), S * B * H * 34 + 4 * A * S * B),
+        # no dropout: its two masks (2 sbh) and the softmax's dropout (3as^2b) are not kept
+        (_case(dropout=False), S * B * H * 32 + 2 * A * S * S * B),
+    ],
+)
+def test_layer_activations_follow_korthikanti(case, expected):
+    assert layer_activation_bytes(GPT, case) == pytest.approx(expected, rel=1e-12)
+
+
+def test_gated_gqa_layer_activations_by_hand():
+    # Llama-3-8B's layer: h 4096, 8 K/V heads of 128 (kv 1024), SwiGLU f 14336; fused, no dropout, selective
+    d = LayerDims(hidden=4096, heads=32, kv_width=1024, ffn=14336, gated=True, layers=32, vocab=128256)
+    s, b, e = 8192, 1, 2
+    norms_and_inputs = e * s * b * 4096 * 4  # two norms' inputs, the QKV and gate/up GEMMs' input
+    attention = e * s * b * (4096 + 1024) + e * s * b * 1024 + e * s * b * 4096  # Q, K; V; the projection's input
+    mlp = 3 * e * s * b * 14336  # gate and up outputs, their product
+    expected = norms_and_inputs + attention + mlp
+    got = layer_activation_bytes(d, ActivationCase(s, b, 1, False, Recompute.SELECTIVE, True, False))
+    assert got == expected
+
+
+@pytest.mark.parametrize(
+    ("zero", "offload", "expected"),
+    [
+        (0, False, (2e9, 4e9, 12e9)),  # 16-bit weights, fp32 main gradients, fp32 master + two moments
+        (1, False, (2e9, 4e9, 12e9 / 8)),  # ZeRO-1: optimizer state over the 8 ranks
+        (2, False, (2e9, 4e9 / 8, 12e9 / 8)),  # ZeRO-2: and the gradients
+        (3, False, (2e9 / 8 + 2 * 2 * 1e7, 4e9 / 8, 12e9 / 8)),  # ZeRO-3/FSDP: and the weights; two layers whole
+        (1, True, (2e9, 4e9, 0.0)),  # optimizer state on the host
+    ],
+)
+def test_states_under_each_zero_stage(zero, offload, expected):
+    got = state_bytes(StateCase(1e9, 1e7, 2.0, zero, 8, offload))
+    assert got == pytest.approx(expected, rel=1e-12)
+
+
+def test_one_f_one_b_bubble():
+    assert bubble_share(PipelineSchedule.ONE_F_ONE_B, 4, 32) == pytest.approx(3 / 35)
+    assert bubble_share(PipelineSchedule.GPIPE, 8, 8) == pytest.approx(7 / 15)
+    assert bubble_share(PipelineSchedule.INTERLEAVED, 4, 32, vp=3) == pytest.approx(1 / 33)
+    assert bubble_share(PipelineSchedule.ONE_F_ONE_B, 1, 32) == 0.0
+    # (m + p - 1) micro-batch times
+    assert pipeline_time(PipelineSchedule.ONE_F_ONE_B, 4, 32, 1, 0.1) == pytest.approx(35 * 0.1)
+
+
+def test_data_parallel_gradient_traffic_by_hand():
+    hw = load_hardware("h100-sxm")  # NVLink: 450 GB/s a direction, 2 us; a DGX H100 node's 8 x 400 Gb/s NDR
+    params = 1e9
+    grads = 4 * params  # fp32 main gradients
+    inside = gradient_sync(hw, params, 2.0, 0, 8, 1, 1, False, 0.0, 0.0)
+    ring = 2 * 7 * 2e-6 + 2 * 7 / 8 * grads / 4.5e11  # ring all-reduce over 8 (beats the tree at 4 GB)
+    assert inside.gradient_bytes == grads
+    assert inside.time_s == pytest.approx(ring) and inside.exposed_s == inside.time_s
+    across = gradient_sync(hw, params, 2.0, 0, 2, 8, 1, False, 0.0, 0.0)  # two nodes: the scale-out network
+    assert across.time_s == pytest.approx(2 * 1 * 5e-6 + 2 * 1 / 2 * grads / 50e9)
+    overlapped = gradient_sync(hw, params, 2.0, 0, 2, 8, 1, True, 0.0, 10.0)
+    assert overlapped.buckets == math.ceil(params / 40e6)
+    assert overlapped.exposed_s == pytest.approx(across.time_s / overlapped.buckets)  # only the last bucket
+    zero1 = gradient_sync(hw, params, 2.0, 1, 8, 1, 1, False, 0.0, 0.0)  # reduce-scatter + all-gather
+    rs, ag = 7 * 2e-6 + 7 / 8 * grads / 4.5e11, 7 * 2e-6 + 7 / 8 * 2 * params / 4.5e11
+    assert zero1.time_s == pytest.approx(rs + ag)
+
+
+def _kernel(**changes) -> Kernel:
+    base = dict(
+        name="k", nodes=("n",), op_types=("MatMul",), rule=KernelRule.SINGLE, engine=Engine.MATRIX,
+        layer_type=LayerType.LINEAR, flops=2.0 * 64 * 32 * 16, matrix_flops=2.0 * 64 * 32 * 16, sfu_ops=0.0,
+        dram_bytes=0.0, weight_bytes=2.0 * 16 * 32, matrix=MatrixShape(1, 64, 32, 16), shard=Shard.COLUMN,
+    )  # fmt: skip
+    base.update(changes)
+    return Kernel(**base)
+
+
+def test_backward_of_a_weight_gemm_attention_and_collective():
+    g = Grad(2.0, 2.0)
+    dgrad, wgrad = backward_of(_kernel(), g)  # Y[64, 32] = X[64, 16] W[16, 32]
+    assert dgrad.matrix == MatrixShape(1, 64, 16, 32) and wgrad.matrix == MatrixShape(1, 16, 32, 64)
+    assert dgrad.matrix_flops == wgrad.matrix_flops == 2.0 * 64 * 32 * 16
+    assert dgrad.dram_bytes == 2 * (64 * 32 + 64 * 16) + 2 * 16 * 32  # dY and dX, W read
+    assert wgrad.dram_bytes == 2 * (64 * 16 + 64 * 32) + 2 * 4 * 16 * 32  # X and dY, fp32 main gradient r+w
+    attention = _kernel(rule=KernelRule.FLASH_ATTENTION, layer_type=LayerType.ATTENTION, weight_bytes=0.0,
+                        dram_bytes=100.0, sfu_ops=7.0, matrix=MatrixShape(4, 64, 64, 16, kind="attention"))  # fmt: skip
+    (back,) = backward_of(attention, g)
+    assert back.matrix_flops == 2.5 * attention.matrix_flops and back.dram_bytes == 200.0 and back.sfu_ops == 7.0
+    gather = _kernel(engine=Engine.INTERCONNECT, rule=KernelRule.COLLECTIVE, collective=Collective.ALL_GATHER,
+                     matrix=None, layer_type=LayerType.COLLECTIVE, dram_bytes=1e6)  # fmt: skip
+    (scatter,) = backward_of(gather, g)
+    assert scatter.collective == Collective.REDUCE_SCATTER and scatter.dram_bytes == 1e6
+
+
+@pytest.mark.slow
+def test_llama2_70b_on_64_h100():
+    hw = load_hardware("h100-sxm")
+    o = TrainOptions(tp=8, pp=4, dp=2, micro_batch=1, global_batch=64, seq=4096, recompute="selective", dtype="bf16")
+    r = mapper.train_step("llama2-70b", hw, o)
+    assert r.parameters == pytest.approx(68.98e9, rel=2e-3)  # the built-in's published count
+    # stage 0 on one device: 20 layers over TP 8 (norms whole) and the embedding table whole (replicated gather)
+    layer_split = 8192 * (8192 + 2 * 1024) + 8192 * 8192 + 3 * 8192 * 28672
+    stage0 = 20 * layer_split / 8 + 20 * 2 * 8192 + 32000 * 8192
+    # (each exported RMSNorm also reads its epsilon and exponent, two scalars the export folds into weights: 1e-7)
+    assert r.memory.stage == 0 and r.memory.weight_bytes == pytest.approx(2 * stage0, rel=1e-7)
+    assert r.memory.optimizer_bytes == pytest.approx(12 * stage0 / 2, rel=1e-7)  # ZeRO-1 over DP 2
+    assert r.memory.fits and r.memory.per_device_bytes < 80e9
+    assert 0.2 < r.totals.mfu < 0.7 and r.totals.hfu > r.totals.mfu
+    assert 0 < r.totals.bubble_share <= 3 / 35  # 1F1B's (p-1)/(m+p-1), of the pipeline's share of the step
+
+
+@pytest.mark.slow
+def test_llama2_7b_without_recompute_does_not_fit_and_the_fix_does():
+    hw = load_hardware("h100-sxm")
+    o = TrainOptions(dp=8, micro_batch=4, global_batch=256, seq=4096, recompute="none")
+    review = mapper.review_training("llama2-7b", hw, o)
+    assert not review.result.memory.fits and review.first_failure.startswith("capacity")
+    assert review.fix is not None and review.fix.fits and review.fix.per_device_bytes <= hw.dram_bytes
+    assert review.fix.options.sequences == 256 and review.fix.options.devices <= 8
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--devices", "16", "--tp", "2", "--dp", "4"], "--devices 16 is not tp x pp x dp x cp"),
+        (["--dp", "4", "--micro-batch", "3", "--global-batch", "16"], "global batch 16 is not a whole number"),
+        (["--zero", "4"], "ZeRO stage"),
+        (["--vp", "2"], "virtual stages need pipeline stages"),
+    ],
+)
+def test_bad_train_plans_are_one_line(argv, words, capsys):
+    assert main(["train", "gpt2-small", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and words in err
+
+
+def test_train_json_totals(capsys):
+    assert main(["train", "gpt2-small", "--seq", "256", "--micro-batch", "2", "--hw", "a100-sxm-80gb", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    for key in ("step_time_s", "tokens_per_s_per_device", "mfu", "hfu"):
+        assert doc["totals"][key] > 0
+    assert doc["memory"]["per_device_bytes"] == pytest.approx(
+        sum(doc["memory"][k] for k in ("weight_bytes", "gradient_bytes", "optimizer_bytes", "activation_bytes",
+                                        "recompute_working_bytes", "logits_bytes"))  # fmt: skip
+    )
+    assert doc["totals"]["tokens_per_step"] == 2 * 256 and doc["layer"]["layers"] == 12
