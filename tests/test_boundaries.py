@@ -122,7 +122,7 @@ STAGES = (
     ("cost",),
     ("schedule",),
     ("pipeline",),
-    ("report", "serve", "evidence"),
+    ("report", "serve", "evidence", "train"),
     ("explore", "store"),
     ("review",),
     ("__init__",),

@@ -181,7 +181,16 @@ def test_train_json_totals(capsys):
     for key in ("step_time_s", "tokens_per_s_per_device", "mfu", "hfu"):
         assert doc["totals"][key] > 0
     assert doc["memory"]["per_device_bytes"] == pytest.approx(
-        sum(doc["memory"][k] for k in ("weight_bytes", "gradient_bytes", "optimizer_bytes", "activation_bytes",
-                                        "recompute_working_bytes", "logits_bytes"))  # fmt: skip
+        sum(
+            doc["memory"][k]
+            for k in (
+                "weight_bytes",
+                "gradient_bytes",
+                "optimizer_bytes",
+                "activation_bytes",
+                "recompute_working_bytes",
+                "logits_bytes",
+            )
+        )
     )
     assert doc["totals"]["tokens_per_step"] == 2 * 256 and doc["layer"]["layers"] == 12

@@ -98,7 +98,8 @@ def print_training(doc: dict) -> None:
         f"  memory per device (stage {m['stage']}): {format_bytes(m['per_device_bytes'])} of"
         f" {format_bytes(m['capacity_bytes'])}, {fits}: {parts}"
     )
-    print("  time by layer type: " + ", ".join(f"{k} {v:.1%}" for k, v in doc["layer_shares"].items() if v >= SHOWN_SHARE))
+    shown = ", ".join(f"{k} {v:.1%}" for k, v in doc["layer_shares"].items() if v >= SHOWN_SHARE)
+    print(f"  time by layer type: {shown}")
     review = doc["review"]
     print(f"  first failure: {review['first_failure']}")
     fix = review.get("fix")

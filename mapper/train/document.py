@@ -9,7 +9,7 @@ from mapper.train.review import Lever, TrainingReview
 TOTALS_FIELDS = (
     "step_time_s", "tokens_per_step", "tokens_per_s_per_device", "mfu", "hfu", "model_flops", "hardware_flops",
     "peak_flops_per_s", "bubble_share", "exposed_communication_share", "tensor_parallel_share", "recompute_share",
-    "optimizer_share", "flop_convention",
+    "optimizer_share", "memory_stall_fraction", "flop_convention",
 )  # fmt: skip
 MEMORY_FIELDS = (
     "weight_bytes", "gradient_bytes", "optimizer_bytes", "activation_bytes", "recompute_working_bytes", "logits_bytes",
@@ -64,7 +64,7 @@ def training_document(review: TrainingReview) -> dict:
             "gated": d.gated,
             "layers": d.layers,
             "vocab": d.vocab,
-        },  # fmt: skip
+        },
         "options": options,
         "totals": {**{f: getattr(t, f) for f in TOTALS_FIELDS}, "dtype": str(t.dtype)},
         "memory": memory_section(r.memory),

@@ -34,7 +34,7 @@ def train_step(source, hw: HardwareProfile, options: TrainOptions) -> TrainingRe
     act = PLAN_DTYPE_BYTES[dtype]
     kernels, phases, layers = step_kernels(forward, options, Grad(act, act))
     estimates = estimate_kernels(kernels, target, model.caches)
-    times = [a.time_s for a in estimates.assessments]
+    times = [(a.time_s, a.stall_fraction * a.time_s) for a in estimates.assessments]
     work = stage_work(forward, options, kernels, phases, layers, times)
     return step_result(model.name, hw, options, forward, target, work)
 
@@ -81,10 +81,10 @@ def stage_work(
     """Each pipeline stage's micro-batch: its time by phase, by layer type, its collectives and its FLOPs."""
     pp, last = options.pp, forward.dims.layers
     work = [StageWork.empty(s) for s in range(pp)]
-    for k, phase, layer, t in zip(kernels, phases, layers, times):
+    for k, phase, layer, (t, stall) in zip(kernels, phases, layers, times):
         stage = work[stage_of(layer, last, pp)]
         whole = (options.tp if k.shard != Shard.REPLICATED else 1) * options.cp  # the FLOPs of the whole model
-        stage.add(k, phase, t, whole, 0 <= layer < last)
+        stage.add(k, phase, t, whole, stall)
     for k, layer in zip(forward.kernels, forward.layers):
         work[stage_of(layer, last, pp)].add_parameters(k, 0 <= layer < last, options.tp)
     return tuple(work)

@@ -50,14 +50,20 @@ class StageWork:
     attention_s: float = 0.0  # the forward's attention kernels (what ring attention's passing hides under)
     parameters: float = 0.0  # on one device of the stage
     layer_parameters: float = 0.0
-    whole_parameters: float = 0.0  # the model's parameters on this stage (bytes, every TP rank's)
+    whole_parameters: float = 0.0
+    stall_s: float = (
+        0.0  # the kernels' memory-stalled time  # the model's parameters on this stage (bytes, every TP rank's)
+    )
 
     @staticmethod
     def empty(stage: int) -> StageWork:
         return StageWork(stage)
 
-    def add(self, k: Kernel, phase: str, time_s: float, whole: float, in_layer: bool) -> None:
+    def add(self, k: Kernel, phase: str, time_s: float, whole: float, stall_s: float) -> None:
+        """A kernel's time (`stall_s` of it memory-stalled: `schedule.rollup`'s definition) and FLOPs; `whole`: how
+        many devices' share of the model's work its FLOPs are (TP ranks that split it, x CP)."""
         self.phase_s[phase] = self.phase_s.get(phase, 0.0) + time_s
+        self.stall_s += stall_s
         kind = str(k.layer_type)
         self.layer_type_s[kind] = self.layer_type_s.get(kind, 0.0) + time_s
         if k.engine == Engine.INTERCONNECT:
@@ -157,26 +163,44 @@ def _optimizer_s(hw: HardwareProfile, target: Target, o: TrainOptions, parameter
     return sum(estimate_cost(k, target).time_s for k in kernels) + clip
 
 
-def step_result(
-    name: str, hw: HardwareProfile, o: TrainOptions, forward: Forward, target: Target, work
-) -> TrainingResult:
-    """The step's totals from each stage's micro-batch (see the module)."""
+@dataclass(frozen=True, slots=True)
+class StepTiming:
+    """Where a step's time goes: the pipeline over the slowest stage, the sends, DP's exposed part, the optimizer."""
+
+    per_stage_s: tuple[float, ...]  # each stage's micro-batch with its sends and ring attention's exposed passing
+    slowest: int
+    sends_s: float  # a micro-batch's pipeline sends and ring passing on the slowest stage
+    pipeline_s: float
+    sync: GradientSync
+    optimizer_s: float
+
+    @property
+    def step_s(self) -> float:
+        return self.pipeline_s + self.sync.exposed_s + self.optimizer_s
+
+
+def step_timing(hw: HardwareProfile, o: TrainOptions, forward: Forward, target: Target, work) -> StepTiming:
     m, weight = o.micro_batches, target.weight_bytes
     counts = stage_counts(forward.dims.layers, o.pp)
     p2p = _p2p_s(hw, forward, o)
     ring = [_ring_s(hw, forward, o, w.attention_s, c) for w, c in zip(work, counts)]
-    per_stage = [w.micro_batch_s + p2p + r for w, r in zip(work, ring)]
+    per_stage = tuple(w.micro_batch_s + p2p + r for w, r in zip(work, ring))
     slowest = max(range(o.pp), key=lambda s: per_stage[s])
     busiest = work[slowest]
-    pipe = pipeline_time(o.pipeline, o.pp, m, o.vp, per_stage[slowest])
-    shards = o.dp * o.cp
     params_stage = max(w.parameters for w in work) / weight
     sync = gradient_sync(
-        hw, params_stage, weight, o.zero, shards, o.tp, m, o.overlap_grad_reduce,
+        hw, params_stage, weight, o.zero, o.dp * o.cp, o.tp, m, o.overlap_grad_reduce,
         busiest.phase_s.get("forward", 0.0), busiest.phase_s.get("backward", 0.0),
     )  # fmt: skip
-    optimizer = _optimizer_s(hw, target, o, params_stage, shards)
-    step = pipe + sync.exposed_s + optimizer
+    return StepTiming(
+        per_stage, slowest, p2p + ring[slowest], pipeline_time(o.pipeline, o.pp, m, o.vp, per_stage[slowest]), sync,
+        _optimizer_s(hw, target, o, params_stage, o.dp * o.cp),
+    )  # fmt: skip
+
+
+def step_totals(o: TrainOptions, target: Target, work, timing: StepTiming) -> TrainTotals:
+    """MFU, HFU and the shares of the step (FLOP_CONVENTION)."""
+    m, step, busiest = o.micro_batches, timing.step_s, work[timing.slowest]
     model_flops = 3 * sum(w.model_flops for w in work) * m * o.dp
     recompute = sum(w.recompute_flops for w in work) * m * o.dp
     attention_recompute = 0.5 * sum(w.flash_flops for w in work) * m * o.dp
@@ -184,8 +208,7 @@ def step_result(
     denominator = step * o.devices * peak
     tokens = o.sequences * o.seq
     bubble = bubble_share(o.pipeline, o.pp, m, o.vp)
-    exposed = sync.exposed_s + m * (p2p + ring[slowest])
-    totals = TrainTotals(
+    return TrainTotals(
         step_time_s=step,
         tokens_per_step=tokens,
         tokens_per_s_per_device=tokens / step / o.devices,
@@ -194,28 +217,37 @@ def step_result(
         model_flops=model_flops,
         hardware_flops=model_flops + recompute + attention_recompute,
         peak_flops_per_s=peak,
-        bubble_share=bubble * pipe / step,
-        exposed_communication_share=exposed / step,
+        bubble_share=bubble * timing.pipeline_s / step,
+        exposed_communication_share=(timing.sync.exposed_s + m * timing.sends_s) / step,
         tensor_parallel_share=busiest.collective_s * m / step,
         recompute_share=busiest.phase_s.get("recompute", 0.0) * m / step,
-        optimizer_share=optimizer / step,
-        memory_stall_fraction=0.0,
+        optimizer_share=timing.optimizer_s / step,
+        memory_stall_fraction=busiest.stall_s * m / step,
         dtype=target.dtype,
     )
-    memory = plan_memory(hw, forward, Holdings.of(forward, o.tp, weight), o)
-    shares = _layer_shares(busiest, m, step, pipe * bubble, sync.exposed_s, optimizer, m * (p2p + ring[slowest]))
+
+
+def step_result(
+    name: str, hw: HardwareProfile, o: TrainOptions, forward: Forward, target: Target, work
+) -> TrainingResult:
+    """The step's totals from each stage's micro-batch (see the module)."""
+    weight, timing = target.weight_bytes, step_timing(hw, o, forward, target, work)
+    busiest, m = work[timing.slowest], o.micro_batches
+    bubble = bubble_share(o.pipeline, o.pp, m, o.vp) * timing.pipeline_s
+    shares = _layer_shares(busiest, m, timing.step_s, bubble, timing.sync.exposed_s, timing.optimizer_s,
+                           m * timing.sends_s)  # fmt: skip
     return TrainingResult(
         model_name=name,
         hardware_name=hw.name,
         options=o,
         parameters=sum(w.whole_parameters for w in work) / weight,
-        totals=totals,
-        memory=memory,
-        sync=sync,
+        totals=step_totals(o, target, work, timing),
+        memory=plan_memory(hw, forward, Holdings.of(forward, o.tp, weight), o),
+        sync=timing.sync,
         micro_batch_s=tuple(sorted(busiest.phase_s.items())),
         layer_shares=shares,
-        stage_times_s=tuple(per_stage),
-        assumptions=(FLOP_CONVENTION, sync.kind) + ((OFFLOAD_CAVEAT,) if o.offload_optimizer else ()),
+        stage_times_s=timing.per_stage_s,
+        assumptions=(FLOP_CONVENTION, timing.sync.kind) + ((OFFLOAD_CAVEAT,) if o.offload_optimizer else ()),
         forward=forward,
         weight_element_bytes=weight,
     )
