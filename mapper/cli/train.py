@@ -39,6 +39,7 @@ def add_arguments(sub) -> None:
     p.add_argument("--offload-optimizer", action="store_true", help="optimizer state in host memory")
     p.add_argument("--no-overlap", action="store_true", help="DP gradient reduction after the backward, not during")
     p.add_argument("--dropout", action="store_true", help="the model trains with dropout (its masks are kept)")
+    p.add_argument("--unfused-attention", action="store_true", help="attention without FlashAttention (scores kept)")
     p.add_argument("--review", action="store_true", help="re-map the levers (recompute, ZeRO, batch, TP/PP/CP, fp8)")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.set_defaults(func=cmd_train)
@@ -50,6 +51,7 @@ def options_from(args) -> mapper.TrainOptions:
         micro_batch=args.micro_batch, global_batch=args.global_batch, seq=args.seq, recompute=args.recompute,
         dtype=args.dtype, schedule=args.schedule, sequence_parallel=not args.no_sequence_parallel,
         offload_optimizer=args.offload_optimizer, overlap_grad_reduce=not args.no_overlap, dropout=args.dropout,
+        fused_attention=not args.unfused_attention,
     )  # fmt: skip
     mapper.check_train_devices(options, args.devices)
     return options

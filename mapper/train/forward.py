@@ -55,7 +55,10 @@ def map_forward(model: ModelHandle, hw: HardwareProfile, options: TrainOptions) 
     dims = {name: 0 for name, role in model.roles.items() if role == "past"}
     dims.update({name: seq for name, role in model.roles.items() if role == "total"})
     workload = model.bind(dims, batch=options.micro_batch, seq=seq)
-    plan = PlanOptions(dtype=options.dtype, tp=options.tp, ep=options.ep, runtime=Runtime.TRAINING)
+    plan = PlanOptions(
+        dtype=options.dtype, tp=options.tp, ep=options.ep, runtime=Runtime.TRAINING,
+        attention_fusion=options.fused_attention,
+    )  # fmt: skip
     mapping = map_workload(workload, hw, plan)
     appends = {a.node for a in find_kv_appends(workload.graph)}
     kept = [

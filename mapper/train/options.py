@@ -42,6 +42,9 @@ class TrainOptions:
     offload_optimizer: bool = False  # fp32 master weights and moments in host memory, the update on the CPU
     overlap_grad_reduce: bool = True  # DP gradient buckets reduced during the backward (Megatron, PyTorch DDP)
     dropout: bool = False  # the model trains with dropout (GPT-3 style): its masks are activations too
+    fused_attention: bool = (
+        True  # FlashAttention; False: scores, softmax and values as separate kernels (Megatron 2022)
+    )
 
     def __post_init__(self) -> None:
         for name, vocabulary in (("recompute", Recompute), ("dtype", PlanDtype), ("schedule", PipelineSchedule)):
