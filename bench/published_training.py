@@ -7,7 +7,8 @@ Each row is one published run with its conditions; the prediction maps the same 
 embedding, vocabulary 51,200, sequence 2,048) on the A100 profile with the row's TP, PP, DP, micro-batch 1, global
 batch, fp16, dropout kept, attention as Megatron ran it in 2021-22 (fused softmax, not FlashAttention), the row's
 recompute policy and sequence parallelism where the run had it (Korthikanti's; Narayanan's 2021 runs predate it).
-The papers' FLOP conventions differ, so every row is compared on iteration time: a published utilization or FLOP rate is turned into seconds with the paper's own FLOP count, stated in its row.
+The papers' FLOP conventions differ, so every row is compared on iteration time: a published utilization or FLOP
+rate is turned into seconds with the paper's own FLOP count, stated in its row.
 Nothing is fitted to these rows: they check mechanisms chosen from first principles.
 
 Error = predicted / published - 1 (below zero: the engine predicts a faster iteration than was measured).
