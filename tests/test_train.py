@@ -139,9 +139,10 @@ def test_llama2_70b_on_64_h100():
     o = TrainOptions(tp=8, pp=4, dp=2, micro_batch=1, global_batch=64, seq=4096, recompute="selective", dtype="bf16")
     r = mapper.train_step("llama2-70b", hw, o)
     assert r.parameters == pytest.approx(68.98e9, rel=2e-3)  # the built-in's published count
-    # stage 0 on one device: 20 layers over TP 8 (norms whole) and the embedding table whole (replicated gather)
+    # stage 0 on one device: 20 layers over TP 8 (norms whole) and the embedding table over TP 8 (Megatron's
+    # VocabParallelEmbedding)
     layer_split = 8192 * (8192 + 2 * 1024) + 8192 * 8192 + 3 * 8192 * 28672
-    stage0 = 20 * layer_split / 8 + 20 * 2 * 8192 + 32000 * 8192
+    stage0 = 20 * layer_split / 8 + 20 * 2 * 8192 + 32000 * 8192 / 8
     # (each exported RMSNorm also reads its epsilon and exponent, two scalars the export folds into weights: 1e-7)
     assert r.memory.stage == 0 and r.memory.weight_bytes == pytest.approx(2 * stage0, rel=1e-7)
     assert r.memory.optimizer_bytes == pytest.approx(12 * stage0 / 2, rel=1e-7)  # ZeRO-1 over DP 2
@@ -173,6 +174,19 @@ def test_bad_train_plans_are_one_line(argv, words, capsys):
     assert main(["train", "gpt2-small", *argv]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and words in err
+
+
+def test_a_tied_head_is_held_once_on_one_stage():
+    """Llama-3.2-1B ties its LM head to the embedding (1.24B parameters, data/configs/SOURCES.md): one copy where
+    they share a stage; Megatron keeps a second on the last stage when they do not."""
+    hw = load_hardware("h100-sxm")
+    one = mapper.train_step("data/configs/llama-3.2-1b.json", hw, TrainOptions(global_batch=2, seq=256))
+    two = mapper.train_step("data/configs/llama-3.2-1b.json", hw, TrainOptions(pp=2, global_batch=2, seq=256))
+    assert one.parameters == two.parameters == pytest.approx(1.2358e9, rel=1e-3)
+    assert one.memory.weight_bytes == pytest.approx(2 * one.parameters)  # bf16, the table once
+    table = 128256 * 2048 * 2
+    layer = (2 * one.parameters - table) / 16  # 16 layers (the last norm's 4 kB aside)
+    assert two.memory.stage == 1 and two.memory.weight_bytes == pytest.approx(8 * layer + table, rel=1e-5)
 
 
 def test_train_json_totals(capsys):

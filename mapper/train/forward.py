@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mapper.core.errors import MapperError
-from mapper.core.graph import LayerType
+from mapper.core.graph import Graph, LayerType
 from mapper.core.options import PlanOptions
 from mapper.core.result import Kernel, MappingResult
 from mapper.core.timeline import KernelEstimates
@@ -42,6 +42,7 @@ class Forward:
     kernels: tuple[Kernel, ...]  # as training runs them
     layers: tuple[int, ...]  # each kernel's layer (-1 before the first, L after the last)
     dims: LayerDims
+    tied: frozenset[str] = frozenset()  # kernels whose parameters an earlier kernel reads (a tied LM head)
 
 
 def map_forward(model: ModelHandle, hw: HardwareProfile, options: TrainOptions) -> Forward:
@@ -71,7 +72,22 @@ def map_forward(model: ModelHandle, hw: HardwareProfile, options: TrainOptions) 
     kernels = ring_attention(sequence_parallel(kept, options.tp) if sp else kept, options.cp)
     loss = loss_kernels(options, seq, dims_.vocab, mapping.totals.dtype)
     layers = _layer_indexes(kernels)
-    return Forward(mapping, (*kernels, *loss), (*layers, *([dims_.layers] * len(loss))), dims_)
+    tied = tied_kernels(workload.graph, kept)
+    return Forward(mapping, (*kernels, *loss), (*layers, *([dims_.layers] * len(loss))), dims_, tied)
+
+
+def tied_kernels(graph: Graph, kernels: Sequence[Kernel]) -> frozenset[str]:
+    """The kernels whose every parameter an earlier kernel reads: a LM head tied to the embedding (GPT-2, Llama-3.2
+    1B) holds no parameter of its own (on one stage; Megatron keeps a copy on each of two stages)."""
+    nodes = {n.name: n for n in graph.nodes}
+    seen: set[str] = set()
+    tied = set()
+    for k in kernels:
+        reads = {t for name in k.nodes if name in nodes for t in nodes[name].inputs if t in graph.weights}
+        if reads and reads <= seen and k.weight_bytes > 0:
+            tied.add(k.name)
+        seen |= reads
+    return frozenset(tied)
 
 
 def _layer_indexes(kernels: Sequence[Kernel]) -> list[int]:

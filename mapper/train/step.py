@@ -85,8 +85,6 @@ def stage_work(
         stage = work[stage_of(layer, last, pp)]
         whole = (options.tp if k.shard != Shard.REPLICATED else 1) * options.cp  # the FLOPs of the whole model
         stage.add(k, phase, t, whole, stall)
-    for k, layer in zip(forward.kernels, forward.layers):
-        work[stage_of(layer, last, pp)].add_parameters(k, 0 <= layer < last, options.tp)
     return tuple(work)
 
 

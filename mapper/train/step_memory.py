@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from mapper.core.graph import LayerType
 from mapper.core.vocab import KernelRule, PipelineSchedule, Recompute, Shard
 from mapper.hardware.profile import HardwareProfile
 from mapper.train.backward import holds_parameters
@@ -97,21 +98,30 @@ class Holdings:
     pre_whole: float
     post_split: float
     post_whole: float
+    tied_split: float  # a LM head tied to the embedding: its own copy only on a last stage apart from the first
+    tied_whole: float
     weight_bytes: float
+    layers: int
 
     @staticmethod
     def of(forward: Forward, tp: int, weight_bytes: float) -> Holdings:
-        sums = dict.fromkeys(("layer_split", "layer_whole", "pre_split", "pre_whole", "post_split", "post_whole"), 0.0)
+        """Each kernel's parameters by place; an embedding table split over TP as Megatron's VocabParallelEmbedding
+        splits it (the mapped forward's gather reads it whole)."""
+        places = ("layer_split", "layer_whole", "pre_split", "pre_whole", "post_split", "post_whole", "tied_split",
+                  "tied_whole")  # fmt: skip
+        sums = dict.fromkeys(places, 0.0)
         last = forward.dims.layers
         for k, layer in zip(forward.kernels, forward.layers):
             if not holds_parameters(k):
                 continue
-            place = "pre" if layer < 0 else "post" if layer >= last else "layer"
+            place = "pre" if layer < 0 else "tied" if k.name in forward.tied else "post" if layer >= last else "layer"
             split = k.shard != Shard.REPLICATED
-            sums[f"{place}_{'split' if split else 'whole'}"] += k.weight_bytes * (tp if split else 1)
+            whole = k.weight_bytes * (tp if split else 1)
+            split = split or k.layer_type == LayerType.EMBEDDING
+            sums[f"{place}_{'split' if split else 'whole'}"] += whole
         sums["layer_split"] /= max(last, 1)
         sums["layer_whole"] /= max(last, 1)
-        return Holdings(**sums, weight_bytes=weight_bytes)
+        return Holdings(**sums, weight_bytes=weight_bytes, layers=last)
 
     def stage(self, o: TrainOptions, stage: int, layers: int) -> StageHeld:
         """What one device of `stage` holds under `o` (its `layers` of the model)."""
@@ -121,8 +131,16 @@ class Holdings:
             held += self.pre_split / o.tp + self.pre_whole
         if stage == o.pp - 1:
             held += self.post_split / o.tp + self.post_whole
+        if stage == o.pp - 1 and o.pp > 1:  # Megatron keeps the tied embedding's copy on the last stage too
+            held += self.tied_split / o.tp + self.tied_whole
         w = self.weight_bytes
         return StageHeld(stage, held / w, layers * layer / w, layers, w)
+
+    @property
+    def parameters(self) -> float:
+        """The model's parameters, each once (a tied head's are the embedding's)."""
+        places = (self.layer_split + self.layer_whole) * self.layers
+        return (places + self.pre_split + self.pre_whole + self.post_split + self.post_whole) / self.weight_bytes
 
 
 def stage_counts(layers: int, pp: int) -> list[int]:

@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 
 from mapper.core.graph import LayerType
 from mapper.core.result import Kernel
-from mapper.core.vocab import Collective, Engine, KernelRule, Shard
+from mapper.core.vocab import Collective, Engine, KernelRule
 from mapper.cost.estimate import estimate_cost
 from mapper.hardware.profile import HardwareProfile
 from mapper.hardware.target import Target
-from mapper.train.backward import ATTENTION_BACKWARD_FLOPS, holds_parameters
+from mapper.train.backward import ATTENTION_BACKWARD_FLOPS
 from mapper.train.forward import Forward
 from mapper.train.memory import TrainMemory
 from mapper.train.optimizer import optimizer_kernels
@@ -76,14 +76,6 @@ class StageWork:
                 self.flash_flops += k.matrix_flops * whole
         elif phase == "recompute":
             self.recompute_flops += k.matrix_flops * whole
-
-    def add_parameters(self, k: Kernel, in_layer: bool, tp: int) -> None:
-        if not holds_parameters(k):
-            return
-        self.parameters += k.weight_bytes
-        self.whole_parameters += k.weight_bytes * (tp if k.shard != Shard.REPLICATED else 1)
-        if in_layer:
-            self.layer_parameters += k.weight_bytes
 
     @property
     def micro_batch_s(self) -> float:
@@ -187,7 +179,8 @@ def step_timing(hw: HardwareProfile, o: TrainOptions, forward: Forward, target: 
     per_stage = tuple(w.micro_batch_s + p2p + r for w, r in zip(work, ring))
     slowest = max(range(o.pp), key=lambda s: per_stage[s])
     busiest = work[slowest]
-    params_stage = max(w.parameters for w in work) / weight
+    holdings = Holdings.of(forward, o.tp, weight)
+    params_stage = max(holdings.stage(o, s, c).parameters for s, c in enumerate(counts))
     sync = gradient_sync(
         hw, params_stage, weight, o.zero, o.dp * o.cp, o.tp, m, o.overlap_grad_reduce,
         busiest.phase_s.get("forward", 0.0), busiest.phase_s.get("backward", 0.0),
@@ -240,7 +233,7 @@ def step_result(
         model_name=name,
         hardware_name=hw.name,
         options=o,
-        parameters=sum(w.whole_parameters for w in work) / weight,
+        parameters=Holdings.of(forward, o.tp, weight).parameters,
         totals=step_totals(o, target, work, timing),
         memory=plan_memory(hw, forward, Holdings.of(forward, o.tp, weight), o),
         sync=timing.sync,
