@@ -60,6 +60,22 @@ def run() -> None:
         page.run()
 
 
+def map_training(selection: state.Selection) -> None:
+    """The training mode's step (`mapper train`), beside the slice's mapping; None when the mode is off."""
+    if selection.training is None:
+        session.update(training=None, training_error=None)
+        return
+    try:
+        with st.spinner(f"Mapping a training step of {ui.md(selection.model_label)} ..."):
+            doc = cache.training(
+                selection.model_key, selection.training, selection.hw.sha256, selection.source, selection.hw,
+                selection.model_label,
+            )  # fmt: skip
+        session.update(training=doc, training_error=None)
+    except mapper.MapperError as e:
+        session.update(training=None, training_error=f"Cannot map this training step: {mapper.error_line(e)}")
+
+
 def map_selection(selection: state.Selection) -> None:
     session.update(selection=selection)
     try:
@@ -71,6 +87,7 @@ def map_selection(selection: state.Selection) -> None:
     except mapper.MapperError as e:
         session.update(map_error=f"Cannot map this selection: {mapper.error_line(e)}")
         result = None
+    map_training(selection)
     if result is not None and cache.STORE is not None:  # the operator configured a store: record what is mapped
         try:  # as this browser's run (its token's hash): only it reads the run back
             owner = mapper.session_owner(session.token())

@@ -125,3 +125,13 @@ def recorded(key: tuple, owner: str, _result, _doc: dict) -> int:
     mapping (`key`, with the model's name) and owner on this server."""
     sheet_file = (sheet(key, "xlsx", _result), "xlsx")
     return mapper.record_run(STORE, _doc, command="dashboard", sheet=sheet_file, owner=owner)
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def training(
+    model_key: str, options: mapper.TrainOptions, hw_sha: str, _source, _hw, label: str = "", levers: bool = False
+) -> dict:
+    """The training step's document (`mapper train --json`'s), with its review's fix and, with `levers`, every lever
+    re-mapped; kept by the model's key, the training plan and the profile's hash."""
+    handle = model(model_key, _source, label)
+    return mapper.training_document(mapper.review_training(handle, _hw, options, levers=levers))

@@ -35,6 +35,15 @@ DEFAULTS = {
     "scheduler": "prefill-first",
     "chunk_tokens": 512,
     "presentation": False,
+    # the training step (the sidebar's training mode; `mapper train`'s defaults)
+    "training": False,
+    "train_micro_batch": 1,
+    "train_global_batch": 8,
+    "train_seq": 2048,
+    "train_recompute": "selective",
+    "train_zero": 1,
+    "train_cp": 1,
+    "train_vp": 1,
 }
 
 

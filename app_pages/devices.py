@@ -4,7 +4,11 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from app_pages import ui
+from app_pages import training, ui
+
+if (training_doc := training.current()) is not None:  # the sidebar's training mode: the step's view instead
+    training.devices(training_doc)
+    st.stop()
 
 doc, result, sel = ui.current()
 ui.header("Devices", doc)

@@ -3,13 +3,28 @@
 import dataclasses
 import json
 
+import pandas as pd
 import streamlit as st
 
 import mapper
-from app_pages import cache, session, ui
+from app_pages import cache, session, training, ui
 
 doc, result, sel = ui.current()
 ui.header("Export", doc)
+if (training_doc := training.current()) is not None:  # the training mode: the step's sheet first
+    st.subheader("Training step")
+    st.write("The training step's sheet: its totals, the memory per device broken down, time by layer type.")
+    train_stem = f"{training_doc['model']}_{training_doc['hardware']}_training".replace("/", "_").replace(" ", "_")
+    t1, t2 = st.columns(2)
+    t1.download_button(
+        "Training sheet (.csv)", mapper.csv_bytes(pd.DataFrame(mapper.training_sheet(training_doc))),
+        file_name=f"{train_stem}.csv", mime="text/csv",
+    )  # fmt: skip
+    t2.download_button(
+        "Training document (.json)", json.dumps(training_doc, indent=1), file_name=f"{train_stem}.json",
+        mime="application/json",
+    )  # fmt: skip
+    st.subheader("Inference slice")
 FORMATS = {
     "xlsx": ("Excel workbook (.xlsx)", "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"),
     "csv": ("Kernels table (.csv)", "text/csv"),

@@ -7,7 +7,11 @@ import pandas as pd
 import streamlit as st
 
 import mapper
-from app_pages import ui
+from app_pages import training, ui
+
+if (training_doc := training.current()) is not None:  # the sidebar's training mode: the step's view instead
+    training.overview(training_doc)
+    st.stop()
 
 doc, result, sel = ui.current()
 t, a = doc["totals"], doc["assessment"]

@@ -6,7 +6,11 @@ import pandas as pd
 import streamlit as st
 
 import mapper
-from app_pages import proof, session, ui
+from app_pages import proof, session, training, ui
+
+if (training_doc := training.current()) is not None:  # the sidebar's training mode: the step's view instead
+    training.review(training_doc)
+    st.stop()
 
 TABLE_PX, ROW_PX = 160, 35  # a step's table height at most, and Streamlit's dataframe row height (px)
 STEPS = ("1 Workload and KPI", "2 First failure", "3 Proving artifact", "4 Fix and owner", "5 Validation")

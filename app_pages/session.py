@@ -50,6 +50,7 @@ class Selection:
     hw_choice: str  # the profile selectbox's value: a built-in's name or the custom entry
     options: mapper.PlanOptions
     serving: mapper.Question  # the load and the latency targets: part of the slice's one assessment
+    training: mapper.TrainOptions | None = None  # the training mode's plan (None: the inference slice)
 
     @property
     def key(self) -> tuple:
@@ -71,6 +72,8 @@ class DashboardState:
     doc: dict | None = None  # mapper.mapping_document(result)
     assessment: mapper.Assessment | None = None  # the slice's one assessment: every page renders it
     map_error: str | None = None
+    training: dict | None = None  # the training mode's document (mapper.training_document), else None
+    training_error: str | None = None
     picked_kernel: str | None = None  # Kernels and Roofline share the drill-down
     runs: dict = field(default_factory=dict)  # button-run results (sweep, compare): name -> (key, value)
     validation: tuple | None = None  # (selection key, before, after) from the Validation page

@@ -265,6 +265,35 @@ def _serving_section(decoder: bool) -> mapper.Question:
     return mapper.Question(serve, rate is not None, chosen, int(prompt) if prompt else None)  # requests: the engine's
 
 
+def _training_section(options: mapper.PlanOptions) -> mapper.TrainOptions | None:
+    """The training mode: a training step of the model (`mapper train`) on the plan's TP x PP x DP (x CP) with
+    its batch, sequence, recompute and ZeRO stage; None when the mode is off or the plan does not add up (the
+    reason shown here, as `mapper train` prints it)."""
+    on = st.toggle("Training step", key="training", help="map a training step instead of an inference slice")
+    if not on:
+        return None
+    with st.expander("Training step", expanded=True):
+        t1, t2 = st.columns(2)
+        chosen = {
+            "micro_batch": t1.number_input("micro-batch", min_value=1, step=1, key="train_micro_batch"),
+            "global_batch": t2.number_input("global batch", min_value=1, step=1, key="train_global_batch"),
+            "seq": t1.number_input("sequence", min_value=1, step=256, key="train_seq"),
+            "recompute": t2.selectbox("recompute", mapper.RECOMPUTE_POLICIES, key="train_recompute"),
+            "zero": t1.selectbox("ZeRO", (0, 1, 2, 3), key="train_zero", help="3 = FSDP"),
+            "cp": t2.number_input("CP", min_value=1, step=1, key="train_cp", help="context parallel (ring)"),
+            "vp": t1.number_input("virtual stages", min_value=1, step=1, key="train_vp", help="interleaved 1F1B"),
+        }
+    dtype = options.dtype if options.dtype in mapper.TRAIN_DTYPES else "auto"
+    try:
+        return mapper.TrainOptions(
+            tp=options.tp, pp=options.pp, dp=options.dp, ep=options.ep, dtype=dtype,
+            **{k: v if isinstance(v, str) else int(v) for k, v in chosen.items()},
+        )  # fmt: skip
+    except mapper.MapperError as e:
+        st.error(ui.md(mapper.error_line(e)))
+        return None
+
+
 def sidebar() -> Selection | None:
     """Draw the shared sidebar; the current selection, or None while the profile is invalid."""
     _init_state()
@@ -279,8 +308,9 @@ def sidebar() -> Selection | None:
         bound = _dims_section(dims)
         hw, hw_choice = hwform.hardware_section(CUSTOM_HW)
         options = _options_section()
+        training = _training_section(options)
         serving = _serving_section(mapper.is_decoder(cache.model(key, source, label)))
     style.apply_css(presentation)
     if hw is None:
         return None
-    return Selection(label, key, source, bound, hw, hw_choice, options, serving)
+    return Selection(label, key, source, bound, hw, hw_choice, options, serving, training)

@@ -74,7 +74,7 @@ from mapper.serve.question import LoadSource, Question, ServedLoad
 from mapper.serve.serving import ServingConfig, ServingResult, simulate_serving
 from mapper.serve.speculative import DEFAULT_DRAFT_TOKENS, SpeculativeConfig, expected_tokens, validate_speculative
 from mapper.serve.steps import open_draft
-from mapper.train.document import training_document
+from mapper.train.document import training_document, training_sheet
 from mapper.train.options import PIPELINE_SCHEDULES, RECOMPUTE_POLICIES, TRAIN_DTYPES, TrainOptions
 from mapper.train.options import check_devices as check_train_devices
 from mapper.train.review import TrainingReview, review_training
@@ -170,6 +170,7 @@ __all__ = [
     "review_training",
     "train_step",
     "training_document",
+    "training_sheet",
     "MapperError",
     "ProfileError",
     "error_line",

@@ -411,3 +411,23 @@ def test_hardware_page_shows_the_profiles_evidence_as_plain_text():
     assert evidence is not None
     shown_text = [t.value for t in at.text]
     assert f"Obtained: {evidence.obtained}" in shown_text and f"Checked: {evidence.checked}" in shown_text
+
+
+def test_training_mode_renders_the_step_on_its_pages():
+    """The sidebar's training mode: Overview, Layers, Devices and Review render `mapper train`'s document, the
+    Export page offers its sheet with the memory breakdown."""
+    at = start(model="gpt2-small")
+    at.session_state["training"] = True
+    at.session_state["train_seq"] = 512
+    at.session_state["train_global_batch"] = 4
+    at.run()
+    assert_clean(at, "training overview")
+    doc = state(at).training
+    assert doc is not None and doc["options"]["seq"] == 512
+    assert metric(at, "Step time") == mapper.format_duration(doc["totals"]["step_time_s"])
+    for page in ("layers", "devices", "review", "export"):
+        at.switch_page(f"app_pages/{page}.py").run()
+        assert_clean(at, f"training / {page}")
+        assert at.title[0].value.lower() == page
+    sheet = mapper.training_sheet(doc)
+    assert {r["item"] for r in sheet if r["section"] == "memory per device"} >= {"weights", "activations", "per device"}

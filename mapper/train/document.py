@@ -86,3 +86,41 @@ def training_document(review: TrainingReview) -> dict:
         },
         "assumptions": list(r.assumptions),
     }
+
+
+MEMORY_ROWS = (
+    ("weights", "weight_bytes"),
+    ("gradients (fp32 main)", "gradient_bytes"),
+    ("optimizer state", "optimizer_bytes"),
+    ("activations", "activation_bytes"),
+    ("recompute working set", "recompute_working_bytes"),
+    ("logits (fp32)", "logits_bytes"),
+    ("per device", "per_device_bytes"),
+    ("capacity", "capacity_bytes"),
+    ("optimizer state on the host", "host_optimizer_bytes"),
+)
+
+
+def training_sheet(doc: dict) -> list[dict]:
+    """The training document as a sheet's rows (section, item, value, unit): the totals, the memory per device
+    broken down, the time by layer type and the micro-batch by phase; numbers, never formatted text."""
+    t, m = doc["totals"], doc["memory"]
+    rows = [{"section": "totals", "item": f, "value": t[f], "unit": _unit(f)} for f in TOTALS_FIELDS[:-1]]
+    rows += [
+        {"section": "memory per device", "item": name, "value": m[key], "unit": "bytes"} for name, key in MEMORY_ROWS
+    ]
+    rows += [
+        {"section": "share of the step", "item": k, "value": v, "unit": "fraction"}
+        for k, v in doc["layer_shares"].items()
+    ]
+    rows += [{"section": "micro-batch", "item": k, "value": v, "unit": "s"} for k, v in doc["micro_batch_s"].items()]
+    return rows
+
+
+UNITS = {"step_time_s": "s", "tokens_per_step": "tokens", "tokens_per_s_per_device": "tokens/s",
+         "model_flops": "FLOP", "hardware_flops": "FLOP", "peak_flops_per_s": "FLOP/s"}  # fmt: skip
+
+
+def _unit(field: str) -> str:
+    """A totals field's unit (the rest are fractions of the step or of the peak)."""
+    return UNITS.get(field, "fraction")
