@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -187,6 +188,23 @@ def test_a_tied_head_is_held_once_on_one_stage():
     table = 128256 * 2048 * 2
     layer = (2 * one.parameters - table) / 16  # 16 layers (the last norm's 4 kB aside)
     assert two.memory.stage == 1 and two.memory.weight_bytes == pytest.approx(8 * layer + table, rel=1e-5)
+
+
+@pytest.mark.slow
+def test_expert_parallelism_splits_the_experts_weights_and_adds_all_to_alls():
+    """Mixtral-8x7B with EP 4 over the DP ranks (Megatron's layout): each device holds 2 of 8 experts a layer,
+    its expert work unchanged (its micro-batch's tokens, top-2), and each MoE layer adds four all-to-alls."""
+    hw = load_hardware("h100-sxm")
+    base = TrainOptions(pp=4, dp=4, global_batch=8, seq=1024, recompute="full", dtype="bf16")
+    one = mapper.train_step("mixtral-8x7b", hw, base)
+    four = mapper.train_step("mixtral-8x7b", hw, replace(base, ep=4))
+    expert = 3 * 4096 * 14336 * 2  # one expert's bytes (w1, w2, w3 at bf16)
+    experts_held = 8 * 8 * expert  # stage 0: 8 layers of 8 experts
+    assert one.memory.weight_bytes - four.memory.weight_bytes == pytest.approx(experts_held * 3 / 4, rel=1e-6)
+    assert four.parameters == one.parameters == pytest.approx(46.70e9, rel=2e-3)
+    # the same expert work a micro-batch, plus the all-to-alls; fewer gradients to reduce (the local experts')
+    assert four.micro_batch_s == one.micro_batch_s and four.stage_times_s[0] > one.stage_times_s[0]
+    assert four.sync.gradient_bytes < one.sync.gradient_bytes / 2  # experts are ~96% of Mixtral's parameters
 
 
 def test_train_json_totals(capsys):

@@ -43,6 +43,8 @@ class Forward:
     layers: tuple[int, ...]  # each kernel's layer (-1 before the first, L after the last)
     dims: LayerDims
     tied: frozenset[str] = frozenset()  # kernels whose parameters an earlier kernel reads (a tied LM head)
+    experts: frozenset[str] = frozenset()  # a mixture of experts' expert kernels (their weights over EP)
+    dispatch_bytes: tuple[float, ...] = ()  # each MoE layer's routed activations: tokens x top-k x hidden x 2
 
 
 def map_forward(model: ModelHandle, hw: HardwareProfile, options: TrainOptions) -> Forward:
@@ -56,10 +58,12 @@ def map_forward(model: ModelHandle, hw: HardwareProfile, options: TrainOptions) 
     dims = {name: 0 for name, role in model.roles.items() if role == "past"}
     dims.update({name: seq for name, role in model.roles.items() if role == "total"})
     workload = model.bind(dims, batch=options.micro_batch, seq=seq)
+    # experts mapped resident (ep 1: each device runs every expert on its own micro-batch's tokens, the work a
+    # Megatron EP rank does on the tokens dispatched to its E/ep experts); their weights and all-to-alls over EP
+    # are the step's (train.step_memory, train.totals)
     plan = PlanOptions(
-        dtype=options.dtype, tp=options.tp, ep=options.ep, runtime=Runtime.TRAINING,
-        attention_fusion=options.fused_attention,
-    )  # fmt: skip
+        dtype=options.dtype, tp=options.tp, runtime=Runtime.TRAINING, attention_fusion=options.fused_attention
+    )
     mapping = map_workload(workload, hw, plan)
     appends = {a.node for a in find_kv_appends(workload.graph)}
     kept = [
@@ -73,7 +77,15 @@ def map_forward(model: ModelHandle, hw: HardwareProfile, options: TrainOptions) 
     loss = loss_kernels(options, seq, dims_.vocab, mapping.totals.dtype)
     layers = _layer_indexes(kernels)
     tied = tied_kernels(workload.graph, kept)
-    return Forward(mapping, (*kernels, *loss), (*layers, *([dims_.layers] * len(loss))), dims_, tied)
+    gemms = workload.expert_gemms
+    experts = frozenset(k.name for k in kept if any(n in gemms for n in k.nodes))
+    routing = {g.layer: g for g in gemms.values()}  # one routing a MoE layer
+    if options.ep > 1 and (not routing or any(g.experts % options.ep for g in routing.values())):
+        what = "has no experts" if not routing else f"has {next(iter(routing.values())).experts} experts a layer"
+        raise MapperError(f"--ep {options.ep}: the model {what}; expert parallelism splits whole experts (--ep 1)")
+    dispatch = tuple(2.0 * g.tokens * g.top_k * g.hidden / options.tp for g in routing.values())
+    loss_layers = [dims_.layers] * len(loss)
+    return Forward(mapping, (*kernels, *loss), (*layers, *loss_layers), dims_, tied, experts, dispatch)
 
 
 def tied_kernels(graph: Graph, kernels: Sequence[Kernel]) -> frozenset[str]:

@@ -144,7 +144,7 @@ def _fit_candidates(o: TrainOptions, layers: int, heads: int, node: int):
 def smallest_fit(hw: HardwareProfile, result: TrainingResult) -> TrainOptions | None:
     """The smallest plan whose memory fits (see the module), or None within the search."""
     o, forward = result.options, result.forward
-    holdings = Holdings.of(forward, o.tp, result.weight_element_bytes)
+    holdings = Holdings.of(forward, o.tp, result.weight_element_bytes, o.ep)
     for _, _, values in _fit_candidates(o, forward.dims.layers, forward.dims.heads, hw.interconnect.max_devices):
         changed = dict(zip(FIT_FIELDS, values))
         candidate = _made(o, global_batch=o.sequences, **changed)

@@ -104,7 +104,7 @@ class Holdings:
     layers: int
 
     @staticmethod
-    def of(forward: Forward, tp: int, weight_bytes: float) -> Holdings:
+    def of(forward: Forward, tp: int, weight_bytes: float, ep: int = 1) -> Holdings:
         """Each kernel's parameters by place; an embedding table split over TP as Megatron's VocabParallelEmbedding
         splits it (the mapped forward's gather reads it whole)."""
         places = ("layer_split", "layer_whole", "pre_split", "pre_whole", "post_split", "post_whole", "tied_split",
@@ -116,7 +116,7 @@ class Holdings:
                 continue
             place = "pre" if layer < 0 else "tied" if k.name in forward.tied else "post" if layer >= last else "layer"
             split = k.shard != Shard.REPLICATED
-            whole = k.weight_bytes * (tp if split else 1)
+            whole = k.weight_bytes * (tp if split else 1) / (ep if k.name in forward.experts else 1)
             split = split or k.layer_type == LayerType.EMBEDDING
             sums[f"{place}_{'split' if split else 'whole'}"] += whole
         sums["layer_split"] /= max(last, 1)

@@ -155,6 +155,16 @@ def _optimizer_s(hw: HardwareProfile, target: Target, o: TrainOptions, parameter
     return sum(estimate_cost(k, target).time_s for k in kernels) + clip
 
 
+def _experts_s(hw: HardwareProfile, forward: Forward, o: TrainOptions, layers: int) -> float:
+    """Expert parallelism over the data-parallel ranks (Megatron-LM's EP, ranks tp x cp apart): each MoE layer's
+    dispatch and combine all-to-alls of the routed tokens forward and their gradients' backward, on a stage's
+    share of the MoE layers, not overlapped (DeepSpeed-MoE sec. 5; the engine's `plan.experts` traffic)."""
+    if o.ep <= 1 or not forward.dispatch_bytes:
+        return 0.0
+    per_layer = sum(group_time(hw, Collective.ALL_TO_ALL, o.ep, o.tp * o.cp, b) for b in forward.dispatch_bytes)
+    return 4 * per_layer * layers / max(forward.dims.layers, 1)
+
+
 @dataclass(frozen=True, slots=True)
 class StepTiming:
     """Where a step's time goes: the pipeline over the slowest stage, the sends, DP's exposed part, the optimizer."""
@@ -175,11 +185,11 @@ def step_timing(hw: HardwareProfile, o: TrainOptions, forward: Forward, target: 
     m, weight = o.micro_batches, target.weight_bytes
     counts = stage_counts(forward.dims.layers, o.pp)
     p2p = _p2p_s(hw, forward, o)
-    ring = [_ring_s(hw, forward, o, w.attention_s, c) for w, c in zip(work, counts)]
+    ring = [_ring_s(hw, forward, o, w.attention_s, c) + _experts_s(hw, forward, o, c) for w, c in zip(work, counts)]
     per_stage = tuple(w.micro_batch_s + p2p + r for w, r in zip(work, ring))
     slowest = max(range(o.pp), key=lambda s: per_stage[s])
     busiest = work[slowest]
-    holdings = Holdings.of(forward, o.tp, weight)
+    holdings = Holdings.of(forward, o.tp, weight, o.ep)
     params_stage = max(holdings.stage(o, s, c).parameters for s, c in enumerate(counts))
     sync = gradient_sync(
         hw, params_stage, weight, o.zero, o.dp * o.cp, o.tp, m, o.overlap_grad_reduce,
@@ -235,7 +245,7 @@ def step_result(
         options=o,
         parameters=Holdings.of(forward, o.tp, weight).parameters,
         totals=step_totals(o, target, work, timing),
-        memory=plan_memory(hw, forward, Holdings.of(forward, o.tp, weight), o),
+        memory=plan_memory(hw, forward, Holdings.of(forward, o.tp, weight, o.ep), o),
         sync=timing.sync,
         micro_batch_s=tuple(sorted(busiest.phase_s.items())),
         layer_shares=shares,
