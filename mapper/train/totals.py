@@ -263,5 +263,5 @@ def _layer_shares(busiest: StageWork, m: int, step: float, bubble: float, dp: fl
         ("data-parallel (exposed)", dp / step),
         ("optimizer", optimizer / step),
     ]
-    rows += [("pipeline sends and ring attention", sends / step)]
+    rows += [("sends (pipeline, ring attention, experts)", sends / step)]
     return tuple(rows)
