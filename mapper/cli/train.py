@@ -110,3 +110,5 @@ def print_training(doc: dict) -> None:
     for lever in review.get("levers", []):
         print(f"  lever: {lever['change']}: {lever['text']} (owner: {lever['owner']}; rollback: {lever['rollback']})")
     print(f"  FLOP convention: {t['flop_convention']}")
+    for note in doc["assumptions"][2:]:  # past the convention and the gradient sync: what the step assumed
+        print(f"  note: {note}")

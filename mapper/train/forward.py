@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mapper.core.errors import MapperError
 from mapper.core.graph import Graph, LayerType
 from mapper.core.options import PlanOptions
 from mapper.core.result import Kernel, MappingResult
 from mapper.core.timeline import KernelEstimates
-from mapper.core.vocab import Collective, Engine, KernelRule, Runtime, Shard
+from mapper.core.vocab import Collective, Engine, KernelRule, PlanDtype, Runtime, Shard
 from mapper.handle import ModelHandle
 from mapper.hardware.profile import HardwareProfile
 from mapper.pipeline import map_workload
@@ -31,6 +31,7 @@ from mapper.train.options import TrainOptions
 LAYER_INDEX = re.compile(r"\.(?:layers|layer|h|blocks)\.(\d+)\.")  # model.layers.12.mlp..., transformer.h.3.attn...
 GATED_PROJECTIONS = 2  # a gated MLP's column-parallel GEMMs after the attention: gate and up
 LOSS_FLOPS_PER_LOGIT = 5  # max, subtract, exp's sum, log, the gradient's scale (vocab-parallel cross-entropy)
+TRAINABLE = frozenset({"fp32", "tf32", "bf16", "fp16", "fp8"})  # precisions a training step's GEMMs run at
 LOSS_REDUCTIONS = 3  # Megatron's vocab-parallel cross-entropy all-reduces the max, the exps' sum, the target logit
 
 
@@ -45,6 +46,7 @@ class Forward:
     tied: frozenset[str] = frozenset()  # kernels whose parameters an earlier kernel reads (a tied LM head)
     experts: frozenset[str] = frozenset()  # a mixture of experts' expert kernels (their weights over EP)
     dispatch_bytes: tuple[float, ...] = ()  # each MoE layer's routed activations: tokens x top-k x hidden x 2
+    caveat: str = ""  # the precision the step runs at, where it is not the model's release
 
 
 def map_forward(model: ModelHandle, hw: HardwareProfile, options: TrainOptions) -> Forward:
@@ -57,6 +59,7 @@ def map_forward(model: ModelHandle, hw: HardwareProfile, options: TrainOptions) 
     seq = options.seq // options.cp
     dims = {name: 0 for name, role in model.roles.items() if role == "past"}
     dims.update({name: seq for name, role in model.roles.items() if role == "total"})
+    dims.update({name: 0 for name, role in model.roles.items() if role == "branch"})  # a merged decoder: no cache
     workload = model.bind(dims, batch=options.micro_batch, seq=seq)
     # experts mapped resident (ep 1: each device runs every expert on its own micro-batch's tokens, the work a
     # Megatron EP rank does on the tokens dispatched to its E/ep experts); their weights and all-to-alls over EP
@@ -65,6 +68,10 @@ def map_forward(model: ModelHandle, hw: HardwareProfile, options: TrainOptions) 
         dtype=options.dtype, tp=options.tp, runtime=Runtime.TRAINING, attention_fusion=options.fused_attention
     )
     mapping = map_workload(workload, hw, plan)
+    caveat = ""
+    if mapping.totals.dtype not in TRAINABLE:  # auto on a quantized release (int8, int4, FP4): trained in bf16
+        caveat = f"the model is released at {mapping.totals.dtype}, not a training precision: the step runs in bf16"
+        mapping = map_workload(workload, hw, replace(plan, dtype=PlanDtype.BF16))
     appends = {a.node for a in find_kv_appends(workload.graph)}
     kept = [
         k
@@ -85,7 +92,7 @@ def map_forward(model: ModelHandle, hw: HardwareProfile, options: TrainOptions) 
         raise MapperError(f"--ep {options.ep}: the model {what}; expert parallelism splits whole experts (--ep 1)")
     dispatch = tuple(2.0 * g.tokens * g.top_k * g.hidden / options.tp for g in routing.values())
     loss_layers = [dims_.layers] * len(loss)
-    return Forward(mapping, (*kernels, *loss), (*layers, *loss_layers), dims_, tied, experts, dispatch)
+    return Forward(mapping, (*kernels, *loss), (*layers, *loss_layers), dims_, tied, experts, dispatch, caveat)
 
 
 def tied_kernels(graph: Graph, kernels: Sequence[Kernel]) -> frozenset[str]:

@@ -250,7 +250,9 @@ def step_result(
         micro_batch_s=tuple(sorted(busiest.phase_s.items())),
         layer_shares=shares,
         stage_times_s=timing.per_stage_s,
-        assumptions=(FLOP_CONVENTION, timing.sync.kind) + ((OFFLOAD_CAVEAT,) if o.offload_optimizer else ()),
+        assumptions=(FLOP_CONVENTION, timing.sync.kind)
+        + ((OFFLOAD_CAVEAT,) if o.offload_optimizer else ())
+        + ((forward.caveat,) if forward.caveat else ()),
         forward=forward,
         weight_element_bytes=weight,
     )
