@@ -81,6 +81,14 @@ def test_states_under_each_zero_stage(zero, offload, expected):
     assert got == pytest.approx(expected, rel=1e-12)
 
 
+@pytest.mark.parametrize(("gemm_bytes", "held"), [(2.0, 2.0), (4.0, 4.0), (1.0, 3.0), (1.03125, 3.03125)])
+def test_weights_kept_under_each_precision(gemm_bytes, held):
+    """bf16 and fp32 steps keep their weights as the GEMMs read them; fp8 (and MXFP8, its scales included) keep the
+    16-bit weights and the cast copy (Transformer Engine)."""
+    weights, _, _ = state_bytes(StateCase(1e9, 0.0, gemm_bytes, 0, 1, False))
+    assert weights == held * 1e9
+
+
 def test_one_f_one_b_bubble():
     assert bubble_share(PipelineSchedule.ONE_F_ONE_B, 4, 32) == pytest.approx(3 / 35)
     assert bubble_share(PipelineSchedule.GPIPE, 8, 8) == pytest.approx(7 / 15)

@@ -31,7 +31,7 @@ from mapper.train.options import TrainOptions
 LAYER_INDEX = re.compile(r"\.(?:layers|layer|h|blocks)\.(\d+)\.")  # model.layers.12.mlp..., transformer.h.3.attn...
 GATED_PROJECTIONS = 2  # a gated MLP's column-parallel GEMMs after the attention: gate and up
 LOSS_FLOPS_PER_LOGIT = 5  # max, subtract, exp's sum, log, the gradient's scale (vocab-parallel cross-entropy)
-TRAINABLE = frozenset({"fp32", "tf32", "bf16", "fp16", "fp8"})  # precisions a training step's GEMMs run at
+TRAINABLE = frozenset({"fp32", "tf32", "bf16", "fp16", "fp8", "mxfp8"})  # precisions a training step's GEMMs run at
 LOSS_REDUCTIONS = 3  # Megatron's vocab-parallel cross-entropy all-reduces the max, the exps' sum, the target logit
 
 

@@ -104,18 +104,28 @@ class StateCase:
 
     parameters: float  # parameters on the device under TP x PP (x EP)
     layer_parameters: float  # one layer's, under TP (FSDP's unsharded units)
-    weight_bytes: float  # a weight element (the 16-bit copy the GEMMs read)
+    weight_bytes: float  # a weight element as the GEMMs read it (`held_weight_bytes`: what a device keeps of one)
     zero: int
     shards: int  # the data-parallel ranks ZeRO shards over (dp x cp)
     offload_optimizer: bool
 
 
+MODEL_WEIGHT_BYTES = 2  # the model's own weights under mixed precision: 16-bit (Megatron-LM, Transformer Engine)
+
+
+def held_weight_bytes(gemm_bytes: float) -> float:
+    """Bytes a device keeps a parameter's weights in: 16-bit, plus an 8-bit (or block-scaled) copy where the GEMMs
+    run narrower (Transformer Engine casts the bf16 weights to fp8 and keeps the cast for the micro-batches); fp32
+    where the step runs in fp32."""
+    return gemm_bytes if gemm_bytes >= MODEL_WEIGHT_BYTES else MODEL_WEIGHT_BYTES + gemm_bytes
+
+
 def state_bytes(c: StateCase) -> tuple[float, float, float]:
     """(weights, gradients, optimizer state) on one device (ZeRO: Rajbhandari et al. 2020, Figure 1)."""
-    n, dp = c.parameters, c.shards
-    weights = c.weight_bytes * n
+    n, dp, kept = c.parameters, c.shards, held_weight_bytes(c.weight_bytes)
+    weights = kept * n
     if c.zero >= ZERO_PARAMETERS:  # FSDP: a shard, and the layer computing and the one prefetched whole
-        weights = weights / dp + FSDP_UNSHARDED_LAYERS * c.weight_bytes * c.layer_parameters
+        weights = weights / dp + FSDP_UNSHARDED_LAYERS * kept * c.layer_parameters
     grads = MAIN_GRAD_BYTES * n / (dp if c.zero >= ZERO_GRADIENTS else 1)
     optimizer = 0.0 if c.offload_optimizer else OPTIMIZER_BYTES * n / (dp if c.zero >= 1 else 1)
     return weights, grads, optimizer

@@ -14,7 +14,8 @@ from mapper.core.errors import MapperError
 from mapper.core.vocab import PipelineSchedule, PlanDtype, Recompute, values
 
 MAX_ZERO_STAGE = 3  # ZeRO-3 (= FSDP's full sharding): parameters, gradients and optimizer state over DP
-TRAIN_PRECISIONS = (PlanDtype.AUTO, PlanDtype.BF16, PlanDtype.FP16, PlanDtype.FP8)  # the step's GEMM precision
+# the step's GEMM precision: 16-bit, fp8 with per-tensor scales, or MXFP8's blockwise scales (a profile with its peak)
+TRAIN_PRECISIONS = (PlanDtype.AUTO, PlanDtype.BF16, PlanDtype.FP16, PlanDtype.FP8, PlanDtype.MXFP8)
 TRAIN_DTYPES = tuple(str(d) for d in TRAIN_PRECISIONS)  # the CLI's and the page's choices
 RECOMPUTE_POLICIES = values(Recompute)
 PIPELINE_SCHEDULES = values(PipelineSchedule)
@@ -50,7 +51,9 @@ class TrainOptions:
         for name, vocabulary in (("recompute", Recompute), ("dtype", PlanDtype), ("schedule", PipelineSchedule)):
             _member(self, name, vocabulary)
         if self.dtype not in TRAIN_PRECISIONS:
-            raise MapperError(f"option dtype={self.dtype} is not a training precision; choose one of bf16, fp16, fp8")
+            raise MapperError(
+                f"option dtype={self.dtype} is not a training precision; choose one of bf16, fp16, fp8, mxfp8"
+            )
         for name in ("tp", "pp", "dp", "cp", "ep", "vp", "micro_batch", "seq"):
             _degree(name, getattr(self, name))
         if not isinstance(self.zero, int) or not 0 <= self.zero <= MAX_ZERO_STAGE:
