@@ -81,7 +81,8 @@ def print_training(doc: dict) -> None:
     print(
         f"  shares of the step: bubble {t['bubble_share']:.1%}, exposed communication"
         f" {t['exposed_communication_share']:.1%}, TP collectives {t['tensor_parallel_share']:.1%}, recompute"
-        f" {t['recompute_share']:.1%}, optimizer {t['optimizer_share']:.1%}"
+        f" {t['recompute_share']:.1%}, optimizer {t['optimizer_share']:.1%}; memory stall"
+        f" {t['memory_stall_fraction']:.1%}"
     )
     parts = ", ".join(
         f"{name} {format_bytes(m[key])}"
