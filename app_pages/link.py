@@ -45,6 +45,15 @@ LINKED_VALUES = {
     "scheduler": (tuple(mapper.SCHEDULERS), None, None),  # a choice: one of the engine's schedulers
     "chunk_tokens": (int, 1, QUERY_DIM_MAX),
     "presentation": (bool, False, True),
+    # the training mode (app_pages/state.py's training section): the step's own choices beside the plan's degrees
+    "training": (bool, False, True),
+    "train_micro_batch": (int, 1, QUERY_DIM_MAX),
+    "train_global_batch": (int, 1, QUERY_DIM_MAX),
+    "train_seq": (int, 1, QUERY_DIM_MAX),
+    "train_recompute": (tuple(mapper.RECOMPUTE_POLICIES), None, None),
+    "train_zero": (int, 0, 3),
+    "train_cp": (int, 1, mapper.MAX_PARALLEL_DEGREE),
+    "train_vp": (int, 1, mapper.MAX_PARALLEL_DEGREE),
 }
 SHA256_HEX = 64
 LINKED_DIMS = ("batch", "seq", "past")  # built-in dims (each named by its role) that a link may carry

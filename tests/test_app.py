@@ -431,3 +431,12 @@ def test_training_mode_renders_the_step_on_its_pages():
         assert at.title[0].value.lower() == page
     sheet = mapper.training_sheet(doc)
     assert {r["item"] for r in sheet if r["section"] == "memory per device"} >= {"weights", "activations", "per device"}
+
+
+def test_a_link_opens_the_training_mode():
+    """The training mode's choices ride in the link: a pasted one opens the same step."""
+    at = start(model="gpt2-small", training="on", train_seq=256, train_global_batch=2, train_recompute="full")
+    assert_clean(at, "training link")
+    doc = state(at).training
+    assert doc is not None and doc["options"]["seq"] == 256 and doc["options"]["recompute"] == "full"
+    assert at.query_params["train_seq"] in ("256", ["256"]) and at.query_params["training"] in ("on", ["on"])
