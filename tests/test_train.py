@@ -114,6 +114,8 @@ def test_data_parallel_gradient_traffic_by_hand():
     zero1 = gradient_sync(hw, params, 2.0, 1, 8, 1, 1, False, 0.0, 0.0)  # reduce-scatter + all-gather
     rs, ag = 7 * 2e-6 + 7 / 8 * grads / 4.5e11, 7 * 2e-6 + 7 / 8 * 2 * params / 4.5e11
     assert zero1.time_s == pytest.approx(rs + ag)
+    zero2 = gradient_sync(hw, params, 2.0, 2, 8, 1, 4, False, 0.0, 0.0)  # sharded gradients: each micro-batch's
+    assert zero2.gradient_bytes == 4 * grads and zero2.time_s == pytest.approx(4 * rs + ag)
 
 
 def _kernel(**changes) -> Kernel:

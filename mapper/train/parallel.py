@@ -15,7 +15,7 @@ from mapper.core.errors import MapperError
 from mapper.core.vocab import Collective, PipelineSchedule
 from mapper.cost.collectives import collective_time
 from mapper.hardware.profile import HardwareProfile, Interconnect
-from mapper.train.memory import ZERO_PARAMETERS
+from mapper.train.memory import ZERO_GRADIENTS, ZERO_PARAMETERS
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +119,8 @@ def gradient_sync(  # noqa: PLR0913 (each input named at the one call)
     distributed optimizer); ZeRO 3 (FSDP) gathers each layer's parameters in every micro-batch's forward and
     backward and reduce-scatters its gradients. Buckets of `MEGATRON_BUCKET_PARAMETERS` are reduced as the
     backward produces them: only what exceeds the last micro-batch's backward, and never less than the last
-    bucket, is exposed (`overlap`; else all of it)."""
+    bucket, is exposed (`overlap`; else all of it). Where the gradients are sharded (ZeRO 2-3) no device holds a
+    whole gradient to accumulate in, so every micro-batch's are reduce-scattered under its own backward."""
     grads = 4.0 * parameters
     buckets = max(1, math.ceil(parameters / max(MEGATRON_BUCKET_PARAMETERS, 1_000_000 * shards)))
     if shards <= 1:
@@ -136,12 +137,14 @@ def gradient_sync(  # noqa: PLR0913 (each input named at the one call)
         kind = "FSDP: parameters gathered each pass, gradients reduce-scattered" if zero >= ZERO_PARAMETERS else (
             "reduce-scatter of fp32 gradients, all-gather of 16-bit parameters (distributed optimizer)"
         )  # fmt: skip
+    reductions = micro_batches if zero >= ZERO_GRADIENTS else 1
     if not overlap:
-        return GradientSync(kind, grads, gathered, reduce + gather, reduce + gather, buckets)
-    exposed = max(reduce - backward_s, reduce / buckets)
+        total = reductions * reduce + gather
+        return GradientSync(kind, reductions * grads, gathered, total, total, buckets)
+    exposed = reductions * max(reduce - backward_s, reduce / buckets)
     if zero >= ZERO_PARAMETERS:  # each pass's gathers prefetched under the pass before
         per_pass = gather / (2 * micro_batches)
         exposed += micro_batches * (max(per_pass - forward_s, 0.0) + max(per_pass - backward_s, 0.0))
     elif gather:  # the parameters' gather under the next step's first forward (overlap_param_gather)
         exposed += max(gather - forward_s, gather / buckets)
-    return GradientSync(kind, grads, gathered, reduce + gather, exposed, buckets)
+    return GradientSync(kind, reductions * grads, gathered, reductions * reduce + gather, exposed, buckets)
