@@ -171,11 +171,6 @@ def backward_of(k: Kernel, g: Grad) -> list[Kernel]:
     return next(rule for applies, rule in BACKWARD_RULES if applies(k))(k, g)
 
 
-def backward_kernels(forward: Sequence[Kernel], g: Grad) -> list[Kernel]:
-    """The backward pass: each forward kernel's backward, in reverse order."""
-    return [b for k in reversed(forward) for b in backward_of(k, g)]
-
-
 def sequence_parallel(forward: Sequence[Kernel], tp: int) -> list[Kernel]:
     """The forward under Megatron's sequence parallelism (Korthikanti et al. 2022, sec. 4.2.2): the kernels every
     tensor-parallel rank ran whole (norms, residual adds, dropouts, the embedding's output) run on 1/tp of the

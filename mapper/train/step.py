@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from mapper.core.graph import LayerType
 from mapper.core.result import Kernel
-from mapper.core.vocab import Engine, KernelRule, PlanDtype, Recompute, Shard
+from mapper.core.vocab import Engine, KernelRule, Recompute, Shard
 from mapper.cost.assess import estimate_kernels
 from mapper.handle import open_model
 from mapper.hardware.profile import HardwareProfile
@@ -21,8 +21,6 @@ from mapper.train.backward import Grad, backward_of
 from mapper.train.forward import Forward, map_forward, stage_of
 from mapper.train.options import TrainOptions
 from mapper.train.totals import StageWork, TrainingResult, step_result
-
-PHASES = ("forward", "backward", "recompute")
 
 
 def train_step(source, hw: HardwareProfile, options: TrainOptions) -> TrainingResult:
@@ -86,7 +84,3 @@ def stage_work(
         whole = (options.tp if k.shard != Shard.REPLICATED else 1) * options.cp  # the FLOPs of the whole model
         stage.add(k, phase, t, whole, stall)
     return tuple(work)
-
-
-def step_dtype(options: TrainOptions) -> str:
-    return str(options.dtype) if options.dtype != PlanDtype.AUTO else "auto"
