@@ -180,6 +180,7 @@ def test_llama2_7b_without_recompute_does_not_fit_and_the_fix_does():
         (["--dp", "4", "--micro-batch", "3", "--global-batch", "16"], "global batch 16 is not a whole number"),
         (["--zero", "4"], "ZeRO stage"),
         (["--vp", "2"], "virtual stages need pipeline stages"),
+        (["--pp", "2", "--schedule", "interleaved"], "set --vp above 1"),
     ],
 )
 def test_bad_train_plans_are_one_line(argv, words, capsys):

@@ -68,6 +68,8 @@ class TrainOptions:
             )
         if self.seq % self.cp:
             raise MapperError(f"sequence {self.seq} does not split over cp={self.cp}; choose a multiple of {self.cp}")
+        if self.schedule == PipelineSchedule.INTERLEAVED and self.vp == 1:
+            raise MapperError("the interleaved schedule runs virtual stages: set --vp above 1 (or --schedule 1f1b)")
         if self.vp > 1 and self.pp == 1:
             raise MapperError(f"vp={self.vp} virtual stages need pipeline stages; set --pp above 1 or --vp 1")
         if self.vp > 1 and self.micro_batches % self.pp:
