@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import time
 from dataclasses import dataclass
 
 A100_PEAK = 312e12  # A100 dense fp16/bf16 tensor-core peak, FLOP/s (NVIDIA A100 datasheet), both papers' "peak"
@@ -163,14 +164,19 @@ def main(argv: list[str] | None = None) -> float:
     parser.add_argument("--rows", default="all", choices=("korthikanti", "narayanan", "all"))
     args = parser.parse_args(argv)
     errors = []
-    print(f"{'run':34s} {'GPUs':>5s} {'TPxPP':>6s} {'batch':>5s} {'published s':>11s} {'predicted s':>11s} error")
+    print(
+        f"{'run':34s} {'GPUs':>5s} {'TPxPP':>6s} {'batch':>5s} {'published s':>11s} {'predicted s':>11s}"
+        f" {'error':>7s} {'mapped in':>9s}"
+    )
     for row in rows_named(args.rows):
+        start = time.perf_counter()
         predicted = predict(row)
+        wall = time.perf_counter() - start  # the graph built, the step mapped (this machine, one core)
         error = predicted / row.published_s - 1
         errors.append(error)
         print(
             f"{row.name:34s} {row.gpus:5d} {row.tp:>3d}x{row.pp:<2d} {row.batch:5d} {row.published_s:11.2f}"
-            f" {predicted:11.2f} {error:+.1%}"
+            f" {predicted:11.2f} {error:+7.1%} {wall:8.2f}s"
         )
     median = statistics.median(abs(e) for e in errors)
     print(f"median |error| over {len(errors)} rows: {median:.1%}")
