@@ -30,6 +30,7 @@ from mapper.train.options import TrainOptions
 
 LAYER_INDEX = re.compile(r"\.(?:layers|layer|h|blocks)\.(\d+)\.")  # model.layers.12.mlp..., transformer.h.3.attn...
 GATED_PROJECTIONS = 2  # a gated MLP's column-parallel GEMMs after the attention: gate and up
+ROUTER_WIDTH_SHARE = 4  # a GEMM after the attention narrower than hidden / 4 is a MoE router (its experts' count)
 LOSS_FLOPS_PER_LOGIT = 5  # max, subtract, exp's sum, log, the gradient's scale (vocab-parallel cross-entropy)
 TRAINABLE = frozenset({"fp32", "tf32", "bf16", "fp16", "fp8", "mxfp8"})  # precisions a training step's GEMMs run at
 LOSS_REDUCTIONS = 3  # Megatron's vocab-parallel cross-entropy all-reduces the max, the exps' sum, the target logit
@@ -151,7 +152,10 @@ def layer_dims(kernels: Sequence[Kernel], layers: Sequence[int], tp: int) -> Lay
     hidden = norm.reduction_length or norm.row_length
     gemms = [k for k in first if k.layer_type == LayerType.LINEAR and k.matrix is not None]
     before = [k for k in gemms if first.index(k) < at]
-    after = [k for k in gemms if first.index(k) > at and k.shard == Shard.COLUMN]
+    # after the attention: its output projection, then the MLP's (a router's few columns aside) up projections,
+    # which read the hidden width whole (column-parallel: K unsplit), and the down projection
+    after = [k for k in gemms if first.index(k) > at][1:]
+    ups = [k for k in after if k.shape.k == hidden and k.shape.n * tp >= hidden // ROUTER_WIDTH_SHARE]
     qkv = sum(k.shape.n for k in before) * tp
     heads = core.shape.heads * tp if core.shape.heads else core.shape.batch * tp
     count = layer_count(kernels)
@@ -160,9 +164,9 @@ def layer_dims(kernels: Sequence[Kernel], layers: Sequence[int], tp: int) -> Lay
     return LayerDims(
         hidden=hidden,
         heads=heads,
-        kv_width=max((qkv - hidden) // 2, 1),
-        ffn=after[0].shape.n * tp if after else 4 * hidden,
-        gated=len(after) >= GATED_PROJECTIONS,
+        kv_width=max((qkv - heads * core.shape.k) // 2, 1),  # the Q, K, V projections less the queries' width
+        ffn=ups[0].shape.n * tp if ups else 4 * hidden,
+        gated=len(ups) >= GATED_PROJECTIONS,
         layers=count,
         vocab=vocab,
     )
