@@ -30,6 +30,7 @@ from mapper.train.options import TrainOptions
 
 LAYER_INDEX = re.compile(r"\.(?:layers|layer|h|blocks)\.(\d+)\.")  # model.layers.12.mlp..., transformer.h.3.attn...
 GATED_PROJECTIONS = 2  # a gated MLP's column-parallel GEMMs after the attention: gate and up
+TABLE_ELEMENTS = 1 << 16  # a tied table is vocabulary x hidden: the scalars an epilogue reads (a softcap) are not
 ROUTER_WIDTH_SHARE = 4  # a GEMM after the attention narrower than hidden / 4 is a MoE router (its experts' count)
 LOSS_FLOPS_PER_LOGIT = 5  # max, subtract, exp's sum, log, the gradient's scale (vocab-parallel cross-entropy)
 TRAINABLE = frozenset({"fp32", "tf32", "bf16", "fp16", "fp8", "mxfp8"})  # precisions a training step's GEMMs run at
@@ -103,7 +104,13 @@ def tied_kernels(graph: Graph, kernels: Sequence[Kernel]) -> frozenset[str]:
     seen: set[str] = set()
     tied = set()
     for k in kernels:
-        reads = {t for name in k.nodes if name in nodes for t in nodes[name].inputs if t in graph.weights}
+        reads = {
+            t
+            for name in k.nodes
+            if name in nodes
+            for t in nodes[name].inputs
+            if t in graph.weights and graph.tensors[t].elements >= TABLE_ELEMENTS
+        }
         if reads and reads <= seen and k.weight_bytes > 0:
             tied.add(k.name)
         seen |= reads
