@@ -22,6 +22,7 @@ from mapper.core.vocab import Collective, Engine, KernelRule, PlanDtype, Runtime
 from mapper.handle import ModelHandle
 from mapper.hardware.profile import HardwareProfile
 from mapper.pipeline import map_workload
+from mapper.plan.kernels import LATENT_ATTENTION
 from mapper.plan.runtime import find_kv_appends
 from mapper.plan.sharding import collective_kernel
 from mapper.train.backward import sequence_parallel
@@ -31,6 +32,7 @@ from mapper.train.options import TrainOptions
 LAYER_INDEX = re.compile(r"\.(?:layers|layer|h|blocks)\.(\d+)\.")  # model.layers.12.mlp..., transformer.h.3.attn...
 GATED_PROJECTIONS = 2  # a gated MLP's column-parallel GEMMs after the attention: gate and up
 TABLE_ELEMENTS = 1 << 16  # a tied table is vocabulary x hidden: the scalars an epilogue reads (a softcap) are not
+MLA_HEAD_DIM = 128  # DeepSeek-V2/V3's per-head width (qk_nope_head_dim, v_head_dim)
 ROUTER_WIDTH_SHARE = 4  # a GEMM after the attention narrower than hidden / 4 is a MoE router (its experts' count)
 LOSS_FLOPS_PER_LOGIT = 5  # max, subtract, exp's sum, log, the gradient's scale (vocab-parallel cross-entropy)
 TRAINABLE = frozenset({"fp32", "tf32", "bf16", "fp16", "fp8", "mxfp8"})  # precisions a training step's GEMMs run at
@@ -81,6 +83,8 @@ def map_forward(model: ModelHandle, hw: HardwareProfile, options: TrainOptions) 
         if not (k.nodes and appends.issuperset(k.nodes)) and k.collective != Collective.ALL_GATHER
     ]
     dims_ = layer_dims(kept, _layer_indexes(kept), options.tp)
+    top_k = max((g.top_k for g in workload.expert_gemms.values()), default=1)
+    dims_ = replace(dims_, experts_per_token=top_k)
     sp = options.tp > 1 and options.sequence_parallel
     kernels = ring_attention(sequence_parallel(kept, options.tp) if sp else kept, options.cp)
     loss = loss_kernels(options, seq, dims_.vocab, mapping.totals.dtype)
@@ -161,17 +165,23 @@ def layer_dims(kernels: Sequence[Kernel], layers: Sequence[int], tp: int) -> Lay
     before = [k for k in gemms if first.index(k) < at]
     # after the attention: its output projection, then the MLP's (a router's few columns aside) up projections,
     # which read the hidden width whole (column-parallel: K unsplit), and the down projection
-    after = [k for k in gemms if first.index(k) > at][1:]
+    after = [k for k in gemms if first.index(k) > at]
+    projection = next((i for i, k in enumerate(after) if k.shape.n == hidden), 0)  # writes the hidden width back
+    after = after[projection + 1 :]
     ups = [k for k in after if k.shape.k == hidden and k.shape.n * tp >= hidden // ROUTER_WIDTH_SHARE]
     qkv = sum(k.shape.n for k in before) * tp
     heads = core.shape.heads * tp if core.shape.heads else core.shape.batch * tp
+    query = heads * core.shape.k
+    if core.shape.kind == LATENT_ATTENTION:  # MLA as served (absorbed, one latent head): counted as multi-head
+        heads, query, qkv = hidden // MLA_HEAD_DIM, hidden, 3 * hidden
     count = layer_count(kernels)
     head_lm = [k for k, i in zip(kernels, layers) if i == count and k.matrix is not None]
     vocab = head_lm[-1].shape.n * (tp if head_lm[-1].shard == Shard.COLUMN else 1) if head_lm else 0
     return LayerDims(
         hidden=hidden,
         heads=heads,
-        kv_width=max((qkv - heads * core.shape.k) // 2, 1),  # the Q, K, V projections less the queries' width
+        kv_width=max((qkv - query) // 2, 1),  # the Q, K, V projections less the queries' width
+        query_width=query,
         ffn=ups[0].shape.n * tp if ups else 4 * hidden,
         gated=len(ups) >= GATED_PROJECTIONS,
         layers=count,

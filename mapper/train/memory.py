@@ -35,6 +35,8 @@ class LayerDims:
     gated: bool  # a gated MLP (SwiGLU): gate and up projections
     layers: int  # L
     vocab: int  # the LM head's width
+    query_width: int = 0  # the queries' and the attention output's width (heads x head dim); 0: the hidden width
+    experts_per_token: int = 1  # a mixture of experts' top-k: each token's MLP activations in k experts
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,9 +67,12 @@ def layer_activation_bytes(d: LayerDims, c: ActivationCase) -> float:
     mask = MASK_BYTES * sbh if c.dropout else 0.0
     # kept whole under TP alone: both norms' inputs, the QKV and fc1 inputs, the attention and MLP dropout masks
     whole = 2 * e * sbh + e * sbh + e * sbh + 2 * mask
-    kv = d.kv_width
-    attention = e * s * b * (h + kv) + e * s * b * kv + e * sbh  # Q and K for the scores, V, the projection's input
-    mlp = (3 if d.gated else 2) * e * s * b * d.ffn  # gate and up outputs and their product, or fc1's output and GeLU's
+    kv, q = d.kv_width, d.query_width or h
+    attention = (
+        e * s * b * (q + kv) + e * s * b * kv + e * s * b * q
+    )  # Q and K for the scores, V, the projection's input
+    # gate and up outputs and their product, or fc1's output and GeLU's; in each of a token's k experts
+    mlp = (3 if d.gated else 2) * e * s * b * d.ffn * d.experts_per_token
     core = _core(d, c)
     return whole / whole_split + (attention + mlp + core) / t
 
