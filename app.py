@@ -32,6 +32,7 @@ SECTIONS = {
     ],
     "Explore": [
         st.Page("app_pages/validation.py", title="Validation", icon=":material/fact_check:"),
+        st.Page("app_pages/search.py", title="Search", icon=":material/travel_explore:"),
         st.Page("app_pages/sweep.py", title="Sweep", icon=":material/grid_on:"),
         st.Page("app_pages/compare.py", title="Compare", icon=":material/compare_arrows:"),
         st.Page("app_pages/trends.py", title="Trends", icon=":material/trending_up:"),

@@ -135,3 +135,16 @@ def training(
     re-mapped; kept by the model's key, the training plan and the profile's hash."""
     handle = model(model_key, _source, label)
     return mapper.training_document(mapper.review_training(handle, _hw, options, levers=levers))
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def search_sheet(key: tuple, fmt: str, _result) -> bytes:
+    """A search's sheet (xlsx) or answer (json), keyed by the search's model, profile and spec."""
+    return mapper.search_sheet_bytes(_result, fmt)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def recorded_search(key: tuple, owner: str, _result) -> int:
+    """Record a search in the operator's store as `owner`'s, once per search and owner on this server."""
+    sheet_file = (search_sheet(key, "xlsx", _result), "xlsx")
+    return mapper.record_run(STORE, mapper.search_record(_result), command="search", sheet=sheet_file, owner=owner)

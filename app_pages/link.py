@@ -64,6 +64,26 @@ def read_link(q) -> list[str]:
     return _link_options(q) + _link_values(q) + _link_dims(q) + _link_missing(q)
 
 
+def queue_view(params: dict[str, str]) -> None:
+    """Open a view another page names (the Search page's point: its plan and serving values, in the link's text
+    form) at the next run: a widget's value cannot change once it is drawn in a run, so the sidebar takes it
+    before it draws them (`take_queued_view`)."""
+    session.update(pending_view=dict(params))
+
+
+def take_queued_view() -> list[str]:
+    """The queued view into the widgets: every plan option and serving value back to its default, then the
+    view's, as a pasted link sets them; a notice for each refused value."""
+    params = session.get().pending_view
+    if params is None:
+        return []
+    session.update(pending_view=None)
+    for key in [w for w, _ in WIDGETS.values()] + list(LINKED_VALUES):
+        if key != "presentation":
+            st.session_state[key] = DEFAULTS[key]
+    return _link_options(params) + _link_values(params)
+
+
 def _link_options(q) -> list[str]:
     """The link's plan options into their widgets (or the session, for those without one); refused ones named."""
     values, refused = mapper.options_from_query(q)

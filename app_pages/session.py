@@ -80,6 +80,7 @@ class DashboardState:
     measured: tuple | None = None  # (selection key, comparison): the sheet's Measured section
     trace: tuple | None = None  # (selection key, file name, bytes): the uploaded run the Review's step 3 scores
     link_options: dict = field(default_factory=dict)  # plan options the link set that have no sidebar widget
+    pending_view: dict | None = None  # a view another page opens (a Search point): the sidebar takes it next run
 
 
 def get() -> DashboardState:

@@ -297,6 +297,8 @@ def _training_section(options: mapper.PlanOptions) -> mapper.TrainOptions | None
 def sidebar() -> Selection | None:
     """Draw the shared sidebar; the current selection, or None while the profile is invalid."""
     _init_state()
+    if notices := link.take_queued_view():  # a page opened a view (a Search point) on the run before this one
+        session.update(query_notice=" ".join(notices))
     with st.sidebar:
         presentation = st.toggle("Presentation mode", key="presentation", help="larger type for screen sharing")
         label, key, source, dims = _model_section()

@@ -93,6 +93,7 @@ PAGES = [
     "devices",
     "validation",
     "sweep",
+    "search",
     "compare",
     "hardware",
     "export",

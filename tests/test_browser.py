@@ -266,3 +266,43 @@ def test_compare_and_a_pasted_link_in_a_real_browser(screen, server):
     text = screen.locator("[data-testid='stMain']").inner_text()
     assert "improved: adopt the candidate" in text, text[:2000]
     assert "Fallback:" in text
+
+
+SEARCH_VIEW = "model=gpt2-small&tpot_p99_ms=50&ttft_p99_ms=500&prompt_tokens=128&output_tokens=16"
+
+
+def test_search_page_in_a_real_browser(screen, server, tmp_path):
+    """The Search page on a small case (GPT-2 on two H100s, a few configurations): the frontier chart with its
+    chosen point and the table render; a click on a point opens its plan in the Overview."""
+    screen.set_viewport_size({"width": 1600, "height": 1000})
+    screen.goto(f"{server}/search?{SEARCH_VIEW}")
+    screen.get_by_role("heading", name="Search", level=1).wait_for()
+    settle(screen)
+    screen.get_by_role("button", name="Search", exact=True).click()
+    screen.get_by_text("Chosen:").wait_for()
+    settle(screen)
+    no_exception(screen, "search")
+    chart = screen.locator("[data-testid='stMain'] .js-plotly-plot").first
+    chart.wait_for()
+    assert "tokens/s per user" in chart.inner_text() and "chosen" in chart.inner_text()
+    assert chart.locator(".scatterlayer .trace").first.locator(".points path").count() >= 2
+    assert screen.locator("[data-testid='stMain'] [data-testid='stDataFrame']").count() >= 1
+    shot = tmp_path / "search.png"
+    screen.screenshot(path=str(shot), full_page=True)
+    for d in shots():
+        shutil.copy(shot, d / shot.name)
+    chart.scroll_into_view_if_needed()
+    point = chart.locator(".scatterlayer .trace").first.locator(".points path").first
+    box = point.bounding_box()
+    screen.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    screen.get_by_text("Picked:").wait_for()
+    settle(screen)
+    picked = screen.locator(
+        "[data-testid='stMain'] [data-testid='stMarkdownContainer']", has_text="Picked:"
+    ).inner_text()
+    screen.get_by_role("button", name="Open in Overview").click()
+    screen.get_by_text("Verdict.").wait_for()
+    settle(screen)
+    no_exception(screen, "search -> overview")
+    tp = picked.split("TP ")[1].split(" ")[0]
+    assert screen.locator("[data-testid='stSidebar']").get_by_label("TP", exact=True).input_value() == tp
