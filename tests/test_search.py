@@ -138,3 +138,25 @@ def test_a_process_pool_gives_the_same_answer(capsys):
         doc = json.loads(capsys.readouterr().out)
         answers.append((doc["best"], doc["frontier"]))
     assert answers[0] == answers[1]
+
+
+def test_the_sheet_and_the_store_record_the_chosen_plan(tmp_path, capsys):
+    """`--out` writes the search's workbook (numbers, every configuration); `--store` records the chosen plan's
+    TTFT/TPOT as the run's KPIs, with the sheet beside them."""
+    import pandas as pd
+
+    from mapper.store.trend import load_trends
+
+    url = f"sqlite:///{tmp_path / 'runs.sqlite'}"
+    out = tmp_path / "search.xlsx"
+    argv = ["search", "gpt2-small", "--devices", "2", "--tps", "1,2", "--pps", "1", "--prompt-tokens", "128"]
+    argv += ["--output-tokens", "16", "--requests", "32", "--chunks", "512", "--kv-dtypes", "same", "--max-batch", "4"]
+    argv += ["--tpot-p99-ms", "50", "--json", "--out", str(out), "--store", url, "--revision", "r1"]
+    assert main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    sheets = pd.read_excel(out, sheet_name=None)
+    assert len(sheets["Configurations"]) == doc["evaluated"]["configurations"]
+    assert sheets["Configurations"]["tpot_p99_s"].max() > 0
+    trend = next(t for t in load_trends(url) if t.command == "search")
+    assert trend.points[0].kpis["tpot_p99_s"] == pytest.approx(doc["best"]["tpot_p99_s"])
+    assert trend.points[0].has_sheet

@@ -198,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument(
                 "name", nargs="?", help="one profile (a built-in name or a .toml file): its figures' evidence"
             )
-        if name in ("map", "serve"):
+        if name in ("map", "serve", "search"):
             add_store_args(p)
         p.add_argument("--json", action="store_true", help="print one JSON document")
     register_extra_commands(sub)

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 import mapper
+from mapper.cli import store as store_cli
 from mapper.cli.args import add_load_args, targets_from
 from mapper.core.errors import MapperError
 from mapper.explore.executors import executor_spec
+from mapper.report.tables import write_bytes
 from mapper.explore.search import SearchResult, run_search
+from mapper.explore.search_output import SHEET_FORMATS, search_record, search_sheet_bytes
 from mapper.explore.search_space import BATCH_CAPS, CHUNK_CHOICES, PP_CHOICES, TP_CHOICES, SearchSpec
 
 DEFAULT_PROMPT = 1024  # a prompt's tokens where --prompt-tokens gives none
@@ -46,6 +50,7 @@ def add_search_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dask", metavar="ADDRESS", help="serve the plans on a Dask cluster (tcp://HOST:PORT)")
     p.add_argument("--workers", type=int, help="serve the plans on a local process pool of this many workers")
     p.add_argument("--top", type=int, default=12, help="frontier rows printed (default 12)")
+    p.add_argument("--out", help="write the search's sheet: .xlsx (answer, configurations, frontier, pruned) or .json")
 
 
 def spec_from(args, hw) -> SearchSpec:
@@ -82,11 +87,26 @@ def cmd_search(args) -> int:
     spec = spec_from(args, hw)
     executor = executor_spec(None, args.workers, args.dask) if args.dask or args.workers else executor_spec()
     result = run_search(args.model, hw, spec, args.model, executor)
+    write_outputs(args, result)
     if args.json:
         print(json.dumps(result.document(), indent=1, allow_nan=False))
     else:
         print_search(result, args.top)
     return 0
+
+
+def write_outputs(args, result: SearchResult) -> None:
+    """--out (the sheet) and --store (the chosen plan's record, with the sheet) where asked."""
+    sheet = None
+    if args.out:
+        fmt = Path(args.out).suffix.lstrip(".")
+        if fmt not in SHEET_FORMATS:
+            raise MapperError(f"--out {args.out!r}: give a .xlsx or .json file name")
+        write_bytes(args.out, search_sheet_bytes(result, fmt), "the search's sheet")
+        sheet = (Path(args.out).read_bytes(), fmt)
+    if store_cli.store_of(args):
+        sheet = sheet or (search_sheet_bytes(result, "xlsx"), "xlsx")
+        store_cli.record_from_args(args, search_record(result), "search", sheet=sheet)
 
 
 def print_search(result: SearchResult, top: int) -> None:
