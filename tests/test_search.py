@@ -104,7 +104,9 @@ def test_top_three_remapped_independently_keep_their_order():
     """Each of the three best configurations served directly (`simulate_model_llm_serving`, its own grids and KV
     budget from scratch, as its `mapper serve` command does) gives the same figures, so the same order."""
     hw = mapper.load_hardware("h100-sxm")
-    spec = replace(SMALL, devices=4, tps=(1, 2, 4), caps=(4, 16, 64), targets=Targets(tpot_p99_s=0.05))
+    spec = replace(
+        SMALL, devices=4, tps=(1, 2, 4), caps=(4, 16, 64), targets=Targets(tpot_p99_s=0.05), disaggregated=False
+    )
     result = run_search("llama2-7b", hw, spec)
     top = sorted((p for p in result.points if p.feasible), key=lambda p: -p.tokens_per_s_per_device)[:3]
     assert len(top) == 3
@@ -131,7 +133,7 @@ def test_top_three_remapped_independently_keep_their_order():
 def test_a_process_pool_gives_the_same_answer(capsys):
     """The plans handed to two worker processes come back with the answer one process gives."""
     args = ["search", "llama2-7b", "--hw", "h100-sxm", "--devices", "2", "--dtype", "bf16", "--prompt-tokens", "512"]
-    args += ["--output-tokens", "64", "--tpot-p99-ms", "30", "--json"]
+    args += ["--output-tokens", "64", "--tpot-p99-ms", "30", "--json", "--aggregated-only"]
     answers = []
     for workers in ("1", "2"):
         assert main([*args, "--workers", workers]) == 0
@@ -160,3 +162,54 @@ def test_the_sheet_and_the_store_record_the_chosen_plan(tmp_path, capsys):
     trend = next(t for t in load_trends(url) if t.command == "search")
     assert trend.points[0].kpis["tpot_p99_s"] == pytest.approx(doc["best"]["tpot_p99_s"])
     assert trend.points[0].has_sheet
+
+
+def _only(result, deployment: str):
+    return [p for p in result.points if str(p.plan.deployment) == deployment]
+
+
+def test_disaggregated_pools_are_searched_and_match_mapper_serve():
+    """Prefill:decode splits of the fleet (1:3, 2:2, 3:1 on four devices) are configurations; one re-served by
+    `simulate_disaggregated` (what its `mapper serve --prefill-tp` command runs) gives the same figures."""
+    hw = mapper.load_hardware("h100-sxm")
+    spec = replace(SMALL, devices=4, tps=(1, 2), caps=(2, 8), requests=32, output_tokens=16, prompt_tokens=128)
+    result = run_search("gpt2-small", hw, spec)
+    pools = _only(result, "disaggregated")
+    assert {p.plan.pools[0] * p.plan.prefill.tp for p in pools} == {1, 2, 3}  # prefill devices of the four
+    assert all(p.plan.devices_per_replica == 4 and "--prefill-tp" in result.command(p) for p in pools)
+    p = max(pools, key=lambda p: p.tokens_per_s_per_device)
+    config = LLMServingConfig(
+        p.max_batch,
+        p.rate_per_s,
+        requests_at(spec, p.max_batch),
+        spec.seed,
+        spec.prompt_tokens,
+        spec.output_tokens,
+        jitter_cv=hw.jitter_cv,  # as `mapper serve` fills it: the profile's
+        jitter_dist=hw.jitter_dist,
+    )
+    setup = mapper.Disaggregation(
+        mapper.Pool(p.plan.prefill, p.plan.pools[0]), mapper.Pool(p.plan.options, p.plan.pools[1])
+    )
+    run = mapper.simulate_disaggregated("gpt2-small", hw, p.plan.options, config, setup)
+    assert run.disaggregated.tpot_p99_s == pytest.approx(p.tpot_p99_s, rel=1e-9)
+    assert run.disaggregated.throughput_tokens_per_s / 4 == pytest.approx(p.tokens_per_s_per_device, rel=1e-9)
+
+
+def test_speculative_decoding_is_searched_where_a_draft_is_given():
+    """With a draft, each plan is also served with it (prefill-first), as its `mapper serve --speculative-draft`
+    command serves it; without one, no speculative configuration. (GPT-2 drafting for itself: the mechanism, not a
+    pairing anyone deploys.)"""
+    hw = mapper.load_hardware("h100-sxm")
+    spec = replace(SMALL, devices=1, tps=(1,), caps=(4,), requests=32, output_tokens=16, disaggregated=False)
+    draft = mapper.SpeculativeConfig("gpt2-small", 0.7, 3)
+    result = run_search("gpt2-small", hw, replace(spec, speculative=draft))
+    (p,) = _only(result, "speculative")
+    assert "--speculative-draft=gpt2-small" in result.command(p) and "prefill-first" in result.command(p)
+    config = LLMServingConfig(
+        4, p.rate_per_s, requests_at(spec, 4), spec.seed, spec.prompt_tokens, spec.output_tokens, speculative=draft
+    )
+    served = simulate_model_llm_serving("gpt2-small", hw, p.plan.options, config)
+    assert served.tpot_p99_s == pytest.approx(p.tpot_p99_s, rel=1e-9)
+    assert served.throughput_tokens_per_s == pytest.approx(p.tokens_per_s_per_device, rel=1e-9)
+    assert not _only(run_search("gpt2-small", hw, spec), "speculative")

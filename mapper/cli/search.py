@@ -9,13 +9,13 @@ from pathlib import Path
 
 import mapper
 from mapper.cli import store as store_cli
-from mapper.cli.args import add_load_args, targets_from
+from mapper.cli.args import add_load_args, speculative_from, targets_from
 from mapper.core.errors import MapperError
 from mapper.explore.executors import executor_spec
-from mapper.report.tables import write_bytes
 from mapper.explore.search import SearchResult, run_search
 from mapper.explore.search_output import SHEET_FORMATS, search_record, search_sheet_bytes
 from mapper.explore.search_space import BATCH_CAPS, CHUNK_CHOICES, PP_CHOICES, TP_CHOICES, SearchSpec
+from mapper.report.tables import write_bytes
 
 DEFAULT_PROMPT = 1024  # a prompt's tokens where --prompt-tokens gives none
 
@@ -47,6 +47,9 @@ def add_search_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--load", type=float, default=0.8, help="without --rate: the share of saturation served")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--multi-node", action="store_true", help="let one replica span nodes")
+    p.add_argument(
+        "--aggregated-only", action="store_true", help="leave disaggregated prefill/decode pools out of the space"
+    )
     p.add_argument("--dask", metavar="ADDRESS", help="serve the plans on a Dask cluster (tcp://HOST:PORT)")
     p.add_argument("--workers", type=int, help="serve the plans on a local process pool of this many workers")
     p.add_argument("--top", type=int, default=12, help="frontier rows printed (default 12)")
@@ -55,9 +58,8 @@ def add_search_args(p: argparse.ArgumentParser) -> None:
 
 def spec_from(args, hw) -> SearchSpec:
     """The search's question from its flags; what the search does not cover is refused in one line."""
-    for flag, value in (("--speculative-draft", args.speculative_draft), ("--load-curve", args.load_curve or None)):
-        if value is not None:
-            raise MapperError(f"{flag}: the search does not cover it yet; serve one plan with `mapper serve`")
+    if args.load_curve:
+        raise MapperError("--load-curve: the search serves each configuration at one load; use `mapper serve`")
     caps = tuple(c for c in BATCH_CAPS if args.max_batch is None or c <= args.max_batch)
     if args.max_batch is not None and args.max_batch < 1:
         raise MapperError(f"--max-batch {args.max_batch} must be at least 1")
@@ -79,6 +81,8 @@ def spec_from(args, hw) -> SearchSpec:
         _ints(args.tps),
         _ints(args.pps),
         multi_node=args.multi_node,
+        disaggregated=not args.aggregated_only,
+        speculative=speculative_from(args),
     )
 
 

@@ -194,3 +194,11 @@ class ExecutorKind(StrEnum):
     INPROCESS = "inprocess"
     PROCESSES = "processes"  # a local process pool
     DASK = "dask"  # a Dask LocalCluster, or a running scheduler
+
+
+class Deployment(StrEnum):
+    """How a deployment search's configuration serves its requests (`explore.search_space.Plan`)."""
+
+    AGGREGATED = "aggregated"  # each replica serves both phases, chunked prefill
+    DISAGGREGATED = "disaggregated"  # a prefill pool and a decode pool, each its own plan (serve/disaggregated.py)
+    SPECULATIVE = "speculative"  # aggregated, a draft proposing tokens the target verifies (serve/speculative.py)

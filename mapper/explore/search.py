@@ -31,15 +31,17 @@ import time
 from dataclasses import dataclass, replace
 
 from mapper.core.errors import MapperError
+from mapper.core.options import PlanOptions
 from mapper.core.targets import TARGET_ROWS, Targets
 from mapper.explore.executors import ExecutorSpec, run_tasks
 from mapper.explore.search_eval import PlanServer, Point, plan_prune, requests_at, serve_plan
+from mapper.explore.search_pools import PoolServer, SpeculativeServer, pool_plans, speculative_plans
 from mapper.explore.search_space import PRUNE_REASONS, Plan, Pruned, SearchSpec, structural_prune, validate_spec
 from mapper.explore.search_steps import PlanSteps
 from mapper.handle import open_model
 from mapper.hardware.profile import HardwareProfile
 from mapper.report.reproduce import option_flags
-from mapper.serve.steps import decoder_dims
+from mapper.serve.steps import decoder_dims, open_draft
 
 FIGURE = {"p99_s": "latency_p99_s", "ttft_p99_s": "ttft_p99_s", "tpot_p99_s": "tpot_p99_s"}  # Targets -> Point
 
@@ -136,17 +138,18 @@ class SearchResult:
         return pareto(list(self.points))
 
     def command(self, point: Point) -> str:
-        """`mapper serve` for one replica of the point at its share of the rate."""
-        s = self.spec
-        args = ["mapper", "serve", self.model, "--hw", self.hw, *option_flags(replace(point.plan.options, dp=1))]
-        args += [
-            "--scheduler",
-            "chunked",
-            "--chunk-tokens",
-            str(point.chunk_tokens),
-            "--max-batch",
-            str(point.max_batch),
-        ]
+        """`mapper serve` for one replica of the point at its share of the rate (a disaggregated one: both pools,
+        which `mapper serve` compares with aggregated serving on as many devices)."""
+        s, plan = self.spec, point.plan
+        args = ["mapper", "serve", self.model, "--hw", self.hw, *option_flags(replace(plan.options, dp=1))]
+        if plan.prefill is not None:
+            args += ["--prefill-tp", str(plan.prefill.tp), "--prefill-replicas", str(plan.pools[0])]
+            args += ["--decode-replicas", str(plan.pools[1])]
+        elif plan.speculative is not None:
+            args += ["--scheduler", "prefill-first", *plan.speculative.flags()]
+        else:
+            args += ["--scheduler", "chunked", "--chunk-tokens", str(point.chunk_tokens)]
+        args += ["--max-batch", str(point.max_batch)]
         args += ["--rate", repr(point.rate_per_s), "--prompt-tokens", str(s.prompt_tokens)]
         args += [
             "--output-tokens",
@@ -188,16 +191,43 @@ def model_experts(model) -> tuple[int, ...]:
 PlanTask = tuple[list[Point], list[Pruned], int, int]  # points, pruned, steps mapped, requests held whole
 
 
+class SharedSteps:
+    """Each plan's mapped steps, kept by its options for the run's other plans (a disaggregated pool reads the
+    aggregated plan's of the same options; a speculative plan its own and the draft's). One per process: a pool
+    or Dask worker keeps its own."""
+
+    def __init__(self, model, hw: HardwareProfile, draft=None):
+        self.model, self.hw, self.draft = model, hw, draft
+        self._steps: dict[tuple[bool, PlanOptions], PlanSteps] = {}
+
+    def of(self, options: PlanOptions, draft: bool = False) -> PlanSteps:
+        key = (draft, options)
+        if key not in self._steps:
+            self._steps[key] = PlanSteps(self.draft if draft else self.model, self.hw, options)
+        return self._steps[key]
+
+    def mapped(self) -> int:
+        return sum(s.mapped for s in self._steps.values())
+
+    def server(self, plan: Plan, spec: SearchSpec) -> PlanServer:
+        if plan.prefill is not None:
+            return PoolServer(self.of(plan.prefill), self.of(plan.options), plan, spec)
+        if plan.speculative is not None:
+            return SpeculativeServer(self.of(plan.options), self.of(plan.options, True), plan, spec)
+        return PlanServer(self.of(plan.options), plan, spec)
+
+
 def _plan_task(shared: tuple, plan: Plan) -> PlanTask:
-    """One plan pruned and served (a task of `run_tasks`: in this process, a pool's worker or a Dask worker)."""
-    model, hw, spec = shared
-    steps = PlanSteps(model, hw, plan.options)
-    server = PlanServer(steps, plan, spec)
+    """One plan pruned and served (a task of `run_tasks`: in this process, a pool's worker or a Dask worker);
+    the steps it mapped are those the shared steps held no mapping for."""
+    steps, spec = shared
+    before = steps.mapped()
+    server = steps.server(plan, spec)
     cut = plan_prune(server)
     if cut is not None:
-        return [], [cut], steps.mapped, 0
+        return [], [cut], steps.mapped() - before, 0
     points, pruned = serve_plan(server)
-    return points, pruned, steps.mapped, max(server.sequences(c) for c in spec.chunks)
+    return points, pruned, steps.mapped() - before, max(server.sequences(c) for c in server.chunks)
 
 
 def _key(plan: Plan) -> tuple:
@@ -243,7 +273,11 @@ def run_search(
             " --load-curve --p99-target-ms`)"
         )
     plans, pruned = structural_prune(spec, hw, model_experts(model))
-    shared = (model, hw, spec)
+    draft = None
+    if spec.speculative is not None:
+        draft = open_draft(spec.speculative)
+        spec = replace(spec, speculative=replace(spec.speculative, draft=draft))  # opened once for every step
+    shared = (SharedSteps(model, hw, draft), spec)
     flat = [p for p in plans if p.options.pp == 1]
     results = _served(shared, flat, executor)
     held = {_key(p): r[3] for p, r in zip(flat, results, strict=True)}
@@ -254,6 +288,10 @@ def run_search(
             pruned.append(Pruned(plan.text(), "pp-dominated", why))
         else:
             staged.append(plan)
+    fitting = [p for p in flat if held[_key(p)] >= 1]
+    pools, cut = pool_plans(spec, hw, fitting)
+    pruned += cut
+    staged += pools + speculative_plans(spec, fitting)
     results += _served(shared, staged, executor)
     points = [pt for r in results for pt in r[0]]
     pruned += [pr for r in results for pr in r[1]]

@@ -27,7 +27,7 @@ from mapper.explore.search_space import Plan, Pruned, SearchSpec
 from mapper.explore.search_steps import PlanSteps
 from mapper.serve.continuous import LLMServingConfig, LLMServingResult, llm_capacity_per_s, simulate_llm_serving
 from mapper.serve.llm import KvBudget
-from mapper.serve.scheduler import Requests, Scheduler
+from mapper.serve.scheduler import Requests, Scheduler, StepTime
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,11 +54,14 @@ class Point:
 
     @property
     def label(self) -> str:
-        return f"{self.plan.text()} batch {self.max_batch} chunk {self.chunk_tokens}"
+        chunk = f" chunk {self.chunk_tokens}" if self.chunk_tokens else ""
+        return f"{self.plan.text()} batch {self.max_batch}{chunk}"
 
     def row(self) -> dict:
-        o = self.plan.options
+        o, plan = self.plan.options, self.plan
+        p, draft = plan.prefill, plan.speculative
         return {
+            "deployment": str(plan.deployment),
             "tp": o.tp,
             "pp": o.pp,
             "ep": o.ep,
@@ -66,6 +69,11 @@ class Point:
             "weight_dtype": str(o.weight_dtype),
             "kv_dtype": str(o.kv_dtype),
             "launch": str(o.launch),
+            "prefill_tp": None if p is None else p.tp,
+            "prefill_replicas": None if p is None else plan.pools[0],
+            "decode_replicas": None if p is None else plan.pools[1],
+            "draft": None if draft is None else draft.draft_name,
+            "draft_tokens": None if draft is None else draft.draft_tokens,
             "replicas": self.plan.replicas,
             "devices": self.plan.replicas * self.plan.devices_per_replica,
             "max_batch": self.max_batch,
@@ -122,12 +130,23 @@ def serving_config(spec: SearchSpec, hw, budget: KvBudget, cap: int, chunk: int,
 
 
 class PlanServer:
-    """One plan's configurations served on its shared steps."""
+    """One aggregated plan's configurations served on its shared steps (chunked prefill, each chunk of the spec).
+    The disaggregated and speculative servers (search_pools) answer the same calls on their own steps."""
 
     def __init__(self, steps: PlanSteps, plan: Plan, spec: SearchSpec):
         self.steps, self.plan, self.spec, self.hw = steps, plan, spec, steps.hw
         self.context = spec.prompt_tokens + spec.output_tokens
         self._budgets: dict[int, KvBudget] = {}
+
+    @property
+    def chunks(self) -> tuple[int, ...]:
+        """The scheduler's chunk choices (0: a scheduler without chunks)."""
+        return self.spec.chunks
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Output tokens a decode step yields per sequence (the roofline bound's divisor)."""
+        return 1.0
 
     def budget(self, chunk: int) -> KvBudget:
         if chunk not in self._budgets:
@@ -140,22 +159,31 @@ class PlanServer:
         need = self.context if b.page_tokens <= 1 else -(-self.context // b.page_tokens) * b.page_tokens
         return b.tokens // need
 
+    def step_times(self, cap: int, chunk: int) -> tuple[StepTime, StepTime]:
+        """The prefill and decode step times the scheduler runs at this cap and chunk."""
+        return self.steps.grids(cap, self.spec.prompt_tokens, self.context, chunk)
+
     def capacity_per_s(self, cap: int, chunk: int) -> float:
-        prefill, decode = self.steps.grids(cap, self.spec.prompt_tokens, self.context, chunk)
+        prefill, decode = self.step_times(cap, chunk)
         one = np.ones(1, dtype=np.int64)
         reqs = Requests(np.zeros(1), one * self.spec.prompt_tokens, one * self.spec.output_tokens)
         return llm_capacity_per_s(prefill, decode, reqs, cap, self.budget(chunk).tokens)
 
+    def simulate(self, cap: int, chunk: int, rate: float) -> LLMServingResult:
+        prefill, decode = self.step_times(cap, chunk)
+        config = serving_config(self.spec, self.hw, self.budget(chunk), cap, chunk, rate)
+        return simulate_llm_serving(prefill, decode, config)
+
+    def energy_per_token_j(self, cap: int, chunk: int, running: float) -> float:
+        spec = self.spec
+        decode = self.steps.grids(cap, spec.prompt_tokens, self.context, chunk)[1]
+        context = min(decode.tokens, key=lambda t: abs(t - (spec.prompt_tokens + spec.output_tokens / 2)))
+        return self.steps.energy_per_token_j(decode, running, context, spec.prompt_tokens, spec.output_tokens)
+
     def serve(self, cap: int, chunk: int, replicas: int, rate: float) -> Point:
         """One replica at `rate` requests/s, its figures scaled to the plan's devices."""
-        spec, budget = self.spec, self.budget(chunk)
-        prefill, decode = self.steps.grids(cap, spec.prompt_tokens, self.context, chunk)
-        result = simulate_llm_serving(prefill, decode, serving_config(spec, self.hw, budget, cap, chunk, rate))
-        context = min(decode.tokens, key=lambda t: abs(t - (spec.prompt_tokens + spec.output_tokens / 2)))
-        energy = self.steps.energy_per_token_j(
-            decode, result.mean_running, context, spec.prompt_tokens, spec.output_tokens
-        )
-        plan = Plan(self.plan.options, replicas)
+        result = self.simulate(cap, chunk, rate)
+        plan = replace(self.plan, replicas=replicas)
         return Point(
             plan,
             cap,
@@ -166,10 +194,10 @@ class PlanServer:
             result.ttft_p99_s,
             result.tpot_p99_s,
             result.latency_p99_s,
-            energy,
-            budget.tokens,
+            self.energy_per_token_j(cap, chunk, result.mean_running),
+            result.kv_capacity_tokens,
             result.mean_running,
-            first_failure(spec.targets, result),
+            first_failure(self.spec.targets, result),
         )
 
     def at_rate(self, cap: int, chunk: int) -> Point | None:
@@ -197,11 +225,11 @@ def plan_prune(server: PlanServer) -> Pruned | None:
     """Capacity (one request's KV cache must fit beside the weights) and the TPOT roofline bound at batch 1."""
     spec, hw, what = server.spec, server.hw, server.plan.text()
     try:
-        held = max(server.sequences(c) for c in spec.chunks)
+        held = max(server.sequences(c) for c in server.chunks)
     except MapperError as e:
         return Pruned(what, "capacity", str(e))
     if held < 1:
-        b = server.budget(min(spec.chunks))
+        b = server.budget(min(server.chunks))
         return Pruned(
             what,
             "capacity",
@@ -209,13 +237,15 @@ def plan_prune(server: PlanServer) -> Pruned | None:
             f" leave no room for a {server.context:,}-token request's KV cache in {b.usable_bytes / 1e9:.0f} GB",
         )
     target = spec.targets.tpot_p99_s
-    bound = server.budget(spec.chunks[0]).weight_bytes / hw.dram_bandwidth_bytes_per_s
+    weights = server.budget(server.chunks[0]).weight_bytes
+    bound = weights / hw.dram_bandwidth_bytes_per_s / server.tokens_per_step
     if target is not None and bound > target:
+        per = "" if server.tokens_per_step == 1 else f" over {server.tokens_per_step:.2f} tokens a round"
         return Pruned(
             what,
             "roofline",
-            f"a decode step reads {server.budget(spec.chunks[0]).weight_bytes / 1e9:.1f} GB of weights a device:"
-            f" at least {bound * 1e3:.1f} ms at {hw.dram_bandwidth_bytes_per_s / 1e12:.2f} TB/s, over TPOT"
+            f"a decode step reads {weights / 1e9:.1f} GB of weights a device:"
+            f" at least {bound * 1e3:.1f} ms{per} at {hw.dram_bandwidth_bytes_per_s / 1e12:.2f} TB/s, over TPOT"
             f" {target * 1e3:g} ms",
         )
     return None
@@ -230,7 +260,7 @@ def serve_plan(server: PlanServer) -> tuple[list[Point], list[Pruned]]:
     after a cap that misses TPOT the larger ones are not served (a larger batch only slows the decode step), nor,
     without a rate, after a cap whose doubling gained under 3% tokens/s per device (the engine is saturated)."""
     points, pruned = [], []
-    for chunk in server.spec.chunks:
+    for chunk in server.chunks:
         served, cut = _serve_chunk(server, chunk)
         points += served
         pruned += cut
@@ -251,7 +281,7 @@ def _serve_chunk(server: PlanServer, chunk: int) -> tuple[list[Point], list[Prun
     pruned: list[Pruned] = []
     stop: tuple[str, str] | None = None
     for cap in caps:
-        name = f"{what} batch {cap} chunk {chunk}"
+        name = f"{what} batch {cap}" + (f" chunk {chunk}" if chunk else "")
         if cap > first_over:
             pruned.append(
                 Pruned(name, "batch-cap", f"the KV cache holds {held} whole requests: serves as {first_over}")
@@ -260,7 +290,11 @@ def _serve_chunk(server: PlanServer, chunk: int) -> tuple[list[Point], list[Prun
         if stop is not None:
             pruned.append(Pruned(name, *stop))
             continue
-        point = server.at_rate(cap, chunk) if spec.rate_per_s is not None else server.at_load(cap, chunk)
+        try:
+            point = server.at_rate(cap, chunk) if spec.rate_per_s is not None else server.at_load(cap, chunk)
+        except MapperError as e:  # a pool whose KV cache holds no whole request at this cap
+            pruned.append(Pruned(name, "capacity", str(e)))
+            continue
         if point is None:
             continue
         if point.failure.startswith("misses TPOT"):

@@ -17,9 +17,10 @@ from dataclasses import dataclass, field, fields, replace
 from mapper.core.errors import MapperError
 from mapper.core.options import PlanOptions
 from mapper.core.targets import Targets
-from mapper.core.vocab import KvDtype, Launch, PlanDtype, WeightDtype
+from mapper.core.vocab import Deployment, KvDtype, Launch, PlanDtype, WeightDtype
 from mapper.hardware.profile import HardwareProfile
 from mapper.plan.experts import replica_devices
+from mapper.serve.speculative import SpeculativeConfig
 
 TP_CHOICES = (1, 2, 4, 8)
 PP_CHOICES = (1, 2, 4)
@@ -50,6 +51,8 @@ class SearchSpec:
     pps: tuple[int, ...] = PP_CHOICES
     base: PlanOptions = field(default_factory=PlanOptions)  # every other plan option (fusion, runtime, ...)
     multi_node: bool = False  # let one replica span nodes (the profile's link between them)
+    disaggregated: bool = True  # also prefill and decode pools (prefill:decode devices 1:N-1 .. N-1:1)
+    speculative: SpeculativeConfig | None = None  # also each aggregated plan with this draft (serve/speculative.py)
 
 
 def validate_spec(spec: SearchSpec) -> SearchSpec:
@@ -79,22 +82,46 @@ def validate_spec(spec: SearchSpec) -> SearchSpec:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """One device plan and precision: what the engine maps (a replica's options) and how many replicas."""
+    """One device plan and precision: what the engine maps (a replica's options) and how many replicas.
+    Disaggregated (`prefill` set): `options` is the decode pool's plan, `prefill` the prefill pool's, each with
+    its replicas, and the two pools together are one replica. Speculative: a draft proposes tokens on the same
+    devices under the same plan."""
 
     options: PlanOptions
     replicas: int
+    prefill: PlanOptions | None = None
+    pools: tuple[int, int] = (0, 0)  # disaggregated: (prefill replicas, decode replicas)
+    speculative: SpeculativeConfig | None = None
+
+    @property
+    def deployment(self) -> Deployment:
+        if self.prefill is not None:
+            return Deployment.DISAGGREGATED
+        return Deployment.AGGREGATED if self.speculative is None else Deployment.SPECULATIVE
 
     @property
     def devices_per_replica(self) -> int:
-        return replica_devices(self.options.tp, self.options.pp, self.options.ep)
+        own = replica_devices(self.options.tp, self.options.pp, self.options.ep)
+        if self.prefill is None:
+            return own
+        p = self.prefill
+        return replica_devices(p.tp, p.pp, p.ep) * self.pools[0] + own * self.pools[1]
 
     def text(self) -> str:
         o = self.options
-        parts = [f"TP {o.tp}"] + ([f"PP {o.pp}"] if o.pp > 1 else []) + ([f"EP {o.ep}"] if o.ep > 1 else [])
         precision = [str(o.dtype)] + ([f"w {o.weight_dtype}"] if o.weight_dtype != WeightDtype.SAME else [])
         precision += [f"kv {o.kv_dtype}"] if o.kv_dtype != KvDtype.SAME else []
         launch = [] if o.launch == Launch.AUTO else [f"{o.launch}"]
-        return " x ".join(parts) + f" ({', '.join(precision + launch)}) x{self.replicas}"
+        if self.prefill is not None:
+            pools = f"prefill {_devices(self.prefill)} x{self.pools[0]} + decode {_devices(o)} x{self.pools[1]}"
+            return f"{pools} ({', '.join(precision + launch)})"
+        s = self.speculative
+        draft = "" if s is None else f" + draft {s.draft_name} k {s.draft_tokens}"
+        return _devices(o) + draft + f" ({', '.join(precision + launch)}) x{self.replicas}"
+
+
+def _devices(o: PlanOptions) -> str:
+    return " x ".join([f"TP {o.tp}"] + ([f"PP {o.pp}"] if o.pp > 1 else []) + ([f"EP {o.ep}"] if o.ep > 1 else []))
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +143,7 @@ PRUNE_REASONS = (
     "batch-cap",
     "tpot-rises",
     "saturated",
+    "pools",
 )
 
 

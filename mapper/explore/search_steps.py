@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 
@@ -92,14 +93,26 @@ class PlanSteps:
     def latency(self, batch: int, seq: int, past: int) -> float:
         return self.result(batch, seq, past).totals.latency_s
 
-    def kv_budget(self, token_budget: int) -> KvBudget:
-        """`serve.llm.kv_budget` from this plan's mappings (one token, and a prefill of the token budget)."""
+    def kv_budget(self, token_budget: int, draft: PlanSteps | None = None) -> KvBudget:
+        """`serve.llm.kv_budget` from this plan's mappings (one token, and a prefill of the token budget); with a
+        speculative draft's steps (the same plan), its weights and cache beside the target's."""
         name = self.model.name
         one = cache_memory(self.result(1, 1, 0).memory, name)
         profile = cache_memory(self.result(1, token_budget, 0).memory, name)
         if self._page is None:
             self._page = kv_page_tokens(self.model, self.hw, self.options)
-        return device_budget(self.hw, one, profile, token_budget, self._page)
+        budget = device_budget(self.hw, one, profile, token_budget, self._page)
+        if draft is None:
+            return budget
+        d_one = cache_memory(draft.result(1, 1, 0).memory, draft.model.name)
+        d_profile = cache_memory(draft.result(1, token_budget, 0).memory, draft.model.name)
+        return replace(
+            budget,
+            activation_bytes=max(budget.activation_bytes, d_profile.activation_bytes),
+            draft=draft.model.source or draft.model.name,
+            draft_weight_bytes=d_one.weight_bytes,
+            draft_kv_bytes_per_token=d_one.kv_cache_bytes,
+        )
 
     def grids(self, max_batch: int, prompt: int, context: int, chunk: int) -> tuple[LazyGrid, LazyGrid]:
         """Prefill and decode on `engine_step_times`' grids for this cap, these lengths and this chunk."""
@@ -113,8 +126,15 @@ class PlanSteps:
         decode grid's batches around it, at the grid context nearest the mean) over its sequences, and the
         prompt's prefill spread over the request's output tokens."""
         running = min(max(running, 1.0), float(grid.batches[-1]))
-        j = max(1, min(bisect.bisect_left(grid.batches, running), len(grid.batches) - 1))
-        low, high = grid.batches[max(j - 1, 0)], grid.batches[min(j, len(grid.batches) - 1)]
-        energy = [self.result(b, 1, context).totals.energy_j for b in (low, high)]
-        step = float(np.interp(running, [low, high], energy)) if high > low else energy[0]
-        return step / running + self.result(1, prompt, 0).totals.energy_j / output
+        return self.step_energy_j(grid.batches, running, 1, context) / running + self.prefill_energy_j(prompt) / output
+
+    def step_energy_j(self, batches: list[int], running: float, seq: int, past: int) -> float:
+        """A step's energy at `running` sequences: linear between the grid's batches around it."""
+        j = max(1, min(bisect.bisect_left(batches, running), len(batches) - 1))
+        low, high = batches[max(j - 1, 0)], batches[min(j, len(batches) - 1)]
+        energy = [self.result(b, seq, past).totals.energy_j for b in (low, high)]
+        return float(np.interp(running, [low, high], energy)) if high > low else energy[0]
+
+    def prefill_energy_j(self, prompt: int) -> float:
+        """One prompt's prefill energy."""
+        return self.result(1, prompt, 0).totals.energy_j

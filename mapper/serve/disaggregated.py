@@ -15,6 +15,7 @@ two on one footing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -31,8 +32,17 @@ from mapper.serve.continuous import (
     validate_llm_config,
     workload_text,
 )
-from mapper.serve.llm import kv_budget
-from mapper.serve.scheduler import Jitter, Requests, Scheduler, SchedulerRun, Timeline, run_chunked, run_whole_prefill
+from mapper.serve.llm import KvBudget, kv_budget, request_lengths
+from mapper.serve.scheduler import (
+    Jitter,
+    Requests,
+    Scheduler,
+    SchedulerRun,
+    StepTime,
+    Timeline,
+    run_chunked,
+    run_whole_prefill,
+)
 from mapper.serve.serving import draw_jitter, filled_jitter
 from mapper.serve.steps import GridTime, engine_step_times, step_grids, step_latency
 
@@ -149,14 +159,7 @@ def simulate_disaggregated(
         if not (isinstance(pool.replicas, int) and 1 <= pool.replicas <= hw.interconnect.max_devices * 64):
             raise MapperError(f"{name} replicas {pool.replicas!r} must be an integer from 1 up")
     link, link_source = kv_link(hw, setup)
-    arrival_rng, jitter_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(config.seed).spawn(2))
-    reqs = draw_requests(config, arrival_rng)
-    cv, dist = filled_jitter(config.jitter_cv, config.jitter_dist)
-
-    def jitter() -> Jitter:
-        draw = lambda count: draw_jitter(count, cv, dist, jitter_rng)
-        return Jitter(draw(2 * len(reqs.arrival) + int(reqs.output.sum())), draw)
-
+    reqs, jitter = _draws(config)
     dis, per_token_s, budgets = _disaggregated(source, hw, setup, reqs, config, jitter, link)
     pool = Pool(options, max(1, (setup.prefill.devices + setup.decode.devices) // Pool(options).devices_per_replica))
     aggregated = _aggregated(source, hw, pool, reqs, config, jitter)
@@ -175,6 +178,42 @@ def simulate_disaggregated(
     return DisaggregatedRun(dis, aggregated, setup, pool, link, per_token_s, assumptions)
 
 
+def _draws(config: LLMServingConfig) -> tuple[Requests, Callable[[], Jitter]]:
+    """The config's requests and each replica's jitter draws (both ways of serving draw from one stream)."""
+    arrival_rng, jitter_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(config.seed).spawn(2))
+    reqs = draw_requests(config, arrival_rng)
+    cv, dist = filled_jitter(config.jitter_cv, config.jitter_dist)
+
+    def jitter() -> Jitter:
+        draw = lambda count: draw_jitter(count, cv, dist, jitter_rng)
+        return Jitter(draw(2 * len(reqs.arrival) + int(reqs.output.sum())), draw)
+
+    return reqs, jitter
+
+
+def pool_budgets(source, hw: HardwareProfile, setup: Disaggregation, config: LLMServingConfig) -> tuple[KvBudget, ...]:
+    """The prefill pool's KV room at a profile run of the longest prompt, the decode pool's at the batch cap's."""
+    max_prompt = int(request_lengths(config, lambda a: int(a.max()))[0])
+    return kv_budget(source, hw, setup.prefill.options, max_prompt), kv_budget(
+        source, hw, setup.decode.options, config.max_batch
+    )
+
+
+def serve_pools(
+    hw: HardwareProfile,
+    setup: Disaggregation,
+    config: LLMServingConfig,
+    steps: tuple[StepTime, StepTime],
+    budgets: tuple[KvBudget, KvBudget],
+) -> tuple[LLMServingResult, float]:
+    """The disaggregated half of `simulate_disaggregated` on the caller's step times (the prefill pool's prefill,
+    the decode pool's decode, on `step_grids`' points) and pool budgets (`pool_budgets`): the same requests and
+    jitter draws, so the same figures (a deployment search passes the steps it already mapped)."""
+    config = validate_llm_config(config)
+    dis, per_token_s = _pools(hw, setup, _draws(config), config, kv_link(hw, setup)[0], steps, budgets)
+    return dis, per_token_s
+
+
 def _disaggregated(
     source, hw: HardwareProfile, setup: Disaggregation, reqs: Requests, config: LLMServingConfig, jitter, link: float
 ) -> tuple[LLMServingResult, float, tuple[str, str]]:
@@ -188,6 +227,23 @@ def _disaggregated(
     prefill_step, decode_step = step_latency(source, hw, p_opts), step_latency(source, hw, d_opts)
     prefill_time = GridTime(lambda b, t: prefill_step(b, t, 0), batches, prompts)  # each pool maps its own phase
     decode_time = GridTime(lambda b, t: decode_step(b, 1, t), batches, contexts)
+    steps, budgets = (prefill_time, decode_time), (p_budget, d_budget)
+    dis, per_token_s = _pools(hw, setup, (reqs, jitter), config, link, steps, budgets)
+    return dis, per_token_s, (p_budget.text(), d_budget.text())
+
+
+def _pools(
+    hw: HardwareProfile,
+    setup: Disaggregation,
+    draws: tuple[Requests, Callable[[], Jitter]],
+    config: LLMServingConfig,
+    link: float,
+    steps: tuple[StepTime, StepTime],
+    budgets: tuple[KvBudget, KvBudget],
+) -> tuple[LLMServingResult, float]:
+    reqs, jitter = draws
+    prefill_time, decode_time = steps
+    p_budget, d_budget = budgets
     paged = replace(reqs, page_tokens=d_budget.page_tokens)
     _fits(paged, d_budget.tokens, "decode")
     _fits(replace(reqs, output=np.ones_like(reqs.output), page_tokens=p_budget.page_tokens), p_budget.tokens, "prefill")
@@ -209,7 +265,7 @@ def _disaggregated(
     finish = np.where(reqs.output > 1, finish, first_token)
     served = replace(config, kv_capacity_tokens=d_budget.tokens)
     dis = timeline_result(reqs, Timeline(first_token, finish, busy, 0), served, d_budget.tokens)
-    return replace(dis, scheduler="disaggregated", assumptions=()), per_token_s, (p_budget.text(), d_budget.text())
+    return replace(dis, scheduler="disaggregated", assumptions=()), per_token_s
 
 
 def _fits(reqs: Requests, capacity: int, pool: str) -> None:
