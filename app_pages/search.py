@@ -13,6 +13,7 @@ from app_pages import cache, link, session, ui
 
 TOP_ROWS = 20  # configurations in the table (the sheet has every one)
 TPS, PPS, CHUNKS = (1, 2, 4, 8), (1, 2, 4), (512, 2048)
+QUEUE_NAMES = {"tokens_per_s_per_device": "requests/s per device", "energy_per_token_j": "J per request"}
 TARGET_KEYS = {"p99_s": "p99_target_ms", "ttft_p99_s": "ttft_p99_ms", "tpot_p99_s": "tpot_p99_ms"}  # the link's names
 SHOWN = {  # the table's columns, by the engine's row keys, in people's words
     "configuration": "configuration",
@@ -138,12 +139,14 @@ if best is not None:
 
 st.subheader("Top configurations")
 rows = pd.DataFrame(mapper.search_configurations(result))
-shown = rows.head(TOP_ROWS)[list(SHOWN)].copy()
+columns = [c for c in SHOWN if not (result.queue and c in ("ttft_p99_s", "tpot_p99_s", "tokens_per_s_per_user"))]
+shown = rows.head(TOP_ROWS)[columns].copy()
 for column in ("ttft_p99_s", "tpot_p99_s", "latency_p99_s"):
-    shown[column] = shown[column] * 1e3
+    if column in shown:
+        shown[column] = shown[column] * 1e3
 shown["failure"] = shown["failure"].replace("", "meets the SLA")
 st.dataframe(
-    shown.rename(columns=SHOWN),
+    shown.rename(columns=SHOWN | (QUEUE_NAMES if result.queue else {})),
     hide_index=True,
     width="stretch",
     column_config={

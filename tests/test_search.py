@@ -35,7 +35,7 @@ SMALL = SearchSpec(
     [
         ["search", "gpt2-small", "--devices", "0", "--tpot-p99-ms", "30"],
         ["search", "gpt2-small", "--devices", "2"],  # neither a target nor a rate
-        ["search", "resnet50", "--devices", "2", "--p99-target-ms", "5"],  # no KV cache: not a decoder
+        ["search", "resnet50", "--devices", "2", "--tpot-p99-ms", "5"],  # no KV cache: no TPOT
         ["search", "gpt2-small", "--devices", "2", "--tpot-p99-ms", "-1"],
         ["search", "gpt2-small", "--devices", "2", "--tpot-p99-ms", "30", "--tps", "1,x"],
         ["search", "gpt2-small", "--devices", "2", "--tpot-p99-ms", "30", "--kv-dtypes", "fp9"],
@@ -213,3 +213,23 @@ def test_speculative_decoding_is_searched_where_a_draft_is_given():
     assert served.tpot_p99_s == pytest.approx(p.tpot_p99_s, rel=1e-9)
     assert served.throughput_tokens_per_s == pytest.approx(p.tokens_per_s_per_device, rel=1e-9)
     assert not _only(run_search("gpt2-small", hw, spec), "speculative")
+
+
+def test_a_cnn_searches_batch_precision_and_replicas_under_a_p99_target():
+    """ResNet-50 on two devices under a request p99: each precision's caps served on replicas of one device at
+    the highest rate meeting the target; the chosen one re-served as its `mapper serve` command serves it gives
+    the same p99, and a cap whose batch alone takes longer than the target is pruned, not chosen."""
+    from mapper.explore.search_queue import QUEUE_REQUESTS
+    from mapper.serve.engine import simulate_model_serving
+
+    hw = mapper.load_hardware("h100-sxm")
+    spec = SearchSpec(2, targets=Targets(p99_s=0.004), dtypes=("bf16", "fp8"), caps=(1, 2, 8, 256))
+    result = run_search("resnet50", hw, spec)
+    best = result.best
+    assert result.queue and best is not None and best.latency_p99_s <= 0.004
+    assert {str(p.plan.options.dtype) for p in result.points} == {"bf16", "fp8"}
+    assert any(p.reason == "batch-latency" for p in result.pruned)  # 256 images at once take over 4 ms
+    config = mapper.ServingConfig(max_batch=best.max_batch, rate_per_s=best.rate_per_s, requests=QUEUE_REQUESTS)
+    served = simulate_model_serving("resnet50", None, hw, best.plan.options, config)
+    assert served.p99_s == pytest.approx(best.latency_p99_s, rel=1e-9)
+    assert "--max-batch" in result.command(best) and f"--requests {QUEUE_REQUESTS}" in result.command(best)

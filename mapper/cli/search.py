@@ -116,30 +116,38 @@ def write_outputs(args, result: SearchResult) -> None:
 def print_search(result: SearchResult, top: int) -> None:
     doc, s = result.document(), result.spec
     load = f"{s.rate_per_s:g} requests/s" if s.rate_per_s is not None else f"{s.load:.0%} of each one's saturation"
-    print(
-        f"{result.model} on {s.devices} x {result.hw}: {s.prompt_tokens} prompt / {s.output_tokens} output tokens,"
-        f" {load}"
-    )
-    head = (
-        f"{'configuration':52s} {'tok/s/dev':>9s} {'tok/s/user':>10s} {'TTFT p99':>9s} {'TPOT p99':>9s} {'J/tok':>6s}"
-    )
-    print("frontier (tokens/s per device against tokens/s per user):")
-    print(head + "  SLA")
-    for p in result.frontier[:top]:
+    if result.queue:
+        load = f"{s.rate_per_s:g} requests/s" if s.rate_per_s is not None else "the highest rate meeting p99"
+        print(f"{result.model} on {s.devices} x {result.hw}: requests served whole (dynamic batching), {load}")
+        print("frontier (requests/s per device against request p99):")
+        print(f"{'configuration':52s} {'req/s/dev':>9s} {'p99':>9s} {'J/req':>7s}  SLA")
+        for p in result.frontier[:top]:
+            print(
+                f"{p.label[:52]:52s} {p.tokens_per_s_per_device:9,.0f} {p.latency_p99_s * 1e3:7.2f}ms"
+                f" {p.energy_per_token_j:7.3f}  {'meets' if p.feasible else p.failure}"
+            )
+    else:
         print(
-            f"{p.label[:52]:52s} {p.tokens_per_s_per_device:9,.0f} {p.tokens_per_s_per_user:10.1f}"
-            f" {p.ttft_p99_s * 1e3:7.0f}ms {p.tpot_p99_s * 1e3:7.1f}ms {p.energy_per_token_j:6.2f}"
-            f"  {'meets' if p.feasible else p.failure}"
+            f"{result.model} on {s.devices} x {result.hw}: {s.prompt_tokens} prompt / {s.output_tokens} output"
+            f" tokens, {load}"
         )
+        head = (
+            f"{'configuration':52s} {'tok/s/dev':>9s} {'tok/s/user':>10s} {'TTFT p99':>9s} {'TPOT p99':>9s}"
+            f" {'J/tok':>6s}"
+        )
+        print("frontier (tokens/s per device against tokens/s per user):")
+        print(head + "  SLA")
+        for p in result.frontier[:top]:
+            print(
+                f"{p.label[:52]:52s} {p.tokens_per_s_per_device:9,.0f} {p.tokens_per_s_per_user:10.1f}"
+                f" {p.ttft_p99_s * 1e3:7.0f}ms {p.tpot_p99_s * 1e3:7.1f}ms {p.energy_per_token_j:6.2f}"
+                f"  {'meets' if p.feasible else p.failure}"
+            )
     best = result.best
     if best is None:
         print("chosen: none of the configurations meets the SLA")
     else:
-        print(
-            f"chosen: {best.label}: {best.tokens_per_s_per_device:,.0f} tok/s/device,"
-            f" {best.tokens_per_s_per_user:.1f} tok/s/user, TTFT p99 {best.ttft_p99_s * 1e3:.0f} ms,"
-            f" TPOT p99 {best.tpot_p99_s * 1e3:.1f} ms, {best.energy_per_token_j:.2f} J/token"
-        )
+        print(f"chosen: {best.label}: {chosen_text(result, best)}")
         for line in doc["neighbours"]:
             print(f"beside it: {line}")
         for line in doc["sensitivity"]:
@@ -150,4 +158,17 @@ def print_search(result: SearchResult, top: int) -> None:
     print(
         f"evaluated: {counts['configurations']} configurations served ({counts['mapped_steps']} steps mapped),"
         f" pruned: {pruned or 'none'}; {result.wall_s:.1f} s"
+    )
+
+
+def chosen_text(result: SearchResult, best) -> str:
+    if result.queue:
+        return (
+            f"{best.tokens_per_s_per_device:,.0f} requests/s/device, p99 {best.latency_p99_s * 1e3:.2f} ms,"
+            f" {best.energy_per_token_j:.3f} J/request"
+        )
+    return (
+        f"{best.tokens_per_s_per_device:,.0f} tok/s/device, {best.tokens_per_s_per_user:.1f} tok/s/user,"
+        f" TTFT p99 {best.ttft_p99_s * 1e3:.0f} ms, TPOT p99 {best.tpot_p99_s * 1e3:.1f} ms,"
+        f" {best.energy_per_token_j:.2f} J/token"
     )

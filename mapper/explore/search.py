@@ -30,12 +30,13 @@ import shlex
 import time
 from dataclasses import dataclass, replace
 
-from mapper.core.errors import MapperError
 from mapper.core.options import PlanOptions
 from mapper.core.targets import TARGET_ROWS, Targets
+from mapper.core.vocab import PlanDtype
 from mapper.explore.executors import ExecutorSpec, run_tasks
 from mapper.explore.search_eval import PlanServer, Point, plan_prune, requests_at, serve_plan
 from mapper.explore.search_pools import PoolServer, SpeculativeServer, pool_plans, speculative_plans
+from mapper.explore.search_queue import QUEUE_REQUESTS, QueueSteps, check_queue_spec, serve_queue_plan
 from mapper.explore.search_space import PRUNE_REASONS, Plan, Pruned, SearchSpec, structural_prune, validate_spec
 from mapper.explore.search_steps import PlanSteps
 from mapper.handle import open_model
@@ -128,6 +129,7 @@ class SearchResult:
     pruned: tuple[Pruned, ...]
     mapped: int  # step mappings made
     wall_s: float
+    queue: bool = False  # a model without a KV cache: requests served whole (search_queue), p99 the latency
 
     @property
     def best(self) -> Point | None:
@@ -142,6 +144,9 @@ class SearchResult:
         which `mapper serve` compares with aggregated serving on as many devices)."""
         s, plan = self.spec, point.plan
         args = ["mapper", "serve", self.model, "--hw", self.hw, *option_flags(replace(plan.options, dp=1))]
+        if self.queue:
+            args += ["--max-batch", str(point.max_batch), "--rate", repr(point.rate_per_s)]
+            return shlex.join([*args, "--requests", str(QUEUE_REQUESTS), "--seed", str(s.seed)])
         if plan.prefill is not None:
             args += ["--prefill-tp", str(plan.prefill.tp), "--prefill-replicas", str(plan.pools[0])]
             args += ["--decode-replicas", str(plan.pools[1])]
@@ -267,11 +272,9 @@ def run_search(
     start = time.perf_counter()
     spec = validate_spec(spec)
     model = open_model(source)
+    name = model_argument or model.source or model.name
     if "past" not in model.roles.values():
-        raise MapperError(
-            f"{model.name} has no KV cache: the deployment search covers decoders (encoders and CNNs: `mapper serve"
-            " --load-curve --p99-target-ms`)"
-        )
+        return _queue_search(model, hw, spec, name, executor, start)
     plans, pruned = structural_prune(spec, hw, model_experts(model))
     draft = None
     if spec.speculative is not None:
@@ -295,6 +298,32 @@ def run_search(
     results += _served(shared, staged, executor)
     points = [pt for r in results for pt in r[0]]
     pruned += [pr for r in results for pr in r[1]]
-    name = model_argument or model.source or model.name
     wall = time.perf_counter() - start
     return SearchResult(name, hw.name, spec, tuple(points), tuple(pruned), sum(r[2] for r in results), wall)
+
+
+def _queue_task(shared: tuple, plan: Plan) -> PlanTask:
+    model, hw, spec = shared
+    steps = QueueSteps(model, hw, plan)
+    points, pruned = serve_queue_plan(steps, spec)
+    return points, pruned, steps.mapped, 0
+
+
+def _queue_search(model, hw: HardwareProfile, spec: SearchSpec, name: str, executor, start: float) -> SearchResult:
+    """A model without a KV cache (search_queue): each precision on replicas of one device, its caps served."""
+    check_queue_spec(spec, model.name)
+    plans, pruned = [], []
+    for dtype in spec.dtypes:
+        for weights in spec.weight_dtypes:
+            options = replace(spec.base, tp=1, pp=1, ep=1, dp=1, dtype=dtype, weight_dtype=weights)
+            plan = Plan(options, spec.devices)
+            if dtype in (PlanDtype.AUTO, *hw.matrix_peak_flops_per_s):
+                plans.append(plan)
+            else:
+                pruned.append(Pruned(plan.text(), "precision", f"{hw.name} has no {dtype} peak"))
+    done = dict(run_tasks(_queue_task, plans, (model, hw, spec), executor))
+    results = [done[i] for i in range(len(plans))]
+    points = [pt for r in results for pt in r[0]]
+    pruned += [pr for r in results for pr in r[1]]
+    wall = time.perf_counter() - start
+    return SearchResult(name, hw.name, spec, tuple(points), tuple(pruned), sum(r[2] for r in results), wall, True)

@@ -117,13 +117,14 @@ def frontier_figure(result: SearchResult) -> go.Figure:
 
     fig = go.Figure()
     points = list(enumerate(result.points))
+    x = (lambda p: p.latency_p99_s * 1e3) if result.queue else (lambda p: p.tokens_per_s_per_user)
     for name, color, group in (
         ("meets the SLA", FEASIBLE, [(i, p) for i, p in points if p.feasible]),
         ("misses the SLA", MISSES, [(i, p) for i, p in points if not p.feasible]),
     ):
         fig.add_trace(
             go.Scatter(
-                x=[p.tokens_per_s_per_user for _, p in group],
+                x=[x(p) for _, p in group],
                 y=[p.tokens_per_s_per_device for _, p in group],
                 mode="markers",
                 name=name,
@@ -136,7 +137,7 @@ def frontier_figure(result: SearchResult) -> go.Figure:
     front = result.frontier
     fig.add_trace(
         go.Scatter(
-            x=[p.tokens_per_s_per_user for p in front],
+            x=[x(p) for p in front],
             y=[p.tokens_per_s_per_device for p in front],
             mode="lines",
             name="frontier",
@@ -148,7 +149,7 @@ def frontier_figure(result: SearchResult) -> go.Figure:
     if best is not None:
         fig.add_trace(
             go.Scatter(
-                x=[best.tokens_per_s_per_user],
+                x=[x(best)],
                 y=[best.tokens_per_s_per_device],
                 mode="markers",
                 name="chosen",
@@ -158,8 +159,15 @@ def frontier_figure(result: SearchResult) -> go.Figure:
                 hoverinfo="text",
             )
         )
-    tpot = result.spec.targets.tpot_p99_s
-    if tpot is not None:
+    tpot, p99 = result.spec.targets.tpot_p99_s, result.spec.targets.p99_s
+    if result.queue and p99 is not None:
+        fig.add_vline(
+            x=p99 * 1e3,
+            line=dict(color=CHOSEN, dash="dash"),
+            annotation_text=f"request p99 target {p99 * 1e3:g} ms",
+            annotation_position="top right",
+        )
+    if tpot is not None and not result.queue:
         fig.add_vline(
             x=1.0 / tpot,
             line=dict(color=CHOSEN, dash="dash"),
@@ -169,15 +177,17 @@ def frontier_figure(result: SearchResult) -> go.Figure:
     s = result.spec
     fig.update_layout(
         **LAYOUT,
-        title=(
-            f"{html.escape(result.model)} on {s.devices} x {html.escape(result.hw)}:"
-            f" {s.prompt_tokens} prompt / {s.output_tokens} output tokens"
-        ),
-        xaxis_title="tokens/s per user (1 / mean TPOT)",
-        yaxis_title="output tokens/s per device",
+        title=f"{html.escape(result.model)} on {s.devices} x {html.escape(result.hw)}: {_workload(result)}",
+        xaxis_title="request p99 (ms)" if result.queue else "tokens/s per user (1 / mean TPOT)",
+        yaxis_title="requests/s per device" if result.queue else "output tokens/s per device",
         height=480,
     )
     return fig
+
+
+def _workload(result: SearchResult) -> str:
+    s = result.spec
+    return "requests served whole" if result.queue else f"{s.prompt_tokens} prompt / {s.output_tokens} output tokens"
 
 
 def _hover(p) -> str:
@@ -185,5 +195,6 @@ def _hover(p) -> str:
     return (
         f"{html.escape(p.label)}<br>{p.tokens_per_s_per_device:,.0f} tok/s/device,"
         f" {p.tokens_per_s_per_user:,.1f} tok/s/user<br>TTFT p99 {p.ttft_p99_s * 1e3:,.0f} ms,"
-        f" TPOT p99 {p.tpot_p99_s * 1e3:.1f} ms, {p.energy_per_token_j:.3g} J/token<br>{verdict}"
+        f" TPOT p99 {p.tpot_p99_s * 1e3:.1f} ms, request p99 {p.latency_p99_s * 1e3:,.1f} ms,"
+        f" {p.energy_per_token_j:.3g} J/token<br>{verdict}"
     )

@@ -144,6 +144,7 @@ PRUNE_REASONS = (
     "tpot-rises",
     "saturated",
     "pools",
+    "batch-latency",
 )
 
 
