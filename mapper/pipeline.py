@@ -72,7 +72,7 @@ from mapper.plan.precision import (
     released_precision,
 )
 from mapper.plan.runtime import apply_kv_cache, choose_runtime, kv_cache_tensors, launch_cost_s, runtime_assumptions
-from mapper.plan.sharding import assign_roles, shard_kernels
+from mapper.plan.sharding import assigned_roles, shard_kernels
 from mapper.schedule.memory import plan_memory
 from mapper.schedule.placement import place_on_devices
 from mapper.schedule.rollup import STALL_DEFINITION, Spread, roll_up
@@ -253,7 +253,8 @@ def plan_devices(
     )
     if memory is None or not memory.fits:
         experts = frozenset(workload.expert_gemms)
-        full, written = assign_roles(graph, kernels, whole_experts(workload, options.tp, ep), experts)
+        whole = whole_experts(workload, options.tp, ep)
+        full, written = assigned_roles(graph, kernels, whole, experts, workload.caches)
         resident = resident_kernels(workload, full, ep)
         memory = plan_memory(graph, resident, sizer, hardware.dram_bytes, options.tp, options.pp, max_devices)
         kernels = shard_kernels(graph, full, written, options.tp, sizer)

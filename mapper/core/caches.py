@@ -189,6 +189,13 @@ class ModelCaches:
         and each node's work (`Workload.cost_key`)."""
         return self._get("kernels", (sha256, dims, groups, element_bytes, sram_bytes, work_key), make)
 
+    def tensor_roles(self, structure: tuple[str, frozenset[str]], kernels: tuple, whole: frozenset[str], make):
+        """Each kernel's tensor-parallel role and the tensors it writes for outside (`sharding.assign_roles`): the
+        live graph's structure, what the assignment reads of each kernel (`sharding.role_key`: its nodes, rule,
+        layer type, whether it is a weight GEMM) and the nodes that run whole. The same at every binding and TP
+        degree of one fusion plan: a sweep over batch, length and plan assigns them once."""
+        return self._get("tensor_roles", (structure, kernels, whole), make)
+
     def weight_tally(self, structure: tuple[str, frozenset[str]], make):
         """The tally of the weights whose specs are the model's (`precision.weight_tally`: all but those a folded
         node derives): the graph's structure (its weights, their storage types and consumers)."""

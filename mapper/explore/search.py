@@ -225,9 +225,10 @@ class SharedSteps:
 def _plan_task(shared: tuple, plan: Plan) -> PlanTask:
     """One plan pruned and served (a task of `run_tasks`: in this process, a pool's worker or a Dask worker);
     the steps it mapped are those the shared steps held no mapping for."""
-    steps, spec = shared
+    steps, spec, floor = shared
     before = steps.mapped()
     server = steps.server(plan, spec)
+    server.floor_tokens_per_s_per_device = floor
     cut = plan_prune(server)
     if cut is not None:
         return [], [cut], steps.mapped() - before, 0
@@ -280,9 +281,9 @@ def run_search(
     if spec.speculative is not None:
         draft = open_draft(spec.speculative)
         spec = replace(spec, speculative=replace(spec.speculative, draft=draft))  # opened once for every step
-    shared = (SharedSteps(model, hw, draft), spec)
+    steps = SharedSteps(model, hw, draft)
     flat = [p for p in plans if p.options.pp == 1]
-    results = _served(shared, flat, executor)
+    results = _served((steps, spec, 0.0), flat, executor)
     held = {_key(p): r[3] for p, r in zip(flat, results, strict=True)}
     staged = []
     for plan in (p for p in plans if p.options.pp > 1):
@@ -295,7 +296,8 @@ def run_search(
     pools, cut = pool_plans(spec, hw, fitting)
     pruned += cut
     staged += pools + speculative_plans(spec, fitting)
-    results += _served(shared, staged, executor)
+    floor = max((p.tokens_per_s_per_device for r in results for p in r[0] if meets(p, spec.targets)), default=0.0)
+    results += _served((steps, spec, floor), staged, executor)
     points = [pt for r in results for pt in r[0]]
     pruned += [pr for r in results for pr in r[1]]
     wall = time.perf_counter() - start

@@ -24,7 +24,7 @@ from mapper.core.errors import MapperError
 from mapper.core.targets import Targets
 from mapper.core.units import overload_sentence
 from mapper.explore.search_space import Plan, Pruned, SearchSpec
-from mapper.explore.search_steps import PlanSteps
+from mapper.explore.search_steps import LazyGrid, PlanSteps
 from mapper.serve.continuous import LLMServingConfig, LLMServingResult, llm_capacity_per_s, simulate_llm_serving
 from mapper.serve.llm import KvBudget
 from mapper.serve.scheduler import Requests, Scheduler, StepTime
@@ -137,6 +137,8 @@ class PlanServer:
         self.steps, self.plan, self.spec, self.hw = steps, plan, spec, steps.hw
         self.context = spec.prompt_tokens + spec.output_tokens
         self._budgets: dict[int, KvBudget] = {}
+        self._grids: dict[tuple[int, int], tuple] = {}
+        self.floor_tokens_per_s_per_device = 0.0  # a configuration bounded below it is not served (`bound_cut`)
 
     @property
     def chunks(self) -> tuple[int, ...]:
@@ -160,7 +162,14 @@ class PlanServer:
         return b.tokens // need
 
     def step_times(self, cap: int, chunk: int) -> tuple[StepTime, StepTime]:
-        """The prefill and decode step times the scheduler runs at this cap and chunk."""
+        """The prefill and decode step times the scheduler runs at this cap and chunk (kept: the capacity, the
+        run and the energy read the same grids, each grid keeping the rows it interpolated)."""
+        key = (cap, chunk)
+        if key not in self._grids:
+            self._grids[key] = self.grids_at(cap, chunk)
+        return self._grids[key]
+
+    def grids_at(self, cap: int, chunk: int) -> tuple[StepTime, StepTime]:
         return self.steps.grids(cap, self.spec.prompt_tokens, self.context, chunk)
 
     def capacity_per_s(self, cap: int, chunk: int) -> float:
@@ -176,7 +185,8 @@ class PlanServer:
 
     def energy_per_token_j(self, cap: int, chunk: int, running: float) -> float:
         spec = self.spec
-        decode = self.steps.grids(cap, spec.prompt_tokens, self.context, chunk)[1]
+        decode = self.step_times(cap, chunk)[1]
+        assert isinstance(decode, LazyGrid)  # an aggregated plan's decode grid
         context = min(decode.tokens, key=lambda t: abs(t - (spec.prompt_tokens + spec.output_tokens / 2)))
         return self.steps.energy_per_token_j(decode, running, context, spec.prompt_tokens, spec.output_tokens)
 
@@ -214,6 +224,18 @@ class PlanServer:
             over = overload_sentence(rate / top, capacity)
             return replace(point, failure=f"overloaded: {over}")
         return point
+
+    def bound_cut(self, cap: int, chunk: int) -> str:
+        """Why this cap is not served ("" where it is): without a rate, a configuration is served at a share of
+        its saturation rate, so its tokens/s per device is at most that rate's output tokens over its devices; under
+        the floor (the best aggregated configuration meeting the SLA) it can never be chosen."""
+        floor = self.floor_tokens_per_s_per_device
+        if self.spec.rate_per_s is not None or floor <= 0:
+            return ""
+        bound = self.capacity_per_s(cap, chunk) * self.spec.output_tokens / self.plan.devices_per_replica
+        if bound >= floor:
+            return ""
+        return f"at most {bound:,.0f} tok/s/device at saturation, under the aggregated choice's {floor:,.0f}"
 
     def at_load(self, cap: int, chunk: int) -> Point:
         """Every replica the fleet holds, each at the spec's share of its saturation rate."""
@@ -291,6 +313,10 @@ def _serve_chunk(server: PlanServer, chunk: int) -> tuple[list[Point], list[Prun
             pruned.append(Pruned(name, *stop))
             continue
         try:
+            cut = server.bound_cut(cap, chunk)
+            if cut:
+                pruned.append(Pruned(name, "bound", cut))
+                continue
             point = server.at_rate(cap, chunk) if spec.rate_per_s is not None else server.at_load(cap, chunk)
         except MapperError as e:  # a pool whose KV cache holds no whole request at this cap
             pruned.append(Pruned(name, "capacity", str(e)))

@@ -100,7 +100,7 @@ class PoolServer(PlanServer):
         """`serve.disaggregated.pool_budgets`: the prefill pool's at the prompt, the decode pool's at the cap."""
         return self.prefill.kv_budget(self.spec.prompt_tokens), self.steps.kv_budget(cap)
 
-    def step_times(self, cap: int, chunk: int) -> tuple[LazyGrid, LazyGrid]:
+    def grids_at(self, cap: int, chunk: int) -> tuple[LazyGrid, LazyGrid]:
         batches, prompts, contexts = step_grids(cap, self.spec.prompt_tokens, self.context)
         prefill = LazyGrid(lambda b, t: self.prefill.latency(b, t, 0), batches, prompts)
         decode = LazyGrid(lambda b, t: self.steps.latency(b, 1, t), batches, contexts)
@@ -127,6 +127,7 @@ class PoolServer(PlanServer):
     def energy_per_token_j(self, cap: int, chunk: int, running: float) -> float:
         """The decode pool's step at the mean running batch per sequence, the prefill pool's prompt over the output."""
         decode = self.step_times(cap, chunk)[1]
+        assert isinstance(decode, LazyGrid)  # grids_at's
         s = self.spec
         context = min(decode.tokens, key=lambda t: abs(t - (s.prompt_tokens + s.output_tokens / 2)))
         running = min(max(running, 1.0), float(decode.batches[-1]))
@@ -141,6 +142,7 @@ class SpeculativeServer(PlanServer):
         super().__init__(steps, plan, spec)
         assert plan.speculative is not None  # a speculative plan: speculative_plans builds it
         self.draft, self.speculative = draft, plan.speculative
+        self._rounds: dict[int, tuple[StepTime, LazyGrid, LazyGrid, LazyGrid]] = {}
 
     @property
     def chunks(self) -> tuple[int, ...]:
@@ -157,7 +159,12 @@ class SpeculativeServer(PlanServer):
 
     def grids(self, cap: int) -> tuple[StepTime, LazyGrid, LazyGrid, LazyGrid]:
         """Prefill (target + draft), and the draft's decode and the target's verification a round is made of, on
-        `serve.steps.speculative_step_times`' grids."""
+        `serve.steps.speculative_step_times`' grids (kept by cap)."""
+        if cap not in self._rounds:
+            self._rounds[cap] = self._round_grids(cap)
+        return self._rounds[cap]
+
+    def _round_grids(self, cap: int) -> tuple[StepTime, LazyGrid, LazyGrid, LazyGrid]:
         k, prompt = self.speculative.draft_tokens, self.spec.prompt_tokens
         batches, prompts, contexts = step_grids(cap, prompt, self.context)
         target = LazyGrid(lambda b, t: self.steps.latency(b, t, 0), batches, prompts)
@@ -167,7 +174,7 @@ class SpeculativeServer(PlanServer):
         verify = LazyGrid(lambda b, t: self.steps.latency(b, k + 1, t), batches, contexts)
         return (lambda b, t: target(b, t) + drafted(b, t)), draft, verify, target
 
-    def step_times(self, cap: int, chunk: int) -> tuple[StepTime, StepTime]:
+    def grids_at(self, cap: int, chunk: int) -> tuple[StepTime, StepTime]:
         prefill, draft, verify, _ = self.grids(cap)
         return prefill, per_token_time(draft, verify, self.speculative)
 

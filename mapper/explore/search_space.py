@@ -143,8 +143,8 @@ PRUNE_REASONS = (
     "batch-cap",
     "tpot-rises",
     "saturated",
-    "pools",
     "batch-latency",
+    "bound",
 )
 
 

@@ -76,6 +76,7 @@ class PlanSteps:
         self._dims = decoder_dims(model)
         self._mapped: dict[tuple[int, int, int], MappingResult] = {}
         self._page: int | None = None
+        self._budgets: dict[tuple[int, int], KvBudget] = {}  # (token budget, id of the draft's steps or 0)
 
     @property
     def mapped(self) -> int:
@@ -95,7 +96,14 @@ class PlanSteps:
 
     def kv_budget(self, token_budget: int, draft: PlanSteps | None = None) -> KvBudget:
         """`serve.llm.kv_budget` from this plan's mappings (one token, and a prefill of the token budget); with a
-        speculative draft's steps (the same plan), its weights and cache beside the target's."""
+        speculative draft's steps (the same plan), its weights and cache beside the target's. Kept by token
+        budget: a plan's caps and pools ask for the same ones again."""
+        key = (token_budget, 0 if draft is None else id(draft))
+        if key not in self._budgets:
+            self._budgets[key] = self._kv_budget(token_budget, draft)
+        return self._budgets[key]
+
+    def _kv_budget(self, token_budget: int, draft: PlanSteps | None) -> KvBudget:
         name = self.model.name
         one = cache_memory(self.result(1, 1, 0).memory, name)
         profile = cache_memory(self.result(1, token_budget, 0).memory, name)

@@ -143,6 +143,36 @@ def assign_roles(
     return out, written
 
 
+def role_key(kernels: Sequence[Kernel]) -> tuple:
+    """What `assign_roles` reads of each kernel (its nodes, rule, layer type and whether it is a weight GEMM's):
+    kernels equal in these get equal roles, whatever their sizes."""
+    return tuple(
+        (
+            k.nodes,
+            k.rule,
+            k.layer_type,
+            k.matrix is not None and not k.matrix.depthwise,
+            k.weight_bytes > 0,
+        )
+        for k in kernels
+    )
+
+
+def assigned_roles(
+    graph: Graph, kernels: Sequence[Kernel], whole: frozenset[str], experts: frozenset[str], caches
+) -> tuple[list[Kernel], list[list[str]]]:
+    """`assign_roles` through the model's cache (`ModelCaches.tensor_roles`): the roles of equal kernels at another
+    binding or TP degree are the ones assigned before, applied to these kernels."""
+
+    def assigned() -> tuple[tuple[Shard, ...], tuple[tuple[str, ...], ...]]:
+        full, written = assign_roles(graph, kernels, whole, experts)
+        return tuple(Shard(k.shard) for k in full), tuple(tuple(w) for w in written)
+
+    key = (role_key(kernels), experts)
+    roles, written = caches.tensor_roles(graph.structure, key, whole, assigned)
+    return [k.replaced(shard=r) for k, r in zip(kernels, roles, strict=True)], [list(w) for w in written]
+
+
 def _whole_caches(graph: Graph, kernels: Sequence[Kernel]) -> frozenset[str]:
     """The KV caches every rank holds whole: past and present of each cache update left replicated (MLA's latent,
     one key head all query heads share; a GQA/MHA cache is split with its heads)."""
