@@ -173,6 +173,7 @@ def test_disaggregated_pools_are_searched_and_match_mapper_serve():
     `simulate_disaggregated` (what its `mapper serve --prefill-tp` command runs) gives the same figures."""
     hw = mapper.load_hardware("h100-sxm")
     spec = replace(SMALL, devices=4, tps=(1, 2), caps=(2, 8), requests=32, output_tokens=16, prompt_tokens=128)
+    spec = replace(spec, rate_per_s=200.0)  # at a rate: every split served (no saturation bound, `bound_cut`)
     result = run_search("gpt2-small", hw, spec)
     pools = _only(result, "disaggregated")
     assert {p.plan.pools[0] * p.plan.prefill.tp for p in pools} == {1, 2, 3}  # prefill devices of the four
@@ -202,6 +203,7 @@ def test_speculative_decoding_is_searched_where_a_draft_is_given():
     pairing anyone deploys.)"""
     hw = mapper.load_hardware("h100-sxm")
     spec = replace(SMALL, devices=1, tps=(1,), caps=(4,), requests=32, output_tokens=16, disaggregated=False)
+    spec = replace(spec, rate_per_s=20.0)  # at a rate: no bound from the plain plan's saturation (`bound_cut`)
     draft = mapper.SpeculativeConfig("gpt2-small", 0.7, 3)
     result = run_search("gpt2-small", hw, replace(spec, speculative=draft))
     (p,) = _only(result, "speculative")

@@ -38,7 +38,7 @@ from mapper.explore.search_eval import PlanServer, Point, plan_prune, requests_a
 from mapper.explore.search_pools import PoolServer, SpeculativeServer, pool_plans, speculative_plans
 from mapper.explore.search_queue import QUEUE_REQUESTS, QueueSteps, check_queue_spec, serve_queue_plan
 from mapper.explore.search_space import PRUNE_REASONS, Plan, Pruned, SearchSpec, structural_prune, validate_spec
-from mapper.explore.search_steps import PlanSteps
+from mapper.explore.search_steps import BoundSteps, PlanSteps
 from mapper.handle import open_model
 from mapper.hardware.profile import HardwareProfile
 from mapper.report.reproduce import option_flags
@@ -204,11 +204,13 @@ class SharedSteps:
     def __init__(self, model, hw: HardwareProfile, draft=None):
         self.model, self.hw, self.draft = model, hw, draft
         self._steps: dict[tuple[bool, PlanOptions], PlanSteps] = {}
+        self._bound = (BoundSteps(model), None if draft is None else BoundSteps(draft))
 
     def of(self, options: PlanOptions, draft: bool = False) -> PlanSteps:
         key = (draft, options)
         if key not in self._steps:
-            self._steps[key] = PlanSteps(self.draft if draft else self.model, self.hw, options)
+            model, bound = (self.draft, self._bound[1]) if draft else (self.model, self._bound[0])
+            self._steps[key] = PlanSteps(model, self.hw, options, bound)
         return self._steps[key]
 
     def mapped(self) -> int:

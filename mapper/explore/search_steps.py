@@ -12,6 +12,7 @@ ones `mapper serve` gives for it.
 from __future__ import annotations
 
 import bisect
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -24,6 +25,7 @@ from mapper.hardware.profile import HardwareProfile
 from mapper.pipeline import map_workload
 from mapper.serve.llm import KvBudget, cache_memory, device_budget, kv_page_tokens
 from mapper.serve.steps import decoder_dims, step_grids
+from mapper.work.workload import Workload
 
 
 class LazyGrid:
@@ -68,14 +70,43 @@ class LazyGrid:
         return a + (b - a) * (tokens - xs[i - 1]) / (xs[i] - xs[i - 1])
 
 
+SEARCH_WORKLOADS = 256  # bound steps a search keeps (a Mixtral step's workload is ~2 MB: 0.5 GB at most)
+
+
+class BoundSteps:
+    """A model's steps bound at (batch, new tokens, cached tokens), kept for a search's plans: every plan maps the
+    same bindings under its own options, more of them than the handle's own table keeps (WORKLOAD_ENTRIES), and a
+    Mixtral binding takes 0.2-0.4 s (the experts' routing)."""
+
+    def __init__(self, model: ModelHandle, entries: int = SEARCH_WORKLOADS):
+        self.model, self._entries = model, entries
+        self._dims = decoder_dims(model)
+        self._bound: OrderedDict[tuple[int, int, int], Workload] = OrderedDict()
+
+    def __getstate__(self) -> dict:  # a worker process binds its own
+        return {"model": self.model, "entries": self._entries}
+
+    def __setstate__(self, state: dict) -> None:
+        type(self).__init__(self, state["model"], state["entries"])
+
+    def workload(self, batch: int, seq: int, past: int) -> Workload:
+        key = (batch, seq, past)
+        found = self._bound.get(key)
+        if found is None:
+            found = self._bound[key] = self.model.bind(self._dims(seq, past), batch=batch, seq=seq)
+            if len(self._bound) > self._entries:
+                self._bound.popitem(last=False)
+        return found
+
+
 class PlanSteps:
     """One plan's mapped steps: (batch, new tokens, cached tokens) -> its MappingResult, each mapped once."""
 
-    def __init__(self, model: ModelHandle, hw: HardwareProfile, options: PlanOptions):
+    def __init__(self, model: ModelHandle, hw: HardwareProfile, options: PlanOptions, bound: BoundSteps | None = None):
         self.model, self.hw, self.options = model, hw, options
-        self._dims = decoder_dims(model)
-        self._mapped: dict[tuple[int, int, int], MappingResult] = {}
+        self._bound = bound or BoundSteps(model)
         self._page: int | None = None
+        self._mapped: dict[tuple[int, int, int], MappingResult] = {}
         self._budgets: dict[tuple[int, int], KvBudget] = {}  # (token budget, id of the draft's steps or 0)
 
     @property
@@ -87,8 +118,7 @@ class PlanSteps:
         key = (batch, seq, past)
         found = self._mapped.get(key)
         if found is None:
-            workload = self.model.bind(self._dims(seq, past), batch=batch, seq=seq)
-            found = self._mapped[key] = map_workload(workload, self.hw, self.options)
+            found = self._mapped[key] = map_workload(self._bound.workload(batch, seq, past), self.hw, self.options)
         return found
 
     def latency(self, batch: int, seq: int, past: int) -> float:
