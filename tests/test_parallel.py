@@ -142,3 +142,25 @@ def test_pipeline_stages_of_a_partly_unresolved_model_map_without_a_crash(h100):
     assert workload.graph.unresolved  # the shapes the positions' Gather cannot give
     result = mapper.map_workload(workload, h100, PlanOptions(pp=2))
     assert len(result.parallel.stage_times_s) == 2 and result.totals.latency_s > 0
+
+
+def test_tensor_roles_are_assigned_once_per_fusion_plan_and_match_a_fresh_assignment(h100, monkeypatch):
+    """The roles depend on the graph's structure and the kernels' nodes, not on sizes or the TP degree: mapping
+    two bindings at two TP degrees assigns them once (ModelCaches.tensor_roles), and the kernels equal those of
+    a handle that assigns them itself; a different plan (other fusion groups) assigns its own."""
+    from mapper.plan import sharding
+
+    calls = []
+    real = sharding.assign_roles
+    monkeypatch.setattr(sharding, "assign_roles", lambda *a, **k: calls.append(1) or real(*a, **k))
+    model = mapper.open_model("gpt2-small")
+    results = [
+        mapper.map_workload(model.bind({"batch": b, "seq": 128}), h100, PlanOptions(tp=tp))
+        for b, tp in ((1, 2), (8, 4))
+    ]
+    assert len(calls) == 1
+    mapper.map_workload(model.bind({"batch": 1, "seq": 128}), h100, PlanOptions(tp=2, fusion="none"))
+    assert len(calls) == 2  # other kernels, other roles
+    fresh = mapper.map_workload(mapper.open_model("gpt2-small").bind({"batch": 8, "seq": 128}), h100, PlanOptions(tp=4))
+    assert [k.kernel.shard for k in fresh.kernels] == [k.kernel.shard for k in results[1].kernels]
+    assert fresh.totals.latency_s == results[1].totals.latency_s

@@ -235,3 +235,21 @@ def test_a_cnn_searches_batch_precision_and_replicas_under_a_p99_target():
     served = simulate_model_serving("resnet50", None, hw, best.plan.options, config)
     assert served.p99_s == pytest.approx(best.latency_p99_s, rel=1e-9)
     assert "--max-batch" in result.command(best) and f"--requests {QUEUE_REQUESTS}" in result.command(best)
+
+
+def test_the_bound_prunes_only_configurations_that_cannot_be_chosen():
+    """Without a rate, a pool setup whose saturation throughput is under the best aggregated configuration is
+    pruned ('bound'); served anyway, it indeed serves fewer tokens/s per device than the choice."""
+    from mapper.explore.search import SharedSteps
+    from mapper.explore.search_pools import pool_plans
+
+    hw = mapper.load_hardware("h100-sxm")
+    spec = replace(SMALL, devices=4, tps=(1, 2), caps=(2, 8), requests=32, output_tokens=16, prompt_tokens=128)
+    result = run_search("gpt2-small", hw, spec)
+    cut = [p for p in result.pruned if p.reason == "bound"]
+    assert cut and "under the aggregated choice" in cut[0].detail
+    flat = list({p.plan.options: p.plan for p in result.points if str(p.plan.deployment) == "aggregated"}.values())
+    pools = {f"{plan.text()} batch {cap}": (plan, cap) for plan in pool_plans(spec, hw, flat)[0] for cap in spec.caps}
+    plan, cap = pools[cut[0].what]
+    served = SharedSteps(mapper.open_model("gpt2-small"), hw).server(plan, spec).at_load(cap, 0)
+    assert served.tokens_per_s_per_device < result.best.tokens_per_s_per_device

@@ -177,7 +177,7 @@ class SearchResult:
             "model": self.model,
             "hardware": self.hw,
             "devices": self.spec.devices,
-            "best": None if best is None else best.row() | {"command": self.command(best)},
+            "best": None if best is None else best.row() | {"configuration": best.label, "command": self.command(best)},
             "frontier": [p.row() for p in self.frontier],
             "evaluated": self.counts(),
             "neighbours": [] if best is None else neighbours(best, list(self.points)),
