@@ -97,6 +97,11 @@ doc = result.document()
 best = result.best
 if best is None:
     st.error("None of the configurations meets the targets: the table says what each one misses.")
+elif result.queue:
+    st.success(
+        f"**Chosen:** {ui.md(best.label)}: {best.tokens_per_s_per_device:,.0f} requests/s per device, request p99"
+        f" {ui.duration(best.latency_p99_s)}, {ui.energy(best.energy_per_token_j)} per request."
+    )
 else:
     st.success(
         f"**Chosen:** {ui.md(best.label)}: {best.tokens_per_s_per_device:,.0f} tok/s per device,"

@@ -54,3 +54,17 @@ def test_a_queued_view_opens_the_plan_in_the_sidebar():
     assert after.selection.options.tp == 2 and str(after.selection.options.kv_dtype) == "fp8"
     assert after.selection.serving.serve.serving.max_batch == 8
     assert after.pending_view is None
+
+
+def test_search_page_for_a_cnn_under_a_request_p99():
+    """A model without a KV cache: the page searches precision and batch cap under the sidebar's p99 target and
+    names its figures per request."""
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.query_params.update({"model": "resnet50", "p99_target_ms": "5"})
+    at.run()
+    at.switch_page("app_pages/search.py").run()
+    at.selectbox(key="search_max_batch").set_value(8).run()
+    next(b for b in at.button if b.label == "Search").click().run()
+    assert not at.exception and not at.error
+    assert "requests/s per device" in at.success[0].value
+    assert {"requests/s per device", "J per request", "request p99 (ms)"} <= set(at.dataframe[0].value.columns)
