@@ -6,22 +6,27 @@ the frontier, and what flips the choice. Stages, each a function over typed reco
 
 1. The space (`search_space.plan_options`): TP 1/2/4/8 x PP 1/2/4 (x EP where the model has routed experts),
    compute, weight and KV-cache precisions, launch mode; per plan, batch caps 1-512 in powers of two and the
-   chunked scheduler's chunk; replicas fill the fleet (with a rate: the fewest that meet the SLA).
+   chunked scheduler's chunk; replicas fill the fleet (with a rate: the fewest that meet the SLA). Beside the
+   aggregated plans: prefill and decode pools over one node, and each plan with a speculative draft where one
+   is given (`search_pools`). A model without a KV cache searches precision and batch cap under a request p99
+   instead (`search_queue`).
 2. Prune before serving (`search_space.structural_prune`, `search_eval.plan_prune`): devices and one node's
    link, precisions the profile lacks, EP that does not split the experts, capacity (weights + one request's KV
    cache on a device: the KV budget `mapper serve` uses), the TPOT roofline bound (a decode step reads the
-   per-device weights at the profile's bandwidth at least), caps above the requests the cache holds whole.
-   Each pruned entry keeps its reason.
+   per-device weights at the profile's bandwidth at least), caps above the requests the cache holds whole,
+   and (without a rate) a derived configuration whose saturation throughput is under the best aggregated
+   configuration meeting the SLA. Each pruned entry keeps its reason.
 3. Evaluate (`search_eval`): each configuration served by continuous batching with chunked prefill on the
    engine's step times. One parsed model serves every plan (`mapper.open_model`: the handle keeps per-structure
-   work); each plan maps a step once and only where the scheduler reads beside it (`search_steps`), on the grids
-   `mapper serve` lays, so a configuration's figures are the ones its `mapper serve` command prints.
+   work), its bound steps kept across plans; each plan maps a step once and only where the scheduler reads
+   beside it (`search_steps`), on the grids `mapper serve` lays, so a configuration's figures are the ones its
+   `mapper serve` command prints; a pool reads the steps of the aggregated plan with its options.
 4. Answer (`SearchResult`): the Pareto frontier of tokens/s per device against tokens/s per user, the best
    configuration meeting the SLA, the first failure of the configurations one step beside it, which target
    moves the choice and where, and the `mapper serve` command of the chosen plan (one replica at its share).
 
-Not searched here: disaggregated prefill/decode pools (`mapper serve --prefill-tp` compares one setup),
-speculative decoding, encoders and CNNs under a request queue, distribution over a Dask cluster.
+Not searched here: attention data parallelism for MoE decode, pools over nodes or with PP/EP, a trace of
+arrivals. The plans run through the sweep's executors (a process pool gives the same answer; Dask untested).
 """
 
 from __future__ import annotations
