@@ -12,7 +12,8 @@ import mapper
 from app_pages import cache, link, session, ui
 
 TOP_ROWS = 20  # configurations in the table (the sheet has every one)
-TPS, PPS, CHUNKS = (1, 2, 4, 8), (1, 2, 4), (512, 2048)
+PAGE_REQUESTS = 64  # requests each configuration serves on the page (the CLI's default 200: `mapper search`)
+TPS, PPS, CHUNKS, CAPS = mapper.SEARCH_TPS, mapper.SEARCH_PPS, mapper.SEARCH_CHUNKS, mapper.SEARCH_BATCH_CAPS
 QUEUE_NAMES = {"tokens_per_s_per_device": "requests/s per device", "energy_per_token_j": "J per request"}
 TARGET_KEYS = {"p99_s": "p99_target_ms", "ttft_p99_s": "ttft_p99_ms", "tpot_p99_s": "tpot_p99_ms"}  # the link's names
 SHOWN = {  # the table's columns, by the engine's row keys, in people's words
@@ -66,13 +67,13 @@ spec = mapper.SearchSpec(
     int(prompt),
     int(output),
     targets=targets,
-    requests=64,
+    requests=PAGE_REQUESTS,
     dtypes=(str(sel.options.dtype),),
     weight_dtypes=(str(sel.options.weight_dtype),),
     kv_dtypes=tuple(kv),
     launches=(str(sel.options.launch),),
     chunks=tuple(sorted(chunks)),
-    caps=tuple(b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512) if b <= max_batch),
+    caps=tuple(b for b in CAPS if b <= max_batch),
     tps=tuple(sorted(tps)),
     pps=tuple(sorted(pps)),
     base=replace(sel.options, tp=1, pp=1, dp=1, ep=1),
