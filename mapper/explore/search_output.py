@@ -159,6 +159,21 @@ def frontier_figure(result: SearchResult) -> go.Figure:
                 hoverinfo="text",
             )
         )
+    _target_line(fig, result)
+    s = result.spec
+    fig.update_layout(
+        **LAYOUT,
+        title=f"{html.escape(result.model)} on {s.devices} x {html.escape(result.hw)}: {_workload(result)}",
+        xaxis_title="request p99 (ms)" if result.queue else "tokens/s per user (1 / mean TPOT)",
+        yaxis_title="requests/s per device" if result.queue else "output tokens/s per device",
+        height=480,
+    )
+    return fig
+
+
+def _target_line(fig: go.Figure, result: SearchResult) -> None:
+    """The SLA as a line on the frontier's axis: the request p99 target (encoders), else the TPOT target as the
+    tokens/s per user it allows."""
     tpot, p99 = result.spec.targets.tpot_p99_s, result.spec.targets.p99_s
     if result.queue and p99 is not None:
         fig.add_vline(
@@ -174,15 +189,6 @@ def frontier_figure(result: SearchResult) -> go.Figure:
             annotation_text=f"TPOT p99 {tpot * 1e3:g} ms: {1 / tpot:,.0f} tok/s/user",
             annotation_position="top left",
         )
-    s = result.spec
-    fig.update_layout(
-        **LAYOUT,
-        title=f"{html.escape(result.model)} on {s.devices} x {html.escape(result.hw)}: {_workload(result)}",
-        xaxis_title="request p99 (ms)" if result.queue else "tokens/s per user (1 / mean TPOT)",
-        yaxis_title="requests/s per device" if result.queue else "output tokens/s per device",
-        height=480,
-    )
-    return fig
 
 
 def _workload(result: SearchResult) -> str:
