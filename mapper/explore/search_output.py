@@ -145,20 +145,7 @@ def frontier_figure(result: SearchResult) -> go.Figure:
             hoverinfo="skip",
         )
     )
-    best = result.best
-    if best is not None:
-        fig.add_trace(
-            go.Scatter(
-                x=[x(best)],
-                y=[best.tokens_per_s_per_device],
-                mode="markers",
-                name="chosen",
-                marker=dict(symbol="star", size=18, color=CHOSEN, line=dict(width=1, color="#000")),
-                customdata=[result.points.index(best)],
-                hovertext=[_hover(best)],
-                hoverinfo="text",
-            )
-        )
+    _chosen_point(fig, result, x)
     _target_line(fig, result)
     s = result.spec
     fig.update_layout(
@@ -169,6 +156,27 @@ def frontier_figure(result: SearchResult) -> go.Figure:
         height=480,
     )
     return fig
+
+
+def _chosen_point(fig: go.Figure, result: SearchResult, x) -> None:
+    """The chosen configuration as a star (its customdata its index in `result.points`), where one meets the SLA."""
+    import plotly.graph_objects as go  # lazy: plotly is an extra
+
+    best = result.best
+    if best is None:
+        return
+    fig.add_trace(
+        go.Scatter(
+            x=[x(best)],
+            y=[best.tokens_per_s_per_device],
+            mode="markers",
+            name="chosen",
+            marker=dict(symbol="star", size=18, color=CHOSEN, line=dict(width=1, color="#000")),
+            customdata=[result.points.index(best)],
+            hovertext=[_hover(best)],
+            hoverinfo="text",
+        )
+    )
 
 
 def _target_line(fig: go.Figure, result: SearchResult) -> None:
