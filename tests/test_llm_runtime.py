@@ -116,7 +116,10 @@ def test_tpu_v5e_batch_256_lm_head_runs_on_the_matrix_unit_at_its_matrix_time():
     shape = head.kernel.matrix
     assert (shape.batch, shape.m, shape.n, shape.k) == (1, 256, 32000, 4096)
     assert head.kernel.engine == "matrix" and head.assessment.bottleneck.startswith("compute-bound")
-    assert head.assessment.time_s == pytest.approx(head.assessment.compute_time_s, rel=0.01)
+    # compute and memory overlap as the profile's smooth max says (at most 12% over the larger at equal times,
+    # efficiency.overlap_exponent 6): with the MXU's operand feed at its array's 256 B/clk the stream is close
+    a = head.assessment
+    assert max(a.compute_time_s, a.memory_time_s) <= a.time_s <= 1.13 * max(a.compute_time_s, a.memory_time_s)
     # the matrix unit's time at the profile's efficiency, and the tile's SRAM feed limit (0.5 at 256x256)
     flops = 2 * 256 * 32000 * 4096
     unit_s = flops / (tpu.matrix_peak("bf16") * tpu.matrix_efficiency.at(flops))
