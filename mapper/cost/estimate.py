@@ -21,7 +21,7 @@ from mapper.cost.roofline import kernel_time, kernel_times
 from mapper.cost.row_kernels import row_kernel_memory_s
 from mapper.hardware.profile import HardwareProfile
 from mapper.hardware.target import Target
-from mapper.plan.attention_tiling import plan_attention
+from mapper.plan.attention_tiling import decode_fixed_s, plan_attention
 from mapper.plan.tiling import alignment_shares, plan_matrices, plan_vector
 
 HOST_TRANSFER_FRACTION = 1.0  # a host fallback moves its inputs and outputs over the host link once each way
@@ -250,6 +250,7 @@ def _engine_times(kernel: Kernel, searched: TilePlan | None, target: Target):
         compute_s, memory_s, dram, l2 = _split(tiling)
         if tiling.best.split_k > 1:  # split key/value sequence: the partial outputs' combine pass
             sync_s = hw.grid_sync_s
+        sync_s += decode_fixed_s(kernel.shape, tiling.best.tiles, hw)  # what no stream hides in a decode kernel
     elif engine == Engine.MATRIX:
         if searched is None:
             raise ValueError(f"matrix kernel {kernel.name!r} reached the cost without its tile search")

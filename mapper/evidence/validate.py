@@ -111,10 +111,14 @@ def _predict(row: aic.Row, profile: str) -> float | None:
     b, h, kv, length, d = row.shape if row.kind.startswith("attention") else (0, 0, 0, 0, 0)
     plan_dtype = "fp8" if "fp8" in row.dtype else "bf16"
     runtime = RUNTIMES.get(row.table.split("/")[2], "vllm")  # the preset's decode attention: GQA packed, paged
-    if row.kind == RowKind.ATTENTION_DECODE and h == kv:
-        return _slice_s(profile, "attention-decode", (b, h, length, d), plan_dtype, runtime)
     if row.kind == RowKind.ATTENTION_DECODE:
-        return _slice_s(profile, "attention-decode-gqa", (b, h, kv, length, d), plan_dtype, runtime)
+        framework = row.table.split("/")[2]
+        companions = sum(
+            _slice_s(profile, kind, shape, "bf16") for kind, shape in decode_companions(framework, row.shape, row.dtype)
+        )
+        if h == kv:
+            return companions + _slice_s(profile, "attention-decode", (b, h, length, d), plan_dtype, runtime)
+        return companions + _slice_s(profile, "attention-decode-gqa", (b, h, kv, length, d), plan_dtype, runtime)
     if row.kind == RowKind.ATTENTION_PREFILL:  # K and V at the query heads: the slice has no GQA prefill form
         return _slice_s(profile, "attention-fused", (b, h, length, d), plan_dtype, runtime)
     devices, elements = row.shape
@@ -123,6 +127,28 @@ def _predict(row: aic.Row, profile: str) -> float | None:
         return None
     launch = hw.graph_launch_s if row.timing == "graph" and hw.graph_launch_s is not None else hw.kernel_launch_s
     return collective_time(Collective.ALL_REDUCE, devices, elements * BF16_BYTES, hw.interconnect).time_s + launch
+
+
+def decode_companions(framework: str, shape: tuple[int, ...], dtype: str) -> tuple[tuple[str, tuple[int, int]], ...]:
+    """The kernels a framework's decode attention op runs besides the attention kernel (what the row timed; the
+    collectors call the framework's attention forward on the step's new Q, K and V), each a one-op bf16 slice:
+
+    - TensorRT-LLM (`collector/trtllm/collect_attn.py`: `attn.forward(qkv, ...)` of the TRTLLM backend): one QKV
+      preprocessing kernel before XQA, RoPE on Q and K and the new K and V written to the paged cache
+      (`invokeQKVPreprocessing`), a pass over the token's QKV;
+    - vLLM (`collector/vllm/collect_attn.py`: `FlashAttentionImpl.forward`): `reshape_and_cache_flash` writes the
+      new K and V to the cache; with an fp8 cache the query is quantized to fp8 first (`scaled_fp8_quant`);
+    - SGLang (FlashAttention-3 backend): `set_kv_buffer` stores K and V as two index copies; with an fp8 cache K,
+      V and the query are each cast to fp8 first.
+    """
+    b, h, kv, _, d = shape
+    fp8 = "fp8" in dtype
+    if framework == "trtllm":
+        return (("add", (b, (h + 2 * kv) * d)),)
+    if framework == "vllm":
+        return (("add", (b, 2 * kv * d)),) + ((("quantize", (b, h * d)),) if fp8 else ())
+    casts = (("quantize", (b, kv * d)), ("quantize", (b, kv * d)), ("quantize", (b, h * d))) if fp8 else ()
+    return (("add", (b, kv * d)), ("add", (b, kv * d))) + casts
 
 
 def work(kind: str, shape: tuple[int, ...]) -> float:
