@@ -114,8 +114,13 @@ def test_graph_replay_is_a_launch_cost_not_another_profile(h100):
     graph = mapper.map_workload(workload, h100, mapper.PlanOptions(launch="graph"))
     assert graph.hardware_sha256 == eager.hardware_sha256 == h100.sha256
     compute = [e for e in graph.kernels if e.kernel.engine != "interconnect"]
-    assert {e.overhead_s for e in compute} == {h100.graph_launch_s}
-    assert {e.overhead_s for e in eager.kernels} == {h100.kernel_launch_s}
+    paged = [e for e in compute if e.kernel.rule == "flash-attention"]  # the paged decode kernel's own latency
+    assert {e.overhead_s for e in compute if e not in paged} == {h100.graph_launch_s}
+    assert {e.overhead_s for e in eager.kernels if e.kernel.rule != "flash-attention"} == {h100.kernel_launch_s}
+    for e in paged:  # the launch, the kernel's fixed latency and its work items' (split tiles) spread over the SMs
+        fixed = h100.paged_decode_s + h100.paged_decode_item_s * e.tiling.best.tiles / h100.compute_units
+        assert e.overhead_s == pytest.approx(h100.graph_launch_s + fixed)
+    assert paged
 
 
 def test_tiling_constants_are_the_profiles_own():

@@ -102,6 +102,8 @@ class KvCache(StrEnum):
     AUTO = "auto"  # as the runtime preset says
     IN_PLACE = "in-place"  # paged KV cache: append the new token's K and V (vLLM, TensorRT-LLM)
     COPY = "copy"  # the exported Concat rewrites the whole cache (ONNX Runtime on such a graph)
+    # a preallocated contiguous cache a sequence, appended in place (HF StaticCache, gpt-fast): no block tables
+    STATIC = "static"
 
 
 class GqaDecode(StrEnum):

@@ -116,6 +116,8 @@ def estimate_searched(kernel: Kernel, searched: TilePlan | None, target: Target)
     basis = Basis.of(kernel, target)
     overhead_s, scale = basis.overhead_s, basis.scale
     tiling, compute_s, memory_s, dram, l2, engine, sync_s = _engine_times(kernel, searched, target)
+    if kernel.rule == KernelRule.FLASH_ATTENTION:  # a paged decode kernel's latency no stream hides, beside its launch
+        overhead_s += decode_fixed_s(kernel.shape, tiling.best.tiles, hw, target.decode_attention)
     if scale != 1.0:  # the device's software runs this op slower (or faster) than the model's roofline says
         compute_s, memory_s = compute_s * scale, memory_s * scale
     parts = (compute_s, memory_s, overhead_s, sync_s)
@@ -250,7 +252,6 @@ def _engine_times(kernel: Kernel, searched: TilePlan | None, target: Target):
         compute_s, memory_s, dram, l2 = _split(tiling)
         if tiling.best.split_k > 1:  # split key/value sequence: the partial outputs' combine pass
             sync_s = hw.grid_sync_s
-        sync_s += decode_fixed_s(kernel.shape, tiling.best.tiles, hw)  # what no stream hides in a decode kernel
     elif engine == Engine.MATRIX:
         if searched is None:
             raise ValueError(f"matrix kernel {kernel.name!r} reached the cost without its tile search")

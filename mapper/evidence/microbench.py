@@ -203,11 +203,12 @@ STEP_MODELS = {"llama2-7b": "llama2-7b"}  # a `bench/gpu_decode.py` model name -
 
 def compare_step_csv(path: str | os.PathLike, hw, opener) -> list[dict]:
     """Predicted against measured for every row of a `bench/gpu_decode.py` CSV: the built-in the row's model
-    mirrors, bound at its batch, new tokens and cached tokens, bf16, in-place KV cache, the step replayed from
-    a CUDA graph (the profile's graph launch cost) and fused attention. `opener(name)` gives a model handle
-    (`mapper.open_model`), so one handle serves every row."""
+    mirrors, bound at its batch, new tokens and cached tokens, bf16, a static KV cache written in place (one
+    contiguous cache a sequence, no pages: what the script ran), the step replayed from a CUDA graph (the profile's
+    graph launch cost) and fused attention. `opener(name)` gives a model handle (`mapper.open_model`), so one
+    handle serves every row."""
     path = _checked(path, "step CSV")
-    options = PlanOptions(dtype="bf16", runtime="vllm", launch="graph")
+    options = PlanOptions(dtype="bf16", runtime="vllm", kv_cache="static", launch="graph")
     handles, out = {}, []
     with path.open(newline="") as handle:
         for i, row in enumerate(csv.DictReader(handle), start=2):

@@ -134,8 +134,8 @@ class HardwareProfile:
     graph_launch_s: float | None = None  # per-kernel cost under graph replay (CUDA graphs); None: not given
     dram_latency_s: float | None = None  # one DRAM load's latency under load (row kernels); None: not given
     threads_per_unit: int | None = None  # resident threads per compute unit (row kernels); None: not given
-    attention_kernel_s: float | None = None  # a decode attention kernel's fixed latency past its launch; None: 0
-    attention_work_item_s: float | None = None  # unit time a decode attention work item's own fixed work holds
+    paged_decode_s: float | None = None  # a decode attention kernel's fixed latency past its launch; None: 0
+    paged_decode_item_s: float | None = None  # unit time a decode attention work item's own fixed work holds
     matrix_dram_efficiency: EfficiencyCurve | None = None  # a matrix kernel's DRAM stream; None: dram_efficiency
     matrix_alignment_bytes: int | None = None  # GEMM row strides the fast kernels need; None: no alignment rule
     unaligned_matrix: float | None = None  # the matrix rate an unaligned GEMM keeps
@@ -253,8 +253,8 @@ _OPTIONAL = (  # (key, attribute, type): numbers a profile may leave out (None t
     ("overhead.graph_launch_s", "graph_launch_s", float),
     ("memory.dram_latency_s", "dram_latency_s", float),
     ("compute.threads_per_unit", "threads_per_unit", int),
-    ("overhead.attention_kernel_s", "attention_kernel_s", float),
-    ("overhead.attention_work_item_s", "attention_work_item_s", float),
+    ("overhead.paged_decode_s", "paged_decode_s", float),
+    ("overhead.paged_decode_item_s", "paged_decode_item_s", float),
     ("compute.matrix_alignment_bytes", "matrix_alignment_bytes", int),
     ("efficiency.unaligned_matrix", "unaligned_matrix", float),
     ("efficiency.unaligned_dram", "unaligned_dram", float),

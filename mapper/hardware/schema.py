@@ -210,14 +210,14 @@ class Overhead(_Strict):
     graph_launch_s: NonNegative | None = None  # per-kernel cost under graph replay (--launch graph)
     # a decode attention kernel's fixed latency beyond its launch (its prologue and first dependent loads), and the
     # unit time each of its work items' own prologue and epilogue holds (GPU fused attention); None: not given
-    attention_kernel_s: NonNegative | None = None
-    attention_work_item_s: NonNegative | None = None
+    paged_decode_s: NonNegative | None = None
+    paged_decode_item_s: NonNegative | None = None
 
     @model_validator(mode="after")
     def _below_a_second(self) -> Overhead:
         for key in (
-            "kernel_launch_s", "grid_sync_s", "host_op_s", "graph_launch_s", "attention_kernel_s",
-            "attention_work_item_s",
+            "kernel_launch_s", "grid_sync_s", "host_op_s", "graph_launch_s", "paged_decode_s",
+            "paged_decode_item_s",
         ):  # fmt: skip
             if getattr(self, key) is not None and getattr(self, key).value >= 1.0:
                 raise ValueError(

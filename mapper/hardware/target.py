@@ -27,9 +27,10 @@ class DecodeAttention:
     kernel: str  # the kernel as its runtime names it, with its source
 
     @property
-    def key(self) -> tuple[bool, bool]:
-        """What a kernel's assessment reads of it (the page size sizes the serving cache, not a kernel)."""
-        return self.packs_query_group, self.splits_kv
+    def key(self) -> tuple[bool, bool, bool]:
+        """What a kernel's assessment reads of it: packing, splitting and whether the cache is paged (a paged kernel
+        reads block tables: `plan.attention_tiling.decode_fixed_s`; the page size sizes the serving cache)."""
+        return self.packs_query_group, self.splits_kv, self.page_tokens > 0
 
 
 # A graph as exported and run as it is: each query head its own work item (repeat_kv copies K and V per query

@@ -138,7 +138,9 @@ def plan_attention(kernel: Kernel, target: Target) -> TilePlan:
         dram / (hw.dram_bandwidth_bytes_per_s * hw.dram_efficiency.at_array(dram)), l2 / hw.l2_bandwidth_bytes_per_s
     )
     time = smooth_max(compute, memory, hw.overlap_exponent) + np.where(split > 1, hw.grid_sync_s, 0.0)
-    time = time + decode_fixed_s(s, tiles, hw)
+    time = time + decode_fixed_s(
+        s, tiles, hw, target.decode_attention
+    )  # latency no stream hides (the cost stage adds it to the launch)
     ones = np.ones_like(bq)
     candidates = Candidates(
         bq, bkv, s.k * ones, 2 * ones, split, tiles, waves, wave_eff, pad_eff, sram, dram, l2, compute, memory, time
@@ -146,12 +148,13 @@ def plan_attention(kernel: Kernel, target: Target) -> TilePlan:
     return pick_rows("attention", candidates, key_ids(bq, bkv, split), [len(bq)])[0]
 
 
-def decode_fixed_s(shape, tiles, hw: HardwareProfile):
-    """A decode attention kernel's time that no stream hides (one query a sequence; 0 for a prompt, and where the
-    profile gives neither value): the kernel's fixed latency past its launch (`overhead.attention_kernel_s`: its
-    prologue, the paged cache's block-table read and the first key/value tile's dependent loads) and each work
-    item's own fixed work, held on a unit and spread over the units (`overhead.attention_work_item_s` x tiles /
-    units). Where the split into work items happens is the runtime's (`work_items`)."""
-    if shape.m != 1 or (hw.attention_kernel_s is None and hw.attention_work_item_s is None):
+def decode_fixed_s(shape, tiles, hw: HardwareProfile, decode: DecodeAttention):
+    """A paged decode attention kernel's time that no stream hides (one query a sequence over a paged cache; 0 for
+    a prompt, a contiguous cache, or where the profile gives neither value): the kernel's fixed latency past its
+    launch (`overhead.paged_decode_s`: its prologue, each sequence's block-table read before its first key/value
+    page, that page's dependent loads, the output's write) and each work item's own fixed work, held on a unit and
+    spread over the units (`overhead.paged_decode_item_s` x tiles / units). A bare kernel over a contiguous cache
+    (data/evidence/h200: PyTorch SDPA from a CUDA graph, 7-9 us at one sequence) shows neither."""
+    if shape.m != 1 or decode.page_tokens <= 0 or (hw.paged_decode_s is None and hw.paged_decode_item_s is None):
         return 0.0
-    return (hw.attention_kernel_s or 0.0) + (hw.attention_work_item_s or 0.0) * tiles / hw.compute_units
+    return (hw.paged_decode_s or 0.0) + (hw.paged_decode_item_s or 0.0) * tiles / hw.compute_units

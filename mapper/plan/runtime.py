@@ -199,6 +199,8 @@ def choose_runtime(graph: Graph, hw: HardwareProfile, options: PlanOptions) -> R
             " replay) in the profile; add it with its source, or choose --launch eager"
         )
     attention = _decode_attention(preset, options)
+    if kv_cache == KvCache.STATIC and attention.page_tokens:  # the same kernel over one contiguous cache a sequence
+        attention = replace(attention, page_tokens=0, kernel=f"{attention.kernel}; --kv-cache static: no pages")
     causal = preset.causal_attention and bool(appends)  # a decoder's self-attention
     return RuntimeChoice(
         str(name), str(kv_cache), str(launch), fusion, why, preset.assumptions, attention, preset.last_token_logits,
@@ -226,7 +228,8 @@ def _decode_attention(preset: RuntimePreset, options: PlanOptions) -> DecodeAtte
 def apply_kv_cache(graph: Graph, kernels: Sequence[Kernel], kv_cache: str, sizer: Sizer) -> Sequence[Kernel]:
     """In place, a cache update kernel reads the new tokens' K (or V) and writes them into the cache: twice
     their bytes, not the whole cache copied. `copy` keeps the exported graph's traffic."""
-    appends = {a.node: a for a in find_kv_appends(graph)} if kv_cache == KvCache.IN_PLACE else {}
+    in_place = kv_cache in (KvCache.IN_PLACE, KvCache.STATIC)
+    appends = {a.node: a for a in find_kv_appends(graph)} if in_place else {}
     if not appends:
         return kernels
     out = []
@@ -260,7 +263,11 @@ def runtime_assumptions(choice: RuntimeChoice, hw: HardwareProfile) -> tuple[tup
     )  # fmt: skip
     return (
         ("plan.runtime", choice.runtime, choice.why),
-        ("plan.kv_cache", choice.kv_cache, "in-place: the new tokens' K/V only; copy: the exported Concat's"),
+        (
+            "plan.kv_cache",
+            choice.kv_cache,
+            "in-place (paged) and static (contiguous): the new tokens' K/V only; copy: the exported Concat's",
+        ),
         ("plan.launch", choice.launch, launch_source),
         ("plan.attention_fusion", str(choice.attention_fusion), "runtime preset (None: as the fusion policy says)"),
         ("runtime.decode_attention", str(gqa_decode_mode(choice.decode_attention)), choice.decode_attention.kernel),
