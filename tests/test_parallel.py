@@ -55,7 +55,8 @@ def test_doubling_tp_halves_gemm_work_and_adds_the_expected_collectives(h100):
     assert len(reduces) == 24
     message = 8 * 256 * 768 * 2
     assert all(e.kernel.dram_bytes == message for e in reduces)
-    expected = collective_time("all-reduce", 2, message, h100.interconnect).time_s + h100.kernel_launch_s
+    link, efficiency = h100.interconnect, h100.all_reduce_efficiency  # the share of the link it reaches
+    expected = collective_time("all-reduce", 2, message, link, False, efficiency).time_s + h100.kernel_launch_s
     assert reduces[0].time_s == pytest.approx(expected)
     assert reduces[0].bottleneck == "interconnect" and reduces[0].owner == "runtime systems engineer"
     assert one.parallel.collectives == () and two.parallel.interconnect_share > 0

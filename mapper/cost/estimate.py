@@ -216,7 +216,9 @@ def _on_kernel_basis(tiling: TilePlan, basis: Basis) -> TilePlan:
 def _interconnect_cost(kernel: Kernel, target: Target) -> Cost:
     """A collective: its wire time on the interconnect plus a launch; energy per byte on the wire."""
     hw, overhead_s = target.hw, target.launch_s
-    wire = collective_time(kernel.collective, kernel.devices, kernel.dram_bytes, hw.interconnect)
+    wire = collective_time(
+        kernel.collective, kernel.devices, kernel.dram_bytes, hw.interconnect, False, hw.all_reduce_efficiency
+    )
     time_s = wire.time_s + overhead_s
     energy_j = hw.energy_per_dram_byte_j * wire.wire_bytes + hw.idle_w * time_s
     return Cost(

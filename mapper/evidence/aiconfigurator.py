@@ -222,7 +222,10 @@ def _all_reduce(table: Table, record: dict) -> Row | None:
     dtype = DTYPES.get(str(record.get("allreduce_dtype") or record.get("nccl_dtype")), "")
     if dtype not in ("bf16", "fp16"):
         return None
-    timing = "eager" if table.name == "nccl_perf" else "graph"  # nccl-tests launch eagerly
+    # nccl-tests launch eagerly; a custom all-reduce row says how it ran (vLLM's and SGLang's collectors time
+    # both, kernel_source `..._eager` or `..._graph`; TensorRT-LLM's replays a graph)
+    source = str(record.get("kernel_source", ""))
+    timing = "eager" if table.name == "nccl_perf" or source.lower().endswith("eager") else "graph"
     return _row(
         table, RowKind.ALL_REDUCE, dtype, (int(record["num_gpus"]), int(record["message_size"])), record, timing
     )

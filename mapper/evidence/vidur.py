@@ -109,6 +109,8 @@ def all_reduce_rows(data: Path = DATA) -> list[tuple]:
             devices, size = int(record["num_workers"]), int(record["size"])
             if int(record["devices_per_node"]) != devices:
                 continue
-            wire = collective_time("all-reduce", devices, FP16_BYTES * size, hw.interconnect).time_s
+            wire = collective_time(
+                "all-reduce", devices, FP16_BYTES * size, hw.interconnect, False, hw.all_reduce_efficiency
+            ).time_s
             out.append((devices, size, float(record["time_stats.all_reduce.median"]) * MS, wire + hw.kernel_launch_s))
     return out

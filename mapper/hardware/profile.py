@@ -137,6 +137,7 @@ class HardwareProfile:
     paged_decode_s: float | None = None  # a decode attention kernel's fixed latency past its launch; None: 0
     paged_decode_item_s: float | None = None  # unit time a decode attention work item's own fixed work holds
     matrix_dram_efficiency: EfficiencyCurve | None = None  # a matrix kernel's DRAM stream; None: dram_efficiency
+    all_reduce_efficiency: EfficiencyCurve | None = None  # an all-reduce's share of the link bandwidth; None: 1
     matrix_alignment_bytes: int | None = None  # GEMM row strides the fast kernels need; None: no alignment rule
     unaligned_matrix: float | None = None  # the matrix rate an unaligned GEMM keeps
     unaligned_dram: float | None = None  # the DRAM efficiency a memory-bound unaligned GEMM keeps
@@ -259,7 +260,10 @@ _OPTIONAL = (  # (key, attribute, type): numbers a profile may leave out (None t
     ("efficiency.unaligned_matrix", "unaligned_matrix", float),
     ("efficiency.unaligned_dram", "unaligned_dram", float),
 )
-_OPTIONAL_CURVES = (("efficiency.matrix_dram_by_bytes", "matrix_dram_efficiency"),)  # absent: None
+_OPTIONAL_CURVES = (  # absent: None
+    ("efficiency.matrix_dram_by_bytes", "matrix_dram_efficiency"),
+    ("efficiency.all_reduce_by_bytes", "all_reduce_efficiency"),
+)
 
 
 def tree_get(tree: dict[str, Any], dotted: str) -> Any:

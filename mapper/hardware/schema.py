@@ -270,6 +270,8 @@ class Efficiency(_Strict):
     # a matrix kernel's own DRAM stream by its bytes (skinny GEMMs stream weights through few tiles); absent:
     # dram_by_bytes
     matrix_dram_by_bytes: Curve | None = None
+    # the share of the link bandwidth an all-reduce's bandwidth term reaches, by message bytes; absent: all of it
+    all_reduce_by_bytes: Curve | None = None
     # the power of the smooth max of a kernel's compute and memory time: how well its loads hide behind its math
     overlap_exponent: Exponent
     unaligned_matrix: Share | None = None  # the matrix rate an unaligned GEMM keeps (compute.matrix_alignment_bytes)
