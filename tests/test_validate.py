@@ -6,17 +6,34 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
+from onnx import TensorProto
 
 from mapper.cli.main import main
+from mapper.core.options import PlanOptions
+from mapper.cost.collectives import collective_time
 from mapper.evidence import aiconfigurator as aic
-from mapper.evidence.validate import aiconfigurator_rows, error_stats, score_aiconfigurator, summarize
+from mapper.evidence.microbench import kernel_model
+from mapper.evidence.validate import (
+    aiconfigurator_rows,
+    decode_companions,
+    error_stats,
+    predict,
+    score_aiconfigurator,
+    summarize,
+)
+from mapper.hardware.load import load_hardware
+from mapper.pipeline import load_workload, map_workload
 
 GEMM = aic.Table("h200_sxm", "gemm", "trtllm", "1.3.0rc20", "gemm_perf", None)
 DECODE = aic.Table("h200_sxm", "attention", "vllm", "0.24.0", "generation_attention_perf", None)
 PREFILL = aic.Table("h100_sxm", "attention", "trtllm", "1.3.0rc20", "context_attention_perf", None)
 NCCL = aic.Table("h200_sxm", "comm", "nccl", "2.29.2", "nccl_perf", None)
+CUSTOM_VLLM = aic.Table("h100_sxm", "comm", "vllm", "0.24.0", "custom_allreduce_perf", None)
+DECODE_TRT = "h200_sxm/attention/trtllm/1.3.0rc20/generation_attention_perf"
+ALL_REDUCE_TRT = "h100_sxm/comm/trtllm/1.3.0rc20/custom_allreduce_perf"
 
 
 def _gemm(m, n, k, dtype="bfloat16", latency=0.05):
@@ -86,6 +103,40 @@ def test_rows_are_mapped_and_summarized(h100):
     groups = summarize(scored, ("device", "kind", "dtype"))
     assert {g["kind"] for g in groups} == {"gemm", "attention-decode"}
     assert sum(g["fit"]["n"] + g["held-back"]["n"] for g in groups) == len(rows)
+
+
+def test_a_paged_decode_step_is_the_ops_kernels_and_their_latency():
+    """A measured row (H200, TensorRT-LLM 1.3.0rc20 generation attention: one sequence, 32 query and 8 K/V heads, one
+    cached token: 8.443 us) is the QKV preprocessing kernel and XQA, whose paged latency the profile gives; the
+    attention kernel alone over a contiguous cache (`--kv-cache static`) is under half of it."""
+    row = aic.Row(DECODE_TRT, "h200_sxm", "attention-decode", "bf16", (1, 32, 8, 2, 128), 8.443e-6, "", "graph")
+    assert predict(row, "h200-sxm") == pytest.approx(row.measured_s, rel=0.2)  # 2.2 us before either mechanism
+    assert decode_companions("trtllm", row.shape, row.dtype) == (("add", (1, 48 * 128)),)
+    assert len(decode_companions("vllm", row.shape, "bf16/kv-fp8")) == 2  # the cache write and the query's quantize
+    graph = kernel_model("attention-decode-gqa", (1, 32, 8, 2, 128), TensorProto.BFLOAT16)
+    options = PlanOptions(dtype="bf16", fusion="aggressive", launch="graph", runtime="tensorrt-llm")
+    h200 = load_hardware("h200-sxm")
+    paged = map_workload(load_workload(graph), h200, options).totals.latency_s
+    static = map_workload(load_workload(graph), h200, replace(options, kv_cache="static")).totals.latency_s
+    assert paged - static == pytest.approx(h200.paged_decode_s + h200.paged_decode_item_s * 8 / 132, rel=0.05)
+    assert static < row.measured_s / 2
+
+
+def test_an_all_reduce_row_runs_its_own_algorithm_and_launch():
+    """Measured rows (H100, 8 GPUs, 1024 bf16 elements): TensorRT-LLM's custom all-reduce from a graph 3.409 us, vLLM's
+    custom all-reduce called eagerly 23.755 us. The one-shot kernel pays one link latency where NCCL's tree pays
+    2 log2(8); the eager call waits on the host's dispatch (overhead.host_op_s)."""
+    custom = aic.Row(ALL_REDUCE_TRT, "h100_sxm", "all-reduce", "bf16", (8, 1024), 3.409e-6, "TRTLLM", "graph")
+    assert predict(custom, "h100-sxm") == pytest.approx(custom.measured_s, rel=0.15)  # 13 us as a ring or tree
+    as_nccl = replace(custom, table=custom.table.replace("custom_allreduce_perf", "nccl_perf"))
+    assert predict(as_nccl, "h100-sxm") > 3 * custom.measured_s
+    record = {"op_name": "all_reduce", "allreduce_dtype": "bfloat16", "num_gpus": 8, "message_size": 1024}
+    eager = aic.parse_record(CUSTOM_VLLM, {**record, "latency": 0.023755, "kernel_source": "vLLM_custom_eager"})
+    assert eager.timing == "eager" and aic.parse_record(CUSTOM_VLLM, {**record, "latency": 0.0046}).timing == "graph"
+    assert predict(eager, "h100-sxm") == pytest.approx(eager.measured_s, rel=0.2)
+    link = load_hardware("h100-sxm").interconnect
+    assert collective_time("all-reduce", 8, 2048, link, custom=True).algorithm == "one-shot"
+    assert collective_time("all-reduce", 8, 2**28, link, custom=True).algorithm == "two-shot"
 
 
 def test_error_statistics():

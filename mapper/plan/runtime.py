@@ -263,11 +263,7 @@ def runtime_assumptions(choice: RuntimeChoice, hw: HardwareProfile) -> tuple[tup
     )  # fmt: skip
     return (
         ("plan.runtime", choice.runtime, choice.why),
-        (
-            "plan.kv_cache",
-            choice.kv_cache,
-            "in-place (paged) and static (contiguous): the new tokens' K/V only; copy: the exported Concat's",
-        ),
+        ("plan.kv_cache", choice.kv_cache, "in-place: the new tokens' K/V only; copy: the exported Concat's"),
         ("plan.launch", choice.launch, launch_source),
         ("plan.attention_fusion", str(choice.attention_fusion), "runtime preset (None: as the fusion policy says)"),
         ("runtime.decode_attention", str(gqa_decode_mode(choice.decode_attention)), choice.decode_attention.kernel),
