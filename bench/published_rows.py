@@ -42,6 +42,7 @@ class SourceRuntime:
     gqa_decode: str  # PlanOptions.gqa_decode: how its decode attention runs grouped query heads
     kv_dtype: str  # PlanOptions.kv_dtype: the KV cache's precision ("same": the compute's)
     why: str  # where the choices come from
+    kv_cache: str = "auto"  # PlanOptions.kv_cache: "static" for one contiguous cache a sequence (no pages)
 
 
 # gpt-fast's model.py repeats K and V per query head (`repeat_interleave`) before F.scaled_dot_product_attention and
@@ -51,6 +52,7 @@ GPT_FAST_RUNTIME = SourceRuntime(
     "per-head",
     "same",
     "model.py: K/V repeat_interleave'd per query head before SDPA; bf16 cache written in place; CUDA graphs",
+    "static",  # KVCache: torch.zeros(max_batch_size, n_heads, max_seq_length, head_dim), no block tables
 )
 # TensorRT-LLM 0.5's generation attention is the masked multi-head attention kernel, one block per (sequence,
 # query head); the Hopper XQA kernels that process a K/V head's query heads together came in 0.10 (release notes:
@@ -147,7 +149,11 @@ class Predictor:
             handle = self.handles.setdefault(row.model, mapper.open_model(row.model))
             runtime = RUNTIMES[row.source]
             options = mapper.PlanOptions(
-                dtype=row.dtype, tp=row.tp, gqa_decode=runtime.gqa_decode, kv_dtype=runtime.kv_dtype
+                dtype=row.dtype,
+                tp=row.tp,
+                gqa_decode=runtime.gqa_decode,
+                kv_dtype=runtime.kv_dtype,
+                kv_cache=runtime.kv_cache,
             )
             workload = handle.bind({"batch": batch, "seq": seq, "past": past})
             self.latency_s[key] = mapper.map_workload(
