@@ -190,21 +190,24 @@ def test_the_command_prints_both_splits(capsys):
 
 
 # The held-back median |error| per device of three tables (AIConfigurator 0.12, 100 rows a table, the declared
-# split), recorded 2026-12-06 with no value fitted to any row; a change that makes one worse by more than
-# HELD_BACK_SLACK fails here. The issue's goals (GEMM 7%, generation attention 10%, all-reduce 15%) are not met yet.
+# split); a change that makes one worse by more than HELD_BACK_SLACK fails here. Recorded 2026-12-06 with nothing
+# fitted: GEMM as below, decode attention 62-73%, all-reduce 34-54%. Re-recorded 2026-12-06 after the paged decode
+# latency and the all-reduce's algorithms, link share and latency, each FITTED per device to the fit split only
+# (the profiles' sources say which rows); the GEMMs have nothing fitted to these rows. Goals (issue 35): GEMM 7%,
+# generation attention 10%, all-reduce 15%.
 HELD_BACK_MEDIANS = {
     ("a100-sxm-80gb", "gemm", "bf16"): 0.252,
     ("b200", "gemm", "bf16"): 0.089,
     ("h100-sxm", "gemm", "bf16"): 0.162,
     ("h200-sxm", "gemm", "bf16"): 0.153,
-    ("a100-sxm-80gb", "attention-decode", "bf16"): 0.700,
-    ("b200", "attention-decode", "bf16"): 0.630,
-    ("h100-sxm", "attention-decode", "bf16"): 0.731,
-    ("h200-sxm", "attention-decode", "bf16"): 0.622,
-    ("a100-sxm-80gb", "all-reduce", "bf16"): 0.336,
-    ("b200", "all-reduce", "bf16"): 0.375,
-    ("h100-sxm", "all-reduce", "bf16"): 0.434,
-    ("h200-sxm", "all-reduce", "bf16"): 0.535,
+    ("a100-sxm-80gb", "attention-decode", "bf16"): 0.172,
+    ("b200", "attention-decode", "bf16"): 0.118,
+    ("h100-sxm", "attention-decode", "bf16"): 0.137,
+    ("h200-sxm", "attention-decode", "bf16"): 0.084,
+    ("a100-sxm-80gb", "all-reduce", "bf16"): 0.107,
+    ("b200", "all-reduce", "bf16"): 0.101,
+    ("h100-sxm", "all-reduce", "bf16"): 0.115,
+    ("h200-sxm", "all-reduce", "bf16"): 0.087,
 }
 HELD_BACK_SLACK = 0.03
 
