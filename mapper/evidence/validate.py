@@ -5,8 +5,11 @@ all-reduce on A100, H100, H200 and B200), this project's H200 kernels (data/evid
 and Vidur's A100 Llama-2 ops (data/evidence/vidur_a100, mapper/evidence/vidur.py). Each row is mapped with the
 plan and launch it ran: CUDA-graph rows at the profile's graph launch cost, fused attention as FlashAttention.
 An fp8 (or fp8-block, nvfp4) GEMM row timed the module, so it is mapped as two slices: the activation's dynamic
-quantize in bf16 (a scale pass and a scaling pass) and the GEMM at the row's precision. Nothing is fitted here:
-rows are split into fit and held-back sets by whole shapes (aiconfigurator.SPLIT_RULE) and reported apart.
+quantize in bf16 (a scale pass and a scaling pass) and the GEMM at the row's precision. A decode-attention row timed
+the framework's op, so its other kernels are slices of their own (`decode_companions`); an all-reduce row runs its
+own algorithm (a framework's custom one-shot / two-shot kernel, or NCCL's) and launch (graph, an eager call from
+Python, nccl-tests' loop). Nothing is fitted here: rows are split into fit and held-back sets by whole shapes
+(aiconfigurator.SPLIT_RULE) and reported apart; the profile values fitted to the fit split say so in their sources.
 """
 
 from __future__ import annotations
