@@ -118,6 +118,8 @@ def estimate_searched(kernel: Kernel, searched: TilePlan | None, target: Target)
     tiling, compute_s, memory_s, dram, l2, engine, sync_s = _engine_times(kernel, searched, target)
     if kernel.rule == KernelRule.FLASH_ATTENTION:  # a paged decode kernel's latency no stream hides, beside its launch
         overhead_s += decode_fixed_s(kernel.shape, tiling.best.tiles, hw, target.decode_attention)
+    elif kernel.engine == Engine.MATRIX:  # a small GEMM cannot finish before its tile's serial loop over K
+        compute_s = max(compute_s, gemm_floor_s(kernel, hw))
     if scale != 1.0:  # the device's software runs this op slower (or faster) than the model's roofline says
         compute_s, memory_s = compute_s * scale, memory_s * scale
     parts = (compute_s, memory_s, overhead_s, sync_s)
@@ -273,6 +275,19 @@ def _engine_times(kernel: Kernel, searched: TilePlan | None, target: Target):
         compute_s, memory_s, dram, l2, engine = _vector_cost(kernel, tiling, target)
         sync_s = tiling.grid_syncs * hw.grid_sync_s
     return tiling, compute_s, memory_s, dram, l2, engine, sync_s
+
+
+def gemm_floor_s(kernel: Kernel, hw: HardwareProfile) -> float:
+    """A GEMM's least time past its launch (0 for other kernels, and where the profile gives no floor): a fixed part
+    (`overhead.gemm_floor_s`: the first tiles' loads, the epilogue's store) and one tile's serial main loop over K,
+    `overhead.gemm_k_latency_s` an element of K up to `overhead.gemm_serial_k`, past which the library splits K
+    across units. Measured (AIConfigurator, H200, TensorRT-LLM bf16 Linear, one row, n = 32): 2.5 us at K = 32,
+    3.8 us at 1024, 5.0 us at 2048, then flat as split-K takes over."""
+    shape = kernel.matrix
+    if shape is None or shape.kind != "gemm" or hw.gemm_floor_s is None:
+        return 0.0
+    serial_k = min(shape.k, hw.gemm_serial_k) if hw.gemm_serial_k else shape.k
+    return hw.gemm_floor_s + serial_k * (hw.gemm_k_latency_s or 0.0)
 
 
 def _skinny(kernel: Kernel, hw: HardwareProfile) -> bool:

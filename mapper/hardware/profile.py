@@ -136,6 +136,9 @@ class HardwareProfile:
     threads_per_unit: int | None = None  # resident threads per compute unit (row kernels); None: not given
     paged_decode_s: float | None = None  # a decode attention kernel's fixed latency past its launch; None: 0
     paged_decode_item_s: float | None = None  # unit time a decode attention work item's own fixed work holds
+    gemm_floor_s: float | None = None  # a GEMM's least time past its launch, fixed part; None: no floor
+    gemm_k_latency_s: float | None = None  # the floor's serial main loop, per element of K
+    gemm_serial_k: int | None = None  # K past which the library splits K (the loop stops growing)
     matrix_dram_efficiency: EfficiencyCurve | None = None  # a matrix kernel's DRAM stream; None: dram_efficiency
     all_reduce_efficiency: EfficiencyCurve | None = None  # an all-reduce's share of the link bandwidth; None: 1
     matrix_alignment_bytes: int | None = None  # GEMM row strides the fast kernels need; None: no alignment rule
@@ -256,6 +259,9 @@ _OPTIONAL = (  # (key, attribute, type): numbers a profile may leave out (None t
     ("compute.threads_per_unit", "threads_per_unit", int),
     ("overhead.paged_decode_s", "paged_decode_s", float),
     ("overhead.paged_decode_item_s", "paged_decode_item_s", float),
+    ("overhead.gemm_floor_s", "gemm_floor_s", float),
+    ("overhead.gemm_k_latency_s", "gemm_k_latency_s", float),
+    ("overhead.gemm_serial_k", "gemm_serial_k", int),
     ("compute.matrix_alignment_bytes", "matrix_alignment_bytes", int),
     ("efficiency.unaligned_matrix", "unaligned_matrix", float),
     ("efficiency.unaligned_dram", "unaligned_dram", float),
