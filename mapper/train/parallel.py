@@ -71,8 +71,10 @@ def group_time(hw: HardwareProfile, kind: Collective, size: int, stride: int, me
     """One collective over a group (`cost.collectives` on the group's link)."""
     if size <= 1 or message_bytes <= 0:
         return 0.0
-    link, _ = group_link(hw, size, stride)
-    return collective_time(kind, size, message_bytes, link).time_s
+    link, where = group_link(hw, size, stride)
+    # an all-reduce inside the device link reaches the share of it the profile's fitted curve says, as in a mapping
+    share = hw.all_reduce_efficiency if where == "intra-node" else None
+    return collective_time(kind, size, message_bytes, link, False, share).time_s
 
 
 def bubble_share(schedule: PipelineSchedule, pp: int, micro_batches: int, vp: int = 1) -> float:
