@@ -125,9 +125,7 @@ def step_three() -> None:
     """What proves the class: the roofline with the failing kernels marked, the time split by class with the
     bytes or FLOPs behind it, measured evidence where there is some, and the kernels in people's words."""
     proof.show(mapper.proving_artifact(baseline_doc, review.dominant))  # its fusion rules are a column of the table
-    if review.trace_file is None:
-        st.caption("Attach a run of this slice (Validation page: upload a trace) to prove or refute it here.")
-    else:
+    if review.trace_file is not None:  # none: the artifact's own line says how to attach a run
         st.caption(
             f"Measured evidence: {ui.md(review.trace_file['name'])}, sha256 `{review.trace_file['sha256'][:16]}`."
         )

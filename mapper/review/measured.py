@@ -55,7 +55,7 @@ def measured_verdict(doc: dict, cls: str) -> dict:
 def verdict_sentence(v: dict) -> str:
     """The verdict in one sentence a person reads aloud."""
     if not v:
-        return "Not measured: no measurement is attached to this mapping."
+        return "Not measured: attach a run of this slice (a trace on the Validation page, `mapper review --trace`)."
     if v["verdict"] == "not measured":
         return f"The run gave no {v['class']} kernel group any time: it neither proves nor refutes the failure."
     achieved = [
