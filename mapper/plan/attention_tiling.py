@@ -138,9 +138,8 @@ def plan_attention(kernel: Kernel, target: Target) -> TilePlan:
         dram / (hw.dram_bandwidth_bytes_per_s * hw.dram_efficiency.at_array(dram)), l2 / hw.l2_bandwidth_bytes_per_s
     )
     time = smooth_max(compute, memory, hw.overlap_exponent) + np.where(split > 1, hw.grid_sync_s, 0.0)
-    time = time + decode_fixed_s(
-        s, tiles, hw, target.decode_attention
-    )  # latency no stream hides (the cost stage adds it to the launch)
+    # a paged decode kernel's latency no stream hides (the cost stage adds it to the launch)
+    time = time + decode_fixed_s(s, tiles, hw, target.decode_attention)
     ones = np.ones_like(bq)
     candidates = Candidates(
         bq, bkv, s.k * ones, 2 * ones, split, tiles, waves, wave_eff, pad_eff, sram, dram, l2, compute, memory, time
