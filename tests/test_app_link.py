@@ -16,6 +16,7 @@ from tests.security.test_formulas import downloads
 from tests.test_app import BERT_TINY, TIMEOUT, assert_clean, metric, shown, start, state, upload
 
 
+@pytest.mark.slow
 def test_a_pasted_link_with_tp8_and_int4_weights_opens_with_both():
     at = start(model="llama2-7b", tp=8, weight_dtype="int4", rate_per_s=2.5, presentation="on")
     assert_clean(at, "tp 8 int4 link")
@@ -108,6 +109,7 @@ def test_validation_measures_an_uploaded_model_on_the_cpu_profile():
     assert any("Calibration" in h.value for h in at.subheader)
 
 
+@pytest.mark.slow
 def test_the_runtime_and_expert_options_have_sidebar_controls_that_change_the_numbers():
     """runtime, KV-cache update, launch, EP and expert imbalance are widgets (not only link values): eager
     launches on Llama-2-7B decode add each kernel's launch back, and the link and the reproduce line carry them."""

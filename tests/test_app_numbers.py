@@ -49,6 +49,7 @@ def test_the_latency_target_is_the_sidebars_and_comes_before_the_bottleneck():
     assert "First failure: dominant bottleneck" in verdict
 
 
+@pytest.mark.slow
 def test_percentiles_are_the_assessments_at_the_load_it_says():
     """ResNet-50 at batch 1 and 256 at a given rate: the tile shows the assessment's p99 (dynamic batching up to
     the mapped batch), the load in its note; without a rate or target there is no percentile, and it says why."""
@@ -121,6 +122,7 @@ def test_numbers_are_formatted_for_people(page):
         assert not [c for c in map(str, d.value.columns) if "_" in c], list(d.value.columns)
 
 
+@pytest.mark.slow
 def test_power_at_tp8_is_per_device_against_the_tdp_and_total_apart():
     at = start(model="llama2-70b", dtype="bf16", page="power")
     at.session_state["tp"] = 8

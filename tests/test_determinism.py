@@ -102,6 +102,7 @@ def test_a_rebinding_shares_the_workload_and_another_binding_does_not():
     )
 
 
+@pytest.mark.slow
 def test_another_process_gives_the_same_document():
     """Same slice, another interpreter (another hash seed): the same bytes."""
     root = str(Path(__file__).parents[1])

@@ -52,6 +52,7 @@ def outcome(case) -> str:
         pytest.fail(f"hang: {case.describe()[:300]}")
 
 
+@pytest.mark.slow
 @FUZZ
 @given(st.integers(min_value=0, max_value=2**32))
 def test_generated_cases_keep_the_contract(seed):
@@ -200,6 +201,7 @@ def test_profile_fields_with_hostile_values(data):
     mapper.map_workload(mapper.load_workload("resnet50", {"batch": 1}), hw)
 
 
+@pytest.mark.slow
 def test_memory_stays_bounded_over_many_cases():
     """200 cases: the process's peak RSS grows by under 1 GiB (caps on elements and folding hold)."""
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

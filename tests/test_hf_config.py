@@ -203,6 +203,7 @@ def test_config_upload_bytes_and_cli(capsys):
         mapper.open_model(b"{not json")
 
 
+@pytest.mark.slow
 def test_dashboard_takes_a_config_upload_and_names_strip_for_a_big_file():
     from streamlit import config as st_config
     from streamlit.testing.v1 import AppTest

@@ -228,6 +228,7 @@ def _bad_files(tmp_path):
     return out
 
 
+@pytest.mark.slow
 def test_bad_files_give_one_line_errors(tmp_path):
     for path in [*_bad_files(tmp_path), str(tmp_path / "missing.onnx")]:
         r = _cli("map", path)

@@ -9,11 +9,14 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 import mapper
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_packet_unzips_and_reproduce_sh_rebuilds_every_file_byte_identically(tmp_path):
     hw = mapper.load_hardware("h100-sxm")
     request = mapper.ReviewRequest(

@@ -64,6 +64,7 @@ def test_rewritten_page_shows_peoples_units(slice_app, page):
     assert not found, "\n".join(found)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "query", [{"model": "llama2-7b", "dtype": "bf16", "seq": 1, "past": 1024}, {"model": "resnet50"}]
 )
@@ -207,6 +208,7 @@ def _raw_number(cell) -> bool:
     return bool(number) and cell.number_format == "General" and not 1e-3 <= abs(cell.value) < 1e6
 
 
+@pytest.mark.slow
 def test_xlsx_summary_reads_in_units(tmp_path):
     out = tmp_path / "sheet.xlsx"
     assert main(["map", "llama2-7b", "--dtype", "bf16", "--out", str(out)]) == 0

@@ -8,6 +8,8 @@ import pytest
 
 from bench.published_rows import MEDIAN_WITHIN, ROWS, WITHIN, Predictor, median_abs_error, score
 
+pytestmark = pytest.mark.slow  # every row mapped (the module's fixture): the full tier
+
 
 @pytest.fixture(scope="module")
 def scored():

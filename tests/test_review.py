@@ -50,6 +50,7 @@ def test_llama7b_decode_offers_a_larger_batch_as_a_slice_change_with_its_tpot_co
     assert last["slice_changes"] == {"batch": 2} and last["plan_options"] == {}
 
 
+@pytest.mark.slow
 def test_llama70b_on_one_h100_capacity_first_and_tp_chosen_over_int4_with_the_reason():
     r = review("llama2-70b", {"batch": 1, "seq": 1, "past": 1024}, dtype="bf16")
     assert r.failure.check == "capacity" and r.mechanism.startswith("Does not fit")

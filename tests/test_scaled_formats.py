@@ -121,6 +121,7 @@ def test_a_profile_without_the_format_says_so_in_one_line(flag, capsys):
     assert "it supports fp32, tf32, bf16, fp16, fp8, int8;" in err and flag[1] in err
 
 
+@pytest.mark.slow
 def test_the_review_offers_fp4_on_b200_and_not_on_h100():
     """Llama-2-7B bf16 decode: on B200 the FP4 lever (NVFP4 weights and activations, the cache in fp8) with its
     owner and quality evidence; H100 has no FP4 peak, so no such candidate."""

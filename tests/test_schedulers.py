@@ -118,6 +118,7 @@ def test_serve_cli_compares_schedulers(capsys):
     assert "decode-first" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_serving_page_scheduler_selector_shows_the_clis_chunked_figures_and_keeps_the_link(capsys):
     """The sidebar's scheduler and chunk tokens (from a link, or chosen) serve the decoder as `mapper serve
     --scheduler chunked --chunk-tokens 64` does; the app writes them back into its URL."""

@@ -422,6 +422,7 @@ L70_LM_HEAD = L70_EMBED = 32000 * 8192
 L70_NORMS = 8192 * (2 * 80 + 1)
 
 
+@pytest.mark.slow
 def test_70b_serves_at_tp8_on_h100_with_the_kv_capacity_written_out():
     """The KV cache of one TP 8 replica from three stated inputs: 0.9 of each H100's 80 GB (vLLM's
     gpu_memory_utilization default), the weights one device holds (Megatron: every linear layer split 8 ways,

@@ -182,6 +182,7 @@ def test_process_pool_table_equals_inprocess(inprocess):
     pd.testing.assert_frame_equal(pooled.table, inprocess[0].table)
 
 
+@pytest.mark.slow
 def test_dask_local_cluster_table_equals_inprocess(inprocess):
     pytest.importorskip("distributed")
     dasked = run_sweep(SMALL, executor_spec("dask", workers=2))  # a LocalCluster: 2 workers x 1 thread

@@ -221,6 +221,7 @@ def _nhwc_and_attention(heads_per_node):
     return _contrib_workload(nodes, inputs, outputs, [weight("wc", (4, 3, 3, 4))], {"batch": 2})
 
 
+@pytest.mark.slow
 def test_onnxruntime_inference_of_one_node_when_the_whole_model_fails():
     """ORT's inference over the whole model gives up when any node's handler raises (here NhwcConv): the
     contrib node is then inferred alone at its known input shapes, so the nodes after it map."""
@@ -230,6 +231,7 @@ def test_onnxruntime_inference_of_one_node_when_the_whole_model_fails():
     assert relu.op_class is OpClass.ELEMENTWISE and relu.flops == 2 * 64
 
 
+@pytest.mark.slow
 def test_single_node_onnxruntime_queries_are_capped_per_import(monkeypatch):
     """Each single-node query is a child process: one import starts at most ORT_NODE_QUERIES of them, and
     nodes past the cap stay unresolved (said so) instead of costing a process each."""
@@ -242,6 +244,7 @@ def test_single_node_onnxruntime_queries_are_capped_per_import(monkeypatch):
     assert sum(n.reason.startswith("shape unknown") for n in w.nodes if n.op_type == "Relu") == 1
 
 
+@pytest.mark.slow
 def test_onnxruntime_shape_inference_runs_capped_and_names_no_file(tmp_path, monkeypatch):
     """ONNX Runtime's inference evaluates a ConstantOfShape of 5 GiB of int64s beside the contrib op: the
     child process hits its 4 GiB cap, and the import goes on with the op unresolved (uncapped, the

@@ -135,6 +135,7 @@ def test_chrome_trace_ts_abc_is_skipped():
     assert (times.kind, times.skipped, len(times.nodes)) == ("chrome-trace", 1, 1)
 
 
+@pytest.mark.slow
 def test_large_profile_loads_in_memory_proportional_to_events_kept():
     """50 MB of events with 1 kB of arguments each: what is kept (2,000 node names, seven fields an
     event) is small, and so is the peak; json.loads of the whole file peaked at several times its size."""

@@ -264,6 +264,7 @@ def test_the_child_starts_alone_under_its_limits():
     assert "MAPPER_TEST_SECRET" not in seen["env"] and os.path.basename(seen["cwd"]).startswith("mapper-child-")
 
 
+@pytest.mark.slow
 def test_measure_stops_a_long_run_at_the_wall_clock(tmp_path, monkeypatch):
     """A Loop of 20,000 MatMuls of 256 x 256 (under the work limits: ORT takes tens of seconds for it)
     is stopped at the wall clock, the limit named in one line."""
