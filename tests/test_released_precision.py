@@ -32,6 +32,7 @@ LLAMA3_8B = CONFIGS / "llama-3-8b.json"
 BUILTIN_RELEASED = {
     "resnet50": "fp32",
     "mobilenetv2": "fp32",
+    "alexnet": "fp32",
     "bert-base": "fp32",
     "gpt2-small": "fp32",
     "vit-b16": "fp32",

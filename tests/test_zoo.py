@@ -20,6 +20,7 @@ from mapper.zoo.transformers import EncoderConfig, build_bert, build_gpt2
 PUBLISHED_PARAMS = {
     "resnet50": 25_557_032,  # torchvision docs, ResNet50_Weights.IMAGENET1K_V1 "num_params"
     "mobilenetv2": 3_504_872,  # torchvision docs, MobileNet_V2_Weights.IMAGENET1K_V1 "num_params"
+    "alexnet": 61_100_840,  # torchvision docs, AlexNet_Weights.IMAGENET1K_V1 "num_params"
     "bert-base": 109_482_240,  # HF bert-base-uncased BertModel with pooler (model card: 110M)
     "gpt2-small": 124_439_808,  # HF gpt2 model card "124M"; wte tied with the LM head, counted once
     "vit-b16": 86_567_656,  # torchvision docs, ViT_B_16_Weights.IMAGENET1K_V1 "num_params"
@@ -30,6 +31,7 @@ PUBLISHED_PARAMS = {
 EXPECTED_DIMS = {
     "resnet50": {"batch"},
     "mobilenetv2": {"batch"},
+    "alexnet": {"batch"},
     "vit-b16": {"batch"},
     "bert-base": {"batch", "seq"},
     "gpt2-small": {"batch", "seq", "past"},

@@ -53,6 +53,12 @@ _ZOO: dict[str, ZooEntry] = {
         TORCHVISION,
         {"batch": BATCH},
     ),
+    "alexnet": ZooEntry(
+        "AlexNet (torchvision), 224x224, five Conv+Relu with biases, three Gemms, 61.1M params",
+        cnn.build_alexnet,
+        TORCHVISION,
+        {"batch": BATCH},
+    ),
     "bert-base": ZooEntry(
         "BERT-base uncased encoder with pooler (HF), 12 layers x 768, 109.5M params",
         transformers.build_bert,

@@ -1,4 +1,4 @@
-"""Built-in CNNs: torchvision ResNet-50 and MobileNetV2, exported with BatchNorm kept as nodes.
+"""Built-in CNNs: torchvision ResNet-50, MobileNetV2 (BatchNorm kept as nodes) and AlexNet.
 
 Input "pixel_values" [batch, 3, 224, 224] NCHW float32, output "logits" [batch, 1000].
 Names follow torchvision's module paths (layer1.0.conv1.weight, features.3.conv.1.0.weight).
@@ -147,3 +147,40 @@ def _inverted_residual(b: GraphBuilder, x: str, cin: int, cout: int, stride: int
     y = conv_bn(b, y, ConvShape(hidden, hidden, 3, stride, groups=hidden), f"{layer}.0", f"{layer}.1", "relu6")
     y = conv_bn(b, y, ConvShape(hidden, cout, 1, 1), f"{layer + 1}", f"{layer + 2}", None)
     return b.op("Add", x, y) if stride == 1 and cin == cout else y
+
+
+# -- AlexNet ------------------------------------------------------------------------------------
+# torchvision alexnet.py `features`: (index, channels in, out, kernel, stride, padding) of each Conv2d, each followed
+# by its ReLU; MaxPool2d(3, 2) after features.1, .4 and .11
+ALEXNET_CONVS = ((0, 3, 64, 11, 4, 2), (3, 64, 192, 5, 1, 2), (6, 192, 384, 3, 1, 1), (8, 384, 256, 3, 1, 1),
+                 (10, 256, 256, 3, 1, 1))  # fmt: skip
+ALEXNET_POOLS_AFTER = frozenset({0, 3, 10})
+ALEXNET_POOLED, ALEXNET_HIDDEN = 256 * 6 * 6, 4096
+
+
+def build_alexnet(inline_weights: bool = False) -> onnx.ModelProto:
+    """AlexNet (torchvision.models.alexnet; 61,100,840 params), as the exporter writes it at 224x224.
+
+    Reference: torchvision/models/alexnet.py (features, AdaptiveAvgPool2d((6, 6)), classifier), Krizhevsky et al.
+    2012 "ImageNet Classification with Deep Convolutional Neural Networks" (one-GPU variant, Krizhevsky 2014).
+    Conv2d keeps its bias; AdaptiveAvgPool2d to 6x6 from a 6x6 map exports as AveragePool of kernel 1; Dropout
+    (classifier.0 and .3) is absent at inference.
+    """
+    b = GraphBuilder("alexnet", inline_weights=inline_weights)
+    x = image_input(b)
+    for index, cin, cout, kernel, stride, pad in ALEXNET_CONVS:
+        with b.scope(f"features.{index}"):
+            w, bias = b.weight("weight", [cout, cin, kernel, kernel]), b.weight("bias", [cout])
+            x = b.op("Conv", x, w, bias, kernel_shape=[kernel, kernel], strides=[stride, stride], pads=[pad] * 4)
+        with b.scope(f"features.{index + 1}"):
+            x = b.op("Relu", x)
+        if index in ALEXNET_POOLS_AFTER:
+            with b.scope(f"features.{index + 2}"):
+                x = b.op("MaxPool", x, kernel_shape=[3, 3], strides=[2, 2])
+    with b.scope("avgpool"):
+        x = b.op("AveragePool", x, kernel_shape=[1, 1], strides=[1, 1])
+    x = b.op("Flatten", x, axis=1)
+    x = b.op("Relu", gemm(b, x, ALEXNET_POOLED, ALEXNET_HIDDEN, "classifier.1"))
+    x = b.op("Relu", gemm(b, x, ALEXNET_HIDDEN, ALEXNET_HIDDEN, "classifier.4"))
+    b.output(gemm(b, x, ALEXNET_HIDDEN, 1000, "classifier.6"), "logits", ["batch", 1000])
+    return b.build(build_alexnet.__doc__)
