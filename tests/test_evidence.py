@@ -270,3 +270,11 @@ def test_calibrate_gives_an_outlier_op_its_own_scale():
     assert fitted["efficiency"]["op_time_scale"]["LRN"]["value"] == pytest.approx(15.0, rel=0.2)
     assert "single-op LRN kernels" in fitted["efficiency"]["op_time_scale"]["LRN"]["source"]
     assert report["median_abs_error_after"] < 0.05 < report["median_abs_error_before"]
+
+
+def test_an_imported_trace_names_the_model_not_its_handle():
+    """The CLI passes the opened handle: the measurement is named by the model and re-opens from its name (a
+    handle's repr was written as the name before)."""
+    trace = Path(__file__).resolve().parents[1] / "data" / "evidence" / "torch_cpu" / "resnet50.json.gz"
+    m = measurement_from_profile(trace, mapper.open_model("resnet50"))
+    assert m.model_name == "resnet50" and m.to_dict()["source"] == "resnet50"

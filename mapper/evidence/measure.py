@@ -34,7 +34,7 @@ from mapper.evidence.nsys_trace import is_nsys_export, is_nsys_file, read_nsys_e
 from mapper.evidence.profiles import NodeMatch, ProfileTimes, _read, load_profile, match_nodes
 from mapper.evidence.torch_match import match_trace, trace_summary
 from mapper.evidence.torch_trace import TorchTrace, gunzip, is_kineto, read_torch_trace
-from mapper.handle import open_model
+from mapper.handle import ModelHandle, open_model
 from mapper.model.sandbox import external_tensors, run_child
 
 WARMUP_RUNS = 2
@@ -336,13 +336,24 @@ def measure_model(
     )
 
 
+def _named(source, name: str) -> tuple[str, str | bytes]:
+    """The measurement's model name and what re-opens the model, whether `source` is a name, a path, bytes or a
+    ModelHandle (never a handle's repr or an upload's bytes as its name)."""
+    if isinstance(source, ModelHandle):
+        return name or source.name, source.source or source.data
+    if isinstance(source, bytes):
+        return name or "uploaded model", source
+    return name or str(source), source if isinstance(source, str) else str(source)
+
+
 def _from_torch_trace(trace: TorchTrace, source, name: str) -> Measurement:
     """A PyTorch profiler trace or an Nsight Systems export matched to the model `source` by module scopes
     (evidence/torch_match.py)."""
     nodes = match_trace(trace, _onnx_model(source))
     summary = trace_summary(trace, nodes)
+    label, reopen = _named(source, name)
     return Measurement(
-        name or str(source),
+        label,
         (),
         0,
         trace.step_s,
@@ -356,7 +367,7 @@ def _from_torch_trace(trace: TorchTrace, source, name: str) -> Measurement:
                 f"{summary['unit']}, matched share {summary['matched_share']:.1%}"
             ),
         ),
-        source if isinstance(source, str | bytes) else "",
+        reopen,
         summary,
     )
 
@@ -383,8 +394,9 @@ def measurement_from_profile(profile: str | os.PathLike | bytes | ProfileTimes, 
     times = profile if isinstance(profile, ProfileTimes) else load_profile(profile)
     nodes = match_nodes(times, _onnx_model(source))
     provider = ",".join(sorted({n.provider for n in times.nodes if n.provider})) or times.kind
+    label, reopen = _named(source, name)
     return Measurement(
-        name or str(source),
+        label,
         (),
         0,
         times.run_times_s,
@@ -393,5 +405,5 @@ def measurement_from_profile(profile: str | os.PathLike | bytes | ProfileTimes, 
         "",
         datetime.now(UTC).isoformat(timespec="seconds"),
         (f"imported {times.kind} profile, {times.runs} runs",),
-        source if isinstance(source, str | bytes) else "",
+        reopen,
     )
