@@ -116,8 +116,8 @@ def estimate_searched(kernel: Kernel, searched: TilePlan | None, target: Target)
     basis = Basis.of(kernel, target)
     overhead_s, scale = basis.overhead_s, basis.scale
     tiling, compute_s, memory_s, dram, l2, engine, sync_s = _engine_times(kernel, searched, target)
-    if kernel.rule == KernelRule.FLASH_ATTENTION:  # a paged decode kernel's latency no stream hides, beside its launch
-        overhead_s += decode_fixed_s(kernel.shape, tiling.best.tiles, hw, target.decode_attention)
+    if kernel.rule == KernelRule.FLASH_ATTENTION and tiling.chosen is not None:  # a paged decode kernel's latency
+        overhead_s += decode_fixed_s(kernel.shape, tiling.best.tiles, hw, target.decode_attention)  # beside its launch
     elif kernel.engine == Engine.MATRIX:  # a small GEMM cannot finish before its tile's serial loop over K
         compute_s = max(compute_s, gemm_floor_s(kernel, hw))
     if scale != 1.0:  # the device's software runs this op slower (or faster) than the model's roofline says
