@@ -93,6 +93,7 @@ def test_hw_and_zoo_listings(capsys):
     assert [z["name"] for z in zoo] == [
         "resnet50",
         "mobilenetv2",
+        "alexnet",
         "bert-base",
         "gpt2-small",
         "vit-b16",
