@@ -1,7 +1,8 @@
 """PyTorch profiler (Kineto) traces: read within bounds, tied to mapped kernels by module scope and correlation id.
 
 The committed traces (data/evidence/torch_cpu, bench/torch_cpu_trace.py) are CPU runs of the built-ins at their
-shapes; data/evidence/hta_sample is a public GPU trace of a model that is not a built-in (AlexNet).
+shapes; data/evidence/hta_sample is a public GPU trace of the built-in AlexNet (A100, no module scopes: matched in
+graph order).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import gzip
 import json
 from pathlib import Path
 
+import onnx
 import pytest
 
 import mapper
@@ -127,10 +129,59 @@ def test_measured_stall_is_a_memory_bound_groups_time_past_its_compute_floor():
     assert _roofline_s(2e9, 3e9, peak=1e12, bandwidth=1e12) == pytest.approx(3e-3)  # the bytes are the slower
 
 
-def test_the_public_gpu_sample_reads_and_says_why_nothing_matches():
+def test_the_public_gpu_sample_against_another_model_says_where_the_order_departs():
     m = measurement_from_profile(DATA / "hta_sample" / "alexnet_trace.json.gz", "resnet50")
     assert m.trace["device"] == "GPU" and m.trace["units"] > 50 and m.trace["matched_share"] == 0.0
-    assert any("no module scopes" in why for why in m.trace["unmatched_by_reason"])
+    why = next(why for why in m.trace["unmatched_by_reason"] if "no module scopes" in why)
+    assert "departs from the graph's (aten::relu_ where the graph runs BatchNormalization node /bn1/" in why
+    assert m.trace["runs"] == 1 and m.trace["outside_runs_units"] == 0  # no passes without an alignment
+
+
+def test_the_public_gpu_sample_matches_the_alexnet_built_in_in_graph_order():
+    """HTA's AlexNet trace (A100, batch 128, a warm-up and a measured forward, no module scopes): each op instance
+    takes the next node of its types, so both passes match; the weight copies and the input before the first pass
+    are counted apart, and the only unmatched time inside the passes is dropout (no node at inference)."""
+    m = measurement_from_profile(DATA / "hta_sample" / "alexnet_trace.json.gz", "alexnet")
+    t = m.trace
+    assert t["runs"] == 2 and t["matched_share"] > 0.99
+    assert list(t["unmatched_by_reason"]) == ["no ONNX op is known for aten::dropout"]
+    assert t["outside_runs_units"] == 17 and t["outside_runs_s"] > 0.05  # 16 weight/bias copies and aten::rand
+    assert t["traced_s"] == pytest.approx(5.314e-3, rel=1e-3)  # per pass
+    graph = mapper.build_zoo_model("alexnet").graph.node
+    matched = {node for n in m.nodes for node in n.onnx_nodes}
+    assert {n.name for n in graph if n.op_type in ("Conv", "Gemm", "MaxPool", "Relu", "AveragePool")} == matched
+    conv1 = sum(n.time_s for n in m.nodes if n.onnx_nodes == ("/features.0/Conv",))
+    # pass 1: a memset of cuDNN's algorithm search, offsets, the conv, its bias; pass 2: the last three again
+    assert conv1 == pytest.approx((4 + 4 + 1035 + 187 + 4 + 1034 + 187) * 1e-6 / 2)
+
+
+def test_graph_order_needs_the_trace_to_follow_the_graph():
+    """Two passes of conv -> relu over a Conv -> Reshape -> Relu graph (the view launches nothing and is passed);
+    a trace whose relu comes first departs from the graph at its Conv node."""
+    from mapper.evidence.torch_match import _graph_order
+    from mapper.evidence.torch_trace import Unit
+
+    model = onnx.helper.make_model(
+        onnx.helper.make_graph(
+            [
+                onnx.helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+                onnx.helper.make_node("Reshape", ["c", "s"], ["r"], name="view"),
+                onnx.helper.make_node("Relu", ["r"], ["y"], name="relu"),
+            ],
+            "g",
+            [],
+            [],
+        )
+    )
+
+    def units(*ops):
+        return tuple(Unit(f"k{i}", op, "", float(i), 1.0, "0/7", f"op{i}") for i, op in enumerate(ops))
+
+    order = _graph_order(model, units("aten::conv2d", "aten::relu_", "aten::conv2d", "aten::relu_"))
+    assert order.passes == 2 and not order.departure
+    assert list(order.node_of.values()) == ["conv", "relu", "conv", "relu"]
+    bad = _graph_order(model, units("aten::relu_", "aten::conv2d"))
+    assert bad.node_of == {} and "aten::relu_ where the graph runs Conv node conv" in bad.departure
 
 
 def test_measure_says_pytorch_not_onnx_runtime(capsys):

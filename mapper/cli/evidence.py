@@ -227,7 +227,7 @@ def _print_trace(trace: dict) -> None:
     """What a PyTorch trace says beside per-kernel times: the matched share, idle gaps, launches, what is unmatched."""
     print(
         f"traced: {trace['traced_s'] * 1e3:.3f} ms per run in {trace['unit']}s ({trace['units']} over "
-        f"{trace['runs']} step(s)); matched to mapped kernels {trace['matched_share']:.1%}; idle between them "
+        f"{trace['runs']} run(s)); matched to mapped kernels {trace['matched_share']:.1%}; idle between them "
         f"{trace['idle_s'] * 1e3:.3f} ms per run"
         + (
             f"; {trace['launches_per_run']:.0f} launches per run, {trace['launch_s'] * 1e3:.3f} ms of CPU"
@@ -238,6 +238,11 @@ def _print_trace(trace: dict) -> None:
     )
     for why, time_s in list(trace["unmatched_by_reason"].items())[:5]:
         print(f"  unmatched {time_s * 1e3:8.3f} ms: {why}")
+    if trace.get("outside_runs_units"):
+        print(
+            f"  outside the runs: {trace['outside_runs_s'] * 1e3:.3f} ms in {trace['outside_runs_units']} unit(s)"
+            " before the first pass over the graph or after the last (weight copies, inputs), not in any run's time"
+        )
 
 
 def _traces(specs: list[str]) -> list:

@@ -347,23 +347,23 @@ def _named(source, name: str) -> tuple[str, str | bytes]:
 
 
 def _from_torch_trace(trace: TorchTrace, source, name: str) -> Measurement:
-    """A PyTorch profiler trace or an Nsight Systems export matched to the model `source` by module scopes
-    (evidence/torch_match.py)."""
-    nodes = match_trace(trace, _onnx_model(source))
-    summary = trace_summary(trace, nodes)
+    """A PyTorch profiler trace or an Nsight Systems export matched to the model `source` by module scopes, or in
+    graph order where it has none (evidence/torch_match.py)."""
+    matched = match_trace(trace, _onnx_model(source))
+    summary = trace_summary(trace, matched)
     label, reopen = _named(source, name)
     return Measurement(
         label,
         (),
         0,
         trace.step_s,
-        nodes,
+        matched.nodes,
         f"{'nsys' if trace.tool == 'Nsight Systems' else 'pytorch'}-{trace.device.lower()}",
         "",
         datetime.now(UTC).isoformat(timespec="seconds"),
         (
             (
-                f"imported {summary['runtime']} ({trace.device}), {trace.runs} step(s); per-run time of each "
+                f"imported {summary['runtime']} ({trace.device}), {matched.runs} run(s); per-run time of each "
                 f"{summary['unit']}, matched share {summary['matched_share']:.1%}"
             ),
         ),

@@ -8,6 +8,13 @@ becomes, in its own module or the nearest module above it that has one ("aten::m
 module holds several such nodes (four Transposes), the op instances take them in turn, in trace order, as the
 exporter numbered them in graph order. What matches nothing keeps its time and the reason. `compare_measured` then
 scores each mapped kernel from its nodes' time.
+
+A trace without module scopes (a plain `torch.profiler` run, as most public traces are) is matched in graph order
+instead, and only where that is sound: the op instances, in the order their units started, take the graph's nodes
+of their types one after another, skipping only nodes that launch nothing (views, shapes, constants), and a new
+pass over the graph starts where the last one ended at its last kernel; each pass is a run. Where the trace's order
+departs from the graph's (an op where the graph runs a node of another type), nothing is matched and the reason
+names the first departure: an order that is only similar is never scored.
 """
 
 from __future__ import annotations
@@ -15,9 +22,11 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+from mapper.core.graph import OpClass
 from mapper.evidence.profiles import NodeMatch
 from mapper.evidence.torch_trace import TorchTrace, Unit
 from mapper.model.nodes import module_scope
+from mapper.ops import OPS
 from mapper.plan.kernel_names import module_of
 
 _MATMUL = frozenset({"MatMul", "Gemm", "FusedMatMul", "MatMulNBits"})
@@ -115,7 +124,7 @@ def _candidates(index: _Index, scope: str, types: frozenset[str]) -> tuple[str, 
     return (scope, below) if below else ("", [])
 
 
-def _matcher(index: _Index, scoped: bool):
+def _scope_matcher(index: _Index):
     turns: dict[tuple[str, frozenset[str]], int] = defaultdict(int)
     last: dict[tuple[str, frozenset[str]], str] = {}
 
@@ -123,8 +132,6 @@ def _matcher(index: _Index, scoped: bool):
         """(the ONNX node, how) or ("", "unmatched: why")."""
         if unit.why:
             return "", f"unmatched: {unit.why}"
-        if not scoped:
-            return "", f"unmatched: {NO_SCOPES}"
         types = onnx_types(unit.op)
         if not types:
             return "", f"unmatched: no ONNX op is known for {unit.op}"
@@ -141,29 +148,132 @@ def _matcher(index: _Index, scoped: bool):
     return match
 
 
-def match_trace(trace: TorchTrace, model) -> tuple[NodeMatch, ...]:
-    """Each unit's time per run, tied to an ONNX node of `model` (an onnx.ModelProto) or kept with its reason;
-    units of one name, node and reason are one row."""
-    match = _matcher(_index(model), any(u.scope for u in trace.units))
+GRAPH_ORDER = "graph order (no module scopes)"
+_LAUNCHES_NOTHING = frozenset({OpClass.VIEW, OpClass.SHAPE_ONLY})
+
+
+@dataclass(frozen=True, slots=True)
+class _Order:
+    """The graph-order alignment of a trace without module scopes."""
+
+    node_of: dict[str, str]  # op instance (Unit.op_key) -> the ONNX node it ran
+    passes: int  # passes over the graph: the trace's runs when it marks no steps
+    departure: str  # "" where the whole trace follows the graph; else its first departure
+
+
+def _launches_nothing(op_type: str) -> bool:
+    entry = OPS.get(op_type)
+    return entry is not None and entry.op_class in _LAUNCHES_NOTHING
+
+
+def _next_node(nodes: list[tuple[str, str]], types: frozenset[str], start: int) -> int:
+    """The index of the first node from `start` of one of `types`, past only nodes that launch nothing; -1 where a
+    node that launches kernels stands before it, len(nodes) where the graph ends first."""
+    for i in range(start, len(nodes)):
+        if nodes[i][1] in types:
+            return i
+        if not _launches_nothing(nodes[i][1]):
+            return -1
+    return len(nodes)
+
+
+def _graph_order(model, units: tuple[Unit, ...]) -> _Order:
+    nodes = [(n.name, n.op_type) for n in model.graph.node]
+    present = {op for _, op in nodes}
+    node_of: dict[str, str] = {}
+    cursor, passes = 0, 1
+    for u in sorted(units, key=lambda u: u.ts_us):
+        types = onnx_types(u.op)
+        if u.why or u.op_key in node_of or not types & present:
+            continue  # a unit of an op instance already placed, or one that stays unmatched with its own reason
+        i = _next_node(nodes, types, cursor)
+        if i == len(nodes) and cursor > 0:  # the pass is over: the next one starts at the graph's first node
+            i, passes = _next_node(nodes, types, 0), passes + 1
+        if not 0 <= i < len(nodes):
+            at = nodes[cursor] if cursor < len(nodes) else nodes[0]
+            departure = f"{u.op} where the graph runs {at[1]} node {at[0]}"
+            return _Order({}, 1, f"the trace's op order departs from the graph's ({departure})")
+        node_of[u.op_key], cursor = nodes[i][0], i + 1
+    return _Order(node_of, passes, "")
+
+
+def _order_matcher(order: _Order, present: frozenset[str]):
+    def match(unit: Unit) -> tuple[str, str]:
+        if unit.why:
+            return "", f"unmatched: {unit.why}"
+        types = onnx_types(unit.op)
+        if not types:
+            return "", f"unmatched: no ONNX op is known for {unit.op}"
+        if not types & present:
+            return "", f"unmatched: no {'/'.join(sorted(types))} node in the graph"
+        if order.departure:
+            return "", f"unmatched: {NO_SCOPES}, and {order.departure}"
+        return order.node_of[unit.op_key], GRAPH_ORDER
+
+    return match
+
+
+@dataclass(frozen=True, slots=True)
+class TraceMatch:
+    """A trace's units tied to the model: one row per name, node and reason, and the runs they are averaged over."""
+
+    nodes: tuple[NodeMatch, ...]
+    runs: int  # the trace's steps; where it marks none and was matched in graph order, its passes over the graph
+    idle_s: float  # idle time between the runs' units on each stream or thread, per run
+    outside_s: float = 0.0  # graph order: units before the first pass or after the last (weight copies, inputs)
+    outside_units: int = 0
+
+
+def _within_passes(units: tuple[Unit, ...], order: _Order) -> tuple[tuple[Unit, ...], tuple[Unit, ...]]:
+    """(the units inside the graph-order passes, those wholly before the first or after the last)."""
+    placed = [u for u in units if u.op_key in order.node_of and not u.why]
+    if not placed:
+        return units, ()
+    start, end = min(u.ts_us for u in placed), max(u.ts_us + u.dur_us for u in placed)
+    inside = tuple(u for u in units if u.ts_us + u.dur_us > start and u.ts_us < end)
+    return inside, tuple(u for u in units if not (u.ts_us + u.dur_us > start and u.ts_us < end))
+
+
+def match_trace(trace: TorchTrace, model) -> TraceMatch:
+    """Each unit's time per run, tied to an ONNX node of `model` (an onnx.ModelProto) by module scope, or in graph
+    order where the trace has no scopes, or kept with its reason; units of one name, node and reason are one row.
+    In graph order the runs are the passes, and what ran before the first or after the last is counted apart."""
+    runs, units = trace.runs, trace.units
+    outside: tuple[Unit, ...] = ()
+    if any(u.scope for u in trace.units):
+        match = _scope_matcher(_index(model))
+    else:
+        order = _graph_order(model, trace.units)
+        match = _order_matcher(order, frozenset(n.op_type for n in model.graph.node))
+        if not order.departure and not trace.step_s:
+            runs = order.passes
+            units, outside = _within_passes(trace.units, order)
     rows: dict[tuple[str, str, str], list] = {}
-    for unit, idle_us in zip(trace.units, _gaps_us(trace), strict=True):
+    gaps = _gaps_us(units)
+    for unit, idle_us in zip(units, gaps, strict=True):
         node, how = match(unit)
         label = f"{unit.scope} · {unit.name}" if trace.device == "CPU" and unit.scope else unit.name
         row = rows.setdefault((label, node, how), [unit.op or unit.name, 0.0, 0.0, 0.0])
-        row[1] += unit.dur_us * 1e-6 / trace.runs
-        row[2] += idle_us * 1e-6 / trace.runs
-        row[3] += unit.launch_us * 1e-6 / trace.runs
-    return tuple(
-        NodeMatch(label[:240], op, time_s, (node,) if node else (), how, idle_s, launch_s)
-        for (label, node, how), (op, time_s, idle_s, launch_s) in rows.items()
+        row[1] += unit.dur_us * 1e-6 / runs
+        row[2] += idle_us * 1e-6 / runs
+        row[3] += unit.launch_us * 1e-6 / runs
+    return TraceMatch(
+        tuple(
+            NodeMatch(label[:240], op, time_s, (node,) if node else (), how, idle_s, launch_s)
+            for (label, node, how), (op, time_s, idle_s, launch_s) in rows.items()
+        ),
+        runs,
+        sum(gaps) * 1e-6 / runs,
+        sum(u.dur_us for u in outside) * 1e-6,
+        len(outside),
     )
 
 
-def _gaps_us(trace: TorchTrace) -> list[float]:
+def _gaps_us(units: tuple[Unit, ...]) -> list[float]:
     """Each unit's idle gap before it on its thread or stream: the time since the previous unit there ended (none for
-    the first, none where they overlap). Their sum is `_idle_s`."""
+    the first, none where they overlap)."""
     gaps, end, thread = [], 0.0, None
-    for u in trace.units:  # ordered by thread, then start
+    for u in units:  # ordered by thread, then start
         if u.thread != thread:
             thread, end = u.thread, u.ts_us
         gaps.append(max(u.ts_us - end, 0.0))
@@ -171,13 +281,9 @@ def _gaps_us(trace: TorchTrace) -> list[float]:
     return gaps
 
 
-def _idle_s(trace: TorchTrace) -> float:
-    """Time between consecutive units on each thread or stream (units overlapping count none)."""
-    return sum(_gaps_us(trace)) * 1e-6
-
-
-def trace_summary(trace: TorchTrace, nodes: tuple[NodeMatch, ...]) -> dict:
+def trace_summary(trace: TorchTrace, match: TraceMatch) -> dict:
     """Traced and matched time per run, the matched share, idle gaps and launch cost (JSON-ready)."""
+    nodes = match.nodes
     traced = sum(n.time_s for n in nodes)
     matched = sum(n.time_s for n in nodes if n.onnx_nodes)
     reasons: dict[str, float] = defaultdict(float)
@@ -188,16 +294,18 @@ def trace_summary(trace: TorchTrace, nodes: tuple[NodeMatch, ...]) -> dict:
         "runtime": f"PyTorch ({trace.device} profiler trace)" if trace.tool == "PyTorch" else f"{trace.tool} export",
         "tool": trace.tool,
         "device": trace.device,
-        "runs": trace.runs,
+        "runs": match.runs,
         "units": len(trace.units),
         "unit": "GPU kernel" if trace.device == "GPU" else "outermost CPU op",
         "traced_s": traced,
         "matched_s": matched,
         "matched_share": matched / traced if traced > 0 else 0.0,
-        "idle_s": _idle_s(trace) / trace.runs,
-        "launches_per_run": trace.launches / trace.runs,
-        "launch_s": trace.launch_s / trace.runs,
+        "idle_s": match.idle_s,
+        "launches_per_run": trace.launches / match.runs,
+        "launch_s": trace.launch_s / match.runs,
         "step_s": list(trace.step_s),
         "skipped_events": trace.skipped,
         "unmatched_by_reason": dict(sorted(reasons.items(), key=lambda kv: -kv[1])),
+        "outside_runs_s": match.outside_s,
+        "outside_runs_units": match.outside_units,
     }
