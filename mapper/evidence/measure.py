@@ -1,7 +1,7 @@
 """Measure a model on ONNX Runtime (CPU): whole-run latencies and per-node times at the bound shapes.
 
 Evidence stage three. `measure_model` runs the real graph at the bound shapes: shape-only models
-(zoo weights are external data that does not exist) get deterministic synthesized weights in memory,
+(zoo weights are external data that does not exist) get deterministic weights in memory (synthesize.py),
 index inputs get in-range ids. Whole-run p50/p95/p99 come from wall time; per-node times from ORT's
 profiler, matched to ONNX nodes (profiles.match_nodes). evidence/compare.py sets a Measurement beside
 a MappingResult.
@@ -13,7 +13,6 @@ import io
 import json
 import os
 import signal
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -32,16 +31,16 @@ from mapper.evidence.measure_gate import check_run, estimate_run
 from mapper.evidence.measure_slots import measure_slot
 from mapper.evidence.nsys_trace import is_nsys_export, is_nsys_file, read_nsys_export
 from mapper.evidence.profiles import NodeMatch, ProfileTimes, _read, load_profile, match_nodes
+from mapper.evidence.synthesize import synthesize_inputs, synthesize_weights
 from mapper.evidence.torch_match import match_trace, trace_summary
 from mapper.evidence.torch_trace import TorchTrace, gunzip, is_kineto, read_torch_trace
 from mapper.handle import ModelHandle, open_model
-from mapper.model.sandbox import external_tensors, run_child
+from mapper.model.sandbox import run_child
 
 WARMUP_RUNS = 2
 # What a measurement on ONNX Runtime is compared with: the exported graph as ORT runs it (the past -> present
 # Concat copies the whole cache, one launch per kernel), whatever the profile's kind would pick by default.
 ORT_PLAN = PlanOptions(runtime=Runtime.ONNXRUNTIME)
-MATRIX_RANK = 2  # a [in, out] MatMul weight: its fan-in is dims[0]; a conv's [out, in, k...] has it in dims[1:]
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,82 +136,6 @@ def _onnx_model(source) -> onnx.ModelProto:
     model = onnx.ModelProto()
     model.CopyFrom(open_model(source).proto)
     return model
-
-
-def _rng(name: str) -> np.random.Generator:
-    return np.random.default_rng(zlib.crc32(name.encode()))
-
-
-def _synthesized(t, seed: str):
-    """A deterministic random tensor of t's dims and type, named as t (see synthesize_weights)."""
-    from onnx import helper, numpy_helper
-
-    dims = tuple(int(d) for d in t.dims)
-    np_dtype = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type))
-    rng = _rng(seed)
-    if np.issubdtype(np_dtype, np.floating):
-        if len(dims) <= 1:
-            values = rng.uniform(0.5, 1.5, dims)
-        else:
-            fan_in = int(np.prod(dims[1:])) if len(dims) > MATRIX_RANK else dims[0]
-            values = rng.uniform(-1.0, 1.0, dims) / np.sqrt(max(fan_in, 1))
-    elif np_dtype.kind in "iub":
-        values = np.zeros(dims)
-    else:
-        raise TypeError(np_dtype)
-    return numpy_helper.from_array(values.astype(np_dtype), t.name)
-
-
-def synthesize_weights(model) -> int:
-    """Replace every external-data tensor anywhere in the model (initializers, a Constant's value, any tensor
-    attribute, in every If/Loop/Scan body: mapper.model.sandbox.external_tensors) by a deterministic random tensor of
-    its dims/dtype, in place, so that the copy ONNX Runtime runs names no file. Returns how many were replaced.
-
-    Matrices get U(-1,1)/sqrt(fan-in) (activations stay O(1), no denormals); 1-D tensors (biases, norm scales,
-    BatchNorm variances) get U(0.5, 1.5), positive so that variances are valid. Integer tensors get zeros.
-    Tensors with data (ConstantOfShape-made or inline) stay as they are. An external part of a sparse tensor,
-    or one of a type that cannot be synthesized (strings), is refused: MapperError naming it."""
-    found = external_tensors(model)
-    for where, t, sparse in found:
-        if sparse:
-            raise MapperError(f"measure: {where[:160]} is external data; only dense external tensors are replaced")
-        try:
-            tensor = _synthesized(t, t.name or where)
-        except (TypeError, ValueError):
-            raise MapperError(
-                f"measure: {where[:160]} is external data of a type that cannot be synthesized "
-                f"(data_type {t.data_type})"
-            ) from None
-        t.Clear()
-        t.CopyFrom(tensor)
-    if external_tensors(model):  # each was replaced in place; checked again since a miss would read a file
-        raise MapperError("measure: an external-data reference is left after synthesis; not running the model")
-    return len(found)
-
-
-def synthesize_inputs(model, graph) -> dict[str, np.ndarray]:
-    """Feeds at the engine's bound shapes: floats U(0,1); integer inputs feeding a Gather get ids below that table's
-    row count (deterministic), other integer inputs (attention masks) ones."""
-    from onnx import helper
-
-    table_rows = {}
-    inits = {i.name: tuple(i.dims) for i in model.graph.initializer}
-    for node in model.graph.node:
-        if node.op_type == "Gather" and len(node.input) > 1 and node.input[0] in inits and inits[node.input[0]]:
-            table_rows[node.input[1]] = int(inits[node.input[0]][0])
-    declared = {i.name: i.type.tensor_type.elem_type for i in model.graph.input}
-    feeds = {}
-    for name in graph.inputs:
-        shape = graph.tensors[name].shape
-        np_dtype = helper.tensor_dtype_to_np_dtype(declared[name])
-        rng = _rng(name)
-        if np.issubdtype(np_dtype, np.floating):
-            feeds[name] = rng.uniform(0.0, 1.0, shape).astype(np_dtype)
-        elif name in table_rows or "ids" in name:
-            feeds[name] = rng.integers(0, table_rows.get(name, 2), shape).astype(np_dtype)
-        else:
-            feeds[name] = np.ones(shape, np_dtype)
-    return feeds
 
 
 _CHILD = Path(__file__).with_name("ort_child.py")
