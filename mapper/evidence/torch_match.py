@@ -124,17 +124,23 @@ def _candidates(index: _Index, scope: str, types: frozenset[str]) -> tuple[str, 
     return (scope, below) if below else ("", [])
 
 
+def _unit_types(unit: Unit) -> tuple[frozenset[str], str]:
+    """The ONNX op types a unit's op may have run as, or ("unmatched: why") where it names none."""
+    if unit.why:
+        return frozenset(), f"unmatched: {unit.why}"
+    types = onnx_types(unit.op)
+    return types, "" if types else f"unmatched: no ONNX op is known for {unit.op}"
+
+
 def _scope_matcher(index: _Index):
     turns: dict[tuple[str, frozenset[str]], int] = defaultdict(int)
     last: dict[tuple[str, frozenset[str]], str] = {}
 
     def match(unit: Unit) -> tuple[str, str]:
         """(the ONNX node, how) or ("", "unmatched: why")."""
-        if unit.why:
-            return "", f"unmatched: {unit.why}"
-        types = onnx_types(unit.op)
-        if not types:
-            return "", f"unmatched: no ONNX op is known for {unit.op}"
+        types, why = _unit_types(unit)
+        if why:
+            return "", why
         module, hits = _candidates(index, unit.scope, types)
         if not hits:
             where = f"module {unit.scope} or above" if unit.scope else "the model's root"
@@ -199,11 +205,9 @@ def _graph_order(model, units: tuple[Unit, ...]) -> _Order:
 
 def _order_matcher(order: _Order, present: frozenset[str]):
     def match(unit: Unit) -> tuple[str, str]:
-        if unit.why:
-            return "", f"unmatched: {unit.why}"
-        types = onnx_types(unit.op)
-        if not types:
-            return "", f"unmatched: no ONNX op is known for {unit.op}"
+        types, why = _unit_types(unit)
+        if why:
+            return "", why
         if not types & present:
             return "", f"unmatched: no {'/'.join(sorted(types))} node in the graph"
         if order.departure:
