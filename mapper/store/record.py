@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from mapper.core.errors import MapperError
 from mapper.report.verdict import assessed_failure
 from mapper.store.owners import EVERY_RUN, RunScope, new_public_id, public_run_id
-from mapper.store.schema import first_line, open_engine, runs, scoped
+from mapper.store.schema import first_line, open_engine, read_scoped, runs
 
 WRITE_ATTEMPTS = 8  # SQLite 'database is locked' past the busy timeout, a PostgreSQL serialization failure
 RETRY_BASE_S = 0.05  # backoff doubles from here, jittered, between attempts
@@ -172,13 +172,8 @@ def run_sheet(store: str | sa.Engine, public_id: str, scope: RunScope = EVERY_RU
     no sheet, there is no such run, or it is another session's (the three read alike: an id says nothing).
     A malformed id or a damaged sheet: one-line MapperError."""
     public_id = public_run_id(public_id)
-    engine = open_engine(store) if isinstance(store, str) else store
-    query = scoped(sa.select(runs.c.sheet, runs.c.sheet_format).where(runs.c.public_id == public_id), scope)
-    try:
-        with engine.connect() as conn:
-            got = conn.execute(query).first()
-    except sa.exc.SQLAlchemyError as exc:
-        raise MapperError(f"--store: cannot read the store: {first_line(exc)}") from None
+    rows = read_scoped(store, sa.select(runs.c.sheet, runs.c.sheet_format).where(runs.c.public_id == public_id), scope)
+    got = rows[0] if rows else None
     if got is None or got.sheet is None:
         return None
     try:

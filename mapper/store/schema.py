@@ -227,3 +227,14 @@ def scoped(query: sa.Select, scope: RunScope) -> sa.Select:
     if scope.owner is not None:
         allowed.append(runs.c.owner == scope.owner)
     return query.where(sa.or_(*allowed)) if allowed else query.where(sa.false())
+
+
+def read_scoped(store: str | sa.Engine, query: sa.Select, scope: RunScope) -> list[sa.Row]:
+    """The rows of `query` that `scope` may read, from a store URL or an open engine: the one read path of the
+    trends and a run's sheet. A store that cannot be read: one-line MapperError."""
+    engine = open_engine(store) if isinstance(store, str) else store
+    try:
+        with engine.connect() as conn:
+            return list(conn.execute(scoped(query, scope)).all())
+    except sa.exc.SQLAlchemyError as exc:
+        raise MapperError(f"--store: cannot read the store: {first_line(exc)}") from None

@@ -20,7 +20,7 @@ from mapper.core.errors import MapperError
 from mapper.report.reproduce import DEFAULT_OPTIONS, PLAN_FIELDS, format_option
 from mapper.store.kpis import KPIS, PRIMARY_ORDER
 from mapper.store.owners import EVERY_RUN, RunScope
-from mapper.store.schema import KPI_COLUMNS, first_line, open_engine, runs, scoped
+from mapper.store.schema import KPI_COLUMNS, read_scoped, runs
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -139,18 +139,13 @@ def read_trends(
     scope: RunScope = EVERY_RUN,
 ) -> Trends:
     """The slices as load_trends, and the number of rows skipped because a stored field does not read back."""
-    engine = open_engine(store) if isinstance(store, str) else store
     query = sa.select(*(c for c in runs.c if c.name not in ("document", "sheet")), runs.c.sheet.is_not(None))
-    query = scoped(query.order_by(runs.c.id), scope)
+    query = query.order_by(runs.c.id)
     if model:
         query = query.where(runs.c.model_name == model)
     if hw:
         query = query.where(runs.c.hardware_name == hw)
-    try:
-        with engine.connect() as conn:
-            rows = conn.execute(query).all()
-    except sa.exc.SQLAlchemyError as exc:
-        raise MapperError(f"--store: cannot read the store: {first_line(exc)}") from None
+    rows = read_scoped(store, query, scope)
     slices: dict[str, list] = {}
     skipped = 0
     for row in rows:
