@@ -182,6 +182,14 @@ class Recompute(StrEnum):
     FULL = "full"  # each layer's input kept, the whole layer's forward run again
 
 
+class Phase(StrEnum):
+    """Which pass of a training step a kernel runs in (`train.step`): the micro-batch's time is summed by it."""
+
+    FORWARD = "forward"
+    BACKWARD = "backward"
+    RECOMPUTE = "recompute"  # the forward run again in the backward (`Recompute`)
+
+
 class PipelineSchedule(StrEnum):
     """`TrainOptions.schedule`: how pipeline stages order their micro-batches (Narayanan et al. 2021, sec. 2.2)."""
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from mapper.core.graph import LayerType
 from mapper.core.result import Kernel
-from mapper.core.vocab import Engine, KernelRule, Recompute, Shard
+from mapper.core.vocab import Engine, KernelRule, Phase, Recompute, Shard
 from mapper.cost.assess import estimate_kernels
 from mapper.handle import open_model
 from mapper.hardware.profile import HardwareProfile
@@ -56,25 +56,25 @@ def recomputed(k: Kernel, layer: int, last: int, recompute: Recompute) -> bool:
     return 0 <= layer < last
 
 
-def step_kernels(forward: Forward, options: TrainOptions, grad: Grad) -> tuple[list[Kernel], list[str], list[int]]:
+def step_kernels(forward: Forward, options: TrainOptions, grad: Grad) -> tuple[list[Kernel], list[Phase], list[int]]:
     """Every kernel a micro-batch runs on each stage: the forward, the backward (each forward kernel's, in reverse)
     and the recomputed forward, with each one's phase and layer."""
-    kernels, phases, layers = list(forward.kernels), ["forward"] * len(forward.kernels), list(forward.layers)
+    kernels, phases, layers = list(forward.kernels), [Phase.FORWARD] * len(forward.kernels), list(forward.layers)
     last = forward.dims.layers
     for k, layer in zip(reversed(forward.kernels), reversed(forward.layers)):
         if recomputed(k, layer, last, Recompute(options.recompute)):
             kernels.append(k.replaced(name=f"{k.name} · recomputed"))
-            phases.append("recompute")
+            phases.append(Phase.RECOMPUTE)
             layers.append(layer)
         for b in backward_of(k, grad):
             kernels.append(b)
-            phases.append("backward")
+            phases.append(Phase.BACKWARD)
             layers.append(layer)
     return kernels, phases, layers
 
 
 def stage_work(
-    forward: Forward, options: TrainOptions, kernels: list[Kernel], phases: list[str], layers: list[int], times
+    forward: Forward, options: TrainOptions, kernels: list[Kernel], phases: list[Phase], layers: list[int], times
 ) -> tuple[StageWork, ...]:
     """Each pipeline stage's micro-batch: its time by phase, by layer type, its collectives and its FLOPs."""
     pp, last = options.pp, forward.dims.layers

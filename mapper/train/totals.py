@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from mapper.core.graph import LayerType
 from mapper.core.result import Kernel
-from mapper.core.vocab import Collective, Engine, KernelRule
+from mapper.core.vocab import Collective, Engine, KernelRule, Phase
 from mapper.cost.estimate import estimate_cost
 from mapper.hardware.profile import HardwareProfile
 from mapper.hardware.target import Target
@@ -41,7 +41,7 @@ class StageWork:
     """One pipeline stage's micro-batch, summed while the kernels are read (then read only)."""
 
     stage: int
-    phase_s: dict[str, float] = field(default_factory=dict)
+    phase_s: dict[Phase, float] = field(default_factory=dict)
     layer_type_s: dict[str, float] = field(default_factory=dict)
     collective_s: float = 0.0  # tensor-parallel (and expert all-to-all) collectives on the stream
     model_flops: float = 0.0  # forward matrix FLOPs of the whole model's share on this stage
@@ -59,7 +59,7 @@ class StageWork:
     def empty(stage: int) -> StageWork:
         return StageWork(stage)
 
-    def add(self, k: Kernel, phase: str, time_s: float, whole: float, stall_s: float) -> None:
+    def add(self, k: Kernel, phase: Phase, time_s: float, whole: float, stall_s: float) -> None:
         """A kernel's time (`stall_s` of it memory-stalled: `schedule.rollup`'s definition) and FLOPs; `whole`: how
         many devices' share of the model's work its FLOPs are (TP ranks that split it, x CP)."""
         self.phase_s[phase] = self.phase_s.get(phase, 0.0) + time_s
@@ -68,13 +68,13 @@ class StageWork:
         self.layer_type_s[kind] = self.layer_type_s.get(kind, 0.0) + time_s
         if k.engine == Engine.INTERCONNECT:
             self.collective_s += time_s
-        if phase == "forward":
+        if phase == Phase.FORWARD:
             self.model_flops += k.matrix_flops * whole
             if k.layer_type == LayerType.ATTENTION and k.matrix is not None:
                 self.attention_s += time_s
             if k.rule == KernelRule.FLASH_ATTENTION:
                 self.flash_flops += k.matrix_flops * whole
-        elif phase == "recompute":
+        elif phase == Phase.RECOMPUTE:
             self.recompute_flops += k.matrix_flops * whole
 
     @property
@@ -193,7 +193,7 @@ def step_timing(hw: HardwareProfile, o: TrainOptions, forward: Forward, target: 
     params_stage = max(holdings.stage(o, s, c).parameters for s, c in enumerate(counts))
     sync = gradient_sync(
         hw, params_stage, weight, o.zero, o.dp * o.cp, o.tp, m, o.overlap_grad_reduce,
-        busiest.phase_s.get("forward", 0.0), busiest.phase_s.get("backward", 0.0),
+        busiest.phase_s.get(Phase.FORWARD, 0.0), busiest.phase_s.get(Phase.BACKWARD, 0.0),
     )  # fmt: skip
     return StepTiming(
         per_stage, slowest, p2p + ring[slowest], pipeline_time(o.pipeline, o.pp, m, o.vp, per_stage[slowest]), sync,
@@ -223,7 +223,7 @@ def step_totals(o: TrainOptions, target: Target, work, timing: StepTiming) -> Tr
         bubble_share=bubble * timing.pipeline_s / step,
         exposed_communication_share=(timing.sync.exposed_s + m * timing.sends_s) / step,
         tensor_parallel_share=busiest.collective_s * m / step,
-        recompute_share=busiest.phase_s.get("recompute", 0.0) * m / step,
+        recompute_share=busiest.phase_s.get(Phase.RECOMPUTE, 0.0) * m / step,
         optimizer_share=timing.optimizer_s / step,
         memory_stall_fraction=busiest.stall_s * m / step,
         dtype=target.dtype,
@@ -247,7 +247,7 @@ def step_result(
         totals=step_totals(o, target, work, timing),
         memory=plan_memory(hw, forward, Holdings.of(forward, o.tp, weight, o.ep), o),
         sync=timing.sync,
-        micro_batch_s=tuple(sorted(busiest.phase_s.items())),
+        micro_batch_s=tuple(sorted((str(phase), s) for phase, s in busiest.phase_s.items())),
         layer_shares=shares,
         stage_times_s=timing.per_stage_s,
         assumptions=(FLOP_CONVENTION, timing.sync.kind)
