@@ -370,7 +370,7 @@ def test_onnxruntime_shape_inference_leaves_the_working_folder_alone(tmp_path, m
 
 def test_a_second_entry_for_one_op_type_raises():
     """Two entries for one op would make the winner depend on import order: registering one raises."""
-    from mapper.ops import OPS, OpDef
+    from mapper.ops import OPS, Backward, OpDef
 
     with pytest.raises(ValueError, match="a second registration of Relu"):
-        OPS.register(OpDef("Relu"))
+        OPS.register(OpDef("Relu", backward=Backward.VECTOR))

@@ -12,7 +12,7 @@ from mapper.ops.matrix import MATRIX_OPS
 from mapper.ops.movement import HOST_OPS, MOVEMENT_OPS, VIEW_OPS
 from mapper.ops.quantized import quantized_ops
 from mapper.ops.reduction import NORMALIZATION_OPS, POOLING_OPS, REDUCTION_OPS
-from mapper.ops.registry import FusionRole, OpDef, QuantizedForm, Reads, Registry
+from mapper.ops.registry import Backward, FusionRole, OpDef, QuantizedForm, Reads, Registry
 from mapper.ops.shape import Ctx, NoRule
 
 FLOAT_OPS: tuple[OpDef, ...] = (
@@ -38,4 +38,15 @@ def default_registry() -> Registry:
 
 OPS = default_registry()
 
-__all__ = ["OPS", "Ctx", "FusionRole", "NoRule", "OpDef", "QuantizedForm", "Reads", "Registry", "default_registry"]
+__all__ = [
+    "OPS",
+    "Backward",
+    "Ctx",
+    "FusionRole",
+    "NoRule",
+    "OpDef",
+    "QuantizedForm",
+    "Reads",
+    "Registry",
+    "default_registry",
+]

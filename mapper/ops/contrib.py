@@ -6,7 +6,7 @@ from __future__ import annotations
 from mapper.core.graph import LayerType, Node, OpClass
 from mapper.core.result import MatrixShape
 from mapper.ops.matrix import shape_in
-from mapper.ops.registry import OpDef, Work
+from mapper.ops.registry import Backward, OpDef, Work
 from mapper.ops.shape import Ctx, Out
 from mapper.ops.work import GELU_ERF, LAYERNORM, SOFTMAX, Ins, Outs, PerOutput, PerRow
 
@@ -82,10 +82,13 @@ def attention_work(node: Node, ins: Ins, outs: Outs) -> Work:
 
 
 MAT, ATTENTION = OpClass.MATRIX, LayerType.ATTENTION
+GRAD_ATTENTION, GRAD_VECTOR = Backward.ATTENTION, Backward.VECTOR  # a fused attention op: FlashAttention-2's
 KEY_RANK = ((1, 2),)  # a separate key, where given, is at least a matrix
 
 CONTRIB_OPS: tuple[OpDef, ...] = (
-    OpDef("Attention", attention_shape, MAT, attention_work, layer=ATTENTION, min_ranks=(3, 2)),
+    OpDef(
+        "Attention", attention_shape, MAT, attention_work, layer=ATTENTION, min_ranks=(3, 2), backward=GRAD_ATTENTION
+    ),
     *(
         OpDef(
             op,
@@ -95,18 +98,26 @@ CONTRIB_OPS: tuple[OpDef, ...] = (
             layer=ATTENTION,
             min_ranks=(3,),
             optional_min_ranks=KEY_RANK,
+            backward=GRAD_ATTENTION,
         )
         for op in ("MultiHeadAttention", "GroupQueryAttention")  # one entry each, the same rules
     ),
-    OpDef("PackedAttention", multi_head_attention_shape, min_ranks=(3,)),  # no work rule yet: reported unmodeled
+    # no work rule yet: reported unmodeled
+    OpDef("PackedAttention", multi_head_attention_shape, min_ranks=(3,), backward=GRAD_ATTENTION),
     OpDef(
         "EmbedLayerNormalization",
         embed_layer_norm_shape,
         OpClass.REDUCTION,
         PerRow(LAYERNORM + 2),
         layer=LayerType.EMBEDDING,
+        backward=GRAD_VECTOR,
     ),
     OpDef(
-        "BiasSplitGelu", bias_split_gelu_shape, OpClass.TRANSCENDENTAL, PerOutput(GELU_ERF + 3, 1), min_ranks=(1,)
+        "BiasSplitGelu",
+        bias_split_gelu_shape,
+        OpClass.TRANSCENDENTAL,
+        PerOutput(GELU_ERF + 3, 1),
+        min_ranks=(1,),
+        backward=GRAD_VECTOR,
     ),  # per output element: two bias adds, the GELU, the product
 )

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from mapper.core.graph import LayerType, Node, OpClass
 from mapper.core.result import MatrixShape
-from mapper.ops.registry import FusionRole, OpDef, Work
+from mapper.ops.registry import Backward, FusionRole, OpDef, ShapeRule, Work, WorkFormula
 from mapper.ops.shape import Ctx, NoRule, Out, Shape, broadcast, spatial_out
 from mapper.ops.work import GELU_TANH, Ins, Outs
 
@@ -191,18 +191,23 @@ MATMUL = MatMulShape()
 PAIR = (1, 1)  # A and B: at least vectors
 IMAGES = (3, 3)  # X [N, C, spatial...] and W [M, C/group, kernel...]
 
+
+def gemm_op(op_type: str, shape: ShapeRule, work: WorkFormula, layer: LayerType, min_ranks: tuple[int, ...]) -> OpDef:
+    """A matrix op's row: it starts a GEMM kernel (its epilogue absorbs what follows), and its backward is its
+    operands' gradients, each a GEMM of the forward's FLOPs."""
+    return OpDef(op_type, shape, MAT, work, layer=layer, fusion=START, min_ranks=min_ranks, backward=Backward.GEMM)
+
+
 MATRIX_OPS: tuple[OpDef, ...] = (
-    OpDef("MatMul", MATMUL, MAT, matmul_work, layer=LINEAR, fusion=START, min_ranks=PAIR),
-    OpDef(
-        "MatMulInteger", MatMulShape(out_dtype="int32"), MAT, matmul_work, layer=LINEAR, fusion=START, min_ranks=PAIR
-    ),
-    OpDef("FusedMatMul", MatMulShape(transposable=True), MAT, matmul_work, layer=LINEAR, fusion=START, min_ranks=PAIR),
-    OpDef("MatMulNBits", matmul_nbits_shape, MAT, matmul_nbits_work, layer=LINEAR, fusion=START, min_ranks=(1,)),
-    OpDef("GemmFastGelu", MATMUL, MAT, gemm_fast_gelu_work, layer=LINEAR, fusion=START, min_ranks=PAIR),
-    OpDef("Gemm", gemm_shape, MAT, gemm_work, layer=LINEAR, fusion=START, min_ranks=(2, 2)),
-    OpDef("Einsum", einsum_shape, MAT, einsum_work, layer=LINEAR),
-    OpDef("Conv", conv_shape, MAT, conv_work, layer=CONV, fusion=START, min_ranks=IMAGES),
-    OpDef("ConvInteger", conv_shape, MAT, conv_work, layer=CONV, fusion=START, min_ranks=IMAGES),
-    OpDef("FusedConv", conv_shape, MAT, conv_work, layer=CONV, fusion=START, min_ranks=IMAGES),
-    OpDef("ConvTranspose", conv_transpose_shape, MAT, conv_transpose_work, layer=CONV, fusion=START, min_ranks=IMAGES),
+    gemm_op("MatMul", MATMUL, matmul_work, LINEAR, PAIR),
+    gemm_op("MatMulInteger", MatMulShape(out_dtype="int32"), matmul_work, LINEAR, PAIR),
+    gemm_op("FusedMatMul", MatMulShape(transposable=True), matmul_work, LINEAR, PAIR),
+    gemm_op("MatMulNBits", matmul_nbits_shape, matmul_nbits_work, LINEAR, (1,)),
+    gemm_op("GemmFastGelu", MATMUL, gemm_fast_gelu_work, LINEAR, PAIR),
+    gemm_op("Gemm", gemm_shape, gemm_work, LINEAR, (2, 2)),
+    OpDef("Einsum", einsum_shape, MAT, einsum_work, layer=LINEAR, backward=Backward.GEMM),  # starts no kernel
+    gemm_op("Conv", conv_shape, conv_work, CONV, IMAGES),
+    gemm_op("ConvInteger", conv_shape, conv_work, CONV, IMAGES),
+    gemm_op("FusedConv", conv_shape, conv_work, CONV, IMAGES),
+    gemm_op("ConvTranspose", conv_transpose_shape, conv_transpose_work, CONV, IMAGES),
 )

@@ -14,7 +14,7 @@ import numpy as np
 from mapper.core.dtypes import tensor_dtype
 from mapper.core.graph import LayerType, OpClass
 from mapper.ops.elementwise import same_shape
-from mapper.ops.registry import OpDef, Reads
+from mapper.ops.registry import Backward, OpDef, Reads
 from mapper.ops.shape import Ctx, NoRule, Out, broadcast, reshape_target
 
 
@@ -198,63 +198,66 @@ def nonzero_shape(c: Ctx) -> Out:
 
 MOVE, VIEW, SHAPE, HOST = OpClass.DATA_MOVEMENT, OpClass.VIEW, OpClass.SHAPE_ONLY, OpClass.CONTROL
 KEPT, EMBEDDING = Reads.KEPT, LayerType.EMBEDDING
+# the backward: the same movement of the gradient; a gather's a scatter-add of dY (into the table's gradient
+# where it reads one: the vector backward's); none for views (dY viewed back), index and shape producers, host ops
+GRAD_MOVE, GRAD_VECTOR, NO_GRAD = Backward.MOVEMENT, Backward.VECTOR, Backward.NONE
 BODY = "control flow runs on the host; its body is not modeled"  # an op with subgraphs (core.graph.SUBGRAPH_OPS)
 HOST_SIDE = "a host-side op (sequences, sampling, data-dependent sizes, strings): its time is not modeled"
 
 MOVEMENT_OPS: tuple[OpDef, ...] = (
-    OpDef("Transpose", transpose_shape, MOVE),
-    OpDef("Concat", concat_shape, MOVE),
-    OpDef("Split", split_shape, MOVE),
-    OpDef("Slice", slice_shape, MOVE, reads=KEPT),
-    OpDef("Gather", gather_shape, MOVE, reads=KEPT, layer=EMBEDDING),
-    OpDef("GatherElements", gather_elements_shape, MOVE, reads=KEPT, layer=EMBEDDING),
-    OpDef("GatherND", gather_nd_shape, MOVE, reads=KEPT, layer=EMBEDDING),
-    OpDef("ScatterND", same_shape, MOVE),
-    OpDef("ScatterElements", same_shape, MOVE),
-    OpDef("Scatter", same_shape, MOVE),
-    OpDef("Pad", pad_shape, MOVE, reads=KEPT),
-    OpDef("Resize", resize_shape, MOVE),
-    OpDef("Upsample", resize_shape, MOVE),
-    OpDef("Tile", tile_shape, MOVE, reads=KEPT),
-    OpDef("Expand", expand_shape, MOVE, reads=KEPT),
-    OpDef("DepthToSpace", d2s_shape, MOVE),
-    OpDef("SpaceToDepth", s2d_shape, MOVE),
-    OpDef("OneHot", one_hot_shape, MOVE),
-    OpDef("ConstantOfShape", const_of_shape_shape, MOVE),
-    OpDef("Range", range_shape, MOVE),
-    OpDef("NonZero", nonzero_shape, MOVE),
-    OpDef("RotaryEmbedding", same_shape, MOVE),
+    OpDef("Transpose", transpose_shape, MOVE, backward=GRAD_MOVE),
+    OpDef("Concat", concat_shape, MOVE, backward=GRAD_MOVE),
+    OpDef("Split", split_shape, MOVE, backward=GRAD_MOVE),
+    OpDef("Slice", slice_shape, MOVE, reads=KEPT, backward=GRAD_MOVE),
+    OpDef("Gather", gather_shape, MOVE, reads=KEPT, layer=EMBEDDING, backward=GRAD_VECTOR),
+    OpDef("GatherElements", gather_elements_shape, MOVE, reads=KEPT, layer=EMBEDDING, backward=GRAD_VECTOR),
+    OpDef("GatherND", gather_nd_shape, MOVE, reads=KEPT, layer=EMBEDDING, backward=GRAD_VECTOR),
+    OpDef("ScatterND", same_shape, MOVE, backward=GRAD_MOVE),
+    OpDef("ScatterElements", same_shape, MOVE, backward=GRAD_MOVE),
+    OpDef("Scatter", same_shape, MOVE, backward=GRAD_MOVE),
+    OpDef("Pad", pad_shape, MOVE, reads=KEPT, backward=GRAD_MOVE),
+    OpDef("Resize", resize_shape, MOVE, backward=GRAD_MOVE),
+    OpDef("Upsample", resize_shape, MOVE, backward=GRAD_MOVE),
+    OpDef("Tile", tile_shape, MOVE, reads=KEPT, backward=GRAD_MOVE),
+    OpDef("Expand", expand_shape, MOVE, reads=KEPT, backward=GRAD_MOVE),
+    OpDef("DepthToSpace", d2s_shape, MOVE, backward=GRAD_MOVE),
+    OpDef("SpaceToDepth", s2d_shape, MOVE, backward=GRAD_MOVE),
+    OpDef("OneHot", one_hot_shape, MOVE, backward=NO_GRAD),
+    OpDef("ConstantOfShape", const_of_shape_shape, MOVE, backward=NO_GRAD),
+    OpDef("Range", range_shape, MOVE, backward=NO_GRAD),
+    OpDef("NonZero", nonzero_shape, MOVE, backward=NO_GRAD),
+    OpDef("RotaryEmbedding", same_shape, MOVE, backward=GRAD_MOVE),
 )
 
 VIEW_OPS: tuple[OpDef, ...] = (
-    OpDef("Reshape", reshape_shape, VIEW),
-    OpDef("Flatten", flatten_shape, VIEW),
-    OpDef("Squeeze", squeeze_shape, VIEW),
-    OpDef("Unsqueeze", unsqueeze_shape, VIEW),
-    OpDef("Identity", same_shape, VIEW),
-    OpDef("Dropout", same_shape, VIEW),
-    OpDef("BiasDropout", same_shape, VIEW),
-    OpDef("Shape", shape_op_shape, SHAPE),
-    OpDef("Size", size_op_shape, SHAPE),
-    OpDef("Constant", op_class=SHAPE),  # folded at import
+    OpDef("Reshape", reshape_shape, VIEW, backward=NO_GRAD),
+    OpDef("Flatten", flatten_shape, VIEW, backward=NO_GRAD),
+    OpDef("Squeeze", squeeze_shape, VIEW, backward=NO_GRAD),
+    OpDef("Unsqueeze", unsqueeze_shape, VIEW, backward=NO_GRAD),
+    OpDef("Identity", same_shape, VIEW, backward=NO_GRAD),
+    OpDef("Dropout", same_shape, VIEW, backward=NO_GRAD),
+    OpDef("BiasDropout", same_shape, VIEW, backward=NO_GRAD),
+    OpDef("Shape", shape_op_shape, SHAPE, backward=NO_GRAD),
+    OpDef("Size", size_op_shape, SHAPE, backward=NO_GRAD),
+    OpDef("Constant", op_class=SHAPE, backward=NO_GRAD),  # folded at import
 )
 
 HOST_OPS: tuple[OpDef, ...] = (
-    OpDef("If", op_class=HOST, host_reason=BODY),
-    OpDef("Loop", op_class=HOST, host_reason=BODY),
-    OpDef("Scan", op_class=HOST, host_reason=BODY),
-    OpDef("SequenceMap", op_class=HOST, host_reason=BODY),
-    OpDef("SequenceConstruct", op_class=HOST, host_reason=HOST_SIDE),
-    OpDef("SequenceAt", op_class=HOST, host_reason=HOST_SIDE),
-    OpDef("SequenceInsert", op_class=HOST, host_reason=HOST_SIDE),
-    OpDef("SplitToSequence", op_class=HOST, host_reason=HOST_SIDE),
-    OpDef("ConcatFromSequence", op_class=HOST, host_reason=HOST_SIDE),
-    OpDef("NonMaxSuppression", op_class=HOST, host_reason=HOST_SIDE),
-    OpDef("Unique", op_class=HOST, host_reason=HOST_SIDE),
-    OpDef("RandomNormal", op_class=HOST, host_reason=HOST_SIDE),
-    OpDef("RandomUniform", op_class=HOST, host_reason=HOST_SIDE),
-    OpDef("RandomNormalLike", op_class=HOST, host_reason=HOST_SIDE),
-    OpDef("RandomUniformLike", op_class=HOST, host_reason=HOST_SIDE),
-    OpDef("Multinomial", op_class=HOST, host_reason=HOST_SIDE),
-    OpDef("StringNormalizer", op_class=HOST, host_reason=HOST_SIDE),
+    OpDef("If", op_class=HOST, host_reason=BODY, backward=NO_GRAD),
+    OpDef("Loop", op_class=HOST, host_reason=BODY, backward=NO_GRAD),
+    OpDef("Scan", op_class=HOST, host_reason=BODY, backward=NO_GRAD),
+    OpDef("SequenceMap", op_class=HOST, host_reason=BODY, backward=NO_GRAD),
+    OpDef("SequenceConstruct", op_class=HOST, host_reason=HOST_SIDE, backward=NO_GRAD),
+    OpDef("SequenceAt", op_class=HOST, host_reason=HOST_SIDE, backward=NO_GRAD),
+    OpDef("SequenceInsert", op_class=HOST, host_reason=HOST_SIDE, backward=NO_GRAD),
+    OpDef("SplitToSequence", op_class=HOST, host_reason=HOST_SIDE, backward=NO_GRAD),
+    OpDef("ConcatFromSequence", op_class=HOST, host_reason=HOST_SIDE, backward=NO_GRAD),
+    OpDef("NonMaxSuppression", op_class=HOST, host_reason=HOST_SIDE, backward=NO_GRAD),
+    OpDef("Unique", op_class=HOST, host_reason=HOST_SIDE, backward=NO_GRAD),
+    OpDef("RandomNormal", op_class=HOST, host_reason=HOST_SIDE, backward=NO_GRAD),
+    OpDef("RandomUniform", op_class=HOST, host_reason=HOST_SIDE, backward=NO_GRAD),
+    OpDef("RandomNormalLike", op_class=HOST, host_reason=HOST_SIDE, backward=NO_GRAD),
+    OpDef("RandomUniformLike", op_class=HOST, host_reason=HOST_SIDE, backward=NO_GRAD),
+    OpDef("Multinomial", op_class=HOST, host_reason=HOST_SIDE, backward=NO_GRAD),
+    OpDef("StringNormalizer", op_class=HOST, host_reason=HOST_SIDE, backward=NO_GRAD),
 )

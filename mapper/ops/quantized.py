@@ -4,9 +4,9 @@ A QOperator-format model (onnxruntime.quantization with QuantFormat.QOperator) r
 Add, pooling... by QLinear* ops that carry each operand's scale and zero point as extra inputs between the data
 operands. Each row here names the op's float twin and the positions of its data operands in the twin's order;
 its entry runs the twin's shape rule and work formula on those operands (QLinearAdd is Add's broadcast, QGemm
-is Gemm's GEMM, at the int8 tensors' sizes), and takes the twin's class, reads, layer and ranks. A non-matrix one
-adds `REQUANTIZE` FLOPs an output element; it starts or joins a GEMM's kernel as its twin does and joins no
-other. Input positions: the ONNX operator spec (QLinearConv, QLinearMatMul) and ONNX Runtime's
+is Gemm's GEMM, at the int8 tensors' sizes), and takes the twin's class, reads, layer, ranks and backward. A
+non-matrix one adds `REQUANTIZE` FLOPs an output element; it starts or joins a GEMM's kernel as its twin does and
+joins no other. Input positions: the ONNX operator spec (QLinearConv, QLinearMatMul) and ONNX Runtime's
 docs/ContribOperators.md (com.microsoft: the rest).
 """
 
@@ -84,6 +84,7 @@ def quantized_entry(op_type: str, form: QuantizedForm, twin: OpDef) -> OpDef:
         fusion=twin.fusion if twin.fusion in INHERITED_ROLES else FusionRole.NONE,
         quantized=form,
         min_ranks=twin.min_ranks,
+        backward=twin.backward,
     )
 
 

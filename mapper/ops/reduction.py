@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from mapper.core.graph import LayerType, OpClass
 from mapper.ops.elementwise import same_shape
-from mapper.ops.registry import FusionRole, OpDef
+from mapper.ops.registry import Backward, FusionRole, OpDef
 from mapper.ops.shape import Ctx, Out, spatial_out
 from mapper.ops.work import BATCHNORM, LAYERNORM, RMSNORM, PerInput, PerRow, Pooled, lrn
 
@@ -61,44 +61,57 @@ def global_pool_shape(c: Ctx) -> Out:
 RED, NORM, POOL, OTHER = OpClass.REDUCTION, LayerType.NORMALIZATION, LayerType.POOLING, LayerType.OTHER
 REDUCE = PerInput()
 POOLED = Pooled()
+# the backward: 2x the traffic (dY broadcast back over what was reduced); none for an index (ArgMax); TopK's
+# values' gradient scattered back to their places: the same movement
+GRAD_VECTOR, GRAD_MOVE, NO_GRAD = Backward.VECTOR, Backward.MOVEMENT, Backward.NONE
 
 NORMALIZATION_OPS: tuple[OpDef, ...] = (
-    OpDef("LayerNormalization", same_shape, RED, PerRow(LAYERNORM), layer=NORM),
-    OpDef("SkipLayerNormalization", same_shape, RED, PerRow(LAYERNORM + 1), layer=NORM),
-    OpDef("SimplifiedLayerNormalization", same_shape, RED, PerRow(RMSNORM), layer=NORM),
-    OpDef("SkipSimplifiedLayerNormalization", same_shape, RED, PerRow(RMSNORM + 1), layer=NORM),
-    OpDef("RMSNormalization", same_shape, RED, PerRow(RMSNORM), layer=NORM),
-    OpDef("BatchNormalization", same_shape, RED, PerRow(BATCHNORM), layer=NORM, fusion=FusionRole.EPILOGUE),
-    OpDef("InstanceNormalization", same_shape, RED, PerRow(LAYERNORM), layer=NORM),
-    OpDef("GroupNormalization", same_shape, RED, PerRow(LAYERNORM), layer=NORM),
-    OpDef("MeanVarianceNormalization", same_shape, RED, PerRow(LAYERNORM), layer=NORM),
-    OpDef("LpNormalization", same_shape, RED, PerRow(3), layer=NORM),
-    OpDef("GroupNorm", same_shape, RED, PerRow(LAYERNORM + 1), layer=NORM),
-    OpDef("SkipGroupNorm", same_shape, RED, PerRow(LAYERNORM + 3), layer=NORM),  # + SiLU, skip and bias adds
-    OpDef("LRN", same_shape, RED, lrn, layer=NORM),
+    OpDef("LayerNormalization", same_shape, RED, PerRow(LAYERNORM), layer=NORM, backward=GRAD_VECTOR),
+    OpDef("SkipLayerNormalization", same_shape, RED, PerRow(LAYERNORM + 1), layer=NORM, backward=GRAD_VECTOR),
+    OpDef("SimplifiedLayerNormalization", same_shape, RED, PerRow(RMSNORM), layer=NORM, backward=GRAD_VECTOR),
+    OpDef("SkipSimplifiedLayerNormalization", same_shape, RED, PerRow(RMSNORM + 1), layer=NORM, backward=GRAD_VECTOR),
+    OpDef("RMSNormalization", same_shape, RED, PerRow(RMSNORM), layer=NORM, backward=GRAD_VECTOR),
+    OpDef(
+        "BatchNormalization",
+        same_shape,
+        RED,
+        PerRow(BATCHNORM),
+        layer=NORM,
+        fusion=FusionRole.EPILOGUE,
+        backward=GRAD_VECTOR,
+    ),
+    OpDef("InstanceNormalization", same_shape, RED, PerRow(LAYERNORM), layer=NORM, backward=GRAD_VECTOR),
+    OpDef("GroupNormalization", same_shape, RED, PerRow(LAYERNORM), layer=NORM, backward=GRAD_VECTOR),
+    OpDef("MeanVarianceNormalization", same_shape, RED, PerRow(LAYERNORM), layer=NORM, backward=GRAD_VECTOR),
+    OpDef("LpNormalization", same_shape, RED, PerRow(3), layer=NORM, backward=GRAD_VECTOR),
+    OpDef("GroupNorm", same_shape, RED, PerRow(LAYERNORM + 1), layer=NORM, backward=GRAD_VECTOR),
+    OpDef(
+        "SkipGroupNorm", same_shape, RED, PerRow(LAYERNORM + 3), layer=NORM, backward=GRAD_VECTOR
+    ),  # + SiLU, skip and bias adds
+    OpDef("LRN", same_shape, RED, lrn, layer=NORM, backward=GRAD_VECTOR),
 )
 
 REDUCTION_OPS: tuple[OpDef, ...] = (
-    OpDef("ReduceMean", reduce_shape, RED, REDUCE, layer=OTHER),
-    OpDef("ReduceSum", reduce_shape, RED, REDUCE, layer=OTHER),
-    OpDef("ReduceMax", reduce_shape, RED, REDUCE, layer=OTHER),
-    OpDef("ReduceMin", reduce_shape, RED, REDUCE, layer=OTHER),
-    OpDef("ReduceProd", reduce_shape, RED, REDUCE),
-    OpDef("ReduceL1", reduce_shape, RED, REDUCE),
-    OpDef("ReduceL2", reduce_shape, RED, REDUCE),
-    OpDef("ReduceLogSum", reduce_shape, RED, REDUCE),
-    OpDef("ReduceLogSumExp", reduce_shape, RED, REDUCE),
-    OpDef("ReduceSumSquare", reduce_shape, RED, REDUCE),
-    OpDef("ArgMax", arg_shape, RED, REDUCE, layer=OTHER),
-    OpDef("ArgMin", arg_shape, RED, REDUCE, layer=OTHER),
-    OpDef("TopK", topk_shape, RED, REDUCE, layer=OTHER),
+    OpDef("ReduceMean", reduce_shape, RED, REDUCE, layer=OTHER, backward=GRAD_VECTOR),
+    OpDef("ReduceSum", reduce_shape, RED, REDUCE, layer=OTHER, backward=GRAD_VECTOR),
+    OpDef("ReduceMax", reduce_shape, RED, REDUCE, layer=OTHER, backward=GRAD_VECTOR),
+    OpDef("ReduceMin", reduce_shape, RED, REDUCE, layer=OTHER, backward=GRAD_VECTOR),
+    OpDef("ReduceProd", reduce_shape, RED, REDUCE, backward=GRAD_VECTOR),
+    OpDef("ReduceL1", reduce_shape, RED, REDUCE, backward=GRAD_VECTOR),
+    OpDef("ReduceL2", reduce_shape, RED, REDUCE, backward=GRAD_VECTOR),
+    OpDef("ReduceLogSum", reduce_shape, RED, REDUCE, backward=GRAD_VECTOR),
+    OpDef("ReduceLogSumExp", reduce_shape, RED, REDUCE, backward=GRAD_VECTOR),
+    OpDef("ReduceSumSquare", reduce_shape, RED, REDUCE, backward=GRAD_VECTOR),
+    OpDef("ArgMax", arg_shape, RED, REDUCE, layer=OTHER, backward=NO_GRAD),
+    OpDef("ArgMin", arg_shape, RED, REDUCE, layer=OTHER, backward=NO_GRAD),
+    OpDef("TopK", topk_shape, RED, REDUCE, layer=OTHER, backward=GRAD_MOVE),
 )
 
 POOLING_OPS: tuple[OpDef, ...] = (
-    OpDef("MaxPool", pool_shape, RED, POOLED, layer=POOL),
-    OpDef("AveragePool", pool_shape, RED, POOLED, layer=POOL),
-    OpDef("LpPool", pool_shape, RED, POOLED, layer=POOL),
-    OpDef("GlobalAveragePool", global_pool_shape, RED, POOLED, layer=POOL),
-    OpDef("GlobalMaxPool", global_pool_shape, RED, POOLED, layer=POOL),
-    OpDef("GlobalLpPool", global_pool_shape, RED, POOLED, layer=POOL),
+    OpDef("MaxPool", pool_shape, RED, POOLED, layer=POOL, backward=GRAD_VECTOR),
+    OpDef("AveragePool", pool_shape, RED, POOLED, layer=POOL, backward=GRAD_VECTOR),
+    OpDef("LpPool", pool_shape, RED, POOLED, layer=POOL, backward=GRAD_VECTOR),
+    OpDef("GlobalAveragePool", global_pool_shape, RED, POOLED, layer=POOL, backward=GRAD_VECTOR),
+    OpDef("GlobalMaxPool", global_pool_shape, RED, POOLED, layer=POOL, backward=GRAD_VECTOR),
+    OpDef("GlobalLpPool", global_pool_shape, RED, POOLED, layer=POOL, backward=GRAD_VECTOR),
 )

@@ -1,7 +1,8 @@
 """The operator registry's record and table: one `OpDef` per ONNX op type, every stage's knowledge of the op.
 
 An entry carries the op's shape rule (import), its work class and formula (work), the layer it rolls up into
-(work's layer placer), its fusion role (plan's fusion rules) and, for a QOperator op, its quantized form. The
+(work's layer placer), its fusion role (plan's fusion rules), its backward (the train stage's gradient kernels,
+formulas in ops/backward.py) and, for a QOperator op, its quantized form. The
 stages read `mapper.ops.OPS` instead of tables of their own; `Registry.register` raises on a second entry for
 one op type, so which rule applies never depends on import order. Patterns that span several ops (a fusion
 rule's policies and sizes, attention and norm blocks) stay with their stage and read the per-op roles here.
@@ -10,7 +11,7 @@ rule's policies and sizes, attention and norm blocks) stay with their stage and 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from mapper.core.graph import LayerType, Node, OpClass, TensorSpec
@@ -44,6 +45,17 @@ class Reads(StrEnum):
 
     ALL = "all"  # every input once
     KEPT = "kept"  # of input 0 only the elements it keeps (at most the output), plus small index inputs
+
+
+class Backward(StrEnum):
+    """How an op's gradient runs in a training step's backward pass (the formulas: ops/backward.py)."""
+
+    GEMM = "gemm"  # dX = dY W^T and dW = X^T dY where it reads a trained weight; dA and dB where both are activations
+    ATTENTION = "flash-attention-2"  # FlashAttention-2's backward: 2.5x the matrix FLOPs, 2x the traffic
+    CONJUGATE = "conjugate"  # a collective's conjugate (the plan inserts them: no ONNX op has it)
+    MOVEMENT = "movement"  # the same movement of the gradient (a transpose, slice, concat)
+    VECTOR = "vector"  # reads its inputs and dY, writes dX: 2x; a weight's gradient accumulated where it holds one
+    NONE = "none"  # no gradient flows through it: a view or shape op, a comparison, an index, a host op
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +98,7 @@ class OpDef:
     min_ranks: tuple[int, ...] = ()  # least rank of each required input the rules index (checked before them)
     optional_min_ranks: tuple[tuple[int, int], ...] = ()  # (input index, least rank) where that input is present
     host_reason: str = ""  # why a control or host op's time is not modeled (CONTROL only)
+    backward: Backward = field(kw_only=True)  # every entry states its gradient (NONE included): no default
 
     @property
     def twin(self) -> str:
@@ -137,6 +150,11 @@ class Registry:
         """The float op whose rules apply (the op itself when it is not a quantized one)."""
         entry = self._entries.get(op_type)
         return entry.twin if entry is not None else op_type
+
+    def backward(self, op_type: str) -> Backward | None:
+        """How the op's gradient runs; None for an op the registry does not hold."""
+        entry = self._entries.get(op_type)
+        return entry.backward if entry is not None else None
 
     def op_class(self, op_type: str) -> OpClass:
         entry = self._entries.get(op_type)
