@@ -16,7 +16,8 @@ from mapper.core.graph import LayerType
 from mapper.core.result import Kernel, MatrixShape
 from mapper.core.vocab import Collective, Engine, KernelRule, PipelineSchedule, Recompute, Shard
 from mapper.hardware.load import load_hardware
-from mapper.train.backward import Grad, backward_of
+from mapper.ops.backward import Grad
+from mapper.train.backward import backward_of
 from mapper.train.memory import ActivationCase, LayerDims, StateCase, layer_activation_bytes, state_bytes
 from mapper.train.options import TrainOptions
 from mapper.train.parallel import bubble_share, gradient_sync, pipeline_time

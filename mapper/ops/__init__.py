@@ -1,9 +1,11 @@
 """The operator registry: one entry (`OpDef`) per ONNX op type, the one place the engine's stages learn an op.
 
 Each family module holds its ops' shape rules and work formulas beside their rows (elementwise, reduction,
-matrix, contrib, movement); quantized derives the QOperator ops from their float twins. `OPS` is the table the
-stages read: the import's shape inference (`model/shapes.py`), the work model (`work/ops.py`), the layer placer
-(`work/layers.py`) and the fusion rules (`plan/fusion_rules.py`). Adding an op is one row in its family's table.
+matrix, contrib, movement); quantized derives the QOperator ops from their float twins; backward holds the
+formulas an entry's `Backward` names. `OPS` is the table the stages read: the import's shape inference
+(`model/shapes.py`), the work model (`work/ops.py`), the layer placer (`work/layers.py`), the fusion rules
+(`plan/fusion_rules.py`) and the training step's backward (`train/backward.py`). Adding an op is one row in its
+family's table.
 """
 
 from mapper.ops.contrib import CONTRIB_OPS

@@ -1,17 +1,19 @@
 """The fusion rule table: which ops a kernel may start from and absorb, under which policies, how far it grows.
 
 Ordered, first match wins (fusion.py's planner walks it); `start_kinds` says which rule starts a node
-can open. Adding a fusion is a row here.
+can open; `anchor_index` names the op a kernel is built around (its name's place, its backward's entry).
+Adding a fusion is a row here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mapper.core.graph import LayerType, OpClass
 from mapper.core.result import NodeWork
 from mapper.core.vocab import KernelRule
-from mapper.ops import OPS, FusionRole
+from mapper.ops import OPS, Backward, FusionRole
 
 # Each op's part in a kernel is its registry entry's fusion role. A QDQ model marks each int8 tensor with a
 # QuantizeLinear -> DequantizeLinear pair; an int8 kernel requantizes its result in the epilogue, so the pair
@@ -31,11 +33,13 @@ class FusionRule:
     starts: str  # "attention" | "norm" | "matrix" | "elementwise"
     absorbs: frozenset[str]  # op types the group may grow into
     max_ops: int  # nodes in one kernel, the start included
+    backward: Backward | None = None  # a pattern over several ops with a backward of its own; None: its anchor op's
 
 
 # Ordered: the first rule whose start matches a node claims it.
 FUSION_RULES: tuple[FusionRule, ...] = (
-    FusionRule(KernelRule.FLASH_ATTENTION, frozenset({"aggressive"}), "attention", frozenset(), 64),
+    # scores, softmax and values in one kernel: FlashAttention-2's backward, which none of its ops has alone
+    FusionRule(KernelRule.FLASH_ATTENTION, frozenset({"aggressive"}), "attention", frozenset(), 64, Backward.ATTENTION),
     FusionRule(KernelRule.NORM, frozenset({"default", "aggressive"}), "norm", frozenset(), 16),
     FusionRule(KernelRule.GEMM_EPILOGUE, frozenset({"aggressive"}), "matrix", EPILOGUE_OPS, 10),
     FusionRule(KernelRule.GEMM_EPILOGUE, frozenset({"default"}), "matrix", EPILOGUE_OPS, 4),
@@ -47,6 +51,16 @@ FUSION_RULES: tuple[FusionRule, ...] = (
         12,
     ),
 )
+
+RULE_BACKWARD = {rule.name: rule.backward for rule in FUSION_RULES if rule.backward is not None}
+
+
+def anchor_index(op_types: Sequence[str]) -> int:
+    """Where a kernel's anchor op sits among its members' op types: its matrix op (a GEMM epilogue's start, an
+    attention block's first product), else its first member (a chain's start, a norm block's first op, an op
+    alone). The kernel is named after it (`kernel_names.where_it_is`), and a rule without a backward of its own
+    takes the anchor's registry entry's (`train.backward`)."""
+    return next((i for i, op in enumerate(op_types) if op in MATRIX_STARTS), 0)
 
 
 def start_kinds(w: NodeWork) -> tuple[str, ...]:

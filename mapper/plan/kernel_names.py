@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from mapper.core.graph import Node
 from mapper.core.vocab import KernelRule
 from mapper.ops import OPS
-from mapper.plan.fusion_rules import MATRIX_STARTS, QDQ_OPS
+from mapper.plan.fusion_rules import QDQ_OPS, anchor_index
 
 SEPARATOR = " · "  # between the module path and what the kernel is
 NUMBER = " #"  # before the number of a name that repeats inside its module
@@ -132,7 +132,7 @@ def _joined(words: list[str]) -> str:
 
 def _epilogue(ops: Sequence[str], biases: Sequence[bool]) -> str:
     """A matrix op and its epilogue: "matmul + bias + gelu", "conv + bn + relu"."""
-    first = next((i for i, op in enumerate(ops) if op in MATRIX_STARTS), 0)
+    first = anchor_index(ops)
     rest = [i for i in range(len(ops)) if i != first]
     return _joined([op_word(ops[first]), *_words([ops[i] for i in rest], [biases[i] for i in rest])])
 
@@ -172,9 +172,9 @@ def what_it_is(rule: str, members: Sequence[Node], weights) -> str:
 
 
 def where_it_is(members: Sequence[Node], scopes: dict[str, str]) -> str:
-    """Where a kernel is: the module path of its matrix op (else its first member); where the export names no
-    modules, that node's name."""
-    anchor = next((n for n in members if n.op_type in MATRIX_STARTS), members[0])
+    """Where a kernel is: the module path of its anchor op (its matrix op, else its first member:
+    `fusion_rules.anchor_index`); where the export names no modules, that node's name."""
+    anchor = members[anchor_index([n.op_type for n in members])]
     scoped = scopes.get(anchor.name, anchor.name)
     module = module_of(scoped)
     return scoped if module is None else module

@@ -1,174 +1,49 @@
 """The backward pass of a mapped forward, kernel by kernel, as new kernels the same cost stage prices.
 
 Part of the train stage (`train.step`), after the forward is mapped (`pipeline.map_workload`) and before the
-kernels are costed (`cost.assess.estimate_kernels`, the forward's own cost functions). Each forward kernel's
-backward is one entry of `BACKWARD_RULES`, first match wins:
+kernels are costed (`cost.assess.estimate_kernels`, the forward's own cost functions). A kernel's backward is the
+one its ops' registry entries name (`OpDef.backward`; the formulas: `ops.backward`), read off:
 
-- a weight GEMM Y = X W: the data gradient dX = dY W^T (m x k from m x n by n x k) and the weight gradient
-  dW = X^T dY (k x n over the m rows), each a GEMM of its own shape and the forward's FLOPs; dW accumulates into
-  the fp32 main gradient (Megatron-LM's gradient-accumulation fusion: read and written once a micro-batch);
-- a GEMM of two activations (attention's scores and values where attention is not fused): both operands'
-  gradients, dA = dC B^T and dB = A^T dC;
-- fused attention as FlashAttention-2 runs its backward (Dao 2023, "FlashAttention-2", sec. 3.1.2 and Algorithm
-  2): five matmuls to the forward's two, 2.5x its matrix FLOPs, the softmax recomputed from the log-sum-exp
-  (its exps once more), Q, K, V, O and dO read and dQ, dK, dV written: twice the forward's traffic;
-- a collective: its conjugate (Megatron's f and g: an all-reduce stays one, an all-gather becomes a
-  reduce-scatter and back, an all-to-all stays one), the same bytes;
-- a data movement (transpose, slice, concat): the same movement of the gradient;
-- any other vector kernel (norm, activation, residual, embedding): it reads its saved inputs and dY and writes
-  dX: twice its activation traffic and FLOPs, the exps once, and a weight's gradient (a norm's scale, the
-  embedding table) accumulated into the fp32 main gradient.
+- the fusion rule, where the rule fuses a pattern whose backward is its own: FlashAttention-2's for a fused
+  attention (`fusion_rules.RULE_BACKWARD`; its scores' MatMul alone would say GEMM);
+- else the entry of the op that anchors the kernel (`fusion_rules.anchor_index`: a GEMM epilogue's matrix op, a
+  chain's start, a norm block's first op, an op alone); where that op passes no gradient (a comparison starting a
+  chain), the first member's that does;
+- a collective the plan inserts (no ONNX op) takes its conjugate; an op the registry does not hold (the step's
+  own loss, a custom op) the vector backward.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
-from mapper.core.graph import LayerType
-from mapper.core.result import Kernel, MatrixShape
+from mapper.core.result import Kernel
 from mapper.core.vocab import Collective, Engine, KernelRule, Shard
+from mapper.ops import OPS, Backward
+from mapper.ops.backward import Grad, backward_kernels
+from mapper.plan.fusion_rules import RULE_BACKWARD, anchor_index
 
-# FlashAttention-2's backward: the forward's S = QK^T and O = PV become S = QK^T (recomputed), dV = P^T dO,
-# dP = dO V^T, dQ = dS K, dK = dS^T Q: five matmuls to two (Dao 2023, sec. 3.1.2: "2.5 times the forward")
-ATTENTION_BACKWARD_FLOPS = 2.5
-ATTENTION_BACKWARD_TRAFFIC = 2.0  # reads Q, K, V, O, dO; writes dQ, dK, dV: eight tensors to the forward's four
-VECTOR_BACKWARD_WORK = 2.0  # a vector kernel's backward reads its input and dY and writes dX; ~2x its arithmetic
-MAIN_GRAD_BYTES = 4  # fp32 main gradients (Megatron-LM --accumulate-allreduce-grads-in-fp32, its bf16 default)
-MAIN_GRAD_PASSES = 2  # a weight gradient accumulated: the fp32 main gradient read and written once a micro-batch
-BACKWARD_COLLECTIVE = {
-    Collective.ALL_REDUCE: Collective.ALL_REDUCE,
-    Collective.ALL_GATHER: Collective.REDUCE_SCATTER,
-    Collective.REDUCE_SCATTER: Collective.ALL_GATHER,
-    Collective.ALL_TO_ALL: Collective.ALL_TO_ALL,
-    Collective.P2P: Collective.P2P,
-}
+UNREGISTERED = Backward.VECTOR  # the backward of an op the registry does not hold (a vector kernel's, as its forward)
 
 
-@dataclass(frozen=True, slots=True)
-class Grad:
-    """What a backward rule needs besides the kernel: the activations' and the weights' element bytes."""
-
-    act_bytes: float
-    weight_bytes: float
-
-    def main_grad_bytes(self, k: Kernel) -> float:
-        """The fp32 main gradient traffic of the parameters `k` reads (read and written once a micro-batch)."""
-        return MAIN_GRAD_PASSES * MAIN_GRAD_BYTES * k.weight_bytes / self.weight_bytes if holds_parameters(k) else 0.0
-
-
-PARAMETER_LAYERS = frozenset({LayerType.LINEAR, LayerType.CONV, LayerType.NORMALIZATION, LayerType.EMBEDDING})
-
-
-def holds_parameters(k: Kernel) -> bool:
-    """Whether the weights a kernel reads are trained parameters: a GEMM's, a norm's scale, an embedding table
-    (not the constants an export folds into weights: a causal mask, rotary tables)."""
-    return k.weight_bytes > 0 and k.layer_type in PARAMETER_LAYERS and k.engine != Engine.INTERCONNECT
-
-
-def _named(k: Kernel, what: str, **changes) -> Kernel:
-    return k.replaced(name=f"{k.name} · {what}", note=f"backward of {k.name}", **changes)
-
-
-def _collective(k: Kernel, g: Grad) -> list[Kernel]:
-    kind = BACKWARD_COLLECTIVE[Collective(k.collective)]
-    return [_named(k, "backward", collective=kind, op_types=(kind.op_type,))]
-
-
-def _attention(k: Kernel, g: Grad) -> list[Kernel]:
-    return [
-        _named(
-            k,
-            "attention backward (FlashAttention-2)",
-            flops=k.flops * ATTENTION_BACKWARD_FLOPS,
-            matrix_flops=k.matrix_flops * ATTENTION_BACKWARD_FLOPS,
-            dram_bytes=k.dram_bytes * ATTENTION_BACKWARD_TRAFFIC,
-        )
-    ]
-
-
-def _gemm(k: Kernel, s: MatrixShape, flops: float, what: str, dram: float, weights: float) -> Kernel:
-    return _named(
-        k,
-        what,
-        matrix=s,
-        flops=flops,
-        matrix_flops=flops,
-        sfu_ops=0.0,
-        dram_bytes=dram,
-        weight_bytes=weights,
-        rule=KernelRule.SINGLE,
-        op_types=("MatMul",),
-        rows=0,
-        row_length=0,
-    )
-
-
-def _weight_gemm(k: Kernel, g: Grad) -> list[Kernel]:
-    s, a = k.shape, g.act_bytes
-    rows = s.batch * s.m  # the tokens: dW sums over them
-    flops = 2.0 * rows * s.n * s.k
-    epilogue = max(k.flops - k.matrix_flops, 0.0) * VECTOR_BACKWARD_WORK  # the fused activation's backward
-    dgrad = _gemm(
-        k, MatrixShape(s.batch, s.m, s.k, s.n), flops, "data gradient", a * rows * (s.n + s.k) + k.weight_bytes,
-        k.weight_bytes,
-    )  # fmt: skip
-    dgrad = dgrad.replaced(flops=flops + epilogue)
-    wgrad = _gemm(
-        k, MatrixShape(1, s.k, s.n, rows), flops, "weight gradient", a * rows * (s.k + s.n) + g.main_grad_bytes(k),
-        0.0,
-    )  # fmt: skip
-    return [dgrad, wgrad]
-
-
-def _activation_gemm(k: Kernel, s: MatrixShape, g: Grad) -> list[Kernel]:
-    a, b = g.act_bytes, s.batch
-    flops = 2.0 * b * s.m * s.n * s.k
-    both = a * b * (s.m * s.n + s.m * s.k + s.k * s.n)  # each gradient reads dC and the other operand, writes its own
-    return [
-        _gemm(k, MatrixShape(b, s.m, s.k, s.n), flops, "gradient of A", both, 0.0),
-        _gemm(k, MatrixShape(b, s.k, s.n, s.m), flops, "gradient of B", both, 0.0),
-    ]
-
-
-def _matrix(k: Kernel, g: Grad) -> list[Kernel]:
-    s = k.shape
-    if k.weight_bytes > 0 and s.kind != "attention":
-        return _weight_gemm(k, g)
-    return _activation_gemm(k, s, g)
-
-
-def _movement(k: Kernel, g: Grad) -> list[Kernel]:
-    return [_named(k, "backward")]
-
-
-def _vector(k: Kernel, g: Grad) -> list[Kernel]:
-    activations = max(k.dram_bytes - k.weight_bytes, 0.0)
-    return [
-        _named(
-            k,
-            "backward",
-            flops=k.flops * VECTOR_BACKWARD_WORK,
-            dram_bytes=activations * VECTOR_BACKWARD_WORK + k.weight_bytes + g.main_grad_bytes(k),
-        )
-    ]
-
-
-BackwardRule = Callable[[Kernel, Grad], list[Kernel]]
-# (applies to, its backward): first match wins
-BACKWARD_RULES: tuple[tuple[Callable[[Kernel], bool], BackwardRule], ...] = (
-    (lambda k: k.engine == Engine.INTERCONNECT, _collective),
-    (lambda k: k.rule == KernelRule.FLASH_ATTENTION, _attention),
-    (lambda k: k.matrix is not None and not k.matrix.depthwise, _matrix),
-    (lambda k: k.layer_type == LayerType.DATA_MOVEMENT, _movement),
-    (lambda k: True, _vector),
-)
+def backward_kind(k: Kernel) -> Backward:
+    """Which formula `k`'s backward runs (see the module)."""
+    if k.rule == KernelRule.COLLECTIVE:
+        return Backward.CONJUGATE
+    fused = RULE_BACKWARD.get(k.rule)
+    if fused is not None:
+        return fused
+    kinds = [OPS.backward(op) or UNREGISTERED for op in k.op_types] or [UNREGISTERED]
+    anchor = kinds[anchor_index(k.op_types)]
+    if anchor is Backward.NONE:
+        return next((b for b in kinds if b is not Backward.NONE), Backward.NONE)
+    return anchor
 
 
 def backward_of(k: Kernel, g: Grad) -> list[Kernel]:
-    """The kernels of one forward kernel's backward (`BACKWARD_RULES`)."""
-    return next(rule for applies, rule in BACKWARD_RULES if applies(k))(k, g)
+    """The kernels of one forward kernel's backward: the formula its registry entries name (`backward_kind`)."""
+    return backward_kernels(backward_kind(k), k, g)
 
 
 def sequence_parallel(forward: Sequence[Kernel], tp: int) -> list[Kernel]:

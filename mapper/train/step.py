@@ -16,8 +16,9 @@ from mapper.cost.assess import estimate_kernels
 from mapper.handle import open_model
 from mapper.hardware.profile import HardwareProfile
 from mapper.hardware.target import UNPACKED_DECODE, Target, device_target
+from mapper.ops.backward import Grad
 from mapper.plan.precision import PLAN_DTYPE_BYTES
-from mapper.train.backward import Grad, backward_of
+from mapper.train.backward import backward_of
 from mapper.train.forward import Forward, map_forward, stage_of
 from mapper.train.options import TrainOptions
 from mapper.train.totals import StageWork, TrainingResult, step_result

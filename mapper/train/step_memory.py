@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from mapper.core.graph import LayerType
 from mapper.core.vocab import KernelRule, PipelineSchedule, Recompute, Shard
 from mapper.hardware.profile import HardwareProfile
-from mapper.train.backward import holds_parameters
+from mapper.ops.backward import holds_parameters
 from mapper.train.forward import Forward, stage_of
 from mapper.train.memory import (
     LOGITS_BYTES,

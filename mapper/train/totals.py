@@ -14,7 +14,7 @@ from mapper.core.vocab import Collective, Engine, KernelRule, Phase
 from mapper.cost.estimate import estimate_cost
 from mapper.hardware.profile import HardwareProfile
 from mapper.hardware.target import Target
-from mapper.train.backward import ATTENTION_BACKWARD_FLOPS
+from mapper.ops.backward import ATTENTION_BACKWARD_FLOPS
 from mapper.train.forward import Forward
 from mapper.train.memory import TrainMemory
 from mapper.train.optimizer import optimizer_kernels
