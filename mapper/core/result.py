@@ -133,6 +133,7 @@ class TileChoice:
 
 # the copies above, each a record's fields with the changed ones written over (`core.records.replacer`)
 _replace_kernel = replacer(Kernel)
+replace_matrix = replacer(MatrixShape)  # `dataclasses.replace` of a MatrixShape, for the per-kernel loops
 _replace_choice = replacer(TileChoice)
 
 

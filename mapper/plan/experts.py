@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import replace
 
 from mapper.core.errors import MapperError
-from mapper.core.result import Kernel
+from mapper.core.result import Kernel, replace_matrix
 from mapper.core.vocab import Collective
 from mapper.plan.kernel_names import SEPARATOR, kernel_module
 from mapper.plan.sharding import collective_kernel
@@ -83,7 +82,7 @@ def resident_kernels(workload: Workload, kernels: Sequence[Kernel], ep: int) -> 
             out.append(k)
             continue
         weight = k.weight_bytes / g.weight_share / ep
-        out.append(replace(k, weight_bytes=weight, dram_bytes=k.dram_bytes - k.weight_bytes + weight))
+        out.append(k.replaced(weight_bytes=weight, dram_bytes=k.dram_bytes - k.weight_bytes + weight))
     return out
 
 
@@ -94,9 +93,8 @@ def _busiest(k: Kernel, g: ExpertGemm, imbalance: float, ep: int) -> Kernel:
     matrix = k.matrix
     if matrix is not None:  # a grouped GEMM's batch is its experts: ep splits them
         batch = math.ceil(matrix.batch / ep) if g.grouped else matrix.batch
-        matrix = replace(matrix, m=max(1, round(busy)), batch=batch)
-    return replace(
-        k,
+        matrix = replace_matrix(matrix, m=max(1, round(busy)), batch=batch)
+    return k.replaced(
         flops=k.flops * f / ep,
         matrix_flops=k.matrix_flops * f / ep,
         sfu_ops=k.sfu_ops * f / ep,
@@ -131,7 +129,7 @@ def _grouped_all_reduces(workload: Workload, kernels: Sequence[Kernel], act_byte
             continue
         message = g.tokens * g.hidden * act_bytes
         spare = (k.dram_bytes - message) * (1 - 1 / k.devices)  # the stack's partial sums the GEMM was given
-        out[-1] = replace(before, dram_bytes=max(before.dram_bytes - spare, 0.0))
+        out[-1] = before.replaced(dram_bytes=max(before.dram_bytes - spare, 0.0))
         out.append(collective_kernel(k.name, Collective.ALL_REDUCE, message, k.devices))
     return out
 

@@ -238,8 +238,7 @@ def apply_kv_cache(graph: Graph, kernels: Sequence[Kernel], kv_cache: str, sizer
         if hits:
             # copy: past read + present (past and new) written; in place the past is neither read nor rewritten
             copied = sum(sizer.bytes(graph.tensors[a.past]) for a in hits)
-            k = replace(
-                k,
+            k = k.replaced(
                 dram_bytes=max(k.dram_bytes - 2 * copied, 0.0),
                 note="kv-cache in place: appends the new tokens' K/V (the exported Concat would copy the cache)",
             )

@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import replace
 
 from mapper.core.graph import Graph, LayerType, OpClass
-from mapper.core.result import Kernel, MatrixShape
+from mapper.core.result import Kernel, MatrixShape, replace_matrix
 from mapper.core.vocab import Collective, Engine, KernelRule, Shard
 from mapper.plan.precision import Sizer
 from mapper.plan.runtime import find_kv_appends
@@ -187,13 +186,13 @@ def _split(shape: MatrixShape | None, role: str, tp: int) -> MatrixShape | None:
     if shape is None:
         return None
     if role == Shard.COLUMN:
-        return replace(shape, n=math.ceil(shape.n / tp))
+        return replace_matrix(shape, n=math.ceil(shape.n / tp))
     if role == Shard.ROW:
-        return replace(shape, k=math.ceil(shape.k / tp), a_elements=math.ceil(shape.a_elements / tp))
+        return replace_matrix(shape, k=math.ceil(shape.k / tp), a_elements=math.ceil(shape.a_elements / tp))
     if shape.kv_heads:  # attention on its heads: 1/tp of the query heads; K/V heads split, or replicated below tp
         heads, kv_heads = math.ceil(shape.heads / tp), math.ceil(shape.kv_heads / tp)
-        return replace(shape, batch=math.ceil(shape.batch / tp), heads=heads, kv_heads=min(kv_heads, heads))
-    return replace(shape, batch=math.ceil(shape.batch / tp))
+        return replace_matrix(shape, batch=math.ceil(shape.batch / tp), heads=heads, kv_heads=min(kv_heads, heads))
+    return replace_matrix(shape, batch=math.ceil(shape.batch / tp))
 
 
 def collective_kernel(name: str, kind: Collective, message_bytes: float, devices: int, stage: int = 0) -> Kernel:

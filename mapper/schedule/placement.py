@@ -171,13 +171,13 @@ def _pipeline(
     timeline: list[KernelEstimate] = []
     sends = _stage_sends(graph, estimates, stage_of, sizer) if pp > 1 else {}
     for i, (e, s) in enumerate(zip(estimates, stage_of, strict=True)):
-        timeline.append(replace(e, kernel=replace(e.kernel, stage=s)) if s else e)
+        timeline.append(KernelEstimate(e.kernel.replaced(stage=s), e.assessment, e.start_s) if s else e)
         if i + 1 < len(estimates) and stage_of[i + 1] != s:
             send = collective_kernel(f"stage{s}->stage{s + 1}:send", Collective.P2P, sends.get(s, 0.0), 2, stage=s)
             timeline.append(_estimate_collective(send, target))
     start, placed = 0.0, []
     for e in timeline:
-        placed.append(replace(e, start_s=start))
+        placed.append(KernelEstimate(e.kernel, e.assessment, start))
         start += e.time_s
     return placed, start
 
