@@ -41,6 +41,7 @@ OPTION_CHANGES = {
     "expert_imbalance": ("mixtral-8x7b", 1.5, True),
     "kv_dtype": ("llama2-7b", "fp8", True),
     "gqa_decode": ("llama3-8b-decode", "per-head", True),
+    "attention_dp": ("mixtral-8x7b-ep2", True, True),
 }
 
 MODELS = {
@@ -50,6 +51,7 @@ MODELS = {
     "llama3-8b-decode": (str(CONFIGS / "llama-3-8b.json"), {"batch": 16, "seq": 1, "past": 4096}, {"runtime": "vllm"}),
     "resnet50": ("resnet50", {"batch": 2}, {}),
     "mixtral-8x7b": ("mixtral-8x7b", {"batch": 2, "seq": 1, "past": 128}, {"tp": 2}),
+    "mixtral-8x7b-ep2": ("mixtral-8x7b", {"batch": 2, "seq": 1, "past": 128}, {"ep": 2}),
 }
 
 PROFILE_CHANGES = {

@@ -67,6 +67,11 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overlap-collectives", action="store_true", help="hide collectives behind the next compute")
     p.add_argument("--ep", type=int, default=1, help="expert-parallel degree (mixture-of-experts layers)")
     p.add_argument(
+        "--attention-dp",
+        action="store_true",
+        help="MoE at --tp 1 --ep N: attention data-parallel over the N devices, each its own requests and KV cache",
+    )
+    p.add_argument(
         "--expert-imbalance", type=float, default=1.0, help="MoE load imbalance: busiest expert's tokens / mean"
     )
     p.add_argument(

@@ -113,6 +113,9 @@ def write_outputs(args, result: SearchResult) -> None:
         store_cli.record_from_args(args, search_record(result), "search", sheet=sheet)
 
 
+LABEL = 62  # a decoder's configuration column: "TP 1 x EP 8 attention DP (bf16, kv fp8) x1 batch 512 chunk 2048"
+
+
 def print_search(result: SearchResult, top: int) -> None:
     doc, s = result.document(), result.spec
     load = f"{s.rate_per_s:g} requests/s" if s.rate_per_s is not None else f"{s.load:.0%} of each one's saturation"
@@ -132,14 +135,14 @@ def print_search(result: SearchResult, top: int) -> None:
             f" tokens, {load}"
         )
         head = (
-            f"{'configuration':52s} {'tok/s/dev':>9s} {'tok/s/user':>10s} {'TTFT p99':>9s} {'TPOT p99':>9s}"
+            f"{'configuration':{LABEL}s} {'tok/s/dev':>9s} {'tok/s/user':>10s} {'TTFT p99':>9s} {'TPOT p99':>9s}"
             f" {'J/tok':>6s}"
         )
         print("frontier (tokens/s per device against tokens/s per user):")
         print(head + "  SLA")
         for p in result.frontier[:top]:
             print(
-                f"{p.label[:52]:52s} {p.tokens_per_s_per_device:9,.0f} {p.tokens_per_s_per_user:10.1f}"
+                f"{p.label[:LABEL]:{LABEL}s} {p.tokens_per_s_per_device:9,.0f} {p.tokens_per_s_per_user:10.1f}"
                 f" {p.ttft_p99_s * 1e3:7.0f}ms {p.tpot_p99_s * 1e3:7.1f}ms {p.energy_per_token_j:6.2f}"
                 f"  {'meets' if p.feasible else p.failure}"
             )

@@ -102,6 +102,8 @@ def serve_disaggregated(args, model, hw, options, question) -> int:
     """`mapper serve --prefill-tp/--decode-tp`: the same requests served disaggregated and aggregated."""
     if args.rate is None:
         raise MapperError("disaggregated serving compares two ways at one load: give --rate (requests per second)")
+    if options.attention_dp:
+        raise MapperError("--attention-dp pools with prefill and decode apart are not modelled: drop one of them")
     pool = lambda tp, replicas: mapper.Pool(replace(options, tp=tp, dp=1), replicas)
     setup = mapper.Disaggregation(
         pool(args.prefill_tp or options.tp, args.prefill_replicas),

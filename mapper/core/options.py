@@ -51,6 +51,9 @@ class PlanOptions:
     expert_imbalance: float = 1.0  # busiest expert's tokens over the mean (MoE load imbalance, >= 1)
     kv_dtype: KvDtype | str = KvDtype.SAME  # the KV cache's storage precision (decoders); same: the activations'
     gqa_decode: GqaDecode | str = GqaDecode.AUTO  # decode attention's grouped query heads: as the runtime preset says
+    # attention data parallelism (SGLang --enable-dp-attention, TensorRT-LLM enable_attention_dp) over the ep devices
+    # of a TP 1 plan: each rank runs attention on its own requests and KV cache, the experts see every rank's tokens
+    attention_dp: bool = False
 
     def __post_init__(self) -> None:
         for name, vocabulary in OPTION_VOCABULARIES.items():
@@ -80,6 +83,13 @@ class PlanOptions:
                 raise MapperError(
                     f"option {name}={value!r} must be an integer from 1 to {limits.limit_text('MAX_PARALLEL_DEGREE')}"
                 )
+        if not isinstance(self.attention_dp, bool):  # its degree and the model are checked where it is mapped
+            raise MapperError(f"option attention_dp={self.attention_dp!r} must be true or false")
+
+    @property
+    def attention_ranks(self) -> int:
+        """Ranks that each run attention on requests of their own (attention_dp: the ep devices), else 1."""
+        return self.ep if self.attention_dp else 1
 
 
 # PlanOptions' choices and their vocabularies (`core.vocab`)

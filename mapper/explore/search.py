@@ -4,7 +4,8 @@ Given a decoder, a profile, N devices, a workload (prompt and output tokens, a r
 TPOT or request-latency p99), which deployment serves the most output tokens per second per device, what is
 the frontier, and what flips the choice. Stages, each a function over typed records:
 
-1. The space (`search_space.plan_options`): TP 1/2/4/8 x PP 1/2/4 (x EP where the model has routed experts),
+1. The space (`search_space.plan_options`): TP 1/2/4/8 x PP 1/2/4 (x EP and, over EP devices of their own,
+   attention data parallelism where the model has routed experts: each rank its own requests and KV cache),
    compute, weight and KV-cache precisions, launch mode; per plan, batch caps 1-512 in powers of two and the
    chunked scheduler's chunk; replicas fill the fleet (with a rate: the fewest that meet the SLA). Beside the
    aggregated plans: prefill and decode pools over one node, and each plan with a speculative draft where one
@@ -25,8 +26,9 @@ the frontier, and what flips the choice. Stages, each a function over typed reco
    configuration meeting the SLA, the first failure of the configurations one step beside it, which target
    moves the choice and where, and the `mapper serve` command of the chosen plan (one replica at its share).
 
-Not searched here: attention data parallelism for MoE decode, pools over nodes or with PP/EP, a trace of
-arrivals. The plans run through the sweep's executors (a process pool gives the same answer; Dask untested).
+Not searched here: attention data parallelism beside TP > 1 (SGLang's --dp below --tp), pools over nodes or with
+PP/EP, a trace of arrivals. The plans run through the sweep's executors (a process pool gives the same answer;
+Dask untested).
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ def pareto(points: list[Point]) -> list[Point]:
     return front
 
 
-STEPS = ("tp", "pp", "ep", "dtype", "weight_dtype", "kv_dtype", "launch")
+STEPS = ("tp", "pp", "ep", "attention_dp", "dtype", "weight_dtype", "kv_dtype", "launch")
 
 
 def _beside(a: Point, b: Point) -> bool:

@@ -27,6 +27,7 @@ from mapper.explore.search_space import Plan, Pruned, SearchSpec
 from mapper.explore.search_steps import LazyGrid, PlanSteps
 from mapper.serve.continuous import LLMServingConfig, LLMServingResult, llm_capacity_per_s, simulate_llm_serving
 from mapper.serve.llm import KvBudget
+from mapper.serve.ranks import over_ranks
 from mapper.serve.scheduler import Requests, Scheduler, StepTime
 
 
@@ -65,6 +66,7 @@ class Point:
             "tp": o.tp,
             "pp": o.pp,
             "ep": o.ep,
+            "attention_dp": o.attention_dp,
             "dtype": str(o.dtype),
             "weight_dtype": str(o.weight_dtype),
             "kv_dtype": str(o.kv_dtype),
@@ -139,6 +141,7 @@ class PlanServer:
         self._budgets: dict[int, KvBudget] = {}
         self._grids: dict[tuple[int, int], tuple] = {}
         self.floor_tokens_per_s_per_device = 0.0  # a configuration bounded below it is not served (`bound_cut`)
+        self.ranks = plan.options.attention_ranks  # attention DP: ranks of their own requests (serve/ranks.py)
 
     @property
     def chunks(self) -> tuple[int, ...]:
@@ -176,7 +179,7 @@ class PlanServer:
         prefill, decode = self.step_times(cap, chunk)
         one = np.ones(1, dtype=np.int64)
         reqs = Requests(np.zeros(1), one * self.spec.prompt_tokens, one * self.spec.output_tokens)
-        return llm_capacity_per_s(prefill, decode, reqs, cap, self.budget(chunk).tokens)
+        return self.ranks * llm_capacity_per_s(prefill, decode, reqs, cap, self.budget(chunk).tokens)
 
     def simulate(self, cap: int, chunk: int, rate: float) -> LLMServingResult:
         prefill, decode = self.step_times(cap, chunk)
@@ -191,8 +194,9 @@ class PlanServer:
         return self.steps.energy_per_token_j(decode, running, context, spec.prompt_tokens, spec.output_tokens)
 
     def serve(self, cap: int, chunk: int, replicas: int, rate: float) -> Point:
-        """One replica at `rate` requests/s, its figures scaled to the plan's devices."""
-        result = self.simulate(cap, chunk, rate)
+        """One replica at `rate` requests/s, its figures scaled to the plan's devices (attention DP: one rank at its
+        share, the replica's throughput the ranks')."""
+        result = over_ranks(self.simulate(cap, chunk, rate / self.ranks), self.ranks)
         plan = replace(self.plan, replicas=replicas)
         return Point(
             plan,

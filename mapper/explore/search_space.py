@@ -1,7 +1,8 @@
 """A deployment search's space and its pruning before anything is served (mapper/explore/search.py runs it).
 
 The space: device plans (TP 1/2/4/8 x PP 1/2/4, x EP where the model has routed experts: EP over devices of its
-own at TP 1, riding the TP ranks at TP > 1), compute, weight and KV-cache precisions, the launch mode, batch
+own at TP 1, there with attention replicated or data-parallel (each rank its own requests and KV cache), riding
+the TP ranks at TP > 1), compute, weight and KV-cache precisions, the launch mode, batch
 caps 1-512 in powers of two and the chunked scheduler's chunk. Pruned before serving, each with its reason:
 a plan over the devices or over one node's link; a precision the profile has no peak for; an EP that does not
 split the experts; a plan whose weights leave no room for one request's KV cache on a device (the KV budget
@@ -121,7 +122,8 @@ class Plan:
 
 
 def _devices(o: PlanOptions) -> str:
-    return " x ".join([f"TP {o.tp}"] + ([f"PP {o.pp}"] if o.pp > 1 else []) + ([f"EP {o.ep}"] if o.ep > 1 else []))
+    parts = [f"TP {o.tp}"] + ([f"PP {o.pp}"] if o.pp > 1 else []) + ([f"EP {o.ep}"] if o.ep > 1 else [])
+    return " x ".join(parts) + (" attention DP" if o.attention_dp else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,12 +155,13 @@ def _supported(hw: HardwareProfile, dtype: str) -> bool:
 
 
 def plan_options(spec: SearchSpec, experts: tuple[int, ...]) -> list[PlanOptions]:
-    """Every plan of the space, before pruning (EP choices only where the model has routed experts)."""
+    """Every plan of the space, before pruning (EP choices only where the model has routed experts, and attention
+    data parallelism over EP devices of their own)."""
     out = []
     for tp in spec.tps:
         eps = (1,) if not experts else ((1, 2, 4, 8) if tp == 1 else (1, tp))
         for pp in spec.pps:
-            for ep in eps:
+            for ep, attention_dp in ((e, a) for e in eps for a in ((False, True) if tp == 1 < e else (False,))):
                 for dtype in spec.dtypes:
                     for wd in spec.weight_dtypes:
                         for kv in spec.kv_dtypes:
@@ -166,6 +169,7 @@ def plan_options(spec: SearchSpec, experts: tuple[int, ...]) -> list[PlanOptions
                                 continue  # the activations' precision already: the same plan as `same`
                             for launch in spec.launches:
                                 plan = replace(spec.base, tp=tp, pp=pp, ep=ep, dp=1, dtype=dtype)
+                                plan = replace(plan, attention_dp=attention_dp)
                                 out.append(replace(plan, weight_dtype=wd, kv_dtype=kv, launch=launch))
     return out
 

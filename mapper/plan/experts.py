@@ -13,19 +13,26 @@ Where the devices come from: with --tp 1 the ep devices are devices of their own
 by heads and the experts over them whole, E/ep a rank, not sliced (devices tp x pp x dp).
 A grouped block's experts split by tensor parallelism alone (ep 1) all-reduce their partial sums once a layer,
 T x hidden, as a fused MoE kernel's caller does, not the [E, T, hidden] stack the graph holds.
+
+Attention data parallelism (PlanOptions.attention_dp, tp 1: SGLang --enable-dp-attention, TensorRT-LLM
+enable_attention_dp) binds one rank's step: each of the ep ranks runs attention and the dense layers on its own
+requests and KV cache, and the ranks step in lockstep at the same batch (the MoE layer's collectives hold them
+together), so a layer's experts see ep x the rank's tokens T: each rank runs E/ep experts over ep x T tokens (the
+expected work, experts used and busiest expert at that count), and dispatches and combines its own T x k x hidden.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 from mapper.core.errors import MapperError
 from mapper.core.result import Kernel, replace_matrix
 from mapper.core.vocab import Collective
 from mapper.plan.kernel_names import SEPARATOR, kernel_module
 from mapper.plan.sharding import collective_kernel
-from mapper.work.moe import ExpertGemm
+from mapper.work.moe import ExpertGemm, expected_experts
 from mapper.work.workload import Workload
 
 
@@ -33,9 +40,15 @@ def expert_of(workload: Workload, kernel: Kernel) -> ExpertGemm | None:
     return next((workload.expert_gemms[n] for n in kernel.nodes if n in workload.expert_gemms), None)
 
 
-def check_expert_parallel(workload: Workload, ep: int, tp: int = 1) -> None:
+def check_expert_parallel(workload: Workload, ep: int, tp: int = 1, attention_dp: bool = False) -> None:
     """ep must split whole experts, over devices of its own (tp 1) or over the tensor-parallel ranks (ep = tp):
-    a one-line error for a dense model, an ep not dividing E, or an ep beside a different tp."""
+    a one-line error for a dense model, an ep not dividing E, or an ep beside a different tp; attention DP runs
+    over ep devices of their own (tp 1, ep >= 2)."""
+    if attention_dp and (ep < 2 or tp != 1):  # noqa: PLR2004 (two ranks at least)
+        raise MapperError(
+            f"--attention-dp runs attention on each of the expert-parallel devices (--tp 1 --ep N, N >= 2);"
+            f" got --tp {tp} --ep {ep}"
+        )
     if ep <= 1:
         return
     counts = sorted({g.experts for g in workload.expert_gemms.values()})
@@ -106,6 +119,30 @@ def _busiest(k: Kernel, g: ExpertGemm, imbalance: float, ep: int) -> Kernel:
     )
 
 
+def _group_tokens(k: Kernel, g: ExpertGemm, ranks: int) -> tuple[Kernel, ExpertGemm]:
+    """An expert kernel of one rank's T tokens at the tokens of every rank (attention DP): its token-wise work and
+    activations x ranks, the weights read at the share of experts ranks x T tokens use, M their mean tokens."""
+    if ranks <= 1:
+        return k, g
+    tokens = g.tokens * ranks
+    used = expected_experts(g.experts, g.top_k, tokens)
+    group = replace(g, tokens=tokens, mean_tokens=tokens * g.top_k / used)
+    weight = k.weight_bytes * group.weight_share / g.weight_share
+    matrix = k.matrix
+    if matrix is not None:
+        batch = max(1, round(used)) if g.grouped else matrix.batch  # a grouped GEMM runs the used experts as its batch
+        matrix = replace_matrix(matrix, m=max(1, round(group.mean_tokens)), batch=batch)
+    scaled = k.replaced(
+        flops=k.flops * ranks,
+        matrix_flops=k.matrix_flops * ranks,
+        sfu_ops=k.sfu_ops * ranks,
+        dram_bytes=(k.dram_bytes - k.weight_bytes) * ranks + weight,
+        weight_bytes=weight,
+        matrix=matrix,
+    )
+    return scaled, group
+
+
 def _all_to_all(k: Kernel, g: ExpertGemm, step: str, ep: int, act_bytes: float) -> Kernel:
     layer = kernel_module(k.name).split(".experts.")[0]  # "model.layers.0.block_sparse_moe"
     return collective_kernel(
@@ -135,10 +172,11 @@ def _grouped_all_reduces(workload: Workload, kernels: Sequence[Kernel], act_byte
 
 
 def plan_experts(
-    workload: Workload, kernels: Sequence[Kernel], ep: int, imbalance: float, act_bytes: float
+    workload: Workload, kernels: Sequence[Kernel], ep: int, imbalance: float, act_bytes: float, ranks: int = 1
 ) -> Sequence[Kernel]:
     """Expert kernels at the busiest expert's tokens and 1/ep of the experts, with each layer's dispatch
-    and combine all-to-all around its experts (ep > 1)."""
+    and combine all-to-all around its experts (ep > 1); `ranks` > 1 (attention DP): the experts at the tokens of
+    that many ranks, the all-to-all of this rank's."""
     if not workload.expert_gemms:
         return kernels
     kernels = _grouped_all_reduces(workload, kernels, act_bytes)
@@ -156,7 +194,7 @@ def plan_experts(
         layer = g.layer
         if ep > 1 and first[layer] == i:
             out.append(_all_to_all(k, g, "dispatch", ep, act_bytes))
-        out.append(_busiest(k, g, imbalance, ep))
+        out.append(_busiest(*_group_tokens(k, g, ranks), imbalance, ep))
         if ep > 1 and last[layer] == i:
             out.append(_all_to_all(k, g, "combine", ep, act_bytes))
     return out

@@ -101,6 +101,13 @@ EXPERTS_OVER_TP = (
     " activations per MoE layer; devices = tp x pp x dp"
 )
 
+EXPERTS_ATTENTION_DP = (
+    "attention data parallelism over the ep devices (SGLang --enable-dp-attention, TensorRT-LLM attention DP): one"
+    " rank's step, its own requests and KV cache; the ranks step together at the same batch, so E/ep experts a rank"
+    " run over ep x its tokens; an all-to-all dispatch and combine of the rank's T x k x hidden per MoE layer;"
+    " devices = pp x ep x dp"
+)
+
 
 def place_on_devices(
     graph: Graph, estimates: Sequence[KernelEstimate], options: PlanOptions, target: Target, sizer: Sizer
@@ -151,7 +158,7 @@ def place_on_devices(
                 " back-to-back batches overlap (throughput = batch / slowest stage)"
             ),
             "data parallelism: independent replicas, no collectives at inference",
-            (EXPERTS_OVER_TP if experts_over_tp(tp, ep) else EXPERTS_OWN_DEVICES),
+            _experts_text(options),
             "collectives: alpha-beta, the faster of ring and tree for the topology"
             + (
                 " and hidden behind the next kernel's compute"
@@ -161,6 +168,12 @@ def place_on_devices(
         ),
     )
     return placed, section
+
+
+def _experts_text(options: PlanOptions) -> str:
+    if options.attention_dp:
+        return EXPERTS_ATTENTION_DP
+    return EXPERTS_OVER_TP if experts_over_tp(options.tp, options.ep) else EXPERTS_OWN_DEVICES
 
 
 def _pipeline(

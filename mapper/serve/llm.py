@@ -31,6 +31,7 @@ from mapper.serve.continuous import (
 )
 from mapper.serve.engine import engine_batch_time
 from mapper.serve.load_curve import LoadCurve, load_curve, serving_section
+from mapper.serve.ranks import over_ranks, rank_config
 from mapper.serve.scheduler import Scheduler
 from mapper.serve.serving import ServingConfig, ServingResult, simulate_serving
 from mapper.serve.speculative import SpeculativeConfig
@@ -153,8 +154,9 @@ def simulate_model_llm_serving(source, hw, options, config: LLMServingConfig) ->
     """simulate_llm_serving with the engine's step times, the device's KV capacity and the profile's jitter
     (`source`: a model handle, or what `open_model` takes; opened once for every step mapped)."""
     chunk = config.chunk_tokens if config.scheduler == Scheduler.CHUNKED else None
-    config, prefill, decode, steps = _engine_inputs(open_model(source), hw, options, config, chunk)
-    result = simulate_llm_serving(prefill, decode, config)
+    ranks = options.attention_ranks  # attention DP: one rank served, its share of the requests (serve/ranks.py)
+    config, prefill, decode, steps = _engine_inputs(open_model(source), hw, options, rank_config(config, ranks), chunk)
+    result = over_ranks(simulate_llm_serving(prefill, decode, config), ranks)
     if steps is None:
         return result
     return replace(result, speculative=steps.at(round(result.mean_running) or 1, _mean_context(config)))
@@ -186,8 +188,13 @@ def compare_schedulers(source, hw, options, config: LLMServingConfig) -> tuple[L
             "--compare-schedulers serves chunked prefill too, which speculative decoding is not modelled beside;"
             " drop one of them"
         )
-    config, prefill, decode, _ = _engine_inputs(open_model(source), hw, options, config, config.chunk_tokens)
-    return tuple(simulate_llm_serving(prefill, decode, replace(config, scheduler=s)) for s in SCHEDULERS)
+    ranks = options.attention_ranks
+    config, prefill, decode, _ = _engine_inputs(
+        open_model(source), hw, options, rank_config(config, ranks), config.chunk_tokens
+    )
+    return tuple(
+        over_ranks(simulate_llm_serving(prefill, decode, replace(config, scheduler=s)), ranks) for s in SCHEDULERS
+    )
 
 
 def _engine_inputs(source, hw, options, config: LLMServingConfig, chunk_tokens: int | None):

@@ -1,0 +1,136 @@
+"""Attention data parallelism for mixture-of-experts serving (PlanOptions.attention_dp): one rank's step checked
+by hand (its KV cache, its all-to-all, its experts at every rank's tokens), serving one rank at its share, the
+search offering it for an MoE model only."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import mapper
+from mapper.cli.main import main
+from mapper.core.errors import MapperError
+from mapper.core.targets import Targets
+from mapper.explore.search import run_search
+from mapper.explore.search_eval import requests_at
+from mapper.explore.search_space import SearchSpec, plan_options
+from mapper.serve.continuous import LLMServingConfig
+from mapper.serve.llm import kv_budget, simulate_model_llm_serving
+from mapper.serve.ranks import over_ranks, rank_config
+from mapper.serve.trace import Trace
+from mapper.zoo.mixtral import MIXTRAL_8X7B as C
+
+HW = mapper.load_hardware("h200-sxm")
+RANKS = 8
+DP = mapper.PlanOptions(dtype="bf16", ep=RANKS, attention_dp=True)
+REPLICATED = mapper.PlanOptions(dtype="bf16", ep=RANKS)  # EP 8 at TP 1, attention replicated on every device
+
+
+def _step(batch: int, options: mapper.PlanOptions):
+    workload = mapper.load_workload("mixtral-8x7b", {"batch": batch, "seq": 1, "past": 1000})
+    return mapper.map_workload(workload, HW, options)
+
+
+def _kernels(result, experts: bool) -> list[tuple]:
+    return [
+        (k.name, k.flops, k.dram_bytes, k.weight_bytes, k.matrix)
+        for k in result.kernels.kernels
+        if (".experts." in k.name) == experts and not k.collective
+    ]
+
+
+def test_a_rank_runs_its_own_attention_and_the_experts_of_every_ranks_tokens():
+    """Batch 4 a rank on 8 ranks: attention and the dense layers are batch 4's, each expert kernel is the one
+    replicated-attention EP 8 runs at batch 32 (the MoE layer sees 8 x 4 tokens), and each MoE layer dispatches
+    and combines the rank's own 4 tokens x top-2 x 4,096 hidden x 2 bytes = 65,536 bytes."""
+    dp = _step(4, DP)
+    assert _kernels(dp, experts=False) == _kernels(_step(4, REPLICATED), experts=False)
+    assert _kernels(dp, experts=True) == _kernels(_step(32, REPLICATED), experts=True)
+    moves = [k for k in dp.kernels.kernels if k.collective == "all-to-all"]
+    assert len(moves) == 2 * C.layers
+    assert {k.dram_bytes for k in moves} == {4 * 2 * C.hidden * 2} == {65_536}
+    assert {k.devices for k in moves} == {RANKS}
+
+
+def test_the_kv_cache_a_rank_holds_is_its_own_at_every_head():
+    """Per rank: every K/V head of every layer, 32 x 2 x 8 heads x 128 x 2 bytes = 131,072 bytes a token, beside
+    the dense weights whole and 1/8 of the experts' (the 2 x (1.61 G + 45.10 G / 8) bytes of bf16)."""
+    budget = kv_budget("mixtral-8x7b", HW, DP, 512)
+    assert budget.kv_bytes_per_token == C.layers * 2 * C.kv_heads * (C.hidden // C.heads) * 2 == 131_072
+    experts = C.layers * 8 * 3 * C.hidden * C.ffn
+    dense = 46_702_792_704 - experts  # HF Mixtral-8x7B-v0.1's parameters less its experts'
+    assert budget.weight_bytes == pytest.approx(2 * (dense + experts / RANKS), rel=1e-4)
+    free = budget.usable_bytes - budget.weight_bytes - budget.activation_bytes
+    assert budget.tokens == int(free // 131_072) // budget.page_tokens * budget.page_tokens
+    assert budget.tokens == kv_budget("mixtral-8x7b", HW, REPLICATED, 512).tokens  # the same room a device
+
+
+def test_attention_dp_needs_experts_over_devices_of_their_own(capsys):
+    with pytest.raises(MapperError, match="--tp 1 --ep N"):
+        _step(1, mapper.PlanOptions(dtype="bf16", tp=2, ep=2, attention_dp=True))
+    with pytest.raises(MapperError, match="--tp 1 --ep N"):
+        _step(1, mapper.PlanOptions(dtype="bf16", attention_dp=True))
+    with pytest.raises(MapperError, match="true or false"):
+        mapper.PlanOptions(attention_dp="yes")  # type: ignore[arg-type]
+    assert main(["map", "gpt2-small", "--attention-dp", "--ep", "2"]) == 2
+    assert "routed experts" in capsys.readouterr().err
+
+
+def test_one_rank_serves_its_share_and_the_replica_the_sum():
+    """A trace is dealt round robin (every ranks-th request), a rate split evenly; the replica's throughput,
+    offered rate and capacity are the ranks' sum, its latencies the rank's."""
+    trace = Trace(np.arange(10.0), np.arange(10) + 100, np.arange(10) + 5)
+    config = rank_config(LLMServingConfig(rate_per_s=8.0, trace=trace), 4)
+    assert config.rate_per_s == 2.0 and config.trace is not None
+    assert config.trace.arrival_s.tolist() == [0.0, 4.0, 8.0] and config.trace.output_tokens.tolist() == [5, 9, 13]
+    config = LLMServingConfig(4, 20.0, 32, 0, 128, 8, scheduler="chunked")
+    one = simulate_model_llm_serving("gpt2-small", HW, mapper.PlanOptions(), rank_config(config, 4))
+    whole = over_ranks(one, 4)
+    assert whole.throughput_tokens_per_s == 4 * one.throughput_tokens_per_s
+    assert whole.capacity_per_s == 4 * one.capacity_per_s and whole.tpot_p99_s == one.tpot_p99_s
+    assert "attention data parallelism: 4 ranks" in whole.assumptions[-1]
+
+
+def test_the_search_offers_attention_dp_only_where_the_model_has_experts():
+    spec = SearchSpec(8, kv_dtypes=("same",))
+    dense = plan_options(spec, ())
+    assert dense and not any(o.attention_dp or o.ep > 1 for o in dense)
+    moe = plan_options(spec, (8,))
+    dp = [o for o in moe if o.attention_dp]
+    assert {(o.tp, o.ep) for o in dp} == {(1, 2), (1, 4), (1, 8)}
+    assert len([o for o in moe if not o.attention_dp and o.tp == 1 and o.ep > 1]) == len(dp)
+
+
+@pytest.mark.slow
+def test_a_searched_attention_dp_plan_is_what_its_serve_command_serves(capsys):
+    """Mixtral on two H200s: the attention-DP plan is a configuration of its own, labelled and in the JSON, and
+    served again as its `mapper serve --attention-dp` command serves it (one rank at half the replica's rate,
+    the throughput of both) it gives the same figures."""
+    spec = SearchSpec(
+        2,
+        prompt_tokens=256,
+        output_tokens=16,
+        requests=32,
+        kv_dtypes=("same",),
+        chunks=(512,),
+        caps=(4,),
+        tps=(1,),
+        pps=(1,),
+        dtypes=("bf16",),
+        targets=Targets(ttft_p99_s=5.0),
+        disaggregated=False,
+    )
+    result = run_search("mixtral-8x7b", HW, spec)
+    (p,) = [p for p in result.points if p.plan.options.attention_dp]
+    assert "EP 2 attention DP" in p.label and p.row()["attention_dp"] is True
+    assert "--attention-dp" in result.command(p) and p.plan.devices_per_replica == 2
+    config = LLMServingConfig(
+        4, p.rate_per_s, requests_at(spec, 4), spec.seed, 256, 16, scheduler="chunked", chunk_tokens=512
+    )
+    served = simulate_model_llm_serving("mixtral-8x7b", HW, p.plan.options, config)
+    assert served.tpot_p99_s == pytest.approx(p.tpot_p99_s, rel=1e-9)
+    assert served.throughput_tokens_per_s / 2 == pytest.approx(p.tokens_per_s_per_device, rel=1e-9)
+    replicated = next(q for q in result.points if q.plan.options == replace(p.plan.options, attention_dp=False))
+    assert p.kv_capacity_tokens == replicated.kv_capacity_tokens  # the same room a device, each rank its own
