@@ -253,3 +253,21 @@ def test_the_bound_prunes_only_configurations_that_cannot_be_chosen():
     plan, cap = pools[cut[0].what]
     served = SharedSteps(mapper.open_model("gpt2-small"), hw).server(plan, spec).at_load(cap, 0)
     assert served.tokens_per_s_per_device < result.best.tokens_per_s_per_device
+
+
+def test_one_mapped_prefill_bounds_every_caps_saturation_rate():
+    """The bound that prunes a plan's caps before their decode steps are mapped: a request costs its prompt's
+    prefill at least, so one prefill bounds the saturation rate of every cap and chunk (else a cut would drop a
+    configuration the exact bound serves), and it is that prefill's rate."""
+    from mapper.explore.search import SharedSteps
+    from mapper.explore.search_space import Plan
+
+    hw = mapper.load_hardware("h100-sxm")
+    spec = replace(SMALL, caps=(1, 4, 16, 64), chunks=(64, 512))
+    steps = SharedSteps(mapper.open_model("gpt2-small"), hw)
+    for options in (mapper.PlanOptions(), mapper.PlanOptions(tp=2, kv_dtype="fp8")):
+        server = steps.server(Plan(options, 1), spec)
+        ceiling = server.capacity_ceiling_per_s()
+        assert ceiling == 1.0 / steps.of(options).latency(1, spec.prompt_tokens, 0)
+        rates = [server.capacity_per_s(cap, chunk) for cap in spec.caps for chunk in spec.chunks]
+        assert all(0 < rate <= ceiling for rate in rates)

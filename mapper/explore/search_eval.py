@@ -16,6 +16,7 @@ prompt's prefill spread over the output), and the first SLA check it fails with 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -236,10 +237,28 @@ class PlanServer:
         floor = self.floor_tokens_per_s_per_device
         if self.spec.rate_per_s is not None or floor <= 0:
             return ""
-        bound = self.capacity_per_s(cap, chunk) * self.spec.output_tokens / self.plan.devices_per_replica
+        per_device = self.spec.output_tokens / self.plan.devices_per_replica
+        ceiling = self.capacity_ceiling_per_s() * per_device  # one prefill mapped for every cap and chunk
+        if ceiling < floor:
+            return (
+                f"at most {ceiling:,.0f} tok/s/device at saturation (a prompt's prefill alone), under the aggregated"
+                f" choice's {floor:,.0f}"
+            )
+        bound = self.capacity_per_s(cap, chunk) * per_device
         if bound >= floor:
             return ""
         return f"at most {bound:,.0f} tok/s/device at saturation, under the aggregated choice's {floor:,.0f}"
+
+    def capacity_ceiling_per_s(self) -> float:
+        """At least `capacity_per_s` at every cap and chunk, from one mapped step: a request costs its prompt's
+        prefill at batch 1 (a grid point of every cap's and chunk's prefill grid) plus its share of decode steps,
+        which are never negative, so the prefill alone bounds the rate (inf where there is no such bound)."""
+        prefill = self.prefill_one_s()
+        return self.ranks * (1.0 / prefill) if prefill > 0 else math.inf  # as capacity_per_s rounds it
+
+    def prefill_one_s(self) -> float:
+        """The prefill of one prompt the capacity reads (`llm_capacity_per_s`: the prefill grid at batch 1)."""
+        return self.steps.latency(1, self.spec.prompt_tokens, 0)
 
     def at_load(self, cap: int, chunk: int) -> Point:
         """Every replica the fleet holds, each at the spec's share of its saturation rate."""

@@ -16,6 +16,7 @@ the KV budget holds the draft's weights and cache beside the target's.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -106,6 +107,10 @@ class PoolServer(PlanServer):
         decode = LazyGrid(lambda b, t: self.steps.latency(b, 1, t), batches, contexts)
         return prefill, decode
 
+    def capacity_ceiling_per_s(self) -> float:
+        """No bound from one step: the prefill pool's rate is its batch's prefill, at a batch each cap sets."""
+        return math.inf
+
     def capacity_per_s(self, cap: int, chunk: int) -> float:
         (prefill, decode), (p_budget, d_budget) = self.step_times(cap, chunk), self.pool_budgets(cap)
         prompt = self.spec.prompt_tokens
@@ -156,6 +161,11 @@ class SpeculativeServer(PlanServer):
         if chunk not in self._budgets:
             self._budgets[chunk] = self.steps.kv_budget(self.spec.prompt_tokens, self.draft)
         return self._budgets[chunk]
+
+    def prefill_one_s(self) -> float:
+        """Both models' prefill of one prompt (the round's prefill grid at batch 1)."""
+        prompt = self.spec.prompt_tokens
+        return self.steps.latency(1, prompt, 0) + self.draft.latency(1, prompt, 0)
 
     def grids(self, cap: int) -> tuple[StepTime, LazyGrid, LazyGrid, LazyGrid]:
         """Prefill (target + draft), and the draft's decode and the target's verification a round is made of, on
