@@ -60,14 +60,26 @@ class LazyGrid:
         return float(np.interp(batch, xb[j - 1 : j + 1], [low, high]))
 
     def __call__(self, batch: int, tokens: float) -> float:
+        """`_at`'s columns around `tokens`, linear between them (the scheduler calls this every step: the row's
+        kept values are read here without a call each)."""
         xs = self._xs
+        row = self._rows.get(batch)
+        if row is None:
+            row = self._rows[batch] = [None] * len(self.tokens)
         if tokens <= xs[0]:
-            return self._at(batch, 0)
-        if tokens >= xs[-1]:
-            return self._at(batch, len(xs) - 1)
-        i = bisect.bisect_right(xs, tokens)
-        a, b = self._at(batch, i - 1), self._at(batch, i)
-        return a + (b - a) * (tokens - xs[i - 1]) / (xs[i] - xs[i - 1])
+            i = 0
+        elif tokens >= xs[-1]:
+            i = len(xs) - 1
+        else:
+            i = bisect.bisect_right(xs, tokens)
+            a, b = row[i - 1], row[i]
+            if a is None:
+                a = self._at(batch, i - 1)
+            if b is None:
+                b = self._at(batch, i)
+            return a + (b - a) * (tokens - xs[i - 1]) / (xs[i] - xs[i - 1])
+        value = row[i]
+        return value if value is not None else self._at(batch, i)
 
 
 SEARCH_WORKLOADS = 256  # bound steps a search keeps (a Mixtral step's workload is ~2 MB: 0.5 GB at most)

@@ -37,7 +37,13 @@ from mapper.work.workload import Workload
 
 
 def expert_of(workload: Workload, kernel: Kernel) -> ExpertGemm | None:
-    return next((workload.expert_gemms[n] for n in kernel.nodes if n in workload.expert_gemms), None)
+    """The routing figures of the kernel's first expert node (None: no expert in it)."""
+    gemms = workload.expert_gemms
+    for n in kernel.nodes:  # a loop, not a generator: every kernel of every step asks
+        found = gemms.get(n)
+        if found is not None:
+            return found
+    return None
 
 
 def check_expert_parallel(workload: Workload, ep: int, tp: int = 1, attention_dp: bool = False) -> None:

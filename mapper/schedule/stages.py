@@ -18,10 +18,11 @@ def balance_stages(times: list[float], stages: int) -> list[int]:
     if stages == 1:
         return [0] * n
     t = np.asarray(times, dtype=float)
+    values = t.tolist()  # the fill walks Python floats: the same doubles, without a numpy scalar per kernel
 
     def fill(bound: float) -> list[int] | None:
         out, stage, acc = [], 0, 0.0
-        for x in t:
+        for x in values:
             if acc + x > bound and acc > 0:
                 stage, acc = stage + 1, 0.0
             if stage >= stages:
