@@ -112,16 +112,7 @@ def test_top_three_remapped_independently_keep_their_order():
     assert len(top) == 3
     again = []
     for p in top:
-        config = LLMServingConfig(
-            p.max_batch,
-            p.rate_per_s,
-            requests_at(spec, p.max_batch),
-            spec.seed,
-            spec.prompt_tokens,
-            spec.output_tokens,
-            scheduler="chunked",
-            chunk_tokens=p.chunk_tokens,
-        )
+        config = served_as(spec, p, scheduler="chunked", chunk_tokens=p.chunk_tokens)
         served = simulate_model_llm_serving("llama2-7b", hw, p.plan.options, config)
         again.append(served.throughput_tokens_per_s / p.plan.devices_per_replica)
         assert served.tpot_p99_s == pytest.approx(p.tpot_p99_s, rel=1e-9)
@@ -164,6 +155,20 @@ def test_the_sheet_and_the_store_record_the_chosen_plan(tmp_path, capsys):
     assert trend.points[0].has_sheet
 
 
+def served_as(spec: SearchSpec, p, **options) -> LLMServingConfig:
+    """The serving config a searched point's `mapper serve` command sets, built here from its cap and rate and the
+    spec's workload (not by the search's own code), with `options` added."""
+    return LLMServingConfig(
+        p.max_batch,
+        p.rate_per_s,
+        requests_at(spec, p.max_batch),
+        spec.seed,
+        spec.prompt_tokens,
+        spec.output_tokens,
+        **options,
+    )
+
+
 def _only(result, deployment: str):
     return [p for p in result.points if str(p.plan.deployment) == deployment]
 
@@ -179,16 +184,7 @@ def test_disaggregated_pools_are_searched_and_match_mapper_serve():
     assert {p.plan.pools[0] * p.plan.prefill.tp for p in pools} == {1, 2, 3}  # prefill devices of the four
     assert all(p.plan.devices_per_replica == 4 and "--prefill-tp" in result.command(p) for p in pools)
     p = max(pools, key=lambda p: p.tokens_per_s_per_device)
-    config = LLMServingConfig(
-        p.max_batch,
-        p.rate_per_s,
-        requests_at(spec, p.max_batch),
-        spec.seed,
-        spec.prompt_tokens,
-        spec.output_tokens,
-        jitter_cv=hw.jitter_cv,  # as `mapper serve` fills it: the profile's
-        jitter_dist=hw.jitter_dist,
-    )
+    config = served_as(spec, p, jitter_cv=hw.jitter_cv, jitter_dist=hw.jitter_dist)  # the profile's, as serve fills it
     setup = mapper.Disaggregation(
         mapper.Pool(p.plan.prefill, p.plan.pools[0]), mapper.Pool(p.plan.options, p.plan.pools[1])
     )
@@ -208,9 +204,7 @@ def test_speculative_decoding_is_searched_where_a_draft_is_given():
     result = run_search("gpt2-small", hw, replace(spec, speculative=draft))
     (p,) = _only(result, "speculative")
     assert "--speculative-draft=gpt2-small" in result.command(p) and "prefill-first" in result.command(p)
-    config = LLMServingConfig(
-        4, p.rate_per_s, requests_at(spec, 4), spec.seed, spec.prompt_tokens, spec.output_tokens, speculative=draft
-    )
+    config = served_as(spec, p, speculative=draft)
     served = simulate_model_llm_serving("gpt2-small", hw, p.plan.options, config)
     assert served.tpot_p99_s == pytest.approx(p.tpot_p99_s, rel=1e-9)
     assert served.throughput_tokens_per_s == pytest.approx(p.tokens_per_s_per_device, rel=1e-9)
