@@ -58,7 +58,13 @@ from mapper.hardware.target import device_target
 from mapper.plan import tiling
 from mapper.plan.attention_tiling import attention_fits
 from mapper.plan.causal import causal_prompt_attention
-from mapper.plan.experts import check_expert_parallel, plan_experts, resident_kernels, whole_experts
+from mapper.plan.experts import (
+    check_expert_parallel,
+    plan_experts,
+    replica_devices,
+    resident_kernels,
+    whole_experts,
+)
 from mapper.plan.fusion import plan_fusion
 from mapper.plan.kernels import build_kernels
 from mapper.plan.layout import plan_layout
@@ -270,13 +276,16 @@ def roll_up_slice(
     options: PlanOptions,
     steady_state_s: float | None,
 ) -> tuple[tuple[LayerRollup, ...], Totals]:
-    """Layer-type figures and totals over the devices and replicas the options ask for."""
+    """Layer-type figures and totals over the devices and replicas the options ask for. A stage runs each kernel on
+    all of its devices at once: the tp ranks, or at tp 1 the ep devices of their own (attention and the dense layers
+    replicated on each, E/ep experts a device); under attention DP the mapping is one rank's (one device)."""
+    stage = options.tp if options.attention_dp else replica_devices(options.tp, 1, options.ep)
     spread = Spread(
-        devices=options.tp * options.pp,
+        devices=stage * options.pp,
         replicas=options.dp,
         steady_state_s=steady_state_s,
-        ranks=options.tp,
-        idle_others_w=hardware.idle_w * options.tp * (options.pp - 1),
+        ranks=stage,
+        idle_others_w=hardware.idle_w * stage * (options.pp - 1),
     )
     return roll_up(estimates, workload, sizer.weight_bytes(), hardware.matrix_peak(dtype), dtype, spread)
 

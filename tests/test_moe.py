@@ -102,6 +102,20 @@ def test_expert_parallelism_splits_experts_and_adds_two_all_to_alls_a_layer():
     assert one.memory.weight_bytes - four.memory.weight_bytes == pytest.approx(experts_resident * 3 / 4)
 
 
+def test_expert_parallel_devices_of_their_own_count_in_energy_and_mfu():
+    """At --tp 1 --ep 4 each of the 4 devices runs every kernel at once (the dense layers replicated, a quarter of
+    the experts each), as the plan's device count says: the step's energy is 4 x its kernels' (one device's each)
+    and MFU is over 4 peaks. It counted one device (a quarter of the power, 4x the MFU) before; attention DP's
+    mapping is one rank's and stays one device's."""
+    w = mapper.load_workload("mixtral-8x7b", {"batch": 64, "seq": 1, "past": 128})
+    four = mapper.map_workload(w, HW, mapper.PlanOptions(dtype="bf16", ep=4))
+    t = four.totals
+    assert t.energy_j == pytest.approx(4 * sum(k.energy_j for k in four.kernels), rel=1e-9)
+    assert t.mfu == pytest.approx(t.flops / (t.latency_s * t.peak_flops_per_s * 4), rel=1e-9)
+    rank = mapper.map_workload(w, HW, mapper.PlanOptions(dtype="bf16", ep=4, attention_dp=True))
+    assert rank.totals.energy_j == pytest.approx(sum(k.energy_j for k in rank.kernels), rel=1e-9)
+
+
 @pytest.mark.parametrize(
     ("source", "ep", "message"),
     [

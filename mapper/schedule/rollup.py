@@ -36,10 +36,10 @@ def batch_size(graph: Graph) -> int:
 class Spread:
     """How one batch is spread over devices; the defaults are one device."""
 
-    devices: int = 1  # devices serving one batch together (tp x pp): MFU is against all of their peaks
+    devices: int = 1  # devices serving one batch together (a stage's x pp): MFU is against all of their peaks
     replicas: int = 1  # data-parallel copies (dp): throughput counts each
     steady_state_s: float | None = None  # with pipeline stages: back-to-back batches overlap, one per this
-    ranks: int = 1  # devices each kernel runs on at once (tp)
+    ranks: int = 1  # devices each kernel runs on at once (a stage's: tp, or ep devices of their own at tp 1)
     idle_others_w: float = 0.0  # the other stages' devices, idling meanwhile
 
 
