@@ -31,6 +31,7 @@ WIDGETS = {
     "launch": ("launch", str),
     "ep": ("ep", int),
     "expert_imbalance": ("expert_imbalance", float),
+    "attention_dp": ("attention_dp", bool),
 }
 # Sidebar values a link carries beside the plan: key -> (type, least, most), the widgets' own bounds.
 LINKED_VALUES = {

@@ -189,8 +189,8 @@ def _options_section() -> mapper.PlanOptions:
 
 def _runtime_section() -> dict:
     """The serving runtime (a preset of KV-cache update and launch, or each set) and mixture-of-experts
-    options: PlanOptions' runtime, kv_cache, kv_dtype, launch, gqa_decode, ep and expert_imbalance, as `mapper map`
-    takes them."""
+    options: PlanOptions' runtime, kv_cache, kv_dtype, launch, gqa_decode, ep, expert_imbalance and attention_dp,
+    as `mapper map` takes them."""
     with st.expander("Runtime and experts"):
         r1, r2, r3, r4 = st.columns(4)
         choice = {
@@ -201,7 +201,7 @@ def _runtime_section() -> dict:
             ),
             "launch": r4.selectbox("launch", mapper.LAUNCHES, key="launch", help="graph: CUDA-graph replay"),
         }
-        e1, e2, e3 = st.columns(3)
+        e1, e2, e3, e4 = st.columns(4)
         choice["gqa_decode"] = e3.selectbox(
             "GQA decode", mapper.GQA_DECODES, key="gqa_decode",
             help="decode attention over grouped-query heads: packed into one kernel's rows, or per head; auto: the"
@@ -213,7 +213,12 @@ def _runtime_section() -> dict:
             "expert imbalance", min_value=1.0, max_value=float(most), step=0.25, key="expert_imbalance",
             help="busiest expert's tokens over the mean (MoE)",
         )  # fmt: skip
-    return choice | {"ep": int(ep), "expert_imbalance": float(imbalance)}
+        attention_dp = e4.checkbox(
+            "attention DP", key="attention_dp",
+            help="attention data-parallel over the EP devices (TP 1, EP of 2 or more): each rank its own requests and"
+            " KV cache; the numbers are one rank's",
+        )  # fmt: skip
+    return choice | {"ep": int(ep), "expert_imbalance": float(imbalance), "attention_dp": bool(attention_dp)}
 
 
 def _optional(column, label: str, key: str, help_text: str, least: float = 0.01, empty: str = "none") -> float | None:

@@ -111,7 +111,7 @@ def test_validation_measures_an_uploaded_model_on_the_cpu_profile():
 
 @pytest.mark.slow
 def test_the_runtime_and_expert_options_have_sidebar_controls_that_change_the_numbers():
-    """runtime, KV-cache update, launch, EP and expert imbalance are widgets (not only link values): eager
+    """runtime, KV-cache update, launch, EP, expert imbalance and attention DP are widgets (not only link values): eager
     launches on Llama-2-7B decode add each kernel's launch back, and the link and the reproduce line carry them."""
     at = start(model="llama2-7b", seq=1, past=512)
     assert_clean(at, "llama2-7b decode")
@@ -124,3 +124,8 @@ def test_the_runtime_and_expert_options_have_sidebar_controls_that_change_the_nu
     mixtral = start(model="mixtral-8x7b", seq=1, past=128, ep=2)
     assert_clean(mixtral, "mixtral ep 2")
     assert mixtral.number_input(key="ep").value == 2 and state(mixtral).doc["options"]["ep"] == 2
+    mixtral.checkbox(key="attention_dp").check().run()  # one rank's step: its attention at its own batch
+    assert_clean(mixtral, "mixtral ep 2, attention DP")
+    doc = state(mixtral).doc
+    assert doc["options"]["attention_dp"] is True and "--attention-dp" in mixtral.code[0].value
+    assert dict(mixtral.query_params)["attention_dp"] == "on"  # the engine's text form
