@@ -61,12 +61,12 @@ def metric(at: AppTest, label: str) -> str:
     return next(m.value for m in at.metric if m.label == label)
 
 
-# the two largest built-ins render every page for 4 s each: the slow tier's
-BIG_BUILTINS = ("llama2-70b", "mixtral-8x7b")
+# a CNN and a decoder render every page in the fast tier; every built-in in the slow tier (1.5-7 s each)
+FAST_BUILTINS = ("resnet50", "gpt2-small")
 
 
 @pytest.mark.parametrize(
-    "model", [pytest.param(m, marks=pytest.mark.slow) if m in BIG_BUILTINS else m for m in mapper.ZOO_NAMES]
+    "model", [m if m in FAST_BUILTINS else pytest.param(m, marks=pytest.mark.slow) for m in mapper.ZOO_NAMES]
 )
 def test_every_page_renders_for_each_builtin(model):
     at = start(model=model)
@@ -244,6 +244,7 @@ def test_validation_page_measures_and_calibrates_a_small_model():
     assert any("Measured sheet" in c.value for c in at.caption)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("query", "args"),
     [

@@ -76,6 +76,7 @@ def run_compare(at) -> None:
     next(b for b in at.button if b.label == "Compare").click().run()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "query", [{"model": "resnet50"}, {"model": "gpt2-small", "tp": 2}], ids=["resnet50", "gpt2-tp2"]
 )

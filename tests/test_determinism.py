@@ -51,6 +51,7 @@ def bindings(model: mapper.ModelHandle) -> tuple[dict, dict]:
     return {k: v[0] for k, v in pairs.items()}, {k: v[1] for k, v in pairs.items()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source", SOURCES, ids=lambda s: Path(s).stem)
 def test_a_slice_maps_the_same_whatever_was_mapped_before(source):
     first, second = bindings(mapper.open_model(source))

@@ -30,6 +30,7 @@ def quiet_run():
     return mapper.simulate_disaggregated("llama2-7b", H100, mapper.PlanOptions(dtype="bf16"), QUIET, setup)
 
 
+@pytest.mark.slow
 def test_ttft_is_the_prefill_pools_mapped_prefill(quiet_run):
     prefill = step_latency("llama2-7b", H100, mapper.PlanOptions(dtype="bf16", tp=1))(1, PROMPT, 0)
     assert quiet_run.disaggregated.ttft_p50_s == pytest.approx(prefill, rel=1e-9)

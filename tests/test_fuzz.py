@@ -153,6 +153,7 @@ def test_each_attack_class_has_its_share():
     assert abs(counts[None] / seeds - (1 - sum(share for share, _ in ATTACK_SHARES))) < 0.01
 
 
+@pytest.mark.slow
 @FUZZ
 @given(st.sampled_from([name for name, _ in real_models()[:12]]), st.data())
 def test_truncated_and_flipped_real_models(name, data):
@@ -428,6 +429,7 @@ def test_attention_nodes_without_outputs_or_inputs_are_not_a_crash():
     assert _mapped_or_rejected(data) == "mapped"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["bert-base", "hf_gpt2_tiny_ts", "optimum_gpt2_tiny_merged"])
 def test_each_node_without_its_outputs_or_inputs_maps_or_is_rejected(model):
     """The systematic form of the two seeds above: a real model with one node's outputs (then its inputs)

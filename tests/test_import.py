@@ -260,6 +260,7 @@ def test_bad_profile_gives_one_line_error(tmp_path):
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "dram_bandwidth_bytes_per_s" in r.stderr, r.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args,needle",
     [
@@ -316,6 +317,7 @@ def test_repeated_nodes_take_the_shapes_and_work_found_once(source, dims, monkey
     assert memoized.nodes == plain.nodes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "source,dims",
     [

@@ -101,6 +101,7 @@ def test_public_api_maps_a_builtin_without_extras():
     assert child_doc == here_doc  # the same numbers
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv", [("map", "resnet50", "--json"), ("map", "resnet50"), ("zoo",), ("hw",)])
 def test_cli_core_commands_without_extras(argv):
     rc, out, err, modules = cli(*argv)
@@ -112,6 +113,7 @@ def test_cli_core_commands_without_extras(argv):
         assert out.strip()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "argv, extra",
     [

@@ -125,6 +125,7 @@ def _lacking_columns(tmp_path: Path) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("make", "command", "needles"),
     [
@@ -187,6 +188,7 @@ def _page_text(at: AppTest) -> str:
     return "\n".join(str(p) for p in parts)
 
 
+@pytest.mark.slow
 def test_two_dashboard_sessions_never_see_each_others_runs(store_url, monkeypatch):
     from app_pages import cache
 

@@ -207,6 +207,7 @@ HOSTILE = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(HOSTILE))
 def test_hostile_traces_are_one_line_exit_2(case, tmp_path, capsys):
     path = tmp_path / "trace.json"

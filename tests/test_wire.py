@@ -47,6 +47,7 @@ def mapped(path: Path) -> mapper.MappingResult:
     return mapper.map_workload(mapper.open_model(str(path)).bind(), H100)
 
 
+@pytest.mark.slow
 def test_embedded_weights_map_as_the_graph_only_twin(embedded):
     full, graph = embedded
     assert full.stat().st_size > 300 * 1_000_000  # the real thing: over the old 256 MiB file limit

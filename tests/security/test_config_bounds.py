@@ -29,6 +29,7 @@ CONFIG_BOUND_BYTES = 64 << 20  # the page's bound for refusing a config: a few M
 ONNX_FACTOR = 3  # and for a file: the file mapped once, the structure read so far, its pieces
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(HOSTILE_CONFIGS))
 @pytest.mark.parametrize("command", ["map", "strip"])
 def test_a_hostile_config_is_refused_unbuilt(tmp_path, case, command):
@@ -51,6 +52,7 @@ def test_a_hostile_onnx_file_is_refused_while_read(tmp_path, case):
     assert_one_line(outcome, limit)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("data", "limit"),
     [

@@ -81,6 +81,7 @@ def test_the_gate_cannot_see_the_computed_rows():
     assert estimate.memory_bytes < GIB and estimate.flops < 1e6
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value", ["abc", "0", "9" * 50])
 def test_a_bad_setting_is_one_line_naming_its_variable(tmp_path, slots, value):
     outcome = _measure(tmp_path, tiny_model(), {**slots, "MAPPER_MEASURE_WALL_SECONDS": value})
