@@ -168,9 +168,8 @@ def plan_options(spec: SearchSpec, experts: tuple[int, ...]) -> list[PlanOptions
                             if kv != KvDtype.SAME and kv == dtype:
                                 continue  # the activations' precision already: the same plan as `same`
                             for launch in spec.launches:
-                                plan = replace(spec.base, tp=tp, pp=pp, ep=ep, dp=1, dtype=dtype)
-                                plan = replace(plan, attention_dp=attention_dp)
-                                out.append(replace(plan, weight_dtype=wd, kv_dtype=kv, launch=launch))
+                                plan = replace(spec.base, tp=tp, pp=pp, ep=ep, dp=1, attention_dp=attention_dp)
+                                out.append(replace(plan, dtype=dtype, weight_dtype=wd, kv_dtype=kv, launch=launch))
     return out
 
 

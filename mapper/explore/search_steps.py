@@ -39,14 +39,16 @@ class LazyGrid:
         self._xs = [float(t) for t in tokens]
         self._rows: dict[int, list[float | None]] = {}
 
-    def _at(self, batch: int, column: int) -> float:
-        """The grid's column interpolated in batch (np.interp over the two batches around it), kept per batch."""
+    def _row(self, batch: int) -> list[float | None]:
+        """The batch's kept column values (None: not read yet)."""
         row = self._rows.get(batch)
         if row is None:
             row = self._rows[batch] = [None] * len(self.tokens)
-        value = row[column]
-        if value is None:
-            value = row[column] = self._interpolate(batch, column)
+        return row
+
+    def _fill(self, row: list[float | None], batch: int, column: int) -> float:
+        """The grid's column interpolated in batch, kept in the batch's row."""
+        value = row[column] = self._interpolate(batch, column)
         return value
 
     def _interpolate(self, batch: int, column: int) -> float:
@@ -60,12 +62,8 @@ class LazyGrid:
         return float(np.interp(batch, xb[j - 1 : j + 1], [low, high]))
 
     def __call__(self, batch: int, tokens: float) -> float:
-        """`_at`'s columns around `tokens`, linear between them (the scheduler calls this every step: the row's
-        kept values are read here without a call each)."""
-        xs = self._xs
-        row = self._rows.get(batch)
-        if row is None:
-            row = self._rows[batch] = [None] * len(self.tokens)
+        """The columns around `tokens` (each interpolated in batch once, then kept), linear between them."""
+        xs, row = self._xs, self._row(batch)
         if tokens <= xs[0]:
             i = 0
         elif tokens >= xs[-1]:
@@ -74,12 +72,12 @@ class LazyGrid:
             i = bisect.bisect_right(xs, tokens)
             a, b = row[i - 1], row[i]
             if a is None:
-                a = self._at(batch, i - 1)
+                a = self._fill(row, batch, i - 1)
             if b is None:
-                b = self._at(batch, i)
+                b = self._fill(row, batch, i)
             return a + (b - a) * (tokens - xs[i - 1]) / (xs[i] - xs[i - 1])
         value = row[i]
-        return value if value is not None else self._at(batch, i)
+        return value if value is not None else self._fill(row, batch, i)
 
 
 SEARCH_WORKLOADS = 256  # bound steps a search keeps (a Mixtral step's workload is ~2 MB: 0.5 GB at most)
