@@ -164,6 +164,7 @@ class _Order:
 
     node_of: dict[str, str]  # op instance (Unit.op_key) -> the ONNX node it ran
     passes: int  # passes over the graph: the trace's runs when it marks no steps
+    present: frozenset[str]  # the graph's op types
     departure: str  # "" where the whole trace follows the graph; else its first departure
 
 
@@ -185,7 +186,7 @@ def _next_node(nodes: list[tuple[str, str]], types: frozenset[str], start: int) 
 
 def _graph_order(model, units: tuple[Unit, ...]) -> _Order:
     nodes = [(n.name, n.op_type) for n in model.graph.node]
-    present = {op for _, op in nodes}
+    present = frozenset(op for _, op in nodes)
     node_of: dict[str, str] = {}
     cursor, passes = 0, 1
     for u in sorted(units, key=lambda u: u.ts_us):
@@ -198,17 +199,17 @@ def _graph_order(model, units: tuple[Unit, ...]) -> _Order:
         if not 0 <= i < len(nodes):
             at = nodes[cursor] if cursor < len(nodes) else nodes[0]
             departure = f"{u.op} where the graph runs {at[1]} node {at[0]}"
-            return _Order({}, 1, f"the trace's op order departs from the graph's ({departure})")
+            return _Order({}, 1, present, f"the trace's op order departs from the graph's ({departure})")
         node_of[u.op_key], cursor = nodes[i][0], i + 1
-    return _Order(node_of, passes, "")
+    return _Order(node_of, passes, present, "")
 
 
-def _order_matcher(order: _Order, present: frozenset[str]):
+def _order_matcher(order: _Order):
     def match(unit: Unit) -> tuple[str, str]:
         types, why = _unit_types(unit)
         if why:
             return "", why
-        if not types & present:
+        if not types & order.present:
             return "", f"unmatched: no {'/'.join(sorted(types))} node in the graph"
         if order.departure:
             return "", f"unmatched: {NO_SCOPES}, and {order.departure}"
@@ -234,8 +235,11 @@ def _within_passes(units: tuple[Unit, ...], order: _Order) -> tuple[tuple[Unit, 
     if not placed:
         return units, ()
     start, end = min(u.ts_us for u in placed), max(u.ts_us + u.dur_us for u in placed)
-    inside = tuple(u for u in units if u.ts_us + u.dur_us > start and u.ts_us < end)
-    return inside, tuple(u for u in units if not (u.ts_us + u.dur_us > start and u.ts_us < end))
+    inside: list[Unit] = []
+    outside: list[Unit] = []
+    for u in units:
+        (inside if u.ts_us + u.dur_us > start and u.ts_us < end else outside).append(u)
+    return tuple(inside), tuple(outside)
 
 
 def match_trace(trace: TorchTrace, model) -> TraceMatch:
@@ -248,7 +252,7 @@ def match_trace(trace: TorchTrace, model) -> TraceMatch:
         match = _scope_matcher(_index(model))
     else:
         order = _graph_order(model, trace.units)
-        match = _order_matcher(order, frozenset(n.op_type for n in model.graph.node))
+        match = _order_matcher(order)
         if not order.departure and not trace.step_s:
             runs = order.passes
             units, outside = _within_passes(trace.units, order)
