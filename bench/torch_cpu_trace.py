@@ -207,10 +207,29 @@ def _gpt2(torch):
     return Gpt2(), (torch.randint(0, 50257, (1, SEQ)),)
 
 
+def profile_runs(torch, run, path: Path, device: str = "cpu") -> None:
+    """Two profiled calls of `run` after one warm-up, as a gzipped Chrome trace at `path` (CPU activity, and on
+    "cuda" the GPU's too, each call synchronized)."""
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    run()
+    with profile(
+        activities=activities,
+        schedule=schedule(wait=0, warmup=1, active=2, repeat=1),
+        on_trace_ready=lambda done: done.export_chrome_trace(str(path)),
+    ) as prof:
+        for _ in range(3):
+            run()
+            if device == "cuda":
+                torch.cuda.synchronize()
+            prof.step()
+
+
 def record(name: str, out: Path, threads: int) -> Path:
     """Two profiled iterations of `name` after one warm-up, as <out>/<name>.json.gz."""
     import torch
-    from torch.profiler import ProfilerActivity, profile, record_function, schedule
+    from torch.profiler import record_function
 
     torch.manual_seed(0)
     torch.set_num_threads(threads)
@@ -219,15 +238,7 @@ def record(name: str, out: Path, threads: int) -> Path:
     scope_modules(model, record_function)
     path = out / f"{name}.json.gz"
     with torch.inference_mode():
-        model(*inputs)
-        with profile(
-            activities=[ProfilerActivity.CPU],
-            schedule=schedule(wait=0, warmup=1, active=2, repeat=1),
-            on_trace_ready=lambda done: done.export_chrome_trace(str(path)),
-        ) as prof:
-            for _ in range(3):
-                model(*inputs)
-                prof.step()
+        profile_runs(torch, lambda: model(*inputs), path)
     print(f"{path}: torch {torch.__version__}, {threads} thread(s), {platform.processor() or platform.machine()}")
     return path
 

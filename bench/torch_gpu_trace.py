@@ -33,9 +33,9 @@ import sys
 from pathlib import Path
 
 try:
-    from bench.torch_cpu_trace import _resnet50, scope_modules
+    from bench.torch_cpu_trace import _resnet50, profile_runs, scope_modules
 except ImportError:  # run as a script: bench/ is on the path, the repository root is not
-    from torch_cpu_trace import _resnet50, scope_modules
+    from torch_cpu_trace import _resnet50, profile_runs, scope_modules
 
 LLAMA = {"layers": 32, "hidden": 4096, "heads": 32, "ffn": 11008, "vocab": 32000}  # HF config.json, as the built-in
 TOY = {"layers": 2, "hidden": 256, "heads": 4, "ffn": 512, "vocab": 1000}
@@ -105,12 +105,28 @@ def llama(torch, config: dict):
             x = x + o
             return x + self.mlp(self.post_attention_layernorm(x)), k, v
 
+    class RotaryEmbedding(nn.Module):
+        """HF's LlamaRotaryEmbedding (model.rotary_emb): its inverse frequencies a buffer, made once."""
+
+        def __init__(self):
+            super().__init__()
+            inv = 1.0 / ROPE_THETA ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+            self.register_buffer("inv_freq", inv, persistent=False)
+
+        def forward(self, x, cached: int):
+            """cos and sin of the new positions' angles."""
+            positions = torch.arange(cached, cached + x.shape[1], device=x.device, dtype=torch.float32)
+            angles = positions[:, None] * self.inv_freq[None, :]
+            angles = torch.cat((angles, angles), -1)
+            return angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+
     class Model(nn.Module):
         def __init__(self):
             super().__init__()
             self.embed_tokens = nn.Embedding(config["vocab"], hidden)
             self.layers = nn.ModuleList(Layer() for _ in range(config["layers"]))
             self.norm = RMSNorm()
+            self.rotary_emb = RotaryEmbedding()
 
     class LlamaForCausalLM(nn.Module):
         def __init__(self):
@@ -120,11 +136,8 @@ def llama(torch, config: dict):
 
         def forward(self, ids, past):
             s, cached = ids.shape[1], past[0][0].shape[2]
-            inv = 1.0 / ROPE_THETA ** (torch.arange(0, head_dim, 2, device=ids.device) / head_dim)
-            angles = torch.outer(torch.arange(cached, cached + s, device=ids.device), inv)
-            angles = torch.cat((angles, angles), -1)
             x = self.model.embed_tokens(ids)
-            cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+            cos, sin = self.model.rotary_emb(x, cached)
             mask = None
             if s > 1:
                 mask = torch.full((s, cached + s), float("-inf"), device=ids.device, dtype=x.dtype).triu(cached + 1)
@@ -135,24 +148,6 @@ def llama(torch, config: dict):
             return self.lm_head(self.model.norm(x)), presents
 
     return LlamaForCausalLM(), head_dim
-
-
-def _profile(torch, run, path: Path, device: str) -> None:
-    """Two profiled calls of `run` after one warm-up, as a gzipped Chrome trace at `path`."""
-    from torch.profiler import ProfilerActivity, profile, schedule
-
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
-    run()
-    with profile(
-        activities=activities,
-        schedule=schedule(wait=0, warmup=1, active=2, repeat=1),
-        on_trace_ready=lambda done: done.export_chrome_trace(str(path)),
-    ) as prof:
-        for _ in range(3):
-            run()
-            if device == "cuda":
-                torch.cuda.synchronize()
-            prof.step()
 
 
 def _llama_traces(torch, out: Path, device: str, dtype, quick: bool, scope) -> list[Path]:
@@ -166,7 +161,7 @@ def _llama_traces(torch, out: Path, device: str, dtype, quick: bool, scope) -> l
         shape = (batch, config["heads"], cached, head_dim)
         past = [(torch.randn(shape, device=device, dtype=dtype),) * 2 for _ in range(config["layers"])]
         path = out / f"{name}.json.gz"
-        _profile(torch, lambda ids=ids, past=past: model(ids, past), path, device)
+        profile_runs(torch, lambda ids=ids, past=past: model(ids, past), path, device)
         written.append(path)
     return written
 
@@ -177,7 +172,7 @@ def _resnet_trace(torch, out: Path, device: str, dtype, quick: bool, scope) -> P
     scope_modules(model, scope)
     images = torch.randn(QUICK_RESNET_BATCH if quick else RESNET_BATCH, 3, 224, 224, device=device, dtype=dtype)
     path = out / "resnet50.json.gz"
-    _profile(torch, lambda: model(images), path, device)
+    profile_runs(torch, lambda: model(images), path, device)
     return path
 
 
