@@ -14,6 +14,8 @@ Python, nccl-tests' loop). Nothing is fitted here: rows are split into fit and h
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -73,11 +75,31 @@ class Scored:
         }
 
 
-@cache
+_CANDIDATES: dict = {}  # profile name -> a candidate HardwareProfile mapped in its place (candidate_profile)
+
+
 def _hardware(name: str):
+    return _CANDIDATES.get(name) or _built_in(name)
+
+
+@cache
+def _built_in(name: str):
     from mapper.hardware.load import load_hardware
 
     return load_hardware(name)
+
+
+@contextmanager
+def candidate_profile(hw) -> Iterator[None]:
+    """Rows of the profile named `hw.name` are mapped on `hw` inside the block (a fit's candidate values, e.g.
+    bench/fit_matrix_dram.py); the slice cache is cleared on entry and exit, so no time of one leaks to the other."""
+    _CANDIDATES[hw.name] = hw
+    _slice_s.cache_clear()
+    try:
+        yield
+    finally:
+        del _CANDIDATES[hw.name]
+        _slice_s.cache_clear()
 
 
 @cache
