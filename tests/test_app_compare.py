@@ -29,8 +29,9 @@ def test_bf16_against_fp8_on_bert_improves_with_the_precision_caveat():
     assert_clean(at, "bf16 against fp8")
     verdict = shown(at.success[0].value)
     assert verdict.startswith("**improved: adopt the candidate")
-    # the metrics' order since the GEMM floor (2026-12-06): the 128-token slice improves on all five too
-    assert "decided by: improved p99 latency, perf/W, memory footprint, throughput, MFU" in verdict
+    # the metrics' order since H100's matrix DRAM curve (2026-12-06): the 128-token slice improves on all five
+    # (throughput +3.0%, past the 2% threshold: bf16's weight streams slowed more than fp8's)
+    assert "decided by: improved p99 latency, throughput, MFU, perf/W, memory footprint" in verdict
     warnings = [shown(w.value) for w in at.warning]
     assert any("Quality caveat:" in w and "precision change (dtype bf16 -> fp8)" in w for w in warnings)
     assert any("Fallback: the baseline plan" in shown(c.value) for c in at.caption)

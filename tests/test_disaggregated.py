@@ -99,15 +99,16 @@ def test_the_cli_compares_both_ways(capsys):
 @pytest.mark.slow  # a review or serving run of a 70B or at load: several seconds
 def test_the_review_offers_disaggregation_for_a_missed_tpot_target(capsys):
     """Llama-2-7B bf16 on one H100 at 6 req/s of 2,048-token prompts: prefills stall the decodes (TPOT p99 over
-    the 13 ms target; 12 ms before the paged decode latency added ~0.3 ms to the pools' decode p99); prefill and
+    the 14 ms target; 12 ms before the paged decode latency added ~0.3 ms to the pools' decode p99, 13 ms before
+    H100's matrix DRAM curve put the pools' decode p99 at 13.3 ms); prefill and
     decode on two TP 1 pools meets it at the same load, offered as a serving change owned by the runtime, with
     its cost in devices, never taken by default."""
     args = ["serve", "llama2-7b", "--hw", "h100-sxm", "--dtype", "bf16", "--max-batch", "32", "--rate", "6"]
-    args += ["--requests", "200", "--prompt-tokens", "2048", "--output-tokens", "128", "--tpot-p99-ms", "13"]
+    args += ["--requests", "200", "--prompt-tokens", "2048", "--output-tokens", "128", "--tpot-p99-ms", "14"]
     assert main([*args, "--json"]) == 0
     assessment = json.loads(capsys.readouterr().out)["assessment"]
     row = next(c for c in assessment["candidates"] if c["label"].startswith("disaggregated"))
     assert row["kind"] == "serving" and row["owner"] == "runtime systems engineer"
     assert row["changes"] == "prefill_tp=1,decode_tp=1" and row["cost"].startswith("2 devices against 1")
-    assert row["fixes"] and row["target_checks"][0]["met"] and row["target_checks"][0]["value_s"] < 0.013
+    assert row["fixes"] and row["target_checks"][0]["met"] and row["target_checks"][0]["value_s"] < 0.014
     assert assessment["chosen"]["kind"] == "plan"

@@ -189,11 +189,11 @@ def test_no_draft_known_no_row():
 
 @pytest.mark.slow  # a review or serving run of a 70B or at load: several seconds
 def test_a_missed_tpot_target_serves_the_speculation_row_with_its_draft(target):
-    """Under a latency target the row is served at the assessment's load with the draft, like a plan change (13 ms:
-    the round's 12.6 ms a token at 0.7 since the paged decode latency and the GEMM floor, 11.7 ms before, when the
-    target was 12)."""
+    """Under a latency target the row is served at the assessment's load with the draft, like a plan change (14 ms:
+    the round's 13.5 ms a token at 0.7 since H100's matrix DRAM curve, 12.6 ms before it, when the target was 13,
+    and 11.7 ms before the paged decode latency and the GEMM floor, when it was 12)."""
     serve = mapper.ServeRequest(mapper.ServingConfig(max_batch=1, rate_per_s=0.1, requests=100))
-    question = mapper.Question(serve, True, mapper.Targets(tpot_p99_s=0.013))
+    question = mapper.Question(serve, True, mapper.Targets(tpot_p99_s=0.014))
     a = mapper.assess_slice(target, {"batch": 1, "seq": 1, "past": 1024}, H100, TP4, question)
     c = next(c for c in a.candidates if c.kind == "serving")
     assert a.failure.check == "latency target" and [t.met for t in c.target_checks] == [True]
