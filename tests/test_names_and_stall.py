@@ -127,7 +127,8 @@ def test_repeated_layers_group_under_the_kernel_name(decode):
     groups = mapper.group_kernels(doc["kernels"], doc["totals"]["latency_s"])
     top = groups[0]
     assert top["kernel"] == "model.layers.*.self_attn · fused attention x 32"
-    assert top["count"] == 32 and top["share"] == pytest.approx(0.695, abs=0.005)  # 69.5% (68.8% unpaged)
+    # 67.3% since A100's matrix DRAM curve (2026-12-06: the GEMMs' weight streams slower), 69.5% before (68.8% unpaged)
+    assert top["count"] == 32 and top["share"] == pytest.approx(0.673, abs=0.005)
     assert len({g["kernel"] for g in groups}) == len(groups)
 
 
@@ -158,11 +159,12 @@ def test_stall_agrees_with_the_class_and_the_time_split(decode):
     t = decode.totals
     weighted = sum(e.stall_fraction * e.time_s for e in decode.kernels) / t.latency_s
     assert t.memory_stall_fraction == pytest.approx(weighted, rel=1e-12)
-    # 49.9% since the paged decode kernel's own latency (2026-12-06; launch-like, not a stall), 51.4% since the A100
-    # GEMM curve's refit (40.8% before: its GEMMs computed slower, overlapping more of memory)
-    assert t.memory_stall_fraction == pytest.approx(0.499, abs=0.002)
+    # 51.5% since A100's matrix DRAM curve (2026-12-06: the GEMMs wait longer on their weight streams), 49.9% since
+    # the paged decode kernel's own latency (2026-12-06; launch-like, not a stall), 51.4% since the A100 GEMM
+    # curve's refit (40.8% before: its GEMMs computed slower, overlapping more of memory)
+    assert t.memory_stall_fraction == pytest.approx(0.515, abs=0.002)
     attention = next(layer for layer in decode.layers if layer.layer_type == "Attention")
-    assert attention.share == pytest.approx(0.695, abs=0.005) and attention.stall_fraction > 0.3
+    assert attention.share == pytest.approx(0.673, abs=0.005) and attention.stall_fraction > 0.3
 
 
 @pytest.mark.parametrize(

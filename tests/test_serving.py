@@ -496,10 +496,11 @@ def test_kv_dtype_doubles_the_cache_a_device_holds():
 
 def test_the_review_offers_an_fp8_kv_cache_where_the_cache_dominates_a_step():
     """Llama-2-7B fp16 decode on A100 at batch 32 over 2,048 tokens: the cache is 34 of the 48 GB a step reads;
-    the review chooses the fp8 cache (1.38x; 1.40x before the paged decode latency, which an fp8 cache does not
-    shrink) over int4 weights, owned by the runtime, with its evidence."""
+    the review chooses the fp8 cache (1.37x; 1.38x before A100's matrix DRAM curve slowed the weight streams it
+    does not shrink, 1.40x before the paged decode latency) over int4 weights, owned by the runtime, with its
+    evidence."""
     model, a100 = mapper.open_model("llama2-7b"), mapper.load_hardware("a100-sxm-80gb")
     answer = mapper.assess_slice(model, {"batch": 32, "seq": 1, "past": 2048}, a100, mapper.PlanOptions(dtype="fp16"))
     chosen = answer.document()["assessment"]["chosen"]
     assert chosen["changes"] == "kv_dtype=fp8" and chosen["owner"] == "runtime systems engineer"
-    assert chosen["gain_text"] == "1.38x faster: TPOT -28%" and "fallback" in chosen["evidence"]
+    assert chosen["gain_text"] == "1.37x faster: TPOT -27%" and "fallback" in chosen["evidence"]
