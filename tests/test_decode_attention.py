@@ -12,7 +12,7 @@ import mapper
 from mapper.core.result import MatrixShape
 from mapper.core.vocab import Shard
 from mapper.hardware.target import UNPACKED_DECODE, device_target
-from mapper.plan.attention_tiling import plan_attention, work_items
+from mapper.plan.attention_tiling import plan_attention, runs_masked_mha, work_items
 from mapper.plan.runtime import PRESETS
 from mapper.plan.sharding import _split
 from mapper.serve.scheduler import Requests
@@ -87,6 +87,27 @@ def test_presets_say_how_their_decode_attention_runs():
     assert vllm.packs_query_group and vllm.splits_kv and vllm.page_tokens == 16
     assert trt.packs_query_group and trt.splits_kv and trt.page_tokens == 32
     assert "XQA" in trt.kernel and "seqlenq_ngroups_swapped" not in trt.kernel
+    assert (trt.packed_group_max, trt.masked_mha) == (32, True) and not vllm.masked_mha
+
+
+def test_tensorrt_llm_runs_multi_head_attention_and_groups_past_xqa_on_masked_mha(h200):
+    """TensorRT-LLM's XQA packs query-head groups of up to 32; multi-head attention, wider groups and a forced
+    per-head plan run its masked MHA kernel (CUDA cores, no 64-row tile), on a profile that gives its item time.
+    vLLM's FlashAttention runs every step."""
+    trt, vllm = PRESETS["tensorrt-llm"].decode_attention, PRESETS["vllm"].decode_attention
+
+    def shape(heads, kv_heads, m=1):
+        return MatrixShape(8 * heads, m, 513, 128, "attention", heads=heads, kv_heads=kv_heads)
+
+    masked = {g: runs_masked_mha(shape(g * 2, 2), trt, h200) for g in (1, 2, 8, 32, 48, 64)}
+    assert masked == {1: True, 2: False, 8: False, 32: False, 48: True, 64: True}
+    assert runs_masked_mha(shape(16, 2), dataclasses.replace(trt, packs_query_group=False), h200)
+    assert not runs_masked_mha(shape(32, 32, m=64), trt, h200)  # a prompt: the fused kernel
+    assert not any(runs_masked_mha(shape(g * 2, 2), vllm, h200) for g in (1, 8, 64))
+    assert not runs_masked_mha(shape(32, 32), trt, dataclasses.replace(h200, masked_mha_item_s=None))
+    mha = mapper.map_workload(mapper.load_workload("llama2-7b", STEP), h200, mapper.PlanOptions(runtime="tensorrt-llm"))
+    chosen = _attention(mha).tiling.chosen
+    assert chosen.tile_m == 1 and chosen.padding_efficiency > 0.5  # one query row, no tile of 64 padded
 
 
 def test_the_option_overrides_the_preset_and_the_document_says_which(llama70, h200):

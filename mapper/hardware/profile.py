@@ -136,6 +136,7 @@ class HardwareProfile:
     threads_per_unit: int | None = None  # resident threads per compute unit (row kernels); None: not given
     paged_decode_s: float | None = None  # a decode attention kernel's fixed latency past its launch; None: 0
     paged_decode_item_s: float | None = None  # unit time a decode attention work item's own fixed work holds
+    masked_mha_item_s: float | None = None  # the same for a masked multi-head attention item; None: no such kernel
     gemm_floor_s: float | None = None  # a GEMM's least time past its launch, fixed part; None: no floor
     gemm_k_latency_s: float | None = None  # the floor's serial main loop, per element of K
     gemm_serial_k: int | None = None  # K past which the library splits K (the loop stops growing)
@@ -259,6 +260,7 @@ _OPTIONAL = (  # (key, attribute, type): numbers a profile may leave out (None t
     ("compute.threads_per_unit", "threads_per_unit", int),
     ("overhead.paged_decode_s", "paged_decode_s", float),
     ("overhead.paged_decode_item_s", "paged_decode_item_s", float),
+    ("overhead.masked_mha_item_s", "masked_mha_item_s", float),
     ("overhead.gemm_floor_s", "gemm_floor_s", float),
     ("overhead.gemm_k_latency_s", "gemm_k_latency_s", float),
     ("overhead.gemm_serial_k", "gemm_serial_k", int),

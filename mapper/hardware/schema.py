@@ -212,6 +212,9 @@ class Overhead(_Strict):
     # unit time each of its work items' own prologue and epilogue holds (GPU fused attention); None: not given
     paged_decode_s: NonNegative | None = None
     paged_decode_item_s: NonNegative | None = None
+    # the unit time a masked multi-head attention item (one sequence's query head, CUDA cores) holds: TensorRT-LLM's
+    # decode kernel for multi-head attention and the query-head groups its XQA kernel does not take
+    masked_mha_item_s: NonNegative | None = None
     # a GEMM's least time past its launch: a fixed part and a serial main loop over K, K capped where the library
     # splits K across units (GPU GEMMs); absent: none
     gemm_floor_s: NonNegative | None = None
@@ -222,7 +225,7 @@ class Overhead(_Strict):
     def _below_a_second(self) -> Overhead:
         for key in (
             "kernel_launch_s", "grid_sync_s", "host_op_s", "graph_launch_s", "paged_decode_s",
-            "paged_decode_item_s", "gemm_floor_s", "gemm_k_latency_s",
+            "paged_decode_item_s", "masked_mha_item_s", "gemm_floor_s", "gemm_k_latency_s",
         ):  # fmt: skip
             if getattr(self, key) is not None and getattr(self, key).value >= 1.0:
                 raise ValueError(

@@ -25,12 +25,18 @@ class DecodeAttention:
     splits_kv: bool  # the cached keys split across units and the partial outputs combined (flash-decoding)
     page_tokens: int  # tokens per KV-cache page (paged cache; 0: one contiguous cache per sequence)
     kernel: str  # the kernel as its runtime names it, with its source
+    # A runtime whose packed kernel takes query-head groups only up to a size (0: any), and runs multi-head attention
+    # and larger groups on a masked multi-head attention kernel of its own (CUDA cores, one thread block per
+    # sequence and query head: `plan.attention_tiling.plan_masked_mha`); False: its fused kernel runs every step
+    packed_group_max: int = 0
+    masked_mha: bool = False
 
     @property
-    def key(self) -> tuple[bool, bool, bool]:
-        """What a kernel's assessment reads of it: packing, splitting and whether the cache is paged (a paged kernel
-        reads block tables: `plan.attention_tiling.decode_fixed_s`; the page size sizes the serving cache)."""
-        return self.packs_query_group, self.splits_kv, self.page_tokens > 0
+    def key(self) -> tuple[bool, bool, bool, int, bool]:
+        """What a kernel's assessment reads of it: packing, splitting, whether the cache is paged (a paged kernel
+        reads block tables: `plan.attention_tiling.decode_fixed_s`; the page size sizes the serving cache) and
+        which steps run the masked multi-head attention kernel."""
+        return self.packs_query_group, self.splits_kv, self.page_tokens > 0, self.packed_group_max, self.masked_mha
 
 
 # A graph as exported and run as it is: each query head its own work item (repeat_kv copies K and V per query

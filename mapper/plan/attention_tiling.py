@@ -85,9 +85,57 @@ def attention_fits(shape, act_bytes: float, hw: HardwareProfile) -> bool:
     return len(_attention_grid(shape.k, act_bytes, hw, shape.kind == LATENT_ATTENTION)[0]) > 0
 
 
+def runs_masked_mha(shape, decode: DecodeAttention, hw: HardwareProfile) -> bool:
+    """Whether a step runs the runtime's masked multi-head attention kernel: a decode step (one query a sequence) of
+    multi-head attention, or of a query-head group its packed kernel does not take, on a runtime that has one
+    (`DecodeAttention.masked_mha`) and a profile that gives its item time."""
+    if not decode.masked_mha or shape.m != 1 or hw.masked_mha_item_s is None:
+        return False
+    packed = decode.packs_query_group and (decode.packed_group_max <= 0 or shape.group <= decode.packed_group_max)
+    return shape.group <= 1 or not packed
+
+
+def plan_masked_mha(kernel: Kernel, target: Target) -> TilePlan:
+    """A masked multi-head attention decode kernel (TensorRT-LLM's `decoderMaskedMultiheadAttention`): one thread
+    block per (sequence, query head), its dot products and weighted sum on the CUDA cores (no matrix tile, so no
+    query rows padded), the keys split across units in multi-block mode where the blocks are few. A query head reads
+    its K/V head's cache through L2: DRAM reads each K/V head once, L2 serves it to each of its query heads."""
+    hw, s = target.hw, kernel.shape
+    P = hw.compute_units
+    block = float(target.decode_attention.page_tokens or ATTENTION_BLOCKS_KV[0])  # a split's keys: whole pages
+    splits = np.array(ATTENTION_KV_SPLITS if target.decode_attention.splits_kv else (1,), float)
+    items = float(s.batch)  # sequences x query heads
+    key_blocks = np.ceil(s.n / block)
+    kv_blocks = np.ceil(key_blocks / splits)
+    few = items < SPLIT_BELOW_SHARE * P
+    ok = (splits == 1) | (few & (kv_blocks * (splits - 1) < key_blocks))
+    split, kv_blocks = splits[ok], kv_blocks[ok]
+    tiles = items * split
+    waves = np.ceil(tiles / P)
+    wave_eff = tiles / (waves * P)
+    pad_kv = s.n / (split * kv_blocks * block)
+    scores = s.batch * s.m * s.n
+    flops = kernel.matrix_flops + SOFTMAX_VECTOR_FLOPS * scores
+    compute = flops / (target.vector_peak_flops_per_s * wave_eff) + kernel.sfu_ops / hw.sfu_peak_ops_per_s
+    partials = np.where(split > 1, 2 * tiles * (s.k + 1) * ACCUMULATOR_BYTES, 0.0)
+    cache = _kv_tiles(s) * items * s.n * s.k * target.kv_bytes  # every query head's K and V, through L2
+    dram = kernel.dram_bytes + np.where(partials > hw.l2_bytes, partials, 0.0)
+    l2 = np.maximum(kernel.dram_bytes, cache) + partials
+    memory, time = _timed(compute, dram, l2, split, s, tiles, target)
+    ones = np.ones_like(split)
+    candidates = Candidates(
+        ones, block * ones, s.k * ones, ones, split, tiles, waves, wave_eff, pad_kv, 0 * ones, dram, l2,
+        compute * ones, memory, time,
+    )  # fmt: skip
+    return pick_rows("attention", candidates, key_ids(ones, block * ones, split), [len(split)])[0]
+
+
 def plan_attention(kernel: Kernel, target: Target) -> TilePlan:
     """Query and key block sizes and key/value splits (`split_k` of the choice: the combine pass costs a grid
-    sync and the partial outputs' traffic) of a fused attention kernel."""
+    sync and the partial outputs' traffic) of a fused attention kernel; a step the runtime runs on its masked
+    multi-head attention kernel, that kernel's (`plan_masked_mha`)."""
+    if runs_masked_mha(kernel.shape, target.decode_attention, target.hw):
+        return plan_masked_mha(kernel, target)
     hw, act_bytes = target.hw, target.act_bytes
     peak, vector_peak = target.matrix_peak_flops_per_s, target.vector_peak_flops_per_s
     s = kernel.shape  # batch = B*H, m = Sq, n = Skv, k = head dim
@@ -134,17 +182,24 @@ def plan_attention(kernel: Kernel, target: Target) -> TilePlan:
     dram = kernel.dram_bytes + np.where(kv_resident, 0.0, reread)
     dram = dram + np.where(partials > hw.l2_bytes, partials, 0.0)
     l2 = kernel.dram_bytes + reread + partials
-    memory = np.maximum(
-        dram / (hw.dram_bandwidth_bytes_per_s * hw.dram_efficiency.at_array(dram)), l2 / hw.l2_bandwidth_bytes_per_s
-    )
-    time = smooth_max(compute, memory, hw.overlap_exponent) + np.where(split > 1, hw.grid_sync_s, 0.0)
-    # a paged decode kernel's latency no stream hides (the cost stage adds it to the launch)
-    time = time + decode_fixed_s(s, tiles, hw, target.decode_attention)
+    memory, time = _timed(compute, dram, l2, split, s, tiles, target)
     ones = np.ones_like(bq)
     candidates = Candidates(
         bq, bkv, s.k * ones, 2 * ones, split, tiles, waves, wave_eff, pad_eff, sram, dram, l2, compute, memory, time
     )
     return pick_rows("attention", candidates, key_ids(bq, bkv, split), [len(bq)])[0]
+
+
+def _timed(compute, dram, l2, split, shape, tiles, target: Target):
+    """(memory time, kernel time) of attention candidates: DRAM at its curve or L2, whichever is slower; compute and
+    memory overlapped, a split's combine sync, and a paged decode kernel's latency no stream hides (the cost stage
+    adds that to the launch)."""
+    hw = target.hw
+    memory = np.maximum(
+        dram / (hw.dram_bandwidth_bytes_per_s * hw.dram_efficiency.at_array(dram)), l2 / hw.l2_bandwidth_bytes_per_s
+    )
+    time = smooth_max(compute, memory, hw.overlap_exponent) + np.where(split > 1, hw.grid_sync_s, 0.0)
+    return memory, time + decode_fixed_s(shape, tiles, hw, target.decode_attention)
 
 
 def decode_fixed_s(shape, tiles, hw: HardwareProfile, decode: DecodeAttention):
@@ -153,7 +208,9 @@ def decode_fixed_s(shape, tiles, hw: HardwareProfile, decode: DecodeAttention):
     launch (`overhead.paged_decode_s`: its prologue, each sequence's block-table read before its first key/value
     page, that page's dependent loads, the output's write) and each work item's own fixed work, held on a unit and
     spread over the units (`overhead.paged_decode_item_s` x tiles / units). A bare kernel over a contiguous cache
-    (data/evidence/h200: PyTorch SDPA from a CUDA graph, 7-9 us at one sequence) shows neither."""
+    (data/evidence/h200: PyTorch SDPA from a CUDA graph, 7-9 us at one sequence) shows neither. A masked multi-head
+    attention kernel's items hold a unit for their own time (`overhead.masked_mha_item_s`)."""
     if shape.m != 1 or decode.page_tokens <= 0 or (hw.paged_decode_s is None and hw.paged_decode_item_s is None):
         return 0.0
-    return (hw.paged_decode_s or 0.0) + (hw.paged_decode_item_s or 0.0) * tiles / hw.compute_units
+    item = hw.masked_mha_item_s if runs_masked_mha(shape, decode, hw) else hw.paged_decode_item_s
+    return (hw.paged_decode_s or 0.0) + (item or 0.0) * tiles / hw.compute_units

@@ -52,11 +52,20 @@ VLLM_DECODE = DecodeAttention(
 # TensorRT-LLM's generation-phase attention for MQA/GQA is XQA (docs/source/advanced/gpt-attention.md: the query
 # heads that share a K/V head processed together), with multi-block mode splitting a long sequence across SMs (the
 # same page), paged in KvCacheConfig.tokens_per_block = 32 tokens (the LLM API's default, llmapi/llm_args.py).
+# Multi-head attention runs the masked MHA kernel (gpt-attention.md, "Generation Phase": one thread block per head,
+# multi-block mode), as do groups past 32: XQA's support check (decoderXQAImplJIT/kernelUtils.cpp, supportConfigQGMMA
+# and supportConfigHMMA) refuses head_grp_size x beam_width > 32 and, "for performance reasons", vanilla MHA at beam
+# width 1. AIConfigurator's TensorRT-LLM tables agree (docs/validation.md): groups of 2-32 at XQA's speed, with an
+# fp8 cache about half a bf16 one's time even over a few cached tokens (XQA's fp8 path), groups of 1 and of 48-128
+# at masked MHA's (an fp8 cache no faster; 48-128 heads a group 3-10x a packed kernel's time).
 TRTLLM_DECODE = DecodeAttention(
     packs_query_group=True,
     splits_kv=True,
     page_tokens=32,
-    kernel="XQA (TensorRT-LLM gpt-attention.md): a K/V head's query heads together, multi-block mode, 32-token pages",
+    kernel="XQA (TensorRT-LLM gpt-attention.md): a K/V head's query heads together (groups up to 32; multi-head"
+    " attention and larger groups: masked MHA), multi-block mode, 32-token pages",
+    packed_group_max=32,
+    masked_mha=True,
 )
 
 
