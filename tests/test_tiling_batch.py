@@ -31,6 +31,7 @@ from mapper.plan.tiling import (
     _fitting,
     macs_per_clock_per_unit,
     plan_matrices,
+    ranked_times,
     smooth_max,
 )
 
@@ -99,7 +100,7 @@ def _reference_plan(kernel, hw, peak, act_bytes, weight_bytes_per) -> TilePlan:
     time = smooth_max(compute, memory, hw.overlap_exponent) + np.where(sk > 1, hw.grid_sync_s, 0.0)
     fields = (tm, tn, tk, st, sk, tiles, waves, wave_eff, pad_eff, sram, dram, l2, compute, memory, time)
     choices, seen = [], set()
-    for i in np.argsort(time, kind="stable").tolist():
+    for i in np.argsort(ranked_times(time), kind="stable").tolist():  # ties at 12 digits: the candidates' order
         key = (float(tm[i]), float(tn[i]), float(sk[i]))
         if key in seen:
             continue

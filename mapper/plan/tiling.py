@@ -282,6 +282,19 @@ def _matrix_figures(kernel: Kernel, hw: HardwareProfile, act_bytes: float, weigh
     return M, N, K, B, kernel.matrix_flops, kernel.dram_bytes, a_bytes, b_bytes, base_eff * rate_share, dram_share
 
 
+RANK_DIGITS = 12  # significant digits a candidate's time is ranked at (`ranked_times`)
+
+
+def ranked_times(times: np.ndarray) -> np.ndarray:
+    """Times rounded to RANK_DIGITS significant digits for ranking, so that candidates equal in exact arithmetic tie
+    on every machine: numpy's float64 power and exp differ in their last bits between CPUs (SVML's kernels where
+    AVX-512 is found, its own elsewhere: 1e-16 to 1e-13 apart in the acceptance corpus), which flipped the order of
+    two tiles of one time (64x256 and 256x64) and so the chosen tile; rounded, ties keep the candidates' order."""
+    magnitude = np.floor(np.log10(np.maximum(np.abs(times), np.finfo(float).tiny)))
+    scale = 10.0 ** (RANK_DIGITS - 1 - magnitude)
+    return np.round(times * scale) / scale
+
+
 def pick_rows(
     kind: str,
     c: Candidates,
@@ -294,7 +307,7 @@ def pick_rows(
     Each row's first PICK_CHUNK ranks are read at once (the first few distinct tiles are usually within
     ~30 ranks); a row that needs more reads on in chunks."""
     rows = np.repeat(np.arange(len(counts)), counts)
-    order = np.lexsort((c.time_s, rows))  # by row, then time; stable: ties keep the candidates' order
+    order = np.lexsort((ranked_times(c.time_s), rows))  # by row, then time; stable: ties keep the candidates' order
     starts = list(itertools.accumulate(counts[:-1], initial=0))
     window = np.minimum(np.array(starts)[:, None] + np.arange(PICK_CHUNK), len(order) - 1)
     ranked = order[window]
