@@ -107,6 +107,7 @@ def test_uploaded_real_model_renders_every_page():
     visit_every_page(at, "hf_bert_tiny upload")
 
 
+@pytest.mark.slow  # seconds in the fast tier on a 2-core machine: the full tier runs it
 def test_uploaded_optimum_llm_export_renders_every_page():
     """An Optimum LLM export (dims batch_size, sequence_length, past_sequence_length; KV-cache inputs) on
     every page: the dims its own names, a decode step's cache length, serving by its batch dim."""
@@ -139,6 +140,7 @@ def test_uploaded_optimum_merged_decoder_binds_its_branch_in_the_sidebar():
     assert state(at).doc["model"]["sha256"] != doc["model"]["sha256"]
 
 
+@pytest.mark.slow  # seconds in the fast tier on a 2-core machine: the full tier runs it
 def test_uploaded_int8_model_renders_every_page_at_int8():
     """ONNX Runtime's QDQ-quantized ResNet-50 (tests/models/export_quantized.py)."""
     path = BERT_TINY.parent / "resnet50_int8_qdq.onnx"
@@ -213,6 +215,7 @@ def test_presentation_mode_enlarges_type():
     assert value >= 2 * label and "text-overflow: clip" in css
 
 
+@pytest.mark.slow  # seconds in the fast tier on a 2-core machine: the full tier runs it
 def test_tensor_parallel_degree_changes_the_device_plan():
     at = start()
     at.session_state["model"] = "llama2-70b"

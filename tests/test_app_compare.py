@@ -1,6 +1,7 @@
 """The Compare page as a person reads it (AppTest): bf16 against fp8 on BERT-base is an improvement that
 names the metrics deciding it and carries the precision caveat; every plan option can be the one that differs."""
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
 from tests.conftest import APP
@@ -58,6 +59,7 @@ def test_the_candidate_can_change_its_serving():
     assert (matrix["p99 latency"] != 0).any()
 
 
+@pytest.mark.slow  # seconds in the fast tier on a 2-core machine: the full tier runs it
 def test_compare_starts_at_the_sidebars_slice_and_has_no_seq_axis_for_a_model_without_one():
     """ResNet-50 at batch 256 in the sidebar: the matrix starts at batch 256 and offers no seq axis (it had a
     seq selector and batch 1 whatever the sidebar said)."""

@@ -70,6 +70,7 @@ def test_a_link_to_an_uploaded_model_asks_for_the_file_again():
     assert f"uploaded model (sha256 {sha}): upload that model again" in notice
 
 
+@pytest.mark.slow  # seconds in the fast tier on a 2-core machine: the full tier runs it
 def test_an_edited_profile_exports_under_its_own_name_with_its_file():
     """Apply an edit as the sidebar's form does: the profile is h100-sxm-edited, its changed value is marked
     'edited by the user' (not the datasheet's source), and Export offers the profile file the command names."""

@@ -37,6 +37,7 @@ def test_ttft_is_the_prefill_pools_mapped_prefill(quiet_run):
     assert quiet_run.disaggregated.ttft_p99_s == pytest.approx(prefill, rel=1e-9)
 
 
+@pytest.mark.slow  # seconds in the fast tier on a 2-core machine: the full tier runs it
 def test_tpot_is_the_transfer_and_the_decode_pools_mapped_steps(quiet_run):
     """(transfer + the output - 1 decode steps of the TP 2 pool over contexts PROMPT .. PROMPT + OUTPUT - 2) /
     (OUTPUT - 1); the transfer: each device's shard of the prompt's cache over the device link, plus its latency."""

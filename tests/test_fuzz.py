@@ -131,6 +131,7 @@ def test_the_sheet_checks_find_formulas_and_markup():
 
 
 @pytest.mark.parametrize("payload", [h for h in fuzz_attacks.HOSTILE if len(h) < 1000])
+@pytest.mark.slow  # seconds in the fast tier on a 2-core machine: the full tier runs it
 def test_hostile_names_map_and_write_sheets_without_formulas_or_markup(payload):
     """A hostile string as the graph name, every node name and an op type: the model maps, and its .xlsx,
     .csv and .html sheets (as `map --out` writes them) hold no live formula cell and no raw markup."""

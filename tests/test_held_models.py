@@ -163,6 +163,7 @@ def chain_model(nodes: int) -> bytes:
     )
 
 
+@pytest.mark.slow  # seconds in the fast tier on a 2-core machine: the full tier runs it
 def test_the_estimate_covers_what_a_node_dense_model_allocates(h100):
     """What Python allocates for the handle, a workload and a mapping stays under the estimate (protobuf's own
     parse is outside tracemalloc's view: mapper/core/footprint.py charges it from RSS measurements)."""

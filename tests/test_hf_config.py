@@ -83,6 +83,7 @@ def test_llama3_8b_is_the_published_count_exactly():
     ],
 )
 @pytest.mark.parametrize("dims", [{"batch": 1, "seq": 128, "past": 0}, {"batch": 1, "seq": 1, "past": 1024}])
+@pytest.mark.slow  # seconds in the fast tier on a 2-core machine: the full tier runs it
 def test_configs_map_with_the_closed_form_flops(name, dims):
     model = mapper.open_model(str(CONFIGS / f"{name}.json"))
     assert model.name.lower() == name and set(model.dims) == {"batch", "seq", "past"}  # Phi-3: _name_or_path
@@ -108,6 +109,7 @@ def test_mixtral_reads_two_experts_at_decode_and_all_at_prefill():
         assert read == pytest.approx(32 * used * expert, rel=1e-9)
 
 
+@pytest.mark.slow  # seconds in the fast tier on a 2-core machine: the full tier runs it
 def test_mixtral_config_is_the_built_in_graph():
     """One MoE builder: data/configs/mixtral-8x7b.json maps with the built-in's kernels and FLOPs."""
     assert decoder_spec(config("mixtral-8x7b")) == MIXTRAL_8X7B
@@ -337,6 +339,7 @@ def test_deepseek_v3_counts_its_main_model_and_its_mtp_module():
     assert abs((mtp - 2 * spec.vocab * spec.hidden) / 11.5e9 - 1) < ROUNDED_CARD_TOLERANCE
 
 
+@pytest.mark.slow  # seconds in the fast tier on a 2-core machine: the full tier runs it
 def test_deepseek_mla_caches_the_papers_576_elements_a_token_a_layer():
     """One latent cache a layer, [batch, 1, past, 576], found as the KV cache; 70,272 bytes a token at bf16, held
     whole by every device under TP 8 (the latent is one key head every query head shares) and 35,136 at fp8."""

@@ -95,6 +95,7 @@ def assert_same_walk(fast: Walk, slow: Walk) -> None:
 
 
 @pytest.mark.parametrize("source", REPEAT_SOURCES, ids=lambda s: Path(s).stem)
+@pytest.mark.slow  # seconds in the fast tier on a 2-core machine: the full tier runs it
 def test_copying_repeated_layers_gives_the_walk_of_every_node(source):
     """Every tensor's spec and folded value, each node's class, what folded and what is unresolved: the same
     whether a repeated layer's nodes copy their twins' outputs or every node is inferred."""

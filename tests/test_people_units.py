@@ -51,6 +51,7 @@ def slice_app(request):
 
 
 @pytest.mark.parametrize("page", OWN_PAGES)
+@pytest.mark.slow  # seconds in the fast tier on a 2-core machine: the full tier runs it
 def test_page_shows_peoples_units(slice_app, page):
     name, at = slice_app
     found = page_findings(at, page, f"{page} ({name})")
@@ -117,6 +118,7 @@ def test_compare_reads_in_units():
     assert not found, "\n".join(found)
 
 
+@pytest.mark.slow  # seconds in the fast tier on a 2-core machine: the full tier runs it
 def test_devices_of_a_pipeline_read_in_units():
     """Two pipeline stages and tensor parallelism: stage times, collectives' messages and memory in units."""
     at = start(model="llama2-7b", dtype="bf16", tp=2, pp=2, page="devices")

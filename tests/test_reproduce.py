@@ -57,6 +57,7 @@ def cli_document(argv: list[str], capsys) -> dict:
     ],
     ids=["bert-tp2-int4", "resnet-a100", "gpt2-pp2", "file"],
 )
+@pytest.mark.slow  # seconds in the fast tier on a 2-core machine: the full tier runs it
 def test_the_reproduce_command_maps_the_same_slice(argv, capsys):
     first = cli_document(["map", *argv, "--json"], capsys)
     words = shlex.split(first["reproduce"])

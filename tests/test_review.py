@@ -18,6 +18,7 @@ def llama7b():
     return review("llama2-7b", {"batch": 1, "seq": 1, "past": 1024}, dtype="bf16")
 
 
+@pytest.mark.slow  # seconds in the fast tier on a 2-core machine: the full tier runs it
 def test_llama7b_decode_memory_bound_int4_proposed_with_caveat_and_improves_tpot(llama7b):
     assert llama7b.failure.check == "dominant bottleneck" and llama7b.dominant == "memory-bound"
     assert "memory-bound" in llama7b.mechanism and "3.35 TB/s" in llama7b.mechanism and "weights" in llama7b.mechanism
@@ -164,6 +165,7 @@ def test_first_failing_slice_on_the_sweep_page():
     assert "give a positive number" in at.error[0].value
 
 
+@pytest.mark.slow  # seconds in the fast tier on a 2-core machine: the full tier runs it
 def test_cli_require_no_regression_exits_nonzero_when_the_fix_regresses(tmp_path, capsys):
     # fp32 compute on a bf16 baseline is slower everywhere: the gate must fail
     args = ["review", "resnet50", "--batch", "1", "--dtype", "bf16", "--fix", "dtype=fp32", "--matrix-batch", "1,2"]
@@ -172,6 +174,7 @@ def test_cli_require_no_regression_exits_nonzero_when_the_fix_regresses(tmp_path
     assert main([*args]) == 0
 
 
+@pytest.mark.slow  # seconds in the fast tier on a 2-core machine: the full tier runs it
 def test_review_page_runs_the_review_and_shows_the_frozen_slice():
     from streamlit.testing.v1 import AppTest
 

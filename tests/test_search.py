@@ -74,6 +74,7 @@ def test_infeasible_points_are_never_chosen_and_say_why():
     assert all(p.reason in PRUNE_REASONS and p.detail for p in result.pruned)
 
 
+@pytest.mark.slow  # seconds in the fast tier on a 2-core machine: the full tier runs it
 def test_capacity_forces_tp_2():
     """Llama-2-70B in bf16 (138 GB of weights) cannot sit on one H200 (0.9 x 141 GB): TP 2 is the answer."""
     spec = replace(SMALL, caps=(1, 2, 4), tps=(1, 2), requests=32, output_tokens=16)
@@ -211,6 +212,7 @@ def test_speculative_decoding_is_searched_where_a_draft_is_given():
     assert not _only(run_search("gpt2-small", hw, spec), "speculative")
 
 
+@pytest.mark.slow  # seconds in the fast tier on a 2-core machine: the full tier runs it
 def test_a_cnn_searches_batch_precision_and_replicas_under_a_p99_target():
     """ResNet-50 on two devices under a request p99: each precision's caps served on replicas of one device at
     the highest rate meeting the target; the chosen one re-served as its `mapper serve` command serves it gives

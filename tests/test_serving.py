@@ -309,6 +309,7 @@ def test_llm_cli_with_built_in_decoder(capsys):
     "stem",
     ["optimum_gpt2_tiny_with_past", "optimum_llama_tiny_with_past", "optimum_gpt2_tiny_merged", "hf_llama_tiny_decode"],
 )
+@pytest.mark.slow  # seconds in the fast tier on a 2-core machine: the full tier runs it
 def test_llm_serving_of_exported_decoders(stem):
     """Exported decoders name their dims their own way (past_sequence_length, past_seq with a separate
     total_seq, a merged decoder's use_cache_branch): each step binds them, the decode step slows as the
@@ -446,6 +447,7 @@ def test_70b_serves_at_tp8_on_h100_with_the_kv_capacity_written_out():
     assert any("KV cache per device: 0.9 x memory 80.0 GB" in a for a in served.assumptions)
 
 
+@pytest.mark.slow  # seconds in the fast tier on a 2-core machine: the full tier runs it
 def test_kv_capacity_grows_with_tp_and_pp():
     """More devices hold the weights and the cache between them: the capacity of one replica grows with TP."""
     from mapper.serve.llm import kv_capacity_tokens

@@ -224,6 +224,7 @@ def test_the_team_view_is_labelled_shared(store_url, monkeypatch):
 
 
 @pytest.mark.parametrize("run", ["²", "9" * 30, "1", "<b>x</b>" * 500, "f" * 31, "0123456789abcdef" * 2])
+@pytest.mark.slow  # seconds in the fast tier on a 2-core machine: the full tier runs it
 def test_a_hostile_run_link_is_one_line_in_the_page(store_url, monkeypatch, run):
     record(store_url, doc(1.0), command="map", sheet=SHEET)
     at = _app(monkeypatch, store_url, "team")

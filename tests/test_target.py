@@ -91,6 +91,7 @@ def _document(result) -> dict:
     ],
     ids=lambda c: ",".join(f"{k}" for part in c.values() for k in part),
 )
+@pytest.mark.slow  # seconds in the fast tier on a 2-core machine: the full tier runs it
 def test_a_warm_memo_answers_as_a_cold_mapping(h100, change):
     """Map a slice, then the slice with one input changed on the same handle (its memo warm): the answer equals
     the changed slice mapped on a fresh handle, and differs from the first."""

@@ -24,6 +24,7 @@ def test_the_table_is_capacity_then_latency_then_bottleneck():
     assert [c.name for c in DECISION_TABLE] == ["capacity", "latency target", "dominant bottleneck"]
 
 
+@pytest.mark.slow  # seconds in the fast tier on a 2-core machine: the full tier runs it
 def test_llama2_70b_on_one_h100_fails_capacity_first_and_names_the_smallest_tp():
     doc = document("llama2-70b", {"batch": 1, "seq": 1, "past": 2048}, dtype="bf16")
     finding = first_failure(doc, mapper.Targets(p99_s=1e-9))  # even a target it misses comes second

@@ -60,6 +60,7 @@ def test_embedded_weights_map_as_the_graph_only_twin(embedded):
     assert a.totals.flops > 1e9  # VGG-19: 19.6 GFLOPs, ZFNet-512: 1.2 (a real network, not an empty one)
 
 
+@pytest.mark.slow  # seconds in the fast tier on a 2-core machine: the full tier runs it
 def test_reading_a_large_model_touches_only_its_structure(embedded):
     """Every byte the importer looks at goes through the buffer it is handed: a wrapper over the memory map
     counts them. The audit hook shows the file opened once and nothing else opened. What this proves: the
@@ -96,6 +97,7 @@ def test_reading_a_large_model_touches_only_its_structure(embedded):
     assert structure.stripped >= 8
 
 
+@pytest.mark.slow  # seconds in the fast tier on a 2-core machine: the full tier runs it
 def test_structure_parses_as_shape_only_weights(embedded):
     full, graph = embedded
     model = onnx.ModelProto.FromString(read_structure(full.read_bytes()).data)

@@ -161,6 +161,7 @@ def test_a_bad_value_is_one_line_in_process(case):
 
 
 @pytest.mark.parametrize("case", ["rope_theta nan", "rope_scaling llama3 missing keys", "rope_scaling factor text"])
+@pytest.mark.slow  # seconds in the fast tier on a 2-core machine: the full tier runs it
 def test_a_bad_value_is_one_line_from_the_cli(tmp_path, case):
     fields, needle = BAD_VALUES[case]
     path = tmp_path / "config.json"

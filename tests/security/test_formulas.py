@@ -150,6 +150,7 @@ def downloads(at: AppTest) -> dict[str, bytes]:
     return out
 
 
+@pytest.mark.slow  # seconds in the fast tier on a 2-core machine: the full tier runs it
 def test_dashboard_downloads_write_no_formula():
     at = AppTest.from_file(APP, default_timeout=120)
     hand_upload(at, FILE_NAME, formula_model())

@@ -78,6 +78,7 @@ def operations(shape: str, n: int, fusion: str) -> int:
 
 
 @pytest.mark.parametrize("shape", list(SHAPES))
+@pytest.mark.slow  # seconds in the fast tier on a 2-core machine: the full tier runs it
 def test_mapping_work_grows_linearly(shape):
     fusion = "aggressive" if shape == "transformer" else "default"  # flash attention's block planning too
     small, large = operations(shape, SMALL, fusion), operations(shape, 2 * SMALL, fusion)

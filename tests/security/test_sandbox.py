@@ -114,6 +114,7 @@ def _plant(cwd: Path, location: str) -> None:
 
 @pytest.mark.parametrize("build", [constant_model, loop_model, if_model], ids=["constant", "loop-body", "if-branch"])
 @pytest.mark.parametrize("location", [".streamlit/config.toml", "../../etc/passwd"])
+@pytest.mark.slow  # seconds in the fast tier on a 2-core machine: the full tier runs it
 def test_external_data_anywhere_is_synthesized_not_read(tmp_path, monkeypatch, build, location):
     """The file the reference names sits in the working directory, three bytes long: had ONNX Runtime
     read it, the run would fail (the tensor is 16 bytes). It runs on synthesized data instead."""
@@ -294,6 +295,7 @@ def _capped_address_space():  # the test's guard: old code read /dev/zero until 
 
 
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+@pytest.mark.slow  # seconds in the fast tier on a 2-core machine: the full tier runs it
 def test_measure_profile_reads_regular_files_only(tmp_path, kind):
     model = tmp_path / "tiny.onnx"
     model.write_bytes(_model([helper.make_node("Relu", ["x"], ["y"], name="relu")]).SerializeToString())
