@@ -14,13 +14,13 @@ from mapper.cli.main import main
 from mapper.core.errors import MapperError
 from mapper.core.targets import Targets
 from mapper.explore.search import run_search
-from mapper.explore.search_eval import requests_at
 from mapper.explore.search_space import SearchSpec, plan_options
 from mapper.serve.continuous import LLMServingConfig
 from mapper.serve.llm import kv_budget, simulate_model_llm_serving
 from mapper.serve.ranks import over_ranks, rank_config
 from mapper.serve.trace import Trace
 from mapper.zoo.mixtral import MIXTRAL_8X7B as C
+from tests.test_search import served_as
 
 HW = mapper.load_hardware("h200-sxm")
 RANKS = 8
@@ -126,10 +126,9 @@ def test_a_searched_attention_dp_plan_is_what_its_serve_command_serves(capsys):
     (p,) = [p for p in result.points if p.plan.options.attention_dp]
     assert "EP 2 attention DP" in p.label and p.row()["attention_dp"] is True
     assert "--attention-dp" in result.command(p) and p.plan.devices_per_replica == 2
-    config = LLMServingConfig(
-        4, p.rate_per_s, requests_at(spec, 4), spec.seed, 256, 16, scheduler="chunked", chunk_tokens=512
+    served = simulate_model_llm_serving(
+        "mixtral-8x7b", HW, p.plan.options, served_as(spec, p, scheduler="chunked", chunk_tokens=512)
     )
-    served = simulate_model_llm_serving("mixtral-8x7b", HW, p.plan.options, config)
     assert served.tpot_p99_s == pytest.approx(p.tpot_p99_s, rel=1e-9)
     assert served.throughput_tokens_per_s / 2 == pytest.approx(p.tokens_per_s_per_device, rel=1e-9)
     replicated = next(q for q in result.points if q.plan.options == replace(p.plan.options, attention_dp=False))
