@@ -92,26 +92,33 @@ def _built_in(name: str):
 @contextmanager
 def candidate_profile(hw) -> Iterator[None]:
     """Rows of the profile named `hw.name` are mapped on `hw` inside the block (a fit's candidate values, e.g.
-    bench/fit_matrix_dram.py); the slice cache is cleared on entry and exit, so no time of one leaks to the other."""
+    bench/fit_matrix_dram.py). Slices are kept by the profile's content hash, so a candidate's times and the
+    profile's never stand in for each other."""
     _CANDIDATES[hw.name] = hw
-    _slice_s.cache_clear()
     try:
         yield
     finally:
         del _CANDIDATES[hw.name]
-        _slice_s.cache_clear()
 
 
-@cache
+_SLICES: dict[tuple, float] = {}  # (profile sha256, kind, shape, plan dtype, runtime) -> a slice's latency
+
+
 def _slice_s(profile: str, kind: str, shape: tuple[int, ...], plan_dtype: str, runtime: str = "auto") -> float:
-    """The mapped latency of one one-op slice (microbench.kernel_model) replayed from a CUDA graph, cached
-    across tables and frameworks."""
+    """The mapped latency of one one-op slice (microbench.kernel_model) replayed from a CUDA graph, kept across
+    tables and frameworks by what it depends on: the profile's content, the op and the plan's precision and
+    runtime."""
     from mapper.pipeline import load_workload, map_workload
 
-    fusion = "aggressive" if kind.startswith("attention") else "default"
-    graph = kernel_model(kind, shape, TensorProto.BFLOAT16)
-    options = PlanOptions(dtype=plan_dtype, fusion=fusion, launch="graph", runtime=runtime)
-    return map_workload(load_workload(graph), _hardware(profile), options).totals.latency_s
+    hw = _hardware(profile)
+    key = (hw.sha256, kind, shape, plan_dtype, runtime)
+    found = _SLICES.get(key)
+    if found is None:
+        fusion = "aggressive" if kind.startswith("attention") else "default"
+        graph = kernel_model(kind, shape, TensorProto.BFLOAT16)
+        options = PlanOptions(dtype=plan_dtype, fusion=fusion, launch="graph", runtime=runtime)
+        found = _SLICES[key] = map_workload(load_workload(graph), hw, options).totals.latency_s
+    return found
 
 
 def predict(row: aic.Row, profile: str) -> float | None:
