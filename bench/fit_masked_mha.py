@@ -9,7 +9,7 @@ device's TensorRT-LLM generation_attention_perf table, bf16 and fp8 caches, kept
 (`plan.attention_tiling.runs_masked_mha`: one query head a K/V head, or a group past XQA's); the rows
 aiconfigurator.SPLIT_RULE holds back are never mapped during the search. Each row is mapped as the harness maps it
 (mapper/evidence/validate.py: the framework op's kernels, one-op slices replayed from a CUDA graph) on the profile
-with a candidate value (validate.candidate_profile); the rows are scored first without the kernel (every step on
+with a candidate value (candidates.candidate_profile); the rows are scored first without the kernel (every step on
 the fused kernel, as before it). The search: a grid of 0.2-3.0 us in 0.1 us steps, the value
 with the least median |error| on the fit rows kept. Prints fit and held-back median |error| and bias by cache dtype
 for the profile's value and the fitted one, and the TOML line; --write puts the value in
@@ -26,7 +26,13 @@ import numpy as np
 
 from mapper.core.result import MatrixShape
 from mapper.evidence import aiconfigurator as aic
-from mapper.evidence.validate import RUNTIMES, candidate_profile, error_stats, score_aiconfigurator
+from mapper.evidence.candidates import candidate_profile, with_value
+from mapper.evidence.validate import (
+    RUNTIMES,
+    aiconfigurator_rows,
+    error_stats,
+    score_aiconfigurator,
+)
 from mapper.hardware.load import load_hardware
 from mapper.hardware.profile import HardwareProfile
 from mapper.plan.attention_tiling import runs_masked_mha
@@ -43,12 +49,8 @@ def masked_rows(device: str, per_table: int) -> tuple[list[aic.Row], list[aic.Ro
     """(fit rows, held-back rows): the device's TensorRT-LLM decode rows the preset runs on masked MHA."""
     decode = PRESETS[RUNTIMES[FRAMEWORK]].decode_attention
     hw = with_item(load_hardware(device), 1e-6)  # any value: which steps run masked MHA, not how fast
-    rows = []
-    for table in aic.tables():
-        decode_table = table.profile == device and aic.TABLES[table.name] == aic.RowKind.ATTENTION_DECODE
-        if decode_table and table.label.split("/")[2] == FRAMEWORK:
-            rows += aic.sample(aic.read_rows(table), per_table, SEED)
-    kept = [r for r in rows if runs_masked_mha(_shape(r), decode, hw)]
+    rows, _ = aiconfigurator_rows(device, aic.RowKind.ATTENTION_DECODE, per_table, SEED)
+    kept = [r for r in rows if r.table.split("/")[2] == FRAMEWORK and runs_masked_mha(_shape(r), decode, hw)]
     return [r for r in kept if not aic.held_back(r)], [r for r in kept if aic.held_back(r)]
 
 
@@ -59,13 +61,8 @@ def _shape(row: aic.Row) -> MatrixShape:
 
 
 def with_item(hw: HardwareProfile, item_s: float | None) -> HardwareProfile:
-    """`hw` with `item_s` as its masked MHA item time (None: none, every step on the fused kernel), rebuilt from its
-    tree (its content hash the candidate's)."""
-    tree = hw.to_dict()
-    tree["overhead"].pop(KEY, None)
-    if item_s is not None:
-        tree["overhead"][KEY] = {"value": item_s, "source": "a fit's candidate"}
-    return load_hardware(tree)
+    """`hw` with `item_s` as its masked MHA item time (None: none, every step on the fused kernel)."""
+    return with_value(hw, f"overhead.{KEY}", item_s)
 
 
 def stats(hw: HardwareProfile, rows: list[aic.Row]) -> dict[str, dict]:

@@ -6,7 +6,7 @@ by its bytes) to the bf16 GEMM rows of AIConfigurator's tables in the FIT SPLIT 
 Rows: the N bf16 rows a table (default 300) with the smallest stable hash of seed 'fit' (aiconfigurator.sample) of
 the device's gemm_perf tables; those aiconfigurator.SPLIT_RULE holds back are never mapped during the search. Each
 row is mapped as the harness maps it (mapper/evidence/validate.py: a one-op slice replayed from a CUDA graph), on
-the profile with a candidate curve (validate.candidate_profile). The search: the knots at 0.1, 1, 4, 16, 64,
+the profile with a candidate curve (candidates.candidate_profile). The search: the knots at 0.1, 1, 4, 16, 64,
 256 MB and 1 GB, starting from the copy curve (`dram_by_bytes`, what a profile without a matrix curve uses) or the
 profile's own matrix curve; each knot in turn tried at its value x (1 -/+ step), kept where the fit rows' median
 |error| falls, the curve kept non-decreasing; steps 20%, 10%, 5%, 2.5%, each until a pass over the knots changes
@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 
 from mapper.evidence import aiconfigurator as aic
-from mapper.evidence.validate import candidate_profile, error_stats, score_aiconfigurator
+from mapper.evidence.candidates import candidate_profile, with_value
+from mapper.evidence.validate import error_stats, score_aiconfigurator
 from mapper.hardware.load import load_hardware
 from mapper.hardware.profile import EfficiencyCurve, HardwareProfile
 
@@ -48,13 +49,8 @@ def bf16_rows(device: str, per_table: int) -> tuple[list[aic.Row], list[aic.Row]
 
 
 def with_curve(hw: HardwareProfile, curve: EfficiencyCurve | None) -> HardwareProfile:
-    """`hw` with `curve` as its matrix DRAM curve (None: none, the copy curve serves), rebuilt from its tree so that
-    its content hash, which the engine's caches key on, is the candidate's."""
-    tree = hw.to_dict()
-    tree["efficiency"].pop(KEY, None)
-    if curve is not None:
-        tree["efficiency"][KEY] = {"value": [list(p) for p in curve.points], "source": "a fit's candidate"}
-    return load_hardware(tree)
+    """`hw` with `curve` as its matrix DRAM curve (None: none, the copy curve serves): `candidates.with_value`."""
+    return with_value(hw, f"efficiency.{KEY}", None if curve is None else [list(p) for p in curve.points])
 
 
 def stats(hw: HardwareProfile, curve: EfficiencyCurve | None, rows: list[aic.Row]) -> dict:

@@ -12,7 +12,6 @@ import pytest
 import mapper
 from mapper.cli.main import main
 from mapper.core.errors import MapperError
-from mapper.core.targets import Targets
 from mapper.explore.search import run_search
 from mapper.explore.search_space import SearchSpec, plan_options
 from mapper.serve.continuous import LLMServingConfig
@@ -20,7 +19,7 @@ from mapper.serve.llm import kv_budget, simulate_model_llm_serving
 from mapper.serve.ranks import over_ranks, rank_config
 from mapper.serve.trace import Trace
 from mapper.zoo.mixtral import MIXTRAL_8X7B as C
-from tests.test_search import served_as
+from tests.test_search import SMALL, served_as
 
 HW = mapper.load_hardware("h200-sxm")
 RANKS = 8
@@ -108,20 +107,7 @@ def test_a_searched_attention_dp_plan_is_what_its_serve_command_serves(capsys):
     """Mixtral on two H200s: the attention-DP plan is a configuration of its own, labelled and in the JSON, and
     served again as its `mapper serve --attention-dp` command serves it (one rank at half the replica's rate,
     the throughput of both) it gives the same figures."""
-    spec = SearchSpec(
-        2,
-        prompt_tokens=256,
-        output_tokens=16,
-        requests=32,
-        kv_dtypes=("same",),
-        chunks=(512,),
-        caps=(4,),
-        tps=(1,),
-        pps=(1,),
-        dtypes=("bf16",),
-        targets=Targets(ttft_p99_s=5.0),
-        disaggregated=False,
-    )
+    spec = replace(SMALL, output_tokens=16, requests=32, caps=(4,), tps=(1,), dtypes=("bf16",), disaggregated=False)
     result = run_search("mixtral-8x7b", HW, spec)
     (p,) = [p for p in result.points if p.plan.options.attention_dp]
     assert "EP 2 attention DP" in p.label and p.row()["attention_dp"] is True

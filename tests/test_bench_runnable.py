@@ -32,11 +32,12 @@ def test_bench_hostile_runs_on_a_tiny_setting(capsys):
 def test_fit_matrix_dram_runs_on_a_tiny_sample(capsys):
     """The matrix DRAM curve's fit (bench/fit_matrix_dram.py) end to end on 3 bf16 rows a table: a non-decreasing
     curve over the fixed and searched knots, both splits reported, and the built-in profile mapped again after it
-    (validate.candidate_profile leaves no candidate behind)."""
+    (candidates.candidate_profile leaves no candidate behind)."""
     pytest.importorskip("aiconfigurator_core")
     from bench.fit_matrix_dram import FITTED, FIXED, main
     from mapper.evidence import aiconfigurator as aic
-    from mapper.evidence.validate import _hardware, predict
+    from mapper.evidence.candidates import profile_named
+    from mapper.evidence.validate import predict
     from mapper.hardware.load import load_hardware
 
     row = aic.Row("b200_sxm/gemm/trtllm/1.3.0rc20/gemm_perf", "b200_sxm", "gemm", "bf16", (1, 4096, 4096), 1e-5, "", "")
@@ -46,4 +47,4 @@ def test_fit_matrix_dram_runs_on_a_tiny_sample(capsys):
     assert all(a <= b for (_, a), (_, b) in zip(curve.points, curve.points[1:], strict=False))
     out = capsys.readouterr().out
     assert "held-back" in out and "matrix_dram_by_bytes = { value = [[" in out
-    assert _hardware("b200").sha256 == load_hardware("b200").sha256 and predict(row, "b200") == before
+    assert profile_named("b200").sha256 == load_hardware("b200").sha256 and predict(row, "b200") == before

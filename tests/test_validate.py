@@ -15,10 +15,10 @@ from mapper.cli.main import main
 from mapper.core.options import PlanOptions
 from mapper.cost.collectives import collective_time
 from mapper.evidence import aiconfigurator as aic
+from mapper.evidence.candidates import candidate_profile, with_value
 from mapper.evidence.microbench import kernel_model
 from mapper.evidence.validate import (
     aiconfigurator_rows,
-    candidate_profile,
     decode_companions,
     error_stats,
     predict,
@@ -135,7 +135,7 @@ def test_tensorrt_llm_decode_of_multi_head_attention_and_wide_groups_is_masked_m
     mha = aic.Row(DECODE_TRT_H100, "h100_sxm", "attention-decode", "bf16", (128, 64, 64, 2, 128), 79.83e-6, "", "graph")
     for row in (wide, mha):
         assert predict(row, "h100-sxm") == pytest.approx(row.measured_s, rel=0.25)
-    fused = replace(load_hardware("h100-sxm"), masked_mha_item_s=None, sha256="h100 without masked MHA")
+    fused = with_value(load_hardware("h100-sxm"), "overhead.masked_mha_item_s", None)
     with candidate_profile(fused):
         assert predict(wide, "h100-sxm") < 0.2 * wide.measured_s
         assert predict(mha, "h100-sxm") > 2 * mha.measured_s

@@ -14,10 +14,7 @@ Python, nccl-tests' loop). Nothing is fitted here: rows are split into fit and h
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 
 from onnx import TensorProto
@@ -27,6 +24,7 @@ from mapper.core.vocab import Collective
 from mapper.cost.collectives import collective_time
 from mapper.evidence import aiconfigurator as aic
 from mapper.evidence.aiconfigurator import RowKind
+from mapper.evidence.candidates import profile_named
 from mapper.evidence.microbench import compare_kernel_csv, kernel_model
 
 EVIDENCE = Path(__file__).resolve().parents[2] / "data" / "evidence"
@@ -75,32 +73,6 @@ class Scored:
         }
 
 
-_CANDIDATES: dict = {}  # profile name -> a candidate HardwareProfile mapped in its place (candidate_profile)
-
-
-def _hardware(name: str):
-    return _CANDIDATES.get(name) or _built_in(name)
-
-
-@cache
-def _built_in(name: str):
-    from mapper.hardware.load import load_hardware
-
-    return load_hardware(name)
-
-
-@contextmanager
-def candidate_profile(hw) -> Iterator[None]:
-    """Rows of the profile named `hw.name` are mapped on `hw` inside the block (a fit's candidate values, e.g.
-    bench/fit_matrix_dram.py). Slices are kept by the profile's content hash, so a candidate's times and the
-    profile's never stand in for each other."""
-    _CANDIDATES[hw.name] = hw
-    try:
-        yield
-    finally:
-        del _CANDIDATES[hw.name]
-
-
 _SLICES: dict[tuple, float] = {}  # (profile sha256, kind, shape, plan dtype, runtime) -> a slice's latency
 
 
@@ -110,7 +82,7 @@ def _slice_s(profile: str, kind: str, shape: tuple[int, ...], plan_dtype: str, r
     runtime."""
     from mapper.pipeline import load_workload, map_workload
 
-    hw = _hardware(profile)
+    hw = profile_named(profile)
     key = (hw.sha256, kind, shape, plan_dtype, runtime)
     found = _SLICES.get(key)
     if found is None:
@@ -154,7 +126,7 @@ def _predict(row: aic.Row, profile: str) -> float | None:
     if row.kind == RowKind.ATTENTION_PREFILL:  # K and V at the query heads: the slice has no GQA prefill form
         return _slice_s(profile, "attention-fused", (b, h, length, d), plan_dtype, runtime)
     devices, elements = row.shape
-    hw = _hardware(profile)
+    hw = profile_named(profile)
     if devices > hw.interconnect.max_devices:
         return None
     custom = row.table.endswith("custom_allreduce_perf")  # the framework's own kernel; nccl_perf: NCCL's
@@ -260,7 +232,7 @@ def score_project(device: str | None, kind: str | None) -> list[Scored]:
         path = EVIDENCE / "h200" / name
         if not path.is_file():
             continue
-        for r in compare_kernel_csv(path, _hardware("h200-sxm"), timing="graph"):
+        for r in compare_kernel_csv(path, profile_named("h200-sxm"), timing="graph"):
             row_kind = PROJECT_KINDS.get(r["kind"], r["kind"])
             if (kind and row_kind != kind) or r["error"] is None:
                 continue

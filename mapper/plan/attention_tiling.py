@@ -124,8 +124,8 @@ def plan_masked_mha(kernel: Kernel, target: Target) -> TilePlan:
     memory, time = _timed(compute, dram, l2, split, s, tiles, target)
     ones = np.ones_like(split)
     candidates = Candidates(
-        ones, block * ones, s.k * ones, ones, split, tiles, waves, wave_eff, pad_kv, 0 * ones, dram, l2,
-        compute * ones, memory, time,
+        ones, block * ones, s.k * ones, ones, split, tiles, waves, wave_eff, pad_kv, 0 * ones, dram, l2, compute,
+        memory, time,
     )  # fmt: skip
     return pick_rows("attention", candidates, key_ids(ones, block * ones, split), [len(split)])[0]
 
