@@ -7,9 +7,10 @@ user's bindings, so fusion, tiling and cost never see a symbolic dim.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from mapper.core.vocab import PlanDtype
 
@@ -134,6 +135,8 @@ def node_signature(
 
 # `ReleasedPrecision.source` of a model file or upload: the precision of its own weight tensors.
 FILE_TENSORS = "the file's tensors"
+_MISSING = object()  # `Graph.derived`: a kept value may be None
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,12 +191,23 @@ class Graph:
     derived_weights: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
     # The precision the model is published in (a built-in's or a config's); None: its weight tensors' (a file's)
     released: ReleasedPrecision | None = None
+    # What later stages find in this graph once and read at every mapping of it (`derived`): kept on the graph
+    # itself, so the key is the graph (a copy made by `replace` starts empty)
+    _derived: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self):
         object.__setattr__(self, "input_set", frozenset(self.inputs))
         object.__setattr__(self, "output_set", frozenset(self.outputs))
         if not self.op_types:
             object.__setattr__(self, "op_types", frozenset(n.op_type for n in self.nodes))
+
+    def derived(self, name: str, make: Callable[[Graph], _T]) -> _T:
+        """`make(self)`, found once per graph: a value of this graph alone (its cache updates, its logits) that
+        every mapping of it asks for; two threads racing compute equal values."""
+        found = self._derived.get(name, _MISSING)
+        if found is _MISSING:
+            found = self._derived[name] = make(self)
+        return found
 
     @property
     def structure(self) -> tuple[str, frozenset[str]]:

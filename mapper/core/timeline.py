@@ -9,7 +9,7 @@ none of it for a sweep's row.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 from mapper.core.records import WrittenWhenRead, writer
 from mapper.core.result import Kernel, KernelAssessment, KernelEstimate
@@ -43,6 +43,52 @@ class Kernels(WrittenWhenRead):
     def _write(self, k: int) -> Kernel:
         source, name, nodes = self.sources[k], self.names[k], self.nodes[k]
         return source if source.name == name and source.nodes == nodes else source.replaced(name=name, nodes=nodes)
+
+
+class KernelColumns:
+    """The columns of a `Kernels` a plan stage writes position by position: each position's source under its own
+    name and nodes. A source a stage derives under one key (the source it starts from and every figure of the
+    position the change reads) is derived once, at its first position, and the positions after it share it
+    (`Kernels.shared`): a repeated layer's kernels are changed once, not once a layer, and none is written."""
+
+    __slots__ = ("_first", "names", "nodes", "shared", "sources")
+
+    def __init__(self) -> None:
+        self.sources: list[Kernel] = []
+        self.names: list[str] = []
+        self.nodes: list[tuple[str, ...]] = []
+        self.shared: list[int] = []
+        self._first: dict[Hashable, int] = {}
+
+    def keep(self, source: Kernel, name: str, nodes: tuple[str, ...]) -> None:
+        """The position's source unchanged (shared with the positions before that hold the same source)."""
+        self.derive(id(source), name, nodes, _same, source)
+
+    def derive(self, key: Hashable, name: str, nodes: tuple[str, ...], change: Callable[..., Kernel], *args) -> None:
+        """`change(*args)` at the first position of `key`, its source again at every later one. A key holds the
+        `id` of a source only while the stage's input holds that source (a stage keys by its input's sources)."""
+        first = self._first.get(key)
+        if first is None:
+            first = self._first[key] = len(self.sources)
+            self.sources.append(change(*args))
+        else:
+            self.sources.append(self.sources[first])
+        self.shared.append(first)
+        self.names.append(name)
+        self.nodes.append(nodes)
+
+    def kernels(self) -> Kernels:
+        return Kernels(self.sources, self.names, self.nodes, self.shared)
+
+
+def _same(source: Kernel) -> Kernel:
+    return source
+
+
+def columns_of(kernels: Sequence[Kernel]) -> zip:
+    """(source, name, nodes) of each position of `kernels` (a `Kernels`, or records each its own source)."""
+    columns = Kernels.of(kernels)
+    return zip(columns.sources, columns.names, columns.nodes, strict=True)
 
 
 # An estimate per kernel a slice is written only when read (`KernelEstimates`), without the frozen constructor

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mapper.core.result import Kernel
+from mapper.core.timeline import KernelColumns, columns_of
 
 CAUSAL_NOTE = "causal: the key blocks above the diagonal skipped (FlashAttention causal=True)"
 
@@ -27,16 +28,21 @@ def triangle_share(m: int, n: int) -> float:
 
 def causal_prompt_attention(kernels: Sequence[Kernel]) -> Sequence[Kernel]:
     """Each fused attention of many new tokens with its work scaled to the causal triangle."""
-    out = []
-    for k in kernels:
+    out = KernelColumns()
+    for k, name, nodes in columns_of(kernels):
         s = k.matrix
         share = triangle_share(s.m, s.n) if s is not None and s.kind.endswith("attention") else 1.0
         if share < 1.0:
-            k = k.replaced(
-                flops=k.flops * share,
-                matrix_flops=k.matrix_flops * share,
-                sfu_ops=k.sfu_ops * share,
-                note=(k.note + "; " if k.note else "") + CAUSAL_NOTE,
-            )
-        out.append(k)
-    return out
+            out.derive((id(k), share), name, nodes, _causal, k, share)
+        else:
+            out.keep(k, name, nodes)
+    return out.kernels()
+
+
+def _causal(k: Kernel, share: float) -> Kernel:
+    return k.replaced(
+        flops=k.flops * share,
+        matrix_flops=k.matrix_flops * share,
+        sfu_ops=k.sfu_ops * share,
+        note=(k.note + "; " if k.note else "") + CAUSAL_NOTE,
+    )

@@ -29,6 +29,7 @@ from dataclasses import replace
 
 from mapper.core.errors import MapperError
 from mapper.core.result import Kernel, replace_matrix
+from mapper.core.timeline import KernelColumns, Kernels, columns_of
 from mapper.core.vocab import Collective
 from mapper.plan.kernel_names import SEPARATOR, kernel_module
 from mapper.plan.sharding import collective_kernel
@@ -36,10 +37,10 @@ from mapper.work.moe import ExpertGemm, expected_experts
 from mapper.work.workload import Workload
 
 
-def expert_of(workload: Workload, kernel: Kernel) -> ExpertGemm | None:
-    """The routing figures of the kernel's first expert node (None: no expert in it)."""
+def expert_of(workload: Workload, nodes: tuple[str, ...]) -> ExpertGemm | None:
+    """The routing figures of a kernel's first expert node, from its `nodes` (None: no expert in it)."""
     gemms = workload.expert_gemms
-    for n in kernel.nodes:  # a loop, not a generator: every kernel of every step asks
+    for n in nodes:  # a loop, not a generator: every kernel of every step asks
         found = gemms.get(n)
         if found is not None:
             return found
@@ -94,15 +95,19 @@ def resident_kernels(workload: Workload, kernels: Sequence[Kernel], ep: int) -> 
     E/ep experts a device."""
     if not workload.expert_gemms:  # a dense model: memory sees the kernels as they are
         return kernels
-    out = []
-    for k in kernels:
-        g = expert_of(workload, k)
+    out = KernelColumns()
+    for k, name, nodes in columns_of(kernels):
+        g = expert_of(workload, nodes)
         if g is None:
-            out.append(k)
-            continue
-        weight = k.weight_bytes / g.weight_share / ep
-        out.append(k.replaced(weight_bytes=weight, dram_bytes=k.dram_bytes - k.weight_bytes + weight))
-    return out
+            out.keep(k, name, nodes)
+        else:
+            out.derive((id(k), g.weight_share), name, nodes, _resident, k, g.weight_share, ep)
+    return out.kernels()
+
+
+def _resident(k: Kernel, weight_share: float, ep: int) -> Kernel:
+    weight = k.weight_bytes / weight_share / ep
+    return k.replaced(weight_bytes=weight, dram_bytes=k.dram_bytes - k.weight_bytes + weight)
 
 
 def _busiest(k: Kernel, g: ExpertGemm, imbalance: float, ep: int) -> Kernel:
@@ -149,32 +154,53 @@ def _group_tokens(k: Kernel, g: ExpertGemm, ranks: int) -> tuple[Kernel, ExpertG
     return scaled, group
 
 
-def _all_to_all(k: Kernel, g: ExpertGemm, step: str, ep: int, act_bytes: float) -> Kernel:
-    layer = kernel_module(k.name).split(".experts.")[0]  # "model.layers.0.block_sparse_moe"
+def _all_to_all(name: str, g: ExpertGemm, step: str, ep: int, act_bytes: float) -> Kernel:
+    layer = kernel_module(name).split(".experts.")[0]  # "model.layers.0.block_sparse_moe"
     return collective_kernel(
         f"{layer}{SEPARATOR}{step} all-to-all", Collective.ALL_TO_ALL, g.tokens * g.top_k * g.hidden * act_bytes, ep
     )
 
 
-def _grouped_all_reduces(workload: Workload, kernels: Sequence[Kernel], act_bytes: float) -> list[Kernel]:
+def _figures(g: ExpertGemm) -> tuple:
+    """What an expert kernel's change reads of its routing: every figure but its layer and router."""
+    return g.experts, g.top_k, g.hidden, g.tokens, g.mean_tokens, g.grouped
+
+
+def _grouped_all_reduces(workload: Workload, kernels: Sequence[Kernel], act_bytes: float) -> Kernels:
     """A grouped expert GEMM's tensor-parallel all-reduce, and the partial sums its row-parallel GEMM writes, at the
     layer's T x hidden instead of the [E, T, hidden] stack the graph holds (Mixtral's per-expert GEMMs and every
     other kernel as they are)."""
-    out: list[Kernel] = []
-    for k in kernels:
-        before = out[-1] if out else None
-        g = expert_of(workload, before) if before is not None else None
-        if before is None or g is None or not g.grouped or k.collective != Collective.ALL_REDUCE:
-            out.append(k)
+    rows = list(columns_of(kernels))
+    trimmed: dict[int, ExpertGemm] = {}  # the position of each grouped GEMM followed by its all-reduce
+    for i in range(1, len(rows)):
+        (_, before_name, before_nodes), (k, name, _) = rows[i - 1], rows[i]
+        if k.collective != Collective.ALL_REDUCE or name != f"{before_name}:all-reduce" or not k.devices:
             continue
-        if k.name != f"{before.name}:all-reduce" or not k.devices:
-            out.append(k)
-            continue
-        message = g.tokens * g.hidden * act_bytes
-        spare = (k.dram_bytes - message) * (1 - 1 / k.devices)  # the stack's partial sums the GEMM was given
-        out[-1] = before.replaced(dram_bytes=max(before.dram_bytes - spare, 0.0))
-        out.append(collective_kernel(k.name, Collective.ALL_REDUCE, message, k.devices))
-    return out
+        g = expert_of(workload, before_nodes)
+        if g is not None and g.grouped:
+            trimmed[i - 1] = g
+    out = KernelColumns()
+    for i, (k, name, nodes) in enumerate(rows):
+        g = trimmed.get(i)
+        if g is not None:
+            reduce = rows[i + 1][0]
+            message = g.tokens * g.hidden * act_bytes
+            spare = (reduce.dram_bytes - message) * (1 - 1 / reduce.devices)  # the stack's partial sums it was given
+            out.derive((id(k), spare), name, nodes, _trimmed, k, spare)
+        elif i - 1 in trimmed:
+            g = trimmed[i - 1]
+            message = g.tokens * g.hidden * act_bytes
+            out.derive(
+                (Collective.ALL_REDUCE, message, k.devices), name, nodes,
+                collective_kernel, name, Collective.ALL_REDUCE, message, k.devices,
+            )  # fmt: skip
+        else:
+            out.keep(k, name, nodes)
+    return out.kernels()
+
+
+def _trimmed(k: Kernel, spare: float) -> Kernel:
+    return k.replaced(dram_bytes=max(k.dram_bytes - spare, 0.0))
 
 
 def plan_experts(
@@ -182,25 +208,40 @@ def plan_experts(
 ) -> Sequence[Kernel]:
     """Expert kernels at the busiest expert's tokens and 1/ep of the experts, with each layer's dispatch
     and combine all-to-all around its experts (ep > 1); `ranks` > 1 (attention DP): the experts at the tokens of
-    that many ranks, the all-to-all of this rank's."""
+    that many ranks, the all-to-all of this rank's. An expert source is changed once per routing figures."""
     if not workload.expert_gemms:
         return kernels
     kernels = _grouped_all_reduces(workload, kernels, act_bytes)
     if ep <= 1 and imbalance <= 1:
         return kernels
-    gemms = [expert_of(workload, k) for k in kernels]
+    gemms = [expert_of(workload, nodes) for nodes in kernels.nodes]
     layer_of = [g.layer if g is not None else None for g in gemms]
     last = {layer: i for i, layer in enumerate(layer_of) if layer is not None}
     first = {layer: i for i, layer in reversed(list(enumerate(layer_of))) if layer is not None}
-    out: list[Kernel] = []
-    for i, (k, g) in enumerate(zip(kernels, gemms, strict=True)):
+    out = KernelColumns()
+    for i, ((k, name, nodes), g) in enumerate(zip(columns_of(kernels), gemms, strict=True)):
         if g is None:
-            out.append(k)
+            out.keep(k, name, nodes)
             continue
-        layer = g.layer
-        if ep > 1 and first[layer] == i:
-            out.append(_all_to_all(k, g, "dispatch", ep, act_bytes))
-        out.append(_busiest(*_group_tokens(k, g, ranks), imbalance, ep))
-        if ep > 1 and last[layer] == i:
-            out.append(_all_to_all(k, g, "combine", ep, act_bytes))
-    return out
+        figures = _figures(g)
+        if ep > 1 and first[g.layer] == i:
+            _add_all_to_all(out, name, g, "dispatch", ep, act_bytes)
+        out.derive((id(k), figures), name, nodes, _expert_share, k, g, ranks, imbalance, ep)
+        if ep > 1 and last[g.layer] == i:
+            _add_all_to_all(out, name, g, "combine", ep, act_bytes)
+    return out.kernels()
+
+
+def _add_all_to_all(out: KernelColumns, name: str, g: ExpertGemm, step: str, ep: int, act_bytes: float) -> None:
+    """A layer's dispatch or combine all-to-all, named for the layer of the expert kernel `name`."""
+    kernel = _all_to_all(name, g, step, ep, act_bytes)
+    out.derive((Collective.ALL_TO_ALL, step, kernel.dram_bytes), kernel.name, (), _same_kernel, kernel)
+
+
+def _same_kernel(k: Kernel) -> Kernel:
+    return k
+
+
+def _expert_share(k: Kernel, g: ExpertGemm, ranks: int, imbalance: float, ep: int) -> Kernel:
+    """The busiest expert's kernel of one device, at the tokens of `ranks` ranks."""
+    return _busiest(*_group_tokens(k, g, ranks), imbalance, ep)

@@ -242,6 +242,7 @@ def _build_kernels(
     names: list[str] = []
     nodes: list[tuple[str, ...]] = []
     shared: list[int] = []
+    routed_model = bool(experts or weight_shares)
 
     def kernel(group: Group, place: Place) -> tuple[Kernel, int]:
         """The group's kernel and the position it was first built at: a kernel of its own (this position), or the
@@ -252,7 +253,11 @@ def _build_kernels(
         if codes is not None:
             members = tuple(map(codes.__getitem__, positions))
             if min(members) >= 0:  # else a member without a code: a kernel of its own
-                key = (shape, members)
+                key = (
+                    (shape, members, _routing(group, place, experts, weight_shares))
+                    if routed_model
+                    else (shape, members)
+                )
                 first = built.get(key)
                 if first is not None:
                     return sources[first], first
@@ -303,11 +308,23 @@ class _ByName:
         return self.nodes[self.index_of[name]]
 
 
+def _routing(group: Group, place: Place, experts: dict, weight_shares: dict | None) -> tuple:
+    """What a kernel of a mixture of experts reads besides its members' codes: each member's routing figures (the
+    expert work `moe.route_work` scaled by them, every figure but its layer and router) and the share of each weight
+    it reads (`weight_shares`)."""
+    figures = tuple(
+        None if g is None else (g.experts, g.top_k, g.hidden, g.tokens, g.mean_tokens, g.grouped)
+        for g in map(experts.get, group.nodes)
+    )
+    shares = tuple(weight_shares.get(t, 1.0) for t, _ in place[0].reads) if weight_shares else ()
+    return figures, shares
+
+
 def _member_codes(workload: Workload) -> list[int] | None:
     """Per live node, a number naming what a kernel reads of a member besides its specs and name: its work kind
-    and layer type (-1: a node estimated alone); None where kinds are unknown or a mixture of experts scales some
-    nodes' traffic by their weights' shares."""
-    if len(workload.work_kinds) != len(workload.nodes) or workload.weight_shares or workload.expert_gemms:
+    and layer type (-1: a node estimated alone); None where kinds are unknown. (A mixture of experts' kernels add
+    their routing to the key: `_routing`.)"""
+    if len(workload.work_kinds) != len(workload.nodes):
         return None
     layers, number = len(_LAYER_NUMBER), _LAYER_NUMBER
     return [

@@ -16,6 +16,7 @@ from dataclasses import replace
 
 from mapper.core.graph import Graph
 from mapper.core.result import Kernel
+from mapper.core.timeline import KernelColumns, columns_of
 from mapper.core.vocab import Collective
 from mapper.plan.runtime import find_kv_appends, kv_cache_tensors
 from mapper.plan.sharding import collective_kernel, through_views
@@ -50,17 +51,20 @@ def last_token_logits(graph: Graph, kernels: Sequence[Kernel]) -> Sequence[Kerne
         if node is not None:
             writers[node.name] = s
     scaled: dict[str, int] = {}
-    out = []
-    for k in kernels:
-        s = next((writers[n] for n in k.nodes if n in writers), 0)
+    out = KernelColumns()
+    for k, name, nodes in columns_of(kernels):
+        s = next((writers[n] for n in nodes if n in writers), 0)
         if s:
-            scaled[k.name] = s
-            k = _one_row(k, s)
-        elif k.collective == Collective.ALL_GATHER and k.name.removesuffix(":all-gather") in scaled:
-            s = scaled[k.name.removesuffix(":all-gather")]
-            k = collective_kernel(k.name, Collective.ALL_GATHER, k.dram_bytes / s, k.devices, k.stage)
-        out.append(k)
-    return out
+            scaled[name] = s
+            out.derive((id(k), s), name, nodes, _one_row, k, s)
+        elif k.collective == Collective.ALL_GATHER and name.removesuffix(":all-gather") in scaled:
+            s = scaled[name.removesuffix(":all-gather")]
+            message = k.dram_bytes / s
+            key = (Collective.ALL_GATHER, message, k.devices, k.stage)
+            out.derive(key, name, nodes, collective_kernel, name, Collective.ALL_GATHER, message, k.devices, k.stage)
+        else:
+            out.keep(k, name, nodes)
+    return out.kernels()
 
 
 def _one_row(k: Kernel, tokens: int) -> Kernel:

@@ -16,6 +16,7 @@ from mapper.core.errors import MapperError
 from mapper.core.graph import Graph
 from mapper.core.options import PlanOptions
 from mapper.core.result import Kernel
+from mapper.core.timeline import KernelColumns, columns_of
 from mapper.core.vocab import GqaDecode, KvCache, Launch, Runtime
 from mapper.hardware.profile import HardwareProfile
 from mapper.hardware.target import UNPACKED_DECODE, DecodeAttention
@@ -152,7 +153,11 @@ def kv_cache_tensors(graph: Graph) -> frozenset[str]:
 
 def find_kv_appends(graph: Graph) -> tuple[KvAppend, ...]:
     """The exported KV-cache updates: a Concat or ScatterND that takes a graph input (the past cache) and
-    writes a graph output (the present cache)."""
+    writes a graph output (the present cache). Found once per graph (five stages of a mapping ask)."""
+    return graph.derived("kv_appends", _kv_appends)
+
+
+def _kv_appends(graph: Graph) -> tuple[KvAppend, ...]:
     if graph.op_types.isdisjoint(KV_UPDATE_OPS):  # no Concat or ScatterND at all: no update to look for
         return ()
     found = []
@@ -241,18 +246,23 @@ def apply_kv_cache(graph: Graph, kernels: Sequence[Kernel], kv_cache: str, sizer
     appends = {a.node: a for a in find_kv_appends(graph)} if in_place else {}
     if not appends:
         return kernels
-    out = []
-    for k in kernels:
-        hits = [appends[n] for n in k.nodes if n in appends]
-        if hits:
-            # copy: past read + present (past and new) written; in place the past is neither read nor rewritten
-            copied = sum(sizer.bytes(graph.tensors[a.past]) for a in hits)
-            k = k.replaced(
-                dram_bytes=max(k.dram_bytes - 2 * copied, 0.0),
-                note="kv-cache in place: appends the new tokens' K/V (the exported Concat would copy the cache)",
-            )
-        out.append(k)
-    return out
+    out = KernelColumns()
+    for k, name, nodes in columns_of(kernels):
+        hits = [appends[n] for n in nodes if n in appends]
+        if not hits:
+            out.keep(k, name, nodes)
+            continue
+        # copy: past read + present (past and new) written; in place the past is neither read nor rewritten
+        copied = sum(sizer.bytes(graph.tensors[a.past]) for a in hits)
+        out.derive((id(k), copied), name, nodes, _in_place, k, copied)
+    return out.kernels()
+
+
+def _in_place(k: Kernel, copied: float) -> Kernel:
+    return k.replaced(
+        dram_bytes=max(k.dram_bytes - 2 * copied, 0.0),
+        note="kv-cache in place: appends the new tokens' K/V (the exported Concat would copy the cache)",
+    )
 
 
 def launch_cost_s(hw: HardwareProfile, launch: str) -> float:

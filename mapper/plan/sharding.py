@@ -22,17 +22,18 @@ from collections.abc import Sequence
 
 from mapper.core.graph import Graph, LayerType, OpClass
 from mapper.core.result import Kernel, MatrixShape, replace_matrix
+from mapper.core.timeline import KernelColumns, Kernels, columns_of
 from mapper.core.vocab import Collective, Engine, KernelRule, Shard
 from mapper.plan.precision import Sizer
 from mapper.plan.runtime import find_kv_appends
 from mapper.work.ops import classify_op
 
 
-def _boundary(graph: Graph, kernel: Kernel, index_of: dict[str, int]) -> tuple[list[str], list[str]]:
-    """(activation tensors read from outside, tensors written for outside) of a kernel. `index_of`: each live
-    node's index (what `graph.consumers` holds), so that users are compared as indices, not as nodes."""
-    members = [graph.nodes[index_of[n]] for n in kernel.nodes]
-    inside = {index_of[n] for n in kernel.nodes}
+def _boundary(graph: Graph, nodes: tuple[str, ...], index_of: dict[str, int]) -> tuple[list[str], list[str]]:
+    """(activation tensors read from outside, tensors written for outside) of a kernel of `nodes`. `index_of`:
+    each live node's index (what `graph.consumers` holds), so that users are compared as indices, not as nodes."""
+    members = [graph.nodes[index_of[n]] for n in nodes]
+    inside = {index_of[n] for n in nodes}
     made = {t for n in members for t in n.outputs if t}
     weights, tensors, outputs, consumers = graph.weights, graph.tensors, graph.output_set, graph.consumers
     ins = [t for n in members for t in n.inputs if t and t not in made and t not in weights and t in tensors]
@@ -113,9 +114,9 @@ def assign_roles(
     for k in kernels:
         if not k.nodes or (whole and not whole.isdisjoint(k.nodes)):  # inserted kernels (layout transposes)
             out.append(k.replaced(shard=Shard.REPLICATED))  # follow their neighbours: replicated
-            written.append(_boundary(graph, k, index_of)[1] if k.nodes else [])
+            written.append(_boundary(graph, k.nodes, index_of)[1] if k.nodes else [])
             continue
-        ins, outs = _boundary(graph, k, index_of)
+        ins, outs = _boundary(graph, k.nodes, index_of)
         written.append(outs)
         reads_sharded = any(through_views(graph, t) in sharded for t in ins)
         weight_gemm = (
@@ -144,24 +145,27 @@ def assign_roles(
 
 def role_key(kernels: Sequence[Kernel]) -> tuple:
     """What `assign_roles` reads of each kernel (its nodes, rule, layer type and whether it is a weight GEMM's):
-    kernels equal in these get equal roles, whatever their sizes."""
-    return tuple(
-        (
-            k.nodes,
-            k.rule,
-            k.layer_type,
-            k.matrix is not None and not k.matrix.depthwise,
-            k.weight_bytes > 0,
-        )
-        for k in kernels
-    )
+    kernels equal in these get equal roles, whatever their sizes. Read off each distinct source once."""
+    facts: dict[int, tuple] = {}
+    out = []
+    for k, _, nodes in columns_of(kernels):
+        fact = facts.get(id(k))
+        if fact is None:
+            fact = facts[id(k)] = (
+                k.rule,
+                k.layer_type,
+                k.matrix is not None and not k.matrix.depthwise,
+                k.weight_bytes > 0,
+            )
+        out.append((nodes, *fact))
+    return tuple(out)
 
 
 def assigned_roles(
     graph: Graph, kernels: Sequence[Kernel], whole: frozenset[str], experts: frozenset[str], caches
-) -> tuple[list[Kernel], list[list[str]]]:
+) -> tuple[Kernels, tuple[tuple[str, ...], ...]]:
     """`assign_roles` through the model's cache (`ModelCaches.tensor_roles`): the roles of equal kernels at another
-    binding or TP degree are the ones assigned before, applied to these kernels."""
+    binding or TP degree are the ones assigned before, applied to these kernels (a source and role once)."""
 
     def assigned() -> tuple[tuple[Shard, ...], tuple[tuple[str, ...], ...]]:
         full, written = assign_roles(graph, kernels, whole, experts)
@@ -169,13 +173,23 @@ def assigned_roles(
 
     key = (role_key(kernels), experts)
     roles, written = caches.tensor_roles(graph.structure, key, whole, assigned)
-    return [k.replaced(shard=r) for k, r in zip(kernels, roles, strict=True)], [list(w) for w in written]
+    out = KernelColumns()
+    for (k, name, nodes), role in zip(columns_of(kernels), roles, strict=True):
+        if k.shard == role:
+            out.keep(k, name, nodes)
+        else:
+            out.derive((id(k), role), name, nodes, _with_role, k, role)
+    return out.kernels(), written
 
 
-def _whole_caches(graph: Graph, kernels: Sequence[Kernel]) -> frozenset[str]:
+def _with_role(k: Kernel, role: Shard) -> Kernel:
+    return k.replaced(shard=role)
+
+
+def _whole_caches(graph: Graph, kernels: Kernels) -> frozenset[str]:
     """The KV caches every rank holds whole: past and present of each cache update left replicated (MLA's latent,
     one key head all query heads share; a GQA/MHA cache is split with its heads)."""
-    replicated = {n for k in kernels if k.shard == Shard.REPLICATED for n in k.nodes}
+    replicated = {n for k, nodes in zip(kernels.sources, kernels.nodes) if k.shard == Shard.REPLICATED for n in nodes}
     if not replicated:
         return frozenset()
     made = {n.name: n for n in graph.nodes if n.name in replicated}
@@ -217,63 +231,87 @@ def collective_kernel(name: str, kind: Collective, message_bytes: float, devices
 
 
 def shard_kernels(
-    graph: Graph, kernels: Sequence[Kernel], written: list[list[str]], tp: int, sizer: Sizer
+    graph: Graph, kernels: Sequence[Kernel], written: Sequence[Sequence[str]], tp: int, sizer: Sizer
 ) -> Sequence[Kernel]:
     """Per-device kernels at tensor-parallel degree `tp`, with the collectives each split implies.
-    `kernels` carry their roles and `written` what each writes for outside (`assign_roles`)."""
+    `kernels` carry their roles and `written` what each writes for outside (`assign_roles`). A source split under
+    one output size (and cache kept whole) is split once; the collectives of one message size are one source."""
     if tp <= 1:
         return kernels
-    whole = _whole_caches(graph, kernels)
+    columns = Kernels.of(kernels)
+    whole = _whole_caches(graph, columns)
     index_of = {n.name: k for k, n in enumerate(graph.nodes)} if whole else {}
-    summed_on = _summed_on(graph, kernels, written)
-    out: list[Kernel] = []
-    for i, (k, outs) in enumerate(zip(kernels, written, strict=True)):
+    summed_on = _summed_on(graph, columns, written)
+    tensors, size, outputs = graph.tensors, sizer.bytes, graph.output_set
+    out = KernelColumns()
+    for i, ((k, name, nodes), outs) in enumerate(zip(columns_of(columns), written, strict=True)):
         if k.shard == Shard.REPLICATED:
-            out.append(k)
+            out.keep(k, name, nodes)
             continue
-        full_out = sum(sizer.bytes(graph.tensors[t]) for t in outs)
+        full_out = sum(size(tensors[t]) for t in outs)
         # a replicated cache (MLA's latent) is read whole by every rank's heads
-        kept = (
-            sum(sizer.bytes(graph.tensors[t]) for t in whole.intersection(_boundary(graph, k, index_of)[0]))
-            if whole
-            else 0.0
-        )
-        dram = (k.dram_bytes - kept) / tp + kept + (full_out * (1 - 1 / tp) if k.shard == Shard.ROW else 0.0)
-        out.append(
-            k.replaced(
-                flops=k.flops / tp,
-                matrix_flops=k.matrix_flops / tp,
-                sfu_ops=k.sfu_ops / tp,
-                dram_bytes=dram,
-                weight_bytes=k.weight_bytes / tp,
-                matrix=_split(k.matrix, k.shard, tp),
-                reduction_rows=math.ceil(k.reduction_rows / tp),
-            )
-        )
+        kept = sum(size(tensors[t]) for t in whole.intersection(_boundary(graph, nodes, index_of)[0])) if whole else 0.0
+        out.derive((id(k), full_out, kept), name, nodes, _split_kernel, k, full_out, kept, tp)
         if k.shard == Shard.ROW and i not in summed_on:  # partial sums of every rank: sum them
-            out.append(collective_kernel(f"{k.name}:all-reduce", Collective.ALL_REDUCE, full_out, tp))
-        elif k.shard == Shard.COLUMN and any(t in graph.output_set for t in outs):
+            reduce = f"{name}:all-reduce"
+            out.derive(
+                (Collective.ALL_REDUCE, full_out),
+                reduce,
+                (),
+                collective_kernel,
+                reduce,
+                Collective.ALL_REDUCE,
+                full_out,
+                tp,
+            )
+        elif k.shard == Shard.COLUMN and any(t in outputs for t in outs):
             # column-parallel logits are gathered; sharded outputs such as the KV cache stay on their ranks
-            out.append(collective_kernel(f"{k.name}:all-gather", Collective.ALL_GATHER, full_out, tp))
-    return out
+            gather = f"{name}:all-gather"
+            out.derive(
+                (Collective.ALL_GATHER, full_out),
+                gather,
+                (),
+                collective_kernel,
+                gather,
+                Collective.ALL_GATHER,
+                full_out,
+                tp,
+            )
+    return out.kernels()
+
+
+def _split_kernel(k: Kernel, full_out: float, kept: float, tp: int) -> Kernel:
+    """One rank's share of a kernel of its role: 1/tp of its work and traffic (a row-parallel GEMM writes its whole
+    output, `full_out`, of partial sums; a cache kept whole, `kept`, is read whole)."""
+    dram = (k.dram_bytes - kept) / tp + kept + (full_out * (1 - 1 / tp) if k.shard == Shard.ROW else 0.0)
+    return k.replaced(
+        flops=k.flops / tp,
+        matrix_flops=k.matrix_flops / tp,
+        sfu_ops=k.sfu_ops / tp,
+        dram_bytes=dram,
+        weight_bytes=k.weight_bytes / tp,
+        matrix=_split(k.matrix, k.shard, tp),
+        reduction_rows=math.ceil(k.reduction_rows / tp),
+    )
 
 
 ACCUMULATING_OPS = frozenset({"Add", "Sum"})  # linear in each input: a sum of partial sums is a partial sum
 
 
-def _summed_on(graph: Graph, kernels: Sequence[Kernel], written: list[list[str]]) -> set[int]:
+def _summed_on(graph: Graph, kernels: Kernels, written: Sequence[Sequence[str]]) -> set[int]:
     """Row-parallel kernels whose partial sums only flow on into another row-parallel kernel's accumulating Add
     (a mixture-of-experts layer's experts, combined one into the next): their ranks' partial sums are summed once,
     after the last (what serving engines do: one all-reduce after the expert combine, not one per expert)."""
-    kernel_of = {n: i for i, k in enumerate(kernels) for n in k.nodes}
+    sources = kernels.sources
+    kernel_of = {n: i for i, nodes in enumerate(kernels.nodes) for n in nodes}
     out = set()
-    for i, (k, outs) in enumerate(zip(kernels, written, strict=True)):
+    for i, (k, outs) in enumerate(zip(sources, written, strict=True)):
         if k.shard != Shard.ROW or not outs or any(t in graph.output_set for t in outs):
             continue
         readers = [graph.nodes[j] for t in outs for j in graph.consumers.get(t, ())]
         if readers and all(
             r.op_type in ACCUMULATING_OPS
-            and kernels[kernel_of.get(r.name, i)].shard == Shard.ROW
+            and sources[kernel_of.get(r.name, i)].shard == Shard.ROW
             and kernel_of.get(r.name, i) != i
             for r in readers
         ):

@@ -46,10 +46,11 @@ def plan_memory(
     graph: Graph, kernels: Sequence[Kernel], sizer: Sizer, capacity_bytes: float, tp: int, pp: int, max_devices: int
 ) -> MemoryPlan:
     """`kernels` carry their tensor-parallel roles (full size, before the split)."""
-    kernels = Kernels.of(kernels).sources  # every figure but the names: none written
+    columns = Kernels.of(kernels)  # every figure from the sources, the nodes from their column: none written
+    kernels = columns.sources
     sharded_w = sum(k.weight_bytes for k in kernels if k.shard in WEIGHT_SPLITS)
     replicated_w = sum(k.weight_bytes for k in kernels if k.shard not in WEIGHT_SPLITS)
-    whole = frozenset(n for k in kernels if k.shard == Shard.REPLICATED for n in k.nodes)
+    whole = frozenset(n for k, nodes in zip(kernels, columns.nodes) if k.shard == Shard.REPLICATED for n in nodes)
     whole_kv = kv_cache_bytes(graph, sizer, whole) if whole else 0.0
     kv = (kv_cache_bytes(graph, sizer) - whole_kv, whole_kv)
     act = max((k.dram_bytes - k.weight_bytes for k in kernels), default=0.0)

@@ -31,7 +31,9 @@ class Workload:
     expert_gemms: dict[str, ExpertGemm] = field(default_factory=dict, compare=False, repr=False)
     builtin: bool = False  # a built-in model (mapper.zoo), reproduced by its name
     # each node's work kind (`ops.estimate_work_kinds`), aligned with `nodes`; () where not known (a workload
-    # built by hand, or a mixture of experts whose routed nodes were rescaled): kernels are then built one by one
+    # built by hand): kernels are then built one by one. A mixture of experts' routed nodes were rescaled from
+    # their kind's work by their routing figures, which the kernel builder adds to a kernel's key
+    # (`plan.kernels._routing`)
     work_kinds: tuple[int, ...] = field(default=(), compare=False, repr=False)
     flops: float = field(init=False)  # totals over the nodes, summed once (every mapping reads them)
     matrix_flops: float = field(init=False)
@@ -81,4 +83,4 @@ def analyze_graph(
     estimated, kinds = estimate_work_kinds(graph, layer_placer(graph, caches), classes, roles, runs)
     nodes, shares, experts = route_work(graph, estimated)
     works: NodeWorks = NodeWorks.of(nodes)  # the estimates as they are, or the router's rescaled copy of them
-    return Workload(graph, works, caches, shares, experts, builtin, () if nodes is not estimated else kinds)
+    return Workload(graph, works, caches, shares, experts, builtin, kinds)
