@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import mapper
@@ -76,6 +77,37 @@ def test_llama2_70b_fits_only_with_tensor_parallelism(h100):
         share = r.parallel.interconnect_share
         assert 0 < share < 1  # the decode step's all-reduce share is reported
         assert len([c for c in r.parallel.collectives if c.kind == "all-reduce"]) == 160
+
+
+def _greedy_stages(times: list[float], stages: int) -> list[int]:
+    """The stage search kernel by kernel, a running sum per stage: what `balance_stages` must give."""
+
+    def fill(bound: float) -> list[int] | None:
+        out, stage, acc = [], 0, 0.0
+        for x in times:
+            if acc + x > bound and acc > 0:
+                stage, acc = stage + 1, 0.0
+            if stage >= stages:
+                return None
+            out.append(stage)
+            acc += x
+        return out
+
+    lo, hi = max(times), float(np.sum(times))
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if fill(mid) is None else (lo, mid)
+    return fill(hi) or [0] * len(times)
+
+
+def test_stage_search_matches_the_running_sum_kernel_by_kernel():
+    # ties included: equal kernels, zero-time kernels and one kernel past every bound
+    rng = np.random.default_rng(7)
+    cases = [rng.exponential(1e-5, 2000).tolist(), [1e-5] * 999, [0.0, 0.0, 3e-6, 1e-6, 0.0, 2e-6] * 50]
+    cases.append([1e-6] * 40 + [1e-3] + [1e-6] * 40)
+    for times in cases:
+        for stages in (2, 3, 4, 8):
+            assert balance_stages(times, stages) == _greedy_stages(times, stages)
 
 
 def test_pipeline_stages_are_balanced_and_send_activations(h100):

@@ -15,11 +15,12 @@ from mapper.core.graph import Graph
 from mapper.core.options import PlanOptions
 from mapper.core.result import (
     CollectiveRecord,
+    Kernel,
     KernelAssessment,
     KernelEstimate,
     ParallelPlan,
 )
-from mapper.core.timeline import KernelEstimates
+from mapper.core.timeline import KernelColumns, KernelEstimates, columns_of
 from mapper.core.vocab import Collective, Engine
 from mapper.cost.bottleneck import Facts, classify, speedup_if_removed
 from mapper.cost.estimate import estimate_cost
@@ -64,21 +65,19 @@ def _estimate_collective(kernel, target: Target) -> KernelEstimate:
     )
 
 
-def _stage_sends(
-    graph: Graph, estimates: Sequence[KernelEstimate], stage_of: list[int], sizer: Sizer
-) -> dict[int, float]:
-    """Bytes each stage boundary carries: every tensor made before it and read after it."""
+def _stage_sends(graph: Graph, nodes: Sequence[tuple[str, ...]], stage_of: list[int], sizer: Sizer) -> dict[int, float]:
+    """Bytes each stage boundary carries: every tensor made before it and read after it (`nodes`: each kernel's)."""
     made_in: dict[str, int] = {}
     node_index = {n.name: i for i, n in enumerate(graph.nodes)}
-    for e, s in zip(estimates, stage_of, strict=True):
-        for name in e.kernel.nodes:
+    for own, s in zip(nodes, stage_of, strict=True):
+        for name in own:
             for t in graph.nodes[node_index[name]].outputs:
                 if t:
                     made_in[t] = s
     sends: dict[int, float] = {}
     counted: set[tuple[str, int]] = set()
-    for e, s in zip(estimates, stage_of, strict=True):
-        for name in e.kernel.nodes:
+    for own, s in zip(nodes, stage_of, strict=True):
+        for name in own:
             for t in graph.nodes[node_index[name]].inputs:
                 src = made_in.get(t)
                 if src is None or src >= s or t not in graph.tensors:
@@ -122,14 +121,13 @@ def place_on_devices(
             f"{what} = {replica} devices exceeds the {hw.interconnect.max_devices} that"
             f" {hw.name}'s interconnect ({hw.interconnect.topology}) connects; lower --tp/--pp/--ep"
         )
+    placed = KernelEstimates.of(estimates)
     if options.overlap_collectives:
-        estimates = _overlap(estimates)
+        placed = _overlap(placed)
     if pp == 1 and not options.overlap_collectives:  # one stage: the timeline stands as costed
-        placed = KernelEstimates.of(estimates)
         start = sum(a.time_s for a in placed.assessments)
     else:
-        timeline, start = _pipeline(graph, estimates, pp, target, sizer)
-        placed = KernelEstimates.of(timeline)
+        placed, start = _pipeline(graph, placed, pp, target, sizer)
     times = [a.time_s for a in placed.assessments]  # the columns: no estimate of a slice is written here
     per_stage = stage_times(times, [k.stage for k in placed.kernels.sources], max(pp, 1))
     collectives = [placed[i] for i, k in enumerate(placed.kernels.sources) if k.collective]
@@ -177,37 +175,52 @@ def _experts_text(options: PlanOptions) -> str:
 
 
 def _pipeline(
-    graph: Graph, estimates: Sequence[KernelEstimate], pp: int, target: Target, sizer: Sizer
-) -> tuple[list[KernelEstimate], float]:
-    """Stages balanced by time, the sends between them, and the timeline re-laid from zero."""
-    stage_of = balance_stages([e.time_s for e in estimates], pp)
-    timeline: list[KernelEstimate] = []
-    sends = _stage_sends(graph, estimates, stage_of, sizer) if pp > 1 else {}
-    for i, (e, s) in enumerate(zip(estimates, stage_of, strict=True)):
-        timeline.append(KernelEstimate(e.kernel.replaced(stage=s), e.assessment, e.start_s) if s else e)
-        if i + 1 < len(estimates) and stage_of[i + 1] != s:
-            send = collective_kernel(f"stage{s}->stage{s + 1}:send", Collective.P2P, sends.get(s, 0.0), 2, stage=s)
-            timeline.append(_estimate_collective(send, target))
-    start, placed = 0.0, []
-    for e in timeline:
-        placed.append(KernelEstimate(e.kernel, e.assessment, start))
-        start += e.time_s
-    return placed, start
+    graph: Graph, estimates: KernelEstimates, pp: int, target: Target, sizer: Sizer
+) -> tuple[KernelEstimates, float]:
+    """Stages balanced by time, the sends between them, and the timeline re-laid from zero (as columns: a source
+    moved to a stage once, each send costed where it goes)."""
+    columns, timed = estimates.kernels, estimates.assessments
+    stage_of = balance_stages([a.time_s for a in timed], pp)
+    sends = _stage_sends(graph, columns.nodes, stage_of, sizer) if pp > 1 else {}
+    out, assessments = KernelColumns(), []
+    last = len(stage_of) - 1
+    for i, ((k, name, nodes), a, s) in enumerate(zip(columns_of(columns), timed, stage_of, strict=True)):
+        if s:
+            out.derive((id(k), s), name, nodes, _on_stage, k, s)
+        else:
+            out.keep(k, name, nodes)
+        assessments.append(a)
+        if i < last and stage_of[i + 1] != s:
+            send = _estimate_collective(
+                collective_kernel(f"stage{s}->stage{s + 1}:send", Collective.P2P, sends.get(s, 0.0), 2, stage=s),
+                target,
+            )
+            out.keep(send.kernel, send.kernel.name, send.kernel.nodes)
+            assessments.append(send.assessment)
+    starts, start = [], 0.0
+    for a in assessments:
+        starts.append(start)
+        start += a.time_s
+    return KernelEstimates(out.kernels(), assessments, starts), start
 
 
-def _overlap(estimates: Sequence[KernelEstimate]) -> list[KernelEstimate]:
-    """A collective overlaps the next compute kernel: only its excess over that compute stays exposed."""
-    out = list(estimates)
-    for i, e in enumerate(out):
-        if not e.kernel.collective or i + 1 >= len(out):
+def _on_stage(k: Kernel, stage: int) -> Kernel:
+    return k.replaced(stage=stage)
+
+
+def _overlap(estimates: KernelEstimates) -> KernelEstimates:
+    """A collective overlaps the next compute kernel: only its excess over that compute stays exposed (the
+    assessments changed, the kernels' columns as they are)."""
+    kernels, names = estimates.kernels.sources, estimates.kernels.names
+    out = list(estimates.assessments)
+    for i, k in enumerate(kernels):
+        if not k.collective or i + 1 >= len(out):
             continue
-        hidden = min(e.time_s - e.overhead_s, out[i + 1].compute_time_s)
+        a = out[i]
+        hidden = min(a.time_s - a.overhead_s, out[i + 1].compute_time_s)
         out[i] = replace(
-            e,
-            assessment=replace(
-                e.assessment,
-                time_s=e.time_s - hidden,
-                evidence=f"{e.evidence}; {hidden * 1e6:.1f} us hidden behind {out[i + 1].kernel.name}",
-            ),
+            a,
+            time_s=a.time_s - hidden,
+            evidence=f"{a.evidence}; {hidden * 1e6:.1f} us hidden behind {names[i + 1]}",
         )
-    return out
+    return KernelEstimates(estimates.kernels, out, estimates.starts)

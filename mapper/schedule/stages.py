@@ -18,18 +18,21 @@ def balance_stages(times: list[float], stages: int) -> list[int]:
     if stages == 1:
         return [0] * n
     t = np.asarray(times, dtype=float)
-    values = t.tolist()  # the fill walks Python floats: the same doubles, without a numpy scalar per kernel
 
     def fill(bound: float) -> list[int] | None:
-        out, stage, acc = [], 0, 0.0
-        for x in values:
-            if acc + x > bound and acc > 0:
-                stage, acc = stage + 1, 0.0
+        """Greedy stages under `bound`: a stage takes kernels while its running sum stays within it (a kernel
+        alone may exceed it). A stage's running sums are one `cumsum` from its first kernel: the same additions,
+        in the same order, as a sum kept kernel by kernel."""
+        out, start, stage = np.zeros(n, dtype=np.int64), 0, 0
+        while start < n:
             if stage >= stages:
                 return None
-            out.append(stage)
-            acc += x
-        return out
+            sums = np.cumsum(t[start:])
+            over = (sums[1:] > bound) & (sums[:-1] > 0)  # the kernel that would take the stage past the bound
+            taken = int(np.argmax(over)) + 1 if over.any() else len(sums)
+            out[start : start + taken] = stage
+            start, stage = start + taken, stage + 1
+        return out.tolist()
 
     lo, hi = float(t.max()), float(t.sum())
     for _ in range(60):
