@@ -260,10 +260,10 @@ def plan_devices(
     if memory is None or not memory.fits:
         experts = frozenset(workload.expert_gemms)
         whole = whole_experts(workload, options.tp, ep)
-        full, written = assigned_roles(graph, kernels, whole, experts, workload.caches)
+        full, split = assigned_roles(graph, kernels, whole, experts, workload.caches)
         resident = resident_kernels(workload, full, ep)
         memory = plan_memory(graph, resident, sizer, hardware.dram_bytes, options.tp, options.pp, max_devices)
-        kernels = shard_kernels(graph, full, written, options.tp, sizer)
+        kernels = shard_kernels(graph, full, split, options.tp, sizer)
     return plan_experts(workload, kernels, ep, options.expert_imbalance, sizer.act, options.attention_ranks), memory
 
 

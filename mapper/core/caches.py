@@ -190,7 +190,8 @@ class ModelCaches:
         return self._get("kernels", (sha256, dims, groups, element_bytes, sram_bytes, work_key), make)
 
     def tensor_roles(self, structure: tuple[str, frozenset[str]], kernels: tuple, whole: frozenset[str], make):
-        """Each kernel's tensor-parallel role and the tensors it writes for outside (`sharding.assign_roles`): the
+        """Each kernel's tensor-parallel role, the tensors it writes for outside and the partial sums summed after a
+        later kernel (`sharding.assign_roles`, `sharding.SplitPlan`): the
         live graph's structure, what the assignment reads of each kernel (`sharding.role_key`: its nodes, rule,
         layer type, whether it is a weight GEMM) and the nodes that run whole. The same at every binding and TP
         degree of one fusion plan: a sweep over batch, length and plan assigns them once."""

@@ -9,7 +9,9 @@ none of it for a sweep's row.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
+
+import numpy as np
 
 from mapper.core.records import WrittenWhenRead, writer
 from mapper.core.result import Kernel, KernelAssessment, KernelEstimate
@@ -34,6 +36,32 @@ class Kernels(WrittenWhenRead):
             raise ValueError("Kernels needs one source, name and node list per kernel")
         super().__init__(len(sources))
         self.sources, self.names, self.nodes, self.shared = sources, names, nodes, shared
+
+    def changed(self, changes: Iterable[tuple[int, Hashable, Callable[..., Kernel], tuple]]) -> Kernels:
+        """These kernels with some positions' sources changed and none inserted: each change `(position, key, change,
+        args)`, in position order, gives `change(*args)` at the first position of its key and that source again at
+        the later ones (`KernelColumns.derive`); every other position keeps its source, name and nodes. A kept
+        position that shared a changed one's source shares the first kept position's instead."""
+        sources = list(self.sources)
+        shared = list(self.shared) if self.shared is not None else list(range(len(sources)))
+        first: dict[Hashable, int] = {}
+        touched: list[int] = []
+        for j, key, change, args in changes:
+            f = first.get(key)
+            if f is None:
+                f = first[key] = j
+                sources[j] = change(*args)
+            else:
+                sources[j] = sources[f]
+            shared[j] = f
+            touched.append(j)
+        if touched and self.shared is not None:
+            was_changed = np.zeros(len(sources), dtype=bool)
+            was_changed[touched] = True
+            own: dict[int, int] = {}
+            for j in np.flatnonzero(~was_changed & was_changed[np.asarray(self.shared)]).tolist():
+                shared[j] = own.setdefault(id(sources[j]), j)
+        return Kernels(sources, self.names, self.nodes, shared)
 
     @classmethod
     def _columns(cls, kernels: tuple[Kernel, ...]) -> tuple:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mapper.core.result import Kernel
-from mapper.core.timeline import KernelColumns, columns_of
+from mapper.core.timeline import Kernels
 
 CAUSAL_NOTE = "causal: the key blocks above the diagonal skipped (FlashAttention causal=True)"
 
@@ -28,15 +28,14 @@ def triangle_share(m: int, n: int) -> float:
 
 def causal_prompt_attention(kernels: Sequence[Kernel]) -> Sequence[Kernel]:
     """Each fused attention of many new tokens with its work scaled to the causal triangle."""
-    out = KernelColumns()
-    for k, name, nodes in columns_of(kernels):
+    columns = Kernels.of(kernels)
+    changes = []
+    for j, k in enumerate(columns.sources):
         s = k.matrix
         share = triangle_share(s.m, s.n) if s is not None and s.kind.endswith("attention") else 1.0
         if share < 1.0:
-            out.derive((id(k), share), name, nodes, _causal, k, share)
-        else:
-            out.keep(k, name, nodes)
-    return out.kernels()
+            changes.append((j, (id(k), share), _causal, (k, share)))
+    return columns.changed(changes)
 
 
 def _causal(k: Kernel, share: float) -> Kernel:

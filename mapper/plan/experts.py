@@ -24,7 +24,7 @@ expected work, experts used and busiest expert at that count), and dispatches an
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import replace
 
 from mapper.core.errors import MapperError
@@ -95,14 +95,13 @@ def resident_kernels(workload: Workload, kernels: Sequence[Kernel], ep: int) -> 
     E/ep experts a device."""
     if not workload.expert_gemms:  # a dense model: memory sees the kernels as they are
         return kernels
-    out = KernelColumns()
-    for k, name, nodes in columns_of(kernels):
+    columns = Kernels.of(kernels)
+    changes = []
+    for j, (k, nodes) in enumerate(zip(columns.sources, columns.nodes, strict=True)):
         g = expert_of(workload, nodes)
-        if g is None:
-            out.keep(k, name, nodes)
-        else:
-            out.derive((id(k), g.weight_share), name, nodes, _resident, k, g.weight_share, ep)
-    return out.kernels()
+        if g is not None:
+            changes.append((j, (id(k), g.weight_share), _resident, (k, g.weight_share, ep)))
+    return columns.changed(changes)
 
 
 def _resident(k: Kernel, weight_share: float, ep: int) -> Kernel:
@@ -170,33 +169,23 @@ def _grouped_all_reduces(workload: Workload, kernels: Sequence[Kernel], act_byte
     """A grouped expert GEMM's tensor-parallel all-reduce, and the partial sums its row-parallel GEMM writes, at the
     layer's T x hidden instead of the [E, T, hidden] stack the graph holds (Mixtral's per-expert GEMMs and every
     other kernel as they are)."""
-    rows = list(columns_of(kernels))
-    trimmed: dict[int, ExpertGemm] = {}  # the position of each grouped GEMM followed by its all-reduce
-    for i in range(1, len(rows)):
-        (_, before_name, before_nodes), (k, name, _) = rows[i - 1], rows[i]
-        if k.collective != Collective.ALL_REDUCE or name != f"{before_name}:all-reduce" or not k.devices:
+    columns = Kernels.of(kernels)
+    sources, names, nodes = columns.sources, columns.names, columns.nodes
+    changes: list[tuple[int, Hashable, Callable[..., Kernel], tuple]] = []
+    for i in range(1, len(sources)):
+        k, name = sources[i], names[i]
+        if k.collective != Collective.ALL_REDUCE or name != f"{names[i - 1]}:all-reduce" or not k.devices:
             continue
-        g = expert_of(workload, before_nodes)
-        if g is not None and g.grouped:
-            trimmed[i - 1] = g
-    out = KernelColumns()
-    for i, (k, name, nodes) in enumerate(rows):
-        g = trimmed.get(i)
-        if g is not None:
-            reduce = rows[i + 1][0]
-            message = g.tokens * g.hidden * act_bytes
-            spare = (reduce.dram_bytes - message) * (1 - 1 / reduce.devices)  # the stack's partial sums it was given
-            out.derive((id(k), spare), name, nodes, _trimmed, k, spare)
-        elif i - 1 in trimmed:
-            g = trimmed[i - 1]
-            message = g.tokens * g.hidden * act_bytes
-            out.derive(
-                (Collective.ALL_REDUCE, message, k.devices), name, nodes,
-                collective_kernel, name, Collective.ALL_REDUCE, message, k.devices,
-            )  # fmt: skip
-        else:
-            out.keep(k, name, nodes)
-    return out.kernels()
+        g = expert_of(workload, nodes[i - 1])
+        if g is None or not g.grouped:
+            continue
+        message = g.tokens * g.hidden * act_bytes
+        spare = (k.dram_bytes - message) * (1 - 1 / k.devices)  # the stack's partial sums the GEMM was given
+        before = sources[i - 1]
+        changes.append((i - 1, (id(before), spare), _trimmed, (before, spare)))
+        reduce = (name, Collective.ALL_REDUCE, message, k.devices)
+        changes.append((i, (Collective.ALL_REDUCE, message, k.devices), collective_kernel, reduce))
+    return columns.changed(changes)
 
 
 def _trimmed(k: Kernel, spare: float) -> Kernel:

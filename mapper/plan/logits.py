@@ -11,12 +11,12 @@ kernels writing the logits change; a decode step (one new token) is unchanged.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import replace
 
 from mapper.core.graph import Graph
 from mapper.core.result import Kernel
-from mapper.core.timeline import KernelColumns, columns_of
+from mapper.core.timeline import Kernels
 from mapper.core.vocab import Collective
 from mapper.plan.runtime import find_kv_appends, kv_cache_tensors
 from mapper.plan.sharding import collective_kernel, through_views
@@ -51,20 +51,18 @@ def last_token_logits(graph: Graph, kernels: Sequence[Kernel]) -> Sequence[Kerne
         if node is not None:
             writers[node.name] = s
     scaled: dict[str, int] = {}
-    out = KernelColumns()
-    for k, name, nodes in columns_of(kernels):
+    columns = Kernels.of(kernels)
+    changes: list[tuple[int, Hashable, Callable[..., Kernel], tuple]] = []
+    for j, (k, name, nodes) in enumerate(zip(columns.sources, columns.names, columns.nodes, strict=True)):
         s = next((writers[n] for n in nodes if n in writers), 0)
         if s:
             scaled[name] = s
-            out.derive((id(k), s), name, nodes, _one_row, k, s)
+            changes.append((j, (id(k), s), _one_row, (k, s)))
         elif k.collective == Collective.ALL_GATHER and name.removesuffix(":all-gather") in scaled:
             s = scaled[name.removesuffix(":all-gather")]
-            message = k.dram_bytes / s
-            key = (Collective.ALL_GATHER, message, k.devices, k.stage)
-            out.derive(key, name, nodes, collective_kernel, name, Collective.ALL_GATHER, message, k.devices, k.stage)
-        else:
-            out.keep(k, name, nodes)
-    return out.kernels()
+            gather = (name, Collective.ALL_GATHER, k.dram_bytes / s, k.devices, k.stage)
+            changes.append((j, gather[1:], collective_kernel, gather))
+    return columns.changed(changes)
 
 
 def _one_row(k: Kernel, tokens: int) -> Kernel:

@@ -16,7 +16,7 @@ from mapper.core.errors import MapperError
 from mapper.core.graph import Graph
 from mapper.core.options import PlanOptions
 from mapper.core.result import Kernel
-from mapper.core.timeline import KernelColumns, columns_of
+from mapper.core.timeline import Kernels
 from mapper.core.vocab import GqaDecode, KvCache, Launch, Runtime
 from mapper.hardware.profile import HardwareProfile
 from mapper.hardware.target import UNPACKED_DECODE, DecodeAttention
@@ -137,18 +137,19 @@ class RuntimeChoice:
 
 @dataclass(frozen=True, slots=True)
 class KvAppend:
-    """One past -> present cache update of the graph: the node and the tensor of the new tokens."""
+    """One past -> present cache update of the graph: the node, the past it reads, the tensor of the new tokens and
+    the present it writes."""
 
     node: str
     past: str
     new: str
+    present: str
 
 
 def kv_cache_tensors(graph: Graph) -> frozenset[str]:
     """The KV cache's own tensors: each update's past input and the present it writes (what `--kv-dtype` stores
     at its precision; the new tokens' K and V are activations until the update writes them)."""
-    nodes = {n.name: n for n in graph.nodes}
-    return frozenset(t for a in find_kv_appends(graph) for t in (a.past, nodes[a.node].outputs[0]))
+    return frozenset(t for a in find_kv_appends(graph) for t in (a.past, a.present))
 
 
 def find_kv_appends(graph: Graph) -> tuple[KvAppend, ...]:
@@ -169,7 +170,7 @@ def _kv_appends(graph: Graph) -> tuple[KvAppend, ...]:
             continue
         new = node.inputs[-1] if node.op_type == "ScatterND" else next((i for i in node.inputs[1:] if i), "")
         if new:
-            found.append(KvAppend(node.name, past, new))
+            found.append(KvAppend(node.name, past, new, node.outputs[0]))
     return tuple(found)
 
 
@@ -246,16 +247,15 @@ def apply_kv_cache(graph: Graph, kernels: Sequence[Kernel], kv_cache: str, sizer
     appends = {a.node: a for a in find_kv_appends(graph)} if in_place else {}
     if not appends:
         return kernels
-    out = KernelColumns()
-    for k, name, nodes in columns_of(kernels):
+    columns = Kernels.of(kernels)
+    changes = []
+    for j, (k, nodes) in enumerate(zip(columns.sources, columns.nodes, strict=True)):
         hits = [appends[n] for n in nodes if n in appends]
-        if not hits:
-            out.keep(k, name, nodes)
-            continue
-        # copy: past read + present (past and new) written; in place the past is neither read nor rewritten
-        copied = sum(sizer.bytes(graph.tensors[a.past]) for a in hits)
-        out.derive((id(k), copied), name, nodes, _in_place, k, copied)
-    return out.kernels()
+        if hits:
+            # copy: past read + present (past and new) written; in place the past is neither read nor rewritten
+            copied = sum(sizer.bytes(graph.tensors[a.past]) for a in hits)
+            changes.append((j, (id(k), copied), _in_place, (k, copied)))
+    return columns.changed(changes)
 
 
 def _in_place(k: Kernel, copied: float) -> Kernel:

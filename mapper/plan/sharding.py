@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from mapper.core.graph import Graph, LayerType, OpClass
 from mapper.core.result import Kernel, MatrixShape, replace_matrix
@@ -161,25 +162,37 @@ def role_key(kernels: Sequence[Kernel]) -> tuple:
     return tuple(out)
 
 
+@dataclass(frozen=True, slots=True)
+class SplitPlan:
+    """What the tensor-parallel split reads besides the kernels' roles, found with them: the tensors each kernel
+    writes for outside (`assign_roles`), and the row-parallel kernels whose partial sums flow into a later one's
+    and are summed once after it (`_summed_on`)."""
+
+    written: tuple[tuple[str, ...], ...]
+    summed_on: frozenset[int]
+
+
 def assigned_roles(
     graph: Graph, kernels: Sequence[Kernel], whole: frozenset[str], experts: frozenset[str], caches
-) -> tuple[Kernels, tuple[tuple[str, ...], ...]]:
+) -> tuple[Kernels, SplitPlan]:
     """`assign_roles` through the model's cache (`ModelCaches.tensor_roles`): the roles of equal kernels at another
     binding or TP degree are the ones assigned before, applied to these kernels (a source and role once)."""
 
-    def assigned() -> tuple[tuple[Shard, ...], tuple[tuple[str, ...], ...]]:
+    def assigned() -> tuple[tuple[Shard, ...], SplitPlan]:
         full, written = assign_roles(graph, kernels, whole, experts)
-        return tuple(Shard(k.shard) for k in full), tuple(tuple(w) for w in written)
+        shards = tuple(Shard(k.shard) for k in full)
+        outs = tuple(tuple(w) for w in written)
+        return shards, SplitPlan(outs, _summed_on(graph, shards, [k.nodes for k in full], outs))
 
     key = (role_key(kernels), experts)
-    roles, written = caches.tensor_roles(graph.structure, key, whole, assigned)
-    out = KernelColumns()
-    for (k, name, nodes), role in zip(columns_of(kernels), roles, strict=True):
-        if k.shard == role:
-            out.keep(k, name, nodes)
-        else:
-            out.derive((id(k), role), name, nodes, _with_role, k, role)
-    return out.kernels(), written
+    roles, split = caches.tensor_roles(graph.structure, key, whole, assigned)
+    columns = Kernels.of(kernels)
+    changes = [
+        (j, (id(k), role), _with_role, (k, role))
+        for j, (k, role) in enumerate(zip(columns.sources, roles, strict=True))
+        if k.shard != role
+    ]
+    return columns.changed(changes), split
 
 
 def _with_role(k: Kernel, role: Shard) -> Kernel:
@@ -189,11 +202,11 @@ def _with_role(k: Kernel, role: Shard) -> Kernel:
 def _whole_caches(graph: Graph, kernels: Kernels) -> frozenset[str]:
     """The KV caches every rank holds whole: past and present of each cache update left replicated (MLA's latent,
     one key head all query heads share; a GQA/MHA cache is split with its heads)."""
-    replicated = {n for k, nodes in zip(kernels.sources, kernels.nodes) if k.shard == Shard.REPLICATED for n in nodes}
-    if not replicated:
+    appends = find_kv_appends(graph)
+    if not appends:
         return frozenset()
-    made = {n.name: n for n in graph.nodes if n.name in replicated}
-    return frozenset(t for a in find_kv_appends(graph) if a.node in made for t in (a.past, made[a.node].outputs[0]))
+    replicated = {n for k, nodes in zip(kernels.sources, kernels.nodes) if k.shard == Shard.REPLICATED for n in nodes}
+    return frozenset(t for a in appends if a.node in replicated for t in (a.past, a.present))
 
 
 def _split(shape: MatrixShape | None, role: str, tp: int) -> MatrixShape | None:
@@ -230,29 +243,30 @@ def collective_kernel(name: str, kind: Collective, message_bytes: float, devices
     )
 
 
-def shard_kernels(
-    graph: Graph, kernels: Sequence[Kernel], written: Sequence[Sequence[str]], tp: int, sizer: Sizer
-) -> Sequence[Kernel]:
+def shard_kernels(graph: Graph, kernels: Sequence[Kernel], split: SplitPlan, tp: int, sizer: Sizer) -> Sequence[Kernel]:
     """Per-device kernels at tensor-parallel degree `tp`, with the collectives each split implies.
-    `kernels` carry their roles and `written` what each writes for outside (`assign_roles`). A source split under
+    `kernels` carry their roles and `split` what each writes for outside (`assigned_roles`). A source split under
     one output size (and cache kept whole) is split once; the collectives of one message size are one source."""
     if tp <= 1:
         return kernels
     columns = Kernels.of(kernels)
     whole = _whole_caches(graph, columns)
     index_of = {n.name: k for k, n in enumerate(graph.nodes)} if whole else {}
-    summed_on = _summed_on(graph, columns, written)
+    written, summed_on = split.written, split.summed_on
     tensors, size, outputs = graph.tensors, sizer.bytes, graph.output_set
     out = KernelColumns()
     for i, ((k, name, nodes), outs) in enumerate(zip(columns_of(columns), written, strict=True)):
         if k.shard == Shard.REPLICATED:
             out.keep(k, name, nodes)
             continue
-        full_out = sum(size(tensors[t]) for t in outs)
+        row = k.shard == Shard.ROW
+        gathered = k.shard == Shard.COLUMN and any(t in outputs for t in outs)
+        # the output's size: a row-parallel kernel's partial sums, and the message of a collective after it
+        full_out = sum(size(tensors[t]) for t in outs) if row or gathered else 0.0
         # a replicated cache (MLA's latent) is read whole by every rank's heads
         kept = sum(size(tensors[t]) for t in whole.intersection(_boundary(graph, nodes, index_of)[0])) if whole else 0.0
         out.derive((id(k), full_out, kept), name, nodes, _split_kernel, k, full_out, kept, tp)
-        if k.shard == Shard.ROW and i not in summed_on:  # partial sums of every rank: sum them
+        if row and i not in summed_on:  # partial sums of every rank: sum them
             reduce = f"{name}:all-reduce"
             out.derive(
                 (Collective.ALL_REDUCE, full_out),
@@ -264,7 +278,7 @@ def shard_kernels(
                 full_out,
                 tp,
             )
-        elif k.shard == Shard.COLUMN and any(t in outputs for t in outs):
+        elif gathered:
             # column-parallel logits are gathered; sharded outputs such as the KV cache stay on their ranks
             gather = f"{name}:all-gather"
             out.derive(
@@ -298,22 +312,23 @@ def _split_kernel(k: Kernel, full_out: float, kept: float, tp: int) -> Kernel:
 ACCUMULATING_OPS = frozenset({"Add", "Sum"})  # linear in each input: a sum of partial sums is a partial sum
 
 
-def _summed_on(graph: Graph, kernels: Kernels, written: Sequence[Sequence[str]]) -> set[int]:
+def _summed_on(
+    graph: Graph, shards: Sequence[Shard], nodes: Sequence[tuple[str, ...]], written: Sequence[Sequence[str]]
+) -> frozenset[int]:
     """Row-parallel kernels whose partial sums only flow on into another row-parallel kernel's accumulating Add
     (a mixture-of-experts layer's experts, combined one into the next): their ranks' partial sums are summed once,
     after the last (what serving engines do: one all-reduce after the expert combine, not one per expert)."""
-    sources = kernels.sources
-    kernel_of = {n: i for i, nodes in enumerate(kernels.nodes) for n in nodes}
+    kernel_of = {n: i for i, own in enumerate(nodes) for n in own}
     out = set()
-    for i, (k, outs) in enumerate(zip(sources, written, strict=True)):
-        if k.shard != Shard.ROW or not outs or any(t in graph.output_set for t in outs):
+    for i, (shard, outs) in enumerate(zip(shards, written, strict=True)):
+        if shard != Shard.ROW or not outs or any(t in graph.output_set for t in outs):
             continue
         readers = [graph.nodes[j] for t in outs for j in graph.consumers.get(t, ())]
         if readers and all(
             r.op_type in ACCUMULATING_OPS
-            and sources[kernel_of.get(r.name, i)].shard == Shard.ROW
+            and shards[kernel_of.get(r.name, i)] == Shard.ROW
             and kernel_of.get(r.name, i) != i
             for r in readers
         ):
             out.add(i)
-    return out
+    return frozenset(out)
