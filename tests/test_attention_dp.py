@@ -119,3 +119,28 @@ def test_a_searched_attention_dp_plan_is_what_its_serve_command_serves(capsys):
     assert served.throughput_tokens_per_s / 2 == pytest.approx(p.tokens_per_s_per_device, rel=1e-9)
     replicated = next(q for q in result.points if q.plan.options == replace(p.plan.options, attention_dp=False))
     assert p.kv_capacity_tokens == replicated.kv_capacity_tokens  # the same room a device, each rank its own
+
+
+def test_an_attention_dp_pool_deals_requests_to_its_ranks():
+    assert mapper.Pool(DP, 2).servers == 2 * RANKS and mapper.Pool(REPLICATED, 2).servers == 2
+    assert mapper.Pool(DP, 2).devices == 2 * RANKS and "attention DP" in mapper.Pool(DP).text()
+
+
+@pytest.mark.slow
+def test_a_searched_attention_dp_decode_pool_is_what_its_serve_command_serves():
+    """Mixtral on three H200s at a rate: prompts prefill on one TP 1 device and decode on an attention-DP pool of
+    two ranks (AIConfigurator's wide-EP decode), a configuration of its own; served again as its `mapper serve
+    --attention-dp --prefill-tp 1` command serves it (the prefill pool without EP) it gives the same figures."""
+    spec = replace(SMALL, devices=3, output_tokens=16, requests=32, caps=(4,), tps=(1,), dtypes=("bf16",))
+    result = run_search("mixtral-8x7b", HW, replace(spec, rate_per_s=20.0))
+    (p,) = [p for p in result.points if p.plan.prefill is not None and p.plan.options.attention_dp]
+    assert "prefill TP 1 x1 + decode TP 1 x EP 2 attention DP x1" in p.label
+    command = result.command(p)
+    assert "--attention-dp" in command and "--prefill-tp 1" in command and p.plan.devices_per_replica == 3
+    prefill = replace(p.plan.options, ep=1, attention_dp=False)  # the pool the command's --prefill-tp 1 builds
+    assert prefill == p.plan.prefill
+    setup = mapper.Disaggregation(mapper.Pool(prefill, 1), mapper.Pool(p.plan.options, 1))
+    config = served_as(replace(spec, rate_per_s=20.0), p, jitter_cv=HW.jitter_cv, jitter_dist=HW.jitter_dist)
+    run = mapper.simulate_disaggregated("mixtral-8x7b", HW, p.plan.options, config, setup)
+    assert run.disaggregated.tpot_p99_s == pytest.approx(p.tpot_p99_s, rel=1e-9)
+    assert run.disaggregated.throughput_tokens_per_s / 3 == pytest.approx(p.tokens_per_s_per_device, rel=1e-9)

@@ -1,7 +1,9 @@
 """A deployment search's disaggregated and speculative configurations (mapper/explore/search.py runs them).
 
 Disaggregated: a prefill pool and a decode pool, each replicas of its own TP plan (PP 1, EP 1) at the same
-precision, over one node's devices (P prefill : N - P decode, P = 1 .. N - 1: the ratios 1:7 .. 7:1 on eight),
+precision, or for a mixture of experts a decode pool of attention DP (TP 1, EP over the pool's ranks, each rank its
+own sequences and KV cache: AIConfigurator's and SGLang's wide-EP decode), over one node's devices (P prefill :
+N - P decode, P = 1 .. N - 1: the ratios 1:7 .. 7:1 on eight),
 served as `mapper serve --prefill-tp` serves them (`serve.disaggregated.serve_pools`: the prompt prefills on
 the prefill pool, its KV cache crosses the device link, the sequence decodes on the decode pool). Each pool's
 steps are the aggregated plan's of the same options (`PlanSteps`, shared): a pool maps only the steps an
@@ -27,6 +29,7 @@ from mapper.explore.search_eval import PlanServer, requests_at
 from mapper.explore.search_space import Plan, Pruned, SearchSpec
 from mapper.explore.search_steps import LazyGrid, PlanSteps
 from mapper.hardware.profile import HardwareProfile
+from mapper.plan.experts import replica_devices
 from mapper.serve.continuous import LLMServingConfig, LLMServingResult, llm_capacity_per_s, simulate_llm_serving
 from mapper.serve.disaggregated import Disaggregation, Pool, serve_pools
 from mapper.serve.llm import KvBudget
@@ -44,23 +47,30 @@ def _precision(o: PlanOptions) -> tuple:
 def pool_plans(spec: SearchSpec, hw: HardwareProfile, fitting: list[Plan]) -> tuple[list[Plan], list[Pruned]]:
     """The disaggregated setups over one node's devices (or the fleet, when smaller), replicated over the fleet:
     P devices prefill and the rest decode, each pool replicas of one of the `fitting` aggregated plans (PP 1,
-    EP 1) of one precision. Setups over the node's link need a network model between pools: not searched."""
+    EP 1; a decode pool also an attention-DP plan) of one precision. Setups over the node's link need a network
+    model between pools: not searched."""
     unit = min(spec.devices, hw.interconnect.max_devices)
     if not spec.disaggregated or unit < MIN_POOLS_DEVICES:
         return [], []
-    by_precision: dict[tuple, dict[int, PlanOptions]] = {}
+    prefills: dict[tuple, dict[int, PlanOptions]] = {}  # by precision, each TP plan's options
+    decodes: dict[tuple, list[PlanOptions]] = {}  # by precision: those and the attention-DP plans (TP 1, EP > 1)
     for plan in fitting:
         o = plan.options
-        if o.pp == 1 and o.ep == 1 and plan.deployment == Deployment.AGGREGATED:
-            by_precision.setdefault(_precision(o), {})[o.tp] = o
+        if o.pp != 1 or plan.deployment != Deployment.AGGREGATED:
+            continue
+        if o.ep == 1:
+            prefills.setdefault(_precision(o), {})[o.tp] = o
+        if o.ep == 1 or o.attention_dp:
+            decodes.setdefault(_precision(o), []).append(o)
     plans = []
-    for tps in by_precision.values():
+    for precision, tps in prefills.items():
         for p_devices in range(1, unit):
             d_devices = unit - p_devices
             for p_tp, prefill in sorted(tps.items()):
-                for d_tp, decode in sorted(tps.items()):
-                    if p_devices % p_tp == 0 and d_devices % d_tp == 0:
-                        pools = (p_devices // p_tp, d_devices // d_tp)
+                for decode in decodes[precision]:
+                    d_each = replica_devices(decode.tp, decode.pp, decode.ep)
+                    if p_devices % p_tp == 0 and d_devices % d_each == 0:
+                        pools = (p_devices // p_tp, d_devices // d_each)
                         plans.append(Plan(decode, spec.devices // unit, prefill, pools))
     return plans, []
 
@@ -80,6 +90,7 @@ class PoolServer(PlanServer):
         assert plan.prefill is not None  # a disaggregated plan: pool_plans builds it
         self.prefill = prefill
         self.setup = Disaggregation(Pool(plan.prefill, plan.pools[0]), Pool(plan.options, plan.pools[1]))
+        self.ranks = 1  # the pools serve the whole setup's requests (an attention-DP decode pool's ranks: its servers)
 
     @property
     def chunks(self) -> tuple[int, ...]:
@@ -115,11 +126,11 @@ class PoolServer(PlanServer):
         (prefill, decode), (p_budget, d_budget) = self.step_times(cap, chunk), self.pool_budgets(cap)
         prompt = self.spec.prompt_tokens
         batch = max(1, min(cap, p_budget.tokens // prompt))
-        prompts_per_s = self.setup.prefill.replicas * batch / prefill(batch, prompt)
+        prompts_per_s = self.setup.prefill.servers * batch / prefill(batch, prompt)
         one = np.ones(1, dtype=np.int64)
         reqs = Requests(np.zeros(1), one * prompt, one * self.spec.output_tokens)
         arrived = lambda b, t: 0.0  # a sequence arrives prefilled
-        decodes_per_s = self.setup.decode.replicas * llm_capacity_per_s(arrived, decode, reqs, cap, d_budget.tokens)
+        decodes_per_s = self.setup.decode.servers * llm_capacity_per_s(arrived, decode, reqs, cap, d_budget.tokens)
         return min(prompts_per_s, decodes_per_s)
 
     def simulate(self, cap: int, chunk: int, rate: float) -> LLMServingResult:

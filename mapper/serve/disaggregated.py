@@ -6,7 +6,9 @@ crosses the link between the pools (each device sends its shard: the prompt's to
 plans' per-device bytes a token, over the per-device link, plus its latency) and the sequence decodes on the
 other pool, under that pool's plan, by continuous batching. Aggregated: every replica of one plan serves both
 phases with chunked prefill (Sarathi-Serve, vLLM's default), on as many devices as its replicas take. Requests
-are dealt round-robin to replicas (a router without load information), the same arrivals for both.
+are dealt round-robin to replicas (a router without load information), the same arrivals for both; a pool of
+attention DP (a mixture of experts' decode pool) deals them to each replica's ranks, each with its own running
+batch and KV cache (serve/ranks.py), its step one rank's with the experts at every rank's tokens.
 
 Every step time is the engine's, on each pool's own plan (`serve.steps.engine_step_times`), and each pool's KV
 capacity is what its devices have room for under it (`serve.llm.kv_budget`). `tokens_per_s_per_device` puts the
@@ -64,9 +66,16 @@ class Pool:
     def devices(self) -> int:
         return self.devices_per_replica * self.replicas
 
+    @property
+    def servers(self) -> int:
+        """What requests are dealt to: each replica, or under attention DP each of its ranks (its own running batch
+        and KV cache: serve/ranks.py)."""
+        return self.replicas * self.options.attention_ranks
+
     def text(self) -> str:
         o = self.options
         plan = f"TP {o.tp}" + (f" x PP {o.pp}" if o.pp > 1 else "") + (f", EP {o.ep}" if o.ep > 1 else "")
+        plan += ", attention DP (a rank's own requests and KV cache)" if o.attention_dp else ""
         return f"{self.replicas} x {plan} ({self.devices} devices)"
 
 
@@ -250,7 +259,7 @@ def _pools(
     n = len(reqs.arrival)
     first_token, finish, busy = np.zeros(n), np.zeros(n), 0.0
     ones = np.ones_like(reqs.output)
-    for idx in _dealt(np.arange(n), setup.prefill.replicas):  # prompts only: one token each
+    for idx in _dealt(np.arange(n), setup.prefill.servers):  # prompts only: one token each
         run = SchedulerRun(
             prefill_time, decode_time, _sub(paged, idx, reqs.arrival, ones), config.max_batch, p_budget.tokens, jitter()
         )
@@ -258,7 +267,7 @@ def _pools(
     per_token_s = max(p_budget.kv_bytes_per_token, d_budget.kv_bytes_per_token) / link
     ready = first_token + reqs.prompt * per_token_s + hw.interconnect.latency_s
     arrived = lambda b, t: 0.0  # the sequence arrives prefilled: admission runs no prefill step
-    for idx in _dealt(np.argsort(ready, kind="stable"), setup.decode.replicas):
+    for idx in _dealt(np.argsort(ready, kind="stable"), setup.decode.servers):
         run = SchedulerRun(arrived, decode_time, _sub(paged, idx, ready), config.max_batch, d_budget.tokens, jitter())
         timeline = run_whole_prefill(run, decode_first=False)
         finish[idx], busy = timeline.finish, busy + timeline.busy_weighted
@@ -289,7 +298,7 @@ def _aggregated(source, hw, pool: Pool, reqs: Requests, config: LLMServingConfig
     first_token, finish, busy, preemptions = np.zeros(n), np.zeros(n), 0.0, 0
     paged = replace(reqs, page_tokens=budget.page_tokens)
     _fits(paged, budget.tokens, "aggregated")
-    for idx in _dealt(np.arange(n), pool.replicas):
+    for idx in _dealt(np.arange(n), pool.servers):
         run = SchedulerRun(prefill, decode, _sub(paged, idx, reqs.arrival), config.max_batch, budget.tokens, jitter())
         t = run_chunked(run, chunk_tokens=config.chunk_tokens)
         first_token[idx], finish[idx] = t.first_token, t.finish
@@ -306,7 +315,8 @@ def dis_text(
     return (
         (
             f"disaggregated: prefill on {setup.prefill.text()}, decode on {setup.decode.text()}; requests dealt"
-            " round-robin to each pool's replicas; a prefill step batches the waiting prompts and makes the first token"
+            " round-robin to each pool's replicas (an attention-DP pool's ranks); a prefill step batches the waiting"
+            " prompts and makes the first token"
         ),
         (
             f"KV transfer: each device sends its shard over {link / GB:g} GB/s a device ({source}):"
