@@ -266,25 +266,33 @@ def run_chunked(run: SchedulerRun, *, chunk_tokens: int) -> Timeline:
     first_token, finish = [0.0] * n, [0.0] * n
     s = ChunkedState(prompt, output)
     dec, step_time = s.dec, mixed_step_time(run.prefill_time, run.decode_time, run.prefill_time(1, 1.0))
+    decode_time, capacity, max_batch, jitter = run.decode_time, run.capacity, run.max_batch, run.jitter
+    active, requeued, drawn = s.active, s.requeued, jitter.values  # the loop's reads, bound once (same arithmetic)
     now, nxt, step, busy = 0.0, 0, 0, 0.0
-    while nxt < n or s.active or s.requeued:
-        if not s.active and not s.requeued and arr[nxt] > now:
+    while nxt < n or active or requeued:
+        if not active and not requeued and arr[nxt] > now:
             now = arr[nxt]  # idle until the next arrival
-        while len(s.active) < run.max_batch:
-            rid = s.requeued[0] if s.requeued else (nxt if nxt < n and arr[nxt] <= now else None)
-            if rid is None or s.kv_used + prompt[rid] + s.made_before[rid] + dec.count > run.capacity and s.active:
+        while len(active) < max_batch:
+            rid = requeued[0] if requeued else (nxt if nxt < n and arr[nxt] <= now else None)
+            if rid is None or s.kv_used + prompt[rid] + s.made_before[rid] + dec.count > capacity and active:
                 break
-            if s.requeued:
-                s.requeued.popleft()
+            if requeued:
+                requeued.popleft()
             else:
                 nxt += 1
             s.admit(rid)
-        s.preempt_for(dec.count, run.capacity)
-        tokens, ended = s.take_chunk(chunk_tokens)
         batch = dec.count
+        if s.kv_used + batch > capacity:
+            s.preempt_for(batch, capacity)
+            batch = dec.count
+        tokens, ended = s.take_chunk(chunk_tokens) if s.prefilling else (0, ())
         if not (batch or tokens):
             raise MapperError("internal: the chunked scheduler stalled with nothing to run")
-        dt = step_time(batch, dec.context_sum / batch if batch else 0.0, tokens) * run.jitter[step]
+        factor = drawn[step] if step < len(drawn) else jitter[step]
+        if tokens:
+            dt = step_time(batch, dec.context_sum / batch if batch else 0.0, tokens) * factor
+        else:  # a decode step alone: `mixed_step_time`'s own answer without a chunk
+            dt = decode_time(batch, dec.context_sum / batch) * factor
         now += dt
         busy += dt * batch
         step += 1
@@ -292,7 +300,7 @@ def run_chunked(run: SchedulerRun, *, chunk_tokens: int) -> Timeline:
         for rid in dec.step() if batch else ():
             finish[rid] = now
             s.kv_used -= prompt[rid] + output[rid] - 1
-            del s.active[rid]
+            del active[rid]
         for rid in ended:
             made = s.made_before[rid] + 1  # the prefill's last chunk yields the next token
             if made == 1:
