@@ -310,7 +310,12 @@ class _Planner:
 
 def tiny_nodes(graph: Graph) -> frozenset[str]:
     """Nodes whose outputs hold at most EPILOGUE_OPERAND_ELEMENTS elements: the one fact about sizes the
-    planner reads (a tiny operand waits for the kernel that reads it), so part of the plan's cache key."""
+    planner reads (a tiny operand waits for the kernel that reads it), so part of the plan's cache key. Found
+    once per graph (a search maps one binding under many plans)."""
+    return graph.derived("tiny_nodes", _tiny_nodes)
+
+
+def _tiny_nodes(graph: Graph) -> frozenset[str]:
     get, prod, twins = graph.tensors.get, math.prod, graph.twins
     is_tiny: list[bool] = []
     for k, n in enumerate(graph.nodes):

@@ -87,9 +87,9 @@ def roll_up(
 
 def _layers(estimates: KernelEstimates, latency: float, peak: float) -> tuple[LayerRollup, ...]:
     """One row per layer type, the most time first."""
-    by_layer: dict[str, list[tuple[Kernel, KernelAssessment]]] = {}
+    by_layer: dict[str, list[tuple[Kernel, KernelAssessment]]] = {}  # keyed by the enum: equal to its text
     for k, a in zip(estimates.kernels.sources, estimates.assessments):
-        by_layer.setdefault(str(k.layer_type), []).append((k, a))
+        by_layer.setdefault(k.layer_type, []).append((k, a))
     times = {layer: sum(a.time_s for _, a in group) for layer, group in by_layer.items()}
     layers = []
     for layer, group in sorted(by_layer.items(), key=lambda kv: -times[kv[0]]):
@@ -97,7 +97,7 @@ def _layers(estimates: KernelEstimates, latency: float, peak: float) -> tuple[La
         flops = sum(k.flops for k, _ in group)
         layers.append(
             LayerRollup(
-                layer,
+                str(layer),
                 len(group),
                 t,
                 t / latency if latency else 0.0,
