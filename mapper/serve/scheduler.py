@@ -101,17 +101,27 @@ class Decoding:
         return done
 
 
-class Jitter:
-    """Per-step multiplicative factors: the first draw sized for the usual step count, more drawn on demand
-    (preemption's recomputed prefills) from the same generator, so a run is reproducible."""
+JITTER_READ = 4096  # factors made Python floats at a time: a run reads its steps' few, not the whole draw
 
-    def __init__(self, values: np.ndarray, draw: Callable[[int], np.ndarray]):
-        self.values, self.draw = values.tolist(), draw
+
+class Jitter:
+    """Per-step multiplicative factors: the first draw sized for the usual step count (one step an output token,
+    an upper bound), more drawn on demand (preemption's recomputed prefills) from the same generator, as many again
+    as drawn so far, so a run is reproducible. `values` holds the factors read so far as Python floats (the step
+    loop's fast reads), converted JITTER_READ at a time from the draws: the same factors in the same order."""
+
+    def __init__(self, drawn: np.ndarray, draw: Callable[[int], np.ndarray]):
+        self.values: list[float] = []
+        self.drawn, self.draw = drawn, draw
 
     def __getitem__(self, step: int) -> float:
-        if step >= len(self.values):
-            self.values.extend(self.draw(len(self.values)).tolist())
-        return self.values[step]
+        values = self.values
+        while step >= len(values):
+            at = len(values)
+            if at >= len(self.drawn):
+                self.drawn = np.concatenate([self.drawn, self.draw(len(self.drawn))])
+            values.extend(self.drawn[at : at + JITTER_READ].tolist())
+        return values[step]
 
 
 @dataclass(frozen=True, slots=True)
