@@ -506,3 +506,24 @@ def test_the_review_offers_an_fp8_kv_cache_where_the_cache_dominates_a_step():
     chosen = answer.document()["assessment"]["chosen"]
     assert chosen["changes"] == "kv_dtype=fp8" and chosen["owner"] == "runtime systems engineer"
     assert chosen["gain_text"] == "1.37x faster: TPOT -27%" and "fallback" in chosen["evidence"]
+
+
+def test_a_kept_jitter_draw_is_the_draw_and_leaves_the_generator_where_the_draw_did():
+    from mapper.serve.serving import draw_jitter, kept_jitter_draw
+
+    def fresh(seed: int) -> np.random.Generator:
+        return np.random.default_rng(np.random.SeedSequence(seed).spawn(2)[1])
+
+    for seed, cv, dist in ((0, 0.05, "lognormal"), (0, 0.3, "exponential"), (7, 0.05, "lognormal")):
+        plain, first, again = fresh(seed), fresh(seed), fresh(seed)
+        expected = draw_jitter(5000, cv, dist, plain)
+        kept, kept_again = kept_jitter_draw(5000, cv, dist, first), kept_jitter_draw(5000, cv, dist, again)
+        assert np.array_equal(kept, expected) and np.array_equal(kept_again, expected)
+        assert not kept_again.flags.writeable  # shared between runs: read-only
+        more = draw_jitter(100, cv, dist, plain)  # what a run draws after it: the same from a kept draw's state
+        assert np.array_equal(draw_jitter(100, cv, dist, again), more)
+    # another seed, size or spread is another draw, never a kept one
+    assert not np.array_equal(
+        kept_jitter_draw(5000, 0.05, "lognormal", fresh(1)), draw_jitter(5000, 0.05, "lognormal", fresh(0))
+    )
+    assert len(kept_jitter_draw(4000, 0.05, "lognormal", fresh(0))) == 4000

@@ -27,7 +27,7 @@ from mapper.serve.scheduler import (
     run_chunked,
     run_whole_prefill,
 )
-from mapper.serve.serving import ServingConfig, draw_jitter, filled_jitter, validate_config
+from mapper.serve.serving import ServingConfig, draw_jitter, filled_jitter, kept_jitter_draw, validate_config
 from mapper.serve.speculative import SpeculativeConfig, validate_speculative
 from mapper.serve.trace import Trace
 
@@ -161,7 +161,12 @@ def simulate_llm_serving(prefill_time: StepTime, decode_time: StepTime, config: 
     cv, dist = filled_jitter(config.jitter_cv, config.jitter_dist)
     draw = lambda count: draw_jitter(count, cv, dist, jitter_rng)
     run = SchedulerRun(
-        prefill_time, decode_time, reqs, config.max_batch, capacity, Jitter(draw(2 * n + int(output.sum())), draw)
+        prefill_time,
+        decode_time,
+        reqs,
+        config.max_batch,
+        capacity,
+        Jitter(kept_jitter_draw(2 * n + int(output.sum()), cv, dist, jitter_rng), draw),
     )
     if config.scheduler == Scheduler.CHUNKED:
         timeline = run_chunked(run, chunk_tokens=config.chunk_tokens)

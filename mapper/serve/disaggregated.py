@@ -45,7 +45,7 @@ from mapper.serve.scheduler import (
     run_chunked,
     run_whole_prefill,
 )
-from mapper.serve.serving import draw_jitter, filled_jitter
+from mapper.serve.serving import draw_jitter, filled_jitter, kept_jitter_draw
 from mapper.serve.steps import GridTime, engine_step_times, step_grids, step_latency
 
 GB = 1e9
@@ -195,7 +195,7 @@ def _draws(config: LLMServingConfig) -> tuple[Requests, Callable[[], Jitter]]:
 
     def jitter() -> Jitter:
         draw = lambda count: draw_jitter(count, cv, dist, jitter_rng)
-        return Jitter(draw(2 * len(reqs.arrival) + int(reqs.output.sum())), draw)
+        return Jitter(kept_jitter_draw(2 * len(reqs.arrival) + int(reqs.output.sum()), cv, dist, jitter_rng), draw)
 
     return reqs, jitter
 
