@@ -42,6 +42,9 @@ class Kernels(WrittenWhenRead):
         args)`, in position order, gives `change(*args)` at the first position of its key and that source again at
         the later ones (`KernelColumns.derive`); every other position keeps its source, name and nodes. A kept
         position that shared a changed one's source shares the first kept position's instead."""
+        changes = list(changes)
+        if not changes:  # nothing changed: these kernels as they are
+            return self
         sources = list(self.sources)
         shared = list(self.shared) if self.shared is not None else list(range(len(sources)))
         first: dict[Hashable, int] = {}
@@ -89,8 +92,15 @@ class KernelColumns:
         self._first: dict[Hashable, int] = {}
 
     def keep(self, source: Kernel, name: str, nodes: tuple[str, ...]) -> None:
-        """The position's source unchanged (shared with the positions before that hold the same source)."""
-        self.derive(id(source), name, nodes, _same, source)
+        """The position's source unchanged (shared with the positions before that hold the same source): `derive`
+        of the source itself, without its call (most positions of most stages)."""
+        first = self._first.get(id(source))
+        if first is None:
+            first = self._first[id(source)] = len(self.sources)
+        self.sources.append(source)
+        self.shared.append(first)
+        self.names.append(name)
+        self.nodes.append(nodes)
 
     def derive(self, key: Hashable, name: str, nodes: tuple[str, ...], change: Callable[..., Kernel], *args) -> None:
         """`change(*args)` at the first position of `key`, its source again at every later one. A key holds the
@@ -107,10 +117,6 @@ class KernelColumns:
 
     def kernels(self) -> Kernels:
         return Kernels(self.sources, self.names, self.nodes, self.shared)
-
-
-def _same(source: Kernel) -> Kernel:
-    return source
 
 
 def columns_of(kernels: Sequence[Kernel]) -> zip:
