@@ -27,13 +27,23 @@ def kv_cache_bytes(graph: Graph, sizer: Sizer, only: frozenset[str] | None = Non
     those of these nodes alone."""
     if "Concat" not in graph.op_types:  # an encoder's or a CNN's: no node to look at
         return 0.0
-    inputs = graph.input_set
+    tensors = graph.tensors
     return sum(
-        sizer.bytes(graph.tensors[o])
+        sizer.bytes(tensors[o])
+        for name, outputs in graph.derived("cache_concats", _cache_concats)
+        if only is None or name in only
+        for o in outputs
+    )
+
+
+def _cache_concats(graph: Graph) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Each Concat that appends to a graph input, in graph order, with its outputs of known shape (found once per
+    graph: every mapping sizes the cache)."""
+    inputs, tensors = graph.input_set, graph.tensors
+    return tuple(
+        (n.name, tuple(o for o in n.outputs if o in tensors))
         for n in graph.nodes
-        if n.op_type == "Concat" and (only is None or n.name in only) and any(i in inputs for i in n.inputs)
-        for o in n.outputs
-        if o in graph.tensors
+        if n.op_type == "Concat" and any(i in inputs for i in n.inputs)
     )
 
 
@@ -47,13 +57,25 @@ def plan_memory(
 ) -> MemoryPlan:
     """`kernels` carry their tensor-parallel roles (full size, before the split)."""
     columns = Kernels.of(kernels)  # every figure from the sources, the nodes from their column: none written
-    kernels = columns.sources
-    sharded_w = sum(k.weight_bytes for k in kernels if k.shard in WEIGHT_SPLITS)
-    replicated_w = sum(k.weight_bytes for k in kernels if k.shard not in WEIGHT_SPLITS)
-    whole = frozenset(n for k, nodes in zip(kernels, columns.nodes) if k.shard == Shard.REPLICATED for n in nodes)
+    # one pass, each figure summed in kernel order as a sum of its own would: split and replicated weights, the
+    # nodes run whole, the largest activation traffic (the first of equals, as max gives it)
+    sharded_w = replicated_w = 0
+    act: float | None = None
+    replicated: list[str] = []
+    for k, nodes in zip(columns.sources, columns.nodes, strict=True):
+        if k.shard in WEIGHT_SPLITS:
+            sharded_w += k.weight_bytes
+        else:
+            replicated_w += k.weight_bytes
+            if k.shard == Shard.REPLICATED:
+                replicated.extend(nodes)
+        moved = k.dram_bytes - k.weight_bytes
+        if act is None or moved > act:
+            act = moved
+    act = 0.0 if act is None else act
+    whole = frozenset(replicated)
     whole_kv = kv_cache_bytes(graph, sizer, whole) if whole else 0.0
     kv = (kv_cache_bytes(graph, sizer) - whole_kv, whole_kv)
-    act = max((k.dram_bytes - k.weight_bytes for k in kernels), default=0.0)
     per_device = _footprint(sharded_w, replicated_w, kv, act, tp, pp)
     smallest = None
     options = sorted(
