@@ -97,8 +97,9 @@ def resident_kernels(workload: Workload, kernels: Sequence[Kernel], ep: int) -> 
         return kernels
     columns = Kernels.of(kernels)
     changes = []
+    experts = workload.expert_gemms.keys()
     for j, (k, nodes) in enumerate(zip(columns.sources, columns.nodes, strict=True)):
-        g = expert_of(workload, nodes)
+        g = None if experts.isdisjoint(nodes) else expert_of(workload, nodes)
         if g is not None:
             changes.append((j, (id(k), g.weight_share), _resident, (k, g.weight_share, ep)))
     return columns.changed(changes)
@@ -203,7 +204,8 @@ def plan_experts(
     kernels = _grouped_all_reduces(workload, kernels, act_bytes)
     if ep <= 1 and imbalance <= 1:
         return kernels
-    gemms = [expert_of(workload, nodes) for nodes in kernels.nodes]
+    experts = workload.expert_gemms.keys()
+    gemms = [None if experts.isdisjoint(nodes) else expert_of(workload, nodes) for nodes in kernels.nodes]
     layer_of = [g.layer if g is not None else None for g in gemms]
     last = {layer: i for i, layer in enumerate(layer_of) if layer is not None}
     first = {layer: i for i, layer in reversed(list(enumerate(layer_of))) if layer is not None}

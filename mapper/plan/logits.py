@@ -54,7 +54,7 @@ def last_token_logits(graph: Graph, kernels: Sequence[Kernel]) -> Sequence[Kerne
     columns = Kernels.of(kernels)
     changes: list[tuple[int, Hashable, Callable[..., Kernel], tuple]] = []
     for j, (k, name, nodes) in enumerate(zip(columns.sources, columns.names, columns.nodes, strict=True)):
-        s = next((writers[n] for n in nodes if n in writers), 0)
+        s = 0 if writers.keys().isdisjoint(nodes) else next((writers[n] for n in nodes if n in writers), 0)
         if s:
             scaled[name] = s
             changes.append((j, (id(k), s), _one_row, (k, s)))

@@ -249,7 +249,10 @@ def apply_kv_cache(graph: Graph, kernels: Sequence[Kernel], kv_cache: str, sizer
         return kernels
     columns = Kernels.of(kernels)
     changes = []
+    updates = appends.keys()
     for j, (k, nodes) in enumerate(zip(columns.sources, columns.nodes, strict=True)):
+        if updates.isdisjoint(nodes):  # most kernels: one C-level test
+            continue
         hits = [appends[n] for n in nodes if n in appends]
         if hits:
             # copy: past read + present (past and new) written; in place the past is neither read nor rewritten
