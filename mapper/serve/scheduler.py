@@ -148,25 +148,26 @@ def run_whole_prefill(run: SchedulerRun, *, decode_first: bool) -> Timeline:
     )
     first_token, finish = [0.0] * n, [0.0] * n
     dec = Decoding(prompt, output)
+    prefill_time, decode_time, max_batch, capacity, jitter = (
+        run.prefill_time, run.decode_time, run.max_batch, run.capacity, run.jitter
+    )  # fmt: skip  # the loop's reads, bound once (same arithmetic)
+    drawn = jitter.values
     now, nxt, kv_used, step, busy = 0.0, 0, 0, 0, 0.0
     while nxt < n or dec.count:
-        if not dec.count and arr[nxt] > now:
+        count = dec.count
+        if not count and arr[nxt] > now:
             now = arr[nxt]  # idle until the next arrival
         admitted: list[int] = []
-        if not (decode_first and dec.count):
-            while (
-                nxt < n
-                and arr[nxt] <= now
-                and dec.count + len(admitted) < run.max_batch
-                and kv_used + need[nxt] <= run.capacity
-            ):
+        if nxt < n and arr[nxt] <= now and not (decode_first and count):
+            while nxt < n and arr[nxt] <= now and count + len(admitted) < max_batch and kv_used + need[nxt] <= capacity:
                 admitted.append(nxt)
                 kv_used += need[nxt]
                 nxt += 1
         if admitted:
-            dt = run.prefill_time(len(admitted), float(max(prompt[r] for r in admitted))) * run.jitter[step]
+            factor = drawn[step] if step < len(drawn) else jitter[step]
+            dt = prefill_time(len(admitted), float(max(prompt[r] for r in admitted))) * factor
             now += dt
-            busy += dt * dec.count
+            busy += dt * count
             for rid in admitted:
                 first_token[rid] = now
                 if output[rid] <= 1:
@@ -174,10 +175,11 @@ def run_whole_prefill(run: SchedulerRun, *, decode_first: bool) -> Timeline:
                     kv_used -= need[rid]
                 else:
                     dec.join(rid, 1)
-        elif dec.count:
-            dt = run.decode_time(dec.count, dec.context_sum / dec.count) * run.jitter[step]
+        elif count:
+            factor = drawn[step] if step < len(drawn) else jitter[step]
+            dt = decode_time(count, dec.context_sum / count) * factor
             now += dt
-            busy += dt * dec.count
+            busy += dt * count
             for rid in dec.step():
                 finish[rid] = now
                 kv_used -= need[rid]
