@@ -202,8 +202,8 @@ class Graph:
             object.__setattr__(self, "op_types", frozenset(n.op_type for n in self.nodes))
 
     def derived(self, name: str, make: Callable[[Graph], _T]) -> _T:
-        """`make(self)`, found once per graph: a value of this graph alone (its cache updates, its logits) that
-        every mapping of it asks for; two threads racing compute equal values."""
+        """`make(self)`, found once per graph: a value of this graph alone (its KV-cache updates, its tiny operands,
+        its cache Concats) that every mapping of it asks for; two threads racing compute equal values."""
         found = self._derived.get(name, _MISSING)
         if found is _MISSING:
             found = self._derived[name] = make(self)

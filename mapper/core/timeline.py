@@ -58,7 +58,7 @@ class Kernels(WrittenWhenRead):
                 sources[j] = sources[f]
             shared[j] = f
             touched.append(j)
-        if touched and self.shared is not None:
+        if self.shared is not None:
             was_changed = np.zeros(len(sources), dtype=bool)
             was_changed[touched] = True
             own: dict[int, int] = {}

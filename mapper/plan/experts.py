@@ -161,11 +161,6 @@ def _all_to_all(name: str, g: ExpertGemm, step: str, ep: int, act_bytes: float) 
     )
 
 
-def _figures(g: ExpertGemm) -> tuple:
-    """What an expert kernel's change reads of its routing: every figure but its layer and router."""
-    return g.experts, g.top_k, g.hidden, g.tokens, g.mean_tokens, g.grouped
-
-
 def _grouped_all_reduces(workload: Workload, kernels: Sequence[Kernel], act_bytes: float) -> Kernels:
     """A grouped expert GEMM's tensor-parallel all-reduce, and the partial sums its row-parallel GEMM writes, at the
     layer's T x hidden instead of the [E, T, hidden] stack the graph holds (Mixtral's per-expert GEMMs and every
@@ -214,10 +209,9 @@ def plan_experts(
         if g is None:
             out.keep(k, name, nodes)
             continue
-        figures = _figures(g)
         if ep > 1 and first[g.layer] == i:
             _add_all_to_all(out, name, g, "dispatch", ep, act_bytes)
-        out.derive((id(k), figures), name, nodes, _expert_share, k, g, ranks, imbalance, ep)
+        out.derive((id(k), g.figures), name, nodes, _expert_share, k, g, ranks, imbalance, ep)
         if ep > 1 and last[g.layer] == i:
             _add_all_to_all(out, name, g, "combine", ep, act_bytes)
     return out.kernels()

@@ -312,10 +312,7 @@ def _routing(group: Group, place: Place, experts: dict, weight_shares: dict | No
     """What a kernel of a mixture of experts reads besides its members' codes: each member's routing figures (the
     expert work `moe.route_work` scaled by them, every figure but its layer and router) and the share of each weight
     it reads (`weight_shares`)."""
-    figures = tuple(
-        None if g is None else (g.experts, g.top_k, g.hidden, g.tokens, g.mean_tokens, g.grouped)
-        for g in map(experts.get, group.nodes)
-    )
+    figures = tuple(None if g is None else g.figures for g in map(experts.get, group.nodes))
     shares = tuple(weight_shares.get(t, 1.0) for t, _ in place[0].reads) if weight_shares else ()
     return figures, shares
 

@@ -253,11 +253,9 @@ def apply_kv_cache(graph: Graph, kernels: Sequence[Kernel], kv_cache: str, sizer
     for j, (k, nodes) in enumerate(zip(columns.sources, columns.nodes, strict=True)):
         if updates.isdisjoint(nodes):  # most kernels: one C-level test
             continue
-        hits = [appends[n] for n in nodes if n in appends]
-        if hits:
-            # copy: past read + present (past and new) written; in place the past is neither read nor rewritten
-            copied = sum(sizer.bytes(graph.tensors[a.past]) for a in hits)
-            changes.append((j, (id(k), copied), _in_place, (k, copied)))
+        # copy: past read + present (past and new) written; in place the past is neither read nor rewritten
+        copied = sum(sizer.bytes(graph.tensors[appends[n].past]) for n in nodes if n in appends)
+        changes.append((j, (id(k), copied), _in_place, (k, copied)))
     return columns.changed(changes)
 
 

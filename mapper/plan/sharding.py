@@ -266,31 +266,12 @@ def shard_kernels(graph: Graph, kernels: Sequence[Kernel], split: SplitPlan, tp:
         # a replicated cache (MLA's latent) is read whole by every rank's heads
         kept = sum(size(tensors[t]) for t in whole.intersection(_boundary(graph, nodes, index_of)[0])) if whole else 0.0
         out.derive((id(k), full_out, kept), name, nodes, _split_kernel, k, full_out, kept, tp)
-        if row and i not in summed_on:  # partial sums of every rank: sum them
-            reduce = f"{name}:all-reduce"
-            out.derive(
-                (Collective.ALL_REDUCE, full_out),
-                reduce,
-                (),
-                collective_kernel,
-                reduce,
-                Collective.ALL_REDUCE,
-                full_out,
-                tp,
-            )
-        elif gathered:
-            # column-parallel logits are gathered; sharded outputs such as the KV cache stay on their ranks
-            gather = f"{name}:all-gather"
-            out.derive(
-                (Collective.ALL_GATHER, full_out),
-                gather,
-                (),
-                collective_kernel,
-                gather,
-                Collective.ALL_GATHER,
-                full_out,
-                tp,
-            )
+        # partial sums of every rank are summed; column-parallel logits are gathered (sharded outputs such as the
+        # KV cache stay on their ranks)
+        kind = Collective.ALL_REDUCE if row and i not in summed_on else Collective.ALL_GATHER if gathered else None
+        if kind is not None:
+            collective = f"{name}:{kind}"
+            out.derive((kind, full_out), collective, (), collective_kernel, collective, kind, full_out, tp)
     return out.kernels()
 
 

@@ -61,6 +61,12 @@ class ExpertGemm:
         return self.top_k / self.experts
 
     @property
+    def figures(self) -> tuple:
+        """What an expert kernel's work depends on of its routing (`route_work` scales by them; the plan stages
+        split by them): every figure but its layer and router."""
+        return self.experts, self.top_k, self.hidden, self.tokens, self.mean_tokens, self.grouped
+
+    @property
     def weight_share(self) -> float:
         """The expected share of the experts some token uses (and so of their weights read)."""
         return expected_experts(self.experts, self.top_k, self.tokens) / self.experts
