@@ -102,12 +102,11 @@ def serve_disaggregated(args, model, hw, options, question) -> int:
     """`mapper serve --prefill-tp/--decode-tp`: the same requests served disaggregated and aggregated."""
     if args.rate is None:
         raise MapperError("disaggregated serving compares two ways at one load: give --rate (requests per second)")
-    pool = lambda tp, replicas: mapper.Pool(replace(options, tp=tp, dp=1), replicas)
     # under --attention-dp the decode pool runs it (each rank its own sequences) and prompts prefill on TP alone
     prefill = replace(options, ep=1, attention_dp=False) if options.attention_dp else options
     setup = mapper.Disaggregation(
         mapper.Pool(replace(prefill, tp=args.prefill_tp or options.tp, dp=1), args.prefill_replicas),
-        pool(args.decode_tp or options.tp, args.decode_replicas),
+        mapper.Pool(replace(options, tp=args.decode_tp or options.tp, dp=1), args.decode_replicas),
         None if args.kv_link_gbps is None else args.kv_link_gbps * 1e9,
     )
     serve, s = question.serve, question.serve.serving

@@ -142,7 +142,11 @@ class PlanServer:
         self._budgets: dict[int, KvBudget] = {}
         self._grids: dict[tuple[int, int], tuple] = {}
         self.floor_tokens_per_s_per_device = 0.0  # a configuration bounded below it is not served (`bound_cut`)
-        self.ranks = plan.options.attention_ranks  # attention DP: ranks of their own requests (serve/ranks.py)
+
+    @property
+    def ranks(self) -> int:
+        """Ranks one simulated run stands for: attention DP's, each with requests of its own (serve/ranks.py)."""
+        return self.plan.options.attention_ranks
 
     @property
     def chunks(self) -> tuple[int, ...]:

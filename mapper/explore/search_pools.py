@@ -90,7 +90,12 @@ class PoolServer(PlanServer):
         assert plan.prefill is not None  # a disaggregated plan: pool_plans builds it
         self.prefill = prefill
         self.setup = Disaggregation(Pool(plan.prefill, plan.pools[0]), Pool(plan.options, plan.pools[1]))
-        self.ranks = 1  # the pools serve the whole setup's requests (an attention-DP decode pool's ranks: its servers)
+
+    @property
+    def ranks(self) -> int:
+        """1: a pools' run serves the whole setup's requests (an attention-DP decode pool deals them to its ranks
+        itself: `Pool.servers`)."""
+        return 1
 
     @property
     def chunks(self) -> tuple[int, ...]:

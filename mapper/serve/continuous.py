@@ -27,7 +27,7 @@ from mapper.serve.scheduler import (
     run_chunked,
     run_whole_prefill,
 )
-from mapper.serve.serving import ServingConfig, draw_jitter, filled_jitter, kept_jitter_draw, validate_config
+from mapper.serve.serving import ServingConfig, filled_jitter, validate_config
 from mapper.serve.speculative import SpeculativeConfig, validate_speculative
 from mapper.serve.trace import Trace
 
@@ -151,7 +151,7 @@ def simulate_llm_serving(prefill_time: StepTime, decode_time: StepTime, config: 
     capacity = config.kv_capacity_tokens
     arrival_rng, jitter_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(config.seed).spawn(2))
     reqs = draw_requests(config, arrival_rng)
-    n, need, output = len(reqs.arrival), reqs.need, reqs.output
+    n, need = len(reqs.arrival), reqs.need
     if int(need.max()) > capacity:
         row = int(np.argmax(need > capacity))
         raise MapperError(
@@ -159,15 +159,8 @@ def simulate_llm_serving(prefill_time: StepTime, decode_time: StepTime, config: 
             f" {capacity}; shorten it or use a device with more memory"
         )
     cv, dist = filled_jitter(config.jitter_cv, config.jitter_dist)
-    draw = lambda count: draw_jitter(count, cv, dist, jitter_rng)
-    run = SchedulerRun(
-        prefill_time,
-        decode_time,
-        reqs,
-        config.max_batch,
-        capacity,
-        Jitter(kept_jitter_draw(2 * n + int(output.sum()), cv, dist, jitter_rng), draw),
-    )
+    jitter = Jitter.for_requests(reqs, cv, dist, jitter_rng)
+    run = SchedulerRun(prefill_time, decode_time, reqs, config.max_batch, capacity, jitter)
     if config.scheduler == Scheduler.CHUNKED:
         timeline = run_chunked(run, chunk_tokens=config.chunk_tokens)
     else:

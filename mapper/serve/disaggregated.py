@@ -45,7 +45,7 @@ from mapper.serve.scheduler import (
     run_chunked,
     run_whole_prefill,
 )
-from mapper.serve.serving import draw_jitter, filled_jitter, kept_jitter_draw
+from mapper.serve.serving import filled_jitter
 from mapper.serve.steps import GridTime, engine_step_times, step_grids, step_latency
 
 GB = 1e9
@@ -194,8 +194,7 @@ def _draws(config: LLMServingConfig) -> tuple[Requests, Callable[[], Jitter]]:
     cv, dist = filled_jitter(config.jitter_cv, config.jitter_dist)
 
     def jitter() -> Jitter:
-        draw = lambda count: draw_jitter(count, cv, dist, jitter_rng)
-        return Jitter(kept_jitter_draw(2 * len(reqs.arrival) + int(reqs.output.sum()), cv, dist, jitter_rng), draw)
+        return Jitter.for_requests(reqs, cv, dist, jitter_rng)
 
     return reqs, jitter
 

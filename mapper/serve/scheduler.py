@@ -16,6 +16,7 @@ from enum import StrEnum
 import numpy as np
 
 from mapper.core.errors import MapperError
+from mapper.serve.serving import draw_jitter, kept_jitter_draw
 
 StepTime = Callable[[int, float], float]  # (batch, tokens) -> seconds
 
@@ -114,6 +115,13 @@ class Jitter:
         self.values: list[float] = []
         self.drawn, self.draw = drawn, draw
 
+    @classmethod
+    def for_requests(cls, reqs: Requests, cv: float, dist: str, rng: np.random.Generator) -> Jitter:
+        """A run's factors from `rng`: one for every step serving `reqs` could take (two a request and one an output
+        token), drawn first (the draw kept across runs: `serving.kept_jitter_draw`), more as the run reads past them."""
+        first = kept_jitter_draw(2 * len(reqs.arrival) + int(reqs.output.sum()), cv, dist, rng)
+        return cls(first, lambda count: draw_jitter(count, cv, dist, rng))
+
     def __getitem__(self, step: int) -> float:
         values = self.values
         while step >= len(values):
@@ -158,7 +166,7 @@ def run_whole_prefill(run: SchedulerRun, *, decode_first: bool) -> Timeline:
         if not count and arr[nxt] > now:
             now = arr[nxt]  # idle until the next arrival
         admitted: list[int] = []
-        if nxt < n and arr[nxt] <= now and not (decode_first and count):
+        if not (decode_first and count):
             while nxt < n and arr[nxt] <= now and count + len(admitted) < max_batch and kv_used + need[nxt] <= capacity:
                 admitted.append(nxt)
                 kv_used += need[nxt]
