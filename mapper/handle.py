@@ -18,7 +18,6 @@ from pathlib import Path
 import onnx
 
 from mapper.core.caches import ModelCaches
-from mapper.core.collector import collector_paused
 from mapper.core.errors import MapperError
 from mapper.core.footprint import Footprint, model_footprint
 from mapper.core.graph import ReleasedPrecision
@@ -81,7 +80,6 @@ class ModelHandle:
             return self._bind(dims, batch, seq)
         return self.caches.workload(key, batch, seq, lambda: self._bind(dims, batch, seq))
 
-    @collector_paused
     def _bind(self, dims: dict[str, int] | None, batch: int | None, seq: int | None) -> Workload:
         graph, classes = import_graph(self.proto, self.sha256, self.name, self.caches, dims, batch, seq)
         if self.released is not None:  # a built-in's or a config's: its tensors (fp32, dims only) do not say
@@ -102,7 +100,6 @@ class ModelHandle:
         return {k: v for k, v in (dims or {}).items() if k != "batch" and self.roles.get(k) != "batch"} or None
 
 
-@collector_paused
 def _reopen(source: str, data: bytes | None, name: str, released: ReleasedPrecision | None) -> ModelHandle:
     if data is None:
         return _builtin(source, name)
@@ -136,7 +133,6 @@ def _handle(
     )
 
 
-@collector_paused
 def open_model(
     source: str | os.PathLike | bytes | ModelHandle, *, file_name: str | None = None, name: str | None = None
 ) -> ModelHandle:

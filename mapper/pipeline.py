@@ -25,7 +25,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from mapper.core.collector import collector_paused
 from mapper.core.errors import MapperError
 from mapper.core.graph import Graph, ReleasedPrecision
 from mapper.core.options import PlanOptions
@@ -148,7 +147,6 @@ def dim_roles(source: str | os.PathLike | bytes | ModelHandle) -> dict[str, str]
     return dict(open_model(source).roles)
 
 
-@collector_paused
 def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOptions = PlanOptions()) -> MappingResult:
     """Map a workload onto a device: fusion -> layout -> devices -> tiling + cost -> classes -> placement -> roll-up."""
     graph, caches = workload.graph, workload.caches

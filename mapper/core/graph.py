@@ -7,7 +7,7 @@ user's bindings, so fusion, tiling and cost never see a symbolic dim.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeVar
@@ -90,6 +90,105 @@ class TensorSpec:
         return self.elements * DTYPE_BYTES.get(self.dtype, 4)
 
 
+class TensorTable(Mapping[str, TensorSpec]):
+    """Every tensor of a binding as columns: name -> row, each row's shape and element type. A Llama-2-70B
+    binding has ~6,900 tensors: as records they were as many objects for the garbage collector to walk at each
+    full pass (a search keeps 256 bindings), here they are three (the name index holds only strings and ints,
+    which the collector does not track; the shapes are tuples, shared by a repeated layer's copies). Reading a
+    name gives its `TensorSpec`, made for the read; `shape` and `dtype` read the columns alone. The
+    import's walk writes rows (`put`); every later stage only reads."""
+
+    __slots__ = ("_dtypes", "_rows", "_shapes")
+
+    def __init__(self, specs: Iterable[TensorSpec] = ()):
+        self._rows: dict[str, int] = {}
+        self._shapes: list[tuple[int, ...]] = []
+        self._dtypes: list[str] = []
+        for spec in specs:
+            self.put(spec.name, spec.shape, spec.dtype)
+
+    def put(self, name: str, shape: tuple[int, ...], dtype: str) -> None:
+        """Write a tensor's row (a name written again takes the new shape and type, as a dict's key would)."""
+        row = self._rows.get(name)
+        if row is None:
+            self._rows[name] = len(self._shapes)
+            self._shapes.append(shape)
+            self._dtypes.append(dtype)
+        else:
+            self._shapes[row], self._dtypes[row] = shape, dtype
+
+    def put_like(self, names: Sequence[str], sources: Sequence[str]) -> None:
+        """Write each name with its source's shape and type (a repeated layer's copies, from their twins)."""
+        rows, shapes, dtypes = self._rows, self._shapes, self._dtypes
+        if not rows.keys().isdisjoint(names):  # a name written again: row by row, as `put`
+            for name, source in zip(names, sources):
+                row = rows[source]
+                self.put(name, shapes[row], dtypes[row])
+            return
+        taken = list(map(rows.__getitem__, sources))  # all new: appended at once (a name twice keeps its last row)
+        rows.update(zip(names, range(len(shapes), len(shapes) + len(taken))))
+        shapes.extend(map(shapes.__getitem__, taken))
+        dtypes.extend(map(dtypes.__getitem__, taken))
+
+    def copy(self) -> TensorTable:
+        new = TensorTable()
+        new._rows, new._shapes, new._dtypes = dict(self._rows), list(self._shapes), list(self._dtypes)
+        return new
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self._shapes[self._rows[name]]
+
+    def dtype(self, name: str) -> str:
+        return self._dtypes[self._rows[name]]
+
+    def shape_of(self, name: str) -> tuple[int, ...] | None:
+        """The tensor's shape, or None where the table has no such tensor."""
+        row = self._rows.get(name)
+        return None if row is None else self._shapes[row]
+
+    def __getitem__(self, name: str) -> TensorSpec:
+        row = self._rows[name]
+        return TensorSpec(name, self._shapes[row], self._dtypes[row])
+
+    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+        row = self._rows.get(name)
+        return default if row is None else TensorSpec(name, self._shapes[row], self._dtypes[row])
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._rows
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._rows)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, TensorTable):
+            return self._facts() == other._facts()
+        return Mapping.__eq__(self, other)
+
+    __hash__ = None  # type: ignore[assignment]  # a table is written by its walk: no hash, as a dict has none
+
+    def _facts(self) -> dict[str, tuple[tuple[int, ...], str]]:
+        shapes, dtypes = self._shapes, self._dtypes
+        return {name: (shapes[row], dtypes[row]) for name, row in self._rows.items()}
+
+    def __reduce__(self):
+        return _table_of, (list(self._rows), [self._shapes[r] for r in self._rows.values()],
+                           [self._dtypes[r] for r in self._rows.values()])  # fmt: skip
+
+    def __repr__(self) -> str:
+        return f"TensorTable({len(self)} tensors)"
+
+
+def _table_of(names: list[str], shapes: list[tuple[int, ...]], dtypes: list[str]) -> TensorTable:
+    """A pickled table back (`TensorTable.__reduce__`)."""
+    table = TensorTable()
+    table._rows, table._shapes, table._dtypes = {n: r for r, n in enumerate(names)}, list(shapes), list(dtypes)
+    return table
+
+
 @dataclass(frozen=True, slots=True)
 class Node:
     """One ONNX node with its attributes as plain Python values."""
@@ -152,7 +251,7 @@ class ReleasedPrecision:
 class Graph:
     """A model at concrete shapes.
 
-    `tensors` maps every tensor name to its spec; `weights` names the tensors
+    `tensors` maps every tensor name to its spec (a `TensorTable`); `weights` names the tensors
     that are parameters (initializers, Constant outputs and ConstantOfShape
     results of constant shapes); `folded` names the nodes whose outputs were
     computed at import (shape arithmetic): they are not kernels.
@@ -160,7 +259,7 @@ class Graph:
 
     name: str
     nodes: tuple[Node, ...]
-    tensors: dict[str, TensorSpec]
+    tensors: TensorTable
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     weights: frozenset[str]

@@ -1,73 +1,23 @@
-"""Frozen records built without their dataclass constructor, for the loops that make one per node or kernel.
+"""Frozen records' two helpers: a quick `dataclasses.replace`, and a sequence written only when read.
 
-A frozen dataclass's `__init__` writes each field through `object.__setattr__` (its own `__setattr__`
-refuses): a BERT-base binding builds ~1,300 such records (its tensors, node works, kernels and estimates), most
-of them a repeated layer's copy of its twin's. `writer(cls)` gives a function of every field, in field order,
-that fills a draft: an instance of a plain class with the same slots, whose attribute writes are the
-interpreter's fast slot stores, and then makes it a `cls` (`__class__` assignment, which Python allows between
-classes of one layout: the same slots on the same base). A 22-field Kernel: 2.3 -> 0.8 us. A class with a
-`__post_init__` is refused (the writer would skip it), as is one whose slots or base differ from a plain
-slotted dataclass's. tests/test_records.py compares each writer's record with the constructor's, field by field.
-`WrittenWhenRead` is a sequence of such records that writes each only when it is read.
+`replacer(cls)` copies a record with some fields changed through the class's own constructor, without
+`dataclasses.replace`'s per-field loop over `fields()`. `WrittenWhenRead` is a sequence of records a stage
+could give without writing them (a repeated layer's, most of a slice's): each is written on its first read.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import MISSING, fields, is_dataclass
+from dataclasses import fields
 from operator import attrgetter
 from typing import Any
 
 
-def writer(cls: type, defaults: bool = False) -> Callable[..., Any]:
-    """`cls(...)` for a frozen, slotted dataclass without `__post_init__`: the same parameters, by position or
-    name; with `defaults`, the fields' defaults too (one with a default factory has none here: it must be
-    given), else every field must be given (a copy that misses one is refused, not filled in)."""
-    found = fields(cls) if is_dataclass(cls) else ()
-    names = [f.name for f in found]
-    slots = getattr(cls, "__slots__", None)
-    if (
-        slots != tuple(names)
-        or cls.__bases__ != (object,)
-        or hasattr(cls, "__post_init__")
-        or any(not f.init for f in found)
-        or set(names) & {"_new", "_draft", "_cls", "record"}
-        or any(n.startswith(("_default_", "_set_")) for n in names)
-    ):
-        raise TypeError(f"{cls.__name__} is not a slotted dataclass of its fields alone, without __post_init__")
-    draft = type(f"_{cls.__name__}Draft", (), {"__slots__": slots})  # the layout, without the refusal
-    scope: dict[str, Any] = {"_new": object.__new__, "_draft": draft, "_cls": cls}
-    parameters, defaulted = [], False
-    for f in found:
-        if defaults and f.default is not MISSING:
-            scope[f"_default_{f.name}"] = f.default
-            parameters.append(f"{f.name}=_default_{f.name}")
-            defaulted = True
-        elif defaulted:  # a field without a default after one with: as a dataclass refuses, refused
-            raise TypeError(f"{cls.__name__}.{f.name} has no default after a field with one")
-        else:
-            parameters.append(f.name)
-    head = f"def write({', '.join(parameters)}):"
-    drafted = [
-        head,
-        "    record = _new(_draft)",
-        *(f"    record.{n} = {n}" for n in names),
-        "    record.__class__ = _cls",
-    ]
-    exec("\n".join([*drafted, "    return record"]), scope)  # noqa: S102 - source from the class's own field names
-    try:  # one record of Nones: an interpreter that refuses the class change is found here, not in a stage
-        scope["write"](*[None] * len(names))
-    except TypeError:  # ... and gets the slots written one descriptor call a field (3x slower, same records)
-        scope |= {f"_set_{n}": getattr(cls, n).__set__ for n in names}
-        slotted = [head, "    record = _new(_cls)", *(f"    _set_{n}(record, {n})" for n in names)]
-        exec("\n".join([*slotted, "    return record"]), scope)  # noqa: S102 - as above
-    return scope["write"]
-
-
 def replacer(cls: type) -> Callable[..., Any]:
-    """`dataclasses.replace(record, **changes)` for `cls` (as `writer` requires it), without its per-field Python
-    loop or the frozen constructor: the changed fields written over the record's own, in one call."""
-    write = writer(cls)
+    """`dataclasses.replace(record, **changes)` for a dataclass `cls` whose fields are all its constructor's
+    parameters, without its per-field Python loop: the changed fields written over the record's own."""
+    if any(not f.init for f in fields(cls)):
+        raise TypeError(f"{cls.__name__} has a field its constructor does not take")
     names = [f.name for f in fields(cls)]
     values, index = attrgetter(*names), {name: i for i, name in enumerate(names)}
 
@@ -77,9 +27,15 @@ def replacer(cls: type) -> Callable[..., Any]:
             if name not in index:
                 raise TypeError(f"{cls.__name__} has no field {name!r}")
             new[index[name]] = value
-        return write(*new)
+        return cls(*new)
 
     return replace
+
+
+def each(records: Sequence) -> Iterator:
+    """Records in order for one pass: a `WrittenWhenRead`'s without keeping those it writes (`each`), another
+    sequence's as they are."""
+    return records.each() if isinstance(records, WrittenWhenRead) else iter(records)
 
 
 class WrittenWhenRead(Sequence):

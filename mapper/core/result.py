@@ -99,7 +99,7 @@ class Kernel:
         return self.matrix
 
     def replaced(self, **changes) -> Kernel:
-        """`dataclasses.replace(self, **changes)` without its per-field Python loop or the frozen constructor
+        """`dataclasses.replace(self, **changes)` without its per-field Python loop
         (`core.records.replacer`): the stages after fusion copy kernels by the thousand (the engine an assessment
         chose, tensor parallelism's roles and shards of an 80-layer decoder)."""
         return _replace_kernel(self, **changes)
@@ -126,7 +126,7 @@ class TileChoice:
     time_s: float  # the search ranks by the work; cost.estimate re-times every candidate as the kernel (launch incl.)
 
     def with_time(self, time_s: float) -> TileChoice:
-        """`dataclasses.replace(self, time_s=time_s)` without its per-field Python loop or the frozen constructor
+        """`dataclasses.replace(self, time_s=time_s)` without its per-field Python loop
         (cost.estimate re-times every kept candidate)."""
         return _replace_choice(self, time_s=time_s)
 

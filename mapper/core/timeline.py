@@ -13,7 +13,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 
 import numpy as np
 
-from mapper.core.records import WrittenWhenRead, writer
+from mapper.core.records import WrittenWhenRead
 from mapper.core.result import Kernel, KernelAssessment, KernelEstimate
 
 
@@ -125,8 +125,7 @@ def columns_of(kernels: Sequence[Kernel]) -> zip:
     return zip(columns.sources, columns.names, columns.nodes, strict=True)
 
 
-# An estimate per kernel a slice is written only when read (`KernelEstimates`), without the frozen constructor
-_write_estimate = writer(KernelEstimate)
+# An estimate per kernel a slice is written only when read (`KernelEstimates`)
 
 
 class KernelEstimates(WrittenWhenRead):
@@ -149,4 +148,4 @@ class KernelEstimates(WrittenWhenRead):
         return [e.kernel for e in estimates], [e.assessment for e in estimates], [e.start_s for e in estimates]
 
     def _write(self, k: int) -> KernelEstimate:
-        return _write_estimate(self.kernels._read(k), self.assessments[k], self.starts[k])
+        return KernelEstimate(self.kernels._read(k), self.assessments[k], self.starts[k])

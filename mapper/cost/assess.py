@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from mapper.core.caches import ModelCaches
-from mapper.core.records import writer
 from mapper.core.result import Kernel, KernelAssessment
 from mapper.core.timeline import KernelEstimates, Kernels
 from mapper.cost.bottleneck import Facts, classify, speedup_if_removed
@@ -72,10 +71,6 @@ def estimate_kernels(built: Sequence[Kernel], target: Target, caches: ModelCache
     return KernelEstimates(Kernels(placed, kernels.names, kernels.nodes, shared), assessments, starts)
 
 
-# an assessment per new kernel (~11 a BERT-base slice), without the frozen constructor (`core.records`)
-_new_assessment = writer(KernelAssessment, defaults=True)
-
-
 def assessment_key(k: Kernel) -> tuple:
     """What a kernel's assessment depends on (its name and nodes do not: repeats share one)."""
     return (k.matrix, k.rule, k.engine, k.flops, k.matrix_flops, k.sfu_ops, k.dram_bytes, k.weight_bytes,
@@ -123,7 +118,7 @@ def _assessed(k: Kernel, c: Cost, target: Target) -> tuple[str, KernelAssessment
     )  # fmt: skip
     stall = memory_stall_fraction(c.compute_time_s, c.memory_time_s, c.time_s, exponent)
     bottleneck, evidence, owner = classify(facts)
-    return c.engine, _new_assessment(
+    return c.engine, KernelAssessment(
         tiling=c.tiling, dtype=dtype, time_s=c.time_s, compute_time_s=c.compute_time_s,
         memory_time_s=c.memory_time_s, overhead_s=c.overhead_s, sync_s=c.sync_s, dram_bytes=c.dram_bytes,
         l2_bytes=c.l2_bytes, intensity_flop_per_byte=intensity,

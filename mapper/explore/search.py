@@ -37,7 +37,6 @@ import shlex
 import time
 from dataclasses import dataclass, replace
 
-from mapper.core.collector import collector_paused
 from mapper.core.options import PlanOptions
 from mapper.core.targets import TARGET_ROWS, Targets
 from mapper.core.vocab import PlanDtype
@@ -269,7 +268,6 @@ def _served(shared: tuple, plans: list[Plan], executor: ExecutorSpec) -> list[Pl
     return [done[i] for i in range(len(plans))]
 
 
-@collector_paused  # millions of short-lived records, no cycles: ~1,000 full-heap passes a Mixtral search otherwise
 def run_search(
     source,
     hw: HardwareProfile,

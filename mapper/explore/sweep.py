@@ -16,7 +16,6 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from mapper.core import limits
-from mapper.core.collector import collector_paused
 from mapper.core.errors import MapperError
 from mapper.core.extras import require
 from mapper.core.options import PlanOptions
@@ -147,10 +146,6 @@ ERROR_ROW = {
 }
 
 
-# The cyclic collector is paused for a whole task (mapper/core/collector.py): its slices make ~3 reference cycles
-# per 64 slices, yet between slices its passes walked the model's caches, 0.2 of a 200-shape sweep's 2.0 CPU-s
-# (gc callbacks; 0.09 paused per task)
-@collector_paused
 def run_task(shared: SweepShared, task: SweepTask) -> list[dict]:
     """Map every slice of one task (runs on a worker, whose copy of `shared` every task of it reads)."""
     model = shared.models[task.model]

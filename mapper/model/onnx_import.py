@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import mmap
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 
@@ -190,7 +191,9 @@ def import_graph(
     return graph, walk.classes
 
 
-def _dequantized_weights(ordered: list[Node], folded: frozenset[str], specs: dict[str, TensorSpec]) -> dict[str, str]:
+def _dequantized_weights(
+    ordered: list[Node], folded: frozenset[str], specs: Mapping[str, TensorSpec]
+) -> dict[str, str]:
     """Float weights that a folded DequantizeLinear makes from an 8- or 4-bit integer constant (QDQ
     models): weight name -> the integer type memory holds them in."""
     stored = {}
@@ -202,7 +205,7 @@ def _dequantized_weights(ordered: list[Node], folded: frozenset[str], specs: dic
     return stored
 
 
-def live_structure(ordered: list[Node], folded: frozenset[str], const: set[str], specs: dict[str, TensorSpec]):
+def live_structure(ordered: list[Node], folded: frozenset[str], const: set[str], specs: Mapping[str, TensorSpec]):
     """The nodes left after folding, the weights they read, who makes and uses each tensor, the storage types
     of QDQ weights, and each live node's position in `ordered`. Decided by which nodes folded (and so which
     tensors are constants) and the initializers' types, not by sizes: every binding that folds the same nodes

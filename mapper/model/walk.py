@@ -16,8 +16,7 @@ from mapper.core import limits
 from mapper.core.caches import ModelCaches
 from mapper.core.dtypes import dtype_name, tensor_dtype
 from mapper.core.errors import MapperError
-from mapper.core.graph import SUBGRAPH_OPS, Node, TensorSpec
-from mapper.core.records import writer
+from mapper.core.graph import SUBGRAPH_OPS, Node, TensorSpec, TensorTable
 from mapper.model.bindings import eval_dim, graph_inputs
 from mapper.model.ort_shapes import ort_inferred_value_info, ort_node_value_info
 from mapper.model.repeats import Repeats, Stretch
@@ -45,10 +44,6 @@ def value_info_shape(vi: onnx.ValueInfoProto, bound: dict[str, int]) -> TensorSp
 
 
 # --- the graph walk --------------------------------------------------------------------------------
-# every output of every node at every binding (a repeated layer's copies too): written without the frozen
-# constructor (`core.records`)
-_write_spec = writer(TensorSpec)
-_new_ctx = writer(Ctx)  # what a shape rule sees of a node (~45 fresh nodes a binding)
 
 
 class Walk:
@@ -59,7 +54,7 @@ class Walk:
         self.caches = caches
         self.bound = bound
         self.sha256 = sha256
-        self.specs: dict[str, TensorSpec] = {}
+        self.specs = TensorTable()
         self.values: dict[str, np.ndarray] = {}
         self.const: set[str] = set()
         self.folded: set[str] = set()
@@ -209,7 +204,7 @@ class Walk:
         roots, outputs, root_outputs = stretch.roots, stretch.outputs, stretch.root_outputs
         classes.update(zip(stretch.nodes, map(classes.__getitem__, roots)))
         kid.update(zip(outputs, map(kid.__getitem__, root_outputs)))
-        specs.update({o: _write_spec(o, (r := specs[x]).shape, r.dtype) for o, x in zip(outputs, root_outputs)})
+        specs.put_like(outputs, root_outputs)
         values.update({o: values[x] for o, x in zip(outputs, root_outputs) if x in values})
         if not folded.isdisjoint(roots):
             folded.update([n for n, x in zip(stretch.nodes, roots) if x in folded])
@@ -263,12 +258,12 @@ class Walk:
         if len(outputs) == 1 and len(entries) == 1:  # most nodes: one output, no list of the present ones
             o = outputs[0]
             shape, dtype, value, kid[o] = entries[0]
-            specs[o] = _write_spec(o, shape, dtype)
+            specs.put(o, shape, dtype)
             if value is not None:
                 values[o] = value
         else:
             for o, (shape, dtype, value, sid) in zip([o for o in outputs if o], entries):
-                specs[o] = _write_spec(o, shape, dtype)
+                specs.put(o, shape, dtype)
                 kid[o] = sid
                 if value is not None:
                     values[o] = value
@@ -303,8 +298,8 @@ class Walk:
     def infer(self, node: Node, specs: tuple, values: tuple) -> tuple[list[TensorSpec] | None, bool]:
         """Output specs, and whether the shape rules gave them (not the model's declared shapes)."""
         try:
-            shapes = infer_node(_new_ctx(node, specs, values))
-            out = [_write_spec(o, tuple([int(d) for d in shp]), dt) for o, (shp, dt) in zip(node.outputs, shapes) if o]
+            shapes = infer_node(Ctx(node, specs, values))
+            out = [TensorSpec(o, tuple([int(d) for d in shp]), dt) for o, (shp, dt) in zip(node.outputs, shapes) if o]
             from_rule = True
         except NoRule as exc:
             found = self.fallback(node, specs, values)
@@ -336,11 +331,11 @@ class Walk:
 
     def seed(self, start: Walk) -> None:
         """Start from another walk's tensors (the initializers' `initializer_walk`, kept per model)."""
-        self.specs, self.values, self.const = dict(start.specs), dict(start.values), set(start.const)
+        self.specs, self.values, self.const = start.specs.copy(), dict(start.values), set(start.const)
         self.ids, self.kid = dict(start.ids), dict(start.kid)
 
     def set(self, name: str, spec: TensorSpec, value: np.ndarray | None) -> None:
-        self.specs[name] = spec
+        self.specs.put(name, spec.shape, spec.dtype)
         self.kid[name] = self.intern(spec.shape, spec.dtype, value)
         if value is not None:
             self.values[name] = value

@@ -16,14 +16,16 @@ from typing import overload
 
 from mapper.core.caches import ModelCaches
 from mapper.core.graph import Graph, Node, OpClass
+from mapper.core.records import each
 from mapper.core.result import NodeWork
-from mapper.core.vocab import KernelRule
+from mapper.core.vocab import FusionPolicy, KernelRule
 from mapper.plan.fusion_rules import (
     ELEMENTWISE_CLASSES,
     EPILOGUE_OPS,
     FUSION_RULES,
     QDQ_OPS,
     FusionRule,
+    RuleStart,
     start_kinds,
 )
 
@@ -40,7 +42,7 @@ class Group:
     """A fusion group before costing: node names in graph order and its rule."""
 
     nodes: tuple[str, ...]
-    rule: str
+    rule: KernelRule
     # hashed once: a plan's groups key three lookups a slice (its boundaries, its kernels, each group's place)
     _hash: int = field(init=False, repr=False, compare=False)
 
@@ -62,7 +64,7 @@ class _Planner:
     def __init__(self, graph: Graph, work: Sequence[NodeWork], tiny: frozenset[str]):
         self.graph = graph
         self.tiny_set = tiny
-        self.work = {w.name: w for w in work}
+        self.work = {w.name: w for w in each(work)}  # the plan's read: a binding's records are not kept
         self.order = [n.name for n in graph.nodes]
         self.taken: set[str] = set()
         self.node = {n.name: n for n in graph.nodes}
@@ -257,7 +259,7 @@ class _Planner:
                     stack.append(producer.name)
         return sorted(needed, key=deferred.__getitem__)
 
-    def plan(self, policy: str, attention_fusion: bool) -> list[Group]:
+    def plan(self, policy: FusionPolicy, attention_fusion: bool) -> list[Group]:
         groups: list[Group] = []
         deferred: dict[str, int] = {}  # waiting tiny nodes -> their place in graph order
         for place, name in enumerate(self.order):
@@ -267,43 +269,46 @@ class _Planner:
             if w.op_class in (OpClass.VIEW, OpClass.SHAPE_ONLY):
                 self.taken.add(name)
                 continue
-            chosen, rule_name = self.choose(name, w, policy, attention_fusion)
+            chosen, rule = self.choose(name, w, policy, attention_fusion)
             if chosen is None:
                 continue  # postponed
-            if rule_name == "single" and policy != "none" and self.deferrable(w):
+            if rule is KernelRule.SINGLE and policy is not FusionPolicy.NONE and self.deferrable(w):
                 deferred[name] = place
                 continue
             due = self.due(deferred, chosen)
             for d in due:  # what the group reads and no kernel has made yet runs first
                 groups.append(Group((d,), KernelRule.SINGLE))
             newly = [*due, *chosen]
-            if rule_name in ("flash-attention", "norm") and w.layer_group >= 0:
+            if rule in (KernelRule.FLASH_ATTENTION, KernelRule.NORM) and w.layer_group >= 0:
                 newly += self.block(w)  # the views inside the block are free and belong to it
             self.taken.update(newly)
             for d in newly:
                 deferred.pop(d, None)
-            groups.append(Group(tuple(chosen), rule_name))
+            groups.append(Group(tuple(chosen), rule))
         groups.extend(Group((d,), KernelRule.SINGLE) for d in deferred)  # read by no later kernel
         return groups
 
-    def choose(self, name: str, w: NodeWork, policy: str, attention_fusion: bool) -> tuple[list[str] | None, str]:
+    def choose(
+        self, name: str, w: NodeWork, policy: FusionPolicy, attention_fusion: bool
+    ) -> tuple[list[str] | None, KernelRule]:
         """The group the node starts and its rule ("single" alone), or None where its block is claimed
         at a later member."""
         kinds = start_kinds(w)
         for rule in FUSION_RULES:
-            applies = policy in rule.policies or (rule.starts == "attention" and attention_fusion)
-            if not applies or rule.starts not in kinds or policy == "none" and rule.starts != "attention":
+            attention = rule.starts is RuleStart.ATTENTION
+            applies = policy in rule.policies or (attention and attention_fusion)
+            if not applies or rule.starts not in kinds or policy is FusionPolicy.NONE and not attention:
                 continue
-            if rule.starts in ("attention", "norm"):
+            if rule.starts in (RuleStart.ATTENTION, RuleStart.NORM):
                 members = self.block(w) if w.layer_group >= 0 else [name]
                 candidate = [m for m in members if self.work[m].op_class is not OpClass.VIEW]
                 inside = set(candidate)
                 if name != candidate[-1] and any(self.waits(m, inside) for m in candidate):
-                    return None, ""  # a member reads what a later node makes (GQA's Expand of roped K):
+                    return None, KernelRule.SINGLE  # a member reads what a later node makes (GQA's Expand of roped K):
                     # the block is claimed at a later member, once that is planned
             else:
                 candidate = self.grow(name, rule)
-            if len(candidate) > 1 or rule.starts == "norm":
+            if len(candidate) > 1 or rule.starts is RuleStart.NORM:
                 return candidate, rule.name
         return [name], KernelRule.SINGLE
 
@@ -316,7 +321,7 @@ def tiny_nodes(graph: Graph) -> frozenset[str]:
 
 
 def _tiny_nodes(graph: Graph) -> frozenset[str]:
-    get, prod, twins = graph.tensors.get, math.prod, graph.twins
+    shape_of, prod, twins = graph.tensors.shape_of, math.prod, graph.twins
     is_tiny: list[bool] = []
     for k, n in enumerate(graph.nodes):
         t = twins[k] if twins else -1
@@ -325,23 +330,28 @@ def _tiny_nodes(graph: Graph) -> frozenset[str]:
             continue
         total = 0  # a plain loop: this runs over every node of every binding
         for o in n.outputs:
-            spec = get(o) if o else None
-            if spec is not None:
-                total += prod(spec.shape)
+            shape = shape_of(o) if o else None
+            if shape is not None:
+                total += prod(shape)
         is_tiny.append(total <= EPILOGUE_OPERAND_ELEMENTS)
     return frozenset(n.name for n, tiny in zip(graph.nodes, is_tiny) if tiny)
 
 
 def plan_fusion(
-    graph: Graph, work: Sequence[NodeWork], work_key: int, policy: str, attention_fusion: bool, caches: ModelCaches
+    graph: Graph,
+    work: Sequence[NodeWork],
+    work_key: int,
+    policy: FusionPolicy | str,
+    attention_fusion: bool,
+    caches: ModelCaches,
 ) -> list[Group]:
-    """Fusion groups in graph order. `policy` is none | default | aggressive.
+    """Fusion groups in graph order under `policy` (a `FusionPolicy` or its value).
 
     The groups depend on the graph's structure and, through the tiny operands that wait for their reader,
     on which nodes are tiny at these bindings: a sweep over batch and sequence length plans each (model,
     policy, tiny set) once. `work_key` (`Workload.plan_key`) holds every node's name, op class and block,
     so a binding that leaves some node unmodeled plans afresh."""
-    tiny = tiny_nodes(graph)
+    tiny, policy = tiny_nodes(graph), FusionPolicy(policy)
     return list(
         caches.fusion_plan(
             graph.structure,

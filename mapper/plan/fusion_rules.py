@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
 from mapper.core.graph import LayerType, OpClass
 from mapper.core.result import NodeWork
-from mapper.core.vocab import KernelRule
+from mapper.core.vocab import FusionPolicy, KernelRule
 from mapper.ops import OPS, Backward, FusionRole
 
 # Each op's part in a kernel is its registry entry's fusion role. A QDQ model marks each int8 tensor with a
@@ -26,11 +27,25 @@ ROW_OPS = OPS.with_role(FusionRole.ROW)  # elementwise by class, but no chain st
 ELEMENTWISE_CLASSES = frozenset({OpClass.ELEMENTWISE, OpClass.TRANSCENDENTAL})
 
 
+class RuleStart(StrEnum):
+    """What kind of node a fusion rule's kernel opens at (`start_kinds`)."""
+
+    ATTENTION = "attention"
+    NORM = "norm"
+    MATRIX = "matrix"
+    ELEMENTWISE = "elementwise"
+
+
+_DEFAULT = frozenset({FusionPolicy.DEFAULT})
+_AGGRESSIVE = frozenset({FusionPolicy.AGGRESSIVE})
+_EITHER = _DEFAULT | _AGGRESSIVE
+
+
 @dataclass(frozen=True, slots=True)
 class FusionRule:
     name: KernelRule
-    policies: frozenset[str]  # fusion policies under which the rule applies
-    starts: str  # "attention" | "norm" | "matrix" | "elementwise"
+    policies: frozenset[FusionPolicy]  # fusion policies under which the rule applies
+    starts: RuleStart
     absorbs: frozenset[str]  # op types the group may grow into
     max_ops: int  # nodes in one kernel, the start included
     backward: Backward | None = None  # a pattern over several ops with a backward of its own; None: its anchor op's
@@ -39,17 +54,11 @@ class FusionRule:
 # Ordered: the first rule whose start matches a node claims it.
 FUSION_RULES: tuple[FusionRule, ...] = (
     # scores, softmax and values in one kernel: FlashAttention-2's backward, which none of its ops has alone
-    FusionRule(KernelRule.FLASH_ATTENTION, frozenset({"aggressive"}), "attention", frozenset(), 64, Backward.ATTENTION),
-    FusionRule(KernelRule.NORM, frozenset({"default", "aggressive"}), "norm", frozenset(), 16),
-    FusionRule(KernelRule.GEMM_EPILOGUE, frozenset({"aggressive"}), "matrix", EPILOGUE_OPS, 10),
-    FusionRule(KernelRule.GEMM_EPILOGUE, frozenset({"default"}), "matrix", EPILOGUE_OPS, 4),
-    FusionRule(
-        KernelRule.ELEMENTWISE_CHAIN,
-        frozenset({"default", "aggressive"}),
-        "elementwise",
-        CHAIN_OPS,
-        12,
-    ),
+    FusionRule(KernelRule.FLASH_ATTENTION, _AGGRESSIVE, RuleStart.ATTENTION, frozenset(), 64, Backward.ATTENTION),
+    FusionRule(KernelRule.NORM, _EITHER, RuleStart.NORM, frozenset(), 16),
+    FusionRule(KernelRule.GEMM_EPILOGUE, _AGGRESSIVE, RuleStart.MATRIX, EPILOGUE_OPS, 10),
+    FusionRule(KernelRule.GEMM_EPILOGUE, _DEFAULT, RuleStart.MATRIX, EPILOGUE_OPS, 4),
+    FusionRule(KernelRule.ELEMENTWISE_CHAIN, _EITHER, RuleStart.ELEMENTWISE, CHAIN_OPS, 12),
 )
 
 RULE_BACKWARD = {rule.name: rule.backward for rule in FUSION_RULES if rule.backward is not None}
@@ -63,15 +72,15 @@ def anchor_index(op_types: Sequence[str]) -> int:
     return next((i for i, op in enumerate(op_types) if op in MATRIX_STARTS), 0)
 
 
-def start_kinds(w: NodeWork) -> tuple[str, ...]:
+def start_kinds(w: NodeWork) -> tuple[RuleStart, ...]:
     """The rule starts a node can open, most specific first (attention nodes fall back to plain rules)."""
     kinds = []
     if w.layer_type is LayerType.ATTENTION and w.layer_group >= 0:
-        kinds.append("attention")
+        kinds.append(RuleStart.ATTENTION)
     if w.layer_type is LayerType.NORMALIZATION and (w.layer_group >= 0 or w.op_class is OpClass.REDUCTION):
-        kinds.append("norm")
+        kinds.append(RuleStart.NORM)
     elif w.op_type in MATRIX_STARTS:
-        kinds.append("matrix")
+        kinds.append(RuleStart.MATRIX)
     elif w.op_class in ELEMENTWISE_CLASSES and w.op_type not in ROW_OPS:
-        kinds.append("elementwise")
+        kinds.append(RuleStart.ELEMENTWISE)
     return tuple(kinds)

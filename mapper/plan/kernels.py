@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from mapper.core.graph import Graph, LayerType, Node, OpClass
-from mapper.core.records import writer
 from mapper.core.result import Kernel, MatrixShape, NodeWork
 from mapper.core.timeline import Kernels
 from mapper.core.vocab import Engine, KernelRule
@@ -178,7 +177,7 @@ def build_kernel(
         heads, kv_heads = _attention_heads(graph, [graph.nodes[work.index_of[n]] for n in group.nodes], matrix.k)
         matrix = replace(matrix, heads=heads, kv_heads=kv_heads)
     out_rows, out_length = _rows(tensors, boundary.writes) if matrix is None else (0, 0)
-    return _new_kernel(
+    return Kernel(
         name=name,
         nodes=group.nodes,
         op_types=tuple(w.op_type for w in members),
@@ -290,14 +289,13 @@ def _build_kernels(
     return Kernels(sources, names, nodes, shared)
 
 
-_new_kernel = writer(Kernel, defaults=True)  # Kernel(...) without the frozen constructor: ~20 new kernels a slice
-
-
 _LAYER_NUMBER = {layer: i for i, layer in enumerate(LayerType)}
 
 
 class _ByName:
-    """A workload's node records by node name (`index_of`: each live node's position, `GroupPlaces`)."""
+    """A workload's node records by node name (`index_of`: each live node's position, `GroupPlaces`), each written
+    for its read and not kept on the workload (a search keeps 256 bindings: their records would be heap the
+    garbage collector walks)."""
 
     __slots__ = ("index_of", "nodes")
 
@@ -305,7 +303,7 @@ class _ByName:
         self.nodes, self.index_of = nodes, index_of
 
     def __getitem__(self, name: str) -> NodeWork:
-        return self.nodes[self.index_of[name]]
+        return self.nodes._read(self.index_of[name])
 
 
 def _routing(group: Group, place: Place, experts: dict, weight_shares: dict | None) -> tuple:

@@ -9,11 +9,12 @@ MXFP8/6/4) count each element's share of its block's scale in its bytes. `releas
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from mapper.core.caches import ModelCaches
 from mapper.core.errors import MapperError
-from mapper.core.graph import FILE_TENSORS, Graph, ReleasedPrecision, TensorSpec
+from mapper.core.graph import DTYPE_BYTES, FILE_TENSORS, Graph, ReleasedPrecision, TensorSpec
 from mapper.core.vocab import KvDtype, PlanDtype, WeightDtype
 
 BITS_PER_BYTE = 8
@@ -122,19 +123,21 @@ def _tally(graph: Graph, weights) -> tuple[dict[str, int], float, int]:
     # QDQ int8 weights make an int8 model only beside quantized activations; alone they are
     # weight-only quantization, computed at the activations' float type
     int8_compute = not graph.op_types.isdisjoint(("QuantizeLinear", "DynamicQuantizeLinear"))
+    tensors, stored_dtypes = graph.tensors, graph.stored_dtypes  # read as columns: no spec a weight
     for w in weights:
-        spec = graph.tensors[w]
-        if w in graph.stored_dtypes:  # a QDQ model's dequantized integer weight
-            other += graph.stored_bytes(spec)
-            eight_bit += spec.elements if int8_compute and graph.stored_dtypes[w] in EIGHT_BIT_INTS else 0
-        elif spec.dtype in FLOAT_TYPES:
-            counts[spec.dtype] = counts.get(spec.dtype, 0) + spec.elements
+        dtype, elements = tensors.dtype(w), math.prod(tensors.shape(w))
+        stored = stored_dtypes.get(w)
+        if stored is not None:  # a QDQ model's dequantized integer weight
+            other += elements * DTYPE_BYTES.get(stored, 4)
+            eight_bit += elements if int8_compute and stored in EIGHT_BIT_INTS else 0
+        elif dtype in FLOAT_TYPES:
+            counts[dtype] = counts.get(dtype, 0) + elements
         else:
-            other += spec.bytes
-            if spec.dtype in EIGHT_BIT_INTS and not all(
+            other += elements * DTYPE_BYTES.get(dtype, 4)
+            if dtype in EIGHT_BIT_INTS and not all(
                 graph.nodes[k].op_type in WEIGHT_ONLY_QUANTIZED_OPS for k in graph.consumers.get(w, ())
             ):
-                eight_bit += spec.elements
+                eight_bit += elements
     return counts, other, eight_bit
 
 
@@ -186,11 +189,20 @@ class Sizer:
         return sum(counts.values()) * self.weight + other
 
     def bytes(self, spec: TensorSpec) -> float:
-        if spec.dtype not in FLOAT_TYPES or spec.name in self.graph.stored_dtypes:
-            return self.graph.stored_bytes(spec)
-        if spec.name in self.graph.weights:
-            return spec.elements * self.weight
-        return spec.elements * (self.kv if spec.name in self.kv_tensors else self.act)
+        return self._bytes(spec.name, spec.shape, spec.dtype)
+
+    def bytes_of(self, name: str) -> float:
+        """`bytes` of the graph's tensor `name`, read from its table's columns."""
+        tensors = self.graph.tensors
+        return self._bytes(name, tensors.shape(name), tensors.dtype(name))
+
+    def _bytes(self, name: str, shape: tuple[int, ...], dtype: str) -> float:
+        stored = self.graph.stored_dtypes.get(name)
+        if stored is not None or dtype not in FLOAT_TYPES:
+            return math.prod(shape) * DTYPE_BYTES.get(stored or dtype, 4)
+        if name in self.graph.weights:
+            return math.prod(shape) * self.weight
+        return math.prod(shape) * (self.kv if name in self.kv_tensors else self.act)
 
 
 # A plan's precision against the model's released one (rank below or above) -> its caveat; the same rank: none.

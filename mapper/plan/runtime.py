@@ -254,7 +254,7 @@ def apply_kv_cache(graph: Graph, kernels: Sequence[Kernel], kv_cache: str, sizer
         if updates.isdisjoint(nodes):  # most kernels: one C-level test
             continue
         # copy: past read + present (past and new) written; in place the past is neither read nor rewritten
-        copied = sum(sizer.bytes(graph.tensors[appends[n].past]) for n in nodes if n in appends)
+        copied = sum(sizer.bytes_of(appends[n].past) for n in nodes if n in appends)
         changes.append((j, (id(k), copied), _in_place, (k, copied)))
     return columns.changed(changes)
 

@@ -253,7 +253,7 @@ def shard_kernels(graph: Graph, kernels: Sequence[Kernel], split: SplitPlan, tp:
     whole = _whole_caches(graph, columns)
     index_of = {n.name: k for k, n in enumerate(graph.nodes)} if whole else {}
     written, summed_on = split.written, split.summed_on
-    tensors, size, outputs = graph.tensors, sizer.bytes, graph.output_set
+    size, outputs = sizer.bytes_of, graph.output_set
     out = KernelColumns()
     for i, ((k, name, nodes), outs) in enumerate(zip(columns_of(columns), written, strict=True)):
         if k.shard == Shard.REPLICATED:
@@ -262,9 +262,9 @@ def shard_kernels(graph: Graph, kernels: Sequence[Kernel], split: SplitPlan, tp:
         row = k.shard == Shard.ROW
         gathered = k.shard == Shard.COLUMN and any(t in outputs for t in outs)
         # the output's size: a row-parallel kernel's partial sums, and the message of a collective after it
-        full_out = sum(size(tensors[t]) for t in outs) if row or gathered else 0.0
+        full_out = sum(size(t) for t in outs) if row or gathered else 0.0
         # a replicated cache (MLA's latent) is read whole by every rank's heads
-        kept = sum(size(tensors[t]) for t in whole.intersection(_boundary(graph, nodes, index_of)[0])) if whole else 0.0
+        kept = sum(size(t) for t in whole.intersection(_boundary(graph, nodes, index_of)[0])) if whole else 0.0
         out.derive((id(k), full_out, kept), name, nodes, _split_kernel, k, full_out, kept, tp)
         # partial sums of every rank are summed; column-parallel logits are gathered (sharded outputs such as the
         # KV cache stay on their ranks)

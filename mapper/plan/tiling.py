@@ -19,7 +19,6 @@ from typing import Protocol
 
 import numpy as np
 
-from mapper.core.records import writer
 from mapper.core.result import Kernel, TileChoice, TilePlan
 from mapper.core.vocab import KernelRule
 from mapper.hardware.profile import HardwareProfile
@@ -348,12 +347,9 @@ def _plan(kind: str, choices: list[TileChoice]) -> TilePlan:
     return TilePlan(kind, choices[0], tuple(choices[1:]))
 
 
-_new_choice = writer(TileChoice)  # each kept candidate of each new GEMM's search, without the frozen constructor
-
-
 def _choice(n: list[int], x: list[float]) -> TileChoice:
     """A candidate's counts (`_COUNT_FIELDS`) and measures (`_MEASURED_FIELDS`) as the record."""
-    return _new_choice(n[0], n[1], n[2], n[3], n[4], n[5], n[6], x[0], x[1], n[7], x[2], x[3], x[4], x[5], x[6])
+    return TileChoice(n[0], n[1], n[2], n[3], n[4], n[5], n[6], x[0], x[1], n[7], x[2], x[3], x[4], x[5], x[6])
 
 
 def plan_vector(kernel: Kernel, hw: HardwareProfile, act_bytes: float) -> TilePlan:

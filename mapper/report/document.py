@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable
 from typing import Any
 
-from mapper.core.records import WrittenWhenRead
+from mapper.core.records import each
 from mapper.core.result import KernelEstimate, MappingResult, MemoryPlan, NodeWork, ParallelPlan
 from mapper.report.reproduce import reproduce_command
 
@@ -97,11 +97,6 @@ def slice_section(result: MappingResult) -> dict:
 ROW_SECTIONS = ("kernels", "nodes")  # the document's sections of one record per kernel / per node
 
 
-def _each(records: Sequence) -> Iterator:
-    """A result's records in order for one pass (see `WrittenWhenRead.each`)."""
-    return records.each() if isinstance(records, WrittenWhenRead) else iter(records)
-
-
 def node_record(n: NodeWork) -> dict:
     return {
         "name": n.name,
@@ -127,8 +122,8 @@ def streamed_document(result: MappingResult) -> dict[str, Any]:
     """`mapping_document` with its row sections (`ROW_SECTIONS`) as iterators to be read once, in key order."""
     t = result.totals
     rows: dict[str, Iterable[dict]] = {
-        "kernels": map(kernel_record, _each(result.kernels)),
-        "nodes": map(node_record, _each(result.nodes)),
+        "kernels": map(kernel_record, each(result.kernels)),
+        "nodes": map(node_record, each(result.nodes)),
     }
     doc = {
         **slice_section(result),

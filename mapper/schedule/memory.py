@@ -27,9 +27,8 @@ def kv_cache_bytes(graph: Graph, sizer: Sizer, only: frozenset[str] | None = Non
     those of these nodes alone."""
     if "Concat" not in graph.op_types:  # an encoder's or a CNN's: no node to look at
         return 0.0
-    tensors = graph.tensors
     return sum(
-        sizer.bytes(tensors[o])
+        sizer.bytes_of(o)
         for name, outputs in graph.derived("cache_concats", _cache_concats)
         if only is None or name in only
         for o in outputs

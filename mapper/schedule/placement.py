@@ -108,6 +108,16 @@ EXPERTS_ATTENTION_DP = (
 )
 
 
+def _collectives(placed: KernelEstimates) -> tuple[CollectiveRecord, ...]:
+    """The timeline's collectives and sends, read from its columns (no estimate written)."""
+    kernels, assessments = placed.kernels, placed.assessments
+    return tuple(
+        CollectiveRecord(kernels.names[i], k.collective, k.devices, k.dram_bytes, assessments[i].time_s)
+        for i, k in enumerate(kernels.sources)
+        if k.collective
+    )
+
+
 def place_on_devices(
     graph: Graph, estimates: Sequence[KernelEstimate], options: PlanOptions, target: Target, sizer: Sizer
 ) -> tuple[KernelEstimates, ParallelPlan]:
@@ -130,8 +140,8 @@ def place_on_devices(
         placed, start = _pipeline(graph, placed, pp, target, sizer)
     times = [a.time_s for a in placed.assessments]  # the columns: no estimate of a slice is written here
     per_stage = stage_times(times, [k.stage for k in placed.kernels.sources], max(pp, 1))
-    collectives = [placed[i] for i, k in enumerate(placed.kernels.sources) if k.collective]
-    comm = sum(e.time_s for e in collectives)
+    collectives = _collectives(placed)
+    comm = sum(c.time_s for c in collectives)
     section = ParallelPlan(
         tp=tp,
         pp=pp,
@@ -142,10 +152,7 @@ def place_on_devices(
         slowest_stage_s=max(per_stage) if pp > 1 else None,
         interconnect_time_s=comm,
         interconnect_share=comm / start if start else 0.0,
-        collectives=tuple(
-            CollectiveRecord(e.kernel.name, e.kernel.collective, e.kernel.devices, e.kernel.dram_bytes, e.time_s)
-            for e in collectives
-        ),
+        collectives=collectives,
         assumptions=(
             (
                 "tensor parallelism: Megatron-style column/row GEMMs, heads split, one all-reduce per"

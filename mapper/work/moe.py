@@ -10,11 +10,12 @@ experts, so an expert sees T*k/E tokens on average, is used by some token with p
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from mapper.core.graph import Graph
 from mapper.core.result import MatrixShape, NodeWork
+from mapper.work.works import NodeWorks
 
 DYNAMIC_ROUTING_OPS = ("NonZero",)  # torch.where(expert_mask) in HF MixtralSparseMoeBlock.forward exports so
 EXPERT_WALK_LIMIT = 16  # nodes between an expert's input and its output (SwiGLU: 3 MatMuls, Sigmoid, 2 Mul)
@@ -169,23 +170,28 @@ def _stacked(graph: Graph, node, experts: int) -> bool:
     )
 
 
-def route_work(
-    graph: Graph, nodes: Sequence[NodeWork]
-) -> tuple[Sequence[NodeWork], dict[str, float], dict[str, ExpertGemm]]:
+def route_work(graph: Graph, nodes: NodeWorks) -> tuple[NodeWorks, dict[str, float], dict[str, ExpertGemm]]:
     """The nodes with every expert GEMM's expected work (FLOPs and activations x k/E; weights read x the
     share of experts used; M the tokens per used expert), weight name -> share read (for the kernels), and
     expert node -> its routing figures (for activation sizing, imbalance and expert parallelism): every expert
-    GEMM, and a grouped block's other expert nodes (`Routing.others`)."""
+    GEMM, and a grouped block's other expert nodes (`Routing.others`). Only the expert nodes' records are
+    written (the rest stay columns: a search keeps 256 bindings)."""
     shares: dict[str, float] = {}
     scaled: dict[str, NodeWork] = {}
     gemms: dict[str, ExpertGemm] = {}
     routings = find_routings(graph)
     if not routings:
         return nodes, shares, gemms
-    by_name, node_of = {w.name: w for w in nodes}, {n.name: n for n in graph.nodes}
+    node_of = {n.name: n for n in graph.nodes}
+    position = {n.name: k for k, n in enumerate(nodes.named)}
+
+    def by_name(name: str) -> NodeWork | None:
+        k = position.get(name)
+        return None if k is None else nodes._read(k)
+
     for layer, routing in enumerate(routings):
         for name in routing.gemms:
-            w = by_name.get(name)
+            w = by_name(name)
             if w is None or w.matrix is None:
                 continue
             grouped = _stacked(graph, node_of[name], routing.experts)
@@ -210,10 +216,12 @@ def route_work(
                 if i in graph.weights:
                     shares[i] = share
         _route_others(routing, by_name, scaled, gemms)
-    return tuple(scaled.get(w.name, w) for w in nodes), shares, gemms
+    return nodes.with_sources({position[name]: w for name, w in scaled.items()}), shares, gemms
 
 
-def _route_others(routing: Routing, by_name: dict, scaled: dict, gemms: dict[str, ExpertGemm]) -> None:
+def _route_others(
+    routing: Routing, by_name: Callable[[str], NodeWork | None], scaled: dict, gemms: dict[str, ExpertGemm]
+) -> None:
     """A grouped block's other expert nodes at the k/E share of their [E, tokens, ..] work: each token's k rows,
     the layer's routing figures beside them (so that plan/experts.py splits them with their GEMMs)."""
     figures = next((gemms[g] for g in routing.gemms if g in gemms), None)
@@ -221,7 +229,7 @@ def _route_others(routing: Routing, by_name: dict, scaled: dict, gemms: dict[str
         return
     routed = routing.top_k / routing.experts
     for name in routing.others:
-        w = by_name.get(name)
+        w = by_name(name)
         if w is None:
             continue
         scaled[name] = replace(

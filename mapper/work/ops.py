@@ -14,7 +14,6 @@ from collections.abc import Callable, Sequence
 from typing import cast
 
 from mapper.core.graph import Graph, LayerType, Node, OpClass, TensorSpec
-from mapper.core.records import writer
 from mapper.core.result import NodeWork
 from mapper.ops import OPS, OpDef, Reads
 
@@ -42,9 +41,6 @@ def _traffic(
         return min(ins[0].bytes, outs[0].bytes) + extra, written, weight_bytes
     read = sum(s.bytes for s in ins if s is not None)
     return read, written, weight_bytes
-
-
-_new_work = writer(NodeWork, defaults=True)  # NodeWork(...) without the frozen constructor (`core.records`)
 
 
 def estimate_node_work(node: Node, graph: Graph) -> NodeWork:
@@ -86,7 +82,7 @@ def estimate_node_work(node: Node, graph: Graph) -> NodeWork:
         )
     flops, matrix_flops, sfu, matrix = entry.work(node, ins, outs)
     read, written, weight = _traffic(node, entry, ins, outs, graph)
-    return _new_work(
+    return NodeWork(
         node.name,
         node.op_type,
         op_class,

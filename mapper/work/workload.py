@@ -81,6 +81,5 @@ def analyze_graph(
         else ()
     )
     estimated, kinds = estimate_work_kinds(graph, layer_placer(graph, caches), classes, roles, runs)
-    nodes, shares, experts = route_work(graph, estimated)
-    works: NodeWorks = NodeWorks.of(nodes)  # the estimates as they are, or the router's rescaled copy of them
+    works, shares, experts = route_work(graph, estimated)  # the estimates, with the experts' rescaled
     return Workload(graph, works, caches, shares, experts, builtin, kinds)

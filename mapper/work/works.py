@@ -13,17 +13,13 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from mapper.core.graph import LayerType
-from mapper.core.records import WrittenWhenRead, writer
+from mapper.core.records import WrittenWhenRead
 from mapper.core.result import NodeWork
 
 
 class Named(Protocol):
     @property
     def name(self) -> str: ...
-
-
-# A node's record is written without the frozen constructor (`core.records`): ~400 a BERT-base binding read whole
-_write_work = writer(NodeWork)
 
 
 class NodeWorks(WrittenWhenRead):
@@ -43,9 +39,18 @@ class NodeWorks(WrittenWhenRead):
         """Records already named and placed (a workload built by hand, a mixture of experts' rescaled nodes)."""
         return records, records, [(w.layer_type, w.layer_group) for w in records]
 
+    def with_sources(self, changed: dict[int, NodeWork]) -> NodeWorks:
+        """These nodes with the records at some positions replaced (each already named and placed there)."""
+        if not changed:
+            return self
+        sources = list(self.sources)
+        for k, w in changed.items():
+            sources[k] = w
+        return NodeWorks(sources, self.named, self.places)
+
     def _write(self, k: int) -> NodeWork:
         w, name, (layer, group) = self.sources[k], self.named[k].name, self.places[k]
         if w.name == name and w.layer_type is layer and w.layer_group == group:
             return w
-        return _write_work(name, w.op_type, w.op_class, w.flops, w.matrix_flops, w.sfu_ops, w.bytes_read,
+        return NodeWork(name, w.op_type, w.op_class, w.flops, w.matrix_flops, w.sfu_ops, w.bytes_read,
                            w.bytes_written, w.weight_bytes, w.matrix, w.reason, layer, group)  # fmt: skip

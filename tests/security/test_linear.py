@@ -16,7 +16,7 @@ import pytest
 
 import mapper
 from bench.scale_graphs import SHAPES
-from mapper.core.graph import Graph
+from mapper.core.graph import Graph, TensorTable
 
 SMALL = 1000  # nodes; and twice as many: a few seconds for every shape together
 MAX_GROWTH = 2.5  # of the count from SMALL to 2 x SMALL nodes: 2 is linear, 4 quadratic
@@ -55,7 +55,7 @@ def counting(graph: Graph) -> Graph:
     return dataclasses.replace(
         graph,
         nodes=nodes,
-        tensors={n(k): dataclasses.replace(v, name=n(v.name)) for k, v in graph.tensors.items()},
+        tensors=TensorTable(dataclasses.replace(v, name=n(v.name)) for v in graph.tensors.values()),
         inputs=ns(graph.inputs),
         outputs=ns(graph.outputs),
         weights=frozenset(ns(graph.weights)),
