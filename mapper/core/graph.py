@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeVar
 
+from mapper.core.records import record
 from mapper.core.vocab import PlanDtype
 
 # Bytes per element of the ONNX element types we model (onnx.TensorProto enum names, lower case).
@@ -75,7 +76,7 @@ class LayerType(StrEnum):
     COLLECTIVE = "Collective (interconnect)"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class TensorSpec:
     name: str
     shape: tuple[int, ...]

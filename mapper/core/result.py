@@ -14,7 +14,7 @@ from operator import attrgetter
 from mapper.core.classes import Bottleneck, Owner
 from mapper.core.graph import LayerType, OpClass, ReleasedPrecision
 from mapper.core.options import PlanOptions
-from mapper.core.records import replacer
+from mapper.core.records import record, replacer
 from mapper.core.vocab import (
     Engine,
     KernelRule,
@@ -22,7 +22,7 @@ from mapper.core.vocab import (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class MatrixShape:
     """A matrix op as (batch of) GEMMs: C[m, n] += A[m, k] B[k, n], `batch` times."""
 
@@ -42,7 +42,7 @@ class MatrixShape:
         return self.heads // self.kv_heads if self.kv_heads and self.heads > self.kv_heads else 1
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class NodeWork:
     name: str
     op_type: str
@@ -63,7 +63,7 @@ class NodeWork:
         return self.bytes_read + self.bytes_written
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Kernel:
     """A group of nodes that runs as one kernel, and why (fusion stage)."""
 
@@ -105,7 +105,7 @@ class Kernel:
         return _replace_kernel(self, **changes)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class TileChoice:
     """One candidate tiling of a matrix kernel and its estimate."""
 
@@ -137,7 +137,7 @@ replace_matrix = replacer(MatrixShape)  # `dataclasses.replace` of a MatrixShape
 _replace_choice = replacer(TileChoice)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class TilePlan:
     """The tiling stage's answer for one kernel: the chosen tile and the runners-up."""
 
@@ -156,7 +156,7 @@ class TilePlan:
         return self.chosen
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class KernelAssessment:
     """Cost, class and evidence of a kernel (cost + classify stages). Identical kernels of one mapping
     (a model's repeated layers) share one: each is tiled, costed and classed once."""
@@ -187,7 +187,7 @@ def _assessed(name: str) -> property:
     return property(attrgetter(f"assessment.{name}"), doc=f"`KernelAssessment.{name}` of this kernel")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class KernelEstimate:
     """One kernel on the timeline: what runs, its assessment, and when it starts (one stream).
     The assessment's fields read through (`e.time_s` is `e.assessment.time_s`)."""
@@ -271,7 +271,7 @@ class MemoryPlan:
     smallest_fit: DeviceFit | None  # None: no tp x pp within the interconnect fits
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CollectiveRecord:
     """One collective (or pipeline send) on the timeline."""
 

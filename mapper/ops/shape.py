@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import overload
 
 import numpy as np
 
 from mapper.core.graph import Node, TensorSpec
+from mapper.core.records import record
 
 Shape = tuple[int, ...]
 
@@ -25,7 +25,7 @@ class NoRule(Exception):
     """This op (or this use of it) has no shape rule here."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Ctx:
     node: Node
     specs: tuple[TensorSpec | None, ...]  # one per node input ('' inputs are None)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from mapper.core.errors import MapperError
 from mapper.core.graph import Graph
 from mapper.core.options import PlanOptions
+from mapper.core.records import record
 from mapper.core.result import Kernel
 from mapper.core.timeline import Kernels
 from mapper.core.vocab import GqaDecode, KvCache, Launch, Runtime
@@ -135,7 +136,7 @@ class RuntimeChoice:
     causal_attention: bool = False  # a decoder's self-attention run causal (FlashAttention's causal=True)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class KvAppend:
     """One past -> present cache update of the graph: the node, the past it reads, the tensor of the new tokens and
     the present it writes."""

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from mapper.core.graph import Graph
+from mapper.core.records import record
 from mapper.core.result import MatrixShape, NodeWork
 from mapper.work.works import NodeWorks
 
@@ -43,7 +44,7 @@ class Routing:
     router: str = ""  # the router MatMul's node
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ExpertGemm:
     """What the plan stages need of one expert GEMM node: its layer's routing, the tokens present T,
     the mean tokens per used expert (T k / E_used: the GEMM's M), and the share of T one expert sees (k/E)."""
