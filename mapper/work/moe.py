@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from mapper.core.graph import Graph
 from mapper.core.records import record
@@ -28,6 +29,8 @@ ROUTER_SCORES = frozenset({"Softmax", "Sigmoid"})
 ROUTING_PATH_OPS = frozenset({"Gather", "Reshape", "Transpose", "Unsqueeze", "Squeeze"})
 ROUTING_PATH_DEPTH = 4
 STACKED_RANK = 3  # a grouped expert GEMM's weight: [E, K, N], every expert's matrix stacked
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +179,9 @@ def route_work(graph: Graph, nodes: NodeWorks) -> tuple[NodeWorks, dict[str, flo
     share of experts used; M the tokens per used expert), weight name -> share read (for the kernels), and
     expert node -> its routing figures (for activation sizing, imbalance and expert parallelism): every expert
     GEMM, and a grouped block's other expert nodes (`Routing.others`). Only the expert nodes' records are
-    written (the rest stay columns: a search keeps 256 bindings)."""
+    written (the rest stay columns: a search keeps 256 bindings), and the experts of a layer share one record of
+    their figures and of each matrix shape (`interned`)."""
+    interned: dict[object, object] = {}  # equal records once: a Mixtral binding has 8 experts' copies of each
     shares: dict[str, float] = {}
     scaled: dict[str, NodeWork] = {}
     gemms: dict[str, ExpertGemm] = {}
@@ -209,15 +214,20 @@ def route_work(graph: Graph, nodes: NodeWorks) -> tuple[NodeWorks, dict[str, flo
                 bytes_read=activations * routed + w.weight_bytes * share,
                 bytes_written=w.bytes_written * routed,
                 weight_bytes=w.weight_bytes * share,
-                matrix=MatrixShape(batch, max(1, round(mean)), w.matrix.n, w.matrix.k, w.matrix.kind),
+                matrix=_once(interned, MatrixShape(batch, max(1, round(mean)), w.matrix.n, w.matrix.k, w.matrix.kind)),
             )
             figures = ExpertGemm(layer, routing.experts, routing.top_k, routing.hidden, tokens, mean, grouped)
-            gemms[name] = replace(figures, router=routing.router)
+            gemms[name] = _once(interned, replace(figures, router=routing.router))
             for i in node_of[name].inputs:
                 if i in graph.weights:
                     shares[i] = share
         _route_others(routing, by_name, scaled, gemms)
     return nodes.with_sources({position[name]: w for name, w in scaled.items()}), shares, gemms
+
+
+def _once(interned: dict, value: _T) -> _T:
+    """The record equal to `value` met first in `interned` (records compare by their fields)."""
+    return interned.setdefault(value, value)
 
 
 def _route_others(
