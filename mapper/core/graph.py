@@ -88,7 +88,12 @@ class TensorSpec:
 
     @property
     def bytes(self) -> float:
-        return self.elements * DTYPE_BYTES.get(self.dtype, 4)
+        return tensor_bytes(self.elements, self.dtype)
+
+
+def tensor_bytes(elements: int, dtype: str) -> float:
+    """Bytes of `elements` of an ONNX element type (`DTYPE_BYTES`; one not listed counts 4)."""
+    return elements * DTYPE_BYTES.get(dtype, 4)
 
 
 class TensorTable(Mapping[str, TensorSpec]):
@@ -131,10 +136,14 @@ class TensorTable(Mapping[str, TensorSpec]):
         shapes.extend(map(shapes.__getitem__, taken))
         dtypes.extend(map(dtypes.__getitem__, taken))
 
+    @classmethod
+    def _of_columns(cls, rows: dict[str, int], shapes: list[tuple[int, ...]], dtypes: list[str]) -> TensorTable:
+        table = cls()
+        table._rows, table._shapes, table._dtypes = rows, shapes, dtypes
+        return table
+
     def copy(self) -> TensorTable:
-        new = TensorTable()
-        new._rows, new._shapes, new._dtypes = dict(self._rows), list(self._shapes), list(self._dtypes)
-        return new
+        return self._of_columns(dict(self._rows), list(self._shapes), list(self._dtypes))
 
     def shape(self, name: str) -> tuple[int, ...]:
         return self._shapes[self._rows[name]]
@@ -185,9 +194,7 @@ class TensorTable(Mapping[str, TensorSpec]):
 
 def _table_of(names: list[str], shapes: list[tuple[int, ...]], dtypes: list[str]) -> TensorTable:
     """A pickled table back (`TensorTable.__reduce__`)."""
-    table = TensorTable()
-    table._rows, table._shapes, table._dtypes = {n: r for r, n in enumerate(names)}, list(shapes), list(dtypes)
-    return table
+    return TensorTable._of_columns({n: r for r, n in enumerate(names)}, list(shapes), list(dtypes))
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,9 +326,6 @@ class Graph:
         """The tensor as memory holds it: itself, or a weight at the narrower type it is stored in."""
         stored = self.stored_dtypes.get(spec.name)
         return spec if stored is None else TensorSpec(spec.name, spec.shape, stored)
-
-    def stored_bytes(self, spec: TensorSpec) -> float:
-        return self.stored_spec(spec).bytes
 
     def spec(self, name: str) -> TensorSpec | None:
         return self.tensors.get(name) if name else None

@@ -4,8 +4,8 @@ written only when read.
 `record` makes a slotted dataclass that compares and hashes by its fields as a frozen one does, and that the
 type checker holds frozen (`dataclass_transform(frozen_default=True)`: mypy refuses a write to a field anywhere in
 mapper/). At run time its constructor stores each field as a plain slot store: a frozen dataclass's calls
-`object.__setattr__` once a field, which cost a BERT-base sweep slice 2.2 M of its ~27 M instructions (callgrind:
-the descriptor calls and their argument tuples) over the records a binding makes by the hundred.
+`object.__setattr__` once a field, which took a BERT-base sweep slice from 24.3 to 28.5 M instructions (callgrind,
+the collector off: the descriptor calls and their argument tuples) over the records a binding makes by the hundred.
 `replacer(cls)` copies a record with some fields changed through the class's own constructor, without
 `dataclasses.replace`'s per-field loop over `fields()`. `WrittenWhenRead` is a sequence of records a stage
 could give without writing them (a repeated layer's, most of a slice's): each is written on its first read.
@@ -30,9 +30,10 @@ def record(cls: type[_R]) -> type[_R]:
 def replacer(cls: type) -> Callable[..., Any]:
     """`dataclasses.replace(record, **changes)` for a dataclass `cls` whose fields are all its constructor's
     parameters, without its per-field Python loop: the changed fields written over the record's own."""
-    if any(not f.init for f in fields(cls)):
+    found = fields(cls)
+    if any(not f.init for f in found):
         raise TypeError(f"{cls.__name__} has a field its constructor does not take")
-    names = [f.name for f in fields(cls)]
+    names = [f.name for f in found]
     values, index = attrgetter(*names), {name: i for i, name in enumerate(names)}
 
     def replace(record, **changes):

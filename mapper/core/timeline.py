@@ -125,9 +125,6 @@ def columns_of(kernels: Sequence[Kernel]) -> zip:
     return zip(columns.sources, columns.names, columns.nodes, strict=True)
 
 
-# An estimate per kernel a slice is written only when read (`KernelEstimates`)
-
-
 class KernelEstimates(WrittenWhenRead):
     """The timeline of a mapping, as three columns: each kernel (as the cost stage chose its engine), its
     assessment (a repeated layer's kernels share one) and its start; the `KernelEstimate` of a position is

@@ -40,6 +40,8 @@ from mapper.work.workload import Workload
 def expert_of(workload: Workload, nodes: tuple[str, ...]) -> ExpertGemm | None:
     """The routing figures of a kernel's first expert node, from its `nodes` (None: no expert in it)."""
     gemms = workload.expert_gemms
+    if gemms.keys().isdisjoint(nodes):  # most kernels: one C-level test
+        return None
     for n in nodes:  # a loop, not a generator: every kernel of every step asks
         found = gemms.get(n)
         if found is not None:
@@ -97,9 +99,8 @@ def resident_kernels(workload: Workload, kernels: Sequence[Kernel], ep: int) -> 
         return kernels
     columns = Kernels.of(kernels)
     changes = []
-    experts = workload.expert_gemms.keys()
     for j, (k, nodes) in enumerate(zip(columns.sources, columns.nodes, strict=True)):
-        g = None if experts.isdisjoint(nodes) else expert_of(workload, nodes)
+        g = expert_of(workload, nodes)
         if g is not None:
             changes.append((j, (id(k), g.weight_share), _resident, (k, g.weight_share, ep)))
     return columns.changed(changes)
@@ -199,8 +200,7 @@ def plan_experts(
     kernels = _grouped_all_reduces(workload, kernels, act_bytes)
     if ep <= 1 and imbalance <= 1:
         return kernels
-    experts = workload.expert_gemms.keys()
-    gemms = [None if experts.isdisjoint(nodes) else expert_of(workload, nodes) for nodes in kernels.nodes]
+    gemms = [expert_of(workload, nodes) for nodes in kernels.nodes]
     layer_of = [g.layer if g is not None else None for g in gemms]
     last = {layer: i for i, layer in enumerate(layer_of) if layer is not None}
     first = {layer: i for i, layer in reversed(list(enumerate(layer_of))) if layer is not None}

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from mapper.core.caches import ModelCaches
 from mapper.core.errors import MapperError
-from mapper.core.graph import DTYPE_BYTES, FILE_TENSORS, Graph, ReleasedPrecision, TensorSpec
+from mapper.core.graph import FILE_TENSORS, Graph, ReleasedPrecision, TensorSpec, tensor_bytes
 from mapper.core.vocab import KvDtype, PlanDtype, WeightDtype
 
 BITS_PER_BYTE = 8
@@ -128,12 +128,12 @@ def _tally(graph: Graph, weights) -> tuple[dict[str, int], float, int]:
         dtype, elements = tensors.dtype(w), math.prod(tensors.shape(w))
         stored = stored_dtypes.get(w)
         if stored is not None:  # a QDQ model's dequantized integer weight
-            other += elements * DTYPE_BYTES.get(stored, 4)
+            other += tensor_bytes(elements, stored)
             eight_bit += elements if int8_compute and stored in EIGHT_BIT_INTS else 0
         elif dtype in FLOAT_TYPES:
             counts[dtype] = counts.get(dtype, 0) + elements
         else:
-            other += elements * DTYPE_BYTES.get(dtype, 4)
+            other += tensor_bytes(elements, dtype)
             if dtype in EIGHT_BIT_INTS and not all(
                 graph.nodes[k].op_type in WEIGHT_ONLY_QUANTIZED_OPS for k in graph.consumers.get(w, ())
             ):
@@ -197,12 +197,12 @@ class Sizer:
         return self._bytes(name, tensors.shape(name), tensors.dtype(name))
 
     def _bytes(self, name: str, shape: tuple[int, ...], dtype: str) -> float:
-        stored = self.graph.stored_dtypes.get(name)
+        elements, stored = math.prod(shape), self.graph.stored_dtypes.get(name)
         if stored is not None or dtype not in FLOAT_TYPES:
-            return math.prod(shape) * DTYPE_BYTES.get(stored or dtype, 4)
+            return tensor_bytes(elements, stored or dtype)
         if name in self.graph.weights:
-            return math.prod(shape) * self.weight
-        return math.prod(shape) * (self.kv if name in self.kv_tensors else self.act)
+            return elements * self.weight
+        return elements * (self.kv if name in self.kv_tensors else self.act)
 
 
 # A plan's precision against the model's released one (rank below or above) -> its caveat; the same rank: none.

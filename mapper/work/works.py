@@ -36,7 +36,7 @@ class NodeWorks(WrittenWhenRead):
 
     @classmethod
     def _columns(cls, records: tuple[NodeWork, ...]) -> tuple:
-        """Records already named and placed (a workload built by hand, a mixture of experts' rescaled nodes)."""
+        """Records already named and placed (a workload built by hand)."""
         return records, records, [(w.layer_type, w.layer_group) for w in records]
 
     def with_sources(self, changed: dict[int, NodeWork]) -> NodeWorks:
@@ -53,4 +53,4 @@ class NodeWorks(WrittenWhenRead):
         if w.name == name and w.layer_type is layer and w.layer_group == group:
             return w
         return NodeWork(name, w.op_type, w.op_class, w.flops, w.matrix_flops, w.sfu_ops, w.bytes_read,
-                           w.bytes_written, w.weight_bytes, w.matrix, w.reason, layer, group)  # fmt: skip
+                        w.bytes_written, w.weight_bytes, w.matrix, w.reason, layer, group)  # fmt: skip
