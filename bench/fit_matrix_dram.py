@@ -43,7 +43,7 @@ def bf16_rows(device: str, per_table: int) -> tuple[list[aic.Row], list[aic.Row]
     rows, labels = [], []
     for table in aic.tables():
         if table.profile == device and aic.TABLES[table.name] == aic.RowKind.GEMM:
-            rows += aic.sample((r for r in aic.read_rows(table) if r.dtype == "bf16"), per_table, SEED)
+            rows += aic.sample_table(table, per_table, SEED, dtype="bf16")
             labels.append(table.label)
     return [r for r in rows if not aic.held_back(r)], [r for r in rows if aic.held_back(r)], labels
 

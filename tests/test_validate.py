@@ -96,6 +96,31 @@ def test_the_sample_is_deterministic_and_bounded():
     assert aic.sample(iter(rows), 10, seed="other") != first
 
 
+def test_a_tables_sample_from_its_columns_is_the_rows_sample(tmp_path, monkeypatch):
+    """`sample_table` hashes the columns and builds only the rows it keeps: the same rows, in the same order, as
+    `sample` over every parsed record, across record batches, with rows it skips and rows that tie."""
+    parquet = pytest.importorskip("pyarrow.parquet")
+    records = [
+        _gemm(m, n, 1024, dtype) for m in range(1, 40) for n in (512, 4096) for dtype in ("bfloat16", "fp8", "int8_wo")
+    ]
+    records += [_gemm(7, 512, 1024)] * 3  # equal rows: equal hashes, kept in the order read
+    path = tmp_path / "gemm_perf.parquet"
+    parquet.write_table(pa_table(records), path)
+    table = aic.Table("h200_sxm", "gemm", "trtllm", "1.3.0rc20", "gemm_perf", path)
+    monkeypatch.setattr(aic, "BATCH_ROWS", 7)  # many batches: each batch's smallest, then merged
+    parsed = [row for r in records if (row := aic.parse_record(table, r)) is not None]
+    assert list(aic.read_rows(table)) == parsed
+    for n, seed in ((5, ""), (25, "x"), (1000, "y")):
+        assert aic.sample_table(table, n, seed) == aic.sample(iter(parsed), n, seed)
+    assert aic.sample_table(table, None) == parsed
+    bf16 = aic.sample_table(table, 10, "x", dtype="bf16")
+    assert bf16 == aic.sample((r for r in parsed if r.dtype == "bf16"), 10, "x")
+
+
+def pa_table(records: list[dict]):
+    return pytest.importorskip("pyarrow").Table.from_pylist(records)
+
+
 def test_rows_are_mapped_and_summarized(h100):
     rows = [aic.parse_record(GEMM, _gemm(m, 4096, 4096, dtype)) for m in (16, 4096) for dtype in ("bfloat16", "fp8")]
     rows.append(aic.parse_record(DECODE, _attention(step=1023)))

@@ -12,8 +12,10 @@ collector on a whole node with locked clocks, each op captured in a CUDA graph a
 - `custom_allreduce_perf` (graph replay) and `nccl_perf` (nccl-tests, `all_reduce` rows): `message_size`
   elements across `num_gpus` GPUs of one node.
 
-Rows are streamed in record batches; `sample` keeps a deterministic subset in bounded memory (the rows with the
-smallest stable hash), and `held_back` splits rows by a declared rule on whole shapes (SPLIT_RULE).
+Rows are streamed in record batches and typed as columns (`RowColumns`: one list a field, no record dict or Row
+per row read); `sample_table` keeps a deterministic subset in bounded memory (the rows with the smallest stable hash,
+hashed from the columns, a Row built for each row kept), and `held_back` splits rows by a declared rule on whole
+shapes (SPLIT_RULE).
 """
 
 from __future__ import annotations
@@ -160,75 +162,202 @@ def table_rows(table: Table) -> int:
         return int(parquet.ParquetFile(handle).metadata.num_rows)
 
 
-def read_rows(table: Table) -> Iterator[Row]:
-    """The table's rows this module maps, streamed one record batch at a time (rows it does not map: skipped)."""
+@dataclass(frozen=True, slots=True)
+class RowColumns:
+    """A record batch's mapped rows as columns (every row of one table is one kind)."""
+
+    table: Table
+    kind: str
+    dtype: list[str]
+    shape: list[list[int]]  # a row's shape fields (Row.shape)
+    measured_s: list[float]
+    source: list[str]
+    timing: list[str]
+
+    @property
+    def size(self) -> int:
+        return len(self.dtype)
+
+    def row(self, i: int) -> Row:
+        t = self.table
+        return Row(t.label, t.system, self.kind, self.dtype[i], tuple(self.shape[i]), self.measured_s[i],
+                   self.source[i], self.timing[i])  # fmt: skip
+
+    def rows(self, indices: Iterable[int]) -> Iterator[Row]:
+        return (self.row(i) for i in indices)
+
+    def sample_hashes(self, seed: str) -> list[int]:
+        """Each row's `sample_key`, from the columns."""
+        head = f"{seed}|{self.table.label}|"
+        return [
+            stable_hash(f"{head}{dtype}|{tuple(shape)}|{source}")
+            for dtype, shape, source in zip(self.dtype, self.shape, self.source, strict=True)
+        ]
+
+
+def read_columns(table: Table) -> Iterator[RowColumns]:
+    """The table's mapped rows, one record batch at a time, as columns."""
     parquet = require("pyarrow.parquet", "mapper validate")
     with table.path.open("rb") as handle:
         for batch in parquet.ParquetFile(handle).iter_batches(batch_size=BATCH_ROWS):
-            for record in batch.to_pylist():
-                row = parse_record(table, record)
-                if row is not None:
-                    yield row
+            yield parse_batch(table, batch)
+
+
+def parse_batch(table: Table, batch) -> RowColumns:
+    """A record batch's rows the engine has a slice for (not a weight-only or int8 GEMM, sliding-window or beam
+    attention, a collective other than all-reduce), typed; a malformed record raises MapperError naming it."""
+    kind = TABLES[table.name]
+    try:
+        fields = _Fields(batch)
+        if kind == RowKind.GEMM:
+            return _gemm(table, fields)
+        if kind in (RowKind.ATTENTION_DECODE, RowKind.ATTENTION_PREFILL):
+            return _attention(table, kind, fields)
+        return _all_reduce(table, fields)
+    except _Unreadable as exc:
+        record = str(batch.slice(exc.index, 1).to_pylist()[0]) if exc.index is not None else "?"
+        raise MapperError(f"{table.label}: record {record[:80]!r} unreadable ({exc.why:.60})") from None
+
+
+class _Unreadable(Exception):
+    def __init__(self, why: str, index: int | None = None):
+        super().__init__(why)
+        self.why, self.index = why, index
+
+
+class _Fields:
+    """A record batch's columns as Python lists; a missing or mistyped one raises _Unreadable naming a record."""
+
+    def __init__(self, batch):
+        self.batch = batch
+        self.names = set(batch.schema.names)
+
+    def raw(self, name: str, required: bool = True) -> list:
+        if name in self.names:
+            return self.batch.column(name).to_pylist()
+        if required:
+            raise _Unreadable(f"no column {name!r}", 0)
+        return [None] * self.batch.num_rows
+
+    def ints(self, name: str) -> list[int]:
+        values = self.raw(name)
+        try:
+            return [int(v) for v in values]
+        except (TypeError, ValueError) as exc:
+            raise _Unreadable(str(exc), next(i for i, v in enumerate(values) if not _is_int(v))) from None
+
+    def latency_s(self) -> list[float]:
+        values = self.raw("latency")
+        try:
+            return [float(v) * MS for v in values]
+        except (TypeError, ValueError) as exc:
+            raise _Unreadable(str(exc), next(i for i, v in enumerate(values) if not _is_int(v))) from None
+
+    def source(self) -> list[str]:
+        return [str(v) for v in self.raw("kernel_source")] if "kernel_source" in self.names else [""] * len(self)
+
+    def __len__(self) -> int:
+        return self.batch.num_rows
+
+
+def _is_int(value) -> bool:
+    try:
+        int(float(value))
+    except (TypeError, ValueError, OverflowError):
+        return False
+    return True
+
+
+def _columns(table: Table, keep: list[int], dtype, shape, measured, source, timing=None) -> RowColumns:
+    """The kept rows' columns; a kept row's non-positive latency or size raises _Unreadable."""
+    for i in keep:
+        if not measured[i] > 0 or min(shape[i]) < 1:
+            raise _Unreadable("a non-positive latency or size", i)
+    return RowColumns(
+        table, TABLES[table.name], [dtype[i] for i in keep], [shape[i] for i in keep], [measured[i] for i in keep],
+        [source[i] for i in keep], ["graph"] * len(keep) if timing is None else [timing[i] for i in keep],
+    )  # fmt: skip
+
+
+def _gemm(table: Table, f: _Fields) -> RowColumns:
+    dtypes = [DTYPES.get(d, d) for d in f.raw("gemm_dtype")]
+    keep = [i for i, d in enumerate(dtypes) if d in GEMM_DTYPES]
+    shape = [list(s) for s in zip(f.ints("m"), f.ints("n"), f.ints("k"), strict=True)]
+    return _columns(table, keep, dtypes, shape, f.latency_s(), f.source())
+
+
+def _attention(table: Table, kind: str, f: _Fields) -> RowColumns:
+    window = [w or 0 for w in f.raw("window_size", required=False)]
+    beam = [b or 1 for b in f.raw("beam_width", required=False)]
+    heads, kv, step = f.ints("num_heads"), f.ints("num_key_value_heads"), f.ints("step")
+    prefill = kind == RowKind.ATTENTION_PREFILL
+    keep = [
+        i
+        for i in range(len(f))
+        if not int(window[i]) and int(beam[i]) == 1 and (kv[i] < 1 or heads[i] % kv[i] == 0)
+        and not (prefill and step[i])
+    ]  # fmt: skip
+    attn, cache = f.raw("attn_dtype"), f.raw("kv_cache_dtype")
+    dtypes = [""] * len(f)
+    for i in keep:
+        if attn[i] not in DTYPES or cache[i] not in DTYPES:
+            raise _Unreadable(f"unknown dtype {attn[i]!r} / {cache[i]!r}", i)
+        dtype = DTYPES[attn[i]]
+        dtypes[i] = dtype + "/kv-fp8" if DTYPES[cache[i]] == "fp8" and dtype != "fp8" else dtype
+    # decode: one query a sequence over the `step` cached tokens and its own; prefill: isl tokens, causal
+    length = f.ints("isl") if prefill else [s + 1 for s in step]
+    shape = [list(s) for s in zip(f.ints("batch_size"), heads, kv, length, f.ints("head_dim"), strict=True)]
+    return _columns(table, keep, dtypes, shape, f.latency_s(), f.source())
+
+
+def _all_reduce(table: Table, f: _Fields) -> RowColumns:
+    op = f.raw("op_name")
+    # the custom all-reduce tables name their dtype `allreduce_dtype`, nccl-tests' `nccl_dtype`
+    named = [a or n for a, n in zip(f.raw("allreduce_dtype", False), f.raw("nccl_dtype", False), strict=True)]
+    dtypes = [DTYPES.get(str(d), "") for d in named]
+    keep = [i for i in range(len(f)) if op[i] == "all_reduce" and dtypes[i] in ("bf16", "fp16")]
+    # nccl-tests launch eagerly; a custom all-reduce row says how it ran (vLLM's and SGLang's collectors time
+    # both, kernel_source `..._eager` or `..._graph`; TensorRT-LLM's replays a graph)
+    source = f.source()
+    eager = table.name == "nccl_perf"
+    timing = ["eager" if eager or s.lower().endswith("eager") else "graph" for s in source]
+    shape = [list(s) for s in zip(f.ints("num_gpus"), f.ints("message_size"), strict=True)]
+    return _columns(table, keep, dtypes, shape, f.latency_s(), source, timing)
+
+
+def read_rows(table: Table) -> Iterator[Row]:
+    """The table's rows this module maps, in table order (rows it does not map: skipped)."""
+    for columns in read_columns(table):
+        yield from columns.rows(range(columns.size))
+
+
+def sample_table(table: Table, n: int | None, seed: str = "", dtype: str | None = None) -> list[Row]:
+    """`sample(read_rows(table), n, seed)` (only the rows of `dtype` where given), hashed from the columns: a Row is
+    built for the n rows kept, not for every row read."""
+    if n is None:
+        return [r for r in read_rows(table) if dtype is None or r.dtype == dtype]
+    kept: list[tuple[int, int, int, RowColumns]] = []  # (hash, position read, index, batch): each batch's n smallest
+    position = 0
+    for columns in read_columns(table):
+        hashes = columns.sample_hashes(seed)
+        chosen = [i for i in range(columns.size) if dtype is None or columns.dtype[i] == dtype]
+        chosen.sort(key=lambda i: hashes[i])  # stable: equal hashes keep the order they were read in
+        kept += [(hashes[i], position + i, i, columns) for i in chosen[:n]]
+        position += columns.size
+    kept.sort(key=lambda item: (item[0], item[1]))
+    return [columns.row(i) for _, _, i, columns in kept[:n]]
 
 
 def parse_record(table: Table, record: dict) -> Row | None:
     """One parquet record as a Row, or None where the engine has no slice for it (a weight-only or int8 GEMM,
     sliding-window or beam attention, a collective other than all-reduce); malformed records raise MapperError."""
-    kind = TABLES.get(table.name)
-    try:
-        if kind == RowKind.GEMM:
-            return _gemm(table, record)
-        if kind in (RowKind.ATTENTION_DECODE, RowKind.ATTENTION_PREFILL):
-            return _attention(table, kind, record)
-        if kind == RowKind.ALL_REDUCE:
-            return _all_reduce(table, record)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise MapperError(f"{table.label}: record {str(record)[:80]!r} unreadable ({exc!s:.60})") from None
-    return None
+    parquet = require("pyarrow", "mapper validate")
+    columns = parse_batch(table, parquet.RecordBatch.from_pylist([record]))
+    return columns.row(0) if columns.size else None
 
 
-def _row(table: Table, kind: str, dtype: str, shape: tuple[int, ...], record: dict, timing: str = "graph") -> Row:
-    measured = float(record["latency"]) * MS
-    if not measured > 0 or min(shape) < 1:
-        raise ValueError("a non-positive latency or size")
-    return Row(table.label, table.system, kind, dtype, shape, measured, str(record.get("kernel_source", "")), timing)
-
-
-def _gemm(table: Table, record: dict) -> Row | None:
-    dtype = DTYPES.get(record["gemm_dtype"], record["gemm_dtype"])
-    if dtype not in GEMM_DTYPES:
-        return None
-    return _row(table, RowKind.GEMM, dtype, (int(record["m"]), int(record["n"]), int(record["k"])), record)
-
-
-def _attention(table: Table, kind: str, record: dict) -> Row | None:
-    if int(record.get("window_size") or 0) or int(record.get("beam_width") or 1) != 1:
-        return None  # sliding-window or beam-search attention: not what the one-op slice does
-    heads, kv_heads = int(record["num_heads"]), int(record["num_key_value_heads"])
-    if heads % kv_heads or (kind == RowKind.ATTENTION_PREFILL and int(record["step"])):
-        return None
-    dtype = DTYPES[record["attn_dtype"]]
-    if DTYPES[record["kv_cache_dtype"]] == "fp8" and dtype != "fp8":
-        dtype += "/kv-fp8"
-    batch, head_dim = int(record["batch_size"]), int(record["head_dim"])
-    # decode: one query a sequence over the `step` cached tokens and its own; prefill: isl tokens, causal
-    length = int(record["step"]) + 1 if kind == RowKind.ATTENTION_DECODE else int(record["isl"])
-    return _row(table, kind, dtype, (batch, heads, kv_heads, length, head_dim), record)
-
-
-def _all_reduce(table: Table, record: dict) -> Row | None:
-    if record["op_name"] != "all_reduce":
-        return None
-    dtype = DTYPES.get(str(record.get("allreduce_dtype") or record.get("nccl_dtype")), "")
-    if dtype not in ("bf16", "fp16"):
-        return None
-    # nccl-tests launch eagerly; a custom all-reduce row says how it ran (vLLM's and SGLang's collectors time
-    # both, kernel_source `..._eager` or `..._graph`; TensorRT-LLM's replays a graph)
-    source = str(record.get("kernel_source", ""))
-    timing = "eager" if table.name == "nccl_perf" or source.lower().endswith("eager") else "graph"
-    return _row(
-        table, RowKind.ALL_REDUCE, dtype, (int(record["num_gpus"]), int(record["message_size"])), record, timing
-    )
+def sample_key(seed: str, row: Row) -> int:
+    return stable_hash(f"{seed}|{row.table}|{row.dtype}|{row.shape}|{row.source}")
 
 
 def sample(rows: Iterable[Row], n: int | None, seed: str = "") -> list[Row]:
@@ -236,7 +365,7 @@ def sample(rows: Iterable[Row], n: int | None, seed: str = "") -> list[Row]:
     rows on every run and machine, chosen streaming in O(n) memory; n None: every row, in table order."""
     if n is None:
         return list(rows)
-    return heapq.nsmallest(n, rows, key=lambda r: stable_hash(f"{seed}|{r.table}|{r.dtype}|{r.shape}|{r.source}"))
+    return heapq.nsmallest(n, rows, key=lambda r: sample_key(seed, r))
 
 
 def unprofiled_systems(root=None) -> dict[str, int]:

@@ -211,7 +211,7 @@ def aiconfigurator_rows(device: str | None, kind: str | None, per_table: int | N
             continue
         if kind and aic.TABLES[table.name] != kind:
             continue
-        rows = aic.sample(aic.read_rows(table), per_table, seed)
+        rows = aic.sample_table(table, per_table, seed)
         notes.append(
             {"table": table.label, "profile": table.profile, "rows": aic.table_rows(table), "sampled": len(rows)}
         )
