@@ -14,6 +14,7 @@ Python, nccl-tests' loop). Nothing is fitted here: rows are split into fit and h
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +32,10 @@ EVIDENCE = Path(__file__).resolve().parents[2] / "data" / "evidence"
 PROJECT_CSVS = ("kernels.csv", "kernels_extra.csv")  # data/evidence/h200: bench/gpu_kernels.py on one H200
 QUANTIZED = {"fp8": "fp8", "fp8-block": "fp8", "nvfp4": "nvfp4"}  # GEMM row dtype -> the GEMM slice's plan dtype
 RUNTIMES = {"trtllm": "tensorrt-llm", "vllm": "vllm", "sglang": "vllm"}  # AIConfigurator framework -> preset
+# The first SGLang release whose tables show one kernel writing a decode step's K and V (0.5.14: its op takes 0.82x
+# vLLM 0.24's for the same shape at <= 8 sequences and < 64 cached tokens, H100 and H200; 0.5.10 on A100 takes 1.085x
+# vLLM 0.14's, as two copies would); the JIT `store_cache` kernel arrived between the two
+SGLANG_STORE_KERNEL_FROM = (0, 5, 14)
 BF16_BYTES = 2
 GQA_RANK = 5  # a project GQA decode row's shape: batch x query heads x KV heads x past x head dim
 P90 = 0.9
@@ -117,8 +122,10 @@ def _predict(row: aic.Row, profile: str) -> float | None:
     runtime = RUNTIMES.get(row.table.split("/")[2], "vllm")  # the preset's decode attention: GQA packed, paged
     if row.kind == RowKind.ATTENTION_DECODE:
         framework = row.table.split("/")[2]
+        version = row.table.split("/")[3]
         companions = sum(
-            _slice_s(profile, kind, shape, "bf16") for kind, shape in decode_companions(framework, row.shape, row.dtype)
+            _slice_s(profile, kind, shape, "bf16")
+            for kind, shape in decode_companions(framework, row.shape, row.dtype, version)
         )
         if h == kv:
             return companions + _slice_s(profile, "attention-decode", (b, h, length, d), plan_dtype, runtime)
@@ -141,7 +148,9 @@ def _predict(row: aic.Row, profile: str) -> float | None:
     return wire + hw.kernel_launch_s  # nccl-tests: a C++ loop of back-to-back launches
 
 
-def decode_companions(framework: str, shape: tuple[int, ...], dtype: str) -> tuple[tuple[str, tuple[int, int]], ...]:
+def decode_companions(
+    framework: str, shape: tuple[int, ...], dtype: str, version: str = ""
+) -> tuple[tuple[str, tuple[int, int]], ...]:
     """The kernels a framework's decode attention op runs besides the attention kernel (what the row timed; the
     collectors call the framework's attention forward on the step's new Q, K and V), each a one-op bf16 slice:
 
@@ -150,8 +159,9 @@ def decode_companions(framework: str, shape: tuple[int, ...], dtype: str) -> tup
       (`invokeQKVPreprocessing`), a pass over the token's QKV;
     - vLLM (`collector/vllm/collect_attn.py`: `FlashAttentionImpl.forward`): `reshape_and_cache_flash` writes the
       new K and V to the cache; with an fp8 cache the query is quantized to fp8 first (`scaled_fp8_quant`);
-    - SGLang (FlashAttention-3 backend): `set_kv_buffer` stores K and V as two index copies; with an fp8 cache K,
-      V and the query are each cast to fp8 first.
+    - SGLang (`MHATokenToKVPool.set_kv_buffer`, `mem_cache/memory_pool.py`): from `SGLANG_STORE_KERNEL_FROM` one
+      kernel writes the new K and V rows (the JIT `store_cache`, `jit_kernel/kvcache.py`, where K and V rows are
+      as wide); before it two index copies; with an fp8 cache K, V and the query are each cast to fp8 first.
     """
     b, h, kv, _, d = shape
     fp8 = "fp8" in dtype
@@ -160,7 +170,14 @@ def decode_companions(framework: str, shape: tuple[int, ...], dtype: str) -> tup
     if framework == "vllm":
         return (("add", (b, 2 * kv * d)),) + ((("quantize", (b, h * d)),) if fp8 else ())
     casts = (("quantize", (b, kv * d)), ("quantize", (b, kv * d)), ("quantize", (b, h * d))) if fp8 else ()
+    if _version(version) >= SGLANG_STORE_KERNEL_FROM:
+        return (("add", (b, 2 * kv * d)),) + casts
     return (("add", (b, kv * d)), ("add", (b, kv * d))) + casts
+
+
+def _version(text: str) -> tuple[int, ...]:
+    """A release's number as a tuple ("0.5.14" -> (0, 5, 14); "1.3.0rc20" -> (1, 3, 0)); () where none is read."""
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
 
 
 def work(kind: str, shape: tuple[int, ...]) -> float:
