@@ -8,6 +8,7 @@ directly (mapper.model.wire's encoding), since onnx.helper takes ~10 s to build 
 from __future__ import annotations
 
 import json
+from functools import cache
 from pathlib import Path
 
 from mapper.model.wire import LEN, VARINT, field_key, varint_bytes
@@ -46,8 +47,13 @@ HOSTILE_CONFIGS: dict[str, tuple[dict, str]] = {
 }
 
 
+# A million entries differ only in their names: each field key and each length prefix is encoded once
+_len_key = cache(lambda number: field_key(number, LEN))
+_varint = cache(varint_bytes)
+
+
 def _field(number: int, body: bytes) -> bytes:
-    return field_key(number, LEN) + varint_bytes(len(body)) + body
+    return _len_key(number) + _varint(len(body)) + body
 
 
 def _text(number: int, text: str) -> bytes:
@@ -62,9 +68,15 @@ def _node(op_type: str, inputs: list[str], outputs: list[str]) -> bytes:
 
 def _value_info(name: str, dims: list[int]) -> bytes:
     """ValueInfoProto {name, type {tensor_type {elem_type FLOAT, shape {dim {dim_value}}}}}."""
+    return _text(1, name) + _float_type(tuple(dims))
+
+
+@cache
+def _float_type(dims: tuple[int, ...]) -> bytes:
+    """ValueInfoProto.type: a float tensor of `dims`."""
     shape = b"".join(_field(1, field_key(1, VARINT) + varint_bytes(d)) for d in dims)
     tensor_type = field_key(1, VARINT) + varint_bytes(1) + _field(2, shape)
-    return _text(1, name) + _field(2, _field(1, tensor_type))
+    return _field(2, _field(1, tensor_type))
 
 
 def onnx_bytes(nodes: bytes, inputs: list[tuple[str, list[int]]], outputs: list[tuple[str, list[int]]]) -> bytes:
@@ -78,7 +90,9 @@ def onnx_bytes(nodes: bytes, inputs: list[tuple[str, list[int]]], outputs: list[
 
 def relu_chain(count: int) -> bytes:
     """`count` Relu nodes in a chain over x [8]: the node limit's case (1M nodes: ~28 MB)."""
-    nodes = b"".join(_node("Relu", [f"t{i}"], [f"t{i + 1}"]) for i in range(count))
+    names = [f"t{i}" for i in range(count + 1)]
+    relu = _text(4, "Relu")  # NodeProto as _node writes it: input (1), output (2), op_type (4)
+    nodes = b"".join(_field(1, _text(1, names[i]) + _text(2, names[i + 1]) + relu) for i in range(count))
     return onnx_bytes(nodes, [("t0", [8])], [(f"t{count}", [8])])
 
 
@@ -96,7 +110,8 @@ def relu() -> bytes:
 def initializers(count: int) -> bytes:
     """`count` one-element float initializers (TensorProto dims, data_type, name, raw_data) beside one Relu."""
     one = field_key(1, VARINT) + varint_bytes(1) + field_key(2, VARINT) + varint_bytes(1)
-    tensors = b"".join(_field(5, one + _text(8, f"w{i}") + _field(9, b"\0\0\0\0")) for i in range(count))
+    raw = _field(9, b"\0\0\0\0")
+    tensors = b"".join(_field(5, one + _text(8, f"w{i}") + raw) for i in range(count))
     return onnx_bytes(relu() + tensors, [("x", [8])], [("y", [8])])
 
 
