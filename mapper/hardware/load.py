@@ -27,8 +27,13 @@ def hardware_dir() -> Path:
 
 def list_hardware() -> list[str]:
     """Built-in profile names (the command-line names), sorted."""
+    return list(_builtin_names())
+
+
+@cache  # the shipped folder is read-only data, as each file in it is (_load_builtin): listed once a process
+def _builtin_names() -> tuple[str, ...]:
     folder = hardware_dir()
-    return sorted(path.stem for path in folder.glob("*.toml")) if folder.is_dir() else []
+    return tuple(sorted(path.stem for path in folder.glob("*.toml"))) if folder.is_dir() else ()
 
 
 def _read_file(path: Path) -> HardwareProfile:
@@ -63,7 +68,7 @@ def _as_builtin(profile: HardwareProfile) -> HardwareProfile:
     """A profile whose content is a built-in's (its name and hash: the file `mapper review` writes beside its
     packet, an export) is that built-in: a reproduce command names it, not a file. Decided when the profile
     is read, so writing a document later opens nothing."""
-    if profile.name in list_hardware() and _load_builtin(profile.name).sha256 == profile.sha256:
+    if profile.name in _builtin_names() and _load_builtin(profile.name).sha256 == profile.sha256:
         return replace(profile, builtin=True)
     return profile
 
@@ -84,7 +89,7 @@ def load_hardware(spec: str | os.PathLike | bytes | dict) -> HardwareProfile:
         raw = bytes(spec)
         fmt = "json" if raw.lstrip()[:1] == b"{" else "toml"
         return _build_checked(parse_profile(raw, fmt, "uploaded profile"), "uploaded profile")
-    if isinstance(spec, str) and spec.strip() in list_hardware():
+    if isinstance(spec, str) and spec.strip() in _builtin_names():
         return _load_builtin(spec.strip())
     if not isinstance(spec, (str, os.PathLike)):
         raise MapperError(f"hardware: expected a profile name, path, bytes or dict, got {type(spec).__name__}")
