@@ -91,7 +91,7 @@ class WrittenWhenRead(Sequence):
             made = self._made[k] = self._write(k)
         return made
 
-    def _read(self, k: int) -> Any:
+    def read_once(self, k: int) -> Any:
         """Position k's record: the one kept, else one written for this read and not kept."""
         made = self._made[k]
         return made if made is not None else self._write(k)
@@ -99,7 +99,7 @@ class WrittenWhenRead(Sequence):
     def each(self) -> Iterator[Any]:
         """Every record in order, for a reader that passes over them once (a document written out): what is kept
         is read, the rest written and dropped, so the pass holds one record at a time, not the whole slice's."""
-        return map(self._read, range(len(self)))
+        return map(self.read_once, range(len(self)))
 
     def __getitem__(self, index):
         if isinstance(index, slice):

@@ -145,4 +145,4 @@ class KernelEstimates(WrittenWhenRead):
         return [e.kernel for e in estimates], [e.assessment for e in estimates], [e.start_s for e in estimates]
 
     def _write(self, k: int) -> KernelEstimate:
-        return KernelEstimate(self.kernels._read(k), self.assessments[k], self.starts[k])
+        return KernelEstimate(self.kernels.read_once(k), self.assessments[k], self.starts[k])

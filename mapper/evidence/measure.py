@@ -30,7 +30,7 @@ from mapper.core.vocab import Runtime
 from mapper.evidence.measure_gate import check_run, estimate_run
 from mapper.evidence.measure_slots import measure_slot
 from mapper.evidence.nsys_trace import is_nsys_export, is_nsys_file, read_nsys_export
-from mapper.evidence.profiles import NodeMatch, ProfileTimes, _read, load_profile, match_nodes
+from mapper.evidence.profiles import NodeMatch, ProfileTimes, load_profile, match_nodes, read_bounded
 from mapper.evidence.synthesize import synthesize_inputs, synthesize_weights
 from mapper.evidence.torch_match import match_trace, trace_summary
 from mapper.evidence.torch_trace import TorchTrace, gunzip, is_kineto, read_torch_trace
@@ -306,7 +306,7 @@ def measurement_from_profile(profile: str | os.PathLike | bytes | ProfileTimes, 
             " 'SQLite format 3'); give the file `nsys export --type sqlite` wrote"
         )
     if not isinstance(profile, ProfileTimes):
-        raw, label = _read(profile)
+        raw, label = read_bounded(profile)
         text = gunzip(raw, label)
         if is_nsys_export(text):
             return _from_torch_trace(read_nsys_export(text, label), source, name)

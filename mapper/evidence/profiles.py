@@ -67,10 +67,6 @@ class NodeMatch:
 def read_bounded(source: str | os.PathLike | bytes) -> tuple[bytes, str]:
     """A profile's or trace's bytes (a regular file, or an upload's) and how messages name it; past MAX_TRACE_BYTES
     it is refused before it is read."""
-    return _read(source)
-
-
-def _read(source: str | os.PathLike | bytes) -> tuple[bytes, str]:
     if isinstance(source, (bytes, bytearray)):
         raw, label = bytes(source), "uploaded profile"
     else:
@@ -102,7 +98,7 @@ class Event:
     provider: str
 
 
-def _number(value: object, low: float, high: float) -> float | None:
+def number_in(value: object, low: float, high: float) -> float | None:
     """The value as a float if it is a number (or a numeral) in [low, high], else None: Infinity, NaN,
     a 4,000-digit integer and "abc" all give None."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
@@ -130,7 +126,7 @@ def _events(raw: bytes, label: str) -> tuple[list[Event], int]:
     for e in trace_events(raw, label):
         if not (isinstance(e, dict) and e.get("ph") == "X" and isinstance(e.get("name"), str)):
             continue
-        dur, ts = _number(e.get("dur"), 0.0, MAX_DUR_US), _number(e.get("ts", 0), -MAX_TS_US, MAX_TS_US)
+        dur, ts = number_in(e.get("dur"), 0.0, MAX_DUR_US), number_in(e.get("ts", 0), -MAX_TS_US, MAX_TS_US)
         if dur is None or ts is None:
             skipped += 1
             continue
@@ -257,7 +253,7 @@ def load_profile(source: str | os.PathLike | bytes, statistic: str = "median") -
     processes only ever add time)."""
     if statistic not in ("median", "min"):
         raise MapperError(f"profile statistic {statistic!r} is not one of median, min")
-    raw, label = _read(source)
+    raw, label = read_bounded(source)
     if len(raw) > SCAN_MIN_BYTES:
         _scan(raw, label)
     events, skipped = _events(raw, label)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from mapper.core import limits
 from mapper.core.errors import MapperError
 from mapper.evidence.json_events import trace_events
-from mapper.evidence.profiles import MAX_DUR_US, MAX_TS_US, _number
+from mapper.evidence.profiles import MAX_DUR_US, MAX_TS_US, number_in
 
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 SCOPE_CATS = frozenset({"user_annotation", "gpu_user_annotation"})
@@ -119,13 +119,13 @@ def _events(raw: bytes, label: str) -> tuple[list[Event], int]:
         cat, name = _text(e.get("cat")), e["name"][:MAX_NAME]
         if cat not in KINETO_CATS and not name.startswith("ProfilerStep#"):
             continue
-        dur, ts = _number(e.get("dur"), 0.0, MAX_DUR_US), _number(e.get("ts"), -MAX_TS_US, MAX_TS_US)
+        dur, ts = number_in(e.get("dur"), 0.0, MAX_DUR_US), number_in(e.get("ts"), -MAX_TS_US, MAX_TS_US)
         if dur is None or ts is None:
             skipped += 1
             continue
         args = e.get("args")
         args = args if isinstance(args, dict) else {}
-        corr = _number(args.get("correlation"), 0, MAX_CORRELATION)
+        corr = number_in(args.get("correlation"), 0, MAX_CORRELATION)
         thread = share(f"{_text(e.get('pid'))[:64]}/{_text(e.get('tid'))[:64]}")
         kept.append(Event(share(cat), share(name), ts, dur, thread, -1 if corr is None else int(corr)))
     if not kept:

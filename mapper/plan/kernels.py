@@ -303,7 +303,7 @@ class _ByName:
         self.nodes, self.index_of = nodes, index_of
 
     def __getitem__(self, name: str) -> NodeWork:
-        return self.nodes._read(self.index_of[name])
+        return self.nodes.read_once(self.index_of[name])
 
 
 def _routing(group: Group, place: Place, experts: dict, weight_shares: dict | None) -> tuple:

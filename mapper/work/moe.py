@@ -193,7 +193,7 @@ def route_work(graph: Graph, nodes: NodeWorks) -> tuple[NodeWorks, dict[str, flo
 
     def by_name(name: str) -> NodeWork | None:
         k = position.get(name)
-        return None if k is None else nodes._read(k)
+        return None if k is None else nodes.read_once(k)
 
     for layer, routing in enumerate(routings):
         for name in routing.gemms:
