@@ -124,3 +124,26 @@ def test_tpu_v5e_batch_256_lm_head_runs_on_the_matrix_unit_at_its_matrix_time():
     flops = 2 * 256 * 32000 * 4096
     unit_s = flops / (tpu.matrix_peak("bf16") * tpu.matrix_efficiency.at(flops))
     assert unit_s < head.assessment.compute_time_s <= 2.1 * unit_s < 1e-3
+
+
+@pytest.mark.parametrize("update", ["Concat", "ScatterND"])
+def test_the_cache_an_update_writes_is_the_memory_plans_kv_cache(update):
+    """One definition of an exported KV-cache update (`plan.runtime.find_kv_appends`) serves the runtime and the
+    memory plan: a dynamic cache's Concat(past, new) and a static cache's ScatterND(past, indices, new), each
+    from a past graph input to a present graph output, hold the present cache. The memory plan counted only
+    Concats of a graph input, so a static-cache export held no cache."""
+    from onnx import TensorProto, helper
+
+    from tests.conftest import make_model, tensor
+
+    past, new = [1, 2, 16, 8], [1, 2, 1, 8]
+    if update == "Concat":
+        node = helper.make_node("Concat", ["past", "new"], ["present"], axis=2)
+        inputs, present = [tensor("past", past), tensor("new", new)], [1, 2, 17, 8]
+    else:
+        node = helper.make_node("ScatterND", ["past", "at", "new"], ["present"])
+        at = [tensor("at", [1, 2, 1, 3], TensorProto.INT64)]
+        inputs, present = [tensor("past", past), *at, tensor("new", new)], past
+    model = make_model([node], inputs, [tensor("present", present)])
+    result = mapper.map_workload(mapper.load_workload(model), mapper.load_hardware("h100-sxm"))
+    assert result.memory.kv_cache_bytes == 4 * 1 * 2 * present[2] * 8  # fp32 as exported

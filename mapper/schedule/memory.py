@@ -1,10 +1,10 @@
 """Memory capacity per device: weights, activations and the KV cache at the bound batch and length.
 
 Weights of column/row-parallel GEMMs (and of GEMMs batched over heads) are split across tensor-parallel ranks,
-the rest replicated; pipeline stages hold their own kernels' weights; the KV cache (what the Concat nodes that
-append to the past key/value inputs write: the past plus this step) is split by heads, except a cache whose update
-tensor parallelism leaves replicated (MLA's latent: one key head every query head shares), which every rank holds
-whole. Activations: the largest live working set of one kernel (its non-weight traffic), a lower bound that
+the rest replicated; pipeline stages hold their own kernels' weights; the KV cache (the present cache each exported
+update writes, as `plan.runtime.find_kv_appends` finds them: the past plus this step) is split by heads, except a
+cache whose update tensor parallelism leaves replicated (MLA's latent: one key head every query head shares), which
+every rank holds whole. Activations: the largest live working set of one kernel (its non-weight traffic), a lower bound that
 ignores allocator slack.
 """
 
@@ -17,32 +17,21 @@ from mapper.core.result import DeviceFit, Kernel, MemoryPlan
 from mapper.core.timeline import Kernels
 from mapper.core.vocab import Shard
 from mapper.plan.precision import Sizer
+from mapper.plan.runtime import find_kv_appends
 
 PARALLEL_DEGREES = (1, 2, 4, 8, 16, 32, 64)
 WEIGHT_SPLITS = (Shard.COLUMN, Shard.ROW, Shard.HEADS)  # roles whose weights tensor parallelism splits across ranks
 
 
 def kv_cache_bytes(graph: Graph, sizer: Sizer, only: frozenset[str] | None = None) -> float:
-    """The KV cache after this step: every Concat that appends to a graph input (the past keys/values); `only`:
-    those of these nodes alone."""
-    if "Concat" not in graph.op_types:  # an encoder's or a CNN's: no node to look at
-        return 0.0
+    """The KV cache after this step: the present cache each exported update writes (`plan.runtime.find_kv_appends`:
+    a Concat or ScatterND from a past-cache graph input to a present-cache graph output); `only`: the updates of
+    these nodes alone."""
+    tensors = graph.tensors
     return sum(
-        sizer.bytes_of(o)
-        for name, outputs in graph.derived("cache_concats", _cache_concats)
-        if only is None or name in only
-        for o in outputs
-    )
-
-
-def _cache_concats(graph: Graph) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """Each Concat that appends to a graph input, in graph order, with its outputs of known shape (found once per
-    graph: every mapping sizes the cache)."""
-    inputs, tensors = graph.input_set, graph.tensors
-    return tuple(
-        (n.name, tuple(o for o in n.outputs if o in tensors))
-        for n in graph.nodes
-        if n.op_type == "Concat" and any(i in inputs for i in n.inputs)
+        sizer.bytes_of(a.present)
+        for a in find_kv_appends(graph)
+        if (only is None or a.node in only) and a.present in tensors
     )
 
 
