@@ -19,9 +19,9 @@ from mapper.store.owners import EVERY_RUN, owner_of
 from mapper.store.record import record
 from mapper.store.trend import load_trends
 from tests import test_browser
+from tests.store_writer import doc
 from tests.test_browser import ARGS, BERT_TINY, CHROMIUM, no_exception, open_page, settle, sync_api
 from tests.test_browser_trends import server_environment
-from tests.test_store import doc
 
 pytestmark = pytest.mark.slow  # two real browsers side by side, ~15 s
 

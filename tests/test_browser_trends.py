@@ -13,8 +13,8 @@ import pytest
 from mapper.store.record import record
 from mapper.store.trend import load_trends
 from tests import test_browser
+from tests.store_writer import doc
 from tests.test_browser import ARGS, CHROMIUM, no_exception, settle, sync_api
-from tests.test_store import doc
 
 pytestmark = pytest.mark.slow  # a real browser (headless Chromium), ~6 s
 

@@ -21,7 +21,7 @@ from mapper.store.record import record, run_sheet
 from mapper.store.trend import load_trends, read_trends
 from tests.conftest import APP
 from tests.security.bounded import assert_one_line, run_cli
-from tests.test_store import doc
+from tests.store_writer import doc
 
 ROOT = Path(__file__).resolve().parents[1]
 SHEET = (b"PK" + b"1" * 64, "xlsx")
