@@ -4,8 +4,8 @@ Weights of column/row-parallel GEMMs (and of GEMMs batched over heads) are split
 the rest replicated; pipeline stages hold their own kernels' weights; the KV cache (the present cache each exported
 update writes, as `plan.runtime.find_kv_appends` finds them: the past plus this step) is split by heads, except a
 cache whose update tensor parallelism leaves replicated (MLA's latent: one key head every query head shares), which
-every rank holds whole. Activations: the largest live working set of one kernel (its non-weight traffic), a lower bound that
-ignores allocator slack.
+every rank holds whole. Activations: the largest live working set of one kernel (its non-weight traffic), a lower
+bound that ignores allocator slack.
 """
 
 from __future__ import annotations
