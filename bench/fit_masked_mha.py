@@ -19,26 +19,23 @@ data/hardware/<device>.toml (the source string still to be written by hand). Abo
 from __future__ import annotations
 
 import argparse
-import re
+import sys
 from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: bench/ is a package of the repo
+
+from bench.fit_common import line, stats, write_values
 from mapper.core.result import MatrixShape
 from mapper.evidence import aiconfigurator as aic
-from mapper.evidence.candidates import candidate_profile, with_value
-from mapper.evidence.validate import (
-    RUNTIMES,
-    aiconfigurator_rows,
-    error_stats,
-    score_aiconfigurator,
-)
+from mapper.evidence.candidates import with_value
+from mapper.evidence.validate import RUNTIMES, aiconfigurator_rows
 from mapper.hardware.load import load_hardware
 from mapper.hardware.profile import HardwareProfile
 from mapper.plan.attention_tiling import runs_masked_mha
 from mapper.plan.runtime import PRESETS
 
-HARDWARE = Path(__file__).resolve().parents[1] / "data" / "hardware"
 SEED = "fit"
 GRID_S = tuple(float(v) for v in np.round(np.arange(0.2, 3.01, 0.1), 2) * 1e-6)
 KEY = "masked_mha_item_s"
@@ -65,25 +62,6 @@ def with_item(hw: HardwareProfile, item_s: float | None) -> HardwareProfile:
     return with_value(hw, f"overhead.{KEY}", item_s)
 
 
-def stats(hw: HardwareProfile, rows: list[aic.Row]) -> dict[str, dict]:
-    """Median |error| and bias of `rows` mapped on `hw`, by cache dtype and together."""
-    with candidate_profile(hw):
-        scored = score_aiconfigurator(rows)
-    out = {"all": error_stats([s.error for s in scored])}
-    for dtype in sorted({s.dtype for s in scored}):
-        out[dtype] = error_stats([s.error for s in scored if s.dtype == dtype])
-    return out
-
-
-def line(label: str, figures: dict[str, dict]) -> str:
-    parts = [
-        f"{dtype} n {f['n']} median {f['median_abs']:.1%} bias {f['bias']:+.1%}"
-        for dtype, f in figures.items()
-        if f["n"]
-    ]
-    return f"{label:40s} " + "; ".join(parts)
-
-
 def fit(device: str, per_table: int) -> float:
     fit_rows, held_rows = masked_rows(device, per_table)
     base = load_hardware(device)
@@ -100,15 +78,6 @@ def fit(device: str, per_table: int) -> float:
     return best
 
 
-def write(device: str, value: float) -> None:
-    path = HARDWARE / f"{device}.toml"
-    pattern, value_text = rf"^{KEY} = {{ value = [^,]+,", f"{KEY} = {{ value = {value:.3g},"
-    text, count = re.subn(pattern, value_text, path.read_text(), count=1, flags=re.MULTILINE)
-    if not count:
-        raise SystemExit(f"{path} has no {KEY} line to update: add one under [overhead] first")
-    path.write_text(text)
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", required=True)
@@ -117,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     value = fit(args.device, args.sample)
     if args.write:
-        write(args.device, value)
+        write_values(args.device, {KEY: value})
 
 
 if __name__ == "__main__":

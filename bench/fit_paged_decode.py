@@ -19,18 +19,20 @@ still to be written by hand). About 2-4 s a candidate on one core at the default
 from __future__ import annotations
 
 import argparse
-import re
+import sys
 from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: bench/ is a package of the repo
+
+from bench.fit_common import line, stats, write_values
 from mapper.evidence import aiconfigurator as aic
-from mapper.evidence.candidates import candidate_profile, with_value
-from mapper.evidence.validate import aiconfigurator_rows, error_stats, score_aiconfigurator
+from mapper.evidence.candidates import with_value
+from mapper.evidence.validate import aiconfigurator_rows
 from mapper.hardware.load import load_hardware
 from mapper.hardware.profile import HardwareProfile
 
-HARDWARE = Path(__file__).resolve().parents[1] / "data" / "hardware"
 SEED = "fit"
 LATENCY_KEY, ITEM_KEY = "paged_decode_s", "paged_decode_item_s"
 LATENCY_GRID_S = tuple(float(v) for v in np.round(np.arange(0.0, 12.01, 0.25), 2) * 1e-6)
@@ -45,25 +47,6 @@ def decode_rows(device: str, per_table: int) -> tuple[list[aic.Row], list[aic.Ro
 
 def with_values(hw: HardwareProfile, latency_s: float, item_s: float) -> HardwareProfile:
     return with_value(with_value(hw, f"overhead.{LATENCY_KEY}", latency_s), f"overhead.{ITEM_KEY}", item_s)
-
-
-def stats(hw: HardwareProfile, rows: list[aic.Row]) -> dict[str, dict]:
-    """Median |error| and bias of `rows` mapped on `hw`, by cache dtype and together."""
-    with candidate_profile(hw):
-        scored = score_aiconfigurator(rows)
-    out = {"all": error_stats([s.error for s in scored])}
-    for dtype in sorted({s.dtype for s in scored}):
-        out[dtype] = error_stats([s.error for s in scored if s.dtype == dtype])
-    return out
-
-
-def line(label: str, figures: dict[str, dict]) -> str:
-    parts = [
-        f"{dtype} n {f['n']} median {f['median_abs']:.1%} bias {f['bias']:+.1%}"
-        for dtype, f in figures.items()
-        if f["n"]
-    ]
-    return f"{label:44s} " + "; ".join(parts)
 
 
 def search(base: HardwareProfile, rows: list[aic.Row], rounds: int) -> tuple[float, float]:
@@ -101,17 +84,6 @@ def fit(device: str, per_table: int, rounds: int) -> tuple[float, float]:
     return latency, item
 
 
-def write(device: str, values: dict[str, float]) -> None:
-    path = HARDWARE / f"{device}.toml"
-    text = path.read_text()
-    for key, value in values.items():
-        pattern, value_text = rf"^{key} = {{ value = [^,]+,", f"{key} = {{ value = {value:.3g},"
-        text, count = re.subn(pattern, value_text, text, count=1, flags=re.MULTILINE)
-        if not count:
-            raise SystemExit(f"{path} has no {key} line to update: add one under [overhead] first")
-    path.write_text(text)
-
-
 def main(argv: list[str] | None = None) -> tuple[float, float]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", required=True)
@@ -121,7 +93,7 @@ def main(argv: list[str] | None = None) -> tuple[float, float]:
     args = parser.parse_args(argv)
     latency, item = fit(args.device, args.sample, args.rounds)
     if args.write:
-        write(args.device, {LATENCY_KEY: latency, ITEM_KEY: item})
+        write_values(args.device, {LATENCY_KEY: latency, ITEM_KEY: item})
     return latency, item
 
 
