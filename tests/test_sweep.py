@@ -191,6 +191,39 @@ def test_dask_local_cluster_table_equals_inprocess(inprocess):
     pd.testing.assert_frame_equal(dasked.best, inprocess[0].best)
 
 
+EARLY_CHILD = r"""
+import json, sys, psutil
+from mapper.explore.executors import executor_spec, start_workers_early
+from mapper.explore.sweep import run_task
+start_workers_early(executor_spec(sys.argv[1], scheduler=sys.argv[2] or None), run_task)
+print(json.dumps([" ".join(c.cmdline()) for c in psutil.Process().children()]))
+"""
+
+
+@pytest.mark.parametrize(
+    ("kind", "scheduler", "started"),
+    [("dask", "", True), ("inprocess", "", False), ("processes", "", False), ("dask", "tcp://127.0.0.1:1", False)],
+)
+def test_a_local_dask_clusters_fork_server_starts_before_the_tasks_are_planned(kind, scheduler, started):
+    """The sweep starts the fork server a LocalCluster's workers fork from before it plans (its imports overlap);
+    nothing starts for another executor or a running cluster's address."""
+    pytest.importorskip("distributed")
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", EARLY_CHILD, kind, scheduler],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    servers = [c for c in json.loads(out) if "forkserver" in c]
+    assert bool(servers) == started, out
+    if started:  # its preload: Dask, then the engine's stages and the task's module
+        assert "['distributed', 'mapper.pipeline', 'mapper.explore.sweep', 'mapper.explore.sweep']" in servers[0]
+
+
 def test_sweep_page_runs_a_small_sweep_with_heatmaps():
     from pathlib import Path
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 from mapper.core.options import PlanOptions
 from mapper.core.targets import TARGET_ROWS, Targets
 from mapper.core.vocab import PlanDtype
-from mapper.explore.executors import ExecutorSpec, run_tasks
+from mapper.explore.executors import ExecutorSpec, run_tasks, start_workers_early
 from mapper.explore.search_eval import PlanServer, Point, plan_prune, requests_at, serve_plan
 from mapper.explore.search_pools import PoolServer, SpeculativeServer, pool_plans, speculative_plans
 from mapper.explore.search_queue import QUEUE_REQUESTS, QueueSteps, check_queue_spec, serve_queue_plan
@@ -281,6 +281,7 @@ def run_search(
     whole (the serving model runs one batch through the stages at a time, so the stages add devices, not batch)."""
     start = time.perf_counter()
     spec = validate_spec(spec)
+    start_workers_early(executor, _plan_task)  # a LocalCluster's fork server imports while the model is opened
     model = open_model(source)
     name = model_argument or model.source or model.name
     if "past" not in model.roles.values():

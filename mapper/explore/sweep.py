@@ -23,7 +23,7 @@ from mapper.core.result import MappingResult
 from mapper.core.timeline import KernelEstimates
 from mapper.core.version import __version__
 from mapper.core.vocab import ExecutorKind, FusionPolicy, PlanDtype
-from mapper.explore.executors import ExecutorSpec, default_workers, run_tasks
+from mapper.explore.executors import ExecutorSpec, default_workers, run_tasks, start_workers_early
 from mapper.explore.models import ModelShapes, ModelSource, model_source
 from mapper.hardware.load import load_hardware
 from mapper.hardware.profile import HardwareProfile
@@ -239,6 +239,7 @@ def run_sweep(
     spec: SweepSpec, executor: ExecutorSpec = ExecutorSpec(), progress: Progress | None = None
 ) -> SweepResult:
     """Map every slice of the grid; the table is sorted by slice id (identical on every executor)."""
+    start_workers_early(executor, run_task)  # a LocalCluster's fork server imports while this process plans
     pd = require("pandas", "run_sweep")  # lazy (the `report` extra): `import mapper` starts without pandas
 
     workers = None if executor.kind == ExecutorKind.INPROCESS else executor.workers or default_workers()
