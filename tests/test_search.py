@@ -134,6 +134,22 @@ def test_a_process_pool_gives_the_same_answer(capsys):
     assert answers[0] == answers[1]
 
 
+@pytest.mark.slow
+def test_a_dask_cluster_gives_the_same_answer(capsys):
+    """`--dask ADDRESS`: the plans served on a running Dask cluster's two worker processes come back with the
+    answer one process gives."""
+    distributed = pytest.importorskip("distributed")
+    args = ["search", "llama2-7b", "--hw", "h100-sxm", "--devices", "2", "--dtype", "bf16", "--prompt-tokens", "512"]
+    args += ["--output-tokens", "64", "--tpot-p99-ms", "30", "--json", "--aggregated-only"]
+    assert main(args) == 0
+    alone = json.loads(capsys.readouterr().out)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster:
+        assert main([*args, "--dask", cluster.scheduler_address]) == 0
+    clustered = json.loads(capsys.readouterr().out)
+    assert (clustered["best"], clustered["frontier"]) == (alone["best"], alone["frontier"])
+    assert clustered["evaluated"] == alone["evaluated"]
+
+
 def test_the_sheet_and_the_store_record_the_chosen_plan(tmp_path, capsys):
     """`--out` writes the search's workbook (numbers, every configuration); `--store` records the chosen plan's
     TTFT/TPOT as the run's KPIs, with the sheet beside them."""
