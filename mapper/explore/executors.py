@@ -168,8 +168,9 @@ def _forks_workers(spec: ExecutorSpec) -> bool:
 
 
 def _preload(fn: Callable) -> list[str]:
-    """The fork server's imports: Dask's distributed first, then the engine's stages and the task's module."""
-    return ["distributed", *WORKER_PRELOAD, fn.__module__]
+    """The fork server's imports: Dask's distributed first, then the engine's stages and the task's module (once,
+    where it is one of the stages: the sweep's task is)."""
+    return list(dict.fromkeys(["distributed", *WORKER_PRELOAD, fn.__module__]))
 
 
 def start_workers_early(spec: ExecutorSpec, fn: Callable) -> None:
