@@ -4,9 +4,7 @@
 # chromium for the real-browser test (elsewhere that test is skipped with its reason).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e ".[test]"  # the engine, every extra, the test tools and mkdocs
+bash scripts/venv.sh test  # .venv: the engine, every extra, the test tools and mkdocs
 if [ -f scripts/install_browser.sh ]; then bash scripts/install_browser.sh || echo "note: chromium not installed; the browser test will be skipped"; fi
 if [ -f scripts/install_postgres.sh ]; then bash scripts/install_postgres.sh || echo "note: postgresql not installed; the PostgreSQL store tests will be skipped"; fi
 # strace for the sandbox audit (tests/security/test_sandbox.py), after install_browser.sh's apt-get update
