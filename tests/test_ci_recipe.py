@@ -32,7 +32,7 @@ def run_recipe(models: Path, out: Path, store: str, revision: str, dims: str = "
         "OUT": str(out),
         "REVISION": revision,
         "FAIL_ON": "p99=0.05 mfu=0.05",
-        "LOAD": "--rate=1000",  # a given load: its p99 is what FAIL_ON checks
+        "LOAD": "--rate=1000 --requests=200",  # a given load (its p99 is what FAIL_ON checks), 200 requests simulated
         "MAPPER": f"{sys.executable} -m mapper",
         "PYTHONPATH": str(ROOT),
     }
