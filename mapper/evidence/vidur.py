@@ -68,13 +68,18 @@ def _model(op, hidden, heads, kv_heads, ffn, tp):
     return _graph(op, hidden, heads, kv_heads, ffn, tp)
 
 
-@cache
 def predicted_s(op: str, shape: tuple[int, int, int, int], tokens: int, tp: int) -> float:
-    """The engine's time for Vidur op `op` of a model of `shape` (hidden, heads, kv heads, ffn) on A100."""
+    """The engine's time for Vidur op `op` of a model of `shape` (hidden, heads, kv heads, ffn) on A100 at TP `tp`
+    (an op every rank runs whole is mapped once for every TP degree)."""
+    return _predicted_s(op, shape, tokens, 1 if op in UNSHARDED else tp)
+
+
+@cache
+def _predicted_s(op: str, shape: tuple[int, int, int, int], tokens: int, rank_tp: int) -> float:
     import mapper
 
     plan = mapper.PlanOptions(dtype="fp16", runtime="vllm", launch="graph")
-    model = _model(op, *shape, 1 if op in UNSHARDED else tp)
+    model = _model(op, *shape, rank_tp)
     return mapper.map_workload(model.bind({"tokens": tokens}), mapper.load_hardware(PROFILE), plan).totals.latency_s
 
 
