@@ -10,7 +10,7 @@ import pytest
 
 import mapper
 from mapper.core.result import MatrixShape
-from mapper.core.vocab import Shard
+from mapper.core.vocab import MatrixKind, Shard
 from mapper.hardware.target import UNPACKED_DECODE, device_target
 from mapper.plan.attention_tiling import plan_attention, runs_masked_mha, work_items
 from mapper.plan.runtime import PRESETS
@@ -57,7 +57,7 @@ def test_multi_head_attention_has_no_group():
 
 
 def test_work_items_pack_a_group_only_where_the_runtime_does_and_only_in_decode():
-    decode = MatrixShape(256, 1, 4097, 128, "attention", heads=8, kv_heads=1)
+    decode = MatrixShape(256, 1, 4097, 128, MatrixKind.ATTENTION, heads=8, kv_heads=1)
     packed = dataclasses.replace(UNPACKED_DECODE, packs_query_group=True)
     assert work_items(decode, UNPACKED_DECODE) == (256, 1)  # a sequence's query head a work item, 1 row of 64
     assert work_items(decode, packed) == (32, 8)  # a sequence's K/V head a work item, its 8 query heads the rows
@@ -97,7 +97,7 @@ def test_tensorrt_llm_runs_multi_head_attention_and_groups_past_xqa_on_masked_mh
     trt, vllm = PRESETS["tensorrt-llm"].decode_attention, PRESETS["vllm"].decode_attention
 
     def shape(heads, kv_heads, m=1):
-        return MatrixShape(8 * heads, m, 513, 128, "attention", heads=heads, kv_heads=kv_heads)
+        return MatrixShape(8 * heads, m, 513, 128, MatrixKind.ATTENTION, heads=heads, kv_heads=kv_heads)
 
     masked = {g: runs_masked_mha(shape(g * 2, 2), trt, h200) for g in (1, 2, 8, 32, 48, 64)}
     assert masked == {1: True, 2: False, 8: False, 32: False, 48: True, 64: True}
@@ -178,7 +178,7 @@ def test_a_prompts_causal_attention_skips_the_blocks_above_the_diagonal():
 
     from mapper.plan.attention_tiling import causal_share
 
-    prompt = MatrixShape(32, 4096, 4096, 128, "attention", heads=32, kv_heads=32)
+    prompt = MatrixShape(32, 4096, 4096, 128, MatrixKind.ATTENTION, heads=32, kv_heads=32)
     assert causal_share(prompt, np.array([128.0]), np.array([128.0]))[0] == pytest.approx((2112 + 64) / 4096)
     chunk = dataclasses.replace(prompt, m=512, n=4096)  # a chunk of 512 after 3,584 cached keys
     assert causal_share(chunk, np.array([128.0]), np.array([64.0]))[0] == pytest.approx((3584 + 320 + 32) / 4096)

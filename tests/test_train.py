@@ -14,7 +14,7 @@ import mapper
 from mapper.cli.main import main
 from mapper.core.graph import LayerType
 from mapper.core.result import Kernel, MatrixShape
-from mapper.core.vocab import Collective, Engine, KernelRule, PipelineSchedule, Recompute, Shard
+from mapper.core.vocab import Collective, Engine, KernelRule, MatrixKind, PipelineSchedule, Recompute, Shard
 from mapper.hardware.load import load_hardware
 from mapper.ops.backward import Grad
 from mapper.train.backward import backward_of
@@ -138,8 +138,9 @@ def test_backward_of_a_weight_gemm_attention_and_collective():
     assert dgrad.matrix_flops == wgrad.matrix_flops == 2.0 * 64 * 32 * 16
     assert dgrad.dram_bytes == 2 * (64 * 32 + 64 * 16) + 2 * 16 * 32  # dY and dX, W read
     assert wgrad.dram_bytes == 2 * (64 * 16 + 64 * 32) + 2 * 4 * 16 * 32  # X and dY, fp32 main gradient r+w
+    scores = MatrixShape(4, 64, 64, 16, kind=MatrixKind.ATTENTION)
     attention = _kernel(rule=KernelRule.FLASH_ATTENTION, layer_type=LayerType.ATTENTION, weight_bytes=0.0,
-                        dram_bytes=100.0, sfu_ops=7.0, matrix=MatrixShape(4, 64, 64, 16, kind="attention"))  # fmt: skip
+                        dram_bytes=100.0, sfu_ops=7.0, matrix=scores)  # fmt: skip
     (back,) = backward_of(attention, g)
     assert back.matrix_flops == 2.5 * attention.matrix_flops and back.dram_bytes == 200.0 and back.sfu_ops == 7.0
     gather = _kernel(engine=Engine.INTERCONNECT, rule=KernelRule.COLLECTIVE, collective=Collective.ALL_GATHER,

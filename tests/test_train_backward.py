@@ -9,7 +9,7 @@ import pytest
 import mapper
 from mapper.core.graph import LayerType
 from mapper.core.result import Kernel, MatrixShape
-from mapper.core.vocab import Engine, KernelRule, Shard
+from mapper.core.vocab import Engine, KernelRule, MatrixKind, Shard
 from mapper.ops import OPS, Backward
 from mapper.ops.backward import Grad
 from mapper.plan.fusion_rules import RULE_BACKWARD, anchor_index
@@ -78,7 +78,7 @@ def test_attention_backward_is_flashattention_2_by_the_rule_or_the_op():
         matrix_flops=1000.0,
         sfu_ops=7.0,
         dram_bytes=100.0,
-        matrix=MatrixShape(4, 64, 64, 16, kind="attention"),
+        matrix=MatrixShape(4, 64, 64, 16, kind=MatrixKind.ATTENTION),
     )
     # a fused block: its anchor (the scores' MatMul) alone would say GEMM; the rule says FlashAttention-2
     fused = _kernel(

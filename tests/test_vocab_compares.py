@@ -31,13 +31,17 @@ FIELDS = {
     "collective": vocab.Collective,
     "kind": (vocab.Collective, vocab.ExecutorKind),
     "options.dtype": vocab.PlanDtype,  # a tensor's dtype is another vocabulary: only the plan's is read here
+    "matrix.kind": vocab.MatrixKind,  # a MatrixShape's kind: `k.matrix.kind`, `shape.kind`, `s.kind`
 }
+MATRIX_SHAPES = ("matrix", "shape", "s")  # the names a MatrixShape goes by
 
 
 def _field(node: ast.expr) -> str | None:
     if isinstance(node, ast.Attribute):
         if node.attr == "dtype" and isinstance(node.value, ast.Name) and node.value.id in ("options", "opts"):
             return "options.dtype"
+        if node.attr == "kind" and _field(node.value) in MATRIX_SHAPES:
+            return "matrix.kind"
         return node.attr
     if isinstance(node, ast.Name):
         return node.id
@@ -78,6 +82,10 @@ def test_the_walk_finds_a_string_compare():
         "1: options.dtype in ('auto', 'bf16')",
     ]
     assert string_compares("if k.engine == Engine.MATRIX and tensor.dtype == 'float16': pass") == []
+    assert string_compares('if k.matrix.kind != "gemm" or shape.kind in ("conv", "attention"): pass') == [
+        "1: k.matrix.kind != 'gemm'",
+        "1: shape.kind in ('conv', 'attention')",
+    ]
 
 
 def test_no_vocabulary_field_is_compared_with_a_string():

@@ -18,6 +18,7 @@ from mapper.core.records import record, replacer
 from mapper.core.vocab import (
     Engine,
     KernelRule,
+    MatrixKind,
     Shard,
 )
 
@@ -30,7 +31,7 @@ class MatrixShape:
     m: int
     n: int
     k: int
-    kind: str = "gemm"  # gemm | conv | attention
+    kind: MatrixKind = MatrixKind.GEMM
     depthwise: bool = False  # K = Kh*Kw only: too little reuse for a matrix engine
     a_elements: int = 0  # distinct elements of A when it is not m*k (conv: the input, not its im2col)
     heads: int = 0  # attention: query heads (batch = sequences x heads); 0 for other kinds

@@ -139,6 +139,15 @@ class Sparsity(StrEnum):
     TWO_FOUR = "2:4"  # 2:4 structured sparsity (needs accuracy evidence and a dense fallback)
 
 
+class MatrixKind(StrEnum):
+    """`MatrixShape.kind`: what a matrix op's GEMMs are."""
+
+    GEMM = "gemm"  # a MatMul, Gemm or Linear: C[m, n] += A[m, k] B[k, n]
+    CONV = "conv"  # a convolution as an implicit GEMM (A is the input, not its im2col)
+    ATTENTION = "attention"  # a fused attention's two GEMMs (scores, then the weighted values)
+    LATENT_ATTENTION = "latent-attention"  # a fused attention whose keys are its values (MLA): one tile holds both
+
+
 class Shard(StrEnum):
     """`Kernel.shard`: a kernel's tensor-parallel role (Megatron-LM, Shoeybi et al. 2019, section 3)."""
 

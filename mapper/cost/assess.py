@@ -12,6 +12,7 @@ from dataclasses import replace
 from mapper.core.caches import ModelCaches
 from mapper.core.result import Kernel, KernelAssessment
 from mapper.core.timeline import KernelEstimates, Kernels
+from mapper.core.vocab import MatrixKind
 from mapper.cost.bottleneck import Facts, classify, speedup_if_removed
 from mapper.cost.estimate import Cost, estimate_searched, roofline_parts, search_matrices
 from mapper.cost.roofline import memory_stall_fraction
@@ -22,7 +23,10 @@ from mapper.plan.tiling import alignment_shares
 # weights are kept, each with a 2-bit position index, so a dense element costs half its bytes plus 1 bit.
 SPARSE_KEPT_FRACTION = 0.5
 SPARSE_METADATA_BYTES_PER_ELEMENT = 2 * 2 / 4 / 8  # 2 bits x 2 kept values per 4 elements, in bytes
-SPARSE_MATRIX_KINDS = ("gemm", "conv")  # weight GEMMs (convs as implicit GEMMs); attention has no weights
+SPARSE_MATRIX_KINDS = (
+    MatrixKind.GEMM,
+    MatrixKind.CONV,
+)  # weight GEMMs (convs as implicit GEMMs); attention has no weights
 
 
 def estimate_kernels(built: Sequence[Kernel], target: Target, caches: ModelCaches | None = None) -> KernelEstimates:

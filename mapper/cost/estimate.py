@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from mapper.core.result import Kernel, TilePlan
-from mapper.core.vocab import Engine, KernelRule
+from mapper.core.vocab import Engine, KernelRule, MatrixKind
 from mapper.cost.collectives import collective_time
 from mapper.cost.power_cap import under_cap
 from mapper.cost.roofline import kernel_time, kernel_times
@@ -284,7 +284,7 @@ def gemm_floor_s(kernel: Kernel, hw: HardwareProfile) -> float:
     across units. Measured (AIConfigurator, H200, TensorRT-LLM bf16 Linear, one row, n = 32): 2.5 us at K = 32,
     3.8 us at 1024, 5.0 us at 2048, then flat as split-K takes over."""
     shape = kernel.matrix
-    if shape is None or shape.kind != "gemm" or hw.gemm_floor_s is None:
+    if shape is None or shape.kind != MatrixKind.GEMM or hw.gemm_floor_s is None:
         return 0.0
     serial_k = min(shape.k, hw.gemm_serial_k) if hw.gemm_serial_k else shape.k
     return hw.gemm_floor_s + serial_k * (hw.gemm_k_latency_s or 0.0)
@@ -295,7 +295,7 @@ def _skinny(kernel: Kernel, hw: HardwareProfile) -> bool:
     shape = kernel.matrix
     return (
         shape is not None
-        and shape.kind == "gemm"
+        and shape.kind == MatrixKind.GEMM
         and kernel.rule != KernelRule.FLASH_ATTENTION
         and min(shape.m, shape.n) < hw.matrix_instruction_mnk[0]
     )

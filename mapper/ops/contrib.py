@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from mapper.core.graph import LayerType, Node, OpClass
 from mapper.core.result import MatrixShape
+from mapper.core.vocab import MatrixKind
 from mapper.ops.matrix import shape_in
 from mapper.ops.registry import Backward, OpDef, Work
 from mapper.ops.shape import Ctx, Out
@@ -77,7 +78,7 @@ def attention_work(node: Node, ins: Ins, outs: Outs) -> Work:
     attn = 2 * 2.0 * b * heads * s * skv * d
     softmax = SOFTMAX * b * heads * s * skv
     kv_heads = int(node.attr("kv_num_heads", heads)) or heads  # GroupQueryAttention / opset-23: fewer K/V heads
-    shape = MatrixShape(b * heads, s, skv, d, "attention", heads=heads, kv_heads=kv_heads)
+    shape = MatrixShape(b * heads, s, skv, d, MatrixKind.ATTENTION, heads=heads, kv_heads=kv_heads)
     return proj + attn + softmax, proj + attn, b * heads * s * skv, shape
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from mapper.core.graph import LayerType, Node, OpClass
 from mapper.core.result import MatrixShape
+from mapper.core.vocab import MatrixKind
 from mapper.ops.registry import Backward, FusionRole, OpDef, ShapeRule, Work, WorkFormula
 from mapper.ops.shape import Ctx, NoRule, Out, Shape, broadcast, spatial_out
 from mapper.ops.work import GELU_TANH, Ins, Outs
@@ -148,7 +149,7 @@ def conv_work(node: Node, ins: Ins, outs: Outs) -> Work:
     matrix = 2.0 * y[0] * y[1] * spatial * k
     bias = math.prod(y) if has_bias(ins) and node.op_type == "Conv" else 0
     depthwise = groups > 1 and groups == x[1] and w[1] == 1
-    shape = MatrixShape(groups, y[0] * spatial, y[1] // groups, k, "conv", depthwise, math.prod(x) // groups)
+    shape = MatrixShape(groups, y[0] * spatial, y[1] // groups, k, MatrixKind.CONV, depthwise, math.prod(x) // groups)
     return matrix + bias, matrix, 0.0, shape
 
 
@@ -159,7 +160,7 @@ def conv_transpose_work(node: Node, ins: Ins, outs: Outs) -> Work:
     m = x[0] * math.prod(x[2:])
     n = w[1] * math.prod(w[2:])
     matrix = 2.0 * groups * m * n * k
-    return matrix, matrix, 0.0, MatrixShape(groups, m, n, k, "conv")
+    return matrix, matrix, 0.0, MatrixShape(groups, m, n, k, MatrixKind.CONV)
 
 
 def einsum_work(node: Node, ins: Ins, outs: Outs) -> Work:

@@ -14,10 +14,10 @@ from __future__ import annotations
 import numpy as np
 
 from mapper.core.result import Kernel, TilePlan
+from mapper.core.vocab import MatrixKind
 from mapper.hardware.profile import HardwareProfile
 from mapper.hardware.target import DecodeAttention, Target
 from mapper.plan.causal import triangle_share
-from mapper.plan.kernels import LATENT_ATTENTION
 from mapper.plan.tiling import (
     ACCUMULATOR_BYTES,
     Candidates,
@@ -45,7 +45,7 @@ SOFTMAX_VECTOR_FLOPS = 4  # per score besides the exp: max, subtract, sum, resca
 def _kv_tiles(shape) -> int:
     """Key and value tiles a block loads: two, or one where the keys are the values (MLA's latent: FlashMLA's
     SharedStorageMLA holds one double-buffered 576-wide K tile, its first 512 columns read again as V)."""
-    return 1 if shape.kind == LATENT_ATTENTION else 2
+    return 1 if shape.kind == MatrixKind.LATENT_ATTENTION else 2
 
 
 def _attention_grid(d: int, act_bytes: float, hw: HardwareProfile, latent: bool = False):
@@ -82,7 +82,7 @@ def causal_share(shape, bq, bkv):
 
 def attention_fits(shape, act_bytes: float, hw: HardwareProfile) -> bool:
     """Does some FlashAttention block size keep the S x S scores on chip?"""
-    return len(_attention_grid(shape.k, act_bytes, hw, shape.kind == LATENT_ATTENTION)[0]) > 0
+    return len(_attention_grid(shape.k, act_bytes, hw, shape.kind == MatrixKind.LATENT_ATTENTION)[0]) > 0
 
 
 def runs_masked_mha(shape, decode: DecodeAttention, hw: HardwareProfile) -> bool:
@@ -141,7 +141,7 @@ def plan_attention(kernel: Kernel, target: Target) -> TilePlan:
     s = kernel.shape  # batch = B*H, m = Sq, n = Skv, k = head dim
     items, rows = work_items(s, target.decode_attention)
     P = hw.compute_units
-    bq, bkv, sram = _attention_grid(s.k, act_bytes, hw, s.kind == LATENT_ATTENTION)
+    bq, bkv, sram = _attention_grid(s.k, act_bytes, hw, s.kind == MatrixKind.LATENT_ATTENTION)
     splits = np.array(ATTENTION_KV_SPLITS if target.decode_attention.splits_kv else (1,), float)
     pairs = len(bq)
     bq, bkv, sram = np.tile(bq, len(splits)), np.tile(bkv, len(splits)), np.tile(sram, len(splits))

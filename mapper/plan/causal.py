@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from mapper.core.result import Kernel
 from mapper.core.timeline import Kernels
+from mapper.core.vocab import MatrixKind
 
 CAUSAL_NOTE = "causal: the key blocks above the diagonal skipped (FlashAttention causal=True)"
 
@@ -32,7 +33,11 @@ def causal_prompt_attention(kernels: Sequence[Kernel]) -> Sequence[Kernel]:
     changes = []
     for j, k in enumerate(columns.sources):
         s = k.matrix
-        share = triangle_share(s.m, s.n) if s is not None and s.kind.endswith("attention") else 1.0
+        share = (
+            triangle_share(s.m, s.n)
+            if s is not None and s.kind in (MatrixKind.ATTENTION, MatrixKind.LATENT_ATTENTION)
+            else 1.0
+        )
         if share < 1.0:
             changes.append((j, (id(k), share), _causal, (k, share)))
     return columns.changed(changes)

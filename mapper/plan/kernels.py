@@ -12,7 +12,7 @@ from dataclasses import replace
 from mapper.core.graph import Graph, LayerType, Node, OpClass
 from mapper.core.result import Kernel, MatrixShape, NodeWork
 from mapper.core.timeline import Kernels
-from mapper.core.vocab import Engine, KernelRule
+from mapper.core.vocab import Engine, KernelRule, MatrixKind
 from mapper.hardware.profile import HardwareProfile
 from mapper.plan.boundary import Boundary, GroupPlaces, Place
 from mapper.plan.fusion import Group
@@ -37,7 +37,6 @@ def _layer_type(members: list[NodeWork]) -> LayerType:
     return members[0].layer_type
 
 
-LATENT_ATTENTION = "latent-attention"  # a fused attention whose keys are its values (MLA): one tile holds both
 KV_SOURCE_DEPTH = 6  # views and transposes between a cache and the attention MatMul reading it (layers.KV_PATH_OPS)
 
 
@@ -50,7 +49,7 @@ def _matrix_shape(members: list[NodeWork], rule: str, latent: bool = False) -> M
         return None
     if rule == KernelRule.FLASH_ATTENTION:
         qk = shapes[0]
-        return MatrixShape(qk.batch, qk.m, qk.n, qk.k, LATENT_ATTENTION if latent else "attention")
+        return MatrixShape(qk.batch, qk.m, qk.n, qk.k, MatrixKind.LATENT_ATTENTION if latent else MatrixKind.ATTENTION)
     return shapes[0]
 
 

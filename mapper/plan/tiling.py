@@ -20,7 +20,7 @@ from typing import Protocol
 import numpy as np
 
 from mapper.core.result import Kernel, TileChoice, TilePlan
-from mapper.core.vocab import KernelRule
+from mapper.core.vocab import KernelRule, MatrixKind
 from mapper.hardware.profile import HardwareProfile
 
 TILE_MULTIPLES = (1, 2, 4)  # tile edge = instruction edge x these (and 64..256 for small instructions)
@@ -257,7 +257,7 @@ def alignment_shares(kernel: Kernel, hw: HardwareProfile, act_bytes: float) -> t
     0.18 of the padded 50304's, data/evidence/h200). (1.0, 1.0): aligned, not a GEMM, or no rule."""
     s, align = kernel.matrix, hw.matrix_alignment_bytes
     rate, dram = hw.unaligned_matrix, hw.unaligned_dram  # the schema gives all three or none
-    if align is None or rate is None or dram is None or s is None or s.kind != "gemm":
+    if align is None or rate is None or dram is None or s is None or s.kind != MatrixKind.GEMM:
         return 1.0, 1.0
     if kernel.rule == KernelRule.FLASH_ATTENTION:
         return 1.0, 1.0

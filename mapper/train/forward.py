@@ -18,11 +18,10 @@ from mapper.core.graph import Graph, LayerType
 from mapper.core.options import PlanOptions
 from mapper.core.result import Kernel, MappingResult
 from mapper.core.timeline import KernelEstimates
-from mapper.core.vocab import Collective, Engine, KernelRule, PlanDtype, Runtime, Shard
+from mapper.core.vocab import Collective, Engine, KernelRule, MatrixKind, PlanDtype, Runtime, Shard
 from mapper.handle import ModelHandle
 from mapper.hardware.profile import HardwareProfile
 from mapper.pipeline import map_workload
-from mapper.plan.kernels import LATENT_ATTENTION
 from mapper.plan.runtime import find_kv_appends
 from mapper.plan.sharding import collective_kernel
 from mapper.train.backward import sequence_parallel
@@ -172,7 +171,9 @@ def layer_dims(kernels: Sequence[Kernel], layers: Sequence[int], tp: int) -> Lay
     qkv = sum(k.shape.n for k in before) * tp
     heads = core.shape.heads * tp if core.shape.heads else core.shape.batch * tp
     query = heads * core.shape.k
-    if core.shape.kind == LATENT_ATTENTION:  # MLA as served (absorbed, one latent head): counted as multi-head
+    if (
+        core.shape.kind == MatrixKind.LATENT_ATTENTION
+    ):  # MLA as served (absorbed, one latent head): counted as multi-head
         heads, query, qkv = hidden // MLA_HEAD_DIM, hidden, 3 * hidden
     count = layer_count(kernels)
     head_lm = [k for k, i in zip(kernels, layers) if i == count and k.matrix is not None]
