@@ -29,7 +29,7 @@ FIELDS = {
     "shard": vocab.Shard,
     "role": vocab.Shard,
     "collective": vocab.Collective,
-    "kind": (vocab.Collective, vocab.ExecutorKind),
+    "kind": (vocab.Collective, vocab.ExecutorKind, classes.CandidateKind, classes.TargetKind),
     "options.dtype": vocab.PlanDtype,  # a tensor's dtype is another vocabulary: only the plan's is read here
     "matrix.kind": vocab.MatrixKind,  # a MatrixShape's kind: `k.matrix.kind`, `shape.kind`, `s.kind`
 }
@@ -85,6 +85,10 @@ def test_the_walk_finds_a_string_compare():
     assert string_compares('if k.matrix.kind != "gemm" or shape.kind in ("conv", "attention"): pass') == [
         "1: k.matrix.kind != 'gemm'",
         "1: shape.kind in ('conv', 'attention')",
+    ]
+    assert string_compares('if c.kind == "plan" or target.kind != "fit": pass') == [
+        "1: c.kind == 'plan'",
+        "1: target.kind != 'fit'",
     ]
 
 

@@ -21,6 +21,22 @@ class Owner(StrEnum):
 OWNERS = tuple(str(o) for o in Owner)  # who a review's fix may name (`--owner`, the Review page's choice)
 
 
+class CandidateKind(StrEnum):
+    """`Candidate.kind`: what a review's candidate fix changes."""
+
+    PLAN = "plan"  # plan options on the frozen slice
+    SERVING = "serving"  # how the same plan is served (speculative decoding, disaggregated pools)
+    SLICE = "slice"  # the slice itself (a larger batch): offered, never chosen on the slice's own KPI
+
+
+class TargetKind(StrEnum):
+    """`first_slice.Target.kind`: the KPI target a first-slice search holds a slice to."""
+
+    P99 = "p99"  # unloaded p99 latency at most the value (seconds)
+    MFU = "mfu"  # MFU at least the value
+    FIT = "fit"  # the model fits the devices' memory
+
+
 class Bottleneck(StrEnum):
     """One vocabulary for predicted and measured classes (the table below); the value is the label people read."""
 

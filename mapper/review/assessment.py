@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from mapper.core.classes import Bottleneck
+from mapper.core.classes import Bottleneck, CandidateKind
 from mapper.core.errors import MapperError
 from mapper.core.options import PlanOptions
 from mapper.core.result import MappingResult
@@ -132,10 +132,10 @@ def serving_section(load: ServedLoad, decoder: bool, question: Question, batch: 
 
 def _served(c: Candidate, model, hw, question: Question, load: ServedLoad, dims) -> Candidate:
     """A candidate served at the assessment's load (the latency check's figures), where it fits."""
-    if not c.fits or c.kind not in ("plan", "serving"):
+    if not c.fits or c.kind not in (CandidateKind.PLAN, CandidateKind.SERVING):
         return c
     request = replace(question.serve, serving=replace(question.serve.serving, rate_per_s=load.rate_per_s))
-    if c.kind == "serving":  # speculative decoding: the same plan, served with its draft
+    if c.kind == CandidateKind.SERVING:  # speculative decoding: the same plan, served with its draft
         request = replace(request, speculative=speculative_of(c))
     section = serve_model(model, hw, c.options, request, dims).section()  # a trace, if any, replayed as given
     checks = question.targets.checks(section)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 
-from mapper.core.classes import Bottleneck, Owner
+from mapper.core.classes import Bottleneck, CandidateKind, Owner
 from mapper.core.graph import LayerType
 from mapper.core.options import PlanOptions
 from mapper.core.result import MappingResult
@@ -109,9 +109,9 @@ class Candidate:
     fits: bool
     caveats: tuple[str, ...]
     p99_s: float | None = None  # the request latency p99 at the assessment's load (a latency target's check)
-    kind: str = "plan"  # "plan": plan options on the frozen slice; "slice": the slice itself changes
-    slice_changes: tuple[tuple[str, int], ...] = ()  # dim -> new value (kind "slice")
-    serving_changes: tuple[tuple[str, object], ...] = ()  # serving flag -> value (kind "serving": speculation)
+    kind: CandidateKind = CandidateKind.PLAN
+    slice_changes: tuple[tuple[str, int], ...] = ()  # dim -> new value (CandidateKind.SLICE)
+    serving_changes: tuple[tuple[str, object], ...] = ()  # serving flag -> value (SERVING: speculation)
     kpi: str = "latency"  # what `gain` is measured on
     cost: str = ""  # what the change costs on another KPI (a larger batch's TPOT)
     per_device_bytes: float = 0.0  # memory it needs per device (against capacity_bytes)
@@ -124,7 +124,9 @@ class Candidate:
         return gain_text(self.gain, self.kpi)
 
     def option_text(self) -> str:
-        pairs = {"plan": self.changes, "serving": self.serving_changes}.get(self.kind, self.slice_changes)
+        pairs = {CandidateKind.PLAN: self.changes, CandidateKind.SERVING: self.serving_changes}.get(
+            self.kind, self.slice_changes
+        )
         return ",".join(f"{k}={option_value(v)}" for k, v in pairs)
 
 
@@ -370,7 +372,7 @@ def larger_batches(model: ModelHandle, dims: dict[str, int], base: tuple, doc: d
                 caveats=tuple(c for c in result.caveats if c not in doc["caveats"]),
                 per_device_bytes=result.memory.per_device_bytes,
                 capacity_bytes=result.memory.capacity_bytes,
-                kind="slice",
+                kind=CandidateKind.SLICE,
                 slice_changes=((batch_name, batch),),
                 kpi="throughput per device",
                 cost=cost,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from mapper.core.classes import CandidateKind
 from mapper.core.errors import MapperError
 from mapper.core.options import PlanOptions
 from mapper.core.targets import Targets
@@ -72,7 +73,7 @@ def disaggregation(
             p99_s=dis.latency_p99_s,
             per_device_bytes=memory.get("per_device_bytes", 0.0),
             capacity_bytes=memory.get("capacity_bytes", 0.0),
-            kind="serving",
+            kind=CandidateKind.SERVING,
             serving_changes=(("prefill_tp", options.tp), ("decode_tp", options.tp)),
             kpi="TPOT p99",
             cost=cost,

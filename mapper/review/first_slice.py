@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from mapper.core.classes import TargetKind
 from mapper.core.errors import MapperError
 from mapper.core.options import PlanOptions
 from mapper.core.result import MappingResult
@@ -22,7 +23,7 @@ from mapper.pipeline import map_workload
 
 MAX_BATCH = 4096  # the walk stops here: a target still met at 4096 sequences per batch is met in practice
 MAX_LENGTH = 131_072  # tokens: the cap for a model that declares no maximum context of its own
-TARGETS = ("p99", "mfu", "fit")
+TARGETS = tuple(str(k) for k in TargetKind)  # what --target may name
 # Built-ins whose maximum context no initializer holds (rotary positions): HF config.json max_position_embeddings
 # (meta-llama/Llama-2-7b-hf and -70b-hf: 4096; mistralai/Mixtral-8x7B-v0.1: 32768).
 ROTARY_CONTEXT = {"llama2-7b": 4096, "llama2-70b": 4096, "mixtral-8x7b": 32768}
@@ -33,33 +34,34 @@ POSITION_TABLES = ("position_embeddings.weight", "wpe.weight")  # learned positi
 class Target:
     """A KPI target: p99 latency at most `value` seconds, MFU at least `value`, or the model fitting memory."""
 
-    kind: str  # p99 | mfu | fit
+    kind: TargetKind
     value: float = 0.0
 
     def fails(self, result: MappingResult) -> bool:
-        if self.kind == "fit":
+        if self.kind == TargetKind.FIT:
             return not result.memory.fits
-        if self.kind == "mfu":
+        if self.kind == TargetKind.MFU:
             return result.totals.mfu < self.value
         return result.totals.latency_s > self.value  # unloaded: one batch's latency, no queueing
 
     def text(self) -> str:
         return {
-            "p99": f"unloaded p99 target {self.value * 1e3:g} ms",
-            "mfu": f"MFU floor {self.value:.0%}",
-            "fit": "memory fit",
+            TargetKind.P99: f"unloaded p99 target {self.value * 1e3:g} ms",
+            TargetKind.MFU: f"MFU floor {self.value:.0%}",
+            TargetKind.FIT: "memory fit",
         }[self.kind]
 
 
 def parse_target(text: str) -> Target:
     """ "p99=50ms" | "p99=0.05" | "mfu=0.4" | "fit"."""
-    kind, _, value = text.strip().lower().partition("=")
-    if kind not in TARGETS:
+    word, _, value = text.strip().lower().partition("=")
+    if word not in TARGETS:
         raise MapperError(f"target {text!r} must be p99=MILLISECONDS, mfu=FRACTION or fit")
-    if kind == "fit":
-        return Target("fit")
+    kind = TargetKind(word)
+    if kind == TargetKind.FIT:
+        return Target(kind)
     try:
-        number = float(value.removesuffix("ms")) / (1e3 if kind == "p99" else 1)
+        number = float(value.removesuffix("ms")) / (1e3 if kind == TargetKind.P99 else 1)
     except ValueError:
         number = -1.0
     if not number > 0:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from mapper.core.classes import CandidateKind
 from mapper.core.units import format_bytes, format_duration
 from mapper.review.candidates import CAPACITY, LATENCY_TARGET, Candidate
 
@@ -85,7 +86,7 @@ def judge(candidates, check: str) -> tuple[Candidate, ...]:
 def rank_key(c: Candidate) -> tuple:
     """RANKING's keys as one sort key (Python's sort is stable: equal keys keep the table order); a rejected
     candidate sorts after every one that can be chosen."""
-    return (bool(c.rejected), c.kind != "plan", not c.fixes, bool(c.evidence), -round(c.gain, 6))
+    return (bool(c.rejected), c.kind != CandidateKind.PLAN, not c.fixes, bool(c.evidence), -round(c.gain, 6))
 
 
 def rank(candidates, check: str) -> tuple[Candidate, ...]:
@@ -95,7 +96,7 @@ def rank(candidates, check: str) -> tuple[Candidate, ...]:
 def best(ranked: tuple[Candidate, ...]) -> Candidate | None:
     """The first ranked plan change that fixes the failing check; None where none does."""
     first = ranked[0] if ranked else None
-    return first if first is not None and first.kind == "plan" and not first.rejected else None
+    return first if first is not None and first.kind == CandidateKind.PLAN and not first.rejected else None
 
 
 def none_fixes(ranked: tuple[Candidate, ...], check: str) -> str:

@@ -13,7 +13,7 @@ import shlex
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC, datetime
 
-from mapper.core.classes import OWNERS, Owner
+from mapper.core.classes import OWNERS, CandidateKind, Owner, TargetKind
 from mapper.core.errors import MapperError
 from mapper.core.options import PlanOptions
 from mapper.core.result import MappingResult
@@ -102,7 +102,7 @@ def _choose(request: ReviewRequest, assessment: Assessment, base) -> tuple[Candi
     if not changes:
         raise MapperError(f"fix {request.fix!r} changes no plan option of the baseline")
     check = assessment.failure.check
-    same = next((c for c in assessment.candidates if c.kind == "plan" and dict(c.changes) == changes), None)
+    same = next((c for c in assessment.candidates if c.kind == CandidateKind.PLAN and dict(c.changes) == changes), None)
     mine = same or judge((remap("your fix", changes, None, base, assessment.document()),), check)[0]
     return mine, "chosen by you (--fix)" + (f"; note: it {mine.rejected}" if mine.rejected else "")
 
@@ -152,7 +152,7 @@ def run_review(request: ReviewRequest, progress=None, assessment: Assessment | N
         follow_ups=follow_ups(doc, dominant, "MODEL.onnx" if source == UPLOADED else source, hw.name),
         validation=validation,
         first_slice=first_failing_slice(
-            model, dims, hw, request.options, request.target or Target("fit"), request.max_length
+            model, dims, hw, request.options, request.target or Target(TargetKind.FIT), request.max_length
         ),
         baseline=baseline,
         fixed=fixed,
@@ -279,6 +279,6 @@ def review_flags(review: Review, hw_arg: str) -> list[str]:
 def _target_text(target: Target) -> str:
     return (
         "fit"
-        if target.kind == "fit"
-        else f"{target.kind}={target.value * 1e3 if target.kind == 'p99' else target.value:g}"
+        if target.kind == TargetKind.FIT
+        else f"{target.kind}={target.value * 1e3 if target.kind == TargetKind.P99 else target.value:g}"
     )

@@ -10,6 +10,7 @@ assumed, not measured, and its cost states the rate it takes to break even.
 
 from __future__ import annotations
 
+from mapper.core.classes import CandidateKind
 from mapper.core.units import format_duration
 from mapper.handle import ModelHandle
 from mapper.pipeline import map_workload
@@ -30,8 +31,8 @@ SPECULATION_EVIDENCE = (
 
 
 def speculative_of(c: Candidate) -> SpeculativeConfig | None:
-    """The speculation a "serving" candidate serves with (None for any other kind)."""
-    if c.kind != "serving":
+    """The speculation a serving candidate (`CandidateKind.SERVING`) serves with (None for any other kind)."""
+    if c.kind != CandidateKind.SERVING:
         return None
     values = dict(c.serving_changes)
     draft, rate, tokens = values["speculative_draft"], values["acceptance_rate"], values["draft_tokens"]
@@ -82,7 +83,7 @@ def speculation(
             caveats=(),
             per_device_bytes=need,
             capacity_bytes=memory.get("capacity_bytes", 0.0),
-            kind="serving",
+            kind=CandidateKind.SERVING,
             serving_changes=(
                 ("speculative_draft", draft),
                 ("draft_tokens", k),
