@@ -23,10 +23,8 @@ from mapper.plan.tiling import alignment_shares
 # weights are kept, each with a 2-bit position index, so a dense element costs half its bytes plus 1 bit.
 SPARSE_KEPT_FRACTION = 0.5
 SPARSE_METADATA_BYTES_PER_ELEMENT = 2 * 2 / 4 / 8  # 2 bits x 2 kept values per 4 elements, in bytes
-SPARSE_MATRIX_KINDS = (
-    MatrixKind.GEMM,
-    MatrixKind.CONV,
-)  # weight GEMMs (convs as implicit GEMMs); attention has no weights
+# weight GEMMs (convs as implicit GEMMs); attention has no weights
+SPARSE_MATRIX_KINDS = (MatrixKind.GEMM, MatrixKind.CONV)
 
 
 def estimate_kernels(built: Sequence[Kernel], target: Target, caches: ModelCaches | None = None) -> KernelEstimates:

@@ -33,11 +33,8 @@ def causal_prompt_attention(kernels: Sequence[Kernel]) -> Sequence[Kernel]:
     changes = []
     for j, k in enumerate(columns.sources):
         s = k.matrix
-        share = (
-            triangle_share(s.m, s.n)
-            if s is not None and s.kind in (MatrixKind.ATTENTION, MatrixKind.LATENT_ATTENTION)
-            else 1.0
-        )
+        attends = s is not None and s.kind in (MatrixKind.ATTENTION, MatrixKind.LATENT_ATTENTION)
+        share = triangle_share(s.m, s.n) if attends else 1.0
         if share < 1.0:
             changes.append((j, (id(k), share), _causal, (k, share)))
     return columns.changed(changes)

@@ -23,7 +23,6 @@ from mapper.pipeline import map_workload
 
 MAX_BATCH = 4096  # the walk stops here: a target still met at 4096 sequences per batch is met in practice
 MAX_LENGTH = 131_072  # tokens: the cap for a model that declares no maximum context of its own
-TARGETS = tuple(str(k) for k in TargetKind)  # what --target may name
 # Built-ins whose maximum context no initializer holds (rotary positions): HF config.json max_position_embeddings
 # (meta-llama/Llama-2-7b-hf and -70b-hf: 4096; mistralai/Mixtral-8x7B-v0.1: 32768).
 ROTARY_CONTEXT = {"llama2-7b": 4096, "llama2-70b": 4096, "mixtral-8x7b": 32768}
@@ -55,9 +54,10 @@ class Target:
 def parse_target(text: str) -> Target:
     """ "p99=50ms" | "p99=0.05" | "mfu=0.4" | "fit"."""
     word, _, value = text.strip().lower().partition("=")
-    if word not in TARGETS:
-        raise MapperError(f"target {text!r} must be p99=MILLISECONDS, mfu=FRACTION or fit")
-    kind = TargetKind(word)
+    try:
+        kind = TargetKind(word)
+    except ValueError:
+        raise MapperError(f"target {text!r} must be p99=MILLISECONDS, mfu=FRACTION or fit") from None
     if kind == TargetKind.FIT:
         return Target(kind)
     try:

@@ -171,9 +171,8 @@ def layer_dims(kernels: Sequence[Kernel], layers: Sequence[int], tp: int) -> Lay
     qkv = sum(k.shape.n for k in before) * tp
     heads = core.shape.heads * tp if core.shape.heads else core.shape.batch * tp
     query = heads * core.shape.k
-    if (
-        core.shape.kind == MatrixKind.LATENT_ATTENTION
-    ):  # MLA as served (absorbed, one latent head): counted as multi-head
+    # MLA as served (absorbed, one latent head): counted as multi-head
+    if core.shape.kind == MatrixKind.LATENT_ATTENTION:
         heads, query, qkv = hidden // MLA_HEAD_DIM, hidden, 3 * hidden
     count = layer_count(kernels)
     head_lm = [k for k, i in zip(kernels, layers) if i == count and k.matrix is not None]
