@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import sys
 
-KINDS = ("gemm", "attention-decode", "attention-prefill", "all-reduce")
+from mapper.evidence.aiconfigurator import RowKind
+
+KINDS = tuple(k.value for k in RowKind)
 SOURCES = ("aiconfigurator", "project", "vidur")
 DEFAULT_SAMPLE = 100
 HEADLINE = ("source", "device", "kind", "dtype")
@@ -97,7 +99,7 @@ def _cells(stats: dict) -> str:
 
 def print_table(groups: list[dict], by: tuple[str, ...]) -> None:
     """One line a group: its key, then n, median |error|, p90 |error|, worst and bias for fit and held-back."""
-    widths = {"source": 14, "device": 13, "kind": 17, "dtype": 12, "band": 13}
+    widths = {"source": 14, "device": 13, "kind": 17, "dtype": 24, "band": 13}
     key = " ".join(f"{name:{widths[name]}s}" for name in by)
     stats = f"{'n':>5s} {'median':>6s} {'p90':>6s} {'worst':>7s} {'bias':>7s}"
     print(f"{'':{len(key)}s}  {'fit':^35s} | {'held back':^35s}")

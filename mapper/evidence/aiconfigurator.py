@@ -11,11 +11,10 @@ collector on a whole node with locked clocks, each op captured in a CUDA graph a
 - `context_attention_perf`: causal prefill of `batch_size` x `isl` tokens, no cached prefix (`step` 0).
 - `custom_allreduce_perf` (graph replay) and `nccl_perf` (nccl-tests, `all_reduce` rows): `message_size`
   elements across `num_gpus` GPUs of one node.
+- `moe_perf`: one rank's fused MoE module, `num_tokens` routed by a `distribution` (mapper/evidence/moe_rows.py).
 
-Rows are streamed in record batches and typed as columns (`RowColumns`: one list a field, no record dict or Row
-per row read); `sample_table` keeps a deterministic subset in bounded memory (the rows with the smallest stable hash,
-hashed from the columns, a Row built for each row kept), and `held_back` splits rows by a declared rule on whole
-shapes (SPLIT_RULE).
+Rows are streamed in record batches and typed as columns (`RowColumns`); `sample_table` keeps a deterministic subset
+in bounded memory (the smallest stable hashes, a Row built for each row kept); `held_back` splits by SPLIT_RULE.
 """
 
 from __future__ import annotations
@@ -30,6 +29,7 @@ from typing import Any
 
 from mapper.core.errors import MapperError
 from mapper.core.extras import require
+from mapper.evidence.moe_rows import known_distribution
 
 PACKAGE = "aiconfigurator_core"
 # AIConfigurator's system directory -> the built-in profile it is compared with; other systems: "no profile"
@@ -49,6 +49,7 @@ class RowKind(StrEnum):
     ATTENTION_DECODE = "attention-decode"
     ATTENTION_PREFILL = "attention-prefill"
     ALL_REDUCE = "all-reduce"
+    MOE = "moe"
 
 
 TABLES = {
@@ -57,20 +58,23 @@ TABLES = {
     "context_attention_perf": RowKind.ATTENTION_PREFILL,
     "custom_allreduce_perf": RowKind.ALL_REDUCE,
     "nccl_perf": RowKind.ALL_REDUCE,
+    "moe_perf": RowKind.MOE,
 }
 DTYPES = {"bfloat16": "bf16", "half": "fp16", "float16": "fp16", "fp8": "fp8", "fp8_block": "fp8-block"}
-GEMM_DTYPES = {"bf16", "fp8", "fp8-block", "nvfp4"}
+GEMM_DTYPES = {"bf16", "fp8", "fp8-block", "nvfp4"}  # and a MoE row's (weight-only and mxfp4 forms: no slice)
 MS = 1e-3
 BATCH_ROWS = 8192  # rows a record batch holds while streaming a table
-# The held-back rule, fixed before any fit: a row is held back when the SHA-256 of its split key (SPLIT_SALT and
-# the key's fields joined by "|") read as a big-endian integer is divisible by HELD_BACK_ONE_IN. Keys are whole
-# shapes, so no shape straddles the split: a GEMM's weight (n, k) with every m; an attention configuration
-# (heads, kv heads, head dim, KV dtype) with every batch and length; an all-reduce's message size with every GPU count.
+# The held-back rule, fixed before any fit: a row is held back when the SHA-256 of its split key (SPLIT_SALT and the
+# key's fields joined by "|") read as a big-endian integer is divisible by HELD_BACK_ONE_IN. Keys are whole shapes, so
+# no shape straddles the split: a GEMM's weight (n, k) with every m; an attention configuration (heads, kv heads,
+# head dim, KV dtype) with every batch and length; an all-reduce's message size with every GPU count; a MoE layer
+# (hidden, inter, top-k, experts) with every token count, parallel split, distribution and dtype.
 SPLIT_SALT = "mapper-validate-1"
 HELD_BACK_ONE_IN = 5
 SPLIT_RULE = (
     f"held back: sha256('{SPLIT_SALT}|' + key) % {HELD_BACK_ONE_IN} == 0; key: gemm 'gemm|n|k', attention "
-    "'attention|heads|kv_heads|head_dim|kv_dtype', all-reduce 'all-reduce|message_elements'"
+    "'attention|heads|kv_heads|head_dim|kv_dtype', all-reduce 'all-reduce|message_elements', "
+    "moe 'moe|hidden|inter|topk|experts'"
 )
 
 
@@ -103,7 +107,8 @@ class Row:
     kind: str  # gemm, attention-decode, attention-prefill, all-reduce
     dtype: str  # gemm: the GEMM's; attention: compute dtype, "/kv-fp8" where the KV cache is fp8
     shape: tuple[int, ...]  # gemm (m, n, k); attention (batch, heads, kv_heads, kv_len or isl, head_dim);
-    # all-reduce (devices, message elements)
+    # all-reduce (devices, message elements); moe (tokens, hidden, inter, top-k, experts, moe tp, moe ep), its dtype
+    # "<dtype>/<distribution>" (balanced, power_law_<alpha>)
     measured_s: float
     source: str  # kernel_source, e.g. torch_flow
     timing: str  # graph (CUDA-graph replay) or eager
@@ -115,6 +120,8 @@ class Row:
         if self.kind.startswith("attention"):
             kv = "fp8" if self.dtype.endswith("kv-fp8") else "bf16"
             return f"attention|{self.shape[1]}|{self.shape[2]}|{self.shape[4]}|{kv}"
+        if self.kind == RowKind.MOE:
+            return "moe|" + "|".join(str(v) for v in self.shape[1:5])
         return f"{self.kind}|{self.shape[1]}"
 
 
@@ -213,6 +220,8 @@ def parse_batch(table: Table, batch) -> RowColumns:
             return _gemm(table, fields)
         if kind in (RowKind.ATTENTION_DECODE, RowKind.ATTENTION_PREFILL):
             return _attention(table, kind, fields)
+        if kind == RowKind.MOE:
+            return _moe(table, fields)
         return _all_reduce(table, fields)
     except _Unreadable as exc:
         record = str(batch.slice(exc.index, 1).to_pylist()[0]) if exc.index is not None else "?"
@@ -323,6 +332,20 @@ def _all_reduce(table: Table, f: _Fields) -> RowColumns:
     timing = ["eager" if eager or s.lower().endswith("eager") else "graph" for s in source]
     shape = [list(s) for s in zip(f.ints("num_gpus"), f.ints("message_size"), strict=True)]
     return _columns(table, keep, dtypes, shape, f.latency_s(), source, timing)
+
+
+def _moe(table: Table, f: _Fields) -> RowColumns:
+    """A moe_perf batch: rows of a known distribution whose rank can be laid out (E / moe ep, inter / moe tp)."""
+    pairs = list(zip(f.raw("moe_dtype"), f.raw("distribution"), strict=True))
+    label = {(d, n): f"{DTYPES.get(d, d)}/{n}" for d, n in set(pairs)}  # a few distinct pairs a table
+    mapped = {p for p, text in label.items() if text.split("/")[0] in GEMM_DTYPES and known_distribution(str(p[1]))}
+    names = ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size")
+    shape = [list(s) for s in zip(*(f.ints(n) for n in names), strict=True)]
+    keep = [
+        i for i, (p, (_, _, inter, k, e, tp, ep)) in enumerate(zip(pairs, shape, strict=True))
+        if p in mapped and tp >= 1 and ep >= 1 and e % ep == 0 and inter % tp == 0 and k <= e
+    ]  # fmt: skip
+    return _columns(table, keep, [label[p] for p in pairs], shape, f.latency_s(), f.source())
 
 
 def read_rows(table: Table) -> Iterator[Row]:

@@ -1,15 +1,16 @@
 """`mapper validate`: the engine against measured truth, each measured op mapped as a one-op slice.
 
 Sources: AIConfigurator's tables (mapper/evidence/aiconfigurator.py; GEMM, decode and prefill attention,
-all-reduce on A100, H100, H200 and B200), this project's H200 kernels (data/evidence/h200, `compare_kernel_csv`)
+all-reduce, MoE on A100, H100, H200 and B200), this project's H200 kernels (data/evidence/h200, `compare_kernel_csv`)
 and Vidur's A100 Llama-2 ops (data/evidence/vidur_a100, mapper/evidence/vidur.py). Each row is mapped with the
 plan and launch it ran: CUDA-graph rows at the profile's graph launch cost, fused attention as FlashAttention.
 An fp8 (or fp8-block, nvfp4) GEMM row timed the module, so it is mapped as two slices: the activation's dynamic
 quantize in bf16 (a scale pass and a scaling pass) and the GEMM at the row's precision. A decode-attention row timed
 the framework's op, so its other kernels are slices of their own (`decode_companions`); an all-reduce row runs its
 own algorithm (a framework's custom one-shot / two-shot kernel, or NCCL's) and launch (graph, an eager call from
-Python, nccl-tests' loop). Nothing is fitted here: rows are split into fit and held-back sets by whole shapes
-(aiconfigurator.SPLIT_RULE) and reported apart; the profile values fitted to the fit split say so in their sources.
+Python, nccl-tests' loop); a MoE row is one rank's layer (mapper/evidence/moe_rows.py). Nothing is fitted here:
+rows are split into fit and held-back sets by whole shapes (aiconfigurator.SPLIT_RULE) and reported apart; the
+profile values fitted to the fit split say so in their sources.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from mapper.evidence import aiconfigurator as aic
 from mapper.evidence.aiconfigurator import RowKind
 from mapper.evidence.candidates import profile_named
 from mapper.evidence.microbench import compare_kernel_csv, kernel_model
+from mapper.evidence.moe_rows import moe_time_s, parse_distribution
 
 EVIDENCE = Path(__file__).resolve().parents[2] / "data" / "evidence"
 PROJECT_CSVS = ("kernels.csv", "kernels_extra.csv")  # data/evidence/h200: bench/gpu_kernels.py on one H200
@@ -120,6 +122,12 @@ def _predict(row: aic.Row, profile: str) -> float | None:
     b, h, kv, length, d = row.shape if row.kind.startswith("attention") else (0, 0, 0, 0, 0)
     plan_dtype = "fp8" if "fp8" in row.dtype else "bf16"
     runtime = RUNTIMES.get(row.table.split("/")[2], "vllm")  # the preset's decode attention: GQA packed, paged
+    if row.kind == RowKind.MOE:  # one rank's MoE module; a quantized one quantizes its tokens' activations first
+        dtype, distribution = row.dtype.split("/", 1)
+        tokens, hidden = row.shape[:2]
+        quantize = _slice_s(profile, "quantize", (tokens, hidden), "bf16") if dtype in QUANTIZED else 0.0
+        alpha = parse_distribution(distribution)
+        return quantize + moe_time_s(row.shape, QUANTIZED.get(dtype, "bf16"), alpha, profile, runtime)
     if row.kind == RowKind.ATTENTION_DECODE:
         framework = row.table.split("/")[2]
         version = row.table.split("/")[3]
@@ -193,6 +201,9 @@ def work(kind: str, shape: tuple[int, ...]) -> float:
         return 4.0 * b * h * s * s * d
     if kind == RowKind.ALL_REDUCE:
         return float(shape[1] * BF16_BYTES)
+    if kind == RowKind.MOE:  # the rank's expert GEMMs: T k rows of three hidden x inter / tp matrices, E / ep experts
+        tokens, hidden, inter, k, _, tp, ep = shape
+        return 6.0 * tokens * k * hidden * inter / (tp * ep)
     return 0.0
 
 
