@@ -79,16 +79,27 @@ def test_imbalance_runs_expert_gemms_at_the_busiest_experts_tokens():
         assert all(matmul <= g.flops <= matmul * 1.01 for g in gemms)  # + the fused silu's few FLOPs a token
 
 
-def test_expert_parallelism_splits_experts_and_adds_two_all_to_alls_a_layer():
-    """--ep 4 at batch 64: each device runs 2 of 8 experts (a quarter of each expert kernel's work) and each
-    layer dispatches and combines T x k x hidden x 2 bytes = 64 x 2 x 4096 x 2 = 1,048,576 B, of which 3/4
-    leave a device: time = 3 x 2.25 us + 0.75 x 1,048,576 / 450 GB/s = 8.498 us on H100's NVLink (the link latency
-    fitted to AIConfigurator's all-reduce rows since 2026-12-06; 7.748 us at the 2 us assumed before)."""
+def test_expert_parallelism_splits_experts_and_sums_their_outputs_once_a_layer():
+    """--ep 4 at batch 64: each device runs 2 of 8 experts (a quarter of each expert kernel's work). Every device
+    holds the batch (attention replicated), so nothing is dispatched: each layer ends in one all-reduce of the
+    partial sums, T x hidden x 2 bytes = 64 x 4096 x 2 = 524,288 B over the 4 devices (as vLLM reduces a MoE
+    layer's output when tp or ep > 1 without data parallelism); with attention DP each rank holds its own requests
+    and, at 64 tokens a rank, dispatches and combines T x k x hidden x 2 = 1,048,576 B, 3/4 of it off a device: time =
+    3 x 2.25 us + 0.75 x 1,048,576 / 450 GB/s = 8.498 us on H100's NVLink (the link latency fitted to
+    AIConfigurator's all-reduce rows since 2026-12-06)."""
     w = mapper.load_workload("mixtral-8x7b", {"batch": 64, "seq": 1, "past": 128})
     one, four = (mapper.map_workload(w, HW, mapper.PlanOptions(dtype="bf16", ep=ep)) for ep in (1, 4))
+    sums = [k for k in four.kernels if k.kernel.collective]
+    assert len(sums) == c.layers and {(k.kernel.collective, k.kernel.dram_bytes) for k in sums} == {
+        ("all-reduce", 64 * c.hidden * 2)
+    }
+    assert sums[0].kernel.name == "model.layers.0.block_sparse_moe · combine all-reduce"
+    dp = mapper.map_workload(w, HW, mapper.PlanOptions(dtype="bf16", ep=4, attention_dp=True))  # 64 a rank
     moved = 64 * K * c.hidden * 2
-    a2a = [k for k in four.kernels if k.kernel.collective == "all-to-all"]
-    assert len(a2a) == 2 * c.layers and {k.kernel.dram_bytes for k in a2a} == {moved}
+    a2a = [k for k in dp.kernels if k.kernel.collective]
+    assert len(a2a) == 2 * c.layers and {(k.kernel.collective, k.kernel.dram_bytes) for k in a2a} == {
+        ("all-to-all", moved)
+    }
     link = HW.interconnect
     wire_s = 3 * link.latency_s + 0.75 * moved / link.link_bandwidth_bytes_per_s
     assert all(k.time_s - k.overhead_s == pytest.approx(wire_s) for k in a2a)

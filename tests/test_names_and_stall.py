@@ -46,7 +46,8 @@ def test_the_decode_steps_kernels_are_named_by_module_and_what_they_are(decode):
         ("resnet50", mapper.PlanOptions()),
         ("bert-base", mapper.PlanOptions(fusion="aggressive")),
         ("gpt2-small", mapper.PlanOptions(fusion="none")),
-        ("mixtral-8x7b", mapper.PlanOptions(tp=2, ep=2)),  # collectives and all-to-alls named after their kernels
+        ("mixtral-8x7b", mapper.PlanOptions(tp=2, ep=2)),  # collectives named after their kernels
+        ("mixtral-8x7b", mapper.PlanOptions(ep=2, attention_dp=True)),  # and all-to-alls
         ("llama2-7b", mapper.PlanOptions(fusion="aggressive", dtype="fp32")),  # mi300x: attention split back
     ],
 )
@@ -57,8 +58,10 @@ def test_names_are_unique_in_every_mapping(source, options):
     assert len(set(names)) == len(names)
     if options.dtype == "fp32":  # 64 KiB of SRAM a unit holds no FlashAttention tile of head dim 128 at fp32
         assert "model.layers.0.self_attn · attention step 2 of 6: matmul" in names
-    if options.ep > 1:
+    if options.attention_dp:
         assert "model.layers.0.block_sparse_moe · dispatch all-to-all" in names
+    elif options.ep > 1:
+        assert "model.layers.0.block_sparse_moe · combine all-reduce" in names
 
 
 @pytest.mark.parametrize(

@@ -15,11 +15,11 @@ each sliced to inter / tp. Not timed: the router GEMM (its logits are the module
 
 How it is mapped: a grouped MoE layer (zoo/moe_block.grouped_moe, softmax router, top-k renormalised) of T tokens
 whose experts have intermediate size inter / moe_tp, at --ep moe_ep, replayed from a CUDA graph; the time is the
-slice's less its router GEMM and its all-to-all kernels (what the row did not time). A quantized row (fp8,
-fp8-block, nvfp4) adds the activation's quantize, as a GEMM row does. A power-law row's measuring rank holds more
-than its share of rows: its rows over the mean rank's (`busiest_rank_share`, the draws above in expectation) are
-the plan's expert imbalance, so the rank's experts run those rows; at ep 1 the one rank holds every row (T k),
-whatever the distribution, and the imbalance is 1.
+slice's less its router GEMM and its collective (the ranks' all-reduce at ep > 1), which the row did not time. A
+quantized row (fp8, fp8-block, nvfp4) adds the activation's quantize, as a GEMM row does. A power-law row's
+measuring rank holds more than its share of rows: its rows over the mean rank's (`busiest_rank_share`, the draws
+above in expectation) are the plan's expert imbalance, so the rank's experts run those rows; at ep 1 the one rank
+holds every row (T k), whatever the distribution, and the imbalance is 1.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ _TIMES: dict[tuple, float] = {}  # (profile sha256, the mapped layer's figures, 
 
 
 def moe_time_s(shape: tuple[int, ...], plan_dtype: str, alpha: float | None, profile: str, runtime: str) -> float:
-    """The mapped time of one moe_perf row's op, less what the row did not time (the router GEMM, the all-to-all);
+    """The mapped time of one moe_perf row's op, less what the row did not time (the router GEMM, the collective);
     `shape` is the row's (T, hidden, inter, k, E, moe_tp, moe_ep). Kept by what it depends on: the profile's
     content, the layer the rank runs, its load and the plan."""
     import mapper

@@ -3,9 +3,15 @@
 In the parallel stage, after the tensor-parallel split (sharding.py). Expert GEMMs (found by work/moe.py)
 run at the busiest expert's tokens: the mean x PlanOptions.expert_imbalance, at most the tokens present
 (a layer's experts run together and wait for the busiest). At expert-parallel degree ep each device holds
-E/ep experts (its share of every expert kernel's work and weights) and each MoE layer adds an all-to-all
-dispatch of the routed tokens' activations before its experts and a combine after them: T x k x hidden x bytes,
-(ep-1)/ep of it on the wire each way (DeepSpeed-MoE, Rajbhandari et al. 2022, sec. 5).
+E/ep experts (its share of every expert kernel's work and weights). How a layer's tokens reach its experts
+depends on where the tokens are. Without attention DP every rank holds the whole batch (attention replicated at
+tp 1, or split by heads and all-reduced at tp > 1), so nothing is dispatched: each rank runs its experts on the
+tokens routed to them and the layer ends with one all-reduce of the partial sums, T x hidden x bytes over the ep
+ranks, as vLLM (`DefaultMoERunner._maybe_reduce_output`: `tensor_model_parallel_all_reduce` when tp or ep > 1 and
+no data parallelism), SGLang and TensorRT-LLM (without attention DP) run it. Under attention DP each rank holds
+only its own requests, and each MoE layer adds an all-to-all dispatch of the routed tokens' activations before
+its experts and a combine after them: T x k x hidden x bytes, (ep-1)/ep of it on the wire each way
+(DeepSpeed-MoE, Rajbhandari et al. 2022, sec. 5; DeepEP).
 
 Where the devices come from: with --tp 1 the ep devices are devices of their own, attention replicated on each
 (devices tp x pp x ep x dp). With --tp above 1 the expert-parallel group is the tensor-parallel group, as vLLM
@@ -162,6 +168,14 @@ def _all_to_all(name: str, g: ExpertGemm, step: str, ep: int, act_bytes: float) 
     )
 
 
+def _experts_all_reduce(name: str, g: ExpertGemm, step: str, ep: int, act_bytes: float) -> Kernel:
+    """The sum of the ep ranks' partial outputs, T x hidden: each rank ran its experts on every token routed to them."""
+    layer = kernel_module(name).split(".experts.")[0]
+    return collective_kernel(
+        f"{layer}{SEPARATOR}{step} all-reduce", Collective.ALL_REDUCE, g.tokens * g.hidden * act_bytes, ep
+    )
+
+
 def _grouped_all_reduces(workload: Workload, kernels: Sequence[Kernel], act_bytes: float) -> Kernels:
     """A grouped expert GEMM's tensor-parallel all-reduce, and the partial sums its row-parallel GEMM writes, at the
     layer's T x hidden instead of the [E, T, hidden] stack the graph holds (Mixtral's per-expert GEMMs and every
@@ -192,9 +206,10 @@ def _trimmed(k: Kernel, spare: float) -> Kernel:
 def plan_experts(
     workload: Workload, kernels: Sequence[Kernel], ep: int, imbalance: float, act_bytes: float, ranks: int = 1
 ) -> Sequence[Kernel]:
-    """Expert kernels at the busiest expert's tokens and 1/ep of the experts, with each layer's dispatch
-    and combine all-to-all around its experts (ep > 1); `ranks` > 1 (attention DP): the experts at the tokens of
-    that many ranks, the all-to-all of this rank's. An expert source is changed once per routing figures."""
+    """Expert kernels at the busiest expert's tokens and 1/ep of the experts; at ep > 1 each layer's experts end
+    in an all-reduce of their partial sums (every rank holds the batch), or, with `ranks` > 1 (attention DP: the
+    experts at the tokens of that many ranks), sit between a dispatch and a combine all-to-all of this rank's
+    tokens. An expert source is changed once per routing figures."""
     if not workload.expert_gemms:
         return kernels
     kernels = _grouped_all_reduces(workload, kernels, act_bytes)
@@ -209,18 +224,18 @@ def plan_experts(
         if g is None:
             out.keep(k, name, nodes)
             continue
-        if ep > 1 and first[g.layer] == i:
-            _add_all_to_all(out, name, g, "dispatch", ep, act_bytes)
+        if ep > 1 and ranks > 1 and first[g.layer] == i:
+            _add_collective(out, _all_to_all(name, g, "dispatch", ep, act_bytes))
         out.derive((id(k), g.figures), name, nodes, _expert_share, k, g, ranks, imbalance, ep)
         if ep > 1 and last[g.layer] == i:
-            _add_all_to_all(out, name, g, "combine", ep, act_bytes)
+            combine = _all_to_all if ranks > 1 else _experts_all_reduce
+            _add_collective(out, combine(name, g, "combine", ep, act_bytes))
     return out.kernels()
 
 
-def _add_all_to_all(out: KernelColumns, name: str, g: ExpertGemm, step: str, ep: int, act_bytes: float) -> None:
-    """A layer's dispatch or combine all-to-all, named for the layer of the expert kernel `name`."""
-    kernel = _all_to_all(name, g, step, ep, act_bytes)
-    out.derive((Collective.ALL_TO_ALL, step, kernel.dram_bytes), kernel.name, (), _same_kernel, kernel)
+def _add_collective(out: KernelColumns, kernel: Kernel) -> None:
+    """A layer's dispatch or combine, inserted once per its kind and bytes."""
+    out.derive((kernel.collective, kernel.name, kernel.dram_bytes), kernel.name, (), _same_kernel, kernel)
 
 
 def _same_kernel(k: Kernel) -> Kernel:

@@ -91,13 +91,14 @@ def _stage_sends(graph: Graph, nodes: Sequence[tuple[str, ...]], stage_of: list[
 
 # How expert parallelism takes its devices (plan/experts.py): ep devices of their own at tp 1, the tp ranks above
 EXPERTS_OWN_DEVICES = (
-    "expert parallelism: E/ep experts a device, attention replicated; an all-to-all dispatch and"
-    " combine of T x k x hidden activations per MoE layer; devices = tp x pp x ep x dp"
+    "expert parallelism: E/ep experts a device, attention replicated; every device holds the batch, runs its"
+    " experts on the tokens routed to them and all-reduces the T x hidden partial sums per MoE layer;"
+    " devices = tp x pp x ep x dp"
 )
 EXPERTS_OVER_TP = (
     "expert parallelism over the tensor-parallel ranks (ep = tp: vLLM --enable-expert-parallel, SGLang --ep-size):"
-    " E/ep whole experts a rank, attention split by heads; an all-to-all dispatch and combine of T x k x hidden"
-    " activations per MoE layer; devices = tp x pp x dp"
+    " E/ep whole experts a rank, attention split by heads; every rank holds the batch, runs its experts on the"
+    " tokens routed to them and all-reduces the T x hidden partial sums per MoE layer; devices = tp x pp x dp"
 )
 
 EXPERTS_ATTENTION_DP = (
