@@ -13,7 +13,7 @@ from mapper.cli.main import main
 from mapper.core.targets import Targets
 from mapper.explore.search import run_search
 from mapper.explore.search_eval import requests_at
-from mapper.explore.search_space import PRUNE_REASONS, SearchSpec
+from mapper.explore.search_space import PRUNE_REASONS, SearchSpec, plan_options
 from mapper.serve.continuous import LLMServingConfig
 from mapper.serve.llm import simulate_model_llm_serving
 
@@ -46,6 +46,21 @@ def test_bad_inputs_are_one_line_and_exit_2(argv, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and "\n" not in err and "Traceback" not in err
+
+
+def test_expert_plans_are_the_ones_runtimes_deploy():
+    """EP rides the TP ranks (--tp N --ep N) or, at TP 1, the ranks of attention DP; EP beside replicated attention
+    (--tp 1 --ep N alone) is not in the space: no runtime runs it."""
+    plans = {(o.tp, o.ep, o.attention_dp) for o in plan_options(SearchSpec(8, pps=(1,), kv_dtypes=("same",)), (8,))}
+    assert plans == {(1, 1, False), (2, 1, False), (4, 1, False), (8, 1, False)} | {
+        (1, 2, True),
+        (1, 4, True),
+        (1, 8, True),
+        (2, 2, False),
+        (4, 4, False),
+        (8, 8, False),
+    }
+    assert {(o.tp, o.ep) for o in plan_options(SMALL, ())} == {(1, 1), (2, 1), (4, 1), (8, 1)}  # a dense model
 
 
 def test_json_answer_has_best_frontier_and_counts(capsys):

@@ -316,17 +316,13 @@ def test_error_statistics():
     assert stats["median_abs"] == pytest.approx(0.15) and stats["bias"] == pytest.approx(0.025)
 
 
-@pytest.fixture(scope="module")
-def sample_100():
-    """Every covered table's 100-row sample, read and scored once (each table is streamed whole to sample it)."""
+@pytest.mark.slow
+def test_every_covered_table_parses_maps_and_holds_its_held_back_medians():
+    """Every covered table's 100-row sample, read and scored once (each table is streamed whole to sample it: one
+    test, so two test workers never both build it)."""
     pytest.importorskip("aiconfigurator_core")
     rows, notes = aiconfigurator_rows(None, None, 100)
-    return rows, notes, score_aiconfigurator(rows)
-
-
-@pytest.mark.slow
-def test_every_covered_table_parses_and_maps(sample_100):
-    rows, notes, scored = sample_100
+    scored = score_aiconfigurator(rows)
     tables = [t for t in aic.tables() if t.profile]
     assert {aic.TABLES[t.name] for t in tables} == set(aic.TABLES.values())
     assert {n["table"] for n in notes} == {t.label for t in tables}
@@ -340,6 +336,7 @@ def test_every_covered_table_parses_and_maps(sample_100):
     assert len(scored) == len(rows) - len(over)
     assert all(math.isfinite(s.predicted_s) and s.predicted_s > 0 for s in scored)
     assert len({s.device for s in scored}) == len(aic.SYSTEM_PROFILES)
+    _held_back_medians_hold(scored)
 
 
 @pytest.mark.slow
@@ -397,9 +394,8 @@ HELD_BACK_MEDIANS = {
 HELD_BACK_SLACK = 0.03
 
 
-@pytest.mark.slow
-def test_the_held_back_medians_hold(sample_100):
-    scored = [replace(s, dtype=s.dtype.split("/")[0]) if s.kind == "moe" else s for s in sample_100[2]]
+def _held_back_medians_hold(scored: list) -> None:
+    scored = [replace(s, dtype=s.dtype.split("/")[0]) if s.kind == "moe" else s for s in scored]
     found = {
         (r["device"], r["kind"], r["dtype"]): r["held-back"]["median_abs"]
         for r in summarize(scored, ("device", "kind", "dtype"))

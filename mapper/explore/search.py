@@ -4,8 +4,9 @@ Given a decoder, a profile, N devices, a workload (prompt and output tokens, a r
 TPOT or request-latency p99), which deployment serves the most output tokens per second per device, what is
 the frontier, and what flips the choice. Stages, each a function over typed records:
 
-1. The space (`search_space.plan_options`): TP 1/2/4/8 x PP 1/2/4 (x EP and, over EP devices of their own,
-   attention data parallelism where the model has routed experts: each rank its own requests and KV cache),
+1. The space (`search_space.plan_options`): TP 1/2/4/8 x PP 1/2/4 (x EP where the model has routed experts: over
+   the TP ranks, or over devices of their own with attention data parallelism, each rank its own requests and KV
+   cache; EP beside replicated attention is not deployed by any runtime and not searched),
    compute, weight and KV-cache precisions, launch mode; per plan, batch caps 1-512 in powers of two and the
    chunked scheduler's chunk; replicas fill the fleet (with a rate: the fewest that meet the SLA). Beside the
    aggregated plans: prefill and decode pools over one node, and each plan with a speculative draft where one

@@ -1,9 +1,12 @@
 """A deployment search's space and its pruning before anything is served (mapper/explore/search.py runs it).
 
 The space: device plans (TP 1/2/4/8 x PP 1/2/4, x EP where the model has routed experts: EP over devices of its
-own at TP 1, there with attention replicated or data-parallel (each rank its own requests and KV cache), riding
-the TP ranks at TP > 1), compute, weight and KV-cache precisions, the launch mode, batch
-caps 1-512 in powers of two and the chunked scheduler's chunk. Pruned before serving, each with its reason:
+own at TP 1 with attention data-parallel (each rank its own requests and KV cache), riding the TP ranks at
+TP > 1), compute, weight and KV-cache precisions, the launch mode, batch caps 1-512 in powers of two and the
+chunked scheduler's chunk. Not in it: EP devices of their own beside replicated attention (`--tp 1 --ep N` alone,
+which `mapper map` still maps): no runtime deploys it (vLLM's expert-parallel group is its TP x DP ranks, SGLang's
+and TensorRT-LLM's the TP ranks or the attention-DP ranks), and it would run every request's attention on each of
+the N devices. Pruned before serving, each with its reason:
 a plan over the devices or over one node's link; a precision the profile has no peak for; an EP that does not
 split the experts; a plan whose weights leave no room for one request's KV cache on a device (the KV budget
 `mapper serve` uses); a plan whose decode step cannot meet the TPOT target even at batch 1 (every step reads the
@@ -155,13 +158,13 @@ def _supported(hw: HardwareProfile, dtype: str) -> bool:
 
 
 def plan_options(spec: SearchSpec, experts: tuple[int, ...]) -> list[PlanOptions]:
-    """Every plan of the space, before pruning (EP choices only where the model has routed experts, and attention
-    data parallelism over EP devices of their own)."""
+    """Every plan of the space, before pruning (EP choices only where the model has routed experts: over the TP
+    ranks, or over devices of their own with attention data parallelism)."""
     out = []
     for tp in spec.tps:
         eps = (1,) if not experts else ((1, 2, 4, 8) if tp == 1 else (1, tp))
         for pp in spec.pps:
-            for ep, attention_dp in ((e, a) for e in eps for a in ((False, True) if tp == 1 < e else (False,))):
+            for ep, attention_dp in ((e, tp == 1 < e) for e in eps):
                 for dtype in spec.dtypes:
                     for wd in spec.weight_dtypes:
                         for kv in spec.kv_dtypes:
