@@ -25,6 +25,7 @@ DEFAULTS = {
     "ep": 1,
     "expert_imbalance": 1.0,
     "attention_dp": False,
+    "expert_tp": False,
     "rate_per_s": None,  # derived: the highest rate meeting the targets, else the saturation rate
     "max_batch": None,  # the mapped batch
     "max_wait_ms": 0.0,  # the engine's (and `mapper map`'s) default: a batch is what has arrived

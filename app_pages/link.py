@@ -32,6 +32,7 @@ WIDGETS = {
     "ep": ("ep", int),
     "expert_imbalance": ("expert_imbalance", float),
     "attention_dp": ("attention_dp", bool),
+    "expert_tp": ("expert_tp", bool),
 }
 # Sidebar values a link carries beside the plan: key -> (type, least, most), the widgets' own bounds.
 LINKED_VALUES = {

@@ -189,8 +189,8 @@ def _options_section() -> mapper.PlanOptions:
 
 def _runtime_section() -> dict:
     """The serving runtime (a preset of KV-cache update and launch, or each set) and mixture-of-experts
-    options: PlanOptions' runtime, kv_cache, kv_dtype, launch, gqa_decode, ep, expert_imbalance and attention_dp,
-    as `mapper map` takes them."""
+    options: PlanOptions' runtime, kv_cache, kv_dtype, launch, gqa_decode, ep, expert_imbalance, attention_dp and
+    expert_tp, as `mapper map` takes them."""
     with st.expander("Runtime and experts"):
         r1, r2, r3, r4 = st.columns(4)
         choice = {
@@ -218,7 +218,13 @@ def _runtime_section() -> dict:
             help="attention data-parallel over the EP devices (TP 1, EP of 2 or more): each rank its own requests and"
             " KV cache; the numbers are one rank's",
         )  # fmt: skip
-    return choice | {"ep": int(ep), "expert_imbalance": float(imbalance), "attention_dp": bool(attention_dp)}
+        expert_tp = e4.checkbox(
+            "expert TP", key="expert_tp",
+            help="with attention DP: every expert sliced over the EP ranks (TensorRT-LLM's MoE TP) instead of whole"
+            " experts a rank; the ranks' tokens gathered to each, the sums reduce-scattered back",
+        )  # fmt: skip
+    chosen = {"ep": int(ep), "expert_imbalance": float(imbalance), "attention_dp": bool(attention_dp)}
+    return choice | chosen | {"expert_tp": bool(expert_tp)}
 
 
 def _optional(column, label: str, key: str, help_text: str, least: float = 0.01, empty: str = "none") -> float | None:

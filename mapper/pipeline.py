@@ -248,7 +248,7 @@ def plan_devices(
     (their roles are assigned where one device is asked for but the model does not fit, to say how a split
     would shrink it), then the experts at the busiest one's load and split for expert parallelism."""
     graph, ep = workload.graph, options.ep
-    check_expert_parallel(workload, ep, options.tp, options.attention_dp)
+    check_expert_parallel(workload, ep, options.tp, options.attention_dp, options.expert_tp)
     max_devices = max(hardware.interconnect.max_devices, 1)
     memory = (
         plan_memory(graph, resident_kernels(workload, kernels, ep), sizer, hardware.dram_bytes, 1, 1, max_devices)
@@ -262,7 +262,10 @@ def plan_devices(
         resident = resident_kernels(workload, full, ep)
         memory = plan_memory(graph, resident, sizer, hardware.dram_bytes, options.tp, options.pp, max_devices)
         kernels = shard_kernels(graph, full, split, options.tp, sizer)
-    return plan_experts(workload, kernels, ep, options.expert_imbalance, sizer.act, options.attention_ranks), memory
+    planned = plan_experts(
+        workload, kernels, ep, options.expert_imbalance, sizer.act, options.attention_ranks, options.expert_tp
+    )
+    return planned, memory
 
 
 def roll_up_slice(

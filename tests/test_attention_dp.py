@@ -53,6 +53,35 @@ def test_a_rank_runs_its_own_attention_and_the_experts_of_every_ranks_tokens():
     assert {k.devices for k in moves} == {RANKS}
 
 
+def test_expert_tp_slices_every_expert_and_gathers_the_ranks_tokens():
+    """Expert TP beside attention DP (TensorRT-LLM's moe_tp_size, AIConfigurator's decode pools): batch 4 a rank on
+    8 ranks, each rank runs all 8 experts on the 32 tokens of every rank with 1/8 of each expert's width (w1 and w3
+    keep 14,336 / 8 = 1,792 columns, w2 as many rows): the work and weights EP 8 gives a rank; each MoE layer gathers
+    8 x 4 tokens x 4,096 x 2 bytes = 262,144 bytes to every rank and reduce-scatters as many back, no all-to-all."""
+    sliced = _step(4, replace(DP, expert_tp=True))
+    whole = _step(4, DP)
+    assert _kernels(sliced, experts=False) == _kernels(whole, experts=False)
+    for (name, flops, dram, weight, matrix), (_, flops_ep, dram_ep, weight_ep, _) in zip(
+        _kernels(sliced, experts=True), _kernels(whole, experts=True), strict=True
+    ):
+        assert (flops, dram, weight) == pytest.approx((flops_ep, dram_ep, weight_ep))
+        if matrix is not None:
+            assert (matrix.n, matrix.k) == ((C.ffn // 8, C.hidden) if ".w2 " not in name else (C.hidden, C.ffn // 8))
+    moves = [k for k in sliced.kernels.kernels if k.collective]
+    assert sorted({str(k.collective) for k in moves}) == ["all-gather", "reduce-scatter"]
+    assert len(moves) == 2 * C.layers and {k.dram_bytes for k in moves} == {8 * 4 * C.hidden * 2} == {262_144}
+    assert _step(4, replace(DP, ep=3, expert_tp=True)).parallel.devices == 3  # slices need not divide E
+    with pytest.raises(MapperError, match="must divide the expert count"):
+        _step(4, replace(DP, ep=3))
+
+
+def test_expert_tp_needs_attention_dp(capsys):
+    with pytest.raises(MapperError, match="--attention-dp"):
+        _step(1, mapper.PlanOptions(dtype="bf16", ep=2, expert_tp=True))
+    assert main(["map", "mixtral-8x7b", "--ep", "2", "--expert-tp"]) == 2
+    assert "--expert-tp slices every expert" in capsys.readouterr().err
+
+
 def test_the_kv_cache_a_rank_holds_is_its_own_at_every_head():
     """Per rank: every K/V head of every layer, 32 x 2 x 8 heads x 128 x 2 bytes = 131,072 bytes a token, beside
     the dense weights whole and 1/8 of the experts' (the 2 x (1.61 G + 45.10 G / 8) bytes of bf16)."""
@@ -98,8 +127,8 @@ def test_the_search_offers_attention_dp_only_where_the_model_has_experts():
     assert dense and not any(o.attention_dp or o.ep > 1 for o in dense)
     moe = plan_options(spec, (8,))
     dp = [o for o in moe if o.attention_dp]
-    assert {(o.tp, o.ep) for o in dp} == {(1, 2), (1, 4), (1, 8)}
-    assert len([o for o in moe if not o.attention_dp and o.tp == 1 and o.ep > 1]) == len(dp)
+    assert {(o.tp, o.ep, o.expert_tp) for o in dp} == {(1, e, s) for e in (2, 4, 8) for s in (False, True)}
+    assert not [o for o in moe if not o.attention_dp and o.tp == 1 and o.ep > 1]  # EP beside replicated attention
 
 
 @pytest.mark.slow
@@ -109,7 +138,7 @@ def test_a_searched_attention_dp_plan_is_what_its_serve_command_serves(capsys):
     the throughput of both) it gives the same figures."""
     spec = replace(SMALL, output_tokens=16, requests=32, caps=(4,), tps=(1,), dtypes=("bf16",), disaggregated=False)
     result = run_search("mixtral-8x7b", HW, spec)
-    (p,) = [p for p in result.points if p.plan.options.attention_dp]
+    (p,) = [p for p in result.points if p.plan.options.attention_dp and not p.plan.options.expert_tp]
     assert "EP 2 attention DP" in p.label and p.row()["attention_dp"] is True
     assert "--attention-dp" in result.command(p) and p.plan.devices_per_replica == 2
     served = simulate_model_llm_serving(
@@ -117,8 +146,9 @@ def test_a_searched_attention_dp_plan_is_what_its_serve_command_serves(capsys):
     )
     assert served.tpot_p99_s == pytest.approx(p.tpot_p99_s, rel=1e-9)
     assert served.throughput_tokens_per_s / 2 == pytest.approx(p.tokens_per_s_per_device, rel=1e-9)
-    replicated = next(q for q in result.points if q.plan.options == replace(p.plan.options, attention_dp=False))
-    assert p.kv_capacity_tokens == replicated.kv_capacity_tokens  # the same room a device, each rank its own
+    (sliced,) = [q for q in result.points if q.plan.options == replace(p.plan.options, expert_tp=True)]
+    assert "EP 2 attention DP expert TP" in sliced.label and "--expert-tp" in result.command(sliced)
+    assert p.kv_capacity_tokens == sliced.kv_capacity_tokens  # the same weights a rank: E/2 whole or 1/2 of each
 
 
 def test_an_attention_dp_pool_deals_requests_to_its_ranks():
@@ -133,7 +163,11 @@ def test_a_searched_attention_dp_decode_pool_is_what_its_serve_command_serves():
     --attention-dp --prefill-tp 1` command serves it (the prefill pool without EP) it gives the same figures."""
     spec = replace(SMALL, devices=3, output_tokens=16, requests=32, caps=(4,), tps=(1,), dtypes=("bf16",))
     result = run_search("mixtral-8x7b", HW, replace(spec, rate_per_s=20.0))
-    (p,) = [p for p in result.points if p.plan.prefill is not None and p.plan.options.attention_dp]
+    (p,) = [
+        p
+        for p in result.points
+        if p.plan.prefill is not None and p.plan.options.attention_dp and not p.plan.options.expert_tp
+    ]
     assert "prefill TP 1 x1 + decode TP 1 x EP 2 attention DP x1" in p.label
     command = result.command(p)
     assert "--attention-dp" in command and "--prefill-tp 1" in command and p.plan.devices_per_replica == 3

@@ -42,6 +42,7 @@ OPTION_CHANGES = {
     "kv_dtype": ("llama2-7b", "fp8", True),
     "gqa_decode": ("llama3-8b-decode", "per-head", True),
     "attention_dp": ("mixtral-8x7b-ep2", True, True),
+    "expert_tp": ("mixtral-8x7b-ep4-dp", True, True),
 }
 
 MODELS = {
@@ -52,6 +53,7 @@ MODELS = {
     "resnet50": ("resnet50", {"batch": 2}, {}),
     "mixtral-8x7b": ("mixtral-8x7b", {"batch": 2, "seq": 1, "past": 128}, {"tp": 2}),
     "mixtral-8x7b-ep2": ("mixtral-8x7b", {"batch": 2, "seq": 1, "past": 128}, {"ep": 2}),
+    "mixtral-8x7b-ep4-dp": ("mixtral-8x7b", {"batch": 2, "seq": 1, "past": 128}, {"ep": 4, "attention_dp": True}),
 }
 
 PROFILE_CHANGES = {

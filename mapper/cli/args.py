@@ -72,6 +72,11 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
         help="MoE at --tp 1 --ep N: attention data-parallel over the N devices, each its own requests and KV cache",
     )
     p.add_argument(
+        "--expert-tp",
+        action="store_true",
+        help="with --attention-dp: slice every expert over the N ranks (TensorRT-LLM MoE TP) instead of E/N whole",
+    )
+    p.add_argument(
         "--expert-imbalance", type=float, default=1.0, help="MoE load imbalance: busiest expert's tokens / mean"
     )
     p.add_argument(

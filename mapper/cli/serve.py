@@ -103,7 +103,7 @@ def serve_disaggregated(args, model, hw, options, question) -> int:
     if args.rate is None:
         raise MapperError("disaggregated serving compares two ways at one load: give --rate (requests per second)")
     # under --attention-dp the decode pool runs it (each rank its own sequences) and prompts prefill on TP alone
-    prefill = replace(options, ep=1, attention_dp=False) if options.attention_dp else options
+    prefill = replace(options, ep=1, attention_dp=False, expert_tp=False) if options.attention_dp else options
     setup = mapper.Disaggregation(
         mapper.Pool(replace(prefill, tp=args.prefill_tp or options.tp, dp=1), args.prefill_replicas),
         mapper.Pool(replace(options, tp=args.decode_tp or options.tp, dp=1), args.decode_replicas),

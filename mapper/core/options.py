@@ -54,6 +54,9 @@ class PlanOptions:
     # attention data parallelism (SGLang --enable-dp-attention, TensorRT-LLM enable_attention_dp) over the ep devices
     # of a TP 1 plan: each rank runs attention on its own requests and KV cache, the experts see every rank's tokens
     attention_dp: bool = False
+    # under attention DP, every expert sliced over the ep ranks (TensorRT-LLM moe_tp_size, AIConfigurator's expert TP)
+    # instead of E/ep whole experts a rank: the ranks' tokens gathered to each, the partial sums reduce-scattered back
+    expert_tp: bool = False
 
     def __post_init__(self) -> None:
         for name, vocabulary in OPTION_VOCABULARIES.items():
@@ -83,8 +86,9 @@ class PlanOptions:
                 raise MapperError(
                     f"option {name}={value!r} must be an integer from 1 to {limits.limit_text('MAX_PARALLEL_DEGREE')}"
                 )
-        if not isinstance(self.attention_dp, bool):  # its degree and the model are checked where it is mapped
-            raise MapperError(f"option attention_dp={self.attention_dp!r} must be true or false")
+        for name in ("attention_dp", "expert_tp"):  # their degree and the model are checked where it is mapped
+            if not isinstance(getattr(self, name), bool):
+                raise MapperError(f"option {name}={getattr(self, name)!r} must be true or false")
 
     @property
     def attention_ranks(self) -> int:

@@ -80,7 +80,7 @@ def pareto(points: list[Point]) -> list[Point]:
     return front
 
 
-STEPS = ("tp", "pp", "ep", "attention_dp", "dtype", "weight_dtype", "kv_dtype", "launch")
+STEPS = ("tp", "pp", "ep", "attention_dp", "expert_tp", "dtype", "weight_dtype", "kv_dtype", "launch")
 
 
 def _beside(a: Point, b: Point) -> bool:

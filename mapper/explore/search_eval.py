@@ -68,6 +68,7 @@ class Point:
             "pp": o.pp,
             "ep": o.ep,
             "attention_dp": o.attention_dp,
+            "expert_tp": o.expert_tp,
             "dtype": str(o.dtype),
             "weight_dtype": str(o.weight_dtype),
             "kv_dtype": str(o.kv_dtype),

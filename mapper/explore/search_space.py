@@ -1,17 +1,17 @@
 """A deployment search's space and its pruning before anything is served (mapper/explore/search.py runs it).
 
 The space: device plans (TP 1/2/4/8 x PP 1/2/4, x EP where the model has routed experts: EP over devices of its
-own at TP 1 with attention data-parallel (each rank its own requests and KV cache), riding the TP ranks at
-TP > 1), compute, weight and KV-cache precisions, the launch mode, batch caps 1-512 in powers of two and the
-chunked scheduler's chunk. Not in it: EP devices of their own beside replicated attention (`--tp 1 --ep N` alone,
-which `mapper map` still maps): no runtime deploys it (vLLM's expert-parallel group is its TP x DP ranks, SGLang's
-and TensorRT-LLM's the TP ranks or the attention-DP ranks), and it would run every request's attention on each of
-the N devices. Pruned before serving, each with its reason:
-a plan over the devices or over one node's link; a precision the profile has no peak for; an EP that does not
-split the experts; a plan whose weights leave no room for one request's KV cache on a device (the KV budget
-`mapper serve` uses); a plan whose decode step cannot meet the TPOT target even at batch 1 (every step reads the
-per-device weights of each pipeline stage at the profile's DRAM bandwidth at least: a roofline bound); and a
-batch cap above the sequences the KV cache holds (it serves as the cap below it does).
+own at TP 1 with attention data-parallel (each rank its own requests and KV cache; the experts whole, E/EP a
+rank, or each sliced over the ranks: expert TP), riding the TP ranks at TP > 1), compute, weight and KV-cache
+precisions, the launch mode, batch caps 1-512 in powers of two and the chunked scheduler's chunk. Not in it: EP
+devices of their own beside replicated attention (`--tp 1 --ep N` alone, which `mapper map` still maps): no
+runtime deploys it (vLLM's expert-parallel group is its TP x DP ranks, SGLang's and TensorRT-LLM's the TP ranks
+or the attention-DP ranks), and it would run every request's attention on each of the N devices. Pruned before
+serving, each with its reason: a plan over the devices or over one node's link; a precision the profile has no
+peak for; an EP that does not split whole experts; a plan whose weights leave no room for one request's KV cache
+on a device (the KV budget `mapper serve` uses); a plan whose decode step cannot meet the TPOT target even at
+batch 1 (every step reads the per-device weights of each pipeline stage at the profile's DRAM bandwidth at least:
+a roofline bound); and a batch cap above the sequences the KV cache holds (it serves as the cap below it does).
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ class Plan:
 
 def _devices(o: PlanOptions) -> str:
     parts = [f"TP {o.tp}"] + ([f"PP {o.pp}"] if o.pp > 1 else []) + ([f"EP {o.ep}"] if o.ep > 1 else [])
-    return " x ".join(parts) + (" attention DP" if o.attention_dp else "")
+    return " x ".join(parts) + (" attention DP" if o.attention_dp else "") + (" expert TP" if o.expert_tp else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,19 +159,22 @@ def _supported(hw: HardwareProfile, dtype: str) -> bool:
 
 def plan_options(spec: SearchSpec, experts: tuple[int, ...]) -> list[PlanOptions]:
     """Every plan of the space, before pruning (EP choices only where the model has routed experts: over the TP
-    ranks, or over devices of their own with attention data parallelism)."""
+    ranks, or over devices of their own with attention data parallelism, the experts whole or sliced)."""
     out = []
     for tp in spec.tps:
         eps = (1,) if not experts else ((1, 2, 4, 8) if tp == 1 else (1, tp))
         for pp in spec.pps:
-            for ep, attention_dp in ((e, tp == 1 < e) for e in eps):
+            layouts = [(e, tp == 1 < e, sliced) for e in eps for sliced in ((False, True) if tp == 1 < e else (False,))]
+            for ep, attention_dp, expert_tp in layouts:
                 for dtype in spec.dtypes:
                     for wd in spec.weight_dtypes:
                         for kv in spec.kv_dtypes:
                             if kv != KvDtype.SAME and kv == dtype:
                                 continue  # the activations' precision already: the same plan as `same`
                             for launch in spec.launches:
-                                plan = replace(spec.base, tp=tp, pp=pp, ep=ep, dp=1, attention_dp=attention_dp)
+                                plan = replace(
+                                    spec.base, tp=tp, pp=pp, ep=ep, dp=1, attention_dp=attention_dp, expert_tp=expert_tp
+                                )
                                 out.append(replace(plan, dtype=dtype, weight_dtype=wd, kv_dtype=kv, launch=launch))
     return out
 
@@ -192,7 +195,7 @@ def structural_prune(
             why = ("devices", f"takes {devices} devices, over the {node} one {hw.name} node links")
         elif not all(_supported(hw, str(d)) for d in (options.dtype,)):
             why = ("precision", f"{hw.name} has no {options.dtype} peak")
-        elif options.ep > 1 and any(e % options.ep for e in experts):
+        elif options.ep > 1 and not options.expert_tp and any(e % options.ep for e in experts):
             why = ("experts", f"EP {options.ep} does not split {experts[0]} experts")
         if why:
             pruned.append(Pruned(plan.text(), *why))

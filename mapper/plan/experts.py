@@ -1,4 +1,4 @@
-"""Mixture-of-experts plan: the busiest expert's load, and expert parallelism with its all-to-all.
+"""Mixture-of-experts plan: the busiest expert's load, and expert parallelism with its collectives.
 
 In the parallel stage, after the tensor-parallel split (sharding.py). Expert GEMMs (found by work/moe.py)
 run at the busiest expert's tokens: the mean x PlanOptions.expert_imbalance, at most the tokens present
@@ -25,6 +25,11 @@ enable_attention_dp) binds one rank's step: each of the ep ranks runs attention 
 requests and KV cache, and the ranks step in lockstep at the same batch (the MoE layer's collectives hold them
 together), so a layer's experts see ep x the rank's tokens T: each rank runs E/ep experts over ep x T tokens (the
 expected work, experts used and busiest expert at that count), and dispatches and combines its own T x k x hidden.
+With PlanOptions.expert_tp the ranks slice every expert instead of holding E/ep whole (TensorRT-LLM's moe_tp_size
+beside attention DP, AIConfigurator's decode pools): each rank gathers every rank's T tokens (an all-gather of
+ep x T x hidden), runs all E experts on them with a 1/ep slice of each expert's intermediate width (a column
+GEMM's N, a row GEMM's K: the same share of the work and weights as EP), and reduce-scatters the ep x T x hidden
+partial sums back to their ranks; the experts need not divide by ep.
 """
 
 from __future__ import annotations
@@ -55,21 +60,27 @@ def expert_of(workload: Workload, nodes: tuple[str, ...]) -> ExpertGemm | None:
     return None
 
 
-def check_expert_parallel(workload: Workload, ep: int, tp: int = 1, attention_dp: bool = False) -> None:
+def check_expert_parallel(
+    workload: Workload, ep: int, tp: int = 1, attention_dp: bool = False, expert_tp: bool = False
+) -> None:
     """ep must split whole experts, over devices of its own (tp 1) or over the tensor-parallel ranks (ep = tp):
     a one-line error for a dense model, an ep not dividing E, or an ep beside a different tp; attention DP runs
-    over ep devices of their own (tp 1, ep >= 2)."""
+    over ep devices of their own (tp 1, ep >= 2), and expert TP slices the experts over those ranks only."""
     if attention_dp and (ep < 2 or tp != 1):  # noqa: PLR2004 (two ranks at least)
         raise MapperError(
             f"--attention-dp runs attention on each of the expert-parallel devices (--tp 1 --ep N, N >= 2);"
             f" got --tp {tp} --ep {ep}"
+        )
+    if expert_tp and not attention_dp:
+        raise MapperError(
+            "--expert-tp slices every expert over the attention-DP ranks: give it with --tp 1 --ep N --attention-dp"
         )
     if ep <= 1:
         return
     counts = sorted({g.experts for g in workload.expert_gemms.values()})
     if not counts:
         raise MapperError(f"--ep {ep} needs a mixture-of-experts model; {workload.graph.name} has no routed experts")
-    if any(e % ep for e in counts):
+    if not expert_tp and any(e % ep for e in counts):
         raise MapperError(f"--ep {ep} must divide the expert count ({counts[0]} experts a layer); choose a divisor")
     if tp > 1 and ep != tp:
         raise MapperError(
@@ -117,12 +128,15 @@ def _resident(k: Kernel, weight_share: float, ep: int) -> Kernel:
     return k.replaced(weight_bytes=weight, dram_bytes=k.dram_bytes - k.weight_bytes + weight)
 
 
-def _busiest(k: Kernel, g: ExpertGemm, imbalance: float, ep: int) -> Kernel:
+def _busiest(k: Kernel, g: ExpertGemm, imbalance: float, ep: int, sliced: bool = False) -> Kernel:
     busy = g.busiest_tokens(imbalance)
     f = busy / g.mean_tokens
     activations = (k.dram_bytes - k.weight_bytes) * f
     matrix = k.matrix
-    if matrix is not None:  # a grouped GEMM's batch is its experts: ep splits them
+    if matrix is not None and sliced:  # expert TP: a column GEMM (K = hidden) keeps 1/ep of its N, a row GEMM of K
+        n, kk = (math.ceil(matrix.n / ep), matrix.k) if matrix.k == g.hidden else (matrix.n, math.ceil(matrix.k / ep))
+        matrix = replace_matrix(matrix, m=max(1, round(busy)), n=n, k=kk)
+    elif matrix is not None:  # a grouped GEMM's batch is its experts: ep splits them
         batch = math.ceil(matrix.batch / ep) if g.grouped else matrix.batch
         matrix = replace_matrix(matrix, m=max(1, round(busy)), batch=batch)
     return k.replaced(
@@ -133,7 +147,12 @@ def _busiest(k: Kernel, g: ExpertGemm, imbalance: float, ep: int) -> Kernel:
         weight_bytes=k.weight_bytes / ep,
         matrix=matrix,
         note=f"busiest expert: {busy:.1f} tokens (mean {g.mean_tokens:.1f} x imbalance {imbalance:g}, at most"
-        f" {g.tokens}); {g.experts // ep} of {g.experts} experts a device",
+        f" {g.tokens}); "
+        + (
+            f"1/{ep} of each of {g.experts} experts a device"
+            if sliced
+            else f"{g.experts // ep} of {g.experts} experts a device"
+        ),
     )
 
 
@@ -161,19 +180,24 @@ def _group_tokens(k: Kernel, g: ExpertGemm, ranks: int) -> tuple[Kernel, ExpertG
     return scaled, group
 
 
-def _all_to_all(name: str, g: ExpertGemm, step: str, ep: int, act_bytes: float) -> Kernel:
-    layer = kernel_module(name).split(".experts.")[0]  # "model.layers.0.block_sparse_moe"
-    return collective_kernel(
-        f"{layer}{SEPARATOR}{step} all-to-all", Collective.ALL_TO_ALL, g.tokens * g.top_k * g.hidden * act_bytes, ep
-    )
-
-
-def _experts_all_reduce(name: str, g: ExpertGemm, step: str, ep: int, act_bytes: float) -> Kernel:
-    """The sum of the ep ranks' partial outputs, T x hidden: each rank ran its experts on every token routed to them."""
+def _moe_collective(name: str, g: ExpertGemm, step: str, ep: int, act_bytes: float, layout: tuple) -> Kernel | None:
+    """A MoE layer's `step` (dispatch or combine) collective over the ep ranks, by where the tokens are (`layout`:
+    the attention-DP ranks and whether the experts are sliced): every rank holding the batch sums the experts'
+    T x hidden outputs with one all-reduce; attention-DP ranks send their T x k x hidden routed rows to whole experts
+    and back (all-to-all), or gather every rank's T x hidden to sliced experts and reduce-scatter the sums back."""
+    ranks, sliced = layout
     layer = kernel_module(name).split(".experts.")[0]
-    return collective_kernel(
-        f"{layer}{SEPARATOR}{step} all-reduce", Collective.ALL_REDUCE, g.tokens * g.hidden * act_bytes, ep
-    )
+    gathered = ranks * g.tokens * g.hidden * act_bytes
+    kind, message = {
+        (False, False, "combine"): (Collective.ALL_REDUCE, g.tokens * g.hidden * act_bytes),
+        (True, False, "dispatch"): (Collective.ALL_TO_ALL, g.tokens * g.top_k * g.hidden * act_bytes),
+        (True, False, "combine"): (Collective.ALL_TO_ALL, g.tokens * g.top_k * g.hidden * act_bytes),
+        (True, True, "dispatch"): (Collective.ALL_GATHER, gathered),
+        (True, True, "combine"): (Collective.REDUCE_SCATTER, gathered),
+    }.get((ranks > 1, sliced, step), (None, 0.0))
+    if kind is None:
+        return None
+    return collective_kernel(f"{layer}{SEPARATOR}{step} {kind}", kind, message, ep)
 
 
 def _grouped_all_reduces(workload: Workload, kernels: Sequence[Kernel], act_bytes: float) -> Kernels:
@@ -204,12 +228,18 @@ def _trimmed(k: Kernel, spare: float) -> Kernel:
 
 
 def plan_experts(
-    workload: Workload, kernels: Sequence[Kernel], ep: int, imbalance: float, act_bytes: float, ranks: int = 1
+    workload: Workload,
+    kernels: Sequence[Kernel],
+    ep: int,
+    imbalance: float,
+    act_bytes: float,
+    ranks: int = 1,
+    sliced: bool = False,
 ) -> Sequence[Kernel]:
-    """Expert kernels at the busiest expert's tokens and 1/ep of the experts; at ep > 1 each layer's experts end
-    in an all-reduce of their partial sums (every rank holds the batch), or, with `ranks` > 1 (attention DP: the
-    experts at the tokens of that many ranks), sit between a dispatch and a combine all-to-all of this rank's
-    tokens. An expert source is changed once per routing figures."""
+    """Expert kernels at the busiest expert's tokens and 1/ep of the experts (whole, or `sliced`: each expert's
+    width); at ep > 1 each layer's experts end in an all-reduce of their partial sums (every rank holds the batch),
+    or, with `ranks` > 1 (attention DP: the experts at the tokens of that many ranks), sit between a dispatch and a
+    combine (`_moe_collective`). An expert source is changed once per routing figures."""
     if not workload.expert_gemms:
         return kernels
     kernels = _grouped_all_reduces(workload, kernels, act_bytes)
@@ -224,24 +254,24 @@ def plan_experts(
         if g is None:
             out.keep(k, name, nodes)
             continue
-        if ep > 1 and ranks > 1 and first[g.layer] == i:
-            _add_collective(out, _all_to_all(name, g, "dispatch", ep, act_bytes))
-        out.derive((id(k), g.figures), name, nodes, _expert_share, k, g, ranks, imbalance, ep)
+        if ep > 1 and first[g.layer] == i:
+            _add_collective(out, _moe_collective(name, g, "dispatch", ep, act_bytes, (ranks, sliced)))
+        out.derive((id(k), g.figures), name, nodes, _expert_share, k, g, ranks, imbalance, ep, sliced)
         if ep > 1 and last[g.layer] == i:
-            combine = _all_to_all if ranks > 1 else _experts_all_reduce
-            _add_collective(out, combine(name, g, "combine", ep, act_bytes))
+            _add_collective(out, _moe_collective(name, g, "combine", ep, act_bytes, (ranks, sliced)))
     return out.kernels()
 
 
-def _add_collective(out: KernelColumns, kernel: Kernel) -> None:
-    """A layer's dispatch or combine, inserted once per its kind and bytes."""
-    out.derive((kernel.collective, kernel.name, kernel.dram_bytes), kernel.name, (), _same_kernel, kernel)
+def _add_collective(out: KernelColumns, kernel: Kernel | None) -> None:
+    """A layer's dispatch or combine (None: the layout has none), inserted once per its kind and bytes."""
+    if kernel is not None:
+        out.derive((kernel.collective, kernel.name, kernel.dram_bytes), kernel.name, (), _same_kernel, kernel)
 
 
 def _same_kernel(k: Kernel) -> Kernel:
     return k
 
 
-def _expert_share(k: Kernel, g: ExpertGemm, ranks: int, imbalance: float, ep: int) -> Kernel:
+def _expert_share(k: Kernel, g: ExpertGemm, ranks: int, imbalance: float, ep: int, sliced: bool) -> Kernel:
     """The busiest expert's kernel of one device, at the tokens of `ranks` ranks."""
-    return _busiest(*_group_tokens(k, g, ranks), imbalance, ep)
+    return _busiest(*_group_tokens(k, g, ranks), imbalance, ep, sliced)

@@ -62,6 +62,7 @@ PLAN_FIELDS = (
     PlanField("kv_dtype", "--kv-dtype", "kv_dtype", "choice", "KV-cache dtype", pipeline.KV_DTYPES),
     PlanField("gqa_decode", "--gqa-decode", "gqa_decode", "choice", "GQA decode attention", pipeline.GQA_DECODES),
     PlanField("attention_dp", "--attention-dp", "attention_dp", "switch", "attention DP", ("off", "on")),
+    PlanField("expert_tp", "--expert-tp", "expert_tp", "switch", "expert TP", ("off", "on")),
 )
 FIELD_BY_NAME = {f.name: f for f in PLAN_FIELDS}
 DEFAULT_OPTIONS = PlanOptions()

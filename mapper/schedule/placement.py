@@ -107,6 +107,11 @@ EXPERTS_ATTENTION_DP = (
     " run over ep x its tokens; an all-to-all dispatch and combine of the rank's T x k x hidden per MoE layer;"
     " devices = pp x ep x dp"
 )
+EXPERTS_ATTENTION_DP_SLICED = (
+    "attention data parallelism over the ep devices with expert TP (TensorRT-LLM attention DP beside moe_tp_size):"
+    " one rank's step, its own requests and KV cache; every rank gathers the ranks' ep x T tokens, runs all E"
+    " experts on a 1/ep slice of each and reduce-scatters the sums back per MoE layer; devices = pp x ep x dp"
+)
 
 
 def _collectives(placed: KernelEstimates) -> tuple[CollectiveRecord, ...]:
@@ -178,7 +183,7 @@ def place_on_devices(
 
 def _experts_text(options: PlanOptions) -> str:
     if options.attention_dp:
-        return EXPERTS_ATTENTION_DP
+        return EXPERTS_ATTENTION_DP_SLICED if options.expert_tp else EXPERTS_ATTENTION_DP
     return EXPERTS_OVER_TP if experts_over_tp(options.tp, options.ep) else EXPERTS_OWN_DEVICES
 
 

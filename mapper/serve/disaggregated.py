@@ -76,6 +76,7 @@ class Pool:
         o = self.options
         plan = f"TP {o.tp}" + (f" x PP {o.pp}" if o.pp > 1 else "") + (f", EP {o.ep}" if o.ep > 1 else "")
         plan += ", attention DP (a rank's own requests and KV cache)" if o.attention_dp else ""
+        plan += ", expert TP (each expert sliced over the ranks)" if o.expert_tp else ""
         return f"{self.replicas} x {plan} ({self.devices} devices)"
 
 
