@@ -155,6 +155,29 @@ def test_moe_records_read_the_distribution_and_the_ranks_split():
     assert aic.parse_record(MOE_VLLM, _moe(64, distribution="zipf")) is None  # a draw this harness does not know
 
 
+A2A_TRT = aic.Table("h200_sxm", "comm", "trtllm", "1.3.0rc11", "moe_a2a_perf", None)
+
+
+def test_moe_all_to_all_records_are_microseconds_of_one_nodes_deepep():
+    """DeepEP's dispatch of 128 tokens a rank, top 8 of 256 experts over 8 H200s: the table's latency is in
+    microseconds (beside its transmit_us), its kernels (low-latency or high-throughput) and phase read into the
+    dtype; a row over two nodes, or of a backend the harness does not know, is left out."""
+    record = {
+        "comm_backend": "trtllm_deepep_ll", "phase": "dispatch", "comm_dtype": "bfloat16", "ep_size": 8,
+        "node_num": 1, "hidden_size": 7168, "topk": 8, "num_experts": 256, "num_tokens": 128, "latency": 94.3,
+        "kernel_source": "deepep",
+    }  # fmt: skip
+    row = aic.parse_record(A2A_TRT, record)
+    assert (row.kind, row.dtype, row.shape) == ("moe-all-to-all", "bf16/dispatch/ll", (8, 128, 7168, 8, 256))
+    assert row.measured_s == pytest.approx(94.3e-6) and row.split_key == "moe-all-to-all|7168|8|256"
+    assert aic.parse_record(A2A_TRT, {**record, "node_num": 2}) is None
+    assert aic.parse_record(A2A_TRT, {**record, "comm_backend": "nixl_ep"}) is None
+    # the engine's attention-DP dispatch: 128 x 8 x 7168 x 2 bytes, 7/8 of it off the GPU, launched eagerly
+    hw = load_hardware("h200-sxm")
+    wire = collective_time("all-to-all", 8, 128 * 8 * 7168 * 2, hw.interconnect).time_s
+    assert predict(row, "h200-sxm") == pytest.approx(wire + hw.kernel_launch_s)
+
+
 def test_a_power_law_rows_measuring_rank_holds_the_busiest_share():
     assert busiest_rank_share(4096, 128, 8, 1, 1.2) == 1.0  # one rank holds every routed row
     assert busiest_rank_share(4096, 128, 8, 8, None) == 1.0  # balanced

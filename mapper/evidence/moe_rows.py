@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from mapper.core.vocab import Collective
+
 if TYPE_CHECKING:
     from mapper.handle import ModelHandle
 
@@ -117,3 +119,19 @@ def moe_time_s(shape: tuple[int, ...], plan_dtype: str, alpha: float | None, pro
     ]
     found = _TIMES[key] = result.totals.latency_s - math.fsum(untimed)
     return found
+
+
+def all_to_all_time_s(shape: tuple[int, ...], dtype: str, profile: str) -> float | None:
+    """The engine's MoE dispatch or combine for one moe_a2a_perf row (`shape` (ep, T, hidden, k, E)): the
+    attention-DP all-to-all plan.experts inserts, T x k x hidden at the row's element size over ep GPUs, launched
+    eagerly (DeepEP's benchmark times eager calls); None where ep is beyond the profile's node."""
+    from mapper.cost.collectives import collective_time
+    from mapper.evidence.candidates import profile_named
+    from mapper.plan.precision import PLAN_DTYPE_BYTES
+
+    ep, tokens, hidden, top_k, _ = shape
+    hw = profile_named(profile)
+    if ep > hw.interconnect.max_devices:
+        return None
+    message = tokens * top_k * hidden * PLAN_DTYPE_BYTES[dtype]
+    return collective_time(Collective.ALL_TO_ALL, ep, message, hw.interconnect).time_s + hw.kernel_launch_s

@@ -25,10 +25,10 @@ from mapper.core.options import PlanOptions
 from mapper.core.vocab import Collective
 from mapper.cost.collectives import collective_time
 from mapper.evidence import aiconfigurator as aic
-from mapper.evidence.aiconfigurator import RowKind
+from mapper.evidence.aic_records import RowKind
 from mapper.evidence.candidates import profile_named
 from mapper.evidence.microbench import compare_kernel_csv, kernel_model
-from mapper.evidence.moe_rows import moe_time_s, parse_distribution
+from mapper.evidence.moe_rows import all_to_all_time_s, moe_time_s, parse_distribution
 
 EVIDENCE = Path(__file__).resolve().parents[2] / "data" / "evidence"
 PROJECT_CSVS = ("kernels.csv", "kernels_extra.csv")  # data/evidence/h200: bench/gpu_kernels.py on one H200
@@ -128,6 +128,8 @@ def _predict(row: aic.Row, profile: str) -> float | None:
         quantize = _slice_s(profile, "quantize", (tokens, hidden), "bf16") if dtype in QUANTIZED else 0.0
         alpha = parse_distribution(distribution)
         return quantize + moe_time_s(row.shape, QUANTIZED.get(dtype, "bf16"), alpha, profile, runtime)
+    if row.kind == RowKind.MOE_ALL_TO_ALL:
+        return all_to_all_time_s(row.shape, row.dtype.split("/")[0], profile)
     if row.kind == RowKind.ATTENTION_DECODE:
         framework = row.table.split("/")[2]
         version = row.table.split("/")[3]
@@ -201,6 +203,9 @@ def work(kind: str, shape: tuple[int, ...]) -> float:
         return 4.0 * b * h * s * s * d
     if kind == RowKind.ALL_REDUCE:
         return float(shape[1] * BF16_BYTES)
+    if kind == RowKind.MOE_ALL_TO_ALL:  # a rank's routed rows, T x k x hidden, at bf16
+        _, tokens, hidden, k, _ = shape
+        return float(tokens * k * hidden * BF16_BYTES)
     if kind == RowKind.MOE:  # the rank's expert GEMMs: T k rows of three hidden x inter / tp matrices, E / ep experts
         tokens, hidden, inter, k, _, tp, ep = shape
         return 6.0 * tokens * k * hidden * inter / (tp * ep)
@@ -208,7 +213,7 @@ def work(kind: str, shape: tuple[int, ...]) -> float:
 
 
 def band(kind: str, amount: float) -> str:
-    edges = BYTE_BANDS if kind == RowKind.ALL_REDUCE else FLOP_BANDS
+    edges = BYTE_BANDS if kind in (RowKind.ALL_REDUCE, RowKind.MOE_ALL_TO_ALL) else FLOP_BANDS
     return next(label for edge, label in edges if amount < edge)
 
 
