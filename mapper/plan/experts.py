@@ -139,6 +139,7 @@ def _busiest(k: Kernel, g: ExpertGemm, imbalance: float, ep: int, sliced: bool =
     elif matrix is not None:  # a grouped GEMM's batch is its experts: ep splits them
         batch = math.ceil(matrix.batch / ep) if g.grouped else matrix.batch
         matrix = replace_matrix(matrix, m=max(1, round(busy)), batch=batch)
+    share = f"1/{ep} of each of {g.experts} experts" if sliced else f"{g.experts // ep} of {g.experts} experts"
     return k.replaced(
         flops=k.flops * f / ep,
         matrix_flops=k.matrix_flops * f / ep,
@@ -147,12 +148,7 @@ def _busiest(k: Kernel, g: ExpertGemm, imbalance: float, ep: int, sliced: bool =
         weight_bytes=k.weight_bytes / ep,
         matrix=matrix,
         note=f"busiest expert: {busy:.1f} tokens (mean {g.mean_tokens:.1f} x imbalance {imbalance:g}, at most"
-        f" {g.tokens}); "
-        + (
-            f"1/{ep} of each of {g.experts} experts a device"
-            if sliced
-            else f"{g.experts // ep} of {g.experts} experts a device"
-        ),
+        f" {g.tokens}); {share} a device",
     )
 
 
@@ -180,24 +176,31 @@ def _group_tokens(k: Kernel, g: ExpertGemm, ranks: int) -> tuple[Kernel, ExpertG
     return scaled, group
 
 
-def _moe_collective(name: str, g: ExpertGemm, step: str, ep: int, act_bytes: float, layout: tuple) -> Kernel | None:
-    """A MoE layer's `step` (dispatch or combine) collective over the ep ranks, by where the tokens are (`layout`:
-    the attention-DP ranks and whether the experts are sliced): every rank holding the batch sums the experts'
-    T x hidden outputs with one all-reduce; attention-DP ranks send their T x k x hidden routed rows to whole experts
-    and back (all-to-all), or gather every rank's T x hidden to sliced experts and reduce-scatter the sums back."""
-    ranks, sliced = layout
-    layer = kernel_module(name).split(".experts.")[0]
-    gathered = ranks * g.tokens * g.hidden * act_bytes
-    kind, message = {
-        (False, False, "combine"): (Collective.ALL_REDUCE, g.tokens * g.hidden * act_bytes),
-        (True, False, "dispatch"): (Collective.ALL_TO_ALL, g.tokens * g.top_k * g.hidden * act_bytes),
-        (True, False, "combine"): (Collective.ALL_TO_ALL, g.tokens * g.top_k * g.hidden * act_bytes),
-        (True, True, "dispatch"): (Collective.ALL_GATHER, gathered),
-        (True, True, "combine"): (Collective.REDUCE_SCATTER, gathered),
-    }.get((ranks > 1, sliced, step), (None, 0.0))
-    if kind is None:
+# A MoE layer's collectives over its ep ranks by where its tokens are: (attention DP, experts sliced, step) ->
+# the collective and the hidden-wide rows it moves. Every rank holding the batch sums the experts' T outputs with one
+# all-reduce; attention-DP ranks send their T x k routed rows to whole experts and back, or gather every rank's T
+# tokens to sliced experts and reduce-scatter the sums back.
+MOE_COLLECTIVES: dict[tuple[bool, bool, str], tuple[Collective, str]] = {
+    (False, False, "combine"): (Collective.ALL_REDUCE, "tokens"),
+    (True, False, "dispatch"): (Collective.ALL_TO_ALL, "routed"),
+    (True, False, "combine"): (Collective.ALL_TO_ALL, "routed"),
+    (True, True, "dispatch"): (Collective.ALL_GATHER, "gathered"),
+    (True, True, "combine"): (Collective.REDUCE_SCATTER, "gathered"),
+}
+
+
+def _moe_collective(
+    name: str, g: ExpertGemm, step: str, ep: int, act_bytes: float, ranks: int, sliced: bool
+) -> Kernel | None:
+    """A MoE layer's `step` (dispatch or combine) collective, as MOE_COLLECTIVES lays it (None: the layout has none),
+    named for the layer of the expert kernel `name`."""
+    found = MOE_COLLECTIVES.get((ranks > 1, sliced, step))
+    if found is None:
         return None
-    return collective_kernel(f"{layer}{SEPARATOR}{step} {kind}", kind, message, ep)
+    kind, moved = found
+    rows = {"tokens": g.tokens, "routed": g.tokens * g.top_k, "gathered": ranks * g.tokens}[moved]
+    layer = kernel_module(name).split(".experts.")[0]  # "model.layers.0.block_sparse_moe"
+    return collective_kernel(f"{layer}{SEPARATOR}{step} {kind}", kind, rows * g.hidden * act_bytes, ep)
 
 
 def _grouped_all_reduces(workload: Workload, kernels: Sequence[Kernel], act_bytes: float) -> Kernels:
@@ -239,7 +242,7 @@ def plan_experts(
     """Expert kernels at the busiest expert's tokens and 1/ep of the experts (whole, or `sliced`: each expert's
     width); at ep > 1 each layer's experts end in an all-reduce of their partial sums (every rank holds the batch),
     or, with `ranks` > 1 (attention DP: the experts at the tokens of that many ranks), sit between a dispatch and a
-    combine (`_moe_collective`). An expert source is changed once per routing figures."""
+    combine (MOE_COLLECTIVES). An expert source is changed once per routing figures."""
     if not workload.expert_gemms:
         return kernels
     kernels = _grouped_all_reduces(workload, kernels, act_bytes)
@@ -255,10 +258,10 @@ def plan_experts(
             out.keep(k, name, nodes)
             continue
         if ep > 1 and first[g.layer] == i:
-            _add_collective(out, _moe_collective(name, g, "dispatch", ep, act_bytes, (ranks, sliced)))
+            _add_collective(out, _moe_collective(name, g, "dispatch", ep, act_bytes, ranks, sliced))
         out.derive((id(k), g.figures), name, nodes, _expert_share, k, g, ranks, imbalance, ep, sliced)
         if ep > 1 and last[g.layer] == i:
-            _add_collective(out, _moe_collective(name, g, "combine", ep, act_bytes, (ranks, sliced)))
+            _add_collective(out, _moe_collective(name, g, "combine", ep, act_bytes, ranks, sliced))
     return out.kernels()
 
 
