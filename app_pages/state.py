@@ -223,8 +223,12 @@ def _runtime_section() -> dict:
             help="with attention DP: every expert sliced over the EP ranks (TensorRT-LLM's MoE TP) instead of whole"
             " experts a rank; the ranks' tokens gathered to each, the sums reduce-scattered back",
         )  # fmt: skip
-    chosen = {"ep": int(ep), "expert_imbalance": float(imbalance), "attention_dp": bool(attention_dp)}
-    return choice | chosen | {"expert_tp": bool(expert_tp)}
+    return choice | {
+        "ep": int(ep),
+        "expert_imbalance": float(imbalance),
+        "attention_dp": bool(attention_dp),
+        "expert_tp": bool(expert_tp),
+    }
 
 
 def _optional(column, label: str, key: str, help_text: str, least: float = 0.01, empty: str = "none") -> float | None:

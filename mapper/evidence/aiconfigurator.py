@@ -29,9 +29,6 @@ from collections.abc import Iterable, Iterator
 from mapper.core.errors import MapperError
 from mapper.core.extras import require
 from mapper.evidence.aic_records import (
-    DTYPES,
-    GEMM_DTYPES,
-    MS,
     SYSTEM_PROFILES,
     TABLES,
     Row,
@@ -43,9 +40,8 @@ from mapper.evidence.aic_records import (
 )
 
 __all__ = [  # the rows' types (mapper/evidence/aic_records.py), read through this module by its callers
-    "DTYPES", "GEMM_DTYPES", "MS", "SYSTEM_PROFILES", "TABLES", "MapperError", "Row", "RowColumns", "RowKind",
-    "Table", "held_back", "parse_record", "read_rows", "sample", "sample_table", "stable_hash", "tables",
-    "unprofiled_systems",
+    "SYSTEM_PROFILES", "TABLES", "MapperError", "Row", "RowColumns", "RowKind", "Table", "held_back", "parse_record",
+    "read_rows", "sample", "sample_table", "stable_hash", "tables", "unprofiled_systems",
 ]  # fmt: skip
 
 PACKAGE = "aiconfigurator_core"

@@ -163,8 +163,9 @@ def plan_options(spec: SearchSpec, experts: tuple[int, ...]) -> list[PlanOptions
     out = []
     for tp in spec.tps:
         eps = (1,) if not experts else ((1, 2, 4, 8) if tp == 1 else (1, tp))
+        # EP over the TP ranks; at TP 1 over attention-DP ranks, the experts whole or sliced (expert TP)
+        layouts = [(e, tp == 1 < e, sliced) for e in eps for sliced in ((False, True) if tp == 1 < e else (False,))]
         for pp in spec.pps:
-            layouts = [(e, tp == 1 < e, sliced) for e in eps for sliced in ((False, True) if tp == 1 < e else (False,))]
             for ep, attention_dp, expert_tp in layouts:
                 for dtype in spec.dtypes:
                     for wd in spec.weight_dtypes:
