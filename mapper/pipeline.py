@@ -261,7 +261,7 @@ def plan_devices(
         full, split = assigned_roles(graph, kernels, whole, experts, workload.caches)
         resident = resident_kernels(workload, full, ep)
         memory = plan_memory(graph, resident, sizer, hardware.dram_bytes, options.tp, options.pp, max_devices)
-        kernels = shard_kernels(graph, full, split, options.tp, sizer)
+        kernels = shard_kernels(full, split, options.tp, sizer)
     planned = plan_experts(
         workload, kernels, ep, options.expert_imbalance, sizer.act, options.attention_ranks, options.expert_tp
     )

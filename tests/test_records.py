@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import pickle
 
+import numpy as np
 import pytest
 
 import mapper
@@ -147,3 +148,58 @@ def test_a_replacer_refuses_a_class_whose_constructor_misses_a_field():
 
     with pytest.raises(TypeError, match="constructor does not take"):
         replacer(Derived)
+
+
+def _repeated_kernels() -> Kernels:
+    """Six positions over two sources (a layer of two kernels, three times), each position its own name."""
+    base = mapper.map_workload(
+        mapper.open_model("bert-base").bind({"batch": 2, "seq": 40}), mapper.load_hardware("h100-sxm")
+    )
+    a, b = list(base.kernels.kernels)[:2]
+    return Kernels([a, b] * 3, [f"p{i}" for i in range(6)], [(f"n{i}",) for i in range(6)], [0, 1, 0, 1, 0, 1])
+
+
+def test_remade_changes_a_source_once_per_code():
+    """`Kernels.remade` calls the change once per (source, code), keeps -1's positions, and each position reads
+    the change of its own source and code under its own name (the same records as `changed` per position)."""
+    kernels = _repeated_kernels()
+    calls = []
+
+    def change(k, code):
+        calls.append((k.name, code))
+        return k.replaced(flops=k.flops * (code + 2))
+
+    codes = np.array([0, -1, 0, 1, 0, -1])
+    out = kernels.remade(codes, change)
+    assert sorted(calls) == sorted([(kernels.sources[0].name, 0), (kernels.sources[1].name, 1)])
+    for j, code in enumerate(codes.tolist()):
+        k = kernels.sources[j]
+        assert out[j] == k.replaced(
+            name=f"p{j}", nodes=(f"n{j}",), flops=k.flops * (code + 2) if code >= 0 else k.flops
+        )
+        assert out.sources[out.shared[j]] is out.sources[j] and out.shared[j] <= j
+    assert out.shared == [0, 1, 0, 3, 0, 1]
+    assert kernels.remade(np.full(6, -1), change) is kernels
+
+
+def test_inserted_puts_kernels_in_position_order():
+    """`Kernels.inserted` puts each kernel before its position, in the order given, one source per key; every
+    position keeps its source, name and nodes, and shares a position holding the same source."""
+    kernels = _repeated_kernels()
+    extra = kernels.sources[1].replaced(nodes=())
+    made = []
+
+    def make():
+        made.append(1)
+        return extra
+
+    out = kernels.inserted(
+        [(0, "x", "first", make), (2, "x", "mid", make), (2, "y", "mid2", make), (6, "x", "end", make)]
+    )
+    assert [k.name for k in out] == ["first", "p0", "p1", "mid", "mid2", "p2", "p3", "p4", "p5", "end"]
+    assert len(made) == 2  # keys x and y
+    assert out.shared[3] == out.shared[9] == 0 and out.shared[4] == 4
+    for j in range(len(out)):
+        assert out.sources[out.shared[j]] is out.sources[j] and out.shared[j] <= j
+    with pytest.raises(ValueError, match="position order"):
+        kernels.inserted([(3, "x", "a", make), (1, "x", "b", make)])

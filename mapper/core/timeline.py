@@ -66,6 +66,65 @@ class Kernels(WrittenWhenRead):
                 shared[j] = own.setdefault(id(sources[j]), j)
         return Kernels(sources, self.names, self.nodes, shared)
 
+    def remade(self, codes: np.ndarray, change: Callable[[Kernel, int], Kernel]) -> Kernels:
+        """These kernels with each position's source `change(source, code)` for its `codes` entry (-1: kept), made
+        once per distinct source and code, not once a position: a repeated layer's positions share a source
+        (`shared`), so a stage that changes a source by a per-position fact it can give as a small integer (a role,
+        an index into a stage's own figures) calls `change` once per layer template, and the positions are grouped
+        in numpy. Each position then shares the first position of its (source, code) group; names and nodes stay."""
+        codes = np.asarray(codes, dtype=np.int64)
+        if not len(codes) or int(codes.max()) < 0:
+            return self
+        shared = np.arange(len(codes)) if self.shared is None else np.asarray(self.shared, dtype=np.int64)
+        width = int(codes.max()) + 2
+        groups, firsts, inverse = np.unique(shared * width + codes + 1, return_index=True, return_inverse=True)
+        sources = self.sources
+        made = [
+            sources[f] if g % width == 0 else change(sources[f], g % width - 1)
+            for g, f in zip(groups.tolist(), firsts.tolist(), strict=True)
+        ]
+        at = inverse.tolist()
+        return Kernels([made[i] for i in at], self.names, self.nodes, firsts[inverse].tolist())
+
+    def inserted(self, inserts: Sequence[tuple[int, Hashable, str, Callable[[], Kernel]]]) -> Kernels:
+        """These kernels with a kernel of no nodes put before each position `at` (the length: at the end) of
+        `inserts`, each `(at, key, name, make)` in the order they go in (`at` ascending): `make()` at the first of a
+        key, its source again at the later ones (a collective after each layer's GEMM, of one message size)."""
+        if not inserts:
+            return self
+        n = len(self.sources)
+        shared = np.arange(n) if self.shared is None else np.asarray(self.shared, dtype=np.int64)
+        before = np.zeros(n + 1, dtype=np.int64)
+        np.add.at(before, [at for at, _, _, _ in inserts], 1)
+        moved = (np.arange(n) + np.cumsum(before)[:n]).tolist()  # each position's index once the others are in
+        moved_shared = [moved[f] for f in shared.tolist()]
+        sources: list[Kernel] = []
+        names: list[str] = []
+        nodes: list[tuple[str, ...]] = []
+        out_shared: list[int] = []
+        made: dict[Hashable, tuple[Kernel, int]] = {}
+        start = 0
+        for at, key, name, make in inserts:
+            if at < start:
+                raise ValueError("Kernels.inserted needs its inserts in position order")
+            sources += self.sources[start:at]
+            names += self.names[start:at]
+            nodes += self.nodes[start:at]
+            out_shared += moved_shared[start:at]
+            found = made.get(key)
+            if found is None:
+                found = made[key] = (make(), len(sources))
+            sources.append(found[0])
+            names.append(name)
+            nodes.append(())
+            out_shared.append(found[1])
+            start = at
+        sources += self.sources[start:]
+        names += self.names[start:]
+        nodes += self.nodes[start:]
+        out_shared += moved_shared[start:]
+        return Kernels(sources, names, nodes, out_shared)
+
     @classmethod
     def _columns(cls, kernels: tuple[Kernel, ...]) -> tuple:
         """Kernels already named (those a later stage rewrote, a list built by hand): each its own source."""

@@ -37,27 +37,18 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import replace
+from functools import partial
+
+import numpy as np
 
 from mapper.core.errors import MapperError
 from mapper.core.result import Kernel, replace_matrix
-from mapper.core.timeline import KernelColumns, Kernels, columns_of
+from mapper.core.timeline import Kernels
 from mapper.core.vocab import Collective
 from mapper.plan.kernel_names import SEPARATOR, kernel_module
 from mapper.plan.sharding import collective_kernel
 from mapper.work.moe import ExpertGemm, expected_experts
 from mapper.work.workload import Workload
-
-
-def expert_of(workload: Workload, nodes: tuple[str, ...]) -> ExpertGemm | None:
-    """The routing figures of a kernel's first expert node, from its `nodes` (None: no expert in it)."""
-    gemms = workload.expert_gemms
-    if gemms.keys().isdisjoint(nodes):  # most kernels: one C-level test
-        return None
-    for n in nodes:  # a loop, not a generator: every kernel of every step asks
-        found = gemms.get(n)
-        if found is not None:
-            return found
-    return None
 
 
 def check_expert_parallel(
@@ -109,18 +100,33 @@ def whole_experts(workload: Workload, tp: int, ep: int) -> frozenset[str]:
     return frozenset(routers | set(gemms)) if experts_over_tp(tp, ep) else frozenset(routers)
 
 
+def expert_nodes(workload: Workload, kernels: Kernels) -> tuple[tuple[int, str], ...]:
+    """(position, its first expert GEMM node) of each kernel holding one, in position order (asked of every
+    position once a fusion plan, through the model's cache, not once a binding)."""
+    gemms = workload.expert_gemms
+
+    def find() -> tuple[tuple[int, str], ...]:
+        return tuple(
+            (j, next(n for n in nodes if n in gemms))
+            for j, nodes in enumerate(kernels.nodes)
+            if not gemms.keys().isdisjoint(nodes)
+        )
+
+    return workload.caches.expert_positions(tuple(kernels.nodes), frozenset(gemms), find)
+
+
 def resident_kernels(workload: Workload, kernels: Sequence[Kernel], ep: int) -> Sequence[Kernel]:
     """The kernels as memory sees them: every expert's weights resident (not the share a step reads),
     E/ep experts a device."""
     if not workload.expert_gemms:  # a dense model: memory sees the kernels as they are
         return kernels
     columns = Kernels.of(kernels)
-    changes = []
-    for j, (k, nodes) in enumerate(zip(columns.sources, columns.nodes, strict=True)):
-        g = expert_of(workload, nodes)
-        if g is not None:
-            changes.append((j, (id(k), g.weight_share), _resident, (k, g.weight_share, ep)))
-    return columns.changed(changes)
+    gemms, shares = workload.expert_gemms, dict[float, int]()
+    codes = np.full(len(columns.sources), -1, dtype=np.int64)
+    for j, node in expert_nodes(workload, columns):
+        codes[j] = shares.setdefault(gemms[node].weight_share, len(shares))
+    by_code = list(shares)
+    return columns.remade(codes, lambda k, code: _resident(k, by_code[code], ep))
 
 
 def _resident(k: Kernel, weight_share: float, ep: int) -> Kernel:
@@ -208,19 +214,19 @@ def _grouped_all_reduces(workload: Workload, kernels: Sequence[Kernel], act_byte
     layer's T x hidden instead of the [E, T, hidden] stack the graph holds (Mixtral's per-expert GEMMs and every
     other kernel as they are)."""
     columns = Kernels.of(kernels)
-    sources, names, nodes = columns.sources, columns.names, columns.nodes
+    sources, names, gemms = columns.sources, columns.names, workload.expert_gemms
     changes: list[tuple[int, Hashable, Callable[..., Kernel], tuple]] = []
-    for i in range(1, len(sources)):
-        k, name = sources[i], names[i]
-        if k.collective != Collective.ALL_REDUCE or name != f"{names[i - 1]}:all-reduce" or not k.devices:
+    for j, node in expert_nodes(workload, columns):  # the all-reduce right after a grouped expert GEMM
+        i, g = j + 1, gemms[node]
+        if not g.grouped or i >= len(sources):
             continue
-        g = expert_of(workload, nodes[i - 1])
-        if g is None or not g.grouped:
+        k, name = sources[i], names[i]
+        if k.collective != Collective.ALL_REDUCE or name != f"{names[j]}:all-reduce" or not k.devices:
             continue
         message = g.tokens * g.hidden * act_bytes
         spare = (k.dram_bytes - message) * (1 - 1 / k.devices)  # the stack's partial sums the GEMM was given
-        before = sources[i - 1]
-        changes.append((i - 1, (id(before), spare), _trimmed, (before, spare)))
+        before = sources[j]
+        changes.append((j, (id(before), spare), _trimmed, (before, spare)))
         reduce = (name, Collective.ALL_REDUCE, message, k.devices)
         changes.append((i, (Collective.ALL_REDUCE, message, k.devices), collective_kernel, reduce))
     return columns.changed(changes)
@@ -245,30 +251,35 @@ def plan_experts(
     combine (MOE_COLLECTIVES). An expert source is changed once per routing figures."""
     if not workload.expert_gemms:
         return kernels
-    kernels = _grouped_all_reduces(workload, kernels, act_bytes)
+    columns = _grouped_all_reduces(workload, kernels, act_bytes)
     if ep <= 1 and imbalance <= 1:
-        return kernels
-    gemms = [expert_of(workload, nodes) for nodes in kernels.nodes]
-    layer_of = [g.layer if g is not None else None for g in gemms]
-    last = {layer: i for i, layer in enumerate(layer_of) if layer is not None}
-    first = {layer: i for i, layer in reversed(list(enumerate(layer_of))) if layer is not None}
-    out = KernelColumns()
-    for i, ((k, name, nodes), g) in enumerate(zip(columns_of(kernels), gemms, strict=True)):
-        if g is None:
-            out.keep(k, name, nodes)
-            continue
-        if ep > 1 and first[g.layer] == i:
-            _add_collective(out, _moe_collective(name, g, "dispatch", ep, act_bytes, ranks, sliced))
-        out.derive((id(k), g.figures), name, nodes, _expert_share, k, g, ranks, imbalance, ep, sliced)
-        if ep > 1 and last[g.layer] == i:
-            _add_collective(out, _moe_collective(name, g, "combine", ep, act_bytes, ranks, sliced))
-    return out.kernels()
-
-
-def _add_collective(out: KernelColumns, kernel: Kernel | None) -> None:
-    """A layer's dispatch or combine (None: the layout has none), inserted once per its kind and bytes."""
-    if kernel is not None:
-        out.derive((kernel.collective, kernel.name, kernel.dram_bytes), kernel.name, (), _same_kernel, kernel)
+        return columns
+    found = [(j, workload.expert_gemms[node]) for j, node in expert_nodes(workload, columns)]
+    figures: dict[tuple, int] = {}
+    routings: list[ExpertGemm] = []
+    codes = np.full(len(columns.sources), -1, dtype=np.int64)
+    for j, g in found:
+        code = figures.setdefault(g.figures, len(figures))
+        if code == len(routings):
+            routings.append(g)
+        codes[j] = code
+    shares = columns.remade(codes, lambda k, code: _expert_share(k, routings[code], ranks, imbalance, ep, sliced))
+    if ep <= 1:
+        return shares
+    first: dict[int, tuple[int, ExpertGemm]] = {}
+    last: dict[int, tuple[int, ExpertGemm]] = {}
+    for j, g in found:
+        first.setdefault(g.layer, (j, g))
+        last[g.layer] = (j, g)
+    steps = [(j, 1, g, "dispatch") for j, g in first.values()] + [(j + 1, 0, g, "combine") for j, g in last.values()]
+    inserts = []
+    for at, _, g, step in sorted(steps, key=lambda s: (s[0], s[1])):  # a layer's combine before the next's dispatch
+        name = shares.names[at if step == "dispatch" else at - 1]
+        kernel = _moe_collective(name, g, step, ep, act_bytes, ranks, sliced)
+        if kernel is not None:
+            key = (kernel.collective, kernel.name, kernel.dram_bytes)
+            inserts.append((at, key, kernel.name, partial(_same_kernel, kernel)))
+    return shares.inserted(inserts)
 
 
 def _same_kernel(k: Kernel) -> Kernel:

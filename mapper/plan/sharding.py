@@ -21,9 +21,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from mapper.core.graph import Graph, LayerType, OpClass
 from mapper.core.result import Kernel, MatrixShape, replace_matrix
-from mapper.core.timeline import KernelColumns, Kernels, columns_of
+from mapper.core.timeline import Kernels
 from mapper.core.vocab import Collective, Engine, KernelRule, Shard
 from mapper.plan.precision import Sizer
 from mapper.plan.runtime import find_kv_appends
@@ -146,30 +148,61 @@ def assign_roles(
 
 def role_key(kernels: Sequence[Kernel]) -> tuple:
     """What `assign_roles` reads of each kernel (its nodes, rule, layer type and whether it is a weight GEMM's):
-    kernels equal in these get equal roles, whatever their sizes. Read off each distinct source once."""
-    facts: dict[int, tuple] = {}
-    out = []
-    for k, _, nodes in columns_of(kernels):
-        fact = facts.get(id(k))
-        if fact is None:
-            fact = facts[id(k)] = (
-                k.rule,
-                k.layer_type,
-                k.matrix is not None and not k.matrix.depthwise,
-                k.weight_bytes > 0,
-            )
-        out.append((nodes, *fact))
-    return tuple(out)
+    kernels equal in these get equal roles, whatever their sizes. The facts are read off each distinct source once
+    (`Kernels.shared` says which positions hold one; the nodes are one C-level tuple), not once a position."""
+    columns = Kernels.of(kernels)
+    sources, shared = columns.sources, columns.shared
+    if shared is None:
+        return tuple(columns.nodes), None, tuple(_role_facts(k) for k in sources)
+    firsts = sorted(set(shared))
+    return tuple(columns.nodes), tuple(shared), tuple(_role_facts(sources[f]) for f in firsts)
+
+
+def _role_facts(k: Kernel) -> tuple:
+    return k.rule, k.layer_type, k.matrix is not None and not k.matrix.depthwise, k.weight_bytes > 0
 
 
 @dataclass(frozen=True, slots=True)
 class SplitPlan:
-    """What the tensor-parallel split reads besides the kernels' roles, found with them: the tensors each kernel
-    writes for outside (`assign_roles`), and the row-parallel kernels whose partial sums flow into a later one's
-    and are summed once after it (`_summed_on`)."""
+    """What the tensor-parallel split reads besides the kernels' roles, found with them once a fusion plan (the same
+    at every binding and degree): the positions each rank runs a share of (`split`), those whose output size the
+    split reads with the tensors they write for outside (`sized`: a row-parallel kernel's partial sums, a
+    column-parallel graph output's gather), those reading a KV cache every rank holds whole with its tensors
+    (`kept`), and the collective after a position (`collectives`: the partial sums all-reduced, except those flowing
+    into a later row-parallel kernel's sum and summed once after it, `_summed_on`; column-parallel logits gathered)."""
 
-    written: tuple[tuple[str, ...], ...]
-    summed_on: frozenset[int]
+    split: np.ndarray  # bool per position: not replicated
+    sized: tuple[tuple[int, tuple[str, ...]], ...]
+    kept: tuple[tuple[int, tuple[str, ...]], ...]
+    collectives: tuple[tuple[int, Collective], ...]
+
+
+def split_plan(graph: Graph, full: Sequence[Kernel], written: Sequence[Sequence[str]]) -> SplitPlan:
+    """`SplitPlan` of kernels carrying their roles (`assign_roles`)."""
+    shards = [Shard(k.shard) for k in full]
+    outs = [tuple(w) for w in written]
+    summed_on = _summed_on(graph, shards, [k.nodes for k in full], outs)
+    whole = _whole_caches(graph, full)
+    index_of = {n.name: k for k, n in enumerate(graph.nodes)} if whole else {}
+    sized, kept, collectives = [], [], []
+    for i, (k, shard, out) in enumerate(zip(full, shards, outs, strict=True)):
+        if shard == Shard.REPLICATED:
+            continue
+        row = shard == Shard.ROW
+        gathered = shard == Shard.COLUMN and any(t in graph.output_set for t in out)
+        if row or gathered:
+            sized.append((i, out))
+        if whole:  # a replicated cache (MLA's latent) is read whole by every rank's heads
+            read = sorted(whole.intersection(_boundary(graph, k.nodes, index_of)[0]))
+            if read:
+                kept.append((i, tuple(read)))
+        if row and i not in summed_on:
+            collectives.append((i, Collective.ALL_REDUCE))
+        elif gathered:
+            collectives.append((i, Collective.ALL_GATHER))
+    split = np.array([s != Shard.REPLICATED for s in shards], dtype=bool)
+    split.flags.writeable = False  # kept in the model's cache
+    return SplitPlan(split, tuple(sized), tuple(kept), tuple(collectives))
 
 
 def assigned_roles(
@@ -178,34 +211,32 @@ def assigned_roles(
     """`assign_roles` through the model's cache (`ModelCaches.tensor_roles`): the roles of equal kernels at another
     binding or TP degree are the ones assigned before, applied to these kernels (a source and role once)."""
 
-    def assigned() -> tuple[tuple[Shard, ...], SplitPlan]:
+    def assigned() -> tuple[np.ndarray, SplitPlan]:
         full, written = assign_roles(graph, kernels, whole, experts)
-        shards = tuple(Shard(k.shard) for k in full)
-        outs = tuple(tuple(w) for w in written)
-        return shards, SplitPlan(outs, _summed_on(graph, shards, [k.nodes for k in full], outs))
+        codes = np.array([SHARDS.index(Shard(k.shard)) for k in full], dtype=np.int64)
+        codes.flags.writeable = False  # kept in the model's cache: read by every binding after
+        return codes, split_plan(graph, full, written)
 
     key = (role_key(kernels), experts)
     roles, split = caches.tensor_roles(graph.structure, key, whole, assigned)
-    columns = Kernels.of(kernels)
-    changes = [
-        (j, (id(k), role), _with_role, (k, role))
-        for j, (k, role) in enumerate(zip(columns.sources, roles, strict=True))
-        if k.shard != role
-    ]
-    return columns.changed(changes), split
+    return Kernels.of(kernels).remade(roles, _with_role), split
 
 
-def _with_role(k: Kernel, role: Shard) -> Kernel:
-    return k.replaced(shard=role)
+SHARDS = tuple(Shard)  # a role's code in the roles `assigned_roles` keeps
 
 
-def _whole_caches(graph: Graph, kernels: Kernels) -> frozenset[str]:
+def _with_role(k: Kernel, code: int) -> Kernel:
+    role = SHARDS[code]
+    return k if k.shard == role else k.replaced(shard=role)
+
+
+def _whole_caches(graph: Graph, kernels: Sequence[Kernel]) -> frozenset[str]:
     """The KV caches every rank holds whole: past and present of each cache update left replicated (MLA's latent,
     one key head all query heads share; a GQA/MHA cache is split with its heads)."""
     appends = find_kv_appends(graph)
     if not appends:
         return frozenset()
-    replicated = {n for k, nodes in zip(kernels.sources, kernels.nodes) if k.shard == Shard.REPLICATED for n in nodes}
+    replicated = {n for k in kernels if k.shard == Shard.REPLICATED for n in k.nodes}
     return frozenset(t for a in appends if a.node in replicated for t in (a.past, a.present))
 
 
@@ -243,36 +274,35 @@ def collective_kernel(name: str, kind: Collective, message_bytes: float, devices
     )
 
 
-def shard_kernels(graph: Graph, kernels: Sequence[Kernel], split: SplitPlan, tp: int, sizer: Sizer) -> Sequence[Kernel]:
+def shard_kernels(kernels: Sequence[Kernel], split: SplitPlan, tp: int, sizer: Sizer) -> Sequence[Kernel]:
     """Per-device kernels at tensor-parallel degree `tp`, with the collectives each split implies.
-    `kernels` carry their roles and `split` what each writes for outside (`assigned_roles`). A source split under
-    one output size (and cache kept whole) is split once; the collectives of one message size are one source."""
+    `kernels` carry their roles and `split` where each is split and what it writes (`assigned_roles`). A source
+    split under one output size (and cache kept whole) is split once, and the collectives of one message size are
+    one source: the binding's sizes are read only at the positions the plan names."""
     if tp <= 1:
         return kernels
     columns = Kernels.of(kernels)
-    whole = _whole_caches(graph, columns)
-    index_of = {n.name: k for k, n in enumerate(graph.nodes)} if whole else {}
-    written, summed_on = split.written, split.summed_on
-    size, outputs = sizer.bytes_of, graph.output_set
-    out = KernelColumns()
-    for i, ((k, name, nodes), outs) in enumerate(zip(columns_of(columns), written, strict=True)):
-        if k.shard == Shard.REPLICATED:
-            out.keep(k, name, nodes)
-            continue
-        row = k.shard == Shard.ROW
-        gathered = k.shard == Shard.COLUMN and any(t in outputs for t in outs)
-        # the output's size: a row-parallel kernel's partial sums, and the message of a collective after it
-        full_out = sum(size(t) for t in outs) if row or gathered else 0.0
-        # a replicated cache (MLA's latent) is read whole by every rank's heads
-        kept = sum(size(t) for t in whole.intersection(_boundary(graph, nodes, index_of)[0])) if whole else 0.0
-        out.derive((id(k), full_out, kept), name, nodes, _split_kernel, k, full_out, kept, tp)
-        # partial sums of every rank are summed; column-parallel logits are gathered (sharded outputs such as the
-        # KV cache stay on their ranks)
-        kind = Collective.ALL_REDUCE if row and i not in summed_on else Collective.ALL_GATHER if gathered else None
-        if kind is not None:
-            collective = f"{name}:{kind}"
-            out.derive((kind, full_out), collective, (), collective_kernel, collective, kind, full_out, tp)
-    return out.kernels()
+    size = sizer.bytes_of
+    # the output's size: a row-parallel kernel's partial sums, and the message of a collective after it
+    full_out = {i: sum(size(t) for t in outs) for i, outs in split.sized}
+    kept = {i: sum(size(t) for t in read) for i, read in split.kept}
+    figures: dict[tuple[float, float], int] = {(0.0, 0.0): 0}
+    codes = np.where(split.split, 0, -1)
+    for i in full_out.keys() | kept.keys():
+        codes[i] = figures.setdefault((full_out.get(i, 0.0), kept.get(i, 0.0)), len(figures))
+    by_code = list(figures)
+    shares = columns.remade(codes, lambda k, code: _split_kernel(k, *by_code[code], tp))
+    # partial sums of every rank are summed; column-parallel logits are gathered (sharded outputs such as the KV
+    # cache stay on their ranks)
+    return shares.inserted(
+        [_collective_after(i, kind, full_out[i], shares.names[i], tp) for i, kind in split.collectives]
+    )
+
+
+def _collective_after(i: int, kind: Collective, message: float, name: str, tp: int) -> tuple:
+    """`Kernels.inserted`'s entry for a collective after position i: one source a kind and message size."""
+    collective = f"{name}:{kind}"
+    return i + 1, (kind, message), collective, lambda: collective_kernel(collective, kind, message, tp)
 
 
 def _split_kernel(k: Kernel, full_out: float, kept: float, tp: int) -> Kernel:
