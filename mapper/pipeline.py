@@ -156,7 +156,7 @@ def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOpt
     sizer = Sizer(graph, dtype, options.weight_dtype, caches, options.kv_dtype, kv_tensors)
     run = choose_runtime(graph, hardware, options)
     kernels, layout = plan_kernels(workload, hardware, replace(options, attention_fusion=run.attention_fusion), sizer)
-    kernels = apply_kv_cache(graph, kernels, run.kv_cache, sizer)
+    kernels = apply_kv_cache(graph, kernels, run.kv_cache, sizer, caches)
     kernels, memory = plan_devices(workload, kernels, sizer, hardware, options)
     kernels = last_token_logits(graph, kernels) if run.last_token_logits else kernels
     kernels = causal_prompt_attention(kernels) if run.causal_attention else kernels

@@ -197,11 +197,11 @@ class ModelCaches:
         degree of one fusion plan: a sweep over batch, length and plan assigns them once."""
         return self._get("tensor_roles", (structure, kernels, whole), make)
 
-    def expert_positions(self, nodes: tuple, experts: frozenset[str], make):
-        """The kernel positions holding an expert GEMM node, each with its first such node (`experts.expert_nodes`):
-        every position's nodes and the model's expert GEMM nodes (the routing's figures are the binding's, read
-        after). The same at every binding of one fusion plan."""
-        return self._get("expert_positions", (nodes, experts), make)
+    def node_positions(self, nodes: tuple, wanted: frozenset[str], make):
+        """The kernel positions holding some of `wanted` nodes, with those nodes (`timeline.positions_holding`: the
+        experts' GEMMs, the KV-cache updates): every position's nodes and the nodes asked for. The same at every
+        binding of one fusion plan (a stage reads the binding's figures of those nodes after)."""
+        return self._get("node_positions", (nodes, wanted), make)
 
     def weight_tally(self, structure: tuple[str, frozenset[str]], make):
         """The tally of the weights whose specs are the model's (`precision.weight_tally`: all but those a folded

@@ -9,12 +9,16 @@ none of it for a sweep's row.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from mapper.core.records import WrittenWhenRead
 from mapper.core.result import Kernel, KernelAssessment, KernelEstimate
+
+if TYPE_CHECKING:
+    from mapper.core.caches import ModelCaches
 
 
 class Kernels(WrittenWhenRead):
@@ -205,3 +209,23 @@ class KernelEstimates(WrittenWhenRead):
 
     def _write(self, k: int) -> KernelEstimate:
         return KernelEstimate(self.kernels.read_once(k), self.assessments[k], self.starts[k])
+
+
+def positions_holding(
+    kernels: Kernels, wanted: Collection[str], caches: ModelCaches | None
+) -> tuple[tuple[int, tuple[str, ...]], ...]:
+    """(position, its nodes among `wanted`, in order) of each position holding some: a stage that changes only the
+    kernels of some nodes (the experts' GEMMs, the KV-cache updates) finds them once a fusion plan, through the
+    model's cache (`ModelCaches.node_positions`), not by testing every position of every binding."""
+
+    def find() -> tuple[tuple[int, tuple[str, ...]], ...]:
+        return tuple(
+            (j, tuple(n for n in nodes if n in wanted))
+            for j, nodes in enumerate(kernels.nodes)
+            if not wanted_set.isdisjoint(nodes)
+        )
+
+    wanted_set = frozenset(wanted)
+    if caches is None:
+        return find()
+    return caches.node_positions(tuple(kernels.nodes), wanted_set, find)

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+import numpy as np
+
 from mapper.core.caches import ModelCaches
 from mapper.core.result import Kernel, KernelAssessment
 from mapper.core.timeline import KernelEstimates, Kernels
@@ -33,24 +35,24 @@ def estimate_kernels(built: Sequence[Kernel], target: Target, caches: ModelCache
     `caches`, an assessment is kept across slices: a sweep's shapes of equal extents (batch 2 x seq 256
     and batch 4 x seq 128 give the same projections) search each tiling once, and the new ones of a slice
     are assessed together (`assess_kernels`: one numpy evaluation of their tile searches)."""
-    # repeated layers (80 decoder blocks) are assessed once, as the first of their key: each kernel's key is
-    # hashed once, into the position of its distinct kernel; a position the builder says repeats an earlier one's
-    # kernel (`Kernels.shared`) takes that one's without a key
+    # repeated layers (80 decoder blocks) are assessed once, as the first of their key: each distinct kernel's key
+    # is hashed once; a position the builder says repeats an earlier one's kernel (`Kernels.shared`) takes that
+    # one's answer in numpy, without a key or a Python call
     kernels = Kernels.of(built)
-    sources, shared = kernels.sources, kernels.shared
+    sources, n = kernels.sources, len(kernels.sources)
+    shared = np.arange(n) if kernels.shared is None else np.asarray(kernels.shared, dtype=np.int64)
+    own = np.flatnonzero(shared == np.arange(n)).tolist()
     distinct: dict[tuple, int] = {}
     firsts: list[Kernel] = []
-    at: list[int] = []
-    for j, k in enumerate(sources):  # figures only: a repeated layer's kernel is not written
-        if shared is not None and shared[j] != j:
-            at.append(at[shared[j]])
-            continue
+    own_at: list[int] = []
+    for j in own:  # figures only: a repeated layer's kernel is not written
+        k = sources[j]
         key = assessment_key(k)
         i = distinct.get(key)
         if i is None:
             i = distinct[key] = len(firsts)
             firsts.append(k)
-        at.append(i)
+        own_at.append(i)
 
     def assess(positions: list[int]) -> list[tuple[str, KernelAssessment]]:
         return assess_kernels([firsts[i] for i in positions], target)
@@ -59,18 +61,19 @@ def estimate_kernels(built: Sequence[Kernel], target: Target, caches: ModelCache
         assessed = assess(list(range(len(firsts))))
     else:
         assessed = caches.assessments(target.key, list(distinct), assess)
-    placed: list[Kernel] = []  # each source as the search chose its engine (a repeat: its first's record)
-    assessments, starts, start = [], [], 0.0
-    for j, (k, i) in enumerate(zip(sources, at)):
-        engine, assessment = assessed[i]
-        if shared is not None and shared[j] != j:
-            placed.append(placed[shared[j]])
-        else:
-            placed.append(k if k.engine == engine else k.replaced(engine=engine))
-        assessments.append(assessment)
-        starts.append(start)
-        start += assessment.time_s
-    return KernelEstimates(Kernels(placed, kernels.names, kernels.nodes, shared), assessments, starts)
+    at_of = np.zeros(n, dtype=np.int64)
+    at_of[own] = own_at
+    at = at_of[shared].tolist()
+    # each source as the search chose its engine (a repeat: its first's record)
+    chosen: dict[int, Kernel] = {}
+    for j, i in zip(own, own_at, strict=True):
+        k, engine = sources[j], assessed[i][0]
+        chosen[j] = k if k.engine == engine else k.replaced(engine=engine)
+    placed = [chosen[f] for f in shared.tolist()]
+    assessments = [assessed[i][1] for i in at]
+    times = np.array([a.time_s for a in assessments], dtype=np.float64)
+    starts = np.concatenate(([0.0], np.cumsum(times)[:-1])).tolist() if n else []  # the sums in timeline order
+    return KernelEstimates(Kernels(placed, kernels.names, kernels.nodes, kernels.shared), assessments, starts)
 
 
 def assessment_key(k: Kernel) -> tuple:

@@ -43,7 +43,7 @@ import numpy as np
 
 from mapper.core.errors import MapperError
 from mapper.core.result import Kernel, replace_matrix
-from mapper.core.timeline import Kernels
+from mapper.core.timeline import Kernels, positions_holding
 from mapper.core.vocab import Collective
 from mapper.plan.kernel_names import SEPARATOR, kernel_module
 from mapper.plan.sharding import collective_kernel
@@ -100,19 +100,10 @@ def whole_experts(workload: Workload, tp: int, ep: int) -> frozenset[str]:
     return frozenset(routers | set(gemms)) if experts_over_tp(tp, ep) else frozenset(routers)
 
 
-def expert_nodes(workload: Workload, kernels: Kernels) -> tuple[tuple[int, str], ...]:
-    """(position, its first expert GEMM node) of each kernel holding one, in position order (asked of every
-    position once a fusion plan, through the model's cache, not once a binding)."""
-    gemms = workload.expert_gemms
-
-    def find() -> tuple[tuple[int, str], ...]:
-        return tuple(
-            (j, next(n for n in nodes if n in gemms))
-            for j, nodes in enumerate(kernels.nodes)
-            if not gemms.keys().isdisjoint(nodes)
-        )
-
-    return workload.caches.expert_positions(tuple(kernels.nodes), frozenset(gemms), find)
+def expert_nodes(workload: Workload, kernels: Kernels) -> list[tuple[int, str]]:
+    """(position, its first expert GEMM node) of each kernel holding one, in position order (found once a fusion
+    plan: `timeline.positions_holding`)."""
+    return [(j, held[0]) for j, held in positions_holding(kernels, workload.expert_gemms.keys(), workload.caches)]
 
 
 def resident_kernels(workload: Workload, kernels: Sequence[Kernel], ep: int) -> Sequence[Kernel]:

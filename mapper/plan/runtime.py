@@ -11,17 +11,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from mapper.core.errors import MapperError
 from mapper.core.graph import Graph
 from mapper.core.options import PlanOptions
 from mapper.core.records import record
 from mapper.core.result import Kernel
-from mapper.core.timeline import Kernels
+from mapper.core.timeline import Kernels, positions_holding
 from mapper.core.vocab import GqaDecode, KvCache, Launch, Runtime
 from mapper.hardware.profile import HardwareProfile
 from mapper.hardware.target import UNPACKED_DECODE, DecodeAttention
 from mapper.plan.precision import Sizer
+
+if TYPE_CHECKING:
+    from mapper.core.caches import ModelCaches
 
 # Ops an export builds `present` with: Concat(past, new) (HF/Optimum dynamic cache) or ScatterND(past, idx, new)
 # (static-cache exports). Under ONNX semantics either writes a whole new tensor; a serving engine appends.
@@ -241,7 +247,9 @@ def _decode_attention(preset: RuntimePreset, options: PlanOptions) -> DecodeAtte
     return replace(decode, packs_query_group=packed, kernel=f"plan option --gqa-decode {options.gqa_decode}: {how}")
 
 
-def apply_kv_cache(graph: Graph, kernels: Sequence[Kernel], kv_cache: str, sizer: Sizer) -> Sequence[Kernel]:
+def apply_kv_cache(
+    graph: Graph, kernels: Sequence[Kernel], kv_cache: str, sizer: Sizer, caches: ModelCaches | None = None
+) -> Sequence[Kernel]:
     """In place, a cache update kernel reads the new tokens' K (or V) and writes them into the cache: twice
     their bytes, not the whole cache copied. `copy` keeps the exported graph's traffic."""
     in_place = kv_cache in (KvCache.IN_PLACE, KvCache.STATIC)
@@ -249,15 +257,14 @@ def apply_kv_cache(graph: Graph, kernels: Sequence[Kernel], kv_cache: str, sizer
     if not appends:
         return kernels
     columns = Kernels.of(kernels)
-    changes = []
-    updates = appends.keys()
-    for j, (k, nodes) in enumerate(zip(columns.sources, columns.nodes, strict=True)):
-        if updates.isdisjoint(nodes):  # most kernels: one C-level test
-            continue
+    copies: dict[float, int] = {}
+    codes = np.full(len(columns.sources), -1, dtype=np.int64)
+    for j, updates in positions_holding(columns, appends.keys(), caches):
         # copy: past read + present (past and new) written; in place the past is neither read nor rewritten
-        copied = sum(sizer.bytes_of(appends[n].past) for n in nodes if n in appends)
-        changes.append((j, (id(k), copied), _in_place, (k, copied)))
-    return columns.changed(changes)
+        copied = sum(sizer.bytes_of(appends[n].past) for n in updates)
+        codes[j] = copies.setdefault(copied, len(copies))
+    by_code = list(copies)
+    return columns.remade(codes, lambda k, code: _in_place(k, by_code[code]))
 
 
 def _in_place(k: Kernel, copied: float) -> Kernel:

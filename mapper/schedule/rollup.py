@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
+
+import numpy as np
 
 from mapper.core.graph import Graph
-from mapper.core.result import Kernel, KernelAssessment, KernelEstimate, LayerRollup, Totals
+from mapper.core.result import KernelEstimate, LayerRollup, Totals
 from mapper.core.timeline import KernelEstimates
 from mapper.cost.roofline import MEMORY_STALL_DEFINITION
 from mapper.work.workload import Workload
@@ -56,11 +59,13 @@ def roll_up(
     idle; power and perf-per-watt are over every device of every replica."""
     timeline: KernelEstimates = KernelEstimates.of(estimates)
     assessed = timeline.assessments  # the columns: an estimate's figures are properties of it, none is written
-    latency = sum(a.time_s for a in assessed)
-    stall_time = sum(a.stall_fraction * a.time_s for a in assessed)
-    energy = spread.ranks * sum(a.energy_j for a in assessed) + spread.idle_others_w * latency
+    times = column(assessed, "time_s")
+    stalled = column(assessed, "stall_fraction") * times
+    latency = in_order_sum(times)
+    stall_time = in_order_sum(stalled)
+    energy = spread.ranks * in_order_sum(column(assessed, "energy_j")) + spread.idle_others_w * latency
     batch = batch_size(workload.graph)
-    layers = _layers(timeline, latency, peak)
+    layers = _layers(timeline, times, stalled, latency, peak)
     power = spread.replicas * energy / latency if latency else 0.0
     period = spread.steady_state_s if spread.steady_state_s else latency
     throughput = spread.replicas * batch / period if period else 0.0
@@ -71,7 +76,7 @@ def roll_up(
         throughput_per_s=throughput,
         flops=model_flops,
         matrix_flops=workload.matrix_flops,
-        dram_bytes=sum(a.dram_bytes for a in assessed),
+        dram_bytes=in_order_sum(column(assessed, "dram_bytes")),
         weight_bytes=weight_bytes,
         mfu=model_flops / (latency * peak * spread.devices) if latency else 0.0,
         memory_stall_fraction=stall_time / latency if latency else 0.0,
@@ -85,25 +90,42 @@ def roll_up(
     return layers, totals
 
 
-def _layers(estimates: KernelEstimates, latency: float, peak: float) -> tuple[LayerRollup, ...]:
-    """One row per layer type, the most time first."""
-    by_layer: dict[str, list[tuple[Kernel, KernelAssessment]]] = {}  # keyed by the enum: equal to its text
-    for k, a in zip(estimates.kernels.sources, estimates.assessments):
-        by_layer.setdefault(k.layer_type, []).append((k, a))
-    times = {layer: sum(a.time_s for _, a in group) for layer, group in by_layer.items()}
+def column(records: Sequence, field: str) -> np.ndarray:
+    """One float field of every record, in order."""
+    return np.fromiter(map(attrgetter(field), records), dtype=np.float64, count=len(records))
+
+
+def in_order_sum(values: np.ndarray) -> float:
+    """`sum(values)` as Python adds them, one after another in timeline order (numpy's sum adds pairwise, which
+    rounds otherwise): the same totals as a loop over the kernels, at numpy's speed."""
+    return float(np.cumsum(values)[-1]) if len(values) else 0.0
+
+
+def _layers(
+    estimates: KernelEstimates, times: np.ndarray, stalled: np.ndarray, latency: float, peak: float
+) -> tuple[LayerRollup, ...]:
+    """One row per layer type, the most time first (`times` and `stalled`: each position's time and stalled time)."""
+    sources = estimates.kernels.sources
+    layer_of = [k.layer_type for k in sources]
+    kinds = list(dict.fromkeys(layer_of))  # in order of first appearance, as the rows were grouped
+    code = {layer: i for i, layer in enumerate(kinds)}
+    codes = np.fromiter(map(code.__getitem__, layer_of), dtype=np.int64, count=len(layer_of))
+    flops = column(sources, "flops")
+    rows = []
+    for i, layer in enumerate(kinds):
+        mine = codes == i
+        rows.append((layer, int(mine.sum()), in_order_sum(times[mine]), in_order_sum(flops[mine]), stalled[mine]))
     layers = []
-    for layer, group in sorted(by_layer.items(), key=lambda kv: -times[kv[0]]):
-        t = times[layer]
-        flops = sum(k.flops for k, _ in group)
+    for layer, count, t, f, stall in sorted(rows, key=lambda row: -row[2]):
         layers.append(
             LayerRollup(
                 str(layer),
-                len(group),
+                count,
                 t,
                 t / latency if latency else 0.0,
-                flops,
-                flops / (t * peak) if t else 0.0,  # per-device kernels on one device's peak
-                sum(a.stall_fraction * a.time_s for _, a in group) / t if t else 0.0,
+                f,
+                f / (t * peak) if t else 0.0,  # per-device kernels on one device's peak
+                in_order_sum(stall) / t if t else 0.0,
             )
         )
     return tuple(layers)
