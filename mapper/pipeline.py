@@ -165,7 +165,7 @@ def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOpt
         hardware, dtype, sizer.key, options.power_cap_w, sparse, launch_s, run.decode_attention, run.causal_attention
     )
     estimates = estimate_kernels(kernels, target, caches)
-    estimates, parallel = place_on_devices(graph, estimates, options, target, sizer)
+    estimates, parallel = place_on_devices(graph, estimates, options, target, sizer, caches)
     layers, totals = roll_up_slice(workload, estimates, sizer, hardware, dtype, options, parallel.slowest_stage_s)
     return MappingResult(
         model_name=graph.name,

@@ -203,6 +203,11 @@ class ModelCaches:
         binding of one fusion plan (a stage reads the binding's figures of those nodes after)."""
         return self._get("node_positions", (nodes, wanted), make)
 
+    def tensor_edges(self, structure: tuple[str, frozenset[str]], nodes: tuple, make):
+        """Each read of a tensor another kernel makes (`placement.TensorEdges`, what a pipeline's sends carry): the
+        live graph's structure and every kernel position's nodes. The same at every binding of one fusion plan."""
+        return self._get("tensor_edges", (structure, nodes), make)
+
     def weight_tally(self, structure: tuple[str, frozenset[str]], make):
         """The tally of the weights whose specs are the model's (`precision.weight_tally`: all but those a folded
         node derives): the graph's structure (its weights, their storage types and consumers)."""

@@ -43,32 +43,29 @@ class Kernels(WrittenWhenRead):
 
     def changed(self, changes: Iterable[tuple[int, Hashable, Callable[..., Kernel], tuple]]) -> Kernels:
         """These kernels with some positions' sources changed and none inserted: each change `(position, key, change,
-        args)`, in position order, gives `change(*args)` at the first position of its key and that source again at
-        the later ones (`KernelColumns.derive`); every other position keeps its source, name and nodes. A kept
-        position that shared a changed one's source shares the first kept position's instead."""
-        changes = list(changes)
-        if not changes:  # nothing changed: these kernels as they are
-            return self
-        sources = list(self.sources)
-        shared = list(self.shared) if self.shared is not None else list(range(len(sources)))
-        first: dict[Hashable, int] = {}
-        touched: list[int] = []
+        args)` gives `change(*args)` once per key and source (`remade`: a key that names no source, a collective's
+        kind and bytes, is one call for each source it replaces); every other position keeps its source, name and
+        nodes. For a stage changing a few positions it finds one by one (the logits, a grouped expert's reduce)."""
+        codes = np.full(len(self.sources), -1, dtype=np.int64)
+        index: dict[Hashable, int] = {}
+        calls: list[tuple[Callable[..., Kernel], tuple]] = []
         for j, key, change, args in changes:
-            f = first.get(key)
-            if f is None:
-                f = first[key] = j
-                sources[j] = change(*args)
-            else:
-                sources[j] = sources[f]
-            shared[j] = f
-            touched.append(j)
-        if self.shared is not None:
-            was_changed = np.zeros(len(sources), dtype=bool)
-            was_changed[touched] = True
-            own: dict[int, int] = {}
-            for j in np.flatnonzero(~was_changed & was_changed[np.asarray(self.shared)]).tolist():
-                shared[j] = own.setdefault(id(sources[j]), j)
-        return Kernels(sources, self.names, self.nodes, shared)
+            code = index.get(key)
+            if code is None:
+                code = index[key] = len(calls)
+                calls.append((change, args))
+            codes[j] = code
+        return self.remade(codes, lambda _, code: calls[code][0](*calls[code][1]))
+
+    def source_codes(self, code_of: Callable[[Kernel], int]) -> np.ndarray:
+        """`code_of(source)` for each position (-1: kept), called once per position holding its own source and
+        spread to the positions sharing it: `remade`'s codes for a change that reads only the source."""
+        n = len(self.sources)
+        shared = np.arange(n) if self.shared is None else np.asarray(self.shared, dtype=np.int64)
+        own = np.flatnonzero(shared == np.arange(n))
+        codes = np.full(n, -1, dtype=np.int64)
+        codes[own] = [code_of(self.sources[j]) for j in own.tolist()]
+        return codes[shared]
 
     def remade(self, codes: np.ndarray, change: Callable[[Kernel, int], Kernel]) -> Kernels:
         """These kernels with each position's source `change(source, code)` for its `codes` entry (-1: kept), made
@@ -139,55 +136,6 @@ class Kernels(WrittenWhenRead):
         return source if source.name == name and source.nodes == nodes else source.replaced(name=name, nodes=nodes)
 
 
-class KernelColumns:
-    """The columns of a `Kernels` a plan stage writes position by position: each position's source under its own
-    name and nodes. A source a stage derives under one key (the source it starts from and every figure of the
-    position the change reads) is derived once, at its first position, and the positions after it share it
-    (`Kernels.shared`): a repeated layer's kernels are changed once, not once a layer, and none is written."""
-
-    __slots__ = ("_first", "names", "nodes", "shared", "sources")
-
-    def __init__(self) -> None:
-        self.sources: list[Kernel] = []
-        self.names: list[str] = []
-        self.nodes: list[tuple[str, ...]] = []
-        self.shared: list[int] = []
-        self._first: dict[Hashable, int] = {}
-
-    def keep(self, source: Kernel, name: str, nodes: tuple[str, ...]) -> None:
-        """The position's source unchanged (shared with the positions before that hold the same source): `derive`
-        of the source itself, without its call (most positions of most stages)."""
-        first = self._first.get(id(source))
-        if first is None:
-            first = self._first[id(source)] = len(self.sources)
-        self.sources.append(source)
-        self.shared.append(first)
-        self.names.append(name)
-        self.nodes.append(nodes)
-
-    def derive(self, key: Hashable, name: str, nodes: tuple[str, ...], change: Callable[..., Kernel], *args) -> None:
-        """`change(*args)` at the first position of `key`, its source again at every later one. A key holds the
-        `id` of a source only while the stage's input holds that source (a stage keys by its input's sources)."""
-        first = self._first.get(key)
-        if first is None:
-            first = self._first[key] = len(self.sources)
-            self.sources.append(change(*args))
-        else:
-            self.sources.append(self.sources[first])
-        self.shared.append(first)
-        self.names.append(name)
-        self.nodes.append(nodes)
-
-    def kernels(self) -> Kernels:
-        return Kernels(self.sources, self.names, self.nodes, self.shared)
-
-
-def columns_of(kernels: Sequence[Kernel]) -> zip:
-    """(source, name, nodes) of each position of `kernels` (a `Kernels`, or records each its own source)."""
-    columns = Kernels.of(kernels)
-    return zip(columns.sources, columns.names, columns.nodes, strict=True)
-
-
 class KernelEstimates(WrittenWhenRead):
     """The timeline of a mapping, as three columns: each kernel (as the cost stage chose its engine), its
     assessment (a repeated layer's kernels share one) and its start; the `KernelEstimate` of a position is
@@ -229,3 +177,13 @@ def positions_holding(
     if caches is None:
         return find()
     return caches.node_positions(tuple(kernels.nodes), wanted_set, find)
+
+
+def timeline_starts(times: Sequence[float]) -> tuple[list[float], float]:
+    """Each kernel's start on one stream and the stream's end: the running sum of `times` in timeline order (a
+    cumsum adds one after another, as a start kept kernel by kernel; an overflow is inf, as Python's sum gives it)."""
+    if not len(times):
+        return [], 0.0
+    with np.errstate(all="ignore"):
+        sums = np.cumsum(np.asarray(times, dtype=np.float64))
+    return [0.0, *sums[:-1].tolist()], float(sums[-1])

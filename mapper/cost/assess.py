@@ -13,7 +13,7 @@ import numpy as np
 
 from mapper.core.caches import ModelCaches
 from mapper.core.result import Kernel, KernelAssessment
-from mapper.core.timeline import KernelEstimates, Kernels
+from mapper.core.timeline import KernelEstimates, Kernels, timeline_starts
 from mapper.core.vocab import MatrixKind
 from mapper.cost.bottleneck import Facts, classify, speedup_if_removed
 from mapper.cost.estimate import Cost, estimate_searched, roofline_parts, search_matrices
@@ -71,8 +71,7 @@ def estimate_kernels(built: Sequence[Kernel], target: Target, caches: ModelCache
         chosen[j] = k if k.engine == engine else k.replaced(engine=engine)
     placed = [chosen[f] for f in shared.tolist()]
     assessments = [assessed[i][1] for i in at]
-    times = np.array([a.time_s for a in assessments], dtype=np.float64)
-    starts = np.concatenate(([0.0], np.cumsum(times)[:-1])).tolist() if n else []  # the sums in timeline order
+    starts = timeline_starts([a.time_s for a in assessments])[0]
     return KernelEstimates(Kernels(placed, kernels.names, kernels.nodes, kernels.shared), assessments, starts)
 
 

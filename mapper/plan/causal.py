@@ -30,14 +30,17 @@ def triangle_share(m: int, n: int) -> float:
 def causal_prompt_attention(kernels: Sequence[Kernel]) -> Sequence[Kernel]:
     """Each fused attention of many new tokens with its work scaled to the causal triangle."""
     columns = Kernels.of(kernels)
-    changes = []
-    for j, k in enumerate(columns.sources):
+    shares: dict[float, int] = {}
+
+    def code_of(k: Kernel) -> int:
         s = k.matrix
         attends = s is not None and s.kind in (MatrixKind.ATTENTION, MatrixKind.LATENT_ATTENTION)
-        share = triangle_share(s.m, s.n) if attends else 1.0
-        if share < 1.0:
-            changes.append((j, (id(k), share), _causal, (k, share)))
-    return columns.changed(changes)
+        share = triangle_share(s.m, s.n) if s is not None and attends else 1.0
+        return shares.setdefault(share, len(shares)) if share < 1.0 else -1
+
+    codes = columns.source_codes(code_of)
+    by_code = list(shares)
+    return columns.remade(codes, lambda k, code: _causal(k, by_code[code]))
 
 
 def _causal(k: Kernel, share: float) -> Kernel:

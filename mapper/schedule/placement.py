@@ -8,7 +8,11 @@ interconnect's share of the time and every collective.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from mapper.core.errors import MapperError
 from mapper.core.graph import Graph
@@ -20,7 +24,7 @@ from mapper.core.result import (
     KernelEstimate,
     ParallelPlan,
 )
-from mapper.core.timeline import KernelColumns, KernelEstimates, columns_of
+from mapper.core.timeline import KernelEstimates, timeline_starts
 from mapper.core.vocab import Collective, Engine
 from mapper.cost.bottleneck import Facts, classify, speedup_if_removed
 from mapper.cost.estimate import estimate_cost
@@ -29,6 +33,9 @@ from mapper.plan.experts import experts_over_tp, replica_devices
 from mapper.plan.precision import Sizer
 from mapper.plan.sharding import collective_kernel
 from mapper.schedule.stages import balance_stages, stage_times
+
+if TYPE_CHECKING:
+    from mapper.core.caches import ModelCaches
 
 
 def _estimate_collective(kernel, target: Target) -> KernelEstimate:
@@ -65,28 +72,63 @@ def _estimate_collective(kernel, target: Target) -> KernelEstimate:
     )
 
 
-def _stage_sends(graph: Graph, nodes: Sequence[tuple[str, ...]], stage_of: list[int], sizer: Sizer) -> dict[int, float]:
-    """Bytes each stage boundary carries: every tensor made before it and read after it (`nodes`: each kernel's)."""
+def _stage_sends(
+    graph: Graph, nodes: Sequence[tuple[str, ...]], stage_of: list[int], sizer: Sizer, caches: ModelCaches | None
+) -> dict[int, float]:
+    """Bytes each stage boundary carries: every tensor made before it and read after it (`nodes`: each kernel's).
+    The edges that could carry one (a tensor, the kernel making it, a kernel reading it, in reading order) are the
+    structure's (`_tensor_edges`, kept in the model's cache); this binding's stages pick those that cross."""
+    edges = (
+        _tensor_edges(graph, nodes)
+        if caches is None
+        else caches.tensor_edges(graph.structure, tuple(nodes), lambda: _tensor_edges(graph, nodes))
+    )
+    sends: dict[int, float] = {}
+    if not edges.tensors:
+        return sends
+    stage = np.asarray(stage_of, dtype=np.int64)
+    src, dst = stage[edges.made_at], stage[edges.read_at]
+    counted: set[tuple[str, int]] = set()
+    for e in np.flatnonzero(dst > src).tolist():  # edges crossing a boundary, in reading order
+        t = edges.tensors[e]
+        if t not in graph.tensors:
+            continue  # of no known shape at this binding (its node is unresolved)
+        for boundary in range(int(src[e]), int(dst[e])):  # an activation is relayed through every stage between
+            if (t, boundary) not in counted:
+                counted.add((t, boundary))
+                sends[boundary] = sends.get(boundary, 0.0) + sizer.bytes(graph.tensors[t])
+    return sends
+
+
+@dataclass(frozen=True, slots=True)
+class TensorEdges:
+    """Each read of a tensor made by another kernel: the tensor, the position making it, the position reading it,
+    in reading order (kernels, then their nodes, then the nodes' inputs)."""
+
+    tensors: tuple[str, ...]
+    made_at: np.ndarray
+    read_at: np.ndarray
+
+
+def _tensor_edges(graph: Graph, nodes: Sequence[tuple[str, ...]]) -> TensorEdges:
     made_in: dict[str, int] = {}
     node_index = {n.name: i for i, n in enumerate(graph.nodes)}
-    for own, s in zip(nodes, stage_of, strict=True):
+    for j, own in enumerate(nodes):
         for name in own:
             for t in graph.nodes[node_index[name]].outputs:
                 if t:
-                    made_in[t] = s
-    sends: dict[int, float] = {}
-    counted: set[tuple[str, int]] = set()
-    for own, s in zip(nodes, stage_of, strict=True):
+                    made_in[t] = j
+    tensors, made_at, read_at = [], [], []
+    for j, own in enumerate(nodes):
         for name in own:
             for t in graph.nodes[node_index[name]].inputs:
                 src = made_in.get(t)
-                if src is None or src >= s or t not in graph.tensors:
-                    continue  # not made by an earlier stage, or of no known shape (its node is unresolved)
-                for boundary in range(src, s):  # an activation is relayed through every stage between
-                    if (t, boundary) not in counted:
-                        counted.add((t, boundary))
-                        sends[boundary] = sends.get(boundary, 0.0) + sizer.bytes(graph.tensors[t])
-    return sends
+                if src is None or src == j:
+                    continue  # not made by another kernel
+                tensors.append(t)
+                made_at.append(src)
+                read_at.append(j)
+    return TensorEdges(tuple(tensors), np.array(made_at, dtype=np.int64), np.array(read_at, dtype=np.int64))
 
 
 # How expert parallelism takes its devices (plan/experts.py): ep devices of their own at tp 1, the tp ranks above
@@ -125,7 +167,12 @@ def _collectives(placed: KernelEstimates) -> tuple[CollectiveRecord, ...]:
 
 
 def place_on_devices(
-    graph: Graph, estimates: Sequence[KernelEstimate], options: PlanOptions, target: Target, sizer: Sizer
+    graph: Graph,
+    estimates: Sequence[KernelEstimate],
+    options: PlanOptions,
+    target: Target,
+    sizer: Sizer,
+    caches: ModelCaches | None = None,
 ) -> tuple[KernelEstimates, ParallelPlan]:
     hw = target.hw
     tp, pp, dp, ep = options.tp, options.pp, options.dp, options.ep
@@ -143,7 +190,7 @@ def place_on_devices(
     if pp == 1 and not options.overlap_collectives:  # one stage: the timeline stands as costed
         start = sum(a.time_s for a in placed.assessments)
     else:
-        placed, start = _pipeline(graph, placed, pp, target, sizer)
+        placed, start = _pipeline(graph, placed, pp, target, sizer, caches)
     times = [a.time_s for a in placed.assessments]  # the columns: no estimate of a slice is written here
     per_stage = stage_times(times, [k.stage for k in placed.kernels.sources], max(pp, 1))
     collectives = _collectives(placed)
@@ -188,33 +235,31 @@ def _experts_text(options: PlanOptions) -> str:
 
 
 def _pipeline(
-    graph: Graph, estimates: KernelEstimates, pp: int, target: Target, sizer: Sizer
+    graph: Graph, estimates: KernelEstimates, pp: int, target: Target, sizer: Sizer, caches: ModelCaches | None
 ) -> tuple[KernelEstimates, float]:
     """Stages balanced by time, the sends between them, and the timeline re-laid from zero (as columns: a source
     moved to a stage once, each send costed where it goes)."""
     columns, timed = estimates.kernels, estimates.assessments
     stage_of = balance_stages([a.time_s for a in timed], pp)
-    sends = _stage_sends(graph, columns.nodes, stage_of, sizer) if pp > 1 else {}
-    out, assessments = KernelColumns(), []
-    last = len(stage_of) - 1
-    for i, ((k, name, nodes), a, s) in enumerate(zip(columns_of(columns), timed, stage_of, strict=True)):
-        if s:
-            out.derive((id(k), s), name, nodes, _on_stage, k, s)
-        else:
-            out.keep(k, name, nodes)
-        assessments.append(a)
-        if i < last and stage_of[i + 1] != s:
-            send = _estimate_collective(
-                collective_kernel(f"stage{s}->stage{s + 1}:send", Collective.P2P, sends.get(s, 0.0), 2, stage=s),
-                target,
-            )
-            out.keep(send.kernel, send.kernel.name, send.kernel.nodes)
-            assessments.append(send.assessment)
-    starts, start = [], 0.0
-    for a in assessments:
-        starts.append(start)
-        start += a.time_s
-    return KernelEstimates(out.kernels(), assessments, starts), start
+    sends = _stage_sends(graph, columns.nodes, stage_of, sizer, caches) if pp > 1 else {}
+    codes = np.asarray(stage_of, dtype=np.int64)
+    staged = columns.remade(np.where(codes > 0, codes, -1), _on_stage)
+    ends = np.flatnonzero(codes[1:] != codes[:-1]).tolist()  # each stage's last position but the last stage's
+    sent = []
+    for i in ends:
+        s = stage_of[i]
+        kernel = collective_kernel(f"stage{s}->stage{s + 1}:send", Collective.P2P, sends.get(s, 0.0), 2, stage=s)
+        sent.append((i, _estimate_collective(kernel, target)))
+    placed = staged.inserted([(i + 1, (i, "send"), e.kernel.name, partial(_same, e.kernel)) for i, e in sent])
+    assessments = list(timed)
+    for i, e in reversed(sent):
+        assessments.insert(i + 1, e.assessment)
+    starts, end = timeline_starts([a.time_s for a in assessments])
+    return KernelEstimates(placed, assessments, starts), end
+
+
+def _same(k: Kernel) -> Kernel:
+    return k
 
 
 def _on_stage(k: Kernel, stage: int) -> Kernel:

@@ -60,7 +60,8 @@ def roll_up(
     timeline: KernelEstimates = KernelEstimates.of(estimates)
     assessed = timeline.assessments  # the columns: an estimate's figures are properties of it, none is written
     times = column(assessed, "time_s")
-    stalled = column(assessed, "stall_fraction") * times
+    with np.errstate(all="ignore"):  # Python's float arithmetic: inf and nan follow from a hostile profile silently
+        stalled = column(assessed, "stall_fraction") * times
     latency = in_order_sum(times)
     stall_time = in_order_sum(stalled)
     energy = spread.ranks * in_order_sum(column(assessed, "energy_j")) + spread.idle_others_w * latency
@@ -98,7 +99,8 @@ def column(records: Sequence, field: str) -> np.ndarray:
 def in_order_sum(values: np.ndarray) -> float:
     """`sum(values)` as Python adds them, one after another in timeline order (numpy's sum adds pairwise, which
     rounds otherwise): the same totals as a loop over the kernels, at numpy's speed."""
-    return float(np.cumsum(values)[-1]) if len(values) else 0.0
+    with np.errstate(all="ignore"):  # an overflow is inf, as Python's sum gives it
+        return float(np.cumsum(values)[-1]) if len(values) else 0.0
 
 
 def _layers(
