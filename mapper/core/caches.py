@@ -197,13 +197,13 @@ class ModelCaches:
         degree of one fusion plan: a sweep over batch, length and plan assigns them once."""
         return self._get("tensor_roles", (structure, kernels, whole), make)
 
-    def node_positions(self, nodes: tuple, wanted: frozenset[str], make):
+    def node_positions(self, nodes: Hashable, wanted: frozenset[str], make):
         """The kernel positions holding some of `wanted` nodes, with those nodes (`timeline.positions_holding`: the
         experts' GEMMs, the KV-cache updates): every position's nodes and the nodes asked for. The same at every
         binding of one fusion plan (a stage reads the binding's figures of those nodes after)."""
         return self._get("node_positions", (nodes, wanted), make)
 
-    def tensor_edges(self, structure: tuple[str, frozenset[str]], nodes: tuple, make):
+    def tensor_edges(self, structure: tuple[str, frozenset[str]], nodes: Hashable, make):
         """Each read of a tensor another kernel makes (`placement.TensorEdges`, what a pipeline's sends carry): the
         live graph's structure and every kernel position's nodes. The same at every binding of one fusion plan."""
         return self._get("tensor_edges", (structure, nodes), make)

@@ -21,13 +21,32 @@ if TYPE_CHECKING:
     from mapper.core.caches import ModelCaches
 
 
+class NodesKey:
+    """A timeline's nodes (every position's, in order) as a dict key whose hash is computed once: a tuple's is not
+    kept, and a 2,000-kernel decoder step's nodes are looked up by several stages' memos a mapping."""
+
+    __slots__ = ("_hash", "nodes")
+
+    def __init__(self, nodes: Sequence[tuple[str, ...]]):
+        self.nodes = tuple(nodes)
+        self._hash = hash(self.nodes)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (
+            isinstance(other, NodesKey) and self._hash == other._hash and self.nodes == other.nodes
+        )
+
+
 class Kernels(WrittenWhenRead):
     """Kernels in timeline order: `sources[k]`, the built kernel the position shares (named for the group it was
     built for), under the name `names[k]` and nodes `nodes[k]`. Every field but the name and the nodes reads from
     `sources` without writing a record. `shared[k]`, where the builder gives it: the first position whose source
     is position k's (a stage that reads only figures answers a repeat with that position's answer)."""
 
-    __slots__ = ("names", "nodes", "shared", "sources")
+    __slots__ = ("_nodes_key", "names", "nodes", "shared", "sources")
 
     def __init__(
         self,
@@ -40,6 +59,21 @@ class Kernels(WrittenWhenRead):
             raise ValueError("Kernels needs one source, name and node list per kernel")
         super().__init__(len(sources))
         self.sources, self.names, self.nodes, self.shared = sources, names, nodes, shared
+        self._nodes_key: NodesKey | None = None
+
+    @property
+    def nodes_key(self) -> NodesKey:
+        """Every position's nodes as a key of the model's caches (what a fusion plan fixes: the stages' structural
+        memos), made once and handed on to the kernels a stage changes without moving a position."""
+        if self._nodes_key is None:
+            self._nodes_key = NodesKey(self.nodes)
+        return self._nodes_key
+
+    def _same_positions(self, sources: list[Kernel], shared: list[int]) -> Kernels:
+        """New sources at these positions: the names, nodes and their key handed on."""
+        out = Kernels(sources, self.names, self.nodes, shared)
+        out._nodes_key = self._nodes_key
+        return out
 
     def changed(self, changes: Iterable[tuple[int, Hashable, Callable[..., Kernel], tuple]]) -> Kernels:
         """These kernels with some positions' sources changed and none inserted: each change `(position, key, change,
@@ -85,7 +119,7 @@ class Kernels(WrittenWhenRead):
             for g, f in zip(groups.tolist(), firsts.tolist(), strict=True)
         ]
         at = inverse.tolist()
-        return Kernels([made[i] for i in at], self.names, self.nodes, firsts[inverse].tolist())
+        return self._same_positions([made[i] for i in at], firsts[inverse].tolist())
 
     def inserted(self, inserts: Sequence[tuple[int, Hashable, str, Callable[[], Kernel]]]) -> Kernels:
         """These kernels with a kernel of no nodes put before each position `at` (the length: at the end) of
@@ -176,7 +210,7 @@ def positions_holding(
     wanted_set = frozenset(wanted)
     if caches is None:
         return find()
-    return caches.node_positions(tuple(kernels.nodes), wanted_set, find)
+    return caches.node_positions(kernels.nodes_key, wanted_set, find)
 
 
 def timeline_starts(times: Sequence[float]) -> tuple[list[float], float]:

@@ -153,9 +153,9 @@ def role_key(kernels: Sequence[Kernel]) -> tuple:
     columns = Kernels.of(kernels)
     sources, shared = columns.sources, columns.shared
     if shared is None:
-        return tuple(columns.nodes), None, tuple(_role_facts(k) for k in sources)
+        return columns.nodes_key, None, tuple(_role_facts(k) for k in sources)
     firsts = sorted(set(shared))
-    return tuple(columns.nodes), tuple(shared), tuple(_role_facts(sources[f]) for f in firsts)
+    return columns.nodes_key, tuple(shared), tuple(_role_facts(sources[f]) for f in firsts)
 
 
 def _role_facts(k: Kernel) -> tuple:

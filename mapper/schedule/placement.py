@@ -24,7 +24,7 @@ from mapper.core.result import (
     KernelEstimate,
     ParallelPlan,
 )
-from mapper.core.timeline import KernelEstimates, timeline_starts
+from mapper.core.timeline import KernelEstimates, Kernels, timeline_starts
 from mapper.core.vocab import Collective, Engine
 from mapper.cost.bottleneck import Facts, classify, speedup_if_removed
 from mapper.cost.estimate import estimate_cost
@@ -73,15 +73,16 @@ def _estimate_collective(kernel, target: Target) -> KernelEstimate:
 
 
 def _stage_sends(
-    graph: Graph, nodes: Sequence[tuple[str, ...]], stage_of: list[int], sizer: Sizer, caches: ModelCaches | None
+    graph: Graph, kernels: Kernels, stage_of: list[int], sizer: Sizer, caches: ModelCaches | None
 ) -> dict[int, float]:
-    """Bytes each stage boundary carries: every tensor made before it and read after it (`nodes`: each kernel's).
+    """Bytes each stage boundary carries: every tensor made before it and read after it (`kernels`' nodes).
     The edges that could carry one (a tensor, the kernel making it, a kernel reading it, in reading order) are the
     structure's (`_tensor_edges`, kept in the model's cache); this binding's stages pick those that cross."""
+    nodes = kernels.nodes
     edges = (
         _tensor_edges(graph, nodes)
         if caches is None
-        else caches.tensor_edges(graph.structure, tuple(nodes), lambda: _tensor_edges(graph, nodes))
+        else caches.tensor_edges(graph.structure, kernels.nodes_key, lambda: _tensor_edges(graph, nodes))
     )
     sends: dict[int, float] = {}
     if not edges.tensors:
@@ -241,7 +242,7 @@ def _pipeline(
     moved to a stage once, each send costed where it goes)."""
     columns, timed = estimates.kernels, estimates.assessments
     stage_of = balance_stages([a.time_s for a in timed], pp)
-    sends = _stage_sends(graph, columns.nodes, stage_of, sizer, caches) if pp > 1 else {}
+    sends = _stage_sends(graph, columns, stage_of, sizer, caches) if pp > 1 else {}
     codes = np.asarray(stage_of, dtype=np.int64)
     staged = columns.remade(np.where(codes > 0, codes, -1), _on_stage)
     ends = np.flatnonzero(codes[1:] != codes[:-1]).tolist()  # each stage's last position but the last stage's
