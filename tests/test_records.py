@@ -178,7 +178,7 @@ def test_remade_changes_a_source_once_per_code():
             name=f"p{j}", nodes=(f"n{j}",), flops=k.flops * (code + 2) if code >= 0 else k.flops
         )
         assert out.sources[out.shared[j]] is out.sources[j] and out.shared[j] <= j
-    assert out.shared == [0, 1, 0, 3, 0, 1]
+    assert list(out.shared) == [0, 1, 0, 3, 0, 1]
     assert kernels.remade(np.full(6, -1), change) is kernels
 
 

@@ -163,7 +163,8 @@ class ModelCaches:
         keyed by a plan's groups then compare them by identity, not field by field."""
 
         def planned() -> tuple:
-            plan = tuple(make())
+            plan = make()  # a `fusion.FusionPlan` (a tuple of groups that keeps its hash) is kept as it is
+            plan = plan if isinstance(plan, tuple) else tuple(plan)
             return self._get("fusion_plans_made", (structure, plan), lambda: plan)
 
         return self._get("fusion_plan", (structure, work_key, tiny, policy, attention_fusion), planned)

@@ -10,6 +10,7 @@ none of it for a sweep's row.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -46,20 +47,21 @@ class Kernels(WrittenWhenRead):
     `sources` without writing a record. `shared[k]`, where the builder gives it: the first position whose source
     is position k's (a stage that reads only figures answers a repeat with that position's answer)."""
 
-    __slots__ = ("_nodes_key", "names", "nodes", "shared", "sources")
+    __slots__ = ("_nodes_key", "_shared_array", "names", "nodes", "shared", "sources")
 
     def __init__(
         self,
         sources: Sequence[Kernel],
         names: Sequence[str],
         nodes: Sequence[tuple[str, ...]],
-        shared: Sequence[int] | None = None,
+        shared: Sequence[int] | np.ndarray | None = None,
     ):
         if not len(sources) == len(names) == len(nodes) == len(shared if shared is not None else sources):
             raise ValueError("Kernels needs one source, name and node list per kernel")
         super().__init__(len(sources))
         self.sources, self.names, self.nodes, self.shared = sources, names, nodes, shared
         self._nodes_key: NodesKey | None = None
+        self._shared_array: np.ndarray | None = shared if isinstance(shared, np.ndarray) else None
 
     @property
     def nodes_key(self) -> NodesKey:
@@ -69,7 +71,7 @@ class Kernels(WrittenWhenRead):
             self._nodes_key = NodesKey(self.nodes)
         return self._nodes_key
 
-    def _same_positions(self, sources: list[Kernel], shared: list[int]) -> Kernels:
+    def _same_positions(self, sources: list[Kernel], shared: np.ndarray) -> Kernels:
         """New sources at these positions: the names, nodes and their key handed on."""
         out = Kernels(sources, self.names, self.nodes, shared)
         out._nodes_key = self._nodes_key
@@ -91,15 +93,39 @@ class Kernels(WrittenWhenRead):
             codes[j] = code
         return self.remade(codes, lambda _, code: calls[code][0](*calls[code][1]))
 
+    def shared_positions(self) -> np.ndarray:
+        """`shared` as an array (each position its own where the builder gave none), made once."""
+        if self._shared_array is None:
+            n, shared = len(self.sources), self.shared
+            self._shared_array = np.arange(n) if shared is None else np.asarray(shared, dtype=np.int64)
+        return self._shared_array
+
+    def own(self) -> np.ndarray:
+        """The positions holding their own source (the first of each repeated kernel), ascending."""
+        return np.flatnonzero(self.shared_positions() == np.arange(len(self.sources)))
+
+    def distinct(self) -> list[Kernel]:
+        """Each distinct source once, in timeline order (what a check of every kernel's figures reads)."""
+        return [self.sources[j] for j in self.own().tolist()]
+
+    def column(self, field: str) -> np.ndarray:
+        """A float field of every position's source, read once per position holding its own source and spread to the
+        positions sharing it (a repeated layer's figures cost no attribute read)."""
+        if self.shared is None:
+            return np.fromiter(map(attrgetter(field), self.sources), dtype=np.float64, count=len(self.sources))
+        values = np.zeros(len(self.sources), dtype=np.float64)
+        own = self.own()
+        values[own] = [getattr(self.sources[j], field) for j in own.tolist()]
+        return values[self.shared_positions()]
+
     def source_codes(self, code_of: Callable[[Kernel], int]) -> np.ndarray:
-        """`code_of(source)` for each position (-1: kept), called once per position holding its own source and
-        spread to the positions sharing it: `remade`'s codes for a change that reads only the source."""
-        n = len(self.sources)
-        shared = np.arange(n) if self.shared is None else np.asarray(self.shared, dtype=np.int64)
-        own = np.flatnonzero(shared == np.arange(n))
-        codes = np.full(n, -1, dtype=np.int64)
+        """`code_of(source)` for each position (-1: kept), called once per position holding its own source (in
+        timeline order) and spread to the positions sharing it: `remade`'s codes for a change reading only the
+        source."""
+        codes = np.full(len(self.sources), -1, dtype=np.int64)
+        own = self.own()
         codes[own] = [code_of(self.sources[j]) for j in own.tolist()]
-        return codes[shared]
+        return codes[self.shared_positions()]
 
     def remade(self, codes: np.ndarray, change: Callable[[Kernel, int], Kernel]) -> Kernels:
         """These kernels with each position's source `change(source, code)` for its `codes` entry (-1: kept), made
@@ -110,7 +136,7 @@ class Kernels(WrittenWhenRead):
         codes = np.asarray(codes, dtype=np.int64)
         if not len(codes) or int(codes.max()) < 0:
             return self
-        shared = np.arange(len(codes)) if self.shared is None else np.asarray(self.shared, dtype=np.int64)
+        shared = self.shared_positions()
         width = int(codes.max()) + 2
         groups, firsts, inverse = np.unique(shared * width + codes + 1, return_index=True, return_inverse=True)
         sources = self.sources
@@ -119,7 +145,7 @@ class Kernels(WrittenWhenRead):
             for g, f in zip(groups.tolist(), firsts.tolist(), strict=True)
         ]
         at = inverse.tolist()
-        return self._same_positions([made[i] for i in at], firsts[inverse].tolist())
+        return self._same_positions([made[i] for i in at], firsts[inverse])
 
     def inserted(self, inserts: Sequence[tuple[int, Hashable, str, Callable[[], Kernel]]]) -> Kernels:
         """These kernels with a kernel of no nodes put before each position `at` (the length: at the end) of
@@ -128,7 +154,7 @@ class Kernels(WrittenWhenRead):
         if not inserts:
             return self
         n = len(self.sources)
-        shared = np.arange(n) if self.shared is None else np.asarray(self.shared, dtype=np.int64)
+        shared = self.shared_positions()
         before = np.zeros(n + 1, dtype=np.int64)
         np.add.at(before, [at for at, _, _, _ in inserts], 1)
         moved = (np.arange(n) + np.cumsum(before)[:n]).tolist()  # each position's index once the others are in
@@ -221,3 +247,10 @@ def timeline_starts(times: Sequence[float]) -> tuple[list[float], float]:
     with np.errstate(all="ignore"):
         sums = np.cumsum(np.asarray(times, dtype=np.float64))
     return [0.0, *sums[:-1].tolist()], float(sums[-1])
+
+
+def in_order_sum(values: np.ndarray) -> float:
+    """`sum(values)` as Python adds them, one after another in timeline order (numpy's sum adds pairwise, which
+    rounds otherwise): the same totals as a loop over the kernels, at numpy's speed (an overflow is inf)."""
+    with np.errstate(all="ignore"):
+        return float(np.cumsum(values)[-1]) if len(values) else 0.0

@@ -40,8 +40,7 @@ def estimate_kernels(built: Sequence[Kernel], target: Target, caches: ModelCache
     # one's answer in numpy, without a key or a Python call
     kernels = Kernels.of(built)
     sources, n = kernels.sources, len(kernels.sources)
-    shared = np.arange(n) if kernels.shared is None else np.asarray(kernels.shared, dtype=np.int64)
-    own = np.flatnonzero(shared == np.arange(n)).tolist()
+    shared, own = kernels.shared_positions(), kernels.own().tolist()
     distinct: dict[tuple, int] = {}
     firsts: list[Kernel] = []
     own_at: list[int] = []
@@ -72,7 +71,8 @@ def estimate_kernels(built: Sequence[Kernel], target: Target, caches: ModelCache
     placed = [chosen[f] for f in shared.tolist()]
     assessments = [assessed[i][1] for i in at]
     starts = timeline_starts([a.time_s for a in assessments])[0]
-    return KernelEstimates(Kernels(placed, kernels.names, kernels.nodes, kernels.shared), assessments, starts)
+    kept = None if kernels.shared is None else shared  # the array made once, handed on
+    return KernelEstimates(Kernels(placed, kernels.names, kernels.nodes, kept), assessments, starts)
 
 
 def assessment_key(k: Kernel) -> tuple:

@@ -56,6 +56,26 @@ class Group:
         return Group, (self.nodes, self.rule)
 
 
+class FusionPlan(tuple):
+    """A plan's groups in graph order, hashed once: the plan keys the model's boundary and kernel tables at every
+    binding, and a tuple keeps no hash (each lookup would call every group's `__hash__`: 2,000 a decoder step)."""
+
+    def __hash__(self) -> int:
+        found = self.__dict__.get("hash")
+        if found is None:
+            found = self.__dict__["hash"] = tuple.__hash__(self)
+        return found
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or tuple.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __reduce__(self):  # another process hashes strings with its own seed: it hashes again
+        return FusionPlan, (tuple(self),)
+
+
 class _Planner:
     """One planning pass. Linear in nodes plus edges: groups are sets beside their lists, the views'
     readers are walked with explicit stacks (a chain of 10^5 Reshapes is no recursion) and each tensor's
@@ -344,7 +364,7 @@ def plan_fusion(
     policy: FusionPolicy | str,
     attention_fusion: bool,
     caches: ModelCaches,
-) -> list[Group]:
+) -> FusionPlan:
     """Fusion groups in graph order under `policy` (a `FusionPolicy` or its value).
 
     The groups depend on the graph's structure and, through the tiny operands that wait for their reader,
@@ -352,13 +372,11 @@ def plan_fusion(
     policy, tiny set) once. `work_key` (`Workload.plan_key`) holds every node's name, op class and block,
     so a binding that leaves some node unmodeled plans afresh."""
     tiny, policy = tiny_nodes(graph), FusionPolicy(policy)
-    return list(
-        caches.fusion_plan(
-            graph.structure,
-            work_key,
-            tiny,
-            policy,
-            attention_fusion,
-            lambda: _Planner(graph, work, tiny).plan(policy, attention_fusion),
-        )
+    return caches.fusion_plan(
+        graph.structure,
+        work_key,
+        tiny,
+        policy,
+        attention_fusion,
+        lambda: FusionPlan(_Planner(graph, work, tiny).plan(policy, attention_fusion)),
     )

@@ -15,7 +15,7 @@ from mapper.core.timeline import Kernels
 from mapper.core.vocab import Engine, KernelRule, MatrixKind
 from mapper.hardware.profile import HardwareProfile
 from mapper.plan.boundary import Boundary, GroupPlaces, Place
-from mapper.plan.fusion import Group
+from mapper.plan.fusion import FusionPlan, Group
 from mapper.plan.precision import Sizer
 from mapper.work.layers import KV_PATH_OPS
 from mapper.work.workload import Workload
@@ -206,7 +206,7 @@ def _rows(tensors, names) -> tuple[int, int]:
 
 
 def build_kernels(
-    workload: Workload, groups: list[Group], sizer: Sizer, hw: HardwareProfile, attention_fits
+    workload: Workload, groups: Sequence[Group], sizer: Sizer, hw: HardwareProfile, attention_fits
 ) -> Kernels:
     """Kernels for the groups; a flash-attention group whose tiles do not fit SRAM is split back.
 
@@ -216,7 +216,7 @@ def build_kernels(
     every binding of a sweep shares them (`GroupPlaces`)."""
     graph, caches = workload.graph, workload.caches
     flash = any(g.rule == KernelRule.FLASH_ATTENTION for g in groups)  # only fused attention asks the SRAM size
-    groups_key = tuple(groups)
+    groups_key = groups if isinstance(groups, FusionPlan) else FusionPlan(groups)  # hashed once a plan
     places = caches.group_boundaries(graph.structure, groups_key, lambda: GroupPlaces(graph, groups_key))
     return caches.kernels(
         graph.sha256,
@@ -230,7 +230,7 @@ def build_kernels(
 
 
 def _build_kernels(
-    workload: Workload, groups: list[Group], sizer: Sizer, hw: HardwareProfile, attention_fits, places: GroupPlaces
+    workload: Workload, groups: Sequence[Group], sizer: Sizer, hw: HardwareProfile, attention_fits, places: GroupPlaces
 ) -> Kernels:
     graph, weight_shares, experts = workload.graph, workload.weight_shares, workload.expert_gemms
     by_name = _ByName(workload.nodes, places.index_of)  # a node's record is written only where a new kernel reads it

@@ -149,13 +149,11 @@ def assign_roles(
 def role_key(kernels: Sequence[Kernel]) -> tuple:
     """What `assign_roles` reads of each kernel (its nodes, rule, layer type and whether it is a weight GEMM's):
     kernels equal in these get equal roles, whatever their sizes. The facts are read off each distinct source once
-    (`Kernels.shared` says which positions hold one; the nodes are one C-level tuple), not once a position."""
+    (`Kernels.shared` says which positions hold one: its bytes and the nodes' key are hashed in C), not once a
+    position."""
     columns = Kernels.of(kernels)
-    sources, shared = columns.sources, columns.shared
-    if shared is None:
-        return columns.nodes_key, None, tuple(_role_facts(k) for k in sources)
-    firsts = sorted(set(shared))
-    return columns.nodes_key, tuple(shared), tuple(_role_facts(sources[f]) for f in firsts)
+    own = columns.own().tolist()
+    return columns.nodes_key, columns.shared_positions().tobytes(), tuple(_role_facts(columns.sources[j]) for j in own)
 
 
 def _role_facts(k: Kernel) -> tuple:

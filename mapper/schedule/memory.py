@@ -12,15 +12,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from mapper.core.graph import Graph
 from mapper.core.result import DeviceFit, Kernel, MemoryPlan
-from mapper.core.timeline import Kernels
+from mapper.core.timeline import Kernels, in_order_sum
 from mapper.core.vocab import Shard
 from mapper.plan.precision import Sizer
 from mapper.plan.runtime import find_kv_appends
 
 PARALLEL_DEGREES = (1, 2, 4, 8, 16, 32, 64)
 WEIGHT_SPLITS = (Shard.COLUMN, Shard.ROW, Shard.HEADS)  # roles whose weights tensor parallelism splits across ranks
+SHARD_CODES = {role: i for i, role in enumerate(Shard)}  # a kernel's role as a number (unassigned: -1)
+SPLIT_CODES = [SHARD_CODES[role] for role in WEIGHT_SPLITS]
 
 
 def kv_cache_bytes(graph: Graph, sizer: Sizer, only: frozenset[str] | None = None) -> float:
@@ -45,22 +49,15 @@ def plan_memory(
 ) -> MemoryPlan:
     """`kernels` carry their tensor-parallel roles (full size, before the split)."""
     columns = Kernels.of(kernels)  # every figure from the sources, the nodes from their column: none written
-    # one pass, each figure summed in kernel order as a sum of its own would: split and replicated weights, the
-    # nodes run whole, the largest activation traffic (the first of equals, as max gives it)
-    sharded_w = replicated_w = 0
-    act: float | None = None
-    replicated: list[str] = []
-    for k, nodes in zip(columns.sources, columns.nodes, strict=True):
-        if k.shard in WEIGHT_SPLITS:
-            sharded_w += k.weight_bytes
-        else:
-            replicated_w += k.weight_bytes
-            if k.shard == Shard.REPLICATED:
-                replicated.extend(nodes)
-        moved = k.dram_bytes - k.weight_bytes
-        if act is None or moved > act:
-            act = moved
-    act = 0.0 if act is None else act
+    # each figure summed in kernel order as a sum of its own would: split and replicated weights, the nodes run
+    # whole, the largest activation traffic
+    weights = columns.column("weight_bytes")
+    shard = columns.source_codes(lambda k: SHARD_CODES.get(k.shard, -1))
+    split = np.isin(shard, SPLIT_CODES)
+    sharded_w, replicated_w = in_order_sum(weights[split]), in_order_sum(weights[~split])
+    moved = columns.column("dram_bytes") - weights
+    act = float(moved.max()) if len(moved) else 0.0
+    replicated = [n for j in np.flatnonzero(shard == SHARD_CODES[Shard.REPLICATED]).tolist() for n in columns.nodes[j]]
     whole = frozenset(replicated)
     whole_kv = kv_cache_bytes(graph, sizer, whole) if whole else 0.0
     kv = (kv_cache_bytes(graph, sizer) - whole_kv, whole_kv)

@@ -16,7 +16,7 @@ import numpy as np
 
 from mapper.core.graph import Graph
 from mapper.core.result import KernelEstimate, LayerRollup, Totals
-from mapper.core.timeline import KernelEstimates
+from mapper.core.timeline import KernelEstimates, in_order_sum
 from mapper.cost.roofline import MEMORY_STALL_DEFINITION
 from mapper.work.workload import Workload
 
@@ -96,23 +96,14 @@ def column(records: Sequence, field: str) -> np.ndarray:
     return np.fromiter(map(attrgetter(field), records), dtype=np.float64, count=len(records))
 
 
-def in_order_sum(values: np.ndarray) -> float:
-    """`sum(values)` as Python adds them, one after another in timeline order (numpy's sum adds pairwise, which
-    rounds otherwise): the same totals as a loop over the kernels, at numpy's speed."""
-    with np.errstate(all="ignore"):  # an overflow is inf, as Python's sum gives it
-        return float(np.cumsum(values)[-1]) if len(values) else 0.0
-
-
 def _layers(
     estimates: KernelEstimates, times: np.ndarray, stalled: np.ndarray, latency: float, peak: float
 ) -> tuple[LayerRollup, ...]:
     """One row per layer type, the most time first (`times` and `stalled`: each position's time and stalled time)."""
-    sources = estimates.kernels.sources
-    layer_of = [k.layer_type for k in sources]
-    kinds = list(dict.fromkeys(layer_of))  # in order of first appearance, as the rows were grouped
-    code = {layer: i for i, layer in enumerate(kinds)}
-    codes = np.fromiter(map(code.__getitem__, layer_of), dtype=np.int64, count=len(layer_of))
-    flops = column(sources, "flops")
+    code: dict[str, int] = {}  # each layer type in order of first appearance, as the rows were grouped
+    codes = estimates.kernels.source_codes(lambda k: code.setdefault(k.layer_type, len(code)))
+    kinds = list(code)
+    flops = estimates.kernels.column("flops")
     rows = []
     for i, layer in enumerate(kinds):
         mine = codes == i
