@@ -139,3 +139,30 @@ def test_serving_page_scheduler_selector_shows_the_clis_chunked_figures_and_keep
     assert at.number_input(key="chunk_tokens").disabled and at.query_params["scheduler"] == "decode-first"
     assumptions = " ".join(m.value for m in at.markdown)
     assert ui.md("scheduler decode-first") in assumptions and ui.md("scheduler chunked") not in assumptions
+
+
+class _Called:
+    """A grid's step times as a plain callable: no `grid_row`, so the chunked scheduler takes every step alone."""
+
+    def __init__(self, grid):
+        self.grid = grid
+
+    def __call__(self, batch, tokens):
+        return self.grid(batch, tokens)
+
+
+@pytest.mark.parametrize("kv_tokens", [ROOMY, TIGHT])
+def test_decode_steps_run_together_give_the_steps_one_by_one(kv_tokens):
+    """A grid's decode steps between events run in one loop (`scheduler.decode_run`): every request's first token
+    and finish, the preemptions and the busy time are the same floats as the steps taken one by one, with the
+    cache roomy or tight (preemptions), on a lazy grid whose columns are read as the steps reach them."""
+    from mapper.explore.search_steps import LazyGrid
+    from mapper.serve.steps import GridTime
+
+    batches, contexts = [1, 8, 32], [1024, 1040, 1060, 1088]
+    for grid in (GridTime(DECODE, batches, contexts), LazyGrid(DECODE, batches, contexts)):
+        config = loaded(scheduler="chunked", kv_capacity_tokens=kv_tokens)
+        together = simulate_llm_serving(PREFILL, grid, config)
+        alone = simulate_llm_serving(PREFILL, _Called(GridTime(DECODE, batches, contexts)), config)
+        assert together == alone
+    assert together.preemptions > 0 if kv_tokens == TIGHT else together.preemptions == 0

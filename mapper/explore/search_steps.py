@@ -61,6 +61,11 @@ class LazyGrid:
         low, high = self.point(self.batches[j - 1], t), self.point(self.batches[j], t)
         return float(np.interp(batch, xb[j - 1 : j + 1], [low, high]))
 
+    def grid_row(self, batch: int) -> tuple[list[float | None], list[float]]:
+        """The batch's row as read so far (None: a column not read yet) and the tokens it is laid at
+        (`scheduler.decode_run` interpolates on the columns read, as a call would, and leaves the rest to calls)."""
+        return self._row(batch), self._xs
+
     def __call__(self, batch: int, tokens: float) -> float:
         """The columns around `tokens` (each interpolated in batch once, then kept), linear between them."""
         xs, row = self._xs, self._rows.get(batch)  # the scheduler calls this every step: `_row` inlined

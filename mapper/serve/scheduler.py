@@ -7,7 +7,9 @@ sequence's token count, a heap holds their finish steps), so 100,000 requests ta
 
 from __future__ import annotations
 
+import bisect
 import heapq
+import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -276,6 +278,55 @@ class ChunkedState:
         return chunk_tokens - budget, ended
 
 
+RUN_MIN = 4  # decode steps the heap and the cache leave room for, at least, before a run is tried
+
+
+def decode_run(
+    run: SchedulerRun, s: ChunkedState, step: int, now: float, busy: float, arrival: float
+) -> tuple[float, float, int] | None:
+    """Decode steps with nothing between them, run in one tight loop: no prompt chunk, no sequence finishing (the
+    heap's first finish tick), no preemption (the cache holds each step's tokens) and no arrival admitted
+    (`arrival`, the next request's time where a slot is free; one refused for the cache stays refused as the cache
+    fills). Each step's seconds are the decode grid's (`grid_row`: the same interpolation, in the same float
+    operations, as a call) times its jitter factor, added to the clock and the busy time one after another, so the
+    run ends where the steps one by one would; a column the grid has not read ends it (a call reads it). (now, busy,
+    step) after the run; None where no step ran."""
+    dec, jitter = s.dec, run.jitter
+    batch = dec.count
+    bound = min(dec.heap[0][0] - dec.tick - 1, (run.capacity - s.kv_used) // batch)
+    if bound < RUN_MIN:
+        return None
+    row, xs = run.decode_time.grid_row(batch)  # type: ignore[attr-defined]
+    first, last, drawn = xs[0], xs[-1], jitter.values
+    context, k = dec.context_sum, 0
+    while k < bound and (not k or now < arrival):
+        tokens = context / batch
+        if tokens <= first:
+            value = row[0]
+        elif tokens >= last:
+            value = row[-1]
+        else:
+            i = bisect.bisect_right(xs, tokens)
+            a, b = row[i - 1], row[i]
+            if a is None or b is None:
+                break
+            value = a + (b - a) * (tokens - xs[i - 1]) / (xs[i] - xs[i - 1])
+        if value is None:
+            break
+        j = step + k
+        dt = value * (drawn[j] if j < len(drawn) else jitter[j])
+        now += dt
+        busy += dt * batch
+        context += batch
+        k += 1
+    if not k:
+        return None
+    dec.tick += k
+    dec.context_sum = context
+    s.kv_used += k * batch
+    return now, busy, step + k
+
+
 def run_chunked(run: SchedulerRun, *, chunk_tokens: int) -> Timeline:
     """Chunked prefill (Sarathi-Serve): every step decodes one token for each running sequence and prefills up
     to `chunk_tokens` prompt tokens of the requests admitted, first come first served; a request is admitted
@@ -288,6 +339,7 @@ def run_chunked(run: SchedulerRun, *, chunk_tokens: int) -> Timeline:
     dec, step_time = s.dec, mixed_step_time(run.prefill_time, run.decode_time, run.prefill_time(1, 1.0))
     decode_time, capacity, max_batch, jitter = run.decode_time, run.capacity, run.max_batch, run.jitter
     active, requeued, drawn = s.active, s.requeued, jitter.values  # the loop's reads, bound once (same arithmetic)
+    together = hasattr(decode_time, "grid_row")  # a grid's step times: decode steps run together (`decode_run`)
     now, nxt, step, busy = 0.0, 0, 0, 0.0
     while nxt < n or active or requeued:
         if not active and not requeued and arr[nxt] > now:
@@ -308,6 +360,12 @@ def run_chunked(run: SchedulerRun, *, chunk_tokens: int) -> Timeline:
         tokens, ended = s.take_chunk(chunk_tokens) if s.prefilling else (0, ())
         if not (batch or tokens):
             raise MapperError("internal: the chunked scheduler stalled with nothing to run")
+        if not tokens and not requeued and together:  # decode steps alone: as many at once as can be
+            arrival = arr[nxt] if nxt < n and len(active) < max_batch and arr[nxt] > now else math.inf
+            ran = decode_run(run, s, step, now, busy, arrival)
+            if ran is not None:
+                now, busy, step = ran
+                continue
         factor = drawn[step] if step < len(drawn) else jitter[step]
         if tokens:
             dt = step_time(batch, dec.context_sum / batch if batch else 0.0, tokens) * factor

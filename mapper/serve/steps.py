@@ -44,6 +44,11 @@ class GridTime:
             self._rows[batch] = row
         return row
 
+    def grid_row(self, batch: int) -> tuple[list[float], list[float]]:
+        """The batch's row and the tokens it is laid at (`scheduler.decode_run` interpolates on them as a call
+        would)."""
+        return self._row(batch), self._tokens
+
     def __call__(self, batch: int, tokens: float) -> float:
         row, xs = self._row(batch), self._tokens
         if tokens <= xs[0]:
