@@ -158,7 +158,7 @@ def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOpt
     kernels, layout = plan_kernels(workload, hardware, replace(options, attention_fusion=run.attention_fusion), sizer)
     kernels = apply_kv_cache(graph, kernels, run.kv_cache, sizer, caches)
     kernels, memory = plan_devices(workload, kernels, sizer, hardware, options)
-    kernels = last_token_logits(graph, kernels) if run.last_token_logits else kernels
+    kernels = last_token_logits(graph, kernels, caches) if run.last_token_logits else kernels
     kernels = causal_prompt_attention(kernels) if run.causal_attention else kernels
     sparse, launch_s = options.sparsity == Sparsity.TWO_FOUR, launch_cost_s(hardware, run.launch)
     target = device_target(

@@ -188,16 +188,18 @@ MOE_COLLECTIVES: dict[tuple[bool, bool, str], tuple[Collective, str]] = {
 
 def _moe_collective(
     name: str, g: ExpertGemm, step: str, ep: int, act_bytes: float, ranks: int, sliced: bool
-) -> Kernel | None:
+) -> tuple[Hashable, str, Callable[[], Kernel]] | None:
     """A MoE layer's `step` (dispatch or combine) collective, as MOE_COLLECTIVES lays it (None: the layout has none),
-    named for the layer of the expert kernel `name`."""
+    named for the layer of the expert kernel `name`: `Kernels.inserted`'s key, name and maker (its position aside),
+    one source for every layer's collective of one kind and message."""
     found = MOE_COLLECTIVES.get((ranks > 1, sliced, step))
     if found is None:
         return None
     kind, moved = found
     rows = {"tokens": g.tokens, "routed": g.tokens * g.top_k, "gathered": ranks * g.tokens}[moved]
     layer = kernel_module(name).split(".experts.")[0]  # "model.layers.0.block_sparse_moe"
-    return collective_kernel(f"{layer}{SEPARATOR}{step} {kind}", kind, rows * g.hidden * act_bytes, ep)
+    collective, message = f"{layer}{SEPARATOR}{step} {kind}", rows * g.hidden * act_bytes
+    return (kind, message), collective, partial(collective_kernel, collective, kind, message, ep)
 
 
 def _grouped_all_reduces(workload: Workload, kernels: Sequence[Kernel], act_bytes: float) -> Kernels:
@@ -266,15 +268,10 @@ def plan_experts(
     inserts = []
     for at, _, g, step in sorted(steps, key=lambda s: (s[0], s[1])):  # a layer's combine before the next's dispatch
         name = shares.names[at if step == "dispatch" else at - 1]
-        kernel = _moe_collective(name, g, step, ep, act_bytes, ranks, sliced)
-        if kernel is not None:
-            key = (kernel.collective, kernel.name, kernel.dram_bytes)
-            inserts.append((at, key, kernel.name, partial(_same_kernel, kernel)))
+        insert = _moe_collective(name, g, step, ep, act_bytes, ranks, sliced)
+        if insert is not None:
+            inserts.append((at, *insert))
     return shares.inserted(inserts)
-
-
-def _same_kernel(k: Kernel) -> Kernel:
-    return k
 
 
 def _expert_share(k: Kernel, g: ExpertGemm, ranks: int, imbalance: float, ep: int, sliced: bool) -> Kernel:

@@ -13,13 +13,17 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from mapper.core.graph import Graph
 from mapper.core.result import Kernel
-from mapper.core.timeline import Kernels
+from mapper.core.timeline import Kernels, positions_holding
 from mapper.core.vocab import Collective
 from mapper.plan.runtime import find_kv_appends, kv_cache_tensors
 from mapper.plan.sharding import collective_kernel, through_views
+
+if TYPE_CHECKING:
+    from mapper.core.caches import ModelCaches
 
 LOGITS_RANK = 3  # [batch, new tokens, vocab]
 LAST_TOKEN_NOTE = "logits for each sequence's last token only (the runtime prunes before the LM head)"
@@ -39,7 +43,7 @@ def logits_outputs(graph: Graph) -> dict[str, int]:
     return out
 
 
-def last_token_logits(graph: Graph, kernels: Sequence[Kernel]) -> Sequence[Kernel]:
+def last_token_logits(graph: Graph, kernels: Sequence[Kernel], caches: ModelCaches | None = None) -> Sequence[Kernel]:
     """Per-device kernels with each logits kernel (the one whose nodes write a logits output) and its all-gather
     on one row a sequence: its work and its activations' traffic over the new tokens, its weights read whole."""
     tokens = {t: s for t, s in logits_outputs(graph).items() if s > 1}
@@ -50,19 +54,27 @@ def last_token_logits(graph: Graph, kernels: Sequence[Kernel]) -> Sequence[Kerne
         node = graph.producer(through_views(graph, name))
         if node is not None:
             writers[node.name] = s
-    scaled: dict[str, int] = {}
     columns = Kernels.of(kernels)
+    names = columns.names
     changes: list[tuple[int, Hashable, Callable[..., Kernel], tuple]] = []
-    for j, (k, name, nodes) in enumerate(zip(columns.sources, columns.names, columns.nodes, strict=True)):
-        s = 0 if writers.keys().isdisjoint(nodes) else next((writers[n] for n in nodes if n in writers), 0)
-        if s:
-            scaled[name] = s
-            changes.append((j, (id(k), s), _one_row, (k, s)))
-        elif k.collective == Collective.ALL_GATHER and name.removesuffix(":all-gather") in scaled:
-            s = scaled[name.removesuffix(":all-gather")]
-            gather = (name, Collective.ALL_GATHER, k.dram_bytes / s, k.devices, k.stage)
-            changes.append((j, gather[1:], collective_kernel, gather))
-    return columns.changed(changes)
+    for j, held in positions_holding(columns, writers.keys(), caches):
+        k, s = columns.sources[j], writers[held[0]]
+        changes.append((j, (id(k), s), _one_row, (k, s)))
+        gathered = f"{names[j]}:all-gather"  # its logits' all-gather under TP, after it
+        at = _index(names, gathered, j + 1)
+        if at is not None and columns.sources[at].collective == Collective.ALL_GATHER:
+            g = columns.sources[at]
+            gather = (gathered, Collective.ALL_GATHER, g.dram_bytes / s, g.devices, g.stage)
+            changes.append((at, gather[1:], collective_kernel, gather))
+    return columns.changed(sorted(changes, key=lambda change: change[0]))
+
+
+def _index(names: Sequence[str], name: str, start: int) -> int | None:
+    """The first position from `start` named `name` (a C-level scan), None where there is none."""
+    try:
+        return names.index(name, start)
+    except ValueError:
+        return None
 
 
 def _one_row(k: Kernel, tokens: int) -> Kernel:

@@ -261,6 +261,19 @@ class ChunkedState:
             self.requeued.appendleft(rid)
             self.preemptions += 1
 
+    def prefilled(self, rid: int, now: float, first_token: list[float], finish: list[float]) -> None:
+        """A prompt whose last chunk ran at `now`: its next token made (the first, or a preempted request's next),
+        then decoding, or finished where that was its last."""
+        made = self.made_before[rid] + 1
+        if made == 1:
+            first_token[rid] = now
+        if made >= self.dec.output[rid]:
+            finish[rid] = now
+            self.kv_used -= self.prompt[rid] + self.made_before[rid]
+            del self.active[rid]
+        else:
+            self.dec.join(rid, made)
+
     def take_chunk(self, chunk_tokens: int) -> tuple[int, list[int]]:
         """Prompt tokens for this step, first come first served: (tokens taken, requests whose prompt ends)."""
         budget, ended = chunk_tokens, []
@@ -380,13 +393,5 @@ def run_chunked(run: SchedulerRun, *, chunk_tokens: int) -> Timeline:
             s.kv_used -= prompt[rid] + output[rid] - 1
             del active[rid]
         for rid in ended:
-            made = s.made_before[rid] + 1  # the prefill's last chunk yields the next token
-            if made == 1:
-                first_token[rid] = now
-            if made >= output[rid]:
-                finish[rid] = now
-                s.kv_used -= prompt[rid] + s.made_before[rid]
-                del s.active[rid]
-            else:
-                dec.join(rid, made)
+            s.prefilled(rid, now, first_token, finish)
     return Timeline(np.array(first_token), np.array(finish), busy, s.preemptions)
