@@ -112,10 +112,15 @@ def resident_kernels(workload: Workload, kernels: Sequence[Kernel], ep: int) -> 
     if not workload.expert_gemms:  # a dense model: memory sees the kernels as they are
         return kernels
     columns = Kernels.of(kernels)
-    gemms, shares = workload.expert_gemms, dict[float, int]()
+    gemms, shares, routed = workload.expert_gemms, dict[float, int](), dict[tuple[int, int, int], int]()
     codes = np.full(len(columns.sources), -1, dtype=np.int64)
     for j, node in expert_nodes(workload, columns):
-        codes[j] = shares.setdefault(gemms[node].weight_share, len(shares))
+        g = gemms[node]
+        routing = (g.experts, g.top_k, g.tokens)  # what the share reads: one pow a routing, not an expert GEMM
+        code = routed.get(routing)
+        if code is None:
+            code = routed[routing] = shares.setdefault(g.weight_share, len(shares))
+        codes[j] = code
     by_code = list(shares)
     return columns.remade(codes, lambda k, code: _resident(k, by_code[code], ep))
 

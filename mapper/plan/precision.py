@@ -111,6 +111,11 @@ def weight_tally(graph: Graph, caches: ModelCaches | None = None) -> tuple[dict[
     fixed = caches.weight_tally(graph.structure, lambda: _tally(graph, graph.weights.difference(derived)))
     if not derived:
         return fixed
+    return graph.derived("weight_tally", lambda g: _with_derived(g, derived, fixed))  # once a binding's graph
+
+
+def _with_derived(graph: Graph, derived, fixed: tuple[dict[str, int], float, int]) -> tuple[dict[str, int], float, int]:
+    """The structure's tally plus the weights this binding derives."""
     counts, other, eight_bit = _tally(graph, derived)
     for dtype, n in fixed[0].items():
         counts[dtype] = n + counts.get(dtype, 0)
@@ -192,9 +197,19 @@ class Sizer:
         return self._bytes(spec.name, spec.shape, spec.dtype)
 
     def bytes_of(self, name: str) -> float:
-        """`bytes` of the graph's tensor `name`, read from its table's columns."""
-        tensors = self.graph.tensors
-        return self._bytes(name, tensors.shape(name), tensors.dtype(name))
+        """`bytes` of the graph's tensor `name`, read from its table's columns: what the size reads of the tensor
+        besides the plan's element sizes is kept on the graph (`tensor_sizes`), so every plan mapped at one binding
+        (a search's) reads each tensor once."""
+        sizes = self.graph.derived("tensor_sizes", _no_sizes)
+        found = sizes.get(name)
+        if found is None:
+            found = sizes[name] = _tensor_size(self.graph, name)
+        elements, fixed, weight = found
+        if fixed is not None:
+            return fixed
+        if weight:
+            return elements * self.weight
+        return elements * (self.kv if name in self.kv_tensors else self.act)
 
     def _bytes(self, name: str, shape: tuple[int, ...], dtype: str) -> float:
         elements, stored = math.prod(shape), self.graph.stored_dtypes.get(name)
@@ -203,6 +218,20 @@ class Sizer:
         if name in self.graph.weights:
             return elements * self.weight
         return elements * (self.kv if name in self.kv_tensors else self.act)
+
+
+def _no_sizes(graph: Graph) -> dict[str, tuple[int, float | None, bool]]:
+    return {}
+
+
+def _tensor_size(graph: Graph, name: str) -> tuple[int, float | None, bool]:
+    """(elements, bytes where the plan's element sizes do not set them, whether it is a weight): `Sizer._bytes`'s
+    reads of the tensor."""
+    tensors = graph.tensors
+    elements, dtype, stored = math.prod(tensors.shape(name)), tensors.dtype(name), graph.stored_dtypes.get(name)
+    if stored is not None or dtype not in FLOAT_TYPES:
+        return elements, tensor_bytes(elements, stored or dtype), False
+    return elements, None, name in graph.weights
 
 
 # A plan's precision against the model's released one (rank below or above) -> its caveat; the same rank: none.
