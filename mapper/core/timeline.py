@@ -24,20 +24,30 @@ if TYPE_CHECKING:
 
 class NodesKey:
     """A timeline's nodes (every position's, in order) as a dict key whose hash is computed once: a tuple's is not
-    kept, and a 2,000-kernel decoder step's nodes are looked up by several stages' memos a mapping."""
+    kept, and a 2,000-kernel decoder step's nodes are looked up by several stages' memos a mapping. A timeline made
+    by putting kernels of no nodes between another's positions is keyed by that one's key and the positions
+    (`inserted`), which fix its nodes as well, without hashing them again."""
 
-    __slots__ = ("_hash", "nodes")
+    __slots__ = ("_hash", "parts")
 
-    def __init__(self, nodes: Sequence[tuple[str, ...]]):
-        self.nodes = tuple(nodes)
-        self._hash = hash(self.nodes)
+    def __init__(self, parts: tuple):
+        self.parts = parts
+        self._hash = hash(parts)
+
+    @classmethod
+    def of(cls, nodes: Sequence[tuple[str, ...]]) -> NodesKey:
+        return cls(("nodes", tuple(nodes)))
+
+    def with_inserted(self, at: tuple[int, ...]) -> NodesKey:
+        """The key of these nodes with a position of no nodes put before each of `at` (ascending)."""
+        return NodesKey(("inserted", self, at))
 
     def __hash__(self) -> int:
         return self._hash
 
     def __eq__(self, other: object) -> bool:
         return self is other or (
-            isinstance(other, NodesKey) and self._hash == other._hash and self.nodes == other.nodes
+            isinstance(other, NodesKey) and self._hash == other._hash and self.parts == other.parts
         )
 
 
@@ -68,7 +78,7 @@ class Kernels(WrittenWhenRead):
         """Every position's nodes as a key of the model's caches (what a fusion plan fixes: the stages' structural
         memos), made once and handed on to the kernels a stage changes without moving a position."""
         if self._nodes_key is None:
-            self._nodes_key = NodesKey(self.nodes)
+            self._nodes_key = NodesKey.of(self.nodes)
         return self._nodes_key
 
     def _same_positions(self, sources: list[Kernel], shared: np.ndarray) -> Kernels:
@@ -184,7 +194,10 @@ class Kernels(WrittenWhenRead):
         names += self.names[start:]
         nodes += self.nodes[start:]
         out_shared += moved_shared[start:]
-        return Kernels(sources, names, nodes, out_shared)
+        out = Kernels(sources, names, nodes, out_shared)
+        if self._nodes_key is not None:  # the nodes are these, with () at the inserts: keyed by both
+            out._nodes_key = self._nodes_key.with_inserted(tuple(at for at, _, _, _ in inserts))
+        return out
 
     @classmethod
     def _columns(cls, kernels: tuple[Kernel, ...]) -> tuple:

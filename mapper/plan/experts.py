@@ -100,10 +100,10 @@ def whole_experts(workload: Workload, tp: int, ep: int) -> frozenset[str]:
     return frozenset(routers | set(gemms)) if experts_over_tp(tp, ep) else frozenset(routers)
 
 
-def expert_nodes(workload: Workload, kernels: Kernels) -> list[tuple[int, str]]:
-    """(position, its first expert GEMM node) of each kernel holding one, in position order (found once a fusion
-    plan: `timeline.positions_holding`)."""
-    return [(j, held[0]) for j, held in positions_holding(kernels, workload.expert_gemms.keys(), workload.caches)]
+def expert_nodes(workload: Workload, kernels: Kernels) -> tuple[tuple[int, tuple[str, ...]], ...]:
+    """(position, its expert GEMM nodes) of each kernel holding one, in position order: found once a fusion plan
+    (`timeline.positions_holding`); a kernel's routing is its first expert node's."""
+    return positions_holding(kernels, workload.expert_gemms.keys(), workload.caches)
 
 
 def resident_kernels(workload: Workload, kernels: Sequence[Kernel], ep: int) -> Sequence[Kernel]:
@@ -114,8 +114,8 @@ def resident_kernels(workload: Workload, kernels: Sequence[Kernel], ep: int) -> 
     columns = Kernels.of(kernels)
     gemms, shares, routed = workload.expert_gemms, dict[float, int](), dict[tuple[int, int, int], int]()
     codes = np.full(len(columns.sources), -1, dtype=np.int64)
-    for j, node in expert_nodes(workload, columns):
-        g = gemms[node]
+    for j, held in expert_nodes(workload, columns):
+        g = gemms[held[0]]
         routing = (g.experts, g.top_k, g.tokens)  # what the share reads: one pow a routing, not an expert GEMM
         code = routed.get(routing)
         if code is None:
@@ -214,8 +214,8 @@ def _grouped_all_reduces(workload: Workload, kernels: Sequence[Kernel], act_byte
     columns = Kernels.of(kernels)
     sources, names, gemms = columns.sources, columns.names, workload.expert_gemms
     changes: list[tuple[int, Hashable, Callable[..., Kernel], tuple]] = []
-    for j, node in expert_nodes(workload, columns):  # the all-reduce right after a grouped expert GEMM
-        i, g = j + 1, gemms[node]
+    for j, held in expert_nodes(workload, columns):  # the all-reduce right after a grouped expert GEMM
+        i, g = j + 1, gemms[held[0]]
         if not g.grouped or i >= len(sources):
             continue
         k, name = sources[i], names[i]
@@ -252,7 +252,8 @@ def plan_experts(
     columns = _grouped_all_reduces(workload, kernels, act_bytes)
     if ep <= 1 and imbalance <= 1:
         return columns
-    found = [(j, workload.expert_gemms[node]) for j, node in expert_nodes(workload, columns)]
+    gemms = workload.expert_gemms
+    found = [(j, gemms[held[0]]) for j, held in expert_nodes(workload, columns)]
     figures: dict[tuple, int] = {}
     routings: list[ExpertGemm] = []
     codes = np.full(len(columns.sources), -1, dtype=np.int64)

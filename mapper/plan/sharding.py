@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -292,15 +293,13 @@ def shard_kernels(kernels: Sequence[Kernel], split: SplitPlan, tp: int, sizer: S
     shares = columns.remade(codes, lambda k, code: _split_kernel(k, *by_code[code], tp))
     # partial sums of every rank are summed; column-parallel logits are gathered (sharded outputs such as the KV
     # cache stay on their ranks)
-    return shares.inserted(
-        [_collective_after(i, kind, full_out[i], shares.names[i], tp) for i, kind in split.collectives]
-    )
+    after = [(i, kind, full_out[i], f"{shares.names[i]}:{kind}") for i, kind in split.collectives]
+    return shares.inserted([_collective_after(i, kind, message, name, tp) for i, kind, message, name in after])
 
 
 def _collective_after(i: int, kind: Collective, message: float, name: str, tp: int) -> tuple:
-    """`Kernels.inserted`'s entry for a collective after position i: one source a kind and message size."""
-    collective = f"{name}:{kind}"
-    return i + 1, (kind, message), collective, lambda: collective_kernel(collective, kind, message, tp)
+    """`Kernels.inserted`'s entry for the collective `name` after position i: one source a kind and message size."""
+    return i + 1, (kind, message), name, partial(collective_kernel, name, kind, message, tp)
 
 
 def _split_kernel(k: Kernel, full_out: float, kept: float, tp: int) -> Kernel:

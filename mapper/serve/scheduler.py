@@ -175,7 +175,7 @@ def run_whole_prefill(run: SchedulerRun, *, decode_first: bool) -> Timeline:
                 nxt += 1
         if admitted:
             factor = drawn[step] if step < len(drawn) else jitter[step]
-            dt = prefill_time(len(admitted), float(max(prompt[r] for r in admitted))) * factor
+            dt = prefill_time(len(admitted), float(max(map(prompt.__getitem__, admitted)))) * factor
             now += dt
             busy += dt * count
             for rid in admitted:
