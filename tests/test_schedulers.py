@@ -153,7 +153,7 @@ class _Called:
 
 @pytest.mark.parametrize("kv_tokens", [ROOMY, TIGHT])
 def test_decode_steps_run_together_give_the_steps_one_by_one(kv_tokens):
-    """A grid's decode steps between events run in one loop (`scheduler.decode_run`): every request's first token
+    """A grid's decode steps between events run in one loop (`chunked.decode_run`): every request's first token
     and finish, the preemptions and the busy time are the same floats as the steps taken one by one, with the
     cache roomy or tight (preemptions), on a lazy grid whose columns are read as the steps reach them."""
     from mapper.explore.search_steps import LazyGrid

@@ -63,7 +63,7 @@ class LazyGrid:
 
     def grid_row(self, batch: int) -> tuple[list[float | None], list[float]]:
         """The batch's row as read so far (None: a column not read yet) and the tokens it is laid at
-        (`scheduler.decode_run` interpolates on the columns read, as a call would, and leaves the rest to calls)."""
+        (`chunked.decode_run` interpolates on the columns read, as a call would, and leaves the rest to calls)."""
         return self._row(batch), self._xs
 
     def __call__(self, batch: int, tokens: float) -> float:

@@ -17,6 +17,7 @@ from mapper.core import limits
 from mapper.core.errors import MapperError
 from mapper.core.units import overload_sentence
 from mapper.core.vocab import values
+from mapper.serve.chunked import run_chunked
 from mapper.serve.scheduler import (
     Jitter,
     Requests,
@@ -24,7 +25,6 @@ from mapper.serve.scheduler import (
     SchedulerRun,
     StepTime,
     Timeline,
-    run_chunked,
     run_whole_prefill,
 )
 from mapper.serve.serving import ServingConfig, filled_jitter, validate_config

@@ -26,6 +26,7 @@ from mapper.core.errors import MapperError
 from mapper.core.options import PlanOptions
 from mapper.hardware.profile import HardwareProfile
 from mapper.plan.experts import replica_devices
+from mapper.serve.chunked import run_chunked
 from mapper.serve.continuous import (
     LLMServingConfig,
     LLMServingResult,
@@ -42,7 +43,6 @@ from mapper.serve.scheduler import (
     SchedulerRun,
     StepTime,
     Timeline,
-    run_chunked,
     run_whole_prefill,
 )
 from mapper.serve.serving import filled_jitter

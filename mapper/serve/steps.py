@@ -45,7 +45,7 @@ class GridTime:
         return row
 
     def grid_row(self, batch: int) -> tuple[list[float], list[float]]:
-        """The batch's row and the tokens it is laid at (`scheduler.decode_run` interpolates on them as a call
+        """The batch's row and the tokens it is laid at (`chunked.decode_run` interpolates on them as a call
         would)."""
         return self._row(batch), self._tokens
 
