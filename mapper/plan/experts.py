@@ -113,14 +113,17 @@ def resident_kernels(workload: Workload, kernels: Sequence[Kernel], ep: int) -> 
         return kernels
     columns = Kernels.of(kernels)
     gemms, shares, routed = workload.expert_gemms, dict[float, int](), dict[tuple[int, int, int], int]()
-    codes = np.full(len(columns.sources), -1, dtype=np.int64)
-    for j, held in expert_nodes(workload, columns):
+    found = expert_nodes(workload, columns)
+    of_position = []
+    for _, held in found:
         g = gemms[held[0]]
         routing = (g.experts, g.top_k, g.tokens)  # what the share reads: one pow a routing, not an expert GEMM
         code = routed.get(routing)
         if code is None:
             code = routed[routing] = shares.setdefault(g.weight_share, len(shares))
-        codes[j] = code
+        of_position.append(code)
+    codes = np.full(len(columns.sources), -1, dtype=np.int64)
+    codes[[j for j, _ in found]] = of_position  # one numpy store, not one a position
     by_code = list(shares)
     return columns.remade(codes, lambda k, code: _resident(k, by_code[code], ep))
 
@@ -256,12 +259,14 @@ def plan_experts(
     found = [(j, gemms[held[0]]) for j, held in expert_nodes(workload, columns)]
     figures: dict[tuple, int] = {}
     routings: list[ExpertGemm] = []
-    codes = np.full(len(columns.sources), -1, dtype=np.int64)
-    for j, g in found:
+    of_position = []
+    for _, g in found:
         code = figures.setdefault(g.figures, len(figures))
         if code == len(routings):
             routings.append(g)
-        codes[j] = code
+        of_position.append(code)
+    codes = np.full(len(columns.sources), -1, dtype=np.int64)
+    codes[[j for j, _ in found]] = of_position
     shares = columns.remade(codes, lambda k, code: _expert_share(k, routings[code], ranks, imbalance, ep, sliced))
     if ep <= 1:
         return shares

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import partial
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -24,7 +25,7 @@ from mapper.core.result import (
     KernelEstimate,
     ParallelPlan,
 )
-from mapper.core.timeline import KernelEstimates, Kernels, timeline_starts
+from mapper.core.timeline import KernelEstimates, Kernels, in_order_sum, timeline_starts
 from mapper.core.vocab import Collective, Engine
 from mapper.cost.bottleneck import Facts, classify, speedup_if_removed
 from mapper.cost.estimate import estimate_cost
@@ -32,7 +33,7 @@ from mapper.hardware.target import Target
 from mapper.plan.experts import experts_over_tp, replica_devices
 from mapper.plan.precision import Sizer
 from mapper.plan.sharding import collective_kernel
-from mapper.schedule.stages import balance_stages, stage_times
+from mapper.schedule.stages import balance_stages
 
 if TYPE_CHECKING:
     from mapper.core.caches import ModelCaches
@@ -160,10 +161,10 @@ EXPERTS_ATTENTION_DP_SLICED = (
 def _collectives(placed: KernelEstimates) -> tuple[CollectiveRecord, ...]:
     """The timeline's collectives and sends, read from its columns (no estimate written)."""
     kernels, assessments = placed.kernels, placed.assessments
+    found = np.flatnonzero(kernels.source_codes(lambda k: 1 if k.collective else -1) > 0).tolist()
     return tuple(
         CollectiveRecord(kernels.names[i], k.collective, k.devices, k.dram_bytes, assessments[i].time_s)
-        for i, k in enumerate(kernels.sources)
-        if k.collective
+        for i, k in ((i, kernels.sources[i]) for i in found)
     )
 
 
@@ -188,12 +189,13 @@ def place_on_devices(
     placed = KernelEstimates.of(estimates)
     if options.overlap_collectives:
         placed = _overlap(placed)
-    if pp == 1 and not options.overlap_collectives:  # one stage: the timeline stands as costed
-        start = sum(a.time_s for a in placed.assessments)
-    else:
-        placed, start = _pipeline(graph, placed, pp, target, sizer, caches)
-    times = [a.time_s for a in placed.assessments]  # the columns: no estimate of a slice is written here
-    per_stage = stage_times(times, [k.stage for k in placed.kernels.sources], max(pp, 1))
+    if pp > 1 or options.overlap_collectives:
+        placed, _ = _pipeline(graph, placed, pp, target, sizer, caches)
+    # the columns: no estimate of a slice is written here, each stage's time summed in timeline order
+    times = np.fromiter(map(attrgetter("time_s"), placed.assessments), dtype=np.float64, count=len(placed))
+    start = in_order_sum(times)
+    stage_of = placed.kernels.source_codes(attrgetter("stage"))
+    per_stage = [in_order_sum(times[stage_of == s]) for s in range(max(pp, 1))]
     collectives = _collectives(placed)
     comm = sum(c.time_s for c in collectives)
     section = ParallelPlan(

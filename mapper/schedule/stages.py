@@ -42,10 +42,3 @@ def balance_stages(times: list[float], stages: int) -> list[int]:
         else:
             hi = mid
     return fill(hi) or [0] * n
-
-
-def stage_times(times: list[float], stage_of: list[int], stages: int) -> list[float]:
-    out = [0.0] * stages
-    for t, s in zip(times, stage_of, strict=True):
-        out[s] += t
-    return out
