@@ -48,6 +48,7 @@ class Boundary:
     # sizer reads of the tensor's name (weight, stored type). Groups of one layout whose members are of the
     # same work kinds (`Workload.work_kinds`) make kernels equal but for their names (`_build_kernels`).
     layout: tuple
+    read_names: frozenset[str] = frozenset()  # the tensors of `reads`, for a quick test of which it reads
 
 
 # An input's part in a kernel's DRAM reads: no tensor, made inside the kernel, read here first, read before.
@@ -84,7 +85,7 @@ def group_boundary(graph: Graph, group: Group, nodes_by_name: dict[str, Node], i
             written.append((write, _sized_as(graph, t)))
         layout.append(tuple(written))
     reduce_inputs = tuple(n.inputs[0] for n in members if n.op_type in REDUCING_OPS and n.inputs)
-    return Boundary(tuple(reads.items()), tuple(writes), reduce_inputs, tuple(layout))
+    return Boundary(tuple(reads.items()), tuple(writes), reduce_inputs, tuple(layout), frozenset(reads))
 
 
 def _sized_as(graph: Graph, tensor: str) -> tuple[bool, str | None]:

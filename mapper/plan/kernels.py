@@ -308,10 +308,17 @@ class _ByName:
 def _routing(group: Group, place: Place, experts: dict, weight_shares: dict | None) -> tuple:
     """What a kernel of a mixture of experts reads besides its members' codes: each member's routing figures (the
     expert work `moe.route_work` scaled by them, every figure but its layer and router) and the share of each weight
-    it reads (`weight_shares`)."""
-    figures = tuple(None if g is None else g.figures for g in map(experts.get, group.nodes))
-    shares = tuple(weight_shares.get(t, 1.0) for t, _ in place[0].reads) if weight_shares else ()
-    return figures, shares
+    it reads (`weight_shares`); () for either where the kernel holds no expert node or reads no routed weight (its
+    shape and members' codes already say how many there are)."""
+    nodes, boundary = group.nodes, place[0]
+    figures = (
+        ()
+        if experts.keys().isdisjoint(nodes)
+        else tuple(None if g is None else g.figures for g in map(experts.get, nodes))
+    )
+    if not weight_shares or weight_shares.keys().isdisjoint(boundary.read_names):
+        return figures, ()
+    return figures, tuple(weight_shares.get(t, 1.0) for t, _ in boundary.reads)
 
 
 def _member_codes(workload: Workload) -> list[int] | None:
