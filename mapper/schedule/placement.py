@@ -191,11 +191,7 @@ def place_on_devices(
         placed = _overlap(placed)
     if pp > 1 or options.overlap_collectives:
         placed, _ = _pipeline(graph, placed, pp, target, sizer, caches)
-    # the columns: no estimate of a slice is written here, each stage's time summed in timeline order
-    times = np.fromiter(map(attrgetter("time_s"), placed.assessments), dtype=np.float64, count=len(placed))
-    start = in_order_sum(times)
-    stage_of = placed.kernels.source_codes(attrgetter("stage"))
-    per_stage = [in_order_sum(times[stage_of == s]) for s in range(max(pp, 1))]
+    start, per_stage = _stage_times(placed, max(pp, 1))
     collectives = _collectives(placed)
     comm = sum(c.time_s for c in collectives)
     section = ParallelPlan(
@@ -229,6 +225,14 @@ def place_on_devices(
         ),
     )
     return placed, section
+
+
+def _stage_times(placed: KernelEstimates, stages: int) -> tuple[float, list[float]]:
+    """The timeline's end and each stage's time, read from the columns (no estimate of a slice is written here) and
+    summed in timeline order (`in_order_sum`: the same floats as a loop)."""
+    times = np.fromiter(map(attrgetter("time_s"), placed.assessments), dtype=np.float64, count=len(placed))
+    stage_of = placed.kernels.source_codes(attrgetter("stage"))
+    return in_order_sum(times), [in_order_sum(times[stage_of == s]) for s in range(stages)]
 
 
 def _experts_text(options: PlanOptions) -> str:
