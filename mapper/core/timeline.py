@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from operator import attrgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -89,19 +89,29 @@ class Kernels(WrittenWhenRead):
 
     def changed(self, changes: Iterable[tuple[int, Hashable, Callable[..., Kernel], tuple]]) -> Kernels:
         """These kernels with some positions' sources changed and none inserted: each change `(position, key, change,
-        args)` gives `change(*args)` once per key and source (`remade`: a key that names no source, a collective's
-        kind and bytes, is one call for each source it replaces); every other position keeps its source, name and
-        nodes. For a stage changing a few positions it finds one by one (the logits, a grouped expert's reduce)."""
-        codes = np.full(len(self.sources), -1, dtype=np.int64)
-        index: dict[Hashable, int] = {}
-        calls: list[tuple[Callable[..., Kernel], tuple]] = []
+        args)` gives `change(*args)` once per key and source (`remade_at`: a key that names no source, a
+        collective's kind and bytes, is one call for each source it replaces); every other position keeps its
+        source, name and nodes. For a stage changing a few positions it finds one by one (the logits, a grouped
+        expert's reduce)."""
+        calls: dict[Hashable, tuple[Callable[..., Kernel], tuple]] = {}
+        keyed = []
         for j, key, change, args in changes:
-            code = index.get(key)
-            if code is None:
-                code = index[key] = len(calls)
-                calls.append((change, args))
-            codes[j] = code
-        return self.remade(codes, lambda _, code: calls[code][0](*calls[code][1]))
+            calls.setdefault(key, (change, args))  # a key's first change
+            keyed.append((j, key))
+        return self.remade_at(keyed, lambda _, key: calls[key][0](*calls[key][1]))
+
+    def remade_at(self, values: Iterable[tuple[int, Hashable]], change: Callable[[Kernel, Any], Kernel]) -> Kernels:
+        """`remade` for the positions given, each with the value its change reads (every other position kept):
+        equal values are one code, so `change(source, value)` runs once per source and value."""
+        index: dict[Hashable, int] = {}
+        positions, codes_at = [], []
+        for j, value in values:
+            positions.append(j)
+            codes_at.append(index.setdefault(value, len(index)))
+        codes = np.full(len(self.sources), -1, dtype=np.int64)
+        codes[positions] = codes_at  # one numpy store, not one a position
+        distinct = list(index)
+        return self.remade(codes, lambda k, code: change(k, distinct[code]))
 
     def shared_positions(self) -> np.ndarray:
         """`shared` as an array (each position its own where the builder gave none), made once."""
@@ -122,7 +132,7 @@ class Kernels(WrittenWhenRead):
         """A float field of every position's source, read once per position holding its own source and spread to the
         positions sharing it (a repeated layer's figures cost no attribute read)."""
         if self.shared is None:
-            return np.fromiter(map(attrgetter(field), self.sources), dtype=np.float64, count=len(self.sources))
+            return record_column(self.sources, field)
         values = np.zeros(len(self.sources), dtype=np.float64)
         own = self.own()
         values[own] = [getattr(self.sources[j], field) for j in own.tolist()]
@@ -267,3 +277,8 @@ def in_order_sum(values: np.ndarray) -> float:
     rounds otherwise): the same totals as a loop over the kernels, at numpy's speed (an overflow is inf)."""
     with np.errstate(all="ignore"):
         return float(np.cumsum(values)[-1]) if len(values) else 0.0
+
+
+def record_column(records: Sequence, field: str) -> np.ndarray:
+    """One float field of every record, in order (a timeline's assessments, its kernels)."""
+    return np.fromiter(map(attrgetter(field), records), dtype=np.float64, count=len(records))

@@ -39,8 +39,6 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import replace
 from functools import partial
 
-import numpy as np
-
 from mapper.core.errors import MapperError
 from mapper.core.result import Kernel, replace_matrix
 from mapper.core.timeline import Kernels, positions_holding
@@ -111,21 +109,18 @@ def resident_kernels(workload: Workload, kernels: Sequence[Kernel], ep: int) -> 
     E/ep experts a device."""
     if not workload.expert_gemms:  # a dense model: memory sees the kernels as they are
         return kernels
-    columns = Kernels.of(kernels)
-    gemms, shares, routed = workload.expert_gemms, dict[float, int](), dict[tuple[int, int, int], int]()
-    found = expert_nodes(workload, columns)
-    of_position = []
-    for _, held in found:
-        g = gemms[held[0]]
-        routing = (g.experts, g.top_k, g.tokens)  # what the share reads: one pow a routing, not an expert GEMM
-        code = routed.get(routing)
-        if code is None:
-            code = routed[routing] = shares.setdefault(g.weight_share, len(shares))
-        of_position.append(code)
-    codes = np.full(len(columns.sources), -1, dtype=np.int64)
-    codes[[j for j, _ in found]] = of_position  # one numpy store, not one a position
-    by_code = list(shares)
-    return columns.remade(codes, lambda k, code: _resident(k, by_code[code], ep))
+    columns, gemms = Kernels.of(kernels), workload.expert_gemms
+    shares: dict[tuple[int, int, int], float] = {}  # what the share reads: one pow a routing, not an expert GEMM
+
+    def share(g: ExpertGemm) -> float:
+        routing = (g.experts, g.top_k, g.tokens)
+        found = shares.get(routing)
+        if found is None:
+            found = shares[routing] = g.weight_share
+        return found
+
+    held = expert_nodes(workload, columns)
+    return columns.remade_at(((j, share(gemms[nodes[0]])) for j, nodes in held), lambda k, s: _resident(k, s, ep))
 
 
 def _resident(k: Kernel, weight_share: float, ep: int) -> Kernel:
@@ -257,17 +252,13 @@ def plan_experts(
         return columns
     gemms = workload.expert_gemms
     found = [(j, gemms[held[0]]) for j, held in expert_nodes(workload, columns)]
-    figures: dict[tuple, int] = {}
-    routings: list[ExpertGemm] = []
-    of_position = []
+    routing: dict[tuple, ExpertGemm] = {}  # the first expert GEMM of each routing's figures: what a share reads
     for _, g in found:
-        code = figures.setdefault(g.figures, len(figures))
-        if code == len(routings):
-            routings.append(g)
-        of_position.append(code)
-    codes = np.full(len(columns.sources), -1, dtype=np.int64)
-    codes[[j for j, _ in found]] = of_position
-    shares = columns.remade(codes, lambda k, code: _expert_share(k, routings[code], ranks, imbalance, ep, sliced))
+        routing.setdefault(g.figures, g)
+    shares = columns.remade_at(
+        ((j, g.figures) for j, g in found),
+        lambda k, figures: _expert_share(k, routing[figures], ranks, imbalance, ep, sliced),
+    )
     if ep <= 1:
         return shares
     first: dict[int, tuple[int, ExpertGemm]] = {}

@@ -13,8 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from mapper.core.errors import MapperError
 from mapper.core.graph import Graph
 from mapper.core.options import PlanOptions
@@ -257,14 +255,12 @@ def apply_kv_cache(
     if not appends:
         return kernels
     columns = Kernels.of(kernels)
-    copies: dict[float, int] = {}
-    codes = np.full(len(columns.sources), -1, dtype=np.int64)
-    for j, updates in positions_holding(columns, appends.keys(), caches):
-        # copy: past read + present (past and new) written; in place the past is neither read nor rewritten
-        copied = sum(sizer.bytes_of(appends[n].past) for n in updates)
-        codes[j] = copies.setdefault(copied, len(copies))
-    by_code = list(copies)
-    return columns.remade(codes, lambda k, code: _in_place(k, by_code[code]))
+    # copy: past read + present (past and new) written; in place the past is neither read nor rewritten
+    copied = (
+        (j, sum(sizer.bytes_of(appends[n].past) for n in updates))
+        for j, updates in positions_holding(columns, appends.keys(), caches)
+    )
+    return columns.remade_at(copied, _in_place)
 
 
 def _in_place(k: Kernel, copied: float) -> Kernel:

@@ -212,7 +212,7 @@ def assigned_roles(
 
     def assigned() -> tuple[np.ndarray, SplitPlan]:
         full, written = assign_roles(graph, kernels, whole, experts)
-        codes = np.array([SHARDS.index(Shard(k.shard)) for k in full], dtype=np.int64)
+        codes = np.array([SHARD_CODES[Shard(k.shard)] for k in full], dtype=np.int64)
         codes.flags.writeable = False  # kept in the model's cache: read by every binding after
         return codes, split_plan(graph, full, written)
 
@@ -221,7 +221,8 @@ def assigned_roles(
     return Kernels.of(kernels).remade(roles, _with_role), split
 
 
-SHARDS = tuple(Shard)  # a role's code in the roles `assigned_roles` keeps
+SHARDS = tuple(Shard)  # a role's code in the roles `assigned_roles` keeps, and in the memory plan's columns
+SHARD_CODES = {role: i for i, role in enumerate(SHARDS)}
 
 
 def _with_role(k: Kernel, code: int) -> Kernel:

@@ -20,10 +20,10 @@ from mapper.core.timeline import Kernels, in_order_sum
 from mapper.core.vocab import Shard
 from mapper.plan.precision import Sizer
 from mapper.plan.runtime import find_kv_appends
+from mapper.plan.sharding import SHARD_CODES
 
 PARALLEL_DEGREES = (1, 2, 4, 8, 16, 32, 64)
 WEIGHT_SPLITS = (Shard.COLUMN, Shard.ROW, Shard.HEADS)  # roles whose weights tensor parallelism splits across ranks
-SHARD_CODES = {role: i for i, role in enumerate(Shard)}  # a kernel's role as a number (unassigned: -1)
 SPLIT_CODES = [SHARD_CODES[role] for role in WEIGHT_SPLITS]
 
 
@@ -52,7 +52,7 @@ def plan_memory(
     # each figure summed in kernel order as a sum of its own would: split and replicated weights, the nodes run
     # whole, the largest activation traffic
     weights = columns.column("weight_bytes")
-    shard = columns.source_codes(lambda k: SHARD_CODES.get(k.shard, -1))
+    shard = columns.source_codes(lambda k: SHARD_CODES.get(k.shard, -1))  # unassigned (""): -1
     split = np.isin(shard, SPLIT_CODES)
     sharded_w, replicated_w = in_order_sum(weights[split]), in_order_sum(weights[~split])
     moved = columns.column("dram_bytes") - weights

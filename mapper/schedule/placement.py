@@ -25,7 +25,7 @@ from mapper.core.result import (
     KernelEstimate,
     ParallelPlan,
 )
-from mapper.core.timeline import KernelEstimates, Kernels, in_order_sum, timeline_starts
+from mapper.core.timeline import KernelEstimates, Kernels, in_order_sum, record_column, timeline_starts
 from mapper.core.vocab import Collective, Engine
 from mapper.cost.bottleneck import Facts, classify, speedup_if_removed
 from mapper.cost.estimate import estimate_cost
@@ -190,7 +190,7 @@ def place_on_devices(
     if options.overlap_collectives:
         placed = _overlap(placed)
     if pp > 1 or options.overlap_collectives:
-        placed, _ = _pipeline(graph, placed, pp, target, sizer, caches)
+        placed = _pipeline(graph, placed, pp, target, sizer, caches)
     start, per_stage = _stage_times(placed, max(pp, 1))
     collectives = _collectives(placed)
     comm = sum(c.time_s for c in collectives)
@@ -230,7 +230,7 @@ def place_on_devices(
 def _stage_times(placed: KernelEstimates, stages: int) -> tuple[float, list[float]]:
     """The timeline's end and each stage's time, read from the columns (no estimate of a slice is written here) and
     summed in timeline order (`in_order_sum`: the same floats as a loop)."""
-    times = np.fromiter(map(attrgetter("time_s"), placed.assessments), dtype=np.float64, count=len(placed))
+    times = record_column(placed.assessments, "time_s")
     stage_of = placed.kernels.source_codes(attrgetter("stage"))
     return in_order_sum(times), [in_order_sum(times[stage_of == s]) for s in range(stages)]
 
@@ -243,7 +243,7 @@ def _experts_text(options: PlanOptions) -> str:
 
 def _pipeline(
     graph: Graph, estimates: KernelEstimates, pp: int, target: Target, sizer: Sizer, caches: ModelCaches | None
-) -> tuple[KernelEstimates, float]:
+) -> KernelEstimates:
     """Stages balanced by time, the sends between them, and the timeline re-laid from zero (as columns: a source
     moved to a stage once, each send costed where it goes)."""
     columns, timed = estimates.kernels, estimates.assessments
@@ -261,8 +261,7 @@ def _pipeline(
     assessments = list(timed)
     for i, e in reversed(sent):
         assessments.insert(i + 1, e.assessment)
-    starts, end = timeline_starts([a.time_s for a in assessments])
-    return KernelEstimates(placed, assessments, starts), end
+    return KernelEstimates(placed, assessments, timeline_starts([a.time_s for a in assessments])[0])
 
 
 def _same(k: Kernel) -> Kernel:
