@@ -105,10 +105,19 @@ def test_a_changed_option_on_a_warm_handle_maps_as_a_fresh_one(field):
     assert (_figures(again) != _figures(first)) == moves, field
 
 
+BINDING_CHANGES = [
+    ("llama2-7b", {"batch": 3}),
+    ("llama2-7b", {"seq": 48}),
+    ("llama2-7b", {"past": 256}),
+    ("mixtral-8x7b-ep2", {"batch": 3}),  # the experts' routing figures (`experts.ExpertSites`) follow the tokens
+    ("mixtral-8x7b-ep4-dp", {"past": 256}),
+]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("dims", [{"batch": 3}, {"seq": 48}, {"past": 256}], ids=lambda d: next(iter(d)))
-def test_a_changed_binding_on_a_warm_handle_maps_as_a_fresh_one(dims):
-    model, base_dims, extra = MODELS["llama2-7b"]
+@pytest.mark.parametrize(("case", "dims"), BINDING_CHANGES, ids=lambda d: d if isinstance(d, str) else next(iter(d)))
+def test_a_changed_binding_on_a_warm_handle_maps_as_a_fresh_one(case, dims):
+    model, base_dims, extra = MODELS[case]
     hw = mapper.load_hardware("h100-sxm")
     first, again, cold = _answers(model, base_dims, hw, BASE | extra, hw, BASE | extra, base_dims | dims)
     assert again == cold and _figures(again) != _figures(first)

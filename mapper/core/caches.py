@@ -204,6 +204,12 @@ class ModelCaches:
         binding of one fusion plan (a stage reads the binding's figures of those nodes after)."""
         return self._get("node_positions", (nodes, wanted), make)
 
+    def expert_sites(self, nodes: Hashable, sha256: str, dims: tuple, make):
+        """The kernel positions holding an expert GEMM and each one's routing (`experts.ExpertSites`): every
+        position's nodes (what the fusion plan fixes) and the graph at its bindings (its hash and dims: the routing
+        figures follow from the shapes)."""
+        return self._get("expert_sites", (nodes, sha256, dims), make)
+
     def tensor_edges(self, structure: tuple[str, frozenset[str]], nodes: Hashable, make):
         """Each read of a tensor another kernel makes (`placement.TensorEdges`, what a pipeline's sends carry): the
         live graph's structure and every kernel position's nodes. The same at every binding of one fusion plan."""

@@ -35,9 +35,11 @@ partial sums back to their ranks; the experts need not divide by ep.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from functools import partial
+
+import numpy as np
 
 from mapper.core.errors import MapperError
 from mapper.core.result import Kernel, replace_matrix
@@ -98,10 +100,63 @@ def whole_experts(workload: Workload, tp: int, ep: int) -> frozenset[str]:
     return frozenset(routers | set(gemms)) if experts_over_tp(tp, ep) else frozenset(routers)
 
 
-def expert_nodes(workload: Workload, kernels: Kernels) -> tuple[tuple[int, tuple[str, ...]], ...]:
-    """(position, its expert GEMM nodes) of each kernel holding one, in position order: found once a fusion plan
-    (`timeline.positions_holding`); a kernel's routing is its first expert node's."""
-    return positions_holding(kernels, workload.expert_gemms.keys(), workload.caches)
+@dataclass(frozen=True, slots=True)
+class ExpertSites:
+    """The kernel positions holding an expert node at one binding, as columns: each position's routing (its first
+    expert node's `ExpertGemm`), numbered by the figures a stage changes a kernel by. Read once a fusion plan and
+    binding (`ModelCaches.expert_sites`), not position by position at every plan's mapping."""
+
+    positions: np.ndarray  # ascending kernel positions
+    gemms: tuple[ExpertGemm, ...]  # each position's routing
+    figures: np.ndarray  # each position's index into `by_figures`
+    by_figures: tuple[ExpertGemm, ...]  # the first routing of each distinct `ExpertGemm.figures`, in position order
+    shares: np.ndarray  # each position's index into `share_values`
+    share_values: tuple[float, ...]  # each distinct routing's (experts, top k, tokens) weight share
+    layers: np.ndarray  # each position's routing's layer
+
+    @classmethod
+    def of(cls, held: Sequence[tuple[int, tuple[str, ...]]], gemms: Mapping[str, ExpertGemm]) -> ExpertSites:
+        found = [gemms[nodes[0]] for _, nodes in held]
+        figures: dict[tuple, int] = {}
+        shares: dict[tuple[int, int, int], int] = {}
+        by_figures: list[ExpertGemm] = []
+        share_values: list[float] = []
+        for g in dict.fromkeys(found):  # interned: a binding's experts of one layer share one record
+            if figures.setdefault(g.figures, len(figures)) == len(by_figures):
+                by_figures.append(g)
+            routing = (g.experts, g.top_k, g.tokens)
+            if shares.setdefault(routing, len(shares)) == len(share_values):
+                share_values.append(g.weight_share)
+        code_of = {g: (figures[g.figures], shares[(g.experts, g.top_k, g.tokens)]) for g in dict.fromkeys(found)}
+        figure_codes = [code_of[g][0] for g in found]
+        share_codes = [code_of[g][1] for g in found]
+        return cls(
+            np.fromiter((j for j, _ in held), dtype=np.int64, count=len(held)),
+            tuple(found),
+            np.asarray(figure_codes, dtype=np.int64),
+            tuple(by_figures),
+            np.asarray(share_codes, dtype=np.int64),
+            tuple(share_values),
+            np.fromiter((g.layer for g in found), dtype=np.int64, count=len(found)),
+        )
+
+    def codes(self, n: int, column: np.ndarray) -> np.ndarray:
+        """`Kernels.remade`'s codes over `n` positions: `column`'s value at each site, -1 elsewhere."""
+        codes = np.full(n, -1, dtype=np.int64)
+        codes[self.positions] = column
+        return codes
+
+
+def expert_sites(workload: Workload, kernels: Kernels) -> ExpertSites:
+    """Where the expert GEMMs sit in `kernels` at this binding: the positions found once a fusion plan
+    (`timeline.positions_holding`; a kernel's routing is its first expert node's), their routings once a binding."""
+    graph = workload.graph
+
+    def find() -> ExpertSites:
+        held = positions_holding(kernels, workload.expert_gemms.keys(), workload.caches)
+        return ExpertSites.of(held, workload.expert_gemms)
+
+    return workload.caches.expert_sites(kernels.nodes_key, graph.sha256, graph.dims, find)
 
 
 def resident_kernels(workload: Workload, kernels: Sequence[Kernel], ep: int) -> Sequence[Kernel]:
@@ -109,18 +164,11 @@ def resident_kernels(workload: Workload, kernels: Sequence[Kernel], ep: int) -> 
     E/ep experts a device."""
     if not workload.expert_gemms:  # a dense model: memory sees the kernels as they are
         return kernels
-    columns, gemms = Kernels.of(kernels), workload.expert_gemms
-    shares: dict[tuple[int, int, int], float] = {}  # what the share reads: one pow a routing, not an expert GEMM
-
-    def share(g: ExpertGemm) -> float:
-        routing = (g.experts, g.top_k, g.tokens)
-        found = shares.get(routing)
-        if found is None:
-            found = shares[routing] = g.weight_share
-        return found
-
-    held = expert_nodes(workload, columns)
-    return columns.remade_at(((j, share(gemms[nodes[0]])) for j, nodes in held), lambda k, s: _resident(k, s, ep))
+    columns = Kernels.of(kernels)
+    sites = expert_sites(workload, columns)
+    values = sites.share_values  # what the share reads: one pow a routing, not an expert GEMM
+    codes = sites.codes(len(columns), sites.shares)
+    return columns.remade(codes, lambda k, code: _resident(k, values[code], ep))
 
 
 def _resident(k: Kernel, weight_share: float, ep: int) -> Kernel:
@@ -210,11 +258,12 @@ def _grouped_all_reduces(workload: Workload, kernels: Sequence[Kernel], act_byte
     layer's T x hidden instead of the [E, T, hidden] stack the graph holds (Mixtral's per-expert GEMMs and every
     other kernel as they are)."""
     columns = Kernels.of(kernels)
-    sources, names, gemms = columns.sources, columns.names, workload.expert_gemms
+    sources, names, sites = columns.sources, columns.names, expert_sites(workload, columns)
     changes: list[tuple[int, Hashable, Callable[..., Kernel], tuple]] = []
-    for j, held in expert_nodes(workload, columns):  # the all-reduce right after a grouped expert GEMM
-        i, g = j + 1, gemms[held[0]]
-        if not g.grouped or i >= len(sources):
+    grouped = [(j, g) for j, g in zip(sites.positions.tolist(), sites.gemms, strict=True) if g.grouped]
+    for j, g in grouped:  # the all-reduce right after a grouped expert GEMM
+        i = j + 1
+        if i >= len(sources):
             continue
         k, name = sources[i], names[i]
         if k.collective != Collective.ALL_REDUCE or name != f"{names[j]}:all-reduce" or not k.devices:
@@ -250,23 +299,16 @@ def plan_experts(
     columns = _grouped_all_reduces(workload, kernels, act_bytes)
     if ep <= 1 and imbalance <= 1:
         return columns
-    gemms = workload.expert_gemms
-    found = [(j, gemms[held[0]]) for j, held in expert_nodes(workload, columns)]
-    routing: dict[tuple, ExpertGemm] = {}  # the first expert GEMM of each routing's figures: what a share reads
-    for _, g in found:
-        routing.setdefault(g.figures, g)
-    shares = columns.remade_at(
-        ((j, g.figures) for j, g in found),
-        lambda k, figures: _expert_share(k, routing[figures], ranks, imbalance, ep, sliced),
+    sites = expert_sites(workload, columns)
+    routing = sites.by_figures  # the first expert GEMM of each routing's figures: what a share reads
+    shares = columns.remade(
+        sites.codes(len(columns), sites.figures),
+        lambda k, code: _expert_share(k, routing[code], ranks, imbalance, ep, sliced),
     )
     if ep <= 1:
         return shares
-    first: dict[int, tuple[int, ExpertGemm]] = {}
-    last: dict[int, tuple[int, ExpertGemm]] = {}
-    for j, g in found:
-        first.setdefault(g.layer, (j, g))
-        last[g.layer] = (j, g)
-    steps = [(j, 1, g, "dispatch") for j, g in first.values()] + [(j + 1, 0, g, "combine") for j, g in last.values()]
+    first, last = _layer_ends(sites)
+    steps = [(j, 1, g, "dispatch") for j, g in first] + [(j + 1, 0, g, "combine") for j, g in last]
     inserts = []
     for at, _, g, step in sorted(steps, key=lambda s: (s[0], s[1])):  # a layer's combine before the next's dispatch
         name = shares.names[at if step == "dispatch" else at - 1]
@@ -274,6 +316,16 @@ def plan_experts(
         if insert is not None:
             inserts.append((at, *insert))
     return shares.inserted(inserts)
+
+
+def _layer_ends(sites: ExpertSites) -> tuple[list[tuple[int, ExpertGemm]], list[tuple[int, ExpertGemm]]]:
+    """(position, routing) of each layer's first and of its last expert kernel, layers in the order they appear."""
+    layers = sites.layers
+    _, first = np.unique(layers, return_index=True)
+    _, from_end = np.unique(layers[::-1], return_index=True)
+    order = np.argsort(first, kind="stable")
+    ends = (first[order], (len(layers) - 1 - from_end)[order])
+    return tuple([(int(sites.positions[i]), sites.gemms[i]) for i in end.tolist()] for end in ends)  # type: ignore[return-value]
 
 
 def _expert_share(k: Kernel, g: ExpertGemm, ranks: int, imbalance: float, ep: int, sliced: bool) -> Kernel:
