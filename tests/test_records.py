@@ -177,9 +177,25 @@ def test_remade_changes_a_source_once_per_code():
         assert out[j] == k.replaced(
             name=f"p{j}", nodes=(f"n{j}",), flops=k.flops * (code + 2) if code >= 0 else k.flops
         )
-        assert out.sources[out.shared[j]] is out.sources[j] and out.shared[j] <= j
-    assert list(out.shared) == [0, 1, 0, 3, 0, 1]
+        assert out.sources[out.shared_positions()[j]] is out.sources[j] and out.shared_positions()[j] <= j
+    assert list(out.shared_positions()) == [0, 1, 0, 3, 0, 1]
     assert kernels.remade(np.full(6, -1), change) is kernels
+
+
+def test_templates_stay_in_the_order_of_their_first_position():
+    """A change at a template's first position but not its later ones makes the kept rest a template whose first
+    position comes after the next template's: the table reorders them, so `templates` is the timeline order of
+    first positions (what `source_codes` calls in, and a roll-up's layer codes follow) and each position's
+    `template_at` still reads its own source."""
+    kernels = _repeated_kernels()
+    out = kernels.remade(np.array([1, -1, -1, -1, -1, -1]), lambda k, code: k.replaced(flops=k.flops * 3))
+    assert out.own().tolist() == [0, 1, 2] and list(out.shared_positions()) == [0, 1, 2, 1, 2, 1]
+    assert [out.sources[j] for j in out.own().tolist()] == out.templates
+    assert out.sources[0].flops == 3 * kernels.sources[0].flops and out.sources[2] is kernels.sources[0]
+    assert [out.source(j) for j in range(6)] == out.sources == [out.templates[t] for t in out.template_at.tolist()]
+    inserted = out.inserted([(1, "x", "c", lambda: kernels.sources[1].replaced(nodes=()))])
+    assert inserted.own().tolist() == [0, 1, 2, 3] and inserted.templates[1].nodes == () != inserted.templates[2].nodes
+    assert [inserted.sources[j] for j in inserted.own().tolist()] == inserted.templates
 
 
 def test_inserted_puts_kernels_in_position_order():
@@ -198,8 +214,8 @@ def test_inserted_puts_kernels_in_position_order():
     )
     assert [k.name for k in out] == ["first", "p0", "p1", "mid", "mid2", "p2", "p3", "p4", "p5", "end"]
     assert len(made) == 2  # keys x and y
-    assert out.shared[3] == out.shared[9] == 0 and out.shared[4] == 4
+    assert out.shared_positions()[3] == out.shared_positions()[9] == 0 and out.shared_positions()[4] == 4
     for j in range(len(out)):
-        assert out.sources[out.shared[j]] is out.sources[j] and out.shared[j] <= j
+        assert out.sources[out.shared_positions()[j]] is out.sources[j] and out.shared_positions()[j] <= j
     with pytest.raises(ValueError, match="position order"):
         kernels.inserted([(3, "x", "a", make), (1, "x", "b", make)])

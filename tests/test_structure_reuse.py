@@ -77,20 +77,23 @@ def test_equal_fusion_plans_are_one_plan():
 
 @pytest.mark.parametrize("fusion", ["none", "aggressive"])
 def test_a_repeated_kernel_is_assessed_as_its_first(fusion):
-    """The builder says which positions repeat an earlier one's kernel (`Kernels.shared`); the cost stage
-    answers them with that one's assessment and engine: the same estimates as from the kernels written out."""
+    """The builder says which positions repeat an earlier one's kernel (`Kernels.template_at`: one template); the
+    cost stage answers them with that one's assessment and engine: the same estimates as from the kernels written
+    out."""
     workload, hw = mapper.open_model("bert-base").bind(batch=2, seq=24), mapper.load_hardware("h100-sxm")
     groups = plan_fusion(
         workload.graph, workload.nodes, workload.plan_key, fusion, fusion == "aggressive", workload.caches
     )
     sizer = Sizer(workload.graph, "bf16", "same", workload.caches)
     kernels = build_kernels(workload, groups, sizer, hw, attention_fits)
-    repeats = [k for k, first in enumerate(kernels.shared) if first != k]
-    assert len(repeats) > 100 and all(kernels.sources[kernels.shared[k]] is kernels.sources[k] for k in repeats)
+    shared = kernels.shared_positions()
+    repeats = [k for k, first in enumerate(shared.tolist()) if first != k]
+    assert len(repeats) > 100 and all(kernels.sources[shared[k]] is kernels.sources[k] for k in repeats)
     target = device_target(hw, "bf16", sizer.key, None, False, hw.kernel_launch_s)
-    shared = estimate_kernels(kernels, target, workload.caches)
-    written = estimate_kernels(Kernels.of(list(kernels)), target)
-    assert Kernels.of(list(kernels)).shared is None and list(shared) == list(written)
+    templated = estimate_kernels(kernels, target, workload.caches)
+    each_own = Kernels.of(list(kernels))
+    written = estimate_kernels(each_own, target)
+    assert len(each_own.templates) == len(each_own) and list(templated) == list(written)
 
 
 @pytest.mark.parametrize(

@@ -52,12 +52,14 @@ class NodesKey:
 
 
 class Kernels(WrittenWhenRead):
-    """Kernels in timeline order: `sources[k]`, the built kernel the position shares (named for the group it was
-    built for), under the name `names[k]` and nodes `nodes[k]`. Every field but the name and the nodes reads from
-    `sources` without writing a record. `shared[k]`, where the builder gives it: the first position whose source
-    is position k's (a stage that reads only figures answers a repeat with that position's answer)."""
+    """Kernels in timeline order as a table of templates and instances: `templates` (the distinct built kernels, in
+    the order of their first position) and `template_at` (each position's template), with each position's name
+    `names[k]` and nodes `nodes[k]`. A repeated layer's kernels are instances of one template (named for the group it
+    was built for) under their own names and nodes; a stage that changes kernels by a per-position fact changes each
+    template once (`remade`) and moves no position in Python. Every field but the name and the nodes reads from the
+    template without writing a record; `sources` (every position's template, as a list) is made only when read."""
 
-    __slots__ = ("_nodes_key", "_shared_array", "names", "nodes", "shared", "sources")
+    __slots__ = ("_firsts", "_index", "_nodes_key", "_shared_array", "_sources", "names", "nodes", "templates")
 
     def __init__(
         self,
@@ -66,12 +68,54 @@ class Kernels(WrittenWhenRead):
         nodes: Sequence[tuple[str, ...]],
         shared: Sequence[int] | np.ndarray | None = None,
     ):
+        """From every position's source; `shared[k]`, where the builder gives it, is the first position whose source
+        is position k's (else each position is a template of its own)."""
         if not len(sources) == len(names) == len(nodes) == len(shared if shared is not None else sources):
             raise ValueError("Kernels needs one source, name and node list per kernel")
-        super().__init__(len(sources))
-        self.sources, self.names, self.nodes, self.shared = sources, names, nodes, shared
+        if shared is None:
+            firsts = index = np.arange(len(sources))
+        else:
+            firsts, index = np.unique(np.asarray(shared, dtype=np.int64), return_inverse=True)
+        self._init(
+            [sources[f] for f in firsts.tolist()], index.astype(np.int64, copy=False), names, nodes, firsts, sources
+        )
+
+    def _init(self, templates, index, names, nodes, firsts=None, sources=None) -> None:
+        super().__init__(len(index))
+        self.templates, self._index, self.names, self.nodes = templates, index, names, nodes
+        self._firsts: np.ndarray | None = firsts
+        self._sources: Sequence[Kernel] | None = sources
         self._nodes_key: NodesKey | None = None
-        self._shared_array: np.ndarray | None = shared if isinstance(shared, np.ndarray) else None
+        self._shared_array: np.ndarray | None = None
+
+    @classmethod
+    def of_templates(
+        cls, templates: list[Kernel], index: np.ndarray, names: Sequence[str], nodes: Sequence[tuple[str, ...]]
+    ) -> Kernels:
+        """These templates at these positions (`index`: each position's template; every template used, the templates
+        in the order of their first position)."""
+        out = cls.__new__(cls)
+        out._init(templates, index, names, nodes)
+        return out
+
+    @property
+    def template_at(self) -> np.ndarray:
+        """Each position's template (an index into `templates`)."""
+        return self._index
+
+    @property
+    def sources(self) -> Sequence[Kernel]:
+        """Every position's template, as a list (made on first read: the stages read `templates` and `template_at`)."""
+        if self._sources is None:
+            held = np.empty(len(self.templates), dtype=object)
+            for t, k in enumerate(self.templates):  # one by one: numpy would unpack a record it could iterate
+                held[t] = k
+            self._sources = held[self._index].tolist()
+        return self._sources
+
+    def source(self, k: int) -> Kernel:
+        """Position k's template."""
+        return self.templates[int(self._index[k])]
 
     @property
     def nodes_key(self) -> NodesKey:
@@ -81,10 +125,10 @@ class Kernels(WrittenWhenRead):
             self._nodes_key = NodesKey.of(self.nodes)
         return self._nodes_key
 
-    def _same_positions(self, sources: list[Kernel], shared: np.ndarray) -> Kernels:
-        """New sources at these positions: the names, nodes and their key handed on."""
-        out = Kernels(sources, self.names, self.nodes, shared)
-        out._nodes_key = self._nodes_key
+    def _same_positions(self, templates: list[Kernel], index: np.ndarray, firsts: np.ndarray) -> Kernels:
+        """New templates at these positions: the names, nodes and their key handed on."""
+        out = Kernels.of_templates(templates, index, self.names, self.nodes)
+        out._nodes_key, out._firsts = self._nodes_key, firsts
         return out
 
     def changed(self, changes: Iterable[tuple[int, Hashable, Callable[..., Kernel], tuple]]) -> Kernels:
@@ -108,105 +152,93 @@ class Kernels(WrittenWhenRead):
         for j, value in values:
             positions.append(j)
             codes_at.append(index.setdefault(value, len(index)))
-        codes = np.full(len(self.sources), -1, dtype=np.int64)
+        codes = np.full(len(self), -1, dtype=np.int64)
         codes[positions] = codes_at  # one numpy store, not one a position
         distinct = list(index)
         return self.remade(codes, lambda k, code: change(k, distinct[code]))
 
+    def first_positions(self) -> np.ndarray:
+        """Each template's first position (ascending: the templates are in that order)."""
+        if self._firsts is None:
+            self._firsts = np.unique(self._index, return_index=True)[1]
+        return self._firsts
+
     def shared_positions(self) -> np.ndarray:
-        """`shared` as an array (each position its own where the builder gave none), made once."""
+        """Each position's template's first position: the first position whose source is this one's."""
         if self._shared_array is None:
-            n, shared = len(self.sources), self.shared
-            self._shared_array = np.arange(n) if shared is None else np.asarray(shared, dtype=np.int64)
+            self._shared_array = self.first_positions()[self._index]
         return self._shared_array
 
     def own(self) -> np.ndarray:
-        """The positions holding their own source (the first of each repeated kernel), ascending."""
-        return np.flatnonzero(self.shared_positions() == np.arange(len(self.sources)))
+        """The positions holding their own source (the first of each template), ascending."""
+        return self.first_positions()
 
     def distinct(self) -> list[Kernel]:
         """Each distinct source once, in timeline order (what a check of every kernel's figures reads)."""
-        return [self.sources[j] for j in self.own().tolist()]
+        return self.templates
 
     def column(self, field: str) -> np.ndarray:
-        """A float field of every position's source, read once per position holding its own source and spread to the
-        positions sharing it (a repeated layer's figures cost no attribute read)."""
-        if self.shared is None:
-            return record_column(self.sources, field)
-        values = np.zeros(len(self.sources), dtype=np.float64)
-        own = self.own()
-        values[own] = [getattr(self.sources[j], field) for j in own.tolist()]
-        return values[self.shared_positions()]
+        """A float field of every position's source, read once per template and spread to its positions (a repeated
+        layer's figures cost no attribute read)."""
+        return record_column(self.templates, field)[self._index]
 
     def source_codes(self, code_of: Callable[[Kernel], int]) -> np.ndarray:
-        """`code_of(source)` for each position (-1: kept), called once per position holding its own source (in
-        timeline order) and spread to the positions sharing it: `remade`'s codes for a change reading only the
-        source."""
-        codes = np.full(len(self.sources), -1, dtype=np.int64)
-        own = self.own()
-        codes[own] = [code_of(self.sources[j]) for j in own.tolist()]
-        return codes[self.shared_positions()]
+        """`code_of(source)` for each position (-1: kept), called once per template (in timeline order) and spread to
+        its positions: `remade`'s codes for a change reading only the source."""
+        return np.asarray([code_of(k) for k in self.templates], dtype=np.int64).reshape(-1)[self._index]
 
     def remade(self, codes: np.ndarray, change: Callable[[Kernel, int], Kernel]) -> Kernels:
         """These kernels with each position's source `change(source, code)` for its `codes` entry (-1: kept), made
-        once per distinct source and code, not once a position: a repeated layer's positions share a source
-        (`shared`), so a stage that changes a source by a per-position fact it can give as a small integer (a role,
-        an index into a stage's own figures) calls `change` once per layer template, and the positions are grouped
-        in numpy. Each position then shares the first position of its (source, code) group; names and nodes stay."""
+        once per template and code, not once a position: a stage that changes a source by a per-position fact it can
+        give as a small integer (a role, an index into a stage's own figures) calls `change` once per layer template
+        (in the order of the templates, then the codes), and the positions are grouped in numpy. Each (template,
+        code) is a template of the result; names and nodes stay."""
         codes = np.asarray(codes, dtype=np.int64)
         if not len(codes) or int(codes.max()) < 0:
             return self
-        shared = self.shared_positions()
         width = int(codes.max()) + 2
-        groups, firsts, inverse = np.unique(shared * width + codes + 1, return_index=True, return_inverse=True)
-        sources = self.sources
+        groups, firsts, inverse = np.unique(self._index * width + codes + 1, return_index=True, return_inverse=True)
+        templates = self.templates
         made = [
-            sources[f] if g % width == 0 else change(sources[f], g % width - 1)
-            for g, f in zip(groups.tolist(), firsts.tolist(), strict=True)
+            templates[g // width] if g % width == 0 else change(templates[g // width], g % width - 1)
+            for g in groups.tolist()
         ]
-        at = inverse.tolist()
-        return self._same_positions([made[i] for i in at], firsts[inverse])
+        return self._same_positions(*_in_first_order(made, firsts, inverse))
 
     def inserted(self, inserts: Sequence[tuple[int, Hashable, str, Callable[[], Kernel]]]) -> Kernels:
         """These kernels with a kernel of no nodes put before each position `at` (the length: at the end) of
         `inserts`, each `(at, key, name, make)` in the order they go in (`at` ascending): `make()` at the first of a
-        key, its source again at the later ones (a collective after each layer's GEMM, of one message size)."""
+        key, one template for every insert of that key (a collective after each layer's GEMM, of one message size)."""
         if not inserts:
             return self
-        n = len(self.sources)
-        shared = self.shared_positions()
-        before = np.zeros(n + 1, dtype=np.int64)
-        np.add.at(before, [at for at, _, _, _ in inserts], 1)
-        moved = (np.arange(n) + np.cumsum(before)[:n]).tolist()  # each position's index once the others are in
-        moved_shared = [moved[f] for f in shared.tolist()]
-        sources: list[Kernel] = []
+        templates = list(self.templates)
         names: list[str] = []
         nodes: list[tuple[str, ...]] = []
-        out_shared: list[int] = []
-        made: dict[Hashable, tuple[Kernel, int]] = {}
+        made: dict[Hashable, int] = {}
+        ats, added = [], []
         start = 0
         for at, key, name, make in inserts:
             if at < start:
                 raise ValueError("Kernels.inserted needs its inserts in position order")
-            sources += self.sources[start:at]
             names += self.names[start:at]
             nodes += self.nodes[start:at]
-            out_shared += moved_shared[start:at]
             found = made.get(key)
             if found is None:
-                found = made[key] = (make(), len(sources))
-            sources.append(found[0])
+                found = made[key] = len(templates)
+                templates.append(make())
+            ats.append(at)
+            added.append(found)
             names.append(name)
             nodes.append(())
-            out_shared.append(found[1])
             start = at
-        sources += self.sources[start:]
         names += self.names[start:]
         nodes += self.nodes[start:]
-        out_shared += moved_shared[start:]
-        out = Kernels(sources, names, nodes, out_shared)
+        index = np.insert(self._index, ats, added)
+        ordered, at_index, firsts = _in_first_order(templates, np.unique(index, return_index=True)[1], index)
+        out = Kernels.of_templates(ordered, at_index, names, nodes)
+        out._firsts = firsts
         if self._nodes_key is not None:  # the nodes are these, with () at the inserts: keyed by both
-            out._nodes_key = self._nodes_key.with_inserted(tuple(at for at, _, _, _ in inserts))
+            out._nodes_key = self._nodes_key.with_inserted(tuple(ats))
         return out
 
     @classmethod
@@ -215,8 +247,21 @@ class Kernels(WrittenWhenRead):
         return kernels, [k.name for k in kernels], [k.nodes for k in kernels]
 
     def _write(self, k: int) -> Kernel:
-        source, name, nodes = self.sources[k], self.names[k], self.nodes[k]
+        source, name, nodes = self.source(k), self.names[k], self.nodes[k]
         return source if source.name == name and source.nodes == nodes else source.replaced(name=name, nodes=nodes)
+
+
+def _in_first_order(
+    templates: list[Kernel], firsts: np.ndarray, index: np.ndarray
+) -> tuple[list[Kernel], np.ndarray, np.ndarray]:
+    """Templates (each used; `firsts`: each one's first position) reordered by their first position, each position's
+    index into the reordered list, and the first positions in that order."""
+    order = np.argsort(firsts, kind="stable")
+    if (order[1:] > order[:-1]).all():
+        return templates, index, firsts
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    return [templates[t] for t in order.tolist()], rank[index], firsts[order]
 
 
 class KernelEstimates(WrittenWhenRead):

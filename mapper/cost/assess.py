@@ -35,17 +35,15 @@ def estimate_kernels(built: Sequence[Kernel], target: Target, caches: ModelCache
     `caches`, an assessment is kept across slices: a sweep's shapes of equal extents (batch 2 x seq 256
     and batch 4 x seq 128 give the same projections) search each tiling once, and the new ones of a slice
     are assessed together (`assess_kernels`: one numpy evaluation of their tile searches)."""
-    # repeated layers (80 decoder blocks) are assessed once, as the first of their key: each distinct kernel's key
-    # is hashed once; a position the builder says repeats an earlier one's kernel (`Kernels.shared`) takes that
-    # one's answer in numpy, without a key or a Python call
+    # repeated layers (80 decoder blocks) are assessed once, as the first of their key: each template's key is
+    # hashed once, and the positions of a template (`Kernels.template_at`) take its answer in numpy, without a key or a
+    # Python call
     kernels = Kernels.of(built)
-    sources, n = kernels.sources, len(kernels.sources)
-    shared, own = kernels.shared_positions(), kernels.own().tolist()
+    templates, index = kernels.templates, kernels.template_at
     distinct: dict[tuple, int] = {}
     firsts: list[Kernel] = []
     own_at: list[int] = []
-    for j in own:  # figures only: a repeated layer's kernel is not written
-        k = sources[j]
+    for k in templates:  # figures only: a repeated layer's kernel is not written
         key = assessment_key(k)
         i = distinct.get(key)
         if i is None:
@@ -60,19 +58,19 @@ def estimate_kernels(built: Sequence[Kernel], target: Target, caches: ModelCache
         assessed = assess(list(range(len(firsts))))
     else:
         assessed = caches.assessments(target.key, list(distinct), assess)
-    at_of = np.zeros(n, dtype=np.int64)
-    at_of[own] = own_at
-    at = at_of[shared].tolist()
-    # each source as the search chose its engine (a repeat: its first's record)
-    chosen: dict[int, Kernel] = {}
-    for j, i in zip(own, own_at, strict=True):
-        k, engine = sources[j], assessed[i][0]
-        chosen[j] = k if k.engine == engine else k.replaced(engine=engine)
-    placed = [chosen[f] for f in shared.tolist()]
-    assessments = [assessed[i][1] for i in at]
+    # each template as the search chose its engine
+    chosen = [
+        k if k.engine == assessed[i][0] else k.replaced(engine=assessed[i][0])
+        for k, i in zip(templates, own_at, strict=True)
+    ]
+    held = np.empty(len(own_at), dtype=object)
+    for t, i in enumerate(own_at):  # one by one: numpy would unpack a record it could iterate
+        held[t] = assessed[i][1]
+    assessments = held[index].tolist()
     starts = timeline_starts([a.time_s for a in assessments])[0]
-    kept = None if kernels.shared is None else shared  # the array made once, handed on
-    return KernelEstimates(Kernels(placed, kernels.names, kernels.nodes, kept), assessments, starts)
+    placed = Kernels.of_templates(chosen, index, kernels.names, kernels.nodes)
+    placed._firsts = kernels.first_positions()  # the same positions: handed on
+    return KernelEstimates(placed, assessments, starts)
 
 
 def assessment_key(k: Kernel) -> tuple:

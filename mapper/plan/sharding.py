@@ -149,12 +149,11 @@ def assign_roles(
 
 def role_key(kernels: Sequence[Kernel]) -> tuple:
     """What `assign_roles` reads of each kernel (its nodes, rule, layer type and whether it is a weight GEMM's):
-    kernels equal in these get equal roles, whatever their sizes. The facts are read off each distinct source once
-    (`Kernels.shared` says which positions hold one: its bytes and the nodes' key are hashed in C), not once a
+    kernels equal in these get equal roles, whatever their sizes. The facts are read off each template once
+    (`Kernels.template_at` says which positions hold one: its bytes and the nodes' key are hashed in C), not once a
     position."""
     columns = Kernels.of(kernels)
-    own = columns.own().tolist()
-    return columns.nodes_key, columns.shared_positions().tobytes(), tuple(_role_facts(columns.sources[j]) for j in own)
+    return columns.nodes_key, columns.template_at.tobytes(), tuple(_role_facts(k) for k in columns.templates)
 
 
 def _role_facts(k: Kernel) -> tuple:
