@@ -17,7 +17,7 @@ import mapper
 from mapper.core.graph import LayerType, OpClass, TensorSpec
 from mapper.core.records import replacer
 from mapper.core.result import Kernel, KernelEstimate, MatrixShape, NodeWork
-from mapper.core.timeline import Kernels
+from mapper.core.timeline import KernelEstimates, Kernels
 from mapper.explore.sweep import slice_row
 from mapper.plan.fusion import Group
 from mapper.work.works import NodeWorks
@@ -219,3 +219,20 @@ def test_inserted_puts_kernels_in_position_order():
         assert out.sources[out.shared_positions()[j]] is out.sources[j] and out.shared_positions()[j] <= j
     with pytest.raises(ValueError, match="position order"):
         kernels.inserted([(3, "x", "a", make), (1, "x", "b", make)])
+
+
+def test_estimates_read_a_column_once_a_template():
+    """The cost stage gives each kernel template's assessment: a column read through them is every position's
+    assessment's figure (what the placement and the roll-up sum), and one assessment a template is required."""
+    result = mapper.map_workload(
+        mapper.open_model("llama2-7b").bind({"batch": 2, "seq": 1, "past": 64}), mapper.load_hardware("h100-sxm")
+    )
+    timeline = result.kernels
+    assert isinstance(timeline, KernelEstimates) and timeline.by_template is not None
+    assert len(timeline.by_template) < len(timeline) / 10  # 32 decoder layers: one template a layer's kernel
+    for field in ("time_s", "energy_j", "stall_fraction", "dram_bytes"):
+        assert timeline.column(field).tolist() == [getattr(a, field) for a in timeline.assessments]
+    plain = KernelEstimates.of(list(timeline))
+    assert plain.by_template is None and plain.column("time_s").tolist() == [e.assessment.time_s for e in plain]
+    with pytest.raises(ValueError, match="one assessment per kernel template"):
+        KernelEstimates(timeline.kernels, timeline.assessments, timeline.starts, timeline.by_template[:-1])

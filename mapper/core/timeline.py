@@ -268,15 +268,31 @@ class KernelEstimates(WrittenWhenRead):
     """The timeline of a mapping, as three columns: each kernel (as the cost stage chose its engine), its
     assessment (a repeated layer's kernels share one) and its start; the `KernelEstimate` of a position is
     written when first read (`core.records.WrittenWhenRead`). The placement, the roll-up and a sweep's row
-    read the columns, so a sweep's slice writes no estimate."""
+    read the columns, so a sweep's slice writes no estimate. Where the cost stage gives each kernel template's
+    assessment (`by_template`, aligned with `kernels.templates`), a figure's column is read once a template."""
 
-    __slots__ = ("assessments", "kernels", "starts")
+    __slots__ = ("assessments", "by_template", "kernels", "starts")
 
-    def __init__(self, kernels: Sequence[Kernel], assessments: Sequence[KernelAssessment], starts: Sequence[float]):
+    def __init__(
+        self,
+        kernels: Sequence[Kernel],
+        assessments: Sequence[KernelAssessment],
+        starts: Sequence[float],
+        by_template: Sequence[KernelAssessment] | None = None,
+    ):
         if not len(kernels) == len(assessments) == len(starts):
             raise ValueError("KernelEstimates needs one kernel, assessment and start per position")
         super().__init__(len(kernels))
         self.kernels, self.assessments, self.starts = Kernels.of(kernels), assessments, starts
+        if by_template is not None and len(by_template) != len(self.kernels.templates):
+            raise ValueError("KernelEstimates needs one assessment per kernel template")
+        self.by_template = by_template
+
+    def column(self, field: str) -> np.ndarray:
+        """A float field of every position's assessment (read once a template where the templates' are given)."""
+        if self.by_template is None:
+            return record_column(self.assessments, field)
+        return record_column(self.by_template, field)[self.kernels.template_at]
 
     @classmethod
     def _columns(cls, estimates: tuple[KernelEstimate, ...]) -> tuple:

@@ -258,19 +258,19 @@ def _grouped_all_reduces(workload: Workload, kernels: Sequence[Kernel], act_byte
     layer's T x hidden instead of the [E, T, hidden] stack the graph holds (Mixtral's per-expert GEMMs and every
     other kernel as they are)."""
     columns = Kernels.of(kernels)
-    sources, names, sites = columns.sources, columns.names, expert_sites(workload, columns)
+    names, sites = columns.names, expert_sites(workload, columns)
     changes: list[tuple[int, Hashable, Callable[..., Kernel], tuple]] = []
     grouped = [(j, g) for j, g in zip(sites.positions.tolist(), sites.gemms, strict=True) if g.grouped]
     for j, g in grouped:  # the all-reduce right after a grouped expert GEMM
         i = j + 1
-        if i >= len(sources):
+        if i >= len(columns):
             continue
-        k, name = sources[i], names[i]
+        k, name = columns.source(i), names[i]
         if k.collective != Collective.ALL_REDUCE or name != f"{names[j]}:all-reduce" or not k.devices:
             continue
         message = g.tokens * g.hidden * act_bytes
         spare = (k.dram_bytes - message) * (1 - 1 / k.devices)  # the stack's partial sums the GEMM was given
-        before = sources[j]
+        before = columns.source(j)
         changes.append((j, (id(before), spare), _trimmed, (before, spare)))
         reduce = (name, Collective.ALL_REDUCE, message, k.devices)
         changes.append((i, (Collective.ALL_REDUCE, message, k.devices), collective_kernel, reduce))

@@ -58,12 +58,12 @@ def last_token_logits(graph: Graph, kernels: Sequence[Kernel], caches: ModelCach
     names = columns.names
     changes: list[tuple[int, Hashable, Callable[..., Kernel], tuple]] = []
     for j, held in positions_holding(columns, writers.keys(), caches):
-        k, s = columns.sources[j], writers[held[0]]
+        k, s = columns.source(j), writers[held[0]]
         changes.append((j, (id(k), s), _one_row, (k, s)))
         gathered = f"{names[j]}:all-gather"  # its logits' all-gather under TP, after it
         at = _index(names, gathered, j + 1)
-        if at is not None and columns.sources[at].collective == Collective.ALL_GATHER:
-            g = columns.sources[at]
+        if at is not None and columns.source(at).collective == Collective.ALL_GATHER:
+            g = columns.source(at)
             gather = (gathered, Collective.ALL_GATHER, g.dram_bytes / s, g.devices, g.stage)
             changes.append((at, gather[1:], collective_kernel, gather))
     return columns.changed(sorted(changes, key=lambda change: change[0]))

@@ -25,7 +25,7 @@ from mapper.core.result import (
     KernelEstimate,
     ParallelPlan,
 )
-from mapper.core.timeline import KernelEstimates, Kernels, in_order_sum, record_column, timeline_starts
+from mapper.core.timeline import KernelEstimates, Kernels, in_order_sum, timeline_starts
 from mapper.core.vocab import Collective, Engine
 from mapper.cost.bottleneck import Facts, classify, speedup_if_removed
 from mapper.cost.estimate import estimate_cost
@@ -164,7 +164,7 @@ def _collectives(placed: KernelEstimates) -> tuple[CollectiveRecord, ...]:
     found = np.flatnonzero(kernels.source_codes(lambda k: 1 if k.collective else -1) > 0).tolist()
     return tuple(
         CollectiveRecord(kernels.names[i], k.collective, k.devices, k.dram_bytes, assessments[i].time_s)
-        for i, k in ((i, kernels.sources[i]) for i in found)
+        for i, k in ((i, kernels.source(i)) for i in found)
     )
 
 
@@ -230,7 +230,7 @@ def place_on_devices(
 def _stage_times(placed: KernelEstimates, stages: int) -> tuple[float, list[float]]:
     """The timeline's end and each stage's time, read from the columns (no estimate of a slice is written here) and
     summed in timeline order (`in_order_sum`: the same floats as a loop)."""
-    times = record_column(placed.assessments, "time_s")
+    times = placed.column("time_s")
     stage_of = placed.kernels.source_codes(attrgetter("stage"))
     return in_order_sum(times), [in_order_sum(times[stage_of == s]) for s in range(stages)]
 
@@ -247,7 +247,7 @@ def _pipeline(
     """Stages balanced by time, the sends between them, and the timeline re-laid from zero (as columns: a source
     moved to a stage once, each send costed where it goes)."""
     columns, timed = estimates.kernels, estimates.assessments
-    stage_of = balance_stages([a.time_s for a in timed], pp)
+    stage_of = balance_stages(estimates.column("time_s").tolist(), pp)
     sends = _stage_sends(graph, columns, stage_of, sizer, caches) if pp > 1 else {}
     codes = np.asarray(stage_of, dtype=np.int64)
     staged = columns.remade(np.where(codes > 0, codes, -1), _on_stage)

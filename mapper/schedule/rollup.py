@@ -15,7 +15,7 @@ import numpy as np
 
 from mapper.core.graph import Graph
 from mapper.core.result import KernelEstimate, LayerRollup, Totals
-from mapper.core.timeline import KernelEstimates, in_order_sum, record_column
+from mapper.core.timeline import KernelEstimates, in_order_sum
 from mapper.cost.roofline import MEMORY_STALL_DEFINITION
 from mapper.work.workload import Workload
 
@@ -57,13 +57,13 @@ def roll_up(
     `spread` says. Energy: each kernel runs on `spread.ranks` devices at once while the other stages' devices
     idle; power and perf-per-watt are over every device of every replica."""
     timeline: KernelEstimates = KernelEstimates.of(estimates)
-    assessed = timeline.assessments  # the columns: an estimate's figures are properties of it, none is written
-    times = record_column(assessed, "time_s")
+    column = timeline.column  # the columns: an estimate's figures are properties of it, none is written
+    times = column("time_s")
     with np.errstate(all="ignore"):  # Python's float arithmetic: inf and nan follow from a hostile profile silently
-        stalled = record_column(assessed, "stall_fraction") * times
+        stalled = column("stall_fraction") * times
     latency = in_order_sum(times)
     stall_time = in_order_sum(stalled)
-    energy = spread.ranks * in_order_sum(record_column(assessed, "energy_j")) + spread.idle_others_w * latency
+    energy = spread.ranks * in_order_sum(column("energy_j")) + spread.idle_others_w * latency
     batch = batch_size(workload.graph)
     layers = _layers(timeline, times, stalled, latency, peak)
     power = spread.replicas * energy / latency if latency else 0.0
@@ -76,7 +76,7 @@ def roll_up(
         throughput_per_s=throughput,
         flops=model_flops,
         matrix_flops=workload.matrix_flops,
-        dram_bytes=in_order_sum(record_column(assessed, "dram_bytes")),
+        dram_bytes=in_order_sum(column("dram_bytes")),
         weight_bytes=weight_bytes,
         mfu=model_flops / (latency * peak * spread.devices) if latency else 0.0,
         memory_stall_fraction=stall_time / latency if latency else 0.0,
