@@ -137,6 +137,12 @@ class ModelCaches:
         """Recognized attention and norm blocks: op types and dataflow of the live graph (its structure)."""
         return self._get("blocks", structure, make)
 
+    def router_sites(self, structure: tuple[str, frozenset[str]], make):
+        """Where the MoE layers sit (`moe.router_sites`: each router, its expert GEMMs and their weights, the walk's
+        other nodes): the live graph's structure (nodes, weights and dataflow; E, k and the stacking are read from
+        each binding's shapes)."""
+        return self._get("router_sites", structure, make)
+
     def work_roles(self, structure: tuple[str, frozenset[str]], make):
         """Each live node's inputs' weight roles and stored types (`ops.work_roles`): the live graph's
         structure (weights and QDQ storage types follow from which nodes folded)."""

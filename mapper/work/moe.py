@@ -45,6 +45,8 @@ class Routing:
     # the weighting by the routing table and the sum over E (each token's k rows are what a fused MoE touches)
     others: tuple[str, ...] = ()
     router: str = ""  # the router MatMul's node
+    stacked: tuple[bool, ...] = ()  # each expert GEMM's weights stacked [E, K, N] (a grouped block's)
+    weights: tuple[tuple[str, ...], ...] = ()  # each expert GEMM's weight inputs
 
 
 @record
@@ -86,9 +88,25 @@ def expected_experts(experts: int, top_k: int, tokens: int) -> float:
     return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
 
 
-def find_routings(graph: Graph) -> tuple[Routing, ...]:
-    """Each TopK over a Softmax of router logits whose indices scatter into a routing table, with the
-    expert GEMMs between the router's input and the Muls by that table's columns."""
+@dataclass(frozen=True, slots=True)
+class RouterSite:
+    """Where one MoE layer sits in a graph, found from its structure alone (`router_sites`): the TopK's scores and
+    choices, the router MatMul and the node walk from its routing table's columns back to the router's input. The
+    counts (E, k, the hidden width) and whether the experts' weights are stacked are read at each binding."""
+
+    probs: str  # the scores the TopK chooses from: [.., E]
+    top: str  # the TopK's values: [.., k]
+    router: str  # the router MatMul
+    hidden: str  # the router's input: [.., hidden]
+    gemms: tuple[str, ...]  # the expert MatMuls the walk met
+    weights: tuple[tuple[str, ...], ...]  # each one's weight inputs
+    others: tuple[str, ...]  # the walk's other nodes, each Mul by a column and its ReduceSum (a grouped block's)
+
+
+def router_sites(graph: Graph) -> tuple[RouterSite, ...]:
+    """Each TopK over a Softmax of router logits whose indices scatter into a routing table, with the nodes
+    between the router's input and the Muls by that table's columns: the graph's structure (nodes, weights and
+    dataflow) alone, so a model's bindings find them once (`ModelCaches.router_sites`)."""
     if "TopK" not in graph.op_types:  # no router to look for
         return ()
     found = []
@@ -96,18 +114,45 @@ def find_routings(graph: Graph) -> tuple[Routing, ...]:
         if topk.op_type != "TopK" or len(topk.outputs) < 2 or not topk.inputs:  # noqa: PLR2004 (values, indices)
             continue
         router = _router(graph, topk.inputs[0])
-        if router is None or topk.outputs[0] not in graph.tensors:
+        if router is None:
             continue
-        probs, top = graph.tensors[topk.inputs[0]], graph.tensors[topk.outputs[0]]
-        experts, k = probs.shape[-1], top.shape[-1]
-        gemms, others = [], []
+        gemms: list = []
+        others: list[str] = []
         for table in _routing_tables(graph, topk):
-            found_gemms, found_others = _expert_nodes(graph, table, router, experts)
-            gemms += found_gemms
-            others += found_others
-        if gemms and 0 < k < experts:
-            hidden = graph.tensors[router.inputs[0]].shape[-1]
-            found.append(Routing(experts, k, tuple(gemms), hidden, tuple(others), router.name))
+            table_gemms, table_others = _expert_nodes(graph, table, router)
+            gemms += table_gemms
+            others += table_others
+        weights = tuple(tuple(i for i in g.inputs if i in graph.weights) for g in gemms)
+        found.append(
+            RouterSite(
+                topk.inputs[0],
+                topk.outputs[0],
+                router.name,
+                router.inputs[0],
+                tuple(g.name for g in gemms),
+                weights,
+                tuple(others),
+            )
+        )
+    return tuple(found)
+
+
+def find_routings(graph: Graph, sites: tuple[RouterSite, ...] | None = None) -> tuple[Routing, ...]:
+    """The graph's MoE layers at its bindings: each router site (`router_sites`, found here where not given) with
+    its E and k read from the scores' and choices' shapes; a grouped block (some expert weight stacked E deep,
+    [E, K, N]) also holds the walk's other nodes."""
+    found = []
+    tensors = graph.tensors
+    for site in router_sites(graph) if sites is None else sites:
+        if site.top not in tensors or site.probs not in tensors or not site.gemms:
+            continue
+        experts, k = tensors[site.probs].shape[-1], tensors[site.top].shape[-1]
+        if not 0 < k < experts:
+            continue
+        stacked = tuple(any(_stacked(tensors.shape_of(w), experts) for w in ws) for ws in site.weights)
+        others = site.others if any(stacked) else ()
+        hidden = tensors[site.hidden].shape[-1]
+        found.append(Routing(experts, k, site.gemms, hidden, others, site.router, stacked, site.weights))
     return tuple(found)
 
 
@@ -127,11 +172,11 @@ def _routing_tables(graph: Graph, topk) -> list[str]:
     return [o for u in graph.users(topk.outputs[1]) if u.op_type == "ScatterElements" for o in u.outputs]
 
 
-def _expert_nodes(graph: Graph, table: str, router, experts: int) -> tuple[list[str], list[str]]:
+def _expert_nodes(graph: Graph, table: str, router) -> tuple[list, list[str]]:
     """MatMuls feeding the Muls by the routing table's columns (each Gather of one, or the table viewed as
-    [E, tokens, 1]), back to the router's input; and where they are grouped (stacked weights), the block's
-    other expert nodes (`Routing.others`)."""
-    h, gemms, others, grouped = router.inputs[0], [], [], False
+    [E, tokens, 1]), back to the router's input; and the walk's other nodes (`Routing.others` where the weights
+    are stacked)."""
+    h, gemms, others = router.inputs[0], [], []
     for mul, column in _column_muls(graph, table):
         frontier = [i for i in mul.inputs if i != column]
         seen: set[str] = set()
@@ -141,13 +186,12 @@ def _expert_nodes(graph: Graph, table: str, router, experts: int) -> tuple[list[
                 continue
             seen.add(node.name)
             if node.op_type == "MatMul":
-                gemms.append(node.name)
-                grouped = grouped or _stacked(graph, node, experts)
+                gemms.append(node)
             else:
                 others.append(node.name)
             frontier.extend(i for i in node.inputs if i and i != h and i not in graph.weights)
         others += [mul.name] + [u.name for o in mul.outputs for u in graph.users(o) if u.op_type == "ReduceSum"]
-    return gemms, others if grouped else []
+    return gemms, others
 
 
 def _column_muls(graph: Graph, table: str) -> list[tuple]:
@@ -165,16 +209,14 @@ def _column_muls(graph: Graph, table: str) -> list[tuple]:
     return found
 
 
-def _stacked(graph: Graph, node, experts: int) -> bool:
-    """Whether a MatMul multiplies by every expert's weights at once ([E, K, N])."""
-    return any(
-        i in graph.weights and len(graph.tensors[i].shape) == STACKED_RANK and graph.tensors[i].shape[0] == experts
-        for i in node.inputs
-        if i in graph.tensors
-    )
+def _stacked(shape: tuple[int, ...] | None, experts: int) -> bool:
+    """Whether a weight of this shape holds every expert's matrix at once ([E, K, N])."""
+    return shape is not None and len(shape) == STACKED_RANK and shape[0] == experts
 
 
-def route_work(graph: Graph, nodes: NodeWorks) -> tuple[NodeWorks, dict[str, float], dict[str, ExpertGemm]]:
+def route_work(
+    graph: Graph, nodes: NodeWorks, sites: tuple[RouterSite, ...] | None = None
+) -> tuple[NodeWorks, dict[str, float], dict[str, ExpertGemm]]:
     """The nodes with every expert GEMM's expected work (FLOPs and activations x k/E; weights read x the
     share of experts used; M the tokens per used expert), weight name -> share read (for the kernels), and
     expert node -> its routing figures (for activation sizing, imbalance and expert parallelism): every expert
@@ -185,10 +227,9 @@ def route_work(graph: Graph, nodes: NodeWorks) -> tuple[NodeWorks, dict[str, flo
     shares: dict[str, float] = {}
     scaled: dict[str, NodeWork] = {}
     gemms: dict[str, ExpertGemm] = {}
-    routings = find_routings(graph)
+    routings = find_routings(graph, sites)
     if not routings:
         return nodes, shares, gemms
-    node_of = {n.name: n for n in graph.nodes}
     position = {n.name: k for k, n in enumerate(nodes.named)}
 
     def by_name(name: str) -> NodeWork | None:
@@ -196,33 +237,49 @@ def route_work(graph: Graph, nodes: NodeWorks) -> tuple[NodeWorks, dict[str, flo
         return None if k is None else nodes.read_once(k)
 
     for layer, routing in enumerate(routings):
-        for name in routing.gemms:
-            w = by_name(name)
-            if w is None or w.matrix is None:
+        # a layer's experts repeat one another (`NodeWorks.sources`: a node's record is its twin's): each distinct
+        # source is scaled once a layer and its record handed to every node sharing it (named for each on its read)
+        made: dict[tuple[int, bool], tuple[NodeWork, ExpertGemm, float]] = {}
+        for name, grouped, weights in zip(routing.gemms, routing.stacked, routing.weights, strict=True):
+            k = position.get(name)
+            source = None if k is None else nodes.sources[k]
+            if source is None or source.matrix is None:
                 continue
-            grouped = _stacked(graph, node_of[name], routing.experts)
-            tokens = w.matrix.m if grouped else w.matrix.batch * w.matrix.m
-            used = expected_experts(routing.experts, routing.top_k, tokens)
-            share, routed = used / routing.experts, routing.top_k / routing.experts
-            mean = tokens * routing.top_k / used
-            activations = w.bytes_read - w.weight_bytes
-            batch = max(1, round(used)) if grouped else 1  # a grouped GEMM runs the used experts as its batch
-            scaled[name] = replace(
-                w,
-                flops=w.flops * routed,
-                matrix_flops=w.matrix_flops * routed,
-                bytes_read=activations * routed + w.weight_bytes * share,
-                bytes_written=w.bytes_written * routed,
-                weight_bytes=w.weight_bytes * share,
-                matrix=_once(interned, MatrixShape(batch, max(1, round(mean)), w.matrix.n, w.matrix.k, w.matrix.kind)),
-            )
-            figures = ExpertGemm(layer, routing.experts, routing.top_k, routing.hidden, tokens, mean, grouped)
-            gemms[name] = _once(interned, replace(figures, router=routing.router))
-            for i in node_of[name].inputs:
-                if i in graph.weights:
-                    shares[i] = share
+            found = made.get((id(source), grouped))
+            if found is None:
+                found = made[(id(source), grouped)] = _routed(source, routing, layer, grouped, interned)
+            scaled[name], gemms[name], share = found
+            for i in weights:
+                shares[i] = share
         _route_others(routing, by_name, scaled, gemms)
     return nodes.with_sources({position[name]: w for name, w in scaled.items()}), shares, gemms
+
+
+def _routed(
+    w: NodeWork, routing: Routing, layer: int, grouped: bool, interned: dict
+) -> tuple[NodeWork, ExpertGemm, float]:
+    """An expert GEMM's record at its expected work, its routing figures and the share of its weights read."""
+    matrix = w.matrix
+    assert matrix is not None  # route_work passes only GEMMs
+    tokens = matrix.m if grouped else matrix.batch * matrix.m
+    used = expected_experts(routing.experts, routing.top_k, tokens)
+    share, routed = used / routing.experts, routing.top_k / routing.experts
+    mean = tokens * routing.top_k / used
+    activations = w.bytes_read - w.weight_bytes
+    batch = max(1, round(used)) if grouped else 1  # a grouped GEMM runs the used experts as its batch
+    scaled = replace(
+        w,
+        flops=w.flops * routed,
+        matrix_flops=w.matrix_flops * routed,
+        bytes_read=activations * routed + w.weight_bytes * share,
+        bytes_written=w.bytes_written * routed,
+        weight_bytes=w.weight_bytes * share,
+        matrix=_once(interned, MatrixShape(batch, max(1, round(mean)), matrix.n, matrix.k, matrix.kind)),
+    )
+    figures = ExpertGemm(
+        layer, routing.experts, routing.top_k, routing.hidden, tokens, mean, grouped, router=routing.router
+    )
+    return scaled, _once(interned, figures), share
 
 
 def _once(interned: dict, value: _T) -> _T:

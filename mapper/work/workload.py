@@ -14,7 +14,7 @@ from mapper.core.graph import Graph, OpClass
 from mapper.core.result import NodeWork
 from mapper.work.kinds import copy_runs, estimate_work_kinds, work_roles
 from mapper.work.layers import layer_placer, recognized_blocks
-from mapper.work.moe import ExpertGemm, route_work
+from mapper.work.moe import ExpertGemm, route_work, router_sites
 from mapper.work.works import NodeWorks
 
 
@@ -81,5 +81,6 @@ def analyze_graph(
         else ()
     )
     estimated, kinds = estimate_work_kinds(graph, layer_placer(graph, caches), classes, roles, runs)
-    works, shares, experts = route_work(graph, estimated)  # the estimates, with the experts' rescaled
+    sites = caches.router_sites(graph.structure, lambda: router_sites(graph)) if "TopK" in graph.op_types else ()
+    works, shares, experts = route_work(graph, estimated, sites)  # the estimates, with the experts' rescaled
     return Workload(graph, works, caches, shares, experts, builtin, kinds)
