@@ -105,6 +105,9 @@ def test_stage_search_matches_the_running_sum_kernel_by_kernel():
     rng = np.random.default_rng(7)
     cases = [rng.exponential(1e-5, 2000).tolist(), [1e-5] * 999, [0.0, 0.0, 3e-6, 1e-6, 0.0, 2e-6] * 50]
     cases.append([1e-6] * 40 + [1e-3] + [1e-6] * 40)
+    # the search's ends jump to bounds a fill meets or misses exactly: repeated layers' equal sums, short timelines
+    cases += [np.tile(rng.uniform(0, 1e-4, 7), 40).tolist(), rng.uniform(0, 1e-3, 5).tolist(), [2e-6, 1e-6] * 3]
+    cases += [rng.choice([1e-5, 2e-5, 3e-6], 300).tolist() for _ in range(20)]
     for times in cases:
         for stages in (2, 3, 4, 8):
             assert balance_stages(times, stages) == _greedy_stages(times, stages)
