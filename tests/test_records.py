@@ -17,7 +17,7 @@ import mapper
 from mapper.core.graph import LayerType, OpClass, TensorSpec
 from mapper.core.records import replacer
 from mapper.core.result import Kernel, KernelEstimate, MatrixShape, NodeWork
-from mapper.core.timeline import KernelEstimates, Kernels
+from mapper.core.timeline import KernelEstimates, Kernels, unique_small
 from mapper.explore.sweep import slice_row
 from mapper.plan.fusion import Group
 from mapper.work.works import NodeWorks
@@ -236,3 +236,14 @@ def test_estimates_read_a_column_once_a_template():
     assert plain.by_template is None and plain.column("time_s").tolist() == [e.assessment.time_s for e in plain]
     with pytest.raises(ValueError, match="one assessment per kernel template"):
         KernelEstimates(timeline.kernels, timeline.assessments, timeline.starts, timeline.by_template[:-1])
+
+
+@pytest.mark.parametrize("top", [1, 3, 200, 70_000])
+def test_unique_small_is_numpys_unique(top):
+    """The template grouping's unique (a 16-bit radix sort below 2^16, numpy's own above): the same groups, first
+    positions and inverse as `np.unique`."""
+    rng = np.random.default_rng(top)
+    for n in (1, 2, 50, 2051):
+        keys = rng.integers(0, top, n)
+        for mine, numpys in zip(unique_small(keys), np.unique(keys, return_index=True, return_inverse=True)):
+            assert mine.tolist() == numpys.tolist()

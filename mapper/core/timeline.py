@@ -160,7 +160,7 @@ class Kernels(WrittenWhenRead):
     def first_positions(self) -> np.ndarray:
         """Each template's first position (ascending: the templates are in that order)."""
         if self._firsts is None:
-            self._firsts = np.unique(self._index, return_index=True)[1]
+            self._firsts = unique_small(self._index)[1]
         return self._firsts
 
     def shared_positions(self) -> np.ndarray:
@@ -197,7 +197,7 @@ class Kernels(WrittenWhenRead):
         if not len(codes) or int(codes.max()) < 0:
             return self
         width = int(codes.max()) + 2
-        groups, firsts, inverse = np.unique(self._index * width + codes + 1, return_index=True, return_inverse=True)
+        groups, firsts, inverse = unique_small(self._index * width + codes + 1)
         templates = self.templates
         made = [
             templates[g // width] if g % width == 0 else change(templates[g // width], g % width - 1)
@@ -234,7 +234,7 @@ class Kernels(WrittenWhenRead):
         names += self.names[start:]
         nodes += self.nodes[start:]
         index = np.insert(self._index, ats, added)
-        ordered, at_index, firsts = _in_first_order(templates, np.unique(index, return_index=True)[1], index)
+        ordered, at_index, firsts = _in_first_order(templates, unique_small(index)[1], index)
         out = Kernels.of_templates(ordered, at_index, names, nodes)
         out._firsts = firsts
         if self._nodes_key is not None:  # the nodes are these, with () at the inserts: keyed by both
@@ -249,6 +249,22 @@ class Kernels(WrittenWhenRead):
     def _write(self, k: int) -> Kernel:
         source, name, nodes = self.source(k), self.names[k], self.nodes[k]
         return source if source.name == name and source.nodes == nodes else source.replaced(name=name, nodes=nodes)
+
+
+def unique_small(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`np.unique(keys, return_index=True, return_inverse=True)` for non-negative integer keys: below 2^16 by a
+    stable 16-bit sort (numpy's radix sort: linear, where `np.unique`'s is a comparison sort), the same arrays."""
+    if not len(keys) or int(keys.max()) >= 1 << 16:
+        return np.unique(keys, return_index=True, return_inverse=True)
+    order = keys.astype(np.uint16).argsort(kind="stable")
+    ordered = keys[order]
+    starts = np.empty(len(keys), dtype=bool)
+    starts[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=starts[1:])
+    at = np.flatnonzero(starts)
+    inverse = np.empty(len(keys), dtype=np.int64)
+    inverse[order] = np.cumsum(starts) - 1
+    return ordered[at], order[at], inverse
 
 
 def _in_first_order(

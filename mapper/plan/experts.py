@@ -113,6 +113,7 @@ class ExpertSites:
     shares: np.ndarray  # each position's index into `share_values`
     share_values: tuple[float, ...]  # each distinct routing's (experts, top k, tokens) weight share
     layers: np.ndarray  # each position's routing's layer
+    grouped: tuple[tuple[int, ExpertGemm], ...]  # (position, routing) of each grouped expert GEMM (stacked weights)
 
     @classmethod
     def of(cls, held: Sequence[tuple[int, tuple[str, ...]]], gemms: Mapping[str, ExpertGemm]) -> ExpertSites:
@@ -138,6 +139,7 @@ class ExpertSites:
             np.asarray(share_codes, dtype=np.int64),
             tuple(share_values),
             np.fromiter((g.layer for g in found), dtype=np.int64, count=len(found)),
+            tuple((j, g) for (j, _), g in zip(held, found, strict=True) if g.grouped),
         )
 
     def codes(self, n: int, column: np.ndarray) -> np.ndarray:
@@ -260,8 +262,7 @@ def _grouped_all_reduces(workload: Workload, kernels: Sequence[Kernel], act_byte
     columns = Kernels.of(kernels)
     names, sites = columns.names, expert_sites(workload, columns)
     changes: list[tuple[int, Hashable, Callable[..., Kernel], tuple]] = []
-    grouped = [(j, g) for j, g in zip(sites.positions.tolist(), sites.gemms, strict=True) if g.grouped]
-    for j, g in grouped:  # the all-reduce right after a grouped expert GEMM
+    for j, g in sites.grouped:  # the all-reduce right after a grouped expert GEMM
         i = j + 1
         if i >= len(columns):
             continue

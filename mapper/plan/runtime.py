@@ -153,7 +153,11 @@ class KvAppend:
 
 def kv_cache_tensors(graph: Graph) -> frozenset[str]:
     """The KV cache's own tensors: each update's past input and the present it writes (what `--kv-dtype` stores
-    at its precision; the new tokens' K and V are activations until the update writes them)."""
+    at its precision; the new tokens' K and V are activations until the update writes them). Found once per graph."""
+    return graph.derived("kv_cache_tensors", _kv_cache_tensors)
+
+
+def _kv_cache_tensors(graph: Graph) -> frozenset[str]:
     return frozenset(t for a in find_kv_appends(graph) for t in (a.past, a.present))
 
 
