@@ -298,3 +298,17 @@ def test_one_mapped_prefill_bounds_every_caps_saturation_rate():
         assert ceiling == 1.0 / steps.of(options).latency(1, spec.prompt_tokens, 0)
         rates = [server.capacity_per_s(cap, chunk) for cap in spec.caps for chunk in spec.chunks]
         assert all(0 < rate <= ceiling for rate in rates)
+
+
+def test_a_plans_steps_keep_the_figures_mapper_map_gives():
+    """A search keeps what it reads of each mapped step (latency, energy, memory plan), not the timeline: the
+    figures of the step mapped on its own."""
+    from mapper.explore.search import SharedSteps
+
+    hw, options = mapper.load_hardware("h100-sxm"), mapper.PlanOptions(tp=2)
+    model = mapper.open_model("gpt2-small")
+    steps = SharedSteps(model, hw).of(options)
+    kept = steps.figures(4, 1, 100)
+    alone = mapper.map_workload(mapper.open_model("gpt2-small").bind({"batch": 4, "seq": 1, "past": 100}), hw, options)
+    assert (kept.latency_s, kept.energy_j, kept.memory) == (alone.totals.latency_s, alone.totals.energy_j, alone.memory)
+    assert steps.latency(4, 1, 100) == kept.latency_s and steps.mapped == 1

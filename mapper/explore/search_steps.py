@@ -14,12 +14,12 @@ from __future__ import annotations
 import bisect
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from mapper.core.options import PlanOptions
-from mapper.core.result import MappingResult
+from mapper.core.result import MappingResult, MemoryPlan
 from mapper.handle import ModelHandle
 from mapper.hardware.profile import HardwareProfile
 from mapper.pipeline import map_workload
@@ -116,14 +116,29 @@ class BoundSteps:
         return found
 
 
+@dataclass(frozen=True, slots=True)
+class StepFigures:
+    """What a search reads of a mapped step: its latency and energy (the step grids, energy per token) and its
+    memory plan (the KV budget). Kept in place of the MappingResult: a search maps ~1,000 steps, and their
+    timelines (2,000 kernels and assessments a Mixtral step) would stay alive for the collector to walk."""
+
+    latency_s: float
+    energy_j: float
+    memory: MemoryPlan | None
+
+    @classmethod
+    def of(cls, result: MappingResult) -> StepFigures:
+        return cls(result.totals.latency_s, result.totals.energy_j, result.memory)
+
+
 class PlanSteps:
-    """One plan's mapped steps: (batch, new tokens, cached tokens) -> its MappingResult, each mapped once."""
+    """One plan's mapped steps: (batch, new tokens, cached tokens) -> its figures (`StepFigures`), each mapped once."""
 
     def __init__(self, model: ModelHandle, hw: HardwareProfile, options: PlanOptions, bound: BoundSteps | None = None):
         self.model, self.hw, self.options = model, hw, options
         self._bound = bound or BoundSteps(model)
         self._page: int | None = None
-        self._mapped: dict[tuple[int, int, int], MappingResult] = {}
+        self._mapped: dict[tuple[int, int, int], StepFigures] = {}
         self._budgets: dict[tuple[int, int], KvBudget] = {}  # (token budget, id of the draft's steps or 0)
 
     @property
@@ -131,15 +146,16 @@ class PlanSteps:
         """Steps this plan has mapped."""
         return len(self._mapped)
 
-    def result(self, batch: int, seq: int, past: int) -> MappingResult:
+    def figures(self, batch: int, seq: int, past: int) -> StepFigures:
         key = (batch, seq, past)
         found = self._mapped.get(key)
         if found is None:
-            found = self._mapped[key] = map_workload(self._bound.workload(batch, seq, past), self.hw, self.options)
+            result = map_workload(self._bound.workload(batch, seq, past), self.hw, self.options)
+            found = self._mapped[key] = StepFigures.of(result)
         return found
 
     def latency(self, batch: int, seq: int, past: int) -> float:
-        return self.result(batch, seq, past).totals.latency_s
+        return self.figures(batch, seq, past).latency_s
 
     def kv_budget(self, token_budget: int, draft: PlanSteps | None = None) -> KvBudget:
         """`serve.llm.kv_budget` from this plan's mappings (one token, and a prefill of the token budget); with a
@@ -152,15 +168,15 @@ class PlanSteps:
 
     def _kv_budget(self, token_budget: int, draft: PlanSteps | None) -> KvBudget:
         name = self.model.name
-        one = cache_memory(self.result(1, 1, 0).memory, name)
-        profile = cache_memory(self.result(1, token_budget, 0).memory, name)
+        one = cache_memory(self.figures(1, 1, 0).memory, name)
+        profile = cache_memory(self.figures(1, token_budget, 0).memory, name)
         if self._page is None:
             self._page = kv_page_tokens(self.model, self.hw, self.options)
         budget = device_budget(self.hw, one, profile, token_budget, self._page)
         if draft is None:
             return budget
-        d_one = cache_memory(draft.result(1, 1, 0).memory, draft.model.name)
-        d_profile = cache_memory(draft.result(1, token_budget, 0).memory, draft.model.name)
+        d_one = cache_memory(draft.figures(1, 1, 0).memory, draft.model.name)
+        d_profile = cache_memory(draft.figures(1, token_budget, 0).memory, draft.model.name)
         return replace(
             budget,
             activation_bytes=max(budget.activation_bytes, d_profile.activation_bytes),
@@ -187,9 +203,9 @@ class PlanSteps:
         """A step's energy at `running` sequences: linear between the grid's batches around it."""
         j = max(1, min(bisect.bisect_left(batches, running), len(batches) - 1))
         low, high = batches[max(j - 1, 0)], batches[min(j, len(batches) - 1)]
-        energy = [self.result(b, seq, past).totals.energy_j for b in (low, high)]
+        energy = [self.figures(b, seq, past).energy_j for b in (low, high)]
         return float(np.interp(running, [low, high], energy)) if high > low else energy[0]
 
     def prefill_energy_j(self, prompt: int) -> float:
         """One prompt's prefill energy."""
-        return self.result(1, prompt, 0).totals.energy_j
+        return self.figures(1, prompt, 0).energy_j
