@@ -181,6 +181,11 @@ class ModelCaches:
         the groups."""
         return self._get("group_boundaries", (structure, groups), make)
 
+    def plan_table(self, structure: tuple[str, frozenset[str]], groups: tuple, make):
+        """The plan's groups as columns (`kernel_keys.PlanTable`: shapes, members, reads): the live graph's structure
+        and the groups, as `group_boundaries`."""
+        return self._get("plan_table", (structure, groups), make)
+
     def kernels(
         self,
         sha256: str,

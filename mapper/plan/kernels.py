@@ -16,6 +16,7 @@ from mapper.core.vocab import Engine, KernelRule, MatrixKind
 from mapper.hardware.profile import HardwareProfile
 from mapper.plan.boundary import Boundary, GroupPlaces, Place
 from mapper.plan.fusion import FusionPlan, Group
+from mapper.plan.kernel_keys import PlanTable, kernel_classes
 from mapper.plan.precision import Sizer
 from mapper.work.layers import KV_PATH_OPS
 from mapper.work.workload import Workload
@@ -218,6 +219,7 @@ def build_kernels(
     flash = any(g.rule == KernelRule.FLASH_ATTENTION for g in groups)  # only fused attention asks the SRAM size
     groups_key = groups if isinstance(groups, FusionPlan) else FusionPlan(groups)  # hashed once a plan
     places = caches.group_boundaries(graph.structure, groups_key, lambda: GroupPlaces(graph, groups_key))
+    table = caches.plan_table(graph.structure, groups_key, lambda: PlanTable.of(places))
     return caches.kernels(
         graph.sha256,
         graph.dims,
@@ -225,67 +227,95 @@ def build_kernels(
         sizer.key,
         hw.sram_per_unit_bytes if flash else None,
         workload.cost_key,
-        lambda: _build_kernels(workload, groups, sizer, hw, attention_fits, places),
+        lambda: _build_kernels(workload, groups, sizer, hw, attention_fits, places, table),
     )
 
 
 def _build_kernels(
-    workload: Workload, groups: Sequence[Group], sizer: Sizer, hw: HardwareProfile, attention_fits, places: GroupPlaces
+    workload: Workload,
+    groups: Sequence[Group],
+    sizer: Sizer,
+    hw: HardwareProfile,
+    attention_fits,
+    places: GroupPlaces,
+    table: PlanTable,
 ) -> Kernels:
-    graph, weight_shares, experts = workload.graph, workload.weight_shares, workload.expert_gemms
-    by_name = _ByName(workload.nodes, places.index_of)  # a node's record is written only where a new kernel reads it
-    codes = _member_codes(workload)
-    built: dict[tuple, int] = {}  # (group shape, members' codes) -> the position of the kernel built first for them
-    sources: list[Kernel] = []
-    names: list[str] = []
-    nodes: list[tuple[str, ...]] = []
-    shared: list[int] = []
-    routed_model = bool(experts or weight_shares)
-
-    def kernel(group: Group, place: Place) -> tuple[Kernel, int]:
-        """The group's kernel and the position it was first built at: a kernel of its own (this position), or the
-        one built for a group of the same shape and members (its name and nodes that group's: `Kernels` gives each
-        position its own)."""
-        shape, positions = place[2:]
-        key = None
-        if codes is not None:
-            members = tuple(map(codes.__getitem__, positions))
-            if min(members) >= 0:  # else a member without a code: a kernel of its own
-                key = (
-                    (shape, members, _routing(group, place, experts, weight_shares))
-                    if routed_model
-                    else (shape, members)
-                )
-                first = built.get(key)
-                if first is not None:
-                    return sources[first], first
-        routed = next((experts[n].token_share for n in group.nodes if n in experts), 1.0)
-        k = build_kernel(graph, group, place, by_name, sizer, weight_shares, routed)
-        if key is not None:
-            built[key] = len(sources)
-        return k, len(sources)
-
-    for group, place in zip(groups, places.of_plan, strict=True):
+    graph = workload.graph
+    out = _Timeline(workload, sizer, places, table)
+    for g, (group, place) in enumerate(zip(groups, places.of_plan, strict=True)):
         if group.rule == KernelRule.FLASH_ATTENTION:
-            members = [by_name[n] for n in group.nodes]
+            members = [out.by_name[n] for n in group.nodes]
             shape = _matrix_shape(members, group.rule, latent=_keys_are_values(graph, group.nodes, places.index_of))
             if shape is None or not attention_fits(shape, sizer.act, hw):
-                for n in group.nodes:
-                    single = Group((n,), KernelRule.SINGLE)
-                    at = places.of(graph, single)
-                    note = "flash-attention rejected: its tiles do not fit on-chip SRAM"
-                    own = kernel(single, at)[0].replaced(name=at[1], nodes=single.nodes, note=note)
-                    shared.append(len(sources))  # a kernel of its own: its note is this position's
-                    sources.append(own)
-                    names.append(at[1])
-                    nodes.append(single.nodes)
+                out.split_back(group)
                 continue
-        source, first = kernel(group, place)
-        shared.append(first)
-        sources.append(source)
-        names.append(place[1])
-        nodes.append(group.nodes)
-    return Kernels(sources, names, nodes, shared)
+        out.planned(g, group, place)
+    return Kernels(out.sources, out.names, out.nodes, out.shared)
+
+
+class _Timeline:
+    """The kernels `_build_kernels` lays down, a group at a time: each plan group's kernel built once per class
+    (`kernel_keys`: the first group whose kernel it shares), a split-back attention member's once per key."""
+
+    def __init__(self, workload: Workload, sizer: Sizer, places: GroupPlaces, table: PlanTable):
+        self.workload, self.sizer, self.places = workload, sizer, places
+        self.by_name = _ByName(workload.nodes, places.index_of)  # a record is written only where a new kernel reads it
+        self.codes = _member_codes(workload)
+        experts, shares = workload.expert_gemms, workload.weight_shares
+        self.classes = (
+            None if self.codes is None else kernel_classes(table, self.codes, places.index_of, experts, shares).tolist()
+        )
+        self.built_at: dict[int, int] = {}  # a class -> the position its kernel was built at
+        self.split: dict[tuple, int] = {}  # a split-back member's key -> its first position
+        self.sources: list[Kernel] = []
+        self.names: list[str] = []
+        self.nodes: list[tuple[str, ...]] = []
+        self.shared: list[int] = []
+
+    def build(self, group: Group, place: Place) -> Kernel:
+        w = self.workload
+        routed = next((w.expert_gemms[n].token_share for n in group.nodes if n in w.expert_gemms), 1.0)
+        return build_kernel(w.graph, group, place, self.by_name, self.sizer, w.weight_shares, routed)
+
+    def planned(self, g: int, group: Group, place: Place) -> None:
+        """Plan group `g`'s kernel: its class's, or built here."""
+        of_class = -1 if self.classes is None else self.classes[g]
+        first = self.built_at.get(of_class, -1) if of_class >= 0 else -1
+        if first < 0:
+            first = len(self.sources)
+            if of_class >= 0:
+                self.built_at[of_class] = first
+            self.sources.append(self.build(group, place))
+        else:
+            self.sources.append(self.sources[first])
+        self.shared.append(first)
+        self.names.append(place[1])
+        self.nodes.append(group.nodes)
+
+    def split_back(self, group: Group) -> None:
+        """A flash attention whose tiles do not fit SRAM, its members each a kernel of its own (its note)."""
+        graph = self.workload.graph
+        for n in group.nodes:
+            single = Group((n,), KernelRule.SINGLE)
+            at = self.places.of(graph, single)
+            note = "flash-attention rejected: its tiles do not fit on-chip SRAM"
+            self.shared.append(len(self.sources))  # a kernel of its own: its note is this position's
+            self.sources.append(self.member(single, at).replaced(name=at[1], nodes=single.nodes, note=note))
+            self.names.append(at[1])
+            self.nodes.append(single.nodes)
+
+    def member(self, group: Group, place: Place) -> Kernel:
+        """A split-back member's kernel: one built for a member of the same shape and codes, or its own."""
+        shape, positions = place[2:]
+        codes, w = self.codes, self.workload
+        if codes is None or min(members := tuple(map(codes.__getitem__, positions))) < 0:
+            return self.build(group, place)  # a member without a code: a kernel of its own
+        key = (shape, members, _routing(group, place, w.expert_gemms, w.weight_shares))
+        first = self.split.get(key)
+        if first is not None:
+            return self.sources[first]
+        self.split[key] = len(self.sources)
+        return self.build(group, place)
 
 
 _LAYER_NUMBER = {layer: i for i, layer in enumerate(LayerType)}
