@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -166,3 +167,27 @@ def test_decode_steps_run_together_give_the_steps_one_by_one(kv_tokens):
         alone = simulate_llm_serving(PREFILL, _Called(GridTime(DECODE, batches, contexts)), config)
         assert together == alone
     assert together.preemptions > 0 if kv_tokens == TIGHT else together.preemptions == 0
+
+
+def test_a_run_at_once_is_the_run_one_by_one():
+    """A long decode run's steps in numpy (`chunked._at_once`) end where, and at the clock and busy time, the loop
+    ends: random grid rows (some columns not read yet), contexts, batches, jitter and arrivals."""
+    from mapper.serve.chunked import _at_once, _one_by_one, _reach, _Span
+    from mapper.serve.scheduler import Jitter
+
+    rng = np.random.default_rng(11)
+    for case in range(400):
+        xs = sorted({float(x) for x in rng.integers(1, 6000, size=int(rng.integers(2, 6)))})
+        if len(xs) < 2:
+            continue
+        row = [None if rng.uniform() < 0.2 else float(rng.uniform(1e-3, 3e-2)) for _ in xs]
+        drawn = rng.lognormal(0.0, 0.1, 5000)
+        jitter = Jitter(drawn, lambda n: np.ones(n))
+        batch, bound, step = int(rng.integers(1, 300)), int(rng.integers(1, 1500)), int(rng.integers(0, 3000))
+        context = int(rng.integers(batch, batch * 6000))
+        now = float(rng.uniform(0, 100))
+        arrival = math.inf if case % 3 == 0 else now + float(rng.uniform(0, 5))
+        span = _Span(row, xs, context, batch, min(bound, 5000 - step), jitter, step, arrival)
+        expected = _one_by_one(span, now, 0.5)
+        assert _at_once(span, now, 0.5) == expected
+        assert _at_once(span._replace(bound=_reach(span, now)), now, 0.5) == expected

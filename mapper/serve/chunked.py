@@ -13,11 +13,12 @@ import bisect
 import math
 from collections import deque
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
 from mapper.core.errors import MapperError
-from mapper.serve.scheduler import Decoding, SchedulerRun, StepTime, Timeline
+from mapper.serve.scheduler import Decoding, Jitter, SchedulerRun, StepTime, Timeline
 
 
 def mixed_step_time(prefill_time: StepTime, decode_time: StepTime, weights_s: float) -> Callable:
@@ -131,8 +132,56 @@ def decode_run(
     if bound < RUN_MIN:
         return None
     row, xs = run.decode_time.grid_row(batch)  # type: ignore[attr-defined]
-    first, last, drawn = xs[0], xs[-1], jitter.values
-    context, k = dec.context_sum, 0
+    context = dec.context_sum
+    span = _Span(row, xs, context, batch, bound, jitter, step, arrival)
+    at_once = bound >= RUN_ARRAY_MIN and step + bound <= len(jitter.drawn)  # every factor already drawn
+    reach = _reach(span, now) if at_once else 0
+    if reach >= RUN_ARRAY_MIN:
+        k, now, busy = _at_once(span._replace(bound=reach), now, busy)
+    else:
+        k, now, busy = _one_by_one(span, now, busy)
+    if not k:
+        return None
+    dec.tick += k
+    dec.context_sum = context + k * batch
+    s.kv_used += k * batch
+    return now, busy, step + k
+
+
+RUN_ARRAY_MIN = 256  # steps a run may take, at least, for numpy's evaluation of them to beat the loop's
+
+
+class _Span(NamedTuple):
+    """What a run's steps read: the decode grid's row at the batch and its columns' tokens, the context and batch
+    at the start, the most steps, the jitter and the first step's index, and the next arrival."""
+
+    row: list
+    xs: list[float]
+    context: int
+    batch: int
+    bound: int
+    jitter: Jitter
+    step: int
+    arrival: float
+
+
+def _reach(span: _Span, now: float) -> int:
+    """The most steps the run can take: its bound, and before the arrival at most one step more than the arrival
+    leaves room for at the shortest step (the least grid value read times the least factor), with a margin for
+    the clock's rounding."""
+    read = [v for v in span.row if v is not None]
+    if not read or math.isinf(span.arrival):
+        return span.bound
+    shortest = min(read) * float(span.jitter.drawn[span.step : span.step + span.bound].min())
+    if shortest <= 0:
+        return span.bound
+    return min(span.bound, int((span.arrival - now) / shortest * (1 + 1e-9)) + 2)
+
+
+def _one_by_one(span: _Span, now: float, busy: float) -> tuple[int, float, float]:
+    """(steps run, now, busy) of `decode_run`'s steps, one after another."""
+    row, xs, context, batch, bound, jitter, step, arrival = span
+    first, last, drawn, k = xs[0], xs[-1], jitter.values, 0
     while k < bound and (not k or now < arrival):
         tokens = context / batch
         if tokens <= first:
@@ -153,12 +202,34 @@ def decode_run(
         busy += dt * batch
         context += batch
         k += 1
-    if not k:
-        return None
-    dec.tick += k
-    dec.context_sum = context
-    s.kv_used += k * batch
-    return now, busy, step + k
+    return k, now, busy
+
+
+def _at_once(span: _Span, now: float, busy: float) -> tuple[int, float, float]:
+    """`_one_by_one` in numpy: the same operations on each step's figures (the context a whole number of tokens,
+    divided as Python divides; the interpolation's terms in its order; the clock and busy time as running sums,
+    which add one after another), and the same stop: the first step a read column is missing for, or the first
+    past the arrival."""
+    row, xs, context, batch, bound, jitter, step, arrival = span
+    tokens = (context + np.arange(bound, dtype=np.int64) * batch) / batch
+    grid, missing = np.asarray(xs), np.array([v is None for v in row])
+    values = np.array([np.nan if v is None else v for v in row])
+    i = np.clip(np.searchsorted(grid, tokens, side="right"), 1, len(grid) - 1)
+    low, high = tokens <= grid[0], tokens >= grid[-1]
+    with np.errstate(all="ignore"):
+        a, b, x0 = values[i - 1], values[i], grid[i - 1]
+        inner = a + (b - a) * (tokens - x0) / (grid[i] - x0)
+    value = np.where(low, values[0], np.where(high, values[-1], inner))
+    unread = np.where(low, missing[0], np.where(high, missing[-1], missing[i - 1] | missing[i]))
+    cut = int(np.argmax(unread)) if unread.any() else bound
+    if not cut:
+        return 0, now, busy
+    dt = value[:cut] * jitter.drawn[step : step + cut]
+    clock = np.cumsum(np.concatenate(([now], dt)))  # clock[k]: the time after k steps
+    past = clock[1:cut] >= arrival  # a step k >= 1 runs only while the clock is before the arrival
+    k = int(np.argmax(past)) + 1 if past.any() else cut
+    spent = np.cumsum(np.concatenate(([busy], dt[:k] * batch)))
+    return k, float(clock[k]), float(spent[-1])
 
 
 def run_chunked(run: SchedulerRun, *, chunk_tokens: int) -> Timeline:
