@@ -14,6 +14,7 @@ import pytest
 import mapper
 from mapper.core.caches import ModelCaches
 from mapper.core.timeline import Kernels
+from mapper.core.vocab import FusionPolicy
 from mapper.cost.assess import estimate_kernels
 from mapper.hardware.target import device_target
 from mapper.model.onnx_import import import_graph
@@ -67,12 +68,56 @@ def test_equal_fusion_plans_are_one_plan():
     by a plan's groups compare them by identity."""
     caches, structure = ModelCaches(), ("sha", frozenset())
     groups = [Group(("a", "b"), "gemm-epilogue"), Group(("c",), "single")]
-    first = caches.fusion_plan(structure, 1, frozenset({"a"}), "default", False, lambda: list(groups))
+    asked = frozenset({"a", "c"})
+    first = caches.fusion_plan(structure, 1, frozenset({"a"}), "default", False, lambda: (list(groups), asked))
     equal = [Group(("a", "b"), "gemm-epilogue"), Group(("c",), "single")]  # equal groups, other objects
-    again = caches.fusion_plan(structure, 1, frozenset(), "default", False, lambda: list(equal))
+    again = caches.fusion_plan(structure, 1, frozenset(), "default", False, lambda: (list(equal), asked))
     assert again is first and all(x is y for x, y in zip(again, groups))
-    other = caches.fusion_plan(structure, 1, frozenset({"c"}), "default", False, lambda: [Group(("a",), "single")])
+    other = caches.fusion_plan(
+        structure, 1, frozenset({"c"}), "default", False, lambda: ([Group(("a",), "single")], asked)
+    )
     assert other != first and list(other) == [Group(("a",), "single")]
+
+
+def test_a_plan_answers_every_tiny_set_that_agrees_on_what_it_asked():
+    """A plan is kept with the nodes whose tininess the planner asked about: another tiny set that agrees on them
+    gets it without planning, one that differs on one of them plans afresh."""
+    caches, structure = ModelCaches(), ("sha", frozenset())
+    planned = []
+
+    def make(groups):
+        planned.append(groups)
+        return [Group((g,), "single") for g in groups], frozenset({"a", "b"})
+
+    first = caches.fusion_plan(structure, 1, frozenset({"a", "x"}), "default", False, lambda: make("ab"))
+    same = caches.fusion_plan(structure, 1, frozenset({"a", "y"}), "default", False, lambda: make("zz"))
+    other = caches.fusion_plan(structure, 1, frozenset({"b"}), "default", False, lambda: make("ba"))
+    assert (
+        same is first and planned == ["ab", "ba"] and list(other) == [Group(("b",), "single"), Group(("a",), "single")]
+    )
+
+
+@pytest.mark.parametrize(
+    "dims",
+    [{"batch": 1, "seq": 1, "past": 64}, {"batch": 64, "seq": 1, "past": 64}, {"batch": 2, "seq": 32, "past": 0}],
+)
+def test_a_kept_plan_is_the_plan_made_afresh(dims):
+    """The plan a warm handle gives a binding (made at other bindings, found by the nodes asked about) is the one
+    a planner makes for it alone."""
+    from mapper.plan.fusion import _Planner, tiny_nodes
+
+    handle = mapper.open_model("mixtral-8x7b")
+    for warm in (
+        {"batch": 1, "seq": 1, "past": 8},
+        {"batch": 32, "seq": 1, "past": 8},
+        {"batch": 4, "seq": 16, "past": 0},
+    ):
+        w = handle.bind(warm)
+        plan_fusion(w.graph, w.nodes, w.plan_key, "default", False, w.caches)
+    w = handle.bind(dims)
+    kept = plan_fusion(w.graph, w.nodes, w.plan_key, "default", False, w.caches)
+    fresh = _Planner(w.graph, w.nodes, tiny_nodes(w.graph)).plan(FusionPolicy.DEFAULT, False)
+    assert list(kept) == fresh
 
 
 @pytest.mark.parametrize("fusion", ["none", "aggressive"])

@@ -23,6 +23,9 @@ WORKLOAD_ENTRIES = 16
 # Assessments are per distinct kernel (a BERT-base slice has ~15): a 200-shape sweep on one profile keeps
 # a few thousand, and one is a few hundred bytes.
 ASSESSMENT_ENTRIES = 8192
+# Plans kept per (structure, work, policy) with the tiny nodes they asked about (`fusion_plan`): a sweep's bindings
+# fall into a few answers (batch 1's hidden vectors are tiny, a batch of 64's are not)
+FUSION_ANSWERS = 16
 _MISSING = object()  # a table's answer for a key it does not hold (a kept value may be None)
 _T = TypeVar("_T")
 
@@ -163,17 +166,29 @@ class ModelCaches:
         make,
     ):
         """Fusion groups: the live graph's structure, each node's op class, layer type and block
-        (`Workload.plan_key`), which nodes are tiny enough to ride in an epilogue (the one place
-        where the planner reads sizes), the policy and the attention-fusion choice. A plan equal to one made
-        before (another tiny set that moved no group) is that plan, its groups the same objects: the tables
-        keyed by a plan's groups then compare them by identity, not field by field."""
+        (`Workload.plan_key`), the policy, the attention-fusion choice and which nodes are tiny enough to ride in an
+        epilogue (the one place where the planner reads sizes). `make()` gives the plan and the nodes whose
+        tininess it asked about: a plan is kept with them and is the answer for any tiny set that agrees with the
+        one it was made at on those nodes (the planner's every choice follows from its answers). A plan equal to
+        one made before is that plan, its groups the same objects: the tables keyed by a plan's groups then compare
+        them by identity, not field by field."""
 
-        def planned() -> tuple:
-            plan = make()  # a `fusion.FusionPlan` (a tuple of groups that keeps its hash) is kept as it is
-            plan = plan if isinstance(plan, tuple) else tuple(plan)
-            return self._get("fusion_plans_made", (structure, plan), lambda: plan)
+        def made_or_planned() -> tuple:
+            base = (structure, work_key, policy, attention_fusion)
+            with self._lock:
+                asked_before = self._get("fusion_plans_asked", base, list)
+                for asked, answers, plan in asked_before:
+                    if asked & tiny == answers:
+                        return plan
+                made, asked = make()  # a `fusion.FusionPlan` (a tuple of groups that keeps its hash) kept as it is
+                made = made if isinstance(made, tuple) else tuple(made)
+                plan = self._get("fusion_plans_made", (structure, made), lambda: made)
+                if len(asked_before) >= FUSION_ANSWERS:
+                    asked_before.pop(0)
+                asked_before.append((asked, asked & tiny, plan))
+                return plan
 
-        return self._get("fusion_plan", (structure, work_key, tiny, policy, attention_fusion), planned)
+        return self._get("fusion_plan", (structure, work_key, tiny, policy, attention_fusion), made_or_planned)
 
     def group_boundaries(self, structure: tuple[str, frozenset[str]], groups: tuple, make):
         """Each group's boundary (the tensors crossing it), its kernel's name (its first member's, scoped by

@@ -84,6 +84,7 @@ class _Planner:
     def __init__(self, graph: Graph, work: Sequence[NodeWork], tiny: frozenset[str]):
         self.graph = graph
         self.tiny_set = tiny
+        self.asked: set[str] = set()  # the nodes whose tininess the plan read (`tiny`): all it depends on of sizes
         self.work = {w.name: w for w in each(work)}  # the plan's read: a binding's records are not kept
         self.order = [n.name for n in graph.nodes]
         self.taken: set[str] = set()
@@ -267,6 +268,7 @@ class _Planner:
         return w.op_class in ELEMENTWISE_CLASSES and w.op_type in EPILOGUE_OPS and self.tiny(w.name)
 
     def tiny(self, name: str) -> bool:
+        self.asked.add(name)
         return name in self.tiny_set
 
     def due(self, deferred: dict[str, int], group: list[str]) -> list[str]:
@@ -368,15 +370,14 @@ def plan_fusion(
     """Fusion groups in graph order under `policy` (a `FusionPolicy` or its value).
 
     The groups depend on the graph's structure and, through the tiny operands that wait for their reader,
-    on which nodes are tiny at these bindings: a sweep over batch and sequence length plans each (model,
-    policy, tiny set) once. `work_key` (`Workload.plan_key`) holds every node's name, op class and block,
-    so a binding that leaves some node unmodeled plans afresh."""
+    on which nodes are tiny at these bindings: of those, only on the nodes the planner asked about (`_Planner.asked`),
+    so a plan made at one binding is the plan of every binding whose tiny nodes agree on them (a sweep over batch
+    and sequence length plans once per such answer). `work_key` (`Workload.plan_key`) holds every node's name, op
+    class and block, so a binding that leaves some node unmodeled plans afresh."""
     tiny, policy = tiny_nodes(graph), FusionPolicy(policy)
-    return caches.fusion_plan(
-        graph.structure,
-        work_key,
-        tiny,
-        policy,
-        attention_fusion,
-        lambda: FusionPlan(_Planner(graph, work, tiny).plan(policy, attention_fusion)),
-    )
+
+    def plan() -> tuple[FusionPlan, frozenset[str]]:
+        planner = _Planner(graph, work, tiny)
+        return FusionPlan(planner.plan(policy, attention_fusion)), frozenset(planner.asked)
+
+    return caches.fusion_plan(graph.structure, work_key, tiny, policy, attention_fusion, plan)
