@@ -16,12 +16,6 @@ from mapper.core.errors import MapperError
 from mapper.core.settings import setting_text
 from mapper.core.units import format_rate
 from mapper.core.vocab import Runtime
-from mapper.evidence.calibrate import calibrate, held_out_kernels, holdout_report
-from mapper.evidence.compare import compare_measured
-from mapper.evidence.measure import ORT_PLAN, measure_model, measurement_from_profile
-from mapper.evidence.measure_slots import ordinal
-from mapper.evidence.probe import probe_machine
-from mapper.evidence.profile_toml import write_toml
 from mapper.report.json_text import write_json
 
 HOLDOUT_EVERY = 4  # with --trace, a quarter of the measured kernel groups are held back from the fit by default
@@ -98,6 +92,8 @@ def add_arguments(subparsers) -> None:
 
 
 def cmd_probe(args) -> int:
+    from mapper.evidence.probe import probe_machine  # the evidence harness: loaded by the command that runs it
+
     profile = probe_machine(args.out, quick=args.quick, name=args.name)
     peak = profile["compute"]["matrix_peak_flops_per_s"]["fp32"]["value"]
     bw = profile["memory"]["dram_bandwidth_bytes_per_s"]["value"]
@@ -110,6 +106,8 @@ def cmd_probe(args) -> int:
 
 
 def _hardware(spec):
+    from mapper.evidence.probe import probe_machine  # the evidence harness: loaded by the command that runs it
+
     if spec:
         return mapper.load_hardware(spec)
     return mapper.load_hardware(probe_machine(None, quick=True))
@@ -118,6 +116,8 @@ def _hardware(spec):
 def _plan(args, measurement) -> mapper.PlanOptions:
     """The plan the run ran: the plan flags (as `mapper map` takes them); a run on ONNX Runtime, here or in an
     imported ORT profile, is the exported graph as ORT runs it (ORT_PLAN's runtime) unless --runtime says otherwise."""
+    from mapper.evidence.measure import ORT_PLAN  # the evidence harness: loaded by the command that runs it
+
     options = options_from(args)
     if not measurement.trace and options.runtime == Runtime.AUTO:
         return dataclasses.replace(options, runtime=ORT_PLAN.runtime)
@@ -126,6 +126,8 @@ def _plan(args, measurement) -> mapper.PlanOptions:
 
 def _waiting(place: int) -> None:
     """A measurement waiting for its turn (evidence/measure_slots.py) says its place on stderr as it changes."""
+    from mapper.evidence.measure_slots import ordinal  # the evidence harness: loaded by the command that runs it
+
     print(
         f"measure: waiting for a turn to run, {ordinal(place)} in line ({setting_text('MEASURE_CONCURRENT')} at "
         f"once; refused after {setting_text('MEASURE_QUEUE_SECONDS')})",
@@ -135,6 +137,9 @@ def _waiting(place: int) -> None:
 
 
 def cmd_measure(args) -> int:
+    from mapper.evidence.compare import compare_measured  # the evidence harness: loaded by the command that runs it
+    from mapper.evidence.measure import measure_model, measurement_from_profile
+
     model = mapper.open_model(args.model)  # parsed once for the run, the mapping and the node matching
     dims = _dims(args, model)
     if args.profile:
@@ -247,6 +252,10 @@ def _print_trace(trace: dict) -> None:
 
 def _traces(specs: list[str]) -> list:
     """--trace MODEL=TRACE: each run made elsewhere, matched to its model."""
+    from mapper.evidence.measure import (
+        measurement_from_profile,
+    )  # the evidence harness: loaded by the command that runs it
+
     out = []
     for spec in specs:
         model, sep, path = spec.partition("=")
@@ -257,6 +266,14 @@ def _traces(specs: list[str]) -> list:
 
 
 def cmd_calibrate(args) -> int:
+    from mapper.evidence.calibrate import (
+        calibrate,
+        held_out_kernels,
+        holdout_report,
+    )  # the evidence harness: loaded by the command that runs it
+    from mapper.evidence.measure import measure_model
+    from mapper.evidence.profile_toml import write_toml
+
     dims = _dims(args)
 
     def measure(models):

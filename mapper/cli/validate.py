@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 
-from mapper.evidence.aic_records import RowKind
+from mapper.core.vocab import RowKind
 
 KINDS = tuple(k.value for k in RowKind)
 SOURCES = ("aiconfigurator", "project", "vidur")

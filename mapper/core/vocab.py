@@ -221,3 +221,15 @@ class Deployment(StrEnum):
     AGGREGATED = "aggregated"  # each replica serves both phases, chunked prefill
     DISAGGREGATED = "disaggregated"  # a prefill pool and a decode pool, each its own plan (serve/disaggregated.py)
     SPECULATIVE = "speculative"  # aggregated, a draft proposing tokens the target verifies (serve/speculative.py)
+
+
+class RowKind(StrEnum):
+    """What a measured row timed, as the validation harness maps it (`evidence.validate`: the slice it becomes, the
+    band it is scored in); here beside the other vocabularies so that the CLI's choices load no harness."""
+
+    GEMM = "gemm"
+    ATTENTION_DECODE = "attention-decode"
+    ATTENTION_PREFILL = "attention-prefill"
+    ALL_REDUCE = "all-reduce"
+    MOE = "moe"
+    MOE_ALL_TO_ALL = "moe-all-to-all"

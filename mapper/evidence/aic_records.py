@@ -12,10 +12,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 from mapper.core.errors import MapperError
+from mapper.core.vocab import RowKind
 from mapper.evidence.moe_rows import known_distribution
 
 # AIConfigurator's system directory -> the built-in profile it is compared with; other systems: "no profile"
@@ -25,17 +25,6 @@ SYSTEM_PROFILES = {
     "h200_sxm": "h200-sxm",
     "b200_sxm": "b200",
 }
-
-
-class RowKind(StrEnum):
-    """What a measured row timed, as the harness maps it (the slice it becomes, the band it is scored in)."""
-
-    GEMM = "gemm"
-    ATTENTION_DECODE = "attention-decode"
-    ATTENTION_PREFILL = "attention-prefill"
-    ALL_REDUCE = "all-reduce"
-    MOE = "moe"
-    MOE_ALL_TO_ALL = "moe-all-to-all"
 
 
 # table file stem -> the op kind its rows are mapped as
