@@ -122,21 +122,22 @@ class ExpertSites:
         shares: dict[tuple[int, int, int], int] = {}
         by_figures: list[ExpertGemm] = []
         share_values: list[float] = []
+        code_of: dict[ExpertGemm, tuple[int, int]] = {}
         for g in dict.fromkeys(found):  # interned: a binding's experts of one layer share one record
-            if figures.setdefault(g.figures, len(figures)) == len(by_figures):
+            figure = figures.setdefault(g.figures, len(figures))
+            if figure == len(by_figures):
                 by_figures.append(g)
-            routing = (g.experts, g.top_k, g.tokens)
-            if shares.setdefault(routing, len(shares)) == len(share_values):
+            share = shares.setdefault((g.experts, g.top_k, g.tokens), len(shares))
+            if share == len(share_values):
                 share_values.append(g.weight_share)
-        code_of = {g: (figures[g.figures], shares[(g.experts, g.top_k, g.tokens)]) for g in dict.fromkeys(found)}
-        figure_codes = [code_of[g][0] for g in found]
-        share_codes = [code_of[g][1] for g in found]
+            code_of[g] = (figure, share)
+        coded = np.asarray([code_of[g] for g in found], dtype=np.int64).reshape(-1, 2)
         return cls(
             np.fromiter((j for j, _ in held), dtype=np.int64, count=len(held)),
             tuple(found),
-            np.asarray(figure_codes, dtype=np.int64),
+            coded[:, 0],
             tuple(by_figures),
-            np.asarray(share_codes, dtype=np.int64),
+            coded[:, 1],
             tuple(share_values),
             np.fromiter((g.layer for g in found), dtype=np.int64, count=len(found)),
             tuple((j, g) for (j, _), g in zip(held, found, strict=True) if g.grouped),
