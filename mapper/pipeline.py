@@ -24,6 +24,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 from mapper.core.errors import MapperError
 from mapper.core.graph import Graph, ReleasedPrecision
@@ -76,7 +77,14 @@ from mapper.plan.precision import (
     precision_caveats,
     released_precision,
 )
-from mapper.plan.runtime import apply_kv_cache, choose_runtime, kv_cache_tensors, launch_cost_s, runtime_assumptions
+from mapper.plan.runtime import (
+    RuntimeChoice,
+    apply_kv_cache,
+    choose_runtime,
+    kv_cache_tensors,
+    launch_cost_s,
+    runtime_assumptions,
+)
 from mapper.plan.sharding import assigned_roles, shard_kernels
 from mapper.schedule.memory import plan_memory
 from mapper.schedule.placement import place_on_devices
@@ -147,8 +155,21 @@ def dim_roles(source: str | os.PathLike | bytes | ModelHandle) -> dict[str, str]
     return dict(open_model(source).roles)
 
 
-def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOptions = PlanOptions()) -> MappingResult:
-    """Map a workload onto a device: fusion -> layout -> devices -> tiling + cost -> classes -> placement -> roll-up."""
+class _Planned(NamedTuple):
+    """The stages up to the memory plan (`_planned`): what the cost and the document read of them."""
+
+    released: ReleasedPrecision
+    dtype: str
+    caveats: list[str]
+    sizer: Sizer
+    run: RuntimeChoice
+    layout: str
+    kernels: Sequence[Kernel]
+    memory: MemoryPlan
+
+
+def _planned(workload: Workload, hardware: HardwareProfile, options: PlanOptions) -> _Planned:
+    """Precision -> runtime -> fusion -> layout -> the KV-cache update -> devices (memory, TP, experts)."""
     graph, caches = workload.graph, workload.caches
     released = released_precision(graph, caches)
     dtype, caveats = choose_dtype(released, hardware, options)
@@ -158,6 +179,19 @@ def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOpt
     kernels, layout = plan_kernels(workload, hardware, replace(options, attention_fusion=run.attention_fusion), sizer)
     kernels = apply_kv_cache(graph, kernels, run.kv_cache, sizer, caches)
     kernels, memory = plan_devices(workload, kernels, sizer, hardware, options)
+    return _Planned(released, dtype, caveats, sizer, run, layout, kernels, memory)
+
+
+def map_memory(workload: Workload, hardware: HardwareProfile, options: PlanOptions = PlanOptions()) -> MemoryPlan:
+    """A workload's memory per device under these options: `map_workload`'s memory plan, from the stages before the
+    cost (what a KV budget reads of a step no step time is read of)."""
+    return _planned(workload, hardware, options).memory
+
+
+def map_workload(workload: Workload, hardware: HardwareProfile, options: PlanOptions = PlanOptions()) -> MappingResult:
+    """Map a workload onto a device: fusion -> layout -> devices -> tiling + cost -> classes -> placement -> roll-up."""
+    graph, caches = workload.graph, workload.caches
+    released, dtype, caveats, sizer, run, layout, kernels, memory = _planned(workload, hardware, options)
     kernels = last_token_logits(graph, kernels, caches) if run.last_token_logits else kernels
     kernels = causal_prompt_attention(kernels) if run.causal_attention else kernels
     sparse, launch_s = options.sparsity == Sparsity.TWO_FOUR, launch_cost_s(hardware, run.launch)

@@ -312,3 +312,8 @@ def test_a_plans_steps_keep_the_figures_mapper_map_gives():
     alone = mapper.map_workload(mapper.open_model("gpt2-small").bind({"batch": 4, "seq": 1, "past": 100}), hw, options)
     assert (kept.latency_s, kept.energy_j, kept.memory) == (alone.totals.latency_s, alone.totals.energy_j, alone.memory)
     assert steps.latency(4, 1, 100) == kept.latency_s and steps.mapped == 1
+    # a step a KV budget alone reads is mapped to its memory plan (the stages before the cost): the same plan, one
+    # step mapped however many of its figures are read after
+    workload = mapper.open_model("gpt2-small").bind({"batch": 1, "seq": 64, "past": 0})
+    assert steps.memory(1, 64, 0) == mapper.map_workload(workload, hw, options).memory and steps.mapped == 2
+    assert steps.figures(1, 64, 0).memory == steps.memory(1, 64, 0) and steps.mapped == 2

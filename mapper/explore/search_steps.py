@@ -22,7 +22,7 @@ from mapper.core.options import PlanOptions
 from mapper.core.result import MappingResult, MemoryPlan
 from mapper.handle import ModelHandle
 from mapper.hardware.profile import HardwareProfile
-from mapper.pipeline import map_workload
+from mapper.pipeline import map_memory, map_workload
 from mapper.serve.llm import KvBudget, cache_memory, device_budget, kv_page_tokens
 from mapper.serve.steps import decoder_dims, step_grids
 from mapper.work.workload import Workload
@@ -139,12 +139,13 @@ class PlanSteps:
         self._bound = bound or BoundSteps(model)
         self._page: int | None = None
         self._mapped: dict[tuple[int, int, int], StepFigures] = {}
+        self._memory: dict[tuple[int, int, int], MemoryPlan] = {}  # steps only a KV budget read: mapped to memory
         self._budgets: dict[tuple[int, int], KvBudget] = {}  # (token budget, id of the draft's steps or 0)
 
     @property
     def mapped(self) -> int:
-        """Steps this plan has mapped."""
-        return len(self._mapped)
+        """Steps this plan has mapped (to their figures, or to their memory plan alone)."""
+        return len(self._mapped.keys() | self._memory.keys())
 
     def figures(self, batch: int, seq: int, past: int) -> StepFigures:
         key = (batch, seq, past)
@@ -153,6 +154,17 @@ class PlanSteps:
             result = map_workload(self._bound.workload(batch, seq, past), self.hw, self.options)
             found = self._mapped[key] = StepFigures.of(result)
         return found
+
+    def memory(self, batch: int, seq: int, past: int) -> MemoryPlan | None:
+        """The step's memory plan: its figures' where it was mapped, else the stages before the cost alone
+        (`pipeline.map_memory`: a KV budget's one-token and profile steps are often read for nothing else)."""
+        key = (batch, seq, past)
+        found = self._mapped.get(key)
+        if found is not None:
+            return found.memory
+        if key not in self._memory:
+            self._memory[key] = map_memory(self._bound.workload(batch, seq, past), self.hw, self.options)
+        return self._memory[key]
 
     def latency(self, batch: int, seq: int, past: int) -> float:
         return self.figures(batch, seq, past).latency_s
@@ -168,15 +180,15 @@ class PlanSteps:
 
     def _kv_budget(self, token_budget: int, draft: PlanSteps | None) -> KvBudget:
         name = self.model.name
-        one = cache_memory(self.figures(1, 1, 0).memory, name)
-        profile = cache_memory(self.figures(1, token_budget, 0).memory, name)
+        one = cache_memory(self.memory(1, 1, 0), name)
+        profile = cache_memory(self.memory(1, token_budget, 0), name)
         if self._page is None:
             self._page = kv_page_tokens(self.model, self.hw, self.options)
         budget = device_budget(self.hw, one, profile, token_budget, self._page)
         if draft is None:
             return budget
-        d_one = cache_memory(draft.figures(1, 1, 0).memory, draft.model.name)
-        d_profile = cache_memory(draft.figures(1, token_budget, 0).memory, draft.model.name)
+        d_one = cache_memory(draft.memory(1, 1, 0), draft.model.name)
+        d_profile = cache_memory(draft.memory(1, token_budget, 0), draft.model.name)
         return replace(
             budget,
             activation_bytes=max(budget.activation_bytes, d_profile.activation_bytes),
