@@ -236,6 +236,11 @@ class ModelCaches:
         figures follow from the shapes)."""
         return self._get("expert_sites", (nodes, sha256, dims), make)
 
+    def kv_copies(self, nodes: Hashable, sha256: str, dims: tuple, element_bytes: tuple, make):
+        """The bytes each KV-cache update kernel's copy moves (`runtime.apply_kv_cache`): every position's nodes,
+        the graph at its bindings (hash and dims) and the element sizes (`Sizer.key`)."""
+        return self._get("kv_copies", (nodes, sha256, dims, element_bytes), make)
+
     def tensor_edges(self, structure: tuple[str, frozenset[str]], nodes: Hashable, make):
         """Each read of a tensor another kernel makes (`placement.TensorEdges`, what a pipeline's sends carry): the
         live graph's structure and every kernel position's nodes. The same at every binding of one fusion plan."""

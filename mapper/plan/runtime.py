@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from mapper.core.errors import MapperError
 from mapper.core.graph import Graph
 from mapper.core.options import PlanOptions
@@ -259,12 +261,20 @@ def apply_kv_cache(
     if not appends:
         return kernels
     columns = Kernels.of(kernels)
-    # copy: past read + present (past and new) written; in place the past is neither read nor rewritten
-    copied = (
-        (j, sum(sizer.bytes_of(appends[n].past) for n in updates))
-        for j, updates in positions_holding(columns, appends.keys(), caches)
-    )
-    return columns.remade_at(copied, _in_place)
+
+    def copies() -> tuple[np.ndarray, list[float]]:
+        """Each position's code (-1: no update) into the distinct bytes its updates copy."""
+        # copy: past read + present (past and new) written; in place the past is neither read nor rewritten
+        codes, values = np.full(len(columns), -1, dtype=np.int64), dict[float, int]()
+        for j, updates in positions_holding(columns, appends.keys(), caches):
+            codes[j] = values.setdefault(sum(sizer.bytes_of(appends[n].past) for n in updates), len(values))
+        return codes, list(values)
+
+    if caches is None:
+        codes, values = copies()
+    else:
+        codes, values = caches.kv_copies(columns.nodes_key, graph.sha256, graph.dims, sizer.key, copies)
+    return columns.remade(codes, lambda k, code: _in_place(k, values[code]))
 
 
 def _in_place(k: Kernel, copied: float) -> Kernel:
