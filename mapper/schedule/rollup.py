@@ -97,11 +97,13 @@ def _layers(
     code: dict[str, int] = {}  # each layer type in order of first appearance, as the rows were grouped
     codes = estimates.kernels.source_codes(lambda k: code.setdefault(k.layer_type, len(code)))
     kinds = list(code)
-    flops = estimates.kernels.column("flops")
+    figures = np.column_stack([times, estimates.kernels.column("flops"), stalled])
     rows = []
     for i, layer in enumerate(kinds):
-        mine = codes == i
-        rows.append((layer, int(mine.sum()), in_order_sum(times[mine]), in_order_sum(flops[mine]), stalled[mine]))
+        mine = figures[codes == i]
+        with np.errstate(all="ignore"):  # each column summed in timeline order, as `in_order_sum`: one call a layer
+            t, f, stall = np.cumsum(mine, axis=0)[-1].tolist() if len(mine) else (0.0, 0.0, 0.0)
+        rows.append((layer, len(mine), t, f, stall))
     layers = []
     for layer, count, t, f, stall in sorted(rows, key=lambda row: -row[2]):
         layers.append(
@@ -112,7 +114,7 @@ def _layers(
                 t / latency if latency else 0.0,
                 f,
                 f / (t * peak) if t else 0.0,  # per-device kernels on one device's peak
-                in_order_sum(stall) / t if t else 0.0,
+                stall / t if t else 0.0,
             )
         )
     return tuple(layers)
