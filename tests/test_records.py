@@ -189,13 +189,16 @@ def test_templates_stay_in_the_order_of_their_first_position():
     `template_at` still reads its own source."""
     kernels = _repeated_kernels()
     out = kernels.remade(np.array([1, -1, -1, -1, -1, -1]), lambda k, code: k.replaced(flops=k.flops * 3))
-    assert out.own().tolist() == [0, 1, 2] and list(out.shared_positions()) == [0, 1, 2, 1, 2, 1]
-    assert [out.sources[j] for j in out.own().tolist()] == out.templates
+    assert out.first_positions().tolist() == [0, 1, 2] and list(out.shared_positions()) == [0, 1, 2, 1, 2, 1]
+    assert [out.sources[j] for j in out.first_positions().tolist()] == out.templates
     assert out.sources[0].flops == 3 * kernels.sources[0].flops and out.sources[2] is kernels.sources[0]
     assert [out.source(j) for j in range(6)] == out.sources == [out.templates[t] for t in out.template_at.tolist()]
     inserted = out.inserted([(1, "x", "c", lambda: kernels.sources[1].replaced(nodes=()))])
-    assert inserted.own().tolist() == [0, 1, 2, 3] and inserted.templates[1].nodes == () != inserted.templates[2].nodes
-    assert [inserted.sources[j] for j in inserted.own().tolist()] == inserted.templates
+    assert (
+        inserted.first_positions().tolist() == [0, 1, 2, 3]
+        and inserted.templates[1].nodes == () != inserted.templates[2].nodes
+    )
+    assert [inserted.sources[j] for j in inserted.first_positions().tolist()] == inserted.templates
 
 
 def test_inserted_puts_kernels_in_position_order():

@@ -59,7 +59,7 @@ class Kernels(WrittenWhenRead):
     template once (`remade`) and moves no position in Python. Every field but the name and the nodes reads from the
     template without writing a record; `sources` (every position's template, as a list) is made only when read."""
 
-    __slots__ = ("_firsts", "_index", "_nodes_key", "_shared_array", "_sources", "names", "nodes", "templates")
+    __slots__ = ("_firsts", "_index", "_nodes_key", "_sources", "names", "nodes", "templates")
 
     def __init__(
         self,
@@ -86,7 +86,6 @@ class Kernels(WrittenWhenRead):
         self._firsts: np.ndarray | None = firsts
         self._sources: Sequence[Kernel] | None = sources
         self._nodes_key: NodesKey | None = None
-        self._shared_array: np.ndarray | None = None
 
     @classmethod
     def of_templates(
@@ -107,10 +106,7 @@ class Kernels(WrittenWhenRead):
     def sources(self) -> Sequence[Kernel]:
         """Every position's template, as a list (made on first read: the stages read `templates` and `template_at`)."""
         if self._sources is None:
-            held = np.empty(len(self.templates), dtype=object)
-            for t, k in enumerate(self.templates):  # one by one: numpy would unpack a record it could iterate
-                held[t] = k
-            self._sources = held[self._index].tolist()
+            self._sources = spread(self.templates, self._index)
         return self._sources
 
     def source(self, k: int) -> Kernel:
@@ -137,12 +133,16 @@ class Kernels(WrittenWhenRead):
         collective's kind and bytes, is one call for each source it replaces); every other position keeps its
         source, name and nodes. For a stage changing a few positions it finds one by one (the logits, a grouped
         expert's reduce)."""
-        calls: dict[Hashable, tuple[Callable[..., Kernel], tuple]] = {}
-        keyed = []
+        codes = np.full(len(self), -1, dtype=np.int64)
+        index: dict[Hashable, int] = {}
+        calls: list[tuple[Callable[..., Kernel], tuple]] = []
         for j, key, change, args in changes:
-            calls.setdefault(key, (change, args))  # a key's first change
-            keyed.append((j, key))
-        return self.remade_at(keyed, lambda _, key: calls[key][0](*calls[key][1]))
+            code = index.get(key)
+            if code is None:  # a key's first change
+                code = index[key] = len(calls)
+                calls.append((change, args))
+            codes[j] = code
+        return self.remade(codes, lambda _, code: calls[code][0](*calls[code][1]))
 
     def remade_at(self, values: Iterable[tuple[int, Hashable]], change: Callable[[Kernel, Any], Kernel]) -> Kernels:
         """`remade` for the positions given, each with the value its change reads (every other position kept):
@@ -165,17 +165,7 @@ class Kernels(WrittenWhenRead):
 
     def shared_positions(self) -> np.ndarray:
         """Each position's template's first position: the first position whose source is this one's."""
-        if self._shared_array is None:
-            self._shared_array = self.first_positions()[self._index]
-        return self._shared_array
-
-    def own(self) -> np.ndarray:
-        """The positions holding their own source (the first of each template), ascending."""
-        return self.first_positions()
-
-    def distinct(self) -> list[Kernel]:
-        """Each distinct source once, in timeline order (what a check of every kernel's figures reads)."""
-        return self.templates
+        return self.first_positions()[self._index]
 
     def column(self, field: str) -> np.ndarray:
         """A float field of every position's source, read once per template and spread to its positions (a repeated
@@ -249,6 +239,15 @@ class Kernels(WrittenWhenRead):
     def _write(self, k: int) -> Kernel:
         source, name, nodes = self.source(k), self.names[k], self.nodes[k]
         return source if source.name == name and source.nodes == nodes else source.replaced(name=name, nodes=nodes)
+
+
+def spread(records: Sequence, index: np.ndarray) -> list:
+    """`[records[i] for i in index]`, as one numpy take (a timeline's templates, or their assessments, at each
+    position)."""
+    held = np.empty(len(records), dtype=object)
+    for i, r in enumerate(records):  # one by one: numpy would unpack a record it could iterate
+        held[i] = r
+    return held[index].tolist()
 
 
 def unique_small(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

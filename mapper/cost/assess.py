@@ -9,11 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-import numpy as np
-
 from mapper.core.caches import ModelCaches
 from mapper.core.result import Kernel, KernelAssessment
-from mapper.core.timeline import KernelEstimates, Kernels, record_column, timeline_starts
+from mapper.core.timeline import KernelEstimates, Kernels, record_column, spread, timeline_starts
 from mapper.core.vocab import MatrixKind
 from mapper.cost.bottleneck import Facts, classify, speedup_if_removed
 from mapper.cost.estimate import Cost, estimate_searched, roofline_parts, search_matrices
@@ -64,13 +62,10 @@ def estimate_kernels(built: Sequence[Kernel], target: Target, caches: ModelCache
         for k, i in zip(templates, own_at, strict=True)
     ]
     by_template = [assessed[i][1] for i in own_at]
-    held = np.empty(len(own_at), dtype=object)
-    for t, a in enumerate(by_template):  # one by one: numpy would unpack a record it could iterate
-        held[t] = a
     starts = timeline_starts(record_column(by_template, "time_s")[index])[0]
     placed = Kernels.of_templates(chosen, index, kernels.names, kernels.nodes)
     placed._firsts = kernels.first_positions()  # the same positions: handed on
-    return KernelEstimates(placed, held[index].tolist(), starts, by_template)
+    return KernelEstimates(placed, spread(by_template, index), starts, by_template)
 
 
 def assessment_key(k: Kernel) -> tuple:

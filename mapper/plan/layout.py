@@ -50,7 +50,7 @@ def plan_layout(
     """Kernels with conv layouts set and transposes inserted; and the layout chosen."""
     if layout not in LAYOUTS:
         raise MapperError(f"layout {layout!r} is not one of {', '.join(LAYOUTS)}")
-    if not any(k.layer_type is LayerType.CONV for k in Kernels.of(kernels).distinct()):  # read, none written
+    if not any(k.layer_type is LayerType.CONV for k in Kernels.of(kernels).templates):  # read, none written
         return kernels, "n/a"
     chosen = preferred if layout == Layout.AUTO else layout
     region = {n for k in kernels if k.layer_type in REGION_LAYERS for n in k.nodes}
