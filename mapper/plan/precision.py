@@ -203,19 +203,19 @@ class Sizer:
         sizes = self.graph.derived("tensor_sizes", _no_sizes)
         found = sizes.get(name)
         if found is None:
-            found = sizes[name] = _tensor_size(self.graph, name)
-        elements, fixed, weight = found
+            tensors = self.graph.tensors
+            found = sizes[name] = _size_facts(self.graph, name, tensors.shape(name), tensors.dtype(name))
+        return self._sized(name, found)
+
+    def _bytes(self, name: str, shape: tuple[int, ...], dtype: str) -> float:
+        return self._sized(name, _size_facts(self.graph, name, shape, dtype))
+
+    def _sized(self, name: str, facts: tuple[int, float | None, bool]) -> float:
+        """A tensor's bytes from its facts (`_size_facts`) at the plan's element sizes."""
+        elements, fixed, weight = facts
         if fixed is not None:
             return fixed
         if weight:
-            return elements * self.weight
-        return elements * (self.kv if name in self.kv_tensors else self.act)
-
-    def _bytes(self, name: str, shape: tuple[int, ...], dtype: str) -> float:
-        elements, stored = math.prod(shape), self.graph.stored_dtypes.get(name)
-        if stored is not None or dtype not in FLOAT_TYPES:
-            return tensor_bytes(elements, stored or dtype)
-        if name in self.graph.weights:
             return elements * self.weight
         return elements * (self.kv if name in self.kv_tensors else self.act)
 
@@ -224,11 +224,10 @@ def _no_sizes(graph: Graph) -> dict[str, tuple[int, float | None, bool]]:
     return {}
 
 
-def _tensor_size(graph: Graph, name: str) -> tuple[int, float | None, bool]:
-    """(elements, bytes where the plan's element sizes do not set them, whether it is a weight): `Sizer._bytes`'s
-    reads of the tensor."""
-    tensors = graph.tensors
-    elements, dtype, stored = math.prod(tensors.shape(name)), tensors.dtype(name), graph.stored_dtypes.get(name)
+def _size_facts(graph: Graph, name: str, shape: tuple[int, ...], dtype: str) -> tuple[int, float | None, bool]:
+    """What a tensor's bytes read besides the plan's element sizes: (elements, its bytes where its stored or
+    non-float type sets them, whether it is a weight)."""
+    elements, stored = math.prod(shape), graph.stored_dtypes.get(name)
     if stored is not None or dtype not in FLOAT_TYPES:
         return elements, tensor_bytes(elements, stored or dtype), False
     return elements, None, name in graph.weights
