@@ -13,7 +13,7 @@ from __future__ import annotations
 from mapper.core.classes import CandidateKind
 from mapper.core.units import format_duration
 from mapper.handle import ModelHandle
-from mapper.pipeline import map_workload
+from mapper.pipeline import map_memory
 from mapper.review.candidates import Candidate, offered
 from mapper.serve.speculative import DEFAULT_DRAFT_TOKENS, SpeculativeConfig, acceptance_to_break_even, expected_tokens
 from mapper.serve.steps import mapped_round, open_draft
@@ -68,7 +68,7 @@ def speculation(
         f" {format_duration(rnd.tpot_s)} at {SPECULATION_ACCEPTANCE:g} ({shown}); the draft's weights and cache"
         " share the devices"
     )
-    step = map_workload(handle.bind(dims), hardware, options).memory  # the draft's at the slice: its weights, cache
+    step = map_memory(handle.bind(dims), hardware, options)  # the draft's at the slice: its weights, cache
     memory = doc.get("memory") or {}
     need = memory.get("per_device_bytes", 0.0) + step.weight_bytes + step.kv_cache_bytes
     return (

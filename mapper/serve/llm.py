@@ -19,7 +19,7 @@ import numpy as np
 from mapper.core.errors import MapperError
 from mapper.core.result import MappingResult, MemoryPlan
 from mapper.handle import open_model
-from mapper.pipeline import map_workload
+from mapper.pipeline import map_memory
 from mapper.plan.runtime import choose_runtime
 from mapper.serve.continuous import (
     DEFAULT_CHUNK_TOKENS,
@@ -113,7 +113,7 @@ def device_budget(hw, one: MemoryPlan, profile: MemoryPlan, token_budget: int, p
 def _memory(model, hw, options, tokens: int) -> MemoryPlan:
     """The plan's memory at a prefill of `tokens` tokens with nothing cached."""
     dims = decoder_dims(model)
-    return cache_memory(map_workload(model.bind(dims(tokens, 0), batch=1, seq=tokens), hw, options).memory, model.name)
+    return cache_memory(map_memory(model.bind(dims(tokens, 0), batch=1, seq=tokens), hw, options), model.name)
 
 
 def kv_budget(source, hw, options, token_budget: int, draft=None) -> KvBudget:
