@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from mapper.core.errors import MapperError
-from mapper.core.result import MappingResult
 from mapper.explore.search_eval import SATURATED, Point
 from mapper.explore.search_space import Plan, Pruned, SearchSpec
+from mapper.explore.search_steps import StepFigures
 from mapper.handle import ModelHandle
 from mapper.hardware.profile import HardwareProfile
 from mapper.pipeline import map_workload
@@ -29,30 +29,31 @@ QUEUE_REQUESTS = 2_000  # requests a configuration's run simulates: a p99 from 2
 
 
 class QueueSteps:
-    """One precision's batch mappings: batch -> its MappingResult, each mapped once (the caps share them)."""
+    """One precision's batch mappings: batch -> its figures (`StepFigures`, not the timeline), each mapped once (the
+    caps share them)."""
 
     def __init__(self, model: ModelHandle, hw: HardwareProfile, plan: Plan):
         self.model, self.hw, self.plan = model, hw, plan
         self._fixed = model.dims_without_batch(None)
-        self._mapped: dict[int, MappingResult] = {}
+        self._mapped: dict[int, StepFigures] = {}
 
     @property
     def mapped(self) -> int:
         return len(self._mapped)
 
-    def result(self, batch: int) -> MappingResult:
+    def figures(self, batch: int) -> StepFigures:
         found = self._mapped.get(batch)
         if found is None:
             workload = self.model.bind(self._fixed, batch=batch)
-            found = self._mapped[batch] = map_workload(workload, self.hw, self.plan.options)
+            found = self._mapped[batch] = StepFigures.of(map_workload(workload, self.hw, self.plan.options))
         return found
 
     def latency_s(self, batch: int) -> float:
-        return self.result(batch).totals.latency_s
+        return self.figures(batch).latency_s
 
     def energy_per_request_j(self, mean_batch: float) -> float:
         batch = max(1, round(mean_batch))
-        return self.result(batch).totals.energy_j / batch
+        return self.figures(batch).energy_j / batch
 
 
 def queue_config(spec: SearchSpec, hw: HardwareProfile, cap: int, rate: float) -> ServingConfig:

@@ -55,8 +55,7 @@ def _padded(rows: Sequence[Sequence[int]]) -> np.ndarray:
 
 def _coded(column: np.ndarray, codes: np.ndarray) -> np.ndarray:
     """`codes` read at each index of `column` (-1: past the row's end, PAST_END)."""
-    out = np.append(codes, PAST_END)[column]  # index -1 reads the appended PAST_END
-    return out
+    return np.append(codes, PAST_END)[column]  # index -1 reads the appended PAST_END
 
 
 def kernel_classes(
