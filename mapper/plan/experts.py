@@ -326,8 +326,11 @@ def _layer_ends(sites: ExpertSites) -> tuple[list[tuple[int, ExpertGemm]], list[
     _, first = np.unique(layers, return_index=True)
     _, from_end = np.unique(layers[::-1], return_index=True)
     order = np.argsort(first, kind="stable")
-    ends = (first[order], (len(layers) - 1 - from_end)[order])
-    return tuple([(int(sites.positions[i]), sites.gemms[i]) for i in end.tolist()] for end in ends)  # type: ignore[return-value]
+
+    def sites_at(at: np.ndarray) -> list[tuple[int, ExpertGemm]]:
+        return [(int(sites.positions[i]), sites.gemms[i]) for i in at[order].tolist()]
+
+    return sites_at(first), sites_at(len(layers) - 1 - from_end)
 
 
 def _expert_share(k: Kernel, g: ExpertGemm, ranks: int, imbalance: float, ep: int, sliced: bool) -> Kernel:
