@@ -48,3 +48,18 @@ def test_fit_matrix_dram_runs_on_a_tiny_sample(capsys):
     out = capsys.readouterr().out
     assert "held-back" in out and "matrix_dram_by_bytes = { value = [[" in out
     assert profile_named("b200").sha256 == load_hardware("b200").sha256 and predict(row, "b200") == before
+
+
+@pytest.mark.slow
+def test_fit_cap_response_runs_on_a_tiny_sample(capsys):
+    """The power controller's response time (bench/fit_cap_response.py) fitted on 20 bf16 rows a table: a value
+    of the grid, both splits and the objective reported, the built-in profile left as it was."""
+    pytest.importorskip("aiconfigurator_core")
+    from bench.fit_cap_response import GRID_S, main
+    from mapper.hardware.load import load_hardware
+
+    before = load_hardware("h200-sxm").cap_response_s
+    assert main(["--device", "h200-sxm", "--sample", "20"]) in GRID_S
+    out = capsys.readouterr().out
+    assert "held back" in out and "objective" in out and "cap_response_s = { value = " in out
+    assert load_hardware("h200-sxm").cap_response_s == before

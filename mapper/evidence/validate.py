@@ -19,20 +19,18 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from onnx import TensorProto
-
-from mapper.core.options import PlanOptions
 from mapper.core.vocab import Collective
 from mapper.cost.collectives import collective_time
 from mapper.evidence import aiconfigurator as aic
 from mapper.evidence.aic_records import RowKind
 from mapper.evidence.candidates import profile_named
-from mapper.evidence.microbench import compare_kernel_csv, kernel_model
+from mapper.evidence.gemm_rows import QUANTIZED, gemm_row_s
+from mapper.evidence.microbench import compare_kernel_csv
 from mapper.evidence.moe_rows import all_to_all_time_s, moe_time_s, parse_distribution
+from mapper.evidence.slices import slice_s
 
 EVIDENCE = Path(__file__).resolve().parents[2] / "data" / "evidence"
 PROJECT_CSVS = ("kernels.csv", "kernels_extra.csv")  # data/evidence/h200: bench/gpu_kernels.py on one H200
-QUANTIZED = {"fp8": "fp8", "fp8-block": "fp8", "nvfp4": "nvfp4"}  # GEMM row dtype -> the GEMM slice's plan dtype
 RUNTIMES = {"trtllm": "tensorrt-llm", "vllm": "vllm", "sglang": "vllm"}  # AIConfigurator framework -> preset
 # The first SGLang release whose tables show one kernel writing a decode step's K and V (0.5.14: its op takes 0.82x
 # vLLM 0.24's for the same shape at <= 8 sequences and < 64 cached tokens, H100 and H200; 0.5.10 on A100 takes 1.085x
@@ -80,26 +78,6 @@ class Scored:
         }
 
 
-_SLICES: dict[tuple, float] = {}  # (profile sha256, kind, shape, plan dtype, runtime) -> a slice's latency
-
-
-def _slice_s(profile: str, kind: str, shape: tuple[int, ...], plan_dtype: str, runtime: str = "auto") -> float:
-    """The mapped latency of one one-op slice (microbench.kernel_model) replayed from a CUDA graph, kept across
-    tables and frameworks by what it depends on: the profile's content, the op and the plan's precision and
-    runtime."""
-    from mapper.pipeline import load_workload, map_workload
-
-    hw = profile_named(profile)
-    key = (hw.sha256, kind, shape, plan_dtype, runtime)
-    found = _SLICES.get(key)
-    if found is None:
-        fusion = "aggressive" if kind.startswith("attention") else "default"
-        graph = kernel_model(kind, shape, TensorProto.BFLOAT16)
-        options = PlanOptions(dtype=plan_dtype, fusion=fusion, launch="graph", runtime=runtime)
-        found = _SLICES[key] = map_workload(load_workload(graph), hw, options).totals.latency_s
-    return found
-
-
 def predict(row: aic.Row, profile: str) -> float | None:
     """The engine's time for one AIConfigurator row on `profile`; None where the profile cannot run it (an
     all-reduce over more devices than its node, a precision it has no peak for)."""
@@ -112,20 +90,16 @@ def predict(row: aic.Row, profile: str) -> float | None:
 
 
 def _predict(row: aic.Row, profile: str) -> float | None:
-    if row.kind == RowKind.GEMM:
-        m, _, k = row.shape
-        if row.dtype not in QUANTIZED:
-            return _slice_s(profile, "gemm", row.shape, "bf16")
-        return _slice_s(profile, "quantize", (m, k), "bf16") + _slice_s(
-            profile, "gemm", row.shape, QUANTIZED[row.dtype]
-        )
+    if row.kind == RowKind.GEMM:  # the module as the collector ran it (`gemm_rows`)
+        m, n, k = row.shape
+        return gemm_row_s(row.table, row.dtype, (m, n, k), profile)
     b, h, kv, length, d = row.shape if row.kind.startswith("attention") else (0, 0, 0, 0, 0)
     plan_dtype = "fp8" if "fp8" in row.dtype else "bf16"
     runtime = RUNTIMES.get(row.table.split("/")[2], "vllm")  # the preset's decode attention: GQA packed, paged
     if row.kind == RowKind.MOE:  # one rank's MoE module; a quantized one quantizes its tokens' activations first
         dtype, distribution = row.dtype.split("/", 1)
         tokens, hidden = row.shape[:2]
-        quantize = _slice_s(profile, "quantize", (tokens, hidden), "bf16") if dtype in QUANTIZED else 0.0
+        quantize = slice_s(profile, "quantize", (tokens, hidden), "bf16") if dtype in QUANTIZED else 0.0
         alpha = parse_distribution(distribution)
         return quantize + moe_time_s(row.shape, QUANTIZED.get(dtype, "bf16"), alpha, profile, runtime)
     if row.kind == RowKind.MOE_ALL_TO_ALL:
@@ -134,14 +108,14 @@ def _predict(row: aic.Row, profile: str) -> float | None:
         framework = row.table.split("/")[2]
         version = row.table.split("/")[3]
         companions = sum(
-            _slice_s(profile, kind, shape, "bf16")
+            slice_s(profile, kind, shape, "bf16")
             for kind, shape in decode_companions(framework, row.shape, row.dtype, version)
         )
         if h == kv:
-            return companions + _slice_s(profile, "attention-decode", (b, h, length, d), plan_dtype, runtime)
-        return companions + _slice_s(profile, "attention-decode-gqa", (b, h, kv, length, d), plan_dtype, runtime)
+            return companions + slice_s(profile, "attention-decode", (b, h, length, d), plan_dtype, runtime)
+        return companions + slice_s(profile, "attention-decode-gqa", (b, h, kv, length, d), plan_dtype, runtime)
     if row.kind == RowKind.ATTENTION_PREFILL:  # K and V at the query heads: the slice has no GQA prefill form
-        return _slice_s(profile, "attention-fused", (b, h, length, d), plan_dtype, runtime)
+        return slice_s(profile, "attention-fused", (b, h, length, d), plan_dtype, runtime)
     devices, elements = row.shape
     hw = profile_named(profile)
     if devices > hw.interconnect.max_devices:

@@ -138,6 +138,7 @@ class HardwareProfile:
     paged_decode_item_s: float | None = None  # unit time a decode attention work item's own fixed work holds
     masked_mha_item_s: float | None = None  # the same for a masked multi-head attention item; None: no such kernel
     gemm_floor_s: float | None = None  # a GEMM's least time past its launch, fixed part; None: no floor
+    cap_response_s: float | None = None  # a load's time at the full clock before the cap's clock drop; None: not given
     gemm_k_latency_s: float | None = None  # the floor's serial main loop, per element of K
     gemm_serial_k: int | None = None  # K past which the library splits K (the loop stops growing)
     matrix_dram_efficiency: EfficiencyCurve | None = None  # a matrix kernel's DRAM stream; None: dram_efficiency
@@ -267,6 +268,7 @@ _OPTIONAL = (  # (key, attribute, type): numbers a profile may leave out (None t
     ("compute.matrix_alignment_bytes", "matrix_alignment_bytes", int),
     ("efficiency.unaligned_matrix", "unaligned_matrix", float),
     ("efficiency.unaligned_dram", "unaligned_dram", float),
+    ("power.cap_response_s", "cap_response_s", float),
 )
 _OPTIONAL_CURVES = (  # absent: None
     ("efficiency.matrix_dram_by_bytes", "matrix_dram_efficiency"),

@@ -240,6 +240,8 @@ class Power(_Strict):
     energy_per_flop_j: Annotated[dict[Dtype, Positive], Field(min_length=1)]
     energy_per_dram_byte_j: Positive
     energy_per_l2_byte_j: Positive
+    # how long a load runs at the full clock before the board's power controller pulls the clock down to the cap
+    cap_response_s: Positive | None = None
 
 
 class Interconnect(_Strict):
