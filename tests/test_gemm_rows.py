@@ -64,3 +64,57 @@ def test_vllms_weights_as_allocated_never_meet_the_cap():
     row = aic.Row(VLLM, "h200_sxm", "gemm", "bf16", shape, 206.29e-3, "", "graph")
     assert predict(row, "h200-sxm") == pytest.approx(module_s("bf16", shape, "h200-sxm", UNCAPPED), rel=1e-12)
     assert module_s("bf16", shape, "h200-sxm") > 1.1 * module_s("bf16", shape, "h200-sxm", UNCAPPED)
+
+
+def test_a_partial_last_wave_spreads_over_every_sm_on_hopper():
+    """Measured rows (H200, TensorRT-LLM 1.3.0rc20 bf16 Linear, short runs): 1536 x 1536 x 7168 at 45.9 us (737
+    TFLOP/s; 144 output tiles of 128 x 128 on 132 SMs) and 1025 x 1024 x 6144 at 21.9 us against 19.8 at 1024 rows.
+    Data-parallel waves leave most of a second wave idle (+34% and +45%); the profile's stream-K schedule spreads the
+    tail over every SM (within 15%). A100's profile keeps data-parallel waves (its fit rows do not improve)."""
+    from mapper.core.vocab import MatrixSchedule
+    from mapper.evidence.candidates import profile_named, with_value
+
+    h200 = profile_named("h200-sxm")
+    assert h200.matrix_schedule == MatrixSchedule.STREAM_K and load_hardware("a100-sxm-80gb").matrix_schedule is None
+    data_parallel = with_value(h200, "compute.matrix_schedule", None)
+    for shape, measured_s in (((1536, 1536, 7168), 45.9e-6), ((1025, 1024, 6144), 21.9e-6)):
+        row = aic.Row(TRT, "h200_sxm", "gemm", "bf16", shape, measured_s, "", "graph")
+        assert predict(row, "h200-sxm") == pytest.approx(measured_s, rel=0.15)
+        with candidate_profile(data_parallel):
+            assert predict(row, "h200-sxm") / measured_s - 1 > 0.3
+
+
+def test_stream_k_is_taken_only_where_it_beats_data_parallel_waves():
+    """Three 256 x 128 candidates on H100's 132 SMs: 133 compute-bound tiles (data-parallel: a second wave of one
+    tile, half the time idle) take stream-K; 133 tiles whose L2 traffic already sets the time would only add the
+    fix-up's partial tiles (2 x 132 fp32 tiles through L2) and stay data-parallel; 264 tiles (two whole waves) have
+    no tail. Under stream-K no ResNet-50 kernel is slower than under data-parallel waves."""
+    import numpy as np
+
+    from mapper.core.options import PlanOptions
+    from mapper.evidence.candidates import with_value
+    from mapper.pipeline import load_workload, map_workload
+    from mapper.plan.tiling import _stream_k, smooth_max
+
+    h100 = load_hardware("h100-sxm")
+    units = h100.compute_units
+    tiles = np.array([133.0, 133.0, 264.0])
+    work = np.array([50e-6, 5e-6, 50e-6])  # compute time with every unit busy
+    l2 = np.array([1e6, 2e8, 1e6])
+    dram_s = np.array([1e-6, 1e-6, 1e-6])
+    wave_eff = tiles / (np.ceil(tiles / units) * units)
+    compute = work / wave_eff
+    memory = np.maximum(dram_s, l2 / h100.l2_bandwidth_bytes_per_s)
+    time = smooth_max(compute, memory, h100.overlap_exponent)
+    eff, _, l2_out, _, time_out = _stream_k(
+        tiles, 256 * 128, (work, dram_s, l2, np.ones(3)), (wave_eff, compute, memory, time), h100
+    )
+    assert eff.tolist() == [1.0, wave_eff[1], 1.0]
+    assert time_out[0] < 0.6 * time[0] and time_out[1] == time[1] and l2_out[1] == l2[1] and time_out[2] == time[2]
+
+    workload = load_workload("resnet50", batch=16)
+    streamed = map_workload(workload, h100, PlanOptions())
+    waves = map_workload(workload, with_value(h100, "compute.matrix_schedule", None), PlanOptions())
+    times = {e.kernel.name: e.time_s for e in waves.kernels}
+    assert all(e.time_s <= times[e.kernel.name] * (1 + 1e-12) for e in streamed.kernels)
+    assert streamed.totals.latency_s < waves.totals.latency_s

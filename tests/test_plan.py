@@ -222,14 +222,19 @@ def test_unsupported_dtype_names_what_the_device_has():
 
 # --- tiling and cost: hand-checked rules and properties -----------------------------------------------
 def test_wave_quantization_formula_on_one_gemm(h100):
-    (e,) = _map(gemm_model(1408, 3073, 4096), h100, dtype="bf16").kernels
-    c = e.tiling.chosen
-    tiles = math.ceil(1408 / c.tile_m) * math.ceil(3073 / c.tile_n) * c.split_k
-    assert c.tiles == tiles and c.waves == math.ceil(tiles / 132)
-    assert c.wave_efficiency == pytest.approx(tiles / (c.waves * 132))
-    assert c.padding_efficiency == pytest.approx(
-        1408 * 3073 / (math.ceil(1408 / c.tile_m) * c.tile_m * math.ceil(3073 / c.tile_n) * c.tile_n)
-    )
+    """Data-parallel waves (a profile without a stream-K library): the last wave's share of busy units; under
+    H100's stream-K schedule the same GEMM's partial last wave is spread over every SM."""
+    waves = dataclasses.replace(h100, matrix_schedule=None, sha256="data-parallel waves")
+    for hw in (waves, h100):
+        (e,) = _map(gemm_model(1408, 3073, 4096), hw, dtype="bf16").kernels
+        c = e.tiling.chosen
+        tiles = math.ceil(1408 / c.tile_m) * math.ceil(3073 / c.tile_n) * c.split_k
+        assert c.tiles == tiles and c.waves == math.ceil(tiles / 132)
+        tail = tiles > 132 and tiles % 132 > 0
+        assert c.wave_efficiency == pytest.approx(1.0 if hw is h100 and tail else tiles / (c.waves * 132))
+        assert c.padding_efficiency == pytest.approx(
+            1408 * 3073 / (math.ceil(1408 / c.tile_m) * c.tile_m * math.ceil(3073 / c.tile_n) * c.tile_n)
+        )
 
 
 @pytest.mark.parametrize(
@@ -249,13 +254,17 @@ def test_large_bf16_gemm_lands_near_measured(name, measured):
 
 
 def test_one_tile_past_a_full_wave_shows_the_quantization_drop(h100):
-    # 1408 x 3072 = 11 x 12 = 132 tiles of 128x256: exactly one wave on 132 SMs; one more column of
-    # output adds a tile column and a second, nearly empty wave (NVIDIA "Matrix Multiplication
-    # Background User's Guide", wave quantization).
-    (full,) = _map(gemm_model(1408, 3072, 4096), h100, dtype="bf16").kernels
-    (plus,) = _map(gemm_model(1408, 3073, 4096), h100, dtype="bf16").kernels
-    assert full.tiling.chosen.waves == 1 and full.tiling.chosen.wave_efficiency == 1.0
-    assert plus.achieved_flops_per_s < 0.8 * full.achieved_flops_per_s
+    """1408 x 3072 = 11 x 12 = 132 tiles of 128x256: exactly one wave on 132 SMs; one more column of output adds a
+    tile column and, under data-parallel waves, a second, nearly empty wave (NVIDIA "Matrix Multiplication
+    Background User's Guide", wave quantization). H100's stream-K library spreads that tail over every SM: what is
+    left is the new column's padding (AIConfigurator's Hopper tables: one row past a tile edge costs ~1%)."""
+    waves = dataclasses.replace(h100, matrix_schedule=None, sha256="data-parallel waves")
+    for hw, drop in ((waves, 0.8), (h100, 1.0)):
+        (full,) = _map(gemm_model(1408, 3072, 4096), hw, dtype="bf16").kernels
+        (plus,) = _map(gemm_model(1408, 3073, 4096), hw, dtype="bf16").kernels
+        assert full.tiling.chosen.waves == 1 and full.tiling.chosen.wave_efficiency == 1.0
+        assert plus.achieved_flops_per_s < drop * full.achieved_flops_per_s
+    assert plus.achieved_flops_per_s > 0.85 * full.achieved_flops_per_s  # stream-K: the padding only
 
 
 @pytest.mark.parametrize("seq", [512, 2048, 8192])

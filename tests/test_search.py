@@ -262,6 +262,8 @@ def test_a_cnn_searches_batch_precision_and_replicas_under_a_p99_target():
     served = simulate_model_serving("resnet50", None, hw, best.plan.options, config)
     assert served.p99_s == pytest.approx(best.latency_p99_s, rel=1e-9)
     assert "--max-batch" in result.command(best) and f"--requests {QUEUE_REQUESTS}" in result.command(best)
+    sensitivity = result.document()["sensitivity"]  # its figures are requests, not tokens
+    assert sensitivity and all("requests/s/device" in line and "tok/s" not in line for line in sensitivity)
 
 
 def test_the_bound_prunes_only_configurations_that_cannot_be_chosen():

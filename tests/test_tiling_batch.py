@@ -19,7 +19,7 @@ import mapper
 from mapper.core.caches import ModelCaches
 from mapper.core.graph import LayerType
 from mapper.core.result import Kernel, MatrixShape, TileChoice, TilePlan
-from mapper.core.vocab import Engine, KernelRule
+from mapper.core.vocab import Engine, KernelRule, MatrixSchedule
 from mapper.cost.estimate import Basis, _on_kernel_basis, estimate_cost
 from mapper.cost.roofline import kernel_time, kernel_times
 from mapper.hardware.target import device_target
@@ -29,6 +29,7 @@ from mapper.plan.tiling import (
     L2_REUSE_FRACTION,
     _candidates,
     _fitting,
+    _stream_k,
     macs_per_clock_per_unit,
     plan_matrices,
     ranked_times,
@@ -98,6 +99,10 @@ def _reference_plan(kernel, hw, peak, act_bytes, weight_bytes_per) -> TilePlan:
         dram / (hw.dram_bandwidth_bytes_per_s * (curve.at_array(dram) * dram_share)), l2 / hw.l2_bandwidth_bytes_per_s
     )
     time = smooth_max(compute, memory, hw.overlap_exponent) + np.where(sk > 1, hw.grid_sync_s, 0.0)
+    if hw.matrix_schedule == MatrixSchedule.STREAM_K:  # elementwise: each candidate's own stream-K or waves
+        dram_s = dram / (hw.dram_bandwidth_bytes_per_s * (curve.at_array(dram) * dram_share))
+        figures = (compute * wave_eff, dram_s, l2, sk)
+        wave_eff, compute, l2, memory, time = _stream_k(tiles, tm * tn, figures, (wave_eff, compute, memory, time), hw)
     fields = (tm, tn, tk, st, sk, tiles, waves, wave_eff, pad_eff, sram, dram, l2, compute, memory, time)
     choices, seen = [], set()
     for i in np.argsort(ranked_times(time), kind="stable").tolist():  # ties at 12 digits: the candidates' order

@@ -148,6 +148,14 @@ class MatrixKind(StrEnum):
     LATENT_ATTENTION = "latent-attention"  # a fused attention whose keys are its values (MLA): one tile holds both
 
 
+class MatrixSchedule(StrEnum):
+    """How a device's GEMM library deals a matrix kernel's output tiles to its units (a profile's
+    `compute.matrix_schedule`)."""
+
+    DATA_PARALLEL = "data-parallel"  # one tile a unit a wave: the last wave's idle units wait (wave quantization)
+    STREAM_K = "stream-k"  # the last wave's tiles' K loops spread over every unit, partial sums fixed up after
+
+
 class Shard(StrEnum):
     """`Kernel.shard`: a kernel's tensor-parallel role (Megatron-LM, Shoeybi et al. 2019, section 3)."""
 

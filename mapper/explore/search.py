@@ -94,6 +94,9 @@ def _beside(a: Point, b: Point) -> bool:
     return not caps or max(a.max_batch, b.max_batch) == 2 * min(a.max_batch, b.max_batch)
 
 
+RATE_UNIT = {False: "tok/s/device", True: "requests/s/device"}  # a point's rate figure: LLM tokens, or requests whole
+
+
 def neighbours(best: Point, points: list[Point], count: int = 5) -> list[str]:
     """The configurations one step beside the choice that miss the SLA, with their first failure."""
     near = [p for p in points if not p.feasible and _beside(best, p)]
@@ -101,9 +104,10 @@ def neighbours(best: Point, points: list[Point], count: int = 5) -> list[str]:
     return [f"{p.label} {p.failure}" for p in near[:count]]
 
 
-def sensitivity(best: Point, points: list[Point], targets: Targets) -> list[str]:
+def sensitivity(best: Point, points: list[Point], targets: Targets, unit: str = "tok/s/device") -> list[str]:
     """For each target asked: how far it may tighten before the choice changes, and the loosening that would
-    pick a configuration with more tokens/s per device, with what each flips to."""
+    pick a configuration with more tokens/s per device, with what each flips to (`unit`: the figure's, requests
+    for a queue search, whose points carry requests/s in `tokens_per_s_per_device`)."""
     lines = []
     for row in TARGET_ROWS:
         target, key = getattr(targets, row.field), FIGURE[row.field]
@@ -111,7 +115,7 @@ def sensitivity(best: Point, points: list[Point], targets: Targets) -> list[str]
             continue
         value = getattr(best, key)
         tighter = choose([p for p in points if getattr(p, key) < value], targets)
-        then = f"{tighter.label} ({tighter.tokens_per_s_per_device:,.0f} tok/s/device)" if tighter else "nothing"
+        then = f"{tighter.label} ({tighter.tokens_per_s_per_device:,.0f} {unit})" if tighter else "nothing"
         lines.append(f"{row.label}: the choice holds down to {value * 1e3:.1f} ms; tighter, {then}")
         unbound = replace(targets, **{row.field: None})
         better = [p for p in points if meets(p, unbound) and p.tokens_per_s_per_device > best.tokens_per_s_per_device]
@@ -121,7 +125,7 @@ def sensitivity(best: Point, points: list[Point], targets: Targets) -> list[str]
             if pick is not None:
                 lines.append(
                     f"{row.label}: loosened to {flip * 1e3:.1f} ms, {pick.label}"
-                    f" ({pick.tokens_per_s_per_device:,.0f} tok/s/device)"
+                    f" ({pick.tokens_per_s_per_device:,.0f} {unit})"
                 )
     return lines
 
@@ -189,7 +193,9 @@ class SearchResult:
             "frontier": [p.row() for p in self.frontier],
             "evaluated": self.counts(),
             "neighbours": [] if best is None else neighbours(best, list(self.points)),
-            "sensitivity": [] if best is None else sensitivity(best, list(self.points), self.spec.targets),
+            "sensitivity": []
+            if best is None
+            else sensitivity(best, list(self.points), self.spec.targets, RATE_UNIT[self.queue]),
             "pruned": [{"what": p.what, "reason": p.reason, "detail": p.detail} for p in self.pruned],
             "wall_s": self.wall_s,
         }

@@ -12,12 +12,14 @@ import hashlib
 import itertools
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from mapper.core.errors import MapperError
+from mapper.core.vocab import MatrixSchedule
 from mapper.hardware.schema import DTYPES
 
 __all__ = ["EfficiencyCurve", "Interconnect", "HardwareProfile", "ProfileEvidence"]
@@ -138,6 +140,7 @@ class HardwareProfile:
     paged_decode_item_s: float | None = None  # unit time a decode attention work item's own fixed work holds
     masked_mha_item_s: float | None = None  # the same for a masked multi-head attention item; None: no such kernel
     gemm_floor_s: float | None = None  # a GEMM's least time past its launch, fixed part; None: no floor
+    matrix_schedule: MatrixSchedule | None = None  # how the GEMM library deals output tiles; None: data-parallel
     cap_response_s: float | None = None  # a load's time at the full clock before the cap's clock drop; None: not given
     gemm_k_latency_s: float | None = None  # the floor's serial main loop, per element of K
     gemm_serial_k: int | None = None  # K past which the library splits K (the loop stops growing)
@@ -255,7 +258,9 @@ _CURVES = (
     ("efficiency.vector_by_bytes", "vector_efficiency"),
     ("efficiency.dram_by_bytes", "dram_efficiency"),
 )
-_OPTIONAL = (  # (key, attribute, type): numbers a profile may leave out (None then)
+_OPTIONAL: tuple[
+    tuple[str, str, Callable[[Any], Any]], ...
+] = (  # (key, attribute, type): what a profile may leave out (None then)
     ("overhead.graph_launch_s", "graph_launch_s", float),
     ("memory.dram_latency_s", "dram_latency_s", float),
     ("compute.threads_per_unit", "threads_per_unit", int),
@@ -269,6 +274,7 @@ _OPTIONAL = (  # (key, attribute, type): numbers a profile may leave out (None t
     ("efficiency.unaligned_matrix", "unaligned_matrix", float),
     ("efficiency.unaligned_dram", "unaligned_dram", float),
     ("power.cap_response_s", "cap_response_s", float),
+    ("compute.matrix_schedule", "matrix_schedule", MatrixSchedule),
 )
 _OPTIONAL_CURVES = (  # absent: None
     ("efficiency.matrix_dram_by_bytes", "matrix_dram_efficiency"),
@@ -319,10 +325,10 @@ def build_profile(tree: dict[str, Any]) -> HardwareProfile:
     scales = tree_get(tree, "efficiency").get("op_time_scale", {})
     fields["op_time_scale"] = {op: float(entry["value"]) for op, entry in scales.items()}
     sources.update({f"efficiency.op_time_scale.{op}": entry["source"] for op, entry in scales.items()})
-    for key, attr, kind in _OPTIONAL:  # absent from profiles that do not give them
+    for key, attr, read in _OPTIONAL:  # absent from profiles that do not give them
         section, leaf = key.split(".")
         if (entry := tree_get(tree, section).get(leaf)) is not None:
-            fields[attr], sources[key] = kind(entry["value"]), entry["source"]
+            fields[attr], sources[key] = read(entry["value"]), entry["source"]
     fields["matrix_instruction_mnk"] = tuple(fields.pop(f"matrix_instruction_mnk.{i}") for i in range(3))
     fields["interconnect"] = Interconnect(
         **{
@@ -366,7 +372,7 @@ def profile_tree(profile: HardwareProfile) -> dict[str, Any]:
     for key, attr in _CURVES + _OPTIONAL_CURVES:
         if (curve := getattr(profile, attr)) is not None:
             _put(tree, key, {"value": [[x, e] for x, e in curve.points], "source": profile.sources[key]})
-    for key, attr, _kind in _OPTIONAL:
+    for key, attr, _read in _OPTIONAL:
         if getattr(profile, attr) is not None:
             _put(tree, key, {"value": getattr(profile, attr), "source": profile.sources[key]})
     if profile.op_time_scale:  # optional: absent from a profile until calibration finds an op that needs it

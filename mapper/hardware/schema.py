@@ -96,6 +96,12 @@ class Exponent(_Sourced):
     value: Annotated[float, Field(gt=1, le=MAX_OVERLAP_EXPONENT, allow_inf_nan=False)]
 
 
+class Schedule(_Sourced):
+    """A GEMM library's tile schedule (`core.vocab.MatrixSchedule`)."""
+
+    value: Literal["data-parallel", "stream-k"]
+
+
 class Ratio(_Sourced):
     """A coefficient of variation: 0 (no jitter) up to 1 (standard deviation = mean)."""
 
@@ -177,6 +183,8 @@ class Compute(_Strict):
     # A GEMM whose row strides (K and N, in bytes) are not multiples of this leaves the fast matrix kernels
     # (Hopper's TMA needs 16-byte strides); absent: no alignment rule
     matrix_alignment_bytes: Count | None = None
+    # how the GEMM library deals output tiles to the units; absent: data-parallel waves (wave quantization)
+    matrix_schedule: Schedule | None = None
 
     @model_validator(mode="after")
     def _vector_has_fp32(self) -> Compute:

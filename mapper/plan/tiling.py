@@ -20,7 +20,7 @@ from typing import Protocol
 import numpy as np
 
 from mapper.core.result import Kernel, TileChoice, TilePlan
-from mapper.core.vocab import KernelRule, MatrixKind
+from mapper.core.vocab import KernelRule, MatrixKind, MatrixSchedule
 from mapper.hardware.profile import HardwareProfile
 
 TILE_MULTIPLES = (1, 2, 4)  # tile edge = instruction edge x these (and 64..256 for small instructions)
@@ -245,9 +245,38 @@ def _matrix_times(
     l2 = (a_bytes * tiles_n + b_bytes * tiles_m) / hw.l2_cluster_sharing + partials
     # DRAM and L2 transfers pipeline with each other: the slower level sets the memory time
     dram_eff = hw.matrix_dram_curve.at_array(dram) * dram_share
-    memory = np.maximum(dram / (hw.dram_bandwidth_bytes_per_s * dram_eff), l2 / hw.l2_bandwidth_bytes_per_s)
+    dram_s = dram / (hw.dram_bandwidth_bytes_per_s * dram_eff)
+    memory = np.maximum(dram_s, l2 / hw.l2_bandwidth_bytes_per_s)
     time = smooth_max(compute, memory, hw.overlap_exponent) + np.where(sk > 1, hw.grid_sync_s, 0.0)
+    if hw.matrix_schedule == MatrixSchedule.STREAM_K:  # a partial last wave spread over every unit, where faster
+        wave_eff, compute, l2, memory, time = _stream_k(
+            tiles, tm * tn, (compute * wave_eff, dram_s, l2, sk), (wave_eff, compute, memory, time), hw
+        )
     return Candidates(tm, tn, tk, st, sk, tiles, waves, wave_eff, pad_eff, sram, dram, l2, compute, memory, time)
+
+
+def _stream_k(tiles, tile_elements, figures, data_parallel, hw: HardwareProfile):
+    """(wave efficiency, compute, L2 bytes, memory, time) of candidates under a stream-K library
+    (`MatrixSchedule.STREAM_K`: Osama et al., PPoPP 2023): a partial last wave's tiles have their K loops dealt over
+    every unit, so no unit idles, and the units sharing a tile fix it up, each writing one fp32 partial tile that
+    its owner reads back through L2. The library takes that only where it beats data-parallel waves (a tail of a
+    few tiles' shares costs more than it saves on a small kernel); whole waves and one partial wave run as they
+    are."""
+    work, dram_s, l2, sk = figures  # work: the compute time with every unit busy
+    wave_eff, compute, memory, time = data_parallel
+    units = hw.compute_units
+    tail = (tiles > units) & (tiles % units > 0)
+    l2_sk = l2 + np.where(tail, 2 * units * tile_elements * ACCUMULATOR_BYTES, 0.0)
+    memory_sk = np.maximum(dram_s, l2_sk / hw.l2_bandwidth_bytes_per_s)
+    time_sk = smooth_max(work, memory_sk, hw.overlap_exponent) + np.where(sk > 1, hw.grid_sync_s, 0.0)
+    use = tail & (time_sk < time)
+    return (
+        np.where(use, 1.0, wave_eff),
+        np.where(use, work, compute),
+        np.where(use, l2_sk, l2),
+        np.where(use, memory_sk, memory),
+        np.where(use, time_sk, time),
+    )
 
 
 def alignment_shares(kernel: Kernel, hw: HardwareProfile, act_bytes: float) -> tuple[float, float]:
