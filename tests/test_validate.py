@@ -260,6 +260,30 @@ def test_tensorrt_llm_decode_of_multi_head_attention_and_wide_groups_is_masked_m
         assert predict(mha, "h100-sxm") > 2 * mha.measured_s
 
 
+def test_tensorrt_llm_xqa_splits_a_sequence_as_its_multi_block_count_says():
+    """XQA's multi-block count (decoderXQAImplCommon.cpp `computeMultiBlockCount`): a block per 128 history tokens,
+    at most round(sqrt(8 x that)), cut to 8 waves of the SMs. Measured rows (H200, TensorRT-LLM 1.3.0rc20, bf16, 64
+    query heads on 8 K/V heads): 16 sequences over 1,024 cached tokens 47.6 us, 1 sequence over 32,768 tokens 54.5
+    us. XQA splits the first 8 ways into 1,024 blocks, 8 waves of one a unit each paying its fixed work, where the
+    fastest split FlashAttention's rule finds leaves 16 sequences unsplit (27 us); it splits the second 45 ways, not
+    the 128 that would fill the SMs (46 us)."""
+    from mapper.plan.attention_tiling import xqa_blocks
+
+    assert [xqa_blocks(8, 8192, 132), xqa_blocks(8, 32768, 132), xqa_blocks(128, 1024, 132)] == [23, 45, 8]
+    assert [xqa_blocks(128, 8192, 132), xqa_blocks(1024, 1024, 132), xqa_blocks(1, 64, 132)] == [8, 1, 1]
+    for batch, length, measured_s in ((16, 1024, 47.64e-6), (1, 32768, 54.50e-6)):
+        row = aic.Row(
+            DECODE_TRT, "h200_sxm", "attention-decode", "bf16", (batch, 64, 8, length, 128), measured_s, "", "graph"
+        )
+        assert predict(row, "h200-sxm") == pytest.approx(measured_s, rel=0.12), (batch, length)
+    # on compute capability 10.0 TensorRT-LLM runs trtllm-gen, not XQA: B200 splits as FlashAttention's rule finds
+    from mapper.core.vocab import DecodeSplit
+    from mapper.plan.runtime import TRTLLM_DECODE
+
+    assert TRTLLM_DECODE.on(load_hardware("h200-sxm")).split_rule == DecodeSplit.XQA
+    assert TRTLLM_DECODE.on(load_hardware("b200")).split_rule == DecodeSplit.FLASH
+
+
 def test_an_all_reduce_row_runs_its_own_algorithm_and_launch():
     """Measured rows (H100, 8 GPUs, 1024 bf16 elements): TensorRT-LLM's custom all-reduce from a graph 3.409 us, vLLM's
     custom all-reduce called eagerly 23.755 us. The one-shot kernel pays one link latency where NCCL's tree pays

@@ -156,6 +156,17 @@ class MatrixSchedule(StrEnum):
     STREAM_K = "stream-k"  # the last wave's tiles' K loops spread over every unit, partial sums fixed up after
 
 
+class DecodeSplit(StrEnum):
+    """How a runtime's decode attention kernel splits a sequence's cached keys across units (`DecodeAttention`)."""
+
+    # FlashAttention's split-KV (`num_splits_heuristic`): work items filling under 0.8 of the units split, into any
+    # count of whole key blocks the search finds fastest
+    FLASH = "flash"
+    # TensorRT-LLM's XQA multi-block mode (`computeMultiBlockCount`): a count set by the history length and the
+    # items, whatever they fill (`plan.attention_tiling.xqa_blocks`)
+    XQA = "xqa"
+
+
 class Shard(StrEnum):
     """`Kernel.shard`: a kernel's tensor-parallel role (Megatron-LM, Shoeybi et al. 2019, section 3)."""
 

@@ -136,6 +136,7 @@ class HardwareProfile:
     graph_launch_s: float | None = None  # per-kernel cost under graph replay (CUDA graphs); None: not given
     dram_latency_s: float | None = None  # one DRAM load's latency under load (row kernels); None: not given
     threads_per_unit: int | None = None  # resident threads per compute unit (row kernels); None: not given
+    compute_capability: float | None = None  # an NVIDIA GPU's (9.0: Hopper): which kernels a runtime picks on it
     paged_decode_s: float | None = None  # a decode attention kernel's fixed latency past its launch; None: 0
     paged_decode_item_s: float | None = None  # unit time a decode attention work item's own fixed work holds
     masked_mha_item_s: float | None = None  # the same for a masked multi-head attention item; None: no such kernel
@@ -264,6 +265,7 @@ _OPTIONAL: tuple[
     ("overhead.graph_launch_s", "graph_launch_s", float),
     ("memory.dram_latency_s", "dram_latency_s", float),
     ("compute.threads_per_unit", "threads_per_unit", int),
+    ("compute.compute_capability", "compute_capability", float),
     ("overhead.paged_decode_s", "paged_decode_s", float),
     ("overhead.paged_decode_item_s", "paged_decode_item_s", float),
     ("overhead.masked_mha_item_s", "masked_mha_item_s", float),

@@ -180,6 +180,8 @@ class Compute(_Strict):
     # operand bytes a unit's SRAM delivers per clock: small tiles need more bytes per MAC and starve the matrix units
     sram_bytes_per_clock_per_unit: Positive
     threads_per_unit: Count | None = None  # resident threads per compute unit (GPU row kernels)
+    # an NVIDIA GPU's compute capability (8.0 Ampere, 9.0 Hopper, 10.0 Blackwell): which kernels a runtime runs on it
+    compute_capability: Positive | None = None
     # A GEMM whose row strides (K and N, in bytes) are not multiples of this leaves the fast matrix kernels
     # (Hopper's TMA needs 16-byte strides); absent: no alignment rule
     matrix_alignment_bytes: Count | None = None

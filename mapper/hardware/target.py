@@ -9,11 +9,15 @@ are inputs of it, not a profile edited to carry them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from mapper.core.vocab import DecodeSplit
 from mapper.hardware.profile import HardwareProfile
 
 IDLE_HEADROOM_MIN_W = 1e-3  # a cap at or below idle still leaves this much power for work (no division by 0)
+
+
+TRTLLM_GEN_CAPABILITIES = (10.0,)  # where TensorRT-LLM's generation attention runs trtllm-gen, not XQA (`on`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,13 +34,30 @@ class DecodeAttention:
     # sequence and query head: `plan.attention_tiling.plan_masked_mha`); False: its fused kernel runs every step
     packed_group_max: int = 0
     masked_mha: bool = False
+    split_rule: DecodeSplit = DecodeSplit.FLASH  # how its decode kernel splits the cached keys across units
+
+    def on(self, hw: HardwareProfile) -> DecodeAttention:
+        """The kernel as the runtime runs it on `hw`: TensorRT-LLM hands generation attention on compute capability
+        10.0 to its trtllm-gen kernels (xqaDispatcher.h/.cpp: `mUseTllmGen(getSMVersion() == 100)`, XQA's own
+        runner "for SM <= 90"), which do not take XQA's multi-block count: there the keys split as FlashAttention's
+        rule finds fastest."""
+        if self.split_rule == DecodeSplit.XQA and hw.compute_capability in TRTLLM_GEN_CAPABILITIES:
+            return replace(self, split_rule=DecodeSplit.FLASH, kernel=f"{self.kernel}; trtllm-gen on {hw.name}")
+        return self
 
     @property
-    def key(self) -> tuple[bool, bool, bool, int, bool]:
-        """What a kernel's assessment reads of it: packing, splitting, whether the cache is paged (a paged kernel
-        reads block tables: `plan.attention_tiling.decode_fixed_s`; the page size sizes the serving cache) and
-        which steps run the masked multi-head attention kernel."""
-        return self.packs_query_group, self.splits_kv, self.page_tokens > 0, self.packed_group_max, self.masked_mha
+    def key(self) -> tuple[bool, bool, bool, int, bool, DecodeSplit]:
+        """What a kernel's assessment reads of it: packing, splitting and how, whether the cache is paged (a paged
+        kernel reads block tables: `plan.attention_tiling.decode_fixed_s`; the page size sizes the serving cache)
+        and which steps run the masked multi-head attention kernel."""
+        return (
+            self.packs_query_group,
+            self.splits_kv,
+            self.page_tokens > 0,
+            self.packed_group_max,
+            self.masked_mha,
+            self.split_rule,
+        )
 
 
 # A graph as exported and run as it is: each query head its own work item (repeat_kv copies K and V per query
@@ -110,7 +131,7 @@ def device_target(  # noqa: PLR0913 (the target's inputs, each named at the one 
         power_cap_w=power_cap_w,
         sparse=sparse,
         launch_s=launch_s,
-        decode_attention=decode_attention,
+        decode_attention=decode_attention.on(hw),
         causal_attention=causal_attention,
         matrix_peak_flops_per_s=hw.matrix_peak(dtype),
         vector_peak_flops_per_s=hw.vector_peak(dtype),

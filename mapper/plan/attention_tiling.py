@@ -11,10 +11,12 @@ attention, the query heads sharing a K/V head as one item's rows (`work_items`).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from mapper.core.result import Kernel, TilePlan
-from mapper.core.vocab import MatrixKind
+from mapper.core.vocab import DecodeSplit, MatrixKind
 from mapper.hardware.profile import HardwareProfile
 from mapper.hardware.target import DecodeAttention, Target
 from mapper.plan.causal import triangle_share
@@ -39,7 +41,23 @@ ATTENTION_BLOCKS_KV = (64, 128, 256)
 # which 32 busy SMs of 132 could not.
 ATTENTION_KV_SPLITS = tuple(range(1, 129))
 SPLIT_BELOW_SHARE = 0.8  # only work items under this share of the units split (flash_api.cpp: "enough to almost fill")
+# TensorRT-LLM's XQA multi-block count (decoderXQAImplCommon.cpp `computeMultiBlockCount`, decoderXQAConstants.h):
+# a block per 128 history tokens, at most round(sqrt(8 x that)) ("otherwise the final reduction may dominate"), cut
+# to 8 waves of the SMs, and to 6,000 sub-sequences in all (`getXqaMaxNumSubSeq`, the reserved workspace)
+XQA_MIN_HISTORY_TOKENS = 128
+XQA_TARGET_WAVES = 8
+XQA_MAX_SUB_SEQUENCES = 6000
 SOFTMAX_VECTOR_FLOPS = 4  # per score besides the exp: max, subtract, sum, rescale (FlashAttention-2)
+
+
+def xqa_blocks(items: int, history: int, units: int) -> int:
+    """XQA's multi-block count: the blocks each (sequence, K/V head) of a decode step is split into."""
+    blocks = max(history // XQA_MIN_HISTORY_TOKENS, 1)
+    blocks = max(min(blocks, round(math.sqrt(blocks * 8.0))), 1)
+    waves = items * blocks / units
+    if waves > XQA_TARGET_WAVES:
+        blocks = math.floor(blocks / (waves / XQA_TARGET_WAVES))
+    return max(min(max(blocks, 1), XQA_MAX_SUB_SEQUENCES // max(items, 1)), 1)
 
 
 def _kv_tiles(shape) -> int:
@@ -141,17 +159,7 @@ def plan_attention(kernel: Kernel, target: Target) -> TilePlan:
     s = kernel.shape  # batch = B*H, m = Sq, n = Skv, k = head dim
     items, rows = work_items(s, target.decode_attention)
     P = hw.compute_units
-    bq, bkv, sram = _attention_grid(s.k, act_bytes, hw, s.kind == MatrixKind.LATENT_ATTENTION)
-    splits = np.array(ATTENTION_KV_SPLITS if target.decode_attention.splits_kv else (1,), float)
-    pairs = len(bq)
-    bq, bkv, sram = np.tile(bq, len(splits)), np.tile(bkv, len(splits)), np.tile(sram, len(splits))
-    split = np.repeat(splits, pairs)
-    # the key blocks dealt out evenly: the busiest split holds ceil(blocks / splits), and no split is empty;
-    # work items that almost fill the units run unsplit
-    kv_blocks = np.ceil(np.ceil(s.n / bkv) / split)
-    few = items * np.ceil(rows / bq) < SPLIT_BELOW_SHARE * P
-    ok = (split == 1) | (few & (kv_blocks * (split - 1) < np.ceil(s.n / bkv)))
-    bq, bkv, sram, split, kv_blocks = bq[ok], bkv[ok], sram[ok], split[ok], kv_blocks[ok]
+    bq, bkv, sram, split, kv_blocks = _split_grid(s, items, rows, target)
     q_blocks = np.ceil(rows / bq)
     tiles = items * q_blocks * split
     waves = np.ceil(tiles / P)
@@ -188,6 +196,30 @@ def plan_attention(kernel: Kernel, target: Target) -> TilePlan:
         bq, bkv, s.k * ones, 2 * ones, split, tiles, waves, wave_eff, pad_eff, sram, dram, l2, compute, memory, time
     )
     return pick_rows("attention", candidates, key_ids(bq, bkv, split), [len(bq)])[0]
+
+
+def _split_grid(s, items: float, rows: float, target: Target) -> tuple[np.ndarray, ...]:
+    """(query block, key block, SRAM bytes, splits, the busiest split's key blocks) of every candidate a fused
+    attention may run: its block sizes at each split of the cached keys the runtime's kernel takes
+    (`DecodeAttention.split_rule`)."""
+    hw, P = target.hw, target.hw.compute_units
+    bq, bkv, sram = _attention_grid(s.k, target.act_bytes, hw, s.kind == MatrixKind.LATENT_ATTENTION)
+    decode = target.decode_attention
+    xqa = decode.splits_kv and decode.split_rule == DecodeSplit.XQA and s.m == 1
+    if xqa:  # the kernel's own count, whatever the items fill (the cached keys before the new one its history)
+        splits = np.array((xqa_blocks(int(items), max(int(s.n) - 1, 1), P),), float)
+    else:
+        splits = np.array(ATTENTION_KV_SPLITS if decode.splits_kv else (1,), float)
+    pairs = len(bq)
+    bq, bkv, sram = np.tile(bq, len(splits)), np.tile(bkv, len(splits)), np.tile(sram, len(splits))
+    split = np.repeat(splits, pairs)
+    # the key blocks dealt out evenly: the busiest split holds ceil(blocks / splits), and no split is empty;
+    # work items that almost fill the units run unsplit (FlashAttention's rule: XQA's count stands as it is)
+    kv_blocks = np.ceil(np.ceil(s.n / bkv) / split)
+    few = items * np.ceil(rows / bq) < SPLIT_BELOW_SHARE * P
+    ok = (split == 1) | (few & (kv_blocks * (split - 1) < np.ceil(s.n / bkv))) | xqa
+    bq, bkv, sram, split, kv_blocks = bq[ok], bkv[ok], sram[ok], split[ok], kv_blocks[ok]
+    return bq, bkv, sram, split, kv_blocks
 
 
 def _timed(compute, dram, l2, split, shape, tiles, target: Target):

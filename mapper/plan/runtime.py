@@ -21,7 +21,7 @@ from mapper.core.options import PlanOptions
 from mapper.core.records import record
 from mapper.core.result import Kernel
 from mapper.core.timeline import Kernels, positions_holding
-from mapper.core.vocab import GqaDecode, KvCache, Launch, Runtime
+from mapper.core.vocab import DecodeSplit, GqaDecode, KvCache, Launch, Runtime
 from mapper.hardware.profile import HardwareProfile
 from mapper.hardware.target import UNPACKED_DECODE, DecodeAttention
 from mapper.plan.precision import Sizer
@@ -65,7 +65,9 @@ VLLM_DECODE = DecodeAttention(
 # and supportConfigHMMA) refuses head_grp_size x beam_width > 32 and, "for performance reasons", vanilla MHA at beam
 # width 1. AIConfigurator's TensorRT-LLM tables agree (docs/validation.md): groups of 2-32 at XQA's speed, with an
 # fp8 cache about half a bf16 one's time even over a few cached tokens (XQA's fp8 path), groups of 1 and of 48-128
-# at masked MHA's (an fp8 cache no faster; 48-128 heads a group 3-10x a packed kernel's time).
+# at masked MHA's (an fp8 cache no faster; 48-128 heads a group 3-10x a packed kernel's time). XQA's multi-block
+# count is its own (cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttention/decoderXQAImplCommon.cpp,
+# `computeMultiBlockCount`): not the split the engine would find fastest (`DecodeSplit.XQA`).
 TRTLLM_DECODE = DecodeAttention(
     packs_query_group=True,
     splits_kv=True,
@@ -74,6 +76,7 @@ TRTLLM_DECODE = DecodeAttention(
     " attention and larger groups: masked MHA), multi-block mode, 32-token pages",
     packed_group_max=32,
     masked_mha=True,
+    split_rule=DecodeSplit.XQA,
 )
 
 
@@ -303,7 +306,11 @@ def runtime_assumptions(choice: RuntimeChoice, hw: HardwareProfile) -> tuple[tup
         ("plan.kv_cache", choice.kv_cache, "in-place: the new tokens' K/V only; copy: the exported Concat's"),
         ("plan.launch", choice.launch, launch_source),
         ("plan.attention_fusion", str(choice.attention_fusion), "runtime preset (None: as the fusion policy says)"),
-        ("runtime.decode_attention", str(gqa_decode_mode(choice.decode_attention)), choice.decode_attention.kernel),
+        (
+            "runtime.decode_attention",
+            str(gqa_decode_mode(choice.decode_attention)),
+            choice.decode_attention.on(hw).kernel,
+        ),
         (
             "runtime.logits",
             "last token" if choice.last_token_logits else "every token",
