@@ -16,13 +16,12 @@ value in data/hardware/<device>.toml (its source still to be written by hand).
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: bench/ is a package of the repo
 
-from bench.fit_common import write_values
+from bench.fit_common import one_value_fit
 from mapper.evidence import aiconfigurator as aic
 from mapper.evidence.aic_records import RowKind
 from mapper.evidence.gemm_rows import RUN_PASSES, UNCAPPED, module_s, pass_ops, timed_s
@@ -88,15 +87,7 @@ def fit(device: str, per_table: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> float:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", required=True)
-    parser.add_argument("--sample", type=int, default=3000, help="rows a table (default 3000)")
-    parser.add_argument("--write", action="store_true", help="put the fitted value in the device's profile")
-    args = parser.parse_args(argv)
-    value = fit(args.device, args.sample)
-    if args.write:
-        write_values(args.device, {KEY: value})
-    return value
+    return one_value_fit(argv, __doc__, KEY, fit, 3000)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,9 @@ candidate profile by cache dtype, printing a result line, and writing fitted val
 
 from __future__ import annotations
 
+import argparse
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from mapper.evidence import aiconfigurator as aic
@@ -43,3 +45,17 @@ def write_values(device: str, values: dict[str, float]) -> None:
         if not count:
             raise SystemExit(f"{path} has no {key} line to update: add one under [overhead] first")
     path.write_text(text)
+
+
+def one_value_fit(argv: list[str] | None, doc: str, key: str, fit: Callable[[str, int], float], sample: int) -> float:
+    """A fit of one profile value as a command: `--device`, `--sample` rows a table (default `sample`), `--write`
+    to put the fitted value in the device's profile; `fit(device, sample)` prints and returns the value."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--device", required=True)
+    parser.add_argument("--sample", type=int, default=sample, help=f"rows a table (default {sample})")
+    parser.add_argument("--write", action="store_true", help="put the fitted value in the device's profile")
+    args = parser.parse_args(argv)
+    value = fit(args.device, args.sample)
+    if args.write:
+        write_values(args.device, {key: value})
+    return value

@@ -18,7 +18,6 @@ data/hardware/<device>.toml (the source string still to be written by hand). Abo
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -26,7 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: bench/ is a package of the repo
 
-from bench.fit_common import line, stats, write_values
+from bench.fit_common import line, one_value_fit, stats
 from mapper.core.result import MatrixShape
 from mapper.evidence import aiconfigurator as aic
 from mapper.evidence.candidates import with_value
@@ -78,15 +77,8 @@ def fit(device: str, per_table: int) -> float:
     return best
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", required=True)
-    parser.add_argument("--sample", type=int, default=1500, help="rows a table (default 1500)")
-    parser.add_argument("--write", action="store_true", help="put the fitted value in the device's profile")
-    args = parser.parse_args(argv)
-    value = fit(args.device, args.sample)
-    if args.write:
-        write_values(args.device, {KEY: value})
+def main(argv: list[str] | None = None) -> float:
+    return one_value_fit(argv, __doc__, KEY, fit, 1500)
 
 
 if __name__ == "__main__":
