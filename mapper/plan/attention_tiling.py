@@ -11,6 +11,7 @@ attention, the query heads sharing a K/V head as one item's rows (`work_items`).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -67,15 +68,24 @@ def _kv_tiles(shape) -> int:
 
 
 def _attention_grid(d: int, act_bytes: float, hw: HardwareProfile, latent: bool = False):
-    """The block sizes whose working set fits a unit's SRAM: the query block, double-buffered key and value
-    blocks (one where the keys are the values), and the score tile: fp32, or for latent attention the
-    probabilities staged at the activations' width for PV (FlashMLA's smem_p)."""
+    """The block sizes whose working set fits a unit's SRAM (`_fitting_blocks`), read-only."""
+    return _fitting_blocks(int(d), float(act_bytes), float(hw.sram_per_unit_bytes), latent)
+
+
+@functools.lru_cache(maxsize=256)  # a pure function of its arguments: a device's table, built once, not state
+def _fitting_blocks(d: int, act_bytes: float, sram_bytes: float, latent: bool) -> tuple[np.ndarray, ...]:
+    """The block sizes whose working set fits `sram_bytes`: the query block, double-buffered key and value blocks
+    (one where the keys are the values), and the score tile: fp32, or for latent attention the probabilities
+    staged at the activations' width for PV (FlashMLA's smem_p)."""
     bq, bkv = grid(np.array(ATTENTION_BLOCKS_Q, float), np.array(ATTENTION_BLOCKS_KV, float))
     stages = 2.0
     kv_tiles, score_bytes = (1, act_bytes) if latent else (2, ACCUMULATOR_BYTES)
     sram = (bq * d + kv_tiles * stages * bkv * d) * act_bytes + bq * bkv * score_bytes
-    ok = sram <= hw.sram_per_unit_bytes
-    return bq[ok], bkv[ok], sram[ok]
+    ok = sram <= sram_bytes
+    out = (bq[ok], bkv[ok], sram[ok])
+    for a in out:
+        a.setflags(write=False)
+    return out
 
 
 def work_items(shape, decode: DecodeAttention) -> tuple[int, int]:
