@@ -131,7 +131,7 @@ def device_target(  # noqa: PLR0913 (the target's inputs, each named at the one 
         power_cap_w=power_cap_w,
         sparse=sparse,
         launch_s=launch_s,
-        decode_attention=decode_attention.on(hw),
+        decode_attention=decode_attention,
         causal_attention=causal_attention,
         matrix_peak_flops_per_s=hw.matrix_peak(dtype),
         vector_peak_flops_per_s=hw.vector_peak(dtype),

@@ -227,7 +227,7 @@ def choose_runtime(graph: Graph, hw: HardwareProfile, options: PlanOptions) -> R
             f"hardware {hw.name}: launch=graph needs overhead.graph_launch_s (the per-kernel cost under graph"
             " replay) in the profile; add it with its source, or choose --launch eager"
         )
-    attention = _decode_attention(preset, options)
+    attention = _decode_attention(preset, options).on(hw)  # the kernel the runtime runs on this device
     if kv_cache == KvCache.STATIC and attention.page_tokens:  # the same kernel over one contiguous cache a sequence
         attention = replace(attention, page_tokens=0, kernel=f"{attention.kernel}; --kv-cache static: no pages")
     causal = preset.causal_attention and bool(appends)  # a decoder's self-attention
@@ -306,11 +306,7 @@ def runtime_assumptions(choice: RuntimeChoice, hw: HardwareProfile) -> tuple[tup
         ("plan.kv_cache", choice.kv_cache, "in-place: the new tokens' K/V only; copy: the exported Concat's"),
         ("plan.launch", choice.launch, launch_source),
         ("plan.attention_fusion", str(choice.attention_fusion), "runtime preset (None: as the fusion policy says)"),
-        (
-            "runtime.decode_attention",
-            str(gqa_decode_mode(choice.decode_attention)),
-            choice.decode_attention.on(hw).kernel,
-        ),
+        ("runtime.decode_attention", str(gqa_decode_mode(choice.decode_attention)), choice.decode_attention.kernel),
         (
             "runtime.logits",
             "last token" if choice.last_token_logits else "every token",

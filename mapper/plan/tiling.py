@@ -243,16 +243,21 @@ def _matrix_times(
         boundary + a_bytes * (passes_a - 1) + b_bytes * (passes_b - 1) + np.where(partials > hw.l2_bytes, partials, 0)
     )
     l2 = (a_bytes * tiles_n + b_bytes * tiles_m) / hw.l2_cluster_sharing + partials
-    # DRAM and L2 transfers pipeline with each other: the slower level sets the memory time
     dram_eff = hw.matrix_dram_curve.at_array(dram) * dram_share
     dram_s = dram / (hw.dram_bandwidth_bytes_per_s * dram_eff)
-    memory = np.maximum(dram_s, l2 / hw.l2_bandwidth_bytes_per_s)
-    time = smooth_max(compute, memory, hw.overlap_exponent) + np.where(sk > 1, hw.grid_sync_s, 0.0)
+    memory, time = _memory_and_time(compute, dram_s, l2, sk, hw)
     if hw.matrix_schedule == MatrixSchedule.STREAM_K:  # a partial last wave spread over every unit, where faster
         wave_eff, compute, l2, memory, time = _stream_k(
             tiles, tm * tn, (compute * wave_eff, dram_s, l2, sk), (wave_eff, compute, memory, time), hw
         )
     return Candidates(tm, tn, tk, st, sk, tiles, waves, wave_eff, pad_eff, sram, dram, l2, compute, memory, time)
+
+
+def _memory_and_time(compute, dram_s, l2, split_k, hw: HardwareProfile):
+    """(memory time, time) of matrix candidates: DRAM and L2 transfers pipeline with each other, so the slower level
+    sets the memory time; compute and memory overlap (the smooth max), and a split-K candidate's reduction syncs."""
+    memory = np.maximum(dram_s, l2 / hw.l2_bandwidth_bytes_per_s)
+    return memory, smooth_max(compute, memory, hw.overlap_exponent) + np.where(split_k > 1, hw.grid_sync_s, 0.0)
 
 
 def _stream_k(tiles, tile_elements, figures, data_parallel, hw: HardwareProfile):
@@ -267,8 +272,7 @@ def _stream_k(tiles, tile_elements, figures, data_parallel, hw: HardwareProfile)
     units = hw.compute_units
     tail = (tiles > units) & (tiles % units > 0)
     l2_sk = l2 + np.where(tail, 2 * units * tile_elements * ACCUMULATOR_BYTES, 0.0)
-    memory_sk = np.maximum(dram_s, l2_sk / hw.l2_bandwidth_bytes_per_s)
-    time_sk = smooth_max(work, memory_sk, hw.overlap_exponent) + np.where(sk > 1, hw.grid_sync_s, 0.0)
+    memory_sk, time_sk = _memory_and_time(work, dram_s, l2_sk, sk, hw)
     use = tail & (time_sk < time)
     return (
         np.where(use, 1.0, wave_eff),
